@@ -1,0 +1,139 @@
+/* gRPC C core plumbing shared by psd and libpsclient.
+ *
+ * Server: one completion queue drained by one thread. Each in-flight call
+ * is a struct cm_rpc_call with its own state; its tag says which step
+ * completed. A registered method's handler gets the request and must answer
+ * exactly once, now or later (cm_rpc_reply / cm_rpc_fail), so a call that has
+ * to wait can be parked without holding a thread.
+ *
+ * Shutdown order (written down because gRPC requires it): cm_server_stop
+ * asks gRPC to shut down and waits; the queue thread keeps draining until it
+ * sees the shutdown tag, then shuts the queue down and drains it to
+ * GRPC_QUEUE_SHUTDOWN; only then are the server and queue destroyed.
+ *
+ * Client: cm_unary describes one call; cm_client_run puts a set of them in
+ * flight at once (up to a limit per channel), each with its deadline, and
+ * calls back as each completes. */
+#ifndef CM_RPC_H
+#define CM_RPC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <grpc/grpc.h>
+
+/* Largest message either side accepts. Tensors travel in chunks far below
+ * this (4 MiB by default), so the limit only stops runaway messages. */
+#define CM_RPC_MAX_MESSAGE (64 * 1024 * 1024)
+
+/* Calls once per process before any other gRPC use: grpc_init and malloc
+ * settings that keep large message buffers from page-faulting. */
+void cm_rpc_global_init(void);
+void cm_rpc_global_shutdown(void);
+
+struct cm_server;
+struct cm_rpc_call;
+
+/* A handler owns `call` until it answers it. `request` is borrowed until the
+ * answer; it may be NULL for an empty message. */
+typedef void (*cm_rpc_handler)(struct cm_rpc_call *call,
+                               grpc_byte_buffer *request, void *ctx);
+
+/* One method the server serves. */
+struct cm_rpc_method {
+  const char *path;       /* "/psd.v1.Data/Pull" */
+  cm_rpc_handler handler; /* called on the queue thread */
+  void *ctx;              /* passed to handler */
+};
+
+/* Creates a server listening on addr ("host:port"), serving methods[0..n)
+ * (the array must outlive the server). Unknown methods get UNIMPLEMENTED.
+ * Returns CM_EADDRINUSE (with the reason in err) when it cannot listen. */
+int cm_server_new(struct cm_server **out, const char *addr,
+                  const struct cm_rpc_method *methods, int n, char *err,
+                  size_t errlen);
+
+/* Starts the queue thread. */
+int cm_server_start(struct cm_server *s);
+
+/* Stops accepting calls, lets calls in flight finish for up to grace_ms,
+ * cancels the rest, joins the queue thread. Safe from any thread except the
+ * queue thread; idempotent. */
+void cm_server_stop(struct cm_server *s, int grace_ms);
+
+/* Stops (if needed) and frees. */
+void cm_server_free(struct cm_server *s);
+
+/* Answers a call with OK and `response` (ownership taken; may be NULL for
+ * an empty message). The call is freed once gRPC is done with it. */
+void cm_rpc_reply(struct cm_rpc_call *call, grpc_byte_buffer *response);
+
+/* Answers a call with an error status and a message (printf-style). */
+void cm_rpc_fail(struct cm_rpc_call *call, grpc_status_code code,
+                 const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/* The peer's address, e.g. "ipv4:127.0.0.1:53422" (owned by the call). */
+const char *cm_rpc_peer(struct cm_rpc_call *call);
+
+/* Packs a protobuf-c message into a new byte buffer. */
+struct ProtobufCMessage;
+grpc_byte_buffer *cm_rpc_pack(const struct ProtobufCMessage *msg);
+
+/* Reads a whole byte buffer into malloc'd memory (*len bytes); for small
+ * messages only. NULL bb gives an empty buffer. Returns 0 or CM_ENOMEM. */
+int cm_rpc_readall(grpc_byte_buffer *bb, uint8_t **data, size_t *len);
+
+/* gRPC's status name, e.g. "INVALID_ARGUMENT". */
+const char *cm_rpc_status_name(grpc_status_code code);
+
+/* ---- client ---- */
+
+/* A channel to one server. */
+struct cm_channel;
+
+/* Opens a channel to target ("host:port") with psd's message limits. */
+int cm_channel_new(struct cm_channel **out, const char *target);
+void cm_channel_free(struct cm_channel *ch);
+const char *cm_channel_target(const struct cm_channel *ch);
+
+struct cm_unary;
+/* Called as each call completes, on the thread running cm_client_run. */
+typedef void (*cm_unary_done)(struct cm_unary *u, void *ctx);
+
+/* One unary call. The caller fills the first block; cm_client_run fills the
+ * rest. */
+struct cm_unary {
+  struct cm_channel *channel; /* where to send; not owned */
+  const char *method;         /* full path; must outlive the call */
+  grpc_byte_buffer *request;  /* owned by the call: destroyed when sent */
+  void *user;                 /* the caller's; untouched */
+  grpc_status_code status;    /* result status */
+  char details[512];          /* the status message, "" when none */
+  grpc_byte_buffer *response; /* owned by the caller after done (may be NULL) */
+  /* internal state below */
+  grpc_call *call;                  /* the gRPC call while in flight */
+  grpc_metadata_array md_initial;   /* received initial metadata */
+  grpc_metadata_array md_trailing;  /* received trailing metadata */
+  grpc_slice status_details;        /* received status message */
+};
+
+/* Options of one cm_client_run. */
+struct cm_run_opts {
+  int timeout_ms;      /* deadline of each call, from its start */
+  int inflight;        /* calls in flight per channel, >= 1 */
+  int wait_for_ready;  /* 1: wait for the channel to connect (within the deadline) */
+  cm_unary_done done;  /* called once per call as it completes (may be NULL) */
+  void *ctx;           /* passed to done */
+};
+
+/* Runs calls[0..n): starts up to `inflight` per channel at once, keeps them
+ * topped up as calls complete, and returns when all are done. Returns 0 when
+ * all finished with OK, else the first failure's code (CM_ETIMEDOUT for a
+ * deadline, CM_EUNAVAIL when a server cannot be reached, CM_ERPC for
+ * others); every call's own status and details are filled either way. */
+int cm_client_run(struct cm_unary *calls, int n, const struct cm_run_opts *o);
+
+/* Releases a completed call's response and internal state. */
+void cm_unary_release(struct cm_unary *u);
+
+#endif

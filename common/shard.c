@@ -1,0 +1,39 @@
+/* Row partitioning of variables across shards (see shard.h). */
+#include "shard.h"
+
+void cm_shard_rows(int64_t rows, int placement, int nshards, int shard,
+                   int64_t *begin, int64_t *end) {
+  if (rows <= 0 || nshards <= 0 || shard < 0 || shard >= nshards) {
+    *begin = *end = 0;
+    return;
+  }
+  if (placement >= 0) {
+    *begin = 0;
+    *end = placement == shard ? rows : 0;
+    return;
+  }
+  /* floor(s * rows / n): sizes differ by at most one row. */
+  *begin = (int64_t)((__int128)rows * shard / nshards);
+  *end = (int64_t)((__int128)rows * (shard + 1) / nshards);
+}
+
+void cm_shard_auto(const uint64_t *bytes, int n, int nshards,
+                   uint64_t split_bytes, int *placement) {
+  uint64_t load[256] = {0};
+  int cap = nshards < 256 ? nshards : 256;
+
+  for (int i = 0; i < n; i++) {
+    if (nshards <= 1 || bytes[i] >= split_bytes || cap < nshards) {
+      placement[i] = CM_SHARD_SPLIT;
+      for (int s = 0; s < cap; s++)
+        load[s] += bytes[i] / (uint64_t)nshards;
+      continue;
+    }
+    int best = 0;
+    for (int s = 1; s < cap; s++)
+      if (load[s] < load[best])
+        best = s;
+    placement[i] = best;
+    load[best] += bytes[i];
+  }
+}

@@ -1,0 +1,30 @@
+/* The shard map: which rows of a variable each shard holds. A variable is
+ * either split into contiguous row ranges across all shards (balanced: every
+ * shard's range differs by at most one row) or placed whole on one shard.
+ * Every worker and every shard computes the same map from (rows, placement,
+ * number of shards) alone, so the map never travels. */
+#ifndef CM_SHARD_H
+#define CM_SHARD_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Placement value meaning "rows split across all shards". */
+#define CM_SHARD_SPLIT (-1)
+
+/* Rows [*begin, *end) of a `rows`-row variable that shard `shard` of
+ * `nshards` holds under `placement` (CM_SHARD_SPLIT or a shard index).
+ * An empty range (begin == end) means the shard holds none of it, as when
+ * there are more shards than rows. */
+void cm_shard_rows(int64_t rows, int placement, int nshards, int shard,
+                   int64_t *begin, int64_t *end);
+
+/* Chooses placements for n variables of bytes[i] bytes, in order: a
+ * variable of at least split_bytes is split across all shards; a smaller
+ * one goes whole to the shard holding the fewest bytes so far (lowest index
+ * on ties). Writes placement[i]. Deterministic, so every worker that
+ * declares the same list gets the same map. */
+void cm_shard_auto(const uint64_t *bytes, int n, int nshards,
+                   uint64_t split_bytes, int *placement);
+
+#endif

@@ -1,0 +1,1388 @@
+/* The cluster spec: parses a TF_CONFIG-shaped JSON file into a struct cm_spec,
+ * checking every field and reporting every mistake (file, JSON path, what was
+ * expected) instead of stopping at the first one; settles which task this
+ * process is (--task, then the spec, then TF_CONFIG); and tells whether an
+ * address names this machine, so a launcher knows which tasks to start. */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* getifaddrs, memrchr, strcasecmp under -std=c11 */
+#endif
+
+#include "spec.h"
+
+#include <arpa/inet.h>
+#include <ctype.h>
+#include <errno.h>
+#include <ifaddrs.h>
+#include <jansson.h>
+#include <limits.h>
+#include <math.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "err.h"
+
+#define SPEC_LINE_MAX 1024        /* longest single mistake line */
+#define SPEC_PATH_MAX 256         /* longest JSON path shown in a message */
+#define SPEC_QUOTE_MAX 128        /* longest quoted value shown in a message */
+#define SPEC_FILE_MAX (16u << 20) /* largest spec file read */
+#define SPEC_LAYER_MAX (1 << 20)  /* widest hidden layer accepted */
+
+/* Collects mistakes as lines of the caller's err buffer. Lines are separated
+ * by '\n' with none after the last; once a line does not fit, later ones are
+ * only counted and a "(N more not shown)" note closes the buffer. */
+struct spec_errs {
+  const char *source; /* prefix of every line ("local.json"), NULL for none */
+  char *buf;          /* caller's buffer, NULL when it gave none */
+  size_t cap;         /* size of buf in bytes, 0 when buf is NULL */
+  size_t len;         /* bytes used in buf, not counting the NUL */
+  int count;          /* mistakes reported, shown or not */
+  int dropped;        /* mistakes that did not fit in buf */
+  int full;           /* set once a line did not fit: later ones are dropped */
+};
+
+static void errs_init(struct spec_errs *e, const char *source, char *buf,
+                      size_t cap) {
+  e->source = source;
+  e->buf = cap > 0 ? buf : NULL;
+  e->cap = e->buf ? cap : 0;
+  e->len = 0;
+  e->count = 0;
+  e->dropped = 0;
+  e->full = 0;
+  if (e->buf)
+    e->buf[0] = '\0';
+}
+
+static void errs_append(struct spec_errs *e, const char *line) {
+  size_t n = strlen(line);
+  size_t sep = e->len > 0 ? 1 : 0;
+  size_t k;
+
+  e->count++;
+  if (!e->buf)
+    return;
+  if (!e->full && e->len + sep + n < e->cap) {
+    if (sep)
+      e->buf[e->len++] = '\n';
+    memcpy(e->buf + e->len, line, n + 1);
+    e->len += n;
+    return;
+  }
+  e->full = 1;
+  if (e->len > 0) {
+    e->dropped++;
+    return;
+  }
+  /* Not even the first mistake fits: keep what does, cut at a UTF-8
+   * character boundary. */
+  k = e->cap - 1;
+  while (k > 0 && ((unsigned char)line[k] & 0xC0) == 0x80)
+    k--;
+  memcpy(e->buf, line, k);
+  e->buf[k] = '\0';
+  e->len = k;
+}
+
+/* Closes the buffer with a note on how many mistakes were left out, dropping
+ * whole lines from the end until the note fits. */
+static void errs_finish(struct spec_errs *e) {
+  char note[64];
+  char *nl;
+  int n;
+
+  if (!e->buf || e->dropped == 0)
+    return;
+  for (;;) {
+    n = snprintf(note, sizeof note, "\n(%d more not shown)", e->dropped);
+    if (n > 0 && e->len + (size_t)n < e->cap) {
+      memcpy(e->buf + e->len, note, (size_t)n + 1);
+      e->len += (size_t)n;
+      return;
+    }
+    nl = memrchr(e->buf, '\n', e->len);
+    if (!nl)
+      return; /* only one line left: keep it rather than the note */
+    e->len = (size_t)(nl - e->buf);
+    e->buf[e->len] = '\0';
+    e->dropped++;
+  }
+}
+
+/* Reports one mistake as "source: path: message". */
+static void report(struct spec_errs *e, const char *path, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static void report(struct spec_errs *e, const char *path, const char *fmt,
+                   ...) {
+  char line[SPEC_LINE_MAX];
+  size_t n = 0;
+  int w;
+  va_list ap;
+
+  line[0] = '\0';
+  if (e->source) {
+    w = snprintf(line, sizeof line, "%s: ", e->source);
+    n = w > 0 ? (size_t)w : 0;
+  }
+  if (path && *path && n < sizeof line) {
+    w = snprintf(line + n, sizeof line - n, "%s: ", path);
+    n += w > 0 ? (size_t)w : 0;
+  }
+  if (n < sizeof line) {
+    va_start(ap, fmt);
+    vsnprintf(line + n, sizeof line - n, fmt, ap);
+    va_end(ap);
+  }
+  errs_append(e, line);
+}
+
+/* Writes s into dst as a double-quoted string with '"', '\\' and anything
+ * outside printable ASCII escaped, so a message stays on one line; long
+ * strings are cut with "...". Returns dst. */
+static const char *quote(char *dst, size_t n, const char *s) {
+  static const char hex[] = "0123456789abcdef";
+  size_t o = 0;
+  unsigned char c;
+
+  if (n < 8) {
+    if (n > 0)
+      dst[0] = '\0';
+    return dst;
+  }
+  dst[o++] = '"';
+  for (; *s; s++) {
+    if (o + 4 + 5 >= n) { /* room for one escape, `..."` and the NUL */
+      memcpy(dst + o, "...", 3);
+      o += 3;
+      break;
+    }
+    c = (unsigned char)*s;
+    if (c == '"' || c == '\\') {
+      dst[o++] = '\\';
+      dst[o++] = (char)c;
+    } else if (c >= 0x20 && c < 0x7f) {
+      dst[o++] = (char)c;
+    } else {
+      dst[o++] = '\\';
+      dst[o++] = 'x';
+      dst[o++] = hex[c >> 4];
+      dst[o++] = hex[c & 15];
+    }
+  }
+  dst[o++] = '"';
+  dst[o] = '\0';
+  return dst;
+}
+
+/* Describes a JSON value for "got ..." in a message. Returns dst. */
+static const char *describe(char *dst, size_t n, const json_t *v) {
+  switch (json_typeof(v)) {
+  case JSON_OBJECT:
+    snprintf(dst, n, "an object");
+    break;
+  case JSON_ARRAY:
+    snprintf(dst, n, "an array");
+    break;
+  case JSON_STRING:
+    quote(dst, n, json_string_value(v));
+    break;
+  case JSON_INTEGER:
+    snprintf(dst, n, "%" JSON_INTEGER_FORMAT, json_integer_value(v));
+    break;
+  case JSON_REAL:
+    snprintf(dst, n, "%.15g", json_real_value(v));
+    if (!strpbrk(dst, ".eEn") && strlen(dst) + 2 < n)
+      strcat(dst, ".0"); /* show 3.0 as a real, not as the integer 3 */
+    break;
+  case JSON_TRUE:
+    snprintf(dst, n, "true");
+    break;
+  case JSON_FALSE:
+    snprintf(dst, n, "false");
+    break;
+  default:
+    snprintf(dst, n, "null");
+    break;
+  }
+  return dst;
+}
+
+/* Whether key can be shown bare in a path (job.epochs) rather than quoted
+ * (job["my key"]). */
+static int plain_key(const char *key) {
+  if (!*key)
+    return 0;
+  for (; *key; key++)
+    if (!isalnum((unsigned char)*key) && *key != '_' && *key != '-')
+      return 0;
+  return 1;
+}
+
+/* Writes parent.key (or just key at the top) into dst. */
+static void path_key(char *dst, size_t n, const char *parent, const char *key) {
+  char q[SPEC_QUOTE_MAX];
+
+  if (plain_key(key) && strlen(key) < 64)
+    snprintf(dst, n, "%s%s%s", parent, *parent ? "." : "", key);
+  else
+    snprintf(dst, n, "%s[%s]", parent, quote(q, sizeof q, key));
+}
+
+/* Writes parent[i] into dst. */
+static void path_index(char *dst, size_t n, const char *parent, size_t i) {
+  snprintf(dst, n, "%s[%zu]", parent, i);
+}
+
+/* Levenshtein distance ignoring case; SIZE_MAX for keys too long to bother. */
+static size_t edit_distance(const char *a, const char *b) {
+  size_t la = strlen(a), lb = strlen(b);
+  size_t prev[65], cur[65];
+  size_t i, j, best;
+
+  if (la > 64 || lb > 64)
+    return SIZE_MAX;
+  for (j = 0; j <= lb; j++)
+    prev[j] = j;
+  for (i = 1; i <= la; i++) {
+    cur[0] = i;
+    for (j = 1; j <= lb; j++) {
+      best = prev[j - 1] + (tolower((unsigned char)a[i - 1]) !=
+                            tolower((unsigned char)b[j - 1]));
+      if (prev[j] + 1 < best)
+        best = prev[j] + 1;
+      if (cur[j - 1] + 1 < best)
+        best = cur[j - 1] + 1;
+      cur[j] = best;
+    }
+    memcpy(prev, cur, (lb + 1) * sizeof prev[0]);
+  }
+  return prev[lb];
+}
+
+/* Reports every member of obj whose key is not in known[0..n), with a
+ * "did you mean" hint when one known key is close. */
+static void check_keys(struct spec_errs *e, json_t *obj, const char *parent,
+                       const char *const *known, size_t nknown) {
+  char path[SPEC_PATH_MAX], list[512], hint[96];
+  const char *key, *near;
+  json_t *v;
+  size_t i, d, best, used;
+
+  list[0] = '\0';
+  used = 0;
+  for (i = 0; i < nknown; i++) {
+    int w = snprintf(list + used, sizeof list - used, "%s%s", i ? ", " : "",
+                     known[i]);
+    if (w < 0 || (size_t)w >= sizeof list - used)
+      break;
+    used += (size_t)w;
+  }
+
+  json_object_foreach(obj, key, v) {
+    near = NULL;
+    best = SIZE_MAX;
+    for (i = 0; i < nknown; i++) {
+      if (strcmp(key, known[i]) == 0)
+        break;
+      d = edit_distance(key, known[i]);
+      /* A short key tolerates one slip, a longer one two. */
+      if (d <= (strlen(known[i]) >= 6 ? 2u : 1u) && d < best) {
+        best = d;
+        near = known[i];
+      }
+    }
+    if (i < nknown)
+      continue;
+    hint[0] = '\0';
+    if (near)
+      snprintf(hint, sizeof hint, " (did you mean %s?)", near);
+    path_key(path, sizeof path, parent, key);
+    report(e, path, "unknown key%s; expected one of %s", hint, list);
+  }
+}
+
+/* How an integer range reads in a message: "a positive integer" etc. */
+static const char *int_kind(long long min) {
+  if (min == 1)
+    return "a positive integer";
+  if (min == 0)
+    return "a non-negative integer";
+  return "an integer";
+}
+
+/* Checks that v is an integer in [min, max] and stores it in *val; reports
+ * and returns 0 otherwise. */
+static int want_int(struct spec_errs *e, const json_t *v, const char *path,
+                    long long min, long long max, long long *val) {
+  char got[SPEC_QUOTE_MAX];
+  long long x;
+
+  if (!json_is_integer(v)) {
+    report(e, path, "expected %s, got %s", int_kind(min),
+           describe(got, sizeof got, v));
+    return 0;
+  }
+  x = json_integer_value(v);
+  if (x < min) {
+    report(e, path, "expected %s, got %lld", int_kind(min), x);
+    return 0;
+  }
+  if (x > max) {
+    report(e, path, "%lld out of range; expected %s up to %lld", x,
+           int_kind(min), max);
+    return 0;
+  }
+  *val = x;
+  return 1;
+}
+
+/* Stores the optional integer member obj.key in *dst when it is present and
+ * in [min, max]; leaves the default in *dst when absent. */
+static void opt_int(struct spec_errs *e, json_t *obj, const char *parent,
+                    const char *key, long long min, long long max, int *dst) {
+  char path[SPEC_PATH_MAX];
+  json_t *v = json_object_get(obj, key);
+  long long x;
+
+  if (!v)
+    return;
+  path_key(path, sizeof path, parent, key);
+  if (want_int(e, v, path, min, max, &x))
+    *dst = (int)x;
+}
+
+/* Stores the optional non-empty string member obj.key in dst[0..cap);
+ * returns 1 when it was present and valid, 0 otherwise. */
+static int opt_string(struct spec_errs *e, json_t *obj, const char *parent,
+                      const char *key, char *dst, size_t cap) {
+  char path[SPEC_PATH_MAX], got[SPEC_QUOTE_MAX];
+  json_t *v = json_object_get(obj, key);
+  size_t n;
+
+  if (!v)
+    return 0;
+  path_key(path, sizeof path, parent, key);
+  if (!json_is_string(v)) {
+    report(e, path, "expected a string, got %s", describe(got, sizeof got, v));
+    return 0;
+  }
+  n = json_string_length(v);
+  if (n == 0) {
+    report(e, path, "empty; expected a non-empty string");
+    return 0;
+  }
+  if (n >= cap) {
+    report(e, path, "%zu characters long; expected at most %zu", n, cap - 1);
+    return 0;
+  }
+  memcpy(dst, json_string_value(v), n + 1);
+  return 1;
+}
+
+/* Checks the optional string member obj.key against the choices in `one_of`
+ * (a NULL-terminated list) and stores it in dst[0..cap). */
+static void opt_choice(struct spec_errs *e, json_t *obj, const char *parent,
+                       const char *key, const char *const *one_of, char *dst,
+                       size_t cap) {
+  char path[SPEC_PATH_MAX], got[SPEC_QUOTE_MAX], expect[128];
+  json_t *v = json_object_get(obj, key);
+  size_t i, used = 0;
+  int w;
+
+  if (!v)
+    return;
+  path_key(path, sizeof path, parent, key);
+  if (json_is_string(v)) {
+    for (i = 0; one_of[i]; i++) {
+      if (strcmp(json_string_value(v), one_of[i]) == 0 &&
+          strlen(one_of[i]) < cap) {
+        memcpy(dst, one_of[i], strlen(one_of[i]) + 1);
+        return;
+      }
+    }
+  }
+  expect[0] = '\0';
+  for (i = 0; one_of[i]; i++) {
+    w = snprintf(expect + used, sizeof expect - used, "%s\"%s\"",
+                 i == 0          ? ""
+                 : one_of[i + 1] ? ", "
+                                 : " or ",
+                 one_of[i]);
+    if (w < 0 || (size_t)w >= sizeof expect - used)
+      break;
+    used += (size_t)w;
+  }
+  report(e, path, "expected %s, got %s", expect, describe(got, sizeof got, v));
+}
+
+/* Stores the optional number member obj.key in *dst when it lies in
+ * (lo, hi) with lo included when lo_in; `expect` says so in words. */
+static void opt_number(struct spec_errs *e, json_t *obj, const char *parent,
+                       const char *key, double lo, int lo_in, double hi,
+                       const char *expect, double *dst) {
+  char path[SPEC_PATH_MAX], got[SPEC_QUOTE_MAX];
+  json_t *v = json_object_get(obj, key);
+  double x;
+
+  if (!v)
+    return;
+  path_key(path, sizeof path, parent, key);
+  if (!json_is_number(v)) {
+    report(e, path, "expected %s, got %s", expect,
+           describe(got, sizeof got, v));
+    return;
+  }
+  x = json_number_value(v);
+  if (!isfinite(x) || x < lo || (x == lo && !lo_in) || x >= hi) {
+    report(e, path, "expected %s, got %s", expect,
+           describe(got, sizeof got, v));
+    return;
+  }
+  *dst = x;
+}
+
+/* Returns the member obj.key when it is an object; reports and returns NULL
+ * when it is present but something else. */
+static json_t *opt_object(struct spec_errs *e, json_t *obj, const char *parent,
+                          const char *key, const char *expect) {
+  char path[SPEC_PATH_MAX], got[SPEC_QUOTE_MAX];
+  json_t *v = json_object_get(obj, key);
+
+  if (!v || json_is_object(v))
+    return v;
+  path_key(path, sizeof path, parent, key);
+  report(e, path, "expected %s, got %s", expect, describe(got, sizeof got, v));
+  return NULL;
+}
+
+/* Whether s (without a zone) is an IPv6 literal; fills bin when it is. */
+static int parse_ipv6(const char *s, unsigned char bin[16]) {
+  char tmp[INET6_ADDRSTRLEN + 1];
+  size_t n = strcspn(s, "%"); /* drop a zone such as %eth0 */
+
+  if (n >= sizeof tmp)
+    return 0;
+  memcpy(tmp, s, n);
+  tmp[n] = '\0';
+  return inet_pton(AF_INET6, tmp, bin) == 1;
+}
+
+/* Whether host is a plausible DNS name: dot-separated labels of letters,
+ * digits, '-' and '_' (1..63 each), with an optional trailing dot. */
+static int valid_hostname(const char *host) {
+  size_t label = 0;
+  const char *p;
+
+  for (p = host; *p; p++) {
+    if (*p == '.') {
+      if (label == 0)
+        return 0;
+      label = 0;
+    } else if (isalnum((unsigned char)*p) || *p == '-' || *p == '_') {
+      if (++label > 63)
+        return 0;
+    } else {
+      return 0;
+    }
+  }
+  return p != host;
+}
+
+/* Parses one "host:port" entry of cluster.ps or cluster.worker into *out.
+ * Returns 1 when valid; reports and returns 0 otherwise (out->port stays 0). */
+static int parse_addr(struct spec_errs *e, const json_t *v, const char *path,
+                      struct cm_addr *out) {
+  char q[SPEC_QUOTE_MAX], qh[SPEC_QUOTE_MAX], got[SPEC_QUOTE_MAX];
+  unsigned char bin[16];
+  const char *s, *host, *close, *colon, *port, *p;
+  size_t len, hostlen;
+  long val;
+
+  if (!json_is_string(v)) {
+    report(e, path, "expected a \"host:port\" string, got %s",
+           describe(got, sizeof got, v));
+    return 0;
+  }
+  s = json_string_value(v);
+  len = json_string_length(v);
+  quote(q, sizeof q, s);
+  if (len == 0) {
+    report(e, path, "empty; expected \"host:port\"");
+    return 0;
+  }
+  if (len >= sizeof out->text) {
+    report(e, path, "%s is %zu characters long; expected at most %zu", q, len,
+           sizeof out->text - 1);
+    return 0;
+  }
+
+  if (s[0] == '[') {
+    close = strchr(s, ']');
+    if (!close) {
+      report(e, path, "%s has no closing ']'; expected \"[IPv6]:port\"", q);
+      return 0;
+    }
+    host = s + 1;
+    hostlen = (size_t)(close - host);
+    if (close[1] == '\0') {
+      report(e, path, "%s has no port; expected \"[IPv6]:port\"", q);
+      return 0;
+    }
+    if (close[1] != ':') {
+      report(e, path, "%s: expected ':' after ']'; expected \"[IPv6]:port\"",
+             q);
+      return 0;
+    }
+    port = close + 2;
+  } else {
+    colon = strrchr(s, ':');
+    if (!colon) {
+      report(e, path, "%s has no port; expected \"host:port\"", q);
+      return 0;
+    }
+    if (strchr(s, ':') != colon) {
+      report(e, path,
+             "%s: an IPv6 address needs brackets; expected \"[host]:port\", "
+             "e.g. \"[::1]:7000\"",
+             q);
+      return 0;
+    }
+    host = s;
+    hostlen = (size_t)(colon - s);
+    port = colon + 1;
+  }
+
+  if (hostlen == 0) {
+    report(e, path, "%s has no host; expected \"host:port\"", q);
+    return 0;
+  }
+  if (hostlen >= sizeof out->host) {
+    report(e, path, "%s: host is %zu characters long; expected at most %zu", q,
+           hostlen, sizeof out->host - 1);
+    return 0;
+  }
+  memcpy(out->host, host, hostlen);
+  out->host[hostlen] = '\0';
+  quote(qh, sizeof qh, out->host);
+
+  if (s[0] == '[') {
+    if (!parse_ipv6(out->host, bin)) {
+      report(e, path,
+             "%s: %s is not an IPv6 address; expected \"[IPv6]:port\" or "
+             "\"host:port\"",
+             q, qh);
+      return 0;
+    }
+  } else if (strspn(out->host, "0123456789.") == hostlen) {
+    if (inet_pton(AF_INET, out->host, bin) != 1) {
+      report(e, path, "%s: %s is not an IPv4 address; expected a.b.c.d", q, qh);
+      return 0;
+    }
+  } else if (!valid_hostname(out->host)) {
+    report(e, path,
+           "%s: %s is not a valid host name; expected letters, digits, '-', "
+           "'_' and '.'",
+           q, qh);
+    return 0;
+  }
+
+  if (*port == '\0') {
+    report(e, path, "%s has no port; expected \"host:port\"", q);
+    return 0;
+  }
+  for (p = port; *p; p++) {
+    if (!isdigit((unsigned char)*p)) {
+      quote(got, sizeof got, port);
+      report(e, path, "%s: port %s is not a number; expected 1..65535", q, got);
+      return 0;
+    }
+  }
+  val = strlen(port) > 5 ? 0 : strtol(port, NULL, 10);
+  if (val < 1 || val > 65535) {
+    report(e, path, "port %.20s%s out of range; expected 1..65535", port,
+           strlen(port) > 20 ? "..." : "");
+    return 0;
+  }
+  out->port = (int)val;
+  memcpy(out->text, s, len + 1);
+  return 1;
+}
+
+/* Parses cluster.<key> (an array of addresses) into a new array *out of *n
+ * entries. *n is the array's length even when entries are wrong, so that
+ * task.index can still be checked; wrong entries keep port 0. Returns 0 or
+ * CM_ENOMEM; mistakes go to e. */
+static int parse_addrs(struct spec_errs *e, json_t *cluster, const char *key,
+                       struct cm_addr **out, int *n) {
+  char path[SPEC_PATH_MAX], epath[SPEC_PATH_MAX + 32], got[SPEC_QUOTE_MAX];
+  json_t *arr = json_object_get(cluster, key);
+  json_t *v;
+  size_t i, len;
+
+  *out = NULL;
+  *n = 0;
+  path_key(path, sizeof path, "cluster", key);
+  if (!arr) {
+    report(e, path, "missing; expected an array of \"host:port\" strings");
+    return 0;
+  }
+  if (!json_is_array(arr)) {
+    report(e, path, "expected an array of \"host:port\" strings, got %s",
+           describe(got, sizeof got, arr));
+    return 0;
+  }
+  len = json_array_size(arr);
+  if (len == 0) {
+    report(e, path, "empty; expected at least one \"host:port\" string");
+    return 0;
+  }
+  if (len > INT_MAX) {
+    report(e, path, "%zu entries; expected at most %d", len, INT_MAX);
+    return 0;
+  }
+  *out = calloc(len, sizeof **out);
+  if (!*out)
+    return CM_ENOMEM;
+  *n = (int)len;
+  json_array_foreach(arr, i, v) {
+    path_index(epath, sizeof epath, path, i);
+    parse_addr(e, v, epath, &(*out)[i]);
+  }
+  return 0;
+}
+
+/* Whether a and b name the same endpoint as written: same port and the same
+ * host, compared case-insensitively or, for IP literals, as addresses. */
+static int addr_same(const struct cm_addr *a, const struct cm_addr *b) {
+  unsigned char ba[16], bb[16];
+
+  if (a->port != b->port)
+    return 0;
+  if (strcasecmp(a->host, b->host) == 0)
+    return 1;
+  if (inet_pton(AF_INET, a->host, ba) == 1 &&
+      inet_pton(AF_INET, b->host, bb) == 1)
+    return memcmp(ba, bb, 4) == 0;
+  if (parse_ipv6(a->host, ba) && parse_ipv6(b->host, bb))
+    return memcmp(ba, bb, 16) == 0;
+  return 0;
+}
+
+/* Reports every address that repeats an earlier one in cluster.ps followed
+ * by cluster.worker. */
+static void check_duplicates(struct spec_errs *e, const struct cm_spec *spec) {
+  char path[SPEC_PATH_MAX], q[SPEC_QUOTE_MAX];
+  int total = spec->nps + spec->nworker;
+  int i, j;
+  const struct cm_addr *a, *b;
+
+  for (j = 0; j < total; j++) {
+    b = j < spec->nps ? &spec->ps[j] : &spec->worker[j - spec->nps];
+    if (b->port == 0)
+      continue;
+    for (i = 0; i < j; i++) {
+      a = i < spec->nps ? &spec->ps[i] : &spec->worker[i - spec->nps];
+      if (a->port != 0 && addr_same(a, b))
+        break;
+    }
+    if (i == j)
+      continue;
+    snprintf(path, sizeof path, "cluster.%s[%d]",
+             j < spec->nps ? "ps" : "worker",
+             j < spec->nps ? j : j - spec->nps);
+    report(e, path,
+           "%s is also cluster.%s[%d]; expected every task to have its own "
+           "address",
+           quote(q, sizeof q, b->text), i < spec->nps ? "ps" : "worker",
+           i < spec->nps ? i : i - spec->nps);
+  }
+}
+
+static int parse_cluster(struct spec_errs *e, json_t *root,
+                         struct cm_spec *spec) {
+  static const char *const keys[] = {"ps", "worker"};
+  char got[SPEC_QUOTE_MAX];
+  json_t *cluster = json_object_get(root, "cluster");
+  int rc;
+
+  if (!cluster) {
+    report(e, "cluster",
+           "missing; expected an object with \"ps\" and \"worker\" arrays of "
+           "\"host:port\" strings");
+    return 0;
+  }
+  if (!json_is_object(cluster)) {
+    report(e, "cluster",
+           "expected an object with \"ps\" and \"worker\" arrays, got %s",
+           describe(got, sizeof got, cluster));
+    return 0;
+  }
+  check_keys(e, cluster, "cluster", keys, sizeof keys / sizeof keys[0]);
+  rc = parse_addrs(e, cluster, "ps", &spec->ps, &spec->nps);
+  if (rc < 0)
+    return rc;
+  rc = parse_addrs(e, cluster, "worker", &spec->worker, &spec->nworker);
+  if (rc < 0)
+    return rc;
+  check_duplicates(e, spec);
+  return 0;
+}
+
+/* Checks a "task" object {"type": "ps"|"worker", "index": N} and stores it in
+ * *out. With strict, keys other than type and index are mistakes (the spec
+ * file); TF_CONFIG is shared with other tools that add their own keys, so
+ * there they are ignored. Returns 1 when valid. */
+static int parse_task_obj(struct spec_errs *e, json_t *task, int strict,
+                          struct cm_task *out) {
+  static const char *const keys[] = {"type", "index"};
+  char got[SPEC_QUOTE_MAX];
+  json_t *type, *index;
+  struct cm_task t = {CM_TASK_NONE, 0};
+  long long x;
+  int ok = 1;
+
+  if (!json_is_object(task)) {
+    report(e, "task",
+           "expected an object like {\"type\": \"worker\", \"index\": 0}, got "
+           "%s",
+           describe(got, sizeof got, task));
+    return 0;
+  }
+  if (strict) {
+    int before = e->count;
+    check_keys(e, task, "task", keys, sizeof keys / sizeof keys[0]);
+    ok = e->count == before;
+  }
+  type = json_object_get(task, "type");
+  if (!type) {
+    report(e, "task.type", "missing; expected \"ps\" or \"worker\"");
+    ok = 0;
+  } else if (json_is_string(type) &&
+             strcmp(json_string_value(type), "ps") == 0) {
+    t.type = CM_TASK_PS;
+  } else if (json_is_string(type) &&
+             strcmp(json_string_value(type), "worker") == 0) {
+    t.type = CM_TASK_WORKER;
+  } else {
+    report(e, "task.type", "expected \"ps\" or \"worker\", got %s",
+           describe(got, sizeof got, type));
+    ok = 0;
+  }
+  index = json_object_get(task, "index");
+  if (!index) {
+    report(e, "task.index", "missing; expected a non-negative integer");
+    ok = 0;
+  } else if (want_int(e, index, "task.index", 0, INT_MAX, &x)) {
+    t.index = (int)x;
+  } else {
+    ok = 0;
+  }
+  if (ok)
+    *out = t;
+  return ok;
+}
+
+/* Entries in the cluster list that task t indexes. */
+static int task_count(const struct cm_spec *spec, const struct cm_task *t) {
+  return t->type == CM_TASK_PS ? spec->nps : spec->nworker;
+}
+
+/* Reports "<index> out of range; cluster.<type> has N entries" under path
+ * when t's index is past the end of its list. Returns 1 when in range. */
+static int check_task_index(struct spec_errs *e, const struct cm_spec *spec,
+                            const struct cm_task *t, const char *path,
+                            const char *what) {
+  int n = task_count(spec, t);
+
+  if (t->index < n)
+    return 1;
+  report(e, path, "%s%d out of range; cluster.%s has %d entr%s", what, t->index,
+         cm_task_type_name(t->type), n, n == 1 ? "y" : "ies");
+  return 0;
+}
+
+static void parse_optimizer(struct spec_errs *e, json_t *job,
+                            struct cm_job *out) {
+  static const char *const keys[] = {"type", "lr", "momentum"};
+  static const char *const types[] = {"sgd", "momentum", NULL};
+  json_t *opt = opt_object(e, job, "job", "optimizer",
+                           "an object like {\"type\": \"momentum\", \"lr\": "
+                           "0.05, \"momentum\": 0.9}");
+
+  if (!opt)
+    return;
+  check_keys(e, opt, "job.optimizer", keys, sizeof keys / sizeof keys[0]);
+  opt_choice(e, opt, "job.optimizer", "type", types, out->optimizer,
+             sizeof out->optimizer);
+  /* The upper bound only keeps the value finite; any positive rate is taken. */
+  opt_number(e, opt, "job.optimizer", "lr", 0, 0, HUGE_VAL, "a positive number",
+             &out->lr);
+  /* momentum is accepted with "sgd" too and then unused, so that switching
+   * type does not mean deleting a line. */
+  opt_number(e, opt, "job.optimizer", "momentum", 0, 1, 1, "a number in [0, 1)",
+             &out->momentum);
+}
+
+static void parse_hidden(struct spec_errs *e, json_t *job, struct cm_job *out) {
+  char path[SPEC_PATH_MAX], got[SPEC_QUOTE_MAX];
+  int widths[CM_SPEC_MAX_LAYERS];
+  json_t *arr = json_object_get(job, "hidden");
+  json_t *v;
+  size_t i, n;
+  long long x;
+  int ok = 1;
+
+  if (!arr)
+    return;
+  if (!json_is_array(arr)) {
+    report(e, "job.hidden",
+           "expected an array of 1..%d positive integers (layer widths), got "
+           "%s",
+           CM_SPEC_MAX_LAYERS, describe(got, sizeof got, arr));
+    return;
+  }
+  n = json_array_size(arr);
+  if (n == 0) {
+    report(e, "job.hidden", "empty; expected 1..%d positive integers",
+           CM_SPEC_MAX_LAYERS);
+    return;
+  }
+  if (n > CM_SPEC_MAX_LAYERS) {
+    report(e, "job.hidden", "%zu entries; expected at most %d", n,
+           CM_SPEC_MAX_LAYERS);
+    return;
+  }
+  json_array_foreach(arr, i, v) {
+    path_index(path, sizeof path, "job.hidden", i);
+    if (want_int(e, v, path, 1, SPEC_LAYER_MAX, &x))
+      widths[i] = (int)x;
+    else
+      ok = 0;
+  }
+  if (!ok)
+    return;
+  memcpy(out->hidden, widths, n * sizeof widths[0]);
+  out->nhidden = (int)n;
+}
+
+/* job.name is also the job id sent on every call and used in file names, so
+ * it is kept to characters that are safe everywhere. */
+static void parse_name(struct spec_errs *e, json_t *job, struct cm_job *out) {
+  char name[sizeof out->name], q[SPEC_QUOTE_MAX];
+  size_t bad;
+
+  if (!opt_string(e, job, "job", "name", name, sizeof name))
+    return;
+  bad = strspn(name, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                     "0123456789._-");
+  if (name[bad] != '\0') {
+    report(e, "job.name",
+           "%s has a character other than letters, digits, '.', '_' and '-'",
+           quote(q, sizeof q, name));
+    return;
+  }
+  memcpy(out->name, name, sizeof name);
+}
+
+static void job_defaults(struct cm_job *job) {
+  memset(job, 0, sizeof *job);
+  snprintf(job->name, sizeof job->name, "psd-job");
+  snprintf(job->model, sizeof job->model, "mlp");
+  job->hidden[0] = 256;
+  job->hidden[1] = 128;
+  job->nhidden = 2;
+  snprintf(job->data_dir, sizeof job->data_dir,
+           "/usr/share/datasets/fashion-mnist");
+  job->epochs = 3;
+  job->batch_size = 64;
+  snprintf(job->optimizer, sizeof job->optimizer, "momentum");
+  job->lr = 0.05;
+  job->momentum = 0.9;
+  snprintf(job->mode, sizeof job->mode, "async");
+  job->seed = 1;
+  job->log_every = 100;
+  job->timeout_ms = 30000;
+  job->max_steps = 0;
+}
+
+static void parse_job(struct spec_errs *e, json_t *root, struct cm_job *out) {
+  static const char *const keys[] = {
+      "name",   "model",      "hidden",         "data_dir",
+      "epochs", "batch_size", "optimizer",      "sync",
+      "seed",   "log_every",  "rpc_timeout_ms", "max_steps"};
+  static const char *const models[] = {"mlp", NULL};
+  static const char *const modes[] = {"async", NULL};
+  static const char *const sync_keys[] = {"mode"};
+  json_t *job, *sync, *seed;
+  long long x;
+
+  job = opt_object(e, root, "", "job", "an object of training settings");
+  if (!job)
+    return;
+  check_keys(e, job, "job", keys, sizeof keys / sizeof keys[0]);
+  parse_name(e, job, out);
+  opt_choice(e, job, "job", "model", models, out->model, sizeof out->model);
+  parse_hidden(e, job, out);
+  opt_string(e, job, "job", "data_dir", out->data_dir, sizeof out->data_dir);
+  opt_int(e, job, "job", "epochs", 1, INT_MAX, &out->epochs);
+  opt_int(e, job, "job", "batch_size", 1, INT_MAX, &out->batch_size);
+  parse_optimizer(e, job, out);
+  sync = opt_object(e, job, "job", "sync",
+                    "an object like {\"mode\": "
+                    "\"async\"}");
+  if (sync) {
+    check_keys(e, sync, "job.sync", sync_keys, 1);
+    opt_choice(e, sync, "job.sync", "mode", modes, out->mode, sizeof out->mode);
+  }
+  seed = json_object_get(job, "seed");
+  if (seed && want_int(e, seed, "job.seed", 0, LLONG_MAX, &x))
+    out->seed = (uint64_t)x;
+  opt_int(e, job, "job", "log_every", 1, INT_MAX, &out->log_every);
+  opt_int(e, job, "job", "rpc_timeout_ms", 1, INT_MAX, &out->timeout_ms);
+  opt_int(e, job, "job", "max_steps", 0, INT_MAX, &out->max_steps);
+}
+
+/* Parses JSON text with duplicate keys refused; on a syntax error reports
+ * "source:line:column: JSON syntax error: ..." and returns NULL with *rc set
+ * (CM_ENOMEM when jansson ran out of memory, else CM_ESPEC). */
+static json_t *load_json(struct spec_errs *e, const char *text, size_t len,
+                         int *rc) {
+  json_error_t jerr;
+  json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
+  const char *source = e->source;
+
+  if (root)
+    return root;
+  *rc = CM_ESPEC;
+#if JANSSON_VERSION_HEX >= 0x020b00
+  if (json_error_code(&jerr) == json_error_out_of_memory)
+    *rc = CM_ENOMEM;
+#endif
+  e->source = NULL; /* the line:column goes right after the name */
+  if (jerr.line > 0)
+    report(e, NULL, "%s:%d:%d: JSON syntax error: %s", source, jerr.line,
+           jerr.column, jerr.text);
+  else
+    report(e, NULL, "%s: JSON syntax error: %s", source, jerr.text);
+  e->source = source;
+  return NULL;
+}
+
+int cm_spec_parse(const char *json, size_t len, const char *source,
+                  struct cm_spec **out, char *err, size_t errlen) {
+  static const char *const keys[] = {"cluster", "task", "job"};
+  char got[SPEC_QUOTE_MAX];
+  struct spec_errs e;
+  struct cm_spec *spec = NULL;
+  json_t *root = NULL, *task;
+  int rc = 0;
+
+  if (!source)
+    source = "<spec>";
+  errs_init(&e, source, err, errlen);
+  if (out)
+    *out = NULL;
+  if (!json || !out) {
+    report(&e, NULL, "no spec text given");
+    rc = CM_EINVAL;
+    goto out;
+  }
+  spec = calloc(1, sizeof *spec);
+  if (!spec) {
+    rc = CM_ENOMEM;
+    goto out;
+  }
+  snprintf(spec->source, sizeof spec->source, "%s", source);
+  job_defaults(&spec->job);
+
+  root = load_json(&e, json, len, &rc);
+  if (!root)
+    goto out;
+  if (!json_is_object(root)) {
+    report(&e, NULL,
+           "expected a JSON object with \"cluster\" at the top level, got %s",
+           describe(got, sizeof got, root));
+    rc = CM_ESPEC;
+    goto out;
+  }
+  check_keys(&e, root, "", keys, sizeof keys / sizeof keys[0]);
+  rc = parse_cluster(&e, root, spec);
+  if (rc < 0)
+    goto out;
+  task = json_object_get(root, "task");
+  if (task && parse_task_obj(&e, task, 1, &spec->task) &&
+      task_count(spec, &spec->task) > 0)
+    check_task_index(&e, spec, &spec->task, "task.index", "");
+  parse_job(&e, root, &spec->job);
+  if (e.count > 0) {
+    rc = CM_ESPEC;
+    goto out;
+  }
+  *out = spec;
+  spec = NULL;
+out:
+  errs_finish(&e);
+  json_decref(root);
+  cm_spec_free(spec);
+  return rc;
+}
+
+int cm_spec_load(const char *path, struct cm_spec **out, char *err,
+                 size_t errlen) {
+  struct spec_errs e;
+  FILE *f = NULL;
+  char *text = NULL, *grown;
+  size_t len = 0, cap = 0, got;
+  int rc = 0;
+
+  errs_init(&e, path, err, errlen);
+  if (out)
+    *out = NULL;
+  if (!path || !out) {
+    e.source = NULL;
+    report(&e, NULL, "no spec path given");
+    rc = CM_EINVAL;
+    goto out;
+  }
+  f = fopen(path, "rb");
+  if (!f) {
+    rc = errno == ENOENT ? CM_ENOENT : CM_EIO;
+    report(&e, NULL, "%s", strerror(errno));
+    goto out;
+  }
+  for (;;) {
+    if (len == cap) {
+      if (cap >= SPEC_FILE_MAX) {
+        report(&e, NULL, "larger than %u MiB; a cluster spec is much smaller",
+               SPEC_FILE_MAX >> 20);
+        rc = CM_ESPEC;
+        goto out;
+      }
+      cap = cap ? cap * 2 : 4096;
+      grown = realloc(text, cap);
+      if (!grown) {
+        rc = CM_ENOMEM;
+        goto out;
+      }
+      text = grown;
+    }
+    got = fread(text + len, 1, cap - len, f);
+    len += got;
+    if (got == 0) {
+      if (ferror(f)) {
+        report(&e, NULL, "%s", strerror(errno)); /* e.g. Is a directory */
+        rc = CM_EIO;
+        goto out;
+      }
+      break;
+    }
+  }
+  rc = cm_spec_parse(text, len, path, out, err, errlen);
+  /* cm_spec_parse wrote err itself; keep errs_finish from touching it. */
+  e.buf = NULL;
+out:
+  errs_finish(&e);
+  if (f)
+    fclose(f);
+  free(text);
+  return rc;
+}
+
+void cm_spec_free(struct cm_spec *spec) {
+  if (!spec)
+    return;
+  free(spec->ps);
+  free(spec->worker);
+  free(spec);
+}
+
+int cm_task_parse(const char *text, struct cm_task *out, char *err,
+                  size_t errlen) {
+  char q[SPEC_QUOTE_MAX], qi[SPEC_QUOTE_MAX], prefix[SPEC_QUOTE_MAX + 16];
+  struct spec_errs e;
+  struct cm_task t = {CM_TASK_NONE, 0};
+  const char *colon, *p;
+  long long x = 0;
+  size_t tlen;
+  int rc = 0;
+
+  errs_init(&e, NULL, err, errlen);
+  if (!text || !out) {
+    report(&e, NULL, "--task: missing; expected TYPE:INDEX, e.g. worker:0");
+    rc = CM_EINVAL;
+    goto out;
+  }
+  snprintf(prefix, sizeof prefix, "--task %s", quote(q, sizeof q, text));
+  e.source = prefix;
+  colon = strchr(text, ':');
+  if (!colon) {
+    report(&e, NULL, "expected TYPE:INDEX, e.g. worker:0");
+    rc = CM_EINVAL;
+    goto out;
+  }
+  tlen = (size_t)(colon - text);
+  if (tlen == 2 && strncmp(text, "ps", 2) == 0) {
+    t.type = CM_TASK_PS;
+  } else if (tlen == 6 && strncmp(text, "worker", 6) == 0) {
+    t.type = CM_TASK_WORKER;
+  } else {
+    char type[SPEC_QUOTE_MAX];
+    snprintf(type, sizeof type, "%.*s", tlen < 64 ? (int)tlen : 64, text);
+    report(&e, NULL, "unknown type %s; expected ps or worker",
+           quote(qi, sizeof qi, type));
+    rc = CM_EINVAL;
+    goto out;
+  }
+  p = colon + 1;
+  if (*p == '\0' || strspn(p, "0123456789") != strlen(p)) {
+    report(&e, NULL, "index %s is not a non-negative integer",
+           quote(qi, sizeof qi, p));
+    rc = CM_EINVAL;
+    goto out;
+  }
+  for (; *p; p++) {
+    x = x * 10 + (*p - '0');
+    if (x > INT_MAX) {
+      report(&e, NULL, "index out of range; expected at most %d", INT_MAX);
+      rc = CM_EINVAL;
+      goto out;
+    }
+  }
+  t.index = (int)x;
+  *out = t;
+out:
+  errs_finish(&e);
+  return rc;
+}
+
+/* Takes the task from the TF_CONFIG environment variable, text tf, into *t.
+ * Returns 1 when found, 0 when TF_CONFIG has no "task" (nothing reported),
+ * or -1 after reporting a mistake. */
+static int task_from_tf_config(struct spec_errs *e, const char *tf,
+                               struct cm_task *t, int *rc) {
+  char got[SPEC_QUOTE_MAX];
+  json_t *root, *task;
+  int found = 0;
+
+  e->source = "TF_CONFIG";
+  root = load_json(e, tf, strlen(tf), rc);
+  if (!root)
+    return -1;
+  if (!json_is_object(root)) {
+    report(e, NULL, "expected a JSON object with \"task\", got %s",
+           describe(got, sizeof got, root));
+    found = -1;
+    goto out;
+  }
+  task = json_object_get(root, "task");
+  if (!task)
+    goto out;
+  found = parse_task_obj(e, task, 0, t) ? 1 : -1;
+out:
+  json_decref(root);
+  return found;
+}
+
+int cm_spec_resolve_task(struct cm_spec *spec, const char *cli, char *err,
+                         size_t errlen) {
+  char q[SPEC_QUOTE_MAX], prefix[SPEC_QUOTE_MAX + 16];
+  struct spec_errs e;
+  struct cm_task t = {CM_TASK_NONE, 0};
+  const char *tf;
+  int rc = 0, found;
+
+  errs_init(&e, NULL, err, errlen);
+  if (!spec) {
+    report(&e, NULL, "no spec given");
+    rc = CM_EINVAL;
+    goto out;
+  }
+  if (cli) {
+    if (cm_task_parse(cli, &t, err, errlen) < 0) {
+      e.buf = NULL; /* cm_task_parse wrote err */
+      rc = CM_ESPEC;
+      goto out;
+    }
+    snprintf(prefix, sizeof prefix, "--task %s", quote(q, sizeof q, cli));
+    e.source = prefix;
+    if (!check_task_index(&e, spec, &t, NULL, "index ")) {
+      rc = CM_ESPEC;
+      goto out;
+    }
+  } else if (spec->task.type != CM_TASK_NONE) {
+    t = spec->task;
+    e.source = spec->source;
+    if (!check_task_index(&e, spec, &t, "task.index", "")) {
+      rc = CM_ESPEC;
+      goto out;
+    }
+  } else {
+    tf = getenv("TF_CONFIG");
+    found = tf && *tf ? task_from_tf_config(&e, tf, &t, &rc) : 0;
+    if (found < 0) {
+      if (rc == 0)
+        rc = CM_ESPEC;
+      goto out;
+    }
+    if (found == 0) {
+      e.source = NULL;
+      report(&e, NULL,
+             "no task given: pass --task TYPE:INDEX, set \"task\" in %s, or "
+             "TF_CONFIG%s",
+             spec->source, tf && *tf ? " (TF_CONFIG has no \"task\")" : "");
+      rc = CM_ESPEC;
+      goto out;
+    }
+    /* The index is checked against this spec's cluster, not TF_CONFIG's. */
+    if (!check_task_index(&e, spec, &t, "task.index", "")) {
+      rc = CM_ESPEC;
+      goto out;
+    }
+  }
+  spec->task = t;
+out:
+  errs_finish(&e);
+  return rc;
+}
+
+const char *cm_task_type_name(enum cm_task_type type) {
+  switch (type) {
+  case CM_TASK_PS:
+    return "ps";
+  case CM_TASK_WORKER:
+    return "worker";
+  case CM_TASK_NONE:
+    return "none";
+  }
+  return "unknown";
+}
+
+/* Whether an IPv4 address (network order) is loopback or unspecified;
+ * 0.0.0.0 counts because connecting to it reaches this host on Linux. */
+static int ipv4_loopback(const unsigned char *a) {
+  return a[0] == 127 || (a[0] == 0 && a[1] == 0 && a[2] == 0 && a[3] == 0);
+}
+
+/* Whether an IPv6 address is ::1, :: or an IPv4-mapped loopback. */
+static int ipv6_loopback(const unsigned char *a) {
+  static const unsigned char mapped[12] = {0, 0, 0, 0, 0,    0,
+                                           0, 0, 0, 0, 0xff, 0xff};
+  int i;
+
+  for (i = 0; i < 15 && a[i] == 0; i++)
+    ;
+  if (i == 15 && (a[15] == 1 || a[15] == 0))
+    return 1;
+  return memcmp(a, mapped, 12) == 0 && ipv4_loopback(a + 12);
+}
+
+/* Whether the address (AF_INET: 4 bytes, AF_INET6: 16) is loopback or is
+ * held by one of this host's interfaces. *ifs caches getifaddrs() across
+ * calls; the caller frees it. */
+static int ip_is_local(int family, const unsigned char *a,
+                       struct ifaddrs **ifs) {
+  const struct ifaddrs *i;
+  const unsigned char *b;
+
+  if (family == AF_INET ? ipv4_loopback(a) : ipv6_loopback(a))
+    return 1;
+  if (!*ifs && getifaddrs(ifs) != 0) {
+    *ifs = NULL;
+    return 0;
+  }
+  for (i = *ifs; i; i = i->ifa_next) {
+    if (!i->ifa_addr || i->ifa_addr->sa_family != family)
+      continue;
+    if (family == AF_INET) {
+      b = (const unsigned char *)&(
+              (const struct sockaddr_in *)(const void *)i->ifa_addr)
+              ->sin_addr;
+      if (memcmp(a, b, 4) == 0)
+        return 1;
+    } else {
+      b = (const unsigned char *)&(
+              (const struct sockaddr_in6 *)(const void *)i->ifa_addr)
+              ->sin6_addr;
+      if (memcmp(a, b, 16) == 0)
+        return 1;
+    }
+  }
+  return 0;
+}
+
+/* Compares host names ignoring case and one trailing dot. */
+static int same_name(const char *a, const char *b) {
+  size_t la = strlen(a), lb = strlen(b);
+
+  if (la > 0 && a[la - 1] == '.')
+    la--;
+  if (lb > 0 && b[lb - 1] == '.')
+    lb--;
+  return la == lb && strncasecmp(a, b, la) == 0;
+}
+
+int cm_addr_is_local(const struct cm_addr *addr) {
+  char me[256];
+  unsigned char bin[16];
+  struct ifaddrs *ifs = NULL;
+  struct addrinfo hints, *res = NULL, *ai;
+  const unsigned char *a;
+  int local = 0;
+
+  if (!addr || !addr->host[0])
+    goto out;
+  /* Literals first: no lookup at all. */
+  if (inet_pton(AF_INET, addr->host, bin) == 1) {
+    local = ip_is_local(AF_INET, bin, &ifs);
+    goto out;
+  }
+  if (parse_ipv6(addr->host, bin)) {
+    local = ip_is_local(AF_INET6, bin, &ifs);
+    goto out;
+  }
+  if (same_name(addr->host, "localhost")) {
+    local = 1;
+    goto out;
+  }
+  if (gethostname(me, sizeof me) == 0) {
+    me[sizeof me - 1] = '\0';
+    if (same_name(addr->host, me)) {
+      local = 1;
+      goto out;
+    }
+  }
+  /* A name: resolve it (hosts file or DNS) and look for one of ours. */
+  memset(&hints, 0, sizeof hints);
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  if (getaddrinfo(addr->host, NULL, &hints, &res) != 0) {
+    res = NULL;
+    goto out;
+  }
+  for (ai = res; ai && !local; ai = ai->ai_next) {
+    if (ai->ai_family == AF_INET) {
+      a = (const unsigned char *)&(
+              (const struct sockaddr_in *)(const void *)ai->ai_addr)
+              ->sin_addr;
+      local = ip_is_local(AF_INET, a, &ifs);
+    } else if (ai->ai_family == AF_INET6) {
+      a = (const unsigned char *)&(
+              (const struct sockaddr_in6 *)(const void *)ai->ai_addr)
+              ->sin6_addr;
+      local = ip_is_local(AF_INET6, a, &ifs);
+    }
+  }
+out:
+  if (res)
+    freeaddrinfo(res);
+  if (ifs)
+    freeifaddrs(ifs);
+  return local;
+}

@@ -1,0 +1,94 @@
+/* The cluster spec: one JSON file shaped like TensorFlow's TF_CONFIG,
+ *   {"cluster": {"ps": ["host:port", ...], "worker": ["host:port", ...]},
+ *    "task": {"type": "worker", "index": 0},
+ *    "job": {...training settings...}}
+ * Every mistake is reported with the file name, its JSON path and what was
+ * expected; a spec with any mistake is refused whole (CM_ESPEC). */
+#ifndef CM_SPEC_H
+#define CM_SPEC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define CM_SPEC_MAX_LAYERS 16
+
+enum cm_task_type { CM_TASK_NONE = 0, CM_TASK_PS, CM_TASK_WORKER };
+
+/* One task's network address, split from "host:port". */
+struct cm_addr {
+  char host[256]; /* host name or IPv4/IPv6 literal, without brackets */
+  int port;       /* 1..65535 */
+  char text[300]; /* the address as written in the spec, "host:port" */
+};
+
+/* Which task this process is. */
+struct cm_task {
+  enum cm_task_type type; /* CM_TASK_NONE when not given anywhere */
+  int index;              /* index into cluster.ps or cluster.worker */
+};
+
+/* Training settings from the spec's "job" object; every field has a default. */
+struct cm_job {
+  char name[64];      /* "job.name", default "psd-job"; also the job id */
+  char model[32];     /* "job.model", only "mlp" so far */
+  int hidden[CM_SPEC_MAX_LAYERS]; /* "job.hidden", default [256, 128] */
+  int nhidden;                    /* entries used in hidden */
+  char data_dir[512]; /* "job.data_dir", default /usr/share/datasets/fashion-mnist */
+  int epochs;         /* "job.epochs", default 3, >= 1 */
+  int batch_size;     /* "job.batch_size" per worker, default 64, >= 1 */
+  char optimizer[16]; /* "job.optimizer.type": "sgd" or "momentum" (default) */
+  double lr;          /* "job.optimizer.lr", default 0.05, > 0 */
+  double momentum;    /* "job.optimizer.momentum", default 0.9, in [0, 1) */
+  char mode[16];      /* "job.sync.mode": only "async" so far */
+  uint64_t seed;      /* "job.seed", default 1 */
+  int log_every;      /* "job.log_every" steps between progress lines, default 100 */
+  int timeout_ms;     /* "job.rpc_timeout_ms", per-call deadline, default 30000 */
+  int max_steps;      /* "job.max_steps", 0 = no limit (tests use it) */
+};
+
+/* A parsed spec. Owned by the caller of cm_spec_load/cm_spec_parse; free
+ * with cm_spec_free. */
+struct cm_spec {
+  char source[512];        /* file name used in error messages */
+  int nps;                 /* entries in ps, >= 1 */
+  struct cm_addr *ps;      /* owned array of nps shard addresses */
+  int nworker;             /* entries in worker, >= 1 */
+  struct cm_addr *worker;  /* owned array of nworker worker addresses */
+  struct cm_task task;     /* from "task", CM_TASK_NONE when absent */
+  struct cm_job job;       /* from "job", defaults filled in */
+};
+
+/* Parses the JSON text json[0..len) named `source` in messages. On success
+ * stores a new spec in *out and returns 0. On failure returns CM_ESPEC and
+ * writes every mistake, one per line, into err (each line like
+ * "local.json: cluster.ps[1]: \"127.0.0.1\" has no port; expected \"host:port\""),
+ * or a JSON syntax error with its line and column. */
+int cm_spec_parse(const char *json, size_t len, const char *source,
+                  struct cm_spec **out, char *err, size_t errlen);
+
+/* Reads and parses the file at path; a missing or unreadable file is
+ * reported in err with the path and strerror, returning CM_ENOENT or CM_EIO. */
+int cm_spec_load(const char *path, struct cm_spec **out, char *err,
+                 size_t errlen);
+
+void cm_spec_free(struct cm_spec *spec);
+
+/* Parses "ps:1" or "worker:0" into *out; CM_EINVAL with a message otherwise. */
+int cm_task_parse(const char *text, struct cm_task *out, char *err,
+                  size_t errlen);
+
+/* Settles which task this process is: `cli` (from --task, may be NULL) wins,
+ * then the spec's own "task", then the TF_CONFIG environment variable's
+ * "task". Checks the index against the cluster (e.g. "--task worker:5: index
+ * out of range; cluster.worker has 2 entries"). Returns 0 or CM_ESPEC. */
+int cm_spec_resolve_task(struct cm_spec *spec, const char *cli, char *err,
+                         size_t errlen);
+
+/* "ps" or "worker". */
+const char *cm_task_type_name(enum cm_task_type type);
+
+/* Returns 1 when the host names this machine (localhost, 127.0.0.0/8, ::1,
+ * this host's name or one of its interface addresses), else 0. */
+int cm_addr_is_local(const struct cm_addr *addr);
+
+#endif

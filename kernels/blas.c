@@ -1,0 +1,120 @@
+/* Chooses OpenBLAS's kernels from CPUID. Debian's DYNAMIC_ARCH OpenBLAS
+ * 0.3.21 predates some CPUs (and virtual machines hide others) and then
+ * falls back to generic Prescott kernels, with about a fifth of SkylakeX's
+ * sgemm speed on an AVX-512 machine. The library reads OPENBLAS_CORETYPE
+ * once, while it loads, so the only way to change its mind is to set the
+ * variable and re-execute the program. Where OpenBLAS's own choice already
+ * uses the best vector ISA the CPU has, nothing is re-executed. */
+#include "blas.h"
+
+#include "err.h"
+
+#include <cblas.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* Names the program that set OPENBLAS_CORETYPE; its presence also stops a
+ * second re-exec should something clear OPENBLAS_CORETYPE again. */
+#define KN__MARKER "PSD_BLAS_SET_BY"
+
+/* OpenBLAS extensions, repeated here because a netlib cblas.h (Debian's
+ * alternatives system may install one) does not declare them. */
+void openblas_set_num_threads(int num_threads);
+int openblas_get_num_threads(void);
+char *openblas_get_config(void);
+char *openblas_get_corename(void);
+
+/* How wide a vector ISA an OpenBLAS core type's kernels use: 2 for AVX2,
+ * 3 for AVX-512, 0 for anything older or unknown. */
+static int kn__level(const char *core) {
+  static const struct {
+    const char *name; /* OpenBLAS's name for the core type */
+    int level;        /* its ISA, as kn__level returns it */
+  } known[] = {{"Haswell", 2},    {"Zen", 2},
+               {"SkylakeX", 3},   {"Cooperlake", 3},
+               {"SapphireRapids", 3}};
+
+  for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
+    if (core && !strcmp(core, known[i].name))
+      return known[i].level;
+  return 0;
+}
+
+/* The OpenBLAS core type for this CPU, or NULL to leave OpenBLAS's choice.
+ * SkylakeX asks for the AVX-512 subsets Skylake-X has, not just avx512f,
+ * so a Xeon Phi does not get kernels it cannot run. */
+static const char *kn__pick_core(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+      __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl"))
+    return "SkylakeX";
+  if (__builtin_cpu_supports("avx2"))
+    return "Haswell";
+#endif
+  return NULL;
+}
+
+/* Valgrind preloads its vgpreload_*.so; re-executing /proc/self/exe there
+ * would run the program outside the tool, so it keeps OpenBLAS's choice. */
+static int kn__under_valgrind(void) {
+  const char *preload = getenv("LD_PRELOAD");
+  return preload && strstr(preload, "vgpreload");
+}
+
+int kn_blas_init(char **argv, int threads) {
+  const char *core = NULL, *name;
+  int rc = 0;
+
+  if (!getenv("OPENBLAS_CORETYPE") && !getenv(KN__MARKER) &&
+      !kn__under_valgrind())
+    core = kn__pick_core();
+  if (core && kn__level(openblas_get_corename()) < kn__level(core)) {
+    if (!argv || !argv[0]) {
+      rc = CM_EINVAL;
+      goto out;
+    }
+    name = strrchr(argv[0], '/');
+    name = name ? name + 1 : argv[0];
+    if (setenv("OPENBLAS_CORETYPE", core, 1) || setenv(KN__MARKER, name, 1)) {
+      rc = CM_ENOMEM;
+      goto out;
+    }
+    fflush(NULL);
+    execv("/proc/self/exe", argv);
+    rc = CM_ESYS;
+  }
+out:
+  /* This image loaded OpenBLAS without the variable; keep the marker so no
+   * second attempt is made. */
+  if (rc < 0)
+    unsetenv("OPENBLAS_CORETYPE");
+  if (threads > 0)
+    openblas_set_num_threads(threads);
+  return rc;
+}
+
+void kn_blas_describe(char *buf, unsigned len) {
+  const char *config = openblas_get_config(), *end;
+  const char *env = getenv("OPENBLAS_CORETYPE"), *by = getenv(KN__MARKER);
+  char origin[160];
+
+  if (!buf || !len)
+    return;
+  /* The config string starts "OpenBLAS 0.3.21 ..."; keep those two words. */
+  end = strchr(config, ' ');
+  end = end ? strchr(end + 1, ' ') : NULL;
+  if (env && by)
+    snprintf(origin, sizeof origin, "OPENBLAS_CORETYPE=%s set by %s from CPUID",
+             env, by);
+  else if (env)
+    snprintf(origin, sizeof origin, "OPENBLAS_CORETYPE=%s from the environment",
+             env);
+  else
+    snprintf(origin, sizeof origin, "OPENBLAS_CORETYPE unset: OpenBLAS's choice");
+  snprintf(buf, len, "%.*s core=%s threads=%d (%s)",
+           end ? (int)(end - config) : (int)strlen(config), config,
+           openblas_get_corename(), openblas_get_num_threads(), origin);
+}

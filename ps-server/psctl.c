@@ -1,0 +1,179 @@
+/* psctl: the admin CLI. Asks every shard of a cluster spec for its status
+ * and prints an aligned table, or JSON with --json. A shard that does not
+ * answer is named, the others are still printed, and psctl exits 1. */
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "err.h"
+#include "psclient.h"
+#include "rpc.h"
+#include "spec.h"
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: psctl --cluster FILE [--json] [--timeout MS] status\n"
+          "\n"
+          "Commands:\n"
+          "  status   every shard: address, up or down, variables, bytes held,\n"
+          "           pulls, pushes, examples and errors; with the variables'\n"
+          "           shapes, row ranges and versions\n"
+          "\n"
+          "Options:\n"
+          "  --cluster FILE  the job's cluster spec\n"
+          "  --json          one JSON document instead of tables\n"
+          "  --timeout MS    deadline per shard (default 5000)\n"
+          "\n"
+          "Exit status: 0 every shard answered, 1 a shard did not, 2 usage or\n"
+          "spec error.\n");
+}
+
+static void human_bytes(double b, char *buf, size_t len) {
+  const char *u[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int i = 0;
+  while (b >= 1024 && i < 4) {
+    b /= 1024;
+    i++;
+  }
+  snprintf(buf, len, i ? "%.1f %s" : "%.0f %s", b, u[i]);
+}
+
+static void print_table(const struct cm_spec *spec, json_t **st) {
+  char held[32], shape[64];
+  printf("%-6s %-22s %-5s %5s %10s %9s %9s %10s %7s\n", "SHARD", "ADDRESS",
+         "STATE", "VARS", "HELD", "PULLS", "PUSHES", "EXAMPLES", "ERRORS");
+  for (int s = 0; s < spec->nps; s++) {
+    if (!st[s]) {
+      printf("%-6s %-22s %-5s\n", "", spec->ps[s].text, "down");
+      continue;
+    }
+    json_t *vars = json_object_get(st[s], "vars"), *v;
+    size_t i;
+    double bytes = 0;
+    json_array_foreach(vars, i, v) bytes +=
+        json_integer_value(json_object_get(v, "bytes"));
+    human_bytes(bytes, held, sizeof held);
+    printf("ps:%-3d %-22s %-5s %5zu %10s %9lld %9lld %10lld %7lld\n", s,
+           spec->ps[s].text, "up", json_array_size(vars), held,
+           json_integer_value(json_object_get(st[s], "pulls")),
+           json_integer_value(json_object_get(st[s], "pushes")),
+           json_integer_value(json_object_get(st[s], "examples")),
+           json_integer_value(json_object_get(st[s], "errors")));
+  }
+  printf("\n%-24s %-14s %-6s %-16s %10s %9s\n", "VARIABLE", "SHAPE", "SHARD",
+         "ROWS", "HELD", "VERSION");
+  for (int s = 0; s < spec->nps; s++) {
+    json_t *vars = st[s] ? json_object_get(st[s], "vars") : NULL, *v;
+    size_t i;
+    json_array_foreach(vars, i, v) {
+      json_t *sh = json_object_get(v, "shape"), *d, *rows;
+      size_t k, n = 0;
+      n += snprintf(shape + n, sizeof shape - n, "[");
+      json_array_foreach(sh, k, d) n +=
+          snprintf(shape + n, sizeof shape - n > 0 ? sizeof shape - n : 0,
+                   "%s%lld", k ? "," : "", json_integer_value(d));
+      if (n < sizeof shape)
+        snprintf(shape + n, sizeof shape - n, "]");
+      rows = json_object_get(v, "rows");
+      char rr[40];
+      snprintf(rr, sizeof rr, "[%lld, %lld)",
+               json_integer_value(json_array_get(rows, 0)),
+               json_integer_value(json_array_get(rows, 1)));
+      human_bytes(json_integer_value(json_object_get(v, "bytes")), held,
+                  sizeof held);
+      printf("%-24s %-14s ps:%-3d %-16s %10s %9lld\n",
+             json_string_value(json_object_get(v, "name")), shape, s, rr, held,
+             json_integer_value(json_object_get(v, "version")));
+    }
+  }
+}
+
+int main(int argc, char **argv) {
+  static const struct option opts[] = {{"cluster", required_argument, 0, 'c'},
+                                       {"json", no_argument, 0, 'j'},
+                                       {"timeout", required_argument, 0, 't'},
+                                       {"help", no_argument, 0, 'h'},
+                                       {0, 0, 0, 0}};
+  const char *cluster = NULL;
+  struct cm_spec *spec = NULL;
+  struct dw_client *c = NULL;
+  json_t **st = NULL;
+  char err[8192];
+  int json = 0, timeout = 5000, ch, rc = 0, down = 0;
+
+  while ((ch = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+    switch (ch) {
+    case 'c':
+      cluster = optarg;
+      break;
+    case 'j':
+      json = 1;
+      break;
+    case 't':
+      timeout = atoi(optarg);
+      break;
+    case 'h':
+      usage(stdout);
+      return 0;
+    default:
+      usage(stderr);
+      return 2;
+    }
+  }
+  if (!cluster || optind != argc - 1 || strcmp(argv[optind], "status") != 0) {
+    usage(stderr);
+    return 2;
+  }
+  if (cm_spec_load(cluster, &spec, err, sizeof err)) {
+    fprintf(stderr, "psctl: %s\n", err);
+    return 2;
+  }
+  cm_rpc_global_init();
+  struct dw_client_opts o = {.worker = "psctl",
+                             .timeout_ms = timeout > 0 ? timeout : 5000};
+  if ((rc = dw_client_new(&c, spec, &o)) ||
+      !(st = calloc(spec->nps, sizeof *st))) {
+    fprintf(stderr, "psctl: %s\n", cm_strerror(rc ? rc : CM_ENOMEM));
+    rc = 1;
+    goto out;
+  }
+  for (int s = 0; s < spec->nps; s++) {
+    char *text = NULL;
+    if (dw_client_status(c, s, &text) == 0)
+      st[s] = json_loads(text, 0, NULL);
+    else {
+      fprintf(stderr, "psctl: ps:%d (%s) is down: %s\n", s, spec->ps[s].text,
+              dw_client_error(c));
+      down++;
+    }
+    free(text);
+  }
+  if (json) {
+    json_t *root = json_object(), *shards = json_array();
+    for (int s = 0; s < spec->nps; s++) {
+      json_t *e = st[s] ? json_incref(st[s]) : json_object();
+      json_object_set_new(e, "address", json_string(spec->ps[s].text));
+      json_object_set_new(e, "up", json_boolean(st[s] != NULL));
+      json_array_append_new(shards, e);
+    }
+    json_object_set_new(root, "shards", shards);
+    char *text = json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+    printf("%s\n", text);
+    free(text);
+    json_decref(root);
+  } else {
+    print_table(spec, st);
+  }
+  rc = down ? 1 : 0;
+out:
+  for (int s = 0; st && s < spec->nps; s++)
+    json_decref(st[s]);
+  free(st);
+  dw_client_free(c);
+  cm_spec_free(spec);
+  cm_rpc_global_shutdown();
+  return rc;
+}

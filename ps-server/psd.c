@@ -1,0 +1,285 @@
+/* psd: one parameter-server shard.
+ *
+ * main reads top to bottom: pick the BLAS kernels, parse the command line,
+ * load and check the cluster spec, open the store, listen, tell systemd we
+ * are ready, run the event loop, tear down. gRPC's completion queue runs on
+ * its own thread (common/rpc.c); libuv's loop on the main thread carries
+ * what waits outside gRPC: signals, the periodic stats line and the systemd
+ * watchdog. */
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <uv.h>
+
+#include "psd_config.h"
+#if PSD_HAVE_SYSTEMD
+#include <systemd/sd-daemon.h>
+#endif
+
+#include "blas.h"
+#include "err.h"
+#include "log.h"
+#include "rpc.h"
+#include "service.h"
+#include "spec.h"
+#include "store.h"
+
+/* Seconds between stats lines while there is traffic. */
+#define STATS_PERIOD_MS 10000
+/* How long calls in flight may take to finish on SIGTERM. */
+#define STOP_GRACE_MS 5000
+
+/* The daemon's state, passed explicitly. */
+struct psd_server {
+  struct cm_spec *spec;          /* owned cluster spec */
+  int shard;                     /* this shard's index */
+  char listen[300];              /* address served */
+  struct psd_store *store;       /* owned variables */
+  struct psd_service *service;   /* owned gRPC handlers */
+  struct cm_server *rpc;         /* owned gRPC server */
+  uv_loop_t loop;                /* signals and timers */
+  uv_signal_t sigterm, sigint, sighup; /* signal watchers */
+  uv_timer_t stats;              /* periodic stats line */
+  uv_timer_t watchdog;           /* systemd watchdog pings */
+  struct psd_counters last;      /* counters at the previous stats line */
+  int stop_signal;               /* the signal that asked us to stop, or 0 */
+};
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: psd --cluster FILE [--task ps:I] [--listen HOST:PORT]\n"
+          "\n"
+          "Runs shard I of a psd job: holds its slices of the job's variables\n"
+          "in memory and applies the workers' pushes with the job's optimizer\n"
+          "(SGD or momentum, from the spec's job.optimizer).\n"
+          "\n"
+          "  --cluster FILE     the cluster spec (JSON, TF_CONFIG-shaped; see\n"
+          "                     deploy/examples/local.json)\n"
+          "  --task ps:I        which shard this is; else the spec's \"task\" or\n"
+          "                     the TF_CONFIG environment variable\n"
+          "  --listen HOST:PORT listen here instead of cluster.ps[I] (e.g.\n"
+          "                     0.0.0.0:7100 behind NAT); workers still dial the\n"
+          "                     spec's address\n"
+          "  -h, --help         this text\n"
+          "\n"
+          "psd logs \"ready: listening on ...\" once it serves, and tells systemd\n"
+          "READY=1 when run as a Type=notify unit. SIGTERM or SIGINT stop it\n"
+          "gracefully (calls in flight finish, up to %d s).\n"
+          "\n"
+          "Exit status: 0 stopped by a signal, 1 could not start (port in use,\n"
+          "out of memory), 2 bad command line or cluster spec.\n",
+          STOP_GRACE_MS / 1000);
+}
+
+static void notify(const char *state) {
+#if PSD_HAVE_SYSTEMD
+  sd_notify(0, state);
+#else
+  (void)state;
+#endif
+}
+
+static void on_signal(uv_signal_t *h, int signum) {
+  struct psd_server *srv = h->data;
+  if (signum == SIGHUP) {
+    cm_info("SIGHUP: nothing to reload (the spec is read at start)");
+    return;
+  }
+  srv->stop_signal = signum;
+  uv_stop(&srv->loop);
+}
+
+static void on_stats(uv_timer_t *t) {
+  struct psd_server *srv = t->data;
+  struct psd_counters c;
+  psd_service_counters(srv->service, &c);
+  if (c.pulls == srv->last.pulls && c.pushes == srv->last.pushes &&
+      c.errors == srv->last.errors)
+    return;
+  double secs = STATS_PERIOD_MS / 1000.0;
+  cm_info("%d variables; last %.0fs: %.1f pulls/s %.1f pushes/s %.1f MB/s in "
+          "%.1f MB/s out; %llu errors in all",
+          psd_store_count(srv->store), secs,
+          (c.pulls - srv->last.pulls) / secs,
+          (c.pushes - srv->last.pushes) / secs,
+          (c.bytes_in - srv->last.bytes_in) / secs / 1e6,
+          (c.bytes_out - srv->last.bytes_out) / secs / 1e6,
+          (unsigned long long)c.errors);
+  srv->last = c;
+}
+
+static void on_watchdog(uv_timer_t *t) { notify("WATCHDOG=1"); }
+
+/* Parses the command line and the spec. Returns 0, or 2 for usage errors
+ * (already reported), or 3 for --help. */
+static int configure(struct psd_server *srv, int argc, char **argv) {
+  static const struct option opts[] = {{"cluster", required_argument, 0, 'c'},
+                                       {"task", required_argument, 0, 't'},
+                                       {"listen", required_argument, 0, 'l'},
+                                       {"help", no_argument, 0, 'h'},
+                                       {0, 0, 0, 0}};
+  const char *cluster = NULL, *task = NULL, *listen = NULL;
+  char err[8192];
+  int c;
+
+  while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+    switch (c) {
+    case 'c':
+      cluster = optarg;
+      break;
+    case 't':
+      task = optarg;
+      break;
+    case 'l':
+      listen = optarg;
+      break;
+    case 'h':
+      usage(stdout);
+      return 3;
+    default:
+      usage(stderr);
+      return 2;
+    }
+  }
+  if (optind < argc) {
+    fprintf(stderr, "psd: unexpected argument '%s' (see psd --help)\n",
+            argv[optind]);
+    return 2;
+  }
+  if (!cluster) {
+    fprintf(stderr, "psd: --cluster FILE is required (see psd --help)\n");
+    return 2;
+  }
+  if (cm_spec_load(cluster, &srv->spec, err, sizeof err) ||
+      cm_spec_resolve_task(srv->spec, task, err, sizeof err)) {
+    fprintf(stderr, "psd: %s\n", err);
+    return 2;
+  }
+  if (srv->spec->task.type != CM_TASK_PS) {
+    fprintf(stderr, "psd: task %s:%d is not a ps task; psd runs ps:I\n",
+            cm_task_type_name(srv->spec->task.type), srv->spec->task.index);
+    return 2;
+  }
+  srv->shard = srv->spec->task.index;
+  snprintf(srv->listen, sizeof srv->listen, "%s",
+           listen ? listen : srv->spec->ps[srv->shard].text);
+  return 0;
+}
+
+/* Opens the store and the gRPC server; returns 0 or 1 (reported). */
+static int open_server(struct psd_server *srv) {
+  const struct cm_job *job = &srv->spec->job;
+  struct psd_optim opt = {
+      .type = strcmp(job->optimizer, "sgd") == 0 ? PSD_OPT_SGD
+                                                 : PSD_OPT_MOMENTUM,
+      .lr = (float)job->lr,
+      .momentum = (float)job->momentum};
+  const struct cm_rpc_method *methods;
+  char err[512], optim[96];
+  int n, rc;
+
+  if (psd_store_new(&srv->store, srv->shard, srv->spec->nps, &opt) ||
+      psd_service_new(&srv->service, srv->store, srv->shard, srv->spec->nps,
+                      job->name, job->mode, &opt)) {
+    cm_error("out of memory");
+    return 1;
+  }
+  methods = psd_service_methods(srv->service, &n);
+  if ((rc = cm_server_new(&srv->rpc, srv->listen, methods, n, err,
+                          sizeof err))) {
+    cm_error("%s", err);
+    if (rc == CM_EADDRINUSE)
+      cm_error("is another psd (or another program) using that port? "
+               "change cluster.ps[%d] in the spec or stop it",
+               srv->shard);
+    return 1;
+  }
+  if (cm_server_start(srv->rpc)) {
+    cm_error("cannot start the gRPC server");
+    return 1;
+  }
+  psd_optim_describe(&opt, optim, sizeof optim);
+  cm_info("ready: listening on %s, shard %d of %d, job '%s', %s, optimizer %s",
+          srv->listen, srv->shard, srv->spec->nps, job->name, job->mode,
+          optim);
+  return 0;
+}
+
+static void start_loop(struct psd_server *srv) {
+  uint64_t wd_usec = 0;
+  uv_loop_init(&srv->loop);
+  uv_signal_t *sigs[] = {&srv->sigterm, &srv->sigint, &srv->sighup};
+  int signums[] = {SIGTERM, SIGINT, SIGHUP};
+  for (int i = 0; i < 3; i++) {
+    uv_signal_init(&srv->loop, sigs[i]);
+    sigs[i]->data = srv;
+    uv_signal_start(sigs[i], on_signal, signums[i]);
+  }
+  uv_timer_init(&srv->loop, &srv->stats);
+  srv->stats.data = srv;
+  uv_timer_start(&srv->stats, on_stats, STATS_PERIOD_MS, STATS_PERIOD_MS);
+  uv_timer_init(&srv->loop, &srv->watchdog);
+  srv->watchdog.data = srv;
+#if PSD_HAVE_SYSTEMD
+  if (sd_watchdog_enabled(0, &wd_usec) > 0 && wd_usec > 0)
+    uv_timer_start(&srv->watchdog, on_watchdog, wd_usec / 2000,
+                   wd_usec / 2000);
+#endif
+  (void)wd_usec;
+}
+
+static void close_cb(uv_handle_t *h, void *arg) {
+  if (!uv_is_closing(h))
+    uv_close(h, NULL);
+}
+
+int main(int argc, char **argv) {
+  struct psd_server srv;
+  char blas[256], status[400];
+  int rc;
+
+  kn_blas_init(argv, 1);
+  memset(&srv, 0, sizeof srv);
+  cm_log_set_name("psd");
+  rc = configure(&srv, argc, argv);
+  if (rc) {
+    cm_spec_free(srv.spec);
+    return rc == 3 ? 0 : rc;
+  }
+  {
+    char name[64];
+    snprintf(name, sizeof name, "psd ps:%d", srv.shard);
+    cm_log_set_name(name);
+  }
+  kn_blas_describe(blas, sizeof blas);
+  cm_info("%s", blas);
+  cm_rpc_global_init();
+  rc = open_server(&srv);
+  if (rc)
+    goto out;
+  start_loop(&srv);
+  snprintf(status, sizeof status, "STATUS=serving shard %d of %d on %s",
+           srv.shard, srv.spec->nps, srv.listen);
+  notify("READY=1");
+  notify(status);
+
+  uv_run(&srv.loop, UV_RUN_DEFAULT);
+
+  notify("STOPPING=1");
+  cm_info("%s: stopping (calls in flight get up to %d ms)",
+          strsignal(srv.stop_signal), STOP_GRACE_MS);
+  cm_server_stop(srv.rpc, STOP_GRACE_MS);
+  uv_walk(&srv.loop, close_cb, NULL);
+  uv_run(&srv.loop, UV_RUN_DEFAULT);
+  uv_loop_close(&srv.loop);
+  cm_info("stopped");
+out:
+  cm_server_free(srv.rpc);
+  psd_service_free(srv.service);
+  psd_store_free(srv.store);
+  cm_spec_free(srv.spec);
+  cm_rpc_global_shutdown();
+  return rc;
+}

@@ -1,0 +1,429 @@
+/* psd.v1.Data and psd.v1.Admin handlers (service.h). Each handler checks
+ * the whole request before changing anything, so a rejected push applies
+ * nothing. Bulk bytes are read in place from the received slices (wire.h):
+ * one copy into a scratch buffer on push, one copy out of the variable on
+ * pull. */
+#include "service.h"
+
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "err.h"
+#include "log.h"
+#include "ps.pb-c.h"
+#include "wire.h"
+
+/* Errors logged in full before the log only samples them. */
+#define LOGGED_ERRORS 50
+
+struct psd_service {
+  struct psd_store *store;          /* borrowed */
+  int shard;                        /* this shard's index */
+  int nshards;                      /* shards in the job */
+  char job[64];                     /* job name callers must use */
+  char mode[16];                    /* "async" */
+  char optim[96];                   /* optimizer, described */
+  struct timespec started;          /* for uptime */
+  struct cm_rpc_method methods[4];  /* what psd serves */
+  atomic_uint_fast64_t pulls;       /* pull calls answered */
+  atomic_uint_fast64_t pushes;      /* push calls applied */
+  atomic_uint_fast64_t examples;    /* examples behind applied pushes */
+  atomic_uint_fast64_t bytes_in;    /* gradient bytes applied */
+  atomic_uint_fast64_t bytes_out;   /* value bytes sent */
+  atomic_uint_fast64_t errors;      /* calls answered with an error */
+};
+
+static void fail(struct psd_service *svc, struct cm_rpc_call *call,
+                 grpc_status_code code, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+static void fail(struct psd_service *svc, struct cm_rpc_call *call,
+                 grpc_status_code code, const char *fmt, ...) {
+  char msg[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  uint64_t n = atomic_fetch_add(&svc->errors, 1) + 1;
+  if (n <= LOGGED_ERRORS || n % 1000 == 0)
+    cm_warn("%s from %s: %s%s", cm_rpc_status_name(code), cm_rpc_peer(call),
+            msg, n == LOGGED_ERRORS ? " (further errors are sampled)" : "");
+  cm_rpc_fail(call, code, "%s", msg);
+}
+
+/* Checks the caller's job; returns 0 or answers the call and returns -1. */
+static int check_caller(struct psd_service *svc, struct cm_rpc_call *call,
+                        const Psd__V1__Caller *caller, const char *what) {
+  if (caller && caller->job && caller->job[0] &&
+      strcmp(caller->job, svc->job) != 0) {
+    fail(svc, call, GRPC_STATUS_FAILED_PRECONDITION,
+         "%s for job '%s' reached shard %d of job '%s'", what, caller->job,
+         svc->shard, svc->job);
+    return -1;
+  }
+  return 0;
+}
+
+/* Splits and unpacks a request; answers INVALID_ARGUMENT and returns NULL
+ * when it is not valid protobuf of the expected type. */
+static ProtobufCMessage *decode(struct psd_service *svc,
+                                struct cm_rpc_call *call, grpc_byte_buffer *bb,
+                                const ProtobufCMessageDescriptor *desc,
+                                struct cm_wire_msg *m) {
+  ProtobufCMessage *msg = NULL;
+  if (cm_wire_parse(m, bb) == 0)
+    msg = protobuf_c_message_unpack(desc, NULL, m->head_len, m->head);
+  if (!msg)
+    fail(svc, call, GRPC_STATUS_INVALID_ARGUMENT,
+         "request is not a valid %s message (malformed protobuf)", desc->name);
+  return msg;
+}
+
+/* Finds a segment's variable and checks its element range against this
+ * shard's rows. Returns the variable or answers the call and returns NULL. */
+static struct psd_var *segment_var(struct psd_service *svc,
+                                   struct cm_rpc_call *call,
+                                   const Psd__V1__Segment *seg,
+                                   const char *what) {
+  struct psd_var *v = psd_store_find(svc->store, seg->name);
+  if (!v) {
+    fail(svc, call, GRPC_STATUS_NOT_FOUND,
+         "%s: no variable '%s' on shard %d (declare it first)", what,
+         seg->name, svc->shard);
+    return NULL;
+  }
+  if (seg->count == 0 || seg->offset < v->elem_begin ||
+      seg->offset > v->elem_end || seg->count > v->elem_end - seg->offset) {
+    fail(svc, call, GRPC_STATUS_OUT_OF_RANGE,
+         "%s of '%s' elements [%llu, %llu) is outside shard %d's slice, "
+         "elements [%llu, %llu) (rows [%lld, %lld))",
+         what, v->name, (unsigned long long)seg->offset,
+         (unsigned long long)(seg->offset + seg->count), svc->shard,
+         (unsigned long long)v->elem_begin, (unsigned long long)v->elem_end,
+         (long long)v->row_begin, (long long)v->row_end);
+    return NULL;
+  }
+  return v;
+}
+
+static void on_declare(struct cm_rpc_call *call, grpc_byte_buffer *bb,
+                       void *ctx) {
+  struct psd_service *svc = ctx;
+  struct cm_wire_msg m;
+  Psd__V1__DeclareRequest *req = NULL;
+  Psd__V1__DeclareResponse resp = PSD__V1__DECLARE_RESPONSE__INIT;
+  Psd__V1__VarSlice *slices = NULL, **ptrs = NULL;
+  char err[512];
+
+  req = (Psd__V1__DeclareRequest *)decode(
+      svc, call, bb, &psd__v1__declare_request__descriptor, &m);
+  if (!req || check_caller(svc, call, req->caller, "Declare"))
+    goto out;
+  slices = calloc(req->n_vars + 1, sizeof *slices);
+  ptrs = calloc(req->n_vars + 1, sizeof *ptrs);
+  if (!slices || !ptrs) {
+    fail(svc, call, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+    goto out;
+  }
+  for (size_t i = 0; i < req->n_vars; i++) {
+    const Psd__V1__VarSpec *vs = req->vars[i];
+    struct psd_var *v;
+    int created = 0, rc;
+    rc = psd_store_declare(svc->store, vs->name, (int)vs->n_shape, vs->shape,
+                           vs->placement,
+                           vs->init == PSD__V1__INIT__INIT_UNIFORM
+                               ? PSD_INIT_UNIFORM
+                               : PSD_INIT_ZEROS,
+                           vs->init_scale, vs->seed, &v, &created, err,
+                           sizeof err);
+    if (rc) {
+      fail(svc, call,
+           rc == CM_EEXIST ? GRPC_STATUS_ALREADY_EXISTS
+           : rc == CM_ENOMEM ? GRPC_STATUS_RESOURCE_EXHAUSTED
+                             : GRPC_STATUS_INVALID_ARGUMENT,
+           "%s", err);
+      goto out;
+    }
+    if (created) {
+      char shape[128];
+      psd_shape_format(v->ndim, v->shape, shape, sizeof shape);
+      cm_info("created '%s' %s rows [%lld, %lld) for %s", v->name, shape,
+              (long long)v->row_begin, (long long)v->row_end,
+              req->caller && req->caller->worker ? req->caller->worker : "?");
+    }
+    psd__v1__var_slice__init(&slices[i]);
+    slices[i].name = v->name;
+    slices[i].row_begin = v->row_begin;
+    slices[i].row_end = v->row_end;
+    slices[i].created = created;
+    ptrs[i] = &slices[i];
+  }
+  resp.n_slices = req->n_vars;
+  resp.slices = ptrs;
+  cm_rpc_reply(call, cm_rpc_pack(&resp.base));
+out:
+  free(slices);
+  free(ptrs);
+  if (req)
+    protobuf_c_message_free_unpacked(&req->base, NULL);
+  cm_wire_msg_release(&m);
+}
+
+static void release_free(void *p) { free(p); }
+
+static void on_pull(struct cm_rpc_call *call, grpc_byte_buffer *bb, void *ctx) {
+  struct psd_service *svc = ctx;
+  struct cm_wire_msg m;
+  Psd__V1__PullRequest *req = NULL;
+  Psd__V1__PullResponse resp = PSD__V1__PULL_RESPONSE__INIT;
+  struct psd_var **vars = NULL;
+  uint64_t *versions = NULL, total = 0;
+  uint8_t *data = NULL, *head = NULL;
+  size_t head_len;
+
+  req = (Psd__V1__PullRequest *)decode(
+      svc, call, bb, &psd__v1__pull_request__descriptor, &m);
+  if (!req || check_caller(svc, call, req->caller, "Pull"))
+    goto out;
+  vars = calloc(req->n_segments + 1, sizeof *vars);
+  versions = calloc(req->n_segments + 1, sizeof *versions);
+  if (!vars || !versions)
+    goto nomem;
+  for (size_t i = 0; i < req->n_segments; i++) {
+    if (!(vars[i] = segment_var(svc, call, req->segments[i], "pull")))
+      goto out;
+    total += req->segments[i]->count * sizeof(float);
+    if (total > CM_RPC_MAX_MESSAGE - 4096) {
+      fail(svc, call, GRPC_STATUS_RESOURCE_EXHAUSTED,
+           "pull asks for more than %d bytes in one message; split it into "
+           "chunks",
+           CM_RPC_MAX_MESSAGE - 4096);
+      goto out;
+    }
+  }
+  if (!(data = malloc(total ? total : 1)))
+    goto nomem;
+  {
+    uint8_t *p = data;
+    for (size_t i = 0; i < req->n_segments; i++) {
+      const Psd__V1__Segment *seg = req->segments[i];
+      struct psd_var *v = vars[i];
+      pthread_mutex_lock(&v->lock);
+      memcpy(p, v->value + (seg->offset - v->elem_begin),
+             seg->count * sizeof(float));
+      versions[i] = v->version;
+      pthread_mutex_unlock(&v->lock);
+      p += seg->count * sizeof(float);
+    }
+  }
+  resp.n_versions = req->n_segments;
+  resp.versions = versions;
+  head_len = protobuf_c_message_get_packed_size(&resp.base);
+  if (!(head = malloc(head_len + 1)))
+    goto nomem;
+  protobuf_c_message_pack(&resp.base, head);
+  {
+    struct cm_wire_piece piece = {data, total};
+    grpc_byte_buffer *out = cm_wire_build(head, head_len, &piece, 1,
+                                          release_free, data);
+    data = NULL; /* the slice owns it now */
+    atomic_fetch_add(&svc->pulls, 1);
+    atomic_fetch_add(&svc->bytes_out, total);
+    cm_rpc_reply(call, out);
+  }
+  goto out;
+nomem:
+  fail(svc, call, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+out:
+  free(head);
+  free(data);
+  free(vars);
+  free(versions);
+  if (req)
+    protobuf_c_message_free_unpacked(&req->base, NULL);
+  cm_wire_msg_release(&m);
+}
+
+static void on_push(struct cm_rpc_call *call, grpc_byte_buffer *bb, void *ctx) {
+  struct psd_service *svc = ctx;
+  struct cm_wire_msg m;
+  Psd__V1__PushRequest *req = NULL;
+  Psd__V1__PushResponse resp = PSD__V1__PUSH_RESPONSE__INIT;
+  struct psd_var **vars = NULL;
+  uint64_t *versions = NULL, total = 0, largest = 0;
+  float *scratch = NULL;
+  char have[128], want[128];
+
+  req = (Psd__V1__PushRequest *)decode(
+      svc, call, bb, &psd__v1__push_request__descriptor, &m);
+  if (!req || check_caller(svc, call, req->caller, "Push"))
+    goto out;
+  vars = calloc(req->n_segments + 1, sizeof *vars);
+  versions = calloc(req->n_segments + 1, sizeof *versions);
+  if (!vars || !versions)
+    goto nomem;
+  /* Check everything before applying anything. */
+  for (size_t i = 0; i < req->n_segments; i++) {
+    const Psd__V1__Segment *seg = req->segments[i];
+    struct psd_var *v = psd_store_find(svc->store, seg->name);
+    int same = v && (int)seg->n_shape == v->ndim;
+    for (size_t d = 0; same && d < seg->n_shape; d++)
+      same = seg->shape[d] == v->shape[d];
+    if (v && !same) {
+      psd_shape_format(v->ndim, v->shape, have, sizeof have);
+      psd_shape_format((int)seg->n_shape, seg->shape, want, sizeof want);
+      fail(svc, call, GRPC_STATUS_INVALID_ARGUMENT,
+           "push to '%s': gradient shape %s does not match the variable's "
+           "shape %s",
+           seg->name, want, have);
+      goto out;
+    }
+    if (!(vars[i] = segment_var(svc, call, seg, "push")))
+      goto out;
+    total += seg->count * sizeof(float);
+    if (seg->count > largest)
+      largest = seg->count;
+  }
+  if (total != m.bulk_len) {
+    fail(svc, call, GRPC_STATUS_INVALID_ARGUMENT,
+         "push: segments describe %llu bytes of gradient but the data field "
+         "holds %zu",
+         (unsigned long long)total, m.bulk_len);
+    goto out;
+  }
+  if (!(scratch = malloc((largest ? largest : 1) * sizeof(float))))
+    goto nomem;
+  {
+    size_t off = 0;
+    for (size_t i = 0; i < req->n_segments; i++) {
+      const Psd__V1__Segment *seg = req->segments[i];
+      struct psd_var *v = vars[i];
+      size_t bytes = seg->count * sizeof(float);
+      cm_wire_bulk_read(&m, off, scratch, bytes);
+      off += bytes;
+      pthread_mutex_lock(&v->lock);
+      psd_store_apply(svc->store, v, seg->offset - v->elem_begin, scratch,
+                      seg->count);
+      versions[i] = ++v->version;
+      pthread_mutex_unlock(&v->lock);
+    }
+  }
+  atomic_fetch_add(&svc->pushes, 1);
+  atomic_fetch_add(&svc->examples, req->examples);
+  atomic_fetch_add(&svc->bytes_in, total);
+  resp.n_versions = req->n_segments;
+  resp.versions = versions;
+  cm_rpc_reply(call, cm_rpc_pack(&resp.base));
+  goto out;
+nomem:
+  fail(svc, call, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+out:
+  free(scratch);
+  free(vars);
+  free(versions);
+  if (req)
+    protobuf_c_message_free_unpacked(&req->base, NULL);
+  cm_wire_msg_release(&m);
+}
+
+static void on_status(struct cm_rpc_call *call, grpc_byte_buffer *bb,
+                      void *ctx) {
+  struct psd_service *svc = ctx;
+  struct cm_wire_msg m;
+  Psd__V1__StatusRequest *req = NULL;
+  Psd__V1__StatusResponse resp = PSD__V1__STATUS_RESPONSE__INIT;
+  Psd__V1__VarStatus *vs = NULL, **ptrs = NULL;
+  struct timespec now;
+  int n;
+
+  req = (Psd__V1__StatusRequest *)decode(
+      svc, call, bb, &psd__v1__status_request__descriptor, &m);
+  if (!req || check_caller(svc, call, req->caller, "Status"))
+    goto out;
+  n = psd_store_count(svc->store);
+  vs = calloc(n + 1, sizeof *vs);
+  ptrs = calloc(n + 1, sizeof *ptrs);
+  if (!vs || !ptrs) {
+    fail(svc, call, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+    goto out;
+  }
+  for (int i = 0; i < n; i++) {
+    struct psd_var *v = psd_store_at(svc->store, i);
+    psd__v1__var_status__init(&vs[i]);
+    vs[i].name = v->name;
+    vs[i].n_shape = v->ndim;
+    vs[i].shape = v->shape;
+    vs[i].row_begin = v->row_begin;
+    vs[i].row_end = v->row_end;
+    pthread_mutex_lock(&v->lock);
+    vs[i].version = v->version;
+    pthread_mutex_unlock(&v->lock);
+    vs[i].bytes = psd_var_bytes(svc->store, v);
+    vs[i].optimizer = svc->optim;
+    ptrs[i] = &vs[i];
+  }
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  resp.shard = svc->shard;
+  resp.num_shards = svc->nshards;
+  resp.job = svc->job;
+  resp.mode = svc->mode;
+  resp.pulls = atomic_load(&svc->pulls);
+  resp.pushes = atomic_load(&svc->pushes);
+  resp.examples = atomic_load(&svc->examples);
+  resp.bytes_in = atomic_load(&svc->bytes_in);
+  resp.bytes_out = atomic_load(&svc->bytes_out);
+  resp.errors = atomic_load(&svc->errors);
+  resp.uptime_s = (now.tv_sec - svc->started.tv_sec) +
+                  (now.tv_nsec - svc->started.tv_nsec) / 1e9;
+  resp.n_vars = n;
+  resp.vars = ptrs;
+  cm_rpc_reply(call, cm_rpc_pack(&resp.base));
+out:
+  free(vs);
+  free(ptrs);
+  if (req)
+    protobuf_c_message_free_unpacked(&req->base, NULL);
+  cm_wire_msg_release(&m);
+}
+
+int psd_service_new(struct psd_service **out, struct psd_store *store,
+                    int shard, int nshards, const char *job, const char *mode,
+                    const struct psd_optim *opt) {
+  struct psd_service *svc = calloc(1, sizeof *svc);
+  if (!svc)
+    return CM_ENOMEM;
+  svc->store = store;
+  svc->shard = shard;
+  svc->nshards = nshards;
+  snprintf(svc->job, sizeof svc->job, "%s", job);
+  snprintf(svc->mode, sizeof svc->mode, "%s", mode);
+  psd_optim_describe(opt, svc->optim, sizeof svc->optim);
+  clock_gettime(CLOCK_MONOTONIC, &svc->started);
+  svc->methods[0] = (struct cm_rpc_method){"/psd.v1.Data/Declare", on_declare, svc};
+  svc->methods[1] = (struct cm_rpc_method){"/psd.v1.Data/Pull", on_pull, svc};
+  svc->methods[2] = (struct cm_rpc_method){"/psd.v1.Data/Push", on_push, svc};
+  svc->methods[3] = (struct cm_rpc_method){"/psd.v1.Admin/Status", on_status, svc};
+  *out = svc;
+  return 0;
+}
+
+void psd_service_free(struct psd_service *svc) { free(svc); }
+
+const struct cm_rpc_method *psd_service_methods(struct psd_service *svc,
+                                                int *n) {
+  *n = 4;
+  return svc->methods;
+}
+
+void psd_service_counters(struct psd_service *svc, struct psd_counters *c) {
+  c->pulls = atomic_load(&svc->pulls);
+  c->pushes = atomic_load(&svc->pushes);
+  c->examples = atomic_load(&svc->examples);
+  c->bytes_in = atomic_load(&svc->bytes_in);
+  c->bytes_out = atomic_load(&svc->bytes_out);
+  c->errors = atomic_load(&svc->errors);
+}

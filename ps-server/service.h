@@ -1,0 +1,37 @@
+/* psd's gRPC services: psd.v1.Data (Declare, Pull, Push) and psd.v1.Admin
+ * (Status) over a store. Every request is checked field by field; a bad one
+ * gets a gRPC status and a message naming the variable, shape or field, and
+ * the shard goes on serving. */
+#ifndef PSD_SERVICE_H
+#define PSD_SERVICE_H
+
+#include <stdint.h>
+
+#include "rpc.h"
+#include "store.h"
+
+struct psd_service;
+
+/* The service borrows store (which must outlive it). job is the job's name
+ * that callers must name; mode is reported by Status. */
+int psd_service_new(struct psd_service **out, struct psd_store *store,
+                    int shard, int nshards, const char *job, const char *mode,
+                    const struct psd_optim *opt);
+void psd_service_free(struct psd_service *svc);
+
+/* The methods to serve, owned by svc. */
+const struct cm_rpc_method *psd_service_methods(struct psd_service *svc,
+                                                int *n);
+
+/* Counters for the periodic log line. */
+struct psd_counters {
+  uint64_t pulls;     /* pull calls answered */
+  uint64_t pushes;    /* push calls applied */
+  uint64_t examples;  /* examples behind applied pushes */
+  uint64_t bytes_in;  /* gradient payload bytes applied */
+  uint64_t bytes_out; /* value payload bytes sent */
+  uint64_t errors;    /* calls answered with an error */
+};
+void psd_service_counters(struct psd_service *svc, struct psd_counters *c);
+
+#endif

@@ -1,0 +1,247 @@
+/* The shard's variable store (store.h): a name table, per-variable slices
+ * and the optimizer update. Values are initialised from a counter-based
+ * generator keyed by (seed, name, global element index), so a variable's
+ * initial values do not depend on how it is sharded. */
+#include "store.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dense.h"
+#include "err.h"
+#include "shard.h"
+
+struct psd_store {
+  int shard;                 /* this shard's index */
+  int nshards;               /* shards in the job */
+  struct psd_optim opt;      /* update applied to pushes */
+  pthread_rwlock_t lock;     /* guards vars and nvars (the table, not values) */
+  struct psd_var **vars;     /* owned, in declaration order */
+  int nvars;                 /* entries used */
+  int cap;                   /* entries allocated */
+};
+
+int psd_store_new(struct psd_store **out, int shard, int nshards,
+                  const struct psd_optim *opt) {
+  struct psd_store *s = calloc(1, sizeof *s);
+  if (!s)
+    return CM_ENOMEM;
+  s->shard = shard;
+  s->nshards = nshards;
+  s->opt = *opt;
+  pthread_rwlock_init(&s->lock, NULL);
+  *out = s;
+  return 0;
+}
+
+void psd_store_free(struct psd_store *s) {
+  if (!s)
+    return;
+  for (int i = 0; i < s->nvars; i++) {
+    pthread_mutex_destroy(&s->vars[i]->lock);
+    free(s->vars[i]->value);
+    free(s->vars[i]);
+  }
+  free(s->vars);
+  pthread_rwlock_destroy(&s->lock);
+  free(s);
+}
+
+void psd_shape_format(int ndim, const int64_t *shape, char *buf, size_t len) {
+  size_t n = 0;
+  n += snprintf(buf + n, len - n, "[");
+  for (int i = 0; i < ndim && n < len; i++)
+    n += snprintf(buf + n, len - n, "%s%lld", i ? ", " : "",
+                  (long long)shape[i]);
+  if (n < len)
+    snprintf(buf + n, len - n, "]");
+}
+
+void psd_optim_describe(const struct psd_optim *o, char *buf, size_t len) {
+  if (o->type == PSD_OPT_MOMENTUM)
+    snprintf(buf, len, "momentum(lr=%g, momentum=%g)", o->lr, o->momentum);
+  else
+    snprintf(buf, len, "sgd(lr=%g)", o->lr);
+}
+
+static struct psd_var *find_locked(struct psd_store *s, const char *name) {
+  for (int i = 0; i < s->nvars; i++)
+    if (strcmp(s->vars[i]->name, name) == 0)
+      return s->vars[i];
+  return NULL;
+}
+
+struct psd_var *psd_store_find(struct psd_store *s, const char *name) {
+  pthread_rwlock_rdlock(&s->lock);
+  struct psd_var *v = find_locked(s, name);
+  pthread_rwlock_unlock(&s->lock);
+  return v;
+}
+
+int psd_store_count(struct psd_store *s) {
+  pthread_rwlock_rdlock(&s->lock);
+  int n = s->nvars;
+  pthread_rwlock_unlock(&s->lock);
+  return n;
+}
+
+struct psd_var *psd_store_at(struct psd_store *s, int i) {
+  pthread_rwlock_rdlock(&s->lock);
+  struct psd_var *v = i >= 0 && i < s->nvars ? s->vars[i] : NULL;
+  pthread_rwlock_unlock(&s->lock);
+  return v;
+}
+
+uint64_t psd_var_bytes(const struct psd_store *s, const struct psd_var *v) {
+  uint64_t n = (v->elem_end - v->elem_begin) * sizeof(float);
+  return s->opt.type == PSD_OPT_MOMENTUM ? 2 * n : n;
+}
+
+static uint64_t splitmix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+static uint64_t name_hash(const char *name) {
+  uint64_t h = 0xcbf29ce484222325ULL;
+  for (; *name; name++)
+    h = (h ^ (uint8_t)*name) * 0x100000001b3ULL;
+  return h;
+}
+
+static void init_values(struct psd_var *v, enum psd_init init, float scale,
+                        uint64_t seed) {
+  uint64_t n = v->elem_end - v->elem_begin;
+  if (init != PSD_INIT_UNIFORM) {
+    memset(v->value, 0, n * sizeof(float));
+    return;
+  }
+  uint64_t key = splitmix64(seed ^ name_hash(v->name));
+  for (uint64_t i = 0; i < n; i++) {
+    uint64_t r = splitmix64(key + v->elem_begin + i);
+    float u = (float)(r >> 40) * (1.0f / 16777216.0f); /* [0, 1) */
+    v->value[i] = (2.0f * u - 1.0f) * scale;
+  }
+}
+
+int psd_store_declare(struct psd_store *s, const char *name, int ndim,
+                      const int64_t *shape, int placement, enum psd_init init,
+                      float init_scale, uint64_t seed, struct psd_var **out,
+                      int *created, char *err, size_t errlen) {
+  char want[128], have[128];
+  struct psd_var *v = NULL;
+  uint64_t numel = 1, row_elems = 1;
+  int rc = 0;
+
+  *created = 0;
+  *out = NULL;
+  if (!name[0] || strlen(name) > PSD_VAR_MAX_NAME) {
+    snprintf(err, errlen, "variable name must be 1..%d bytes",
+             PSD_VAR_MAX_NAME);
+    return CM_EINVAL;
+  }
+  if (ndim < 1 || ndim > PSD_VAR_MAX_DIMS) {
+    snprintf(err, errlen, "variable '%s': %d dimensions; expected 1..%d", name,
+             ndim, PSD_VAR_MAX_DIMS);
+    return CM_EINVAL;
+  }
+  for (int i = 0; i < ndim; i++) {
+    if (shape[i] <= 0 || (uint64_t)shape[i] > (1ULL << 40) / numel) {
+      psd_shape_format(ndim, shape, want, sizeof want);
+      snprintf(err, errlen,
+               "variable '%s': shape %s: dimension %d must be positive and the "
+               "total under 2^40 elements",
+               name, want, i);
+      return CM_EINVAL;
+    }
+    numel *= (uint64_t)shape[i];
+    if (i > 0)
+      row_elems *= (uint64_t)shape[i];
+  }
+  if (placement < -1 || placement >= s->nshards) {
+    snprintf(err, errlen,
+             "variable '%s': placement %d; expected -1 (split) or a shard "
+             "index 0..%d",
+             name, placement, s->nshards - 1);
+    return CM_EINVAL;
+  }
+  pthread_rwlock_wrlock(&s->lock);
+  if ((v = find_locked(s, name))) {
+    int same = v->ndim == ndim && v->placement == placement;
+    for (int i = 0; same && i < ndim; i++)
+      same = v->shape[i] == shape[i];
+    if (!same) {
+      psd_shape_format(v->ndim, v->shape, have, sizeof have);
+      psd_shape_format(ndim, shape, want, sizeof want);
+      snprintf(err, errlen,
+               "variable '%s' already exists with shape %s placement %d; this "
+               "declaration asks for shape %s placement %d",
+               name, have, v->placement, want, placement);
+      rc = CM_EEXIST;
+      v = NULL;
+    }
+    goto out;
+  }
+  if (s->nvars == s->cap) {
+    int cap = s->cap ? s->cap * 2 : 16;
+    struct psd_var **vars = realloc(s->vars, cap * sizeof *vars);
+    if (!vars) {
+      rc = CM_ENOMEM;
+      goto out;
+    }
+    s->vars = vars;
+    s->cap = cap;
+  }
+  if (!(v = calloc(1, sizeof *v))) {
+    rc = CM_ENOMEM;
+    goto out;
+  }
+  snprintf(v->name, sizeof v->name, "%s", name);
+  v->ndim = ndim;
+  memcpy(v->shape, shape, ndim * sizeof *shape);
+  v->placement = placement;
+  v->numel = numel;
+  cm_shard_rows(shape[0], placement, s->nshards, s->shard, &v->row_begin,
+                &v->row_end);
+  v->elem_begin = (uint64_t)v->row_begin * row_elems;
+  v->elem_end = (uint64_t)v->row_end * row_elems;
+  {
+    uint64_t n = v->elem_end - v->elem_begin;
+    size_t bytes = (n ? n : 1) * sizeof(float);
+    size_t total = s->opt.type == PSD_OPT_MOMENTUM ? 2 * bytes : bytes;
+    void *mem = NULL;
+    if (posix_memalign(&mem, 64, total) != 0) {
+      snprintf(err, errlen, "variable '%s': cannot allocate %zu bytes", name,
+               total);
+      free(v);
+      v = NULL;
+      rc = CM_ENOMEM;
+      goto out;
+    }
+    v->value = mem;
+    if (s->opt.type == PSD_OPT_MOMENTUM) {
+      v->slot = (float *)((char *)mem + bytes);
+      memset(v->slot, 0, n * sizeof(float));
+    }
+  }
+  init_values(v, init, init_scale, seed);
+  pthread_mutex_init(&v->lock, NULL);
+  s->vars[s->nvars++] = v;
+  *created = 1;
+out:
+  pthread_rwlock_unlock(&s->lock);
+  *out = v;
+  return rc;
+}
+
+void psd_store_apply(struct psd_store *s, struct psd_var *v, uint64_t off,
+                     const float *g, size_t n) {
+  if (s->opt.type == PSD_OPT_MOMENTUM)
+    kn_momentum_update(v->value + off, v->slot + off, g, n, s->opt.lr,
+                       s->opt.momentum);
+  else
+    kn_sgd_update(v->value + off, g, n, s->opt.lr);
+}

@@ -1,0 +1,413 @@
+/* pstool: a test and benchmark client for psd (not installed).
+ *
+ *   pstool --cluster F [--shard S] declare NAME SHAPE [PLACEMENT]
+ *   pstool --cluster F [--shard S] push NAME SHAPE OFFSET V1,V2,...
+ *   pstool --cluster F [--shard S] pull NAME OFFSET COUNT
+ *   pstool --cluster F [--shard S] raw METHOD HEXBYTES
+ *   pstool --cluster F roundtrip --bytes N [--rounds R] [--chunk B] [--inflight K]
+ *   pstool tcp --bytes N [--rounds R]
+ *
+ * SHAPE is "4,3". The low-level commands send exactly one call to one shard
+ * and print "OK ..." or "ERROR <gRPC status>: <message>" (exit 1), so tests
+ * can check psd's answers to bad input. roundtrip declares a variable of N
+ * bytes split across all shards with libpsclient, pushes a known gradient,
+ * pulls it back and checks every element against the update formula, then
+ * times R pushes and R pulls; tcp times a plain loopback TCP copy, the
+ * baseline for the transport benchmark. */
+#include <arpa/inet.h>
+#include <getopt.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "err.h"
+#include "ps.pb-c.h"
+#include "psclient.h"
+#include "rpc.h"
+#include "spec.h"
+#include "wire.h"
+
+struct args {
+  const char *cluster; /* --cluster */
+  int shard;           /* --shard */
+  int timeout;         /* --timeout ms */
+  uint64_t bytes;      /* --bytes */
+  int rounds;          /* --rounds */
+  size_t chunk;        /* --chunk */
+  int inflight;        /* --inflight */
+};
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+static int parse_list_i64(const char *s, int64_t *out, int max) {
+  int n = 0;
+  char *end;
+  while (*s && n < max) {
+    out[n++] = strtoll(s, &end, 10);
+    if (end == s)
+      return -1;
+    s = *end == ',' ? end + 1 : end;
+  }
+  return n;
+}
+
+/* Sends one call and prints the outcome; returns the exit status. */
+static int one_call(struct cm_channel *ch, const char *method,
+                    grpc_byte_buffer *req, int timeout,
+                    grpc_byte_buffer **resp) {
+  struct cm_unary u;
+  struct cm_run_opts o = {.timeout_ms = timeout, .inflight = 1};
+  memset(&u, 0, sizeof u);
+  u.channel = ch;
+  u.method = method;
+  u.request = req;
+  cm_client_run(&u, 1, &o);
+  if (u.status != GRPC_STATUS_OK) {
+    printf("ERROR %s: %s\n", cm_rpc_status_name(u.status), u.details);
+    cm_unary_release(&u);
+    return 1;
+  }
+  *resp = u.response;
+  u.response = NULL;
+  cm_unary_release(&u);
+  return 0;
+}
+
+static int cmd_low(struct cm_spec *spec, const struct args *a, int argc,
+                   char **argv) {
+  Psd__V1__Caller caller = PSD__V1__CALLER__INIT;
+  Psd__V1__Segment seg = PSD__V1__SEGMENT__INIT, *segs[1] = {&seg};
+  struct cm_channel *ch = NULL;
+  grpc_byte_buffer *req = NULL, *resp = NULL;
+  const char *method = NULL;
+  int64_t shape[8];
+  float *vals = NULL;
+  int rc = 2, nshape = 0;
+
+  caller.job = spec->job.name;
+  caller.worker = "pstool";
+  cm_channel_new(&ch, spec->ps[a->shard].text);
+  if (!strcmp(argv[0], "declare") && argc >= 3) {
+    Psd__V1__DeclareRequest r = PSD__V1__DECLARE_REQUEST__INIT;
+    Psd__V1__VarSpec vs = PSD__V1__VAR_SPEC__INIT, *vp[1] = {&vs};
+    nshape = parse_list_i64(argv[2], shape, 8);
+    vs.name = argv[1];
+    vs.n_shape = nshape > 0 ? nshape : 0;
+    vs.shape = shape;
+    vs.placement = argc >= 4 ? atoi(argv[3]) : -1;
+    r.caller = &caller;
+    r.n_vars = 1;
+    r.vars = vp;
+    method = "/psd.v1.Data/Declare";
+    req = cm_rpc_pack(&r.base);
+  } else if (!strcmp(argv[0], "push") && argc >= 5) {
+    Psd__V1__PushRequest r = PSD__V1__PUSH_REQUEST__INIT;
+    int n = 0, cap = 1;
+    for (const char *p = argv[4]; *p; p++)
+      cap += *p == ',';
+    vals = calloc(cap, sizeof *vals);
+    for (char *p = argv[4], *end; *p; p = *end == ',' ? end + 1 : end) {
+      vals[n++] = strtof(p, &end);
+      if (end == p)
+        break;
+    }
+    nshape = parse_list_i64(argv[2], shape, 8);
+    seg.name = argv[1];
+    seg.offset = strtoull(argv[3], NULL, 10);
+    seg.count = n;
+    seg.n_shape = nshape > 0 ? nshape : 0;
+    seg.shape = shape;
+    r.caller = &caller;
+    r.n_segments = 1;
+    r.segments = segs;
+    r.examples = 1;
+    size_t len = psd__v1__push_request__get_packed_size(&r);
+    uint8_t *head = malloc(len + 1);
+    psd__v1__push_request__pack(&r, head);
+    struct cm_wire_piece piece = {(const uint8_t *)vals, n * sizeof(float)};
+    req = cm_wire_build(head, len, &piece, 1, NULL, NULL);
+    free(head);
+    method = "/psd.v1.Data/Push";
+  } else if (!strcmp(argv[0], "pull") && argc >= 4) {
+    Psd__V1__PullRequest r = PSD__V1__PULL_REQUEST__INIT;
+    seg.name = argv[1];
+    seg.offset = strtoull(argv[2], NULL, 10);
+    seg.count = strtoull(argv[3], NULL, 10);
+    r.caller = &caller;
+    r.n_segments = 1;
+    r.segments = segs;
+    req = cm_rpc_pack(&r.base);
+    method = "/psd.v1.Data/Pull";
+  } else if (!strcmp(argv[0], "raw") && argc >= 3) {
+    size_t n = strlen(argv[2]) / 2;
+    uint8_t *buf = malloc(n + 1);
+    for (size_t i = 0; i < n; i++)
+      sscanf(argv[2] + 2 * i, "%2hhx", &buf[i]);
+    grpc_slice sl = grpc_slice_from_copied_buffer((const char *)buf, n);
+    req = grpc_raw_byte_buffer_create(&sl, 1);
+    grpc_slice_unref(sl);
+    free(buf);
+    method = argv[1];
+  } else {
+    fprintf(stderr, "pstool: bad arguments for '%s'\n", argv[0]);
+    goto out;
+  }
+  rc = one_call(ch, method, req, a->timeout, &resp);
+  if (rc)
+    goto out;
+  if (!strcmp(argv[0], "pull")) {
+    struct cm_wire_msg m;
+    Psd__V1__PullResponse *pr = NULL;
+    if (cm_wire_parse(&m, resp) == 0)
+      pr = psd__v1__pull_response__unpack(NULL, m.head_len, m.head);
+    printf("OK version=%llu values=",
+           pr && pr->n_versions ? (unsigned long long)pr->versions[0] : 0ULL);
+    for (size_t i = 0; i < m.bulk_len / 4; i++) {
+      float f;
+      cm_wire_bulk_read(&m, i * 4, &f, 4);
+      printf("%s%.9g", i ? "," : "", f);
+    }
+    printf("\n");
+    if (pr)
+      psd__v1__pull_response__free_unpacked(pr, NULL);
+    cm_wire_msg_release(&m);
+  } else {
+    printf("OK\n");
+  }
+out:
+  if (resp)
+    grpc_byte_buffer_destroy(resp);
+  free(vals);
+  cm_channel_free(ch);
+  return rc;
+}
+
+static int cmd_roundtrip(struct cm_spec *spec, const struct args *a) {
+  struct dw_client_opts o = {.worker = "pstool",
+                             .timeout_ms = a->timeout,
+                             .chunk_bytes = a->chunk,
+                             .inflight = a->inflight};
+  struct dw_client *c = NULL;
+  uint64_t n = a->bytes / sizeof(float);
+  float *value = NULL, *grad = NULL;
+  char name[64];
+  int rc = 1;
+
+  if (n == 0) {
+    fprintf(stderr, "pstool: --bytes must be at least 4\n");
+    return 2;
+  }
+  value = malloc(n * sizeof(float));
+  grad = malloc(n * sizeof(float));
+  if (!value || !grad) {
+    fprintf(stderr, "pstool: out of memory\n");
+    goto out;
+  }
+  for (uint64_t i = 0; i < n; i++)
+    grad[i] = (float)((i * 2654435761u) % 1000) / 1000.0f - 0.5f;
+  snprintf(name, sizeof name, "roundtrip/%llu", (unsigned long long)a->bytes);
+  struct dw_var v = {.name = name,
+                     .ndim = 2,
+                     .shape = {(int64_t)(n % 256 == 0 ? n / 256 : n),
+                               n % 256 == 0 ? 256 : 1},
+                     .placement = DW_PLACE_SPLIT,
+                     .init = DW_INIT_ZEROS,
+                     .value = value,
+                     .grad = grad};
+  if (dw_client_new(&c, spec, &o) || dw_client_declare(c, &v, 1) ||
+      dw_client_pull(c)) {
+    fprintf(stderr, "pstool: %s\n", c ? dw_client_error(c) : "no client");
+    goto out;
+  }
+  /* The variable is fresh only the first time; check against what it held. */
+  float *before = malloc(n * sizeof(float));
+  memcpy(before, value, n * sizeof(float));
+  if (dw_client_push(c) || dw_client_pull(c)) {
+    fprintf(stderr, "pstool: %s\n", dw_client_error(c));
+    free(before);
+    goto out;
+  }
+  /* Exactly what psd computes in f32: sgd w -= lr*g; momentum's first step
+   * on a zero slot is the same (v = g, w -= lr*v). */
+  float lr = (float)spec->job.lr;
+  uint64_t bad = 0;
+  int fresh = 1;
+  for (uint64_t i = 0; i < n; i++)
+    if (before[i] != 0.0f)
+      fresh = 0;
+  for (uint64_t i = 0; fresh && i < n; i++) {
+    float want = before[i] - lr * grad[i];
+    if (value[i] != want && bad++ < 5)
+      fprintf(stderr, "element %llu: got %.9g want %.9g\n",
+              (unsigned long long)i, value[i], want);
+  }
+  free(before);
+  if (bad) {
+    printf("roundtrip bytes=%llu MISMATCH elements=%llu\n",
+           (unsigned long long)a->bytes, (unsigned long long)bad);
+    goto out;
+  }
+  double t0 = now_s();
+  for (int r = 0; r < a->rounds; r++)
+    if (dw_client_push(c)) {
+      fprintf(stderr, "pstool: %s\n", dw_client_error(c));
+      goto out;
+    }
+  double t1 = now_s();
+  for (int r = 0; r < a->rounds; r++)
+    if (dw_client_pull(c)) {
+      fprintf(stderr, "pstool: %s\n", dw_client_error(c));
+      goto out;
+    }
+  double t2 = now_s();
+  double mb = (double)a->bytes * a->rounds / 1e6;
+  printf("roundtrip bytes=%llu %s push_MBps=%.0f pull_MBps=%.0f "
+         "push_us=%.0f pull_us=%.0f\n",
+         (unsigned long long)a->bytes, fresh ? "verified" : "reused",
+         mb / (t1 - t0), mb / (t2 - t1), (t1 - t0) / a->rounds * 1e6,
+         (t2 - t1) / a->rounds * 1e6);
+  rc = 0;
+out:
+  dw_client_free(c);
+  free(value);
+  free(grad);
+  return rc;
+}
+
+/* The loopback TCP baseline: one thread writes, another reads. */
+struct tcp_job {
+  int fd;         /* connected socket */
+  uint64_t bytes; /* bytes to move */
+};
+
+static void *tcp_reader(void *arg) {
+  struct tcp_job *j = arg;
+  size_t len = 1 << 20;
+  char *buf = malloc(len);
+  uint64_t got = 0;
+  while (got < j->bytes) {
+    ssize_t k = read(j->fd, buf, len);
+    if (k <= 0)
+      break;
+    got += k;
+  }
+  free(buf);
+  return NULL;
+}
+
+static int cmd_tcp(const struct args *a) {
+  struct sockaddr_in sa = {.sin_family = AF_INET};
+  socklen_t sl = sizeof sa;
+  int ls = socket(AF_INET, SOCK_STREAM, 0), cs, as;
+  size_t len = 1 << 20;
+  char *buf = calloc(1, len);
+  uint64_t total = a->bytes * (uint64_t)a->rounds;
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (bind(ls, (struct sockaddr *)&sa, sizeof sa) || listen(ls, 1) ||
+      getsockname(ls, (struct sockaddr *)&sa, &sl)) {
+    perror("pstool tcp");
+    return 1;
+  }
+  cs = socket(AF_INET, SOCK_STREAM, 0);
+  if (connect(cs, (struct sockaddr *)&sa, sizeof sa) ||
+      (as = accept(ls, NULL, NULL)) < 0) {
+    perror("pstool tcp");
+    return 1;
+  }
+  struct tcp_job j = {as, total};
+  pthread_t th;
+  double t0 = now_s();
+  pthread_create(&th, NULL, tcp_reader, &j);
+  for (uint64_t sent = 0; sent < total;) {
+    size_t k = total - sent < len ? total - sent : len;
+    ssize_t w = write(cs, buf, k);
+    if (w <= 0)
+      break;
+    sent += w;
+  }
+  pthread_join(th, NULL);
+  double t1 = now_s();
+  printf("tcp bytes=%llu MBps=%.0f\n", (unsigned long long)a->bytes,
+         total / 1e6 / (t1 - t0));
+  close(cs);
+  close(as);
+  close(ls);
+  free(buf);
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  static const struct option opts[] = {
+      {"cluster", required_argument, 0, 'c'},
+      {"shard", required_argument, 0, 's'},
+      {"timeout", required_argument, 0, 't'},
+      {"bytes", required_argument, 0, 'b'},
+      {"rounds", required_argument, 0, 'r'},
+      {"chunk", required_argument, 0, 'k'},
+      {"inflight", required_argument, 0, 'i'},
+      {0, 0, 0, 0}};
+  struct args a = {.timeout = 10000, .rounds = 5};
+  struct cm_spec *spec = NULL;
+  char err[4096];
+  int ch, rc;
+
+  while ((ch = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+    switch (ch) {
+    case 'c':
+      a.cluster = optarg;
+      break;
+    case 's':
+      a.shard = atoi(optarg);
+      break;
+    case 't':
+      a.timeout = atoi(optarg);
+      break;
+    case 'b':
+      a.bytes = strtoull(optarg, NULL, 10);
+      break;
+    case 'r':
+      a.rounds = atoi(optarg);
+      break;
+    case 'k':
+      a.chunk = strtoull(optarg, NULL, 10);
+      break;
+    case 'i':
+      a.inflight = atoi(optarg);
+      break;
+    default:
+      return 2;
+    }
+  }
+  if (optind >= argc) {
+    fprintf(stderr, "pstool: no command (see the comment in tests/pstool.c)\n");
+    return 2;
+  }
+  if (!strcmp(argv[optind], "tcp"))
+    return cmd_tcp(&a);
+  if (!a.cluster || cm_spec_load(a.cluster, &spec, err, sizeof err)) {
+    fprintf(stderr, "pstool: %s\n", a.cluster ? err : "--cluster is required");
+    return 2;
+  }
+  if (a.shard < 0 || a.shard >= spec->nps) {
+    fprintf(stderr, "pstool: --shard %d out of range\n", a.shard);
+    cm_spec_free(spec);
+    return 2;
+  }
+  cm_rpc_global_init();
+  if (!strcmp(argv[optind], "roundtrip"))
+    rc = cmd_roundtrip(spec, &a);
+  else
+    rc = cmd_low(spec, &a, argc - optind, argv + optind);
+  cm_spec_free(spec);
+  cm_rpc_global_shutdown();
+  return rc;
+}

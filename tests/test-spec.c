@@ -1,0 +1,588 @@
+/* Unit tests for common/spec.c: valid specs and their defaults, every kind of
+ * mistake (each with its JSON path, all reported at once), JSON syntax
+ * errors, loading from a file, --task parsing, task resolution precedence
+ * (--task, the spec, TF_CONFIG) and cm_addr_is_local on literals that send no
+ * traffic. */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* setenv, mkstemp under -std=c11 */
+#endif
+
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "err.h"
+#include "spec.h"
+
+#define MIN_SPEC                                                               \
+  "{\"cluster\": {\"ps\": [\"127.0.0.1:7100\"],"                               \
+  " \"worker\": [\"127.0.0.1:7200\", \"localhost:7201\"]}}"
+
+static char err[8192];
+
+/* Parses text as "t.json" into *out, returning cm_spec_parse's code. */
+static int parse(const char *text, struct cm_spec **out) {
+  return cm_spec_parse(text, strlen(text), "t.json", out, err, sizeof err);
+}
+
+/* Parses text, expects CM_ESPEC and no spec. */
+static void parse_bad(const char *text) {
+  struct cm_spec *spec = (struct cm_spec *)1;
+  int rc = parse(text, &spec);
+
+  ck_assert_msg(rc == CM_ESPEC, "rc %d (%s), err: %s", rc, cm_err_name(rc),
+                err);
+  ck_assert_ptr_null(spec);
+}
+
+/* Asserts err holds line as one of its lines, exactly. */
+static void has_line(const char *line) {
+  const char *p = err;
+  size_t n = strlen(line);
+
+  while ((p = strstr(p, line)) != NULL) {
+    if ((p == err || p[-1] == '\n') && (p[n] == '\0' || p[n] == '\n'))
+      return;
+    p++;
+  }
+  ck_abort_msg("missing line\n  %s\nin err:\n%s", line, err);
+}
+
+/* Asserts err contains text somewhere. */
+static void has_text(const char *text) {
+  ck_assert_msg(strstr(err, text) != NULL, "missing \"%s\" in err:\n%s", text,
+                err);
+}
+
+static int count_lines(const char *s) {
+  int n = *s ? 1 : 0;
+
+  for (; *s; s++)
+    n += *s == '\n';
+  return n;
+}
+
+START_TEST(test_minimal_defaults) {
+  struct cm_spec *spec = NULL;
+
+  ck_assert_int_eq(parse(MIN_SPEC, &spec), 0);
+  ck_assert_ptr_nonnull(spec);
+  ck_assert_str_eq(err, "");
+  ck_assert_str_eq(spec->source, "t.json");
+  ck_assert_int_eq(spec->nps, 1);
+  ck_assert_str_eq(spec->ps[0].host, "127.0.0.1");
+  ck_assert_int_eq(spec->ps[0].port, 7100);
+  ck_assert_str_eq(spec->ps[0].text, "127.0.0.1:7100");
+  ck_assert_int_eq(spec->nworker, 2);
+  ck_assert_str_eq(spec->worker[1].host, "localhost");
+  ck_assert_int_eq(spec->worker[1].port, 7201);
+  ck_assert_int_eq(spec->task.type, CM_TASK_NONE);
+
+  ck_assert_str_eq(spec->job.name, "psd-job");
+  ck_assert_str_eq(spec->job.model, "mlp");
+  ck_assert_int_eq(spec->job.nhidden, 2);
+  ck_assert_int_eq(spec->job.hidden[0], 256);
+  ck_assert_int_eq(spec->job.hidden[1], 128);
+  ck_assert_str_eq(spec->job.data_dir, "/usr/share/datasets/fashion-mnist");
+  ck_assert_int_eq(spec->job.epochs, 3);
+  ck_assert_int_eq(spec->job.batch_size, 64);
+  ck_assert_str_eq(spec->job.optimizer, "momentum");
+  ck_assert_double_eq(spec->job.lr, 0.05);
+  ck_assert_double_eq(spec->job.momentum, 0.9);
+  ck_assert_str_eq(spec->job.mode, "async");
+  ck_assert_uint_eq(spec->job.seed, 1);
+  ck_assert_int_eq(spec->job.log_every, 100);
+  ck_assert_int_eq(spec->job.timeout_ms, 30000);
+  ck_assert_int_eq(spec->job.max_steps, 0);
+  cm_spec_free(spec);
+}
+END_TEST
+
+START_TEST(test_full) {
+  static const char text[] =
+      "{\n"
+      "  \"cluster\": {\n"
+      "    \"ps\": [\"10.0.0.1:7100\", \"[::1]:7101\"],\n"
+      "    \"worker\": [\"node-1.example.com:7200\", \"[fe80::1%eth0]:7201\","
+      " \"10.0.0.1:7200\"]\n"
+      "  },\n"
+      "  \"task\": {\"type\": \"ps\", \"index\": 1},\n"
+      "  \"job\": {\n"
+      "    \"name\": \"fashion-mnist-mlp\", \"model\": \"mlp\",\n"
+      "    \"hidden\": [512, 256, 64], \"data_dir\": \"/data/fm\",\n"
+      "    \"epochs\": 7, \"batch_size\": 32,\n"
+      "    \"optimizer\": {\"type\": \"sgd\", \"lr\": 0.1, \"momentum\": 0},\n"
+      "    \"sync\": {\"mode\": \"async\"}, \"seed\": 12345678901,\n"
+      "    \"log_every\": 10, \"rpc_timeout_ms\": 500, \"max_steps\": 40\n"
+      "  }\n"
+      "}\n";
+  struct cm_spec *spec = NULL;
+
+  ck_assert_msg(parse(text, &spec) == 0, "err: %s", err);
+  ck_assert_int_eq(spec->nps, 2);
+  ck_assert_str_eq(spec->ps[1].host, "::1");
+  ck_assert_int_eq(spec->ps[1].port, 7101);
+  ck_assert_str_eq(spec->ps[1].text, "[::1]:7101");
+  ck_assert_int_eq(spec->nworker, 3);
+  ck_assert_str_eq(spec->worker[0].host, "node-1.example.com");
+  ck_assert_str_eq(spec->worker[1].host, "fe80::1%eth0");
+  ck_assert_int_eq(spec->task.type, CM_TASK_PS);
+  ck_assert_int_eq(spec->task.index, 1);
+  ck_assert_str_eq(spec->job.name, "fashion-mnist-mlp");
+  ck_assert_int_eq(spec->job.nhidden, 3);
+  ck_assert_int_eq(spec->job.hidden[0], 512);
+  ck_assert_int_eq(spec->job.hidden[2], 64);
+  ck_assert_str_eq(spec->job.data_dir, "/data/fm");
+  ck_assert_int_eq(spec->job.epochs, 7);
+  ck_assert_int_eq(spec->job.batch_size, 32);
+  ck_assert_str_eq(spec->job.optimizer, "sgd");
+  ck_assert_double_eq(spec->job.lr, 0.1);
+  ck_assert_double_eq(spec->job.momentum, 0.0);
+  ck_assert_uint_eq(spec->job.seed, 12345678901ull);
+  ck_assert_int_eq(spec->job.log_every, 10);
+  ck_assert_int_eq(spec->job.timeout_ms, 500);
+  ck_assert_int_eq(spec->job.max_steps, 40);
+  cm_spec_free(spec);
+}
+END_TEST
+
+START_TEST(test_cluster_missing) {
+  parse_bad("{\"cluster\": {\"worker\": [\"127.0.0.1:7200\"]}}");
+  has_line("t.json: cluster.ps: missing; expected an array of \"host:port\" "
+           "strings");
+  parse_bad("{\"job\": {}}");
+  has_text("t.json: cluster: missing; expected an object");
+  parse_bad("{\"cluster\": {\"ps\": [], \"worker\": \"127.0.0.1:7200\"}}");
+  has_line("t.json: cluster.ps: empty; expected at least one \"host:port\" "
+           "string");
+  has_line("t.json: cluster.worker: expected an array of \"host:port\" "
+           "strings, got \"127.0.0.1:7200\"");
+}
+END_TEST
+
+START_TEST(test_bad_addresses) {
+  parse_bad("{\"cluster\": {\"ps\": [\"127.0.0.1:7100\", \"127.0.0.1\"],"
+            " \"worker\": [\"127.0.0.1:70000\", \"::1:7000\", 7000,"
+            " \"[::1]\", \"[nope]:7000\", \"h:7x\", \":7000\", \"1.2.3:7\","
+            " \"a b:7\", \"h:0\"]}}");
+  has_line("t.json: cluster.ps[1]: \"127.0.0.1\" has no port; expected "
+           "\"host:port\"");
+  has_line("t.json: cluster.worker[0]: port 70000 out of range; expected "
+           "1..65535");
+  has_line("t.json: cluster.worker[1]: \"::1:7000\": an IPv6 address needs "
+           "brackets; expected \"[host]:port\", e.g. \"[::1]:7000\"");
+  has_line("t.json: cluster.worker[2]: expected a \"host:port\" string, got "
+           "7000");
+  has_line("t.json: cluster.worker[3]: \"[::1]\" has no port; expected "
+           "\"[IPv6]:port\"");
+  has_text("t.json: cluster.worker[4]: \"[nope]:7000\": \"nope\" is not an "
+           "IPv6 address");
+  has_line("t.json: cluster.worker[5]: \"h:7x\": port \"7x\" is not a number; "
+           "expected 1..65535");
+  has_line("t.json: cluster.worker[6]: \":7000\" has no host; expected "
+           "\"host:port\"");
+  has_text("t.json: cluster.worker[7]: \"1.2.3:7\": \"1.2.3\" is not an IPv4 "
+           "address");
+  has_text("t.json: cluster.worker[8]: \"a b:7\": \"a b\" is not a valid host "
+           "name");
+  has_line("t.json: cluster.worker[9]: port 0 out of range; expected "
+           "1..65535");
+  ck_assert_int_eq(count_lines(err), 11);
+}
+END_TEST
+
+START_TEST(test_duplicates) {
+  parse_bad("{\"cluster\": {\"ps\": [\"127.0.0.1:7100\", \"[::1]:7100\"],"
+            " \"worker\": [\"127.0.0.1:7100\", \"[0:0::1]:7100\","
+            " \"LOCALHOST:7000\", \"localhost:7000\"]}}");
+  has_line("t.json: cluster.worker[0]: \"127.0.0.1:7100\" is also "
+           "cluster.ps[0]; expected every task to have its own address");
+  has_line("t.json: cluster.worker[1]: \"[0:0::1]:7100\" is also "
+           "cluster.ps[1]; expected every task to have its own address");
+  has_line("t.json: cluster.worker[3]: \"localhost:7000\" is also "
+           "cluster.worker[2]; expected every task to have its own address");
+  ck_assert_int_eq(count_lines(err), 3);
+}
+END_TEST
+
+START_TEST(test_unknown_keys) {
+  parse_bad("{\"clustr\": {}, \"cluster\": {\"ps\": [\"h:1\"], \"worker\":"
+            " [\"h:2\"], \"chief\": [\"h:3\"]}, \"job\": {\"optimizr\": {},"
+            " \"optimizer\": {\"typ\": \"sgd\"}, \"sync\": {\"mode\":"
+            " \"async\", \"staleness\": 2}, \"zzz\": 1}}");
+  has_line("t.json: clustr: unknown key (did you mean cluster?); expected one "
+           "of cluster, task, job");
+  has_line("t.json: cluster.chief: unknown key; expected one of ps, worker");
+  has_line("t.json: job.optimizr: unknown key (did you mean optimizer?); "
+           "expected one of name, model, hidden, data_dir, epochs, "
+           "batch_size, optimizer, sync, seed, log_every, rpc_timeout_ms, "
+           "max_steps");
+  has_line("t.json: job.optimizer.typ: unknown key (did you mean type?); "
+           "expected one of type, lr, momentum");
+  has_line("t.json: job.sync.staleness: unknown key; expected one of mode");
+  has_text("t.json: job.zzz: unknown key; expected one of name,");
+  ck_assert_int_eq(count_lines(err), 6);
+}
+END_TEST
+
+START_TEST(test_wrong_types) {
+  parse_bad("{\"cluster\": {\"ps\": [\"h:1\"], \"worker\": [\"h:2\"]},"
+            " \"job\": {\"epochs\": \"3\", \"batch_size\": 0,"
+            " \"hidden\": [64, 0, 2.5], \"model\": \"cnn\","
+            " \"name\": \"my job\", \"data_dir\": \"\","
+            " \"optimizer\": {\"type\": \"adam\", \"lr\": 0, \"momentum\": 1},"
+            " \"sync\": {\"mode\": \"sync\"}, \"seed\": -1,"
+            " \"log_every\": 0, \"rpc_timeout_ms\": 3.0, \"max_steps\": -5}}");
+  has_line("t.json: job.epochs: expected a positive integer, got \"3\"");
+  has_line("t.json: job.batch_size: expected a positive integer, got 0");
+  has_line("t.json: job.hidden[1]: expected a positive integer, got 0");
+  has_line("t.json: job.hidden[2]: expected a positive integer, got 2.5");
+  has_line("t.json: job.model: expected \"mlp\", got \"cnn\"");
+  has_text("t.json: job.name: \"my job\" has a character other than");
+  has_line("t.json: job.data_dir: empty; expected a non-empty string");
+  has_line("t.json: job.optimizer.type: expected \"sgd\" or \"momentum\", got "
+           "\"adam\"");
+  has_line("t.json: job.optimizer.lr: expected a positive number, got 0");
+  has_line("t.json: job.optimizer.momentum: expected a number in [0, 1), got "
+           "1");
+  has_line("t.json: job.sync.mode: expected \"async\", got \"sync\"");
+  has_line("t.json: job.seed: expected a non-negative integer, got -1");
+  has_line("t.json: job.log_every: expected a positive integer, got 0");
+  has_line("t.json: job.rpc_timeout_ms: expected a positive integer, got "
+           "3.0");
+  has_line("t.json: job.max_steps: expected a non-negative integer, got -5");
+  ck_assert_int_eq(count_lines(err), 15);
+
+  parse_bad("{\"cluster\": {\"ps\": [\"h:1\"], \"worker\": [\"h:2\"]},"
+            " \"job\": {\"hidden\": [], \"epochs\": 99999999999,"
+            " \"optimizer\": \"sgd\"}}");
+  has_line("t.json: job.hidden: empty; expected 1..16 positive integers");
+  has_line("t.json: job.epochs: 99999999999 out of range; expected a positive "
+           "integer up to 2147483647");
+  has_text("t.json: job.optimizer: expected an object like");
+  parse_bad("{\"cluster\": {\"ps\": [\"h:1\"], \"worker\": [\"h:2\"]},"
+            " \"job\": {\"hidden\": [1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1]}}");
+  has_line("t.json: job.hidden: 17 entries; expected at most 16");
+}
+END_TEST
+
+START_TEST(test_task_in_spec) {
+  parse_bad("{\"cluster\": {\"ps\": [\"h:1\"], \"worker\": [\"h:2\", "
+            "\"h:3\"]}, \"task\": {\"type\": \"worker\", \"index\": 5}}");
+  has_line("t.json: task.index: 5 out of range; cluster.worker has 2 entries");
+  parse_bad("{\"cluster\": {\"ps\": [\"h:1\"], \"worker\": [\"h:2\"]},"
+            " \"task\": {\"type\": \"chief\", \"index\": -1, \"x\": 0}}");
+  has_line("t.json: task.type: expected \"ps\" or \"worker\", got \"chief\"");
+  has_line("t.json: task.index: expected a non-negative integer, got -1");
+  has_line("t.json: task.x: unknown key; expected one of type, index");
+  parse_bad("{\"cluster\": {\"ps\": [\"h:1\"], \"worker\": [\"h:2\"]},"
+            " \"task\": {}}");
+  has_line("t.json: task.type: missing; expected \"ps\" or \"worker\"");
+  has_line("t.json: task.index: missing; expected a non-negative integer");
+}
+END_TEST
+
+/* Several mistakes in different places, all reported, one per line. */
+START_TEST(test_many_mistakes) {
+  parse_bad("{\"cluster\": {\"ps\": [\"127.0.0.1\"], \"worker\":"
+            " [\"127.0.0.1:70000\", \"127.0.0.1:7200\"]},"
+            " \"task\": {\"type\": \"worker\", \"index\": 5},"
+            " \"job\": {\"optimizr\": {}, \"epochs\": \"3\"}, \"extra\": 1}");
+  has_line("t.json: extra: unknown key; expected one of cluster, task, job");
+  has_line("t.json: cluster.ps[0]: \"127.0.0.1\" has no port; expected "
+           "\"host:port\"");
+  has_line("t.json: cluster.worker[0]: port 70000 out of range; expected "
+           "1..65535");
+  has_line("t.json: task.index: 5 out of range; cluster.worker has 2 entries");
+  has_text("t.json: job.optimizr: unknown key (did you mean optimizer?); "
+           "expected one of name, model, hidden, ");
+  has_line("t.json: job.epochs: expected a positive integer, got \"3\"");
+  ck_assert_int_eq(count_lines(err), 6);
+}
+END_TEST
+
+START_TEST(test_syntax_error) {
+  parse_bad("{\n  \"cluster\": {\n    \"ps\": [\"h:1\",]\n  }\n}\n");
+  ck_assert_msg(strncmp(err, "t.json:3:", 9) == 0, "err: %s", err);
+  has_text(": JSON syntax error: ");
+  ck_assert_int_eq(count_lines(err), 1);
+
+  parse_bad("{\"cluster\": {\"ps\": [\"h:1\"], \"worker\": [\"h:2\"]},\n"
+            " \"cluster\": {}}");
+  ck_assert_msg(strncmp(err, "t.json:2:", 9) == 0, "err: %s", err);
+  has_text("duplicate");
+
+  parse_bad("");
+  has_text("t.json:");
+  has_text("JSON syntax error");
+
+  parse_bad("[1, 2]");
+  has_line("t.json: expected a JSON object with \"cluster\" at the top level, "
+           "got an array");
+}
+END_TEST
+
+START_TEST(test_truncation) {
+  static const char text[] =
+      "{\"cluster\": {\"ps\": [\"a\", \"b\", \"c\", \"d\"], \"worker\": "
+      "[\"e\", \"f\"]}}";
+  struct cm_spec *spec = (struct cm_spec *)1;
+  char small[100];
+  size_t i;
+
+  ck_assert_int_eq(
+      cm_spec_parse(text, strlen(text), "t.json", &spec, small, sizeof small),
+      CM_ESPEC);
+  ck_assert_ptr_null(spec);
+  ck_assert_uint_lt(strlen(small), sizeof small);
+  ck_assert_msg(strstr(small, "more not shown)") != NULL, "small: %s", small);
+  ck_assert_msg(
+      strncmp(small, "t.json: cluster.ps[0]: \"a\" has no port", 38) == 0,
+      "small: %s", small);
+
+  /* Every size from nothing up keeps the buffer terminated. */
+  for (i = 1; i < sizeof small; i++) {
+    memset(small, 'X', sizeof small);
+    ck_assert_int_eq(
+        cm_spec_parse(text, strlen(text), "t.json", &spec, small, i), CM_ESPEC);
+    ck_assert_uint_lt(strlen(small), i);
+  }
+  ck_assert_int_eq(cm_spec_parse(text, strlen(text), "t.json", &spec, NULL, 0),
+                   CM_ESPEC);
+  ck_assert_ptr_null(spec);
+}
+END_TEST
+
+START_TEST(test_load) {
+  char path[] = "/tmp/test-spec-XXXXXX";
+  struct cm_spec *spec = NULL;
+  char want[128];
+  FILE *f;
+  int fd;
+
+  fd = mkstemp(path);
+  ck_assert_int_ge(fd, 0);
+  f = fdopen(fd, "w");
+  ck_assert_ptr_nonnull(f);
+  fputs(MIN_SPEC, f);
+  fclose(f);
+  ck_assert_msg(cm_spec_load(path, &spec, err, sizeof err) == 0, "err: %s",
+                err);
+  ck_assert_str_eq(spec->source, path);
+  ck_assert_int_eq(spec->nworker, 2);
+  cm_spec_free(spec);
+  spec = NULL;
+
+  f = fopen(path, "w");
+  ck_assert_ptr_nonnull(f);
+  fputs("{\"cluster\": {\"ps\": [\"h\"], \"worker\": [\"h:1\"]}}", f);
+  fclose(f);
+  ck_assert_int_eq(cm_spec_load(path, &spec, err, sizeof err), CM_ESPEC);
+  ck_assert_ptr_null(spec);
+  snprintf(want, sizeof want, "%s: cluster.ps[0]: \"h\" has no port", path);
+  has_text(want);
+  unlink(path);
+
+  ck_assert_int_eq(cm_spec_load(path, &spec, err, sizeof err), CM_ENOENT);
+  ck_assert_ptr_null(spec);
+  snprintf(want, sizeof want, "%s: No such file or directory", path);
+  ck_assert_str_eq(err, want);
+
+  ck_assert_int_eq(cm_spec_load("/tmp", &spec, err, sizeof err), CM_EIO);
+  ck_assert_str_eq(err, "/tmp: Is a directory");
+}
+END_TEST
+
+START_TEST(test_task_parse) {
+  struct cm_task t;
+
+  ck_assert_int_eq(cm_task_parse("ps:1", &t, err, sizeof err), 0);
+  ck_assert_int_eq(t.type, CM_TASK_PS);
+  ck_assert_int_eq(t.index, 1);
+  ck_assert_int_eq(cm_task_parse("worker:0", &t, err, sizeof err), 0);
+  ck_assert_int_eq(t.type, CM_TASK_WORKER);
+  ck_assert_int_eq(t.index, 0);
+
+  ck_assert_int_eq(cm_task_parse("worker", &t, err, sizeof err), CM_EINVAL);
+  ck_assert_str_eq(err, "--task \"worker\": expected TYPE:INDEX, e.g. "
+                        "worker:0");
+  ck_assert_int_eq(cm_task_parse("chief:0", &t, err, sizeof err), CM_EINVAL);
+  ck_assert_str_eq(err, "--task \"chief:0\": unknown type \"chief\"; expected "
+                        "ps or worker");
+  ck_assert_int_eq(cm_task_parse("ps:-1", &t, err, sizeof err), CM_EINVAL);
+  ck_assert_str_eq(err, "--task \"ps:-1\": index \"-1\" is not a non-negative "
+                        "integer");
+  ck_assert_int_eq(cm_task_parse("ps:", &t, err, sizeof err), CM_EINVAL);
+  ck_assert_int_eq(cm_task_parse("ps:99999999999", &t, err, sizeof err),
+                   CM_EINVAL);
+  has_text("index out of range");
+
+  ck_assert_str_eq(cm_task_type_name(CM_TASK_PS), "ps");
+  ck_assert_str_eq(cm_task_type_name(CM_TASK_WORKER), "worker");
+}
+END_TEST
+
+#define TWO_WORKERS                                                            \
+  "\"cluster\": {\"ps\": [\"h:1\", \"h:2\"], \"worker\": [\"h:3\", \"h:4\"]}"
+
+START_TEST(test_resolve_precedence) {
+  struct cm_spec *with = NULL, *without = NULL;
+
+  ck_assert_int_eq(parse("{" TWO_WORKERS ", \"task\": {\"type\": \"worker\","
+                         " \"index\": 1}}",
+                         &with),
+                   0);
+  ck_assert_int_eq(parse("{" TWO_WORKERS "}", &without), 0);
+  setenv("TF_CONFIG",
+         "{\"cluster\": {\"chief\": [\"x:1\"]}, \"task\": {\"type\": \"ps\","
+         " \"index\": 0, \"trial\": \"7\"}}",
+         1);
+
+  /* --task beats the spec and TF_CONFIG. */
+  ck_assert_int_eq(cm_spec_resolve_task(with, "ps:1", err, sizeof err), 0);
+  ck_assert_int_eq(with->task.type, CM_TASK_PS);
+  ck_assert_int_eq(with->task.index, 1);
+
+  /* The spec's "task" beats TF_CONFIG. */
+  with->task.type = CM_TASK_WORKER;
+  with->task.index = 1;
+  ck_assert_int_eq(cm_spec_resolve_task(with, NULL, err, sizeof err), 0);
+  ck_assert_int_eq(with->task.type, CM_TASK_WORKER);
+  ck_assert_int_eq(with->task.index, 1);
+
+  /* TF_CONFIG is the last resort. */
+  ck_assert_msg(cm_spec_resolve_task(without, NULL, err, sizeof err) == 0,
+                "err: %s", err);
+  ck_assert_int_eq(without->task.type, CM_TASK_PS);
+  ck_assert_int_eq(without->task.index, 0);
+
+  unsetenv("TF_CONFIG");
+  cm_spec_free(with);
+  cm_spec_free(without);
+}
+END_TEST
+
+START_TEST(test_resolve_errors) {
+  struct cm_spec *spec = NULL;
+
+  unsetenv("TF_CONFIG");
+  ck_assert_int_eq(parse("{" TWO_WORKERS "}", &spec), 0);
+
+  ck_assert_int_eq(cm_spec_resolve_task(spec, NULL, err, sizeof err), CM_ESPEC);
+  ck_assert_str_eq(err, "no task given: pass --task TYPE:INDEX, set \"task\" "
+                        "in t.json, or TF_CONFIG");
+  ck_assert_int_eq(spec->task.type, CM_TASK_NONE);
+
+  ck_assert_int_eq(cm_spec_resolve_task(spec, "worker:5", err, sizeof err),
+                   CM_ESPEC);
+  ck_assert_str_eq(err, "--task \"worker:5\": index 5 out of range; "
+                        "cluster.worker has 2 entries");
+  ck_assert_int_eq(spec->task.type, CM_TASK_NONE);
+
+  ck_assert_int_eq(cm_spec_resolve_task(spec, "boss:1", err, sizeof err),
+                   CM_ESPEC);
+  has_text("--task \"boss:1\": unknown type");
+
+  setenv("TF_CONFIG", "{\"task\": {\"type\": \"worker\", ", 1);
+  ck_assert_int_eq(cm_spec_resolve_task(spec, NULL, err, sizeof err), CM_ESPEC);
+  ck_assert_msg(strncmp(err, "TF_CONFIG:1:", 12) == 0, "err: %s", err);
+  has_text("JSON syntax error");
+
+  setenv("TF_CONFIG", "{\"task\": {\"type\": \"worker\", \"index\": 2}}", 1);
+  ck_assert_int_eq(cm_spec_resolve_task(spec, NULL, err, sizeof err), CM_ESPEC);
+  ck_assert_str_eq(err, "TF_CONFIG: task.index: 2 out of range; "
+                        "cluster.worker has 2 entries");
+
+  setenv("TF_CONFIG", "{\"task\": {\"type\": \"chief\", \"index\": 0}}", 1);
+  ck_assert_int_eq(cm_spec_resolve_task(spec, NULL, err, sizeof err), CM_ESPEC);
+  ck_assert_str_eq(err, "TF_CONFIG: task.type: expected \"ps\" or "
+                        "\"worker\", got \"chief\"");
+
+  setenv("TF_CONFIG", "{\"cluster\": {}}", 1);
+  ck_assert_int_eq(cm_spec_resolve_task(spec, NULL, err, sizeof err), CM_ESPEC);
+  has_text("no task given");
+  has_text("(TF_CONFIG has no \"task\")");
+
+  /* A --task makes TF_CONFIG irrelevant, even a broken one. */
+  setenv("TF_CONFIG", "not json", 1);
+  ck_assert_int_eq(cm_spec_resolve_task(spec, "ps:1", err, sizeof err), 0);
+  ck_assert_int_eq(spec->task.type, CM_TASK_PS);
+  ck_assert_int_eq(spec->task.index, 1);
+
+  unsetenv("TF_CONFIG");
+  cm_spec_free(spec);
+}
+END_TEST
+
+/* Builds an address the way the parser would, without a spec. */
+static int is_local(const char *host) {
+  struct cm_addr a;
+
+  memset(&a, 0, sizeof a);
+  snprintf(a.host, sizeof a.host, "%s", host);
+  a.port = 7000;
+  return cm_addr_is_local(&a);
+}
+
+START_TEST(test_addr_is_local) {
+  char me[256];
+
+  ck_assert_int_eq(is_local("127.0.0.1"), 1);
+  ck_assert_int_eq(is_local("127.1.2.3"), 1);
+  ck_assert_int_eq(is_local("localhost"), 1);
+  ck_assert_int_eq(is_local("LocalHost."), 1);
+  ck_assert_int_eq(is_local("::1"), 1);
+  ck_assert_int_eq(is_local("::ffff:127.0.0.1"), 1);
+  /* TEST-NET-1 and the IPv6 documentation prefix belong to no host. */
+  ck_assert_int_eq(is_local("192.0.2.1"), 0);
+  ck_assert_int_eq(is_local("2001:db8::1"), 0);
+  ck_assert_int_eq(is_local(""), 0);
+  ck_assert_int_eq(cm_addr_is_local(NULL), 0);
+  if (gethostname(me, sizeof me) == 0) {
+    me[sizeof me - 1] = '\0';
+    ck_assert_int_eq(is_local(me), 1);
+  }
+}
+END_TEST
+
+static Suite *spec_suite(void) {
+  Suite *s = suite_create("spec");
+  TCase *tc = tcase_create("parse");
+
+  tcase_add_test(tc, test_minimal_defaults);
+  tcase_add_test(tc, test_full);
+  tcase_add_test(tc, test_cluster_missing);
+  tcase_add_test(tc, test_bad_addresses);
+  tcase_add_test(tc, test_duplicates);
+  tcase_add_test(tc, test_unknown_keys);
+  tcase_add_test(tc, test_wrong_types);
+  tcase_add_test(tc, test_task_in_spec);
+  tcase_add_test(tc, test_many_mistakes);
+  tcase_add_test(tc, test_syntax_error);
+  tcase_add_test(tc, test_truncation);
+  tcase_add_test(tc, test_load);
+  suite_add_tcase(s, tc);
+
+  tc = tcase_create("task");
+  tcase_add_test(tc, test_task_parse);
+  tcase_add_test(tc, test_resolve_precedence);
+  tcase_add_test(tc, test_resolve_errors);
+  suite_add_tcase(s, tc);
+
+  tc = tcase_create("local");
+  tcase_add_test(tc, test_addr_is_local);
+  suite_add_tcase(s, tc);
+  return s;
+}
+
+int main(void) {
+  SRunner *sr = srunner_create(spec_suite());
+  int failed;
+
+  srunner_run_all(sr, CK_NORMAL);
+  failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed == 0 ? 0 : 1;
+}

@@ -1,0 +1,548 @@
+/* libpsclient (psclient.h). After declare, the client plans its traffic
+ * once: per shard, the declared variables' slices cut into segments and
+ * grouped into messages of at most chunk_bytes. A pull or push then sends
+ * every planned message, up to `inflight` per shard at once, all shards in
+ * parallel. Pushes are sent from the caller's gradient memory without a
+ * copy; pulled bytes are copied once, from the received slices into the
+ * caller's value buffers. */
+#include "psclient.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <jansson.h>
+
+#include "err.h"
+#include "ps.pb-c.h"
+#include "rpc.h"
+#include "shard.h"
+#include "wire.h"
+
+#define DEFAULT_CHUNK (4u << 20)
+#define MAX_CHUNK (32u << 20)
+/* Variables at least this large are split across shards under AUTO. */
+#define AUTO_SPLIT_BYTES (256u << 10)
+
+/* A run of one variable's elements inside one message. */
+struct piece {
+  int var;         /* index into vars */
+  uint64_t offset; /* first element, global numbering */
+  uint64_t count;  /* elements */
+};
+
+/* One planned message to one shard. */
+struct msg {
+  int shard;      /* destination */
+  int first;      /* index of its first piece */
+  int npieces;    /* pieces in it */
+  uint64_t bytes; /* payload bytes */
+};
+
+struct dw_client {
+  const struct cm_spec *spec;   /* borrowed */
+  struct dw_client_opts o;      /* settings with defaults filled in */
+  char worker[64];              /* caller identity */
+  struct cm_channel **ch;       /* owned, one per shard */
+  int nshards;                  /* entries in ch */
+  struct dw_var *vars;          /* caller's array, from declare */
+  int nvars;                    /* entries in vars */
+  struct piece *pieces;         /* owned plan: all pieces, grouped by msg */
+  int npieces;                  /* entries in pieces */
+  struct msg *msgs;             /* owned plan: the messages */
+  int nmsgs;                    /* entries in msgs */
+  struct cm_unary *calls;       /* owned, nmsgs call slots reused per pull/push */
+  uint32_t examples;            /* examples reported with each push */
+  uint64_t pulled, pushed;      /* payload bytes moved */
+  pthread_mutex_t lock;         /* guards refs */
+  pthread_cond_t cond;          /* signalled when refs drops to 0 */
+  int refs;                     /* gradient slices gRPC still holds */
+  char err[1024];               /* last error */
+};
+
+static void seterr(struct dw_client *c, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static void seterr(struct dw_client *c, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(c->err, sizeof c->err, fmt, ap);
+  va_end(ap);
+}
+
+const char *dw_client_error(const struct dw_client *c) { return c->err; }
+uint64_t dw_client_bytes_pulled(const struct dw_client *c) { return c->pulled; }
+uint64_t dw_client_bytes_pushed(const struct dw_client *c) { return c->pushed; }
+
+void dw_client_set_examples(struct dw_client *c, uint32_t examples) {
+  c->examples = examples;
+}
+
+int dw_client_new(struct dw_client **out, const struct cm_spec *spec,
+                  const struct dw_client_opts *opts) {
+  struct dw_client *c = calloc(1, sizeof *c);
+  int rc = 0;
+  if (!c)
+    return CM_ENOMEM;
+  c->spec = spec;
+  if (opts)
+    c->o = *opts;
+  if (!c->o.timeout_ms)
+    c->o.timeout_ms = spec->job.timeout_ms > 0 ? spec->job.timeout_ms : 30000;
+  if (!c->o.connect_timeout_ms)
+    c->o.connect_timeout_ms = 60000;
+  if (!c->o.chunk_bytes)
+    c->o.chunk_bytes = DEFAULT_CHUNK;
+  if (c->o.chunk_bytes > MAX_CHUNK)
+    c->o.chunk_bytes = MAX_CHUNK;
+  c->o.chunk_bytes &= ~(size_t)3;
+  if (c->o.chunk_bytes < 4)
+    c->o.chunk_bytes = 4;
+  if (!c->o.inflight)
+    c->o.inflight = 4;
+  if (!c->o.seed)
+    c->o.seed = spec->job.seed;
+  snprintf(c->worker, sizeof c->worker, "%s",
+           c->o.worker ? c->o.worker : "client");
+  c->o.worker = c->worker;
+  pthread_mutex_init(&c->lock, NULL);
+  pthread_cond_init(&c->cond, NULL);
+  c->nshards = spec->nps;
+  if (!(c->ch = calloc(c->nshards, sizeof *c->ch))) {
+    rc = CM_ENOMEM;
+    goto out;
+  }
+  for (int s = 0; s < c->nshards; s++)
+    if ((rc = cm_channel_new(&c->ch[s], spec->ps[s].text)))
+      goto out;
+out:
+  if (rc) {
+    dw_client_free(c);
+    c = NULL;
+  }
+  *out = c;
+  return rc;
+}
+
+void dw_client_free(struct dw_client *c) {
+  if (!c)
+    return;
+  for (int s = 0; c->ch && s < c->nshards; s++)
+    cm_channel_free(c->ch[s]);
+  free(c->ch);
+  free(c->pieces);
+  free(c->msgs);
+  free(c->calls);
+  pthread_mutex_destroy(&c->lock);
+  pthread_cond_destroy(&c->cond);
+  free(c);
+}
+
+static uint64_t numel(const struct dw_var *v) {
+  uint64_t n = 1;
+  for (int d = 0; d < v->ndim; d++)
+    n *= (uint64_t)v->shape[d];
+  return n;
+}
+
+/* Describes call u's failure into c->err. */
+static void call_error(struct dw_client *c, const char *what,
+                       const struct cm_unary *u) {
+  int s = 0;
+  for (; s < c->nshards; s++)
+    if (c->ch[s] == u->channel)
+      break;
+  seterr(c, "%s to ps:%d (%s) failed: %s: %s", what, s,
+         cm_channel_target(u->channel), cm_rpc_status_name(u->status),
+         u->details[0] ? u->details : "(no message)");
+}
+
+/* Runs calls; on failure names the first failed call. */
+static int run(struct dw_client *c, struct cm_unary *calls, int n,
+               const char *what, int timeout_ms, int wait_for_ready,
+               cm_unary_done done, void *ctx) {
+  struct cm_run_opts o = {.timeout_ms = timeout_ms,
+                          .inflight = c->o.inflight,
+                          .wait_for_ready = wait_for_ready,
+                          .done = done,
+                          .ctx = ctx};
+  int rc = cm_client_run(calls, n, &o);
+  if (rc) {
+    for (int i = 0; i < n; i++)
+      if (calls[i].status != GRPC_STATUS_OK) {
+        call_error(c, what, &calls[i]);
+        break;
+      }
+  }
+  return rc;
+}
+
+/* Cuts every variable's slice on every shard into messages. */
+static int plan(struct dw_client *c) {
+  uint64_t chunk = c->o.chunk_bytes / sizeof(float);
+  int cap_p = 16, cap_m = 16;
+  c->pieces = malloc(cap_p * sizeof *c->pieces);
+  c->msgs = malloc(cap_m * sizeof *c->msgs);
+  if (!c->pieces || !c->msgs)
+    return CM_ENOMEM;
+  for (int s = 0; s < c->nshards; s++) {
+    struct msg *cur = NULL;
+    for (int i = 0; i < c->nvars; i++) {
+      const struct dw_var *v = &c->vars[i];
+      int64_t rb, re;
+      uint64_t row = numel(v) / (uint64_t)v->shape[0];
+      cm_shard_rows(v->shape[0], v->placement, c->nshards, s, &rb, &re);
+      uint64_t off = (uint64_t)rb * row, end = (uint64_t)re * row;
+      while (off < end) {
+        if (!cur || cur->bytes / sizeof(float) >= chunk) {
+          if (c->nmsgs == cap_m) {
+            struct msg *m = realloc(c->msgs, (cap_m *= 2) * sizeof *m);
+            if (!m)
+              return CM_ENOMEM;
+            c->msgs = m;
+          }
+          cur = &c->msgs[c->nmsgs++];
+          *cur = (struct msg){s, c->npieces, 0, 0};
+        }
+        uint64_t room = chunk - cur->bytes / sizeof(float);
+        uint64_t k = end - off < room ? end - off : room;
+        if (c->npieces == cap_p) {
+          struct piece *p = realloc(c->pieces, (cap_p *= 2) * sizeof *p);
+          if (!p)
+            return CM_ENOMEM;
+          c->pieces = p;
+        }
+        c->pieces[c->npieces++] = (struct piece){i, off, k};
+        cur->npieces++;
+        cur->bytes += k * sizeof(float);
+        off += k;
+      }
+    }
+  }
+  c->calls = calloc(c->nmsgs + 1, sizeof *c->calls);
+  return c->calls ? 0 : CM_ENOMEM;
+}
+
+int dw_client_declare(struct dw_client *c, struct dw_var *vars, int n) {
+  Psd__V1__Caller caller = PSD__V1__CALLER__INIT;
+  Psd__V1__DeclareRequest req = PSD__V1__DECLARE_REQUEST__INIT;
+  Psd__V1__VarSpec *specs = NULL, **ptrs = NULL;
+  struct cm_unary *calls = NULL;
+  uint64_t *bytes = NULL;
+  int *place = NULL, rc = 0;
+
+  if (c->vars) {
+    seterr(c, "declare: this client already declared its variables");
+    return CM_EINVAL;
+  }
+  specs = calloc(n + 1, sizeof *specs);
+  ptrs = calloc(n + 1, sizeof *ptrs);
+  calls = calloc(c->nshards, sizeof *calls);
+  bytes = calloc(n + 1, sizeof *bytes);
+  place = calloc(n + 1, sizeof *place);
+  if (!specs || !ptrs || !calls || !bytes || !place) {
+    rc = CM_ENOMEM;
+    goto out;
+  }
+  for (int i = 0; i < n; i++) {
+    if (vars[i].ndim < 1 || vars[i].ndim > DW_VAR_MAX_DIMS) {
+      seterr(c, "declare: variable '%s' has %d dimensions; expected 1..%d",
+             vars[i].name, vars[i].ndim, DW_VAR_MAX_DIMS);
+      rc = CM_EINVAL;
+      goto out;
+    }
+    for (int d = 0; d < vars[i].ndim; d++)
+      if (vars[i].shape[d] <= 0) {
+        seterr(c, "declare: variable '%s' dimension %d is %lld; expected > 0",
+               vars[i].name, d, (long long)vars[i].shape[d]);
+        rc = CM_EINVAL;
+        goto out;
+      }
+    bytes[i] = numel(&vars[i]) * sizeof(float);
+  }
+  cm_shard_auto(bytes, n, c->nshards, AUTO_SPLIT_BYTES, place);
+  for (int i = 0; i < n; i++) {
+    if (vars[i].placement == DW_PLACE_AUTO)
+      vars[i].placement = place[i];
+    psd__v1__var_spec__init(&specs[i]);
+    specs[i].name = (char *)vars[i].name;
+    specs[i].n_shape = vars[i].ndim;
+    specs[i].shape = vars[i].shape;
+    specs[i].placement = vars[i].placement;
+    specs[i].init = vars[i].init == DW_INIT_UNIFORM
+                        ? PSD__V1__INIT__INIT_UNIFORM
+                        : PSD__V1__INIT__INIT_ZEROS;
+    specs[i].init_scale = vars[i].init_scale;
+    specs[i].seed = c->o.seed;
+    ptrs[i] = &specs[i];
+  }
+  caller.job = (char *)c->spec->job.name;
+  caller.worker = c->worker;
+  req.caller = &caller;
+  req.n_vars = n;
+  req.vars = ptrs;
+  for (int s = 0; s < c->nshards; s++) {
+    calls[s].channel = c->ch[s];
+    calls[s].method = "/psd.v1.Data/Declare";
+    calls[s].request = cm_rpc_pack(&req.base);
+  }
+  /* Shards may still be starting: wait for them, within the deadline. */
+  rc = run(c, calls, c->nshards, "declare", c->o.connect_timeout_ms, 1, NULL,
+           NULL);
+  if (rc)
+    goto out;
+  c->vars = vars;
+  c->nvars = n;
+  rc = plan(c);
+out:
+  for (int s = 0; calls && s < c->nshards; s++)
+    cm_unary_release(&calls[s]);
+  free(calls);
+  free(specs);
+  free(ptrs);
+  free(bytes);
+  free(place);
+  if (rc && !c->err[0])
+    seterr(c, "declare: %s", cm_strerror(rc));
+  return rc;
+}
+
+/* gRPC is done with one gradient slice (psclient.h: the caller's gradient
+ * must not change while gRPC may still read it). */
+static void release_ref(void *arg) {
+  struct dw_client *c = arg;
+  pthread_mutex_lock(&c->lock);
+  if (--c->refs == 0)
+    pthread_cond_broadcast(&c->cond);
+  pthread_mutex_unlock(&c->lock);
+}
+
+/* Waits until gRPC has let go of every gradient slice; it does so as each
+ * call completes, so this wait is short or nothing. */
+static void wait_refs(struct dw_client *c) {
+  struct timespec until;
+  clock_gettime(CLOCK_REALTIME, &until);
+  until.tv_sec += 10;
+  pthread_mutex_lock(&c->lock);
+  while (c->refs > 0)
+    if (pthread_cond_timedwait(&c->cond, &c->lock, &until) == ETIMEDOUT)
+      break;
+  pthread_mutex_unlock(&c->lock);
+}
+
+/* Packs the caller and segments of message m as a Pull or Push head. */
+static grpc_byte_buffer *build_request(struct dw_client *c,
+                                       const struct msg *m, int push,
+                                       int first_of_shard) {
+  Psd__V1__Caller caller = PSD__V1__CALLER__INIT;
+  Psd__V1__Segment segs[64], *sp[64], **ptrs = sp, *seg = segs;
+  uint8_t stack[4096], *head = stack;
+  grpc_byte_buffer *bb = NULL;
+  struct cm_wire_piece wp[64], *pieces = wp;
+  size_t len;
+
+  if (m->npieces > 64) {
+    seg = calloc(m->npieces, sizeof *seg);
+    ptrs = calloc(m->npieces, sizeof *ptrs);
+    pieces = calloc(m->npieces, sizeof *pieces);
+    if (!seg || !ptrs || !pieces)
+      goto out;
+  }
+  caller.job = (char *)c->spec->job.name;
+  caller.worker = c->worker;
+  for (int i = 0; i < m->npieces; i++) {
+    const struct piece *p = &c->pieces[m->first + i];
+    const struct dw_var *v = &c->vars[p->var];
+    psd__v1__segment__init(&seg[i]);
+    seg[i].name = (char *)v->name;
+    seg[i].offset = p->offset;
+    seg[i].count = p->count;
+    if (push) {
+      seg[i].n_shape = v->ndim;
+      seg[i].shape = (int64_t *)v->shape;
+      pieces[i].ptr = (const uint8_t *)(v->grad + p->offset);
+      pieces[i].len = p->count * sizeof(float);
+    }
+    ptrs[i] = &seg[i];
+  }
+  if (push) {
+    Psd__V1__PushRequest req = PSD__V1__PUSH_REQUEST__INIT;
+    req.caller = &caller;
+    req.n_segments = m->npieces;
+    req.segments = ptrs;
+    req.examples = first_of_shard ? c->examples : 0;
+    len = psd__v1__push_request__get_packed_size(&req);
+    if (len > sizeof stack && !(head = malloc(len)))
+      goto out;
+    psd__v1__push_request__pack(&req, head);
+  } else {
+    Psd__V1__PullRequest req = PSD__V1__PULL_REQUEST__INIT;
+    req.caller = &caller;
+    req.n_segments = m->npieces;
+    req.segments = ptrs;
+    len = psd__v1__pull_request__get_packed_size(&req);
+    if (len > sizeof stack && !(head = malloc(len)))
+      goto out;
+    psd__v1__pull_request__pack(&req, head);
+  }
+  if (push) {
+    pthread_mutex_lock(&c->lock);
+    c->refs += m->npieces;
+    pthread_mutex_unlock(&c->lock);
+  }
+  bb = push ? cm_wire_build(head, len, pieces, m->npieces, release_ref, c)
+            : cm_wire_build(head, len, NULL, 0, NULL, NULL);
+out:
+  if (head != stack)
+    free(head);
+  if (seg != segs) {
+    free(seg);
+    free(ptrs);
+    free(pieces);
+  }
+  return bb;
+}
+
+/* Checks a pull answer and copies its bytes into the variables. */
+static void on_pulled(struct cm_unary *u, void *ctx) {
+  struct dw_client *c = ctx;
+  const struct msg *m = u->user;
+  struct cm_wire_msg w;
+  if (u->status != GRPC_STATUS_OK)
+    return;
+  if (cm_wire_parse(&w, u->response) || w.bulk_len != m->bytes) {
+    u->status = GRPC_STATUS_INTERNAL;
+    snprintf(u->details, sizeof u->details,
+             "pull answer holds %zu bytes; expected %llu", w.bulk_len,
+             (unsigned long long)m->bytes);
+  } else {
+    size_t off = 0;
+    for (int i = 0; i < m->npieces; i++) {
+      const struct piece *p = &c->pieces[m->first + i];
+      size_t len = p->count * sizeof(float);
+      cm_wire_bulk_read(&w, off, c->vars[p->var].value + p->offset, len);
+      off += len;
+    }
+    c->pulled += m->bytes;
+  }
+  cm_wire_msg_release(&w);
+  cm_unary_release(u);
+}
+
+static int transfer(struct dw_client *c, int push) {
+  int rc, prev = -1;
+  if (!c->vars) {
+    seterr(c, "%s: declare the variables first", push ? "push" : "pull");
+    return CM_EINVAL;
+  }
+  for (int i = 0; i < c->nmsgs; i++) {
+    const struct msg *m = &c->msgs[i];
+    struct cm_unary *u = &c->calls[i];
+    memset(u, 0, sizeof *u);
+    u->channel = c->ch[m->shard];
+    u->method = push ? "/psd.v1.Data/Push" : "/psd.v1.Data/Pull";
+    u->user = (void *)m;
+    u->request = build_request(c, m, push, m->shard != prev);
+    prev = m->shard;
+    if (!u->request) {
+      seterr(c, "%s: out of memory", push ? "push" : "pull");
+      for (int k = 0; k < i; k++)
+        cm_unary_release(&c->calls[k]);
+      return CM_ENOMEM;
+    }
+  }
+  rc = run(c, c->calls, c->nmsgs, push ? "push" : "pull", c->o.timeout_ms, 0,
+           push ? NULL : on_pulled, c);
+  for (int i = 0; i < c->nmsgs; i++) {
+    if (push && c->calls[i].status == GRPC_STATUS_OK)
+      c->pushed += c->msgs[i].bytes;
+    cm_unary_release(&c->calls[i]);
+  }
+  if (push)
+    wait_refs(c);
+  if (!rc) {
+    for (int i = 0; i < c->nmsgs; i++)
+      if (c->calls[i].status != GRPC_STATUS_OK) {
+        call_error(c, push ? "push" : "pull", &c->calls[i]);
+        rc = CM_ERPC;
+        break;
+      }
+  }
+  return rc;
+}
+
+int dw_client_pull(struct dw_client *c) { return transfer(c, 0); }
+
+int dw_client_push(struct dw_client *c) { return transfer(c, 1); }
+
+int dw_client_status(struct dw_client *c, int shard, char **json) {
+  Psd__V1__Caller caller = PSD__V1__CALLER__INIT;
+  Psd__V1__StatusRequest req = PSD__V1__STATUS_REQUEST__INIT;
+  Psd__V1__StatusResponse *resp = NULL;
+  struct cm_unary u;
+  uint8_t *data = NULL;
+  size_t len;
+  json_t *root = NULL, *vars;
+  int rc;
+
+  *json = NULL;
+  if (shard < 0 || shard >= c->nshards) {
+    seterr(c, "status: no shard %d; the cluster has %d", shard, c->nshards);
+    return CM_EINVAL;
+  }
+  caller.job = (char *)c->spec->job.name;
+  caller.worker = c->worker;
+  req.caller = &caller;
+  memset(&u, 0, sizeof u);
+  u.channel = c->ch[shard];
+  u.method = "/psd.v1.Admin/Status";
+  u.request = cm_rpc_pack(&req.base);
+  if ((rc = run(c, &u, 1, "status", c->o.timeout_ms, 0, NULL, NULL)))
+    goto out;
+  if ((rc = cm_rpc_readall(u.response, &data, &len)))
+    goto out;
+  if (!(resp = psd__v1__status_response__unpack(NULL, len, data))) {
+    seterr(c, "status from ps:%d: malformed answer", shard);
+    rc = CM_EPROTO;
+    goto out;
+  }
+  root = json_pack("{s:i, s:i, s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:f}",
+                   "shard", resp->shard, "num_shards", resp->num_shards, "job",
+                   resp->job, "mode", resp->mode, "pulls",
+                   (json_int_t)resp->pulls, "pushes", (json_int_t)resp->pushes,
+                   "examples", (json_int_t)resp->examples, "bytes_in",
+                   (json_int_t)resp->bytes_in, "bytes_out",
+                   (json_int_t)resp->bytes_out, "errors",
+                   (json_int_t)resp->errors, "uptime_s", resp->uptime_s);
+  vars = json_array();
+  for (size_t i = 0; root && i < resp->n_vars; i++) {
+    const Psd__V1__VarStatus *v = resp->vars[i];
+    json_t *shape = json_array();
+    for (size_t d = 0; d < v->n_shape; d++)
+      json_array_append_new(shape, json_integer(v->shape[d]));
+    json_array_append_new(
+        vars, json_pack("{s:s, s:o, s:[I, I], s:I, s:I, s:s}", "name", v->name,
+                        "shape", shape, "rows", (json_int_t)v->row_begin,
+                        (json_int_t)v->row_end, "version",
+                        (json_int_t)v->version, "bytes", (json_int_t)v->bytes,
+                        "optimizer", v->optimizer));
+  }
+  if (!root) {
+    json_decref(vars);
+    rc = CM_ENOMEM;
+    goto out;
+  }
+  json_object_set_new(root, "vars", vars);
+  *json = json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+  rc = *json ? 0 : CM_ENOMEM;
+out:
+  json_decref(root);
+  if (resp)
+    psd__v1__status_response__free_unpacked(resp, NULL);
+  free(data);
+  cm_unary_release(&u);
+  return rc;
+}

@@ -1,0 +1,88 @@
+/* libpsclient: a C client for psd. Connects to every shard of a cluster
+ * spec, declares variables (idempotently), and pulls and pushes them with
+ * the calls to all shards in flight at once, each call with a deadline.
+ * Large variables travel in chunks (see README, "Wire"), so no gRPC message
+ * limit is ever hit. One dw_client is used by one thread at a time. */
+#ifndef DW_PSCLIENT_H
+#define DW_PSCLIENT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "spec.h"
+
+#define DW_VAR_MAX_DIMS 4
+
+/* Where a variable lives. */
+enum dw_placement {
+  DW_PLACE_AUTO = -2,  /* split when large, else whole on the least-loaded shard */
+  DW_PLACE_SPLIT = -1, /* contiguous row ranges on every shard, balanced by bytes */
+  /* >= 0: whole on that shard */
+};
+
+/* How psd fills a variable when it first creates it. */
+enum dw_init {
+  DW_INIT_ZEROS = 0,   /* all zero */
+  DW_INIT_UNIFORM = 1, /* uniform in [-init_scale, init_scale], seeded */
+};
+
+/* One variable as the worker sees it. The client keeps a pointer to the
+ * caller's array from dw_client_declare on; the caller keeps it (and the
+ * buffers it points to) alive and unmoved until dw_client_free. */
+struct dw_var {
+  const char *name;                /* unique in the job, at most 200 bytes */
+  int ndim;                        /* 1..DW_VAR_MAX_DIMS */
+  int64_t shape[DW_VAR_MAX_DIMS];  /* rows are shape[0]; f32 elements */
+  int placement;                   /* enum dw_placement or a shard index; AUTO is resolved in place by declare */
+  enum dw_init init;               /* initializer psd uses on creation */
+  float init_scale;                /* bound of DW_INIT_UNIFORM */
+  float *value;                    /* caller-owned pull destination, numel floats */
+  const float *grad;               /* caller-owned push source, numel floats */
+};
+
+/* Client settings; zero fields take the defaults in brackets. */
+struct dw_client_opts {
+  const char *worker;      /* identity sent with each call ["client"] */
+  int timeout_ms;          /* deadline of each call [spec job.rpc_timeout_ms] */
+  int connect_timeout_ms;  /* how long declare waits for shards to come up [60000] */
+  size_t chunk_bytes;      /* largest tensor payload per message [4 MiB] */
+  int inflight;            /* calls in flight per shard [4] */
+  uint64_t seed;           /* initializer seed sent with declare [spec job.seed] */
+};
+
+struct dw_client;
+
+/* Opens channels to every shard in spec (nothing is sent yet). spec must
+ * outlive the client. */
+int dw_client_new(struct dw_client **out, const struct cm_spec *spec,
+                  const struct dw_client_opts *opts);
+void dw_client_free(struct dw_client *c);
+
+/* Declares vars[0..n) on the shards that hold them, waiting for the shards
+ * to come up (connect_timeout_ms). Returns 0, or CM_EEXIST when a shard holds
+ * a variable of that name with another shape, or CM_ERPC/CM_ETIMEDOUT;
+ * dw_client_error says which variable and shard. */
+int dw_client_declare(struct dw_client *c, struct dw_var *vars, int n);
+
+/* Pulls every declared variable's current value into its `value` buffer. */
+int dw_client_pull(struct dw_client *c);
+
+/* Pushes every declared variable's `grad`; each shard applies its
+ * optimizer on arrival. */
+int dw_client_push(struct dw_client *c);
+
+/* Sets the number of examples reported with each later push (psd counts
+ * them for its status and the job's examples/s). */
+void dw_client_set_examples(struct dw_client *c, uint32_t examples);
+
+/* Fetches shard `shard`'s status as a JSON text (caller frees with free()). */
+int dw_client_status(struct dw_client *c, int shard, char **json);
+
+/* The last error in words, naming the shard and variable; "" when none. */
+const char *dw_client_error(const struct dw_client *c);
+
+/* Bytes moved by this client so far (payload only), for progress lines. */
+uint64_t dw_client_bytes_pulled(const struct dw_client *c);
+uint64_t dw_client_bytes_pushed(const struct dw_client *c);
+
+#endif
