@@ -1,0 +1,33 @@
+# A thin wrapper over meson: setup installs missing Debian packages, build
+# configures once and then lets ninja skip what is up to date.
+BUILD ?= build
+# nvcc lives outside PATH on Debian; meson builds the CUDA kernels when it
+# finds it and the CPU-only build otherwise.
+export PATH := $(PATH):/usr/local/cuda/bin
+PY := /usr/bin/python3
+
+.PHONY: all setup build demo test bench clean
+
+all: build
+
+setup:
+	@sh deploy/setup.sh
+
+$(BUILD)/build.ninja:
+	meson setup $(BUILD)
+
+build: setup $(BUILD)/build.ninja
+	ninja -C $(BUILD)
+
+demo: build
+	$(BUILD)/worker/pslaunch deploy/examples/local.json
+
+test: build
+	meson test -C $(BUILD) --print-errorlogs --num-processes 2; \
+	  rc=$$?; $(PY) tests/summary.py $(BUILD); exit $$rc
+
+bench: build
+	$(PY) tests/bench/bench.py $(BUILD)
+
+clean:
+	rm -rf $(BUILD)

@@ -1,0 +1,28 @@
+#!/bin/sh
+# Installs the Debian 12 packages psd needs, only those still missing, so a
+# second run does nothing. Run as root (make demo / make test call it).
+set -eu
+
+PKGS="meson ninja-build pkg-config gcc libc6-dev make python3 \
+libgrpc-dev protobuf-c-compiler libprotobuf-c-dev libuv1-dev libopenblas-dev \
+check libjansson-dev libsystemd-dev zlib1g-dev dataset-fashion-mnist"
+
+missing=""
+for p in $PKGS; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed"; then
+    missing="$missing $p"
+  fi
+done
+if [ -z "$missing" ]; then
+  echo "setup: all Debian packages present"
+  exit 0
+fi
+if [ "$(id -u)" != 0 ]; then
+  echo "setup: missing Debian packages:$missing" >&2
+  echo "setup: run as root, or: sudo apt-get install$missing" >&2
+  exit 1
+fi
+echo "setup: installing$missing"
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -q
+apt-get install -y -q --no-install-recommends $missing

@@ -1,0 +1,138 @@
+"""Shared helpers for psd's integration tests: real psd / dworker processes on
+127.0.0.1 with ephemeral ports, readiness read from their logs (never fixed
+sleeps), and cleanup by PID of only the processes a test started."""
+import json
+import os
+import queue
+import signal
+import socket
+import subprocess
+import tempfile
+import threading
+import time
+
+BUILD = None  # set by each test module's main from argv[1]
+
+
+def build_path(*parts):
+    return os.path.join(BUILD, *parts)
+
+
+def free_ports(n):
+    """Ports the kernel handed out just now and that nobody listens on."""
+    socks, ports = [], []
+    for _ in range(n):
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        socks.append(s)
+        ports.append(s.getsockname()[1])
+    for s in socks:
+        s.close()
+    return ports
+
+
+def write_spec(path, nps=2, nworker=2, job=None, extra=None):
+    ports = free_ports(nps + nworker)
+    spec = {
+        "cluster": {
+            "ps": ["127.0.0.1:%d" % p for p in ports[:nps]],
+            "worker": ["127.0.0.1:%d" % p for p in ports[nps:]],
+        },
+        "job": job or {},
+    }
+    if extra:
+        spec.update(extra)
+    with open(path, "w") as f:
+        json.dump(spec, f, indent=2)
+    return spec
+
+
+class Proc:
+    """A child process whose merged output is collected line by line."""
+
+    def __init__(self, argv, env=None):
+        e = dict(os.environ)
+        e.setdefault("GRPC_DNS_RESOLVER", "native")
+        if env:
+            e.update(env)
+        self.argv = argv
+        self.p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                  stdin=subprocess.DEVNULL, env=e, text=True)
+        self.lines = []
+        self.q = queue.Queue()
+        self.t = threading.Thread(target=self._read, daemon=True)
+        self.t.start()
+
+    def _read(self):
+        for line in self.p.stdout:
+            self.lines.append(line.rstrip("\n"))
+            self.q.put(line.rstrip("\n"))
+        self.q.put(None)
+
+    def wait_for(self, needle, timeout=30):
+        """Blocks until a line containing needle appears; returns it."""
+        deadline = time.monotonic() + timeout
+        for line in list(self.lines):
+            if needle in line:
+                return line
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise AssertionError("timed out waiting for %r from %s; output:\n%s"
+                                     % (needle, self.argv[0], self.output()))
+            try:
+                line = self.q.get(timeout=left)
+            except queue.Empty:
+                continue
+            if line is None:
+                raise AssertionError("%s exited (%s) before printing %r; output:\n%s"
+                                     % (self.argv[0], self.p.wait(), needle, self.output()))
+            if needle in line:
+                return line
+
+    def output(self):
+        return "\n".join(self.lines)
+
+    def wait(self, timeout=60):
+        rc = self.p.wait(timeout=timeout)
+        self.t.join(timeout=5)
+        return rc
+
+    def stop(self, sig=signal.SIGTERM, timeout=20):
+        if self.p.poll() is None:
+            self.p.send_signal(sig)
+            try:
+                self.p.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self.p.kill()
+                self.p.wait()
+        self.t.join(timeout=5)
+        return self.p.returncode
+
+
+def start_psd(spec_path, index, env=None):
+    p = Proc([build_path("ps-server", "psd"), "--cluster", spec_path, "--task", "ps:%d" % index],
+             env=env)
+    p.wait_for("ready: listening on")
+    return p
+
+
+def run(argv, timeout=120, env=None):
+    e = dict(os.environ)
+    e.setdefault("GRPC_DNS_RESOLVER", "native")
+    if env:
+        e.update(env)
+    return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=e)
+
+
+def pstool(spec_path, *args, timeout=120):
+    return run([build_path("tests", "pstool"), "--cluster", spec_path] + list(args), timeout=timeout)
+
+
+class TempDir:
+    def __enter__(self):
+        self.d = tempfile.TemporaryDirectory(prefix="psd-test-")
+        return self.d.name
+
+    def __exit__(self, *a):
+        self.d.cleanup()
