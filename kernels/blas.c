@@ -4,7 +4,9 @@
  * sgemm speed on an AVX-512 machine. The library reads OPENBLAS_CORETYPE
  * once, while it loads, so the only way to change its mind is to set the
  * variable and re-execute the program. Where OpenBLAS's own choice already
- * uses the best vector ISA the CPU has, nothing is re-executed. */
+ * uses the best vector ISA the CPU has, nothing is re-executed. An inherited
+ * OPENBLAS_CORETYPE that leaves vector width unused is replaced as well;
+ * PSD_OPENBLAS_CORETYPE forces a core type whatever the CPU. */
 #include "blas.h"
 
 #include "err.h"
@@ -18,6 +20,8 @@
 /* Names the program that set OPENBLAS_CORETYPE; its presence also stops a
  * second re-exec should something clear OPENBLAS_CORETYPE again. */
 #define KN__MARKER "PSD_BLAS_SET_BY"
+/* The OPENBLAS_CORETYPE the program inherited and replaced, for the log. */
+#define KN__REPLACED "PSD_BLAS_REPLACED"
 
 /* OpenBLAS extensions, repeated here because a netlib cblas.h (Debian's
  * alternatives system may install one) does not declare them. */
@@ -32,8 +36,10 @@ static int kn__level(const char *core) {
   static const struct {
     const char *name; /* OpenBLAS's name for the core type */
     int level;        /* its ISA, as kn__level returns it */
-  } known[] = {{"Haswell", 2},    {"Zen", 2},
-               {"SkylakeX", 3},   {"Cooperlake", 3},
+  } known[] = {{"Haswell", 2},
+               {"Zen", 2},
+               {"SkylakeX", 3},
+               {"Cooperlake", 3},
                {"SapphireRapids", 3}};
 
   for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
@@ -65,20 +71,32 @@ static int kn__under_valgrind(void) {
 }
 
 int kn_blas_init(char **argv, int threads) {
-  const char *core = NULL, *name;
+  const char *core = NULL, *name, *forced = getenv("PSD_OPENBLAS_CORETYPE");
+  const char *inherited = getenv("OPENBLAS_CORETYPE");
   int rc = 0;
 
-  if (!getenv("OPENBLAS_CORETYPE") && !getenv(KN__MARKER) &&
-      !kn__under_valgrind())
-    core = kn__pick_core();
-  if (core && kn__level(openblas_get_corename()) < kn__level(core)) {
+  if (!getenv(KN__MARKER) && !kn__under_valgrind()) {
+    if (forced && forced[0]) {
+      /* The operator's word wins: load exactly that core. */
+      if (!inherited || strcmp(inherited, forced) != 0)
+        core = forced;
+    } else {
+      /* An inherited OPENBLAS_CORETYPE (some images set one globally) is
+       * replaced too when it leaves vector width unused. */
+      core = kn__pick_core();
+      if (core && kn__level(openblas_get_corename()) >= kn__level(core))
+        core = NULL;
+    }
+  }
+  if (core) {
     if (!argv || !argv[0]) {
       rc = CM_EINVAL;
       goto out;
     }
     name = strrchr(argv[0], '/');
     name = name ? name + 1 : argv[0];
-    if (setenv("OPENBLAS_CORETYPE", core, 1) || setenv(KN__MARKER, name, 1)) {
+    if ((inherited && setenv(KN__REPLACED, inherited, 1)) ||
+        setenv("OPENBLAS_CORETYPE", core, 1) || setenv(KN__MARKER, name, 1)) {
       rc = CM_ENOMEM;
       goto out;
     }
@@ -87,10 +105,15 @@ int kn_blas_init(char **argv, int threads) {
     rc = CM_ESYS;
   }
 out:
-  /* This image loaded OpenBLAS without the variable; keep the marker so no
-   * second attempt is made. */
-  if (rc < 0)
-    unsetenv("OPENBLAS_CORETYPE");
+  /* This image loaded OpenBLAS without the new setting; put the old one
+   * back so the log tells the truth, and keep the marker against loops. */
+  if (rc < 0) {
+    if (inherited)
+      setenv("OPENBLAS_CORETYPE", inherited, 1);
+    else
+      unsetenv("OPENBLAS_CORETYPE");
+    unsetenv(KN__REPLACED);
+  }
   if (threads > 0)
     openblas_set_num_threads(threads);
   return rc;
@@ -99,6 +122,7 @@ out:
 void kn_blas_describe(char *buf, unsigned len) {
   const char *config = openblas_get_config(), *end;
   const char *env = getenv("OPENBLAS_CORETYPE"), *by = getenv(KN__MARKER);
+  const char *was = getenv(KN__REPLACED), *forced = getenv("PSD_OPENBLAS_CORETYPE");
   char origin[160];
 
   if (!buf || !len)
@@ -106,14 +130,24 @@ void kn_blas_describe(char *buf, unsigned len) {
   /* The config string starts "OpenBLAS 0.3.21 ..."; keep those two words. */
   end = strchr(config, ' ');
   end = end ? strchr(end + 1, ' ') : NULL;
-  if (env && by)
+  if (env && by && forced && !strcmp(env, forced))
+    snprintf(origin, sizeof origin,
+             "OPENBLAS_CORETYPE=%s set by %s from PSD_OPENBLAS_CORETYPE", env,
+             by);
+  else if (env && by && was)
+    snprintf(origin, sizeof origin,
+             "OPENBLAS_CORETYPE=%s set by %s from CPUID, replacing the "
+             "inherited %s",
+             env, by, was);
+  else if (env && by)
     snprintf(origin, sizeof origin, "OPENBLAS_CORETYPE=%s set by %s from CPUID",
              env, by);
   else if (env)
     snprintf(origin, sizeof origin, "OPENBLAS_CORETYPE=%s from the environment",
              env);
   else
-    snprintf(origin, sizeof origin, "OPENBLAS_CORETYPE unset: OpenBLAS's choice");
+    snprintf(origin, sizeof origin,
+             "OPENBLAS_CORETYPE unset: OpenBLAS's choice");
   snprintf(buf, len, "%.*s core=%s threads=%d (%s)",
            end ? (int)(end - config) : (int)strlen(config), config,
            openblas_get_corename(), openblas_get_num_threads(), origin);

@@ -14,7 +14,8 @@
 extern "C" {
 #endif
 
-/* x is (B, in), w is (out, in), b is (out), y is (B, out): y = x w^T + b */
+/* x is (B, in), w is (out, in), b is (out) or NULL, y is (B, out):
+ * y = x w^T + b */
 void kn_dense_forward(float *y, const float *x, const float *w, const float *b,
                       int B, int in, int out);
 

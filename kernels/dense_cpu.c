@@ -66,8 +66,8 @@ static __attribute__((noinline)) void kn__relu_inplace(float *y, size_t n) {
     y[i] = y[i] > 0.0f ? y[i] : 0.0f;
 }
 
-static __attribute__((noinline)) void kn__relu_copy(float *restrict y, const float *restrict x,
-                          size_t n) {
+static __attribute__((noinline)) void
+kn__relu_copy(float *restrict y, const float *restrict x, size_t n) {
   size_t i, m = kn__body(n);
   for (i = 0; i < m; i++)
     y[i] = x[i] > 0.0f ? x[i] : 0.0f;
@@ -84,8 +84,8 @@ void kn_relu_forward(float *y, const float *x, size_t n) {
 
 /* The gradient is loaded before the select so the load is unconditional,
  * which GCC needs to if-convert and vectorize the loop. */
-static __attribute__((noinline)) void kn__relu_back_inplace(float *restrict d, const float *restrict y,
-                                  size_t n) {
+static __attribute__((noinline)) void
+kn__relu_back_inplace(float *restrict d, const float *restrict y, size_t n) {
   size_t i, m = kn__body(n);
   for (i = 0; i < m; i++) {
     float g = d[i];
@@ -95,8 +95,9 @@ static __attribute__((noinline)) void kn__relu_back_inplace(float *restrict d, c
     d[i] = y[i] > 0.0f ? d[i] : 0.0f;
 }
 
-static __attribute__((noinline)) void kn__relu_back_copy(float *restrict dx, const float *restrict dy,
-                               const float *restrict y, size_t n) {
+static __attribute__((noinline)) void
+kn__relu_back_copy(float *restrict dx, const float *restrict dy,
+                   const float *restrict y, size_t n) {
   size_t i, m = kn__body(n);
   for (i = 0; i < m; i++) {
     float g = dy[i];

@@ -59,10 +59,10 @@ static int kn__check(T r, const char *call, const char *file, int line) {
 
 /* A grid-stride loop over i in [0, n), so any n fits a capped grid. */
 #define KN__FOR(i, n)                                                          \
-  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (n);     \
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (n);      \
        i += (size_t)gridDim.x * blockDim.x)
 
-/* Blocks for n elements: one per KN__THREADS, capped (KN__FOR does the rest). */
+/* Blocks for n elements, capped: KN__FOR covers the rest. */
 static unsigned kn__blocks(size_t n) {
   size_t b = (n + KN__THREADS - 1) / KN__THREADS;
   return b < 65536 ? (unsigned)b : 65536u;
@@ -223,9 +223,9 @@ out:
 
 // dy is (B, out), x is (B, in), w is (out, in); dw is (out, in), db is
 // (out), dx is (B, in) or NULL
-int kn_dense_backward_cuda(struct kn_cuda *ctx, float *dx, float *dw,
-                           float *db, const float *dy, const float *x,
-                           const float *w, int B, int in, int out) {
+int kn_dense_backward_cuda(struct kn_cuda *ctx, float *dx, float *dw, float *db,
+                           const float *dy, const float *x, const float *w,
+                           int B, int in, int out) {
   int rc = 0;
 
   if ((rc = kn__gemm(ctx, 1, 0, out, in, B, dy, x, 0.0f, dw)) < 0)
@@ -235,8 +235,8 @@ int kn_dense_backward_cuda(struct kn_cuda *ctx, float *dx, float *dw,
                    ctx->stream>>>(db, dy, B, out);
     KN__TRY(cudaGetLastError());
   }
-  if (dx && (rc = kn__gemm(ctx, 0, 0, B, in, out, dy, w, 0.0f, dx)) < 0)
-    goto out;
+  if (dx)
+    rc = kn__gemm(ctx, 0, 0, B, in, out, dy, w, 0.0f, dx);
 out:
   return rc;
 }
@@ -271,8 +271,8 @@ int kn_relu_backward_cuda(struct kn_cuda *ctx, float *dx, const float *dy,
 // logits, dlogits are (B, C), labels, row_loss, row_hit are (B). One thread
 // per row, in the CPU twin's order: C is a handful of classes.
 __global__ void kn__xent_rows(float *row_loss, int *row_hit, float *dlogits,
-                              const float *logits, const uint8_t *labels,
-                              int B, int C) {
+                              const float *logits, const uint8_t *labels, int B,
+                              int C) {
   int r = blockIdx.x * blockDim.x + threadIdx.x;
 
   if (r >= B)
@@ -395,6 +395,6 @@ int kn_momentum_update_cuda(struct kn_cuda *ctx, float *w, float *v,
   if (!n)
     return 0;
   kn__momentum<<<kn__blocks(n), KN__THREADS, 0, ctx->stream>>>(w, v, g, n, lr,
-                                                                mu);
+                                                               mu);
   return KN__CHECK(cudaGetLastError());
 }

@@ -53,9 +53,9 @@ int kn_dense_forward_cuda(struct kn_cuda *ctx, float *y, const float *x,
 /* dy is (B, out), x is (B, in), w is (out, in); dw (out, in) = dy^T x,
  * db (out) = column sums of dy, dx (B, in) = dy w (skipped when dx is NULL),
  * all overwritten. */
-int kn_dense_backward_cuda(struct kn_cuda *ctx, float *dx, float *dw,
-                           float *db, const float *dy, const float *x,
-                           const float *w, int B, int in, int out);
+int kn_dense_backward_cuda(struct kn_cuda *ctx, float *dx, float *dw, float *db,
+                           const float *dy, const float *x, const float *w,
+                           int B, int in, int out);
 
 /* x, y are (n): y = max(x, 0); y may equal x */
 int kn_relu_forward_cuda(struct kn_cuda *ctx, float *y, const float *x,

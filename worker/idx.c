@@ -44,15 +44,15 @@ static int read_full(gzFile gz, const char *path, uint8_t *buf, size_t len,
     if (want > DW_IDX_READ_CHUNK)
       want = DW_IDX_READ_CHUNK;
     n = gzread(gz, buf + *got, (unsigned)want);
-    if (n < 0)
+    if (n <= 0)
       break;
-    if (n == 0)
-      goto out;
     *got += (size_t)n;
   }
   if (*got == len)
     goto out;
   zmsg = gzerror(gz, &zerr);
+  if (zerr == Z_OK)
+    goto out; /* a clean end of file */
   if (zerr == Z_BUF_ERROR) {
     /* zlib's "unexpected end of file": the gzip stream itself is cut off. */
     rc = CM_ETRUNC;
@@ -62,6 +62,9 @@ static int read_full(gzFile gz, const char *path, uint8_t *buf, size_t len,
     snprintf(err, errlen, "%s: read failed: %s", path, strerror(errno));
     rc = CM_EIO;
   } else {
+    /* gzdopen names the file "<fd:N>" in zlib's message; drop that part */
+    if (zmsg && strncmp(zmsg, "<fd:", 4) == 0 && strstr(zmsg, ": "))
+      zmsg = strstr(zmsg, ": ") + 2;
     snprintf(err, errlen, "%s: corrupt gzip data: %s", path,
              zmsg ? zmsg : "unknown zlib error");
     rc = CM_EFORMAT;

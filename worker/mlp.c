@@ -131,8 +131,7 @@ static void forward(struct dw_mlp *m, const float *x, int B) {
     const float *in = l == 0 ? x : m->act[l];
     int outw = m->sizes[l + 1];
 
-    kn_dense_forward(m->act[l + 1], in, m->w[l], m->b[l], B, m->sizes[l],
-                     outw);
+    kn_dense_forward(m->act[l + 1], in, m->w[l], m->b[l], B, m->sizes[l], outw);
     if (l + 1 < m->nlayers)
       kn_relu_forward(m->act[l + 1], m->act[l + 1], (size_t)B * outw);
   }

@@ -165,6 +165,8 @@ class Launch:
                                  (timeout, self.dump()))
         for t in self.readers:
             t.join(TIMEOUT)
+        self.proc.stdout.close()
+        self.proc.stderr.close()
         return rc
 
     @property

@@ -212,16 +212,15 @@ class PsdStartupTest(unittest.TestCase):
             self.assertEqual(r.returncode, 1)
             self.assertIn("Address already in use", r.stderr)
 
-    def test_blas_kernels_are_chosen_and_logged(self):
-        with open("/proc/cpuinfo") as f:
-            flags = f.read()
-        want = "SkylakeX" if " avx512f" in flags else "Haswell" if " avx2" in flags else None
+    def blas_line(self, env):
         with h.TempDir() as d:
             path = os.path.join(d, "spec.json")
             h.write_spec(path, nps=1, nworker=1)
-            env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_CORETYPE"}
+            e = {k: v for k, v in os.environ.items()
+                 if k not in ("OPENBLAS_CORETYPE", "PSD_OPENBLAS_CORETYPE")}
+            e.update(env)
             proc = subprocess.Popen([h.build_path("ps-server", "psd"), "--cluster", path,
-                                     "--task", "ps:0"], env=env, stderr=subprocess.PIPE,
+                                     "--task", "ps:0"], env=e, stderr=subprocess.PIPE,
                                     stdout=subprocess.DEVNULL, text=True)
             line = ""
             for line in proc.stderr:
@@ -230,8 +229,25 @@ class PsdStartupTest(unittest.TestCase):
             proc.terminate()
             proc.communicate(timeout=20)
             self.assertIn("OpenBLAS", line)
-            if want:
-                self.assertIn("core=" + want, line)
+            return line
+
+    def test_blas_kernels_use_the_cpus_vector_width(self):
+        with open("/proc/cpuinfo") as f:
+            flags = set(f.read().split())
+        if {"avx512f", "avx512bw", "avx512dq", "avx512vl"} <= flags:
+            fast = ("SkylakeX", "Cooperlake", "SapphireRapids")
+        elif "avx2" in flags:
+            fast = ("Haswell", "Zen", "SkylakeX", "Cooperlake", "SapphireRapids")
+        else:
+            self.skipTest("CPU has neither AVX2 nor AVX-512")
+        for env in ({}, {"OPENBLAS_CORETYPE": "Prescott"}):
+            line = self.blas_line(env)
+            self.assertRegex(line, r"core=(%s) " % "|".join(fast))
+            if env:
+                self.assertIn("replacing the inherited Prescott", line)
+        line = self.blas_line({"PSD_OPENBLAS_CORETYPE": "Prescott"})
+        self.assertIn("core=Prescott", line)
+        self.assertIn("from PSD_OPENBLAS_CORETYPE", line)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,94 @@
+"""The real job: pslaunch starts 2 psd shards and 2 dworkers on 127.0.0.1,
+they train the demo MLP on Fashion-MNIST over gRPC, and worker 0's final line
+reports the test accuracy. Also dworker's own errors. Run:
+/usr/bin/python3 test_train.py BUILD_DIR"""
+import json
+import os
+import re
+import sys
+import unittest
+
+import harness as h
+
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
+DATA = "/usr/share/datasets/fashion-mnist"
+
+
+def demo_job(**over):
+    with open(os.path.join(ROOT, "deploy", "examples", "local.json")) as f:
+        job = json.load(f)["job"]
+    job.update(over)
+    return job
+
+
+class TrainTest(unittest.TestCase):
+    def test_two_shards_two_workers_reach_084(self):
+        if not os.path.isdir(DATA):
+            self.skipTest("dataset-fashion-mnist is not installed")
+        with h.TempDir() as d:
+            spec = os.path.join(d, "job.json")
+            h.write_spec(spec, nps=2, nworker=2, job=demo_job(epochs=2, log_every=200))
+            r = h.run([h.build_path("worker", "pslaunch"), spec], timeout=900)
+            out = r.stdout + r.stderr
+            self.assertEqual(r.returncode, 0, out[-4000:])
+            # Both workers made progress lines, prefixed by the launcher.
+            for w in (0, 1):
+                self.assertRegex(r.stdout, r"worker:%d\s*\| .*epoch \d+/2 step \d+" % w)
+            # Both shards served and were stopped cleanly.
+            for s in (0, 1):
+                self.assertRegex(r.stderr, r"ps:%d\s*\| .*ready: listening" % s)
+            last = [l for l in r.stdout.splitlines() if "final:" in l]
+            self.assertEqual(len(last), 1, r.stdout[-2000:])
+            kv = dict(re.findall(r"(\w+)=([\d.]+)", last[0].split("final:", 1)[1]))
+            self.assertIn("examples_per_s", kv)
+            self.assertIn("wall_s", kv)
+            self.assertEqual(kv["epochs"], "2")
+            acc = float(kv["test_accuracy"])
+            print("\ntest_accuracy=%.4f examples_per_s=%s wall_s=%s"
+                  % (acc, kv["examples_per_s"], kv["wall_s"]))
+            self.assertGreaterEqual(acc, 0.84)
+            # worker 0's final line is its last line of output.
+            w0 = [l for l in r.stdout.splitlines() if l.startswith("worker:0")]
+            self.assertIn("final:", w0[-1])
+
+
+class WorkerErrorTest(unittest.TestCase):
+    def test_spec_mistake_exits_2_with_path(self):
+        with h.TempDir() as d:
+            spec = os.path.join(d, "bad.json")
+            with open(spec, "w") as f:
+                json.dump({"cluster": {"ps": ["127.0.0.1:1"], "worker": ["127.0.0.1:2"]},
+                           "job": {"epochs": "3"}}, f)
+            r = h.run([h.build_path("worker", "dworker"), "--cluster", spec, "--task",
+                       "worker:0"], timeout=60)
+            self.assertEqual(r.returncode, 2)
+            self.assertIn("job.epochs", r.stderr)
+            r = h.run([h.build_path("worker", "dworker"), "--cluster", spec, "--task",
+                       "worker:3"], timeout=60)
+            self.assertEqual(r.returncode, 2)
+
+    def test_missing_data_is_a_clear_error(self):
+        with h.TempDir() as d:
+            spec = os.path.join(d, "job.json")
+            h.write_spec(spec, nps=1, nworker=1, job={"data_dir": os.path.join(d, "nothing")})
+            r = h.run([h.build_path("worker", "dworker"), "--cluster", spec, "--task",
+                       "worker:0"], timeout=60)
+            self.assertEqual(r.returncode, 1)
+            self.assertIn(os.path.join(d, "nothing"), r.stderr)
+
+    def test_unreachable_shard_fails_within_the_deadline(self):
+        if not os.path.isdir(DATA):
+            self.skipTest("dataset-fashion-mnist is not installed")
+        with h.TempDir() as d:
+            spec = os.path.join(d, "job.json")
+            # Nobody listens on the shard's port; declare waits 3 s, then fails.
+            h.write_spec(spec, nps=1, nworker=1, job={"rpc_timeout_ms": 3000})
+            r = h.run([h.build_path("worker", "dworker"), "--cluster", spec, "--task",
+                       "worker:0", "--connect-timeout-ms", "3000"], timeout=120)
+            self.assertEqual(r.returncode, 1)
+            self.assertIn("ps:0", r.stderr)
+
+
+if __name__ == "__main__":
+    h.BUILD = os.path.abspath(sys.argv.pop(1))
+    unittest.main(verbosity=2)

@@ -1,0 +1,250 @@
+/* The CUDA twins (kernels/dense_cuda.h) against their CPU oracles
+ * (kernels/dense.h) on the same random inputs. Tolerances, each
+ * |gpu - cpu| <= tol * (|cpu| + floor):
+ *   TOL_GEMM 1e-4, floor 1: dense forward and backward (cuBLAS and OpenBLAS
+ *     sum in different orders);
+ *   TOL_ELEM 1e-6: relu and the updates (the kernels do the same rounded
+ *     float operations, so these are expected to match exactly);
+ *   TOL_XENT 1e-5, floor 1/B for the gradient: softmax cross-entropy
+ *     (CUDA's expf and logf may differ from glibc's by an ulp or two).
+ * Exits 77, which meson counts as skipped, in a build without CUDA or on a
+ * machine without a usable GPU. */
+#include "psd_config.h"
+
+#include "device.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+#if !PSD_HAVE_CUDA
+
+int main(void) {
+  printf("SKIP: built without CUDA\n");
+  return 77;
+}
+
+#else
+
+#include "dense.h"
+#include "dense_cuda.h"
+
+#include <check.h>
+#include <math.h>
+
+#define TOL_GEMM 1e-4
+#define TOL_ELEM 1e-6
+#define TOL_XENT 1e-5
+
+/* One shape of the dense layer. */
+struct shape {
+  int B;   /* batch rows */
+  int in;  /* input features */
+  int out; /* output features */
+};
+
+static const struct shape shapes[] = {
+    {1, 784, 10}, {3, 5, 7}, {17, 33, 9}, {64, 784, 256},
+    {7, 1, 13},   {0, 4, 3}, {2, 0, 3},
+};
+
+static const size_t sizes[] = {0, 1, 7, 1000003};
+
+/* The context every test uses; made by the test case's fixture. */
+static struct kn_cuda *ctx;
+
+static void setup(void) { ck_assert_int_eq(kn_cuda_create(&ctx), 0); }
+
+static void teardown(void) {
+  ck_assert_int_eq(kn_cuda_destroy(ctx), 0);
+  ctx = NULL;
+}
+
+/* Uniform in [-1, 1) from a 32-bit xorshift; deterministic per seed. */
+static float frand(unsigned *s) {
+  *s ^= *s << 13;
+  *s ^= *s >> 17;
+  *s ^= *s << 5;
+  return (float)(*s >> 8) / (float)(1 << 23) - 1.0f;
+}
+
+/* Array of n random floats (never NULL, even for n == 0); caller frees. */
+static float *frandv(size_t n, unsigned seed) {
+  float *v = malloc((n ? n : 1) * sizeof *v);
+
+  ck_assert_ptr_nonnull(v);
+  for (size_t i = 0; i < n; i++)
+    v[i] = frand(&seed);
+  return v;
+}
+
+/* A device copy of n floats from host src; caller kn_cuda_free()s it. */
+static float *to_gpu(const float *src, size_t n) {
+  void *d = NULL;
+
+  ck_assert_int_eq(kn_cuda_alloc(&d, (n ? n : 1) * sizeof(float)), 0);
+  ck_assert_int_eq(kn_cuda_upload(ctx, d, src, n * sizeof(float)), 0);
+  return d;
+}
+
+/* Downloads n floats from device src and asserts they are within
+ * tol * (|cpu| + floor) of cpu. One ck_assert for the lot: check logs every
+ * assertion it evaluates. */
+static void assert_twin(const float *src, const float *cpu, size_t n,
+                        double tol, double floor, const char *what) {
+  float *gpu = malloc((n ? n : 1) * sizeof *gpu);
+  size_t i = 0;
+
+  ck_assert_int_eq(kn_cuda_download(ctx, gpu, src, n * sizeof *gpu), 0);
+  while (i < n && fabs(gpu[i] - cpu[i]) <= tol * (fabs(cpu[i]) + floor))
+    i++;
+  ck_assert_msg(i == n, "%s[%zu]: gpu %.9g, cpu %.9g", what, i,
+                i < n ? gpu[i] : 0.0, i < n ? cpu[i] : 0.0);
+  free(gpu);
+}
+
+START_TEST(test_dense) {
+  struct shape s = shapes[_i];
+  size_t nx = (size_t)s.B * s.in, nw = (size_t)s.out * s.in;
+  size_t ny = (size_t)s.B * s.out;
+  float *x = frandv(nx, 1), *w = frandv(nw, 2), *b = frandv(s.out, 3);
+  float *dy = frandv(ny, 4), *y = frandv(ny, 5), *dx = frandv(nx, 6);
+  float *dw = frandv(nw, 7), *db = frandv(s.out, 8);
+  float *gx = to_gpu(x, nx), *gw = to_gpu(w, nw), *gb = to_gpu(b, s.out);
+  float *gdy = to_gpu(dy, ny), *gy = to_gpu(y, ny), *gdx = to_gpu(dx, nx);
+  float *gdw = to_gpu(dw, nw), *gdb = to_gpu(db, s.out);
+
+  kn_dense_forward(y, x, w, b, s.B, s.in, s.out);
+  ck_assert_int_eq(kn_dense_forward_cuda(ctx, gy, gx, gw, gb, s.B, s.in, s.out),
+                   0);
+  assert_twin(gy, y, ny, TOL_GEMM, 1.0, "y");
+  kn_dense_forward(y, x, w, NULL, s.B, s.in, s.out);
+  ck_assert_int_eq(
+      kn_dense_forward_cuda(ctx, gy, gx, gw, NULL, s.B, s.in, s.out), 0);
+  assert_twin(gy, y, ny, TOL_GEMM, 1.0, "y (no bias)");
+  kn_dense_backward(dx, dw, db, dy, x, w, s.B, s.in, s.out);
+  ck_assert_int_eq(
+      kn_dense_backward_cuda(ctx, gdx, gdw, gdb, gdy, gx, gw, s.B, s.in, s.out),
+      0);
+  assert_twin(gdx, dx, nx, TOL_GEMM, 1.0, "dx");
+  assert_twin(gdw, dw, nw, TOL_GEMM, 1.0, "dw");
+  assert_twin(gdb, db, s.out, TOL_GEMM, 1.0, "db");
+  ck_assert_int_eq(kn_dense_backward_cuda(ctx, NULL, gdw, gdb, gdy, gx, gw, s.B,
+                                          s.in, s.out),
+                   0);
+  assert_twin(gdw, dw, nw, TOL_GEMM, 1.0, "dw (no dx)");
+  kn_cuda_free(gx), kn_cuda_free(gw), kn_cuda_free(gb), kn_cuda_free(gdy);
+  kn_cuda_free(gy), kn_cuda_free(gdx), kn_cuda_free(gdw), kn_cuda_free(gdb);
+  free(x), free(w), free(b), free(dy), free(y), free(dx), free(dw), free(db);
+}
+END_TEST
+
+START_TEST(test_relu) {
+  size_t n = sizes[_i];
+  float *x = frandv(n, 9), *dy = frandv(n, 10), *y = frandv(n, 11);
+  float *dx = frandv(n, 12);
+  float *gx = to_gpu(x, n), *gdy = to_gpu(dy, n), *gy = to_gpu(y, n);
+  float *gdx = to_gpu(dx, n);
+
+  kn_relu_forward(y, x, n);
+  ck_assert_int_eq(kn_relu_forward_cuda(ctx, gy, gx, n), 0);
+  assert_twin(gy, y, n, TOL_ELEM, 0.0, "y");
+  kn_relu_backward(dx, dy, y, n);
+  ck_assert_int_eq(kn_relu_backward_cuda(ctx, gdx, gdy, gy, n), 0);
+  assert_twin(gdx, dx, n, TOL_ELEM, 0.0, "dx");
+  /* In place. */
+  ck_assert_int_eq(kn_relu_backward_cuda(ctx, gdy, gdy, gy, n), 0);
+  assert_twin(gdy, dx, n, TOL_ELEM, 0.0, "dx (in place)");
+  ck_assert_int_eq(kn_relu_forward_cuda(ctx, gx, gx, n), 0);
+  assert_twin(gx, y, n, TOL_ELEM, 0.0, "y (in place)");
+  kn_cuda_free(gx), kn_cuda_free(gdy), kn_cuda_free(gy), kn_cuda_free(gdx);
+  free(x), free(dy), free(y), free(dx);
+}
+END_TEST
+
+/* Batches: one row, a typical batch, more rows than one block. */
+static const int batches[] = {1, 64, 1000};
+
+START_TEST(test_xent) {
+  enum { C = 10 };
+  int B = batches[_i], correct = -1, gcorrect = -2;
+  size_t n = (size_t)B * C;
+  float *logits = frandv(n, 13), *d = frandv(n, 14), loss, gloss = -1.0f;
+  uint8_t *labels = malloc(B);
+  float *glogits, *gd = to_gpu(d, n);
+  void *glabels = NULL;
+
+  for (size_t i = 0; i < n; i++)
+    logits[i] *= 8.0f;
+  for (int r = 0; r < B; r++)
+    labels[r] = (uint8_t)(r * 7 % C);
+  glogits = to_gpu(logits, n);
+  ck_assert_int_eq(kn_cuda_alloc(&glabels, B), 0);
+  ck_assert_int_eq(kn_cuda_upload(ctx, glabels, labels, B), 0);
+  loss = kn_softmax_xent(d, &correct, logits, labels, B, C);
+  ck_assert_int_eq(
+      kn_softmax_xent_cuda(ctx, &gloss, gd, &gcorrect, glogits, glabels, B, C),
+      0);
+  ck_assert_double_eq_tol(gloss, loss, TOL_XENT * (fabs(loss) + 1.0));
+  ck_assert_int_eq(gcorrect, correct);
+  assert_twin(gd, d, n, TOL_XENT, 1.0 / B, "dlogits");
+  /* Without host outputs the call only queues the gradient. */
+  ck_assert_int_eq(
+      kn_softmax_xent_cuda(ctx, NULL, gd, NULL, glogits, glabels, B, C), 0);
+  assert_twin(gd, d, n, TOL_XENT, 1.0 / B, "dlogits (no loss)");
+  kn_cuda_free(glogits), kn_cuda_free(gd), kn_cuda_free(glabels);
+  free(logits), free(d), free(labels);
+}
+END_TEST
+
+START_TEST(test_updates) {
+  size_t n = sizes[_i];
+  float *w = frandv(n, 15), *v = frandv(n, 16), *g = frandv(n, 17);
+  float *gw = to_gpu(w, n), *gv = to_gpu(v, n), *gg = to_gpu(g, n);
+
+  kn_sgd_update(w, g, n, 0.05f);
+  ck_assert_int_eq(kn_sgd_update_cuda(ctx, gw, gg, n, 0.05f), 0);
+  assert_twin(gw, w, n, TOL_ELEM, 1e-6, "w (sgd)");
+  for (int step = 0; step < 3; step++) {
+    kn_momentum_update(w, v, g, n, 0.05f, 0.9f);
+    ck_assert_int_eq(kn_momentum_update_cuda(ctx, gw, gv, gg, n, 0.05f, 0.9f),
+                     0);
+  }
+  assert_twin(gw, w, n, TOL_ELEM, 1e-6, "w (momentum)");
+  assert_twin(gv, v, n, TOL_ELEM, 1e-6, "v (momentum)");
+  kn_cuda_free(gw), kn_cuda_free(gv), kn_cuda_free(gg);
+  free(w), free(v), free(g);
+}
+END_TEST
+
+static Suite *kernels_cuda_suite(void) {
+  Suite *s = suite_create("kernels-cuda");
+  TCase *tc = tcase_create("twins");
+
+  tcase_add_unchecked_fixture(tc, setup, teardown);
+  tcase_add_loop_test(tc, test_dense, 0, sizeof shapes / sizeof shapes[0]);
+  tcase_add_loop_test(tc, test_relu, 0, sizeof sizes / sizeof sizes[0]);
+  tcase_add_loop_test(tc, test_xent, 0, sizeof batches / sizeof batches[0]);
+  tcase_add_loop_test(tc, test_updates, 0, sizeof sizes / sizeof sizes[0]);
+  suite_add_tcase(s, tc);
+  return s;
+}
+
+int main(void) {
+  char why[256];
+  SRunner *sr;
+  int failed;
+
+  if (kn_cuda_probe(why, sizeof why) <= 0) {
+    printf("SKIP: %s\n", why);
+    return 77;
+  }
+  sr = srunner_create(kernels_cuda_suite());
+  /* The probe has initialised CUDA, which does not survive fork(). */
+  srunner_set_fork_status(sr, CK_NOFORK);
+  srunner_run_all(sr, CK_ENV);
+  failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
+
+#endif

@@ -1,0 +1,822 @@
+/* dworker: one worker task of a psd training job.
+ *
+ * main reads top to bottom: pick the BLAS kernels, load and check the
+ * cluster spec, load this worker's 1/n share of Fashion-MNIST (worker 0 also
+ * the test set), build the MLP, declare its variables on the parameter
+ * servers, then loop pull, compute, push; at the end worker 0 pulls the final
+ * parameters and evaluates them on the test set. With --standalone there is
+ * no parameter server: the same model, data and batch size are trained in
+ * this process with the spec's optimizer applied locally (the single-process
+ * baseline the distributed runs are compared with).
+ *
+ * Batches are gathered ahead: while step t computes, libuv's thread pool
+ * copies the shuffled examples of step t+1 into the other half of a double
+ * buffer (uv_queue_work); the main thread runs the loop only to wait for
+ * that work. At most one gather is ever in flight, so the shuffled order it
+ * reads is never touched by two threads at once.
+ *
+ * stdout carries only the progress and result lines documented in --help
+ * (flushed line by line; a launcher reads them through a pipe); logs go to
+ * stderr. */
+#include <errno.h>
+#include <getopt.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <uv.h>
+
+#include "blas.h"
+#include "dense.h"
+#include "err.h"
+#include "idx.h"
+#include "log.h"
+#include "mlp.h"
+#include "psclient.h"
+#include "rpc.h"
+#include "spec.h"
+
+/* Exit codes, as documented in --help. */
+enum { DW_EXIT_OK = 0, DW_EXIT_FAILED = 1, DW_EXIT_USAGE = 2 };
+
+/* The classes of Fashion-MNIST, the width of the model's head. */
+#define DW_CLASSES 10
+
+static const char usage_text[] =
+    "Usage: dworker --cluster FILE [--task worker:I] [OPTIONS]\n"
+    "\n"
+    "Run one worker task of a psd training job. The worker loads its share\n"
+    "of the training set (example i belongs to worker i mod n, for n\n"
+    "workers) from the spec's job.data_dir, declares the model's variables\n"
+    "on the parameter servers (dense<l>/kernel and dense<l>/bias for an MLP\n"
+    "of widths 784, job.hidden..., 10), and then, for job.epochs passes over\n"
+    "its share in a fresh shuffled order each, pulls the parameters, computes\n"
+    "the gradient of one batch of job.batch_size examples and pushes it.\n"
+    "Worker 0 also loads the 10k test set and, at the end, evaluates the\n"
+    "final parameters on it.\n"
+    "\n"
+    "Options:\n"
+    "  --cluster FILE       the cluster spec (JSON shaped like TF_CONFIG;\n"
+    "                       see deploy/examples/local.json); required\n"
+    "  --task worker:I      which task this is; without it the spec's\n"
+    "                       \"task\", then TF_CONFIG's, is used\n"
+    "  --standalone         no parameter server at all: train the same model\n"
+    "                       on the whole training set (part 0 of 1) with the\n"
+    "                       same batch size, applying the spec's optimizer\n"
+    "                       (job.optimizer) locally; the single-process\n"
+    "                       baseline for benchmarks. --task is optional\n"
+    "  --max-steps N        stop after N steps (overrides job.max_steps;\n"
+    "                       0 = run every epoch)\n"
+    "  --threads N          OpenBLAS threads (default 1; 0 = OpenBLAS's own\n"
+    "                       default)\n"
+    "  --connect-timeout-ms N\n"
+    "                       how long to wait for the parameter servers to\n"
+    "                       come up before giving up (default 60000)\n"
+    "  --inject-delay-ms N  TEST ONLY: sleep N ms in every step before the\n"
+    "                       push, to simulate a straggler\n"
+    "  --help               print this text and exit\n"
+    "\n"
+    "Output on stdout, one line each, flushed as written:\n"
+    "  every job.log_every steps\n"
+    "    epoch 1/3 step 200/469 loss 0.5123 acc 0.8125 ex/s 12345 eta 8.2s\n"
+    "    (loss and acc: means over the steps since the previous line; ex/s:\n"
+    "    this worker's training examples per second over those steps; eta:\n"
+    "    this worker's remaining steps at its mean pace so far)\n"
+    "  at the end, worker 0 and --standalone, as the last line\n"
+    "    final: test_accuracy=0.8712 epochs=3 examples_per_s=12345 "
+    "wall_s=12.3 steps=1407\n"
+    "  and every other worker\n"
+    "    done: steps=1407 examples_per_s=12345 wall_s=12.3\n"
+    "  test_accuracy: on the 10k test set, with the parameters pulled once\n"
+    "    worker 0 has run its own steps (other workers may still be pushing);\n"
+    "    epochs: passes started over this worker's share; steps: steps\n"
+    "    this worker ran; wall_s: this worker's training time, from its first\n"
+    "    step to its last (loading and evaluation excluded); examples_per_s:\n"
+    "    the job's rate, estimated: this worker's training examples / wall_s\n"
+    "    x the number of workers (1 with --standalone).\n"
+    "Logs go to stderr.\n"
+    "\n"
+    "Exit status: 0 done; 1 a data, model or parameter-server error; 2 a bad\n"
+    "command line or cluster spec.\n";
+
+/* What the command line asked for. */
+struct dw_args {
+  const char *cluster;    /* --cluster FILE */
+  const char *task;       /* --task, NULL when not given */
+  int standalone;         /* --standalone */
+  long max_steps;         /* --max-steps, -1 when not given */
+  int threads;            /* --threads, default 1 */
+  int inject_delay_ms;    /* --inject-delay-ms, 0 when not given */
+  int connect_timeout_ms; /* --connect-timeout-ms, 0 = the client's default */
+};
+
+/* One half of the read-ahead double buffer. */
+struct dw_slot {
+  uv_work_t req;          /* the gather; req.data points at this slot */
+  struct dw_feeder *feed; /* the feeder this slot belongs to */
+  float *x;               /* owned, (batch, dim): the gathered pixels */
+  uint8_t *y;             /* owned, (batch): the gathered labels */
+  long step;              /* global step whose batch this slot holds */
+  int n;                  /* examples in it; fewer at an epoch's end */
+  int busy;               /* queued; completion not yet seen */
+};
+
+/* Prepares batches on libuv's thread pool, one step ahead of the trainer. */
+struct dw_feeder {
+  uv_loop_t loop;              /* runs only while waiting for a gather */
+  int loop_ready;              /* loop initialised (so it must be closed) */
+  const struct dw_dataset *ds; /* borrowed: this worker's examples */
+  uint32_t *order;             /* owned, (ds->n): this epoch's shuffled order */
+  long order_epoch;            /* epoch order was shuffled for; -1 = none */
+  int batch;                   /* examples per full batch */
+  long steps_per_epoch;        /* ceil(ds->n / batch) */
+  uint64_t seed;               /* job.seed */
+  int worker;                  /* worker index, mixed into the shuffle */
+  struct dw_slot slot[2];      /* the double buffer; step t uses slot t % 2 */
+};
+
+/* Everything one run of the worker holds; main owns it and tears it down. */
+struct dw_worker {
+  struct dw_args args;     /* the command line */
+  struct cm_spec *spec;    /* owned: the cluster spec */
+  char name[64];           /* "worker:I" (or "standalone") */
+  int index;               /* this worker's index (0 standalone) */
+  int nworkers;            /* workers sharing the data (1 standalone) */
+  struct dw_dataset train; /* owned: this worker's training share */
+  struct dw_dataset test;  /* owned: the test set (worker 0 only) */
+  struct dw_mlp *mlp;      /* owned: the model, params and grads */
+  struct dw_var vars[2 * DW_MLP_MAX_LAYERS]; /* views into mlp */
+  char var_names[2 * DW_MLP_MAX_LAYERS][32]; /* storage for vars' names */
+  int nvars;                                 /* entries used in vars */
+  struct dw_client *client; /* owned: the parameter-server client, or NULL */
+  float *velocity;          /* owned: momentum slots (standalone only) */
+  struct dw_feeder feed;    /* the read-ahead */
+  long total_steps;         /* steps this run will take */
+  long steps_done;          /* steps taken */
+  uint64_t examples_done;   /* training examples consumed */
+  double train_s;           /* wall time of the training loop */
+};
+
+/* Running sums behind one progress line. */
+struct dw_progress {
+  double loss_sum; /* sum of step losses since the last line */
+  long correct;    /* correct predictions since the last line */
+  long examples;   /* examples since the last line */
+  long steps;      /* steps since the last line */
+  double since;    /* monotonic time of the last line (or the start) */
+};
+
+static double now_s(void) {
+  struct timespec ts;
+
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void sleep_ms(int ms) {
+  struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+
+  while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+    ;
+}
+
+/* Parses a whole decimal integer in [min, max]; CM_EINVAL otherwise. */
+static int parse_long(const char *s, long min, long max, long *out) {
+  char *end;
+  long v;
+
+  errno = 0;
+  v = strtol(s, &end, 10);
+  if (errno != 0 || end == s || *end != '\0' || v < min || v > max)
+    return CM_EINVAL;
+  *out = v;
+  return 0;
+}
+
+/* Fills *a from argv. Returns 0, 1 when --help was printed, or CM_EINVAL
+ * after explaining the mistake on stderr. Nothing else happens here, so it
+ * may run before kn_blas_init's re-exec. */
+static int parse_args(int argc, char **argv, struct dw_args *a) {
+  enum {
+    OPT_CLUSTER = 256,
+    OPT_TASK,
+    OPT_STANDALONE,
+    OPT_MAX_STEPS,
+    OPT_THREADS,
+    OPT_DELAY,
+    OPT_CONNECT,
+    OPT_HELP
+  };
+  static const struct option longopts[] = {
+      {"cluster", required_argument, NULL, OPT_CLUSTER},
+      {"task", required_argument, NULL, OPT_TASK},
+      {"standalone", no_argument, NULL, OPT_STANDALONE},
+      {"max-steps", required_argument, NULL, OPT_MAX_STEPS},
+      {"threads", required_argument, NULL, OPT_THREADS},
+      {"inject-delay-ms", required_argument, NULL, OPT_DELAY},
+      {"connect-timeout-ms", required_argument, NULL, OPT_CONNECT},
+      {"help", no_argument, NULL, OPT_HELP},
+      {NULL, 0, NULL, 0},
+  };
+  int rc = 0;
+  long v;
+  int c;
+
+  memset(a, 0, sizeof *a);
+  a->max_steps = -1;
+  a->threads = 1;
+  opterr = 0;
+  while ((c = getopt_long(argc, argv, ":", longopts, NULL)) != -1) {
+    switch (c) {
+    case OPT_CLUSTER:
+      a->cluster = optarg;
+      break;
+    case OPT_TASK:
+      a->task = optarg;
+      break;
+    case OPT_STANDALONE:
+      a->standalone = 1;
+      break;
+    case OPT_MAX_STEPS:
+      if (parse_long(optarg, 0, LONG_MAX, &v) < 0) {
+        fprintf(stderr, "dworker: --max-steps %s: expected an integer >= 0\n",
+                optarg);
+        rc = CM_EINVAL;
+        goto out;
+      }
+      a->max_steps = v;
+      break;
+    case OPT_THREADS:
+      if (parse_long(optarg, 0, 1024, &v) < 0) {
+        fprintf(stderr,
+                "dworker: --threads %s: expected an integer in "
+                "0..1024\n",
+                optarg);
+        rc = CM_EINVAL;
+        goto out;
+      }
+      a->threads = (int)v;
+      break;
+    case OPT_DELAY:
+      if (parse_long(optarg, 0, 3600000, &v) < 0) {
+        fprintf(stderr,
+                "dworker: --inject-delay-ms %s: expected an integer "
+                "in 0..3600000\n",
+                optarg);
+        rc = CM_EINVAL;
+        goto out;
+      }
+      a->inject_delay_ms = (int)v;
+      break;
+    case OPT_CONNECT:
+      if (parse_long(optarg, 1, 86400000, &v) < 0) {
+        fprintf(stderr,
+                "dworker: --connect-timeout-ms %s: expected an integer "
+                "in 1..86400000\n",
+                optarg);
+        rc = CM_EINVAL;
+        goto out;
+      }
+      a->connect_timeout_ms = (int)v;
+      break;
+    case OPT_HELP:
+      fputs(usage_text, stdout);
+      rc = 1;
+      goto out;
+    case ':':
+      fprintf(stderr, "dworker: %s needs a value; see dworker --help\n",
+              argv[optind - 1]);
+      rc = CM_EINVAL;
+      goto out;
+    default:
+      fprintf(stderr, "dworker: unknown option %s; see dworker --help\n",
+              argv[optind - 1]);
+      rc = CM_EINVAL;
+      goto out;
+    }
+  }
+  if (optind < argc) {
+    fprintf(stderr, "dworker: unexpected argument %s; see dworker --help\n",
+            argv[optind]);
+    rc = CM_EINVAL;
+    goto out;
+  }
+  if (a->cluster == NULL) {
+    fprintf(stderr, "dworker: --cluster FILE is required; see dworker "
+                    "--help\n");
+    rc = CM_EINVAL;
+    goto out;
+  }
+out:
+  return rc;
+}
+
+/* Prints a spec error text (one mistake per line) to stderr. */
+static void print_spec_errors(const char *err) {
+  size_t n = strlen(err);
+
+  fputs(err, stderr);
+  if (n == 0 || err[n - 1] != '\n')
+    fputc('\n', stderr);
+}
+
+/* splitmix64: the shuffle's generator (see mlp.c for the model's). */
+static uint64_t splitmix64(uint64_t *state) {
+  uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
+
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+/* Puts feed->order into the order of epoch `epoch`: a Fisher-Yates shuffle
+ * of the identity seeded by (job seed, epoch, worker), so every epoch's
+ * order is reproducible on its own. */
+static void shuffle_epoch(struct dw_feeder *feed, long epoch) {
+  uint64_t s = feed->seed * 0x9e3779b97f4a7c15ull +
+               (uint64_t)epoch * 0xbf58476d1ce4e5b9ull +
+               (uint64_t)feed->worker * 0x94d049bb133111ebull;
+  uint32_t i, n = (uint32_t)feed->ds->n;
+
+  for (i = 0; i < n; i++)
+    feed->order[i] = i;
+  for (i = n; i > 1; i--) {
+    /* multiply-shift maps 32 random bits onto [0, i) */
+    uint32_t j = (uint32_t)(((splitmix64(&s) >> 32) * (uint64_t)i) >> 32);
+    uint32_t t = feed->order[i - 1];
+
+    feed->order[i - 1] = feed->order[j];
+    feed->order[j] = t;
+  }
+  feed->order_epoch = epoch;
+}
+
+/* Runs on libuv's thread pool: copies step slot->step's examples into the
+ * slot, shuffling first when the step opens a new epoch. */
+static void gather_work(uv_work_t *req) {
+  struct dw_slot *slot = req->data;
+  struct dw_feeder *feed = slot->feed;
+  const struct dw_dataset *ds = feed->ds;
+  long epoch = slot->step / feed->steps_per_epoch;
+  long first = (slot->step % feed->steps_per_epoch) * feed->batch;
+  int k;
+
+  if (epoch != feed->order_epoch)
+    shuffle_epoch(feed, epoch);
+  slot->n = ds->n - first < feed->batch ? (int)(ds->n - first) : feed->batch;
+  for (k = 0; k < slot->n; k++) {
+    uint32_t e = feed->order[first + k];
+
+    memcpy(slot->x + (size_t)k * ds->dim, ds->x + (size_t)e * ds->dim,
+           (size_t)ds->dim * sizeof *slot->x);
+    slot->y[k] = ds->y[e];
+  }
+}
+
+/* Runs on the loop (main) thread once the gather is done. */
+static void gather_done(uv_work_t *req, int status) {
+  struct dw_slot *slot = req->data;
+
+  (void)status; /* gathers are never cancelled */
+  slot->busy = 0;
+}
+
+static int feeder_init(struct dw_feeder *feed, const struct dw_dataset *ds,
+                       int batch, uint64_t seed, int worker) {
+  int rc = 0;
+  int i;
+
+  memset(feed, 0, sizeof *feed);
+  feed->ds = ds;
+  feed->batch = batch;
+  feed->steps_per_epoch = (ds->n + batch - 1) / batch;
+  feed->seed = seed;
+  feed->worker = worker;
+  feed->order_epoch = -1;
+  feed->order = malloc((size_t)ds->n * sizeof *feed->order);
+  if (feed->order == NULL) {
+    rc = CM_ENOMEM;
+    goto out;
+  }
+  for (i = 0; i < 2; i++) {
+    feed->slot[i].feed = feed;
+    feed->slot[i].req.data = &feed->slot[i];
+    feed->slot[i].x = malloc((size_t)batch * ds->dim * sizeof(float));
+    feed->slot[i].y = malloc((size_t)batch);
+    if (feed->slot[i].x == NULL || feed->slot[i].y == NULL) {
+      rc = CM_ENOMEM;
+      goto out;
+    }
+  }
+  if (uv_loop_init(&feed->loop) != 0) {
+    rc = CM_ESYS;
+    goto out;
+  }
+  feed->loop_ready = 1;
+out:
+  return rc;
+}
+
+/* Starts gathering step `step` into its slot (step % 2). */
+static int feeder_queue(struct dw_feeder *feed, long step) {
+  struct dw_slot *slot = &feed->slot[step % 2];
+  int rc;
+
+  slot->step = step;
+  slot->busy = 1;
+  rc = uv_queue_work(&feed->loop, &slot->req, gather_work, gather_done);
+  if (rc != 0) {
+    slot->busy = 0;
+    cm_error("cannot queue a batch on the thread pool: %s", uv_strerror(rc));
+    return CM_ESYS;
+  }
+  return 0;
+}
+
+/* Waits for step `step`'s gather and returns its slot. */
+static struct dw_slot *feeder_wait(struct dw_feeder *feed, long step) {
+  struct dw_slot *slot = &feed->slot[step % 2];
+
+  while (slot->busy)
+    uv_run(&feed->loop, UV_RUN_ONCE);
+  return slot;
+}
+
+/* Waits for any gather still in flight, then frees everything. */
+static void feeder_free(struct dw_feeder *feed) {
+  int i;
+
+  if (feed->loop_ready) {
+    uv_run(&feed->loop, UV_RUN_DEFAULT);
+    uv_loop_close(&feed->loop);
+    feed->loop_ready = 0;
+  }
+  for (i = 0; i < 2; i++) {
+    free(feed->slot[i].x);
+    free(feed->slot[i].y);
+  }
+  free(feed->order);
+  memset(feed, 0, sizeof *feed);
+}
+
+/* Loads the training share (and, for worker 0, the test set). */
+static int load_data(struct dw_worker *w) {
+  const struct cm_job *job = &w->spec->job;
+  char err[1024];
+  double t0 = now_s();
+  int rc;
+
+  rc = dw_dataset_load(job->data_dir, "train", w->index, w->nworkers, &w->train,
+                       err, sizeof err);
+  if (rc < 0) {
+    cm_error("training data: %s", err);
+    goto out;
+  }
+  if (w->index == 0) {
+    rc =
+        dw_dataset_load(job->data_dir, "t10k", 0, 1, &w->test, err, sizeof err);
+    if (rc < 0) {
+      cm_error("test data: %s", err);
+      goto out;
+    }
+    if (w->test.dim != w->train.dim) {
+      rc = CM_ESHAPE;
+      cm_error("test images have %d pixels but training images %d", w->test.dim,
+               w->train.dim);
+      goto out;
+    }
+  }
+  cm_info("loaded %d training examples (part %d of %d) and %d test examples "
+          "from %s in %.1fs",
+          w->train.n, w->index, w->nworkers, w->test.n, job->data_dir,
+          now_s() - t0);
+out:
+  return rc;
+}
+
+/* Builds the MLP and the variables that view its parameters and grads. */
+static int build_model(struct dw_worker *w) {
+  const struct cm_job *job = &w->spec->job;
+  int sizes[DW_MLP_MAX_LAYERS + 1];
+  int nsizes = 0, l, rc;
+
+  if (job->nhidden + 2 > DW_MLP_MAX_LAYERS + 1) {
+    rc = CM_EINVAL;
+    cm_error("%s: job.hidden has %d layers; at most %d are supported",
+             w->spec->source, job->nhidden, DW_MLP_MAX_LAYERS - 1);
+    goto out;
+  }
+  sizes[nsizes++] = w->train.dim;
+  for (l = 0; l < job->nhidden; l++)
+    sizes[nsizes++] = job->hidden[l];
+  sizes[nsizes++] = DW_CLASSES;
+  rc = dw_mlp_new(&w->mlp, sizes, nsizes, job->batch_size);
+  if (rc < 0) {
+    cm_error("cannot build the model: %s", cm_strerror(rc));
+    goto out;
+  }
+  for (l = 0; l < w->mlp->nlayers; l++) {
+    int in = sizes[l], outw = sizes[l + 1];
+    struct dw_var *k = &w->vars[2 * l], *b = &w->vars[2 * l + 1];
+
+    snprintf(w->var_names[2 * l], sizeof w->var_names[0], "dense%d/kernel", l);
+    snprintf(w->var_names[2 * l + 1], sizeof w->var_names[0], "dense%d/bias",
+             l);
+    memset(k, 0, sizeof *k);
+    k->name = w->var_names[2 * l];
+    k->ndim = 2;
+    k->shape[0] = outw;
+    k->shape[1] = in;
+    k->placement = DW_PLACE_AUTO;
+    k->init = DW_INIT_UNIFORM;
+    k->init_scale = sqrtf(6.0f / (float)(in + outw)); /* Glorot uniform */
+    k->value = w->mlp->w[l];
+    k->grad = w->mlp->gw[l];
+    memset(b, 0, sizeof *b);
+    b->name = w->var_names[2 * l + 1];
+    b->ndim = 1;
+    b->shape[0] = outw;
+    b->placement = DW_PLACE_AUTO;
+    b->init = DW_INIT_ZEROS;
+    b->value = w->mlp->b[l];
+    b->grad = w->mlp->gb[l];
+  }
+  w->nvars = 2 * w->mlp->nlayers;
+  cm_info("model: mlp, %zu parameters in %d variables", w->mlp->nparams,
+          w->nvars);
+out:
+  return rc;
+}
+
+/* Connects to the parameter servers and declares the variables; or, with
+ * --standalone, initialises the parameters here. */
+static int setup_params(struct dw_worker *w) {
+  struct dw_client_opts opts = {0};
+  int rc = 0;
+
+  if (w->args.standalone) {
+    dw_mlp_init(w->mlp, w->spec->job.seed);
+    if (strcmp(w->spec->job.optimizer, "momentum") == 0) {
+      w->velocity = calloc(w->mlp->nparams, sizeof *w->velocity);
+      if (w->velocity == NULL) {
+        rc = CM_ENOMEM;
+        cm_error("cannot allocate the momentum slots");
+      }
+    }
+    goto out;
+  }
+  opts.worker = w->name;
+  opts.connect_timeout_ms = w->args.connect_timeout_ms;
+  rc = dw_client_new(&w->client, w->spec, &opts);
+  if (rc < 0) {
+    cm_error("cannot create the parameter-server client: %s",
+             w->client && *dw_client_error(w->client)
+                 ? dw_client_error(w->client)
+                 : cm_strerror(rc));
+    goto out;
+  }
+  rc = dw_client_declare(w->client, w->vars, w->nvars);
+  if (rc < 0) {
+    cm_error("declare: %s", *dw_client_error(w->client)
+                                ? dw_client_error(w->client)
+                                : cm_strerror(rc));
+    goto out;
+  }
+  cm_info("declared %d variables on %d shards", w->nvars, w->spec->nps);
+out:
+  return rc;
+}
+
+/* Applies this step's gradient: locally with --standalone, else by pushing
+ * it to the parameter servers. */
+static int apply_grads(struct dw_worker *w, int examples) {
+  const struct cm_job *job = &w->spec->job;
+  int rc = 0;
+
+  if (w->args.standalone) {
+    if (w->velocity != NULL)
+      kn_momentum_update(w->mlp->params, w->velocity, w->mlp->grads,
+                         w->mlp->nparams, (float)job->lr, (float)job->momentum);
+    else
+      kn_sgd_update(w->mlp->params, w->mlp->grads, w->mlp->nparams,
+                    (float)job->lr);
+    goto out;
+  }
+  dw_client_set_examples(w->client, (uint32_t)examples);
+  rc = dw_client_push(w->client);
+  if (rc < 0)
+    cm_error("push at step %ld: %s", w->steps_done,
+             *dw_client_error(w->client) ? dw_client_error(w->client)
+                                         : cm_strerror(rc));
+out:
+  return rc;
+}
+
+static int pull_params(struct dw_worker *w) {
+  int rc = 0;
+
+  if (w->args.standalone)
+    return 0;
+  rc = dw_client_pull(w->client);
+  if (rc < 0)
+    cm_error("pull at step %ld: %s", w->steps_done,
+             *dw_client_error(w->client) ? dw_client_error(w->client)
+                                         : cm_strerror(rc));
+  return rc;
+}
+
+/* Prints one progress line and starts the next interval. */
+static void report_progress(struct dw_worker *w, struct dw_progress *p,
+                            long step, double start) {
+  long spe = w->feed.steps_per_epoch;
+  long epochs = (w->total_steps + spe - 1) / spe;
+  double now = now_s(), dt = now - p->since;
+  double per_step = (now - start) / (double)(step + 1);
+
+  printf("epoch %ld/%ld step %ld/%ld loss %.4f acc %.4f ex/s %.0f eta %.1fs\n",
+         step / spe + 1, epochs, step % spe + 1, spe,
+         p->loss_sum / (double)p->steps,
+         (double)p->correct / (double)p->examples,
+         dt > 0 ? (double)p->examples / dt : 0.0,
+         per_step * (double)(w->total_steps - step - 1));
+  fflush(stdout);
+  memset(p, 0, sizeof *p);
+  p->since = now;
+}
+
+/* The training loop: pull, compute, push (or update locally), with the next
+ * batch gathered on the thread pool meanwhile. */
+static int train(struct dw_worker *w) {
+  const struct cm_job *job = &w->spec->job;
+  struct dw_progress prog = {0};
+  long spe, limit, t;
+  double start = now_s();
+  int rc;
+
+  rc = feeder_init(&w->feed, &w->train, job->batch_size, job->seed, w->index);
+  if (rc < 0) {
+    cm_error("cannot set up the batch read-ahead: %s", cm_strerror(rc));
+    goto out;
+  }
+  spe = w->feed.steps_per_epoch;
+  w->total_steps = (long)job->epochs * spe;
+  limit = w->args.max_steps >= 0 ? w->args.max_steps : job->max_steps;
+  if (limit > 0 && limit < w->total_steps)
+    w->total_steps = limit;
+  cm_info("training: %d epochs of %ld steps of %d examples, %ld steps in all",
+          job->epochs, spe, job->batch_size, w->total_steps);
+
+  start = now_s();
+  prog.since = start;
+  if (w->total_steps > 0) {
+    rc = feeder_queue(&w->feed, 0);
+    if (rc < 0)
+      goto out;
+  }
+  for (t = 0; t < w->total_steps; t++) {
+    struct dw_slot *slot = feeder_wait(&w->feed, t);
+    float loss;
+    int correct = 0;
+
+    if (t + 1 < w->total_steps) {
+      rc = feeder_queue(&w->feed, t + 1);
+      if (rc < 0)
+        goto out;
+    }
+    rc = pull_params(w);
+    if (rc < 0)
+      goto out;
+    loss = dw_mlp_train_step(w->mlp, slot->x, slot->y, slot->n, &correct);
+    if (w->args.inject_delay_ms > 0)
+      sleep_ms(w->args.inject_delay_ms);
+    rc = apply_grads(w, slot->n);
+    if (rc < 0)
+      goto out;
+    w->steps_done++;
+    w->examples_done += (uint64_t)slot->n;
+    prog.loss_sum += loss;
+    prog.correct += correct;
+    prog.examples += slot->n;
+    prog.steps++;
+    if (job->log_every > 0 && (t + 1) % job->log_every == 0)
+      report_progress(w, &prog, t, start);
+  }
+out:
+  w->train_s = now_s() - start;
+  return rc;
+}
+
+/* Prints the result line: worker 0 (and standalone) evaluate the final
+ * parameters on the test set, the others report their own figures. */
+static int finish(struct dw_worker *w) {
+  long spe = w->feed.steps_per_epoch;
+  double rate = w->train_s > 0 ? (double)w->examples_done / w->train_s *
+                                     (double)w->nworkers
+                               : 0.0;
+  float loss = 0.0f;
+  int rc = 0, correct;
+
+  if (w->index != 0) {
+    printf("done: steps=%ld examples_per_s=%.0f wall_s=%.1f\n", w->steps_done,
+           rate, w->train_s);
+    fflush(stdout);
+    goto out;
+  }
+  rc = pull_params(w);
+  if (rc < 0)
+    goto out;
+  correct = dw_mlp_evaluate(w->mlp, w->test.x, w->test.y, w->test.n, &loss);
+  cm_info("test set: %d of %d correct, mean loss %.4f", correct, w->test.n,
+          loss);
+  printf("final: test_accuracy=%.4f epochs=%ld examples_per_s=%.0f "
+         "wall_s=%.1f steps=%ld\n",
+         (double)correct / (double)w->test.n,
+         spe > 0 ? (w->steps_done + spe - 1) / spe : 0, rate, w->train_s,
+         w->steps_done);
+  fflush(stdout);
+out:
+  return rc;
+}
+
+int main(int argc, char **argv) {
+  struct dw_worker w;
+  char err[8192], blas[256], logname[80];
+  int status = DW_EXIT_FAILED;
+  int rpc_ready = 0;
+  int rc;
+
+  memset(&w, 0, sizeof w);
+  rc = parse_args(argc, argv, &w.args);
+  if (rc != 0) {
+    status = rc > 0 ? DW_EXIT_OK : DW_EXIT_USAGE;
+    goto out;
+  }
+  /* Before anything touches OpenBLAS: this may re-execute the program. */
+  kn_blas_init(argv, w.args.threads);
+  kn_blas_describe(blas, sizeof blas);
+  cm_log_set_name("dworker");
+  cm_info("%s", blas);
+
+  rc = cm_spec_load(w.args.cluster, &w.spec, err, sizeof err);
+  if (rc < 0) {
+    print_spec_errors(err);
+    status = DW_EXIT_USAGE;
+    goto out;
+  }
+  /* Standalone needs no task; one given on the command line is still
+   * checked, and names the log lines. */
+  if (!w.args.standalone || w.args.task != NULL) {
+    rc = cm_spec_resolve_task(w.spec, w.args.task, err, sizeof err);
+    if (rc < 0) {
+      print_spec_errors(err);
+      status = DW_EXIT_USAGE;
+      goto out;
+    }
+    if (w.spec->task.type != CM_TASK_WORKER) {
+      fprintf(stderr, "dworker: task %s:%d is not a worker task\n",
+              cm_task_type_name(w.spec->task.type), w.spec->task.index);
+      status = DW_EXIT_USAGE;
+      goto out;
+    }
+  }
+  if (w.args.standalone) {
+    w.index = 0;
+    w.nworkers = 1;
+    snprintf(w.name, sizeof w.name, "standalone");
+  } else {
+    w.index = w.spec->task.index;
+    w.nworkers = w.spec->nworker;
+    snprintf(w.name, sizeof w.name, "worker:%d", w.index);
+  }
+  snprintf(logname, sizeof logname, "dworker %s", w.name);
+  cm_log_set_name(logname);
+
+  if (load_data(&w) < 0)
+    goto out;
+  if (build_model(&w) < 0)
+    goto out;
+  if (!w.args.standalone) {
+    cm_rpc_global_init(); /* before any gRPC use, as rpc.h asks */
+    rpc_ready = 1;
+  }
+  if (setup_params(&w) < 0)
+    goto out;
+  if (train(&w) < 0)
+    goto out;
+  if (finish(&w) < 0)
+    goto out;
+  status = DW_EXIT_OK;
+out:
+  feeder_free(&w.feed);
+  dw_client_free(w.client);
+  if (rpc_ready)
+    cm_rpc_global_shutdown();
+  free(w.velocity);
+  dw_mlp_free(w.mlp);
+  dw_dataset_free(&w.test);
+  dw_dataset_free(&w.train);
+  cm_spec_free(w.spec);
+  return status;
+}
