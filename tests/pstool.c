@@ -360,7 +360,7 @@ int main(int argc, char **argv) {
   char err[4096];
   int ch, rc;
 
-  while ((ch = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+  while ((ch = getopt_long(argc, argv, "+", opts, NULL)) != -1) {
     switch (ch) {
     case 'c':
       a.cluster = optarg;

@@ -30,15 +30,15 @@ def transport(d):
     ps = h.start_psd(spec, 0)
     try:
         for size, rounds in SIZES:
-            r = h.pstool(spec, "roundtrip", "--bytes", str(size), "--rounds", str(rounds),
+            r = h.pstool(spec, "--bytes", str(size), "--rounds", str(rounds), "roundtrip",
                          timeout=600)
             if r.returncode != 0:
                 print("bench transport size=%d FAILED: %s" % (size, r.stderr.strip()))
                 continue
             rt = kv(r.stdout)
             # The baseline moves the same total bytes, in one stream.
-            t = h.run([h.build_path("tests", "pstool"), "tcp", "--bytes", str(max(size, 1 << 20)),
-                       "--rounds", str(max(rounds, 16))])
+            t = h.run([h.build_path("tests", "pstool"), "--bytes", str(max(size, 1 << 20)),
+                       "--rounds", str(max(rounds, 16)), "tcp"])
             tcp = float(kv(t.stdout)["MBps"])
             push, pull = float(rt["push_MBps"]), float(rt["pull_MBps"])
             print("bench transport size=%d push_MBps=%.0f pull_MBps=%.0f tcp_MBps=%.0f "

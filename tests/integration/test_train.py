@@ -22,18 +22,18 @@ def demo_job(**over):
 
 
 class TrainTest(unittest.TestCase):
-    def test_two_shards_two_workers_reach_084(self):
+    def test_demo_job_two_shards_two_workers_reach_084(self):
         if not os.path.isdir(DATA):
             self.skipTest("dataset-fashion-mnist is not installed")
         with h.TempDir() as d:
             spec = os.path.join(d, "job.json")
-            h.write_spec(spec, nps=2, nworker=2, job=demo_job(epochs=2, log_every=200))
+            h.write_spec(spec, nps=2, nworker=2, job=demo_job())
             r = h.run([h.build_path("worker", "pslaunch"), spec], timeout=900)
             out = r.stdout + r.stderr
             self.assertEqual(r.returncode, 0, out[-4000:])
             # Both workers made progress lines, prefixed by the launcher.
             for w in (0, 1):
-                self.assertRegex(r.stdout, r"worker:%d\s*\| .*epoch \d+/2 step \d+" % w)
+                self.assertRegex(r.stdout, r"worker:%d\s*\| .*epoch \d+/5 step \d+" % w)
             # Both shards served and were stopped cleanly.
             for s in (0, 1):
                 self.assertRegex(r.stderr, r"ps:%d\s*\| .*ready: listening" % s)
@@ -42,7 +42,7 @@ class TrainTest(unittest.TestCase):
             kv = dict(re.findall(r"(\w+)=([\d.]+)", last[0].split("final:", 1)[1]))
             self.assertIn("examples_per_s", kv)
             self.assertIn("wall_s", kv)
-            self.assertEqual(kv["epochs"], "2")
+            self.assertEqual(kv["epochs"], str(demo_job()["epochs"]))
             acc = float(kv["test_accuracy"])
             print("\ntest_accuracy=%.4f examples_per_s=%s wall_s=%s"
                   % (acc, kv["examples_per_s"], kv["wall_s"]))
