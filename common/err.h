@@ -1,5 +1,6 @@
 /* One error table for the whole project: every fallible function returns 0 or
- * a negative CM_E* code, and cm_strerror() names it (libuv's errno.h pattern). */
+ * a negative CM_E* code, and cm_strerror() names it (libuv's errno.h pattern).
+ */
 #ifndef CM_ERR_H
 #define CM_ERR_H
 

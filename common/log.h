@@ -8,7 +8,8 @@ enum cm_log_level { CM_LOG_DEBUG = 0, CM_LOG_INFO, CM_LOG_WARN, CM_LOG_ERROR };
 /* Sets the name printed on every line; the string is copied. */
 void cm_log_set_name(const char *name);
 
-/* Sets the lowest level printed (default CM_LOG_INFO; PSD_LOG=debug lowers it). */
+/* Sets the lowest level printed (default CM_LOG_INFO; PSD_LOG=debug lowers it).
+ */
 void cm_log_set_level(enum cm_log_level level);
 
 void cm_log(enum cm_log_level level, const char *fmt, ...)

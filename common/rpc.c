@@ -5,15 +5,15 @@
 #include <errno.h>
 #include <malloc.h>
 #include <netdb.h>
-#include <sys/socket.h>
-#include <unistd.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <grpc/byte_buffer_reader.h>
 #include <grpc/grpc_security.h>
@@ -35,18 +35,18 @@ enum call_state {
 };
 
 struct cm_rpc_call {
-  struct cm_server *srv;             /* the server it arrived on */
-  int method;                        /* index into srv->methods, -1: unregistered */
-  enum call_state state;             /* where the call is; the tag is the call itself */
-  grpc_call *call;                   /* gRPC's call */
-  gpr_timespec deadline;             /* client's deadline (registered calls) */
-  grpc_call_details details;         /* method and host (unregistered calls) */
-  grpc_metadata_array md;            /* client's initial metadata */
-  grpc_byte_buffer *request;         /* the request message, may be NULL */
-  grpc_byte_buffer *response;        /* the answer being sent, may be NULL */
-  grpc_slice status_details;         /* the status message being sent */
-  int cancelled;                     /* from RECV_CLOSE_ON_SERVER */
-  char *peer;                        /* gpr-allocated peer string, lazily */
+  struct cm_server *srv;     /* the server it arrived on */
+  int method;                /* index into srv->methods, -1: unregistered */
+  enum call_state state;     /* where the call is; the tag is the call itself */
+  grpc_call *call;           /* gRPC's call */
+  gpr_timespec deadline;     /* client's deadline (registered calls) */
+  grpc_call_details details; /* method and host (unregistered calls) */
+  grpc_metadata_array md;    /* client's initial metadata */
+  grpc_byte_buffer *request; /* the request message, may be NULL */
+  grpc_byte_buffer *response; /* the answer being sent, may be NULL */
+  grpc_slice status_details;  /* the status message being sent */
+  int cancelled;              /* from RECV_CLOSE_ON_SERVER */
+  char *peer;                 /* gpr-allocated peer string, lazily */
 };
 
 struct cm_server {
@@ -200,9 +200,8 @@ static void dispatch(struct cm_server *s, struct cm_rpc_call *c) {
 static void *queue_thread(void *arg) {
   struct cm_server *s = arg;
   for (;;) {
-    grpc_event ev =
-        grpc_completion_queue_next(s->cq, gpr_inf_future(GPR_CLOCK_REALTIME),
-                                   NULL);
+    grpc_event ev = grpc_completion_queue_next(
+        s->cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
     if (ev.type == GRPC_QUEUE_SHUTDOWN)
       break;
     if (ev.type != GRPC_OP_COMPLETE)
@@ -257,8 +256,8 @@ static int probe_bind(const char *addr, char *err, size_t errlen) {
   hints.ai_socktype = SOCK_STREAM;
   hints.ai_flags = AI_PASSIVE;
   if (getaddrinfo(host, colon + 1, &hints, &res) != 0 || !res) {
-    snprintf(err, errlen, "cannot listen on %s: cannot resolve host '%s'",
-             addr, host);
+    snprintf(err, errlen, "cannot listen on %s: cannot resolve host '%s'", addr,
+             host);
     return CM_EINVAL;
   }
   int fd = socket(res->ai_family, SOCK_STREAM, 0);
@@ -318,9 +317,8 @@ out:
       /* never started: shut down through the queue, then destroy */
       grpc_server_shutdown_and_notify(s->server, s->cq, &s->shutdown_tag);
       grpc_completion_queue_shutdown(s->cq);
-      while (grpc_completion_queue_next(s->cq,
-                                        gpr_inf_future(GPR_CLOCK_REALTIME),
-                                        NULL)
+      while (grpc_completion_queue_next(
+                 s->cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL)
                  .type != GRPC_QUEUE_SHUTDOWN) {
       }
       grpc_server_destroy(s->server);
@@ -424,13 +422,23 @@ int cm_rpc_readall(grpc_byte_buffer *bb, uint8_t **data, size_t *len) {
 }
 
 const char *cm_rpc_status_name(grpc_status_code code) {
-  static const char *names[] = {
-      "OK",          "CANCELLED",          "UNKNOWN",
-      "INVALID_ARGUMENT", "DEADLINE_EXCEEDED", "NOT_FOUND",
-      "ALREADY_EXISTS",   "PERMISSION_DENIED", "RESOURCE_EXHAUSTED",
-      "FAILED_PRECONDITION", "ABORTED",        "OUT_OF_RANGE",
-      "UNIMPLEMENTED",    "INTERNAL",          "UNAVAILABLE",
-      "DATA_LOSS",        "UNAUTHENTICATED"};
+  static const char *names[] = {"OK",
+                                "CANCELLED",
+                                "UNKNOWN",
+                                "INVALID_ARGUMENT",
+                                "DEADLINE_EXCEEDED",
+                                "NOT_FOUND",
+                                "ALREADY_EXISTS",
+                                "PERMISSION_DENIED",
+                                "RESOURCE_EXHAUSTED",
+                                "FAILED_PRECONDITION",
+                                "ABORTED",
+                                "OUT_OF_RANGE",
+                                "UNIMPLEMENTED",
+                                "INTERNAL",
+                                "UNAVAILABLE",
+                                "DATA_LOSS",
+                                "UNAUTHENTICATED"};
   if ((int)code >= 0 && (size_t)code < sizeof names / sizeof names[0])
     return names[code];
   return "UNKNOWN";
@@ -474,9 +482,9 @@ const char *cm_channel_target(const struct cm_channel *ch) {
 static int start_unary(struct cm_unary *u, grpc_completion_queue *cq,
                        const struct cm_run_opts *o) {
   grpc_op ops[6];
-  gpr_timespec deadline = gpr_time_add(
-      gpr_now(GPR_CLOCK_MONOTONIC),
-      gpr_time_from_millis(o->timeout_ms, GPR_TIMESPAN));
+  gpr_timespec deadline =
+      gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
+                   gpr_time_from_millis(o->timeout_ms, GPR_TIMESPAN));
   memset(ops, 0, sizeof ops);
   grpc_metadata_array_init(&u->md_initial);
   grpc_metadata_array_init(&u->md_trailing);
@@ -594,9 +602,9 @@ int cm_client_run(struct cm_unary *calls, int n, const struct cm_run_opts *o) {
       o->done(u, o->ctx);
   }
   grpc_completion_queue_shutdown(cq);
-  while (grpc_completion_queue_next(cq, gpr_inf_future(GPR_CLOCK_REALTIME),
-                                    NULL)
-             .type != GRPC_QUEUE_SHUTDOWN) {
+  while (
+      grpc_completion_queue_next(cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL)
+          .type != GRPC_QUEUE_SHUTDOWN) {
   }
   grpc_completion_queue_destroy(cq);
   return rc;

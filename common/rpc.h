@@ -111,19 +111,20 @@ struct cm_unary {
   char details[512];          /* the status message, "" when none */
   grpc_byte_buffer *response; /* owned by the caller after done (may be NULL) */
   /* internal state below */
-  grpc_call *call;                  /* the gRPC call while in flight */
-  grpc_metadata_array md_initial;   /* received initial metadata */
-  grpc_metadata_array md_trailing;  /* received trailing metadata */
-  grpc_slice status_details;        /* received status message */
+  grpc_call *call;                 /* the gRPC call while in flight */
+  grpc_metadata_array md_initial;  /* received initial metadata */
+  grpc_metadata_array md_trailing; /* received trailing metadata */
+  grpc_slice status_details;       /* received status message */
 };
 
 /* Options of one cm_client_run. */
 struct cm_run_opts {
-  int timeout_ms;      /* deadline of each call, from its start */
-  int inflight;        /* calls in flight per channel, >= 1 */
-  int wait_for_ready;  /* 1: wait for the channel to connect (within the deadline) */
-  cm_unary_done done;  /* called once per call as it completes (may be NULL) */
-  void *ctx;           /* passed to done */
+  int timeout_ms;     /* deadline of each call, from its start */
+  int inflight;       /* calls in flight per channel, >= 1 */
+  int wait_for_ready; /* 1: wait for the channel to connect (within the
+                         deadline) */
+  cm_unary_done done; /* called once per call as it completes (may be NULL) */
+  void *ctx;          /* passed to done */
 };
 
 /* Runs calls[0..n): starts up to `inflight` per channel at once, keeps them

@@ -29,40 +29,41 @@ struct cm_task {
 
 /* Training settings from the spec's "job" object; every field has a default. */
 struct cm_job {
-  char name[64];      /* "job.name", default "psd-job"; also the job id */
-  char model[32];     /* "job.model", only "mlp" so far */
+  char name[64];  /* "job.name", default "psd-job"; also the job id */
+  char model[32]; /* "job.model", only "mlp" so far */
   int hidden[CM_SPEC_MAX_LAYERS]; /* "job.hidden", default [256, 128] */
   int nhidden;                    /* entries used in hidden */
-  char data_dir[512]; /* "job.data_dir", default /usr/share/datasets/fashion-mnist */
-  int epochs;         /* "job.epochs", default 3, >= 1 */
+  char data_dir[512];             /* "job.data_dir", default
+                                     /usr/share/datasets/fashion-mnist */
+  int epochs;                     /* "job.epochs", default 3, >= 1 */
   int batch_size;     /* "job.batch_size" per worker, default 64, >= 1 */
   char optimizer[16]; /* "job.optimizer.type": "sgd" or "momentum" (default) */
   double lr;          /* "job.optimizer.lr", default 0.05, > 0 */
   double momentum;    /* "job.optimizer.momentum", default 0.9, in [0, 1) */
   char mode[16];      /* "job.sync.mode": only "async" so far */
   uint64_t seed;      /* "job.seed", default 1 */
-  int log_every;      /* "job.log_every" steps between progress lines, default 100 */
-  int timeout_ms;     /* "job.rpc_timeout_ms", per-call deadline, default 30000 */
-  int max_steps;      /* "job.max_steps", 0 = no limit (tests use it) */
+  int log_every; /* "job.log_every" steps between progress lines, default 100 */
+  int timeout_ms; /* "job.rpc_timeout_ms", per-call deadline, default 30000 */
+  int max_steps;  /* "job.max_steps", 0 = no limit (tests use it) */
 };
 
 /* A parsed spec. Owned by the caller of cm_spec_load/cm_spec_parse; free
  * with cm_spec_free. */
 struct cm_spec {
-  char source[512];        /* file name used in error messages */
-  int nps;                 /* entries in ps, >= 1 */
-  struct cm_addr *ps;      /* owned array of nps shard addresses */
-  int nworker;             /* entries in worker, >= 1 */
-  struct cm_addr *worker;  /* owned array of nworker worker addresses */
-  struct cm_task task;     /* from "task", CM_TASK_NONE when absent */
-  struct cm_job job;       /* from "job", defaults filled in */
+  char source[512];       /* file name used in error messages */
+  int nps;                /* entries in ps, >= 1 */
+  struct cm_addr *ps;     /* owned array of nps shard addresses */
+  int nworker;            /* entries in worker, >= 1 */
+  struct cm_addr *worker; /* owned array of nworker worker addresses */
+  struct cm_task task;    /* from "task", CM_TASK_NONE when absent */
+  struct cm_job job;      /* from "job", defaults filled in */
 };
 
 /* Parses the JSON text json[0..len) named `source` in messages. On success
  * stores a new spec in *out and returns 0. On failure returns CM_ESPEC and
  * writes every mistake, one per line, into err (each line like
- * "local.json: cluster.ps[1]: \"127.0.0.1\" has no port; expected \"host:port\""),
- * or a JSON syntax error with its line and column. */
+ * "local.json: cluster.ps[1]: \"127.0.0.1\" has no port; expected
+ * \"host:port\""), or a JSON syntax error with its line and column. */
 int cm_spec_parse(const char *json, size_t len, const char *source,
                   struct cm_spec **out, char *err, size_t errlen);
 

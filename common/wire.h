@@ -18,7 +18,8 @@
 #include <grpc/byte_buffer.h>
 #include <grpc/byte_buffer_reader.h>
 
-/* Field number of the bulk `data` field in every psd.v1 message that has one. */
+/* Field number of the bulk `data` field in every psd.v1 message that has one.
+ */
 #define CM_WIRE_BULK_FIELD 15
 
 /* One run of bulk bytes in memory. */
@@ -30,16 +31,17 @@ struct cm_wire_piece {
 /* A received message split into head and bulk. Borrows the byte buffer it
  * was parsed from: keep that alive until cm_wire_msg_release. */
 struct cm_wire_msg {
-  uint8_t *head;                /* owned: every field except the bulk one */
-  size_t head_len;              /* bytes in head */
-  size_t head_cap;              /* allocated bytes of head */
-  struct cm_wire_piece *bulk;   /* owned array: where the bulk bytes lie, in order */
-  int nbulk;                    /* entries used in bulk */
-  int bulk_cap;                 /* allocated entries of bulk */
-  size_t bulk_len;              /* total bulk bytes (0 when the field is absent) */
-  int has_bulk;                 /* 1 when the bulk field was present */
+  uint8_t *head;   /* owned: every field except the bulk one */
+  size_t head_len; /* bytes in head */
+  size_t head_cap; /* allocated bytes of head */
+  struct cm_wire_piece
+      *bulk;       /* owned array: where the bulk bytes lie, in order */
+  int nbulk;       /* entries used in bulk */
+  int bulk_cap;    /* allocated entries of bulk */
+  size_t bulk_len; /* total bulk bytes (0 when the field is absent) */
+  int has_bulk;    /* 1 when the bulk field was present */
   grpc_byte_buffer_reader reader; /* reader over the borrowed buffer */
-  int reader_open;              /* 1 while reader must be destroyed */
+  int reader_open;                /* 1 while reader must be destroyed */
 };
 
 /* Splits bb. Returns 0, or CM_EPROTO when bb is not valid protobuf (bad

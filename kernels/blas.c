@@ -122,7 +122,8 @@ out:
 void kn_blas_describe(char *buf, unsigned len) {
   const char *config = openblas_get_config(), *end;
   const char *env = getenv("OPENBLAS_CORETYPE"), *by = getenv(KN__MARKER);
-  const char *was = getenv(KN__REPLACED), *forced = getenv("PSD_OPENBLAS_CORETYPE");
+  const char *was = getenv(KN__REPLACED),
+             *forced = getenv("PSD_OPENBLAS_CORETYPE");
   char origin[160];
 
   if (!buf || !len)

@@ -15,8 +15,8 @@ extern "C" {
  * an inherited OPENBLAS_CORETYPE) use a narrower vector ISA than that, sets
  * OPENBLAS_CORETYPE and re-executes /proc/self/exe with argv (never under
  * valgrind, never twice). PSD_OPENBLAS_CORETYPE, when set, is used as the
- * core type whatever the CPU; returns only if no re-exec was needed or it failed
- * (then returns a negative CM_E* code and the program goes on with
+ * core type whatever the CPU; returns only if no re-exec was needed or it
+ * failed (then returns a negative CM_E* code and the program goes on with
  * OpenBLAS's own choice). Also caps OpenBLAS's threads at `threads` (0 =
  * leave OpenBLAS's default). */
 int kn_blas_init(char **argv, int threads);

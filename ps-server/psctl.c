@@ -14,21 +14,21 @@
 #include "spec.h"
 
 static void usage(FILE *f) {
-  fprintf(f,
-          "usage: psctl --cluster FILE [--json] [--timeout MS] status\n"
-          "\n"
-          "Commands:\n"
-          "  status   every shard: address, up or down, variables, bytes held,\n"
-          "           pulls, pushes, examples and errors; with the variables'\n"
-          "           shapes, row ranges and versions\n"
-          "\n"
-          "Options:\n"
-          "  --cluster FILE  the job's cluster spec\n"
-          "  --json          one JSON document instead of tables\n"
-          "  --timeout MS    deadline per shard (default 5000)\n"
-          "\n"
-          "Exit status: 0 every shard answered, 1 a shard did not, 2 usage or\n"
-          "spec error.\n");
+  fprintf(
+      f, "usage: psctl --cluster FILE [--json] [--timeout MS] status\n"
+         "\n"
+         "Commands:\n"
+         "  status   every shard: address, up or down, variables, bytes held,\n"
+         "           pulls, pushes, examples and errors; with the variables'\n"
+         "           shapes, row ranges and versions\n"
+         "\n"
+         "Options:\n"
+         "  --cluster FILE  the job's cluster spec\n"
+         "  --json          one JSON document instead of tables\n"
+         "  --timeout MS    deadline per shard (default 5000)\n"
+         "\n"
+         "Exit status: 0 every shard answered, 1 a shard did not, 2 usage or\n"
+         "spec error.\n");
 }
 
 static void human_bytes(double b, char *buf, size_t len) {

@@ -33,44 +33,45 @@
 
 /* The daemon's state, passed explicitly. */
 struct psd_server {
-  struct cm_spec *spec;          /* owned cluster spec */
-  int shard;                     /* this shard's index */
-  char listen[300];              /* address served */
-  struct psd_store *store;       /* owned variables */
-  struct psd_service *service;   /* owned gRPC handlers */
-  struct cm_server *rpc;         /* owned gRPC server */
-  uv_loop_t loop;                /* signals and timers */
+  struct cm_spec *spec;                /* owned cluster spec */
+  int shard;                           /* this shard's index */
+  char listen[300];                    /* address served */
+  struct psd_store *store;             /* owned variables */
+  struct psd_service *service;         /* owned gRPC handlers */
+  struct cm_server *rpc;               /* owned gRPC server */
+  uv_loop_t loop;                      /* signals and timers */
   uv_signal_t sigterm, sigint, sighup; /* signal watchers */
-  uv_timer_t stats;              /* periodic stats line */
-  uv_timer_t watchdog;           /* systemd watchdog pings */
-  struct psd_counters last;      /* counters at the previous stats line */
-  int stop_signal;               /* the signal that asked us to stop, or 0 */
+  uv_timer_t stats;                    /* periodic stats line */
+  uv_timer_t watchdog;                 /* systemd watchdog pings */
+  struct psd_counters last;            /* counters at the previous stats line */
+  int stop_signal; /* the signal that asked us to stop, or 0 */
 };
 
 static void usage(FILE *f) {
-  fprintf(f,
-          "usage: psd --cluster FILE [--task ps:I] [--listen HOST:PORT]\n"
-          "\n"
-          "Runs shard I of a psd job: holds its slices of the job's variables\n"
-          "in memory and applies the workers' pushes with the job's optimizer\n"
-          "(SGD or momentum, from the spec's job.optimizer).\n"
-          "\n"
-          "  --cluster FILE     the cluster spec (JSON, TF_CONFIG-shaped; see\n"
-          "                     deploy/examples/local.json)\n"
-          "  --task ps:I        which shard this is; else the spec's \"task\" or\n"
-          "                     the TF_CONFIG environment variable\n"
-          "  --listen HOST:PORT listen here instead of cluster.ps[I] (e.g.\n"
-          "                     0.0.0.0:7100 behind NAT); workers still dial the\n"
-          "                     spec's address\n"
-          "  -h, --help         this text\n"
-          "\n"
-          "psd logs \"ready: listening on ...\" once it serves, and tells systemd\n"
-          "READY=1 when run as a Type=notify unit. SIGTERM or SIGINT stop it\n"
-          "gracefully (calls in flight finish, up to %d s).\n"
-          "\n"
-          "Exit status: 0 stopped by a signal, 1 could not start (port in use,\n"
-          "out of memory), 2 bad command line or cluster spec.\n",
-          STOP_GRACE_MS / 1000);
+  fprintf(
+      f,
+      "usage: psd --cluster FILE [--task ps:I] [--listen HOST:PORT]\n"
+      "\n"
+      "Runs shard I of a psd job: holds its slices of the job's variables\n"
+      "in memory and applies the workers' pushes with the job's optimizer\n"
+      "(SGD or momentum, from the spec's job.optimizer).\n"
+      "\n"
+      "  --cluster FILE     the cluster spec (JSON, TF_CONFIG-shaped; see\n"
+      "                     deploy/examples/local.json)\n"
+      "  --task ps:I        which shard this is; else the spec's \"task\" or\n"
+      "                     the TF_CONFIG environment variable\n"
+      "  --listen HOST:PORT listen here instead of cluster.ps[I] (e.g.\n"
+      "                     0.0.0.0:7100 behind NAT); workers still dial the\n"
+      "                     spec's address\n"
+      "  -h, --help         this text\n"
+      "\n"
+      "psd logs \"ready: listening on ...\" once it serves, and tells systemd\n"
+      "READY=1 when run as a Type=notify unit. SIGTERM or SIGINT stop it\n"
+      "gracefully (calls in flight finish, up to %d s).\n"
+      "\n"
+      "Exit status: 0 stopped by a signal, 1 could not start (port in use,\n"
+      "out of memory), 2 bad command line or cluster spec.\n",
+      STOP_GRACE_MS / 1000);
 }
 
 static void notify(const char *state) {
@@ -101,8 +102,7 @@ static void on_stats(uv_timer_t *t) {
   double secs = STATS_PERIOD_MS / 1000.0;
   cm_info("%d variables; last %.0fs: %.1f pulls/s %.1f pushes/s %.1f MB/s in "
           "%.1f MB/s out; %llu errors in all",
-          psd_store_count(srv->store), secs,
-          (c.pulls - srv->last.pulls) / secs,
+          psd_store_count(srv->store), secs, (c.pulls - srv->last.pulls) / secs,
           (c.pushes - srv->last.pushes) / secs,
           (c.bytes_in - srv->last.bytes_in) / secs / 1e6,
           (c.bytes_out - srv->last.bytes_out) / secs / 1e6,
@@ -171,11 +171,11 @@ static int configure(struct psd_server *srv, int argc, char **argv) {
 /* Opens the store and the gRPC server; returns 0 or 1 (reported). */
 static int open_server(struct psd_server *srv) {
   const struct cm_job *job = &srv->spec->job;
-  struct psd_optim opt = {
-      .type = strcmp(job->optimizer, "sgd") == 0 ? PSD_OPT_SGD
-                                                 : PSD_OPT_MOMENTUM,
-      .lr = (float)job->lr,
-      .momentum = (float)job->momentum};
+  struct psd_optim opt = {.type = strcmp(job->optimizer, "sgd") == 0
+                                      ? PSD_OPT_SGD
+                                      : PSD_OPT_MOMENTUM,
+                          .lr = (float)job->lr,
+                          .momentum = (float)job->momentum};
   const struct cm_rpc_method *methods;
   char err[512], optim[96];
   int n, rc;
@@ -202,8 +202,7 @@ static int open_server(struct psd_server *srv) {
   }
   psd_optim_describe(&opt, optim, sizeof optim);
   cm_info("ready: listening on %s, shard %d of %d, job '%s', %s, optimizer %s",
-          srv->listen, srv->shard, srv->spec->nps, job->name, job->mode,
-          optim);
+          srv->listen, srv->shard, srv->spec->nps, job->name, job->mode, optim);
   return 0;
 }
 
@@ -224,8 +223,7 @@ static void start_loop(struct psd_server *srv) {
   srv->watchdog.data = srv;
 #if PSD_HAVE_SYSTEMD
   if (sd_watchdog_enabled(0, &wd_usec) > 0 && wd_usec > 0)
-    uv_timer_start(&srv->watchdog, on_watchdog, wd_usec / 2000,
-                   wd_usec / 2000);
+    uv_timer_start(&srv->watchdog, on_watchdog, wd_usec / 2000, wd_usec / 2000);
 #endif
   (void)wd_usec;
 }

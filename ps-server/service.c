@@ -21,20 +21,20 @@
 #define LOGGED_ERRORS 50
 
 struct psd_service {
-  struct psd_store *store;          /* borrowed */
-  int shard;                        /* this shard's index */
-  int nshards;                      /* shards in the job */
-  char job[64];                     /* job name callers must use */
-  char mode[16];                    /* "async" */
-  char optim[96];                   /* optimizer, described */
-  struct timespec started;          /* for uptime */
-  struct cm_rpc_method methods[4];  /* what psd serves */
-  atomic_uint_fast64_t pulls;       /* pull calls answered */
-  atomic_uint_fast64_t pushes;      /* push calls applied */
-  atomic_uint_fast64_t examples;    /* examples behind applied pushes */
-  atomic_uint_fast64_t bytes_in;    /* gradient bytes applied */
-  atomic_uint_fast64_t bytes_out;   /* value bytes sent */
-  atomic_uint_fast64_t errors;      /* calls answered with an error */
+  struct psd_store *store;         /* borrowed */
+  int shard;                       /* this shard's index */
+  int nshards;                     /* shards in the job */
+  char job[64];                    /* job name callers must use */
+  char mode[16];                   /* "async" */
+  char optim[96];                  /* optimizer, described */
+  struct timespec started;         /* for uptime */
+  struct cm_rpc_method methods[4]; /* what psd serves */
+  atomic_uint_fast64_t pulls;      /* pull calls answered */
+  atomic_uint_fast64_t pushes;     /* push calls applied */
+  atomic_uint_fast64_t examples;   /* examples behind applied pushes */
+  atomic_uint_fast64_t bytes_in;   /* gradient bytes applied */
+  atomic_uint_fast64_t bytes_out;  /* value bytes sent */
+  atomic_uint_fast64_t errors;     /* calls answered with an error */
 };
 
 static void fail(struct psd_service *svc, struct cm_rpc_call *call,
@@ -92,8 +92,8 @@ static struct psd_var *segment_var(struct psd_service *svc,
   struct psd_var *v = psd_store_find(svc->store, seg->name);
   if (!v) {
     fail(svc, call, GRPC_STATUS_NOT_FOUND,
-         "%s: no variable '%s' on shard %d (declare it first)", what,
-         seg->name, svc->shard);
+         "%s: no variable '%s' on shard %d (declare it first)", what, seg->name,
+         svc->shard);
     return NULL;
   }
   if (seg->count == 0 || seg->offset < v->elem_begin ||
@@ -133,16 +133,14 @@ static void on_declare(struct cm_rpc_call *call, grpc_byte_buffer *bb,
     const Psd__V1__VarSpec *vs = req->vars[i];
     struct psd_var *v;
     int created = 0, rc;
-    rc = psd_store_declare(svc->store, vs->name, (int)vs->n_shape, vs->shape,
-                           vs->placement,
-                           vs->init == PSD__V1__INIT__INIT_UNIFORM
-                               ? PSD_INIT_UNIFORM
-                               : PSD_INIT_ZEROS,
-                           vs->init_scale, vs->seed, &v, &created, err,
-                           sizeof err);
+    rc = psd_store_declare(
+        svc->store, vs->name, (int)vs->n_shape, vs->shape, vs->placement,
+        vs->init == PSD__V1__INIT__INIT_UNIFORM ? PSD_INIT_UNIFORM
+                                                : PSD_INIT_ZEROS,
+        vs->init_scale, vs->seed, &v, &created, err, sizeof err);
     if (rc) {
       fail(svc, call,
-           rc == CM_EEXIST ? GRPC_STATUS_ALREADY_EXISTS
+           rc == CM_EEXIST   ? GRPC_STATUS_ALREADY_EXISTS
            : rc == CM_ENOMEM ? GRPC_STATUS_RESOURCE_EXHAUSTED
                              : GRPC_STATUS_INVALID_ARGUMENT,
            "%s", err);
@@ -150,10 +148,19 @@ static void on_declare(struct cm_rpc_call *call, grpc_byte_buffer *bb,
     }
     if (created) {
       char shape[128];
+      const char *who =
+          req->caller && req->caller->worker ? req->caller->worker : "?";
       psd_shape_format(v->ndim, v->shape, shape, sizeof shape);
-      cm_info("created '%s' %s rows [%lld, %lld) for %s", v->name, shape,
-              (long long)v->row_begin, (long long)v->row_end,
-              req->caller && req->caller->worker ? req->caller->worker : "?");
+      if (v->row_end > v->row_begin)
+        cm_info("created '%s' %s: rows [%lld, %lld) here (declared by %s)",
+                v->name, shape, (long long)v->row_begin, (long long)v->row_end,
+                who);
+      else
+        cm_info("created '%s' %s: no rows here, %s (declared by %s)", v->name,
+                shape,
+                v->placement >= 0 ? "placed whole on another shard"
+                                  : "more shards than rows",
+                who);
     }
     psd__v1__var_slice__init(&slices[i]);
     slices[i].name = v->name;
@@ -185,8 +192,8 @@ static void on_pull(struct cm_rpc_call *call, grpc_byte_buffer *bb, void *ctx) {
   uint8_t *data = NULL, *head = NULL;
   size_t head_len;
 
-  req = (Psd__V1__PullRequest *)decode(
-      svc, call, bb, &psd__v1__pull_request__descriptor, &m);
+  req = (Psd__V1__PullRequest *)decode(svc, call, bb,
+                                       &psd__v1__pull_request__descriptor, &m);
   if (!req || check_caller(svc, call, req->caller, "Pull"))
     goto out;
   vars = calloc(req->n_segments + 1, sizeof *vars);
@@ -228,8 +235,8 @@ static void on_pull(struct cm_rpc_call *call, grpc_byte_buffer *bb, void *ctx) {
   protobuf_c_message_pack(&resp.base, head);
   {
     struct cm_wire_piece piece = {data, total};
-    grpc_byte_buffer *out = cm_wire_build(head, head_len, &piece, 1,
-                                          release_free, data);
+    grpc_byte_buffer *out =
+        cm_wire_build(head, head_len, &piece, 1, release_free, data);
     data = NULL; /* the slice owns it now */
     atomic_fetch_add(&svc->pulls, 1);
     atomic_fetch_add(&svc->bytes_out, total);
@@ -258,8 +265,8 @@ static void on_push(struct cm_rpc_call *call, grpc_byte_buffer *bb, void *ctx) {
   float *scratch = NULL;
   char have[128], want[128];
 
-  req = (Psd__V1__PushRequest *)decode(
-      svc, call, bb, &psd__v1__push_request__descriptor, &m);
+  req = (Psd__V1__PushRequest *)decode(svc, call, bb,
+                                       &psd__v1__push_request__descriptor, &m);
   if (!req || check_caller(svc, call, req->caller, "Push"))
     goto out;
   vars = calloc(req->n_segments + 1, sizeof *vars);
@@ -403,10 +410,12 @@ int psd_service_new(struct psd_service **out, struct psd_store *store,
   snprintf(svc->mode, sizeof svc->mode, "%s", mode);
   psd_optim_describe(opt, svc->optim, sizeof svc->optim);
   clock_gettime(CLOCK_MONOTONIC, &svc->started);
-  svc->methods[0] = (struct cm_rpc_method){"/psd.v1.Data/Declare", on_declare, svc};
+  svc->methods[0] =
+      (struct cm_rpc_method){"/psd.v1.Data/Declare", on_declare, svc};
   svc->methods[1] = (struct cm_rpc_method){"/psd.v1.Data/Pull", on_pull, svc};
   svc->methods[2] = (struct cm_rpc_method){"/psd.v1.Data/Push", on_push, svc};
-  svc->methods[3] = (struct cm_rpc_method){"/psd.v1.Admin/Status", on_status, svc};
+  svc->methods[3] =
+      (struct cm_rpc_method){"/psd.v1.Admin/Status", on_status, svc};
   *out = svc;
   return 0;
 }

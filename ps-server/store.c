@@ -13,13 +13,13 @@
 #include "shard.h"
 
 struct psd_store {
-  int shard;                 /* this shard's index */
-  int nshards;               /* shards in the job */
-  struct psd_optim opt;      /* update applied to pushes */
-  pthread_rwlock_t lock;     /* guards vars and nvars (the table, not values) */
-  struct psd_var **vars;     /* owned, in declaration order */
-  int nvars;                 /* entries used */
-  int cap;                   /* entries allocated */
+  int shard;             /* this shard's index */
+  int nshards;           /* shards in the job */
+  struct psd_optim opt;  /* update applied to pushes */
+  pthread_rwlock_t lock; /* guards vars and nvars (the table, not values) */
+  struct psd_var **vars; /* owned, in declaration order */
+  int nvars;             /* entries used */
+  int cap;               /* entries allocated */
 };
 
 int psd_store_new(struct psd_store **out, int shard, int nshards,

@@ -26,17 +26,17 @@ enum psd_init { PSD_INIT_ZEROS = 0, PSD_INIT_UNIFORM = 1 };
 /* One variable's slice on this shard. Fields above `lock` are fixed at
  * creation; value, slot and version are guarded by lock. */
 struct psd_var {
-  char name[PSD_VAR_MAX_NAME + 1];  /* unique in the store */
-  int ndim;                         /* 1..PSD_VAR_MAX_DIMS */
-  int64_t shape[PSD_VAR_MAX_DIMS];  /* the whole variable's shape */
-  int placement;                    /* -1 split, else the shard holding it whole */
-  int64_t row_begin, row_end;       /* rows held here */
-  uint64_t elem_begin, elem_end;    /* the same as global element numbers */
-  uint64_t numel;                   /* elements of the whole variable */
-  pthread_mutex_t lock;             /* guards the fields below */
-  float *value;                     /* owned, elem_end - elem_begin floats */
-  float *slot;                      /* momentum buffer beside value, or NULL */
-  uint64_t version;                 /* pushes applied */
+  char name[PSD_VAR_MAX_NAME + 1]; /* unique in the store */
+  int ndim;                        /* 1..PSD_VAR_MAX_DIMS */
+  int64_t shape[PSD_VAR_MAX_DIMS]; /* the whole variable's shape */
+  int placement;                 /* -1 split, else the shard holding it whole */
+  int64_t row_begin, row_end;    /* rows held here */
+  uint64_t elem_begin, elem_end; /* the same as global element numbers */
+  uint64_t numel;                /* elements of the whole variable */
+  pthread_mutex_t lock;          /* guards the fields below */
+  float *value;                  /* owned, elem_end - elem_begin floats */
+  float *slot;                   /* momentum buffer beside value, or NULL */
+  uint64_t version;              /* pushes applied */
 };
 
 struct psd_store;

@@ -4,8 +4,8 @@
  *   pstool --cluster F [--shard S] push NAME SHAPE OFFSET V1,V2,...
  *   pstool --cluster F [--shard S] pull NAME OFFSET COUNT
  *   pstool --cluster F [--shard S] raw METHOD HEXBYTES
- *   pstool --cluster F roundtrip --bytes N [--rounds R] [--chunk B] [--inflight K]
- *   pstool tcp --bytes N [--rounds R]
+ *   pstool --cluster F roundtrip --bytes N [--rounds R] [--chunk B] [--inflight
+ * K] pstool tcp --bytes N [--rounds R]
  *
  * SHAPE is "4,3". The low-level commands send exactly one call to one shard
  * and print "OK ..." or "ERROR <gRPC status>: <message>" (exit 1), so tests
@@ -215,14 +215,14 @@ static int cmd_roundtrip(struct cm_spec *spec, const struct args *a) {
   for (uint64_t i = 0; i < n; i++)
     grad[i] = (float)((i * 2654435761u) % 1000) / 1000.0f - 0.5f;
   snprintf(name, sizeof name, "roundtrip/%llu", (unsigned long long)a->bytes);
-  struct dw_var v = {.name = name,
-                     .ndim = 2,
-                     .shape = {(int64_t)(n % 256 == 0 ? n / 256 : n),
-                               n % 256 == 0 ? 256 : 1},
-                     .placement = DW_PLACE_SPLIT,
-                     .init = DW_INIT_ZEROS,
-                     .value = value,
-                     .grad = grad};
+  struct dw_var v = {
+      .name = name,
+      .ndim = 2,
+      .shape = {(int64_t)(n % 256 == 0 ? n / 256 : n), n % 256 == 0 ? 256 : 1},
+      .placement = DW_PLACE_SPLIT,
+      .init = DW_INIT_ZEROS,
+      .value = value,
+      .grad = grad};
   if (dw_client_new(&c, spec, &o) || dw_client_declare(c, &v, 1) ||
       dw_client_pull(c)) {
     fprintf(stderr, "pstool: %s\n", c ? dw_client_error(c) : "no client");
@@ -346,15 +346,14 @@ static int cmd_tcp(const struct args *a) {
 }
 
 int main(int argc, char **argv) {
-  static const struct option opts[] = {
-      {"cluster", required_argument, 0, 'c'},
-      {"shard", required_argument, 0, 's'},
-      {"timeout", required_argument, 0, 't'},
-      {"bytes", required_argument, 0, 'b'},
-      {"rounds", required_argument, 0, 'r'},
-      {"chunk", required_argument, 0, 'k'},
-      {"inflight", required_argument, 0, 'i'},
-      {0, 0, 0, 0}};
+  static const struct option opts[] = {{"cluster", required_argument, 0, 'c'},
+                                       {"shard", required_argument, 0, 's'},
+                                       {"timeout", required_argument, 0, 't'},
+                                       {"bytes", required_argument, 0, 'b'},
+                                       {"rounds", required_argument, 0, 'r'},
+                                       {"chunk", required_argument, 0, 'k'},
+                                       {"inflight", required_argument, 0, 'i'},
+                                       {0, 0, 0, 0}};
   struct args a = {.timeout = 10000, .rounds = 5};
   struct cm_spec *spec = NULL;
   char err[4096];

@@ -67,8 +67,8 @@ END_TEST
 
 START_TEST(auto_balances_bytes) {
   /* The demo MLP: 784x256 kernel, biases, 256x128, 128x10. */
-  uint64_t bytes[] = {784 * 256 * 4, 256 * 4, 128 * 256 * 4, 128 * 4,
-                      10 * 128 * 4, 10 * 4};
+  uint64_t bytes[] = {784 * 256 * 4, 256 * 4,      128 * 256 * 4,
+                      128 * 4,       10 * 128 * 4, 10 * 4};
   int place[6], again[6];
   cm_shard_auto(bytes, 6, 2, 256 << 10, place);
   ck_assert_int_eq(place[0], CM_SHARD_SPLIT); /* 784 KiB: split */

@@ -126,14 +126,14 @@ static int parse_hex(const char *hex) {
 }
 
 START_TEST(malformed_is_eproto) {
-  ck_assert_int_eq(parse_hex("0801"), 0);           /* field 1 varint */
-  ck_assert_int_eq(parse_hex("7a020102"), 0);       /* bulk of 2 */
+  ck_assert_int_eq(parse_hex("0801"), 0);                 /* field 1 varint */
+  ck_assert_int_eq(parse_hex("7a020102"), 0);             /* bulk of 2 */
   ck_assert_int_eq(parse_hex("ffffffffffff"), CM_EPROTO); /* runaway varint */
-  ck_assert_int_eq(parse_hex("0a05ab"), CM_EPROTO); /* truncated bytes */
-  ck_assert_int_eq(parse_hex("0b"), CM_EPROTO);     /* group start */
-  ck_assert_int_eq(parse_hex("7801"), CM_EPROTO);   /* bulk as varint */
+  ck_assert_int_eq(parse_hex("0a05ab"), CM_EPROTO);       /* truncated bytes */
+  ck_assert_int_eq(parse_hex("0b"), CM_EPROTO);           /* group start */
+  ck_assert_int_eq(parse_hex("7801"), CM_EPROTO);         /* bulk as varint */
   ck_assert_int_eq(parse_hex("7a01017a0102"), CM_EPROTO); /* bulk twice */
-  ck_assert_int_eq(parse_hex("0001"), CM_EPROTO);   /* field 0 */
+  ck_assert_int_eq(parse_hex("0001"), CM_EPROTO);         /* field 0 */
   struct cm_wire_msg m;
   ck_assert_int_eq(cm_wire_parse(&m, NULL), 0); /* empty message */
   ck_assert_uint_eq(m.head_len, 0);

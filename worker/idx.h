@@ -11,10 +11,10 @@
 
 /* A loaded IDX array; data is owned, free with dw_idx_free. */
 struct dw_idx {
-  int ndim;                        /* number of dimensions, 1..DW_IDX_MAX_DIMS */
-  uint32_t dims[DW_IDX_MAX_DIMS];  /* size of each dimension */
-  size_t count;                    /* product of dims: bytes in data */
-  uint8_t *data;                   /* owned, count bytes */
+  int ndim;                       /* number of dimensions, 1..DW_IDX_MAX_DIMS */
+  uint32_t dims[DW_IDX_MAX_DIMS]; /* size of each dimension */
+  size_t count;                   /* product of dims: bytes in data */
+  uint8_t *data;                  /* owned, count bytes */
 };
 
 /* Loads path into *out. Errors (returned as CM_E*, explained in err with the
@@ -27,10 +27,10 @@ void dw_idx_free(struct dw_idx *idx);
 
 /* A labelled image set: n images of `dim` pixels scaled to [0, 1]. */
 struct dw_dataset {
-  int n;            /* number of examples */
-  int dim;          /* pixels per example (784 for 28x28) */
-  float *x;         /* owned, (n, dim) */
-  uint8_t *y;       /* owned, (n), labels 0..9 */
+  int n;      /* number of examples */
+  int dim;    /* pixels per example (784 for 28x28) */
+  float *x;   /* owned, (n, dim) */
+  uint8_t *y; /* owned, (n), labels 0..9 */
 };
 
 /* Loads "<dir>/<prefix>-images-idx3-ubyte.gz" and the matching labels file

@@ -12,22 +12,25 @@
 #define DW_MLP_MAX_LAYERS 16
 
 struct dw_mlp {
-  int nlayers;                        /* dense layers (sizes has nlayers + 1) */
-  int sizes[DW_MLP_MAX_LAYERS + 1];   /* widths: input, hidden..., classes */
-  int max_batch;                      /* largest batch the buffers hold */
-  size_t nparams;                     /* floats in params and in grads */
-  float *params;                      /* owned flat parameter buffer */
-  float *grads;                       /* owned flat gradient buffer */
-  float *w[DW_MLP_MAX_LAYERS];        /* views: layer l weights (out, in) */
-  float *b[DW_MLP_MAX_LAYERS];        /* views: layer l biases (out) */
-  float *gw[DW_MLP_MAX_LAYERS];       /* views into grads, like w */
-  float *gb[DW_MLP_MAX_LAYERS];       /* views into grads, like b */
-  float *act[DW_MLP_MAX_LAYERS + 1];  /* owned: act[0] unused, act[l+1] (max_batch, sizes[l+1]) */
-  float *dact[DW_MLP_MAX_LAYERS + 1]; /* owned: gradients w.r.t. act, same shapes */
+  int nlayers;                      /* dense layers (sizes has nlayers + 1) */
+  int sizes[DW_MLP_MAX_LAYERS + 1]; /* widths: input, hidden..., classes */
+  int max_batch;                    /* largest batch the buffers hold */
+  size_t nparams;                   /* floats in params and in grads */
+  float *params;                    /* owned flat parameter buffer */
+  float *grads;                     /* owned flat gradient buffer */
+  float *w[DW_MLP_MAX_LAYERS];      /* views: layer l weights (out, in) */
+  float *b[DW_MLP_MAX_LAYERS];      /* views: layer l biases (out) */
+  float *gw[DW_MLP_MAX_LAYERS];     /* views into grads, like w */
+  float *gb[DW_MLP_MAX_LAYERS];     /* views into grads, like b */
+  float *act[DW_MLP_MAX_LAYERS +
+             1]; /* owned: act[0] unused, act[l+1] (max_batch, sizes[l+1]) */
+  float *dact[DW_MLP_MAX_LAYERS +
+              1]; /* owned: gradients w.r.t. act, same shapes */
 };
 
 /* sizes[0..nsizes) are the layer widths, e.g. {784, 256, 128, 10}. */
-int dw_mlp_new(struct dw_mlp **out, const int *sizes, int nsizes, int max_batch);
+int dw_mlp_new(struct dw_mlp **out, const int *sizes, int nsizes,
+               int max_batch);
 void dw_mlp_free(struct dw_mlp *m);
 
 /* Fills params with Glorot-uniform weights and zero biases from seed

@@ -44,24 +44,24 @@ struct msg {
 };
 
 struct dw_client {
-  const struct cm_spec *spec;   /* borrowed */
-  struct dw_client_opts o;      /* settings with defaults filled in */
-  char worker[64];              /* caller identity */
-  struct cm_channel **ch;       /* owned, one per shard */
-  int nshards;                  /* entries in ch */
-  struct dw_var *vars;          /* caller's array, from declare */
-  int nvars;                    /* entries in vars */
-  struct piece *pieces;         /* owned plan: all pieces, grouped by msg */
-  int npieces;                  /* entries in pieces */
-  struct msg *msgs;             /* owned plan: the messages */
-  int nmsgs;                    /* entries in msgs */
-  struct cm_unary *calls;       /* owned, nmsgs call slots reused per pull/push */
-  uint32_t examples;            /* examples reported with each push */
-  uint64_t pulled, pushed;      /* payload bytes moved */
-  pthread_mutex_t lock;         /* guards refs */
-  pthread_cond_t cond;          /* signalled when refs drops to 0 */
-  int refs;                     /* gradient slices gRPC still holds */
-  char err[1024];               /* last error */
+  const struct cm_spec *spec; /* borrowed */
+  struct dw_client_opts o;    /* settings with defaults filled in */
+  char worker[64];            /* caller identity */
+  struct cm_channel **ch;     /* owned, one per shard */
+  int nshards;                /* entries in ch */
+  struct dw_var *vars;        /* caller's array, from declare */
+  int nvars;                  /* entries in vars */
+  struct piece *pieces;       /* owned plan: all pieces, grouped by msg */
+  int npieces;                /* entries in pieces */
+  struct msg *msgs;           /* owned plan: the messages */
+  int nmsgs;                  /* entries in msgs */
+  struct cm_unary *calls;     /* owned, nmsgs call slots reused per pull/push */
+  uint32_t examples;          /* examples reported with each push */
+  uint64_t pulled, pushed;    /* payload bytes moved */
+  pthread_mutex_t lock;       /* guards refs */
+  pthread_cond_t cond;        /* signalled when refs drops to 0 */
+  int refs;                   /* gradient slices gRPC still holds */
+  char err[1024];             /* last error */
 };
 
 static void seterr(struct dw_client *c, const char *fmt, ...)
@@ -334,9 +334,8 @@ static void wait_refs(struct dw_client *c) {
 }
 
 /* Packs the caller and segments of message m as a Pull or Push head. */
-static grpc_byte_buffer *build_request(struct dw_client *c,
-                                       const struct msg *m, int push,
-                                       int first_of_shard) {
+static grpc_byte_buffer *build_request(struct dw_client *c, const struct msg *m,
+                                       int push, int first_of_shard) {
   Psd__V1__Caller caller = PSD__V1__CALLER__INIT;
   Psd__V1__Segment segs[64], *sp[64], **ptrs = sp, *seg = segs;
   uint8_t stack[4096], *head = stack;
@@ -524,11 +523,11 @@ int dw_client_status(struct dw_client *c, int shard, char **json) {
     for (size_t d = 0; d < v->n_shape; d++)
       json_array_append_new(shape, json_integer(v->shape[d]));
     json_array_append_new(
-        vars, json_pack("{s:s, s:o, s:[I, I], s:I, s:I, s:s}", "name", v->name,
-                        "shape", shape, "rows", (json_int_t)v->row_begin,
-                        (json_int_t)v->row_end, "version",
-                        (json_int_t)v->version, "bytes", (json_int_t)v->bytes,
-                        "optimizer", v->optimizer));
+        vars,
+        json_pack("{s:s, s:o, s:[I, I], s:I, s:I, s:s}", "name", v->name,
+                  "shape", shape, "rows", (json_int_t)v->row_begin,
+                  (json_int_t)v->row_end, "version", (json_int_t)v->version,
+                  "bytes", (json_int_t)v->bytes, "optimizer", v->optimizer));
   }
   if (!root) {
     json_decref(vars);

@@ -15,8 +15,10 @@
 
 /* Where a variable lives. */
 enum dw_placement {
-  DW_PLACE_AUTO = -2,  /* split when large, else whole on the least-loaded shard */
-  DW_PLACE_SPLIT = -1, /* contiguous row ranges on every shard, balanced by bytes */
+  DW_PLACE_AUTO =
+      -2, /* split when large, else whole on the least-loaded shard */
+  DW_PLACE_SPLIT =
+      -1, /* contiguous row ranges on every shard, balanced by bytes */
   /* >= 0: whole on that shard */
 };
 
@@ -30,24 +32,26 @@ enum dw_init {
  * caller's array from dw_client_declare on; the caller keeps it (and the
  * buffers it points to) alive and unmoved until dw_client_free. */
 struct dw_var {
-  const char *name;                /* unique in the job, at most 200 bytes */
-  int ndim;                        /* 1..DW_VAR_MAX_DIMS */
-  int64_t shape[DW_VAR_MAX_DIMS];  /* rows are shape[0]; f32 elements */
-  int placement;                   /* enum dw_placement or a shard index; AUTO is resolved in place by declare */
-  enum dw_init init;               /* initializer psd uses on creation */
-  float init_scale;                /* bound of DW_INIT_UNIFORM */
-  float *value;                    /* caller-owned pull destination, numel floats */
-  const float *grad;               /* caller-owned push source, numel floats */
+  const char *name;               /* unique in the job, at most 200 bytes */
+  int ndim;                       /* 1..DW_VAR_MAX_DIMS */
+  int64_t shape[DW_VAR_MAX_DIMS]; /* rows are shape[0]; f32 elements */
+  int placement;     /* enum dw_placement or a shard index; AUTO is resolved in
+                        place by declare */
+  enum dw_init init; /* initializer psd uses on creation */
+  float init_scale;  /* bound of DW_INIT_UNIFORM */
+  float *value;      /* caller-owned pull destination, numel floats */
+  const float *grad; /* caller-owned push source, numel floats */
 };
 
 /* Client settings; zero fields take the defaults in brackets. */
 struct dw_client_opts {
-  const char *worker;      /* identity sent with each call ["client"] */
-  int timeout_ms;          /* deadline of each call [spec job.rpc_timeout_ms] */
-  int connect_timeout_ms;  /* how long declare waits for shards to come up [60000] */
-  size_t chunk_bytes;      /* largest tensor payload per message [4 MiB] */
-  int inflight;            /* calls in flight per shard [4] */
-  uint64_t seed;           /* initializer seed sent with declare [spec job.seed] */
+  const char *worker;     /* identity sent with each call ["client"] */
+  int timeout_ms;         /* deadline of each call [spec job.rpc_timeout_ms] */
+  int connect_timeout_ms; /* how long declare waits for shards to come up
+                             [60000] */
+  size_t chunk_bytes;     /* largest tensor payload per message [4 MiB] */
+  int inflight;           /* calls in flight per shard [4] */
+  uint64_t seed; /* initializer seed sent with declare [spec job.seed] */
 };
 
 struct dw_client;

@@ -61,7 +61,7 @@ def train(d):
                            "local.json")) as f:
         base = json.load(f)
     spec = os.path.join(d, "train.json")
-    h.write_spec(spec, nps=2, nworker=2, job=dict(base["job"], epochs=1, log_every=1000))
+    h.write_spec(spec, nps=2, nworker=2, job=dict(base["job"], log_every=100000))
     single = h.run([h.build_path("worker", "dworker"), "--cluster", spec, "--task", "worker:0",
                     "--standalone"], timeout=900)
     s = final_line(single.stdout)
@@ -71,9 +71,10 @@ def train(d):
         print("bench train FAILED:\n%s\n%s" % (single.stdout[-2000:], job.stdout[-2000:]))
         return
     se, je = float(s["examples_per_s"]), float(j["examples_per_s"])
-    print("bench train workers=2 shards=2 batch=%d examples_per_s=%.0f "
+    print("bench train workers=2 shards=2 batch=%d epochs=%d examples_per_s=%.0f "
           "single_process_examples_per_s=%.0f ratio=%.2f test_accuracy=%s "
-          "single_process_test_accuracy=%s" % (base["job"]["batch_size"], je, se, je / se,
+          "single_process_test_accuracy=%s" % (base["job"]["batch_size"], base["job"]["epochs"],
+                                               je, se, je / se,
                                                j["test_accuracy"], s["test_accuracy"]),
           flush=True)
 
