@@ -6,7 +6,7 @@ BUILD ?= build
 export PATH := $(PATH):/usr/local/cuda/bin
 PY := /usr/bin/python3
 
-.PHONY: all setup build demo test bench clean
+.PHONY: all setup build demo test bench asan clean
 
 all: build
 
@@ -29,5 +29,13 @@ test: build
 bench: build
 	$(PY) tests/bench/bench.py $(BUILD)
 
+# The whole suite under AddressSanitizer + UBSan (c-ares' own leak suppressed).
+asan: setup
+	[ -f $(BUILD)-asan/build.ninja ] || meson setup $(BUILD)-asan -Dcuda=disabled \
+	  -Db_sanitize=address,undefined -Dbuildtype=debug
+	ninja -C $(BUILD)-asan
+	LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp GRPC_DNS_RESOLVER=native \
+	  meson test -C $(BUILD)-asan --print-errorlogs --num-processes 2
+
 clean:
-	rm -rf $(BUILD)
+	rm -rf $(BUILD) $(BUILD)-asan

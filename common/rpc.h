@@ -26,8 +26,9 @@
  * this (4 MiB by default), so the limit only stops runaway messages. */
 #define CM_RPC_MAX_MESSAGE (64 * 1024 * 1024)
 
-/* Calls once per process before any other gRPC use: grpc_init and malloc
- * settings that keep large message buffers from page-faulting. */
+/* Call before any other gRPC use: grpc_init and malloc settings that keep
+ * large message buffers from page-faulting. Reference-counted like
+ * grpc_init: each call is balanced by one cm_rpc_global_shutdown. */
 void cm_rpc_global_init(void);
 void cm_rpc_global_shutdown(void);
 

@@ -87,6 +87,7 @@ int dw_client_new(struct dw_client **out, const struct cm_spec *spec,
   int rc = 0;
   if (!c)
     return CM_ENOMEM;
+  cm_rpc_global_init(); /* reference-counted: balanced in dw_client_free */
   c->spec = spec;
   if (opts)
     c->o = *opts;
@@ -139,6 +140,7 @@ void dw_client_free(struct dw_client *c) {
   pthread_mutex_destroy(&c->lock);
   pthread_cond_destroy(&c->cond);
   free(c);
+  cm_rpc_global_shutdown();
 }
 
 static uint64_t numel(const struct dw_var *v) {
