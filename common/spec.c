@@ -906,23 +906,162 @@ static void job_defaults(struct cm_job *job) {
   job->lr = 0.05;
   job->momentum = 0.9;
   snprintf(job->mode, sizeof job->mode, "async");
+  job->staleness = -1;
+  /* replicas_to_aggregate and min_replicas default from the cluster size;
+   * parse_sync fills them. */
+  job->deadline_multiple = 3.0;
+  job->deadline_floor_ms = 1000;
+  job->deterministic = 0;
+  job->heartbeat_ms = 500;
+  job->dead_after_ms = 5000;
   job->seed = 1;
   job->log_every = 100;
   job->timeout_ms = 30000;
   job->max_steps = 0;
 }
 
-static void parse_job(struct spec_errs *e, json_t *root, struct cm_job *out) {
+/* Returns the member job.sync.key when present and meant for the job's mode;
+ * one meant for the other mode is reported and NULL returned, since it shows
+ * that the author believes the job runs in that mode. With the mode itself
+ * mistaken (mode_known 0) every member is returned and checked on its own. */
+static json_t *mode_member(struct spec_errs *e, json_t *sync, const char *key,
+                           int mode_known, int is_sync, int for_sync) {
+  char path[SPEC_PATH_MAX];
+  json_t *v = json_object_get(sync, key);
+
+  if (!v || !mode_known || is_sync == for_sync)
+    return v;
+  path_key(path, sizeof path, "job.sync", key);
+  report(e, path, "only meaningful with \"mode\": \"%s\"",
+         for_sync ? "sync" : "async");
+  return NULL;
+}
+
+/* Parses job.sync: the mode and the settings of that mode. nworker is the
+ * size of cluster.worker, 0 when that is missing (the spec is refused anyway
+ * and k is then not checked against it); k and m already hold their defaults
+ * (nworker). */
+static void parse_sync(struct spec_errs *e, json_t *job, int nworker,
+                       struct cm_job *out) {
   static const char *const keys[] = {
-      "name",   "model",      "hidden",         "data_dir",
-      "epochs", "batch_size", "optimizer",      "sync",
-      "seed",   "log_every",  "rpc_timeout_ms", "max_steps"};
+      "mode",         "staleness", "replicas_to_aggregate",
+      "min_replicas", "deadline",  "deterministic"};
+  static const char *const deadline_keys[] = {"multiple", "floor_ms"};
+  static const char *const modes[] = {"async", "sync", NULL};
+  char got[SPEC_QUOTE_MAX];
+  json_t *sync, *v;
+  long long x;
+  int before, mode_known, is_sync, k_given = 0, k_known = nworker > 0;
+
+  sync = opt_object(e, job, "job", "sync",
+                    "an object like {\"mode\": \"sync\", "
+                    "\"replicas_to_aggregate\": 2}");
+  if (!sync)
+    return;
+  check_keys(e, sync, "job.sync", keys, sizeof keys / sizeof keys[0]);
+  before = e->count;
+  opt_choice(e, sync, "job.sync", "mode", modes, out->mode, sizeof out->mode);
+  mode_known = e->count == before;
+  is_sync = strcmp(out->mode, "sync") == 0;
+
+  v = mode_member(e, sync, "staleness", mode_known, is_sync, 0);
+  if (v && want_int(e, v, "job.sync.staleness", 0, INT_MAX, &x))
+    out->staleness = (int)x;
+
+  v = mode_member(e, sync, "replicas_to_aggregate", mode_known, is_sync, 1);
+  if (v) {
+    if (!want_int(e, v, "job.sync.replicas_to_aggregate", 1, INT_MAX, &x)) {
+      k_known = 0;
+    } else if (k_known && x > nworker) {
+      report(e, "job.sync.replicas_to_aggregate",
+             "%lld is more than the %d worker%s in cluster.worker", x, nworker,
+             nworker == 1 ? "" : "s");
+      k_known = 0;
+    } else {
+      out->replicas_to_aggregate = (int)x;
+      k_given = k_known = 1;
+    }
+  }
+  out->min_replicas = out->replicas_to_aggregate;
+
+  v = mode_member(e, sync, "min_replicas", mode_known, is_sync, 1);
+  /* Against a k that is wrong or unknown there is nothing to compare. */
+  if (v && want_int(e, v, "job.sync.min_replicas", 1, INT_MAX, &x) && k_known) {
+    if (x > out->replicas_to_aggregate)
+      report(e, "job.sync.min_replicas",
+             "%lld is more than replicas_to_aggregate (%d%s)", x,
+             out->replicas_to_aggregate,
+             k_given ? "" : ", by default the number of workers");
+    else
+      out->min_replicas = (int)x;
+  }
+
+  if (mode_member(e, sync, "deadline", mode_known, is_sync, 1)) {
+    v = opt_object(e, sync, "job.sync", "deadline",
+                   "an object like {\"multiple\": 3.0, \"floor_ms\": 1000}");
+    if (v) {
+      check_keys(e, v, "job.sync.deadline", deadline_keys,
+                 sizeof deadline_keys / sizeof deadline_keys[0]);
+      opt_number(e, v, "job.sync.deadline", "multiple", 0, 0, HUGE_VAL,
+                 "a positive number", &out->deadline_multiple);
+      opt_int(e, v, "job.sync.deadline", "floor_ms", 1, INT_MAX,
+              &out->deadline_floor_ms);
+    }
+  }
+
+  v = mode_member(e, sync, "deterministic", mode_known, is_sync, 1);
+  if (v) {
+    if (json_is_boolean(v))
+      out->deterministic = json_is_true(v);
+    else
+      report(e, "job.sync.deterministic", "expected true or false, got %s",
+             describe(got, sizeof got, v));
+  }
+}
+
+/* Parses job.heartbeat_ms and job.dead_after_ms. A worker must be able to
+ * miss a heartbeat before it is declared dead, so the second must exceed the
+ * first; the mistake is reported at whichever of the two the spec sets. */
+static void parse_liveness(struct spec_errs *e, json_t *job,
+                           struct cm_job *out) {
+  int before = e->count;
+  long long hint;
+
+  opt_int(e, job, "job", "heartbeat_ms", 1, INT_MAX, &out->heartbeat_ms);
+  opt_int(e, job, "job", "dead_after_ms", 1, INT_MAX, &out->dead_after_ms);
+  if (e->count != before || out->dead_after_ms > out->heartbeat_ms)
+    return;
+  hint = 10LL * out->heartbeat_ms;
+  if (hint > INT_MAX)
+    hint = INT_MAX;
+  if (json_object_get(job, "dead_after_ms"))
+    report(e, "job.dead_after_ms",
+           "%d is not more than job.heartbeat_ms (%d%s); expected a longer "
+           "silence, e.g. %lld (10 heartbeats)",
+           out->dead_after_ms, out->heartbeat_ms,
+           json_object_get(job, "heartbeat_ms") ? "" : ", the default", hint);
+  else
+    report(e, "job.heartbeat_ms",
+           "%d is not less than job.dead_after_ms (%d, the default); expected "
+           "less, or set job.dead_after_ms, e.g. to %lld (10 heartbeats)",
+           out->heartbeat_ms, out->dead_after_ms, hint);
+}
+
+/* Parses "job" into *out, which holds the defaults; nworker is the size of
+ * cluster.worker, which bounds job.sync.replicas_to_aggregate. */
+static void parse_job(struct spec_errs *e, json_t *root, int nworker,
+                      struct cm_job *out) {
+  static const char *const keys[] = {
+      "name",         "model",        "hidden",         "data_dir",
+      "epochs",       "batch_size",   "optimizer",      "sync",
+      "seed",         "log_every",    "rpc_timeout_ms", "max_steps",
+      "heartbeat_ms", "dead_after_ms"};
   static const char *const models[] = {"mlp", NULL};
-  static const char *const modes[] = {"async", NULL};
-  static const char *const sync_keys[] = {"mode"};
-  json_t *job, *sync, *seed;
+  json_t *job, *seed;
   long long x;
 
+  out->replicas_to_aggregate = nworker;
+  out->min_replicas = nworker;
   job = opt_object(e, root, "", "job", "an object of training settings");
   if (!job)
     return;
@@ -934,19 +1073,14 @@ static void parse_job(struct spec_errs *e, json_t *root, struct cm_job *out) {
   opt_int(e, job, "job", "epochs", 1, INT_MAX, &out->epochs);
   opt_int(e, job, "job", "batch_size", 1, INT_MAX, &out->batch_size);
   parse_optimizer(e, job, out);
-  sync = opt_object(e, job, "job", "sync",
-                    "an object like {\"mode\": "
-                    "\"async\"}");
-  if (sync) {
-    check_keys(e, sync, "job.sync", sync_keys, 1);
-    opt_choice(e, sync, "job.sync", "mode", modes, out->mode, sizeof out->mode);
-  }
+  parse_sync(e, job, nworker, out);
   seed = json_object_get(job, "seed");
   if (seed && want_int(e, seed, "job.seed", 0, LLONG_MAX, &x))
     out->seed = (uint64_t)x;
   opt_int(e, job, "job", "log_every", 1, INT_MAX, &out->log_every);
   opt_int(e, job, "job", "rpc_timeout_ms", 1, INT_MAX, &out->timeout_ms);
   opt_int(e, job, "job", "max_steps", 0, INT_MAX, &out->max_steps);
+  parse_liveness(e, job, out);
 }
 
 /* Parses JSON text with duplicate keys refused; on a syntax error reports
@@ -1020,7 +1154,7 @@ int cm_spec_parse(const char *json, size_t len, const char *source,
   if (task && parse_task_obj(&e, task, 1, &spec->task) &&
       task_count(spec, &spec->task) > 0)
     check_task_index(&e, spec, &spec->task, "task.index", "");
-  parse_job(&e, root, &spec->job);
+  parse_job(&e, root, spec->nworker, &spec->job);
   if (e.count > 0) {
     rc = CM_ESPEC;
     goto out;

@@ -27,7 +27,8 @@ struct cm_task {
   int index;              /* index into cluster.ps or cluster.worker */
 };
 
-/* Training settings from the spec's "job" object; every field has a default. */
+/* Training settings from the spec's "job" object; every field has a default,
+ * filled by the parser (the sync fields too, whatever the mode). */
 struct cm_job {
   char name[64];  /* "job.name", default "psd-job"; also the job id */
   char model[32]; /* "job.model", only "mlp" so far */
@@ -40,8 +41,33 @@ struct cm_job {
   char optimizer[16]; /* "job.optimizer.type": "sgd" or "momentum" (default) */
   double lr;          /* "job.optimizer.lr", default 0.05, > 0 */
   double momentum;    /* "job.optimizer.momentum", default 0.9, in [0, 1) */
-  char mode[16];      /* "job.sync.mode": only "async" so far */
-  uint64_t seed;      /* "job.seed", default 1 */
+  char mode[16];      /* "job.sync.mode": "async" (default) or "sync" */
+  /* async only: "job.sync.staleness" s >= 0, the stale-synchronous bound (a
+   * worker at clock c waits until the slowest live one reaches c - s);
+   * -1 = unbounded (default) */
+  int staleness;
+  /* sync only: "job.sync.replicas_to_aggregate" k in 1..nworker, the
+   * gradients applied per step (nworker - k are backups); default nworker */
+  int replicas_to_aggregate;
+  /* sync only: "job.sync.min_replicas" m in 1..k, the fewest gradients a
+   * step may close with at its deadline; default k */
+  int min_replicas;
+  /* sync only: "job.sync.deadline.multiple" > 0, default 3.0: admission to
+   * a step closes at this multiple of the median recent step time */
+  double deadline_multiple;
+  /* sync only: "job.sync.deadline.floor_ms" >= 1, default 1000: the
+   * deadline is never shorter than this */
+  int deadline_floor_ms;
+  /* sync only: "job.sync.deterministic" (a JSON boolean), default 0: sum the
+   * admitted gradients in worker order, not arrival order */
+  int deterministic;
+  /* "job.heartbeat_ms" >= 1, default 500: how often workers tell the
+   * coordinator they live */
+  int heartbeat_ms;
+  /* "job.dead_after_ms" > heartbeat_ms, default 5000: a worker silent this
+   * long is declared dead and leaves the live count */
+  int dead_after_ms;
+  uint64_t seed; /* "job.seed", default 1 */
   int log_every; /* "job.log_every" steps between progress lines, default 100 */
   int timeout_ms; /* "job.rpc_timeout_ms", per-call deadline, default 30000 */
   int max_steps;  /* "job.max_steps", 0 = no limit (tests use it) */

@@ -19,6 +19,7 @@
 #endif
 
 #include "blas.h"
+#include "coord.h"
 #include "err.h"
 #include "log.h"
 #include "rpc.h"
@@ -28,6 +29,8 @@
 
 /* Seconds between stats lines while there is traffic. */
 #define STATS_PERIOD_MS 10000
+/* How often the coordinator checks step deadlines and heartbeats. */
+#define TICK_MS 10
 /* How long calls in flight may take to finish on SIGTERM. */
 #define STOP_GRACE_MS 5000
 
@@ -38,11 +41,14 @@ struct psd_server {
   char listen[300];                    /* address served */
   struct psd_store *store;             /* owned variables */
   struct psd_service *service;         /* owned gRPC handlers */
+  struct psd_coord *coord;             /* owned coordinator, shard 0 only */
+  struct cm_rpc_method methods[16];    /* served: data, admin, coordinator */
   struct cm_server *rpc;               /* owned gRPC server */
   uv_loop_t loop;                      /* signals and timers */
   uv_signal_t sigterm, sigint, sighup; /* signal watchers */
   uv_timer_t stats;                    /* periodic stats line */
   uv_timer_t watchdog;                 /* systemd watchdog pings */
+  uv_timer_t tick;                     /* coordinator deadlines, heartbeats */
   struct psd_counters last;            /* counters at the previous stats line */
   int stop_signal; /* the signal that asked us to stop, or 0 */
 };
@@ -112,6 +118,11 @@ static void on_stats(uv_timer_t *t) {
 
 static void on_watchdog(uv_timer_t *t) { notify("WATCHDOG=1"); }
 
+static void on_tick(uv_timer_t *t) {
+  struct psd_server *srv = t->data;
+  psd_coord_tick(srv->coord);
+}
+
 /* Parses the command line and the spec. Returns 0, or 2 for usage errors
  * (already reported), or 3 for --help. */
 static int configure(struct psd_server *srv, int argc, char **argv) {
@@ -178,16 +189,28 @@ static int open_server(struct psd_server *srv) {
                           .momentum = (float)job->momentum};
   const struct cm_rpc_method *methods;
   char err[512], optim[96];
-  int n, rc;
+  int n, nc = 0, rc;
 
   if (psd_store_new(&srv->store, srv->shard, srv->spec->nps, &opt) ||
       psd_service_new(&srv->service, srv->store, srv->shard, srv->spec->nps,
-                      job->name, job->mode, &opt)) {
+                      srv->spec->nworker, job->name, job->mode, &opt)) {
     cm_error("out of memory");
     return 1;
   }
   methods = psd_service_methods(srv->service, &n);
-  if ((rc = cm_server_new(&srv->rpc, srv->listen, methods, n, err,
+  memcpy(srv->methods, methods, n * sizeof *methods);
+  if (srv->shard == 0) {
+    /* Shard 0 is also the coordinator: membership, steps, clocks. */
+    if (psd_coord_new(&srv->coord, srv->spec) ||
+        psd_coord_start(srv->coord)) {
+      cm_error("cannot start the coordinator");
+      return 1;
+    }
+    psd_service_set_coord(srv->service, srv->coord);
+    methods = psd_coord_methods(srv->coord, &nc);
+    memcpy(srv->methods + n, methods, nc * sizeof *methods);
+  }
+  if ((rc = cm_server_new(&srv->rpc, srv->listen, srv->methods, n + nc, err,
                           sizeof err))) {
     cm_error("%s", err);
     if (rc == CM_EADDRINUSE)
@@ -221,6 +244,10 @@ static void start_loop(struct psd_server *srv) {
   uv_timer_start(&srv->stats, on_stats, STATS_PERIOD_MS, STATS_PERIOD_MS);
   uv_timer_init(&srv->loop, &srv->watchdog);
   srv->watchdog.data = srv;
+  uv_timer_init(&srv->loop, &srv->tick);
+  srv->tick.data = srv;
+  if (srv->coord)
+    uv_timer_start(&srv->tick, on_tick, TICK_MS, TICK_MS);
 #if PSD_HAVE_SYSTEMD
   if (sd_watchdog_enabled(0, &wd_usec) > 0 && wd_usec > 0)
     uv_timer_start(&srv->watchdog, on_watchdog, wd_usec / 2000, wd_usec / 2000);
@@ -268,6 +295,10 @@ int main(int argc, char **argv) {
   notify("STOPPING=1");
   cm_info("%s: stopping (calls in flight get up to %d ms)",
           strsignal(srv.stop_signal), STOP_GRACE_MS);
+  /* Parked calls would hold the shutdown: answer them first. */
+  if (srv.coord)
+    psd_coord_stop(srv.coord);
+  psd_service_stop(srv.service);
   cm_server_stop(srv.rpc, STOP_GRACE_MS);
   uv_walk(&srv.loop, close_cb, NULL);
   uv_run(&srv.loop, UV_RUN_DEFAULT);
@@ -275,6 +306,7 @@ int main(int argc, char **argv) {
   cm_info("stopped");
 out:
   cm_server_free(srv.rpc);
+  psd_coord_free(srv.coord);
   psd_service_free(srv.service);
   psd_store_free(srv.store);
   cm_spec_free(srv.spec);

@@ -5,6 +5,8 @@
  * pull. */
 #include "service.h"
 
+#include <pthread.h>
+
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -14,7 +16,9 @@
 
 #include "err.h"
 #include "log.h"
+#include "coord.h"
 #include "ps.pb-c.h"
+#include "steps.h"
 #include "wire.h"
 
 /* Errors logged in full before the log only samples them. */
@@ -28,13 +32,25 @@ struct psd_service {
   char mode[16];                   /* "async" */
   char optim[96];                  /* optimizer, described */
   struct timespec started;         /* for uptime */
-  struct cm_rpc_method methods[4]; /* what psd serves */
+  struct cm_rpc_method methods[5]; /* what psd serves */
+  int sync;                        /* 1: pushes are staged for steps */
+  struct psd_steps *steps;         /* owned, sync mode */
+  struct psd_coord *coord;         /* borrowed, shard 0 only (status) */
+  pthread_mutex_t park_lock;       /* guards parked */
+  struct parked_pull *parked;      /* pulls waiting for a version */
   atomic_uint_fast64_t pulls;      /* pull calls answered */
   atomic_uint_fast64_t pushes;     /* push calls applied */
   atomic_uint_fast64_t examples;   /* examples behind applied pushes */
   atomic_uint_fast64_t bytes_in;   /* gradient bytes applied */
   atomic_uint_fast64_t bytes_out;  /* value bytes sent */
   atomic_uint_fast64_t errors;     /* calls answered with an error */
+};
+
+/* A pull waiting for the shard to commit min_version steps. */
+struct parked_pull {
+  struct cm_rpc_call *call;  /* answered once the version exists */
+  Psd__V1__PullRequest *req; /* owned, unpacked request */
+  struct parked_pull *next;  /* list link */
 };
 
 static void fail(struct psd_service *svc, struct cm_rpc_call *call,
@@ -182,20 +198,15 @@ out:
 
 static void release_free(void *p) { free(p); }
 
-static void on_pull(struct cm_rpc_call *call, grpc_byte_buffer *bb, void *ctx) {
-  struct psd_service *svc = ctx;
-  struct cm_wire_msg m;
-  Psd__V1__PullRequest *req = NULL;
+/* Answers a pull whose version exists. */
+static void answer_pull(struct psd_service *svc, struct cm_rpc_call *call,
+                        const Psd__V1__PullRequest *req) {
   Psd__V1__PullResponse resp = PSD__V1__PULL_RESPONSE__INIT;
   struct psd_var **vars = NULL;
   uint64_t *versions = NULL, total = 0;
   uint8_t *data = NULL, *head = NULL;
   size_t head_len;
 
-  req = (Psd__V1__PullRequest *)decode(svc, call, bb,
-                                       &psd__v1__pull_request__descriptor, &m);
-  if (!req || check_caller(svc, call, req->caller, "Pull"))
-    goto out;
   vars = calloc(req->n_segments + 1, sizeof *vars);
   versions = calloc(req->n_segments + 1, sizeof *versions);
   if (!vars || !versions)
@@ -214,6 +225,8 @@ static void on_pull(struct cm_rpc_call *call, grpc_byte_buffer *bb, void *ctx) {
   }
   if (!(data = malloc(total ? total : 1)))
     goto nomem;
+  if (svc->steps)
+    resp.step = psd_steps_version(svc->steps);
   {
     uint8_t *p = data;
     for (size_t i = 0; i < req->n_segments; i++) {
@@ -250,10 +263,109 @@ out:
   free(data);
   free(vars);
   free(versions);
+}
+
+static void on_pull(struct cm_rpc_call *call, grpc_byte_buffer *bb, void *ctx) {
+  struct psd_service *svc = ctx;
+  struct cm_wire_msg m;
+  Psd__V1__PullRequest *req = (Psd__V1__PullRequest *)decode(
+      svc, call, bb, &psd__v1__pull_request__descriptor, &m);
+  cm_wire_msg_release(&m);
+  if (!req || check_caller(svc, call, req->caller, "Pull"))
+    goto out;
+  if (req->min_version > 0 && svc->steps) {
+    /* Park it under the lock that commits drain, so none is missed. */
+    pthread_mutex_lock(&svc->park_lock);
+    if (psd_steps_version(svc->steps) < req->min_version) {
+      struct parked_pull *p = calloc(1, sizeof *p);
+      if (p) {
+        *p = (struct parked_pull){call, req, svc->parked};
+        svc->parked = p;
+        req = NULL;
+        call = NULL;
+      }
+    }
+    pthread_mutex_unlock(&svc->park_lock);
+    if (!call)
+      goto out;
+  }
+  answer_pull(svc, call, req);
+out:
   if (req)
     protobuf_c_message_free_unpacked(&req->base, NULL);
-  cm_wire_msg_release(&m);
 }
+
+/* Answers the parked pulls whose version now exists (or all of them, with
+ * UNAVAILABLE, when psd stops). */
+static void release_parked(struct psd_service *svc, int stopping) {
+  struct parked_pull *ready = NULL;
+  pthread_mutex_lock(&svc->park_lock);
+  uint64_t version = svc->steps ? psd_steps_version(svc->steps) : 0;
+  for (struct parked_pull **pp = &svc->parked; *pp;) {
+    struct parked_pull *p = *pp;
+    if (stopping || p->req->min_version <= version) {
+      *pp = p->next;
+      p->next = ready;
+      ready = p;
+    } else {
+      pp = &p->next;
+    }
+  }
+  pthread_mutex_unlock(&svc->park_lock);
+  while (ready) {
+    struct parked_pull *p = ready;
+    ready = p->next;
+    if (stopping)
+      cm_rpc_fail(p->call, GRPC_STATUS_UNAVAILABLE, "psd is shutting down");
+    else
+      answer_pull(svc, p->call, p->req);
+    protobuf_c_message_free_unpacked(&p->req->base, NULL);
+    free(p);
+  }
+}
+
+static void on_commit(struct cm_rpc_call *call, grpc_byte_buffer *bb,
+                      void *ctx) {
+  struct psd_service *svc = ctx;
+  struct cm_wire_msg m;
+  Psd__V1__CommitRequest *req = (Psd__V1__CommitRequest *)decode(
+      svc, call, bb, &psd__v1__commit_request__descriptor, &m);
+  int applied[PSD_STEPS_MAX_WORKERS], dropped[PSD_STEPS_MAX_WORKERS];
+  char err[256];
+  cm_wire_msg_release(&m);
+  if (!req || check_caller(svc, call, req->caller, "Commit"))
+    goto out;
+  if (!svc->steps) {
+    fail(svc, call, GRPC_STATUS_FAILED_PRECONDITION,
+         "Commit: shard %d runs an asynchronous job", svc->shard);
+    goto out;
+  }
+  if (req->n_applied > PSD_STEPS_MAX_WORKERS ||
+      req->n_dropped > PSD_STEPS_MAX_WORKERS) {
+    fail(svc, call, GRPC_STATUS_INVALID_ARGUMENT, "Commit: too many workers");
+    goto out;
+  }
+  for (size_t i = 0; i < req->n_applied; i++)
+    applied[i] = req->applied[i];
+  for (size_t i = 0; i < req->n_dropped; i++)
+    dropped[i] = req->dropped[i];
+  if (psd_steps_commit(svc->steps, req->step, applied, (int)req->n_applied,
+                       dropped, (int)req->n_dropped, err, sizeof err)) {
+    fail(svc, call, GRPC_STATUS_FAILED_PRECONDITION, "%s", err);
+    goto out;
+  }
+  {
+    Psd__V1__CommitResponse r = PSD__V1__COMMIT_RESPONSE__INIT;
+    r.version = psd_steps_version(svc->steps);
+    cm_rpc_reply(call, cm_rpc_pack(&r.base));
+  }
+  release_parked(svc, 0);
+out:
+  if (req)
+    protobuf_c_message_free_unpacked(&req->base, NULL);
+}
+
+void psd_service_stop(struct psd_service *svc) { release_parked(svc, 1); }
 
 static void on_push(struct cm_rpc_call *call, grpc_byte_buffer *bb, void *ctx) {
   struct psd_service *svc = ctx;
@@ -312,6 +424,22 @@ static void on_push(struct cm_rpc_call *call, grpc_byte_buffer *bb, void *ctx) {
       size_t bytes = seg->count * sizeof(float);
       cm_wire_bulk_read(&m, off, scratch, bytes);
       off += bytes;
+      if (svc->steps) {
+        char err[256];
+        int rc = psd_steps_stage(svc->steps, req->worker, req->step, v,
+                                 seg->offset - v->elem_begin, scratch,
+                                 seg->count, err, sizeof err);
+        if (rc) {
+          /* A late gradient is ABORTED: the worker drops it and moves on. */
+          fail(svc, call,
+               rc == CM_ERANGE ? GRPC_STATUS_ABORTED
+                               : GRPC_STATUS_FAILED_PRECONDITION,
+               "%s", err);
+          goto out;
+        }
+        versions[i] = psd_steps_version(svc->steps);
+        continue;
+      }
       pthread_mutex_lock(&v->lock);
       psd_store_apply(svc->store, v, seg->offset - v->elem_begin, scratch,
                       seg->count);
@@ -344,6 +472,11 @@ static void on_status(struct cm_rpc_call *call, grpc_byte_buffer *bb,
   Psd__V1__StatusRequest *req = NULL;
   Psd__V1__StatusResponse resp = PSD__V1__STATUS_RESPONSE__INIT;
   Psd__V1__VarStatus *vs = NULL, **ptrs = NULL;
+  struct psd_step_record *hist = NULL;
+  Psd__V1__StepRecord *recs = NULL, **recp = NULL;
+  int32_t *ids = NULL;
+  struct psd_worker_info *winfo = NULL;
+  Psd__V1__WorkerStatus *ws = NULL, **wsp = NULL;
   struct timespec now;
   int n;
 
@@ -388,8 +521,69 @@ static void on_status(struct cm_rpc_call *call, grpc_byte_buffer *bb,
                   (now.tv_nsec - svc->started.tv_nsec) / 1e9;
   resp.n_vars = n;
   resp.vars = ptrs;
+  if (svc->steps) {
+    resp.step = psd_steps_version(svc->steps);
+    if (!(hist = malloc(PSD_STEPS_HISTORY * sizeof *hist)) ||
+        !(recs = calloc(PSD_STEPS_HISTORY, sizeof *recs)) ||
+        !(recp = calloc(PSD_STEPS_HISTORY, sizeof *recp)) ||
+        !(ids = calloc(PSD_STEPS_HISTORY * 2 * PSD_STEPS_MAX_WORKERS,
+                       sizeof *ids))) {
+      fail(svc, call, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+      goto out;
+    }
+    int nh = psd_steps_history(svc->steps, hist, PSD_STEPS_HISTORY);
+    int32_t *id = ids;
+    for (int i = 0; i < nh; i++) {
+      psd__v1__step_record__init(&recs[i]);
+      recs[i].step = hist[i].step;
+      recs[i].n_applied = hist[i].napplied;
+      recs[i].applied = id;
+      for (int k = 0; k < hist[i].napplied; k++)
+        *id++ = hist[i].applied[k];
+      recs[i].n_dropped = hist[i].ndropped;
+      recs[i].dropped = id;
+      for (int k = 0; k < hist[i].ndropped; k++)
+        *id++ = hist[i].dropped[k];
+      recp[i] = &recs[i];
+    }
+    resp.n_steps = nh;
+    resp.steps = recp;
+  }
+  if (svc->coord) {
+    int nw = psd_coord_workers(svc->coord, NULL, 0);
+    if (!(winfo = calloc(nw + 1, sizeof *winfo)) ||
+        !(ws = calloc(nw + 1, sizeof *ws)) ||
+        !(wsp = calloc(nw + 1, sizeof *wsp))) {
+      fail(svc, call, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+      goto out;
+    }
+    psd_coord_workers(svc->coord, winfo, nw);
+    for (int i = 0; i < nw; i++) {
+      psd__v1__worker_status__init(&ws[i]);
+      ws[i].worker = winfo[i].worker;
+      ws[i].live = winfo[i].live;
+      ws[i].joined = winfo[i].joined;
+      ws[i].applied = winfo[i].applied;
+      ws[i].dropped = winfo[i].dropped;
+      ws[i].clock = winfo[i].clock;
+      ws[i].last_seen_ms = winfo[i].last_seen_ms;
+      ws[i].joins = winfo[i].joins;
+      wsp[i] = &ws[i];
+    }
+    resp.n_workers = nw;
+    resp.workers = wsp;
+    resp.max_clock_spread = psd_coord_max_spread(svc->coord);
+    resp.coordinator = 1;
+  }
   cm_rpc_reply(call, cm_rpc_pack(&resp.base));
 out:
+  free(hist);
+  free(recs);
+  free(recp);
+  free(ids);
+  free(winfo);
+  free(ws);
+  free(wsp);
   free(vs);
   free(ptrs);
   if (req)
@@ -398,8 +592,8 @@ out:
 }
 
 int psd_service_new(struct psd_service **out, struct psd_store *store,
-                    int shard, int nshards, const char *job, const char *mode,
-                    const struct psd_optim *opt) {
+                    int shard, int nshards, int nworkers, const char *job,
+                    const char *mode, const struct psd_optim *opt) {
   struct psd_service *svc = calloc(1, sizeof *svc);
   if (!svc)
     return CM_ENOMEM;
@@ -416,15 +610,34 @@ int psd_service_new(struct psd_service **out, struct psd_store *store,
   svc->methods[2] = (struct cm_rpc_method){"/psd.v1.Data/Push", on_push, svc};
   svc->methods[3] =
       (struct cm_rpc_method){"/psd.v1.Admin/Status", on_status, svc};
+  svc->methods[4] =
+      (struct cm_rpc_method){"/psd.v1.Data/Commit", on_commit, svc};
+  pthread_mutex_init(&svc->park_lock, NULL);
+  svc->sync = strcmp(mode, "sync") == 0;
+  if (svc->sync && psd_steps_new(&svc->steps, store, nworkers)) {
+    psd_service_free(svc);
+    return CM_ENOMEM;
+  }
   *out = svc;
   return 0;
 }
 
-void psd_service_free(struct psd_service *svc) { free(svc); }
+void psd_service_set_coord(struct psd_service *svc, struct psd_coord *coord) {
+  svc->coord = coord;
+}
+
+void psd_service_free(struct psd_service *svc) {
+  if (!svc)
+    return;
+  release_parked(svc, 1);
+  psd_steps_free(svc->steps);
+  pthread_mutex_destroy(&svc->park_lock);
+  free(svc);
+}
 
 const struct cm_rpc_method *psd_service_methods(struct psd_service *svc,
                                                 int *n) {
-  *n = 4;
+  *n = 5;
   return svc->methods;
 }
 

@@ -1,4 +1,4 @@
-/* psd's gRPC services: psd.v1.Data (Declare, Pull, Push) and psd.v1.Admin
+/* psd's gRPC services: psd.v1.Data (Declare, Pull, Push, Commit) and psd.v1.Admin
  * (Status) over a store. Every request is checked field by field; a bad one
  * gets a gRPC status and a message naming the variable, shape or field, and
  * the shard goes on serving. */
@@ -13,10 +13,18 @@
 struct psd_service;
 
 /* The service borrows store (which must outlive it). job is the job's name
- * that callers must name; mode is reported by Status. */
+ * that callers must name; mode "sync" stages pushes for steps (steps.h),
+ * anything else applies them on arrival. */
 int psd_service_new(struct psd_service **out, struct psd_store *store,
-                    int shard, int nshards, const char *job, const char *mode,
-                    const struct psd_optim *opt);
+                    int shard, int nshards, int nworkers, const char *job,
+                    const char *mode, const struct psd_optim *opt);
+
+/* Lets Status report the coordinator's view (shard 0). */
+struct psd_coord;
+void psd_service_set_coord(struct psd_service *svc, struct psd_coord *coord);
+
+/* Answers every parked pull with UNAVAILABLE (psd is stopping). */
+void psd_service_stop(struct psd_service *svc);
 void psd_service_free(struct psd_service *svc);
 
 /* The methods to serve, owned by svc. */

@@ -229,6 +229,7 @@ int psd_store_declare(struct psd_store *s, const char *name, int ndim,
   }
   init_values(v, init, init_scale, seed);
   pthread_mutex_init(&v->lock, NULL);
+  v->index = s->nvars;
   s->vars[s->nvars++] = v;
   *created = 1;
 out:

@@ -33,6 +33,7 @@ struct psd_var {
   int64_t row_begin, row_end;    /* rows held here */
   uint64_t elem_begin, elem_end; /* the same as global element numbers */
   uint64_t numel;                /* elements of the whole variable */
+  int index;                     /* position in declaration order */
   pthread_mutex_t lock;          /* guards the fields below */
   float *value;                  /* owned, elem_end - elem_begin floats */
   float *slot;                   /* momentum buffer beside value, or NULL */

@@ -1,0 +1,629 @@
+/* The coordinator (coord.h). All state is guarded by one mutex: calls
+ * arrive on the gRPC queue thread, deadlines and heartbeats are checked by
+ * psd's loop (psd_coord_tick), and commits are sent by a thread of their
+ * own so that no handler ever waits on the network. */
+#include "coord.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "err.h"
+#include "log.h"
+#include "ps.pb-c.h"
+#include "steps.h"
+
+/* Step times kept for the median that sets the admission deadline. */
+#define RECENT_STEPS 21
+
+/* A call waiting for a decision. */
+struct parked {
+  struct cm_rpc_call *call; /* answered exactly once */
+  int worker;               /* who asked */
+  uint64_t value;           /* Admit: the step; Clock: the clock */
+  struct parked *next;      /* list link */
+};
+
+/* A decided step, waiting to be sent to every shard. */
+struct commit {
+  uint64_t step;                      /* the step */
+  int napplied, ndropped;             /* entries used below */
+  int applied[PSD_STEPS_MAX_WORKERS]; /* its set */
+  int dropped[PSD_STEPS_MAX_WORKERS]; /* live workers left out */
+  struct commit *next;                /* queue link */
+};
+
+/* What the coordinator knows of one worker. */
+struct worker {
+  int live;           /* counted in n */
+  int joined;         /* has joined at least once */
+  unsigned joins;     /* joins, rejoins included */
+  double last_seen;   /* ms, monotonic */
+  uint64_t applied;   /* gradients applied */
+  uint64_t dropped;   /* gradients dropped */
+  uint64_t clock;     /* async: pushes completed, as last reported */
+  int arrived;        /* sync: in the open step's arrivals */
+  int left;           /* said it finished (Join with leave) */
+};
+
+struct psd_coord {
+  const struct cm_spec *spec;       /* borrowed */
+  int n;                            /* workers in the job */
+  int sync;                         /* 1: sync mode */
+  int k, m;                         /* replicas_to_aggregate, min_replicas */
+  int deterministic;                /* no deadline closing */
+  int staleness;                    /* async SSP bound, -1 none */
+  double dead_after;                /* ms of silence that kill */
+  double started;                   /* ms, for the start barrier */
+  struct cm_rpc_method methods[4];  /* Join, Heartbeat, Admit, Clock */
+  pthread_mutex_t lock;             /* guards everything below */
+  struct worker *w;                 /* owned, n entries */
+  uint64_t open;                    /* the step open for admission */
+  int arrivals[PSD_STEPS_MAX_WORKERS]; /* open step's arrivals, in order */
+  int narrivals;                    /* entries used */
+  double first_arrival;             /* ms of the open step's first Admit */
+  double last_close;                /* ms of the last close */
+  double recent[RECENT_STEPS];      /* step durations, ms (ring) */
+  int nrecent;                      /* durations recorded, capped */
+  int warned_below_m;               /* said once that live < m */
+  struct parked *admits;            /* parked Admit calls */
+  struct parked *clocks;            /* parked Clock calls */
+  uint64_t max_spread;              /* widest granted clock spread */
+  struct commit *queue, **tail;     /* commits not yet sent */
+  pthread_cond_t wake;              /* commit thread: queue or stop */
+  int stopping;                     /* stop requested */
+  pthread_t thread;                 /* the commit thread */
+  int thread_started;               /* thread must be joined */
+  struct cm_channel **ch;           /* owned, one per shard */
+};
+
+static double now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+static int live_count(struct psd_coord *c) {
+  int n = 0;
+  for (int i = 0; i < c->n; i++)
+    n += c->w[i].live;
+  return n;
+}
+
+static int all_joined(struct psd_coord *c) {
+  for (int i = 0; i < c->n; i++)
+    if (!c->w[i].joined)
+      return 0;
+  return 1;
+}
+
+/* Admission closes early after this many ms since the first arrival. */
+static double deadline_ms(struct psd_coord *c) {
+  const struct cm_job *job = &c->spec->job;
+  double d = job->deadline_floor_ms;
+  if (c->nrecent > 0) {
+    double t[RECENT_STEPS];
+    memcpy(t, c->recent, c->nrecent * sizeof *t);
+    qsort(t, c->nrecent, sizeof *t, cmp_double);
+    double med = t[c->nrecent / 2] * job->deadline_multiple;
+    if (med > d)
+      d = med;
+  }
+  return d;
+}
+
+static void reply_admit(struct cm_rpc_call *call, int admitted, uint64_t step,
+                        const int *set, int nset, uint64_t next) {
+  Psd__V1__AdmitResponse r = PSD__V1__ADMIT_RESPONSE__INIT;
+  int32_t s[PSD_STEPS_MAX_WORKERS];
+  for (int i = 0; i < nset; i++)
+    s[i] = set[i];
+  r.admitted = admitted;
+  r.step = step;
+  r.n_applied = nset;
+  r.applied = s;
+  r.next_step = next;
+  cm_rpc_reply(call, cm_rpc_pack(&r.base));
+}
+
+/* Decides the open step with the arrivals so far. Caller holds the lock. */
+static void close_step(struct psd_coord *c, const char *why) {
+  struct commit *cm = calloc(1, sizeof *cm);
+  double now = now_ms();
+  uint64_t t = c->open;
+
+  if (!cm) {
+    cm_error("coordinator: out of memory closing step %llu",
+             (unsigned long long)t);
+    return;
+  }
+  cm->step = t;
+  for (int i = 0; i < c->narrivals; i++)
+    cm->applied[cm->napplied++] = c->arrivals[i];
+  for (int i = 0; i < c->n; i++) {
+    if (c->w[i].arrived) {
+      c->w[i].applied++;
+      c->w[i].arrived = 0;
+    } else if (c->w[i].live) {
+      cm->dropped[cm->ndropped++] = i;
+      c->w[i].dropped++;
+    }
+  }
+  cm_debug("step %llu closed (%s): %d applied, %d dropped",
+           (unsigned long long)t, why, cm->napplied, cm->ndropped);
+  /* Answer the admissions parked on this step. */
+  for (struct parked **pp = &c->admits; *pp;) {
+    struct parked *p = *pp;
+    if (p->value != t) {
+      pp = &p->next;
+      continue;
+    }
+    int in = 0;
+    for (int i = 0; i < cm->napplied; i++)
+      in |= cm->applied[i] == p->worker;
+    reply_admit(p->call, in, t, cm->applied, cm->napplied, t + 1);
+    *pp = p->next;
+    free(p);
+  }
+  if (c->last_close > 0) {
+    c->recent[c->nrecent < RECENT_STEPS ? c->nrecent : (int)(t % RECENT_STEPS)] =
+        now - c->last_close;
+    if (c->nrecent < RECENT_STEPS)
+      c->nrecent++;
+  }
+  c->last_close = now;
+  c->open = t + 1;
+  c->narrivals = 0;
+  *c->tail = cm;
+  c->tail = &cm->next;
+  pthread_cond_signal(&c->wake);
+}
+
+/* Closes the open step if its rule is met. Caller holds the lock. */
+static void maybe_close(struct psd_coord *c, double now) {
+  int live = live_count(c), need = c->k < live ? c->k : live;
+  if (c->narrivals == 0)
+    return;
+  /* Start barrier: wait for every worker to join once, or dead_after. */
+  if (!all_joined(c) && now - c->started < c->dead_after)
+    return;
+  if (c->narrivals >= need && need > 0) {
+    if (need < c->m && !c->warned_below_m) {
+      cm_warn("only %d workers live, fewer than min_replicas %d: steps close "
+              "when all live workers are in",
+              live, c->m);
+      c->warned_below_m = 1;
+    }
+    close_step(c, "replicas in");
+    return;
+  }
+  if (!c->deterministic && c->narrivals >= c->m &&
+      now - c->first_arrival >= deadline_ms(c))
+    close_step(c, "deadline");
+}
+
+/* Grants parked Clock calls that the slowest live worker now allows. */
+static void check_clocks(struct psd_coord *c) {
+  uint64_t min = UINT64_MAX;
+  for (int i = 0; i < c->n; i++)
+    if (c->w[i].live && c->w[i].clock < min)
+      min = c->w[i].clock;
+  for (struct parked **pp = &c->clocks; *pp;) {
+    struct parked *p = *pp;
+    if (min != UINT64_MAX && p->value > min + (uint64_t)c->staleness) {
+      pp = &p->next;
+      continue;
+    }
+    if (min != UINT64_MAX && p->value - min > c->max_spread &&
+        p->value >= min)
+      c->max_spread = p->value - min;
+    Psd__V1__ClockResponse r = PSD__V1__CLOCK_RESPONSE__INIT;
+    r.min_clock = min == UINT64_MAX ? p->value : min;
+    cm_rpc_reply(p->call, cm_rpc_pack(&r.base));
+    *pp = p->next;
+    free(p);
+  }
+}
+
+/* Marks worker w as heard from; returns -1 (answered) for a bad index. A
+ * worker declared dead that is heard from again (it was stopped, or cut
+ * off) is live again: its heartbeat is proof of life. */
+static int seen(struct psd_coord *c, struct cm_rpc_call *call, int w,
+                const char *what) {
+  if (w < 0 || w >= c->n) {
+    cm_rpc_fail(call, GRPC_STATUS_INVALID_ARGUMENT,
+                "%s: worker %d out of range; cluster.worker has %d entries",
+                what, w, c->n);
+    return -1;
+  }
+  c->w[w].last_seen = now_ms();
+  if (c->w[w].joined && !c->w[w].live && !c->w[w].left &&
+      strcmp(what, "Join") != 0) {
+    cm_info("worker:%d is heard from again; live at step %llu", w,
+            (unsigned long long)c->open);
+    c->w[w].live = 1;
+  }
+  return 0;
+}
+
+static ProtobufCMessage *unpack(struct cm_rpc_call *call, grpc_byte_buffer *bb,
+                                const ProtobufCMessageDescriptor *d) {
+  uint8_t *data = NULL;
+  size_t len = 0;
+  ProtobufCMessage *m = NULL;
+  if (cm_rpc_readall(bb, &data, &len) == 0)
+    m = protobuf_c_message_unpack(d, NULL, len, data);
+  free(data);
+  if (!m)
+    cm_rpc_fail(call, GRPC_STATUS_INVALID_ARGUMENT,
+                "request is not a valid %s message (malformed protobuf)",
+                d->name);
+  return m;
+}
+
+static void on_join(struct cm_rpc_call *call, grpc_byte_buffer *bb,
+                    void *ctx) {
+  struct psd_coord *c = ctx;
+  Psd__V1__JoinRequest *req = (Psd__V1__JoinRequest *)unpack(
+      call, bb, &psd__v1__join_request__descriptor);
+  if (!req)
+    return;
+  pthread_mutex_lock(&c->lock);
+  if (seen(c, call, req->worker, "Join") == 0) {
+    struct worker *w = &c->w[req->worker];
+    if (req->leave) {
+      if (w->live)
+        cm_info("worker:%d left the job", req->worker);
+      w->live = 0;
+      w->left = 1;
+    } else {
+      if (w->joined && !w->live)
+        cm_info("worker:%d rejoined at step %llu", req->worker,
+                (unsigned long long)c->open);
+      else if (!w->joined)
+        cm_info("worker:%d joined at step %llu", req->worker,
+                (unsigned long long)c->open);
+      w->live = 1;
+      w->left = 0;
+      w->joined = 1;
+      w->joins++;
+    }
+    Psd__V1__JoinResponse r = PSD__V1__JOIN_RESPONSE__INIT;
+    r.step = c->open;
+    r.live = live_count(c);
+    cm_rpc_reply(call, cm_rpc_pack(&r.base));
+    if (c->sync)
+      maybe_close(c, now_ms());
+    else
+      check_clocks(c);
+  }
+  pthread_mutex_unlock(&c->lock);
+  psd__v1__join_request__free_unpacked(req, NULL);
+}
+
+static void on_heartbeat(struct cm_rpc_call *call, grpc_byte_buffer *bb,
+                         void *ctx) {
+  struct psd_coord *c = ctx;
+  Psd__V1__HeartbeatRequest *req = (Psd__V1__HeartbeatRequest *)unpack(
+      call, bb, &psd__v1__heartbeat_request__descriptor);
+  if (!req)
+    return;
+  pthread_mutex_lock(&c->lock);
+  if (seen(c, call, req->worker, "Heartbeat") == 0) {
+    Psd__V1__HeartbeatResponse r = PSD__V1__HEARTBEAT_RESPONSE__INIT;
+    r.step = c->open;
+    cm_rpc_reply(call, cm_rpc_pack(&r.base));
+  }
+  pthread_mutex_unlock(&c->lock);
+  psd__v1__heartbeat_request__free_unpacked(req, NULL);
+}
+
+static void on_admit(struct cm_rpc_call *call, grpc_byte_buffer *bb,
+                     void *ctx) {
+  struct psd_coord *c = ctx;
+  Psd__V1__AdmitRequest *req = (Psd__V1__AdmitRequest *)unpack(
+      call, bb, &psd__v1__admit_request__descriptor);
+  if (!req)
+    return;
+  pthread_mutex_lock(&c->lock);
+  if (!c->sync) {
+    cm_rpc_fail(call, GRPC_STATUS_FAILED_PRECONDITION,
+                "Admit: job '%s' is asynchronous; only sync jobs have steps",
+                c->spec->job.name);
+  } else if (seen(c, call, req->worker, "Admit") == 0) {
+    struct worker *w = &c->w[req->worker];
+    if (!w->live) {
+      cm_rpc_fail(call, GRPC_STATUS_FAILED_PRECONDITION,
+                  "Admit: worker:%d is not live (declared dead or left); "
+                  "Join again",
+                  req->worker);
+    } else if (req->step < c->open) {
+      /* Too late: the step closed without it (counted at the close). */
+      reply_admit(call, 0, req->step, NULL, 0, c->open);
+    } else if (req->step > c->open) {
+      cm_rpc_fail(call, GRPC_STATUS_FAILED_PRECONDITION,
+                  "Admit: step %llu is not open yet (open: %llu)",
+                  (unsigned long long)req->step, (unsigned long long)c->open);
+    } else {
+      struct parked *p = calloc(1, sizeof *p);
+      if (!p) {
+        cm_rpc_fail(call, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+      } else {
+        double now = now_ms();
+        if (!w->arrived) {
+          if (c->narrivals == 0)
+            c->first_arrival = now;
+          w->arrived = 1;
+          c->arrivals[c->narrivals++] = req->worker;
+        }
+        *p = (struct parked){call, req->worker, req->step, c->admits};
+        c->admits = p;
+        maybe_close(c, now);
+      }
+    }
+  }
+  pthread_mutex_unlock(&c->lock);
+  psd__v1__admit_request__free_unpacked(req, NULL);
+}
+
+static void on_clock(struct cm_rpc_call *call, grpc_byte_buffer *bb,
+                     void *ctx) {
+  struct psd_coord *c = ctx;
+  Psd__V1__ClockRequest *req = (Psd__V1__ClockRequest *)unpack(
+      call, bb, &psd__v1__clock_request__descriptor);
+  if (!req)
+    return;
+  pthread_mutex_lock(&c->lock);
+  if (seen(c, call, req->worker, "Clock") == 0) {
+    struct parked *p = calloc(1, sizeof *p);
+    c->w[req->worker].clock = req->clock;
+    if (!p) {
+      cm_rpc_fail(call, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+    } else if (c->staleness < 0) {
+      free(p);
+      Psd__V1__ClockResponse r = PSD__V1__CLOCK_RESPONSE__INIT;
+      cm_rpc_reply(call, cm_rpc_pack(&r.base));
+    } else {
+      *p = (struct parked){call, req->worker, req->clock, c->clocks};
+      c->clocks = p;
+      check_clocks(c);
+    }
+  }
+  pthread_mutex_unlock(&c->lock);
+  psd__v1__clock_request__free_unpacked(req, NULL);
+}
+
+void psd_coord_tick(struct psd_coord *c) {
+  double now = now_ms();
+  int changed = 0;
+  pthread_mutex_lock(&c->lock);
+  for (int i = 0; i < c->n; i++) {
+    struct worker *w = &c->w[i];
+    if (w->live && now - w->last_seen > c->dead_after) {
+      cm_warn("worker:%d declared dead: silent for %.0f ms (dead_after_ms "
+              "%.0f); it rejoins by calling Join",
+              i, now - w->last_seen, c->dead_after);
+      w->live = 0;
+      changed = 1;
+    }
+  }
+  if (c->sync)
+    maybe_close(c, now);
+  else if (changed)
+    check_clocks(c);
+  pthread_mutex_unlock(&c->lock);
+}
+
+/* Sends each decided step to every shard, retrying a shard that does not
+ * answer (it may be restarting) until it does or psd stops. */
+static void *commit_thread(void *arg) {
+  struct psd_coord *c = arg;
+  struct cm_unary *calls = calloc(c->spec->nps, sizeof *calls);
+  int *done = calloc(c->spec->nps, sizeof *done);
+  pthread_mutex_lock(&c->lock);
+  for (;;) {
+    while (!c->queue && !c->stopping)
+      pthread_cond_wait(&c->wake, &c->lock);
+    if (c->stopping)
+      break;
+    struct commit *cm = c->queue;
+    c->queue = cm->next;
+    if (!c->queue)
+      c->tail = &c->queue;
+    pthread_mutex_unlock(&c->lock);
+
+    Psd__V1__Caller caller = PSD__V1__CALLER__INIT;
+    Psd__V1__CommitRequest req = PSD__V1__COMMIT_REQUEST__INIT;
+    int32_t a[PSD_STEPS_MAX_WORKERS], d[PSD_STEPS_MAX_WORKERS];
+    for (int i = 0; i < cm->napplied; i++)
+      a[i] = cm->applied[i];
+    for (int i = 0; i < cm->ndropped; i++)
+      d[i] = cm->dropped[i];
+    caller.job = (char *)c->spec->job.name;
+    caller.worker = "coordinator";
+    req.caller = &caller;
+    req.step = cm->step;
+    req.n_applied = cm->napplied;
+    req.applied = a;
+    req.n_dropped = cm->ndropped;
+    req.dropped = d;
+    memset(done, 0, c->spec->nps * sizeof *done);
+    for (int attempt = 0, left = c->spec->nps; left > 0; attempt++) {
+      int n = 0;
+      struct cm_run_opts o = {.timeout_ms = c->spec->job.timeout_ms,
+                              .inflight = 1,
+                              .wait_for_ready = 1};
+      for (int s = 0; s < c->spec->nps; s++) {
+        if (done[s])
+          continue;
+        memset(&calls[n], 0, sizeof calls[n]);
+        calls[n].channel = c->ch[s];
+        calls[n].method = "/psd.v1.Data/Commit";
+        calls[n].request = cm_rpc_pack(&req.base);
+        calls[n].user = (void *)(intptr_t)s;
+        n++;
+      }
+      cm_client_run(calls, n, &o);
+      for (int i = 0; i < n; i++) {
+        int s = (int)(intptr_t)calls[i].user;
+        if (calls[i].status == GRPC_STATUS_OK) {
+          done[s] = 1;
+          left--;
+        } else if (attempt % 10 == 0) {
+          cm_warn("commit of step %llu to ps:%d failed: %s: %s; retrying",
+                  (unsigned long long)cm->step, s,
+                  cm_rpc_status_name(calls[i].status), calls[i].details);
+        }
+        cm_unary_release(&calls[i]);
+      }
+      pthread_mutex_lock(&c->lock);
+      int stop = c->stopping;
+      if (left > 0 && !stop) {
+        struct timespec until;
+        clock_gettime(CLOCK_REALTIME, &until);
+        until.tv_nsec += 100 * 1000000L;
+        if (until.tv_nsec >= 1000000000L) {
+          until.tv_sec++;
+          until.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&c->wake, &c->lock, &until);
+        stop = c->stopping;
+      }
+      pthread_mutex_unlock(&c->lock);
+      if (stop)
+        break;
+    }
+    free(cm);
+    pthread_mutex_lock(&c->lock);
+  }
+  pthread_mutex_unlock(&c->lock);
+  free(calls);
+  free(done);
+  return NULL;
+}
+
+int psd_coord_new(struct psd_coord **out, const struct cm_spec *spec) {
+  struct psd_coord *c = calloc(1, sizeof *c);
+  const struct cm_job *job = &spec->job;
+  int rc = 0;
+  if (!c)
+    return CM_ENOMEM;
+  c->spec = spec;
+  c->n = spec->nworker;
+  c->sync = strcmp(job->mode, "sync") == 0;
+  c->k = job->replicas_to_aggregate > 0 ? job->replicas_to_aggregate : c->n;
+  c->m = job->min_replicas > 0 ? job->min_replicas : c->k;
+  c->deterministic = job->deterministic;
+  c->staleness = job->staleness;
+  c->dead_after = job->dead_after_ms > 0 ? job->dead_after_ms : 5000;
+  c->started = now_ms();
+  c->tail = &c->queue;
+  pthread_mutex_init(&c->lock, NULL);
+  pthread_cond_init(&c->wake, NULL);
+  c->methods[0] = (struct cm_rpc_method){"/psd.v1.Coord/Join", on_join, c};
+  c->methods[1] =
+      (struct cm_rpc_method){"/psd.v1.Coord/Heartbeat", on_heartbeat, c};
+  c->methods[2] = (struct cm_rpc_method){"/psd.v1.Coord/Admit", on_admit, c};
+  c->methods[3] = (struct cm_rpc_method){"/psd.v1.Coord/Clock", on_clock, c};
+  if (c->n > PSD_STEPS_MAX_WORKERS) {
+    cm_error("coordinator: %d workers; at most %d are supported", c->n,
+             PSD_STEPS_MAX_WORKERS);
+    rc = CM_EINVAL;
+    goto out;
+  }
+  if (!(c->w = calloc(c->n, sizeof *c->w)) ||
+      !(c->ch = calloc(spec->nps, sizeof *c->ch))) {
+    rc = CM_ENOMEM;
+    goto out;
+  }
+  for (int s = 0; s < spec->nps; s++)
+    if ((rc = cm_channel_new(&c->ch[s], spec->ps[s].text)))
+      goto out;
+out:
+  if (rc) {
+    psd_coord_free(c);
+    c = NULL;
+  }
+  *out = c;
+  return rc;
+}
+
+int psd_coord_start(struct psd_coord *c) {
+  if (pthread_create(&c->thread, NULL, commit_thread, c) != 0)
+    return CM_ESYS;
+  c->thread_started = 1;
+  return 0;
+}
+
+void psd_coord_stop(struct psd_coord *c) {
+  pthread_mutex_lock(&c->lock);
+  c->stopping = 1;
+  struct parked *lists[2] = {c->admits, c->clocks};
+  c->admits = c->clocks = NULL;
+  for (int i = 0; i < 2; i++)
+    while (lists[i]) {
+      struct parked *p = lists[i];
+      lists[i] = p->next;
+      cm_rpc_fail(p->call, GRPC_STATUS_UNAVAILABLE, "psd is shutting down");
+      free(p);
+    }
+  pthread_cond_broadcast(&c->wake);
+  pthread_mutex_unlock(&c->lock);
+  if (c->thread_started) {
+    pthread_join(c->thread, NULL);
+    c->thread_started = 0;
+  }
+}
+
+void psd_coord_free(struct psd_coord *c) {
+  if (!c)
+    return;
+  psd_coord_stop(c);
+  while (c->queue) {
+    struct commit *cm = c->queue;
+    c->queue = cm->next;
+    free(cm);
+  }
+  for (int s = 0; c->ch && s < c->spec->nps; s++)
+    cm_channel_free(c->ch[s]);
+  free(c->ch);
+  free(c->w);
+  pthread_mutex_destroy(&c->lock);
+  pthread_cond_destroy(&c->wake);
+  free(c);
+}
+
+const struct cm_rpc_method *psd_coord_methods(struct psd_coord *c, int *n) {
+  *n = 4;
+  return c->methods;
+}
+
+int psd_coord_workers(struct psd_coord *c, struct psd_worker_info *out,
+                      int max) {
+  double now = now_ms();
+  pthread_mutex_lock(&c->lock);
+  for (int i = 0; i < c->n && i < max; i++) {
+    const struct worker *w = &c->w[i];
+    out[i] = (struct psd_worker_info){i,          w->live,
+                                      w->joined,  w->applied,
+                                      w->dropped, w->clock,
+                                      w->joined ? now - w->last_seen : -1,
+                                      w->joins};
+  }
+  pthread_mutex_unlock(&c->lock);
+  return c->n;
+}
+
+uint64_t psd_coord_max_spread(struct psd_coord *c) {
+  pthread_mutex_lock(&c->lock);
+  uint64_t s = c->max_spread;
+  pthread_mutex_unlock(&c->lock);
+  return s;
+}

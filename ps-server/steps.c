@@ -1,0 +1,227 @@
+/* Staged gradients and commits of a shard's synchronous steps (steps.h).
+ * Each worker has one staging slot per variable, allocated on first use and
+ * reused every step; a slot records which step its contents belong to, so
+ * a commit ignores stale contents without clearing memory. */
+#include "steps.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "err.h"
+
+/* One worker's staged gradient for one variable. */
+struct slot {
+  float *g;      /* owned, the variable's slice size; NULL until first used */
+  uint64_t step; /* the step whose gradient g holds, valid when staged */
+  int staged;    /* 1 when g holds a gradient for `step` */
+};
+
+struct psd_steps {
+  struct psd_store *store;      /* borrowed */
+  int nworkers;                 /* valid worker indices are 0..nworkers-1 */
+  pthread_mutex_t lock;         /* guards everything below */
+  uint64_t version;             /* steps committed */
+  struct slot **slots;          /* owned: [worker] -> array of nslots */
+  int nslots;                   /* slots allocated per worker */
+  struct psd_step_record *hist; /* owned ring of PSD_STEPS_HISTORY records */
+  uint64_t nhist;               /* records ever written */
+};
+
+int psd_steps_new(struct psd_steps **out, struct psd_store *store,
+                  int nworkers) {
+  struct psd_steps *s = calloc(1, sizeof *s);
+  if (!s || nworkers > PSD_STEPS_MAX_WORKERS ||
+      !(s->slots = calloc(nworkers, sizeof *s->slots)) ||
+      !(s->hist = calloc(PSD_STEPS_HISTORY, sizeof *s->hist))) {
+    if (s) {
+      free(s->slots);
+      free(s);
+    }
+    return nworkers > PSD_STEPS_MAX_WORKERS ? CM_EINVAL : CM_ENOMEM;
+  }
+  s->store = store;
+  s->nworkers = nworkers;
+  pthread_mutex_init(&s->lock, NULL);
+  *out = s;
+  return 0;
+}
+
+void psd_steps_free(struct psd_steps *s) {
+  if (!s)
+    return;
+  for (int w = 0; w < s->nworkers; w++) {
+    for (int i = 0; s->slots[w] && i < s->nslots; i++)
+      free(s->slots[w][i].g);
+    free(s->slots[w]);
+  }
+  free(s->slots);
+  free(s->hist);
+  pthread_mutex_destroy(&s->lock);
+  free(s);
+}
+
+uint64_t psd_steps_version(struct psd_steps *s) {
+  pthread_mutex_lock(&s->lock);
+  uint64_t v = s->version;
+  pthread_mutex_unlock(&s->lock);
+  return v;
+}
+
+/* Grows every worker's slot array to cover n variables. */
+static int grow(struct psd_steps *s, int n) {
+  if (n <= s->nslots)
+    return 0;
+  for (int w = 0; w < s->nworkers; w++) {
+    struct slot *sl = realloc(s->slots[w], n * sizeof *sl);
+    if (!sl)
+      return CM_ENOMEM;
+    memset(sl + s->nslots, 0, (n - s->nslots) * sizeof *sl);
+    s->slots[w] = sl;
+  }
+  s->nslots = n;
+  return 0;
+}
+
+int psd_steps_stage(struct psd_steps *s, int worker, uint64_t step,
+                    struct psd_var *v, uint64_t off, const float *g, size_t n,
+                    char *err, size_t errlen) {
+  uint64_t len = v->elem_end - v->elem_begin;
+  int rc = 0;
+
+  if (worker < 0 || worker >= s->nworkers) {
+    snprintf(err, errlen, "push: worker %d out of range; the job has %d",
+             worker, s->nworkers);
+    return CM_EINVAL;
+  }
+  pthread_mutex_lock(&s->lock);
+  if (step < s->version) {
+    snprintf(err, errlen,
+             "push for step %llu: the step is already committed (now at "
+             "%llu); the gradient is dropped",
+             (unsigned long long)step, (unsigned long long)s->version);
+    rc = CM_ERANGE;
+    goto out;
+  }
+  if (step > s->version) {
+    snprintf(err, errlen,
+             "push for step %llu: this shard has committed %llu steps; pull "
+             "the parameters of that step first",
+             (unsigned long long)step, (unsigned long long)s->version);
+    rc = CM_EINVAL;
+    goto out;
+  }
+  if ((rc = grow(s, v->index + 1)))
+    goto out;
+  struct slot *sl = &s->slots[worker][v->index];
+  if (!sl->g && !(sl->g = malloc((len ? len : 1) * sizeof(float)))) {
+    rc = CM_ENOMEM;
+    goto out;
+  }
+  if (!sl->staged || sl->step != step) {
+    /* First chunk of this step: parts not pushed count as zero. */
+    memset(sl->g, 0, len * sizeof(float));
+    sl->step = step;
+    sl->staged = 1;
+  }
+  memcpy(sl->g + off, g, n * sizeof(float));
+out:
+  pthread_mutex_unlock(&s->lock);
+  return rc;
+}
+
+static int cmp_int(const void *a, const void *b) {
+  return *(const int *)a - *(const int *)b;
+}
+
+int psd_steps_commit(struct psd_steps *s, uint64_t step, const int *applied,
+                     int napplied, const int *dropped, int ndropped,
+                     char *err, size_t errlen) {
+  int order[PSD_STEPS_MAX_WORKERS], rc = 0, nvars;
+
+  if (napplied > PSD_STEPS_MAX_WORKERS || ndropped > PSD_STEPS_MAX_WORKERS) {
+    snprintf(err, errlen, "commit: more workers than a job may have");
+    return CM_EINVAL;
+  }
+  for (int i = 0; i < napplied; i++) {
+    if (applied[i] < 0 || applied[i] >= s->nworkers) {
+      snprintf(err, errlen, "commit: worker %d out of range", applied[i]);
+      return CM_EINVAL;
+    }
+    order[i] = applied[i];
+  }
+  qsort(order, napplied, sizeof *order, cmp_int);
+  pthread_mutex_lock(&s->lock);
+  if (step < s->version)
+    goto out; /* a retry of a commit already made */
+  if (step > s->version) {
+    snprintf(err, errlen,
+             "commit of step %llu: this shard has committed only %llu steps",
+             (unsigned long long)step, (unsigned long long)s->version);
+    rc = CM_EINVAL;
+    goto out;
+  }
+  nvars = psd_store_count(s->store);
+  for (int i = 0; i < nvars && napplied > 0; i++) {
+    struct psd_var *v = psd_store_at(s->store, i);
+    uint64_t len = v->elem_end - v->elem_begin;
+    float *acc = NULL;
+    if (len == 0 || i >= s->nslots)
+      continue;
+    /* Sum in ascending worker order into the first staged slot. */
+    for (int k = 0; k < napplied; k++) {
+      struct slot *sl = &s->slots[order[k]][i];
+      if (!sl->staged || sl->step != step)
+        continue;
+      if (!acc) {
+        acc = sl->g;
+        continue;
+      }
+      for (uint64_t e = 0; e < len; e++)
+        acc[e] += sl->g[e];
+    }
+    if (!acc)
+      continue;
+    float scale = 1.0f / (float)napplied;
+    for (uint64_t e = 0; e < len; e++)
+      acc[e] *= scale;
+    pthread_mutex_lock(&v->lock);
+    psd_store_apply(s->store, v, 0, acc, len);
+    v->version = step + 1;
+    pthread_mutex_unlock(&v->lock);
+  }
+  for (int w = 0; w < s->nworkers; w++)
+    for (int i = 0; s->slots[w] && i < s->nslots; i++)
+      s->slots[w][i].staged = 0;
+  {
+    struct psd_step_record *r = &s->hist[s->nhist % PSD_STEPS_HISTORY];
+    r->step = step;
+    r->napplied = napplied;
+    for (int k = 0; k < napplied; k++)
+      r->applied[k] = (int16_t)order[k];
+    int d[PSD_STEPS_MAX_WORKERS];
+    memcpy(d, dropped, ndropped * sizeof *d);
+    qsort(d, ndropped, sizeof *d, cmp_int);
+    r->ndropped = ndropped;
+    for (int k = 0; k < ndropped; k++)
+      r->dropped[k] = (int16_t)d[k];
+    s->nhist++;
+  }
+  s->version = step + 1;
+out:
+  pthread_mutex_unlock(&s->lock);
+  return rc;
+}
+
+int psd_steps_history(struct psd_steps *s, struct psd_step_record *out,
+                      int max) {
+  pthread_mutex_lock(&s->lock);
+  uint64_t n = s->nhist < PSD_STEPS_HISTORY ? s->nhist : PSD_STEPS_HISTORY;
+  if ((uint64_t)max < n)
+    n = max;
+  for (uint64_t i = 0; i < n; i++)
+    out[i] = s->hist[(s->nhist - n + i) % PSD_STEPS_HISTORY];
+  pthread_mutex_unlock(&s->lock);
+  return (int)n;
+}

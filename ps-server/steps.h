@@ -1,0 +1,60 @@
+/* A shard's synchronous steps. In sync mode a push does not touch the
+ * variables: it stages the worker's gradient for step t. The coordinator
+ * decides which workers make step t and sends Commit(t, set) to every shard;
+ * each shard then averages exactly those workers' staged gradients, summed
+ * in ascending worker order (so the result does not depend on arrival
+ * order), applies the optimizer once per variable and moves to version
+ * t + 1. Staged gradients of workers left out are dropped. */
+#ifndef PSD_STEPS_H
+#define PSD_STEPS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "store.h"
+
+/* How many commits the history keeps for status. */
+#define PSD_STEPS_HISTORY 4096
+#define PSD_STEPS_MAX_WORKERS 256
+
+/* One committed step, as status reports it. */
+struct psd_step_record {
+  uint64_t step;                          /* the step */
+  int napplied;                           /* entries in applied */
+  int ndropped;                           /* entries in dropped */
+  int16_t applied[PSD_STEPS_MAX_WORKERS]; /* worker indices, ascending */
+  int16_t dropped[PSD_STEPS_MAX_WORKERS]; /* worker indices, ascending */
+};
+
+struct psd_steps;
+
+/* Borrows store. nworkers bounds worker indices. */
+int psd_steps_new(struct psd_steps **out, struct psd_store *store,
+                  int nworkers);
+void psd_steps_free(struct psd_steps *s);
+
+/* Steps committed so far (the shard's version). */
+uint64_t psd_steps_version(struct psd_steps *s);
+
+/* Stages worker's gradient for elements [off, off + n) of v's slice (local
+ * numbering) for `step`. Returns 0; CM_ERANGE when step is already
+ * committed (the gradient is too late and dropped); CM_EINVAL for a step
+ * beyond the open one or a bad worker index (err says which). */
+int psd_steps_stage(struct psd_steps *s, int worker, uint64_t step,
+                    struct psd_var *v, uint64_t off, const float *g, size_t n,
+                    char *err, size_t errlen);
+
+/* Commits `step` with the staged gradients of applied[0..napplied).
+ * A commit of a step already committed is acknowledged without effect (the
+ * coordinator may retry). Returns 0, or CM_EINVAL for a step beyond the
+ * open one (err says why). */
+int psd_steps_commit(struct psd_steps *s, uint64_t step, const int *applied,
+                     int napplied, const int *dropped, int ndropped,
+                     char *err, size_t errlen);
+
+/* Copies up to max of the most recent records, oldest first; returns how
+ * many. */
+int psd_steps_history(struct psd_steps *s, struct psd_step_record *out,
+                      int max);
+
+#endif
