@@ -64,6 +64,14 @@ static void fail(struct psd_service *svc, struct cm_rpc_call *call,
   va_start(ap, fmt);
   vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
+  if (code == GRPC_STATUS_ABORTED) {
+    /* A sync gradient that came after its step closed: routine, not an
+     * error (the coordinator counts the drop). */
+    cm_debug("%s from %s: %s", cm_rpc_status_name(code), cm_rpc_peer(call),
+             msg);
+    cm_rpc_fail(call, code, "%s", msg);
+    return;
+  }
   uint64_t n = atomic_fetch_add(&svc->errors, 1) + 1;
   if (n <= LOGGED_ERRORS || n % 1000 == 0)
     cm_warn("%s from %s: %s%s", cm_rpc_status_name(code), cm_rpc_peer(call),

@@ -76,6 +76,10 @@ static const char usage_text[] =
     "                       come up before giving up (default 60000)\n"
     "  --inject-delay-ms N  TEST ONLY: sleep N ms in every step before the\n"
     "                       push, to simulate a straggler\n"
+    "  --save-params FILE   worker 0 / --standalone: write the final\n"
+    "                       parameters to FILE as raw little-endian f32, the\n"
+    "                       variables in declaration order (dense0/kernel,\n"
+    "                       dense0/bias, ...)\n"
     "  --help               print this text and exit\n"
     "\n"
     "Output on stdout, one line each, flushed as written:\n"
@@ -86,9 +90,11 @@ static const char usage_text[] =
     "    this worker's remaining steps at its mean pace so far)\n"
     "  at the end, worker 0 and --standalone, as the last line\n"
     "    final: test_accuracy=0.8712 epochs=3 examples_per_s=12345 "
-    "wall_s=12.3 steps=1407\n"
+    "wall_s=12.3 steps=1407 dropped=0\n"
     "  and every other worker\n"
-    "    done: steps=1407 examples_per_s=12345 wall_s=12.3\n"
+    "    done: steps=1407 examples_per_s=12345 wall_s=12.3 dropped=0\n"
+    "  dropped: in sync mode, this worker's gradients left out of a step\n"
+    "    (a backup worker's, or one that came after the step closed)\n"
     "  test_accuracy: on the 10k test set, with the parameters pulled once\n"
     "    worker 0 has run its own steps (other workers may still be pushing);\n"
     "    epochs: passes started over this worker's share; steps: steps\n"
@@ -109,6 +115,7 @@ struct dw_args {
   long max_steps;         /* --max-steps, -1 when not given */
   int threads;            /* --threads, default 1 */
   int inject_delay_ms;    /* --inject-delay-ms, 0 when not given */
+  const char *save_params; /* --save-params FILE, NULL when not given */
   int connect_timeout_ms; /* --connect-timeout-ms, 0 = the client's default */
 };
 
@@ -157,6 +164,11 @@ struct dw_worker {
   long steps_done;          /* steps taken */
   uint64_t examples_done;   /* training examples consumed */
   double train_s;           /* wall time of the training loop */
+  int sync;                 /* job.sync.mode is "sync" */
+  int ssp;                  /* async with a staleness bound */
+  uint64_t step;            /* sync: the step being computed */
+  uint64_t clock;           /* async: pushes completed */
+  long dropped;             /* sync: gradients the coordinator dropped */
 };
 
 /* Running sums behind one progress line. */
@@ -207,6 +219,7 @@ static int parse_args(int argc, char **argv, struct dw_args *a) {
     OPT_THREADS,
     OPT_DELAY,
     OPT_CONNECT,
+    OPT_SAVE,
     OPT_HELP
   };
   static const struct option longopts[] = {
@@ -217,6 +230,7 @@ static int parse_args(int argc, char **argv, struct dw_args *a) {
       {"threads", required_argument, NULL, OPT_THREADS},
       {"inject-delay-ms", required_argument, NULL, OPT_DELAY},
       {"connect-timeout-ms", required_argument, NULL, OPT_CONNECT},
+      {"save-params", required_argument, NULL, OPT_SAVE},
       {"help", no_argument, NULL, OPT_HELP},
       {NULL, 0, NULL, 0},
   };
@@ -280,6 +294,9 @@ static int parse_args(int argc, char **argv, struct dw_args *a) {
         goto out;
       }
       a->connect_timeout_ms = (int)v;
+      break;
+    case OPT_SAVE:
+      a->save_params = optarg;
       break;
     case OPT_HELP:
       fputs(usage_text, stdout);
@@ -585,6 +602,19 @@ static int setup_params(struct dw_worker *w) {
     goto out;
   }
   cm_info("declared %d variables on %d shards", w->nvars, w->spec->nps);
+  /* Every worker joins the coordinator: membership and heartbeats for
+   * status, steps in sync mode, clocks with a staleness bound. */
+  rc = dw_client_join(w->client, w->index, w->spec->job.heartbeat_ms,
+                      &w->step);
+  if (rc < 0) {
+    cm_error("join: %s", *dw_client_error(w->client)
+                             ? dw_client_error(w->client)
+                             : cm_strerror(rc));
+    goto out;
+  }
+  if (w->sync)
+    cm_info("joined the synchronous job at step %llu",
+            (unsigned long long)w->step);
 out:
   return rc;
 }
@@ -605,7 +635,21 @@ static int apply_grads(struct dw_worker *w, int examples) {
     goto out;
   }
   dw_client_set_examples(w->client, (uint32_t)examples);
-  rc = dw_client_push(w->client);
+  if (w->sync) {
+    int closed = 0, admitted = 0;
+    uint64_t next = w->step + 1;
+    /* Stage on every shard first, then ask to be counted: a worker that
+     * dies in between can never leave the shards with different sets. */
+    rc = dw_client_push_step(w->client, w->step, &closed);
+    if (rc == 0 && !closed)
+      rc = dw_client_admit(w->client, w->step, &admitted, &next);
+    if (rc == 0 && !admitted)
+      w->dropped++;
+    w->step = next > w->step ? next : w->step + 1;
+  } else {
+    rc = dw_client_push(w->client);
+    w->clock++;
+  }
   if (rc < 0)
     cm_error("push at step %ld: %s", w->steps_done,
              *dw_client_error(w->client) ? dw_client_error(w->client)
@@ -619,7 +663,24 @@ static int pull_params(struct dw_worker *w) {
 
   if (w->args.standalone)
     return 0;
-  rc = dw_client_pull(w->client);
+  if (w->ssp) {
+    /* Wait here until the slowest live worker is close enough. */
+    rc = dw_client_clock(w->client, w->clock);
+    if (rc < 0) {
+      cm_error("clock %llu: %s", (unsigned long long)w->clock,
+               dw_client_error(w->client));
+      return rc;
+    }
+  }
+  if (w->sync) {
+    uint64_t version = 0;
+    /* Parked by each shard until it has committed step w->step - 1. */
+    rc = dw_client_pull_at(w->client, w->step, &version);
+    if (rc == 0 && version > w->step)
+      w->step = version; /* we fell behind: start at the newest step */
+  } else {
+    rc = dw_client_pull(w->client);
+  }
   if (rc < 0)
     cm_error("pull at step %ld: %s", w->steps_done,
              *dw_client_error(w->client) ? dw_client_error(w->client)
@@ -718,23 +779,51 @@ static int finish(struct dw_worker *w) {
   float loss = 0.0f;
   int rc = 0, correct;
 
+  if (w->client) {
+    /* Stop counting in the job's n before the final pull and evaluation. */
+    rc = dw_client_leave(w->client);
+    if (rc < 0)
+      cm_warn("leave: %s", dw_client_error(w->client));
+    rc = 0;
+  }
   if (w->index != 0) {
-    printf("done: steps=%ld examples_per_s=%.0f wall_s=%.1f\n", w->steps_done,
-           rate, w->train_s);
+    printf("done: steps=%ld examples_per_s=%.0f wall_s=%.1f dropped=%ld\n",
+           w->steps_done, rate, w->train_s, w->dropped);
     fflush(stdout);
     goto out;
   }
-  rc = pull_params(w);
-  if (rc < 0)
-    goto out;
+  if (w->client) {
+    rc = dw_client_pull(w->client);
+    if (rc < 0) {
+      cm_error("final pull: %s", dw_client_error(w->client));
+      goto out;
+    }
+  }
+  if (w->args.save_params) {
+    FILE *f = fopen(w->args.save_params, "wb");
+    if (!f || fwrite(w->mlp->params, sizeof(float), w->mlp->nparams, f) !=
+                  w->mlp->nparams) {
+      cm_error("%s: cannot write the parameters: %s", w->args.save_params,
+               strerror(errno));
+      if (f)
+        fclose(f);
+      rc = CM_EIO;
+      goto out;
+    }
+    if (fclose(f) != 0) {
+      cm_error("%s: %s", w->args.save_params, strerror(errno));
+      rc = CM_EIO;
+      goto out;
+    }
+  }
   correct = dw_mlp_evaluate(w->mlp, w->test.x, w->test.y, w->test.n, &loss);
   cm_info("test set: %d of %d correct, mean loss %.4f", correct, w->test.n,
           loss);
   printf("final: test_accuracy=%.4f epochs=%ld examples_per_s=%.0f "
-         "wall_s=%.1f steps=%ld\n",
+         "wall_s=%.1f steps=%ld dropped=%ld\n",
          (double)correct / (double)w->test.n,
          spe > 0 ? (w->steps_done + spe - 1) / spe : 0, rate, w->train_s,
-         w->steps_done);
+         w->steps_done, w->dropped);
   fflush(stdout);
 out:
   return rc;
@@ -788,6 +877,8 @@ int main(int argc, char **argv) {
   } else {
     w.index = w.spec->task.index;
     w.nworkers = w.spec->nworker;
+    w.sync = strcmp(w.spec->job.mode, "sync") == 0;
+    w.ssp = !w.sync && w.spec->job.staleness >= 0;
     snprintf(w.name, sizeof w.name, "worker:%d", w.index);
   }
   snprintf(logname, sizeof logname, "dworker %s", w.name);

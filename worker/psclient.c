@@ -57,6 +57,16 @@ struct dw_client {
   int nmsgs;                  /* entries in msgs */
   struct cm_unary *calls;     /* owned, nmsgs call slots reused per pull/push */
   uint32_t examples;          /* examples reported with each push */
+  int windex;           /* worker index after join, else -1 */
+  uint64_t min_version; /* pull: version to wait for (0: none) */
+  uint64_t pulled_step; /* pull: lowest step among the answers */
+  int sync_push;        /* push: stage for push_step */
+  uint64_t push_step;   /* push: the step staged for */
+  int closed;           /* push: a shard said the step is closed */
+  pthread_t hb_thread;  /* heartbeat thread, after join */
+  int hb_running;       /* hb_thread must be joined */
+  int hb_stop;          /* asks hb_thread to stop (under lock) */
+  int hb_ms;            /* heartbeat period */
   uint64_t pulled, pushed;    /* payload bytes moved */
   pthread_mutex_t lock;       /* guards refs */
   pthread_cond_t cond;        /* signalled when refs drops to 0 */
@@ -89,6 +99,7 @@ int dw_client_new(struct dw_client **out, const struct cm_spec *spec,
     return CM_ENOMEM;
   cm_rpc_global_init(); /* reference-counted: balanced in dw_client_free */
   c->spec = spec;
+  c->windex = -1;
   if (opts)
     c->o = *opts;
   if (!c->o.timeout_ms)
@@ -131,6 +142,13 @@ out:
 void dw_client_free(struct dw_client *c) {
   if (!c)
     return;
+  if (c->hb_running) {
+    pthread_mutex_lock(&c->lock);
+    c->hb_stop = 1;
+    pthread_cond_broadcast(&c->cond);
+    pthread_mutex_unlock(&c->lock);
+    pthread_join(c->hb_thread, NULL);
+  }
   for (int s = 0; c->ch && s < c->nshards; s++)
     cm_channel_free(c->ch[s]);
   free(c->ch);
@@ -375,6 +393,10 @@ static grpc_byte_buffer *build_request(struct dw_client *c, const struct msg *m,
     req.n_segments = m->npieces;
     req.segments = ptrs;
     req.examples = first_of_shard ? c->examples : 0;
+    if (c->sync_push) {
+      req.step = c->push_step;
+      req.worker = c->windex;
+    }
     len = psd__v1__push_request__get_packed_size(&req);
     if (len > sizeof stack && !(head = malloc(len)))
       goto out;
@@ -384,6 +406,7 @@ static grpc_byte_buffer *build_request(struct dw_client *c, const struct msg *m,
     req.caller = &caller;
     req.n_segments = m->npieces;
     req.segments = ptrs;
+    req.min_version = c->min_version;
     len = psd__v1__pull_request__get_packed_size(&req);
     if (len > sizeof stack && !(head = malloc(len)))
       goto out;
@@ -421,6 +444,13 @@ static void on_pulled(struct cm_unary *u, void *ctx) {
              (unsigned long long)m->bytes);
   } else {
     size_t off = 0;
+    Psd__V1__PullResponse *pr =
+        psd__v1__pull_response__unpack(NULL, w.head_len, w.head);
+    if (pr) {
+      if (pr->step < c->pulled_step)
+        c->pulled_step = pr->step;
+      psd__v1__pull_response__free_unpacked(pr, NULL);
+    }
     for (int i = 0; i < m->npieces; i++) {
       const struct piece *p = &c->pieces[m->first + i];
       size_t len = p->count * sizeof(float);
@@ -460,13 +490,25 @@ static int transfer(struct dw_client *c, int push) {
   for (int i = 0; i < c->nmsgs; i++) {
     if (push && c->calls[i].status == GRPC_STATUS_OK)
       c->pushed += c->msgs[i].bytes;
+    if (push && c->sync_push && c->calls[i].status == GRPC_STATUS_ABORTED)
+      c->closed = 1; /* the step closed without us: not an error */
     cm_unary_release(&c->calls[i]);
+  }
+  if (c->closed) {
+    int others = 0;
+    for (int i = 0; i < c->nmsgs; i++)
+      others |= c->calls[i].status != GRPC_STATUS_OK &&
+                c->calls[i].status != GRPC_STATUS_ABORTED;
+    if (!others)
+      rc = 0;
   }
   if (push)
     wait_refs(c);
   if (!rc) {
+    /* on_pulled may have turned a call into a failure after the run. */
     for (int i = 0; i < c->nmsgs; i++)
-      if (c->calls[i].status != GRPC_STATUS_OK) {
+      if (c->calls[i].status != GRPC_STATUS_OK &&
+          !(c->closed && c->calls[i].status == GRPC_STATUS_ABORTED)) {
         call_error(c, push ? "push" : "pull", &c->calls[i]);
         rc = CM_ERPC;
         break;
@@ -478,6 +520,172 @@ static int transfer(struct dw_client *c, int push) {
 int dw_client_pull(struct dw_client *c) { return transfer(c, 0); }
 
 int dw_client_push(struct dw_client *c) { return transfer(c, 1); }
+
+int dw_client_pull_at(struct dw_client *c, uint64_t min_version,
+                      uint64_t *version) {
+  c->min_version = min_version;
+  c->pulled_step = UINT64_MAX;
+  int rc = transfer(c, 0);
+  c->min_version = 0;
+  *version = c->pulled_step == UINT64_MAX ? 0 : c->pulled_step;
+  return rc;
+}
+
+int dw_client_push_step(struct dw_client *c, uint64_t step, int *closed) {
+  if (c->windex < 0) {
+    seterr(c, "push: join the job first (dw_client_join)");
+    return CM_EINVAL;
+  }
+  c->sync_push = 1;
+  c->push_step = step;
+  c->closed = 0;
+  int rc = transfer(c, 1);
+  c->sync_push = 0;
+  *closed = c->closed;
+  return rc;
+}
+
+/* One call to the coordinator (shard 0); unpacks the answer into *out
+ * (NULL to ignore it). */
+static int coord_call(struct dw_client *c, const char *method,
+                      const ProtobufCMessage *req, int timeout_ms,
+                      const ProtobufCMessageDescriptor *desc,
+                      ProtobufCMessage **out) {
+  struct cm_unary u;
+  uint8_t *data = NULL;
+  size_t len;
+  int rc;
+  memset(&u, 0, sizeof u);
+  u.channel = c->ch[0];
+  u.method = method;
+  u.request = cm_rpc_pack(req);
+  rc = run(c, &u, 1, method + sizeof "/psd.v1.Coord/" - 1, timeout_ms, 1,
+           NULL, NULL);
+  if (!rc && out) {
+    if (cm_rpc_readall(u.response, &data, &len) ||
+        !(*out = protobuf_c_message_unpack(desc, NULL, len, data))) {
+      seterr(c, "%s: malformed answer from ps:0", method);
+      rc = CM_EPROTO;
+    }
+  }
+  free(data);
+  cm_unary_release(&u);
+  return rc;
+}
+
+/* Sends heartbeats until dw_client_free; a missed one is only logged by
+ * the coordinator's silence timer, never fatal here. */
+static void *heartbeat_thread(void *arg) {
+  struct dw_client *c = arg;
+  struct cm_channel *ch = NULL;
+  Psd__V1__Caller caller = PSD__V1__CALLER__INIT;
+  Psd__V1__HeartbeatRequest req = PSD__V1__HEARTBEAT_REQUEST__INIT;
+  caller.job = (char *)c->spec->job.name;
+  caller.worker = c->worker;
+  req.caller = &caller;
+  req.worker = c->windex;
+  if (cm_channel_new(&ch, c->spec->ps[0].text))
+    return NULL;
+  pthread_mutex_lock(&c->lock);
+  while (!c->hb_stop) {
+    pthread_mutex_unlock(&c->lock);
+    struct cm_unary u;
+    struct cm_run_opts o = {.timeout_ms = c->hb_ms * 2, .inflight = 1};
+    memset(&u, 0, sizeof u);
+    u.channel = ch;
+    u.method = "/psd.v1.Coord/Heartbeat";
+    u.request = cm_rpc_pack(&req.base);
+    cm_client_run(&u, 1, &o);
+    cm_unary_release(&u);
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += c->hb_ms / 1000;
+    until.tv_nsec += (long)(c->hb_ms % 1000) * 1000000L;
+    if (until.tv_nsec >= 1000000000L) {
+      until.tv_sec++;
+      until.tv_nsec -= 1000000000L;
+    }
+    pthread_mutex_lock(&c->lock);
+    while (!c->hb_stop &&
+           pthread_cond_timedwait(&c->cond, &c->lock, &until) != ETIMEDOUT) {
+    }
+  }
+  pthread_mutex_unlock(&c->lock);
+  cm_channel_free(ch);
+  return NULL;
+}
+
+int dw_client_join(struct dw_client *c, int worker, int heartbeat_ms,
+                   uint64_t *step) {
+  Psd__V1__Caller caller = PSD__V1__CALLER__INIT;
+  Psd__V1__JoinRequest req = PSD__V1__JOIN_REQUEST__INIT;
+  Psd__V1__JoinResponse *resp = NULL;
+  int rc;
+  caller.job = (char *)c->spec->job.name;
+  caller.worker = c->worker;
+  req.caller = &caller;
+  req.worker = worker;
+  rc = coord_call(c, "/psd.v1.Coord/Join", &req.base, c->o.connect_timeout_ms,
+                  &psd__v1__join_response__descriptor,
+                  (ProtobufCMessage **)&resp);
+  if (rc)
+    return rc;
+  *step = resp->step;
+  psd__v1__join_response__free_unpacked(resp, NULL);
+  c->windex = worker;
+  if (!c->hb_running && heartbeat_ms > 0) {
+    c->hb_ms = heartbeat_ms;
+    c->hb_stop = 0;
+    if (pthread_create(&c->hb_thread, NULL, heartbeat_thread, c) == 0)
+      c->hb_running = 1;
+  }
+  return 0;
+}
+
+int dw_client_leave(struct dw_client *c) {
+  Psd__V1__Caller caller = PSD__V1__CALLER__INIT;
+  Psd__V1__JoinRequest req = PSD__V1__JOIN_REQUEST__INIT;
+  caller.job = (char *)c->spec->job.name;
+  caller.worker = c->worker;
+  req.caller = &caller;
+  req.worker = c->windex;
+  req.leave = 1;
+  return coord_call(c, "/psd.v1.Coord/Join", &req.base, c->o.timeout_ms, NULL,
+                    NULL);
+}
+
+int dw_client_admit(struct dw_client *c, uint64_t step, int *admitted,
+                    uint64_t *next_step) {
+  Psd__V1__Caller caller = PSD__V1__CALLER__INIT;
+  Psd__V1__AdmitRequest req = PSD__V1__ADMIT_REQUEST__INIT;
+  Psd__V1__AdmitResponse *resp = NULL;
+  caller.job = (char *)c->spec->job.name;
+  caller.worker = c->worker;
+  req.caller = &caller;
+  req.worker = c->windex;
+  req.step = step;
+  int rc = coord_call(c, "/psd.v1.Coord/Admit", &req.base, c->o.timeout_ms,
+                      &psd__v1__admit_response__descriptor,
+                      (ProtobufCMessage **)&resp);
+  if (rc)
+    return rc;
+  *admitted = resp->admitted;
+  *next_step = resp->next_step;
+  psd__v1__admit_response__free_unpacked(resp, NULL);
+  return 0;
+}
+
+int dw_client_clock(struct dw_client *c, uint64_t clock) {
+  Psd__V1__Caller caller = PSD__V1__CALLER__INIT;
+  Psd__V1__ClockRequest req = PSD__V1__CLOCK_REQUEST__INIT;
+  caller.job = (char *)c->spec->job.name;
+  caller.worker = c->worker;
+  req.caller = &caller;
+  req.worker = c->windex;
+  req.clock = clock;
+  return coord_call(c, "/psd.v1.Coord/Clock", &req.base, c->o.timeout_ms,
+                    NULL, NULL);
+}
 
 int dw_client_status(struct dw_client *c, int shard, char **json) {
   Psd__V1__Caller caller = PSD__V1__CALLER__INIT;
@@ -537,6 +745,36 @@ int dw_client_status(struct dw_client *c, int shard, char **json) {
     goto out;
   }
   json_object_set_new(root, "vars", vars);
+  json_object_set_new(root, "step", json_integer((json_int_t)resp->step));
+  json_object_set_new(root, "coordinator", json_boolean(resp->coordinator));
+  {
+    json_t *steps = json_array(), *workers = json_array();
+    for (size_t i = 0; i < resp->n_steps; i++) {
+      const Psd__V1__StepRecord *r = resp->steps[i];
+      json_t *a = json_array(), *d = json_array();
+      for (size_t k = 0; k < r->n_applied; k++)
+        json_array_append_new(a, json_integer(r->applied[k]));
+      for (size_t k = 0; k < r->n_dropped; k++)
+        json_array_append_new(d, json_integer(r->dropped[k]));
+      json_array_append_new(steps, json_pack("{s:I, s:o, s:o}", "step",
+                                             (json_int_t)r->step, "applied",
+                                             a, "dropped", d));
+    }
+    for (size_t i = 0; i < resp->n_workers; i++) {
+      const Psd__V1__WorkerStatus *w = resp->workers[i];
+      json_array_append_new(
+          workers,
+          json_pack("{s:i, s:b, s:b, s:I, s:I, s:I, s:f, s:i}", "worker",
+                    w->worker, "live", w->live, "joined", w->joined, "applied",
+                    (json_int_t)w->applied, "dropped", (json_int_t)w->dropped,
+                    "clock", (json_int_t)w->clock, "last_seen_ms",
+                    w->last_seen_ms, "joins", (int)w->joins));
+    }
+    json_object_set_new(root, "steps", steps);
+    json_object_set_new(root, "workers", workers);
+    json_object_set_new(root, "max_clock_spread",
+                        json_integer((json_int_t)resp->max_clock_spread));
+  }
   *json = json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
   rc = *json ? 0 : CM_ENOMEM;
 out:

@@ -79,6 +79,39 @@ int dw_client_push(struct dw_client *c);
  * them for its status and the job's examples/s). */
 void dw_client_set_examples(struct dw_client *c, uint32_t examples);
 
+/* ---- synchronous steps and clocks (DESIGN.md, "One synchronous step t") */
+
+/* Tells the coordinator (shard 0) that worker `worker` takes part, and
+ * starts a thread that sends it a heartbeat every heartbeat_ms until
+ * dw_client_free. *step is the step now open. */
+int dw_client_join(struct dw_client *c, int worker, int heartbeat_ms,
+                   uint64_t *step);
+
+/* Tells the coordinator the worker has finished (it no longer counts). */
+int dw_client_leave(struct dw_client *c);
+
+/* Pulls every variable once every shard has committed min_version steps;
+ * a shard parks the pull until then. *version is the lowest number of
+ * steps committed among the answers. */
+int dw_client_pull_at(struct dw_client *c, uint64_t min_version,
+                      uint64_t *version);
+
+/* Stages this worker's gradients for `step` on every shard. *closed is
+ * set to 1 when a shard has already committed the step (the gradient is
+ * dropped; go on with the next step), else 0. */
+int dw_client_push_step(struct dw_client *c, uint64_t step, int *closed);
+
+/* Asks the coordinator to count the staged gradient in `step`; answered
+ * when the step's set is decided. *admitted says whether it was counted,
+ * *next_step is the step now open. */
+int dw_client_admit(struct dw_client *c, uint64_t step, int *admitted,
+                    uint64_t *next_step);
+
+/* Async with a staleness bound: reports that the worker has pushed
+ * `clock` times and waits until the slowest live worker allows it to
+ * compute its next gradient. */
+int dw_client_clock(struct dw_client *c, uint64_t clock);
+
 /* Fetches shard `shard`'s status as a JSON text (caller frees with free()). */
 int dw_client_status(struct dw_client *c, int shard, char **json);
 
