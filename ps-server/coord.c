@@ -212,6 +212,10 @@ static void maybe_close(struct psd_coord *c, double now) {
 /* Grants parked Clock calls that the slowest live worker now allows. */
 static void check_clocks(struct psd_coord *c) {
   uint64_t min = UINT64_MAX;
+  /* Start barrier, as for steps: nobody runs ahead of a worker that has
+   * not even joined yet, unless it stays away for dead_after_ms. */
+  if (!all_joined(c) && now_ms() - c->started < c->dead_after)
+    return;
   for (int i = 0; i < c->n; i++)
     if (c->w[i].live && c->w[i].clock < min)
       min = c->w[i].clock;
@@ -416,7 +420,7 @@ void psd_coord_tick(struct psd_coord *c) {
   }
   if (c->sync)
     maybe_close(c, now);
-  else if (changed)
+  else if (changed || c->clocks)
     check_clocks(c);
   pthread_mutex_unlock(&c->lock);
 }

@@ -793,7 +793,10 @@ static int finish(struct dw_worker *w) {
     goto out;
   }
   if (w->client) {
-    rc = dw_client_pull(w->client);
+    uint64_t version;
+    /* Sync: wait for the last step's commit, so the result is the job's. */
+    rc = w->sync ? dw_client_pull_at(w->client, w->step, &version)
+                 : dw_client_pull(w->client);
     if (rc < 0) {
       cm_error("final pull: %s", dw_client_error(w->client));
       goto out;

@@ -69,10 +69,16 @@ class Proc:
             self.q.put(line.rstrip("\n"))
         self.q.put(None)
 
-    def wait_for(self, needle, timeout=30):
-        """Blocks until a line containing needle appears; returns it."""
+    def wait_for(self, needle, timeout=30, new=False):
+        """Blocks until a line containing needle appears (with new=True, one
+        printed after this call); returns it."""
         deadline = time.monotonic() + timeout
-        for line in list(self.lines):
+        if new:
+            while not self.q.empty():
+                if self.q.get() is None:
+                    self.q.put(None)
+                    break
+        for line in ([] if new else list(self.lines)):
             if needle in line:
                 return line
         while True:
@@ -96,6 +102,7 @@ class Proc:
     def wait(self, timeout=60):
         rc = self.p.wait(timeout=timeout)
         self.t.join(timeout=5)
+        self.p.stdout.close()
         return rc
 
     def stop(self, sig=signal.SIGTERM, timeout=20):
@@ -107,6 +114,7 @@ class Proc:
                 self.p.kill()
                 self.p.wait()
         self.t.join(timeout=5)
+        self.p.stdout.close()
         return self.p.returncode
 
 
