@@ -1,7 +1,6 @@
 /* The shard's variable store (store.h): a name table, per-variable slices
- * and the optimizer update. Values are initialised from a counter-based
- * generator keyed by (seed, name, global element index), so a variable's
- * initial values do not depend on how it is sharded. */
+ * and the optimizer update. Initial values come from common/init.h, so a
+ * variable's initial values do not depend on how it is sharded. */
 #include "store.h"
 
 #include <stdio.h>
@@ -10,6 +9,7 @@
 
 #include "dense.h"
 #include "err.h"
+#include "init.h"
 #include "shard.h"
 
 struct psd_store {
@@ -98,33 +98,11 @@ uint64_t psd_var_bytes(const struct psd_store *s, const struct psd_var *v) {
   return s->opt.type == PSD_OPT_MOMENTUM ? 2 * n : n;
 }
 
-static uint64_t splitmix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
-
-static uint64_t name_hash(const char *name) {
-  uint64_t h = 0xcbf29ce484222325ULL;
-  for (; *name; name++)
-    h = (h ^ (uint8_t)*name) * 0x100000001b3ULL;
-  return h;
-}
-
 static void init_values(struct psd_var *v, enum psd_init init, float scale,
                         uint64_t seed) {
-  uint64_t n = v->elem_end - v->elem_begin;
-  if (init != PSD_INIT_UNIFORM) {
-    memset(v->value, 0, n * sizeof(float));
-    return;
-  }
-  uint64_t key = splitmix64(seed ^ name_hash(v->name));
-  for (uint64_t i = 0; i < n; i++) {
-    uint64_t r = splitmix64(key + v->elem_begin + i);
-    float u = (float)(r >> 40) * (1.0f / 16777216.0f); /* [0, 1) */
-    v->value[i] = (2.0f * u - 1.0f) * scale;
-  }
+  cm_init_fill(v->value, v->elem_begin, v->elem_end - v->elem_begin,
+               init == PSD_INIT_UNIFORM ? CM_INIT_UNIFORM : CM_INIT_ZEROS,
+               scale, seed, v->name);
 }
 
 int psd_store_declare(struct psd_store *s, const char *name, int ndim,

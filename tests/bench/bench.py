@@ -6,8 +6,11 @@
                    copy of the same bytes
   bench train:     the demo job (2 psd + 2 dworker, async) vs one process
                    training the same model on the same data (dworker --standalone)
+  bench sync:      sync step time with 4 workers: no straggler, one worker 5x
+                   slower behind a plain barrier (k = 4), and the same with a
+                   backup worker (k = 3), as ratios to the no-straggler time
 
-Run: /usr/bin/python3 tests/bench/bench.py BUILD_DIR"""
+Run: /usr/bin/python3 tests/bench/bench.py BUILD_DIR [transport|train|sync ...]"""
 import json
 import os
 import re
@@ -79,11 +82,51 @@ def train(d):
           flush=True)
 
 
+def sync_run(d, name, k, delay_ms, steps=150):
+    spec = os.path.join(d, name + ".json")
+    job = {"name": "bench-sync", "epochs": 1, "log_every": 100000, "batch_size": 64,
+           "optimizer": {"type": "momentum", "lr": 0.02, "momentum": 0.9},
+           "sync": {"mode": "sync", "replicas_to_aggregate": k}}
+    h.write_spec(spec, nps=2, nworker=4, job=job)
+    ps = [h.start_psd(spec, i) for i in range(2)]
+    try:
+        ws = []
+        for i in range(4):
+            extra = ["--max-steps", str(steps)]
+            if i == 3 and delay_ms:
+                extra += ["--inject-delay-ms", str(delay_ms)]
+            ws.append(h.Proc([h.build_path("worker", "dworker"), "--cluster", spec, "--task",
+                              "worker:%d" % i] + extra))
+        for w in ws:
+            w.wait(timeout=900)
+        res = [kv([l for l in w.lines if l.startswith(("done:", "final:"))][-1]) for w in ws]
+    finally:
+        for p in ps:
+            p.stop()
+    # A fast worker's time per step: what the job's step costs the others.
+    return 1000.0 * float(res[0]["wall_s"]) / float(res[0]["steps"]), res
+
+
+def sync(d):
+    base, _ = sync_run(d, "base", 4, 0)
+    # The straggler's own step takes about 5x a normal step.
+    delay = max(1, int(round(4 * base)))
+    barrier, _ = sync_run(d, "barrier", 4, delay)
+    backup, res = sync_run(d, "backup", 3, delay)
+    print("bench sync workers=4 shards=2 step_ms=%.2f straggler_delay_ms=%d "
+          "barrier_k4_step_ms=%.2f barrier_ratio=%.2f backup_k3_step_ms=%.2f backup_ratio=%.2f "
+          "straggler_dropped=%s/%s"
+          % (base, delay, barrier, barrier / base, backup, backup / base,
+             res[3]["dropped"], res[3]["steps"]), flush=True)
+
+
 def main():
     h.BUILD = os.path.abspath(sys.argv[1])
+    parts = {"transport": transport, "train": train, "sync": sync}
+    chosen = sys.argv[2:] or list(parts)
     with tempfile.TemporaryDirectory(prefix="psd-bench-") as d:
-        transport(d)
-        train(d)
+        for name in chosen:
+            parts[name](d)
 
 
 if __name__ == "__main__":
