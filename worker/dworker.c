@@ -32,6 +32,7 @@
 #include "dense.h"
 #include "err.h"
 #include "idx.h"
+#include "init.h"
 #include "log.h"
 #include "mlp.h"
 #include "psclient.h"
@@ -43,6 +44,8 @@ enum { DW_EXIT_OK = 0, DW_EXIT_FAILED = 1, DW_EXIT_USAGE = 2 };
 
 /* The classes of Fashion-MNIST, the width of the model's head. */
 #define DW_CLASSES 10
+/* Most workers --emulate-workers stands in for. */
+#define DW_MAX_EMULATED 64
 
 static const char usage_text[] =
     "Usage: dworker --cluster FILE [--task worker:I] [OPTIONS]\n"
@@ -76,6 +79,10 @@ static const char usage_text[] =
     "                       come up before giving up (default 60000)\n"
     "  --inject-delay-ms N  TEST ONLY: sleep N ms in every step before the\n"
     "                       push, to simulate a straggler\n"
+    "  --emulate-workers N  with --standalone: train as one worker whose\n"
+    "                       batch at each step is the N batches that the N\n"
+    "                       workers of a sync job would compute at that step,\n"
+    "                       concatenated (the oracle for deterministic sync)\n"
     "  --save-params FILE   worker 0 / --standalone: write the final\n"
     "                       parameters to FILE as raw little-endian f32, the\n"
     "                       variables in declaration order (dense0/kernel,\n"
@@ -116,6 +123,7 @@ struct dw_args {
   int threads;            /* --threads, default 1 */
   int inject_delay_ms;    /* --inject-delay-ms, 0 when not given */
   const char *save_params; /* --save-params FILE, NULL when not given */
+  int emulate;             /* --emulate-workers N (standalone), 0 = off */
   int connect_timeout_ms; /* --connect-timeout-ms, 0 = the client's default */
 };
 
@@ -169,6 +177,11 @@ struct dw_worker {
   uint64_t step;            /* sync: the step being computed */
   uint64_t clock;           /* async: pushes completed */
   long dropped;             /* sync: gradients the coordinator dropped */
+  int nfeeds;               /* feeders: 1, or N with --emulate-workers N */
+  struct dw_dataset emu_ds[DW_MAX_EMULATED];  /* owned: shares 1..N-1 */
+  struct dw_feeder emu_feed[DW_MAX_EMULATED]; /* feeders of shares 1..N-1 */
+  float *batch_x;           /* owned with N > 1: the concatenated batch */
+  uint8_t *batch_y;         /* owned with N > 1: its labels */
 };
 
 /* Running sums behind one progress line. */
@@ -220,6 +233,7 @@ static int parse_args(int argc, char **argv, struct dw_args *a) {
     OPT_DELAY,
     OPT_CONNECT,
     OPT_SAVE,
+    OPT_EMULATE,
     OPT_HELP
   };
   static const struct option longopts[] = {
@@ -231,6 +245,7 @@ static int parse_args(int argc, char **argv, struct dw_args *a) {
       {"inject-delay-ms", required_argument, NULL, OPT_DELAY},
       {"connect-timeout-ms", required_argument, NULL, OPT_CONNECT},
       {"save-params", required_argument, NULL, OPT_SAVE},
+      {"emulate-workers", required_argument, NULL, OPT_EMULATE},
       {"help", no_argument, NULL, OPT_HELP},
       {NULL, 0, NULL, 0},
   };
@@ -297,6 +312,17 @@ static int parse_args(int argc, char **argv, struct dw_args *a) {
       break;
     case OPT_SAVE:
       a->save_params = optarg;
+      break;
+    case OPT_EMULATE:
+      if (parse_long(optarg, 1, DW_MAX_EMULATED, &v) < 0) {
+        fprintf(stderr,
+                "dworker: --emulate-workers %s: expected an integer in "
+                "1..%d\n",
+                optarg, DW_MAX_EMULATED);
+        rc = CM_EINVAL;
+        goto out;
+      }
+      a->emulate = (int)v;
       break;
     case OPT_HELP:
       fputs(usage_text, stdout);
@@ -485,11 +511,22 @@ static int load_data(struct dw_worker *w) {
   double t0 = now_s();
   int rc;
 
-  rc = dw_dataset_load(job->data_dir, "train", w->index, w->nworkers, &w->train,
-                       err, sizeof err);
+  /* With --emulate-workers N the standalone trainer holds share 0 of N
+   * here and shares 1..N-1 in emu_ds. */
+  rc = dw_dataset_load(job->data_dir, "train", w->index,
+                       w->nfeeds > 1 ? w->nfeeds : w->nworkers, &w->train, err,
+                       sizeof err);
   if (rc < 0) {
     cm_error("training data: %s", err);
     goto out;
+  }
+  for (int i = 1; i < w->nfeeds; i++) {
+    rc = dw_dataset_load(job->data_dir, "train", i, w->nfeeds, &w->emu_ds[i],
+                         err, sizeof err);
+    if (rc < 0) {
+      cm_error("training data: %s", err);
+      goto out;
+    }
   }
   if (w->index == 0) {
     rc =
@@ -529,7 +566,7 @@ static int build_model(struct dw_worker *w) {
   for (l = 0; l < job->nhidden; l++)
     sizes[nsizes++] = job->hidden[l];
   sizes[nsizes++] = DW_CLASSES;
-  rc = dw_mlp_new(&w->mlp, sizes, nsizes, job->batch_size);
+  rc = dw_mlp_new(&w->mlp, sizes, nsizes, job->batch_size * w->nfeeds);
   if (rc < 0) {
     cm_error("cannot build the model: %s", cm_strerror(rc));
     goto out;
@@ -574,7 +611,17 @@ static int setup_params(struct dw_worker *w) {
   int rc = 0;
 
   if (w->args.standalone) {
-    dw_mlp_init(w->mlp, w->spec->job.seed);
+    /* The same initial model psd would create, so runs compare exactly. */
+    for (int i = 0; i < w->nvars; i++) {
+      const struct dw_var *v = &w->vars[i];
+      uint64_t n = 1;
+      for (int d = 0; d < v->ndim; d++)
+        n *= (uint64_t)v->shape[d];
+      cm_init_fill(v->value, 0, n,
+                   v->init == DW_INIT_UNIFORM ? CM_INIT_UNIFORM
+                                              : CM_INIT_ZEROS,
+                   v->init_scale, w->spec->job.seed, v->name);
+    }
     if (strcmp(w->spec->job.optimizer, "momentum") == 0) {
       w->velocity = calloc(w->mlp->nparams, sizeof *w->velocity);
       if (w->velocity == NULL) {
@@ -717,6 +764,16 @@ static int train(struct dw_worker *w) {
   int rc;
 
   rc = feeder_init(&w->feed, &w->train, job->batch_size, job->seed, w->index);
+  for (int i = 1; rc == 0 && i < w->nfeeds; i++)
+    rc = feeder_init(&w->emu_feed[i], &w->emu_ds[i], job->batch_size,
+                     job->seed, i);
+  if (rc == 0 && w->nfeeds > 1) {
+    size_t max = (size_t)job->batch_size * w->nfeeds;
+    w->batch_x = malloc(max * w->train.dim * sizeof *w->batch_x);
+    w->batch_y = malloc(max);
+    if (!w->batch_x || !w->batch_y)
+      rc = CM_ENOMEM;
+  }
   if (rc < 0) {
     cm_error("cannot set up the batch read-ahead: %s", cm_strerror(rc));
     goto out;
@@ -733,33 +790,55 @@ static int train(struct dw_worker *w) {
   prog.since = start;
   if (w->total_steps > 0) {
     rc = feeder_queue(&w->feed, 0);
+    for (int i = 1; rc == 0 && i < w->nfeeds; i++)
+      rc = feeder_queue(&w->emu_feed[i], 0);
     if (rc < 0)
       goto out;
   }
   for (t = 0; t < w->total_steps; t++) {
     struct dw_slot *slot = feeder_wait(&w->feed, t);
+    const float *x = slot->x;
+    const uint8_t *y = slot->y;
+    int n = slot->n;
     float loss;
     int correct = 0;
 
+    if (w->nfeeds > 1) {
+      /* The emulated workers' batches of step t, back to back. */
+      size_t dim = (size_t)w->train.dim;
+      for (int i = 0; i < w->nfeeds; i++) {
+        const struct dw_slot *s =
+            i == 0 ? slot : feeder_wait(&w->emu_feed[i], t);
+        size_t at = (size_t)(i == 0 ? 0 : n);
+        memcpy(w->batch_x + at * dim, s->x, (size_t)s->n * dim * sizeof *x);
+        memcpy(w->batch_y + at, s->y, (size_t)s->n);
+        if (i > 0)
+          n += s->n;
+      }
+      x = w->batch_x;
+      y = w->batch_y;
+    }
     if (t + 1 < w->total_steps) {
       rc = feeder_queue(&w->feed, t + 1);
+      for (int i = 1; rc == 0 && i < w->nfeeds; i++)
+        rc = feeder_queue(&w->emu_feed[i], t + 1);
       if (rc < 0)
         goto out;
     }
     rc = pull_params(w);
     if (rc < 0)
       goto out;
-    loss = dw_mlp_train_step(w->mlp, slot->x, slot->y, slot->n, &correct);
+    loss = dw_mlp_train_step(w->mlp, x, y, n, &correct);
     if (w->args.inject_delay_ms > 0)
       sleep_ms(w->args.inject_delay_ms);
-    rc = apply_grads(w, slot->n);
+    rc = apply_grads(w, n);
     if (rc < 0)
       goto out;
     w->steps_done++;
-    w->examples_done += (uint64_t)slot->n;
+    w->examples_done += (uint64_t)n;
     prog.loss_sum += loss;
     prog.correct += correct;
-    prog.examples += slot->n;
+    prog.examples += n;
     prog.steps++;
     if (job->log_every > 0 && (t + 1) % job->log_every == 0)
       report_progress(w, &prog, t, start);
@@ -873,9 +952,17 @@ int main(int argc, char **argv) {
       goto out;
     }
   }
+  w.nfeeds = 1;
+  if (w.args.emulate > 0 && !w.args.standalone) {
+    fprintf(stderr, "dworker: --emulate-workers needs --standalone\n");
+    status = DW_EXIT_USAGE;
+    goto out;
+  }
   if (w.args.standalone) {
     w.index = 0;
     w.nworkers = 1;
+    if (w.args.emulate > 1)
+      w.nfeeds = w.args.emulate;
     snprintf(w.name, sizeof w.name, "standalone");
   } else {
     w.index = w.spec->task.index;
@@ -904,6 +991,12 @@ int main(int argc, char **argv) {
   status = DW_EXIT_OK;
 out:
   feeder_free(&w.feed);
+  for (int i = 1; i < w.nfeeds; i++) {
+    feeder_free(&w.emu_feed[i]);
+    dw_dataset_free(&w.emu_ds[i]);
+  }
+  free(w.batch_x);
+  free(w.batch_y);
   dw_client_free(w.client);
   if (rpc_ready)
     cm_rpc_global_shutdown();
