@@ -41,6 +41,52 @@ static void human_bytes(double b, char *buf, size_t len) {
   snprintf(buf, len, i ? "%.1f %s" : "%.0f %s", b, u[i]);
 }
 
+/* The coordinator's view: workers, and in sync mode the last steps. */
+static void print_job(const struct cm_spec *spec, json_t *coord) {
+  json_t *workers = json_object_get(coord, "workers"), *w, *steps, *r;
+  size_t i, n;
+  printf("\nJOB %s  mode %s  step %lld\n", spec->job.name, spec->job.mode,
+         json_integer_value(json_object_get(coord, "step")));
+  printf("%-9s %-5s %6s %9s %9s %12s\n", "WORKER", "STATE", "JOINS", "APPLIED",
+         "DROPPED", "LAST SEEN");
+  json_array_foreach(workers, i, w) {
+    const char *state = json_is_true(json_object_get(w, "live")) ? "live"
+                        : json_is_true(json_object_get(w, "joined"))
+                            ? "gone"
+                            : "-";
+    double seen = json_real_value(json_object_get(w, "last_seen_ms"));
+    char ago[32];
+    if (seen < 0)
+      snprintf(ago, sizeof ago, "never");
+    else
+      snprintf(ago, sizeof ago, "%.0f ms ago", seen);
+    printf("worker:%-2lld %-5s %6lld %9lld %9lld %12s\n",
+           json_integer_value(json_object_get(w, "worker")), state,
+           json_integer_value(json_object_get(w, "joins")),
+           json_integer_value(json_object_get(w, "applied")),
+           json_integer_value(json_object_get(w, "dropped")), ago);
+  }
+  steps = json_object_get(coord, "steps");
+  n = json_array_size(steps);
+  if (n == 0)
+    return;
+  printf("\n%-8s %-20s %s\n", "STEP", "APPLIED", "DROPPED");
+  for (i = n > 5 ? n - 5 : 0; i < n; i++) {
+    char a[128] = "", d[128] = "";
+    size_t k, la = 0, ld = 0;
+    json_t *x;
+    r = json_array_get(steps, i);
+    json_array_foreach(json_object_get(r, "applied"), k, x) la +=
+        snprintf(a + la, la < sizeof a ? sizeof a - la : 0, "%s%lld",
+                 k ? "," : "", json_integer_value(x));
+    json_array_foreach(json_object_get(r, "dropped"), k, x) ld +=
+        snprintf(d + ld, ld < sizeof d ? sizeof d - ld : 0, "%s%lld",
+                 k ? "," : "", json_integer_value(x));
+    printf("%-8lld %-20s %s\n", json_integer_value(json_object_get(r, "step")),
+           a[0] ? a : "-", d[0] ? d : "-");
+  }
+}
+
 static void print_table(const struct cm_spec *spec, json_t **st) {
   char held[32], shape[64];
   printf("%-6s %-22s %-5s %5s %10s %9s %9s %10s %7s\n", "SHARD", "ADDRESS",
@@ -166,6 +212,8 @@ int main(int argc, char **argv) {
     json_decref(root);
   } else {
     print_table(spec, st);
+    if (st[0] && json_is_true(json_object_get(st[0], "coordinator")))
+      print_job(spec, st[0]);
   }
   rc = down ? 1 : 0;
 out:

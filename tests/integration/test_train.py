@@ -14,8 +14,8 @@ ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
 DATA = "/usr/share/datasets/fashion-mnist"
 
 
-def demo_job(**over):
-    with open(os.path.join(ROOT, "deploy", "examples", "local.json")) as f:
+def demo_job(name="local.json", **over):
+    with open(os.path.join(ROOT, "deploy", "examples", name)) as f:
         job = json.load(f)["job"]
     job.update(over)
     return job
@@ -50,6 +50,30 @@ class TrainTest(unittest.TestCase):
             # worker 0's final line is its last line of output.
             w0 = [l for l in r.stdout.splitlines() if l.startswith("worker:0")]
             self.assertIn("final:", w0[-1])
+
+
+    def run_example(self, name):
+        with h.TempDir() as d:
+            spec = os.path.join(d, "job.json")
+            h.write_spec(spec, nps=2, nworker=2, job=demo_job(name))
+            r = h.run([h.build_path("worker", "pslaunch"), spec], timeout=900)
+            self.assertEqual(r.returncode, 0, (r.stdout + r.stderr)[-4000:])
+            last = [l for l in r.stdout.splitlines() if "final:" in l]
+            self.assertEqual(len(last), 1, r.stdout[-2000:])
+            kv = dict(re.findall(r"(\w+)=([\d.]+)", last[0].split("final:", 1)[1]))
+            print("\n%s: test_accuracy=%s examples_per_s=%s wall_s=%s"
+                  % (name, kv["test_accuracy"], kv["examples_per_s"], kv["wall_s"]))
+            return float(kv["test_accuracy"])
+
+    def test_demo_spec_in_sync_mode_reaches_085(self):
+        if not os.path.isdir(DATA):
+            self.skipTest("dataset-fashion-mnist is not installed")
+        self.assertGreaterEqual(self.run_example("local-sync.json"), 0.85)
+
+    def test_demo_spec_with_staleness_bound_reaches_085(self):
+        if not os.path.isdir(DATA):
+            self.skipTest("dataset-fashion-mnist is not installed")
+        self.assertGreaterEqual(self.run_example("local-ssp.json"), 0.85)
 
 
 class WorkerErrorTest(unittest.TestCase):
