@@ -37,46 +37,46 @@ struct commit {
 
 /* What the coordinator knows of one worker. */
 struct worker {
-  int live;           /* counted in n */
-  int joined;         /* has joined at least once */
-  unsigned joins;     /* joins, rejoins included */
-  double last_seen;   /* ms, monotonic */
-  uint64_t applied;   /* gradients applied */
-  uint64_t dropped;   /* gradients dropped */
-  uint64_t clock;     /* async: pushes completed, as last reported */
-  int arrived;        /* sync: in the open step's arrivals */
-  int left;           /* said it finished (Join with leave) */
+  int live;         /* counted in n */
+  int joined;       /* has joined at least once */
+  unsigned joins;   /* joins, rejoins included */
+  double last_seen; /* ms, monotonic */
+  uint64_t applied; /* gradients applied */
+  uint64_t dropped; /* gradients dropped */
+  uint64_t clock;   /* async: pushes completed, as last reported */
+  int arrived;      /* sync: in the open step's arrivals */
+  int left;         /* said it finished (Join with leave) */
 };
 
 struct psd_coord {
-  const struct cm_spec *spec;       /* borrowed */
-  int n;                            /* workers in the job */
-  int sync;                         /* 1: sync mode */
-  int k, m;                         /* replicas_to_aggregate, min_replicas */
-  int deterministic;                /* no deadline closing */
-  int staleness;                    /* async SSP bound, -1 none */
-  double dead_after;                /* ms of silence that kill */
-  double started;                   /* ms, for the start barrier */
-  struct cm_rpc_method methods[4];  /* Join, Heartbeat, Admit, Clock */
-  pthread_mutex_t lock;             /* guards everything below */
-  struct worker *w;                 /* owned, n entries */
-  uint64_t open;                    /* the step open for admission */
+  const struct cm_spec *spec;          /* borrowed */
+  int n;                               /* workers in the job */
+  int sync;                            /* 1: sync mode */
+  int k, m;                            /* replicas_to_aggregate, min_replicas */
+  int deterministic;                   /* no deadline closing */
+  int staleness;                       /* async SSP bound, -1 none */
+  double dead_after;                   /* ms of silence that kill */
+  double started;                      /* ms, for the start barrier */
+  struct cm_rpc_method methods[4];     /* Join, Heartbeat, Admit, Clock */
+  pthread_mutex_t lock;                /* guards everything below */
+  struct worker *w;                    /* owned, n entries */
+  uint64_t open;                       /* the step open for admission */
   int arrivals[PSD_STEPS_MAX_WORKERS]; /* open step's arrivals, in order */
-  int narrivals;                    /* entries used */
-  double first_arrival;             /* ms of the open step's first Admit */
-  double last_close;                /* ms of the last close */
-  double recent[RECENT_STEPS];      /* step durations, ms (ring) */
-  int nrecent;                      /* durations recorded, capped */
-  int warned_below_m;               /* said once that live < m */
-  struct parked *admits;            /* parked Admit calls */
-  struct parked *clocks;            /* parked Clock calls */
-  uint64_t max_spread;              /* widest granted clock spread */
-  struct commit *queue, **tail;     /* commits not yet sent */
-  pthread_cond_t wake;              /* commit thread: queue or stop */
-  int stopping;                     /* stop requested */
-  pthread_t thread;                 /* the commit thread */
-  int thread_started;               /* thread must be joined */
-  struct cm_channel **ch;           /* owned, one per shard */
+  int narrivals;                       /* entries used */
+  double first_arrival;                /* ms of the open step's first Admit */
+  double last_close;                   /* ms of the last close */
+  double recent[RECENT_STEPS];         /* step durations, ms (ring) */
+  int nrecent;                         /* durations recorded, capped */
+  int warned_below_m;                  /* said once that live < m */
+  struct parked *admits;               /* parked Admit calls */
+  struct parked *clocks;               /* parked Clock calls */
+  uint64_t max_spread;                 /* widest granted clock spread */
+  struct commit *queue, **tail;        /* commits not yet sent */
+  pthread_cond_t wake;                 /* commit thread: queue or stop */
+  int stopping;                        /* stop requested */
+  pthread_t thread;                    /* the commit thread */
+  int thread_started;                  /* thread must be joined */
+  struct cm_channel **ch;              /* owned, one per shard */
 };
 
 static double now_ms(void) {
@@ -173,7 +173,8 @@ static void close_step(struct psd_coord *c, const char *why) {
     free(p);
   }
   if (c->last_close > 0) {
-    c->recent[c->nrecent < RECENT_STEPS ? c->nrecent : (int)(t % RECENT_STEPS)] =
+    c->recent[c->nrecent < RECENT_STEPS ? c->nrecent
+                                        : (int)(t % RECENT_STEPS)] =
         now - c->last_close;
     if (c->nrecent < RECENT_STEPS)
       c->nrecent++;
@@ -225,8 +226,7 @@ static void check_clocks(struct psd_coord *c) {
       pp = &p->next;
       continue;
     }
-    if (min != UINT64_MAX && p->value - min > c->max_spread &&
-        p->value >= min)
+    if (min != UINT64_MAX && p->value - min > c->max_spread && p->value >= min)
       c->max_spread = p->value - min;
     Psd__V1__ClockResponse r = PSD__V1__CLOCK_RESPONSE__INIT;
     r.min_clock = min == UINT64_MAX ? p->value : min;
@@ -272,8 +272,7 @@ static ProtobufCMessage *unpack(struct cm_rpc_call *call, grpc_byte_buffer *bb,
   return m;
 }
 
-static void on_join(struct cm_rpc_call *call, grpc_byte_buffer *bb,
-                    void *ctx) {
+static void on_join(struct cm_rpc_call *call, grpc_byte_buffer *bb, void *ctx) {
   struct psd_coord *c = ctx;
   Psd__V1__JoinRequest *req = (Psd__V1__JoinRequest *)unpack(
       call, bb, &psd__v1__join_request__descriptor);
@@ -615,9 +614,12 @@ int psd_coord_workers(struct psd_coord *c, struct psd_worker_info *out,
   pthread_mutex_lock(&c->lock);
   for (int i = 0; i < c->n && i < max; i++) {
     const struct worker *w = &c->w[i];
-    out[i] = (struct psd_worker_info){i,          w->live,
-                                      w->joined,  w->applied,
-                                      w->dropped, w->clock,
+    out[i] = (struct psd_worker_info){i,
+                                      w->live,
+                                      w->joined,
+                                      w->applied,
+                                      w->dropped,
+                                      w->clock,
                                       w->joined ? now - w->last_seen : -1,
                                       w->joins};
   }

@@ -50,10 +50,9 @@ static void print_job(const struct cm_spec *spec, json_t *coord) {
   printf("%-9s %-5s %6s %9s %9s %12s\n", "WORKER", "STATE", "JOINS", "APPLIED",
          "DROPPED", "LAST SEEN");
   json_array_foreach(workers, i, w) {
-    const char *state = json_is_true(json_object_get(w, "live")) ? "live"
-                        : json_is_true(json_object_get(w, "joined"))
-                            ? "gone"
-                            : "-";
+    const char *state = json_is_true(json_object_get(w, "live"))     ? "live"
+                        : json_is_true(json_object_get(w, "joined")) ? "gone"
+                                                                     : "-";
     double seen = json_real_value(json_object_get(w, "last_seen_ms"));
     char ago[32];
     if (seen < 0)

@@ -201,8 +201,7 @@ static int open_server(struct psd_server *srv) {
   memcpy(srv->methods, methods, n * sizeof *methods);
   if (srv->shard == 0) {
     /* Shard 0 is also the coordinator: membership, steps, clocks. */
-    if (psd_coord_new(&srv->coord, srv->spec) ||
-        psd_coord_start(srv->coord)) {
+    if (psd_coord_new(&srv->coord, srv->spec) || psd_coord_start(srv->coord)) {
       cm_error("cannot start the coordinator");
       return 1;
     }

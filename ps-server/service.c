@@ -14,9 +14,9 @@
 #include <string.h>
 #include <time.h>
 
+#include "coord.h"
 #include "err.h"
 #include "log.h"
-#include "coord.h"
 #include "ps.pb-c.h"
 #include "steps.h"
 #include "wire.h"

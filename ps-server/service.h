@@ -1,7 +1,7 @@
-/* psd's gRPC services: psd.v1.Data (Declare, Pull, Push, Commit) and psd.v1.Admin
- * (Status) over a store. Every request is checked field by field; a bad one
- * gets a gRPC status and a message naming the variable, shape or field, and
- * the shard goes on serving. */
+/* psd's gRPC services: psd.v1.Data (Declare, Pull, Push, Commit) and
+ * psd.v1.Admin (Status) over a store. Every request is checked field by field;
+ * a bad one gets a gRPC status and a message naming the variable, shape or
+ * field, and the shard goes on serving. */
 #ifndef PSD_SERVICE_H
 #define PSD_SERVICE_H
 

@@ -136,8 +136,8 @@ static int cmp_int(const void *a, const void *b) {
 }
 
 int psd_steps_commit(struct psd_steps *s, uint64_t step, const int *applied,
-                     int napplied, const int *dropped, int ndropped,
-                     char *err, size_t errlen) {
+                     int napplied, const int *dropped, int ndropped, char *err,
+                     size_t errlen) {
   int order[PSD_STEPS_MAX_WORKERS], rc = 0, nvars;
 
   if (napplied > PSD_STEPS_MAX_WORKERS || ndropped > PSD_STEPS_MAX_WORKERS) {

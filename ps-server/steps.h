@@ -49,8 +49,8 @@ int psd_steps_stage(struct psd_steps *s, int worker, uint64_t step,
  * coordinator may retry). Returns 0, or CM_EINVAL for a step beyond the
  * open one (err says why). */
 int psd_steps_commit(struct psd_steps *s, uint64_t step, const int *applied,
-                     int napplied, const int *dropped, int ndropped,
-                     char *err, size_t errlen);
+                     int napplied, const int *dropped, int ndropped, char *err,
+                     size_t errlen);
 
 /* Copies up to max of the most recent records, oldest first; returns how
  * many. */

@@ -116,15 +116,15 @@ static const char usage_text[] =
 
 /* What the command line asked for. */
 struct dw_args {
-  const char *cluster;    /* --cluster FILE */
-  const char *task;       /* --task, NULL when not given */
-  int standalone;         /* --standalone */
-  long max_steps;         /* --max-steps, -1 when not given */
-  int threads;            /* --threads, default 1 */
-  int inject_delay_ms;    /* --inject-delay-ms, 0 when not given */
+  const char *cluster;     /* --cluster FILE */
+  const char *task;        /* --task, NULL when not given */
+  int standalone;          /* --standalone */
+  long max_steps;          /* --max-steps, -1 when not given */
+  int threads;             /* --threads, default 1 */
+  int inject_delay_ms;     /* --inject-delay-ms, 0 when not given */
   const char *save_params; /* --save-params FILE, NULL when not given */
   int emulate;             /* --emulate-workers N (standalone), 0 = off */
-  int connect_timeout_ms; /* --connect-timeout-ms, 0 = the client's default */
+  int connect_timeout_ms;  /* --connect-timeout-ms, 0 = the client's default */
 };
 
 /* One half of the read-ahead double buffer. */
@@ -180,8 +180,8 @@ struct dw_worker {
   int nfeeds;               /* feeders: 1, or N with --emulate-workers N */
   struct dw_dataset emu_ds[DW_MAX_EMULATED];  /* owned: shares 1..N-1 */
   struct dw_feeder emu_feed[DW_MAX_EMULATED]; /* feeders of shares 1..N-1 */
-  float *batch_x;           /* owned with N > 1: the concatenated batch */
-  uint8_t *batch_y;         /* owned with N > 1: its labels */
+  float *batch_x;   /* owned with N > 1: the concatenated batch */
+  uint8_t *batch_y; /* owned with N > 1: its labels */
 };
 
 /* Running sums behind one progress line. */
@@ -618,8 +618,7 @@ static int setup_params(struct dw_worker *w) {
       for (int d = 0; d < v->ndim; d++)
         n *= (uint64_t)v->shape[d];
       cm_init_fill(v->value, 0, n,
-                   v->init == DW_INIT_UNIFORM ? CM_INIT_UNIFORM
-                                              : CM_INIT_ZEROS,
+                   v->init == DW_INIT_UNIFORM ? CM_INIT_UNIFORM : CM_INIT_ZEROS,
                    v->init_scale, w->spec->job.seed, v->name);
     }
     if (strcmp(w->spec->job.optimizer, "momentum") == 0) {
@@ -651,8 +650,7 @@ static int setup_params(struct dw_worker *w) {
   cm_info("declared %d variables on %d shards", w->nvars, w->spec->nps);
   /* Every worker joins the coordinator: membership and heartbeats for
    * status, steps in sync mode, clocks with a staleness bound. */
-  rc = dw_client_join(w->client, w->index, w->spec->job.heartbeat_ms,
-                      &w->step);
+  rc = dw_client_join(w->client, w->index, w->spec->job.heartbeat_ms, &w->step);
   if (rc < 0) {
     cm_error("join: %s", *dw_client_error(w->client)
                              ? dw_client_error(w->client)
@@ -765,8 +763,8 @@ static int train(struct dw_worker *w) {
 
   rc = feeder_init(&w->feed, &w->train, job->batch_size, job->seed, w->index);
   for (int i = 1; rc == 0 && i < w->nfeeds; i++)
-    rc = feeder_init(&w->emu_feed[i], &w->emu_ds[i], job->batch_size,
-                     job->seed, i);
+    rc = feeder_init(&w->emu_feed[i], &w->emu_ds[i], job->batch_size, job->seed,
+                     i);
   if (rc == 0 && w->nfeeds > 1) {
     size_t max = (size_t)job->batch_size * w->nfeeds;
     w->batch_x = malloc(max * w->train.dim * sizeof *w->batch_x);

@@ -57,16 +57,16 @@ struct dw_client {
   int nmsgs;                  /* entries in msgs */
   struct cm_unary *calls;     /* owned, nmsgs call slots reused per pull/push */
   uint32_t examples;          /* examples reported with each push */
-  int windex;           /* worker index after join, else -1 */
-  uint64_t min_version; /* pull: version to wait for (0: none) */
-  uint64_t pulled_step; /* pull: lowest step among the answers */
-  int sync_push;        /* push: stage for push_step */
-  uint64_t push_step;   /* push: the step staged for */
-  int closed;           /* push: a shard said the step is closed */
-  pthread_t hb_thread;  /* heartbeat thread, after join */
-  int hb_running;       /* hb_thread must be joined */
-  int hb_stop;          /* asks hb_thread to stop (under lock) */
-  int hb_ms;            /* heartbeat period */
+  int windex;                 /* worker index after join, else -1 */
+  uint64_t min_version;       /* pull: version to wait for (0: none) */
+  uint64_t pulled_step;       /* pull: lowest step among the answers */
+  int sync_push;              /* push: stage for push_step */
+  uint64_t push_step;         /* push: the step staged for */
+  int closed;                 /* push: a shard said the step is closed */
+  pthread_t hb_thread;        /* heartbeat thread, after join */
+  int hb_running;             /* hb_thread must be joined */
+  int hb_stop;                /* asks hb_thread to stop (under lock) */
+  int hb_ms;                  /* heartbeat period */
   uint64_t pulled, pushed;    /* payload bytes moved */
   pthread_mutex_t lock;       /* guards refs */
   pthread_cond_t cond;        /* signalled when refs drops to 0 */
@@ -559,8 +559,8 @@ static int coord_call(struct dw_client *c, const char *method,
   u.channel = c->ch[0];
   u.method = method;
   u.request = cm_rpc_pack(req);
-  rc = run(c, &u, 1, method + sizeof "/psd.v1.Coord/" - 1, timeout_ms, 1,
-           NULL, NULL);
+  rc = run(c, &u, 1, method + sizeof "/psd.v1.Coord/" - 1, timeout_ms, 1, NULL,
+           NULL);
   if (!rc && out) {
     if (cm_rpc_readall(u.response, &data, &len) ||
         !(*out = protobuf_c_message_unpack(desc, NULL, len, data))) {
@@ -683,8 +683,8 @@ int dw_client_clock(struct dw_client *c, uint64_t clock) {
   req.caller = &caller;
   req.worker = c->windex;
   req.clock = clock;
-  return coord_call(c, "/psd.v1.Coord/Clock", &req.base, c->o.timeout_ms,
-                    NULL, NULL);
+  return coord_call(c, "/psd.v1.Coord/Clock", &req.base, c->o.timeout_ms, NULL,
+                    NULL);
 }
 
 int dw_client_status(struct dw_client *c, int shard, char **json) {
@@ -757,8 +757,8 @@ int dw_client_status(struct dw_client *c, int shard, char **json) {
       for (size_t k = 0; k < r->n_dropped; k++)
         json_array_append_new(d, json_integer(r->dropped[k]));
       json_array_append_new(steps, json_pack("{s:I, s:o, s:o}", "step",
-                                             (json_int_t)r->step, "applied",
-                                             a, "dropped", d));
+                                             (json_int_t)r->step, "applied", a,
+                                             "dropped", d));
     }
     for (size_t i = 0; i < resp->n_workers; i++) {
       const Psd__V1__WorkerStatus *w = resp->workers[i];
