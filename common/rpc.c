@@ -21,6 +21,7 @@
 #include <grpc/support/time.h>
 #include <protobuf-c/protobuf-c.h>
 
+#include "clock.h"
 #include "err.h"
 #include "log.h"
 
@@ -357,13 +358,7 @@ void cm_server_stop(struct cm_server *s, int grace_ms) {
   pthread_mutex_unlock(&s->lock);
   atomic_store(&s->stopping, 1);
   grpc_server_shutdown_and_notify(s->server, s->cq, &s->shutdown_tag);
-  clock_gettime(CLOCK_REALTIME, &until);
-  until.tv_sec += grace_ms / 1000;
-  until.tv_nsec += (long)(grace_ms % 1000) * 1000000L;
-  if (until.tv_nsec >= 1000000000L) {
-    until.tv_sec++;
-    until.tv_nsec -= 1000000000L;
-  }
+  until = cm_abstime_after_ms(grace_ms);
   pthread_mutex_lock(&s->lock);
   while (!s->shut_seen)
     if (pthread_cond_timedwait(&s->cond, &s->lock, &until) != 0)

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "clock.h"
 #include "err.h"
 #include "log.h"
 #include "ps.pb-c.h"
@@ -79,12 +80,6 @@ struct psd_coord {
   struct cm_channel **ch;              /* owned, one per shard */
 };
 
-static double now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
-
 static int cmp_double(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;
   return x < y ? -1 : x > y;
@@ -136,7 +131,7 @@ static void reply_admit(struct cm_rpc_call *call, int admitted, uint64_t step,
 /* Decides the open step with the arrivals so far. Caller holds the lock. */
 static void close_step(struct psd_coord *c, const char *why) {
   struct commit *cm = calloc(1, sizeof *cm);
-  double now = now_ms();
+  double now = cm_mono_ms();
   uint64_t t = c->open;
 
   if (!cm) {
@@ -215,7 +210,7 @@ static void check_clocks(struct psd_coord *c) {
   uint64_t min = UINT64_MAX;
   /* Start barrier, as for steps: nobody runs ahead of a worker that has
    * not even joined yet, unless it stays away for dead_after_ms. */
-  if (!all_joined(c) && now_ms() - c->started < c->dead_after)
+  if (!all_joined(c) && cm_mono_ms() - c->started < c->dead_after)
     return;
   for (int i = 0; i < c->n; i++)
     if (c->w[i].live && c->w[i].clock < min)
@@ -247,7 +242,7 @@ static int seen(struct psd_coord *c, struct cm_rpc_call *call, int w,
                 what, w, c->n);
     return -1;
   }
-  c->w[w].last_seen = now_ms();
+  c->w[w].last_seen = cm_mono_ms();
   if (c->w[w].joined && !c->w[w].live && !c->w[w].left &&
       strcmp(what, "Join") != 0) {
     cm_info("worker:%d is heard from again; live at step %llu", w,
@@ -303,7 +298,7 @@ static void on_join(struct cm_rpc_call *call, grpc_byte_buffer *bb, void *ctx) {
     r.live = live_count(c);
     cm_rpc_reply(call, cm_rpc_pack(&r.base));
     if (c->sync)
-      maybe_close(c, now_ms());
+      maybe_close(c, cm_mono_ms());
     else
       check_clocks(c);
   }
@@ -359,7 +354,7 @@ static void on_admit(struct cm_rpc_call *call, grpc_byte_buffer *bb,
       if (!p) {
         cm_rpc_fail(call, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
       } else {
-        double now = now_ms();
+        double now = cm_mono_ms();
         if (!w->arrived) {
           if (c->narrivals == 0)
             c->first_arrival = now;
@@ -404,7 +399,7 @@ static void on_clock(struct cm_rpc_call *call, grpc_byte_buffer *bb,
 }
 
 void psd_coord_tick(struct psd_coord *c) {
-  double now = now_ms();
+  double now = cm_mono_ms();
   int changed = 0;
   pthread_mutex_lock(&c->lock);
   for (int i = 0; i < c->n; i++) {
@@ -489,13 +484,7 @@ static void *commit_thread(void *arg) {
       pthread_mutex_lock(&c->lock);
       int stop = c->stopping;
       if (left > 0 && !stop) {
-        struct timespec until;
-        clock_gettime(CLOCK_REALTIME, &until);
-        until.tv_nsec += 100 * 1000000L;
-        if (until.tv_nsec >= 1000000000L) {
-          until.tv_sec++;
-          until.tv_nsec -= 1000000000L;
-        }
+        struct timespec until = cm_abstime_after_ms(100);
         pthread_cond_timedwait(&c->wake, &c->lock, &until);
         stop = c->stopping;
       }
@@ -526,7 +515,7 @@ int psd_coord_new(struct psd_coord **out, const struct cm_spec *spec) {
   c->deterministic = job->deterministic;
   c->staleness = job->staleness;
   c->dead_after = job->dead_after_ms > 0 ? job->dead_after_ms : 5000;
-  c->started = now_ms();
+  c->started = cm_mono_ms();
   c->tail = &c->queue;
   pthread_mutex_init(&c->lock, NULL);
   pthread_cond_init(&c->wake, NULL);
@@ -610,7 +599,7 @@ const struct cm_rpc_method *psd_coord_methods(struct psd_coord *c, int *n) {
 
 int psd_coord_workers(struct psd_coord *c, struct psd_worker_info *out,
                       int max) {
-  double now = now_ms();
+  double now = cm_mono_ms();
   pthread_mutex_lock(&c->lock);
   for (int i = 0; i < c->n && i < max; i++) {
     const struct worker *w = &c->w[i];

@@ -17,6 +17,7 @@
 
 #include <jansson.h>
 
+#include "clock.h"
 #include "err.h"
 #include "ps.pb-c.h"
 #include "rpc.h"
@@ -168,6 +169,15 @@ static uint64_t numel(const struct dw_var *v) {
   return n;
 }
 
+/* The identity every request carries: the job and this worker. Points into
+ * c, so it lives as long as the client. */
+static Psd__V1__Caller caller_of(const struct dw_client *c) {
+  Psd__V1__Caller caller = PSD__V1__CALLER__INIT;
+  caller.job = (char *)c->spec->job.name;
+  caller.worker = (char *)c->worker;
+  return caller;
+}
+
 /* Describes call u's failure into c->err. */
 static void call_error(struct dw_client *c, const char *what,
                        const struct cm_unary *u) {
@@ -247,7 +257,7 @@ static int plan(struct dw_client *c) {
 }
 
 int dw_client_declare(struct dw_client *c, struct dw_var *vars, int n) {
-  Psd__V1__Caller caller = PSD__V1__CALLER__INIT;
+  Psd__V1__Caller caller = caller_of(c);
   Psd__V1__DeclareRequest req = PSD__V1__DECLARE_REQUEST__INIT;
   Psd__V1__VarSpec *specs = NULL, **ptrs = NULL;
   struct cm_unary *calls = NULL;
@@ -299,8 +309,6 @@ int dw_client_declare(struct dw_client *c, struct dw_var *vars, int n) {
     specs[i].seed = c->o.seed;
     ptrs[i] = &specs[i];
   }
-  caller.job = (char *)c->spec->job.name;
-  caller.worker = c->worker;
   req.caller = &caller;
   req.n_vars = n;
   req.vars = ptrs;
@@ -343,9 +351,7 @@ static void release_ref(void *arg) {
 /* Waits until gRPC has let go of every gradient slice; it does so as each
  * call completes, so this wait is short or nothing. */
 static void wait_refs(struct dw_client *c) {
-  struct timespec until;
-  clock_gettime(CLOCK_REALTIME, &until);
-  until.tv_sec += 10;
+  struct timespec until = cm_abstime_after_ms(10000);
   pthread_mutex_lock(&c->lock);
   while (c->refs > 0)
     if (pthread_cond_timedwait(&c->cond, &c->lock, &until) == ETIMEDOUT)
@@ -356,7 +362,7 @@ static void wait_refs(struct dw_client *c) {
 /* Packs the caller and segments of message m as a Pull or Push head. */
 static grpc_byte_buffer *build_request(struct dw_client *c, const struct msg *m,
                                        int push, int first_of_shard) {
-  Psd__V1__Caller caller = PSD__V1__CALLER__INIT;
+  Psd__V1__Caller caller = caller_of(c);
   Psd__V1__Segment segs[64], *sp[64], **ptrs = sp, *seg = segs;
   uint8_t stack[4096], *head = stack;
   grpc_byte_buffer *bb = NULL;
@@ -370,8 +376,6 @@ static grpc_byte_buffer *build_request(struct dw_client *c, const struct msg *m,
     if (!seg || !ptrs || !pieces)
       goto out;
   }
-  caller.job = (char *)c->spec->job.name;
-  caller.worker = c->worker;
   for (int i = 0; i < m->npieces; i++) {
     const struct piece *p = &c->pieces[m->first + i];
     const struct dw_var *v = &c->vars[p->var];
@@ -578,10 +582,8 @@ static int coord_call(struct dw_client *c, const char *method,
 static void *heartbeat_thread(void *arg) {
   struct dw_client *c = arg;
   struct cm_channel *ch = NULL;
-  Psd__V1__Caller caller = PSD__V1__CALLER__INIT;
+  Psd__V1__Caller caller = caller_of(c);
   Psd__V1__HeartbeatRequest req = PSD__V1__HEARTBEAT_REQUEST__INIT;
-  caller.job = (char *)c->spec->job.name;
-  caller.worker = c->worker;
   req.caller = &caller;
   req.worker = c->windex;
   if (cm_channel_new(&ch, c->spec->ps[0].text))
@@ -597,14 +599,7 @@ static void *heartbeat_thread(void *arg) {
     u.request = cm_rpc_pack(&req.base);
     cm_client_run(&u, 1, &o);
     cm_unary_release(&u);
-    struct timespec until;
-    clock_gettime(CLOCK_REALTIME, &until);
-    until.tv_sec += c->hb_ms / 1000;
-    until.tv_nsec += (long)(c->hb_ms % 1000) * 1000000L;
-    if (until.tv_nsec >= 1000000000L) {
-      until.tv_sec++;
-      until.tv_nsec -= 1000000000L;
-    }
+    struct timespec until = cm_abstime_after_ms(c->hb_ms);
     pthread_mutex_lock(&c->lock);
     while (!c->hb_stop &&
            pthread_cond_timedwait(&c->cond, &c->lock, &until) != ETIMEDOUT) {
@@ -617,12 +612,10 @@ static void *heartbeat_thread(void *arg) {
 
 int dw_client_join(struct dw_client *c, int worker, int heartbeat_ms,
                    uint64_t *step) {
-  Psd__V1__Caller caller = PSD__V1__CALLER__INIT;
+  Psd__V1__Caller caller = caller_of(c);
   Psd__V1__JoinRequest req = PSD__V1__JOIN_REQUEST__INIT;
   Psd__V1__JoinResponse *resp = NULL;
   int rc;
-  caller.job = (char *)c->spec->job.name;
-  caller.worker = c->worker;
   req.caller = &caller;
   req.worker = worker;
   rc = coord_call(c, "/psd.v1.Coord/Join", &req.base, c->o.connect_timeout_ms,
@@ -643,10 +636,8 @@ int dw_client_join(struct dw_client *c, int worker, int heartbeat_ms,
 }
 
 int dw_client_leave(struct dw_client *c) {
-  Psd__V1__Caller caller = PSD__V1__CALLER__INIT;
+  Psd__V1__Caller caller = caller_of(c);
   Psd__V1__JoinRequest req = PSD__V1__JOIN_REQUEST__INIT;
-  caller.job = (char *)c->spec->job.name;
-  caller.worker = c->worker;
   req.caller = &caller;
   req.worker = c->windex;
   req.leave = 1;
@@ -656,11 +647,9 @@ int dw_client_leave(struct dw_client *c) {
 
 int dw_client_admit(struct dw_client *c, uint64_t step, int *admitted,
                     uint64_t *next_step) {
-  Psd__V1__Caller caller = PSD__V1__CALLER__INIT;
+  Psd__V1__Caller caller = caller_of(c);
   Psd__V1__AdmitRequest req = PSD__V1__ADMIT_REQUEST__INIT;
   Psd__V1__AdmitResponse *resp = NULL;
-  caller.job = (char *)c->spec->job.name;
-  caller.worker = c->worker;
   req.caller = &caller;
   req.worker = c->windex;
   req.step = step;
@@ -676,10 +665,8 @@ int dw_client_admit(struct dw_client *c, uint64_t step, int *admitted,
 }
 
 int dw_client_clock(struct dw_client *c, uint64_t clock) {
-  Psd__V1__Caller caller = PSD__V1__CALLER__INIT;
+  Psd__V1__Caller caller = caller_of(c);
   Psd__V1__ClockRequest req = PSD__V1__CLOCK_REQUEST__INIT;
-  caller.job = (char *)c->spec->job.name;
-  caller.worker = c->worker;
   req.caller = &caller;
   req.worker = c->windex;
   req.clock = clock;
@@ -688,7 +675,7 @@ int dw_client_clock(struct dw_client *c, uint64_t clock) {
 }
 
 int dw_client_status(struct dw_client *c, int shard, char **json) {
-  Psd__V1__Caller caller = PSD__V1__CALLER__INIT;
+  Psd__V1__Caller caller = caller_of(c);
   Psd__V1__StatusRequest req = PSD__V1__STATUS_REQUEST__INIT;
   Psd__V1__StatusResponse *resp = NULL;
   struct cm_unary u;
@@ -702,8 +689,6 @@ int dw_client_status(struct dw_client *c, int shard, char **json) {
     seterr(c, "status: no shard %d; the cluster has %d", shard, c->nshards);
     return CM_EINVAL;
   }
-  caller.job = (char *)c->spec->job.name;
-  caller.worker = c->worker;
   req.caller = &caller;
   memset(&u, 0, sizeof u);
   u.channel = c->ch[shard];
