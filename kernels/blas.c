@@ -101,7 +101,17 @@ int kn_blas_init(char **argv, int threads) {
       goto out;
     }
     fflush(NULL);
-    execv("/proc/self/exe", argv);
+    {
+      /* Run the resolved path, not /proc/self/exe itself: the process name
+       * (ps, pgrep, top) comes from the file executed and must stay psd. */
+      char self[4096];
+      ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+      if (n > 0) {
+        self[n] = 0;
+        execv(self, argv);
+      }
+      execv("/proc/self/exe", argv);
+    }
     rc = CM_ESYS;
   }
 out:

@@ -211,6 +211,7 @@ static void answer_pull(struct psd_service *svc, struct cm_rpc_call *call,
                         const Psd__V1__PullRequest *req) {
   Psd__V1__PullResponse resp = PSD__V1__PULL_RESPONSE__INIT;
   struct psd_var **vars = NULL;
+  struct cm_wire_piece *pieces = NULL;
   uint64_t *versions = NULL, total = 0;
   uint8_t *data = NULL, *head = NULL;
   size_t head_len;
@@ -231,11 +232,30 @@ static void answer_pull(struct psd_service *svc, struct cm_rpc_call *call,
       goto out;
     }
   }
-  if (!(data = malloc(total ? total : 1)))
-    goto nomem;
   if (svc->steps)
     resp.step = psd_steps_version(svc->steps);
-  {
+  if (!svc->steps) {
+    /* Async: send straight from the variables' memory, no copy. A push
+     * may land while gRPC writes it, as it could between two pulls: async
+     * training reads whatever values are current (floats are never torn).
+     * Variables live until the server has stopped. */
+    if (!(pieces = calloc(req->n_segments + 1, sizeof *pieces)))
+      goto nomem;
+    for (size_t i = 0; i < req->n_segments; i++) {
+      const Psd__V1__Segment *seg = req->segments[i];
+      struct psd_var *v = vars[i];
+      pthread_mutex_lock(&v->lock);
+      versions[i] = v->version;
+      pthread_mutex_unlock(&v->lock);
+      pieces[i].ptr =
+          (const uint8_t *)(v->value + (seg->offset - v->elem_begin));
+      pieces[i].len = seg->count * sizeof(float);
+    }
+  } else {
+    /* Sync: one copy, so a chunk is exactly the version it says. */
+    if (!(data = malloc(total ? total : 1)) ||
+        !(pieces = calloc(1, sizeof *pieces)))
+      goto nomem;
     uint8_t *p = data;
     for (size_t i = 0; i < req->n_segments; i++) {
       const Psd__V1__Segment *seg = req->segments[i];
@@ -247,6 +267,7 @@ static void answer_pull(struct psd_service *svc, struct cm_rpc_call *call,
       pthread_mutex_unlock(&v->lock);
       p += seg->count * sizeof(float);
     }
+    pieces[0] = (struct cm_wire_piece){data, total};
   }
   resp.n_versions = req->n_segments;
   resp.versions = versions;
@@ -255,9 +276,10 @@ static void answer_pull(struct psd_service *svc, struct cm_rpc_call *call,
     goto nomem;
   protobuf_c_message_pack(&resp.base, head);
   {
-    struct cm_wire_piece piece = {data, total};
     grpc_byte_buffer *out =
-        cm_wire_build(head, head_len, &piece, 1, release_free, data);
+        data ? cm_wire_build(head, head_len, pieces, 1, release_free, data)
+             : cm_wire_build(head, head_len, pieces, (int)req->n_segments, NULL,
+                             NULL);
     data = NULL; /* the slice owns it now */
     atomic_fetch_add(&svc->pulls, 1);
     atomic_fetch_add(&svc->bytes_out, total);
@@ -269,6 +291,7 @@ nomem:
 out:
   free(head);
   free(data);
+  free(pieces);
   free(vars);
   free(versions);
 }

@@ -24,8 +24,10 @@
 #include "shard.h"
 #include "wire.h"
 
-#define DEFAULT_CHUNK (4u << 20)
+#define DEFAULT_CHUNK (2u << 20)
 #define MAX_CHUNK (32u << 20)
+/* A shard's share below this travels in one message. */
+#define MIN_SPLIT (256u << 10)
 /* Variables at least this large are split across shards under AUTO. */
 #define AUTO_SPLIT_BYTES (256u << 10)
 
@@ -212,7 +214,6 @@ static int run(struct dw_client *c, struct cm_unary *calls, int n,
 
 /* Cuts every variable's slice on every shard into messages. */
 static int plan(struct dw_client *c) {
-  uint64_t chunk = c->o.chunk_bytes / sizeof(float);
   int cap_p = 16, cap_m = 16;
   c->pieces = malloc(cap_p * sizeof *c->pieces);
   c->msgs = malloc(cap_m * sizeof *c->msgs);
@@ -220,6 +221,21 @@ static int plan(struct dw_client *c) {
     return CM_ENOMEM;
   for (int s = 0; s < c->nshards; s++) {
     struct msg *cur = NULL;
+    uint64_t total = 0, chunk;
+    for (int i = 0; i < c->nvars; i++) {
+      int64_t rb, re;
+      cm_shard_rows(c->vars[i].shape[0], c->vars[i].placement, c->nshards, s,
+                    &rb, &re);
+      total += (uint64_t)(re - rb) *
+               (numel(&c->vars[i]) / (uint64_t)c->vars[i].shape[0]);
+    }
+    /* At least `inflight` messages once a shard's share is worth it, so
+     * a transfer of a few MiB is pipelined too; never above chunk_bytes. */
+    chunk = (total + c->o.inflight - 1) / c->o.inflight;
+    if (chunk < MIN_SPLIT / sizeof(float))
+      chunk = MIN_SPLIT / sizeof(float);
+    if (chunk > c->o.chunk_bytes / sizeof(float))
+      chunk = c->o.chunk_bytes / sizeof(float);
     for (int i = 0; i < c->nvars; i++) {
       const struct dw_var *v = &c->vars[i];
       int64_t rb, re;

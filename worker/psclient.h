@@ -49,7 +49,7 @@ struct dw_client_opts {
   int timeout_ms;         /* deadline of each call [spec job.rpc_timeout_ms] */
   int connect_timeout_ms; /* how long declare waits for shards to come up
                              [60000] */
-  size_t chunk_bytes;     /* largest tensor payload per message [4 MiB] */
+  size_t chunk_bytes;     /* largest tensor payload per message [2 MiB] */
   int inflight;           /* calls in flight per shard [4] */
   uint64_t seed; /* initializer seed sent with declare [spec job.seed] */
 };
