@@ -544,7 +544,8 @@ int cm_client_run(struct cm_unary *calls, int n, const struct cm_run_opts *o) {
     int next;              /* index of its next call not yet started */
   } slots[64];
   int nslots = 0, done = 0, rc = 0, limit = o->inflight > 0 ? o->inflight : 1;
-  grpc_completion_queue *cq = grpc_completion_queue_create_for_next(NULL);
+  grpc_completion_queue *cq =
+      o->cq ? o->cq : grpc_completion_queue_create_for_next(NULL);
 
   /* Channels beyond 64 share the last slot's limit; psd jobs have fewer. */
   for (int i = 0; i < n; i++) {
@@ -596,13 +597,20 @@ int cm_client_run(struct cm_unary *calls, int n, const struct cm_run_opts *o) {
     if (o->done)
       o->done(u, o->ctx);
   }
+  if (!o->cq)
+    cm_queue_free(cq);
+  return rc;
+}
+
+void cm_queue_free(grpc_completion_queue *cq) {
+  if (!cq)
+    return;
   grpc_completion_queue_shutdown(cq);
   while (
       grpc_completion_queue_next(cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL)
           .type != GRPC_QUEUE_SHUTDOWN) {
   }
   grpc_completion_queue_destroy(cq);
-  return rc;
 }
 
 void cm_unary_release(struct cm_unary *u) {

@@ -126,6 +126,8 @@ struct cm_run_opts {
                          deadline) */
   cm_unary_done done; /* called once per call as it completes (may be NULL) */
   void *ctx;          /* passed to done */
+  grpc_completion_queue *cq; /* a queue to reuse (NULL: one per run); empty
+                                again when the run returns */
 };
 
 /* Runs calls[0..n): starts up to `inflight` per channel at once, keeps them
@@ -134,6 +136,9 @@ struct cm_run_opts {
  * deadline, CM_EUNAVAIL when a server cannot be reached, CM_ERPC for
  * others); every call's own status and details are filled either way. */
 int cm_client_run(struct cm_unary *calls, int n, const struct cm_run_opts *o);
+
+/* Shuts down, drains and destroys a queue made for cm_run_opts.cq. */
+void cm_queue_free(grpc_completion_queue *cq);
 
 /* Releases a completed call's response and internal state. */
 void cm_unary_release(struct cm_unary *u);

@@ -12,8 +12,10 @@
  * can check psd's answers to bad input. roundtrip declares a variable of N
  * bytes split across all shards with libpsclient, pushes a known gradient,
  * pulls it back and checks every element against the update formula, then
- * times R pushes and R pulls; tcp times a plain loopback TCP copy, the
- * baseline for the transport benchmark. */
+ * times R pushes and R pulls (with each call's p50 and p99); tcp times a
+ * plain loopback TCP copy, the baseline for the transport benchmark.
+ * syncload is a light sync worker for the scale benchmark: the demo MLP's
+ * variables, no compute, S steps of pull, stage, admit. */
 #include <arpa/inet.h>
 #include <getopt.h>
 #include <netinet/in.h>
@@ -40,7 +42,20 @@ struct args {
   int rounds;          /* --rounds */
   size_t chunk;        /* --chunk */
   int inflight;        /* --inflight */
+  int worker;          /* --worker */
 };
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+/* The q-quantile (0..1) of t[0..n), which it sorts. */
+static double quantile(double *t, int n, double q) {
+  qsort(t, n, sizeof *t, cmp_double);
+  int i = (int)(q * (n - 1) + 0.5);
+  return n ? t[i] : 0;
+}
 
 static double now_s(void) {
   struct timespec ts;
@@ -214,7 +229,9 @@ static int cmd_roundtrip(struct cm_spec *spec, const struct args *a) {
   }
   for (uint64_t i = 0; i < n; i++)
     grad[i] = (float)((i * 2654435761u) % 1000) / 1000.0f - 0.5f;
-  snprintf(name, sizeof name, "roundtrip/%llu", (unsigned long long)a->bytes);
+  /* --worker tells concurrent clients' variables apart. */
+  snprintf(name, sizeof name, "roundtrip/%llu/%d", (unsigned long long)a->bytes,
+           a->worker);
   struct dw_var v = {
       .name = name,
       .ndim = 2,
@@ -256,30 +273,120 @@ static int cmd_roundtrip(struct cm_spec *spec, const struct args *a) {
            (unsigned long long)a->bytes, (unsigned long long)bad);
     goto out;
   }
-  double t0 = now_s();
-  for (int r = 0; r < a->rounds; r++)
+  double *tp = calloc(a->rounds + 1, sizeof *tp);
+  double *tl = calloc(a->rounds + 1, sizeof *tl);
+  if (!tp || !tl) {
+    free(tp);
+    free(tl);
+    goto out;
+  }
+  double t0 = now_s(), t = t0;
+  for (int r = 0; r < a->rounds; r++) {
     if (dw_client_push(c)) {
       fprintf(stderr, "pstool: %s\n", dw_client_error(c));
+      free(tp);
+      free(tl);
       goto out;
     }
-  double t1 = now_s();
-  for (int r = 0; r < a->rounds; r++)
+    double u = now_s();
+    tp[r] = u - t;
+    t = u;
+  }
+  double t1 = t;
+  for (int r = 0; r < a->rounds; r++) {
     if (dw_client_pull(c)) {
       fprintf(stderr, "pstool: %s\n", dw_client_error(c));
+      free(tp);
+      free(tl);
       goto out;
     }
-  double t2 = now_s();
+    double u = now_s();
+    tl[r] = u - t;
+    t = u;
+  }
+  double t2 = t;
   double mb = (double)a->bytes * a->rounds / 1e6;
   printf("roundtrip bytes=%llu %s push_MBps=%.0f pull_MBps=%.0f "
-         "push_us=%.0f pull_us=%.0f\n",
+         "push_us=%.0f pull_us=%.0f push_p50_us=%.0f push_p99_us=%.0f "
+         "pull_p50_us=%.0f pull_p99_us=%.0f\n",
          (unsigned long long)a->bytes, fresh ? "verified" : "reused",
          mb / (t1 - t0), mb / (t2 - t1), (t1 - t0) / a->rounds * 1e6,
-         (t2 - t1) / a->rounds * 1e6);
+         (t2 - t1) / a->rounds * 1e6, quantile(tp, a->rounds, 0.5) * 1e6,
+         quantile(tp, a->rounds, 0.99) * 1e6,
+         quantile(tl, a->rounds, 0.5) * 1e6,
+         quantile(tl, a->rounds, 0.99) * 1e6);
+  free(tp);
+  free(tl);
   rc = 0;
 out:
   dw_client_free(c);
   free(value);
   free(grad);
+  return rc;
+}
+
+/* A light sync worker: the demo MLP's variables, no model compute. */
+static int cmd_syncload(struct cm_spec *spec, const struct args *a) {
+  static const int64_t shapes[6][2] = {{256, 784}, {256, 1},  {128, 256},
+                                       {128, 1},   {10, 128}, {10, 1}};
+  static const char *names[6] = {"dense0/kernel", "dense0/bias",
+                                 "dense1/kernel", "dense1/bias",
+                                 "dense2/kernel", "dense2/bias"};
+  struct dw_client_opts o = {.worker = NULL, .timeout_ms = a->timeout};
+  struct dw_client *c = NULL;
+  struct dw_var v[6];
+  float *buf[6] = {0}, *grad[6] = {0};
+  char who[32];
+  uint64_t step = 0;
+  int rc = 1;
+
+  snprintf(who, sizeof who, "worker:%d", a->worker);
+  o.worker = who;
+  memset(v, 0, sizeof v);
+  for (int i = 0; i < 6; i++) {
+    size_t n = (size_t)(shapes[i][0] * shapes[i][1]);
+    buf[i] = calloc(n, sizeof(float));
+    grad[i] = calloc(n, sizeof(float));
+    if (!buf[i] || !grad[i])
+      goto out;
+    v[i] = (struct dw_var){.name = names[i],
+                           .ndim = shapes[i][1] == 1 ? 1 : 2,
+                           .shape = {shapes[i][0], shapes[i][1]},
+                           .placement = DW_PLACE_AUTO,
+                           .init = DW_INIT_ZEROS,
+                           .value = buf[i],
+                           .grad = grad[i]};
+  }
+  if (dw_client_new(&c, spec, &o) || dw_client_declare(c, v, 6) ||
+      dw_client_join(c, a->worker, spec->job.heartbeat_ms, &step)) {
+    fprintf(stderr, "pstool: %s\n", c ? dw_client_error(c) : "no client");
+    goto out;
+  }
+  double t0 = now_s();
+  int dropped = 0;
+  for (int r = 0; r < a->rounds; r++) {
+    uint64_t version, next = step + 1;
+    int closed = 0, admitted = 0;
+    if (dw_client_pull_at(c, step, &version) ||
+        dw_client_push_step(c, version, &closed) ||
+        (!closed && dw_client_admit(c, version, &admitted, &next))) {
+      fprintf(stderr, "pstool: %s\n", dw_client_error(c));
+      goto out;
+    }
+    dropped += !admitted;
+    step = next > version ? next : version + 1;
+  }
+  double t1 = now_s();
+  dw_client_leave(c);
+  printf("syncload worker=%d steps=%d wall_s=%.3f dropped=%d\n", a->worker,
+         a->rounds, t1 - t0, dropped);
+  rc = 0;
+out:
+  dw_client_free(c);
+  for (int i = 0; i < 6; i++) {
+    free(buf[i]);
+    free(grad[i]);
+  }
   return rc;
 }
 
@@ -353,6 +460,7 @@ int main(int argc, char **argv) {
                                        {"rounds", required_argument, 0, 'r'},
                                        {"chunk", required_argument, 0, 'k'},
                                        {"inflight", required_argument, 0, 'i'},
+                                       {"worker", required_argument, 0, 'w'},
                                        {0, 0, 0, 0}};
   struct args a = {.timeout = 10000, .rounds = 5};
   struct cm_spec *spec = NULL;
@@ -382,6 +490,9 @@ int main(int argc, char **argv) {
     case 'i':
       a.inflight = atoi(optarg);
       break;
+    case 'w':
+      a.worker = atoi(optarg);
+      break;
     default:
       return 2;
     }
@@ -404,6 +515,8 @@ int main(int argc, char **argv) {
   cm_rpc_global_init();
   if (!strcmp(argv[optind], "roundtrip"))
     rc = cmd_roundtrip(spec, &a);
+  else if (!strcmp(argv[optind], "syncload"))
+    rc = cmd_syncload(spec, &a);
   else
     rc = cmd_low(spec, &a, argc - optind, argv + optind);
   cm_spec_free(spec);

@@ -70,11 +70,12 @@ struct dw_client {
   int hb_running;             /* hb_thread must be joined */
   int hb_stop;                /* asks hb_thread to stop (under lock) */
   int hb_ms;                  /* heartbeat period */
-  uint64_t pulled, pushed;    /* payload bytes moved */
-  pthread_mutex_t lock;       /* guards refs */
-  pthread_cond_t cond;        /* signalled when refs drops to 0 */
-  int refs;                   /* gradient slices gRPC still holds */
-  char err[1024];             /* last error */
+  grpc_completion_queue *cq; /* reused by every call from the client's thread */
+  uint64_t pulled, pushed;   /* payload bytes moved */
+  pthread_mutex_t lock;      /* guards refs */
+  pthread_cond_t cond;       /* signalled when refs drops to 0 */
+  int refs;                  /* gradient slices gRPC still holds */
+  char err[1024];            /* last error */
 };
 
 static void seterr(struct dw_client *c, const char *fmt, ...)
@@ -126,6 +127,7 @@ int dw_client_new(struct dw_client **out, const struct cm_spec *spec,
   pthread_mutex_init(&c->lock, NULL);
   pthread_cond_init(&c->cond, NULL);
   c->nshards = spec->nps;
+  c->cq = grpc_completion_queue_create_for_next(NULL);
   if (!(c->ch = calloc(c->nshards, sizeof *c->ch))) {
     rc = CM_ENOMEM;
     goto out;
@@ -158,6 +160,7 @@ void dw_client_free(struct dw_client *c) {
   free(c->pieces);
   free(c->msgs);
   free(c->calls);
+  cm_queue_free(c->cq);
   pthread_mutex_destroy(&c->lock);
   pthread_cond_destroy(&c->cond);
   free(c);
@@ -200,7 +203,8 @@ static int run(struct dw_client *c, struct cm_unary *calls, int n,
                           .inflight = c->o.inflight,
                           .wait_for_ready = wait_for_ready,
                           .done = done,
-                          .ctx = ctx};
+                          .ctx = ctx,
+                          .cq = c->cq};
   int rc = cm_client_run(calls, n, &o);
   if (rc) {
     for (int i = 0; i < n; i++)

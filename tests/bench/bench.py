@@ -20,11 +20,23 @@ import tempfile
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "integration"))
 import harness as h  # noqa: E402
 
-SIZES = [(4096, 400), (1 << 20, 100), (16 << 20, 16), (64 << 20, 6)]
+SIZES = [(4096, 400), (1 << 20, 60), (16 << 20, 12), (64 << 20, 4)]
+REPEATS = 3  # interleaved repeats per size; medians are printed
 
 
 def kv(line):
     return dict(re.findall(r"(\w+)=([\w.]+)", line))
+
+
+def median(xs):
+    xs = sorted(xs)
+    return xs[len(xs) // 2]
+
+
+def tcp_mbps(size, rounds):
+    t = h.run([h.build_path("tests", "pstool"), "--bytes", str(max(size, 1 << 20)),
+               "--rounds", str(max(rounds, 16)), "tcp"])
+    return float(kv(t.stdout)["MBps"])
 
 
 def transport(d):
@@ -33,23 +45,122 @@ def transport(d):
     ps = h.start_psd(spec, 0)
     try:
         for size, rounds in SIZES:
-            r = h.pstool(spec, "--bytes", str(size), "--rounds", str(rounds), "roundtrip",
-                         timeout=600)
-            if r.returncode != 0:
-                print("bench transport size=%d FAILED: %s" % (size, r.stderr.strip()))
-                continue
-            rt = kv(r.stdout)
-            # The baseline moves the same total bytes, in one stream.
-            t = h.run([h.build_path("tests", "pstool"), "--bytes", str(max(size, 1 << 20)),
-                       "--rounds", str(max(rounds, 16)), "tcp"])
-            tcp = float(kv(t.stdout)["MBps"])
-            push, pull = float(rt["push_MBps"]), float(rt["pull_MBps"])
-            print("bench transport size=%d push_MBps=%.0f pull_MBps=%.0f tcp_MBps=%.0f "
-                  "push_ratio=%.2f pull_ratio=%.2f push_us=%s pull_us=%s"
-                  % (size, push, pull, tcp, push / tcp, pull / tcp, rt["push_us"], rt["pull_us"]),
-                  flush=True)
+            push, pull, tcp, lat = [], [], [], []
+            for _ in range(REPEATS):
+                r = h.pstool(spec, "--bytes", str(size), "--rounds", str(rounds), "roundtrip",
+                             timeout=600)
+                if r.returncode != 0:
+                    raise SystemExit("bench transport size=%d FAILED: %s" % (size, r.stderr))
+                rt = kv(r.stdout)
+                push.append(float(rt["push_MBps"]))
+                pull.append(float(rt["pull_MBps"]))
+                lat.append(rt)
+                tcp.append(tcp_mbps(size, rounds))
+            line = ("bench transport size=%d push_MBps=%.0f pull_MBps=%.0f tcp_MBps=%.0f "
+                    "push_ratio=%.2f pull_ratio=%.2f"
+                    % (size, median(push), median(pull), median(tcp),
+                       median(push) / median(tcp), median(pull) / median(tcp)))
+            if size <= 4096:
+                line += " pull_p50_us=%.0f pull_p99_us=%.0f push_p50_us=%.0f push_p99_us=%.0f" % (
+                    median([float(x["pull_p50_us"]) for x in lat]),
+                    median([float(x["pull_p99_us"]) for x in lat]),
+                    median([float(x["push_p50_us"]) for x in lat]),
+                    median([float(x["push_p99_us"]) for x in lat]))
+            print(line, flush=True)
     finally:
         ps.stop()
+
+
+def aggregate(d):
+    """2 shards and 2 clients at once, 64 MiB each, against one TCP stream."""
+    spec = os.path.join(d, "agg.json")
+    h.write_spec(spec, nps=2, nworker=2, job={"name": "bench-agg", "optimizer": {"type": "sgd"}})
+    ps = [h.start_psd(spec, i) for i in range(2)]
+    size, rounds = 64 << 20, 4
+    try:
+        totals = []
+        for _ in range(REPEATS):
+            procs = [h.Proc([h.build_path("tests", "pstool"), "--cluster", spec, "--bytes",
+                             str(size), "--rounds", str(rounds), "--worker", str(i),
+                             "roundtrip"]) for i in range(2)]
+            rs = []
+            for p in procs:
+                p.wait(timeout=600)
+                rs.append(kv([l for l in p.lines if l.startswith("roundtrip")][-1]))
+            totals.append((sum(float(r["push_MBps"]) for r in rs),
+                           sum(float(r["pull_MBps"]) for r in rs)))
+        tcp = tcp_mbps(size, rounds)
+        push, pull = median([t[0] for t in totals]), median([t[1] for t in totals])
+        print("bench transport shards=2 clients=2 size=%d push_MBps=%.0f pull_MBps=%.0f "
+              "tcp_MBps=%.0f push_ratio=%.2f pull_ratio=%.2f"
+              % (size, push, pull, tcp, push / tcp, pull / tcp), flush=True)
+    finally:
+        for p in ps:
+            p.stop()
+
+
+def rss_kib(pid):
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
+
+
+def memory(d):
+    """A psd's resident memory against the bytes of variables and slots it holds."""
+    spec = os.path.join(d, "mem.json")
+    h.write_spec(spec, nps=1, nworker=1,
+                 job={"name": "bench-mem", "optimizer": {"type": "momentum"}})
+    ps = h.start_psd(spec, 0)
+    try:
+        idle = rss_kib(ps.p.pid)
+        r = h.pstool(spec, "--bytes", str(256 << 20), "--rounds", "2", "roundtrip", timeout=600)
+        assert r.returncode == 0, r.stderr
+        rss = rss_kib(ps.p.pid)
+        st = json.loads(h.run([h.build_path("ps-server", "psctl"), "--cluster", spec, "--json",
+                               "status"]).stdout)
+        held = sum(v["bytes"] for v in st["shards"][0]["vars"])
+        print("bench memory held_MiB=%.1f rss_MiB=%.1f idle_rss_MiB=%.1f "
+              "ratio=%.3f ratio_above_idle=%.3f"
+              % (held / 2**20, rss / 1024, idle / 1024, rss * 1024 / held,
+                 (rss - idle) * 1024 / held), flush=True)
+    finally:
+        ps.stop()
+
+
+def scale(d):
+    """Light sync clients (no model compute) against 2 shards: step time as n grows."""
+    steps = 100
+    base = None
+    for n in (1, 2, 4, 8, 16, 32):
+        spec = os.path.join(d, "scale%d.json" % n)
+        h.write_spec(spec, nps=2, nworker=n,
+                     job={"name": "bench-scale", "optimizer": {"type": "momentum"},
+                          "sync": {"mode": "sync"}, "heartbeat_ms": 1000,
+                          "dead_after_ms": 60000})
+        ps = [h.start_psd(spec, i) for i in range(2)]
+        try:
+            procs = [h.Proc([h.build_path("tests", "pstool"), "--cluster", spec, "--worker",
+                             str(i), "--rounds", str(steps), "--timeout", "120000", "syncload"])
+                     for i in range(n)]
+            walls = []
+            for p in procs:
+                if p.wait(timeout=900) != 0:
+                    raise SystemExit("bench scale n=%d FAILED:\n%s" % (n, p.output()[-2000:]))
+                walls.append(float(kv([l for l in p.lines if l.startswith("syncload")][-1])
+                                   ["wall_s"]))
+            st = json.loads(h.run([h.build_path("ps-server", "psctl"), "--cluster", spec,
+                                   "--json", "status"]).stdout)["shards"]
+        finally:
+            for p in ps:
+                p.stop()
+        wall = max(walls)
+        step_ms = 1000.0 * wall / steps
+        base = base or step_ms
+        pushes = sum(s["pushes"] for s in st)
+        print("bench scale workers=%d shards=2 step_ms=%.2f ratio=%.2f pushes_per_s=%.0f"
+              % (n, step_ms, step_ms / base, pushes / wall), flush=True)
 
 
 def final_line(out):
@@ -122,7 +233,8 @@ def sync(d):
 
 def main():
     h.BUILD = os.path.abspath(sys.argv[1])
-    parts = {"transport": transport, "train": train, "sync": sync}
+    parts = {"transport": transport, "aggregate": aggregate, "memory": memory,
+             "train": train, "sync": sync, "scale": scale}
     chosen = sys.argv[2:] or list(parts)
     with tempfile.TemporaryDirectory(prefix="psd-bench-") as d:
         for name in chosen:
