@@ -33,7 +33,6 @@ struct psd_service {
   char optim[96];                  /* optimizer, described */
   struct timespec started;         /* for uptime */
   struct cm_rpc_method methods[5]; /* what psd serves */
-  int sync;                        /* 1: pushes are staged for steps */
   struct psd_steps *steps;         /* owned, sync mode */
   struct psd_coord *coord;         /* borrowed, shard 0 only (status) */
   pthread_mutex_t park_lock;       /* guards parked */
@@ -644,8 +643,9 @@ int psd_service_new(struct psd_service **out, struct psd_store *store,
   svc->methods[4] =
       (struct cm_rpc_method){"/psd.v1.Data/Commit", on_commit, svc};
   pthread_mutex_init(&svc->park_lock, NULL);
-  svc->sync = strcmp(mode, "sync") == 0;
-  if (svc->sync && psd_steps_new(&svc->steps, store, nworkers)) {
+  /* Sync mode stages pushes for steps; svc->steps != NULL says so. */
+  if (strcmp(mode, "sync") == 0 &&
+      psd_steps_new(&svc->steps, store, nworkers)) {
     psd_service_free(svc);
     return CM_ENOMEM;
   }
