@@ -32,7 +32,6 @@
 #include "dense.h"
 #include "err.h"
 #include "idx.h"
-#include "init.h"
 #include "log.h"
 #include "mlp.h"
 #include "psclient.h"
@@ -575,9 +574,8 @@ static int build_model(struct dw_worker *w) {
     int in = sizes[l], outw = sizes[l + 1];
     struct dw_var *k = &w->vars[2 * l], *b = &w->vars[2 * l + 1];
 
-    snprintf(w->var_names[2 * l], sizeof w->var_names[0], "dense%d/kernel", l);
-    snprintf(w->var_names[2 * l + 1], sizeof w->var_names[0], "dense%d/bias",
-             l);
+    dw_mlp_var_name(w->var_names[2 * l], sizeof w->var_names[0], l, 0);
+    dw_mlp_var_name(w->var_names[2 * l + 1], sizeof w->var_names[0], l, 1);
     memset(k, 0, sizeof *k);
     k->name = w->var_names[2 * l];
     k->ndim = 2;
@@ -585,7 +583,7 @@ static int build_model(struct dw_worker *w) {
     k->shape[1] = in;
     k->placement = DW_PLACE_AUTO;
     k->init = DW_INIT_UNIFORM;
-    k->init_scale = sqrtf(6.0f / (float)(in + outw)); /* Glorot uniform */
+    k->init_scale = dw_mlp_glorot(w->mlp, l);
     k->value = w->mlp->w[l];
     k->grad = w->mlp->gw[l];
     memset(b, 0, sizeof *b);
@@ -612,15 +610,7 @@ static int setup_params(struct dw_worker *w) {
 
   if (w->args.standalone) {
     /* The same initial model psd would create, so runs compare exactly. */
-    for (int i = 0; i < w->nvars; i++) {
-      const struct dw_var *v = &w->vars[i];
-      uint64_t n = 1;
-      for (int d = 0; d < v->ndim; d++)
-        n *= (uint64_t)v->shape[d];
-      cm_init_fill(v->value, 0, n,
-                   v->init == DW_INIT_UNIFORM ? CM_INIT_UNIFORM : CM_INIT_ZEROS,
-                   v->init_scale, w->spec->job.seed, v->name);
-    }
+    dw_mlp_init(w->mlp, w->spec->job.seed);
     if (strcmp(w->spec->job.optimizer, "momentum") == 0) {
       w->velocity = calloc(w->mlp->nparams, sizeof *w->velocity);
       if (w->velocity == NULL) {

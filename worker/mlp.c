@@ -9,26 +9,13 @@
 #include "mlp.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "dense.h"
 #include "err.h"
-
-/* splitmix64 (Steele, Lea, Flood 2014): a tiny seeded generator whose
- * every seed, 0 included, gives a good stream. */
-static uint64_t splitmix64(uint64_t *state) {
-  uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
-
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-
-/* Uniform in [0, 1) with 24 random bits, exactly representable in f32. */
-static float uniform01(uint64_t *state) {
-  return (float)(splitmix64(state) >> 40) * (1.0f / 16777216.0f);
-}
+#include "init.h"
 
 int dw_mlp_new(struct dw_mlp **out, const int *sizes, int nsizes,
                int max_batch) {
@@ -107,18 +94,26 @@ void dw_mlp_free(struct dw_mlp *m) {
   free(m);
 }
 
+void dw_mlp_var_name(char *buf, size_t len, int layer, int bias) {
+  snprintf(buf, len, bias ? "dense%d/bias" : "dense%d/kernel", layer);
+}
+
+float dw_mlp_glorot(const struct dw_mlp *m, int layer) {
+  return sqrtf(6.0f / (float)(m->sizes[layer] + m->sizes[layer + 1]));
+}
+
 void dw_mlp_init(struct dw_mlp *m, uint64_t seed) {
-  uint64_t state = seed;
+  char name[32];
   int l;
 
   for (l = 0; l < m->nlayers; l++) {
-    int in = m->sizes[l], outw = m->sizes[l + 1];
-    size_t n = (size_t)in * (size_t)outw, i;
-    float limit = sqrtf(6.0f / (float)(in + outw));
+    uint64_t in = (uint64_t)m->sizes[l], outw = (uint64_t)m->sizes[l + 1];
 
-    for (i = 0; i < n; i++)
-      m->w[l][i] = (2.0f * uniform01(&state) - 1.0f) * limit;
-    memset(m->b[l], 0, (size_t)outw * sizeof *m->b[l]);
+    dw_mlp_var_name(name, sizeof name, l, 0);
+    cm_init_fill(m->w[l], 0, in * outw, CM_INIT_UNIFORM, dw_mlp_glorot(m, l),
+                 seed, name);
+    dw_mlp_var_name(name, sizeof name, l, 1);
+    cm_init_fill(m->b[l], 0, outw, CM_INIT_ZEROS, 0.0f, seed, name);
   }
 }
 

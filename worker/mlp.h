@@ -33,9 +33,16 @@ int dw_mlp_new(struct dw_mlp **out, const int *sizes, int nsizes,
                int max_batch);
 void dw_mlp_free(struct dw_mlp *m);
 
-/* Fills params with Glorot-uniform weights and zero biases from seed
- * (used by the single-process baseline and tests; psd initialises the
- * distributed job's variables itself). */
+/* The parameter server's name of layer l's kernel (bias = 0) or bias
+ * (bias = 1): "dense<l>/kernel", "dense<l>/bias". */
+void dw_mlp_var_name(char *buf, size_t len, int layer, int bias);
+
+/* The Glorot-uniform bound of layer l's kernel: sqrt(6 / (in + out)). */
+float dw_mlp_glorot(const struct dw_mlp *m, int layer);
+
+/* Fills params with the values psd gives the same variables (common/init.h:
+ * Glorot-uniform kernels keyed by seed and name, zero biases), so the
+ * single-process baseline starts from the distributed job's model. */
 void dw_mlp_init(struct dw_mlp *m, uint64_t seed);
 
 /* x is (B, sizes[0]), y is (B). Forward and backward: overwrites grads with
