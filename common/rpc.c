@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include <grpc/byte_buffer_reader.h>
+#include <grpc/grpc_posix.h>
 #include <grpc/grpc_security.h>
 #include <grpc/support/alloc.h>
 #include <grpc/support/time.h>
@@ -333,6 +334,12 @@ out:
   return rc;
 }
 
+void cm_server_add_fd(struct cm_server *s, int fd) {
+  grpc_server_credentials *creds = grpc_insecure_server_credentials_create();
+  grpc_server_add_channel_from_fd(s->server, fd, creds);
+  grpc_server_credentials_release(creds);
+}
+
 int cm_server_start(struct cm_server *s) {
   grpc_server_start(s->server);
   for (int m = -1; m < s->nmethods; m++)
@@ -458,6 +465,23 @@ int cm_channel_new(struct cm_channel **out, const char *target) {
   cargs.args = args;
   creds = grpc_insecure_credentials_create();
   ch->channel = grpc_channel_create(target, creds, &cargs);
+  grpc_channel_credentials_release(creds);
+  *out = ch;
+  return 0;
+}
+
+int cm_channel_new_fd(struct cm_channel **out, const char *target, int fd) {
+  grpc_arg args[4];
+  grpc_channel_args cargs;
+  grpc_channel_credentials *creds;
+  struct cm_channel *ch = calloc(1, sizeof *ch);
+  if (!ch)
+    return CM_ENOMEM;
+  snprintf(ch->target, sizeof ch->target, "%s", target);
+  build_args(args, &cargs.num_args, 0);
+  cargs.args = args;
+  creds = grpc_insecure_credentials_create();
+  ch->channel = grpc_channel_create_from_fd(target, fd, creds, &cargs);
   grpc_channel_credentials_release(creds);
   *out = ch;
   return 0;

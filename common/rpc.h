@@ -54,6 +54,10 @@ int cm_server_new(struct cm_server **out, const char *addr,
                   const struct cm_rpc_method *methods, int n, char *err,
                   size_t errlen);
 
+/* Serves the connected socket fd as one more client connection (ownership
+ * of fd taken); after cm_server_start. */
+void cm_server_add_fd(struct cm_server *s, int fd);
+
 /* Starts the queue thread. */
 int cm_server_start(struct cm_server *s);
 
@@ -94,6 +98,10 @@ struct cm_channel;
 
 /* Opens a channel to target ("host:port") with psd's message limits. */
 int cm_channel_new(struct cm_channel **out, const char *target);
+/* A channel over the connected socket fd (ownership taken), named target
+ * in messages. It never reconnects: once the connection breaks, its calls
+ * fail with UNAVAILABLE. */
+int cm_channel_new_fd(struct cm_channel **out, const char *target, int fd);
 void cm_channel_free(struct cm_channel *ch);
 const char *cm_channel_target(const struct cm_channel *ch);
 

@@ -918,6 +918,7 @@ static void job_defaults(struct cm_job *job) {
   job->log_every = 100;
   job->timeout_ms = 30000;
   job->max_steps = 0;
+  job->unix_sockets = 1;
 }
 
 /* Returns the member job.sync.key when present and meant for the job's mode;
@@ -1052,12 +1053,13 @@ static void parse_liveness(struct spec_errs *e, json_t *job,
 static void parse_job(struct spec_errs *e, json_t *root, int nworker,
                       struct cm_job *out) {
   static const char *const keys[] = {
-      "name",         "model",        "hidden",         "data_dir",
-      "epochs",       "batch_size",   "optimizer",      "sync",
-      "seed",         "log_every",    "rpc_timeout_ms", "max_steps",
-      "heartbeat_ms", "dead_after_ms"};
+      "name",         "model",         "hidden",         "data_dir",
+      "epochs",       "batch_size",    "optimizer",      "sync",
+      "seed",         "log_every",     "rpc_timeout_ms", "max_steps",
+      "heartbeat_ms", "dead_after_ms", "unix_sockets"};
   static const char *const models[] = {"mlp", NULL};
-  json_t *job, *seed;
+  json_t *job, *seed, *v;
+  char got[SPEC_QUOTE_MAX];
   long long x;
 
   out->replicas_to_aggregate = nworker;
@@ -1081,6 +1083,14 @@ static void parse_job(struct spec_errs *e, json_t *root, int nworker,
   opt_int(e, job, "job", "rpc_timeout_ms", 1, INT_MAX, &out->timeout_ms);
   opt_int(e, job, "job", "max_steps", 0, INT_MAX, &out->max_steps);
   parse_liveness(e, job, out);
+  v = json_object_get(job, "unix_sockets");
+  if (v) {
+    if (json_is_boolean(v))
+      out->unix_sockets = json_is_true(v);
+    else
+      report(e, "job.unix_sockets", "expected true or false, got %s",
+             describe(got, sizeof got, v));
+  }
 }
 
 /* Parses JSON text with duplicate keys refused; on a syntax error reports

@@ -71,6 +71,9 @@ struct cm_job {
   int log_every; /* "job.log_every" steps between progress lines, default 100 */
   int timeout_ms; /* "job.rpc_timeout_ms", per-call deadline, default 30000 */
   int max_steps;  /* "job.max_steps", 0 = no limit (tests use it) */
+  /* "job.unix_sockets" (a JSON boolean), default 1: a client on the same
+   * host as a shard dials the shard's Unix-domain socket instead of TCP */
+  int unix_sockets;
 };
 
 /* A parsed spec. Owned by the caller of cm_spec_load/cm_spec_parse; free

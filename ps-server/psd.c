@@ -10,6 +10,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <uv.h>
 
@@ -20,7 +22,9 @@
 
 #include "blas.h"
 #include "coord.h"
+#include "endpoint.h"
 #include "err.h"
+#include "local.h"
 #include "log.h"
 #include "rpc.h"
 #include "service.h"
@@ -36,15 +40,17 @@
 
 /* The daemon's state, passed explicitly. */
 struct psd_server {
-  struct cm_spec *spec;                /* owned cluster spec */
-  int shard;                           /* this shard's index */
-  char listen[300];                    /* address served */
-  struct psd_store *store;             /* owned variables */
-  struct psd_service *service;         /* owned gRPC handlers */
-  struct psd_coord *coord;             /* owned coordinator, shard 0 only */
-  struct cm_rpc_method methods[16];    /* served: data, admin, coordinator */
-  struct cm_server *rpc;               /* owned gRPC server */
-  uv_loop_t loop;                      /* signals and timers */
+  struct cm_spec *spec;             /* owned cluster spec */
+  int shard;                        /* this shard's index */
+  char listen[300];                 /* address served */
+  char unix_path[200];              /* Unix socket also served, "" when none */
+  struct psd_local *local;          /* owned Unix socket listener, or NULL */
+  struct psd_store *store;          /* owned variables */
+  struct psd_service *service;      /* owned gRPC handlers */
+  struct psd_coord *coord;          /* owned coordinator, shard 0 only */
+  struct cm_rpc_method methods[16]; /* served: data, admin, coordinator */
+  struct cm_server *rpc;            /* owned gRPC server */
+  uv_loop_t loop;                   /* signals and timers */
   uv_signal_t sigterm, sigint, sighup; /* signal watchers */
   uv_timer_t stats;                    /* periodic stats line */
   uv_timer_t watchdog;                 /* systemd watchdog pings */
@@ -179,6 +185,28 @@ static int configure(struct psd_server *srv, int argc, char **argv) {
   return 0;
 }
 
+/* Serves the job's Unix socket too, so that clients on this host skip TCP
+ * (common/endpoint.h). Not being able to is a warning: TCP serves. */
+static void start_local(struct psd_server *srv) {
+  char path[200], why[300];
+
+  if (!srv->spec->job.unix_sockets)
+    return;
+  if (cm_endpoint_unix_path(srv->spec->job.name, srv->spec->ps[srv->shard].text,
+                            path, sizeof path)) {
+    cm_warn("no Unix socket: the path for job '%s' would be too long; "
+            "clients on this host use TCP (set PSD_SOCKET_DIR shorter)",
+            srv->spec->job.name);
+    return;
+  }
+  if (psd_local_start(&srv->local, &srv->loop, srv->rpc, path, why,
+                      sizeof why)) {
+    cm_info("no Unix socket: %s; clients on this host use TCP", why);
+    return;
+  }
+  snprintf(srv->unix_path, sizeof srv->unix_path, "%s", path);
+}
+
 /* Opens the store and the gRPC server; returns 0 or 1 (reported). */
 static int open_server(struct psd_server *srv) {
   const struct cm_job *job = &srv->spec->job;
@@ -188,7 +216,7 @@ static int open_server(struct psd_server *srv) {
                           .lr = (float)job->lr,
                           .momentum = (float)job->momentum};
   const struct cm_rpc_method *methods;
-  char err[512], optim[96];
+  char err[512];
   int n, nc = 0, rc;
 
   if (psd_store_new(&srv->store, srv->shard, srv->spec->nps, &opt) ||
@@ -222,10 +250,22 @@ static int open_server(struct psd_server *srv) {
     cm_error("cannot start the gRPC server");
     return 1;
   }
-  psd_optim_describe(&opt, optim, sizeof optim);
-  cm_info("ready: listening on %s, shard %d of %d, job '%s', %s, optimizer %s",
-          srv->listen, srv->shard, srv->spec->nps, job->name, job->mode, optim);
   return 0;
+}
+
+static void log_ready(struct psd_server *srv) {
+  const struct cm_job *job = &srv->spec->job;
+  struct psd_optim opt = {.type = strcmp(job->optimizer, "sgd") == 0
+                                      ? PSD_OPT_SGD
+                                      : PSD_OPT_MOMENTUM,
+                          .lr = (float)job->lr,
+                          .momentum = (float)job->momentum};
+  char optim[96];
+  psd_optim_describe(&opt, optim, sizeof optim);
+  cm_info("ready: listening on %s%s%s, shard %d of %d, job '%s', %s, "
+          "optimizer %s",
+          srv->listen, srv->unix_path[0] ? " and unix:" : "", srv->unix_path,
+          srv->shard, srv->spec->nps, job->name, job->mode, optim);
 }
 
 static void start_loop(struct psd_server *srv) {
@@ -284,6 +324,8 @@ int main(int argc, char **argv) {
   if (rc)
     goto out;
   start_loop(&srv);
+  start_local(&srv);
+  log_ready(&srv);
   snprintf(status, sizeof status, "STATUS=serving shard %d of %d on %s",
            srv.shard, srv.spec->nps, srv.listen);
   notify("READY=1");
@@ -292,6 +334,8 @@ int main(int argc, char **argv) {
   uv_run(&srv.loop, UV_RUN_DEFAULT);
 
   notify("STOPPING=1");
+  psd_local_stop(srv.local);
+  srv.local = NULL;
   cm_info("%s: stopping (calls in flight get up to %d ms)",
           strsignal(srv.stop_signal), STOP_GRACE_MS);
   /* Parked calls would hold the shutdown: answer them first. */

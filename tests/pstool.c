@@ -267,6 +267,37 @@ static int cmd_roundtrip(struct cm_spec *spec, const struct args *a) {
       fprintf(stderr, "element %llu: got %.9g want %.9g\n",
               (unsigned long long)i, value[i], want);
   }
+  /* push_pull: its pull sees each element before or after this push, and
+   * the next pull sees it after (for sgd: exactly w - lr*g). */
+  if (fresh && !bad) {
+    int sgd = !strcmp(spec->job.optimizer, "sgd");
+    float *mid = malloc(n * sizeof(float));
+    memcpy(before, value, n * sizeof(float));
+    if (!mid || dw_client_push_pull(c)) {
+      fprintf(stderr, "pstool: %s\n", mid ? dw_client_error(c) : "no memory");
+      free(mid);
+      free(before);
+      goto out;
+    }
+    memcpy(mid, value, n * sizeof(float));
+    if (dw_client_pull(c)) {
+      fprintf(stderr, "pstool: %s\n", dw_client_error(c));
+      free(mid);
+      free(before);
+      goto out;
+    }
+    for (uint64_t i = 0; i < n; i++) {
+      float want = sgd ? before[i] - lr * grad[i] : value[i];
+      if ((value[i] != want || (grad[i] != 0.0f && value[i] == before[i]) ||
+           (mid[i] != before[i] && mid[i] != value[i])) &&
+          bad++ < 5)
+        fprintf(stderr,
+                "push_pull element %llu: before %.9g, push_pull %.9g, "
+                "then pull %.9g\n",
+                (unsigned long long)i, before[i], mid[i], value[i]);
+    }
+    free(mid);
+  }
   free(before);
   if (bad) {
     printf("roundtrip bytes=%llu MISMATCH elements=%llu\n",
@@ -306,10 +337,11 @@ static int cmd_roundtrip(struct cm_spec *spec, const struct args *a) {
   }
   double t2 = t;
   double mb = (double)a->bytes * a->rounds / 1e6;
-  printf("roundtrip bytes=%llu %s push_MBps=%.0f pull_MBps=%.0f "
+  printf("roundtrip bytes=%llu %s via=%s push_MBps=%.0f pull_MBps=%.0f "
          "push_us=%.0f pull_us=%.0f push_p50_us=%.0f push_p99_us=%.0f "
          "pull_p50_us=%.0f pull_p99_us=%.0f\n",
          (unsigned long long)a->bytes, fresh ? "verified" : "reused",
+         strncmp(dw_client_target(c, 0), "unix:", 5) ? "tcp" : "unix",
          mb / (t1 - t0), mb / (t2 - t1), (t1 - t0) / a->rounds * 1e6,
          (t2 - t1) / a->rounds * 1e6, quantile(tp, a->rounds, 0.5) * 1e6,
          quantile(tp, a->rounds, 0.99) * 1e6,

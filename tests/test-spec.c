@@ -105,6 +105,7 @@ START_TEST(test_minimal_defaults) {
   ck_assert_int_eq(spec->job.deterministic, 0);
   ck_assert_int_eq(spec->job.heartbeat_ms, 500);
   ck_assert_int_eq(spec->job.dead_after_ms, 5000);
+  ck_assert_int_eq(spec->job.unix_sockets, 1);
   cm_spec_free(spec);
 }
 END_TEST
@@ -235,7 +236,7 @@ START_TEST(test_unknown_keys) {
   has_line("t.json: job.optimizr: unknown key (did you mean optimizer?); "
            "expected one of name, model, hidden, data_dir, epochs, "
            "batch_size, optimizer, sync, seed, log_every, rpc_timeout_ms, "
-           "max_steps, heartbeat_ms, dead_after_ms");
+           "max_steps, heartbeat_ms, dead_after_ms, unix_sockets");
   has_line("t.json: job.optimizer.typ: unknown key (did you mean type?); "
            "expected one of type, lr, momentum");
   has_line("t.json: job.sync.stalenes: unknown key (did you mean staleness?); "
@@ -893,6 +894,18 @@ START_TEST(test_sync_many_mistakes) {
 }
 END_TEST
 
+/* job.unix_sockets: a JSON boolean, nothing else. */
+START_TEST(test_unix_sockets) {
+  struct cm_spec *spec = NULL;
+  ck_assert_int_eq(parse(FOUR_WORKERS("\"unix_sockets\": false"), &spec), 0);
+  ck_assert_int_eq(spec->job.unix_sockets, 0);
+  cm_spec_free(spec);
+  parse_bad(FOUR_WORKERS("\"unix_sockets\": \"no\""));
+  has_line("t.json: job.unix_sockets: expected true or false, got "
+           "\"no\"");
+}
+END_TEST
+
 static Suite *spec_suite(void) {
   Suite *s = suite_create("spec");
   TCase *tc = tcase_create("parse");
@@ -909,6 +922,7 @@ static Suite *spec_suite(void) {
   tcase_add_test(tc, test_syntax_error);
   tcase_add_test(tc, test_truncation);
   tcase_add_test(tc, test_load);
+  tcase_add_test(tc, test_unix_sockets);
   suite_add_tcase(s, tc);
 
   tc = tcase_create("sync");

@@ -76,6 +76,11 @@ static const char usage_text[] =
     "  --connect-timeout-ms N\n"
     "                       how long to wait for the parameter servers to\n"
     "                       come up before giving up (default 60000)\n"
+    "  --no-overlap         async mode: wait for each push to be applied\n"
+    "                       before pulling (default: a step's push and the\n"
+    "                       next step's pull travel together, one round trip\n"
+    "                       per step; the pull may miss this worker's own\n"
+    "                       last gradient)\n"
     "  --inject-delay-ms N  TEST ONLY: sleep N ms in every step before the\n"
     "                       push, to simulate a straggler\n"
     "  --emulate-workers N  with --standalone: train as one worker whose\n"
@@ -121,6 +126,7 @@ struct dw_args {
   long max_steps;          /* --max-steps, -1 when not given */
   int threads;             /* --threads, default 1 */
   int inject_delay_ms;     /* --inject-delay-ms, 0 when not given */
+  int no_overlap;          /* --no-overlap */
   const char *save_params; /* --save-params FILE, NULL when not given */
   int emulate;             /* --emulate-workers N (standalone), 0 = off */
   int connect_timeout_ms;  /* --connect-timeout-ms, 0 = the client's default */
@@ -175,6 +181,8 @@ struct dw_worker {
   int ssp;                  /* async with a staleness bound */
   uint64_t step;            /* sync: the step being computed */
   uint64_t clock;           /* async: pushes completed */
+  int prefetched;           /* async: the last push also pulled the next
+                               step's parameters */
   long dropped;             /* sync: gradients the coordinator dropped */
   int nfeeds;               /* feeders: 1, or N with --emulate-workers N */
   struct dw_dataset emu_ds[DW_MAX_EMULATED];  /* owned: shares 1..N-1 */
@@ -233,6 +241,7 @@ static int parse_args(int argc, char **argv, struct dw_args *a) {
     OPT_CONNECT,
     OPT_SAVE,
     OPT_EMULATE,
+    OPT_NO_OVERLAP,
     OPT_HELP
   };
   static const struct option longopts[] = {
@@ -245,6 +254,7 @@ static int parse_args(int argc, char **argv, struct dw_args *a) {
       {"connect-timeout-ms", required_argument, NULL, OPT_CONNECT},
       {"save-params", required_argument, NULL, OPT_SAVE},
       {"emulate-workers", required_argument, NULL, OPT_EMULATE},
+      {"no-overlap", no_argument, NULL, OPT_NO_OVERLAP},
       {"help", no_argument, NULL, OPT_HELP},
       {NULL, 0, NULL, 0},
   };
@@ -266,6 +276,9 @@ static int parse_args(int argc, char **argv, struct dw_args *a) {
       break;
     case OPT_STANDALONE:
       a->standalone = 1;
+      break;
+    case OPT_NO_OVERLAP:
+      a->no_overlap = 1;
       break;
     case OPT_MAX_STEPS:
       if (parse_long(optarg, 0, LONG_MAX, &v) < 0) {
@@ -638,6 +651,14 @@ static int setup_params(struct dw_worker *w) {
     goto out;
   }
   cm_info("declared %d variables on %d shards", w->nvars, w->spec->nps);
+  for (int s = 0; s < w->spec->nps; s++) {
+    const char *t = dw_client_target(w->client, s);
+    if (!strncmp(t, "unix:", 5))
+      cm_info("shard %d (%s) runs on this host: using %s", s,
+              w->spec->ps[s].text, t);
+    else
+      cm_info("shard %d: using TCP to %s", s, t);
+  }
   /* Every worker joins the coordinator: membership and heartbeats for
    * status, steps in sync mode, clocks with a staleness bound. */
   rc = dw_client_join(w->client, w->index, w->spec->job.heartbeat_ms, &w->step);
@@ -655,8 +676,9 @@ out:
 }
 
 /* Applies this step's gradient: locally with --standalone, else by pushing
- * it to the parameter servers. */
-static int apply_grads(struct dw_worker *w, int examples) {
+ * it to the parameter servers. more: another step follows, whose pull may
+ * travel with this push (async without a staleness bound). */
+static int apply_grads(struct dw_worker *w, int examples, int more) {
   const struct cm_job *job = &w->spec->job;
   int rc = 0;
 
@@ -681,6 +703,10 @@ static int apply_grads(struct dw_worker *w, int examples) {
     if (rc == 0 && !admitted)
       w->dropped++;
     w->step = next > w->step ? next : w->step + 1;
+  } else if (more && !w->ssp && !w->args.no_overlap) {
+    rc = dw_client_push_pull(w->client);
+    w->prefetched = rc == 0;
+    w->clock++;
   } else {
     rc = dw_client_push(w->client);
     w->clock++;
@@ -698,6 +724,10 @@ static int pull_params(struct dw_worker *w) {
 
   if (w->args.standalone)
     return 0;
+  if (w->prefetched) {
+    w->prefetched = 0;
+    return 0;
+  }
   if (w->ssp) {
     /* Wait here until the slowest live worker is close enough. */
     rc = dw_client_clock(w->client, w->clock);
@@ -819,7 +849,7 @@ static int train(struct dw_worker *w) {
     loss = dw_mlp_train_step(w->mlp, x, y, n, &correct);
     if (w->args.inject_delay_ms > 0)
       sleep_ms(w->args.inject_delay_ms);
-    rc = apply_grads(w, n);
+    rc = apply_grads(w, n, t + 1 < w->total_steps);
     if (rc < 0)
       goto out;
     w->steps_done++;

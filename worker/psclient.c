@@ -14,10 +14,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <jansson.h>
 
 #include "clock.h"
+#include "endpoint.h"
 #include "err.h"
 #include "ps.pb-c.h"
 #include "rpc.h"
@@ -51,6 +53,7 @@ struct dw_client {
   struct dw_client_opts o;    /* settings with defaults filled in */
   char worker[64];            /* caller identity */
   struct cm_channel **ch;     /* owned, one per shard */
+  unsigned char *on_unix;     /* owned: 1 where ch[s] is a Unix socket */
   int nshards;                /* entries in ch */
   struct dw_var *vars;        /* caller's array, from declare */
   int nvars;                  /* entries in vars */
@@ -58,18 +61,18 @@ struct dw_client {
   int npieces;                /* entries in pieces */
   struct msg *msgs;           /* owned plan: the messages */
   int nmsgs;                  /* entries in msgs */
-  struct cm_unary *calls;     /* owned, nmsgs call slots reused per pull/push */
-  uint32_t examples;          /* examples reported with each push */
-  int windex;                 /* worker index after join, else -1 */
-  uint64_t min_version;       /* pull: version to wait for (0: none) */
-  uint64_t pulled_step;       /* pull: lowest step among the answers */
-  int sync_push;              /* push: stage for push_step */
-  uint64_t push_step;         /* push: the step staged for */
-  int closed;                 /* push: a shard said the step is closed */
-  pthread_t hb_thread;        /* heartbeat thread, after join */
-  int hb_running;             /* hb_thread must be joined */
-  int hb_stop;                /* asks hb_thread to stop (under lock) */
-  int hb_ms;                  /* heartbeat period */
+  struct cm_unary *calls; /* owned, 2 * nmsgs call slots reused per transfer */
+  uint32_t examples;      /* examples reported with each push */
+  int windex;             /* worker index after join, else -1 */
+  uint64_t min_version;   /* pull: version to wait for (0: none) */
+  uint64_t pulled_step;   /* pull: lowest step among the answers */
+  int sync_push;          /* push: stage for push_step */
+  uint64_t push_step;     /* push: the step staged for */
+  int closed;             /* push: a shard said the step is closed */
+  pthread_t hb_thread;    /* heartbeat thread, after join */
+  int hb_running;         /* hb_thread must be joined */
+  int hb_stop;            /* asks hb_thread to stop (under lock) */
+  int hb_ms;              /* heartbeat period */
   grpc_completion_queue *cq; /* reused by every call from the client's thread */
   uint64_t pulled, pushed;   /* payload bytes moved */
   pthread_mutex_t lock;      /* guards refs */
@@ -128,7 +131,8 @@ int dw_client_new(struct dw_client **out, const struct cm_spec *spec,
   pthread_cond_init(&c->cond, NULL);
   c->nshards = spec->nps;
   c->cq = grpc_completion_queue_create_for_next(NULL);
-  if (!(c->ch = calloc(c->nshards, sizeof *c->ch))) {
+  if (!(c->ch = calloc(c->nshards, sizeof *c->ch)) ||
+      !(c->on_unix = calloc(c->nshards, 1))) {
     rc = CM_ENOMEM;
     goto out;
   }
@@ -157,6 +161,7 @@ void dw_client_free(struct dw_client *c) {
   for (int s = 0; c->ch && s < c->nshards; s++)
     cm_channel_free(c->ch[s]);
   free(c->ch);
+  free(c->on_unix);
   free(c->pieces);
   free(c->msgs);
   free(c->calls);
@@ -272,8 +277,59 @@ static int plan(struct dw_client *c) {
       }
     }
   }
-  c->calls = calloc(c->nmsgs + 1, sizeof *c->calls);
+  c->calls = calloc(2 * c->nmsgs + 1, sizeof *c->calls);
   return c->calls ? 0 : CM_ENOMEM;
+}
+
+/* Moves the channel of every shard on this host to the shard's Unix socket
+ * (common/endpoint.h). Done once the shards answered a declare, so that a
+ * shard that was still starting has created its socket by now. A shard
+ * whose socket cannot be used stays on TCP. */
+static int use_unix_sockets(struct dw_client *c) {
+  char path[200], target[210];
+  for (int s = 0; s < c->nshards; s++) {
+    struct cm_channel *ch;
+    int fd;
+    if (!cm_endpoint_unix_candidate(c->spec->job.name, c->spec->ps[s].text,
+                                    c->spec->job.unix_sockets, path,
+                                    sizeof path) ||
+        cm_endpoint_unix_connect(path, &fd))
+      continue;
+    snprintf(target, sizeof target, "unix:%s", path);
+    if (cm_channel_new_fd(&ch, target, fd)) {
+      close(fd);
+      return CM_ENOMEM;
+    }
+    cm_channel_free(c->ch[s]);
+    c->ch[s] = ch;
+    c->on_unix[s] = 1;
+  }
+  return 0;
+}
+
+/* A Unix socket connection never reconnects (cm_channel_new_fd): after a
+ * call to shard s failed UNAVAILABLE on one, the shard is dialled over TCP
+ * from now on, so that a retry can reach a restarted shard. */
+static void back_to_tcp(struct dw_client *c, const struct cm_unary *calls,
+                        int n) {
+  for (int i = 0; i < n; i++) {
+    int s = -1;
+    for (int k = 0; k < c->nshards; k++)
+      if (calls[i].channel == c->ch[k])
+        s = k;
+    if (s < 0 || !c->on_unix[s] || calls[i].status != GRPC_STATUS_UNAVAILABLE)
+      continue;
+    struct cm_channel *ch;
+    if (cm_channel_new(&ch, c->spec->ps[s].text))
+      continue;
+    cm_channel_free(c->ch[s]);
+    c->ch[s] = ch;
+    c->on_unix[s] = 0;
+  }
+}
+
+const char *dw_client_target(const struct dw_client *c, int shard) {
+  return cm_channel_target(c->ch[shard]);
 }
 
 int dw_client_declare(struct dw_client *c, struct dw_var *vars, int n) {
@@ -345,6 +401,8 @@ int dw_client_declare(struct dw_client *c, struct dw_var *vars, int n) {
   c->vars = vars;
   c->nvars = n;
   rc = plan(c);
+  if (!rc)
+    rc = use_unix_sockets(c);
 out:
   for (int s = 0; calls && s < c->nshards; s++)
     cm_unary_release(&calls[s]);
@@ -487,53 +545,80 @@ static void on_pulled(struct cm_unary *u, void *ctx) {
   cm_unary_release(u);
 }
 
-static int transfer(struct dw_client *c, int push) {
-  int rc, prev = -1;
+/* What one transfer moves. */
+enum { XFER_PULL = 1, XFER_PUSH = 2 };
+static const char PULL_METHOD[] = "/psd.v1.Data/Pull";
+static const char PUSH_METHOD[] = "/psd.v1.Data/Push";
+
+/* on_pulled for the pull calls of a transfer; push answers are empty. */
+static void on_done(struct cm_unary *u, void *ctx) {
+  if (u->method == PULL_METHOD)
+    on_pulled(u, ctx);
+}
+
+/* Pushes, pulls, or both at once (each shard's push and pull in flight
+ * together), every planned message in one cm_client_run. */
+static int transfer(struct dw_client *c, int what) {
+  const char *name = what == XFER_PUSH   ? "push"
+                     : what == XFER_PULL ? "pull"
+                                         : "push and pull";
+  int rc, prev = -1, n = 0;
   if (!c->vars) {
-    seterr(c, "%s: declare the variables first", push ? "push" : "pull");
+    seterr(c, "%s: declare the variables first", name);
     return CM_EINVAL;
   }
   for (int i = 0; i < c->nmsgs; i++) {
     const struct msg *m = &c->msgs[i];
-    struct cm_unary *u = &c->calls[i];
-    memset(u, 0, sizeof *u);
-    u->channel = c->ch[m->shard];
-    u->method = push ? "/psd.v1.Data/Push" : "/psd.v1.Data/Pull";
-    u->user = (void *)m;
-    u->request = build_request(c, m, push, m->shard != prev);
-    prev = m->shard;
-    if (!u->request) {
-      seterr(c, "%s: out of memory", push ? "push" : "pull");
-      for (int k = 0; k < i; k++)
-        cm_unary_release(&c->calls[k]);
-      return CM_ENOMEM;
+    for (int kind = XFER_PUSH; kind >= XFER_PULL; kind--) {
+      if (!(what & kind))
+        continue;
+      struct cm_unary *u = &c->calls[n++];
+      memset(u, 0, sizeof *u);
+      u->channel = c->ch[m->shard];
+      u->method = kind == XFER_PUSH ? PUSH_METHOD : PULL_METHOD;
+      u->user = (void *)m;
+      u->request = build_request(c, m, kind == XFER_PUSH, m->shard != prev);
+      if (!u->request) {
+        seterr(c, "%s: out of memory", name);
+        for (int k = 0; k < n - 1; k++)
+          cm_unary_release(&c->calls[k]);
+        if (what & XFER_PUSH)
+          wait_refs(c);
+        return CM_ENOMEM;
+      }
     }
+    prev = m->shard;
   }
-  rc = run(c, c->calls, c->nmsgs, push ? "push" : "pull", c->o.timeout_ms, 0,
-           push ? NULL : on_pulled, c);
-  for (int i = 0; i < c->nmsgs; i++) {
-    if (push && c->calls[i].status == GRPC_STATUS_OK)
-      c->pushed += c->msgs[i].bytes;
-    if (push && c->sync_push && c->calls[i].status == GRPC_STATUS_ABORTED)
+  rc = run(c, c->calls, n, name, c->o.timeout_ms, 0,
+           what & XFER_PULL ? on_done : NULL, c);
+  if (rc)
+    back_to_tcp(c, c->calls, n);
+  for (int i = 0; i < n; i++) {
+    const struct cm_unary *u = &c->calls[i];
+    int is_push = u->method == PUSH_METHOD;
+    if (is_push && u->status == GRPC_STATUS_OK)
+      c->pushed += ((const struct msg *)u->user)->bytes;
+    if (is_push && c->sync_push && u->status == GRPC_STATUS_ABORTED)
       c->closed = 1; /* the step closed without us: not an error */
     cm_unary_release(&c->calls[i]);
   }
   if (c->closed) {
     int others = 0;
-    for (int i = 0; i < c->nmsgs; i++)
+    for (int i = 0; i < n; i++)
       others |= c->calls[i].status != GRPC_STATUS_OK &&
                 c->calls[i].status != GRPC_STATUS_ABORTED;
     if (!others)
       rc = 0;
   }
-  if (push)
+  if (what & XFER_PUSH)
     wait_refs(c);
   if (!rc) {
     /* on_pulled may have turned a call into a failure after the run. */
-    for (int i = 0; i < c->nmsgs; i++)
+    for (int i = 0; i < n; i++)
       if (c->calls[i].status != GRPC_STATUS_OK &&
           !(c->closed && c->calls[i].status == GRPC_STATUS_ABORTED)) {
-        call_error(c, push ? "push" : "pull", &c->calls[i]);
+        call_error(c, c->calls[i].method == PUSH_METHOD ? "push" : "pull",
+                   &c->calls[i]);
         rc = CM_ERPC;
         break;
       }
@@ -541,15 +626,19 @@ static int transfer(struct dw_client *c, int push) {
   return rc;
 }
 
-int dw_client_pull(struct dw_client *c) { return transfer(c, 0); }
+int dw_client_pull(struct dw_client *c) { return transfer(c, XFER_PULL); }
 
-int dw_client_push(struct dw_client *c) { return transfer(c, 1); }
+int dw_client_push(struct dw_client *c) { return transfer(c, XFER_PUSH); }
+
+int dw_client_push_pull(struct dw_client *c) {
+  return transfer(c, XFER_PUSH | XFER_PULL);
+}
 
 int dw_client_pull_at(struct dw_client *c, uint64_t min_version,
                       uint64_t *version) {
   c->min_version = min_version;
   c->pulled_step = UINT64_MAX;
-  int rc = transfer(c, 0);
+  int rc = transfer(c, XFER_PULL);
   c->min_version = 0;
   *version = c->pulled_step == UINT64_MAX ? 0 : c->pulled_step;
   return rc;
@@ -563,7 +652,7 @@ int dw_client_push_step(struct dw_client *c, uint64_t step, int *closed) {
   c->sync_push = 1;
   c->push_step = step;
   c->closed = 0;
-  int rc = transfer(c, 1);
+  int rc = transfer(c, XFER_PUSH);
   c->sync_push = 0;
   *closed = c->closed;
   return rc;
@@ -585,6 +674,8 @@ static int coord_call(struct dw_client *c, const char *method,
   u.request = cm_rpc_pack(req);
   rc = run(c, &u, 1, method + sizeof "/psd.v1.Coord/" - 1, timeout_ms, 1, NULL,
            NULL);
+  if (rc)
+    back_to_tcp(c, &u, 1);
   if (!rc && out) {
     if (cm_rpc_readall(u.response, &data, &len) ||
         !(*out = protobuf_c_message_unpack(desc, NULL, len, data))) {

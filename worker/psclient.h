@@ -63,10 +63,16 @@ int dw_client_new(struct dw_client **out, const struct cm_spec *spec,
 void dw_client_free(struct dw_client *c);
 
 /* Declares vars[0..n) on the shards that hold them, waiting for the shards
- * to come up (connect_timeout_ms). Returns 0, or CM_EEXIST when a shard holds
+ * to come up (connect_timeout_ms), then moves to the Unix socket of each
+ * shard on this host. Returns 0, or CM_EEXIST when a shard holds
  * a variable of that name with another shape, or CM_ERPC/CM_ETIMEDOUT;
  * dw_client_error says which variable and shard. */
 int dw_client_declare(struct dw_client *c, struct dw_var *vars, int n);
+
+/* What the client dials for shard: the spec's "host:port", or after
+ * declare, "unix:/path" when the shard runs on this host and serves its Unix
+ * socket (common/endpoint.h; job.unix_sockets). Owned by the client. */
+const char *dw_client_target(const struct dw_client *c, int shard);
 
 /* Pulls every declared variable's current value into its `value` buffer. */
 int dw_client_pull(struct dw_client *c);
@@ -74,6 +80,12 @@ int dw_client_pull(struct dw_client *c);
 /* Pushes every declared variable's `grad`; each shard applies its
  * optimizer on arrival. */
 int dw_client_push(struct dw_client *c);
+
+/* Both at once, for asynchronous training: each shard gets this push and
+ * the next pull together, so the pull may or may not see this push (at
+ * most one step of the worker's own staleness) and a step pays one round
+ * trip instead of two. `grad` and `value` must not overlap. */
+int dw_client_push_pull(struct dw_client *c);
 
 /* Sets the number of examples reported with each later push (psd counts
  * them for its status and the job's examples/s). */

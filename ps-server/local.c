@@ -1,0 +1,88 @@
+#include "local.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "endpoint.h"
+#include "err.h"
+#include "log.h"
+
+struct psd_local {
+  uv_poll_t poll;           /* readable: connections to accept */
+  struct cm_server *server; /* borrowed; gets each connection */
+  int fd;                   /* owned listening socket */
+  char path[200];           /* the socket file, removed on stop */
+  unsigned long accepted;   /* connections handed to gRPC */
+};
+
+static void on_readable(uv_poll_t *h, int status, int events) {
+  struct psd_local *l = h->data;
+  if (status < 0)
+    return;
+  for (;;) {
+    int fd = accept4(l->fd, NULL, NULL, SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+        cm_warn("accept on %s: %s", l->path, strerror(errno));
+      if (errno != EINTR)
+        return;
+      continue;
+    }
+    /* Best effort: the listener was checked at start. */
+    cm_endpoint_tune(fd);
+    cm_server_add_fd(l->server, fd);
+    l->accepted++;
+  }
+}
+
+int psd_local_start(struct psd_local **out, uv_loop_t *loop,
+                    struct cm_server *server, const char *path, char *why,
+                    size_t len) {
+  struct psd_local *l;
+  int rc;
+
+  *out = NULL;
+  if ((rc = cm_endpoint_unix_usable(why, len)))
+    return rc;
+  if (!(l = calloc(1, sizeof *l)))
+    return CM_ENOMEM;
+  l->server = server;
+  snprintf(l->path, sizeof l->path, "%s", path);
+  if ((rc = cm_endpoint_unix_listen(path, &l->fd, why, len))) {
+    free(l);
+    return rc;
+  }
+  if (uv_poll_init(loop, &l->poll, l->fd) ||
+      uv_poll_start(&l->poll, UV_READABLE, on_readable)) {
+    snprintf(why, len, "cannot watch %s", path);
+    close(l->fd);
+    unlink(path);
+    free(l);
+    return CM_ESYS;
+  }
+  l->poll.data = l;
+  *out = l;
+  return 0;
+}
+
+static void on_closed(uv_handle_t *h) {
+  struct psd_local *l = h->data;
+  close(l->fd);
+  free(l);
+}
+
+void psd_local_stop(struct psd_local *l) {
+  if (!l)
+    return;
+  unlink(l->path);
+  uv_poll_stop(&l->poll);
+  uv_close((uv_handle_t *)&l->poll, on_closed);
+}
+
+unsigned long psd_local_accepted(const struct psd_local *l) {
+  return l ? l->accepted : 0;
+}
