@@ -40,33 +40,48 @@ def tcp_mbps(size, rounds):
 
 
 def transport(d):
+    """gRPC over TCP (the spec's job.unix_sockets false, as between hosts) and
+    over the shard's Unix socket (what a client on the same host picks), each
+    against a loopback TCP stream of the same bytes."""
     spec = os.path.join(d, "bench.json")
-    h.write_spec(spec, nps=1, nworker=1, job={"name": "bench", "optimizer": {"type": "sgd"}})
+    cfg = h.write_spec(spec, nps=1, nworker=1, job={"name": "bench", "optimizer": {"type": "sgd"}})
+    cfg["job"]["unix_sockets"] = False
+    tcp_spec = os.path.join(d, "bench-tcp.json")
+    with open(tcp_spec, "w") as f:
+        json.dump(cfg, f)
     ps = h.start_psd(spec, 0)
     try:
         for size, rounds in SIZES:
-            push, pull, tcp, lat = [], [], [], []
+            res = {"tcp": ([], [], []), "unix": ([], [], [])}
+            tcp = []
             for _ in range(REPEATS):
-                r = h.pstool(spec, "--bytes", str(size), "--rounds", str(rounds), "roundtrip",
-                             timeout=600)
-                if r.returncode != 0:
-                    raise SystemExit("bench transport size=%d FAILED: %s" % (size, r.stderr))
-                rt = kv(r.stdout)
-                push.append(float(rt["push_MBps"]))
-                pull.append(float(rt["pull_MBps"]))
-                lat.append(rt)
+                for via, sp in (("tcp", tcp_spec), ("unix", spec)):
+                    r = h.pstool(sp, "--bytes", str(size), "--rounds", str(rounds), "roundtrip",
+                                 timeout=600)
+                    if r.returncode != 0:
+                        raise SystemExit("bench transport size=%d FAILED: %s" % (size, r.stderr))
+                    rt = kv(r.stdout)
+                    if rt.get("via") != via:
+                        raise SystemExit("bench transport: wanted %s, pstool used %s"
+                                         % (via, rt.get("via")))
+                    res[via][0].append(float(rt["push_MBps"]))
+                    res[via][1].append(float(rt["pull_MBps"]))
+                    res[via][2].append(rt)
                 tcp.append(tcp_mbps(size, rounds))
-            line = ("bench transport size=%d push_MBps=%.0f pull_MBps=%.0f tcp_MBps=%.0f "
-                    "push_ratio=%.2f pull_ratio=%.2f"
-                    % (size, median(push), median(pull), median(tcp),
-                       median(push) / median(tcp), median(pull) / median(tcp)))
-            if size <= 4096:
-                line += " pull_p50_us=%.0f pull_p99_us=%.0f push_p50_us=%.0f push_p99_us=%.0f" % (
-                    median([float(x["pull_p50_us"]) for x in lat]),
-                    median([float(x["pull_p99_us"]) for x in lat]),
-                    median([float(x["push_p50_us"]) for x in lat]),
-                    median([float(x["push_p99_us"]) for x in lat]))
-            print(line, flush=True)
+            for via in ("tcp", "unix"):
+                push, pull, lat = res[via]
+                line = ("bench transport size=%d via=%s push_MBps=%.0f pull_MBps=%.0f "
+                        "tcp_MBps=%.0f push_ratio=%.2f pull_ratio=%.2f"
+                        % (size, via, median(push), median(pull), median(tcp),
+                           median(push) / median(tcp), median(pull) / median(tcp)))
+                if size <= 4096:
+                    line += (" pull_p50_us=%.0f pull_p99_us=%.0f push_p50_us=%.0f "
+                             "push_p99_us=%.0f" % (
+                                 median([float(x["pull_p50_us"]) for x in lat]),
+                                 median([float(x["pull_p99_us"]) for x in lat]),
+                                 median([float(x["push_p50_us"]) for x in lat]),
+                                 median([float(x["push_p99_us"]) for x in lat])))
+                print(line, flush=True)
     finally:
         ps.stop()
 
@@ -91,9 +106,9 @@ def aggregate(d):
                            sum(float(r["pull_MBps"]) for r in rs)))
         tcp = tcp_mbps(size, rounds)
         push, pull = median([t[0] for t in totals]), median([t[1] for t in totals])
-        print("bench transport shards=2 clients=2 size=%d push_MBps=%.0f pull_MBps=%.0f "
+        print("bench transport shards=2 clients=2 size=%d via=%s push_MBps=%.0f pull_MBps=%.0f "
               "tcp_MBps=%.0f push_ratio=%.2f pull_ratio=%.2f"
-              % (size, push, pull, tcp, push / tcp, pull / tcp), flush=True)
+              % (size, rs[0].get("via"), push, pull, tcp, push / tcp, pull / tcp), flush=True)
     finally:
         for p in ps:
             p.stop()
