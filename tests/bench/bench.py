@@ -16,6 +16,7 @@ import os
 import re
 import sys
 import tempfile
+import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "integration"))
 import harness as h  # noqa: E402
@@ -186,26 +187,53 @@ def final_line(out):
 
 
 def train(d):
+    """The demo job as shipped (Unix sockets, push and next pull together),
+    and with each lever off, against one process training the same model;
+    interleaved repeats, medians."""
     with open(os.path.join(os.path.dirname(__file__), "..", "..", "deploy", "examples",
                            "local.json")) as f:
         base = json.load(f)
     spec = os.path.join(d, "train.json")
-    h.write_spec(spec, nps=2, nworker=2, job=dict(base["job"], log_every=100000))
-    single = h.run([h.build_path("worker", "dworker"), "--cluster", spec, "--task", "worker:0",
-                    "--standalone"], timeout=900)
-    s = final_line(single.stdout)
-    job = h.run([h.build_path("worker", "pslaunch"), spec], timeout=900)
-    j = final_line(job.stdout)
-    if not s or not j:
-        print("bench train FAILED:\n%s\n%s" % (single.stdout[-2000:], job.stdout[-2000:]))
-        return
-    se, je = float(s["examples_per_s"]), float(j["examples_per_s"])
-    print("bench train workers=2 shards=2 batch=%d epochs=%d examples_per_s=%.0f "
-          "single_process_examples_per_s=%.0f ratio=%.2f test_accuracy=%s "
-          "single_process_test_accuracy=%s" % (base["job"]["batch_size"], base["job"]["epochs"],
-                                               je, se, je / se,
-                                               j["test_accuracy"], s["test_accuracy"]),
-          flush=True)
+    cfg = h.write_spec(spec, nps=2, nworker=2, job=dict(base["job"], log_every=100000))
+    cfg["job"]["unix_sockets"] = False
+    tcp_spec = os.path.join(d, "train-tcp.json")
+    with open(tcp_spec, "w") as f:
+        json.dump(cfg, f)
+    noov = os.path.join(d, "dworker-no-overlap")
+    with open(noov, "w") as f:
+        f.write("#!/bin/sh\nexec %s --no-overlap \"$@\"\n" % h.build_path("worker", "dworker"))
+    os.chmod(noov, 0o755)
+    variants = [("demo", [spec]), ("tcp", [tcp_spec]), ("no_overlap", ["--dworker", noov, spec])]
+    res = {name: [] for name, _ in variants}
+    single = []
+    for _ in range(REPEATS):
+        r = h.run([h.build_path("worker", "dworker"), "--cluster", spec, "--task", "worker:0",
+                   "--standalone"], timeout=900)
+        s = final_line(r.stdout)
+        if not s:
+            print("bench train FAILED (single process):\n%s" % r.stdout[-2000:])
+            return
+        single.append(s)
+        for name, args in variants:
+            t0 = time.monotonic()
+            r = h.run([h.build_path("worker", "pslaunch")] + args, timeout=900)
+            j = final_line(r.stdout)
+            if not j or r.returncode != 0:
+                print("bench train FAILED (%s):\n%s" % (name, r.stdout[-2000:]))
+                return
+            j["job_wall_s"] = time.monotonic() - t0
+            res[name].append(j)
+    se = median([float(s["examples_per_s"]) for s in single])
+    for name, _ in variants:
+        je = median([float(j["examples_per_s"]) for j in res[name]])
+        print("bench train variant=%s workers=2 shards=2 batch=%d epochs=%d examples_per_s=%.0f "
+              "single_process_examples_per_s=%.0f ratio=%.2f test_accuracy=%.4f "
+              "training_wall_s=%.1f job_wall_s=%.1f single_process_test_accuracy=%.4f"
+              % (name, base["job"]["batch_size"], base["job"]["epochs"], je, se, je / se,
+                 median([float(j["test_accuracy"]) for j in res[name]]),
+                 median([float(j["wall_s"]) for j in res[name]]),
+                 median([j["job_wall_s"] for j in res[name]]),
+                 median([float(s["test_accuracy"]) for s in single])), flush=True)
 
 
 def sync_run(d, name, k, delay_ms, steps=150):
