@@ -305,14 +305,15 @@ static void start_loop(struct psd_server *srv) {
   if (srv->coord)
     uv_timer_start(&srv->tick, on_tick, TICK_MS, TICK_MS);
 #if PSD_HAVE_SYSTEMD
-  if (sd_watchdog_enabled(0, &wd_usec) > 0 && wd_usec > 0)
+  if (sd_watchdog_enabled(0, &wd_usec) <= 0)
+    wd_usec = 0;
+#endif
+  if (wd_usec > 0)
     uv_timer_start(&srv->watchdog, on_watchdog, wd_usec / 2000, wd_usec / 2000);
   /* Only systemd reads STATUS=; elsewhere the timer would be wasted. */
-  if (getenv("NOTIFY_SOCKET"))
+  if (PSD_HAVE_SYSTEMD && getenv("NOTIFY_SOCKET"))
     uv_timer_start(&srv->status, on_status_timer, STATUS_PERIOD_MS,
                    STATUS_PERIOD_MS);
-#endif
-  (void)wd_usec;
 }
 
 static void close_cb(uv_handle_t *h, void *arg) {
