@@ -146,12 +146,15 @@ class InstallTest(unittest.TestCase):
                       % i.path("sbindir", "psd"), psd)
         self.assertIn("ExecStart=%s --cluster /etc/psd/cluster.json --task worker:%%i\n"
                       % i.path("bindir", "dworker"), dw)
+        notify = have_systemd_notify()
         for text in (psd, dw):
-            for line in ("Type=notify", "Restart=on-failure", "User=psd",
-                         "ConfigurationDirectory=psd", "NoNewPrivileges=yes",
+            for line in ("Type=notify" if notify else "Type=exec", "Restart=on-failure",
+                         "User=psd", "ConfigurationDirectory=psd", "NoNewPrivileges=yes",
                          "ProtectSystem=strict", "WantedBy=psd.target", "PartOf=psd.target"):
                 self.assertRegex(text, r"(?m)^%s$" % re.escape(line))
-            self.assertRegex(text, r"(?m)^WatchdogSec=\S+$")
+            # The watchdog only where the daemons can ping it.
+            self.assertRegex(text, r"(?m)^%sWatchdogSec=\S+$" % ("" if notify else "#"))
+            self.assertNotRegex(text, r"@[A-Z_]+@")  # every placeholder filled
         self.assertRegex(psd, r"(?m)^StateDirectory=psd/ps-%i$")
 
     def test_man_pages_have_no_placeholders(self):
