@@ -6,7 +6,7 @@ BUILD ?= build
 export PATH := $(PATH):/usr/local/cuda/bin
 PY := /usr/bin/python3
 
-.PHONY: all setup build demo test bench asan clean
+.PHONY: all setup build demo test bench asan install clean
 
 all: build
 
@@ -28,6 +28,12 @@ test: build
 
 bench: build
 	$(PY) tests/bench/bench.py $(BUILD)
+
+# Binaries, systemd units, sysusers file, man pages and example specs under
+# meson's prefix (/usr/local unless configured otherwise); see README.md,
+# "Operating psd", for what to run after it.
+install: build
+	meson install -C $(BUILD)
 
 # The whole suite under AddressSanitizer + UBSan (c-ares' own leak suppressed).
 asan: setup

@@ -37,6 +37,8 @@
 #define TICK_MS 10
 /* How long calls in flight may take to finish on SIGTERM. */
 #define STOP_GRACE_MS 5000
+/* How often systemd's STATUS= line is refreshed (under systemd only). */
+#define STATUS_PERIOD_MS 2000
 
 /* The daemon's state, passed explicitly. */
 struct psd_server {
@@ -55,7 +57,10 @@ struct psd_server {
   uv_timer_t stats;                    /* periodic stats line */
   uv_timer_t watchdog;                 /* systemd watchdog pings */
   uv_timer_t tick;                     /* coordinator deadlines, heartbeats */
+  uv_timer_t status;                   /* systemd STATUS= refreshes */
   struct psd_counters last;            /* counters at the previous stats line */
+  struct psd_counters status_last;     /* counters at the previous STATUS= */
+  uint64_t status_at;                  /* uv_now() of the previous STATUS= */
   int stop_signal; /* the signal that asked us to stop, or 0 */
 };
 
@@ -77,13 +82,15 @@ static void usage(FILE *f) {
       "                     spec's address\n"
       "  -h, --help         this text\n"
       "\n"
-      "psd logs \"ready: listening on ...\" once it serves, and tells systemd\n"
-      "READY=1 when run as a Type=notify unit. SIGTERM or SIGINT stop it\n"
-      "gracefully (calls in flight finish, up to %d s).\n"
+      "psd logs \"ready: listening on ...\" once it serves. Run as a systemd\n"
+      "Type=notify unit it then sends READY=1, a STATUS= line (shard, job,\n"
+      "mode, step, live workers, pushes/s) refreshed every %d s, WATCHDOG=1\n"
+      "at half of WatchdogSec=, and STOPPING=1 when asked to stop. SIGTERM\n"
+      "or SIGINT stop it gracefully (calls in flight finish, up to %d s).\n"
       "\n"
       "Exit status: 0 stopped by a signal, 1 could not start (port in use,\n"
       "out of memory), 2 bad command line or cluster spec.\n",
-      STOP_GRACE_MS / 1000);
+      STATUS_PERIOD_MS / 1000, STOP_GRACE_MS / 1000);
 }
 
 static void notify(const char *state) {
@@ -123,6 +130,53 @@ static void on_stats(uv_timer_t *t) {
 }
 
 static void on_watchdog(uv_timer_t *t) { notify("WATCHDOG=1"); }
+
+/* Writes n as "950", "1.2k" or "3.4M". */
+static void human_count(double n, char *buf, size_t len) {
+  if (n >= 1e6)
+    snprintf(buf, len, "%.1fM", n / 1e6);
+  else if (n >= 1e3)
+    snprintf(buf, len, "%.1fk", n / 1e3);
+  else
+    snprintf(buf, len, "%.0f", n);
+}
+
+/* Tells systemd what the shard is doing, e.g. "STATUS=shard 0 of 2 on
+ * 10.0.0.1:7100, job 'x', sync, step 120, 4 of 4 workers live, 1.2k
+ * pushes/s" (systemctl status shows it). The step is the shard's committed
+ * steps in sync mode and the worker steps it has applied in async mode; only
+ * the coordinator (shard 0) knows the live workers. The rate covers the time
+ * since the previous update. */
+static void notify_status(struct psd_server *srv) {
+  struct psd_counters c;
+  struct psd_worker_info *w = NULL;
+  char line[512], rate[32], workers[48] = "";
+  uint64_t now = uv_now(&srv->loop);
+  double secs = (now - srv->status_at) / 1000.0;
+
+  psd_service_counters(srv->service, &c);
+  human_count(secs > 0 ? (c.pushes - srv->status_last.pushes) / secs : 0, rate,
+              sizeof rate);
+  if (srv->coord && srv->spec->nworker > 0 &&
+      (w = calloc(srv->spec->nworker, sizeof *w))) {
+    int n = psd_coord_workers(srv->coord, w, srv->spec->nworker), live = 0;
+    for (int i = 0; i < n && i < srv->spec->nworker; i++)
+      live += w[i].live;
+    snprintf(workers, sizeof workers, ", %d of %d workers live", live,
+             srv->spec->nworker);
+  }
+  snprintf(line, sizeof line,
+           "STATUS=shard %d of %d on %s, job '%s', %s, step %llu%s, %s "
+           "pushes/s",
+           srv->shard, srv->spec->nps, srv->listen, srv->spec->job.name,
+           srv->spec->job.mode, (unsigned long long)c.step, workers, rate);
+  notify(line);
+  srv->status_last = c;
+  srv->status_at = now;
+  free(w);
+}
+
+static void on_status_timer(uv_timer_t *t) { notify_status(t->data); }
 
 static void on_tick(uv_timer_t *t) {
   struct psd_server *srv = t->data;
@@ -285,13 +339,21 @@ static void start_loop(struct psd_server *srv) {
   srv->watchdog.data = srv;
   uv_timer_init(&srv->loop, &srv->tick);
   srv->tick.data = srv;
+  uv_timer_init(&srv->loop, &srv->status);
+  srv->status.data = srv;
+  srv->status_at = uv_now(&srv->loop);
   if (srv->coord)
     uv_timer_start(&srv->tick, on_tick, TICK_MS, TICK_MS);
 #if PSD_HAVE_SYSTEMD
-  if (sd_watchdog_enabled(0, &wd_usec) > 0 && wd_usec > 0)
-    uv_timer_start(&srv->watchdog, on_watchdog, wd_usec / 2000, wd_usec / 2000);
+  if (sd_watchdog_enabled(0, &wd_usec) <= 0)
+    wd_usec = 0;
 #endif
-  (void)wd_usec;
+  if (wd_usec > 0)
+    uv_timer_start(&srv->watchdog, on_watchdog, wd_usec / 2000, wd_usec / 2000);
+  /* Only systemd reads STATUS=; elsewhere the timer would be wasted. */
+  if (PSD_HAVE_SYSTEMD && getenv("NOTIFY_SOCKET"))
+    uv_timer_start(&srv->status, on_status_timer, STATUS_PERIOD_MS,
+                   STATUS_PERIOD_MS);
 }
 
 static void close_cb(uv_handle_t *h, void *arg) {
@@ -301,7 +363,7 @@ static void close_cb(uv_handle_t *h, void *arg) {
 
 int main(int argc, char **argv) {
   struct psd_server srv;
-  char blas[256], status[400];
+  char blas[256];
   int rc;
 
   kn_blas_init(argv, 1);
@@ -326,10 +388,8 @@ int main(int argc, char **argv) {
   start_loop(&srv);
   start_local(&srv);
   log_ready(&srv);
-  snprintf(status, sizeof status, "STATUS=serving shard %d of %d on %s",
-           srv.shard, srv.spec->nps, srv.listen);
   notify("READY=1");
-  notify(status);
+  notify_status(&srv);
 
   uv_run(&srv.loop, UV_RUN_DEFAULT);
 

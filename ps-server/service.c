@@ -43,6 +43,8 @@ struct psd_service {
   atomic_uint_fast64_t bytes_in;   /* gradient bytes applied */
   atomic_uint_fast64_t bytes_out;  /* value bytes sent */
   atomic_uint_fast64_t errors;     /* calls answered with an error */
+  atomic_uint_fast64_t updates;    /* async: worker steps applied (pushes
+                                      carrying a batch's examples) */
 };
 
 /* A pull waiting for the shard to commit min_version steps. */
@@ -478,6 +480,10 @@ static void on_push(struct cm_rpc_call *call, grpc_byte_buffer *bb, void *ctx) {
     }
   }
   atomic_fetch_add(&svc->pushes, 1);
+  /* A worker's step sends its examples in its first message to a shard
+   * only, so this counts steps however the gradient was chunked. */
+  if (!svc->steps && req->examples > 0)
+    atomic_fetch_add(&svc->updates, 1);
   atomic_fetch_add(&svc->examples, req->examples);
   atomic_fetch_add(&svc->bytes_in, total);
   resp.n_versions = req->n_segments;
@@ -679,4 +685,6 @@ void psd_service_counters(struct psd_service *svc, struct psd_counters *c) {
   c->bytes_in = atomic_load(&svc->bytes_in);
   c->bytes_out = atomic_load(&svc->bytes_out);
   c->errors = atomic_load(&svc->errors);
+  c->step =
+      svc->steps ? psd_steps_version(svc->steps) : atomic_load(&svc->updates);
 }

@@ -31,7 +31,7 @@ void psd_service_free(struct psd_service *svc);
 const struct cm_rpc_method *psd_service_methods(struct psd_service *svc,
                                                 int *n);
 
-/* Counters for the periodic log line. */
+/* Counters for the periodic log line and systemd's STATUS=. */
 struct psd_counters {
   uint64_t pulls;     /* pull calls answered */
   uint64_t pushes;    /* push calls applied */
@@ -39,6 +39,8 @@ struct psd_counters {
   uint64_t bytes_in;  /* gradient payload bytes applied */
   uint64_t bytes_out; /* value payload bytes sent */
   uint64_t errors;    /* calls answered with an error */
+  uint64_t step;      /* sync: steps committed; async: worker steps applied
+                         here (one per worker step whatever the chunking) */
 };
 void psd_service_counters(struct psd_service *svc, struct psd_counters *c);
 

@@ -17,7 +17,10 @@
  *
  * stdout carries only the progress and result lines documented in --help
  * (flushed line by line; a launcher reads them through a pipe); logs go to
- * stderr. */
+ * stderr. Run as a systemd Type=notify unit (deploy/systemd/dworker@.service)
+ * it sends READY=1 once it has joined the job, STATUS= with its progress and
+ * WATCHDOG=1 pings from the training loop; without libsystemd those are
+ * compiled out. */
 #include <errno.h>
 #include <getopt.h>
 #include <limits.h>
@@ -27,6 +30,11 @@
 #include <string.h>
 #include <time.h>
 #include <uv.h>
+
+#include "psd_config.h"
+#if PSD_HAVE_SYSTEMD
+#include <systemd/sd-daemon.h>
+#endif
 
 #include "blas.h"
 #include "dense.h"
@@ -45,6 +53,8 @@ enum { DW_EXIT_OK = 0, DW_EXIT_FAILED = 1, DW_EXIT_USAGE = 2 };
 #define DW_CLASSES 10
 /* Most workers --emulate-workers stands in for. */
 #define DW_MAX_EMULATED 64
+/* Seconds between systemd STATUS= updates from the training loop. */
+#define DW_STATUS_PERIOD_S 2.0
 
 static const char usage_text[] =
     "Usage: dworker --cluster FILE [--task worker:I] [OPTIONS]\n"
@@ -187,8 +197,12 @@ struct dw_worker {
   int nfeeds;               /* feeders: 1, or N with --emulate-workers N */
   struct dw_dataset emu_ds[DW_MAX_EMULATED];  /* owned: shares 1..N-1 */
   struct dw_feeder emu_feed[DW_MAX_EMULATED]; /* feeders of shares 1..N-1 */
-  float *batch_x;   /* owned with N > 1: the concatenated batch */
-  uint8_t *batch_y; /* owned with N > 1: its labels */
+  float *batch_x;           /* owned with N > 1: the concatenated batch */
+  uint8_t *batch_y;         /* owned with N > 1: its labels */
+  double wd_period_s;       /* systemd: seconds between WATCHDOG=1, 0 = off */
+  double watchdog_at;       /* now_s() of the last WATCHDOG=1 */
+  double status_at;         /* now_s() of the last STATUS= */
+  uint64_t status_examples; /* examples_done at the last STATUS= */
 };
 
 /* Running sums behind one progress line. */
@@ -772,6 +786,69 @@ static void report_progress(struct dw_worker *w, struct dw_progress *p,
   p->since = now;
 }
 
+/* Sends one sd_notify(3) message to systemd; a no-op outside a Type=notify
+ * unit and without libsystemd. */
+static void notify(const char *state) {
+#if PSD_HAVE_SYSTEMD
+  sd_notify(0, state);
+#else
+  (void)state;
+#endif
+}
+
+/* Who this is and in which job, for STATUS=: "worker:0 of 2, job 'x',
+ * async" or "standalone, job 'x'". */
+static void describe(const struct dw_worker *w, char *buf, size_t len) {
+  if (w->args.standalone)
+    snprintf(buf, len, "standalone, job '%s'", w->spec->job.name);
+  else
+    snprintf(buf, len, "%s of %d, job '%s', %s", w->name, w->nworkers,
+             w->spec->job.name, w->spec->job.mode);
+}
+
+/* Tells systemd the worker is ready (it has joined the job, or is
+ * standalone and about to train) and starts the watchdog clock. */
+static void notify_ready(struct dw_worker *w) {
+  char line[256], who[160];
+  uint64_t usec = 0;
+
+#if PSD_HAVE_SYSTEMD
+  if (sd_watchdog_enabled(0, &usec) <= 0)
+    usec = 0;
+#endif
+  w->wd_period_s = (double)usec / 2e6; /* ping at half the timeout */
+  w->watchdog_at = w->status_at = now_s();
+  describe(w, who, sizeof who);
+  snprintf(line, sizeof line, "STATUS=%s, %s", who,
+           w->args.standalone ? "training" : "joined");
+  notify("READY=1");
+  notify(line);
+}
+
+/* After step t: a WATCHDOG=1 when half the watchdog timeout has passed, and
+ * a STATUS= line with the progress every DW_STATUS_PERIOD_S, e.g. "worker:0
+ * of 2, job 'x', async, epoch 1/5, step 200/2345, 31234 ex/s". */
+static void notify_step(struct dw_worker *w, long t) {
+  double now = now_s();
+  long spe = w->feed.steps_per_epoch;
+  char line[256], who[160];
+
+  if (w->wd_period_s > 0 && now - w->watchdog_at >= w->wd_period_s) {
+    notify("WATCHDOG=1");
+    w->watchdog_at = now;
+  }
+  if (now - w->status_at < DW_STATUS_PERIOD_S || spe <= 0)
+    return;
+  describe(w, who, sizeof who);
+  snprintf(
+      line, sizeof line, "STATUS=%s, epoch %ld/%ld, step %ld/%ld, %.0f ex/s",
+      who, t / spe + 1, (w->total_steps + spe - 1) / spe, t + 1, w->total_steps,
+      (double)(w->examples_done - w->status_examples) / (now - w->status_at));
+  notify(line);
+  w->status_at = now;
+  w->status_examples = w->examples_done;
+}
+
 /* The training loop: pull, compute, push (or update locally), with the next
  * batch gathered on the thread pool meanwhile. */
 static int train(struct dw_worker *w) {
@@ -860,6 +937,7 @@ static int train(struct dw_worker *w) {
     prog.steps++;
     if (job->log_every > 0 && (t + 1) % job->log_every == 0)
       report_progress(w, &prog, t, start);
+    notify_step(w, t);
   }
 out:
   w->train_s = now_s() - start;
@@ -1002,8 +1080,10 @@ int main(int argc, char **argv) {
   }
   if (setup_params(&w) < 0)
     goto out;
+  notify_ready(&w);
   if (train(&w) < 0)
     goto out;
+  notify("STOPPING=1");
   if (finish(&w) < 0)
     goto out;
   status = DW_EXIT_OK;

@@ -69,7 +69,8 @@ static const char usage_text[] =
     "\n"
     "Options:\n"
     "  --psd PATH           the psd to run (default: psd next to pslaunch,\n"
-    "                       or ../ps-server/psd from it in a build tree)\n"
+    "                       else ../ps-server/psd from it in a build tree or\n"
+    "                       ../sbin/psd in an installed one)\n"
     "  --dworker PATH       the dworker to run (default: dworker next to\n"
     "                       pslaunch)\n"
     "  --only ps|worker     start only this host's ps tasks, or only its\n"
@@ -834,7 +835,9 @@ static int launch_run(struct launch *l) {
 }
 
 int main(int argc, char **argv) {
-  static const char *const psd_rel[] = {"psd", "../ps-server/psd", NULL};
+  /* psd lives in sbin when installed, beside pslaunch's bin. */
+  static const char *const psd_rel[] = {"psd", "../ps-server/psd",
+                                        "../sbin/psd", NULL};
   static const char *const dworker_rel[] = {"dworker", "../worker/dworker",
                                             NULL};
   struct options opt;
