@@ -187,8 +187,12 @@ static void maybe_close(struct psd_coord *c, double now) {
   int live = live_count(c), need = c->k < live ? c->k : live;
   if (c->narrivals == 0)
     return;
-  /* Start barrier: wait for every worker to join once, or dead_after. */
-  if (!all_joined(c) && now - c->started < c->dead_after)
+  /* Start barrier: wait for every worker to join once, or dead_after; in
+   * deterministic mode for every worker however long it takes, since a
+   * slow start (a loaded machine) must not change which gradients make
+   * the first steps. */
+  if (!all_joined(c) &&
+      (c->deterministic || now - c->started < c->dead_after))
     return;
   if (c->narrivals >= need && need > 0) {
     if (need < c->m && !c->warned_below_m) {
