@@ -88,28 +88,39 @@ def transport(d):
 
 
 def aggregate(d):
-    """2 shards and 2 clients at once, 64 MiB each, against one TCP stream."""
+    """2 shards and 2 clients at once, 64 MiB each, over TCP and over the Unix
+    sockets, against one TCP stream."""
     spec = os.path.join(d, "agg.json")
-    h.write_spec(spec, nps=2, nworker=2, job={"name": "bench-agg", "optimizer": {"type": "sgd"}})
+    cfg = h.write_spec(spec, nps=2, nworker=2,
+                       job={"name": "bench-agg", "optimizer": {"type": "sgd"}})
+    cfg["job"]["unix_sockets"] = False
+    tcp_spec = os.path.join(d, "agg-tcp.json")
+    with open(tcp_spec, "w") as f:
+        json.dump(cfg, f)
     ps = [h.start_psd(spec, i) for i in range(2)]
     size, rounds = 64 << 20, 4
     try:
-        totals = []
+        totals = {"tcp": [], "unix": []}
         for _ in range(REPEATS):
-            procs = [h.Proc([h.build_path("tests", "pstool"), "--cluster", spec, "--bytes",
-                             str(size), "--rounds", str(rounds), "--worker", str(i),
-                             "roundtrip"]) for i in range(2)]
-            rs = []
-            for p in procs:
-                p.wait(timeout=600)
-                rs.append(kv([l for l in p.lines if l.startswith("roundtrip")][-1]))
-            totals.append((sum(float(r["push_MBps"]) for r in rs),
-                           sum(float(r["pull_MBps"]) for r in rs)))
+            for via, sp in (("tcp", tcp_spec), ("unix", spec)):
+                procs = [h.Proc([h.build_path("tests", "pstool"), "--cluster", sp, "--bytes",
+                                 str(size), "--rounds", str(rounds), "--worker", str(i),
+                                 "roundtrip"]) for i in range(2)]
+                rs = []
+                for p in procs:
+                    p.wait(timeout=600)
+                    rs.append(kv([l for l in p.lines if l.startswith("roundtrip")][-1]))
+                if any(r.get("via") != via for r in rs):
+                    raise SystemExit("bench aggregate: wanted %s, got %s" % (via, rs))
+                totals[via].append((sum(float(r["push_MBps"]) for r in rs),
+                                    sum(float(r["pull_MBps"]) for r in rs)))
         tcp = tcp_mbps(size, rounds)
-        push, pull = median([t[0] for t in totals]), median([t[1] for t in totals])
-        print("bench transport shards=2 clients=2 size=%d via=%s push_MBps=%.0f pull_MBps=%.0f "
-              "tcp_MBps=%.0f push_ratio=%.2f pull_ratio=%.2f"
-              % (size, rs[0].get("via"), push, pull, tcp, push / tcp, pull / tcp), flush=True)
+        for via in ("tcp", "unix"):
+            push = median([t[0] for t in totals[via]])
+            pull = median([t[1] for t in totals[via]])
+            print("bench transport shards=2 clients=2 size=%d via=%s push_MBps=%.0f "
+                  "pull_MBps=%.0f tcp_MBps=%.0f push_ratio=%.2f pull_ratio=%.2f"
+                  % (size, via, push, pull, tcp, push / tcp, pull / tcp), flush=True)
     finally:
         for p in ps:
             p.stop()
