@@ -1,10 +1,7 @@
 #include "endpoint.h"
 
-#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <ifaddrs.h>
-#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,84 +11,15 @@
 #include <unistd.h>
 
 #include "err.h"
+#include "spec.h"
 
-/* Splits "host:port" or "[v6]:port" into host (brackets removed) and port.
- * Returns 0 or CM_EINVAL. */
-static int split(const char *hostport, char *host, size_t hlen,
-                 const char **port) {
-  const char *colon = strrchr(hostport, ':');
-  const char *h = hostport;
-  size_t n;
-
-  if (!colon || !colon[1])
-    return CM_EINVAL;
-  n = (size_t)(colon - hostport);
-  if (n >= 2 && h[0] == '[' && h[n - 1] == ']') {
-    h++;
-    n -= 2;
-  }
-  if (n >= hlen)
-    return CM_EINVAL;
-  memcpy(host, h, n);
-  host[n] = 0;
-  *port = colon + 1;
-  return 0;
-}
-
-/* 1 when addr (of family fam) is one of this host's interface addresses. */
-static int is_interface_addr(int fam, const void *addr) {
-  struct ifaddrs *ifs = NULL, *i;
-  int found = 0;
-
-  if (getifaddrs(&ifs))
-    return 0;
-  for (i = ifs; i && !found; i = i->ifa_next) {
-    if (!i->ifa_addr || i->ifa_addr->sa_family != fam)
-      continue;
-    if (fam == AF_INET)
-      found = !memcmp(&((struct sockaddr_in *)i->ifa_addr)->sin_addr, addr,
-                      sizeof(struct in_addr));
-    else
-      found = !memcmp(&((struct sockaddr_in6 *)i->ifa_addr)->sin6_addr, addr,
-                      sizeof(struct in6_addr));
-  }
-  freeifaddrs(ifs);
-  return found;
-}
-
-int cm_endpoint_is_local(const char *hostport) {
-  char host[256];
-  const char *port;
-  struct in_addr a4;
-  struct in6_addr a6;
-
-  if (split(hostport, host, sizeof host, &port))
-    return 0;
-  if (!strcmp(host, "localhost"))
-    return 1;
-  if (inet_pton(AF_INET, host, &a4) == 1) {
-    uint32_t ip = ntohl(a4.s_addr);
-    if ((ip >> 24) == 127 || ip == 0)
-      return 1;
-    return is_interface_addr(AF_INET, &a4);
-  }
-  if (inet_pton(AF_INET6, host, &a6) == 1) {
-    if (IN6_IS_ADDR_LOOPBACK(&a6) || IN6_IS_ADDR_UNSPECIFIED(&a6))
-      return 1;
-    return is_interface_addr(AF_INET6, &a6);
-  }
-  return 0;
-}
-
-int cm_endpoint_unix_path(const char *job, const char *hostport, char *buf,
-                          size_t len) {
-  char host[256], name[80];
-  const char *port, *dir = getenv("PSD_SOCKET_DIR");
+int cm_endpoint_unix_path(const char *job, const struct cm_addr *shard,
+                          char *buf, size_t len) {
+  char name[80];
+  const char *dir = getenv("PSD_SOCKET_DIR");
   size_t i;
   int n;
 
-  if (split(hostport, host, sizeof host, &port))
-    return CM_EINVAL;
   for (i = 0; job[i] && i < sizeof name - 1; i++) {
     char ch = job[i];
     int ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
@@ -101,19 +29,18 @@ int cm_endpoint_unix_path(const char *job, const char *hostport, char *buf,
   name[i] = 0;
   if (!dir || !*dir)
     dir = "/tmp";
-  n = snprintf(buf, len, "%s/psd-%s-%s.sock", dir, name, port);
+  n = snprintf(buf, len, "%s/psd-%s-%d.sock", dir, name, shard->port);
   if (n < 0 || (size_t)n >= len ||
       (size_t)n >= sizeof(((struct sockaddr_un *)0)->sun_path))
     return CM_EINVAL;
   return 0;
 }
 
-int cm_endpoint_unix_candidate(const char *job, const char *hostport,
+int cm_endpoint_unix_candidate(const char *job, const struct cm_addr *shard,
                                int use_unix, char *buf, size_t len) {
   struct stat st;
-  return use_unix && cm_endpoint_is_local(hostport) &&
-         !cm_endpoint_unix_path(job, hostport, buf, len) && !stat(buf, &st) &&
-         S_ISSOCK(st.st_mode);
+  return use_unix && !cm_endpoint_unix_path(job, shard, buf, len) &&
+         !stat(buf, &st) && S_ISSOCK(st.st_mode) && cm_addr_is_local(shard);
 }
 
 int cm_endpoint_unix_usable(char *why, size_t len) {

@@ -11,17 +11,13 @@
 
 #include <stddef.h>
 
-/* 1 when hostport's host is this machine: a loopback address, "localhost",
- * or an address of one of this host's interfaces; else 0. Names other
- * than "localhost" are not resolved (no DNS on this path) and count as
- * remote. */
-int cm_endpoint_is_local(const char *hostport);
+struct cm_addr;
 
 /* Writes the shard's Unix socket path (without the "unix:" prefix) for a
- * job and the shard's spec address. Returns 0, or CM_EINVAL when the
- * address has no port or the path would not fit a socket address. */
-int cm_endpoint_unix_path(const char *job, const char *hostport, char *buf,
-                          size_t len);
+ * job and the shard's address in the spec. Returns 0, or CM_EINVAL when the
+ * path would not fit a socket address. */
+int cm_endpoint_unix_path(const char *job, const struct cm_addr *shard,
+                          char *buf, size_t len);
 
 /* Unix sockets carry tensors faster than loopback TCP only with socket
  * buffers of a few MiB: with the kernel's default 208 KiB a 1 MiB message
@@ -51,10 +47,11 @@ int cm_endpoint_unix_listen(const char *path, int *fd, char *why, size_t len);
  * small). */
 int cm_endpoint_unix_connect(const char *path, int *fd);
 
-/* Whether a client should try the Unix socket of the shard whose spec
- * address is hostport: allowed (use_unix), the host is local and a socket
- * exists. Writes the path to buf; returns 1 when it should, else 0. */
-int cm_endpoint_unix_candidate(const char *job, const char *hostport,
+/* Whether a client should try the Unix socket of shard: allowed
+ * (use_unix), a socket exists at the path, and the shard's host is this
+ * machine (cm_addr_is_local). Writes the path to buf; returns 1 when it
+ * should, else 0. */
+int cm_endpoint_unix_candidate(const char *job, const struct cm_addr *shard,
                                int use_unix, char *buf, size_t len);
 
 #endif

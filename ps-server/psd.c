@@ -246,7 +246,7 @@ static void start_local(struct psd_server *srv) {
 
   if (!srv->spec->job.unix_sockets)
     return;
-  if (cm_endpoint_unix_path(srv->spec->job.name, srv->spec->ps[srv->shard].text,
+  if (cm_endpoint_unix_path(srv->spec->job.name, &srv->spec->ps[srv->shard],
                             path, sizeof path)) {
     cm_warn("no Unix socket: the path for job '%s' would be too long; "
             "clients on this host use TCP (set PSD_SOCKET_DIR shorter)",

@@ -290,7 +290,7 @@ static int use_unix_sockets(struct dw_client *c) {
   for (int s = 0; s < c->nshards; s++) {
     struct cm_channel *ch;
     int fd;
-    if (!cm_endpoint_unix_candidate(c->spec->job.name, c->spec->ps[s].text,
+    if (!cm_endpoint_unix_candidate(c->spec->job.name, &c->spec->ps[s],
                                     c->spec->job.unix_sockets, path,
                                     sizeof path) ||
         cm_endpoint_unix_connect(path, &fd))
