@@ -68,12 +68,20 @@ class SyncTest(unittest.TestCase):
             # 1. Every shard applied exactly the same workers' gradients, step by step.
             self.assertEqual(hist[0], hist[1])
             self.assertEqual([r["step"] for r in hist[0]], list(range(len(hist[0]))))
-            # 2. k of n: while all 4 were live, each step took exactly 3 and dropped 1.
+            # 2. k of n: a step never takes more than 3, and takes exactly 3
+            # while at least 3 are live (all but the tail, as workers finish);
+            # a gradient is applied or dropped, never both. A worker that
+            # fell behind skips to the newest step (a loaded machine), so not
+            # every step records the 4th worker's gradient as dropped.
+            for r in hist[0]:
+                self.assertLessEqual(len(r["applied"]), 3, r)
+                self.assertLessEqual(len(r["dropped"]), 1, r)
+                self.assertFalse(set(r["applied"]) & set(r["dropped"]), r)
+            self.assertGreaterEqual(sum(len(r["applied"]) == 3 for r in hist[0]), 40)
             full = [r for r in hist[0] if len(r["applied"]) + len(r["dropped"]) == 4]
-            self.assertGreaterEqual(len(full), 40)
+            self.assertGreater(len(full), 0)
             for r in full:
                 self.assertEqual(len(r["applied"]), 3, r)
-                self.assertEqual(len(r["dropped"]), 1, r)
                 self.assertEqual(sorted(r["applied"] + r["dropped"]), [0, 1, 2, 3])
             # Drops are counted per worker, and agree with the history.
             coord = st[0]
