@@ -22,6 +22,7 @@
 #include <grpc/support/time.h>
 #include <protobuf-c/protobuf-c.h>
 
+#include "auth.h"
 #include "clock.h"
 #include "err.h"
 #include "log.h"
@@ -51,6 +52,15 @@ struct cm_rpc_call {
   char *peer;                 /* gpr-allocated peer string, lazily */
 };
 
+/* How many peer hosts the once-a-minute refusal log remembers. */
+#define REFUSED_PEERS 32
+
+/* A peer host refused recently (queue thread only). */
+struct refused {
+  char host[64];  /* peer without its port, e.g. "ipv4:127.0.0.1" */
+  double last_ms; /* when it was last logged (cm_mono_ms) */
+};
+
 struct cm_server {
   grpc_server *server;                 /* gRPC's server */
   grpc_completion_queue *cq;           /* the one queue, drained by thread */
@@ -65,6 +75,9 @@ struct cm_server {
   pthread_cond_t cond;                 /* signalled when shut_seen is set */
   int shut_seen;                       /* gRPC reported the shutdown done */
   int stopped;                         /* cm_server_stop has completed */
+  char token[CM_TOKEN_MAX + 1];        /* bearer token required, "" = none */
+  atomic_ullong unauthenticated;       /* calls refused for the token */
+  struct refused refused[REFUSED_PEERS]; /* recent refusals, for the log */
 };
 
 void cm_rpc_global_init(void) {
@@ -182,8 +195,56 @@ const char *cm_rpc_peer(struct cm_rpc_call *c) {
   return c->peer ? c->peer : "?";
 }
 
+/* Whether the call carries the server's bearer token. */
+static int authorized(struct cm_server *s, struct cm_rpc_call *c) {
+  for (size_t i = 0; i < c->md.count; i++) {
+    const grpc_metadata *m = &c->md.metadata[i];
+    if (grpc_slice_str_cmp(m->key, "authorization") == 0)
+      return cm_auth_bearer_ok(s->token,
+                               (const char *)GRPC_SLICE_START_PTR(m->value),
+                               GRPC_SLICE_LENGTH(m->value));
+  }
+  return 0;
+}
+
+/* Logs a refusal, at most once a minute per peer host. */
+static void log_refusal(struct cm_server *s, struct cm_rpc_call *c) {
+  char host[64];
+  const char *peer = cm_rpc_peer(c), *colon = strrchr(peer, ':');
+  double now = cm_mono_ms();
+  struct refused *slot = &s->refused[0];
+  size_t n = colon && strncmp(peer, "unix:", 5) ? (size_t)(colon - peer)
+                                                : strlen(peer);
+
+  snprintf(host, sizeof host, "%.*s", (int)n, peer);
+  for (int i = 0; i < REFUSED_PEERS; i++) {
+    if (!strcmp(s->refused[i].host, host)) {
+      slot = &s->refused[i];
+      break;
+    }
+    if (s->refused[i].last_ms < slot->last_ms)
+      slot = &s->refused[i]; /* the least recently logged */
+  }
+  if (!strcmp(slot->host, host) && now - slot->last_ms < 60000)
+    return;
+  snprintf(slot->host, sizeof slot->host, "%s", host);
+  slot->last_ms = now;
+  cm_warn("refused a call from %s: missing or wrong bearer token (%llu "
+          "refused in all; logged once a minute per peer)",
+          host, (unsigned long long)atomic_load(&s->unauthenticated));
+}
+
 static void dispatch(struct cm_server *s, struct cm_rpc_call *c) {
   c->state = CALL_HANDLING;
+  if (s->token[0] && !authorized(s, c)) {
+    atomic_fetch_add(&s->unauthenticated, 1);
+    log_refusal(s, c);
+    cm_rpc_fail(c, GRPC_STATUS_UNAUTHENTICATED,
+                "missing or wrong bearer token: this job's shards require "
+                "'authorization: Bearer <token>' with the token in the "
+                "file named by the spec's auth.token_file");
+    return;
+  }
   if (c->method < 0) {
     char path[256];
     size_t len = GRPC_SLICE_LENGTH(c->details.method);
@@ -273,13 +334,17 @@ static int probe_bind(const char *addr, char *err, size_t errlen) {
   return rc;
 }
 
+uint64_t cm_server_unauthenticated(const struct cm_server *s) {
+  return atomic_load(&((struct cm_server *)s)->unauthenticated);
+}
+
 int cm_server_new(struct cm_server **out, const char *addr,
-                  const struct cm_rpc_method *methods, int n, char *err,
-                  size_t errlen) {
+                  const struct cm_rpc_method *methods, int n,
+                  const struct cm_creds *creds, char *err, size_t errlen) {
   struct cm_server *s = NULL;
   grpc_arg args[4];
   grpc_channel_args cargs;
-  grpc_server_credentials *creds = NULL;
+  grpc_server_credentials *gcreds = NULL;
   int rc;
 
   *out = NULL;
@@ -303,8 +368,28 @@ int cm_server_new(struct cm_server **out, const char *addr,
     s->registered[i] = grpc_server_register_method(
         s->server, methods[i].path, NULL,
         GRPC_SRM_PAYLOAD_READ_INITIAL_BYTE_BUFFER, 0);
-  creds = grpc_insecure_server_credentials_create();
-  if (!grpc_server_add_http2_port(s->server, addr, creds)) {
+  if (creds && creds->token[0])
+    snprintf(s->token, sizeof s->token, "%s", creds->token);
+  if (creds && creds->tls) {
+    grpc_ssl_pem_key_cert_pair pair = {creds->key_pem, creds->cert_pem};
+    gcreds = grpc_ssl_server_credentials_create_ex(
+        creds->mutual ? creds->ca_pem : NULL, &pair, 1,
+        creds->mutual
+            ? GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY
+            : GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE,
+        NULL);
+  } else {
+    gcreds = grpc_insecure_server_credentials_create();
+  }
+  if (!gcreds) {
+    snprintf(err, errlen,
+             "cannot listen on %s: gRPC refused the TLS "
+             "certificate or key",
+             addr);
+    rc = CM_EINVAL;
+    goto out;
+  }
+  if (!grpc_server_add_http2_port(s->server, addr, gcreds)) {
     snprintf(err, errlen, "cannot listen on %s: gRPC refused the address",
              addr);
     rc = CM_EADDRINUSE;
@@ -312,8 +397,8 @@ int cm_server_new(struct cm_server **out, const char *addr,
   }
   rc = 0;
 out:
-  if (creds)
-    grpc_server_credentials_release(creds);
+  if (gcreds)
+    grpc_server_credentials_release(gcreds);
   if (rc && s) {
     if (s->server) {
       /* never started: shut down through the queue, then destroy */
@@ -451,38 +536,66 @@ const char *cm_rpc_status_name(grpc_status_code code) {
 struct cm_channel {
   grpc_channel *channel; /* gRPC's channel */
   char target[300];      /* "host:port" */
+  grpc_metadata auth;    /* "authorization: Bearer ..." sent with every call */
+  int nauth;             /* 1 when auth is set */
 };
 
-int cm_channel_new(struct cm_channel **out, const char *target) {
-  grpc_arg args[4];
+/* Sets the bearer token sent with every call on ch, if any. */
+static void set_token(struct cm_channel *ch, const struct cm_creds *creds) {
+  char value[CM_TOKEN_MAX + 16];
+  if (!creds || !creds->token[0])
+    return;
+  snprintf(value, sizeof value, "Bearer %s", creds->token);
+  ch->auth.key = grpc_slice_from_static_string("authorization");
+  ch->auth.value = grpc_slice_from_copied_string(value);
+  ch->nauth = 1;
+}
+
+int cm_channel_new(struct cm_channel **out, const char *target,
+                   const struct cm_creds *creds) {
+  grpc_arg args[5];
   grpc_channel_args cargs;
-  grpc_channel_credentials *creds;
+  grpc_channel_credentials *gc;
   struct cm_channel *ch = calloc(1, sizeof *ch);
   if (!ch)
     return CM_ENOMEM;
   snprintf(ch->target, sizeof ch->target, "%s", target);
   build_args(args, &cargs.num_args, 0);
+  if (creds && creds->tls) {
+    grpc_ssl_pem_key_cert_pair pair = {creds->key_pem, creds->cert_pem};
+    gc = grpc_ssl_credentials_create(
+        creds->ca_pem, creds->cert_pem ? &pair : NULL, NULL, NULL);
+    if (creds->server_name[0]) {
+      args[cargs.num_args].type = GRPC_ARG_STRING;
+      args[cargs.num_args].key = GRPC_SSL_TARGET_NAME_OVERRIDE_ARG;
+      args[cargs.num_args++].value.string = (char *)creds->server_name;
+    }
+  } else {
+    gc = grpc_insecure_credentials_create();
+  }
   cargs.args = args;
-  creds = grpc_insecure_credentials_create();
-  ch->channel = grpc_channel_create(target, creds, &cargs);
-  grpc_channel_credentials_release(creds);
+  ch->channel = grpc_channel_create(target, gc, &cargs);
+  grpc_channel_credentials_release(gc);
+  set_token(ch, creds);
   *out = ch;
   return 0;
 }
 
-int cm_channel_new_fd(struct cm_channel **out, const char *target, int fd) {
+int cm_channel_new_fd(struct cm_channel **out, const char *target, int fd,
+                      const struct cm_creds *creds) {
   grpc_arg args[4];
   grpc_channel_args cargs;
-  grpc_channel_credentials *creds;
+  grpc_channel_credentials *gc;
   struct cm_channel *ch = calloc(1, sizeof *ch);
   if (!ch)
     return CM_ENOMEM;
   snprintf(ch->target, sizeof ch->target, "%s", target);
   build_args(args, &cargs.num_args, 0);
   cargs.args = args;
-  creds = grpc_insecure_credentials_create();
-  ch->channel = grpc_channel_create_from_fd(target, fd, creds, &cargs);
-  grpc_channel_credentials_release(creds);
+  gc = grpc_insecure_credentials_create();
+  ch->channel = grpc_channel_create_from_fd(target, fd, gc, &cargs);
+  grpc_channel_credentials_release(gc);
+  set_token(ch, creds);
   *out = ch;
   return 0;
 }
@@ -491,6 +604,8 @@ void cm_channel_free(struct cm_channel *ch) {
   if (!ch)
     return;
   grpc_channel_destroy(ch->channel);
+  if (ch->nauth)
+    grpc_slice_unref(ch->auth.value);
   free(ch);
 }
 
@@ -514,6 +629,8 @@ static int start_unary(struct cm_unary *u, grpc_completion_queue *cq,
       grpc_slice_from_static_string(u->method), NULL, deadline, NULL);
   ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
   ops[0].flags = o->wait_for_ready ? GRPC_INITIAL_METADATA_WAIT_FOR_READY : 0;
+  ops[0].data.send_initial_metadata.count = (size_t)u->channel->nauth;
+  ops[0].data.send_initial_metadata.metadata = &u->channel->auth;
   ops[1].op = GRPC_OP_SEND_MESSAGE;
   ops[1].data.send_message.send_message = u->request;
   ops[2].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;

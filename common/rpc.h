@@ -47,12 +47,22 @@ struct cm_rpc_method {
   void *ctx;              /* passed to handler */
 };
 
+struct cm_creds;
+
 /* Creates a server listening on addr ("host:port"), serving methods[0..n)
  * (the array must outlive the server). Unknown methods get UNIMPLEMENTED.
- * Returns CM_EADDRINUSE (with the reason in err) when it cannot listen. */
+ * With creds (may be NULL): TLS when creds->tls (client certificates
+ * required with creds->mutual), and with creds->token every call, admin
+ * calls included, must carry "authorization: Bearer <token>" or is answered
+ * UNAUTHENTICATED before any handler runs (counted; logged once per peer
+ * host per minute). creds is copied from. Returns CM_EADDRINUSE (with the
+ * reason in err) when it cannot listen. */
 int cm_server_new(struct cm_server **out, const char *addr,
-                  const struct cm_rpc_method *methods, int n, char *err,
-                  size_t errlen);
+                  const struct cm_rpc_method *methods, int n,
+                  const struct cm_creds *creds, char *err, size_t errlen);
+
+/* Calls refused UNAUTHENTICATED so far. */
+uint64_t cm_server_unauthenticated(const struct cm_server *s);
 
 /* Serves the connected socket fd as one more client connection (ownership
  * of fd taken); after cm_server_start. */
@@ -96,12 +106,19 @@ const char *cm_rpc_status_name(grpc_status_code code);
 /* A channel to one server. */
 struct cm_channel;
 
-/* Opens a channel to target ("host:port") with psd's message limits. */
-int cm_channel_new(struct cm_channel **out, const char *target);
+struct cm_creds;
+
+/* Opens a channel to target ("host:port") with psd's message limits. With
+ * creds (may be NULL): TLS when creds->tls, and creds->token as a bearer
+ * token on every call. creds is copied from; the caller keeps it. */
+int cm_channel_new(struct cm_channel **out, const char *target,
+                   const struct cm_creds *creds);
 /* A channel over the connected socket fd (ownership taken), named target
  * in messages. It never reconnects: once the connection breaks, its calls
- * fail with UNAVAILABLE. */
-int cm_channel_new_fd(struct cm_channel **out, const char *target, int fd);
+ * fail with UNAVAILABLE. Only creds->token is used: gRPC runs no TLS over
+ * a socket handed to it (callers keep TLS jobs on TCP). */
+int cm_channel_new_fd(struct cm_channel **out, const char *target, int fd,
+                      const struct cm_creds *creds);
 void cm_channel_free(struct cm_channel *ch);
 const char *cm_channel_target(const struct cm_channel *ch);
 

@@ -386,6 +386,23 @@ static int opt_string(struct spec_errs *e, json_t *obj, const char *parent,
   return 1;
 }
 
+/* Stores the optional boolean member obj.key in *dst as 0 or 1. */
+static void opt_bool(struct spec_errs *e, json_t *obj, const char *parent,
+                     const char *key, int *dst) {
+  char path[SPEC_PATH_MAX], got[SPEC_QUOTE_MAX];
+  json_t *v = json_object_get(obj, key);
+
+  if (!v)
+    return;
+  if (json_is_boolean(v)) {
+    *dst = json_is_true(v);
+    return;
+  }
+  path_key(path, sizeof path, parent, key);
+  report(e, path, "expected true or false, got %s",
+         describe(got, sizeof got, v));
+}
+
 /* Checks the optional string member obj.key against the choices in `one_of`
  * (a NULL-terminated list) and stores it in dst[0..cap). */
 static void opt_choice(struct spec_errs *e, json_t *obj, const char *parent,
@@ -1058,8 +1075,7 @@ static void parse_job(struct spec_errs *e, json_t *root, int nworker,
       "seed",         "log_every",     "rpc_timeout_ms", "max_steps",
       "heartbeat_ms", "dead_after_ms", "unix_sockets"};
   static const char *const models[] = {"mlp", NULL};
-  json_t *job, *seed, *v;
-  char got[SPEC_QUOTE_MAX];
+  json_t *job, *seed;
   long long x;
 
   out->replicas_to_aggregate = nworker;
@@ -1083,14 +1099,62 @@ static void parse_job(struct spec_errs *e, json_t *root, int nworker,
   opt_int(e, job, "job", "rpc_timeout_ms", 1, INT_MAX, &out->timeout_ms);
   opt_int(e, job, "job", "max_steps", 0, INT_MAX, &out->max_steps);
   parse_liveness(e, job, out);
-  v = json_object_get(job, "unix_sockets");
-  if (v) {
-    if (json_is_boolean(v))
-      out->unix_sockets = json_is_true(v);
-    else
-      report(e, "job.unix_sockets", "expected true or false, got %s",
-             describe(got, sizeof got, v));
-  }
+  opt_bool(e, job, "job", "unix_sockets", &out->unix_sockets);
+}
+
+/* Parses "auth": a token file and/or TLS material. Inline secrets are
+ * refused: a spec is copied around and printed, a token file is not. */
+static void parse_auth(struct spec_errs *e, json_t *root, struct cm_auth *out) {
+  static const char *const keys[] = {"token_file", "tls"};
+  static const char *const tls_keys[] = {
+      "ca",          "cert",       "key",        "mutual",
+      "client_cert", "client_key", "server_name"};
+  json_t *auth, *tls;
+
+  auth = opt_object(e, root, "", "auth",
+                    "an object like {\"token_file\": \"token\"}");
+  if (!auth)
+    return;
+  if (json_object_get(auth, "token"))
+    report(e, "auth.token",
+           "a token is never written in the spec; put it in a file (mode "
+           "600) and name that file in auth.token_file");
+  else
+    check_keys(e, auth, "auth", keys, sizeof keys / sizeof keys[0]);
+  opt_string(e, auth, "auth", "token_file", out->token_file,
+             sizeof out->token_file);
+  tls = opt_object(e, auth, "auth", "tls",
+                   "an object like {\"ca\": \"ca.pem\", \"cert\": "
+                   "\"server.pem\", \"key\": \"server.key\"}");
+  if (!tls)
+    return;
+  out->tls = 1;
+  check_keys(e, tls, "auth.tls", tls_keys,
+             sizeof tls_keys / sizeof tls_keys[0]);
+  opt_string(e, tls, "auth.tls", "ca", out->ca, sizeof out->ca);
+  opt_string(e, tls, "auth.tls", "cert", out->cert, sizeof out->cert);
+  opt_string(e, tls, "auth.tls", "key", out->key, sizeof out->key);
+  opt_bool(e, tls, "auth.tls", "mutual", &out->mutual);
+  opt_string(e, tls, "auth.tls", "client_cert", out->client_cert,
+             sizeof out->client_cert);
+  opt_string(e, tls, "auth.tls", "client_key", out->client_key,
+             sizeof out->client_key);
+  opt_string(e, tls, "auth.tls", "server_name", out->server_name,
+             sizeof out->server_name);
+  if (!json_object_get(tls, "ca"))
+    report(e, "auth.tls.ca",
+           "missing; expected the CA certificate(s) that signed the shards' "
+           "certificate, which clients check it against");
+  if (!json_object_get(tls, "cert") || !json_object_get(tls, "key"))
+    report(e, json_object_get(tls, "cert") ? "auth.tls.key" : "auth.tls.cert",
+           "missing; the shards need a certificate and its key");
+  if (out->mutual && (!json_object_get(tls, "client_cert") ||
+                      !json_object_get(tls, "client_key")))
+    report(e,
+           json_object_get(tls, "client_cert") ? "auth.tls.client_key"
+                                               : "auth.tls.client_cert",
+           "missing; with \"mutual\": true every client presents a "
+           "certificate and its key");
 }
 
 /* Parses JSON text with duplicate keys refused; on a syntax error reports
@@ -1121,7 +1185,7 @@ static json_t *load_json(struct spec_errs *e, const char *text, size_t len,
 
 int cm_spec_parse(const char *json, size_t len, const char *source,
                   struct cm_spec **out, char *err, size_t errlen) {
-  static const char *const keys[] = {"cluster", "task", "job"};
+  static const char *const keys[] = {"cluster", "task", "job", "auth"};
   char got[SPEC_QUOTE_MAX];
   struct spec_errs e;
   struct cm_spec *spec = NULL;
@@ -1165,6 +1229,7 @@ int cm_spec_parse(const char *json, size_t len, const char *source,
       task_count(spec, &spec->task) > 0)
     check_task_index(&e, spec, &spec->task, "task.index", "");
   parse_job(&e, root, spec->nworker, &spec->job);
+  parse_auth(&e, root, &spec->auth);
   if (e.count > 0) {
     rc = CM_ESPEC;
     goto out;
@@ -1176,6 +1241,64 @@ out:
   json_decref(root);
   cm_spec_free(spec);
   return rc;
+}
+
+/* Makes the path in dst[0..cap) (the spec key `key`) relative to the
+ * directory `base` when it is relative, so that every program finds the
+ * same file whatever its working directory. */
+static void resolve_path(struct spec_errs *e, const char *base, const char *key,
+                         char *dst, size_t cap) {
+  char joined[PATH_MAX + 1100], q[SPEC_QUOTE_MAX];
+  int n;
+
+  if (!dst[0] || dst[0] == '/')
+    return;
+  n = snprintf(joined, sizeof joined, "%s/%s", base, dst);
+  if (n < 0 || (size_t)n >= cap) {
+    report(e, key,
+           "%s relative to the spec's directory is %d characters long; "
+           "expected at most %zu",
+           quote(q, sizeof q, dst), n, cap - 1);
+    return;
+  }
+  memcpy(dst, joined, (size_t)n + 1);
+}
+
+/* Resolves every path the spec names against the spec file's directory
+ * (absolute when that directory exists). Returns 0 or CM_ESPEC. */
+static int resolve_paths(struct cm_spec *spec, const char *path, char *err,
+                         size_t errlen) {
+  struct cm_auth *a = &spec->auth;
+  struct {
+    const char *key; /* spec key, for messages */
+    char *dst;       /* the path, rewritten in place */
+    size_t cap;      /* its buffer */
+  } paths[] = {
+      {"auth.token_file", a->token_file, sizeof a->token_file},
+      {"auth.tls.ca", a->ca, sizeof a->ca},
+      {"auth.tls.cert", a->cert, sizeof a->cert},
+      {"auth.tls.key", a->key, sizeof a->key},
+      {"auth.tls.client_cert", a->client_cert, sizeof a->client_cert},
+      {"auth.tls.client_key", a->client_key, sizeof a->client_key},
+  };
+  char base[PATH_MAX], *abs;
+  const char *slash = strrchr(path, '/');
+  struct spec_errs e;
+
+  if (!slash)
+    snprintf(base, sizeof base, ".");
+  else
+    snprintf(base, sizeof base, "%.*s", slash == path ? 1 : (int)(slash - path),
+             path);
+  if ((abs = realpath(base, NULL))) {
+    snprintf(base, sizeof base, "%s", abs);
+    free(abs);
+  }
+  errs_init(&e, path, err, errlen);
+  for (size_t i = 0; i < sizeof paths / sizeof paths[0]; i++)
+    resolve_path(&e, base, paths[i].key, paths[i].dst, paths[i].cap);
+  errs_finish(&e);
+  return e.count ? CM_ESPEC : 0;
 }
 
 int cm_spec_load(const char *path, struct cm_spec **out, char *err,
@@ -1231,6 +1354,10 @@ int cm_spec_load(const char *path, struct cm_spec **out, char *err,
   rc = cm_spec_parse(text, len, path, out, err, errlen);
   /* cm_spec_parse wrote err itself; keep errs_finish from touching it. */
   e.buf = NULL;
+  if (rc == 0 && (rc = resolve_paths(*out, path, err, errlen)) < 0) {
+    cm_spec_free(*out);
+    *out = NULL;
+  }
 out:
   errs_finish(&e);
   if (f)

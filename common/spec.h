@@ -76,6 +76,25 @@ struct cm_job {
   int unix_sockets;
 };
 
+/* The spec's "auth" object: who may talk to the shards (common/auth.h).
+ * cm_spec_load makes relative paths relative to the spec file's directory;
+ * the files themselves are read by cm_creds_load, each role only what it
+ * needs. */
+struct cm_auth {
+  char token_file[1024];  /* "auth.token_file": the bearer token, "" = none */
+  int tls;                /* "auth.tls" is present */
+  char ca[1024];          /* "auth.tls.ca": the CA certificates that signed the
+                             shards' (and with mutual, the clients') certificates */
+  char cert[1024];        /* "auth.tls.cert": the shards' certificate chain */
+  char key[1024];         /* "auth.tls.key": its private key */
+  int mutual;             /* "auth.tls.mutual" (boolean, default false): shards
+                             require a client certificate signed by auth.tls.ca */
+  char client_cert[1024]; /* "auth.tls.client_cert": with mutual */
+  char client_key[1024];  /* "auth.tls.client_key": its private key */
+  char server_name[256];  /* "auth.tls.server_name": the name clients expect
+                             in a shard's certificate, "" = its host */
+};
+
 /* A parsed spec. Owned by the caller of cm_spec_load/cm_spec_parse; free
  * with cm_spec_free. */
 struct cm_spec {
@@ -86,6 +105,7 @@ struct cm_spec {
   struct cm_addr *worker; /* owned array of nworker worker addresses */
   struct cm_task task;    /* from "task", CM_TASK_NONE when absent */
   struct cm_job job;      /* from "job", defaults filled in */
+  struct cm_auth auth;    /* from "auth"; all empty when absent */
 };
 
 /* Parses the JSON text json[0..len) named `source` in messages. On success

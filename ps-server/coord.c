@@ -10,6 +10,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "auth.h"
 #include "clock.h"
 #include "err.h"
 #include "log.h"
@@ -51,6 +52,7 @@ struct worker {
 
 struct psd_coord {
   const struct cm_spec *spec;          /* borrowed */
+  struct cm_creds creds;               /* owned: how to call the shards */
   int n;                               /* workers in the job */
   int sync;                            /* 1: sync mode */
   int k, m;                            /* replicas_to_aggregate, min_replicas */
@@ -191,8 +193,7 @@ static void maybe_close(struct psd_coord *c, double now) {
    * deterministic mode for every worker however long it takes, since a
    * slow start (a loaded machine) must not change which gradients make
    * the first steps. */
-  if (!all_joined(c) &&
-      (c->deterministic || now - c->started < c->dead_after))
+  if (!all_joined(c) && (c->deterministic || now - c->started < c->dead_after))
     return;
   if (c->narrivals >= need && need > 0) {
     if (need < c->m && !c->warned_below_m) {
@@ -508,6 +509,7 @@ static void *commit_thread(void *arg) {
 int psd_coord_new(struct psd_coord **out, const struct cm_spec *spec) {
   struct psd_coord *c = calloc(1, sizeof *c);
   const struct cm_job *job = &spec->job;
+  char err[1024];
   int rc = 0;
   if (!c)
     return CM_ENOMEM;
@@ -539,8 +541,14 @@ int psd_coord_new(struct psd_coord **out, const struct cm_spec *spec) {
     rc = CM_ENOMEM;
     goto out;
   }
+  /* The coordinator calls the shards as a client does: the token, and with
+   * TLS the CA (and with mutual TLS the client certificate). */
+  if ((rc = cm_creds_load(&spec->auth, 0, &c->creds, err, sizeof err))) {
+    cm_error("coordinator: %s", err);
+    goto out;
+  }
   for (int s = 0; s < spec->nps; s++)
-    if ((rc = cm_channel_new(&c->ch[s], spec->ps[s].text)))
+    if ((rc = cm_channel_new(&c->ch[s], spec->ps[s].text, &c->creds)))
       goto out;
 out:
   if (rc) {
@@ -590,6 +598,7 @@ void psd_coord_free(struct psd_coord *c) {
   for (int s = 0; c->ch && s < c->spec->nps; s++)
     cm_channel_free(c->ch[s]);
   free(c->ch);
+  cm_creds_free(&c->creds);
   free(c->w);
   pthread_mutex_destroy(&c->lock);
   pthread_cond_destroy(&c->wake);

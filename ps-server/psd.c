@@ -20,6 +20,7 @@
 #include <systemd/sd-daemon.h>
 #endif
 
+#include "auth.h"
 #include "blas.h"
 #include "coord.h"
 #include "endpoint.h"
@@ -42,17 +43,18 @@
 
 /* The daemon's state, passed explicitly. */
 struct psd_server {
-  struct cm_spec *spec;             /* owned cluster spec */
-  int shard;                        /* this shard's index */
-  char listen[300];                 /* address served */
-  char unix_path[200];              /* Unix socket also served, "" when none */
-  struct psd_local *local;          /* owned Unix socket listener, or NULL */
-  struct psd_store *store;          /* owned variables */
-  struct psd_service *service;      /* owned gRPC handlers */
-  struct psd_coord *coord;          /* owned coordinator, shard 0 only */
-  struct cm_rpc_method methods[16]; /* served: data, admin, coordinator */
-  struct cm_server *rpc;            /* owned gRPC server */
-  uv_loop_t loop;                   /* signals and timers */
+  struct cm_spec *spec;        /* owned cluster spec */
+  int shard;                   /* this shard's index */
+  char listen[300];            /* address served */
+  char unix_path[200];         /* Unix socket also served, "" when none */
+  struct psd_local *local;     /* owned Unix socket listener, or NULL */
+  struct cm_creds creds;       /* owned: token and TLS from the spec auth */
+  struct psd_store *store;     /* owned variables */
+  struct psd_service *service; /* owned gRPC handlers */
+  struct psd_coord *coord;     /* owned coordinator, shard 0 only */
+  struct cm_rpc_method methods[16];    /* served: data, admin, coordinator */
+  struct cm_server *rpc;               /* owned gRPC server */
+  uv_loop_t loop;                      /* signals and timers */
   uv_signal_t sigterm, sigint, sighup; /* signal watchers */
   uv_timer_t stats;                    /* periodic stats line */
   uv_timer_t watchdog;                 /* systemd watchdog pings */
@@ -233,6 +235,10 @@ static int configure(struct psd_server *srv, int argc, char **argv) {
             cm_task_type_name(srv->spec->task.type), srv->spec->task.index);
     return 2;
   }
+  if (cm_creds_load(&srv->spec->auth, 1, &srv->creds, err, sizeof err)) {
+    fprintf(stderr, "psd: %s\n", err);
+    return 2;
+  }
   srv->shard = srv->spec->task.index;
   snprintf(srv->listen, sizeof srv->listen, "%s",
            listen ? listen : srv->spec->ps[srv->shard].text);
@@ -246,6 +252,11 @@ static void start_local(struct psd_server *srv) {
 
   if (!srv->spec->job.unix_sockets)
     return;
+  if (srv->creds.tls) {
+    cm_info("no Unix socket: TLS is on, and gRPC runs no TLS over a socket "
+            "handed to it; clients on this host use TCP");
+    return;
+  }
   if (cm_endpoint_unix_path(srv->spec->job.name, &srv->spec->ps[srv->shard],
                             path, sizeof path)) {
     cm_warn("no Unix socket: the path for job '%s' would be too long; "
@@ -291,8 +302,8 @@ static int open_server(struct psd_server *srv) {
     methods = psd_coord_methods(srv->coord, &nc);
     memcpy(srv->methods + n, methods, nc * sizeof *methods);
   }
-  if ((rc = cm_server_new(&srv->rpc, srv->listen, srv->methods, n + nc, err,
-                          sizeof err))) {
+  if ((rc = cm_server_new(&srv->rpc, srv->listen, srv->methods, n + nc,
+                          &srv->creds, err, sizeof err))) {
     cm_error("%s", err);
     if (rc == CM_EADDRINUSE)
       cm_error("is another psd (or another program) using that port? "
@@ -305,6 +316,22 @@ static int open_server(struct psd_server *srv) {
     return 1;
   }
   return 0;
+}
+
+/* Says who may call this shard. */
+static void log_security(struct psd_server *srv) {
+  const struct cm_creds *c = &srv->creds;
+  if (!c->token[0] && !c->tls) {
+    cm_warn("no authentication (the spec has no \"auth\"): anyone who can "
+            "reach %s can read and change the model",
+            srv->listen);
+    return;
+  }
+  cm_info("security: %s%s%s", c->token[0] ? "bearer token required" : "",
+          c->token[0] && c->tls ? ", " : "",
+          !c->tls     ? ""
+          : c->mutual ? "TLS with client certificates (mutual)"
+                      : "TLS");
 }
 
 static void log_ready(struct psd_server *srv) {
@@ -387,6 +414,7 @@ int main(int argc, char **argv) {
     goto out;
   start_loop(&srv);
   start_local(&srv);
+  log_security(&srv);
   log_ready(&srv);
   notify("READY=1");
   notify_status(&srv);
@@ -412,6 +440,7 @@ out:
   psd_coord_free(srv.coord);
   psd_service_free(srv.service);
   psd_store_free(srv.store);
+  cm_creds_free(&srv.creds);
   cm_spec_free(srv.spec);
   cm_rpc_global_shutdown();
   return rc;

@@ -27,6 +27,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "auth.h"
 #include "err.h"
 #include "ps.pb-c.h"
 #include "psclient.h"
@@ -108,9 +109,17 @@ static int cmd_low(struct cm_spec *spec, const struct args *a, int argc,
   float *vals = NULL;
   int rc = 2, nshape = 0;
 
+  struct cm_creds creds;
+  char err[1024];
+
   caller.job = spec->job.name;
   caller.worker = "pstool";
-  cm_channel_new(&ch, spec->ps[a->shard].text);
+  if (cm_creds_load(&spec->auth, 0, &creds, err, sizeof err)) {
+    fprintf(stderr, "pstool: %s\n", err);
+    return 2;
+  }
+  cm_channel_new(&ch, spec->ps[a->shard].text, &creds);
+  cm_creds_free(&creds); /* the channel keeps what it needs */
   if (!strcmp(argv[0], "declare") && argc >= 3) {
     Psd__V1__DeclareRequest r = PSD__V1__DECLARE_REQUEST__INIT;
     Psd__V1__VarSpec vs = PSD__V1__VAR_SPEC__INIT, *vp[1] = {&vs};

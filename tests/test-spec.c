@@ -231,7 +231,7 @@ START_TEST(test_unknown_keys) {
             " \"optimizer\": {\"typ\": \"sgd\"}, \"sync\": {\"mode\":"
             " \"async\", \"stalenes\": 2, \"lag\": 1}, \"zzz\": 1}}");
   has_line("t.json: clustr: unknown key (did you mean cluster?); expected one "
-           "of cluster, task, job");
+           "of cluster, task, job, auth");
   has_line("t.json: cluster.chief: unknown key; expected one of ps, worker");
   has_line("t.json: job.optimizr: unknown key (did you mean optimizer?); "
            "expected one of name, model, hidden, data_dir, epochs, "
@@ -312,7 +312,8 @@ START_TEST(test_many_mistakes) {
             " [\"127.0.0.1:70000\", \"127.0.0.1:7200\"]},"
             " \"task\": {\"type\": \"worker\", \"index\": 5},"
             " \"job\": {\"optimizr\": {}, \"epochs\": \"3\"}, \"extra\": 1}");
-  has_line("t.json: extra: unknown key; expected one of cluster, task, job");
+  has_line(
+      "t.json: extra: unknown key; expected one of cluster, task, job, auth");
   has_line("t.json: cluster.ps[0]: \"127.0.0.1\" has no port; expected "
            "\"host:port\"");
   has_line("t.json: cluster.worker[0]: port 70000 out of range; expected "
@@ -906,6 +907,58 @@ START_TEST(test_unix_sockets) {
 }
 END_TEST
 
+/* "auth": a token file and TLS material, never an inline token; every
+ * missing piece named by its key. */
+#define WITH_AUTH(auth)                                                        \
+  "{\"cluster\": {\"ps\": [\"h:1\"], \"worker\": [\"h:2\"]}, \"auth\": " auth  \
+  "}"
+
+START_TEST(test_auth) {
+  struct cm_spec *spec = NULL;
+  ck_assert_int_eq(parse(WITH_AUTH("{\"token_file\": \"/etc/psd/token\","
+                                   " \"tls\": {\"ca\": \"ca.pem\", \"cert\":"
+                                   " \"s.pem\", \"key\": \"s.key\", \"mutual\":"
+                                   " true, \"client_cert\": \"c.pem\","
+                                   " \"client_key\": \"c.key\","
+                                   " \"server_name\": \"psd\"}}"),
+                         &spec),
+                   0);
+  ck_assert_str_eq(spec->auth.token_file, "/etc/psd/token");
+  ck_assert_int_eq(spec->auth.tls, 1);
+  ck_assert_int_eq(spec->auth.mutual, 1);
+  ck_assert_str_eq(spec->auth.ca, "ca.pem"); /* cm_spec_load resolves */
+  ck_assert_str_eq(spec->auth.client_key, "c.key");
+  ck_assert_str_eq(spec->auth.server_name, "psd");
+  cm_spec_free(spec);
+
+  /* No auth at all: everything empty. */
+  ck_assert_int_eq(parse("{\"cluster\": {\"ps\": [\"h:1\"], \"worker\":"
+                         " [\"h:2\"]}}",
+                         &spec),
+                   0);
+  ck_assert_int_eq(spec->auth.tls, 0);
+  ck_assert_str_eq(spec->auth.token_file, "");
+  cm_spec_free(spec);
+
+  parse_bad(WITH_AUTH("{\"token\": \"s3cret\"}"));
+  has_text("t.json: auth.token: a token is never written in the spec");
+  ck_assert_ptr_null(strstr(err, "s3cret"));
+
+  parse_bad(WITH_AUTH("{\"tls\": {\"mutual\": \"yes\", \"cert\": \"s.pem\"}}"));
+  has_line("t.json: auth.tls.mutual: expected true or false, got \"yes\"");
+  has_text("t.json: auth.tls.ca: missing;");
+  has_text("t.json: auth.tls.key: missing; the shards need a certificate and "
+           "its key");
+
+  parse_bad(WITH_AUTH("{\"tls\": {\"ca\": \"a\", \"cert\": \"b\", \"key\":"
+                      " \"c\", \"mutual\": true, \"client_cert\": \"d\"}}"));
+  has_text("t.json: auth.tls.client_key: missing; with \"mutual\": true");
+
+  parse_bad(WITH_AUTH("{\"token_fil\": \"x\"}"));
+  has_text("t.json: auth.token_fil: unknown key (did you mean token_file?)");
+}
+END_TEST
+
 static Suite *spec_suite(void) {
   Suite *s = suite_create("spec");
   TCase *tc = tcase_create("parse");
@@ -923,6 +976,7 @@ static Suite *spec_suite(void) {
   tcase_add_test(tc, test_truncation);
   tcase_add_test(tc, test_load);
   tcase_add_test(tc, test_unix_sockets);
+  tcase_add_test(tc, test_auth);
   suite_add_tcase(s, tc);
 
   tc = tcase_create("sync");

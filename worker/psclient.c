@@ -18,9 +18,11 @@
 
 #include <jansson.h>
 
+#include "auth.h"
 #include "clock.h"
 #include "endpoint.h"
 #include "err.h"
+#include "log.h"
 #include "ps.pb-c.h"
 #include "rpc.h"
 #include "shard.h"
@@ -54,6 +56,7 @@ struct dw_client {
   char worker[64];            /* caller identity */
   struct cm_channel **ch;     /* owned, one per shard */
   unsigned char *on_unix;     /* owned: 1 where ch[s] is a Unix socket */
+  struct cm_creds creds;      /* owned: token and TLS from the spec's auth */
   int nshards;                /* entries in ch */
   struct dw_var *vars;        /* caller's array, from declare */
   int nvars;                  /* entries in vars */
@@ -131,13 +134,18 @@ int dw_client_new(struct dw_client **out, const struct cm_spec *spec,
   pthread_cond_init(&c->cond, NULL);
   c->nshards = spec->nps;
   c->cq = grpc_completion_queue_create_for_next(NULL);
+  if ((rc = cm_creds_load(&spec->auth, 0, &c->creds, c->err, sizeof c->err))) {
+    /* The caller gets no client to ask, so say it here. */
+    cm_error("%s", c->err);
+    goto out;
+  }
   if (!(c->ch = calloc(c->nshards, sizeof *c->ch)) ||
       !(c->on_unix = calloc(c->nshards, 1))) {
     rc = CM_ENOMEM;
     goto out;
   }
   for (int s = 0; s < c->nshards; s++)
-    if ((rc = cm_channel_new(&c->ch[s], spec->ps[s].text)))
+    if ((rc = cm_channel_new(&c->ch[s], spec->ps[s].text, &c->creds)))
       goto out;
 out:
   if (rc) {
@@ -162,6 +170,7 @@ void dw_client_free(struct dw_client *c) {
     cm_channel_free(c->ch[s]);
   free(c->ch);
   free(c->on_unix);
+  cm_creds_free(&c->creds);
   free(c->pieces);
   free(c->msgs);
   free(c->calls);
@@ -290,13 +299,14 @@ static int use_unix_sockets(struct dw_client *c) {
   for (int s = 0; s < c->nshards; s++) {
     struct cm_channel *ch;
     int fd;
+    /* gRPC runs no TLS over a socket handed to it: TLS jobs stay on TCP. */
     if (!cm_endpoint_unix_candidate(c->spec->job.name, &c->spec->ps[s],
-                                    c->spec->job.unix_sockets, path,
-                                    sizeof path) ||
+                                    c->spec->job.unix_sockets && !c->creds.tls,
+                                    path, sizeof path) ||
         cm_endpoint_unix_connect(path, &fd))
       continue;
     snprintf(target, sizeof target, "unix:%s", path);
-    if (cm_channel_new_fd(&ch, target, fd)) {
+    if (cm_channel_new_fd(&ch, target, fd, &c->creds)) {
       close(fd);
       return CM_ENOMEM;
     }
@@ -320,7 +330,7 @@ static void back_to_tcp(struct dw_client *c, const struct cm_unary *calls,
     if (s < 0 || !c->on_unix[s] || calls[i].status != GRPC_STATUS_UNAVAILABLE)
       continue;
     struct cm_channel *ch;
-    if (cm_channel_new(&ch, c->spec->ps[s].text))
+    if (cm_channel_new(&ch, c->spec->ps[s].text, &c->creds))
       continue;
     cm_channel_free(c->ch[s]);
     c->ch[s] = ch;
@@ -697,7 +707,7 @@ static void *heartbeat_thread(void *arg) {
   Psd__V1__HeartbeatRequest req = PSD__V1__HEARTBEAT_REQUEST__INIT;
   req.caller = &caller;
   req.worker = c->windex;
-  if (cm_channel_new(&ch, c->spec->ps[0].text))
+  if (cm_channel_new(&ch, c->spec->ps[0].text, &c->creds))
     return NULL;
   pthread_mutex_lock(&c->lock);
   while (!c->hb_stop) {
