@@ -918,6 +918,7 @@ static void job_defaults(struct cm_job *job) {
   job->log_every = 100;
   job->timeout_ms = 30000;
   job->max_steps = 0;
+  job->ckpt_keep = 3;
 }
 
 /* Returns the member job.sync.key when present and meant for the job's mode;
@@ -1047,15 +1048,35 @@ static void parse_liveness(struct spec_errs *e, json_t *job,
            out->heartbeat_ms, out->dead_after_ms, hint);
 }
 
+/* Parses job.checkpoint: where and how often the shards checkpoint. */
+static void parse_checkpoint(struct spec_errs *e, json_t *job,
+                             struct cm_job *out) {
+  static const char *const keys[] = {"dir", "every_steps", "every_s", "keep"};
+  json_t *ck = opt_object(e, job, "job", "checkpoint",
+                          "an object like {\"dir\": \"ckpt\", "
+                          "\"every_steps\": 1000, \"keep\": 3}");
+
+  if (!ck)
+    return;
+  check_keys(e, ck, "job.checkpoint", keys, sizeof keys / sizeof keys[0]);
+  opt_string(e, ck, "job.checkpoint", "dir", out->ckpt_dir,
+             sizeof out->ckpt_dir);
+  opt_int(e, ck, "job.checkpoint", "every_steps", 0, INT_MAX,
+          &out->ckpt_every_steps);
+  opt_number(e, ck, "job.checkpoint", "every_s", 0, 1, 1e9,
+             "a number of seconds >= 0 (0: never)", &out->ckpt_every_s);
+  opt_int(e, ck, "job.checkpoint", "keep", 1, INT_MAX, &out->ckpt_keep);
+}
+
 /* Parses "job" into *out, which holds the defaults; nworker is the size of
  * cluster.worker, which bounds job.sync.replicas_to_aggregate. */
 static void parse_job(struct spec_errs *e, json_t *root, int nworker,
                       struct cm_job *out) {
   static const char *const keys[] = {
-      "name",         "model",        "hidden",         "data_dir",
-      "epochs",       "batch_size",   "optimizer",      "sync",
-      "seed",         "log_every",    "rpc_timeout_ms", "max_steps",
-      "heartbeat_ms", "dead_after_ms"};
+      "name",         "model",         "hidden",         "data_dir",
+      "epochs",       "batch_size",    "optimizer",      "sync",
+      "seed",         "log_every",     "rpc_timeout_ms", "max_steps",
+      "heartbeat_ms", "dead_after_ms", "checkpoint"};
   static const char *const models[] = {"mlp", NULL};
   json_t *job, *seed;
   long long x;
@@ -1081,6 +1102,7 @@ static void parse_job(struct spec_errs *e, json_t *root, int nworker,
   opt_int(e, job, "job", "rpc_timeout_ms", 1, INT_MAX, &out->timeout_ms);
   opt_int(e, job, "job", "max_steps", 0, INT_MAX, &out->max_steps);
   parse_liveness(e, job, out);
+  parse_checkpoint(e, job, out);
 }
 
 /* Parses JSON text with duplicate keys refused; on a syntax error reports
@@ -1168,6 +1190,40 @@ out:
   return rc;
 }
 
+/* Makes a relative job.checkpoint.dir relative to the directory of the spec
+ * file at path (absolute when that directory exists), so that psd finds the
+ * same directory whatever its working directory. */
+static int resolve_ckpt_dir(struct cm_spec *spec, const char *path, char *err,
+                            size_t errlen) {
+  char *dir = spec->job.ckpt_dir, *abs = NULL, base[PATH_MAX];
+  char joined[sizeof spec->job.ckpt_dir + PATH_MAX + 2], q[SPEC_QUOTE_MAX];
+  const char *slash = strrchr(path, '/');
+  struct spec_errs e;
+  int n;
+
+  if (!dir[0] || dir[0] == '/')
+    return 0;
+  if (!slash)
+    snprintf(base, sizeof base, ".");
+  else
+    snprintf(base, sizeof base, "%.*s", slash == path ? 1 : (int)(slash - path),
+             path);
+  abs = realpath(base, NULL);
+  n = snprintf(joined, sizeof joined, "%s/%s", abs ? abs : base, dir);
+  free(abs);
+  if (n < 0 || (size_t)n >= sizeof spec->job.ckpt_dir) {
+    errs_init(&e, path, err, errlen);
+    report(&e, "job.checkpoint.dir",
+           "%s relative to the spec's directory is %d characters long; "
+           "expected at most %zu",
+           quote(q, sizeof q, dir), n, sizeof spec->job.ckpt_dir - 1);
+    errs_finish(&e);
+    return CM_ESPEC;
+  }
+  memcpy(dir, joined, (size_t)n + 1);
+  return 0;
+}
+
 int cm_spec_load(const char *path, struct cm_spec **out, char *err,
                  size_t errlen) {
   struct spec_errs e;
@@ -1221,6 +1277,10 @@ int cm_spec_load(const char *path, struct cm_spec **out, char *err,
   rc = cm_spec_parse(text, len, path, out, err, errlen);
   /* cm_spec_parse wrote err itself; keep errs_finish from touching it. */
   e.buf = NULL;
+  if (rc == 0 && (rc = resolve_ckpt_dir(*out, path, err, errlen)) < 0) {
+    cm_spec_free(*out);
+    *out = NULL;
+  }
 out:
   errs_finish(&e);
   if (f)
