@@ -547,6 +547,12 @@ out:
   return rc;
 }
 
+void psd_coord_resume(struct psd_coord *c, uint64_t step) {
+  pthread_mutex_lock(&c->lock);
+  c->open = step;
+  pthread_mutex_unlock(&c->lock);
+}
+
 int psd_coord_start(struct psd_coord *c) {
   if (pthread_create(&c->thread, NULL, commit_thread, c) != 0)
     return CM_ESYS;

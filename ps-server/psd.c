@@ -5,7 +5,12 @@
  * are ready, run the event loop, tear down. gRPC's completion queue runs on
  * its own thread (common/rpc.c); libuv's loop on the main thread carries
  * what waits outside gRPC: signals, the periodic stats line and the systemd
- * watchdog. */
+ * watchdog.
+ *
+ * Checkpoints (ckpt.h, saver.h): the store is restored from the newest
+ * checkpoint before psd listens, a thread of the saver's writes the periodic
+ * and asked-for ones, and teardown writes a last one once no call is in
+ * flight. */
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,10 +24,12 @@
 #endif
 
 #include "blas.h"
+#include "ckpt.h"
 #include "coord.h"
 #include "err.h"
 #include "log.h"
 #include "rpc.h"
+#include "saver.h"
 #include "service.h"
 #include "spec.h"
 #include "store.h"
@@ -51,12 +58,19 @@ struct psd_server {
   uv_timer_t tick;                     /* coordinator deadlines, heartbeats */
   struct psd_counters last;            /* counters at the previous stats line */
   int stop_signal; /* the signal that asked us to stop, or 0 */
+
+  /* Checkpoints. */
+  char ckpt_root[1024];          /* --checkpoint-dir, "" when not given */
+  struct psd_ckpt *ckpt;         /* owned; NULL when checkpoints are off */
+  struct psd_saver *saver;       /* owned checkpoint policy and thread */
+  struct psd_ckpt_result resume; /* the checkpoint restored (step 0: none) */
 };
 
 static void usage(FILE *f) {
   fprintf(
       f,
       "usage: psd --cluster FILE [--task ps:I] [--listen HOST:PORT]\n"
+      "           [--checkpoint-dir DIR]\n"
       "\n"
       "Runs shard I of a psd job: holds its slices of the job's variables\n"
       "in memory and applies the workers' pushes with the job's optimizer\n"
@@ -69,14 +83,19 @@ static void usage(FILE *f) {
       "  --listen HOST:PORT listen here instead of cluster.ps[I] (e.g.\n"
       "                     0.0.0.0:7100 behind NAT); workers still dial the\n"
       "                     spec's address\n"
+      "  --checkpoint-dir DIR  checkpoint under DIR/<job>/ps-I instead of\n"
+      "                     the spec's job.checkpoint.dir (else\n"
+      "                     $STATE_DIRECTORY; else checkpoints are off)\n"
       "  -h, --help         this text\n"
       "\n"
       "psd logs \"ready: listening on ...\" once it serves, and tells systemd\n"
-      "READY=1 when run as a Type=notify unit. SIGTERM or SIGINT stop it\n"
-      "gracefully (calls in flight finish, up to %d s).\n"
+      "READY=1 when run as a Type=notify unit, once it has restored its\n"
+      "newest checkpoint. SIGTERM or SIGINT stop it gracefully (calls in\n"
+      "flight finish, up to %d s), then it writes a final checkpoint.\n"
       "\n"
       "Exit status: 0 stopped by a signal, 1 could not start (port in use,\n"
-      "out of memory), 2 bad command line or cluster spec.\n",
+      "out of memory, no checkpoint that verifies) or the final checkpoint\n"
+      "failed, 2 bad command line or cluster spec.\n",
       STOP_GRACE_MS / 1000);
 }
 
@@ -126,11 +145,13 @@ static void on_tick(uv_timer_t *t) {
 /* Parses the command line and the spec. Returns 0, or 2 for usage errors
  * (already reported), or 3 for --help. */
 static int configure(struct psd_server *srv, int argc, char **argv) {
-  static const struct option opts[] = {{"cluster", required_argument, 0, 'c'},
-                                       {"task", required_argument, 0, 't'},
-                                       {"listen", required_argument, 0, 'l'},
-                                       {"help", no_argument, 0, 'h'},
-                                       {0, 0, 0, 0}};
+  static const struct option opts[] = {
+      {"cluster", required_argument, 0, 'c'},
+      {"task", required_argument, 0, 't'},
+      {"listen", required_argument, 0, 'l'},
+      {"checkpoint-dir", required_argument, 0, 'k'},
+      {"help", no_argument, 0, 'h'},
+      {0, 0, 0, 0}};
   const char *cluster = NULL, *task = NULL, *listen = NULL;
   char err[8192];
   int c;
@@ -145,6 +166,16 @@ static int configure(struct psd_server *srv, int argc, char **argv) {
       break;
     case 'l':
       listen = optarg;
+      break;
+    case 'k':
+      if (!optarg[0] || strlen(optarg) >= sizeof srv->ckpt_root) {
+        fprintf(stderr,
+                "psd: --checkpoint-dir: expected a path of 1..%zu "
+                "characters\n",
+                sizeof srv->ckpt_root - 1);
+        return 2;
+      }
+      snprintf(srv->ckpt_root, sizeof srv->ckpt_root, "%s", optarg);
       break;
     case 'h':
       usage(stdout);
@@ -179,6 +210,102 @@ static int configure(struct psd_server *srv, int argc, char **argv) {
   return 0;
 }
 
+/* Settles where checkpoints go (--checkpoint-dir, the spec's
+ * job.checkpoint.dir, $STATE_DIRECTORY) and restores the newest one that
+ * verifies into srv->store. Returns 0, or 1 (reported) when the directory
+ * cannot be used or none of its checkpoints verifies. */
+static int restore(struct psd_server *srv) {
+  const struct cm_job *job = &srv->spec->job;
+  struct psd_optim opt = {.type = strcmp(job->optimizer, "sgd") == 0
+                                      ? PSD_OPT_SGD
+                                      : PSD_OPT_MOMENTUM,
+                          .lr = (float)job->lr,
+                          .momentum = (float)job->momentum};
+  const char *state = getenv("STATE_DIRECTORY"), *from = "--checkpoint-dir";
+  char root[1024], err[4096];
+  int rc;
+
+  if (srv->ckpt_root[0]) {
+    snprintf(root, sizeof root, "%s", srv->ckpt_root);
+  } else if (job->ckpt_dir[0]) {
+    snprintf(root, sizeof root, "%s", job->ckpt_dir);
+    from = "job.checkpoint.dir";
+  } else if (state && state[0]) {
+    /* systemd's StateDirectory=; several are separated by ':'. */
+    snprintf(root, sizeof root, "%.*s", (int)strcspn(state, ":"), state);
+    from = "STATE_DIRECTORY";
+  } else {
+    cm_info("checkpoints are off: no checkpoint dir (set job.checkpoint.dir, "
+            "--checkpoint-dir or STATE_DIRECTORY)");
+    return 0;
+  }
+  struct psd_ckpt_opts o = {.root = root,
+                            .job = job->name,
+                            .shard = srv->shard,
+                            .nshards = srv->spec->nps,
+                            .mode = job->mode,
+                            .opt = &opt,
+                            .keep = job->ckpt_keep};
+  if ((rc = psd_ckpt_new(&srv->ckpt, &o, err, sizeof err))) {
+    cm_error("checkpoint directory (from %s): %s", from, err);
+    return 1;
+  }
+  cm_info("checkpoints in %s (from %s): every %d steps, every %g s, keep %d",
+          psd_ckpt_dir(srv->ckpt), from, job->ckpt_every_steps,
+          job->ckpt_every_s, job->ckpt_keep);
+  if ((rc = psd_ckpt_load(srv->ckpt, &srv->store, &srv->resume, err,
+                          sizeof err))) {
+    cm_error("cannot resume: %s", err);
+    return 1;
+  }
+  if (!srv->store) {
+    cm_info("no checkpoint in %s: starting from scratch",
+            psd_ckpt_dir(srv->ckpt));
+    return 0;
+  }
+  cm_info("resumed from step %llu: %s, %d variables, %.1f MiB verified and "
+          "loaded in %.0f ms%s",
+          (unsigned long long)srv->resume.step, srv->resume.path,
+          srv->resume.nvars, srv->resume.bytes / 1048576.0, srv->resume.ms,
+          srv->resume.refused ? " (newer checkpoints were REFUSED, see above)"
+                              : "");
+  return 0;
+}
+
+/* Creates the checkpoint saver over the service's store and steps, and
+ * continues the restored step. Returns 0 or CM_ENOMEM. */
+static int attach_saver(struct psd_server *srv) {
+  const struct cm_job *job = &srv->spec->job;
+  struct psd_steps *steps = psd_service_steps(srv->service);
+  struct psd_saver_opts o = {.ckpt = srv->ckpt,
+                             .store = srv->store,
+                             .steps = steps,
+                             .job = job->name,
+                             .every_steps = job->ckpt_every_steps,
+                             .every_s = job->ckpt_every_s,
+                             .step = steps ? 0 : srv->resume.step};
+  if (steps)
+    psd_steps_resume(steps, srv->resume.step);
+  if (psd_saver_new(&srv->saver, &o) || psd_saver_start(srv->saver))
+    return CM_ENOMEM;
+  psd_service_set_saver(srv->service, srv->saver);
+  return 0;
+}
+
+/* The checkpoint at exit, once no call is in flight. Returns 0, or 1 when
+ * it failed (reported). */
+static int final_checkpoint(struct psd_server *srv) {
+  struct psd_ckpt_result r;
+  char err[4096];
+  int rc;
+  if (!srv->saver)
+    return 0;
+  rc = psd_saver_final(srv->saver, &r, err, sizeof err);
+  if (rc == 1)
+    cm_info("checkpoints are off: nothing written at exit");
+  return rc < 0 ? 1 : 0;
+}
+
 /* Opens the store and the gRPC server; returns 0 or 1 (reported). */
 static int open_server(struct psd_server *srv) {
   const struct cm_job *job = &srv->spec->job;
@@ -191,9 +318,13 @@ static int open_server(struct psd_server *srv) {
   char err[512], optim[96];
   int n, nc = 0, rc;
 
-  if (psd_store_new(&srv->store, srv->shard, srv->spec->nps, &opt) ||
+  int ns = 0;
+  /* The store may come from a checkpoint already (restore). */
+  if ((!srv->store &&
+       psd_store_new(&srv->store, srv->shard, srv->spec->nps, &opt)) ||
       psd_service_new(&srv->service, srv->store, srv->shard, srv->spec->nps,
-                      srv->spec->nworker, job->name, job->mode, &opt)) {
+                      srv->spec->nworker, job->name, job->mode, &opt) ||
+      attach_saver(srv)) {
     cm_error("out of memory");
     return 1;
   }
@@ -201,7 +332,14 @@ static int open_server(struct psd_server *srv) {
   memcpy(srv->methods, methods, n * sizeof *methods);
   if (srv->shard == 0) {
     /* Shard 0 is also the coordinator: membership, steps, clocks. */
-    if (psd_coord_new(&srv->coord, srv->spec) || psd_coord_start(srv->coord)) {
+    if (psd_coord_new(&srv->coord, srv->spec)) {
+      cm_error("cannot start the coordinator");
+      return 1;
+    }
+    /* A resumed sync job opens the step after its checkpoint's. */
+    if (!strcmp(job->mode, "sync"))
+      psd_coord_resume(srv->coord, srv->resume.step);
+    if (psd_coord_start(srv->coord)) {
       cm_error("cannot start the coordinator");
       return 1;
     }
@@ -209,8 +347,10 @@ static int open_server(struct psd_server *srv) {
     methods = psd_coord_methods(srv->coord, &nc);
     memcpy(srv->methods + n, methods, nc * sizeof *methods);
   }
-  if ((rc = cm_server_new(&srv->rpc, srv->listen, srv->methods, n + nc, err,
-                          sizeof err))) {
+  methods = psd_saver_methods(srv->saver, &ns);
+  memcpy(srv->methods + n + nc, methods, ns * sizeof *methods);
+  if ((rc = cm_server_new(&srv->rpc, srv->listen, srv->methods, n + nc + ns,
+                          err, sizeof err))) {
     cm_error("%s", err);
     if (rc == CM_EADDRINUSE)
       cm_error("is another psd (or another program) using that port? "
@@ -280,6 +420,9 @@ int main(int argc, char **argv) {
   kn_blas_describe(blas, sizeof blas);
   cm_info("%s", blas);
   cm_rpc_global_init();
+  rc = restore(&srv);
+  if (rc)
+    goto out;
   rc = open_server(&srv);
   if (rc)
     goto out;
@@ -298,7 +441,10 @@ int main(int argc, char **argv) {
   if (srv.coord)
     psd_coord_stop(srv.coord);
   psd_service_stop(srv.service);
+  psd_saver_stop(srv.saver);
   cm_server_stop(srv.rpc, STOP_GRACE_MS);
+  /* No call is in flight now: the final checkpoint is the shard's state. */
+  rc = final_checkpoint(&srv);
   uv_walk(&srv.loop, close_cb, NULL);
   uv_run(&srv.loop, UV_RUN_DEFAULT);
   uv_loop_close(&srv.loop);
@@ -306,8 +452,10 @@ int main(int argc, char **argv) {
 out:
   cm_server_free(srv.rpc);
   psd_coord_free(srv.coord);
+  psd_saver_free(srv.saver);
   psd_service_free(srv.service);
   psd_store_free(srv.store);
+  psd_ckpt_free(srv.ckpt);
   cm_spec_free(srv.spec);
   cm_rpc_global_shutdown();
   return rc;

@@ -18,6 +18,7 @@
 #include "err.h"
 #include "log.h"
 #include "ps.pb-c.h"
+#include "saver.h"
 #include "steps.h"
 #include "wire.h"
 
@@ -35,6 +36,7 @@ struct psd_service {
   struct cm_rpc_method methods[5]; /* what psd serves */
   struct psd_steps *steps;         /* owned, sync mode */
   struct psd_coord *coord;         /* borrowed, shard 0 only (status) */
+  struct psd_saver *saver;         /* borrowed: step counts, commit gate */
   pthread_mutex_t park_lock;       /* guards parked */
   struct parked_pull *parked;      /* pulls waiting for a version */
   atomic_uint_fast64_t pulls;      /* pull calls answered */
@@ -222,6 +224,12 @@ static void answer_pull(struct psd_service *svc, struct cm_rpc_call *call,
   for (size_t i = 0; i < req->n_segments; i++) {
     if (!(vars[i] = segment_var(svc, call, req->segments[i], "pull")))
       goto out;
+    if (req->slots && !vars[i]->slot) {
+      fail(svc, call, GRPC_STATUS_FAILED_PRECONDITION,
+           "pull of '%s' slots: the optimizer %s keeps none", vars[i]->name,
+           svc->optim);
+      goto out;
+    }
     total += req->segments[i]->count * sizeof(float);
     if (total > CM_RPC_MAX_MESSAGE - 4096) {
       fail(svc, call, GRPC_STATUS_RESOURCE_EXHAUSTED,
@@ -246,8 +254,8 @@ static void answer_pull(struct psd_service *svc, struct cm_rpc_call *call,
       pthread_mutex_lock(&v->lock);
       versions[i] = v->version;
       pthread_mutex_unlock(&v->lock);
-      pieces[i].ptr =
-          (const uint8_t *)(v->value + (seg->offset - v->elem_begin));
+      pieces[i].ptr = (const uint8_t *)((req->slots ? v->slot : v->value) +
+                                        (seg->offset - v->elem_begin));
       pieces[i].len = seg->count * sizeof(float);
     }
   } else {
@@ -260,7 +268,8 @@ static void answer_pull(struct psd_service *svc, struct cm_rpc_call *call,
       const Psd__V1__Segment *seg = req->segments[i];
       struct psd_var *v = vars[i];
       pthread_mutex_lock(&v->lock);
-      memcpy(p, v->value + (seg->offset - v->elem_begin),
+      memcpy(p,
+             (req->slots ? v->slot : v->value) + (seg->offset - v->elem_begin),
              seg->count * sizeof(float));
       versions[i] = v->version;
       pthread_mutex_unlock(&v->lock);
@@ -379,8 +388,14 @@ static void on_commit(struct cm_rpc_call *call, grpc_byte_buffer *bb,
     applied[i] = req->applied[i];
   for (size_t i = 0; i < req->n_dropped; i++)
     dropped[i] = req->dropped[i];
-  if (psd_steps_commit(svc->steps, req->step, applied, (int)req->n_applied,
-                       dropped, (int)req->n_dropped, err, sizeof err)) {
+  /* A checkpoint being written holds the commit (saver.h). */
+  if (svc->saver)
+    psd_saver_commit_begin(svc->saver);
+  int rc = psd_steps_commit(svc->steps, req->step, applied, (int)req->n_applied,
+                            dropped, (int)req->n_dropped, err, sizeof err);
+  if (svc->saver)
+    psd_saver_commit_end(svc->saver, psd_steps_version(svc->steps));
+  if (rc) {
     fail(svc, call, GRPC_STATUS_FAILED_PRECONDITION, "%s", err);
     goto out;
   }
@@ -478,6 +493,8 @@ static void on_push(struct cm_rpc_call *call, grpc_byte_buffer *bb, void *ctx) {
     }
   }
   atomic_fetch_add(&svc->pushes, 1);
+  if (svc->saver && !svc->steps)
+    psd_saver_pushed(svc->saver);
   atomic_fetch_add(&svc->examples, req->examples);
   atomic_fetch_add(&svc->bytes_in, total);
   resp.n_versions = req->n_segments;
@@ -507,6 +524,8 @@ static void on_status(struct cm_rpc_call *call, grpc_byte_buffer *bb,
   int32_t *ids = NULL;
   struct psd_worker_info *winfo = NULL;
   Psd__V1__WorkerStatus *ws = NULL, **wsp = NULL;
+  Psd__V1__CheckpointStatus ck = PSD__V1__CHECKPOINT_STATUS__INIT;
+  struct psd_saver_state *sst = NULL;
   struct timespec now;
   int n;
 
@@ -605,8 +624,21 @@ static void on_status(struct cm_rpc_call *call, grpc_byte_buffer *bb,
     resp.max_clock_spread = psd_coord_max_spread(svc->coord);
     resp.coordinator = 1;
   }
+  if (svc->saver && (sst = malloc(sizeof *sst))) {
+    psd_saver_state(svc->saver, sst);
+    ck.dir = sst->dir;
+    ck.written = sst->written;
+    ck.failed = sst->failed;
+    ck.step = sst->step;
+    ck.path = sst->path;
+    ck.bytes = sst->bytes;
+    ck.ms = sst->ms;
+    ck.error = sst->error;
+    resp.checkpoint = &ck;
+  }
   cm_rpc_reply(call, cm_rpc_pack(&resp.base));
 out:
+  free(sst);
   free(hist);
   free(recs);
   free(recp);
@@ -655,6 +687,14 @@ int psd_service_new(struct psd_service **out, struct psd_store *store,
 
 void psd_service_set_coord(struct psd_service *svc, struct psd_coord *coord) {
   svc->coord = coord;
+}
+
+void psd_service_set_saver(struct psd_service *svc, struct psd_saver *saver) {
+  svc->saver = saver;
+}
+
+struct psd_steps *psd_service_steps(struct psd_service *svc) {
+  return svc->steps;
 }
 
 void psd_service_free(struct psd_service *svc) {

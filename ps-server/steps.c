@@ -69,6 +69,12 @@ uint64_t psd_steps_version(struct psd_steps *s) {
   return v;
 }
 
+void psd_steps_resume(struct psd_steps *s, uint64_t version) {
+  pthread_mutex_lock(&s->lock);
+  s->version = version;
+  pthread_mutex_unlock(&s->lock);
+}
+
 /* Grows every worker's slot array to cover n variables. */
 static int grow(struct psd_steps *s, int n) {
   if (n <= s->nslots)

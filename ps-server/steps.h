@@ -36,6 +36,10 @@ void psd_steps_free(struct psd_steps *s);
 /* Steps committed so far (the shard's version). */
 uint64_t psd_steps_version(struct psd_steps *s);
 
+/* Continues a job restored from a checkpoint: `version` steps are already
+ * committed. Call before any push or commit. */
+void psd_steps_resume(struct psd_steps *s, uint64_t version);
+
 /* Stages worker's gradient for elements [off, off + n) of v's slice (local
  * numbering) for `step`. Returns 0; CM_ERANGE when step is already
  * committed (the gradient is too late and dropped); CM_EINVAL for a step
