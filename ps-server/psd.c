@@ -33,6 +33,7 @@
 #include "service.h"
 #include "spec.h"
 #include "store.h"
+#include "units.h"
 
 /* Seconds between stats lines while there is traffic. */
 #define STATS_PERIOD_MS 10000
@@ -263,10 +264,13 @@ static int restore(struct psd_server *srv) {
             psd_ckpt_dir(srv->ckpt));
     return 0;
   }
-  cm_info("resumed from step %llu: %s, %d variables, %.1f MiB verified and "
-          "loaded in %.0f ms%s",
+  char size[32];
+  cm_info("resumed from step %llu: %s, %d variables, %s verified and loaded "
+          "in %.0f ms%s",
           (unsigned long long)srv->resume.step, srv->resume.path,
-          srv->resume.nvars, srv->resume.bytes / 1048576.0, srv->resume.ms,
+          srv->resume.nvars,
+          cm_fmt_bytes((double)srv->resume.bytes, size, sizeof size),
+          srv->resume.ms,
           srv->resume.refused ? " (newer checkpoints were REFUSED, see above)"
                               : "");
   return 0;
@@ -283,7 +287,8 @@ static int attach_saver(struct psd_server *srv) {
                              .job = job->name,
                              .every_steps = job->ckpt_every_steps,
                              .every_s = job->ckpt_every_s,
-                             .step = steps ? 0 : srv->resume.step};
+                             .step = steps ? 0 : srv->resume.step,
+                             .resumed = &srv->resume};
   if (steps)
     psd_steps_resume(steps, srv->resume.step);
   if (psd_saver_new(&srv->saver, &o) || psd_saver_start(srv->saver))

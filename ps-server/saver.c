@@ -13,6 +13,7 @@
 #include "err.h"
 #include "log.h"
 #include "ps.pb-c.h"
+#include "units.h"
 
 #define OFF_MESSAGE                                                            \
   "checkpoints are off: no checkpoint dir (set job.checkpoint.dir, "           \
@@ -96,10 +97,11 @@ static void record(struct psd_saver *s, int rc, const struct psd_ckpt_result *r,
   s->state.bytes = r->bytes;
   s->state.ms = r->ms;
   s->state.error[0] = 0;
-  cm_info("checkpoint (%s) at step %llu written to %s: %d variables, %.1f MiB "
-          "in %.0f ms (%.0f MB/s)",
+  char size[32];
+  cm_info("checkpoint (%s) at step %llu written to %s: %d variables, %s in "
+          "%.0f ms (%.0f MB/s)",
           why, (unsigned long long)r->step, r->path, r->nvars,
-          r->bytes / 1048576.0, r->ms,
+          cm_fmt_bytes((double)r->bytes, size, sizeof size), r->ms,
           r->ms > 0 ? r->bytes / 1e3 / r->ms : 0.0);
 }
 
@@ -247,6 +249,12 @@ int psd_saver_new(struct psd_saver **out, const struct psd_saver_opts *o) {
   s->state.on = s->ckpt != NULL;
   if (s->ckpt)
     snprintf(s->state.dir, sizeof s->state.dir, "%s", psd_ckpt_dir(s->ckpt));
+  if (o->resumed && o->resumed->path[0]) {
+    s->state.step = o->resumed->step;
+    snprintf(s->state.path, sizeof s->state.path, "%s", o->resumed->path);
+    s->state.bytes = o->resumed->bytes;
+    s->state.ms = o->resumed->ms;
+  }
   s->last_gen = generation(s);
   *out = s;
   return 0;

@@ -33,6 +33,8 @@ struct psd_saver_opts {
   int every_steps;         /* checkpoint every N steps, 0 = never */
   double every_s;          /* checkpoint every S seconds, 0 = never */
   uint64_t step;           /* async: pushes applied before (restored) */
+  const struct psd_ckpt_result *resumed; /* the checkpoint restored, or NULL;
+                                            status shows it until the next */
 };
 
 /* The last checkpoint written or attempted, for status. */
@@ -41,7 +43,7 @@ struct psd_saver_state {
   char dir[1024];   /* the shard's checkpoint directory, "" when off */
   uint64_t written; /* checkpoints written since start */
   uint64_t failed;  /* writes that failed since start */
-  uint64_t step;    /* step of the last one written */
+  uint64_t step;    /* step of the last one written (or resumed from) */
   char path[1100];  /* its directory, "" when none yet */
   uint64_t bytes;   /* its size */
   double ms;        /* how long it took */
