@@ -34,6 +34,8 @@ struct psd_ckpt {
   char mode[16];        /* "sync" or "async" */
   struct psd_optim opt; /* the job's optimizer */
   int keep;             /* checkpoints kept */
+  int has_max;          /* load nothing newer than max */
+  uint64_t max;         /* --resume-step */
 };
 
 /* Creates path and its missing parents (mkdir -p). */
@@ -160,6 +162,8 @@ int psd_ckpt_new(struct psd_ckpt **out, const struct psd_ckpt_opts *o,
   c->nshards = o->nshards;
   c->opt = *o->opt;
   c->keep = o->keep > 0 ? o->keep : 1;
+  c->has_max = o->has_resume_step;
+  c->max = o->resume_step;
   if ((rc = mkdirs(c->dir, err, errlen)))
     goto out;
   /* A crash mid-write leaves a .tmp-* directory: never a checkpoint. */
@@ -696,6 +700,25 @@ out:
   return rc;
 }
 
+/* Renames the checkpoints newer than the one loaded (steps[0..upto), newest
+ * first, those above --resume-step) out of the ckpt-* namespace. */
+static void set_aside(struct psd_ckpt *c, const uint64_t *steps, int upto) {
+  char from[1100], to[1200];
+  for (int i = 0; i < upto; i++) {
+    if (!c->has_max || steps[i] <= c->max)
+      continue;
+    ckpt_path(c, steps[i], from, sizeof from);
+    snprintf(to, sizeof to, "%s/superseded-ckpt-%010llu-%ld", c->dir,
+             (unsigned long long)steps[i], (long)time(NULL));
+    if (rename(from, to) == 0)
+      cm_warn("set %s aside as %s: newer than --resume-step %llu", from, to,
+              (unsigned long long)c->max);
+    else
+      cm_error("cannot set %s aside: %s", from, strerror(errno));
+  }
+  sync_dir(c->dir);
+}
+
 int psd_ckpt_load(struct psd_ckpt *c, struct psd_store **out,
                   struct psd_ckpt_result *res, char *err, size_t errlen) {
   uint64_t *steps = malloc(MAX_CKPTS * sizeof *steps);
@@ -712,6 +735,8 @@ int psd_ckpt_load(struct psd_ckpt *c, struct psd_store **out,
     struct psd_store *s = NULL;
     uint64_t bytes = 0;
     int nvars = 0;
+    if (c->has_max && steps[i] > c->max)
+      continue;
     ckpt_path(c, steps[i], dir, sizeof dir);
     rc = load_one(c, dir, steps[i], &s, &nvars, &bytes, why, sizeof why);
     if (rc == CM_ENOMEM)
@@ -724,6 +749,7 @@ int psd_ckpt_load(struct psd_ckpt *c, struct psd_store **out,
       continue;
     }
     *out = s;
+    set_aside(c, steps, i);
     res->step = steps[i];
     snprintf(res->path, sizeof res->path, "%s", dir);
     res->bytes = bytes;
@@ -733,11 +759,15 @@ int psd_ckpt_load(struct psd_ckpt *c, struct psd_store **out,
   }
   if (rc == CM_ENOMEM) {
     snprintf(err, errlen, "out of memory loading %s", dir);
+  } else if (c->has_max && res->refused == 0) {
+    snprintf(err, errlen, "no checkpoint at or below --resume-step %llu in %s",
+             (unsigned long long)c->max, c->dir);
+    rc = CM_ENOENT;
   } else if (n > 0) {
     snprintf(err, errlen,
              "none of the %d checkpoints in %s verifies (see the errors "
              "above); move them away to start from scratch",
-             n, c->dir);
+             res->refused, c->dir);
     rc = CM_EFORMAT;
   }
 out:

@@ -33,6 +33,8 @@ struct psd_ckpt_opts {
   const char *mode;            /* "sync" or "async", recorded */
   const struct psd_optim *opt; /* the optimizer, recorded; slots or not */
   int keep;                    /* checkpoints kept, >= 1 */
+  int has_resume_step;         /* 1: load the newest at or below resume_step */
+  uint64_t resume_step;        /* (psd --resume-step) */
 };
 
 /* What one write or load did. */
@@ -71,7 +73,10 @@ int psd_ckpt_write(struct psd_ckpt *c, struct psd_store *store, uint64_t step,
 /* Loads the newest checkpoint that verifies into a new store (*out; the
  * caller frees it), logging each refused one as an error. *out is NULL and
  * 0 is returned when the directory holds no checkpoint. When checkpoints
- * exist but none verifies, returns CM_EFORMAT and err says so. */
+ * exist but none verifies, returns CM_EFORMAT and err says so. With
+ * has_resume_step, checkpoints newer than resume_step are not loaded; once
+ * one is, they are renamed to superseded-ckpt-<step> so that later
+ * checkpoints of the resumed run are never mistaken for older than them. */
 int psd_ckpt_load(struct psd_ckpt *c, struct psd_store **out,
                   struct psd_ckpt_result *res, char *err, size_t errlen);
 

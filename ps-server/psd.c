@@ -11,6 +11,7 @@
  * checkpoint before psd listens, a thread of the saver's writes the periodic
  * and asked-for ones, and teardown writes a last one once no call is in
  * flight. */
+#include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -65,13 +66,15 @@ struct psd_server {
   struct psd_ckpt *ckpt;         /* owned; NULL when checkpoints are off */
   struct psd_saver *saver;       /* owned checkpoint policy and thread */
   struct psd_ckpt_result resume; /* the checkpoint restored (step 0: none) */
+  int has_resume_step;           /* --resume-step given */
+  uint64_t resume_step;          /* its value */
 };
 
 static void usage(FILE *f) {
   fprintf(
       f,
       "usage: psd --cluster FILE [--task ps:I] [--listen HOST:PORT]\n"
-      "           [--checkpoint-dir DIR]\n"
+      "           [--checkpoint-dir DIR] [--resume-step N]\n"
       "\n"
       "Runs shard I of a psd job: holds its slices of the job's variables\n"
       "in memory and applies the workers' pushes with the job's optimizer\n"
@@ -87,6 +90,10 @@ static void usage(FILE *f) {
       "  --checkpoint-dir DIR  checkpoint under DIR/<job>/ps-I instead of\n"
       "                     the spec's job.checkpoint.dir (else\n"
       "                     $STATE_DIRECTORY; else checkpoints are off)\n"
+      "  --resume-step N    resume from the newest checkpoint at or below\n"
+      "                     step N (sync: give every shard the same N when\n"
+      "                     their newest differ); newer ones are renamed\n"
+      "                     superseded-ckpt-*\n"
       "  -h, --help         this text\n"
       "\n"
       "psd logs \"ready: listening on ...\" once it serves, and tells systemd\n"
@@ -151,6 +158,7 @@ static int configure(struct psd_server *srv, int argc, char **argv) {
       {"task", required_argument, 0, 't'},
       {"listen", required_argument, 0, 'l'},
       {"checkpoint-dir", required_argument, 0, 'k'},
+      {"resume-step", required_argument, 0, 'r'},
       {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0}};
   const char *cluster = NULL, *task = NULL, *listen = NULL;
@@ -178,6 +186,18 @@ static int configure(struct psd_server *srv, int argc, char **argv) {
       }
       snprintf(srv->ckpt_root, sizeof srv->ckpt_root, "%s", optarg);
       break;
+    case 'r': {
+      char *end;
+      errno = 0;
+      srv->resume_step = strtoull(optarg, &end, 10);
+      if (!optarg[0] || *end || errno || optarg[0] == '-') {
+        fprintf(stderr, "psd: --resume-step %s: expected a step number\n",
+                optarg);
+        return 2;
+      }
+      srv->has_resume_step = 1;
+      break;
+    }
     case 'h':
       usage(stdout);
       return 3;
@@ -235,6 +255,10 @@ static int restore(struct psd_server *srv) {
     /* systemd's StateDirectory=; several are separated by ':'. */
     snprintf(root, sizeof root, "%.*s", (int)strcspn(state, ":"), state);
     from = "STATE_DIRECTORY";
+  } else if (srv->has_resume_step) {
+    cm_error("--resume-step needs checkpoints: no checkpoint dir (set "
+             "job.checkpoint.dir, --checkpoint-dir or STATE_DIRECTORY)");
+    return 2;
   } else {
     cm_info("checkpoints are off: no checkpoint dir (set job.checkpoint.dir, "
             "--checkpoint-dir or STATE_DIRECTORY)");
@@ -246,7 +270,9 @@ static int restore(struct psd_server *srv) {
                             .nshards = srv->spec->nps,
                             .mode = job->mode,
                             .opt = &opt,
-                            .keep = job->ckpt_keep};
+                            .keep = job->ckpt_keep,
+                            .has_resume_step = srv->has_resume_step,
+                            .resume_step = srv->resume_step};
   if ((rc = psd_ckpt_new(&srv->ckpt, &o, err, sizeof err))) {
     cm_error("checkpoint directory (from %s): %s", from, err);
     return 1;

@@ -396,7 +396,13 @@ static void on_commit(struct cm_rpc_call *call, grpc_byte_buffer *bb,
   if (svc->saver)
     psd_saver_commit_end(svc->saver, psd_steps_version(svc->steps));
   if (rc) {
-    fail(svc, call, GRPC_STATUS_FAILED_PRECONDITION, "%s", err);
+    /* Shards resumed from different checkpoints cannot go on together. */
+    fail(svc, call, GRPC_STATUS_FAILED_PRECONDITION, "%s%s", err,
+         req->step > psd_steps_version(svc->steps)
+             ? "; did the shards resume from different checkpoints? restart "
+               "every shard with --resume-step N, N the newest step all of "
+               "them have"
+             : "");
     goto out;
   }
   {

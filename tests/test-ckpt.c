@@ -6,7 +6,8 @@
  * pruning keeps exactly `keep`; a crash's .tmp-* is removed; the same step
  * written twice keeps the second; a write that fails (a file where the
  * directory should be, the file size limit mid-write) leaves the previous
- * checkpoint intact and no temporary behind. */
+ * checkpoint intact and no temporary behind; --resume-step loads the newest
+ * at or below it and renames the newer ones. */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE /* mkdtemp */
 #endif
@@ -415,6 +416,34 @@ START_TEST(test_failed_write_keeps_the_previous) {
 }
 END_TEST
 
+START_TEST(test_resume_step) {
+  struct psd_ckpt *c = open_ckpt("job", 0, 2, &momentum, 5), *d;
+  struct psd_store *s = make_store(0, &momentum, 1), *t = NULL;
+  struct psd_ckpt_result r;
+  uint64_t steps[8];
+  for (uint64_t step = 10; step <= 30; step += 10)
+    write_ok(c, s, step);
+  /* Nothing at or below 5: an error, and nothing is set aside. */
+  struct psd_ckpt_opts o = {root, "job", 0, 2, "sync", &momentum, 5, 1, 5};
+  ck_assert_int_eq(psd_ckpt_new(&d, &o, err, sizeof err), 0);
+  ck_assert_int_eq(psd_ckpt_load(d, &t, &r, err, sizeof err), CM_ENOENT);
+  ck_assert_ptr_nonnull(strstr(err, "--resume-step 5"));
+  ck_assert_int_eq(psd_ckpt_list(d, steps, 8), 3);
+  psd_ckpt_free(d);
+  /* At or below 25: step 20, and 30 is renamed out of the way. */
+  o.resume_step = 25;
+  ck_assert_int_eq(psd_ckpt_new(&d, &o, err, sizeof err), 0);
+  t = load_step(d, 20, 0);
+  psd_store_free(t);
+  ck_assert_int_eq(psd_ckpt_list(d, steps, 8), 2);
+  ck_assert_uint_eq(steps[0], 20);
+  ck_assert_int_eq(count_entries(d, "superseded-ckpt-0000000030-"), 1);
+  psd_ckpt_free(d);
+  psd_store_free(s);
+  psd_ckpt_free(c);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("ckpt");
   TCase *tc = tcase_create("disk");
@@ -431,6 +460,7 @@ int main(void) {
   tcase_add_test(tc, test_stale_tmp_is_removed);
   tcase_add_test(tc, test_same_step_twice_keeps_the_second);
   tcase_add_test(tc, test_failed_write_keeps_the_previous);
+  tcase_add_test(tc, test_resume_step);
   tcase_set_timeout(tc, 60);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
