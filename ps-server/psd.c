@@ -13,6 +13,7 @@
  * flight. */
 #include <errno.h>
 #include <getopt.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -425,6 +426,31 @@ static void start_loop(struct psd_server *srv) {
   (void)wd_usec;
 }
 
+/* A stop signal that came before the loop watched for signals (a handler
+ * may only set a flag; the loop acts on it). */
+static volatile sig_atomic_t early_stop;
+
+static void on_early_stop(int signum) { early_stop = signum; }
+
+/* Until the loop watches SIGTERM and SIGINT, catches them in a flag, so
+ * that one sent as soon as psd logs "ready" stops it gracefully (with its
+ * final checkpoint) instead of killing it, whichever thread it reaches
+ * (OpenBLAS and gRPC start some before the loop). With watch set, hands a
+ * caught one to the loop, whose handlers replaced these. */
+static void catch_early_stop(int watch) {
+  if (watch) {
+    if (early_stop)
+      raise(early_stop);
+    return;
+  }
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_early_stop;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGTERM, &sa, NULL);
+  sigaction(SIGINT, &sa, NULL);
+}
+
 static void close_cb(uv_handle_t *h, void *arg) {
   if (!uv_is_closing(h))
     uv_close(h, NULL);
@@ -436,6 +462,7 @@ int main(int argc, char **argv) {
   int rc;
 
   kn_blas_init(argv, 1);
+  catch_early_stop(0);
   memset(&srv, 0, sizeof srv);
   cm_log_set_name("psd");
   rc = configure(&srv, argc, argv);
@@ -458,6 +485,7 @@ int main(int argc, char **argv) {
   if (rc)
     goto out;
   start_loop(&srv);
+  catch_early_stop(1);
   snprintf(status, sizeof status, "STATUS=serving shard %d of %d on %s",
            srv.shard, srv.spec->nps, srv.listen);
   notify("READY=1");
