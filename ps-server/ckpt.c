@@ -23,6 +23,11 @@
 #define SHARD_FILE "shard.safetensors"
 #define MANIFEST "manifest.json"
 #define SLOT_SUFFIX "/momentum"
+/* Async: a variable (values and slot) up to this size is copied under its
+ * lock and written after, so its lock is held for a memcpy, not for the
+ * write into the page cache (which the kernel may throttle for a second);
+ * a larger one is written under its lock, so that memory never doubles. */
+#define COPY_MAX (64u << 20)
 /* Checkpoint directories looked at when loading or pruning. */
 #define MAX_CKPTS 4096
 
@@ -260,19 +265,21 @@ static void prune(struct psd_ckpt *c) {
   free(steps);
 }
 
-/* Writes the shard file into dir: the header from the variables' shapes,
- * then each variable's values and slot, under its lock with lock_vars.
- * Fills versions[] and the manifest's per-variable entries into vars_json.
- */
+/* Writes the shard file: the header from the variables' shapes, then each
+ * variable's values and slot, taken under its lock with lock_vars (copied
+ * first when small enough, COPY_MAX). Appends the manifest's per-variable
+ * entries to vars_json; *hold_ms gets the longest lock hold. */
 static int write_shard(struct psd_ckpt *c, struct psd_store *store, int n,
                        uint64_t step, int lock_vars, const char *path,
-                       json_t *vars_json, uint64_t *bytes, char *err,
-                       size_t errlen) {
+                       json_t *vars_json, uint64_t *bytes, double *hold_ms,
+                       char *err, size_t errlen) {
   struct cm_st_desc *desc = NULL;
   int64_t(*shapes)[PSD_VAR_MAX_DIMS] = NULL;
   char(*slot_names)[PSD_VAR_MAX_NAME + sizeof SLOT_SUFFIX] = NULL;
   uint64_t *versions = NULL;
   struct cm_st_writer *w = NULL;
+  char *copy = NULL;
+  size_t copy_cap = 0;
   int nt = 0, fd = -1, rc = 0, slots = c->opt.type == PSD_OPT_MOMENTUM;
   char stepbuf[32], shardbuf[16];
 
@@ -311,14 +318,35 @@ static int write_shard(struct psd_ckpt *c, struct psd_store *store, int n,
   for (int i = 0; i < n; i++) {
     struct psd_var *v = psd_store_at(store, i);
     size_t len = (v->elem_end - v->elem_begin) * sizeof(float);
+    size_t all = slots ? 2 * len : len;
+    int copied = lock_vars && all <= COPY_MAX;
+    if (copied && all > copy_cap) {
+      free(copy);
+      if (!(copy = malloc(all))) {
+        rc = CM_ENOMEM;
+        goto out;
+      }
+      copy_cap = all;
+    }
     if (lock_vars)
       pthread_mutex_lock(&v->lock);
-    rc = cm_st_writer_write(w, v->value, len, err, errlen);
-    if (!rc && slots)
-      rc = cm_st_writer_write(w, v->slot, len, err, errlen);
+    double t0 = cm_mono_ms();
+    if (copied) {
+      memcpy(copy, v->value, len);
+      if (slots)
+        memcpy(copy + len, v->slot, len);
+    } else {
+      rc = cm_st_writer_write(w, v->value, len, err, errlen);
+      if (!rc && slots)
+        rc = cm_st_writer_write(w, v->slot, len, err, errlen);
+    }
     versions[i] = v->version;
     if (lock_vars)
       pthread_mutex_unlock(&v->lock);
+    if (lock_vars && cm_mono_ms() - t0 > *hold_ms)
+      *hold_ms = cm_mono_ms() - t0;
+    if (copied)
+      rc = cm_st_writer_write(w, copy, all, err, errlen);
     if (rc)
       goto out;
   }
@@ -357,6 +385,7 @@ out:
     rc = CM_EIO;
   }
   cm_st_writer_free(w);
+  free(copy);
   free(desc);
   free(shapes);
   free(slot_names);
@@ -391,8 +420,8 @@ int psd_ckpt_write(struct psd_ckpt *c, struct psd_store *store, uint64_t step,
   }
   made = 1;
   snprintf(file, sizeof file, "%s/" SHARD_FILE, tmp);
-  if ((rc = write_shard(c, store, n, step, lock_vars, file, vars, &bytes, err,
-                        errlen)))
+  if ((rc = write_shard(c, store, n, step, lock_vars, file, vars, &bytes,
+                        &res->hold_ms, err, errlen)))
     goto out;
   {
     time_t now = time(NULL);

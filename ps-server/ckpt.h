@@ -44,6 +44,7 @@ struct psd_ckpt_result {
   uint64_t bytes;  /* bytes of its two files */
   int nvars;       /* variables in it */
   double ms;       /* time taken */
+  double hold_ms;  /* write: the longest a variable's lock was held */
   int refused;     /* load: newer checkpoints refused before this one */
 };
 

@@ -97,12 +97,17 @@ static void record(struct psd_saver *s, int rc, const struct psd_ckpt_result *r,
   s->state.bytes = r->bytes;
   s->state.ms = r->ms;
   s->state.error[0] = 0;
-  char size[32];
+  char size[32], held[64] = "";
+  if (strcmp(why, "at exit"))
+    snprintf(held, sizeof held,
+             s->steps ? "; commits waited up to %.0f ms"
+                      : "; a variable's lock held up to %.0f ms",
+             s->steps ? r->ms : r->hold_ms);
   cm_info("checkpoint (%s) at step %llu written to %s: %d variables, %s in "
-          "%.0f ms (%.0f MB/s)",
+          "%.0f ms (%.0f MB/s)%s",
           why, (unsigned long long)r->step, r->path, r->nvars,
           cm_fmt_bytes((double)r->bytes, size, sizeof size), r->ms,
-          r->ms > 0 ? r->bytes / 1e3 / r->ms : 0.0);
+          r->ms > 0 ? r->bytes / 1e3 / r->ms : 0.0, held);
 }
 
 static void *saver_thread(void *arg) {
