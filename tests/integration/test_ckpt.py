@@ -148,6 +148,13 @@ class AsyncCkptTest(unittest.TestCase):
         for name in a:
             self.assertTrue(np.array_equal(bits(a[name]), bits(b[name])), name)
         self.assertTrue(np.any(a["w/momentum"] != 0))
+        # A declaration of another shape is refused, naming both shapes.
+        r = h.pstool(spec, "--shard", "0", "declare", "w", "4,2")
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("ALREADY_EXISTS", r.stdout)
+        self.assertIn("[4, 3]", r.stdout)
+        self.assertIn("[4, 2]", r.stdout)
+        self.tool(spec, "declare", "w", "4,3", shard=0)  # the same shape agrees
         # Versions came back too, and the momentum slot acts on the next push:
         # w' = w - lr * (mu * v + g).
         st = json.loads(psctl(spec, "--json", "status").stdout)["shards"]
