@@ -398,7 +398,7 @@ static void on_commit(struct cm_rpc_call *call, grpc_byte_buffer *bb,
   if (rc) {
     /* Shards resumed from different checkpoints cannot go on together. */
     fail(svc, call, GRPC_STATUS_FAILED_PRECONDITION, "%s%s", err,
-         req->step > psd_steps_version(svc->steps)
+         req->step != psd_steps_version(svc->steps)
              ? "; did the shards resume from different checkpoints? restart "
                "every shard with --resume-step N, N the newest step all of "
                "them have"

@@ -159,8 +159,18 @@ int psd_steps_commit(struct psd_steps *s, uint64_t step, const int *applied,
   }
   qsort(order, napplied, sizeof *order, cmp_int);
   pthread_mutex_lock(&s->lock);
-  if (step < s->version)
-    goto out; /* a retry of a commit already made */
+  if (step + 1 == s->version)
+    goto out; /* a retry of the last commit (its answer was lost) */
+  if (step < s->version) {
+    /* The coordinator waits for every shard before the next commit, so a
+     * shard is never more than one step ahead of it. */
+    snprintf(err, errlen,
+             "commit of step %llu: this shard has committed %llu steps "
+             "already",
+             (unsigned long long)step, (unsigned long long)s->version);
+    rc = CM_EINVAL;
+    goto out;
+  }
   if (step > s->version) {
     snprintf(err, errlen,
              "commit of step %llu: this shard has committed only %llu steps",

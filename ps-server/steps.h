@@ -49,9 +49,9 @@ int psd_steps_stage(struct psd_steps *s, int worker, uint64_t step,
                     char *err, size_t errlen);
 
 /* Commits `step` with the staged gradients of applied[0..napplied).
- * A commit of a step already committed is acknowledged without effect (the
+ * A commit of the last step committed is acknowledged without effect (the
  * coordinator may retry). Returns 0, or CM_EINVAL for a step beyond the
- * open one (err says why). */
+ * open one or before the last (err says why). */
 int psd_steps_commit(struct psd_steps *s, uint64_t step, const int *applied,
                      int napplied, const int *dropped, int ndropped, char *err,
                      size_t errlen);

@@ -463,6 +463,50 @@ class AsyncCkptTest(unittest.TestCase):
         self.assertIn("cannot use %s as a directory" % blocker, r.stderr)
 
 
+class SyncStepsTest(unittest.TestCase):
+    """Sync shards that resume at different steps are told so, and
+    --resume-step realigns them (pstool syncload: no dataset needed)."""
+
+    def test_shards_at_different_steps_then_resume_step(self):
+        with h.TempDir() as d:
+            root = os.path.join(d, "ck")
+            spec = write_spec(d, nps=2, nworker=1, name="steps",
+                              checkpoint={"dir": root, "every_steps": 2, "keep": 5},
+                              sync={"mode": "sync"}, heartbeat_ms=100, dead_after_ms=5000)
+            ps = [start(spec, i) for i in range(2)]
+            try:
+                r = h.pstool(spec, "--rounds", "4", "--worker", "0", "syncload")
+                self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+                for p in ps:
+                    p.wait_for("checkpoint (every_steps) at step 4 written")
+                self.assertEqual([p.stop(signal.SIGTERM) for p in ps], [0, 0])
+                # ps:0 loses its newest: it resumes at 2, ps:1 at 4.
+                shutil.rmtree(os.path.join(root, "steps", "ps-0", "ckpt-0000000004"))
+                ps = [start(spec, i) for i in range(2)]
+                ps[0].wait_for("resumed from step 2: ")
+                ps[1].wait_for("resumed from step 4: ")
+                line = ps[0].wait_for("the shards are at different steps")
+                self.assertIn("(the coordinator opens step 2): ps:1 is at step 4;", line)
+                self.assertIn("--resume-step", line)
+                r = h.pstool(spec, "--rounds", "1", "--worker", "0", "syncload")
+                self.assertEqual(r.returncode, 1)
+                self.assertIn("FAILED_PRECONDITION: the shards are at different steps", r.stderr)
+                # Realigned: ps:1 goes back to 2 and sets 4 aside; steps go on.
+                self.assertEqual([p.stop(signal.SIGTERM) for p in ps], [0, 0])
+                ps = [start(spec, 0), start(spec, 1, "--resume-step", "2")]
+                for p in ps:
+                    p.wait_for("resumed from step 2: ")
+                self.assertIn("superseded-ckpt-0000000004-", ps[1].wait_for(" aside as "))
+                r = h.pstool(spec, "--rounds", "3", "--worker", "0", "syncload")
+                self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+                st = json.loads(psctl(spec, "--json", "status").stdout)["shards"]
+                self.assertEqual([s["step"] for s in st], [5, 5])
+                self.assertEqual([r["step"] for r in st[1]["steps"]], [2, 3, 4])
+            finally:
+                for p in ps:
+                    p.stop(signal.SIGTERM)
+
+
 @unittest.skipUnless(os.path.isdir(DATA), "dataset-fashion-mnist is not installed")
 class SyncCkptTest(unittest.TestCase):
     def test_sigterm_and_restart_resume_at_the_saved_step(self):
