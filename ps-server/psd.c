@@ -334,7 +334,7 @@ static int final_checkpoint(struct psd_server *srv) {
     return 0;
   rc = psd_saver_final(srv->saver, &r, err, sizeof err);
   if (rc == 1)
-    cm_info("checkpoints are off: nothing written at exit");
+    cm_info("no checkpoint written at exit (no checkpoint dir)");
   return rc < 0 ? 1 : 0;
 }
 
