@@ -348,9 +348,8 @@ static int open_server(struct psd_server *srv) {
                           .momentum = (float)job->momentum};
   const struct cm_rpc_method *methods;
   char err[512], optim[96];
-  int n, nc = 0, rc;
+  int n, nc = 0, ns = 0, rc;
 
-  int ns = 0;
   /* The store may come from a checkpoint already (restore). */
   if ((!srv->store &&
        psd_store_new(&srv->store, srv->shard, srv->spec->nps, &opt)) ||
@@ -368,7 +367,7 @@ static int open_server(struct psd_server *srv) {
       cm_error("cannot start the coordinator");
       return 1;
     }
-    /* A resumed sync job opens the step after its checkpoint's. */
+    /* A resumed sync job opens its checkpoint's step (steps committed). */
     if (!strcmp(job->mode, "sync"))
       psd_coord_resume(srv->coord, srv->resume.step);
     if (psd_coord_start(srv->coord)) {
