@@ -41,8 +41,8 @@ static void usage(FILE *f) {
       "  --timeout MS    deadline per shard (default 5000; checkpoint\n"
       "                  --wait and export: 600000)\n"
       "\n"
-      "Exit status: 0 every shard answered, 1 a shard did not, 2 usage or\n"
-      "spec error.\n");
+      "Exit status: 0 every shard answered, 1 a shard did not (or its\n"
+      "checkpoint or export failed), 2 usage or spec error.\n");
 }
 
 static void human_bytes(double b, char *buf, size_t len) {
