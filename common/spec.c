@@ -936,6 +936,7 @@ static void job_defaults(struct cm_job *job) {
   job->timeout_ms = 30000;
   job->max_steps = 0;
   job->unix_sockets = 1;
+  job->ckpt_keep = 3;
 }
 
 /* Returns the member job.sync.key when present and meant for the job's mode;
@@ -1065,6 +1066,26 @@ static void parse_liveness(struct spec_errs *e, json_t *job,
            out->heartbeat_ms, out->dead_after_ms, hint);
 }
 
+/* Parses job.checkpoint: where and how often the shards checkpoint. */
+static void parse_checkpoint(struct spec_errs *e, json_t *job,
+                             struct cm_job *out) {
+  static const char *const keys[] = {"dir", "every_steps", "every_s", "keep"};
+  json_t *ck = opt_object(e, job, "job", "checkpoint",
+                          "an object like {\"dir\": \"ckpt\", "
+                          "\"every_steps\": 1000, \"keep\": 3}");
+
+  if (!ck)
+    return;
+  check_keys(e, ck, "job.checkpoint", keys, sizeof keys / sizeof keys[0]);
+  opt_string(e, ck, "job.checkpoint", "dir", out->ckpt_dir,
+             sizeof out->ckpt_dir);
+  opt_int(e, ck, "job.checkpoint", "every_steps", 0, INT_MAX,
+          &out->ckpt_every_steps);
+  opt_number(e, ck, "job.checkpoint", "every_s", 0, 1, 1e9,
+             "a number of seconds >= 0 (0: never)", &out->ckpt_every_s);
+  opt_int(e, ck, "job.checkpoint", "keep", 1, INT_MAX, &out->ckpt_keep);
+}
+
 /* Parses "job" into *out, which holds the defaults; nworker is the size of
  * cluster.worker, which bounds job.sync.replicas_to_aggregate. */
 static void parse_job(struct spec_errs *e, json_t *root, int nworker,
@@ -1073,7 +1094,7 @@ static void parse_job(struct spec_errs *e, json_t *root, int nworker,
       "name",         "model",         "hidden",         "data_dir",
       "epochs",       "batch_size",    "optimizer",      "sync",
       "seed",         "log_every",     "rpc_timeout_ms", "max_steps",
-      "heartbeat_ms", "dead_after_ms", "unix_sockets"};
+      "heartbeat_ms", "dead_after_ms", "unix_sockets",   "checkpoint"};
   static const char *const models[] = {"mlp", NULL};
   json_t *job, *seed;
   long long x;
@@ -1099,6 +1120,7 @@ static void parse_job(struct spec_errs *e, json_t *root, int nworker,
   opt_int(e, job, "job", "rpc_timeout_ms", 1, INT_MAX, &out->timeout_ms);
   opt_int(e, job, "job", "max_steps", 0, INT_MAX, &out->max_steps);
   parse_liveness(e, job, out);
+  parse_checkpoint(e, job, out);
   opt_bool(e, job, "job", "unix_sockets", &out->unix_sockets);
 }
 
@@ -1274,6 +1296,7 @@ static int resolve_paths(struct cm_spec *spec, const char *path, char *err,
     char *dst;       /* the path, rewritten in place */
     size_t cap;      /* its buffer */
   } paths[] = {
+      {"job.checkpoint.dir", spec->job.ckpt_dir, sizeof spec->job.ckpt_dir},
       {"auth.token_file", a->token_file, sizeof a->token_file},
       {"auth.tls.ca", a->ca, sizeof a->ca},
       {"auth.tls.cert", a->cert, sizeof a->cert},

@@ -71,6 +71,17 @@ struct cm_job {
   int log_every; /* "job.log_every" steps between progress lines, default 100 */
   int timeout_ms; /* "job.rpc_timeout_ms", per-call deadline, default 30000 */
   int max_steps;  /* "job.max_steps", 0 = no limit (tests use it) */
+  /* "job.checkpoint.dir": where the shards checkpoint ("" when not set);
+   * cm_spec_load makes a relative path relative to the spec file's
+   * directory (cm_spec_parse leaves it as written) */
+  char ckpt_dir[1024];
+  /* "job.checkpoint.every_steps" >= 0, default 0 (never): checkpoint after
+   * every N steps (sync: commits; async: pushes a shard applied) */
+  int ckpt_every_steps;
+  /* "job.checkpoint.every_s" >= 0, default 0 (never): checkpoint every S
+   * seconds when something changed */
+  double ckpt_every_s;
+  int ckpt_keep; /* "job.checkpoint.keep" >= 1, default 3: newest kept */
   /* "job.unix_sockets" (a JSON boolean), default 1: a client on the same
    * host as a shard dials the shard's Unix-domain socket instead of TCP */
   int unix_sockets;

@@ -80,6 +80,8 @@ struct psd_coord {
   pthread_t thread;                    /* the commit thread */
   int thread_started;                  /* thread must be joined */
   struct cm_channel **ch;              /* owned, one per shard */
+  int checked;    /* sync: every shard was found at step `open` (or not) */
+  char bad[1024]; /* sync: why the shards' steps disagree, "" when fine */
 };
 
 static int cmp_double(const void *a, const void *b) {
@@ -131,7 +133,7 @@ static void reply_admit(struct cm_rpc_call *call, int admitted, uint64_t step,
 }
 
 /* Decides the open step with the arrivals so far. Caller holds the lock. */
-static void close_step(struct psd_coord *c, const char *why) {
+static void close_step(struct psd_coord *c, int take, const char *why) {
   struct commit *cm = calloc(1, sizeof *cm);
   double now = cm_mono_ms();
   uint64_t t = c->open;
@@ -142,8 +144,14 @@ static void close_step(struct psd_coord *c, const char *why) {
     return;
   }
   cm->step = t;
-  for (int i = 0; i < c->narrivals; i++)
-    cm->applied[cm->napplied++] = c->arrivals[i];
+  /* The first `take` arrivals make the step (more may have come while
+   * steps waited for the shards' steps to be checked). */
+  for (int i = 0; i < c->narrivals; i++) {
+    if (i < take)
+      cm->applied[cm->napplied++] = c->arrivals[i];
+    else
+      c->w[c->arrivals[i]].arrived = 0;
+  }
   for (int i = 0; i < c->n; i++) {
     if (c->w[i].arrived) {
       c->w[i].applied++;
@@ -187,7 +195,8 @@ static void close_step(struct psd_coord *c, const char *why) {
 /* Closes the open step if its rule is met. Caller holds the lock. */
 static void maybe_close(struct psd_coord *c, double now) {
   int live = live_count(c), need = c->k < live ? c->k : live;
-  if (c->narrivals == 0)
+  /* No step closes before every shard is known to be at the open one. */
+  if (c->narrivals == 0 || !c->checked || c->bad[0])
     return;
   /* Start barrier: wait for every worker to join once, or dead_after; in
    * deterministic mode for every worker however long it takes, since a
@@ -202,12 +211,12 @@ static void maybe_close(struct psd_coord *c, double now) {
               live, c->m);
       c->warned_below_m = 1;
     }
-    close_step(c, "replicas in");
+    close_step(c, need, "replicas in");
     return;
   }
   if (!c->deterministic && c->narrivals >= c->m &&
       now - c->first_arrival >= deadline_ms(c))
-    close_step(c, "deadline");
+    close_step(c, c->narrivals, "deadline");
 }
 
 /* Grants parked Clock calls that the slowest live worker now allows. */
@@ -279,7 +288,9 @@ static void on_join(struct cm_rpc_call *call, grpc_byte_buffer *bb, void *ctx) {
   if (!req)
     return;
   pthread_mutex_lock(&c->lock);
-  if (seen(c, call, req->worker, "Join") == 0) {
+  if (c->bad[0] && !req->leave)
+    cm_rpc_fail(call, GRPC_STATUS_FAILED_PRECONDITION, "%s", c->bad);
+  else if (seen(c, call, req->worker, "Join") == 0) {
     struct worker *w = &c->w[req->worker];
     if (req->leave) {
       if (w->live)
@@ -340,6 +351,8 @@ static void on_admit(struct cm_rpc_call *call, grpc_byte_buffer *bb,
     cm_rpc_fail(call, GRPC_STATUS_FAILED_PRECONDITION,
                 "Admit: job '%s' is asynchronous; only sync jobs have steps",
                 c->spec->job.name);
+  } else if (c->bad[0]) {
+    cm_rpc_fail(call, GRPC_STATUS_FAILED_PRECONDITION, "%s", c->bad);
   } else if (seen(c, call, req->worker, "Admit") == 0) {
     struct worker *w = &c->w[req->worker];
     if (!w->live) {
@@ -424,12 +437,111 @@ void psd_coord_tick(struct psd_coord *c) {
   pthread_mutex_unlock(&c->lock);
 }
 
+/* Sync: asks every shard for its step until each has answered once, and
+ * checks that all are at the step the coordinator opens (0, or the step its
+ * shard resumed from). Shards that resumed from different checkpoints could
+ * never commit the same steps: that is said loudly, and Join and Admit
+ * answer it, instead of a job that hangs. Steps close only once checked. */
+static void check_steps(struct psd_coord *c, struct cm_unary *calls,
+                        int *done) {
+  Psd__V1__Caller caller = PSD__V1__CALLER__INIT;
+  Psd__V1__StatusRequest req = PSD__V1__STATUS_REQUEST__INIT;
+  int64_t *steps = calloc(c->spec->nps, sizeof *steps);
+  uint64_t open;
+  int left = c->spec->nps, stop = 0;
+
+  caller.job = (char *)c->spec->job.name;
+  caller.worker = "coordinator";
+  req.caller = &caller;
+  memset(done, 0, c->spec->nps * sizeof *done);
+  pthread_mutex_lock(&c->lock);
+  open = c->open;
+  pthread_mutex_unlock(&c->lock);
+  while (steps && left > 0 && !stop) {
+    /* Waits for each channel to connect (within the deadline) rather than
+     * failing at once while gRPC backs off reconnecting. */
+    struct cm_run_opts o = {
+        .timeout_ms = 1000, .inflight = 1, .wait_for_ready = 1};
+    int n = 0;
+    for (int s = 0; s < c->spec->nps; s++) {
+      if (done[s])
+        continue;
+      memset(&calls[n], 0, sizeof calls[n]);
+      calls[n].channel = c->ch[s];
+      calls[n].method = "/psd.v1.Admin/Status";
+      calls[n].request = cm_rpc_pack(&req.base);
+      calls[n].user = (void *)(intptr_t)s;
+      n++;
+    }
+    cm_client_run(calls, n, &o);
+    for (int i = 0; i < n; i++) {
+      int s = (int)(intptr_t)calls[i].user;
+      uint8_t *data = NULL;
+      size_t len = 0;
+      Psd__V1__StatusResponse *r = NULL;
+      if (calls[i].status == GRPC_STATUS_OK &&
+          cm_rpc_readall(calls[i].response, &data, &len) == 0 &&
+          (r = psd__v1__status_response__unpack(NULL, len, data))) {
+        steps[s] = (int64_t)r->step;
+        done[s] = 1;
+        left--;
+        psd__v1__status_response__free_unpacked(r, NULL);
+      }
+      free(data);
+      cm_unary_release(&calls[i]);
+    }
+    pthread_mutex_lock(&c->lock);
+    if (left > 0 && !c->stopping) {
+      struct timespec until = cm_abstime_after_ms(200);
+      pthread_cond_timedwait(&c->wake, &c->lock, &until);
+    }
+    stop = c->stopping;
+    pthread_mutex_unlock(&c->lock);
+  }
+  pthread_mutex_lock(&c->lock);
+  for (int s = 0; steps && !stop && s < c->spec->nps; s++) {
+    size_t n = strlen(c->bad);
+    if ((uint64_t)steps[s] == open)
+      continue;
+    if (!n)
+      n = snprintf(c->bad, sizeof c->bad,
+                   "the shards are at different steps (the coordinator opens "
+                   "step %llu):",
+                   (unsigned long long)open);
+    if (n < sizeof c->bad)
+      snprintf(c->bad + n, sizeof c->bad - n, " ps:%d is at step %lld;", s,
+               (long long)steps[s]);
+  }
+  if (c->bad[0]) {
+    size_t n = strlen(c->bad);
+    if (n < sizeof c->bad)
+      snprintf(c->bad + n, sizeof c->bad - n,
+               " did they resume from different checkpoints? restart every "
+               "shard with --resume-step N, N the newest step all of them "
+               "have");
+    cm_error("%s", c->bad);
+    for (struct parked **pp = &c->admits; *pp;) {
+      struct parked *p = *pp;
+      *pp = p->next;
+      cm_rpc_fail(p->call, GRPC_STATUS_FAILED_PRECONDITION, "%s", c->bad);
+      free(p);
+    }
+  }
+  c->checked = !stop;
+  if (c->checked && !c->bad[0])
+    maybe_close(c, cm_mono_ms());
+  pthread_mutex_unlock(&c->lock);
+  free(steps);
+}
+
 /* Sends each decided step to every shard, retrying a shard that does not
  * answer (it may be restarting) until it does or psd stops. */
 static void *commit_thread(void *arg) {
   struct psd_coord *c = arg;
   struct cm_unary *calls = calloc(c->spec->nps, sizeof *calls);
   int *done = calloc(c->spec->nps, sizeof *done);
+  if (c->sync)
+    check_steps(c, calls, done);
   pthread_mutex_lock(&c->lock);
   for (;;) {
     while (!c->queue && !c->stopping)
@@ -557,6 +669,12 @@ out:
   }
   *out = c;
   return rc;
+}
+
+void psd_coord_resume(struct psd_coord *c, uint64_t step) {
+  pthread_mutex_lock(&c->lock);
+  c->open = step;
+  pthread_mutex_unlock(&c->lock);
 }
 
 int psd_coord_start(struct psd_coord *c) {

@@ -36,6 +36,10 @@ struct psd_worker_info {
  * the commits but sends nothing yet. */
 int psd_coord_new(struct psd_coord **out, const struct cm_spec *spec);
 
+/* Continues a job restored from a checkpoint: the first step opened for
+ * admission is `step` (shard 0's steps committed). Call before serving. */
+void psd_coord_resume(struct psd_coord *c, uint64_t step);
+
 /* Starts the commit thread. */
 int psd_coord_start(struct psd_coord *c);
 

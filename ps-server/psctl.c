@@ -1,6 +1,7 @@
 /* psctl: the admin CLI. Asks every shard of a cluster spec for its status
  * and prints an aligned table, or JSON with --json. A shard that does not
- * answer is named, the others are still printed, and psctl exits 1. */
+ * answer is named, the others are still printed, and psctl exits 1.
+ * checkpoint and export live in psctl_ckpt.c. */
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,25 +11,38 @@
 
 #include "err.h"
 #include "psclient.h"
+#include "psctl_ckpt.h"
 #include "rpc.h"
 #include "spec.h"
 
 static void usage(FILE *f) {
   fprintf(
-      f, "usage: psctl --cluster FILE [--json] [--timeout MS] status\n"
-         "\n"
-         "Commands:\n"
-         "  status   every shard: address, up or down, variables, bytes held,\n"
-         "           pulls, pushes, examples and errors; with the variables'\n"
-         "           shapes, row ranges and versions\n"
-         "\n"
-         "Options:\n"
-         "  --cluster FILE  the job's cluster spec\n"
-         "  --json          one JSON document instead of tables\n"
-         "  --timeout MS    deadline per shard (default 5000)\n"
-         "\n"
-         "Exit status: 0 every shard answered, 1 a shard did not, 2 usage or\n"
-         "spec error.\n");
+      f,
+      "usage: psctl --cluster FILE [--json] [--timeout MS] status\n"
+      "       psctl --cluster FILE [--json] checkpoint [--wait]\n"
+      "       psctl --cluster FILE export --out FILE.safetensors [--slots]\n"
+      "\n"
+      "Commands:\n"
+      "  status      every shard: address, up or down, variables, bytes\n"
+      "              held, pulls, pushes, examples and errors; with the\n"
+      "              variables' shapes, row ranges and versions, and the\n"
+      "              last checkpoint\n"
+      "  checkpoint  every shard writes a checkpoint now (sync: of its\n"
+      "              last committed step); with --wait, prints each one's\n"
+      "              step, size, time and directory once written\n"
+      "  export      every variable's live values, merged from all shards\n"
+      "              into one safetensors file with the whole shapes (numpy\n"
+      "              and PyTorch load it); --slots adds the momentum slots\n"
+      "              as \"<name>/momentum\"\n"
+      "\n"
+      "Options:\n"
+      "  --cluster FILE  the job's cluster spec\n"
+      "  --json          one JSON document instead of tables\n"
+      "  --timeout MS    deadline per shard (default 5000; checkpoint\n"
+      "                  --wait and export: 600000)\n"
+      "\n"
+      "Exit status: 0 every shard answered, 1 a shard did not (or its\n"
+      "checkpoint or export failed), 2 usage or spec error.\n");
 }
 
 static void human_bytes(double b, char *buf, size_t len) {
@@ -140,6 +154,9 @@ int main(int argc, char **argv) {
   static const struct option opts[] = {{"cluster", required_argument, 0, 'c'},
                                        {"json", no_argument, 0, 'j'},
                                        {"timeout", required_argument, 0, 't'},
+                                       {"wait", no_argument, 0, 'w'},
+                                       {"slots", no_argument, 0, 's'},
+                                       {"out", required_argument, 0, 'o'},
                                        {"help", no_argument, 0, 'h'},
                                        {0, 0, 0, 0}};
   const char *cluster = NULL;
@@ -147,7 +164,8 @@ int main(int argc, char **argv) {
   struct dw_client *c = NULL;
   json_t **st = NULL;
   char err[8192];
-  int json = 0, timeout = 5000, ch, rc = 0, down = 0;
+  struct psd_ctl_opts ctl = {0};
+  int json = 0, timeout = 0, ch, rc = 0, down = 0;
 
   while ((ch = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
     switch (ch) {
@@ -160,6 +178,15 @@ int main(int argc, char **argv) {
     case 't':
       timeout = atoi(optarg);
       break;
+    case 'w':
+      ctl.wait = 1;
+      break;
+    case 's':
+      ctl.slots = 1;
+      break;
+    case 'o':
+      ctl.out = optarg;
+      break;
     case 'h':
       usage(stdout);
       return 0;
@@ -168,8 +195,20 @@ int main(int argc, char **argv) {
       return 2;
     }
   }
-  if (!cluster || optind != argc - 1 || strcmp(argv[optind], "status") != 0) {
+  const char *cmd = optind == argc - 1 ? argv[optind] : "";
+  if (!cluster || (strcmp(cmd, "status") && strcmp(cmd, "checkpoint") &&
+                   strcmp(cmd, "export"))) {
     usage(stderr);
+    return 2;
+  }
+  if (!strcmp(cmd, "export") && (!ctl.out || !ctl.out[0])) {
+    fprintf(stderr, "psctl: export needs --out FILE.safetensors\n");
+    return 2;
+  }
+  if ((ctl.wait && strcmp(cmd, "checkpoint")) ||
+      ((ctl.slots || ctl.out) && strcmp(cmd, "export"))) {
+    fprintf(stderr, "psctl: --wait goes with checkpoint, --out and --slots "
+                    "with export (see psctl --help)\n");
     return 2;
   }
   if (cm_spec_load(cluster, &spec, err, sizeof err)) {
@@ -177,6 +216,18 @@ int main(int argc, char **argv) {
     return 2;
   }
   cm_rpc_global_init();
+  if (strcmp(cmd, "status")) {
+    /* Writing a checkpoint or reading a whole model takes longer. */
+    ctl.json = json;
+    ctl.timeout_ms = timeout > 0
+                         ? timeout
+                         : (ctl.wait || !strcmp(cmd, "export") ? 600000 : 5000);
+    rc = !strcmp(cmd, "checkpoint") ? psd_ctl_checkpoint(spec, &ctl)
+                                    : psd_ctl_export(spec, &ctl);
+    goto out;
+  }
+  if (timeout <= 0)
+    timeout = 5000;
   struct dw_client_opts o = {.worker = "psctl",
                              .timeout_ms = timeout > 0 ? timeout : 5000};
   if ((rc = dw_client_new(&c, spec, &o)) ||
@@ -211,6 +262,7 @@ int main(int argc, char **argv) {
     json_decref(root);
   } else {
     print_table(spec, st);
+    psd_ctl_print_checkpoints(spec, st);
     if (st[0] && json_is_true(json_object_get(st[0], "coordinator")))
       print_job(spec, st[0]);
   }

@@ -5,8 +5,15 @@
  * are ready, run the event loop, tear down. gRPC's completion queue runs on
  * its own thread (common/rpc.c); libuv's loop on the main thread carries
  * what waits outside gRPC: signals, the periodic stats line and the systemd
- * watchdog. */
+ * watchdog.
+ *
+ * Checkpoints (ckpt.h, saver.h): the store is restored from the newest
+ * checkpoint before psd listens, a thread of the saver's writes the periodic
+ * and asked-for ones, and teardown writes a last one once no call is in
+ * flight. */
+#include <errno.h>
 #include <getopt.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,15 +29,18 @@
 
 #include "auth.h"
 #include "blas.h"
+#include "ckpt.h"
 #include "coord.h"
 #include "endpoint.h"
 #include "err.h"
 #include "local.h"
 #include "log.h"
 #include "rpc.h"
+#include "saver.h"
 #include "service.h"
 #include "spec.h"
 #include "store.h"
+#include "units.h"
 
 /* Seconds between stats lines while there is traffic. */
 #define STATS_PERIOD_MS 10000
@@ -64,12 +74,21 @@ struct psd_server {
   struct psd_counters status_last;     /* counters at the previous STATUS= */
   uint64_t status_at;                  /* uv_now() of the previous STATUS= */
   int stop_signal; /* the signal that asked us to stop, or 0 */
+
+  /* Checkpoints. */
+  char ckpt_root[1024];          /* --checkpoint-dir, "" when not given */
+  struct psd_ckpt *ckpt;         /* owned; NULL when checkpoints are off */
+  struct psd_saver *saver;       /* owned checkpoint policy and thread */
+  struct psd_ckpt_result resume; /* the checkpoint restored (step 0: none) */
+  int has_resume_step;           /* --resume-step given */
+  uint64_t resume_step;          /* its value */
 };
 
 static void usage(FILE *f) {
   fprintf(
       f,
       "usage: psd --cluster FILE [--task ps:I] [--listen HOST:PORT]\n"
+      "           [--checkpoint-dir DIR] [--resume-step N]\n"
       "\n"
       "Runs shard I of a psd job: holds its slices of the job's variables\n"
       "in memory and applies the workers' pushes with the job's optimizer\n"
@@ -82,16 +101,26 @@ static void usage(FILE *f) {
       "  --listen HOST:PORT listen here instead of cluster.ps[I] (e.g.\n"
       "                     0.0.0.0:7100 behind NAT); workers still dial the\n"
       "                     spec's address\n"
+      "  --checkpoint-dir DIR  checkpoint under DIR/<job>/ps-I instead of\n"
+      "                     the spec's job.checkpoint.dir (else\n"
+      "                     $STATE_DIRECTORY; else checkpoints are off)\n"
+      "  --resume-step N    resume from the newest checkpoint at or below\n"
+      "                     step N (sync: give every shard the same N when\n"
+      "                     their newest differ); newer ones are renamed\n"
+      "                     superseded-ckpt-*\n"
       "  -h, --help         this text\n"
       "\n"
-      "psd logs \"ready: listening on ...\" once it serves. Run as a systemd\n"
-      "Type=notify unit it then sends READY=1, a STATUS= line (shard, job,\n"
-      "mode, step, live workers, pushes/s) refreshed every %d s, WATCHDOG=1\n"
-      "at half of WatchdogSec=, and STOPPING=1 when asked to stop. SIGTERM\n"
-      "or SIGINT stop it gracefully (calls in flight finish, up to %d s).\n"
+      "psd logs \"ready: listening on ...\" once it serves, after restoring\n"
+      "its newest checkpoint. Run as a systemd Type=notify unit it then sends\n"
+      "READY=1, a STATUS= line (shard, job, mode, step, live workers,\n"
+      "pushes/s) refreshed every %d s, WATCHDOG=1 at half of WatchdogSec=,\n"
+      "and STOPPING=1 when asked to stop. SIGTERM or SIGINT stop it\n"
+      "gracefully (calls in flight finish, up to %d s), then it writes a\n"
+      "final checkpoint.\n"
       "\n"
       "Exit status: 0 stopped by a signal, 1 could not start (port in use,\n"
-      "out of memory), 2 bad command line or cluster spec.\n",
+      "out of memory, no checkpoint that verifies) or the final checkpoint\n"
+      "failed, 2 bad command line or cluster spec.\n",
       STATUS_PERIOD_MS / 1000, STOP_GRACE_MS / 1000);
 }
 
@@ -188,11 +217,14 @@ static void on_tick(uv_timer_t *t) {
 /* Parses the command line and the spec. Returns 0, or 2 for usage errors
  * (already reported), or 3 for --help. */
 static int configure(struct psd_server *srv, int argc, char **argv) {
-  static const struct option opts[] = {{"cluster", required_argument, 0, 'c'},
-                                       {"task", required_argument, 0, 't'},
-                                       {"listen", required_argument, 0, 'l'},
-                                       {"help", no_argument, 0, 'h'},
-                                       {0, 0, 0, 0}};
+  static const struct option opts[] = {
+      {"cluster", required_argument, 0, 'c'},
+      {"task", required_argument, 0, 't'},
+      {"listen", required_argument, 0, 'l'},
+      {"checkpoint-dir", required_argument, 0, 'k'},
+      {"resume-step", required_argument, 0, 'r'},
+      {"help", no_argument, 0, 'h'},
+      {0, 0, 0, 0}};
   const char *cluster = NULL, *task = NULL, *listen = NULL;
   char err[8192];
   int c;
@@ -208,6 +240,28 @@ static int configure(struct psd_server *srv, int argc, char **argv) {
     case 'l':
       listen = optarg;
       break;
+    case 'k':
+      if (!optarg[0] || strlen(optarg) >= sizeof srv->ckpt_root) {
+        fprintf(stderr,
+                "psd: --checkpoint-dir: expected a path of 1..%zu "
+                "characters\n",
+                sizeof srv->ckpt_root - 1);
+        return 2;
+      }
+      snprintf(srv->ckpt_root, sizeof srv->ckpt_root, "%s", optarg);
+      break;
+    case 'r': {
+      char *end;
+      errno = 0;
+      srv->resume_step = strtoull(optarg, &end, 10);
+      if (!optarg[0] || *end || errno || optarg[0] == '-') {
+        fprintf(stderr, "psd: --resume-step %s: expected a step number\n",
+                optarg);
+        return 2;
+      }
+      srv->has_resume_step = 1;
+      break;
+    }
     case 'h':
       usage(stdout);
       return 3;
@@ -272,6 +326,112 @@ static void start_local(struct psd_server *srv) {
   snprintf(srv->unix_path, sizeof srv->unix_path, "%s", path);
 }
 
+/* Settles where checkpoints go (--checkpoint-dir, the spec's
+ * job.checkpoint.dir, $STATE_DIRECTORY) and restores the newest one that
+ * verifies into srv->store. Returns 0, or 1 (reported) when the directory
+ * cannot be used or none of its checkpoints verifies. */
+static int restore(struct psd_server *srv) {
+  const struct cm_job *job = &srv->spec->job;
+  struct psd_optim opt = {.type = strcmp(job->optimizer, "sgd") == 0
+                                      ? PSD_OPT_SGD
+                                      : PSD_OPT_MOMENTUM,
+                          .lr = (float)job->lr,
+                          .momentum = (float)job->momentum};
+  const char *state = getenv("STATE_DIRECTORY"), *from = "--checkpoint-dir";
+  char root[1024], err[4096];
+  int rc;
+
+  if (srv->ckpt_root[0]) {
+    snprintf(root, sizeof root, "%s", srv->ckpt_root);
+  } else if (job->ckpt_dir[0]) {
+    snprintf(root, sizeof root, "%s", job->ckpt_dir);
+    from = "job.checkpoint.dir";
+  } else if (state && state[0]) {
+    /* systemd's StateDirectory=; several are separated by ':'. */
+    snprintf(root, sizeof root, "%.*s", (int)strcspn(state, ":"), state);
+    from = "STATE_DIRECTORY";
+  } else if (srv->has_resume_step) {
+    cm_error("--resume-step needs checkpoints: no checkpoint dir (set "
+             "job.checkpoint.dir, --checkpoint-dir or STATE_DIRECTORY)");
+    return 2;
+  } else {
+    cm_info("checkpoints are off: no checkpoint dir (set job.checkpoint.dir, "
+            "--checkpoint-dir or STATE_DIRECTORY)");
+    return 0;
+  }
+  struct psd_ckpt_opts o = {.root = root,
+                            .job = job->name,
+                            .shard = srv->shard,
+                            .nshards = srv->spec->nps,
+                            .mode = job->mode,
+                            .opt = &opt,
+                            .keep = job->ckpt_keep,
+                            .has_resume_step = srv->has_resume_step,
+                            .resume_step = srv->resume_step};
+  if ((rc = psd_ckpt_new(&srv->ckpt, &o, err, sizeof err))) {
+    cm_error("checkpoint directory (from %s): %s", from, err);
+    return 1;
+  }
+  cm_info("checkpoints in %s (from %s): every %d steps, every %g s, keep %d",
+          psd_ckpt_dir(srv->ckpt), from, job->ckpt_every_steps,
+          job->ckpt_every_s, job->ckpt_keep);
+  if ((rc = psd_ckpt_load(srv->ckpt, &srv->store, &srv->resume, err,
+                          sizeof err))) {
+    cm_error("cannot resume: %s", err);
+    return 1;
+  }
+  if (!srv->store) {
+    cm_info("no checkpoint in %s: starting from scratch",
+            psd_ckpt_dir(srv->ckpt));
+    return 0;
+  }
+  char size[32];
+  cm_info("resumed from step %llu: %s, %d variables, %s verified and loaded "
+          "in %.0f ms%s",
+          (unsigned long long)srv->resume.step, srv->resume.path,
+          srv->resume.nvars,
+          cm_fmt_bytes((double)srv->resume.bytes, size, sizeof size),
+          srv->resume.ms,
+          srv->resume.refused ? " (newer checkpoints were REFUSED, see above)"
+                              : "");
+  return 0;
+}
+
+/* Creates the checkpoint saver over the service's store and steps, and
+ * continues the restored step. Returns 0 or CM_ENOMEM. */
+static int attach_saver(struct psd_server *srv) {
+  const struct cm_job *job = &srv->spec->job;
+  struct psd_steps *steps = psd_service_steps(srv->service);
+  struct psd_saver_opts o = {.ckpt = srv->ckpt,
+                             .store = srv->store,
+                             .steps = steps,
+                             .job = job->name,
+                             .every_steps = job->ckpt_every_steps,
+                             .every_s = job->ckpt_every_s,
+                             .step = steps ? 0 : srv->resume.step,
+                             .resumed = &srv->resume};
+  if (steps)
+    psd_steps_resume(steps, srv->resume.step);
+  if (psd_saver_new(&srv->saver, &o) || psd_saver_start(srv->saver))
+    return CM_ENOMEM;
+  psd_service_set_saver(srv->service, srv->saver);
+  return 0;
+}
+
+/* The checkpoint at exit, once no call is in flight. Returns 0, or 1 when
+ * it failed (reported). */
+static int final_checkpoint(struct psd_server *srv) {
+  struct psd_ckpt_result r;
+  char err[4096];
+  int rc;
+  if (!srv->saver)
+    return 0;
+  rc = psd_saver_final(srv->saver, &r, err, sizeof err);
+  if (rc == 1)
+    cm_info("no checkpoint written at exit (no checkpoint dir)");
+  return rc < 0 ? 1 : 0;
+}
+
 /* Opens the store and the gRPC server; returns 0 or 1 (reported). */
 static int open_server(struct psd_server *srv) {
   const struct cm_job *job = &srv->spec->job;
@@ -282,11 +442,14 @@ static int open_server(struct psd_server *srv) {
                           .momentum = (float)job->momentum};
   const struct cm_rpc_method *methods;
   char err[512];
-  int n, nc = 0, rc;
+  int n, nc = 0, ns = 0, rc;
 
-  if (psd_store_new(&srv->store, srv->shard, srv->spec->nps, &opt) ||
+  /* The store may come from a checkpoint already (restore). */
+  if ((!srv->store &&
+       psd_store_new(&srv->store, srv->shard, srv->spec->nps, &opt)) ||
       psd_service_new(&srv->service, srv->store, srv->shard, srv->spec->nps,
-                      srv->spec->nworker, job->name, job->mode, &opt)) {
+                      srv->spec->nworker, job->name, job->mode, &opt) ||
+      attach_saver(srv)) {
     cm_error("out of memory");
     return 1;
   }
@@ -294,7 +457,14 @@ static int open_server(struct psd_server *srv) {
   memcpy(srv->methods, methods, n * sizeof *methods);
   if (srv->shard == 0) {
     /* Shard 0 is also the coordinator: membership, steps, clocks. */
-    if (psd_coord_new(&srv->coord, srv->spec) || psd_coord_start(srv->coord)) {
+    if (psd_coord_new(&srv->coord, srv->spec)) {
+      cm_error("cannot start the coordinator");
+      return 1;
+    }
+    /* A resumed sync job opens its checkpoint's step (steps committed). */
+    if (!strcmp(job->mode, "sync"))
+      psd_coord_resume(srv->coord, srv->resume.step);
+    if (psd_coord_start(srv->coord)) {
       cm_error("cannot start the coordinator");
       return 1;
     }
@@ -302,7 +472,9 @@ static int open_server(struct psd_server *srv) {
     methods = psd_coord_methods(srv->coord, &nc);
     memcpy(srv->methods + n, methods, nc * sizeof *methods);
   }
-  if ((rc = cm_server_new(&srv->rpc, srv->listen, srv->methods, n + nc,
+  methods = psd_saver_methods(srv->saver, &ns);
+  memcpy(srv->methods + n + nc, methods, ns * sizeof *methods);
+  if ((rc = cm_server_new(&srv->rpc, srv->listen, srv->methods, n + nc + ns,
                           &srv->creds, err, sizeof err))) {
     cm_error("%s", err);
     if (rc == CM_EADDRINUSE)
@@ -383,6 +555,31 @@ static void start_loop(struct psd_server *srv) {
                    STATUS_PERIOD_MS);
 }
 
+/* A stop signal that came before the loop watched for signals (a handler
+ * may only set a flag; the loop acts on it). */
+static volatile sig_atomic_t early_stop;
+
+static void on_early_stop(int signum) { early_stop = signum; }
+
+/* Until the loop watches SIGTERM and SIGINT, catches them in a flag, so
+ * that one sent as soon as psd logs "ready" stops it gracefully (with its
+ * final checkpoint) instead of killing it, whichever thread it reaches
+ * (OpenBLAS and gRPC start some before the loop). With watch set, hands a
+ * caught one to the loop, whose handlers replaced these. */
+static void catch_early_stop(int watch) {
+  if (watch) {
+    if (early_stop)
+      raise(early_stop);
+    return;
+  }
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_early_stop;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGTERM, &sa, NULL);
+  sigaction(SIGINT, &sa, NULL);
+}
+
 static void close_cb(uv_handle_t *h, void *arg) {
   if (!uv_is_closing(h))
     uv_close(h, NULL);
@@ -394,6 +591,7 @@ int main(int argc, char **argv) {
   int rc;
 
   kn_blas_init(argv, 1);
+  catch_early_stop(0);
   memset(&srv, 0, sizeof srv);
   cm_log_set_name("psd");
   rc = configure(&srv, argc, argv);
@@ -409,10 +607,14 @@ int main(int argc, char **argv) {
   kn_blas_describe(blas, sizeof blas);
   cm_info("%s", blas);
   cm_rpc_global_init();
+  rc = restore(&srv);
+  if (rc)
+    goto out;
   rc = open_server(&srv);
   if (rc)
     goto out;
   start_loop(&srv);
+  catch_early_stop(1);
   start_local(&srv);
   log_security(&srv);
   log_ready(&srv);
@@ -430,7 +632,10 @@ int main(int argc, char **argv) {
   if (srv.coord)
     psd_coord_stop(srv.coord);
   psd_service_stop(srv.service);
+  psd_saver_stop(srv.saver);
   cm_server_stop(srv.rpc, STOP_GRACE_MS);
+  /* No call is in flight now: the final checkpoint is the shard's state. */
+  rc = final_checkpoint(&srv);
   uv_walk(&srv.loop, close_cb, NULL);
   uv_run(&srv.loop, UV_RUN_DEFAULT);
   uv_loop_close(&srv.loop);
@@ -438,9 +643,11 @@ int main(int argc, char **argv) {
 out:
   cm_server_free(srv.rpc);
   psd_coord_free(srv.coord);
+  psd_saver_free(srv.saver);
   psd_service_free(srv.service);
   psd_store_free(srv.store);
   cm_creds_free(&srv.creds);
+  psd_ckpt_free(srv.ckpt);
   cm_spec_free(srv.spec);
   cm_rpc_global_shutdown();
   return rc;

@@ -18,6 +18,7 @@
 #include "err.h"
 #include "log.h"
 #include "ps.pb-c.h"
+#include "saver.h"
 #include "steps.h"
 #include "wire.h"
 
@@ -35,6 +36,7 @@ struct psd_service {
   struct cm_rpc_method methods[5]; /* what psd serves */
   struct psd_steps *steps;         /* owned, sync mode */
   struct psd_coord *coord;         /* borrowed, shard 0 only (status) */
+  struct psd_saver *saver;         /* borrowed: step counts, commit gate */
   pthread_mutex_t park_lock;       /* guards parked */
   struct parked_pull *parked;      /* pulls waiting for a version */
   atomic_uint_fast64_t pulls;      /* pull calls answered */
@@ -224,6 +226,12 @@ static void answer_pull(struct psd_service *svc, struct cm_rpc_call *call,
   for (size_t i = 0; i < req->n_segments; i++) {
     if (!(vars[i] = segment_var(svc, call, req->segments[i], "pull")))
       goto out;
+    if (req->slots && !vars[i]->slot) {
+      fail(svc, call, GRPC_STATUS_FAILED_PRECONDITION,
+           "pull of '%s' slots: the optimizer %s keeps none", vars[i]->name,
+           svc->optim);
+      goto out;
+    }
     total += req->segments[i]->count * sizeof(float);
     if (total > CM_RPC_MAX_MESSAGE - 4096) {
       fail(svc, call, GRPC_STATUS_RESOURCE_EXHAUSTED,
@@ -248,8 +256,8 @@ static void answer_pull(struct psd_service *svc, struct cm_rpc_call *call,
       pthread_mutex_lock(&v->lock);
       versions[i] = v->version;
       pthread_mutex_unlock(&v->lock);
-      pieces[i].ptr =
-          (const uint8_t *)(v->value + (seg->offset - v->elem_begin));
+      pieces[i].ptr = (const uint8_t *)((req->slots ? v->slot : v->value) +
+                                        (seg->offset - v->elem_begin));
       pieces[i].len = seg->count * sizeof(float);
     }
   } else {
@@ -262,7 +270,8 @@ static void answer_pull(struct psd_service *svc, struct cm_rpc_call *call,
       const Psd__V1__Segment *seg = req->segments[i];
       struct psd_var *v = vars[i];
       pthread_mutex_lock(&v->lock);
-      memcpy(p, v->value + (seg->offset - v->elem_begin),
+      memcpy(p,
+             (req->slots ? v->slot : v->value) + (seg->offset - v->elem_begin),
              seg->count * sizeof(float));
       versions[i] = v->version;
       pthread_mutex_unlock(&v->lock);
@@ -381,9 +390,21 @@ static void on_commit(struct cm_rpc_call *call, grpc_byte_buffer *bb,
     applied[i] = req->applied[i];
   for (size_t i = 0; i < req->n_dropped; i++)
     dropped[i] = req->dropped[i];
-  if (psd_steps_commit(svc->steps, req->step, applied, (int)req->n_applied,
-                       dropped, (int)req->n_dropped, err, sizeof err)) {
-    fail(svc, call, GRPC_STATUS_FAILED_PRECONDITION, "%s", err);
+  /* A checkpoint being written holds the commit (saver.h). */
+  if (svc->saver)
+    psd_saver_commit_begin(svc->saver);
+  int rc = psd_steps_commit(svc->steps, req->step, applied, (int)req->n_applied,
+                            dropped, (int)req->n_dropped, err, sizeof err);
+  if (svc->saver)
+    psd_saver_commit_end(svc->saver, psd_steps_version(svc->steps));
+  if (rc) {
+    /* Shards resumed from different checkpoints cannot go on together. */
+    fail(svc, call, GRPC_STATUS_FAILED_PRECONDITION, "%s%s", err,
+         req->step != psd_steps_version(svc->steps)
+             ? "; did the shards resume from different checkpoints? restart "
+               "every shard with --resume-step N, N the newest step all of "
+               "them have"
+             : "");
     goto out;
   }
   {
@@ -484,6 +505,8 @@ static void on_push(struct cm_rpc_call *call, grpc_byte_buffer *bb, void *ctx) {
    * only, so this counts steps however the gradient was chunked. */
   if (!svc->steps && req->examples > 0)
     atomic_fetch_add(&svc->updates, 1);
+  if (svc->saver && !svc->steps)
+    psd_saver_pushed(svc->saver);
   atomic_fetch_add(&svc->examples, req->examples);
   atomic_fetch_add(&svc->bytes_in, total);
   resp.n_versions = req->n_segments;
@@ -513,6 +536,8 @@ static void on_status(struct cm_rpc_call *call, grpc_byte_buffer *bb,
   int32_t *ids = NULL;
   struct psd_worker_info *winfo = NULL;
   Psd__V1__WorkerStatus *ws = NULL, **wsp = NULL;
+  Psd__V1__CheckpointStatus ck = PSD__V1__CHECKPOINT_STATUS__INIT;
+  struct psd_saver_state *sst = NULL;
   struct timespec now;
   int n;
 
@@ -611,8 +636,21 @@ static void on_status(struct cm_rpc_call *call, grpc_byte_buffer *bb,
     resp.max_clock_spread = psd_coord_max_spread(svc->coord);
     resp.coordinator = 1;
   }
+  if (svc->saver && (sst = malloc(sizeof *sst))) {
+    psd_saver_state(svc->saver, sst);
+    ck.dir = sst->dir;
+    ck.written = sst->written;
+    ck.failed = sst->failed;
+    ck.step = sst->step;
+    ck.path = sst->path;
+    ck.bytes = sst->bytes;
+    ck.ms = sst->ms;
+    ck.error = sst->error;
+    resp.checkpoint = &ck;
+  }
   cm_rpc_reply(call, cm_rpc_pack(&resp.base));
 out:
+  free(sst);
   free(hist);
   free(recs);
   free(recp);
@@ -661,6 +699,14 @@ int psd_service_new(struct psd_service **out, struct psd_store *store,
 
 void psd_service_set_coord(struct psd_service *svc, struct psd_coord *coord) {
   svc->coord = coord;
+}
+
+void psd_service_set_saver(struct psd_service *svc, struct psd_saver *saver) {
+  svc->saver = saver;
+}
+
+struct psd_steps *psd_service_steps(struct psd_service *svc) {
+  return svc->steps;
 }
 
 void psd_service_free(struct psd_service *svc) {

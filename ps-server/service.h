@@ -23,6 +23,15 @@ int psd_service_new(struct psd_service **out, struct psd_store *store,
 struct psd_coord;
 void psd_service_set_coord(struct psd_service *svc, struct psd_coord *coord);
 
+/* Lets pushes and commits tell the checkpoint saver (saver.h) about steps,
+ * and Status report its last checkpoint. */
+struct psd_saver;
+void psd_service_set_saver(struct psd_service *svc, struct psd_saver *saver);
+
+/* The sync steps (owned by svc), NULL in async mode. */
+struct psd_steps;
+struct psd_steps *psd_service_steps(struct psd_service *svc);
+
 /* Answers every parked pull with UNAVAILABLE (psd is stopping). */
 void psd_service_stop(struct psd_service *svc);
 void psd_service_free(struct psd_service *svc);

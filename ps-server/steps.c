@@ -69,6 +69,12 @@ uint64_t psd_steps_version(struct psd_steps *s) {
   return v;
 }
 
+void psd_steps_resume(struct psd_steps *s, uint64_t version) {
+  pthread_mutex_lock(&s->lock);
+  s->version = version;
+  pthread_mutex_unlock(&s->lock);
+}
+
 /* Grows every worker's slot array to cover n variables. */
 static int grow(struct psd_steps *s, int n) {
   if (n <= s->nslots)
@@ -153,8 +159,18 @@ int psd_steps_commit(struct psd_steps *s, uint64_t step, const int *applied,
   }
   qsort(order, napplied, sizeof *order, cmp_int);
   pthread_mutex_lock(&s->lock);
-  if (step < s->version)
-    goto out; /* a retry of a commit already made */
+  if (step + 1 == s->version)
+    goto out; /* a retry of the last commit (its answer was lost) */
+  if (step < s->version) {
+    /* The coordinator waits for every shard before the next commit, so a
+     * shard is never more than one step ahead of it. */
+    snprintf(err, errlen,
+             "commit of step %llu: this shard has committed %llu steps "
+             "already",
+             (unsigned long long)step, (unsigned long long)s->version);
+    rc = CM_EINVAL;
+    goto out;
+  }
   if (step > s->version) {
     snprintf(err, errlen,
              "commit of step %llu: this shard has committed only %llu steps",

@@ -36,6 +36,10 @@ void psd_steps_free(struct psd_steps *s);
 /* Steps committed so far (the shard's version). */
 uint64_t psd_steps_version(struct psd_steps *s);
 
+/* Continues a job restored from a checkpoint: `version` steps are already
+ * committed. Call before any push or commit. */
+void psd_steps_resume(struct psd_steps *s, uint64_t version);
+
 /* Stages worker's gradient for elements [off, off + n) of v's slice (local
  * numbering) for `step`. Returns 0; CM_ERANGE when step is already
  * committed (the gradient is too late and dropped); CM_EINVAL for a step
@@ -45,9 +49,9 @@ int psd_steps_stage(struct psd_steps *s, int worker, uint64_t step,
                     char *err, size_t errlen);
 
 /* Commits `step` with the staged gradients of applied[0..napplied).
- * A commit of a step already committed is acknowledged without effect (the
+ * A commit of the last step committed is acknowledged without effect (the
  * coordinator may retry). Returns 0, or CM_EINVAL for a step beyond the
- * open one (err says why). */
+ * open one or before the last (err says why). */
 int psd_steps_commit(struct psd_steps *s, uint64_t step, const int *applied,
                      int napplied, const int *dropped, int ndropped, char *err,
                      size_t errlen);

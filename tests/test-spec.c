@@ -2,8 +2,10 @@
  * mistake (each with its JSON path, all reported at once), JSON syntax
  * errors, the sync settings (defaults from the cluster size, settings of the
  * wrong mode, bounds, liveness timings), loading from a file, --task parsing,
- * task resolution precedence (--task, the spec, TF_CONFIG) and
- * cm_addr_is_local on literals that send no traffic. */
+ * task resolution precedence (--task, the spec, TF_CONFIG),
+ * cm_addr_is_local on literals that send no traffic, and the checkpoint
+ * settings (defaults, bounds, a relative dir resolved against the spec
+ * file's directory). */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE /* setenv, mkstemp under -std=c11 */
 #endif
@@ -106,6 +108,10 @@ START_TEST(test_minimal_defaults) {
   ck_assert_int_eq(spec->job.heartbeat_ms, 500);
   ck_assert_int_eq(spec->job.dead_after_ms, 5000);
   ck_assert_int_eq(spec->job.unix_sockets, 1);
+  ck_assert_str_eq(spec->job.ckpt_dir, "");
+  ck_assert_int_eq(spec->job.ckpt_every_steps, 0);
+  ck_assert_double_eq(spec->job.ckpt_every_s, 0);
+  ck_assert_int_eq(spec->job.ckpt_keep, 3);
   cm_spec_free(spec);
 }
 END_TEST
@@ -236,7 +242,7 @@ START_TEST(test_unknown_keys) {
   has_line("t.json: job.optimizr: unknown key (did you mean optimizer?); "
            "expected one of name, model, hidden, data_dir, epochs, "
            "batch_size, optimizer, sync, seed, log_every, rpc_timeout_ms, "
-           "max_steps, heartbeat_ms, dead_after_ms, unix_sockets");
+           "max_steps, heartbeat_ms, dead_after_ms, unix_sockets, checkpoint");
   has_line("t.json: job.optimizer.typ: unknown key (did you mean type?); "
            "expected one of type, lr, momentum");
   has_line("t.json: job.sync.stalenes: unknown key (did you mean staleness?); "
@@ -959,6 +965,112 @@ START_TEST(test_auth) {
 }
 END_TEST
 
+/* A one-worker spec with the given text inside "job": {...}. */
+#define ONE_WORKER(job)                                                        \
+  "{\"cluster\": {\"ps\": [\"h:1\"], \"worker\": [\"h:2\"]}, \"job\": {" job   \
+  "}}"
+
+START_TEST(test_checkpoint_settings) {
+  struct cm_spec *spec = NULL;
+
+  ck_assert_msg(parse(ONE_WORKER("\"checkpoint\": {\"dir\": \"/var/ck\","
+                                 " \"every_steps\": 500, \"every_s\": 1.5,"
+                                 " \"keep\": 1}"),
+                      &spec) == 0,
+                "err: %s", err);
+  ck_assert_str_eq(spec->job.ckpt_dir, "/var/ck");
+  ck_assert_int_eq(spec->job.ckpt_every_steps, 500);
+  ck_assert_double_eq(spec->job.ckpt_every_s, 1.5);
+  ck_assert_int_eq(spec->job.ckpt_keep, 1);
+  cm_spec_free(spec);
+  spec = NULL;
+
+  /* Only a dir: on demand and at exit; zeros are "never"; parse leaves a
+   * relative dir as written. */
+  ck_assert_msg(parse(ONE_WORKER("\"checkpoint\": {\"dir\": \"ck\","
+                                 " \"every_steps\": 0, \"every_s\": 0}"),
+                      &spec) == 0,
+                "err: %s", err);
+  ck_assert_str_eq(spec->job.ckpt_dir, "ck");
+  ck_assert_int_eq(spec->job.ckpt_every_steps, 0);
+  ck_assert_double_eq(spec->job.ckpt_every_s, 0);
+  ck_assert_int_eq(spec->job.ckpt_keep, 3);
+  cm_spec_free(spec);
+}
+END_TEST
+
+START_TEST(test_checkpoint_mistakes) {
+  parse_bad(ONE_WORKER("\"checkpoint\": {\"dir\": \"\", \"every_steps\": -1,"
+                       " \"every_s\": -0.5, \"keep\": 0, \"kep\": 2}"));
+  has_line("t.json: job.checkpoint.dir: empty; expected a non-empty string");
+  has_line("t.json: job.checkpoint.every_steps: expected a non-negative "
+           "integer, got -1");
+  has_line("t.json: job.checkpoint.every_s: expected a number of seconds >= 0 "
+           "(0: never), got -0.5");
+  has_line("t.json: job.checkpoint.keep: expected a positive integer, got 0");
+  has_line("t.json: job.checkpoint.kep: unknown key (did you mean keep?); "
+           "expected one of dir, every_steps, every_s, keep");
+  ck_assert_int_eq(count_lines(err), 5);
+
+  parse_bad(ONE_WORKER("\"checkpoint\": {\"dir\": 7, \"every_steps\": 1.5,"
+                       " \"every_s\": \"60\", \"keep\": true}"));
+  has_line("t.json: job.checkpoint.dir: expected a string, got 7");
+  has_line("t.json: job.checkpoint.every_steps: expected a non-negative "
+           "integer, got 1.5");
+  has_line("t.json: job.checkpoint.every_s: expected a number of seconds >= 0 "
+           "(0: never), got \"60\"");
+  has_line("t.json: job.checkpoint.keep: expected a positive integer, got "
+           "true");
+  ck_assert_int_eq(count_lines(err), 4);
+
+  parse_bad(ONE_WORKER("\"checkpoint\": \"/var/ck\""));
+  ck_assert_str_eq(err, "t.json: job.checkpoint: expected an object like "
+                        "{\"dir\": \"ckpt\", \"every_steps\": 1000, "
+                        "\"keep\": 3}, got \"/var/ck\"");
+  parse_bad(ONE_WORKER("\"checkpoints\": {}"));
+  has_text("t.json: job.checkpoints: unknown key (did you mean checkpoint?)");
+}
+END_TEST
+
+/* cm_spec_load resolves a relative dir against the spec file's directory,
+ * and leaves an absolute one alone. */
+START_TEST(test_checkpoint_dir_relative_to_spec) {
+  char dir[] = "/tmp/test-spec-dir-XXXXXX", path[256], want[512];
+  struct cm_spec *spec = NULL;
+  FILE *f;
+
+  ck_assert_ptr_nonnull(mkdtemp(dir));
+  snprintf(path, sizeof path, "%s/job.json", dir);
+  f = fopen(path, "w");
+  fputs(ONE_WORKER("\"checkpoint\": {\"dir\": \"state/ck\"}"), f);
+  fclose(f);
+  ck_assert_msg(cm_spec_load(path, &spec, err, sizeof err) == 0, "err: %s",
+                err);
+  snprintf(want, sizeof want, "%s/state/ck", dir);
+  ck_assert_str_eq(spec->job.ckpt_dir, want);
+  cm_spec_free(spec);
+  spec = NULL;
+
+  /* A relative spec path: still the spec's directory, made absolute. */
+  ck_assert_int_eq(chdir("/tmp"), 0);
+  ck_assert_msg(cm_spec_load(path + 5, &spec, err, sizeof err) == 0, "err: %s",
+                err);
+  ck_assert_str_eq(spec->job.ckpt_dir, want);
+  cm_spec_free(spec);
+  spec = NULL;
+
+  f = fopen(path, "w");
+  fputs(ONE_WORKER("\"checkpoint\": {\"dir\": \"/srv/ck\"}"), f);
+  fclose(f);
+  ck_assert_msg(cm_spec_load(path, &spec, err, sizeof err) == 0, "err: %s",
+                err);
+  ck_assert_str_eq(spec->job.ckpt_dir, "/srv/ck");
+  cm_spec_free(spec);
+  unlink(path);
+  rmdir(dir);
+}
+END_TEST
+
 static Suite *spec_suite(void) {
   Suite *s = suite_create("spec");
   TCase *tc = tcase_create("parse");
@@ -987,6 +1099,12 @@ static Suite *spec_suite(void) {
   tcase_add_test(tc, test_sync_deadline_deterministic);
   tcase_add_test(tc, test_liveness);
   tcase_add_test(tc, test_sync_many_mistakes);
+  suite_add_tcase(s, tc);
+
+  tc = tcase_create("checkpoint");
+  tcase_add_test(tc, test_checkpoint_settings);
+  tcase_add_test(tc, test_checkpoint_mistakes);
+  tcase_add_test(tc, test_checkpoint_dir_relative_to_spec);
   suite_add_tcase(s, tc);
 
   tc = tcase_create("task");

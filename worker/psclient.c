@@ -881,6 +881,16 @@ int dw_client_status(struct dw_client *c, int shard, char **json) {
     json_object_set_new(root, "max_clock_spread",
                         json_integer((json_int_t)resp->max_clock_spread));
   }
+  if (resp->checkpoint) {
+    const Psd__V1__CheckpointStatus *k = resp->checkpoint;
+    json_object_set_new(
+        root, "checkpoint",
+        json_pack("{s:s, s:I, s:I, s:I, s:s, s:I, s:f, s:s}", "dir", k->dir,
+                  "written", (json_int_t)k->written, "failed",
+                  (json_int_t)k->failed, "step", (json_int_t)k->step, "path",
+                  k->path, "bytes", (json_int_t)k->bytes, "ms", k->ms, "error",
+                  k->error));
+  }
   *json = json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
   rc = *json ? 0 : CM_ENOMEM;
 out:

@@ -1,0 +1,88 @@
+/* A shard's checkpoints on disk (DESIGN.md, "State on disk").
+ *
+ * A shard's directory, <dir>/<job>/ps-<I>/, holds one directory per
+ * checkpoint, ckpt-<step, zero-padded>, with two files:
+ *   shard.safetensors  each variable's rows held by this shard (tensor name =
+ *                      variable name) and its momentum slot ("<name>/momentum")
+ *   manifest.json      job, shard, nshards, step, mode, optimizer; per
+ *                      variable its whole shape, placement, rows, version and
+ *                      the CRC-32 of each tensor; the CRC-32 of the manifest
+ *                      itself ("checksum")
+ * A checkpoint is written into .tmp-<step>-<pid>, both files fsynced, the
+ * directory fsynced, renamed to ckpt-<step> (swapped atomically with an
+ * older one of the same step), and the parent fsynced: a ckpt-* directory is
+ * complete or absent. Then all but the newest `keep` are removed.
+ *
+ * Loading takes the newest ckpt-* whose manifest and every tensor verify;
+ * one that does not is refused loudly (an error line naming the file and
+ * what is wrong) and the one before it is tried. */
+#ifndef PSD_CKPT_H
+#define PSD_CKPT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "store.h"
+
+/* Where and how a shard checkpoints (strings copied by psd_ckpt_new). */
+struct psd_ckpt_opts {
+  const char *root;            /* the job's checkpoint dir (spec or flag) */
+  const char *job;             /* job name: <root>/<job>/ps-<shard> */
+  int shard;                   /* this shard */
+  int nshards;                 /* shards in the job */
+  const char *mode;            /* "sync" or "async", recorded */
+  const struct psd_optim *opt; /* the optimizer, recorded; slots or not */
+  int keep;                    /* checkpoints kept, >= 1 */
+  int has_resume_step;         /* 1: load the newest at or below resume_step */
+  uint64_t resume_step;        /* (psd --resume-step) */
+};
+
+/* What one write or load did. */
+struct psd_ckpt_result {
+  uint64_t step;   /* the checkpoint's step */
+  char path[1100]; /* its directory */
+  uint64_t bytes;  /* bytes of its two files */
+  int nvars;       /* variables in it */
+  double ms;       /* time taken */
+  double hold_ms;  /* write: the longest a variable's lock was held */
+  int refused;     /* load: newer checkpoints refused before this one */
+};
+
+struct psd_ckpt;
+
+/* Creates the shard's directory (and its parents) and removes stale .tmp-*
+ * directories left by a crash. Returns 0, or CM_EIO with err naming the path
+ * and strerror (e.g. a regular file where a directory should be). */
+int psd_ckpt_new(struct psd_ckpt **out, const struct psd_ckpt_opts *o,
+                 char *err, size_t errlen);
+void psd_ckpt_free(struct psd_ckpt *c);
+
+/* The shard's directory, <root>/<job>/ps-<shard> (owned by c). */
+const char *psd_ckpt_dir(const struct psd_ckpt *c);
+
+/* Writes the store's variables as checkpoint `step`. With lock_vars each
+ * variable is written under its lock (async: pushes to other variables go
+ * on); without, the caller guarantees that nothing changes the values
+ * meanwhile (sync: commits are held). On failure nothing is renamed into
+ * place, the temporary directory is removed, older checkpoints are
+ * untouched; err says what failed (path and strerror). Not thread-safe: one
+ * writer at a time. */
+int psd_ckpt_write(struct psd_ckpt *c, struct psd_store *store, uint64_t step,
+                   int lock_vars, struct psd_ckpt_result *res, char *err,
+                   size_t errlen);
+
+/* Loads the newest checkpoint that verifies into a new store (*out; the
+ * caller frees it), logging each refused one as an error. *out is NULL and
+ * 0 is returned when the directory holds no checkpoint. When checkpoints
+ * exist but none verifies, returns CM_EFORMAT and err says so. With
+ * has_resume_step, checkpoints newer than resume_step are not loaded; once
+ * one is, they are renamed to superseded-ckpt-<step> so that later
+ * checkpoints of the resumed run are never mistaken for older than them. */
+int psd_ckpt_load(struct psd_ckpt *c, struct psd_store **out,
+                  struct psd_ckpt_result *res, char *err, size_t errlen);
+
+/* Steps of the checkpoints present, newest first; returns how many (at most
+ * max). For tests and status. */
+int psd_ckpt_list(struct psd_ckpt *c, uint64_t *steps, int max);
+
+#endif

@@ -1,0 +1,90 @@
+/* When a shard checkpoints (ckpt.h says how): every N steps or seconds from
+ * the spec, on demand (Admin.Checkpoint, served here), and once more at
+ * exit. One thread of its own writes, so no gRPC handler waits on the disk.
+ *
+ * A shard's step: in sync mode the steps committed (steps.h), in async mode
+ * the pushes this shard has applied since the job began (restored from the
+ * checkpoint, counted here).
+ *
+ * Consistency. Sync: a checkpoint is taken between two commits and holds
+ * every variable at exactly that step; commits wait while it is written
+ * (psd_saver_commit_begin), while pulls, staged pushes and admissions go
+ * on. A periodic one is taken right after the commit that makes the step a
+ * multiple of every_steps, so every shard writes the same step. Async: each
+ * variable is written under its own lock, so it is one version of that
+ * variable (recorded), while pushes to the others go on; there is no single
+ * instant for the whole shard, as there is none in async training. */
+#ifndef PSD_SAVER_H
+#define PSD_SAVER_H
+
+#include <stdint.h>
+
+#include "ckpt.h"
+#include "rpc.h"
+#include "steps.h"
+#include "store.h"
+
+/* What the saver works on (all borrowed; they must outlive it). */
+struct psd_saver_opts {
+  struct psd_ckpt *ckpt;   /* NULL: checkpoints are off (the RPC says so) */
+  struct psd_store *store; /* the shard's variables */
+  struct psd_steps *steps; /* sync mode's steps, NULL in async mode */
+  const char *job;         /* the job callers must name (copied) */
+  int every_steps;         /* checkpoint every N steps, 0 = never */
+  double every_s;          /* checkpoint every S seconds, 0 = never */
+  uint64_t step;           /* async: pushes applied before (restored) */
+  const struct psd_ckpt_result *resumed; /* the checkpoint restored, or NULL;
+                                            status shows it until the next */
+};
+
+/* The last checkpoint written or attempted, for status. */
+struct psd_saver_state {
+  int on;           /* checkpoints are on */
+  char dir[1024];   /* the shard's checkpoint directory, "" when off */
+  uint64_t written; /* checkpoints written since start */
+  uint64_t failed;  /* writes that failed since start */
+  uint64_t step;    /* step of the last one written (or resumed from) */
+  char path[1100];  /* its directory, "" when none yet */
+  uint64_t bytes;   /* its size */
+  double ms;        /* how long it took */
+  char error[512];  /* the last failure, "" when the last write worked */
+};
+
+struct psd_saver;
+
+int psd_saver_new(struct psd_saver **out, const struct psd_saver_opts *o);
+
+/* Starts the writing thread (nothing to start when checkpoints are off). */
+int psd_saver_start(struct psd_saver *s);
+
+/* The methods it serves: /psd.v1.Admin/Checkpoint (owned by s). */
+const struct cm_rpc_method *psd_saver_methods(struct psd_saver *s, int *n);
+
+/* Async: one push was applied. Starts a checkpoint every every_steps. */
+void psd_saver_pushed(struct psd_saver *s);
+
+/* Sync: brackets a commit. begin waits while a checkpoint is being written;
+ * end (given the steps committed now) starts a periodic one when due and
+ * holds later commits until it is written. */
+void psd_saver_commit_begin(struct psd_saver *s);
+void psd_saver_commit_end(struct psd_saver *s, uint64_t version);
+
+/* The shard's step now. */
+uint64_t psd_saver_step(struct psd_saver *s);
+
+void psd_saver_state(struct psd_saver *s, struct psd_saver_state *st);
+
+/* Lets the write in progress finish, answers every Checkpoint call still
+ * waiting (UNAVAILABLE for those whose write had not started) and refuses
+ * new ones; joins the thread. Call before stopping the gRPC server. */
+void psd_saver_stop(struct psd_saver *s);
+
+/* The checkpoint at exit, written on the caller's thread once nothing else
+ * runs (after the gRPC server stopped). Returns 0 with *res filled, 1 when
+ * checkpoints are off (nothing written), or the error (err says what). */
+int psd_saver_final(struct psd_saver *s, struct psd_ckpt_result *res, char *err,
+                    size_t errlen);
+
+void psd_saver_free(struct psd_saver *s);
+
+#endif

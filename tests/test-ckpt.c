@@ -1,0 +1,471 @@
+/* Unit tests for ps-server/ckpt.c: a checkpoint loads back into a store with
+ * the same variables, rows, values, slots and versions; the newest one that
+ * verifies is taken, and one with a flipped byte, cut short, with a damaged
+ * or missing manifest, or from another job or shard is refused for the one
+ * before it; no checkpoint gives an empty start, only bad ones an error;
+ * pruning keeps exactly `keep`; a crash's .tmp-* is removed; the same step
+ * written twice keeps the second; a write that fails (a file where the
+ * directory should be, the file size limit mid-write) leaves the previous
+ * checkpoint intact and no temporary behind; --resume-step loads the newest
+ * at or below it and renames the newer ones. */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* mkdtemp */
+#endif
+
+#include <check.h>
+#include <dirent.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "ckpt.h"
+#include "err.h"
+#include "store.h"
+
+static char root[64];
+static char err[4096];
+static const struct psd_optim momentum = {PSD_OPT_MOMENTUM, 0.1f, 0.9f};
+
+static void rm_rf(const char *p) {
+  char cmd[256];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", p);
+  ck_assert_int_eq(system(cmd), 0);
+}
+
+static void setup(void) {
+  snprintf(root, sizeof root, "/tmp/test-ckpt-XXXXXX");
+  ck_assert_ptr_nonnull(mkdtemp(root));
+}
+
+static void teardown(void) { rm_rf(root); }
+
+static struct psd_ckpt *open_ckpt(const char *job, int shard, int nshards,
+                                  const struct psd_optim *opt, int keep) {
+  struct psd_ckpt *c = NULL;
+  struct psd_ckpt_opts o = {root, job, shard, nshards, "sync", opt, keep};
+  ck_assert_msg(psd_ckpt_new(&c, &o, err, sizeof err) == 0, "%s", err);
+  return c;
+}
+
+/* Shard `shard` of 2 with: "w" (5, 3) split (rows [0,3) or [3,5)), "b" (4)
+ * placed on shard 1, "one" (1, 2) split (its row on shard 0 only). Values
+ * and slots are a function of (tag, variable, element); versions 10+i. */
+static struct psd_store *make_store(int shard, const struct psd_optim *opt,
+                                    float tag) {
+  struct psd_store *s = NULL;
+  static const int64_t w[2] = {5, 3}, b[1] = {4}, one[2] = {1, 2};
+  const char *names[3] = {"w", "b", "one"};
+  const int64_t *shapes[3] = {w, b, one};
+  int ndims[3] = {2, 1, 2}, place[3] = {-1, 1, -1};
+
+  ck_assert_int_eq(psd_store_new(&s, shard, 2, opt), 0);
+  for (int i = 0; i < 3; i++) {
+    struct psd_var *v;
+    int created;
+    ck_assert_int_eq(psd_store_declare(s, names[i], ndims[i], shapes[i],
+                                       place[i], PSD_INIT_UNIFORM, 0.5f, 7, &v,
+                                       &created, err, sizeof err),
+                     0);
+    for (uint64_t e = 0; e < v->elem_end - v->elem_begin; e++) {
+      v->value[e] = tag + 100.0f * i + (float)(e + v->elem_begin);
+      if (v->slot)
+        v->slot[e] = -tag - 0.5f * (float)e;
+    }
+    v->version = 10 + (uint64_t)i;
+  }
+  return s;
+}
+
+/* Asserts that b holds exactly a's variables. */
+static void same_store(struct psd_store *a, struct psd_store *b) {
+  ck_assert_int_eq(psd_store_count(a), psd_store_count(b));
+  for (int i = 0; i < psd_store_count(a); i++) {
+    struct psd_var *x = psd_store_at(a, i), *y = psd_store_at(b, i);
+    uint64_t n = x->elem_end - x->elem_begin;
+    ck_assert_str_eq(x->name, y->name);
+    ck_assert_int_eq(x->ndim, y->ndim);
+    for (int d = 0; d < x->ndim; d++)
+      ck_assert_int_eq(x->shape[d], y->shape[d]);
+    ck_assert_int_eq(x->placement, y->placement);
+    ck_assert_int_eq(x->row_begin, y->row_begin);
+    ck_assert_int_eq(x->row_end, y->row_end);
+    ck_assert_int_eq(x->index, y->index);
+    ck_assert_uint_eq(x->version, y->version);
+    ck_assert_int_eq(memcmp(x->value, y->value, n * sizeof(float)), 0);
+    if (x->slot && y->slot)
+      ck_assert_int_eq(memcmp(x->slot, y->slot, n * sizeof(float)), 0);
+  }
+}
+
+static void write_ok(struct psd_ckpt *c, struct psd_store *s, uint64_t step) {
+  struct psd_ckpt_result r;
+  ck_assert_msg(psd_ckpt_write(c, s, step, 1, &r, err, sizeof err) == 0, "%s",
+                err);
+  ck_assert_uint_eq(r.step, step);
+}
+
+/* Loads and returns the store (caller frees), asserting the step. */
+static struct psd_store *load_step(struct psd_ckpt *c, uint64_t step,
+                                   int refused) {
+  struct psd_store *s = NULL;
+  struct psd_ckpt_result r;
+  ck_assert_msg(psd_ckpt_load(c, &s, &r, err, sizeof err) == 0, "%s", err);
+  ck_assert_ptr_nonnull(s);
+  ck_assert_uint_eq(r.step, step);
+  ck_assert_int_eq(r.refused, refused);
+  return s;
+}
+
+static void ckpt_file(struct psd_ckpt *c, uint64_t step, const char *name,
+                      char *buf, size_t len) {
+  snprintf(buf, len, "%s/ckpt-%010llu/%s", psd_ckpt_dir(c),
+           (unsigned long long)step, name);
+}
+
+static long file_size(const char *p) {
+  struct stat st;
+  return stat(p, &st) == 0 ? (long)st.st_size : -1;
+}
+
+/* Flips one byte of the file at offset off (negative: from the end). */
+static void flip(const char *p, long off) {
+  FILE *f = fopen(p, "r+b");
+  ck_assert_ptr_nonnull(f);
+  fseek(f, off, off < 0 ? SEEK_END : SEEK_SET);
+  int ch = fgetc(f);
+  fseek(f, -1, SEEK_CUR);
+  fputc(ch ^ 0x10, f);
+  fclose(f);
+}
+
+/* Entries of the shard directory whose name starts with prefix. */
+static int count_entries(struct psd_ckpt *c, const char *prefix) {
+  DIR *d = opendir(psd_ckpt_dir(c));
+  struct dirent *e;
+  int n = 0;
+  while ((e = readdir(d)))
+    n += strncmp(e->d_name, prefix, strlen(prefix)) == 0;
+  closedir(d);
+  return n;
+}
+
+START_TEST(test_roundtrip) {
+  for (int shard = 0; shard < 2; shard++) {
+    struct psd_ckpt *c = open_ckpt("job", shard, 2, &momentum, 3);
+    struct psd_store *s = make_store(shard, &momentum, 1), *t;
+    struct psd_ckpt_result r;
+    char p[1400], q[1400], want[1200];
+
+    ck_assert_int_eq(psd_ckpt_write(c, s, 42, 1, &r, err, sizeof err), 0);
+    snprintf(want, sizeof want, "%s/job/ps-%d/ckpt-0000000042", root, shard);
+    ck_assert_str_eq(r.path, want);
+    ck_assert_int_eq(r.nvars, 3);
+    ckpt_file(c, 42, "shard.safetensors", p, sizeof p);
+    ckpt_file(c, 42, "manifest.json", q, sizeof q);
+    ck_assert_uint_eq(r.bytes, (uint64_t)(file_size(p) + file_size(q)));
+    t = load_step(c, 42, 0);
+    same_store(s, t);
+    psd_store_free(t);
+    psd_store_free(s);
+    psd_ckpt_free(c);
+  }
+}
+END_TEST
+
+START_TEST(test_empty_dir_is_a_fresh_start) {
+  struct psd_ckpt *c = open_ckpt("job", 0, 2, &momentum, 3);
+  struct psd_store *s = (struct psd_store *)1;
+  struct psd_ckpt_result r;
+  ck_assert_int_eq(psd_ckpt_load(c, &s, &r, err, sizeof err), 0);
+  ck_assert_ptr_null(s);
+  psd_ckpt_free(c);
+}
+END_TEST
+
+/* Writes steps 1, 2, 3 with different values; returns the ckpt. */
+static struct psd_ckpt *three(struct psd_store **s2) {
+  struct psd_ckpt *c = open_ckpt("job", 0, 2, &momentum, 5);
+  for (int step = 1; step <= 3; step++) {
+    struct psd_store *s = make_store(0, &momentum, (float)step);
+    write_ok(c, s, step);
+    if (step == 2)
+      *s2 = s;
+    else
+      psd_store_free(s);
+  }
+  return c;
+}
+
+START_TEST(test_flipped_byte_falls_back) {
+  struct psd_store *s2, *t;
+  struct psd_ckpt *c = three(&s2);
+  char p[1400];
+  ckpt_file(c, 3, "shard.safetensors", p, sizeof p);
+  flip(p, -5); /* in the last tensor's data */
+  t = load_step(c, 2, 1);
+  same_store(s2, t);
+  psd_store_free(t);
+  /* Now the header of step 2's file: refused too, step 1 loads. */
+  ckpt_file(c, 2, "shard.safetensors", p, sizeof p);
+  flip(p, 20);
+  t = load_step(c, 1, 2);
+  psd_store_free(t);
+  psd_store_free(s2);
+  psd_ckpt_free(c);
+}
+END_TEST
+
+START_TEST(test_truncated_falls_back) {
+  struct psd_store *s2, *t;
+  struct psd_ckpt *c = three(&s2);
+  char p[1400];
+  ckpt_file(c, 3, "shard.safetensors", p, sizeof p);
+  ck_assert_int_eq(truncate(p, file_size(p) - 7), 0);
+  t = load_step(c, 2, 1);
+  same_store(s2, t);
+  psd_store_free(t);
+  psd_store_free(s2);
+  psd_ckpt_free(c);
+}
+END_TEST
+
+START_TEST(test_bad_manifest_falls_back) {
+  struct psd_store *s2, *t;
+  struct psd_ckpt *c = three(&s2);
+  char p[1400], *text;
+  FILE *f;
+  long n;
+
+  /* A changed digit in a version: still valid JSON, fails the checksum. */
+  ckpt_file(c, 3, "manifest.json", p, sizeof p);
+  f = fopen(p, "r+b");
+  n = file_size(p);
+  text = calloc(1, n + 1);
+  ck_assert_int_eq(fread(text, 1, n, f), n);
+  char *at = strstr(text, "\"version\": 10");
+  ck_assert_ptr_nonnull(at);
+  fseek(f, at - text + strlen("\"version\": 1"), SEEK_SET);
+  fputc('9', f);
+  fclose(f);
+  free(text);
+  t = load_step(c, 2, 1);
+  same_store(s2, t);
+  psd_store_free(t);
+  /* A missing manifest. */
+  ckpt_file(c, 2, "manifest.json", p, sizeof p);
+  unlink(p);
+  t = load_step(c, 1, 2);
+  psd_store_free(t);
+  psd_store_free(s2);
+  psd_ckpt_free(c);
+}
+END_TEST
+
+START_TEST(test_none_verifies_is_an_error) {
+  struct psd_store *s2, *t = (struct psd_store *)1;
+  struct psd_ckpt *c = three(&s2);
+  struct psd_ckpt_result r;
+  char p[1400];
+  for (int step = 1; step <= 3; step++) {
+    ckpt_file(c, step, "shard.safetensors", p, sizeof p);
+    ck_assert_int_eq(truncate(p, 3), 0);
+  }
+  ck_assert_int_eq(psd_ckpt_load(c, &t, &r, err, sizeof err), CM_EFORMAT);
+  ck_assert_ptr_null(t);
+  ck_assert_ptr_nonnull(strstr(err, "none of the 3 checkpoints"));
+  psd_store_free(s2);
+  psd_ckpt_free(c);
+}
+END_TEST
+
+START_TEST(test_other_job_or_shard_is_refused) {
+  struct psd_store *s = make_store(0, &momentum, 1), *t = NULL;
+  struct psd_ckpt *c = open_ckpt("job", 0, 2, &momentum, 3), *d;
+  struct psd_ckpt_result r;
+  char from[1400], to[1400];
+  write_ok(c, s, 5);
+  /* Shard 0's checkpoint moved into shard 1's directory. */
+  d = open_ckpt("job", 1, 2, &momentum, 3);
+  snprintf(from, sizeof from, "%s/ckpt-0000000005", psd_ckpt_dir(c));
+  snprintf(to, sizeof to, "%s/ckpt-0000000005", psd_ckpt_dir(d));
+  ck_assert_int_eq(rename(from, to), 0);
+  ck_assert_int_eq(psd_ckpt_load(d, &t, &r, err, sizeof err), CM_EFORMAT);
+  ck_assert_ptr_null(t);
+  psd_ckpt_free(d);
+  /* Another shard count. */
+  d = open_ckpt("job", 1, 3, &momentum, 3);
+  ck_assert_int_eq(psd_ckpt_load(d, &t, &r, err, sizeof err), CM_EFORMAT);
+  psd_ckpt_free(d);
+  psd_store_free(s);
+  psd_ckpt_free(c);
+}
+END_TEST
+
+START_TEST(test_optimizer_change_loads_values) {
+  const struct psd_optim sgd = {PSD_OPT_SGD, 0.1f, 0};
+  struct psd_store *s = make_store(0, &momentum, 1), *t;
+  struct psd_ckpt *c = open_ckpt("job", 0, 2, &momentum, 3), *d;
+  write_ok(c, s, 5);
+  d = open_ckpt("job", 0, 2, &sgd, 3);
+  t = load_step(d, 5, 0);
+  same_store(s, t); /* values and versions; sgd keeps no slots */
+  ck_assert_ptr_null(psd_store_at(t, 0)->slot);
+  psd_store_free(t);
+  psd_ckpt_free(d);
+  psd_store_free(s);
+  psd_ckpt_free(c);
+}
+END_TEST
+
+START_TEST(test_prune_keeps_exactly_k) {
+  struct psd_ckpt *c = open_ckpt("job", 0, 2, &momentum, 2);
+  struct psd_store *s = make_store(0, &momentum, 1);
+  uint64_t steps[8];
+  for (uint64_t step = 10; step <= 50; step += 10) {
+    write_ok(c, s, step);
+    ck_assert_int_eq(count_entries(c, "ckpt-"), step < 20 ? 1 : 2);
+  }
+  ck_assert_int_eq(psd_ckpt_list(c, steps, 8), 2);
+  ck_assert_uint_eq(steps[0], 50);
+  ck_assert_uint_eq(steps[1], 40);
+  /* keep 1 leaves the newest only. */
+  psd_ckpt_free(c);
+  c = open_ckpt("job", 0, 2, &momentum, 1);
+  write_ok(c, s, 60);
+  ck_assert_int_eq(psd_ckpt_list(c, steps, 8), 1);
+  ck_assert_uint_eq(steps[0], 60);
+  psd_store_free(s);
+  psd_ckpt_free(c);
+}
+END_TEST
+
+START_TEST(test_stale_tmp_is_removed) {
+  struct psd_ckpt *c = open_ckpt("job", 0, 2, &momentum, 3);
+  char p[1400];
+  snprintf(p, sizeof p, "%s/.tmp-7-12345", psd_ckpt_dir(c));
+  ck_assert_int_eq(mkdir(p, 0755), 0);
+  snprintf(p, sizeof p, "%s/.tmp-7-12345/shard.safetensors", psd_ckpt_dir(c));
+  fclose(fopen(p, "w"));
+  psd_ckpt_free(c);
+  c = open_ckpt("job", 0, 2, &momentum, 3);
+  ck_assert_int_eq(count_entries(c, ".tmp-"), 0);
+  psd_ckpt_free(c);
+}
+END_TEST
+
+START_TEST(test_same_step_twice_keeps_the_second) {
+  struct psd_ckpt *c = open_ckpt("job", 0, 2, &momentum, 3);
+  struct psd_store *a = make_store(0, &momentum, 1);
+  struct psd_store *b = make_store(0, &momentum, 2), *t;
+  write_ok(c, a, 9);
+  write_ok(c, b, 9);
+  ck_assert_int_eq(count_entries(c, "ckpt-"), 1);
+  ck_assert_int_eq(count_entries(c, ".tmp-"), 0);
+  t = load_step(c, 9, 0);
+  same_store(b, t);
+  psd_store_free(t);
+  psd_store_free(a);
+  psd_store_free(b);
+  psd_ckpt_free(c);
+}
+END_TEST
+
+START_TEST(test_failed_write_keeps_the_previous) {
+  struct psd_ckpt *c = open_ckpt("job", 0, 2, &momentum, 3);
+  struct psd_store *a = make_store(0, &momentum, 1), *t;
+  struct psd_store *big = NULL;
+  struct psd_ckpt_result r;
+  static const int64_t shape[2] = {1 << 12, 1 << 10}; /* 16 MiB + slot */
+  struct psd_var *v;
+  int created;
+
+  write_ok(c, a, 1);
+  /* A write that fails half way: the file size limit (as a full disk). */
+  signal(SIGXFSZ, SIG_IGN);
+  struct rlimit lim = {4 << 20, 4 << 20};
+  ck_assert_int_eq(setrlimit(RLIMIT_FSIZE, &lim), 0);
+  ck_assert_int_eq(psd_store_new(&big, 0, 1, &momentum), 0);
+  ck_assert_int_eq(psd_store_declare(big, "big", 2, shape, -1, PSD_INIT_ZEROS,
+                                     0, 0, &v, &created, err, sizeof err),
+                   0);
+  ck_assert_int_eq(psd_ckpt_write(c, big, 2, 1, &r, err, sizeof err), CM_EIO);
+  ck_assert_msg(strstr(err, "File too large") && strstr(err, "/.tmp-2-"), "%s",
+                err);
+  ck_assert_int_eq(count_entries(c, ".tmp-"), 0);
+  ck_assert_int_eq(count_entries(c, "ckpt-"), 1);
+  t = load_step(c, 1, 0);
+  same_store(a, t);
+  psd_store_free(t);
+  psd_store_free(big);
+  psd_ckpt_free(c);
+  /* A regular file where the shard's directory should be. */
+  char p[256];
+  snprintf(p, sizeof p, "%s/job2", root);
+  fclose(fopen(p, "w"));
+  struct psd_ckpt_opts o = {root, "job2", 0, 2, "sync", &momentum, 3};
+  c = (struct psd_ckpt *)1;
+  ck_assert_int_eq(psd_ckpt_new(&c, &o, err, sizeof err), CM_EIO);
+  ck_assert_ptr_null(c);
+  ck_assert_msg(strstr(err, "job2") && strstr(err, "not a directory"), "%s",
+                err);
+  psd_store_free(a);
+}
+END_TEST
+
+START_TEST(test_resume_step) {
+  struct psd_ckpt *c = open_ckpt("job", 0, 2, &momentum, 5), *d;
+  struct psd_store *s = make_store(0, &momentum, 1), *t = NULL;
+  struct psd_ckpt_result r;
+  uint64_t steps[8];
+  for (uint64_t step = 10; step <= 30; step += 10)
+    write_ok(c, s, step);
+  /* Nothing at or below 5: an error, and nothing is set aside. */
+  struct psd_ckpt_opts o = {root, "job", 0, 2, "sync", &momentum, 5, 1, 5};
+  ck_assert_int_eq(psd_ckpt_new(&d, &o, err, sizeof err), 0);
+  ck_assert_int_eq(psd_ckpt_load(d, &t, &r, err, sizeof err), CM_ENOENT);
+  ck_assert_ptr_nonnull(strstr(err, "--resume-step 5"));
+  ck_assert_int_eq(psd_ckpt_list(d, steps, 8), 3);
+  psd_ckpt_free(d);
+  /* At or below 25: step 20, and 30 is renamed out of the way. */
+  o.resume_step = 25;
+  ck_assert_int_eq(psd_ckpt_new(&d, &o, err, sizeof err), 0);
+  t = load_step(d, 20, 0);
+  psd_store_free(t);
+  ck_assert_int_eq(psd_ckpt_list(d, steps, 8), 2);
+  ck_assert_uint_eq(steps[0], 20);
+  ck_assert_int_eq(count_entries(d, "superseded-ckpt-0000000030-"), 1);
+  psd_ckpt_free(d);
+  psd_store_free(s);
+  psd_ckpt_free(c);
+}
+END_TEST
+
+int main(void) {
+  Suite *s = suite_create("ckpt");
+  TCase *tc = tcase_create("disk");
+  tcase_add_checked_fixture(tc, setup, teardown);
+  tcase_add_test(tc, test_roundtrip);
+  tcase_add_test(tc, test_empty_dir_is_a_fresh_start);
+  tcase_add_test(tc, test_flipped_byte_falls_back);
+  tcase_add_test(tc, test_truncated_falls_back);
+  tcase_add_test(tc, test_bad_manifest_falls_back);
+  tcase_add_test(tc, test_none_verifies_is_an_error);
+  tcase_add_test(tc, test_other_job_or_shard_is_refused);
+  tcase_add_test(tc, test_optimizer_change_loads_values);
+  tcase_add_test(tc, test_prune_keeps_exactly_k);
+  tcase_add_test(tc, test_stale_tmp_is_removed);
+  tcase_add_test(tc, test_same_step_twice_keeps_the_second);
+  tcase_add_test(tc, test_failed_write_keeps_the_previous);
+  tcase_add_test(tc, test_resume_step);
+  tcase_set_timeout(tc, 60);
+  suite_add_tcase(s, tc);
+  SRunner *sr = srunner_create(s);
+  srunner_run_all(sr, CK_NORMAL);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
