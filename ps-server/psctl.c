@@ -602,11 +602,13 @@ static int cmd_vars(struct psctl *p) {
     if (optim && strcmp(optim, opt) != 0)
       same_optim = 0;
     optim = opt;
-    o = json_pack("{s:s, s:O, s:s, s:i, s:o, s:I, s:I, s:I, s:s}", "name",
+    /* Versions are null when every shard holding rows is down. */
+    o = json_pack("{s:s, s:O, s:s, s:i, s:o, s:I, s:o, s:o, s:s}", "name",
                   m.name, "shape", m.shape, "dtype", "f32", "placement",
                   m.placement, "shards", shards, "bytes", (json_int_t)bytes,
-                  "version", (json_int_t)(vmax < 0 ? 0 : vmax), "version_min",
-                  (json_int_t)(vmin < 0 ? 0 : vmin), "optimizer", opt);
+                  "version", vmax < 0 ? json_null() : json_integer(vmax),
+                  "version_min", vmin < 0 ? json_null() : json_integer(vmin),
+                  "optimizer", opt);
     json_array_append_new(list, o);
     map_free(&m);
   }
@@ -650,7 +652,9 @@ static int cmd_vars(struct psctl *p) {
     tbl_cell(&t, "f32");
     tbl_cell(&t, "%s", map);
     tbl_cell(&t, "%s%s", held, missing ? "+?" : "");
-    if (jint(v, "version_min") != jint(v, "version"))
+    if (json_is_null(json_object_get(v, "version")))
+      tbl_cell(&t, "?");
+    else if (jint(v, "version_min") != jint(v, "version"))
       tbl_cell(&t, "%lld-%lld", jint(v, "version_min"), jint(v, "version"));
     else
       tbl_cell(&t, "%lld", jint(v, "version"));
@@ -668,6 +672,20 @@ out:
 }
 
 /* ---- get ---- */
+
+/* "# rows [a, b) missing: ps:S (address) did not answer" per entry of a
+ * `missing` list. */
+static void print_missing(json_t *missing) {
+  json_t *e;
+  size_t i;
+  json_array_foreach(missing, i, e) {
+    json_t *r = json_object_get(e, "rows");
+    printf("# rows [%lld, %lld) missing: ps:%lld (%s) did not answer\n",
+           json_integer_value(json_array_get(r, 0)),
+           json_integer_value(json_array_get(r, 1)), jint(e, "shard"),
+           jstr(e, "address"));
+  }
+}
 
 /* Parses "A:B", "A:" or ":B" into [*a, *b) (*b = -1 when open). */
 static int parse_rows(const char *s, int64_t *a, int64_t *b) {
@@ -856,6 +874,7 @@ static int cmd_get(struct psctl *p) {
       tbl_cell(&t, "%.9g", sqrt(st.sumsq));
       tbl_cell(&t, "%llu", (unsigned long long)st.nan);
       rc = tbl_print(&t);
+      print_missing(missing);
     }
   } else if (p->json) {
     json_t *vals = json_array();
