@@ -138,7 +138,7 @@ struct dw_read {
   uint64_t count;   /* elements; the run must lie inside the shard's rows */
   float *dst;       /* caller-owned destination of count floats */
   int rc;           /* out: 0, or the error of the run's first failed message */
-  char err[512];    /* out: that error in words, naming shard and variable */
+  char err[1024];   /* out: that error in words, naming shard and variable */
 };
 
 /* Reads the runs reads[0..n) with Data.Pull, no declare needed (an admin
