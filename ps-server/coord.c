@@ -48,6 +48,16 @@ struct worker {
   uint64_t clock;   /* async: pushes completed, as last reported */
   int arrived;      /* sync: in the open step's arrivals */
   int left;         /* said it finished (Join with leave) */
+
+  /* Step timing (status, psctl workers). */
+  double step_mark;   /* ms of its last timed event (Admit or push); 0: none
+                         since it joined, so a rejoin's gap is no step */
+  uint64_t last_step; /* sync: the step of its last Admit */
+  uint64_t pushes;    /* async: pushes timed */
+  float steps[PSD_COORD_STEP_RING]; /* step times, ms; ring */
+  float lags[PSD_COORD_STEP_RING];  /* sync: step opening to Admit, ms; ring */
+  uint64_t nsteps, nlags;           /* written ever; next slot is n % ring */
+  struct psd_hist step_hist;        /* every step time, seconds */
 };
 
 struct psd_coord {
@@ -94,6 +104,36 @@ static int live_count(struct psd_coord *c) {
   for (int i = 0; i < c->n; i++)
     n += c->w[i].live;
   return n;
+}
+
+/* Records one step time of w, ending now. Caller holds the lock. */
+static void time_step(struct worker *w, double now) {
+  if (w->step_mark > 0) {
+    double ms = now - w->step_mark;
+    w->steps[w->nsteps++ % PSD_COORD_STEP_RING] = (float)ms;
+    psd_hist_observe(&w->step_hist, ms / 1e3);
+  }
+  w->step_mark = now;
+}
+
+static int cmp_float(const void *a, const void *b) {
+  float x = *(const float *)a, y = *(const float *)b;
+  return x < y ? -1 : x > y;
+}
+
+/* The p50 and p95 (nearest rank) of the newest entries of a ring that has
+ * had n written. */
+static void ring_quantiles(const float *ring, uint64_t n, double *p50,
+                           double *p95) {
+  float t[PSD_COORD_STEP_RING];
+  int k = n < PSD_COORD_STEP_RING ? (int)n : PSD_COORD_STEP_RING;
+  *p50 = *p95 = 0;
+  if (k == 0)
+    return;
+  memcpy(t, ring, k * sizeof *t);
+  qsort(t, k, sizeof *t, cmp_float);
+  *p50 = t[(int)(0.50 * (k - 1) + 0.5)];
+  *p95 = t[(int)(0.95 * (k - 1) + 0.5)];
 }
 
 static int all_joined(struct psd_coord *c) {
@@ -308,6 +348,7 @@ static void on_join(struct cm_rpc_call *call, grpc_byte_buffer *bb, void *ctx) {
       w->left = 0;
       w->joined = 1;
       w->joins++;
+      w->step_mark = 0;
     }
     Psd__V1__JoinResponse r = PSD__V1__JOIN_RESPONSE__INIT;
     r.step = c->open;
@@ -362,6 +403,8 @@ static void on_admit(struct cm_rpc_call *call, grpc_byte_buffer *bb,
                   req->worker);
     } else if (req->step < c->open) {
       /* Too late: the step closed without it (counted at the close). */
+      time_step(w, cm_mono_ms());
+      w->last_step = req->step;
       reply_admit(call, 0, req->step, NULL, 0, c->open);
     } else if (req->step > c->open) {
       cm_rpc_fail(call, GRPC_STATUS_FAILED_PRECONDITION,
@@ -374,6 +417,12 @@ static void on_admit(struct cm_rpc_call *call, grpc_byte_buffer *bb,
       } else {
         double now = cm_mono_ms();
         if (!w->arrived) {
+          time_step(w, now);
+          w->last_step = req->step;
+          if (c->last_close > 0) {
+            w->lags[w->nlags++ % PSD_COORD_STEP_RING] =
+                (float)(now - c->last_close);
+          }
           if (c->narrivals == 0)
             c->first_arrival = now;
           w->arrived = 1;
@@ -728,20 +777,38 @@ const struct cm_rpc_method *psd_coord_methods(struct psd_coord *c, int *n) {
   return c->methods;
 }
 
+void psd_coord_pushed(struct psd_coord *c, int worker) {
+  if (worker < 0 || worker >= c->n)
+    return;
+  double now = cm_mono_ms();
+  pthread_mutex_lock(&c->lock);
+  c->w[worker].pushes++;
+  time_step(&c->w[worker], now);
+  pthread_mutex_unlock(&c->lock);
+}
+
 int psd_coord_workers(struct psd_coord *c, struct psd_worker_info *out,
                       int max) {
   double now = cm_mono_ms();
   pthread_mutex_lock(&c->lock);
   for (int i = 0; i < c->n && i < max; i++) {
     const struct worker *w = &c->w[i];
-    out[i] = (struct psd_worker_info){i,
-                                      w->live,
-                                      w->joined,
-                                      w->applied,
-                                      w->dropped,
-                                      w->clock,
-                                      w->joined ? now - w->last_seen : -1,
-                                      w->joins};
+    struct psd_worker_info *o = &out[i];
+    *o = (struct psd_worker_info){i,
+                                  w->live,
+                                  w->joined,
+                                  w->applied,
+                                  w->dropped,
+                                  w->clock,
+                                  w->joined ? now - w->last_seen : -1,
+                                  w->joins};
+    o->last_step = w->last_step;
+    o->pushes = w->pushes;
+    o->step_samples = w->nsteps < PSD_COORD_STEP_RING ? (unsigned)w->nsteps
+                                                      : PSD_COORD_STEP_RING;
+    ring_quantiles(w->steps, w->nsteps, &o->step_p50_ms, &o->step_p95_ms);
+    ring_quantiles(w->lags, w->nlags, &o->lag_p50_ms, &o->lag_p95_ms);
+    psd_hist_read(&w->step_hist, o->step_counts, &o->step_sum);
   }
   pthread_mutex_unlock(&c->lock);
   return c->n;

@@ -15,8 +15,12 @@
 
 #include <stdint.h>
 
+#include "hist.h"
 #include "rpc.h"
 #include "spec.h"
+
+/* Step times each worker keeps for its quantiles (a ring of the newest). */
+#define PSD_COORD_STEP_RING 128
 
 struct psd_coord;
 
@@ -30,6 +34,17 @@ struct psd_worker_info {
   uint64_t clock;      /* async: pushes completed as last reported */
   double last_seen_ms; /* since last heard from */
   unsigned joins;      /* joins, rejoins included */
+
+  /* Step timing, kept by the coordinator (psd_coord_pushed, Admit). */
+  uint64_t last_step;    /* sync: the step of its last Admit */
+  uint64_t pushes;       /* async: pushes timed (psd_coord_pushed) */
+  unsigned step_samples; /* step times in the ring, at most the ring size */
+  double step_p50_ms;    /* median of the ring's step times, 0 when empty */
+  double step_p95_ms;    /* 95th percentile of the same */
+  double lag_p50_ms;     /* sync: median ms from step opening to its Admit */
+  double lag_p95_ms;     /* sync: 95th percentile of the same */
+  uint64_t step_counts[PSD_HIST_BOUNDS + 1]; /* every step time, bucketed */
+  double step_sum;                           /* their sum, seconds */
 };
 
 /* Borrows spec (which must outlive it). Opens channels to every shard for
@@ -53,6 +68,11 @@ const struct cm_rpc_method *psd_coord_methods(struct psd_coord *c, int *n);
 /* Acts on time: closes steps at their deadline, declares silent workers
  * dead. psd's loop calls it every few milliseconds. */
 void psd_coord_tick(struct psd_coord *c);
+
+/* Async: worker `worker` sent the first message of a push to this shard
+ * (PushRequest.has_worker and first). Records the gap since its previous
+ * one as a step time; ignores an index out of range. No allocation. */
+void psd_coord_pushed(struct psd_coord *c, int worker);
 
 /* Fills up to max entries; returns the number of workers. */
 int psd_coord_workers(struct psd_coord *c, struct psd_worker_info *out,

@@ -14,8 +14,10 @@
 #include <string.h>
 #include <time.h>
 
+#include "clock.h"
 #include "coord.h"
 #include "err.h"
+#include "hist.h"
 #include "log.h"
 #include "ps.pb-c.h"
 #include "saver.h"
@@ -47,6 +49,8 @@ struct psd_service {
   atomic_uint_fast64_t errors;     /* calls answered with an error */
   atomic_uint_fast64_t updates;    /* async: worker steps applied (pushes
                                       carrying a batch's examples) */
+  struct psd_hist push_time;       /* push handling, decode to reply */
+  struct psd_hist pull_time;       /* pull handling, a parked wait excluded */
 };
 
 /* A pull waiting for the shard to commit min_version steps. */
@@ -209,9 +213,10 @@ out:
 
 static void release_free(void *p) { free(p); }
 
-/* Answers a pull whose version exists. */
+/* Answers a pull whose version exists; `start` (cm_mono_ms) is when its
+ * handling began, for the pull histogram. */
 static void answer_pull(struct psd_service *svc, struct cm_rpc_call *call,
-                        const Psd__V1__PullRequest *req) {
+                        const Psd__V1__PullRequest *req, double start) {
   Psd__V1__PullResponse resp = PSD__V1__PULL_RESPONSE__INIT;
   struct psd_var **vars = NULL;
   struct cm_wire_piece *pieces = NULL;
@@ -294,6 +299,7 @@ static void answer_pull(struct psd_service *svc, struct cm_rpc_call *call,
     atomic_fetch_add(&svc->pulls, 1);
     atomic_fetch_add(&svc->bytes_out, total);
     cm_rpc_reply(call, out);
+    psd_hist_observe(&svc->pull_time, (cm_mono_ms() - start) / 1e3);
   }
   goto out;
 nomem:
@@ -308,6 +314,7 @@ out:
 
 static void on_pull(struct cm_rpc_call *call, grpc_byte_buffer *bb, void *ctx) {
   struct psd_service *svc = ctx;
+  double start = cm_mono_ms();
   struct cm_wire_msg m;
   Psd__V1__PullRequest *req = (Psd__V1__PullRequest *)decode(
       svc, call, bb, &psd__v1__pull_request__descriptor, &m);
@@ -330,7 +337,7 @@ static void on_pull(struct cm_rpc_call *call, grpc_byte_buffer *bb, void *ctx) {
     if (!call)
       goto out;
   }
-  answer_pull(svc, call, req);
+  answer_pull(svc, call, req, start);
 out:
   if (req)
     protobuf_c_message_free_unpacked(&req->base, NULL);
@@ -359,7 +366,7 @@ static void release_parked(struct psd_service *svc, int stopping) {
     if (stopping)
       cm_rpc_fail(p->call, GRPC_STATUS_UNAVAILABLE, "psd is shutting down");
     else
-      answer_pull(svc, p->call, p->req);
+      answer_pull(svc, p->call, p->req, cm_mono_ms());
     protobuf_c_message_free_unpacked(&p->req->base, NULL);
     free(p);
   }
@@ -422,6 +429,7 @@ void psd_service_stop(struct psd_service *svc) { release_parked(svc, 1); }
 
 static void on_push(struct cm_rpc_call *call, grpc_byte_buffer *bb, void *ctx) {
   struct psd_service *svc = ctx;
+  double start = cm_mono_ms();
   struct cm_wire_msg m;
   Psd__V1__PushRequest *req = NULL;
   Psd__V1__PushResponse resp = PSD__V1__PUSH_RESPONSE__INIT;
@@ -512,6 +520,11 @@ static void on_push(struct cm_rpc_call *call, grpc_byte_buffer *bb, void *ctx) {
   resp.n_versions = req->n_segments;
   resp.versions = versions;
   cm_rpc_reply(call, cm_rpc_pack(&resp.base));
+  /* Async steps are timed at shard 0 by the pushes' first messages; sync
+   * steps by their admissions (coord.c). svc->steps alone decides staging. */
+  if (svc->coord && !svc->steps && req->has_worker && req->first)
+    psd_coord_pushed(svc->coord, req->worker);
+  psd_hist_observe(&svc->push_time, (cm_mono_ms() - start) / 1e3);
   goto out;
 nomem:
   fail(svc, call, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
@@ -522,6 +535,22 @@ out:
   if (req)
     protobuf_c_message_free_unpacked(&req->base, NULL);
   cm_wire_msg_release(&m);
+}
+
+/* Points h at counts (PSD_HIST_BOUNDS + 1 entries, borrowed until the
+ * message is packed) and the shared bounds. */
+static void fill_hist(Psd__V1__Histogram *h, const char *name, uint64_t *counts,
+                      double sum) {
+  psd__v1__histogram__init(h);
+  h->name = (char *)name;
+  h->n_bounds = PSD_HIST_BOUNDS;
+  h->bounds = (double *)psd_hist_bounds(); /* protobuf-c only reads it */
+  h->n_counts = PSD_HIST_BOUNDS + 1;
+  h->counts = counts;
+  h->sum = sum;
+  h->count = 0;
+  for (int i = 0; i <= PSD_HIST_BOUNDS; i++)
+    h->count += counts[i];
 }
 
 static void on_status(struct cm_rpc_call *call, grpc_byte_buffer *bb,
@@ -538,6 +567,9 @@ static void on_status(struct cm_rpc_call *call, grpc_byte_buffer *bb,
   Psd__V1__WorkerStatus *ws = NULL, **wsp = NULL;
   Psd__V1__CheckpointStatus ck = PSD__V1__CHECKPOINT_STATUS__INIT;
   struct psd_saver_state *sst = NULL;
+  Psd__V1__Histogram *wh = NULL, sh[2], *shp[2] = {&sh[0], &sh[1]};
+  uint64_t counts[2][PSD_HIST_BOUNDS + 1];
+  double sums[2];
   struct timespec now;
   int n;
 
@@ -565,6 +597,7 @@ static void on_status(struct cm_rpc_call *call, grpc_byte_buffer *bb,
     pthread_mutex_unlock(&v->lock);
     vs[i].bytes = psd_var_bytes(svc->store, v);
     vs[i].optimizer = svc->optim;
+    vs[i].placement = v->placement;
     ptrs[i] = &vs[i];
   }
   clock_gettime(CLOCK_MONOTONIC, &now);
@@ -582,6 +615,12 @@ static void on_status(struct cm_rpc_call *call, grpc_byte_buffer *bb,
                   (now.tv_nsec - svc->started.tv_nsec) / 1e9;
   resp.n_vars = n;
   resp.vars = ptrs;
+  psd_hist_read(&svc->push_time, counts[0], &sums[0]);
+  psd_hist_read(&svc->pull_time, counts[1], &sums[1]);
+  fill_hist(&sh[0], "push_seconds", counts[0], sums[0]);
+  fill_hist(&sh[1], "pull_seconds", counts[1], sums[1]);
+  resp.n_histograms = 2;
+  resp.histograms = shp;
   if (svc->steps) {
     resp.step = psd_steps_version(svc->steps);
     if (!(hist = malloc(PSD_STEPS_HISTORY * sizeof *hist)) ||
@@ -614,7 +653,8 @@ static void on_status(struct cm_rpc_call *call, grpc_byte_buffer *bb,
     int nw = psd_coord_workers(svc->coord, NULL, 0);
     if (!(winfo = calloc(nw + 1, sizeof *winfo)) ||
         !(ws = calloc(nw + 1, sizeof *ws)) ||
-        !(wsp = calloc(nw + 1, sizeof *wsp))) {
+        !(wsp = calloc(nw + 1, sizeof *wsp)) ||
+        !(wh = calloc(nw + 1, sizeof *wh))) {
       fail(svc, call, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
       goto out;
     }
@@ -629,6 +669,16 @@ static void on_status(struct cm_rpc_call *call, grpc_byte_buffer *bb,
       ws[i].clock = winfo[i].clock;
       ws[i].last_seen_ms = winfo[i].last_seen_ms;
       ws[i].joins = winfo[i].joins;
+      ws[i].last_step = winfo[i].last_step;
+      ws[i].pushes = winfo[i].pushes;
+      ws[i].step_samples = winfo[i].step_samples;
+      ws[i].step_p50_ms = winfo[i].step_p50_ms;
+      ws[i].step_p95_ms = winfo[i].step_p95_ms;
+      ws[i].lag_p50_ms = winfo[i].lag_p50_ms;
+      ws[i].lag_p95_ms = winfo[i].lag_p95_ms;
+      fill_hist(&wh[i], "step_seconds", winfo[i].step_counts,
+                winfo[i].step_sum);
+      ws[i].step_time = &wh[i];
       wsp[i] = &ws[i];
     }
     resp.n_workers = nw;
@@ -658,6 +708,7 @@ out:
   free(winfo);
   free(ws);
   free(wsp);
+  free(wh);
   free(vs);
   free(ptrs);
   if (req)

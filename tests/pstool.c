@@ -5,14 +5,16 @@
  *   pstool --cluster F [--shard S] pull NAME OFFSET COUNT
  *   pstool --cluster F [--shard S] raw METHOD HEXBYTES
  *   pstool --cluster F roundtrip --bytes N [--rounds R] [--chunk B] [--inflight
- * K] pstool tcp --bytes N [--rounds R]
+ * K] [--join --worker W] pstool tcp --bytes N [--rounds R]
  *
  * SHAPE is "4,3". The low-level commands send exactly one call to one shard
  * and print "OK ..." or "ERROR <gRPC status>: <message>" (exit 1), so tests
  * can check psd's answers to bad input. roundtrip declares a variable of N
  * bytes split across all shards with libpsclient, pushes a known gradient,
  * pulls it back and checks every element against the update formula, then
- * times R pushes and R pulls (with each call's p50 and p99); tcp times a
+ * times R pushes and R pulls (with each call's p50 and p99); with --join it
+ * first joins the job as worker W, so its pushes name it (the coordinator
+ * then times them as that worker's steps); tcp times a
  * plain loopback TCP copy, the baseline for the transport benchmark.
  * syncload is a light sync worker for the scale benchmark: the demo MLP's
  * variables, no compute, S steps of pull, stage, admit. */
@@ -44,6 +46,7 @@ struct args {
   size_t chunk;        /* --chunk */
   int inflight;        /* --inflight */
   int worker;          /* --worker */
+  int join;            /* --join: roundtrip joins as worker --worker first */
 };
 
 static int cmp_double(const void *a, const void *b) {
@@ -249,8 +252,10 @@ static int cmd_roundtrip(struct cm_spec *spec, const struct args *a) {
       .init = DW_INIT_ZEROS,
       .value = value,
       .grad = grad};
-  if (dw_client_new(&c, spec, &o) || dw_client_declare(c, &v, 1) ||
-      dw_client_pull(c)) {
+  uint64_t step;
+  if (dw_client_new(&c, spec, &o) ||
+      (a->join && dw_client_join(c, a->worker, 500, &step)) ||
+      dw_client_declare(c, &v, 1) || dw_client_pull(c)) {
     fprintf(stderr, "pstool: %s\n", c ? dw_client_error(c) : "no client");
     goto out;
   }
@@ -358,7 +363,7 @@ static int cmd_roundtrip(struct cm_spec *spec, const struct args *a) {
          quantile(tl, a->rounds, 0.99) * 1e6);
   free(tp);
   free(tl);
-  rc = 0;
+  rc = a->join ? (dw_client_leave(c) ? 1 : 0) : 0;
 out:
   dw_client_free(c);
   free(value);
@@ -502,6 +507,7 @@ int main(int argc, char **argv) {
                                        {"chunk", required_argument, 0, 'k'},
                                        {"inflight", required_argument, 0, 'i'},
                                        {"worker", required_argument, 0, 'w'},
+                                       {"join", no_argument, 0, 'j'},
                                        {0, 0, 0, 0}};
   struct args a = {.timeout = 10000, .rounds = 5};
   struct cm_spec *spec = NULL;
@@ -533,6 +539,9 @@ int main(int argc, char **argv) {
       break;
     case 'w':
       a.worker = atoi(optarg);
+      break;
+    case 'j':
+      a.join = 1;
       break;
     default:
       return 2;

@@ -485,10 +485,15 @@ static grpc_byte_buffer *build_request(struct dw_client *c, const struct msg *m,
     req.n_segments = m->npieces;
     req.segments = ptrs;
     req.examples = first_of_shard ? c->examples : 0;
-    if (c->sync_push) {
-      req.step = c->push_step;
+    if (c->windex >= 0) {
+      /* Every push of a joined worker names it; the shard's mode decides
+       * whether it is staged (sync) or applied (async), never this. */
       req.worker = c->windex;
+      req.has_worker = 1;
+      req.first = first_of_shard;
     }
+    if (c->sync_push)
+      req.step = c->push_step;
     len = psd__v1__push_request__get_packed_size(&req);
     if (len > sizeof stack && !(head = malloc(len)))
       goto out;
@@ -668,6 +673,118 @@ int dw_client_push_step(struct dw_client *c, uint64_t step, int *closed) {
   return rc;
 }
 
+/* One message of a dw_client_read run. */
+struct read_part {
+  struct dw_read *r; /* the run it belongs to */
+  uint64_t count;    /* elements in this message */
+  float *dst;        /* where they go */
+};
+
+/* Checks one read answer and copies its bytes out. */
+static void on_read(struct cm_unary *u, void *ctx) {
+  const struct read_part *p = u->user;
+  struct cm_wire_msg w;
+  (void)ctx;
+  if (u->status != GRPC_STATUS_OK)
+    return;
+  if (cm_wire_parse(&w, u->response) ||
+      w.bulk_len != p->count * sizeof(float)) {
+    u->status = GRPC_STATUS_INTERNAL;
+    snprintf(u->details, sizeof u->details,
+             "pull answer holds %zu bytes; expected %llu", w.bulk_len,
+             (unsigned long long)(p->count * sizeof(float)));
+  } else {
+    cm_wire_bulk_read(&w, 0, p->dst, w.bulk_len);
+  }
+  cm_wire_msg_release(&w);
+  cm_unary_release(u);
+}
+
+static int status_rc(grpc_status_code s) {
+  switch (s) {
+  case GRPC_STATUS_OK:
+    return 0;
+  case GRPC_STATUS_DEADLINE_EXCEEDED:
+    return CM_ETIMEDOUT;
+  case GRPC_STATUS_UNAVAILABLE:
+    return CM_EUNAVAIL;
+  case GRPC_STATUS_NOT_FOUND:
+    return CM_ENOENT;
+  case GRPC_STATUS_OUT_OF_RANGE:
+    return CM_ERANGE;
+  default:
+    return CM_ERPC;
+  }
+}
+
+int dw_client_read(struct dw_client *c, struct dw_read *reads, int n) {
+  Psd__V1__Caller caller = caller_of(c);
+  uint64_t per = c->o.chunk_bytes / sizeof(float);
+  struct cm_unary *calls = NULL;
+  struct read_part *parts = NULL;
+  int ncalls = 0, k = 0, rc = 0;
+
+  for (int i = 0; i < n; i++) {
+    reads[i].rc = 0;
+    reads[i].err[0] = 0;
+    if (reads[i].shard < 0 || reads[i].shard >= c->nshards) {
+      seterr(c, "read '%s': no shard %d; the cluster has %d", reads[i].name,
+             reads[i].shard, c->nshards);
+      return CM_EINVAL;
+    }
+    ncalls += (int)((reads[i].count + per - 1) / per);
+  }
+  if (!(calls = calloc(ncalls + 1, sizeof *calls)) ||
+      !(parts = calloc(ncalls + 1, sizeof *parts))) {
+    seterr(c, "read: out of memory");
+    rc = CM_ENOMEM;
+    goto out;
+  }
+  for (int i = 0; i < n; i++) {
+    for (uint64_t off = 0; off < reads[i].count; off += per, k++) {
+      Psd__V1__PullRequest req = PSD__V1__PULL_REQUEST__INIT;
+      Psd__V1__Segment seg = PSD__V1__SEGMENT__INIT, *sp = &seg;
+      uint64_t left = reads[i].count - off;
+      parts[k] = (struct read_part){&reads[i], left < per ? left : per,
+                                    reads[i].dst + off};
+      seg.name = (char *)reads[i].name;
+      seg.offset = reads[i].offset + off;
+      seg.count = parts[k].count;
+      req.caller = &caller;
+      req.n_segments = 1;
+      req.segments = &sp;
+      calls[k].channel = c->ch[reads[i].shard];
+      calls[k].method = PULL_METHOD;
+      calls[k].user = &parts[k];
+      if (!(calls[k].request = cm_rpc_pack(&req.base))) {
+        seterr(c, "read: out of memory");
+        rc = CM_ENOMEM;
+        goto out;
+      }
+    }
+  }
+  rc = run(c, calls, ncalls, "read", c->o.timeout_ms, 0, on_read, NULL);
+  for (int i = 0; i < ncalls; i++) {
+    struct dw_read *r = parts[i].r;
+    if (calls[i].status == GRPC_STATUS_OK || r->rc)
+      continue;
+    r->rc = status_rc(calls[i].status);
+    snprintf(r->err, sizeof r->err,
+             "read of '%s' from ps:%d (%s) failed: %s: %s", r->name, r->shard,
+             cm_channel_target(calls[i].channel),
+             cm_rpc_status_name(calls[i].status),
+             calls[i].details[0] ? calls[i].details : "(no message)");
+    if (!rc)
+      rc = r->rc; /* on_read turned it into a failure after the run */
+  }
+out:
+  for (int i = 0; calls && i < ncalls; i++)
+    cm_unary_release(&calls[i]);
+  free(calls);
+  free(parts);
+  return rc;
+}
+
 /* One call to the coordinator (shard 0); unpacks the answer into *out
  * (NULL to ignore it). */
 static int coord_call(struct dw_client *c, const char *method,
@@ -795,6 +912,17 @@ int dw_client_clock(struct dw_client *c, uint64_t clock) {
                     NULL);
 }
 
+/* {"name", "bounds", "counts", "sum", "count"}, as in the message. */
+static json_t *hist_json(const Psd__V1__Histogram *h) {
+  json_t *b = json_array(), *n = json_array();
+  for (size_t i = 0; i < h->n_bounds; i++)
+    json_array_append_new(b, json_real(h->bounds[i]));
+  for (size_t i = 0; i < h->n_counts; i++)
+    json_array_append_new(n, json_integer((json_int_t)h->counts[i]));
+  return json_pack("{s:s, s:o, s:o, s:f, s:I}", "name", h->name, "bounds", b,
+                   "counts", n, "sum", h->sum, "count", (json_int_t)h->count);
+}
+
 int dw_client_status(struct dw_client *c, int shard, char **json) {
   Psd__V1__Caller caller = caller_of(c);
   Psd__V1__StatusRequest req = PSD__V1__STATUS_REQUEST__INIT;
@@ -840,10 +968,11 @@ int dw_client_status(struct dw_client *c, int shard, char **json) {
       json_array_append_new(shape, json_integer(v->shape[d]));
     json_array_append_new(
         vars,
-        json_pack("{s:s, s:o, s:[I, I], s:I, s:I, s:s}", "name", v->name,
+        json_pack("{s:s, s:o, s:[I, I], s:I, s:I, s:s, s:i}", "name", v->name,
                   "shape", shape, "rows", (json_int_t)v->row_begin,
                   (json_int_t)v->row_end, "version", (json_int_t)v->version,
-                  "bytes", (json_int_t)v->bytes, "optimizer", v->optimizer));
+                  "bytes", (json_int_t)v->bytes, "optimizer", v->optimizer,
+                  "placement", v->placement));
   }
   if (!root) {
     json_decref(vars);
@@ -868,14 +997,27 @@ int dw_client_status(struct dw_client *c, int shard, char **json) {
     }
     for (size_t i = 0; i < resp->n_workers; i++) {
       const Psd__V1__WorkerStatus *w = resp->workers[i];
-      json_array_append_new(
-          workers,
+      json_t *o =
           json_pack("{s:i, s:b, s:b, s:I, s:I, s:I, s:f, s:i}", "worker",
                     w->worker, "live", w->live, "joined", w->joined, "applied",
                     (json_int_t)w->applied, "dropped", (json_int_t)w->dropped,
                     "clock", (json_int_t)w->clock, "last_seen_ms",
-                    w->last_seen_ms, "joins", (int)w->joins));
+                    w->last_seen_ms, "joins", (int)w->joins);
+      json_object_set_new(o, "last_step", json_integer(w->last_step));
+      json_object_set_new(o, "pushes", json_integer(w->pushes));
+      json_object_set_new(o, "step_samples", json_integer(w->step_samples));
+      json_object_set_new(o, "step_p50_ms", json_real(w->step_p50_ms));
+      json_object_set_new(o, "step_p95_ms", json_real(w->step_p95_ms));
+      json_object_set_new(o, "lag_p50_ms", json_real(w->lag_p50_ms));
+      json_object_set_new(o, "lag_p95_ms", json_real(w->lag_p95_ms));
+      if (w->step_time)
+        json_object_set_new(o, "step_time", hist_json(w->step_time));
+      json_array_append_new(workers, o);
     }
+    json_t *hists = json_array();
+    for (size_t i = 0; i < resp->n_histograms; i++)
+      json_array_append_new(hists, hist_json(resp->histograms[i]));
+    json_object_set_new(root, "histograms", hists);
     json_object_set_new(root, "steps", steps);
     json_object_set_new(root, "workers", workers);
     json_object_set_new(root, "max_clock_spread",

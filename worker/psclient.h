@@ -124,8 +124,30 @@ int dw_client_admit(struct dw_client *c, uint64_t step, int *admitted,
  * compute its next gradient. */
 int dw_client_clock(struct dw_client *c, uint64_t clock);
 
-/* Fetches shard `shard`'s status as a JSON text (caller frees with free()). */
+/* Fetches shard `shard`'s status as a JSON text (caller frees with free()):
+ * StatusResponse's fields by their proto names ("vars", "workers",
+ * "histograms" with bounds, per-bucket counts, sum and count, ...). */
 int dw_client_status(struct dw_client *c, int shard, char **json);
+
+/* One run of a variable's elements to read from one shard (dw_client_read).
+ * The caller fills the first block; dw_client_read fills rc and err. */
+struct dw_read {
+  int shard;        /* the shard that holds the run */
+  const char *name; /* the variable; borrowed for the call */
+  uint64_t offset;  /* first element, in the variable's global numbering */
+  uint64_t count;   /* elements; the run must lie inside the shard's rows */
+  float *dst;       /* caller-owned destination of count floats */
+  int rc;           /* out: 0, or the error of the run's first failed message */
+  char err[1024];   /* out: that error in words, naming shard and variable */
+};
+
+/* Reads the runs reads[0..n) with Data.Pull, no declare needed (an admin
+ * tool reads variables it did not declare): each run is cut into messages
+ * of at most chunk_bytes, up to `inflight` in flight per shard and every
+ * shard at once. Returns 0 when every run arrived whole, else the first
+ * failed run's code; each run's rc and err say how it went, so the caller
+ * can use the runs that did arrive. */
+int dw_client_read(struct dw_client *c, struct dw_read *reads, int n);
 
 /* The last error in words, naming the shard and variable; "" when none. */
 const char *dw_client_error(const struct dw_client *c);

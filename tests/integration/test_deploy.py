@@ -192,8 +192,12 @@ class InstallTest(unittest.TestCase):
             for o in sorted(opts):
                 self.assertIn("--" + o, man, "%s(%s) lacks --%s" % (name, page[1], o))
             if name == "psctl":
-                self.assertIn("status", r.stdout)
-                self.assertIn(".B status", man)
+                cmds = re.findall(r"^  ([a-z]+)\b", r.stdout.split("Commands:")[1]
+                                  .split("Options:")[0], re.M)
+                self.assertIn("status", cmds)
+                for c in cmds:
+                    self.assertRegex(man, r"\n\.BI? \"?%s\b" % c,
+                                     "psctl(1) lacks the command %s" % c)
 
     def test_installed_pslaunch_finds_installed_psd(self):
         """pslaunch resolves psd (in sbin) before it tries the ports, so a
