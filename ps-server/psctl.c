@@ -1246,6 +1246,8 @@ static json_t *build_metrics(const struct psctl *p) {
        "Value payload bytes sent by pulls."},
       {"errors", "psd_errors_total", "counter",
        "Calls answered with an error."},
+      {"unauthenticated", "psd_unauthenticated_total", "counter",
+       "Calls refused for a missing or wrong bearer token."},
       {"step", "psd_step", "gauge", "Sync: steps committed on the shard."},
   };
   const struct cm_spec *spec = p->spec;

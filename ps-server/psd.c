@@ -483,6 +483,7 @@ static int open_server(struct psd_server *srv) {
                srv->shard);
     return 1;
   }
+  psd_service_set_server(srv->service, srv->rpc);
   if (cm_server_start(srv->rpc)) {
     cm_error("cannot start the gRPC server");
     return 1;

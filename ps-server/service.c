@@ -38,6 +38,7 @@ struct psd_service {
   struct cm_rpc_method methods[5]; /* what psd serves */
   struct psd_steps *steps;         /* owned, sync mode */
   struct psd_coord *coord;         /* borrowed, shard 0 only (status) */
+  struct cm_server *rpc;           /* borrowed: its refusal count (status) */
   struct psd_saver *saver;         /* borrowed: step counts, commit gate */
   pthread_mutex_t park_lock;       /* guards parked */
   struct parked_pull *parked;      /* pulls waiting for a version */
@@ -611,6 +612,7 @@ static void on_status(struct cm_rpc_call *call, grpc_byte_buffer *bb,
   resp.bytes_in = atomic_load(&svc->bytes_in);
   resp.bytes_out = atomic_load(&svc->bytes_out);
   resp.errors = atomic_load(&svc->errors);
+  resp.unauthenticated = svc->rpc ? cm_server_unauthenticated(svc->rpc) : 0;
   resp.uptime_s = (now.tv_sec - svc->started.tv_sec) +
                   (now.tv_nsec - svc->started.tv_nsec) / 1e9;
   resp.n_vars = n;
@@ -746,6 +748,10 @@ int psd_service_new(struct psd_service **out, struct psd_store *store,
   }
   *out = svc;
   return 0;
+}
+
+void psd_service_set_server(struct psd_service *svc, struct cm_server *rpc) {
+  svc->rpc = rpc;
 }
 
 void psd_service_set_coord(struct psd_service *svc, struct psd_coord *coord) {

@@ -28,6 +28,10 @@ void psd_service_set_coord(struct psd_service *svc, struct psd_coord *coord);
 struct psd_saver;
 void psd_service_set_saver(struct psd_service *svc, struct psd_saver *saver);
 
+/* Lets Status report the calls the gRPC server refused for their token. */
+struct cm_server;
+void psd_service_set_server(struct psd_service *svc, struct cm_server *rpc);
+
 /* The sync steps (owned by svc), NULL in async mode. */
 struct psd_steps;
 struct psd_steps *psd_service_steps(struct psd_service *svc);

@@ -952,14 +952,16 @@ int dw_client_status(struct dw_client *c, int shard, char **json) {
     rc = CM_EPROTO;
     goto out;
   }
-  root = json_pack("{s:i, s:i, s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:f}",
+  root = json_pack("{s:i, s:i, s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:f, "
+                   "s:I}",
                    "shard", resp->shard, "num_shards", resp->num_shards, "job",
                    resp->job, "mode", resp->mode, "pulls",
                    (json_int_t)resp->pulls, "pushes", (json_int_t)resp->pushes,
                    "examples", (json_int_t)resp->examples, "bytes_in",
                    (json_int_t)resp->bytes_in, "bytes_out",
                    (json_int_t)resp->bytes_out, "errors",
-                   (json_int_t)resp->errors, "uptime_s", resp->uptime_s);
+                   (json_int_t)resp->errors, "uptime_s", resp->uptime_s,
+                   "unauthenticated", (json_int_t)resp->unauthenticated);
   vars = json_array();
   for (size_t i = 0; root && i < resp->n_vars; i++) {
     const Psd__V1__VarStatus *v = resp->vars[i];
