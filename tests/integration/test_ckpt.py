@@ -208,6 +208,13 @@ class AsyncCkptTest(unittest.TestCase):
                                                 shard=1))])
         self.assertTrue(np.array_equal(bits(arrays[big].reshape(-1)), bits(live)))
         self.assertTrue(np.any(live != 0))
+        # ... and what psctl get prints, for every variable.
+        for name in ("w", "b", big):
+            r = psctl(spec, "--json", "get", name)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            got = np.array(json.loads(r.stdout)["values"], dtype=np.float32)
+            self.assertTrue(np.array_equal(bits(arrays[name].reshape(-1)),
+                                           bits(got.reshape(-1))), name)
         # Values and slots equal the shards' checkpoint files, rows joined.
         r = psctl(spec, "checkpoint", "--wait", "--json")
         self.assertEqual(r.returncode, 0, r.stderr)
