@@ -551,8 +551,10 @@ static void set_token(struct cm_channel *ch, const struct cm_creds *creds) {
   ch->nauth = 1;
 }
 
-int cm_channel_new(struct cm_channel **out, const char *target,
-                   const struct cm_creds *creds) {
+/* A channel to target, or over the connected socket fd when fd >= 0 (then
+ * without TLS: gRPC's fd API takes insecure credentials only). */
+static int new_channel(struct cm_channel **out, const char *target, int fd,
+                       const struct cm_creds *creds) {
   grpc_arg args[5];
   grpc_channel_args cargs;
   grpc_channel_credentials *gc;
@@ -561,7 +563,7 @@ int cm_channel_new(struct cm_channel **out, const char *target,
     return CM_ENOMEM;
   snprintf(ch->target, sizeof ch->target, "%s", target);
   build_args(args, &cargs.num_args, 0);
-  if (creds && creds->tls) {
+  if (fd < 0 && creds && creds->tls) {
     grpc_ssl_pem_key_cert_pair pair = {creds->key_pem, creds->cert_pem};
     gc = grpc_ssl_credentials_create(
         creds->ca_pem, creds->cert_pem ? &pair : NULL, NULL, NULL);
@@ -574,30 +576,22 @@ int cm_channel_new(struct cm_channel **out, const char *target,
     gc = grpc_insecure_credentials_create();
   }
   cargs.args = args;
-  ch->channel = grpc_channel_create(target, gc, &cargs);
+  ch->channel = fd < 0 ? grpc_channel_create(target, gc, &cargs)
+                       : grpc_channel_create_from_fd(target, fd, gc, &cargs);
   grpc_channel_credentials_release(gc);
   set_token(ch, creds);
   *out = ch;
   return 0;
 }
 
+int cm_channel_new(struct cm_channel **out, const char *target,
+                   const struct cm_creds *creds) {
+  return new_channel(out, target, -1, creds);
+}
+
 int cm_channel_new_fd(struct cm_channel **out, const char *target, int fd,
                       const struct cm_creds *creds) {
-  grpc_arg args[4];
-  grpc_channel_args cargs;
-  grpc_channel_credentials *gc;
-  struct cm_channel *ch = calloc(1, sizeof *ch);
-  if (!ch)
-    return CM_ENOMEM;
-  snprintf(ch->target, sizeof ch->target, "%s", target);
-  build_args(args, &cargs.num_args, 0);
-  cargs.args = args;
-  gc = grpc_insecure_credentials_create();
-  ch->channel = grpc_channel_create_from_fd(target, fd, gc, &cargs);
-  grpc_channel_credentials_release(gc);
-  set_token(ch, creds);
-  *out = ch;
-  return 0;
+  return new_channel(out, target, fd, creds);
 }
 
 void cm_channel_free(struct cm_channel *ch) {
