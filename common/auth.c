@@ -87,9 +87,11 @@ static int load_token(const char *path, char *token, char *err, size_t errlen) {
   memcpy(token, p, (size_t)(end - p));
   token[end - p] = 0;
   free(text);
-  if (!stat(path, &st) && (st.st_mode & 077))
-    cm_warn("auth.token_file: %s can be read by other users (mode %04o); "
-            "chmod 600 it",
+  /* Group-readable is how a root-owned file reaches the psd user (mode
+   * 640, group psd); readable by everyone is a leak. */
+  if (!stat(path, &st) && (st.st_mode & 007))
+    cm_warn("auth.token_file: %s can be read by every user (mode %04o); "
+            "chmod 600 it (or 640 with the daemons' group)",
             path, (unsigned)(st.st_mode & 07777));
   return 0;
 }
