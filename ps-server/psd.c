@@ -495,10 +495,10 @@ static int open_server(struct psd_server *srv) {
 static void log_security(struct psd_server *srv) {
   const struct cm_creds *c = &srv->creds;
   if (!c->token[0] && !c->tls) {
-    const char *host = srv->spec->ps[srv->shard].host;
+    const char *l = srv->listen;
     /* On loopback only this host's users can call; say it, don't warn. */
-    int loopback = !strncmp(host, "127.", 4) || !strcmp(host, "::1") ||
-                   !strcmp(host, "localhost");
+    int loopback = !strncmp(l, "127.", 4) || !strncmp(l, "[::1]:", 6) ||
+                   !strncmp(l, "localhost:", 10);
     cm_log(loopback ? CM_LOG_INFO : CM_LOG_WARN,
            "no authentication (the spec has no \"auth\"): anyone who can "
            "reach %s can read and change the model",
