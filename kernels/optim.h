@@ -99,7 +99,9 @@ void kn_optim_hp_at(struct kn_optim_hp *hp, const struct cm_optim *o,
 void kn_optim_apply(const struct cm_optim *o, uint64_t k, float *w,
                     float *const *slots, const float *g, size_t n);
 
-/* x is (n): the sum of x[i]^2, accumulated in double in index order. */
+/* x is (n): the sum of x[i]^2 in double: element i is added to partial
+ * sum i mod 8 in index order, then ((s0 + s1) + (s2 + s3)) + ((s4 + s5) +
+ * (s6 + s7)). */
 double kn_sumsq(const float *x, size_t n);
 
 /* x is (n): x = x * s */

@@ -254,16 +254,20 @@ void kn_optim_apply(const struct cm_optim *o, uint64_t k, float *w,
   }
 }
 
-/* In index order, so the result does not depend on vector width (the loop
- * is not vectorized: a double sum is not reassociated without
- * -ffast-math). It runs once per worker step over the gradient, not on the
- * server. */
-double kn_sumsq(const float *x, size_t n) {
-  double s = 0.0;
+/* Element i goes to partial sum i mod 8, and the 8 are added pairwise at
+ * the end: a fixed order, so the result does not depend on vector width,
+ * with 8 independent chains of additions instead of one (GCC vectorizes
+ * the body): 86 us for the demo's 235k floats here, one chain 129 us. */
+double kn_sumsq(const float *restrict x, size_t n) {
+  double s[8] = {0};
+  size_t i, m = kn__body(n);
 
-  for (size_t i = 0; i < n; i++)
-    s += (double)x[i] * x[i];
-  return s;
+  for (i = 0; i < m; i += 8)
+    for (int j = 0; j < 8; j++)
+      s[j] += (double)x[i + j] * x[i + j];
+  for (; i < n; i++)
+    s[i & 7] += (double)x[i] * x[i];
+  return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
 }
 
 void kn_scale(float *restrict x, size_t n, float s) {

@@ -336,10 +336,25 @@ START_TEST(test_clip) {
   ck_assert_float_eq(h[0], 0.3f);
   ck_assert_float_eq(h[1], 0.4f);
   ck_assert_double_eq(kn_clip_global_norm(h, 0, 1.0), 0.0);
-  /* The sum of squares is a double sum in index order. */
-  for (size_t i = 0; i < n; i++)
-    want += (double)x[i] * x[i];
-  ck_assert_double_eq(kn_sumsq(x, n), want);
+  /* The sum of squares: 8 double partial sums (element i in sum i mod 8),
+   * added pairwise; within 1e-12 of one sum in index order. */
+  {
+    double part[8] = {0}, seq = 0.0;
+    for (size_t i = 0; i < n; i++) {
+      part[i % 8] += (double)x[i] * x[i];
+      seq += (double)x[i] * x[i];
+    }
+    want = ((part[0] + part[1]) + (part[2] + part[3])) +
+           ((part[4] + part[5]) + (part[6] + part[7]));
+    ck_assert_double_eq(kn_sumsq(x, n), want);
+    ck_assert_double_eq_tol(kn_sumsq(x, n), seq, 1e-12 * seq);
+    for (size_t k = 0; k < 20; k++) { /* short ones: the tail alone */
+      double t = 0.0;
+      for (size_t i = 0; i < k; i++)
+        t += (double)x[i] * x[i];
+      ck_assert_double_eq_tol(kn_sumsq(x, k), t, 1e-15 * (t + 1));
+    }
+  }
   /* A big gradient comes out at the bound, each element scaled alike. */
   y = copyv(x, n);
   norm = kn_clip_global_norm(x, n, 2.0);

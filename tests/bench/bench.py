@@ -10,8 +10,10 @@
                    slower behind a plain barrier (k = 4), and the same with a
                    backup worker (k = 3), as ratios to the no-straggler time
   bench optim:     each optimizer update's GB/s (every byte read and written)
-                   on 64 MiB of f32 values, against a triad a = b + s*c on
-                   arrays of the same size, one thread (tests/optim-bench)
+                   on 64 MiB of f32 values, against a triad a = b + s*c and
+                   an in-place axpy a = a + s*c on arrays of the same size,
+                   each measured right before the update, one thread
+                   (tests/optim-bench)
 
 Run: /usr/bin/python3 tests/bench/bench.py BUILD_DIR [transport|train|sync|optim ...]"""
 import json
