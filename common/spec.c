@@ -963,6 +963,14 @@ static void parse_optim_obj(struct spec_errs *e, json_t *opt,
     cm_optim_defaults(&d);
     o->schedule = d.schedule;
     parse_schedule(e, opt, parent, o->lr, &o->schedule);
+  } else if (o->schedule.type == CM_SCHED_COSINE &&
+             o->schedule.min_lr > o->lr) {
+    /* An override's lr under the cosine it keeps from the job. */
+    path_key(path, sizeof path, parent, "lr");
+    report(e, path,
+           "%g is below the min_lr (%g) of the schedule it keeps from "
+           "job.optimizer; give this entry a \"schedule\" of its own",
+           o->lr, o->schedule.min_lr);
   }
   if (clip_norm)
     opt_number(e, opt, parent, "clip_norm", 0, 0, HUGE_VAL,

@@ -1240,6 +1240,15 @@ START_TEST(test_override_mistakes) {
            "\"sgd\", ");
   ck_assert_int_eq(count_lines(err), 4);
 
+  /* An lr under the min_lr of the cosine an entry keeps from the job. */
+  parse_bad(ONE_WORKER("\"optimizer\": {\"lr\": 0.1, \"schedule\": {\"type\":"
+                       " \"cosine\", \"total_steps\": 10, \"min_lr\": 0.01}},"
+                       " \"optimizer_overrides\": {\"b\": {\"lr\": 0.001}}"));
+  ck_assert_str_eq(err, "t.json: job.optimizer_overrides.b.lr: 0.001 is "
+                        "below the min_lr (0.01) of the schedule it keeps from "
+                        "job.optimizer; give this entry a \"schedule\" of its "
+                        "own");
+
   parse_bad(ONE_WORKER("\"optimizer_overrides\": [\"*/bias\"]"));
   has_text("t.json: job.optimizer_overrides: expected an object like "
            "{\"*/bias\": {\"weight_decay\": 0}}");
