@@ -243,8 +243,12 @@ START_TEST(test_optim_updates) {
                              .beta2 = 0.999,
                              .eps = 1e-8f,
                              .weight_decay = decay ? 0.05f : 0.0f};
-    for (size_t i = 0; i < n; i++) /* sums of squares are never negative */
-      s0[i] = kind == 3 ? fabsf(s0[i]) : s0[i], s1[i] = fabsf(s1[i]);
+    /* Adagrad's accumulator and Adam's v are sums of squares: >= 0. */
+    for (size_t i = 0; i < n; i++) {
+      if (kind == 3)
+        s0[i] = fabsf(s0[i]);
+      s1[i] = fabsf(s1[i]);
+    }
     float *gw = to_gpu(w, n), *gs0 = to_gpu(s0, n), *gs1 = to_gpu(s1, n),
           *gg = to_gpu(g, n);
     for (hp.t = 1; hp.t <= 3; hp.t++) {
