@@ -10,6 +10,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "optconf.h"
+
 #define CM_SPEC_MAX_LAYERS 16
 
 enum cm_task_type { CM_TASK_NONE = 0, CM_TASK_PS, CM_TASK_WORKER };
@@ -37,11 +39,16 @@ struct cm_job {
   char data_dir[512];             /* "job.data_dir", default
                                      /usr/share/datasets/fashion-mnist */
   int epochs;                     /* "job.epochs", default 3, >= 1 */
-  int batch_size;     /* "job.batch_size" per worker, default 64, >= 1 */
-  char optimizer[16]; /* "job.optimizer.type": "sgd" or "momentum" (default) */
-  double lr;          /* "job.optimizer.lr", default 0.05, > 0 */
-  double momentum;    /* "job.optimizer.momentum", default 0.9, in [0, 1) */
-  char mode[16];      /* "job.sync.mode": "async" (default) or "sync" */
+  int batch_size; /* "job.batch_size" per worker, default 64, >= 1 */
+  /* "job.optimizer" (optim.def, defaults from cm_optim_defaults) and
+   * "job.optimizer_overrides" (optim.rules): each variable's optimizer is
+   * cm_optim_pick(&optim, name) */
+  struct cm_optim_set optim;
+  /* "job.optimizer.clip_norm" > 0: a worker scales its whole gradient
+   * (every variable, every shard) down to this global L2 norm before
+   * pushing it; 0 (default) = no clipping */
+  double clip_norm;
+  char mode[16]; /* "job.sync.mode": "async" (default) or "sync" */
   /* async only: "job.sync.staleness" s >= 0, the stale-synchronous bound (a
    * worker at clock c waits until the slowest live one reaches c - s);
    * -1 = unbounded (default) */

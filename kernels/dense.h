@@ -1,9 +1,9 @@
-/* Dense layers, activations, the softmax cross-entropy loss and the
- * server-side optimizer updates. CPU twins (OpenBLAS, in *_cpu.c) are the
- * oracle; CUDA twins (in *_cuda.cu, built when nvcc is found) take device
- * pointers and a kn_cuda context and must match the CPU ones within the
- * tolerance stated in tests/test-kernels-cuda.c. Shapes are in the comment
- * above each function; all matrices are row-major f32. */
+/* Dense layers, activations, the softmax cross-entropy loss and two plain
+ * optimizer updates (the rest are in optim.h). CPU twins (OpenBLAS, in
+ * *_cpu.c) are the oracle; CUDA twins (in *_cuda.cu, built when nvcc is
+ * found) take device pointers and a kn_cuda context and must match the CPU
+ * ones within the tolerance stated in tests/test-kernels-cuda.c. Shapes are
+ * in the comment above each function; all matrices are row-major f32. */
 #ifndef KN_DENSE_H
 #define KN_DENSE_H
 
@@ -39,7 +39,8 @@ void kn_relu_backward(float *dx, const float *dy, const float *y, size_t n);
 float kn_softmax_xent(float *dlogits, int *correct, const float *logits,
                       const uint8_t *labels, int B, int C);
 
-/* w, g are (n): w -= lr * g */
+/* w, g are (n): w -= lr * g. The optimizers are in optim.h; this and the
+ * next are kn_sgd_step and kn_momentum_step without weight decay. */
 void kn_sgd_update(float *w, const float *g, size_t n, float lr);
 
 /* w, v, g are (n): v = mu * v + g; w -= lr * v  (PyTorch's SGD momentum) */

@@ -11,6 +11,8 @@
  * the trip count is a multiple of 8. */
 #include "dense.h"
 
+#include "optim.h"
+
 #include <cblas.h>
 #include <math.h>
 
@@ -147,26 +149,15 @@ float kn_softmax_xent(float *dlogits, int *correct, const float *logits,
   return B > 0 ? (float)(total / B) : 0.0f;
 }
 
-/* w and g never overlap (one is the parameters, the other a gradient), so
- * restrict is safe here; dense.h's prototypes are compatible without it. */
-void kn_sgd_update(float *restrict w, const float *restrict g, size_t n,
-                   float lr) {
-  size_t i, m = kn__body(n);
-  for (i = 0; i < m; i++)
-    w[i] -= lr * g[i];
-  for (; i < n; i++)
-    w[i] -= lr * g[i];
+/* The old names of two updates, kept for their callers: optim.h's
+ * kernels with no weight decay compute exactly these. */
+void kn_sgd_update(float *w, const float *g, size_t n, float lr) {
+  struct kn_optim_hp hp = {.lr = lr};
+  kn_sgd_step(w, g, n, &hp);
 }
 
-void kn_momentum_update(float *restrict w, float *restrict v,
-                        const float *restrict g, size_t n, float lr, float mu) {
-  size_t i, m = kn__body(n);
-  for (i = 0; i < m; i++) {
-    v[i] = mu * v[i] + g[i];
-    w[i] -= lr * v[i];
-  }
-  for (; i < n; i++) {
-    v[i] = mu * v[i] + g[i];
-    w[i] -= lr * v[i];
-  }
+void kn_momentum_update(float *w, float *v, const float *g, size_t n, float lr,
+                        float mu) {
+  struct kn_optim_hp hp = {.lr = lr, .momentum = mu};
+  kn_momentum_step(w, v, g, n, &hp);
 }

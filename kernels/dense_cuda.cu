@@ -5,68 +5,16 @@
  * relu and the updates match the oracle bit for bit and the loss nearly so.
  * Each entry point queues its work on the context's stream and checks the
  * launch; see dense_cuda.h for the error and synchronization rules. */
-#include "dense_cuda.h"
+#include "cuda_ctx.cuh"
+#include "optim_cuda.h"
 
-#include "err.h"
-extern "C" {
-#include "log.h"
-}
-
-#include <cublas_v2.h>
-#include <cuda_runtime.h>
 #include <stdlib.h>
-
-/* Threads per block everywhere; kn__xent_total relies on a power of two. */
-#define KN__THREADS 256
-
-struct kn_cuda {
-  cublasHandle_t blas;  /* cuBLAS handle, bound to stream */
-  cudaStream_t stream;  /* every op of this context runs here, in order */
-  void *scratch;        /* device memory for the loss reduction, or NULL */
-  size_t scratch_bytes; /* size of scratch */
-};
 
 /* What kn__xent_total leaves at the start of the scratch memory. */
 struct kn__xent_sums {
   double total; /* sum over the batch of the per-row losses */
   int hits;     /* rows whose argmax is the label */
 };
-
-static bool kn__ok(cudaError_t e) { return e == cudaSuccess; }
-static bool kn__ok(cublasStatus_t s) { return s == CUBLAS_STATUS_SUCCESS; }
-static const char *kn__str(cudaError_t e) { return cudaGetErrorString(e); }
-static const char *kn__str(cublasStatus_t s) {
-  return cublasGetStatusString(s);
-}
-
-/* Logs a failed CUDA or cuBLAS call with where it was made; 0 or CM_ECUDA. */
-template <typename T>
-static int kn__check(T r, const char *call, const char *file, int line) {
-  if (kn__ok(r))
-    return 0;
-  cm_error("%s:%d: %s: %s", file, line, call, kn__str(r));
-  return CM_ECUDA;
-}
-
-#define KN__CHECK(call) kn__check((call), #call, __FILE__, __LINE__)
-
-/* Checks call; on failure sets rc and leaves through out. */
-#define KN__TRY(call)                                                          \
-  do {                                                                         \
-    if ((rc = KN__CHECK(call)) < 0)                                            \
-      goto out;                                                                \
-  } while (0)
-
-/* A grid-stride loop over i in [0, n), so any n fits a capped grid. */
-#define KN__FOR(i, n)                                                          \
-  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (n);      \
-       i += (size_t)gridDim.x * blockDim.x)
-
-/* Blocks for n elements, capped: KN__FOR covers the rest. */
-static unsigned kn__blocks(size_t n) {
-  size_t b = (n + KN__THREADS - 1) / KN__THREADS;
-  return b < 65536 ? (unsigned)b : 65536u;
-}
 
 static int kn__first(int rc, int e) { return rc ? rc : e; }
 
@@ -147,9 +95,7 @@ int kn_cuda_download(struct kn_cuda *ctx, void *dst, const void *src,
   return kn__copy(ctx, dst, src, bytes, cudaMemcpyDeviceToHost);
 }
 
-/* Makes ctx's scratch at least bytes long. cudaFree waits for the device,
- * so no queued kernel still uses the old block when it goes. */
-static int kn__scratch(struct kn_cuda *ctx, size_t bytes) {
+int kn__cuda_scratch(struct kn_cuda *ctx, size_t bytes) {
   int rc = 0;
 
   if (ctx->scratch_bytes >= bytes)
@@ -342,7 +288,7 @@ int kn_softmax_xent_cuda(struct kn_cuda *ctx, float *loss, float *dlogits,
   if (!B)
     goto done;
   /* Scratch holds the sums, then B row losses, then B row hits. */
-  if ((rc = kn__scratch(ctx, sizeof sums + (size_t)B * 8)) < 0)
+  if ((rc = kn__cuda_scratch(ctx, sizeof sums + (size_t)B * 8)) < 0)
     goto out;
   row_loss = (float *)((char *)ctx->scratch + sizeof sums);
   row_hit = (int *)(row_loss + B);
@@ -367,34 +313,19 @@ out:
   return rc;
 }
 
-// w, g are (n): w -= lr * g, the product rounded first as on the CPU
-__global__ void kn__sgd(float *w, const float *g, size_t n, float lr) {
-  KN__FOR(i, n) { w[i] = w[i] - __fmul_rn(lr, g[i]); }
-}
-
+/* The old names, as on the CPU: optim_cuda.cu's kernels without weight
+ * decay. */
 int kn_sgd_update_cuda(struct kn_cuda *ctx, float *w, const float *g, size_t n,
                        float lr) {
-  if (!n)
-    return 0;
-  kn__sgd<<<kn__blocks(n), KN__THREADS, 0, ctx->stream>>>(w, g, n, lr);
-  return KN__CHECK(cudaGetLastError());
-}
-
-// w, v, g are (n): v = mu * v + g; w -= lr * v, unfused as on the CPU
-__global__ void kn__momentum(float *w, float *v, const float *g, size_t n,
-                             float lr, float mu) {
-  KN__FOR(i, n) {
-    float vi = __fadd_rn(__fmul_rn(mu, v[i]), g[i]);
-    v[i] = vi;
-    w[i] = w[i] - __fmul_rn(lr, vi);
-  }
+  struct kn_optim_hp hp = {};
+  hp.lr = lr;
+  return kn_sgd_step_cuda(ctx, w, g, n, &hp);
 }
 
 int kn_momentum_update_cuda(struct kn_cuda *ctx, float *w, float *v,
                             const float *g, size_t n, float lr, float mu) {
-  if (!n)
-    return 0;
-  kn__momentum<<<kn__blocks(n), KN__THREADS, 0, ctx->stream>>>(w, v, g, n, lr,
-                                                               mu);
-  return KN__CHECK(cudaGetLastError());
+  struct kn_optim_hp hp = {};
+  hp.lr = lr;
+  hp.momentum = mu;
+  return kn_momentum_step_cuda(ctx, w, v, g, n, &hp);
 }

@@ -19,11 +19,13 @@
 #include "log.h"
 #include "safetensors.h"
 
-#define FORMAT "psd-checkpoint-1"
+/* Format 2 names each variable's optimizer and keeps any number of slots;
+ * format 1 (momentum or sgd for the whole job, one "slot") still loads. */
+#define FORMAT "psd-checkpoint-2"
+#define FORMAT_1 "psd-checkpoint-1"
 #define SHARD_FILE "shard.safetensors"
 #define MANIFEST "manifest.json"
-#define SLOT_SUFFIX "/momentum"
-/* Async: a variable (values and slot) up to this size is copied under its
+/* Async: a variable (values and slots) up to this size is copied under its
  * lock and written after, so its lock is held for a memcpy, not for the
  * write into the page cache (which the kernel may throttle for a second);
  * a larger one is written under its lock, so that memory never doubles. */
@@ -32,15 +34,15 @@
 #define MAX_CKPTS 4096
 
 struct psd_ckpt {
-  char dir[1024];       /* <root>/<job>/ps-<shard> */
-  char job[64];         /* job name */
-  int shard;            /* this shard */
-  int nshards;          /* shards in the job */
-  char mode[16];        /* "sync" or "async" */
-  struct psd_optim opt; /* the job's optimizer */
-  int keep;             /* checkpoints kept */
-  int has_max;          /* load nothing newer than max */
-  uint64_t max;         /* --resume-step */
+  char dir[1024];             /* <root>/<job>/ps-<shard> */
+  char job[64];               /* job name */
+  int shard;                  /* this shard */
+  int nshards;                /* shards in the job */
+  char mode[16];              /* "sync" or "async" */
+  struct cm_optim_set optims; /* the job's: each variable's, checked on load */
+  int keep;                   /* checkpoints kept */
+  int has_max;                /* load nothing newer than max */
+  uint64_t max;               /* --resume-step */
 };
 
 /* Creates path and its missing parents (mkdir -p). */
@@ -165,7 +167,7 @@ int psd_ckpt_new(struct psd_ckpt **out, const struct psd_ckpt_opts *o,
   snprintf(c->mode, sizeof c->mode, "%s", o->mode);
   c->shard = o->shard;
   c->nshards = o->nshards;
-  c->opt = *o->opt;
+  c->optims = *o->optims;
   c->keep = o->keep > 0 ? o->keep : 1;
   c->has_max = o->has_resume_step;
   c->max = o->resume_step;
@@ -266,7 +268,7 @@ static void prune(struct psd_ckpt *c) {
 }
 
 /* Writes the shard file: the header from the variables' shapes, then each
- * variable's values and slot, taken under its lock with lock_vars (copied
+ * variable's values and slots, taken under its lock with lock_vars (copied
  * first when small enough, COPY_MAX). Appends the manifest's per-variable
  * entries to vars_json; *hold_ms gets the longest lock hold. */
 static int write_shard(struct psd_ckpt *c, struct psd_store *store, int n,
@@ -275,19 +277,20 @@ static int write_shard(struct psd_ckpt *c, struct psd_store *store, int n,
                        char *err, size_t errlen) {
   struct cm_st_desc *desc = NULL;
   int64_t(*shapes)[PSD_VAR_MAX_DIMS] = NULL;
-  char(*slot_names)[PSD_VAR_MAX_NAME + sizeof SLOT_SUFFIX] = NULL;
-  uint64_t *versions = NULL;
+  char(*slot_names)[CM_OPTIM_MAX_SLOTS][PSD_VAR_MAX_NAME + 16] = NULL;
+  uint64_t *versions = NULL, *opt_steps = NULL;
   struct cm_st_writer *w = NULL;
   char *copy = NULL;
   size_t copy_cap = 0;
-  int nt = 0, fd = -1, rc = 0, slots = c->opt.type == PSD_OPT_MOMENTUM;
+  int nt = 0, fd = -1, rc = 0;
   char stepbuf[32], shardbuf[16];
 
-  desc = calloc(2 * n + 1, sizeof *desc);
+  desc = calloc((size_t)(1 + CM_OPTIM_MAX_SLOTS) * n + 1, sizeof *desc);
   shapes = calloc(n + 1, sizeof *shapes);
   slot_names = calloc(n + 1, sizeof *slot_names);
   versions = calloc(n + 1, sizeof *versions);
-  if (!desc || !shapes || !slot_names || !versions) {
+  opt_steps = calloc(n + 1, sizeof *opt_steps);
+  if (!desc || !shapes || !slot_names || !versions || !opt_steps) {
     rc = CM_ENOMEM;
     goto out;
   }
@@ -296,9 +299,10 @@ static int write_shard(struct psd_ckpt *c, struct psd_store *store, int n,
     memcpy(shapes[i], v->shape, sizeof shapes[i]);
     shapes[i][0] = v->row_end - v->row_begin;
     desc[nt++] = (struct cm_st_desc){v->name, v->ndim, shapes[i]};
-    if (slots) {
-      snprintf(slot_names[i], sizeof slot_names[i], "%s" SLOT_SUFFIX, v->name);
-      desc[nt++] = (struct cm_st_desc){slot_names[i], v->ndim, shapes[i]};
+    for (int k = 0; k < v->nslots; k++) {
+      snprintf(slot_names[i][k], sizeof slot_names[i][k], "%s/%s", v->name,
+               cm_optim_slot_name(v->opt.type, k));
+      desc[nt++] = (struct cm_st_desc){slot_names[i][k], v->ndim, shapes[i]};
     }
   }
   snprintf(stepbuf, sizeof stepbuf, "%llu", (unsigned long long)step);
@@ -318,7 +322,7 @@ static int write_shard(struct psd_ckpt *c, struct psd_store *store, int n,
   for (int i = 0; i < n; i++) {
     struct psd_var *v = psd_store_at(store, i);
     size_t len = (v->elem_end - v->elem_begin) * sizeof(float);
-    size_t all = slots ? 2 * len : len;
+    size_t all = (size_t)(1 + v->nslots) * len;
     int copied = lock_vars && all <= COPY_MAX;
     if (copied && all > copy_cap) {
       free(copy);
@@ -333,14 +337,15 @@ static int write_shard(struct psd_ckpt *c, struct psd_store *store, int n,
     double t0 = cm_mono_ms();
     if (copied) {
       memcpy(copy, v->value, len);
-      if (slots)
-        memcpy(copy + len, v->slot, len);
+      for (int k = 0; k < v->nslots; k++)
+        memcpy(copy + (size_t)(1 + k) * len, v->slots[k], len);
     } else {
       rc = cm_st_writer_write(w, v->value, len, err, errlen);
-      if (!rc && slots)
-        rc = cm_st_writer_write(w, v->slot, len, err, errlen);
+      for (int k = 0; !rc && k < v->nslots; k++)
+        rc = cm_st_writer_write(w, v->slots[k], len, err, errlen);
     }
     versions[i] = v->version;
+    opt_steps[i] = psd_var_steps(v);
     if (lock_vars)
       pthread_mutex_unlock(&v->lock);
     if (lock_vars && cm_mono_ms() - t0 > *hold_ms)
@@ -360,21 +365,37 @@ static int write_shard(struct psd_ckpt *c, struct psd_store *store, int n,
   *bytes = cm_st_writer_size(w);
   for (int i = 0, t = 0; i < n; i++) {
     struct psd_var *v = psd_store_at(store, i);
+    json_t *slots = json_array();
     json_t *e = json_pack(
-        "{s:s, s:o, s:i, s:[I, I], s:I, s:{s:s, s:I}}", "name", v->name,
-        "shape", json_shape(v->ndim, v->shape), "placement", v->placement,
-        "rows", (json_int_t)v->row_begin, (json_int_t)v->row_end, "version",
-        (json_int_t)versions[i], "value", "tensor", v->name, "crc32",
-        (json_int_t)cm_st_writer_crc(w, t));
+        "{s:s, s:o, s:i, s:[I, I], s:I, s:{s:s, s:I}, s:s, s:I}", "name",
+        v->name, "shape", json_shape(v->ndim, v->shape), "placement",
+        v->placement, "rows", (json_int_t)v->row_begin, (json_int_t)v->row_end,
+        "version", (json_int_t)versions[i], "value", "tensor", v->name, "crc32",
+        (json_int_t)cm_st_writer_crc(w, t), "optimizer",
+        cm_optim_name(v->opt.type), "opt_step", (json_int_t)opt_steps[i]);
     t++;
-    if (e && slots) {
-      json_object_set_new(e, "slot",
-                          json_pack("{s:s, s:I}", "tensor", slot_names[i],
-                                    "crc32",
-                                    (json_int_t)cm_st_writer_crc(w, t)));
-      t++;
+    for (int k = 0; slots && k < v->nslots; k++, t++)
+      if (json_array_append_new(
+              slots, json_pack("{s:s, s:s, s:I}", "name",
+                               cm_optim_slot_name(v->opt.type, k), "tensor",
+                               slot_names[i][k], "crc32",
+                               (json_int_t)cm_st_writer_crc(w, t)))) {
+        json_decref(slots);
+        slots = NULL;
+      }
+    /* The _new calls take their argument's reference, even when they fail. */
+    if (!e || !slots) {
+      json_decref(e);
+      json_decref(slots);
+      rc = CM_ENOMEM;
+      goto out;
     }
-    if (!e || json_array_append_new(vars_json, e)) {
+    if (json_object_set_new(e, "slots", slots)) {
+      json_decref(e);
+      rc = CM_ENOMEM;
+      goto out;
+    }
+    if (json_array_append_new(vars_json, e)) {
       rc = CM_ENOMEM;
       goto out;
     }
@@ -390,13 +411,14 @@ out:
   free(shapes);
   free(slot_names);
   free(versions);
+  free(opt_steps);
   return rc;
 }
 
 int psd_ckpt_write(struct psd_ckpt *c, struct psd_store *store, uint64_t step,
                    int lock_vars, struct psd_ckpt_result *res, char *err,
                    size_t errlen) {
-  char tmp[1100], file[1200], final[1100], optim[96], when[32];
+  char tmp[1100], file[1200], final[1100], optim[PSD_OPTIM_DESC], when[32];
   json_t *m = NULL, *vars = json_array();
   char *text = NULL;
   double t0 = cm_mono_ms();
@@ -429,15 +451,16 @@ int psd_ckpt_write(struct psd_ckpt *c, struct psd_store *store, uint64_t step,
     gmtime_r(&now, &tm);
     strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &tm);
   }
-  psd_optim_describe(&c->opt, optim, sizeof optim);
+  /* The job's optimizer, for people; each variable names its own. */
+  cm_optim_describe(&c->optims.def, optim, sizeof optim);
   m = json_pack(
-      "{s:s, s:s, s:i, s:i, s:I, s:s, s:{s:s, s:f, s:f}, s:s, s:s, "
+      "{s:s, s:s, s:i, s:i, s:I, s:s, s:{s:s, s:f, s:f, s:s}, s:s, s:s, "
       "s:I, s:o}",
       "format", FORMAT, "job", c->job, "shard", c->shard, "nshards", c->nshards,
       "step", (json_int_t)step, "mode", c->mode, "optimizer", "type",
-      c->opt.type == PSD_OPT_MOMENTUM ? "momentum" : "sgd", "lr",
-      (double)c->opt.lr, "momentum", (double)c->opt.momentum, "written", when,
-      "file", SHARD_FILE, "file_bytes", (json_int_t)bytes, "vars", vars);
+      cm_optim_name(c->optims.def.type), "lr", c->optims.def.lr, "momentum",
+      c->optims.def.momentum, "describe", optim, "written", when, "file",
+      SHARD_FILE, "file_bytes", (json_int_t)bytes, "vars", vars);
   vars = NULL; /* m owns it, or json_pack freed it */
   if (!m || (rc = manifest_crc(m, &crc)) ||
       json_object_set_new(m, "checksum", json_integer(crc)) ||
@@ -583,8 +606,9 @@ static int load_manifest(struct psd_ckpt *c, const char *path, uint64_t step,
     goto out;
   }
   s = json_string_value(json_object_get(m, "format"));
-  if (!s || strcmp(s, FORMAT) != 0) {
-    snprintf(err, errlen, "%s: format is not \"" FORMAT "\"", path);
+  if (!s || (strcmp(s, FORMAT) != 0 && strcmp(s, FORMAT_1) != 0)) {
+    snprintf(err, errlen,
+             "%s: format is not \"" FORMAT "\" (nor \"" FORMAT_1 "\")", path);
     goto out;
   }
   s = json_string_value(json_object_get(m, "job"));
@@ -621,6 +645,64 @@ out:
   return rc;
 }
 
+/* Refuses variable v of a checkpoint when it was trained with an
+ * optimizer of another type than the spec gives it (its slots would mean
+ * something else): CM_EEXIST, err saying what to do. otype is the type the
+ * checkpoint names for v. */
+static int check_optimizer(struct psd_ckpt *c, const struct psd_var *v,
+                           const char *otype, char *err, size_t errlen) {
+  char where[CM_OPTIM_PATTERN_MAX + 48];
+
+  if (!strcmp(otype, cm_optim_name(v->opt.type)))
+    return 0;
+  if (v->rule >= 0)
+    snprintf(where, sizeof where, "job.optimizer_overrides[\"%s\"]",
+             c->optims.rules[v->rule].pattern);
+  else
+    snprintf(where, sizeof where, "job.optimizer");
+  snprintf(err, errlen,
+           "'%s' was trained with optimizer %s, and the spec gives it %s "
+           "(%s): the checkpoint's slots and steps belong to %s. Put %s "
+           "back in the spec to resume, or move %s away to start from "
+           "scratch",
+           v->name, otype, cm_optim_name(v->opt.type), where, otype, otype,
+           c->dir);
+  return CM_EEXIST;
+}
+
+/* Loads v's slots from manifest entry e: format 2's "slots" by name, or
+ * format 1's "slot" (momentum). A slot the checkpoint lacks starts at zero,
+ * said once per checkpoint (*warned). */
+static int load_slots(struct cm_st_file *f, const char *file, const char *dir,
+                      json_t *e, struct psd_var *v, int *warned, char *err,
+                      size_t errlen) {
+  json_t *list = json_object_get(e, "slots"), *x;
+  int rc;
+
+  for (int k = 0; k < v->nslots; k++) {
+    const char *want = cm_optim_slot_name(v->opt.type, k);
+    json_t *ref = NULL;
+    size_t i;
+    json_array_foreach(list, i, x) {
+      const char *nm = json_string_value(json_object_get(x, "name"));
+      if (nm && !strcmp(nm, want))
+        ref = x;
+    }
+    if (!list && k == 0)
+      ref = json_object_get(e, "slot");
+    if (ref) {
+      if ((rc = load_tensor(f, file, ref, v, v->slots[k], err, errlen)))
+        return rc;
+    } else if (!*warned) {
+      cm_warn("%s has no '%s' slot for '%s' (and maybe others): such slots "
+              "start at zero",
+              dir, want, v->name);
+      *warned = 1;
+    }
+  }
+  return 0;
+}
+
 /* Loads one checkpoint directory into a new store; verifies everything. */
 static int load_one(struct psd_ckpt *c, const char *dir, uint64_t step,
                     struct psd_store **out, int *nvars, uint64_t *bytes,
@@ -631,8 +713,9 @@ static int load_one(struct psd_ckpt *c, const char *dir, uint64_t step,
   struct psd_store *store = NULL;
   json_int_t fbytes = -1;
   size_t i;
-  int rc, slots = c->opt.type == PSD_OPT_MOMENTUM, warned = 0;
-  const char *mode, *otype;
+  int rc, warned = 0;
+  const char *mode, *otype, *odesc;
+  char optim[PSD_OPTIM_DESC];
 
   *out = NULL;
   snprintf(path, sizeof path, "%s/" MANIFEST, dir);
@@ -652,13 +735,17 @@ static int load_one(struct psd_ckpt *c, const char *dir, uint64_t step,
     cm_warn("%s was written by a %s job; this job is %s (its step counts %s)",
             dir, mode, c->mode,
             !strcmp(c->mode, "sync") ? "commits" : "pushes applied");
+  /* Format 1 names one optimizer for the job; format 2 one per variable
+   * (and the job's, described, for people). */
   otype = json_string_value(
       json_object_get(json_object_get(m, "optimizer"), "type"));
-  if (otype && strcmp(otype, slots ? "momentum" : "sgd") != 0)
-    cm_warn("%s was written with optimizer %s; this job uses %s: %s", dir,
-            otype, slots ? "momentum" : "sgd",
-            slots ? "momentum slots start at zero" : "its slots are ignored");
-  if ((rc = psd_store_new(&store, c->shard, c->nshards, &c->opt)))
+  odesc = json_string_value(
+      json_object_get(json_object_get(m, "optimizer"), "describe"));
+  cm_optim_describe(&c->optims.def, optim, sizeof optim);
+  if (odesc && strcmp(odesc, optim) != 0)
+    cm_info("%s was written with job.optimizer %s; the spec now says %s", dir,
+            odesc, optim);
+  if ((rc = psd_store_new(&store, c->shard, c->nshards, &c->optims)))
     goto out;
   json_array_foreach(json_object_get(m, "vars"), i, e) {
     json_t *name = json_object_get(e, "name"),
@@ -704,18 +791,28 @@ static int load_one(struct psd_ckpt *c, const char *dir, uint64_t step,
                (long long)v->row_begin, (long long)v->row_end);
       goto out;
     }
-    if ((rc = load_tensor(f, file, json_object_get(e, "value"), v, v->value,
-                          err, errlen)))
-      goto out;
-    if (slots && json_object_get(e, "slot")) {
-      if ((rc = load_tensor(f, file, json_object_get(e, "slot"), v, v->slot,
-                            err, errlen)))
+    {
+      const char *vt = json_string_value(json_object_get(e, "optimizer"));
+      if (!vt && !(vt = otype)) {
+        snprintf(err, errlen, "%s: vars[%zu] names no optimizer", path, i);
         goto out;
-    } else if (slots && !warned) {
-      cm_warn("%s has no momentum slots: they start at zero", dir);
-      warned = 1;
+      }
+      if ((rc = check_optimizer(c, v, vt, err, errlen)))
+        goto out;
     }
+    if ((rc = load_tensor(f, file, json_object_get(e, "value"), v, v->value,
+                          err, errlen)) ||
+        (rc = load_slots(f, file, dir, e, v, &warned, err, errlen)))
+      goto out;
     v->version = (uint64_t)version;
+    /* Format 1 kept no step count: the version is the closest (sync: the
+     * same; async: pushes, at least the steps). */
+    {
+      json_int_t steps;
+      if (get_int(e, "opt_step", &steps) || steps < 0)
+        steps = version;
+      v->applied = (uint64_t)steps * (v->elem_end - v->elem_begin);
+    }
   }
   *nvars = psd_store_count(store);
   *bytes = cm_st_size(f);
@@ -770,6 +867,16 @@ int psd_ckpt_load(struct psd_ckpt *c, struct psd_store **out,
     rc = load_one(c, dir, steps[i], &s, &nvars, &bytes, why, sizeof why);
     if (rc == CM_ENOMEM)
       break;
+    if (rc == CM_EEXIST) {
+      /* Not damage: an older checkpoint of this run has the same
+       * optimizer, and one of an earlier run would silently lose steps. */
+      cm_error("REFUSED checkpoint %s: %s", dir, why);
+      snprintf(err, errlen,
+               "the newest checkpoint's optimizer is not the spec's (see "
+               "above); older checkpoints are not tried");
+      res->refused++;
+      goto out;
+    }
     if (rc) {
       cm_error("REFUSED checkpoint %s: %s; %s", dir, why,
                i + 1 < n ? "trying the previous one"

@@ -3,10 +3,12 @@
  * A shard's directory, <dir>/<job>/ps-<I>/, holds one directory per
  * checkpoint, ckpt-<step, zero-padded>, with two files:
  *   shard.safetensors  each variable's rows held by this shard (tensor name =
- *                      variable name) and its momentum slot ("<name>/momentum")
- *   manifest.json      job, shard, nshards, step, mode, optimizer; per
- *                      variable its whole shape, placement, rows, version and
- *                      the CRC-32 of each tensor; the CRC-32 of the manifest
+ *                      variable name) and its optimizer's slots
+ *                      ("<name>/momentum", "<name>/m", "<name>/v", ...)
+ *   manifest.json      job, shard, nshards, step, mode, the job's optimizer;
+ *                      per variable its whole shape, placement, rows,
+ *                      version, optimizer type and steps (opt_step) and the
+ *                      CRC-32 of each tensor; the CRC-32 of the manifest
  *                      itself ("checksum")
  * A checkpoint is written into .tmp-<step>-<pid>, both files fsynced, the
  * directory fsynced, renamed to ckpt-<step> (swapped atomically with an
@@ -15,7 +17,10 @@
  *
  * Loading takes the newest ckpt-* whose manifest and every tensor verify;
  * one that does not is refused loudly (an error line naming the file and
- * what is wrong) and the one before it is tried. */
+ * what is wrong) and the one before it is tried. A variable trained with
+ * another optimizer type than the spec now gives it is refused too, and
+ * then no older checkpoint is tried. Format 1 checkpoints (one optimizer,
+ * momentum or sgd, for the job) still load. */
 #ifndef PSD_CKPT_H
 #define PSD_CKPT_H
 
@@ -26,15 +31,16 @@
 
 /* Where and how a shard checkpoints (strings copied by psd_ckpt_new). */
 struct psd_ckpt_opts {
-  const char *root;            /* the job's checkpoint dir (spec or flag) */
-  const char *job;             /* job name: <root>/<job>/ps-<shard> */
-  int shard;                   /* this shard */
-  int nshards;                 /* shards in the job */
-  const char *mode;            /* "sync" or "async", recorded */
-  const struct psd_optim *opt; /* the optimizer, recorded; slots or not */
-  int keep;                    /* checkpoints kept, >= 1 */
-  int has_resume_step;         /* 1: load the newest at or below resume_step */
-  uint64_t resume_step;        /* (psd --resume-step) */
+  const char *root; /* the job's checkpoint dir (spec or flag) */
+  const char *job;  /* job name: <root>/<job>/ps-<shard> */
+  int shard;        /* this shard */
+  int nshards;      /* shards in the job */
+  const char *mode; /* "sync" or "async", recorded */
+  const struct cm_optim_set *optims; /* the job's optimizers (copied): each
+                                        variable's, recorded and checked */
+  int keep;                          /* checkpoints kept, >= 1 */
+  int has_resume_step;  /* 1: load the newest at or below resume_step */
+  uint64_t resume_step; /* (psd --resume-step) */
 };
 
 /* What one write or load did. */
@@ -77,7 +83,9 @@ int psd_ckpt_write(struct psd_ckpt *c, struct psd_store *store, uint64_t step,
  * exist but none verifies, returns CM_EFORMAT and err says so. With
  * has_resume_step, checkpoints newer than resume_step are not loaded; once
  * one is, they are renamed to superseded-ckpt-<step> so that later
- * checkpoints of the resumed run are never mistaken for older than them. */
+ * checkpoints of the resumed run are never mistaken for older than them.
+ * CM_EEXIST: the newest checkpoint has a variable whose optimizer type is
+ * not the spec's (logged, naming it and what to do). */
 int psd_ckpt_load(struct psd_ckpt *c, struct psd_store **out,
                   struct psd_ckpt_result *res, char *err, size_t errlen);
 

@@ -104,7 +104,8 @@ static const struct command commands[] = {
     {"export", cmd_export, 0, "--out FILE.safetensors [--slots]",
      "every variable's live values, merged from all shards into one\n"
      "safetensors file with the whole shapes (numpy and PyTorch load it);\n"
-     "--slots adds the momentum slots as \"<name>/momentum\""},
+     "--slots adds each variable's optimizer slots as \"<name>/<slot>\"\n"
+     "(momentum: /momentum; adagrad: /accum; adam, adamw: /m and /v)"},
 };
 #define NCOMMANDS ((int)(sizeof commands / sizeof commands[0]))
 

@@ -182,7 +182,8 @@ struct evar {
   int64_t shape[CM_ST_MAX_DIMS]; /* whole shape */
   struct part parts[64];         /* shards holding rows, by row */
   int nparts;                    /* entries used */
-  char slot_name[256];           /* "<name>/momentum" */
+  int nslots;                    /* the optimizer's slots (VarStatus.slots) */
+  char slot_names[CM_OPTIM_MAX_SLOTS][256]; /* "<name>/<slot>" */
 };
 
 static int cmp_evar(const void *a, const void *b) {
@@ -268,7 +269,22 @@ static int gather(const struct cm_spec *spec, Psd__V1__StatusResponse **st,
           goto fail;
         }
         memcpy(e->shape, v->shape, e->ndim * sizeof *e->shape);
-        snprintf(e->slot_name, sizeof e->slot_name, "%s/momentum", v->name);
+        if (v->n_slots > CM_OPTIM_MAX_SLOTS) {
+          fprintf(stderr, "psctl: ps:%d: variable '%s' has %zu slots\n", s,
+                  v->name, v->n_slots);
+          goto fail;
+        }
+        e->nslots = (int)v->n_slots;
+        for (int k = 0; k < e->nslots; k++)
+          snprintf(e->slot_names[k], sizeof e->slot_names[k], "%s/%s", v->name,
+                   v->slots[k]);
+      }
+      if ((int)v->n_slots != e->nslots) {
+        fprintf(stderr,
+                "psctl: variable '%s' has %zu optimizer slots on ps:%d and %d "
+                "on another shard; do the shards run the same spec?\n",
+                v->name, v->n_slots, s, e->nslots);
+        goto fail;
       }
       int same = (int)v->n_shape == e->ndim;
       for (int d = 0; same && d < e->ndim; d++)
@@ -316,12 +332,13 @@ fail:
   return -1;
 }
 
-/* Pulls elements [first, first + count) of var (values, or slots) from
- * shard and writes them to w, WINDOW chunks in flight at once. */
+/* Pulls elements [first, first + count) of var (its values, or with
+ * slot >= 0 that slot) from shard and writes them to w, WINDOW chunks in
+ * flight at once. */
 static int pull_part(struct cm_channel *ch, const struct cm_spec *spec,
-                     const char *name, uint64_t first, uint64_t count,
-                     int slots, int timeout_ms, struct cm_st_writer *w,
-                     char *buf, char *err, size_t errlen) {
+                     const char *name, uint64_t first, uint64_t count, int slot,
+                     int timeout_ms, struct cm_st_writer *w, char *buf,
+                     char *err, size_t errlen) {
   Psd__V1__Caller caller = PSD__V1__CALLER__INIT;
   struct cm_unary calls[WINDOW];
   uint64_t per = CHUNK_BYTES / sizeof(float), done = 0;
@@ -344,7 +361,8 @@ static int pull_part(struct cm_channel *ch, const struct cm_spec *spec,
       req.caller = &caller;
       req.n_segments = 1;
       req.segments = segs;
-      req.slots = slots;
+      req.slots = slot >= 0;
+      req.slot = slot >= 0 ? (uint32_t)slot : 0;
       calls[n].channel = ch;
       calls[n].method = "/psd.v1.Data/Pull";
       calls[n].request = cm_rpc_pack(&req.base);
@@ -402,24 +420,26 @@ int psd_ctl_export(const struct cm_spec *spec, const struct psd_ctl_opts *o) {
   if ((n = gather(spec, st, &vars)) < 0)
     goto out;
   if (o->slots) {
-    for (int s = 0; s < spec->nps; s++)
-      for (size_t i = 0; i < st[s]->n_vars; i++)
-        if (strncmp(st[s]->vars[i]->optimizer, "momentum", 8) != 0) {
-          fprintf(stderr,
-                  "psctl: --slots: the job's optimizer %s keeps no slots\n",
-                  st[s]->vars[i]->optimizer);
-          goto out;
-        }
+    /* Variables whose optimizer keeps no slots (sgd) are exported bare. */
+    int any = 0;
+    for (int k = 0; k < n; k++)
+      any |= vars[k].nslots > 0;
+    if (!any) {
+      fprintf(stderr, "psctl: --slots: no variable's optimizer keeps slots "
+                      "(sgd keeps none)\n");
+      goto out;
+    }
   }
-  if (!(desc = calloc(2 * n + 1, sizeof *desc))) {
+  if (!(desc =
+            calloc((size_t)(1 + CM_OPTIM_MAX_SLOTS) * n + 1, sizeof *desc))) {
     fprintf(stderr, "psctl: out of memory\n");
     goto out;
   }
   for (int k = 0; k < n; k++) {
     desc[nt++] = (struct cm_st_desc){vars[k].name, vars[k].ndim, vars[k].shape};
-    if (o->slots)
-      desc[nt++] =
-          (struct cm_st_desc){vars[k].slot_name, vars[k].ndim, vars[k].shape};
+    for (int i = 0; o->slots && i < vars[k].nslots; i++)
+      desc[nt++] = (struct cm_st_desc){vars[k].slot_names[i], vars[k].ndim,
+                                       vars[k].shape};
   }
   snprintf(nshards, sizeof nshards, "%d", spec->nps);
   snprintf(step, sizeof step, "%llu", (unsigned long long)st[0]->step);
@@ -443,12 +463,13 @@ int psd_ctl_export(const struct cm_spec *spec, const struct psd_ctl_opts *o) {
     uint64_t row = 1;
     for (int d = 1; d < e->ndim; d++)
       row *= (uint64_t)e->shape[d];
-    for (int slots = 0; slots <= o->slots; slots++)
+    /* The values (slot -1), then each slot, as the header lists them. */
+    for (int slot = -1; slot < (o->slots ? e->nslots : 0); slot++)
       for (int p = 0; p < e->nparts; p++) {
         const struct part *pt = &e->parts[p];
         if (pull_part(ch[pt->shard], spec, e->name,
                       (uint64_t)pt->row_begin * row,
-                      (uint64_t)(pt->row_end - pt->row_begin) * row, slots,
+                      (uint64_t)(pt->row_end - pt->row_begin) * row, slot,
                       o->timeout_ms, w, buf, err, sizeof err)) {
           fprintf(stderr, "psctl: ps:%d: %s\n", pt->shard, err);
           goto out;
@@ -487,7 +508,7 @@ int psd_ctl_export(const struct cm_spec *spec, const struct psd_ctl_opts *o) {
     printf("exported %d variables (%llu values%s) from %d shards to %s: %s "
            "in %.0f ms\n",
            n, (unsigned long long)values,
-           o->slots ? ", with their momentum slots" : "", spec->nps, o->out,
+           o->slots ? ", with their optimizer slots" : "", spec->nps, o->out,
            size, ms);
   }
   rc = 0;

@@ -5,10 +5,12 @@
  * failed included; exit status 1 names them.
  *
  * export: reads every variable's rows from the shards that hold them (their
- * live values, with Data.Pull; the momentum slots too with slots) and writes
- * them as one safetensors file, each tensor with the variable's whole shape,
- * so that numpy or PyTorch load the model in one call. The file is written
- * to a temporary name and renamed, so FILE is never half-written. */
+ * live values, with Data.Pull; with slots, each variable's optimizer slots
+ * too, as "<name>/<slot>": "<name>/momentum", "<name>/m", "<name>/v", ...)
+ * and writes them as one safetensors file, each tensor with the variable's
+ * whole shape, so that numpy or PyTorch load the model in one call. The
+ * file is written to a temporary name and renamed, so FILE is never
+ * half-written. */
 #ifndef PSD_PSCTL_CKPT_H
 #define PSD_PSCTL_CKPT_H
 

@@ -91,8 +91,10 @@ static void usage(FILE *f) {
       "           [--checkpoint-dir DIR] [--resume-step N]\n"
       "\n"
       "Runs shard I of a psd job: holds its slices of the job's variables\n"
-      "in memory and applies the workers' pushes with the job's optimizer\n"
-      "(SGD or momentum, from the spec's job.optimizer).\n"
+      "in memory and applies the workers' pushes with each variable's\n"
+      "optimizer (sgd, momentum, nesterov, adagrad, adam or adamw, with a\n"
+      "learning-rate schedule: the spec's job.optimizer and\n"
+      "job.optimizer_overrides).\n"
       "\n"
       "  --cluster FILE     the cluster spec (JSON, TF_CONFIG-shaped; see\n"
       "                     deploy/examples/local.json)\n"
@@ -332,11 +334,6 @@ static void start_local(struct psd_server *srv) {
  * cannot be used or none of its checkpoints verifies. */
 static int restore(struct psd_server *srv) {
   const struct cm_job *job = &srv->spec->job;
-  struct psd_optim opt = {.type = strcmp(job->optimizer, "sgd") == 0
-                                      ? PSD_OPT_SGD
-                                      : PSD_OPT_MOMENTUM,
-                          .lr = (float)job->lr,
-                          .momentum = (float)job->momentum};
   const char *state = getenv("STATE_DIRECTORY"), *from = "--checkpoint-dir";
   char root[1024], err[4096];
   int rc;
@@ -364,7 +361,7 @@ static int restore(struct psd_server *srv) {
                             .shard = srv->shard,
                             .nshards = srv->spec->nps,
                             .mode = job->mode,
-                            .opt = &opt,
+                            .optims = &job->optim,
                             .keep = job->ckpt_keep,
                             .has_resume_step = srv->has_resume_step,
                             .resume_step = srv->resume_step};
@@ -435,20 +432,15 @@ static int final_checkpoint(struct psd_server *srv) {
 /* Opens the store and the gRPC server; returns 0 or 1 (reported). */
 static int open_server(struct psd_server *srv) {
   const struct cm_job *job = &srv->spec->job;
-  struct psd_optim opt = {.type = strcmp(job->optimizer, "sgd") == 0
-                                      ? PSD_OPT_SGD
-                                      : PSD_OPT_MOMENTUM,
-                          .lr = (float)job->lr,
-                          .momentum = (float)job->momentum};
   const struct cm_rpc_method *methods;
   char err[512];
   int n, nc = 0, ns = 0, rc;
 
   /* The store may come from a checkpoint already (restore). */
   if ((!srv->store &&
-       psd_store_new(&srv->store, srv->shard, srv->spec->nps, &opt)) ||
+       psd_store_new(&srv->store, srv->shard, srv->spec->nps, &job->optim)) ||
       psd_service_new(&srv->service, srv->store, srv->shard, srv->spec->nps,
-                      srv->spec->nworker, job->name, job->mode, &opt) ||
+                      srv->spec->nworker, job->name, job->mode) ||
       attach_saver(srv)) {
     cm_error("out of memory");
     return 1;
@@ -514,17 +506,15 @@ static void log_security(struct psd_server *srv) {
 
 static void log_ready(struct psd_server *srv) {
   const struct cm_job *job = &srv->spec->job;
-  struct psd_optim opt = {.type = strcmp(job->optimizer, "sgd") == 0
-                                      ? PSD_OPT_SGD
-                                      : PSD_OPT_MOMENTUM,
-                          .lr = (float)job->lr,
-                          .momentum = (float)job->momentum};
-  char optim[96];
-  psd_optim_describe(&opt, optim, sizeof optim);
+  char optim[PSD_OPTIM_DESC], more[64] = "";
+  cm_optim_describe(&job->optim.def, optim, sizeof optim);
+  if (job->optim.nrules)
+    snprintf(more, sizeof more, " (%d per-variable override%s)",
+             job->optim.nrules, job->optim.nrules == 1 ? "" : "s");
   cm_info("ready: listening on %s%s%s, shard %d of %d, job '%s', %s, "
-          "optimizer %s",
+          "optimizer %s%s",
           srv->listen, srv->unix_path[0] ? " and unix:" : "", srv->unix_path,
-          srv->shard, srv->spec->nps, job->name, job->mode, optim);
+          srv->shard, srv->spec->nps, job->name, job->mode, optim, more);
 }
 
 static void start_loop(struct psd_server *srv) {

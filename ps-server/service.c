@@ -33,7 +33,6 @@ struct psd_service {
   int nshards;                     /* shards in the job */
   char job[64];                    /* job name callers must use */
   char mode[16];                   /* "async" */
-  char optim[96];                  /* optimizer, described */
   struct timespec started;         /* for uptime */
   struct cm_rpc_method methods[5]; /* what psd serves */
   struct psd_steps *steps;         /* owned, sync mode */
@@ -232,10 +231,10 @@ static void answer_pull(struct psd_service *svc, struct cm_rpc_call *call,
   for (size_t i = 0; i < req->n_segments; i++) {
     if (!(vars[i] = segment_var(svc, call, req->segments[i], "pull")))
       goto out;
-    if (req->slots && !vars[i]->slot) {
+    if (req->slots && req->slot >= (uint32_t)vars[i]->nslots) {
       fail(svc, call, GRPC_STATUS_FAILED_PRECONDITION,
-           "pull of '%s' slots: the optimizer %s keeps none", vars[i]->name,
-           svc->optim);
+           "pull of '%s' slot %u: its optimizer %s keeps %d", vars[i]->name,
+           req->slot, vars[i]->optim_desc, vars[i]->nslots);
       goto out;
     }
     total += req->segments[i]->count * sizeof(float);
@@ -262,8 +261,9 @@ static void answer_pull(struct psd_service *svc, struct cm_rpc_call *call,
       pthread_mutex_lock(&v->lock);
       versions[i] = v->version;
       pthread_mutex_unlock(&v->lock);
-      pieces[i].ptr = (const uint8_t *)((req->slots ? v->slot : v->value) +
-                                        (seg->offset - v->elem_begin));
+      pieces[i].ptr =
+          (const uint8_t *)((req->slots ? v->slots[req->slot] : v->value) +
+                            (seg->offset - v->elem_begin));
       pieces[i].len = seg->count * sizeof(float);
     }
   } else {
@@ -277,7 +277,8 @@ static void answer_pull(struct psd_service *svc, struct cm_rpc_call *call,
       struct psd_var *v = vars[i];
       pthread_mutex_lock(&v->lock);
       memcpy(p,
-             (req->slots ? v->slot : v->value) + (seg->offset - v->elem_begin),
+             (req->slots ? v->slots[req->slot] : v->value) +
+                 (seg->offset - v->elem_begin),
              seg->count * sizeof(float));
       versions[i] = v->version;
       pthread_mutex_unlock(&v->lock);
@@ -561,6 +562,7 @@ static void on_status(struct cm_rpc_call *call, grpc_byte_buffer *bb,
   Psd__V1__StatusRequest *req = NULL;
   Psd__V1__StatusResponse resp = PSD__V1__STATUS_RESPONSE__INIT;
   Psd__V1__VarStatus *vs = NULL, **ptrs = NULL;
+  char *(*slot_names)[CM_OPTIM_MAX_SLOTS] = NULL; /* static strings */
   struct psd_step_record *hist = NULL;
   Psd__V1__StepRecord *recs = NULL, **recp = NULL;
   int32_t *ids = NULL;
@@ -581,7 +583,8 @@ static void on_status(struct cm_rpc_call *call, grpc_byte_buffer *bb,
   n = psd_store_count(svc->store);
   vs = calloc(n + 1, sizeof *vs);
   ptrs = calloc(n + 1, sizeof *ptrs);
-  if (!vs || !ptrs) {
+  slot_names = calloc(n + 1, sizeof *slot_names);
+  if (!vs || !ptrs || !slot_names) {
     fail(svc, call, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
     goto out;
   }
@@ -597,7 +600,11 @@ static void on_status(struct cm_rpc_call *call, grpc_byte_buffer *bb,
     vs[i].version = v->version;
     pthread_mutex_unlock(&v->lock);
     vs[i].bytes = psd_var_bytes(svc->store, v);
-    vs[i].optimizer = svc->optim;
+    vs[i].optimizer = v->optim_desc;
+    vs[i].n_slots = v->nslots;
+    vs[i].slots = slot_names[i];
+    for (int k = 0; k < v->nslots; k++)
+      slot_names[i][k] = (char *)cm_optim_slot_name(v->opt.type, k);
     vs[i].placement = v->placement;
     ptrs[i] = &vs[i];
   }
@@ -713,6 +720,7 @@ out:
   free(wh);
   free(vs);
   free(ptrs);
+  free(slot_names);
   if (req)
     protobuf_c_message_free_unpacked(&req->base, NULL);
   cm_wire_msg_release(&m);
@@ -720,7 +728,7 @@ out:
 
 int psd_service_new(struct psd_service **out, struct psd_store *store,
                     int shard, int nshards, int nworkers, const char *job,
-                    const char *mode, const struct psd_optim *opt) {
+                    const char *mode) {
   struct psd_service *svc = calloc(1, sizeof *svc);
   if (!svc)
     return CM_ENOMEM;
@@ -729,7 +737,6 @@ int psd_service_new(struct psd_service **out, struct psd_store *store,
   svc->nshards = nshards;
   snprintf(svc->job, sizeof svc->job, "%s", job);
   snprintf(svc->mode, sizeof svc->mode, "%s", mode);
-  psd_optim_describe(opt, svc->optim, sizeof svc->optim);
   clock_gettime(CLOCK_MONOTONIC, &svc->started);
   svc->methods[0] =
       (struct cm_rpc_method){"/psd.v1.Data/Declare", on_declare, svc};

@@ -14,10 +14,11 @@ struct psd_service;
 
 /* The service borrows store (which must outlive it). job is the job's name
  * that callers must name; mode "sync" stages pushes for steps (steps.h),
- * anything else applies them on arrival. */
+ * anything else applies them on arrival. Each variable's optimizer is the
+ * store's (store.h). */
 int psd_service_new(struct psd_service **out, struct psd_store *store,
                     int shard, int nshards, int nworkers, const char *job,
-                    const char *mode, const struct psd_optim *opt);
+                    const char *mode);
 
 /* Lets Status report the coordinator's view (shard 0). */
 struct psd_coord;

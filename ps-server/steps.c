@@ -203,7 +203,7 @@ int psd_steps_commit(struct psd_steps *s, uint64_t step, const int *applied,
     for (uint64_t e = 0; e < len; e++)
       acc[e] *= scale;
     pthread_mutex_lock(&v->lock);
-    psd_store_apply(s->store, v, 0, acc, len);
+    psd_store_apply_step(s->store, v, acc, step);
     v->version = step + 1;
     pthread_mutex_unlock(&v->lock);
   }

@@ -1,21 +1,23 @@
 /* The shard's variable store (store.h): a name table, per-variable slices
- * and the optimizer update. Initial values come from common/init.h, so a
- * variable's initial values do not depend on how it is sharded. */
+ * with their optimizer's slots, and the optimizer update. Initial values
+ * come from common/init.h, so a variable's initial values do not depend on
+ * how it is sharded. */
 #include "store.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "dense.h"
 #include "err.h"
 #include "init.h"
+#include "log.h"
+#include "optim.h"
 #include "shard.h"
 
 struct psd_store {
-  int shard;             /* this shard's index */
-  int nshards;           /* shards in the job */
-  struct psd_optim opt;  /* update applied to pushes */
+  int shard;                  /* this shard's index */
+  int nshards;                /* shards in the job */
+  struct cm_optim_set optims; /* where each variable's optimizer comes from */
   pthread_rwlock_t lock; /* guards vars and nvars (the table, not values) */
   struct psd_var **vars; /* owned, in declaration order */
   int nvars;             /* entries used */
@@ -23,13 +25,13 @@ struct psd_store {
 };
 
 int psd_store_new(struct psd_store **out, int shard, int nshards,
-                  const struct psd_optim *opt) {
+                  const struct cm_optim_set *optims) {
   struct psd_store *s = calloc(1, sizeof *s);
   if (!s)
     return CM_ENOMEM;
   s->shard = shard;
   s->nshards = nshards;
-  s->opt = *opt;
+  s->optims = *optims;
   pthread_rwlock_init(&s->lock, NULL);
   *out = s;
   return 0;
@@ -58,11 +60,8 @@ void psd_shape_format(int ndim, const int64_t *shape, char *buf, size_t len) {
     snprintf(buf + n, len - n, "]");
 }
 
-void psd_optim_describe(const struct psd_optim *o, char *buf, size_t len) {
-  if (o->type == PSD_OPT_MOMENTUM)
-    snprintf(buf, len, "momentum(lr=%g, momentum=%g)", o->lr, o->momentum);
-  else
-    snprintf(buf, len, "sgd(lr=%g)", o->lr);
+const struct cm_optim_set *psd_store_optims(const struct psd_store *s) {
+  return &s->optims;
 }
 
 static struct psd_var *find_locked(struct psd_store *s, const char *name) {
@@ -94,8 +93,14 @@ struct psd_var *psd_store_at(struct psd_store *s, int i) {
 }
 
 uint64_t psd_var_bytes(const struct psd_store *s, const struct psd_var *v) {
-  uint64_t n = (v->elem_end - v->elem_begin) * sizeof(float);
-  return s->opt.type == PSD_OPT_MOMENTUM ? 2 * n : n;
+  (void)s;
+  return (uint64_t)(1 + v->nslots) * (v->elem_end - v->elem_begin) *
+         sizeof(float);
+}
+
+uint64_t psd_var_steps(const struct psd_var *v) {
+  uint64_t len = v->elem_end - v->elem_begin;
+  return len ? (v->applied + len - 1) / len : 0;
 }
 
 static void init_values(struct psd_var *v, enum psd_init init, float scale,
@@ -186,10 +191,15 @@ int psd_store_declare(struct psd_store *s, const char *name, int ndim,
                 &v->row_end);
   v->elem_begin = (uint64_t)v->row_begin * row_elems;
   v->elem_end = (uint64_t)v->row_end * row_elems;
+  v->opt = *cm_optim_pick(&s->optims, name, &v->rule);
+  v->nslots = cm_optim_nslots(v->opt.type);
+  cm_optim_describe(&v->opt, v->optim_desc, sizeof v->optim_desc);
   {
+    /* Values, then each slot, each rounded up to 64 bytes so that every
+     * tensor starts on a cache line. */
     uint64_t n = v->elem_end - v->elem_begin;
-    size_t bytes = (n ? n : 1) * sizeof(float);
-    size_t total = s->opt.type == PSD_OPT_MOMENTUM ? 2 * bytes : bytes;
+    size_t bytes = ((n ? n : 1) * sizeof(float) + 63) & ~(size_t)63;
+    size_t total = (size_t)(1 + v->nslots) * bytes;
     void *mem = NULL;
     if (posix_memalign(&mem, 64, total) != 0) {
       snprintf(err, errlen, "variable '%s': cannot allocate %zu bytes", name,
@@ -200,11 +210,14 @@ int psd_store_declare(struct psd_store *s, const char *name, int ndim,
       goto out;
     }
     v->value = mem;
-    if (s->opt.type == PSD_OPT_MOMENTUM) {
-      v->slot = (float *)((char *)mem + bytes);
-      memset(v->slot, 0, n * sizeof(float));
+    for (int i = 0; i < v->nslots; i++) {
+      v->slots[i] = (float *)((char *)mem + (size_t)(1 + i) * bytes);
+      memset(v->slots[i], 0, n * sizeof(float));
     }
   }
+  if (v->rule >= 0)
+    cm_info("'%s': optimizer %s (job.optimizer_overrides[\"%s\"])", v->name,
+            v->optim_desc, s->optims.rules[v->rule].pattern);
   init_values(v, init, init_scale, seed);
   pthread_mutex_init(&v->lock, NULL);
   v->index = s->nvars;
@@ -216,11 +229,32 @@ out:
   return rc;
 }
 
+/* Runs v's update on elements [off, off + n) as update `step` (1-based). */
+static void apply(struct psd_var *v, uint64_t off, const float *g, size_t n,
+                  uint64_t step) {
+  float *slots[CM_OPTIM_MAX_SLOTS];
+
+  for (int i = 0; i < CM_OPTIM_MAX_SLOTS; i++)
+    slots[i] = v->slots[i] ? v->slots[i] + off : NULL;
+  kn_optim_apply(&v->opt, step - 1, v->value + off, slots, g, n);
+}
+
 void psd_store_apply(struct psd_store *s, struct psd_var *v, uint64_t off,
                      const float *g, size_t n) {
-  if (s->opt.type == PSD_OPT_MOMENTUM)
-    kn_momentum_update(v->value + off, v->slot + off, g, n, s->opt.lr,
-                       s->opt.momentum);
-  else
-    kn_sgd_update(v->value + off, g, n, s->opt.lr);
+  uint64_t len = v->elem_end - v->elem_begin;
+  (void)s;
+  if (!n || !len)
+    return;
+  v->applied += n;
+  apply(v, off, g, n, (v->applied + len - 1) / len);
+}
+
+void psd_store_apply_step(struct psd_store *s, struct psd_var *v,
+                          const float *g, uint64_t step) {
+  uint64_t len = v->elem_end - v->elem_begin;
+  (void)s;
+  if (!len)
+    return;
+  v->applied = (step + 1) * len;
+  apply(v, 0, g, len, step + 1);
 }

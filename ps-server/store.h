@@ -1,7 +1,10 @@
 /* A shard's variables: for each, the rows this shard holds, in one aligned
- * allocation with the optimizer's slot beside the values, a version (pushes
- * applied) and a lock. A thread touching a variable holds that variable's
- * lock, never a store-wide one; the name table has its own read-write lock. */
+ * allocation with the optimizer's slots beside the values, a version
+ * (pushes applied), the optimizer's step count and a lock. Each variable
+ * has its own optimizer, picked from the job's set (the spec's
+ * job.optimizer and job.optimizer_overrides) when it is created. A thread
+ * touching a variable holds that variable's lock, never a store-wide one;
+ * the name table has its own read-write lock. */
 #ifndef PSD_STORE_H
 #define PSD_STORE_H
 
@@ -9,22 +12,17 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "optconf.h"
+
 #define PSD_VAR_MAX_DIMS 4
 #define PSD_VAR_MAX_NAME 200
-
-enum psd_optim_type { PSD_OPT_SGD = 0, PSD_OPT_MOMENTUM = 1 };
-
-/* The server-side optimizer applied to every push. */
-struct psd_optim {
-  enum psd_optim_type type; /* which update */
-  float lr;                 /* learning rate */
-  float momentum;           /* momentum coefficient (PSD_OPT_MOMENTUM) */
-};
+/* Longest optimizer description (cm_optim_describe). */
+#define PSD_OPTIM_DESC 256
 
 enum psd_init { PSD_INIT_ZEROS = 0, PSD_INIT_UNIFORM = 1 };
 
 /* One variable's slice on this shard. Fields above `lock` are fixed at
- * creation; value, slot and version are guarded by lock. */
+ * creation; value, slots, version and applied are guarded by lock. */
 struct psd_var {
   char name[PSD_VAR_MAX_NAME + 1]; /* unique in the store */
   int ndim;                        /* 1..PSD_VAR_MAX_DIMS */
@@ -34,16 +32,32 @@ struct psd_var {
   uint64_t elem_begin, elem_end; /* the same as global element numbers */
   uint64_t numel;                /* elements of the whole variable */
   int index;                     /* position in declaration order */
-  pthread_mutex_t lock;          /* guards the fields below */
-  float *value;                  /* owned, elem_end - elem_begin floats */
-  float *slot;                   /* momentum buffer beside value, or NULL */
-  uint64_t version;              /* pushes applied */
+  /* this variable's optimizer: the job's, or its override's */
+  struct cm_optim opt;
+  /* the job.optimizer_overrides entry that chose opt, -1 for job.optimizer */
+  int rule;
+  int nslots; /* cm_optim_nslots(opt.type) */
+  /* what opt does, cm_optim_describe(&opt) (VarStatus.optimizer) */
+  char optim_desc[PSD_OPTIM_DESC];
+  pthread_mutex_t lock; /* guards the fields below */
+  float *value;         /* owned, elem_end - elem_begin floats */
+  /* slot i (cm_optim_slot_name) beside value in value's allocation, each
+   * 64-byte aligned; NULL from nslots on */
+  float *slots[CM_OPTIM_MAX_SLOTS];
+  uint64_t version; /* pushes applied */
+  /* Gradient elements the optimizer has applied to this slice: the update
+   * that takes it past k whole slices is update k + 1 (Adam's t, the
+   * schedule's step). Async pushes of one step come in chunks, in any
+   * order, so updates are counted in elements; sync sets it from the
+   * committed step. */
+  uint64_t applied;
 };
 
 struct psd_store;
 
+/* optims (copied) gives each variable its optimizer. */
 int psd_store_new(struct psd_store **out, int shard, int nshards,
-                  const struct psd_optim *opt);
+                  const struct cm_optim_set *optims);
 void psd_store_free(struct psd_store *s);
 
 /* Creates the variable, or checks that an existing one agrees. Returns 0
@@ -63,16 +77,26 @@ struct psd_var *psd_store_find(struct psd_store *s, const char *name);
 int psd_store_count(struct psd_store *s);
 struct psd_var *psd_store_at(struct psd_store *s, int i);
 
-/* Applies the optimizer to elements [off, off + n) of v's slice (local
- * numbering) with gradient g. Caller holds v->lock. */
+/* The store's set of optimizers (borrowed until psd_store_free). */
+const struct cm_optim_set *psd_store_optims(const struct psd_store *s);
+
+/* Applies v's optimizer to elements [off, off + n) of v's slice (local
+ * numbering) with gradient g, as one async update: its step is counted
+ * from v->applied (see there). Caller holds v->lock. */
 void psd_store_apply(struct psd_store *s, struct psd_var *v, uint64_t off,
                      const float *g, size_t n);
 
+/* Applies v's optimizer to v's whole slice with gradient g as sync step
+ * `step` (0-based: the update is step + 1 for Adam and the schedule).
+ * Caller holds v->lock. */
+void psd_store_apply_step(struct psd_store *s, struct psd_var *v,
+                          const float *g, uint64_t step);
+
+/* Optimizer steps applied to v's slice: ceil(applied / slice length). */
+uint64_t psd_var_steps(const struct psd_var *v);
+
 /* Bytes this shard holds for v (values plus slots). */
 uint64_t psd_var_bytes(const struct psd_store *s, const struct psd_var *v);
-
-/* "sgd(lr=0.05)" or "momentum(lr=0.05, momentum=0.9)". */
-void psd_optim_describe(const struct psd_optim *o, char *buf, size_t len);
 
 /* Writes "[784, 256]". */
 void psd_shape_format(int ndim, const int64_t *shape, char *buf, size_t len);

@@ -268,10 +268,13 @@ static int cmd_roundtrip(struct cm_spec *spec, const struct args *a) {
     goto out;
   }
   /* Exactly what psd computes in f32: sgd w -= lr*g; momentum's first step
-   * on a zero slot is the same (v = g, w -= lr*v). */
-  float lr = (float)spec->job.lr;
+   * on a zero slot is the same (v = g, w -= lr*v). Other optimizers are
+   * only timed. */
+  const struct cm_optim *opt = cm_optim_pick(&spec->job.optim, name, NULL);
+  float lr = (float)cm_schedule_lr(&opt->schedule, opt->lr, 0);
   uint64_t bad = 0;
-  int fresh = 1;
+  int fresh = (opt->type == CM_OPT_SGD || opt->type == CM_OPT_MOMENTUM) &&
+              opt->weight_decay == 0;
   for (uint64_t i = 0; i < n; i++)
     if (before[i] != 0.0f)
       fresh = 0;
@@ -284,7 +287,8 @@ static int cmd_roundtrip(struct cm_spec *spec, const struct args *a) {
   /* push_pull: its pull sees each element before or after this push, and
    * the next pull sees it after (for sgd: exactly w - lr*g). */
   if (fresh && !bad) {
-    int sgd = !strcmp(spec->job.optimizer, "sgd");
+    int sgd = opt->type == CM_OPT_SGD;
+    lr = (float)cm_schedule_lr(&opt->schedule, opt->lr, 1);
     float *mid = malloc(n * sizeof(float));
     memcpy(before, value, n * sizeof(float));
     if (!mid || dw_client_push_pull(c)) {

@@ -7,13 +7,17 @@
  * written twice keeps the second; a write that fails (a file where the
  * directory should be, the file size limit mid-write) leaves the previous
  * checkpoint intact and no temporary behind; --resume-step loads the newest
- * at or below it and renames the newer ones. */
+ * at or below it and renames the newer ones. Each variable's optimizer and
+ * all its slots round-trip; a checkpoint whose optimizer type differs from
+ * the spec's is refused without falling back; format 1 checkpoints (one
+ * momentum slot, no step counts) still load. */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE /* mkdtemp */
 #endif
 
 #include <check.h>
 #include <dirent.h>
+#include <jansson.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,11 +28,30 @@
 
 #include "ckpt.h"
 #include "err.h"
+#include "safetensors.h"
 #include "store.h"
 
 static char root[64];
 static char err[4096];
-static const struct psd_optim momentum = {PSD_OPT_MOMENTUM, 0.1f, 0.9f};
+/* Every variable with momentum (lr 0.1, momentum 0.9); set up by setup. */
+static struct cm_optim_set momentum;
+
+/* A set giving every variable type t with lr. */
+static void set_of(struct cm_optim_set *set, enum cm_optim_type t, double lr) {
+  memset(set, 0, sizeof *set);
+  cm_optim_defaults(&set->def);
+  set->def.type = t;
+  set->def.lr = lr;
+}
+
+/* Adds rule pattern -> type t to set. */
+static void add_rule(struct cm_optim_set *set, const char *pattern,
+                     enum cm_optim_type t) {
+  struct cm_optim_rule *r = &set->rules[set->nrules++];
+  snprintf(r->pattern, sizeof r->pattern, "%s", pattern);
+  r->opt = set->def;
+  r->opt.type = t;
+}
 
 static void rm_rf(const char *p) {
   char cmd[256];
@@ -37,6 +60,7 @@ static void rm_rf(const char *p) {
 }
 
 static void setup(void) {
+  set_of(&momentum, CM_OPT_MOMENTUM, 0.1);
   snprintf(root, sizeof root, "/tmp/test-ckpt-XXXXXX");
   ck_assert_ptr_nonnull(mkdtemp(root));
 }
@@ -44,7 +68,7 @@ static void setup(void) {
 static void teardown(void) { rm_rf(root); }
 
 static struct psd_ckpt *open_ckpt(const char *job, int shard, int nshards,
-                                  const struct psd_optim *opt, int keep) {
+                                  const struct cm_optim_set *opt, int keep) {
   struct psd_ckpt *c = NULL;
   struct psd_ckpt_opts o = {root, job, shard, nshards, "sync", opt, keep};
   ck_assert_msg(psd_ckpt_new(&c, &o, err, sizeof err) == 0, "%s", err);
@@ -53,8 +77,9 @@ static struct psd_ckpt *open_ckpt(const char *job, int shard, int nshards,
 
 /* Shard `shard` of 2 with: "w" (5, 3) split (rows [0,3) or [3,5)), "b" (4)
  * placed on shard 1, "one" (1, 2) split (its row on shard 0 only). Values
- * and slots are a function of (tag, variable, element); versions 10+i. */
-static struct psd_store *make_store(int shard, const struct psd_optim *opt,
+ * and slots are a function of (tag, variable, slot, element); versions
+ * 10+i, optimizer steps 20+i. */
+static struct psd_store *make_store(int shard, const struct cm_optim_set *opt,
                                     float tag) {
   struct psd_store *s = NULL;
   static const int64_t w[2] = {5, 3}, b[1] = {4}, one[2] = {1, 2};
@@ -72,10 +97,11 @@ static struct psd_store *make_store(int shard, const struct psd_optim *opt,
                      0);
     for (uint64_t e = 0; e < v->elem_end - v->elem_begin; e++) {
       v->value[e] = tag + 100.0f * i + (float)(e + v->elem_begin);
-      if (v->slot)
-        v->slot[e] = -tag - 0.5f * (float)e;
+      for (int k = 0; k < v->nslots; k++)
+        v->slots[k][e] = -tag - 0.5f * (float)e - 1000.0f * k;
     }
     v->version = 10 + (uint64_t)i;
+    v->applied = (20 + (uint64_t)i) * (v->elem_end - v->elem_begin);
   }
   return s;
 }
@@ -95,9 +121,12 @@ static void same_store(struct psd_store *a, struct psd_store *b) {
     ck_assert_int_eq(x->row_end, y->row_end);
     ck_assert_int_eq(x->index, y->index);
     ck_assert_uint_eq(x->version, y->version);
+    ck_assert_uint_eq(psd_var_steps(x), psd_var_steps(y));
     ck_assert_int_eq(memcmp(x->value, y->value, n * sizeof(float)), 0);
-    if (x->slot && y->slot)
-      ck_assert_int_eq(memcmp(x->slot, y->slot, n * sizeof(float)), 0);
+    ck_assert_int_eq(x->opt.type, y->opt.type);
+    ck_assert_int_eq(x->nslots, y->nslots);
+    for (int k = 0; k < x->nslots; k++)
+      ck_assert_int_eq(memcmp(x->slots[k], y->slots[k], n * sizeof(float)), 0);
   }
 }
 
@@ -305,17 +334,131 @@ START_TEST(test_other_job_or_shard_is_refused) {
 }
 END_TEST
 
-START_TEST(test_optimizer_change_loads_values) {
-  const struct psd_optim sgd = {PSD_OPT_SGD, 0.1f, 0};
-  struct psd_store *s = make_store(0, &momentum, 1), *t;
-  struct psd_ckpt *c = open_ckpt("job", 0, 2, &momentum, 3), *d;
+/* Each variable's own optimizer and all its slots come back, under the
+ * tensor names "<name>/<slot>". */
+START_TEST(test_per_variable_optimizers_roundtrip) {
+  struct cm_optim_set set;
+  struct cm_st_file *f = NULL;
+  struct psd_store *s, *t;
+  struct psd_ckpt *c;
+  char p[1400];
+  static const char *const tensors[] = {"w",   "w/m",          "w/v",
+                                        "one", "one/momentum", NULL};
+
+  set_of(&set, CM_OPT_ADAM, 0.001);
+  add_rule(&set, "b", CM_OPT_SGD);
+  add_rule(&set, "o*", CM_OPT_MOMENTUM);
+  c = open_ckpt("job", 0, 2, &set, 3);
+  s = make_store(0, &set, 1);
+  ck_assert_int_eq(psd_store_at(s, 0)->nslots, 2);
+  ck_assert_int_eq(psd_store_at(s, 1)->nslots, 0);
+  ck_assert_int_eq(psd_store_at(s, 2)->nslots, 1);
+  write_ok(c, s, 7);
+  t = load_step(c, 7, 0);
+  same_store(s, t);
+  ck_assert_uint_eq(psd_var_steps(psd_store_at(t, 0)), 20);
+  ckpt_file(c, 7, "shard.safetensors", p, sizeof p);
+  ck_assert_int_eq(cm_st_open(&f, p, err, sizeof err), 0);
+  for (int i = 0; tensors[i]; i++)
+    ck_assert_msg(cm_st_find(f, tensors[i]), "no tensor %s", tensors[i]);
+  ck_assert_ptr_null(cm_st_find(f, "w/momentum"));
+  cm_st_close(f);
+  psd_store_free(t);
+  psd_store_free(s);
+  psd_ckpt_free(c);
+}
+END_TEST
+
+/* Another optimizer type is refused loudly, and no older checkpoint is
+ * tried (one of an earlier run could have the spec's type); other
+ * hyper-parameters of the same type load. */
+START_TEST(test_optimizer_change_is_refused) {
+  struct cm_optim_set sgd, momentum2, adam_b;
+  struct psd_store *s = make_store(0, &momentum, 1), *old, *t = NULL;
+  struct psd_ckpt *c, *d;
+  struct psd_ckpt_result r;
+
+  set_of(&sgd, CM_OPT_SGD, 0.1);
+  /* Step 3 by an sgd run, step 5 by a momentum run. */
+  c = open_ckpt("job", 0, 2, &sgd, 5);
+  old = make_store(0, &sgd, 2);
+  write_ok(c, old, 3);
+  psd_ckpt_free(c);
+  c = open_ckpt("job", 0, 2, &momentum, 5);
   write_ok(c, s, 5);
-  d = open_ckpt("job", 0, 2, &sgd, 3);
+  d = open_ckpt("job", 0, 2, &sgd, 5);
+  ck_assert_int_eq(psd_ckpt_load(d, &t, &r, err, sizeof err), CM_EEXIST);
+  ck_assert_ptr_null(t);
+  ck_assert_int_eq(r.refused, 1);
+  ck_assert_msg(strstr(err, "older checkpoints are not tried"), "%s", err);
+  psd_ckpt_free(d);
+  /* Only "b" differs (an override): refused too. */
+  set_of(&adam_b, CM_OPT_MOMENTUM, 0.1);
+  add_rule(&adam_b, "b", CM_OPT_ADAM);
+  d = open_ckpt("job", 0, 2, &adam_b, 5);
+  ck_assert_int_eq(psd_ckpt_load(d, &t, &r, err, sizeof err), CM_EEXIST);
+  psd_ckpt_free(d);
+  /* The same type with another lr and momentum loads. */
+  set_of(&momentum2, CM_OPT_MOMENTUM, 0.5);
+  momentum2.def.momentum = 0.5;
+  d = open_ckpt("job", 0, 2, &momentum2, 5);
   t = load_step(d, 5, 0);
-  same_store(s, t); /* values and versions; sgd keeps no slots */
-  ck_assert_ptr_null(psd_store_at(t, 0)->slot);
+  same_store(s, t);
+  ck_assert_double_eq(psd_store_at(t, 0)->opt.lr, 0.5);
   psd_store_free(t);
   psd_ckpt_free(d);
+  psd_store_free(old);
+  psd_store_free(s);
+  psd_ckpt_free(c);
+}
+END_TEST
+
+/* Rewrites checkpoint step's manifest as format 1 wrote it: one optimizer
+ * for the job, momentum's tensor as "slot", no per-variable optimizer or
+ * step count; a new checksum. */
+static void make_format_1(struct psd_ckpt *c, uint64_t step) {
+  char p[1400];
+  json_t *m, *vars, *e;
+  size_t i;
+  uint32_t crc;
+  char *text;
+
+  ckpt_file(c, step, "manifest.json", p, sizeof p);
+  ck_assert_ptr_nonnull(m = json_load_file(p, 0, NULL));
+  json_object_del(m, "checksum");
+  json_object_set_new(m, "format", json_string("psd-checkpoint-1"));
+  json_object_del(json_object_get(m, "optimizer"), "describe");
+  vars = json_object_get(m, "vars");
+  json_array_foreach(vars, i, e) {
+    json_t *slot = json_array_get(json_object_get(e, "slots"), 0);
+    json_object_set(e, "slot", slot);
+    json_object_del(e, "slots");
+    json_object_del(e, "optimizer");
+    json_object_del(e, "opt_step");
+  }
+  text = json_dumps(m, JSON_COMPACT | JSON_SORT_KEYS);
+  crc = cm_st_crc32(0, text, strlen(text));
+  free(text);
+  json_object_set_new(m, "checksum", json_integer(crc));
+  ck_assert_int_eq(json_dump_file(m, p, JSON_INDENT(1)), 0);
+  json_decref(m);
+}
+
+START_TEST(test_format_1_loads) {
+  struct psd_store *s = make_store(0, &momentum, 1), *t;
+  struct psd_ckpt *c = open_ckpt("job", 0, 2, &momentum, 3);
+
+  write_ok(c, s, 5);
+  make_format_1(c, 5);
+  t = load_step(c, 5, 0);
+  /* Values, momentum and versions as written; the step count was not
+   * kept, so it is the version. */
+  for (int i = 0; i < psd_store_count(s); i++) {
+    struct psd_var *v = psd_store_at(s, i);
+    v->applied = v->version * (v->elem_end - v->elem_begin);
+  }
+  same_store(s, t);
+  psd_store_free(t);
   psd_store_free(s);
   psd_ckpt_free(c);
 }
@@ -455,7 +598,9 @@ int main(void) {
   tcase_add_test(tc, test_bad_manifest_falls_back);
   tcase_add_test(tc, test_none_verifies_is_an_error);
   tcase_add_test(tc, test_other_job_or_shard_is_refused);
-  tcase_add_test(tc, test_optimizer_change_loads_values);
+  tcase_add_test(tc, test_per_variable_optimizers_roundtrip);
+  tcase_add_test(tc, test_optimizer_change_is_refused);
+  tcase_add_test(tc, test_format_1_loads);
   tcase_add_test(tc, test_prune_keeps_exactly_k);
   tcase_add_test(tc, test_stale_tmp_is_removed);
   tcase_add_test(tc, test_same_step_twice_keeps_the_second);

@@ -6,7 +6,11 @@
  *   TOL_ELEM 1e-6: relu and the updates (the kernels do the same rounded
  *     float operations, so these are expected to match exactly);
  *   TOL_XENT 1e-5, floor 1/B for the gradient: softmax cross-entropy
- *     (CUDA's expf and logf may differ from glibc's by an ulp or two).
+ *     (CUDA's expf and logf may differ from glibc's by an ulp or two);
+ *   TOL_ELEM also for the optimizer updates (optim_cuda.h: the same float
+ *     operations, explicitly rounded, so expected to match exactly);
+ *   TOL_SUMSQ 1e-12 relative: the gradient's sum of squares, a double sum
+ *     in another order (per-thread sums, then a tree).
  * Exits 77, which meson counts as skipped, in a build without CUDA or on a
  * machine without a usable GPU. */
 #include "psd_config.h"
@@ -27,13 +31,17 @@ int main(void) {
 
 #include "dense.h"
 #include "dense_cuda.h"
+#include "optim.h"
+#include "optim_cuda.h"
 
 #include <check.h>
 #include <math.h>
+#include <string.h>
 
 #define TOL_GEMM 1e-4
 #define TOL_ELEM 1e-6
 #define TOL_XENT 1e-5
+#define TOL_SUMSQ 1e-12
 
 /* One shape of the dense layer. */
 struct shape {
@@ -216,6 +224,99 @@ START_TEST(test_updates) {
 }
 END_TEST
 
+/* The optimizer updates (optim_cuda.h), 3 steps with and without weight
+ * decay; _i = kind * nsizes + size index, kind 0..5 as in optim.h's order
+ * (sgd, momentum, nesterov, adagrad, adam, adamw). */
+START_TEST(test_optim_updates) {
+  int nsizes = sizeof sizes / sizeof sizes[0], kind = _i / nsizes;
+  size_t n = sizes[_i % nsizes];
+  static const char *const names[6] = {"sgd",     "momentum", "nesterov",
+                                       "adagrad", "adam",     "adamw"};
+  char what[64];
+
+  for (int decay = 0; decay < 2; decay++) {
+    float *w = frandv(n, 21), *s0 = frandv(n, 22), *s1 = frandv(n, 23),
+          *g = frandv(n, 24);
+    struct kn_optim_hp hp = {.lr = 0.01f,
+                             .momentum = 0.9f,
+                             .beta1 = 0.9,
+                             .beta2 = 0.999,
+                             .eps = 1e-8f,
+                             .weight_decay = decay ? 0.05f : 0.0f};
+    /* Adagrad's accumulator and Adam's v are sums of squares: >= 0. */
+    for (size_t i = 0; i < n; i++) {
+      if (kind == 3)
+        s0[i] = fabsf(s0[i]);
+      s1[i] = fabsf(s1[i]);
+    }
+    float *gw = to_gpu(w, n), *gs0 = to_gpu(s0, n), *gs1 = to_gpu(s1, n),
+          *gg = to_gpu(g, n);
+    for (hp.t = 1; hp.t <= 3; hp.t++) {
+      int rc;
+      switch (kind) {
+      case 0:
+        kn_sgd_step(w, g, n, &hp);
+        rc = kn_sgd_step_cuda(ctx, gw, gg, n, &hp);
+        break;
+      case 1:
+        kn_momentum_step(w, s0, g, n, &hp);
+        rc = kn_momentum_step_cuda(ctx, gw, gs0, gg, n, &hp);
+        break;
+      case 2:
+        kn_nesterov_step(w, s0, g, n, &hp);
+        rc = kn_nesterov_step_cuda(ctx, gw, gs0, gg, n, &hp);
+        break;
+      case 3:
+        kn_adagrad_step(w, s0, g, n, &hp);
+        rc = kn_adagrad_step_cuda(ctx, gw, gs0, gg, n, &hp);
+        break;
+      case 4:
+        kn_adam_step(w, s0, s1, g, n, &hp);
+        rc = kn_adam_step_cuda(ctx, gw, gs0, gs1, gg, n, &hp);
+        break;
+      default:
+        kn_adamw_step(w, s0, s1, g, n, &hp);
+        rc = kn_adamw_step_cuda(ctx, gw, gs0, gs1, gg, n, &hp);
+        break;
+      }
+      ck_assert_int_eq(rc, 0);
+    }
+    snprintf(what, sizeof what, "%s wd=%d n=%zu w", names[kind], decay, n);
+    assert_twin(gw, w, n, TOL_ELEM, 1e-6, what);
+    snprintf(what, sizeof what, "%s wd=%d n=%zu slot 0", names[kind], decay, n);
+    assert_twin(gs0, s0, n, TOL_ELEM, 1e-6, what);
+    snprintf(what, sizeof what, "%s wd=%d n=%zu slot 1", names[kind], decay, n);
+    assert_twin(gs1, s1, n, TOL_ELEM, 1e-6, what);
+    kn_cuda_free(gw), kn_cuda_free(gs0), kn_cuda_free(gs1), kn_cuda_free(gg);
+    free(w), free(s0), free(s1), free(g);
+  }
+}
+END_TEST
+
+/* The global norm (a tree of double partial sums, TOL_SUMSQ) and
+ * clipping to it. */
+START_TEST(test_clip) {
+  size_t n = sizes[_i];
+  float *g = frandv(n, 31), *gg = to_gpu(g, n);
+  double cpu, gpu = -1.0, norm = -1.0;
+
+  cpu = kn_sumsq(g, n);
+  ck_assert_int_eq(kn_sumsq_cuda(ctx, &gpu, gg, n), 0);
+  ck_assert_msg(fabs(gpu - cpu) <= TOL_SUMSQ * cpu,
+                "sumsq n=%zu: gpu %.17g, "
+                "cpu %.17g",
+                n, gpu, cpu);
+  cpu = kn_clip_global_norm(g, n, 0.5);
+  ck_assert_int_eq(kn_clip_global_norm_cuda(ctx, &norm, gg, n, 0.5), 0);
+  ck_assert_msg(fabs(norm - cpu) <= TOL_SUMSQ * (cpu + 1e-30),
+                "norm n=%zu: gpu %.17g, cpu %.17g", n, norm, cpu);
+  /* The scale factor may differ in its last bit with the norm. */
+  assert_twin(gg, g, n, 1e-6, 1e-6, "clipped");
+  kn_cuda_free(gg);
+  free(g);
+}
+END_TEST
+
 static Suite *kernels_cuda_suite(void) {
   Suite *s = suite_create("kernels-cuda");
   TCase *tc = tcase_create("twins");
@@ -225,6 +326,9 @@ static Suite *kernels_cuda_suite(void) {
   tcase_add_loop_test(tc, test_relu, 0, sizeof sizes / sizeof sizes[0]);
   tcase_add_loop_test(tc, test_xent, 0, sizeof batches / sizeof batches[0]);
   tcase_add_loop_test(tc, test_updates, 0, sizeof sizes / sizeof sizes[0]);
+  tcase_add_loop_test(tc, test_optim_updates, 0,
+                      6 * (int)(sizeof sizes / sizeof sizes[0]));
+  tcase_add_loop_test(tc, test_clip, 0, sizeof sizes / sizeof sizes[0]);
   suite_add_tcase(s, tc);
   return s;
 }

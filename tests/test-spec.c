@@ -5,7 +5,8 @@
  * task resolution precedence (--task, the spec, TF_CONFIG),
  * cm_addr_is_local on literals that send no traffic, and the checkpoint
  * settings (defaults, bounds, a relative dir resolved against the spec
- * file's directory). */
+ * file's directory), and the optimizer (every key, schedules, per-variable
+ * overrides and which rule a variable gets, and their mistakes). */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE /* setenv, mkstemp under -std=c11 */
 #endif
@@ -91,9 +92,17 @@ START_TEST(test_minimal_defaults) {
   ck_assert_str_eq(spec->job.data_dir, "/usr/share/datasets/fashion-mnist");
   ck_assert_int_eq(spec->job.epochs, 3);
   ck_assert_int_eq(spec->job.batch_size, 64);
-  ck_assert_str_eq(spec->job.optimizer, "momentum");
-  ck_assert_double_eq(spec->job.lr, 0.05);
-  ck_assert_double_eq(spec->job.momentum, 0.9);
+  ck_assert_int_eq(spec->job.optim.def.type, CM_OPT_MOMENTUM);
+  ck_assert_double_eq(spec->job.optim.def.lr, 0.05);
+  ck_assert_double_eq(spec->job.optim.def.momentum, 0.9);
+  ck_assert_double_eq(spec->job.optim.def.weight_decay, 0);
+  ck_assert_double_eq(spec->job.optim.def.beta1, 0.9);
+  ck_assert_double_eq(spec->job.optim.def.beta2, 0.999);
+  ck_assert_double_eq(spec->job.optim.def.eps, 1e-8);
+  ck_assert_int_eq(spec->job.optim.def.schedule.type, CM_SCHED_CONSTANT);
+  ck_assert_uint_eq(spec->job.optim.def.schedule.warmup_steps, 0);
+  ck_assert_int_eq(spec->job.optim.nrules, 0);
+  ck_assert_double_eq(spec->job.clip_norm, 0);
   ck_assert_str_eq(spec->job.mode, "async");
   ck_assert_uint_eq(spec->job.seed, 1);
   ck_assert_int_eq(spec->job.log_every, 100);
@@ -155,9 +164,9 @@ START_TEST(test_full) {
   ck_assert_str_eq(spec->job.data_dir, "/data/fm");
   ck_assert_int_eq(spec->job.epochs, 7);
   ck_assert_int_eq(spec->job.batch_size, 32);
-  ck_assert_str_eq(spec->job.optimizer, "sgd");
-  ck_assert_double_eq(spec->job.lr, 0.1);
-  ck_assert_double_eq(spec->job.momentum, 0.0);
+  ck_assert_int_eq(spec->job.optim.def.type, CM_OPT_SGD);
+  ck_assert_double_eq(spec->job.optim.def.lr, 0.1);
+  ck_assert_double_eq(spec->job.optim.def.momentum, 0.0);
   ck_assert_uint_eq(spec->job.seed, 12345678901ull);
   ck_assert_int_eq(spec->job.log_every, 10);
   ck_assert_int_eq(spec->job.timeout_ms, 500);
@@ -242,9 +251,11 @@ START_TEST(test_unknown_keys) {
   has_line("t.json: job.optimizr: unknown key (did you mean optimizer?); "
            "expected one of name, model, hidden, data_dir, epochs, "
            "batch_size, optimizer, sync, seed, log_every, rpc_timeout_ms, "
-           "max_steps, heartbeat_ms, dead_after_ms, unix_sockets, checkpoint");
+           "max_steps, heartbeat_ms, dead_after_ms, unix_sockets, checkpoint, "
+           "optimizer_overrides");
   has_line("t.json: job.optimizer.typ: unknown key (did you mean type?); "
-           "expected one of type, lr, momentum");
+           "expected one of type, lr, momentum, weight_decay, beta1, beta2, "
+           "eps, schedule, clip_norm");
   has_line("t.json: job.sync.stalenes: unknown key (did you mean staleness?); "
            "expected one of mode, staleness, replicas_to_aggregate, "
            "min_replicas, deadline, deterministic");
@@ -255,13 +266,14 @@ START_TEST(test_unknown_keys) {
 END_TEST
 
 START_TEST(test_wrong_types) {
-  parse_bad("{\"cluster\": {\"ps\": [\"h:1\"], \"worker\": [\"h:2\"]},"
-            " \"job\": {\"epochs\": \"3\", \"batch_size\": 0,"
-            " \"hidden\": [64, 0, 2.5], \"model\": \"cnn\","
-            " \"name\": \"my job\", \"data_dir\": \"\","
-            " \"optimizer\": {\"type\": \"adam\", \"lr\": 0, \"momentum\": 1},"
-            " \"sync\": {\"mode\": \"bsp\"}, \"seed\": -1,"
-            " \"log_every\": 0, \"rpc_timeout_ms\": 3.0, \"max_steps\": -5}}");
+  parse_bad(
+      "{\"cluster\": {\"ps\": [\"h:1\"], \"worker\": [\"h:2\"]},"
+      " \"job\": {\"epochs\": \"3\", \"batch_size\": 0,"
+      " \"hidden\": [64, 0, 2.5], \"model\": \"cnn\","
+      " \"name\": \"my job\", \"data_dir\": \"\","
+      " \"optimizer\": {\"type\": \"rmsprop\", \"lr\": 0, \"momentum\": 1},"
+      " \"sync\": {\"mode\": \"bsp\"}, \"seed\": -1,"
+      " \"log_every\": 0, \"rpc_timeout_ms\": 3.0, \"max_steps\": -5}}");
   has_line("t.json: job.epochs: expected a positive integer, got \"3\"");
   has_line("t.json: job.batch_size: expected a positive integer, got 0");
   has_line("t.json: job.hidden[1]: expected a positive integer, got 0");
@@ -269,8 +281,8 @@ START_TEST(test_wrong_types) {
   has_line("t.json: job.model: expected \"mlp\", got \"cnn\"");
   has_text("t.json: job.name: \"my job\" has a character other than");
   has_line("t.json: job.data_dir: empty; expected a non-empty string");
-  has_line("t.json: job.optimizer.type: expected \"sgd\" or \"momentum\", got "
-           "\"adam\"");
+  has_line("t.json: job.optimizer.type: expected \"sgd\", \"momentum\", "
+           "\"nesterov\", \"adagrad\", \"adam\" or \"adamw\", got \"rmsprop\"");
   has_line("t.json: job.optimizer.lr: expected a positive number, got 0");
   has_line("t.json: job.optimizer.momentum: expected a number in [0, 1), got "
            "1");
@@ -1071,6 +1083,181 @@ START_TEST(test_checkpoint_dir_relative_to_spec) {
 }
 END_TEST
 
+/* Every optimizer key, a schedule, clipping and two overrides; which rule
+ * each variable gets. */
+START_TEST(test_optimizer_full) {
+  struct cm_spec *spec = NULL;
+  const struct cm_optim *o;
+  int rule;
+
+  ck_assert_msg(
+      parse(ONE_WORKER(
+                "\"optimizer\": {\"type\": \"adamw\", \"lr\": 0.002,"
+                " \"weight_decay\": 0.01, \"beta1\": 0.8, \"beta2\": 0.99,"
+                " \"eps\": 1e-6, \"clip_norm\": 5,"
+                " \"schedule\": {\"type\": \"cosine\", \"warmup_steps\": 10,"
+                " \"total_steps\": 1000, \"min_lr\": 0.0001}},"
+                " \"optimizer_overrides\": {"
+                " \"*/bias\": {\"weight_decay\": 0},"
+                " \"dense0/bias\": {\"type\": \"nesterov\", \"lr\": 0.1,"
+                " \"momentum\": 0.5, \"schedule\": {\"type\": \"step\","
+                " \"decay_every\": 100, \"gamma\": 0.5}}}"),
+            &spec) == 0,
+      "err: %s", err);
+  o = &spec->job.optim.def;
+  ck_assert_int_eq(o->type, CM_OPT_ADAMW);
+  ck_assert_double_eq(o->lr, 0.002);
+  ck_assert_double_eq(o->weight_decay, 0.01);
+  ck_assert_double_eq(o->beta1, 0.8);
+  ck_assert_double_eq(o->beta2, 0.99);
+  ck_assert_double_eq(o->eps, 1e-6);
+  ck_assert_double_eq(o->momentum, 0.9); /* default, unused */
+  ck_assert_int_eq(o->schedule.type, CM_SCHED_COSINE);
+  ck_assert_uint_eq(o->schedule.warmup_steps, 10);
+  ck_assert_uint_eq(o->schedule.total_steps, 1000);
+  ck_assert_double_eq(o->schedule.min_lr, 0.0001);
+  ck_assert_double_eq(spec->job.clip_norm, 5);
+  ck_assert_int_eq(spec->job.optim.nrules, 2);
+
+  /* An override starts from the job's optimizer and keeps its schedule. */
+  o = cm_optim_pick(&spec->job.optim, "dense1/bias", &rule);
+  ck_assert_int_eq(rule, 0);
+  ck_assert_str_eq(spec->job.optim.rules[0].pattern, "*/bias");
+  ck_assert_int_eq(o->type, CM_OPT_ADAMW);
+  ck_assert_double_eq(o->weight_decay, 0);
+  ck_assert_double_eq(o->lr, 0.002);
+  ck_assert_double_eq(o->beta1, 0.8);
+  ck_assert_int_eq(o->schedule.type, CM_SCHED_COSINE);
+  /* An exact name beats an earlier glob; its schedule replaces the job's
+   * whole (no warm-up left over). */
+  o = cm_optim_pick(&spec->job.optim, "dense0/bias", &rule);
+  ck_assert_int_eq(rule, 1);
+  ck_assert_int_eq(o->type, CM_OPT_NESTEROV);
+  ck_assert_double_eq(o->lr, 0.1);
+  ck_assert_double_eq(o->momentum, 0.5);
+  ck_assert_double_eq(o->weight_decay, 0.01);
+  ck_assert_int_eq(o->schedule.type, CM_SCHED_STEP);
+  ck_assert_uint_eq(o->schedule.decay_every, 100);
+  ck_assert_double_eq(o->schedule.gamma, 0.5);
+  ck_assert_uint_eq(o->schedule.warmup_steps, 0);
+  /* No rule: the job's. */
+  o = cm_optim_pick(&spec->job.optim, "dense0/kernel", &rule);
+  ck_assert_int_eq(rule, -1);
+  ck_assert_ptr_eq(o, &spec->job.optim.def);
+  cm_spec_free(spec);
+  spec = NULL;
+
+  /* Warm-up alone, with the default gamma of a step schedule unused. */
+  ck_assert_msg(parse(ONE_WORKER("\"optimizer\": {\"type\": \"adam\","
+                                 " \"schedule\": {\"warmup_steps\": 50}}"),
+                      &spec) == 0,
+                "err: %s", err);
+  ck_assert_int_eq(spec->job.optim.def.type, CM_OPT_ADAM);
+  ck_assert_int_eq(spec->job.optim.def.schedule.type, CM_SCHED_CONSTANT);
+  ck_assert_uint_eq(spec->job.optim.def.schedule.warmup_steps, 50);
+  cm_spec_free(spec);
+}
+END_TEST
+
+START_TEST(test_optimizer_mistakes) {
+  parse_bad(ONE_WORKER("\"optimizer\": {\"type\": \"adam\", \"beta1\": 1,"
+                       " \"beta2\": -0.1, \"eps\": 0, \"weight_decay\": -1,"
+                       " \"clip_norm\": 0, \"schedul\": {}}"));
+  has_line("t.json: job.optimizer.beta1: expected a number in [0, 1), got 1");
+  has_line("t.json: job.optimizer.beta2: expected a number in [0, 1), got "
+           "-0.1");
+  has_line("t.json: job.optimizer.eps: expected a positive number, got 0");
+  has_line("t.json: job.optimizer.weight_decay: expected a number >= 0, got "
+           "-1");
+  has_line("t.json: job.optimizer.clip_norm: expected a positive number (the "
+           "largest global L2 norm of a worker's gradient), got 0");
+  has_text("t.json: job.optimizer.schedul: unknown key (did you mean "
+           "schedule?)");
+  ck_assert_int_eq(count_lines(err), 6);
+
+  parse_bad(ONE_WORKER("\"optimizer\": {\"type\": \"nesterov\","
+                       " \"momentum\": 0}"));
+  ck_assert_str_eq(err, "t.json: job.optimizer.momentum: nesterov needs a "
+                        "momentum above 0 (with 0 it is plain sgd)");
+}
+END_TEST
+
+START_TEST(test_schedule_mistakes) {
+  /* Keys of another schedule type, and what a type needs. */
+  parse_bad(ONE_WORKER("\"optimizer\": {\"schedule\": {\"type\": \"step\","
+                       " \"total_steps\": 10, \"gamma\": 1.5}}"));
+  has_line("t.json: job.optimizer.schedule.total_steps: only meaningful with "
+           "\"type\": \"cosine\"");
+  has_line("t.json: job.optimizer.schedule: \"type\": \"step\" needs "
+           "\"decay_every\" (steps between decays, e.g. 1000) and takes "
+           "\"gamma\" (default 0.1)");
+  has_line("t.json: job.optimizer.schedule.gamma: expected a number in (0, "
+           "1], got 1.5");
+  ck_assert_int_eq(count_lines(err), 3);
+
+  parse_bad(ONE_WORKER("\"optimizer\": {\"lr\": 0.1, \"schedule\":"
+                       " {\"type\": \"cosine\", \"warmup_steps\": 100,"
+                       " \"total_steps\": 100, \"min_lr\": 0.5,"
+                       " \"decay_every\": 3}}"));
+  has_line("t.json: job.optimizer.schedule.decay_every: only meaningful with "
+           "\"type\": \"step\"");
+  has_line("t.json: job.optimizer.schedule.total_steps: 100 is not more than "
+           "warmup_steps (100); expected the step at which the decay ends, "
+           "counted from the first");
+  has_line("t.json: job.optimizer.schedule.min_lr: 0.5 is more than the "
+           "optimizer's lr (0.1)");
+  ck_assert_int_eq(count_lines(err), 3);
+
+  parse_bad(ONE_WORKER("\"optimizer\": {\"schedule\": {\"type\": \"cosine\","
+                       " \"warmup_steps\": -1}}"));
+  has_line("t.json: job.optimizer.schedule: \"type\": \"cosine\" needs "
+           "\"total_steps\" (the step at which lr reaches min_lr, warm-up "
+           "included)");
+  has_line("t.json: job.optimizer.schedule.warmup_steps: expected a "
+           "non-negative integer, got -1");
+  ck_assert_int_eq(count_lines(err), 2);
+
+  parse_bad(
+      ONE_WORKER("\"optimizer\": {\"schedule\": {\"type\": \"linear\"}}"));
+  ck_assert_str_eq(err, "t.json: job.optimizer.schedule.type: expected "
+                        "\"constant\", \"step\" or \"cosine\", got \"linear\"");
+}
+END_TEST
+
+START_TEST(test_override_mistakes) {
+  parse_bad(ONE_WORKER("\"optimizer_overrides\": {\"*/bias\": {\"lr\": -1,"
+                       " \"clip_norm\": 1}, \"dense0/kernel\": 0.1,"
+                       " \"dense1/kernel\": {\"type\": \"lion\"}}"));
+  has_line("t.json: job.optimizer_overrides[\"*/bias\"].lr: expected a "
+           "positive number, got -1");
+  has_line("t.json: job.optimizer_overrides[\"*/bias\"].clip_norm: clipping "
+           "is per job, not per variable (the global norm is over every "
+           "variable's gradient); set job.optimizer.clip_norm");
+  has_line("t.json: job.optimizer_overrides[\"dense0/kernel\"]: expected an "
+           "object of optimizer keys like {\"type\": \"sgd\", \"lr\": 0.1}, "
+           "got 0.1");
+  has_text("t.json: job.optimizer_overrides[\"dense1/kernel\"].type: expected "
+           "\"sgd\", ");
+  ck_assert_int_eq(count_lines(err), 4);
+
+  /* An lr under the min_lr of the cosine an entry keeps from the job. */
+  parse_bad(ONE_WORKER("\"optimizer\": {\"lr\": 0.1, \"schedule\": {\"type\":"
+                       " \"cosine\", \"total_steps\": 10, \"min_lr\": 0.01}},"
+                       " \"optimizer_overrides\": {\"b\": {\"lr\": 0.001}}"));
+  ck_assert_str_eq(err, "t.json: job.optimizer_overrides.b.lr: 0.001 is "
+                        "below the min_lr (0.01) of the schedule it keeps from "
+                        "job.optimizer; give this entry a \"schedule\" of its "
+                        "own");
+
+  parse_bad(ONE_WORKER("\"optimizer_overrides\": [\"*/bias\"]"));
+  has_text("t.json: job.optimizer_overrides: expected an object like "
+           "{\"*/bias\": {\"weight_decay\": 0}}");
+  parse_bad(ONE_WORKER("\"optimizer_overrides\": {\"\": {}}"));
+  ck_assert_str_eq(err, "t.json: job.optimizer_overrides[\"\"]: expected a "
+                        "variable name or glob of 1..200 characters");
+}
+END_TEST
+
 static Suite *spec_suite(void) {
   Suite *s = suite_create("spec");
   TCase *tc = tcase_create("parse");
@@ -1105,6 +1292,13 @@ static Suite *spec_suite(void) {
   tcase_add_test(tc, test_checkpoint_settings);
   tcase_add_test(tc, test_checkpoint_mistakes);
   tcase_add_test(tc, test_checkpoint_dir_relative_to_spec);
+  suite_add_tcase(s, tc);
+
+  tc = tcase_create("optimizer");
+  tcase_add_test(tc, test_optimizer_full);
+  tcase_add_test(tc, test_optimizer_mistakes);
+  tcase_add_test(tc, test_schedule_mistakes);
+  tcase_add_test(tc, test_override_mistakes);
   suite_add_tcase(s, tc);
 
   tc = tcase_create("task");

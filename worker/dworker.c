@@ -37,11 +37,11 @@
 #endif
 
 #include "blas.h"
-#include "dense.h"
 #include "err.h"
 #include "idx.h"
 #include "log.h"
 #include "mlp.h"
+#include "optim.h"
 #include "psclient.h"
 #include "rpc.h"
 #include "spec.h"
@@ -67,7 +67,8 @@ static const char usage_text[] =
     "its share in a fresh shuffled order each, pulls the parameters, computes\n"
     "the gradient of one batch of job.batch_size examples and pushes it.\n"
     "Worker 0 also loads the 10k test set and, at the end, evaluates the\n"
-    "final parameters on it.\n"
+    "final parameters on it. With job.optimizer.clip_norm, each step's whole\n"
+    "gradient is scaled down to that global L2 norm before it is pushed.\n"
     "\n"
     "Options:\n"
     "  --cluster FILE       the cluster spec (JSON shaped like TF_CONFIG;\n"
@@ -76,9 +77,11 @@ static const char usage_text[] =
     "                       \"task\", then TF_CONFIG's, is used\n"
     "  --standalone         no parameter server at all: train the same model\n"
     "                       on the whole training set (part 0 of 1) with the\n"
-    "                       same batch size, applying the spec's optimizer\n"
-    "                       (job.optimizer) locally; the single-process\n"
-    "                       baseline for benchmarks. --task is optional\n"
+    "                       same batch size, applying each variable's\n"
+    "                       optimizer from the spec (job.optimizer,\n"
+    "                       job.optimizer_overrides) locally as psd would;\n"
+    "                       the single-process baseline for benchmarks.\n"
+    "                       --task is optional\n"
     "  --max-steps N        stop after N steps (overrides job.max_steps;\n"
     "                       0 = run every epoch)\n"
     "  --threads N          OpenBLAS threads (default 1; 0 = OpenBLAS's own\n"
@@ -181,7 +184,7 @@ struct dw_worker {
   char var_names[2 * DW_MLP_MAX_LAYERS][32]; /* storage for vars' names */
   int nvars;                                 /* entries used in vars */
   struct dw_client *client; /* owned: the parameter-server client, or NULL */
-  float *velocity;          /* owned: momentum slots (standalone only) */
+  float *slots;             /* owned: optimizer slots (standalone only) */
   struct dw_feeder feed;    /* the read-ahead */
   long total_steps;         /* steps this run will take */
   long steps_done;          /* steps taken */
@@ -203,6 +206,13 @@ struct dw_worker {
   double watchdog_at;       /* now_s() of the last WATCHDOG=1 */
   double status_at;         /* now_s() of the last STATUS= */
   uint64_t status_examples; /* examples_done at the last STATUS= */
+  /* standalone: variable i's slots, views into slots in
+   * cm_optim_slot_name order */
+  float *var_slots[2 * DW_MLP_MAX_LAYERS][CM_OPTIM_MAX_SLOTS];
+  /* standalone: variable i's optimizer (borrowed from spec) */
+  const struct cm_optim *var_opt[2 * DW_MLP_MAX_LAYERS];
+  long clipped;    /* steps whose gradient norm was above clip_norm */
+  double max_norm; /* the largest gradient norm seen (with clip_norm) */
 };
 
 /* Running sums behind one progress line. */
@@ -629,6 +639,49 @@ out:
   return rc;
 }
 
+/* Elements of variable v. */
+static size_t var_numel(const struct dw_var *v) {
+  size_t n = 1;
+  for (int d = 0; d < v->ndim; d++)
+    n *= (size_t)v->shape[d];
+  return n;
+}
+
+/* Standalone: gives each variable the optimizer psd would give it (the
+ * spec's job.optimizer, or its job.optimizer_overrides entry) and zeroed
+ * slots, as psd does. */
+static int setup_local_optim(struct dw_worker *w) {
+  const struct cm_optim_set *set = &w->spec->job.optim;
+  size_t total = 0;
+  float *p;
+  char desc[256];
+  int rule;
+
+  for (int i = 0; i < w->nvars; i++) {
+    w->var_opt[i] = cm_optim_pick(set, w->vars[i].name, &rule);
+    total +=
+        (size_t)cm_optim_nslots(w->var_opt[i]->type) * var_numel(&w->vars[i]);
+    if (rule >= 0) {
+      cm_optim_describe(w->var_opt[i], desc, sizeof desc);
+      cm_info("'%s': optimizer %s (job.optimizer_overrides[\"%s\"])",
+              w->vars[i].name, desc, set->rules[rule].pattern);
+    }
+  }
+  if (!(w->slots = calloc(total ? total : 1, sizeof *w->slots))) {
+    cm_error("cannot allocate the optimizer's slots (%zu floats)", total);
+    return CM_ENOMEM;
+  }
+  p = w->slots;
+  for (int i = 0; i < w->nvars; i++)
+    for (int k = 0; k < cm_optim_nslots(w->var_opt[i]->type); k++) {
+      w->var_slots[i][k] = p;
+      p += var_numel(&w->vars[i]);
+    }
+  cm_optim_describe(&set->def, desc, sizeof desc);
+  cm_info("optimizer %s, applied here", desc);
+  return 0;
+}
+
 /* Connects to the parameter servers and declares the variables; or, with
  * --standalone, initialises the parameters here. */
 static int setup_params(struct dw_worker *w) {
@@ -638,13 +691,7 @@ static int setup_params(struct dw_worker *w) {
   if (w->args.standalone) {
     /* The same initial model psd would create, so runs compare exactly. */
     dw_mlp_init(w->mlp, w->spec->job.seed);
-    if (strcmp(w->spec->job.optimizer, "momentum") == 0) {
-      w->velocity = calloc(w->mlp->nparams, sizeof *w->velocity);
-      if (w->velocity == NULL) {
-        rc = CM_ENOMEM;
-        cm_error("cannot allocate the momentum slots");
-      }
-    }
+    rc = setup_local_optim(w);
     goto out;
   }
   opts.worker = w->name;
@@ -693,16 +740,13 @@ out:
  * it to the parameter servers. more: another step follows, whose pull may
  * travel with this push (async without a staleness bound). */
 static int apply_grads(struct dw_worker *w, int examples, int more) {
-  const struct cm_job *job = &w->spec->job;
   int rc = 0;
 
   if (w->args.standalone) {
-    if (w->velocity != NULL)
-      kn_momentum_update(w->mlp->params, w->velocity, w->mlp->grads,
-                         w->mlp->nparams, (float)job->lr, (float)job->momentum);
-    else
-      kn_sgd_update(w->mlp->params, w->mlp->grads, w->mlp->nparams,
-                    (float)job->lr);
+    /* Update k = steps_done, as psd's sync step of the same number. */
+    for (int i = 0; i < w->nvars; i++)
+      kn_optim_apply(w->var_opt[i], (uint64_t)w->steps_done, w->vars[i].value,
+                     w->var_slots[i], w->vars[i].grad, var_numel(&w->vars[i]));
     goto out;
   }
   dw_client_set_examples(w->client, (uint32_t)examples);
@@ -849,6 +893,20 @@ static void notify_step(struct dw_worker *w, long t) {
   w->status_examples = w->examples_done;
 }
 
+/* Clips this step's whole gradient (every variable: grads is one buffer) to
+ * global L2 norm max_norm, before it is pushed or applied. Done here
+ * because a shard sees only its slice of the gradient, and the global norm
+ * is over all of it; the shards then apply an already clipped gradient. In
+ * sync mode each worker clips its own gradient before the average. */
+static void clip_grads(struct dw_worker *w, double max_norm) {
+  double norm = kn_clip_global_norm(w->mlp->grads, w->mlp->nparams, max_norm);
+
+  if (norm > max_norm)
+    w->clipped++;
+  if (norm > w->max_norm)
+    w->max_norm = norm;
+}
+
 /* The training loop: pull, compute, push (or update locally), with the next
  * batch gathered on the thread pool meanwhile. */
 static int train(struct dw_worker *w) {
@@ -924,6 +982,8 @@ static int train(struct dw_worker *w) {
     if (rc < 0)
       goto out;
     loss = dw_mlp_train_step(w->mlp, x, y, n, &correct);
+    if (job->clip_norm > 0)
+      clip_grads(w, job->clip_norm);
     if (w->args.inject_delay_ms > 0)
       sleep_ms(w->args.inject_delay_ms);
     rc = apply_grads(w, n, t + 1 < w->total_steps);
@@ -941,6 +1001,10 @@ static int train(struct dw_worker *w) {
   }
 out:
   w->train_s = now_s() - start;
+  if (job->clip_norm > 0)
+    cm_info("gradient clipping at global norm %g: %ld of %ld steps clipped, "
+            "largest norm %.4g",
+            job->clip_norm, w->clipped, w->steps_done, w->max_norm);
   return rc;
 }
 
@@ -1098,7 +1162,7 @@ out:
   dw_client_free(w.client);
   if (rpc_ready)
     cm_rpc_global_shutdown();
-  free(w.velocity);
+  free(w.slots);
   dw_mlp_free(w.mlp);
   dw_dataset_free(&w.test);
   dw_dataset_free(&w.train);

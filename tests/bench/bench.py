@@ -9,8 +9,13 @@
   bench sync:      sync step time with 4 workers: no straggler, one worker 5x
                    slower behind a plain barrier (k = 4), and the same with a
                    backup worker (k = 3), as ratios to the no-straggler time
+  bench optim:     each optimizer update's GB/s (every byte read and written)
+                   on 64 MiB of f32 values, against a triad a = b + s*c and
+                   an in-place axpy a = a + s*c on arrays of the same size,
+                   each measured right before the update, one thread
+                   (tests/optim-bench)
 
-Run: /usr/bin/python3 tests/bench/bench.py BUILD_DIR [transport|train|sync ...]"""
+Run: /usr/bin/python3 tests/bench/bench.py BUILD_DIR [transport|train|sync|optim ...]"""
 import json
 import os
 import re
@@ -292,10 +297,21 @@ def sync(d):
              res[3]["dropped"], res[3]["steps"]), flush=True)
 
 
+def optim(d):
+    """The optimizer updates against a triad; optim-bench interleaves its
+    repeats and prints the medians itself."""
+    r = h.run([h.build_path("tests", "optim-bench")], timeout=600)
+    if r.returncode != 0:
+        raise SystemExit("bench optim FAILED:\n%s" % (r.stdout + r.stderr)[-2000:])
+    for line in r.stdout.splitlines():
+        if line.startswith("bench optim"):
+            print(line, flush=True)
+
+
 def main():
     h.BUILD = os.path.abspath(sys.argv[1])
     parts = {"transport": transport, "aggregate": aggregate, "memory": memory,
-             "train": train, "sync": sync, "scale": scale}
+             "train": train, "sync": sync, "scale": scale, "optim": optim}
     chosen = sys.argv[2:] or list(parts)
     with tempfile.TemporaryDirectory(prefix="psd-bench-") as d:
         for name in chosen:
