@@ -7,66 +7,15 @@
  * launch; see dense_cuda.h for the error and synchronization rules. */
 #include "dense_cuda.h"
 
-#include "err.h"
-extern "C" {
-#include "log.h"
-}
+#include "cuda_ctx.cuh"
 
-#include <cublas_v2.h>
-#include <cuda_runtime.h>
 #include <stdlib.h>
-
-/* Threads per block everywhere; kn__xent_total relies on a power of two. */
-#define KN__THREADS 256
-
-struct kn_cuda {
-  cublasHandle_t blas;  /* cuBLAS handle, bound to stream */
-  cudaStream_t stream;  /* every op of this context runs here, in order */
-  void *scratch;        /* device memory for the loss reduction, or NULL */
-  size_t scratch_bytes; /* size of scratch */
-};
 
 /* What kn__xent_total leaves at the start of the scratch memory. */
 struct kn__xent_sums {
   double total; /* sum over the batch of the per-row losses */
   int hits;     /* rows whose argmax is the label */
 };
-
-static bool kn__ok(cudaError_t e) { return e == cudaSuccess; }
-static bool kn__ok(cublasStatus_t s) { return s == CUBLAS_STATUS_SUCCESS; }
-static const char *kn__str(cudaError_t e) { return cudaGetErrorString(e); }
-static const char *kn__str(cublasStatus_t s) {
-  return cublasGetStatusString(s);
-}
-
-/* Logs a failed CUDA or cuBLAS call with where it was made; 0 or CM_ECUDA. */
-template <typename T>
-static int kn__check(T r, const char *call, const char *file, int line) {
-  if (kn__ok(r))
-    return 0;
-  cm_error("%s:%d: %s: %s", file, line, call, kn__str(r));
-  return CM_ECUDA;
-}
-
-#define KN__CHECK(call) kn__check((call), #call, __FILE__, __LINE__)
-
-/* Checks call; on failure sets rc and leaves through out. */
-#define KN__TRY(call)                                                          \
-  do {                                                                         \
-    if ((rc = KN__CHECK(call)) < 0)                                            \
-      goto out;                                                                \
-  } while (0)
-
-/* A grid-stride loop over i in [0, n), so any n fits a capped grid. */
-#define KN__FOR(i, n)                                                          \
-  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (n);      \
-       i += (size_t)gridDim.x * blockDim.x)
-
-/* Blocks for n elements, capped: KN__FOR covers the rest. */
-static unsigned kn__blocks(size_t n) {
-  size_t b = (n + KN__THREADS - 1) / KN__THREADS;
-  return b < 65536 ? (unsigned)b : 65536u;
-}
 
 static int kn__first(int rc, int e) { return rc ? rc : e; }
 
@@ -168,8 +117,8 @@ out:
  * column-major is its transpose, so this asks cuBLAS for
  * C^T = op(B)^T op(A)^T, operands swapped. Degenerate sizes are done here
  * because cuBLAS rejects a leading dimension of 0. */
-static int kn__gemm(struct kn_cuda *ctx, int ta, int tb, int m, int n, int k,
-                    const float *a, const float *b, float beta, float *c) {
+int kn__gemm(struct kn_cuda *ctx, int ta, int tb, int m, int n, int k,
+             const float *a, const float *b, float beta, float *c) {
   const float one = 1.0f;
   int rc = 0;
 
@@ -265,6 +214,66 @@ int kn_relu_backward_cuda(struct kn_cuda *ctx, float *dx, const float *dy,
   if (!n)
     return 0;
   kn__relu_bwd<<<kn__blocks(n), KN__THREADS, 0, ctx->stream>>>(dx, dy, y, n);
+  return KN__CHECK(cudaGetLastError());
+}
+
+// x, y are (n): y = tanh(x)
+__global__ void kn__tanh_fwd(float *y, const float *x, size_t n) {
+  KN__FOR(i, n) { y[i] = tanhf(x[i]); }
+}
+
+int kn_tanh_forward_cuda(struct kn_cuda *ctx, float *y, const float *x,
+                         size_t n) {
+  if (!n)
+    return 0;
+  kn__tanh_fwd<<<kn__blocks(n), KN__THREADS, 0, ctx->stream>>>(y, x, n);
+  return KN__CHECK(cudaGetLastError());
+}
+
+// dy, y, dx are (n): dx = dy (1 - y^2), unfused as on the CPU
+__global__ void kn__tanh_bwd(float *dx, const float *dy, const float *y,
+                             size_t n) {
+  KN__FOR(i, n) {
+    float d = __fsub_rn(1.0f, __fmul_rn(y[i], y[i]));
+    dx[i] = __fmul_rn(dy[i], d);
+  }
+}
+
+int kn_tanh_backward_cuda(struct kn_cuda *ctx, float *dx, const float *dy,
+                          const float *y, size_t n) {
+  if (!n)
+    return 0;
+  kn__tanh_bwd<<<kn__blocks(n), KN__THREADS, 0, ctx->stream>>>(dx, dy, y, n);
+  return KN__CHECK(cudaGetLastError());
+}
+
+// x, y are (n): y = 1 / (1 + exp(-x))
+__global__ void kn__sigmoid_fwd(float *y, const float *x, size_t n) {
+  KN__FOR(i, n) { y[i] = __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-x[i]))); }
+}
+
+int kn_sigmoid_forward_cuda(struct kn_cuda *ctx, float *y, const float *x,
+                            size_t n) {
+  if (!n)
+    return 0;
+  kn__sigmoid_fwd<<<kn__blocks(n), KN__THREADS, 0, ctx->stream>>>(y, x, n);
+  return KN__CHECK(cudaGetLastError());
+}
+
+// dy, y, dx are (n): dx = dy y (1 - y), unfused as on the CPU
+__global__ void kn__sigmoid_bwd(float *dx, const float *dy, const float *y,
+                                size_t n) {
+  KN__FOR(i, n) {
+    float d = __fmul_rn(y[i], __fsub_rn(1.0f, y[i]));
+    dx[i] = __fmul_rn(dy[i], d);
+  }
+}
+
+int kn_sigmoid_backward_cuda(struct kn_cuda *ctx, float *dx, const float *dy,
+                             const float *y, size_t n) {
+  if (!n)
+    return 0;
+  kn__sigmoid_bwd<<<kn__blocks(n), KN__THREADS, 0, ctx->stream>>>(dx, dy, y, n);
   return KN__CHECK(cudaGetLastError());
 }
 
