@@ -60,9 +60,9 @@ static struct dw_model *model_new(const char *kind, int max_batch, int R) {
   struct dw_model *m = NULL;
   char err[256] = "";
 
-  ck_assert_msg(dw_model_new(&m, &j, 784, 10, max_batch, R, err, sizeof err) ==
-                    0,
-                "%s", err);
+  ck_assert_msg(
+      dw_model_new(&m, &j, 784, 10, max_batch, R, -1, err, sizeof err) == 0,
+      "%s", err);
   return m;
 }
 
@@ -232,11 +232,11 @@ START_TEST(test_bad_settings) {
   struct dw_model *m = NULL;
   char err[256] = "";
 
-  ck_assert_int_eq(dw_model_new(&m, &j, 783, 10, 8, 1, err, sizeof err),
+  ck_assert_int_eq(dw_model_new(&m, &j, 783, 10, 8, 1, -1, err, sizeof err),
                    CM_EINVAL);
   ck_assert_ptr_null(m);
   ck_assert_str_eq(err, "the cnn needs square images; these have 783 pixels");
-  ck_assert_int_eq(dw_model_new(&m, &j, 784, 10, 8, 0, err, sizeof err),
+  ck_assert_int_eq(dw_model_new(&m, &j, 784, 10, 8, 0, -1, err, sizeof err),
                    CM_EINVAL);
   ck_assert_ptr_null(m);
 }

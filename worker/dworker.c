@@ -203,6 +203,7 @@ struct dw_worker {
   struct dw_feeder emu_feed[DW_MAX_EMULATED]; /* feeders of shares 1..N-1 */
   float *batch_x;           /* owned with N > 1: the concatenated batch */
   uint8_t *batch_y;         /* owned with N > 1: its labels */
+  int first_gpu;            /* CUDA device of replica 0; -1: the CPU */
   double wd_period_s;       /* systemd: seconds between WATCHDOG=1, 0 = off */
   double watchdog_at;       /* now_s() of the last WATCHDOG=1 */
   double status_at;         /* now_s() of the last STATUS= */
@@ -598,13 +599,10 @@ static int pick_device(struct dw_worker *w) {
     rc = CM_ENODEV;
     goto out;
   }
-  /* The models run on the CPU kernels only so far; see README, "Models and
-   * devices". */
-  fprintf(stderr,
-          "dworker: --device %s: %d CUDA device(s) work, but the models have "
-          "no CUDA path yet; use --device cpu\n",
-          dev, count);
-  rc = CM_ENODEV;
+  w->first_gpu = w->args.gpu;
+  cm_info("--device %s: %d CUDA device(s) work; replica%s on device %d..%d",
+          dev, count, w->args.replicas > 1 ? "s" : "", w->first_gpu,
+          w->first_gpu + w->args.replicas - 1);
 out:
   return rc;
 }
@@ -663,8 +661,8 @@ static int build_model(struct dw_worker *w) {
   int rc;
 
   rc = dw_model_new(&w->model, job, w->train.dim, DW_CLASSES,
-                    job->batch_size * w->nfeeds, w->args.replicas, err,
-                    sizeof err);
+                    job->batch_size * w->nfeeds, w->args.replicas, w->first_gpu,
+                    err, sizeof err);
   if (rc < 0) {
     cm_error("%s: job.model %s: %s", w->spec->source, job->model, err);
     goto out;
@@ -684,9 +682,10 @@ static int build_model(struct dw_worker *w) {
     v->grad = mv->grad;
   }
   w->nvars = w->model->nvars;
-  cm_info("model: %s, %zu parameters in %d variables, %d replica%s", job->model,
-          w->model->nparams, w->nvars, w->model->replicas,
-          w->model->replicas == 1 ? "" : "s");
+  cm_info("model: %s, %zu parameters in %d variables, %d replica%s on %s",
+          job->model, w->model->nparams, w->nvars, w->model->replicas,
+          w->model->replicas == 1 ? "" : "s",
+          w->first_gpu < 0 ? "the CPU" : "GPUs");
 out:
   return rc;
 }
@@ -1078,6 +1077,7 @@ int main(int argc, char **argv) {
   int rc;
 
   memset(&w, 0, sizeof w);
+  w.first_gpu = -1;
   rc = parse_args(argc, argv, &w.args);
   if (rc != 0) {
     status = rc > 0 ? DW_EXIT_OK : DW_EXIT_USAGE;

@@ -13,12 +13,18 @@
 #include <string.h>
 
 #include "cnn.h"
+#include "device.h"
 #include "err.h"
 #include "init.h"
+#include "log.h"
+#include "model_gpu.h"
 
 struct dw_model_replica {
   struct dw_mlp *mlp; /* owned: this copy, when the model is an MLP */
   struct dw_cnn *cnn; /* owned: this copy, when the model is the CNN */
+  struct dw_gpu *gpu; /* owned: device copies when it runs on a GPU */
+  int dev;            /* that GPU's CUDA device */
+  int failed;         /* its last GPU call's error, 0 if none */
   float *params;      /* view: this copy's flat parameters */
   float *grads;       /* view: this copy's flat gradients */
   pthread_t thread;   /* runs the step of replicas 1..R-1 */
@@ -30,8 +36,20 @@ struct dw_model_replica {
 };
 
 static float replica_step(struct dw_model_replica *r) {
-  return r->mlp ? dw_mlp_train_step(r->mlp, r->x, r->y, r->n, &r->correct)
-                : dw_cnn_train_step(r->cnn, r->x, r->y, r->n, &r->correct);
+  float loss = NAN;
+
+  if (!r->gpu)
+    return r->mlp ? dw_mlp_train_step(r->mlp, r->x, r->y, r->n, &r->correct)
+                  : dw_cnn_train_step(r->cnn, r->x, r->y, r->n, &r->correct);
+  /* The device is per thread: the step may run on a new one. */
+  r->failed = kn_cuda_use_device(r->dev);
+  if (!r->failed)
+    r->failed = dw_gpu_train_step(r->gpu, r->x, r->y, r->n, &loss, &r->correct);
+  if (r->failed) {
+    cm_error("GPU %d: training step: %s", r->dev, cm_strerror(r->failed));
+    loss = NAN;
+  }
+  return loss;
 }
 
 static void *replica_main(void *arg) {
@@ -41,10 +59,31 @@ static void *replica_main(void *arg) {
   return NULL;
 }
 
-/* Builds one copy of the model into r. */
+static int replica_host(struct dw_model_replica *r, const struct cm_job *job,
+                        int dim, int classes, int max_batch, char *err,
+                        size_t len);
+
+/* Builds one copy of the model into r: on the host, and with dev >= 0 also
+ * on that CUDA device. */
 static int replica_new(struct dw_model_replica *r, const struct cm_job *job,
-                       int dim, int classes, int max_batch, char *err,
+                       int dim, int classes, int max_batch, int dev, char *err,
                        size_t len) {
+  int rc = replica_host(r, job, dim, classes, max_batch, err, len);
+
+  if (rc < 0 || dev < 0)
+    return rc;
+  r->dev = dev;
+  rc = dw_gpu_new(&r->gpu, dev, r->mlp, r->cnn);
+  if (rc < 0)
+    snprintf(err, len, "cannot set the model up on CUDA device %d: %s", dev,
+             cm_strerror(rc));
+  return rc;
+}
+
+/* Builds one host copy of the model into r. */
+static int replica_host(struct dw_model_replica *r, const struct cm_job *job,
+                        int dim, int classes, int max_batch, char *err,
+                        size_t len) {
   int sizes[DW_MLP_MAX_LAYERS + 1], n = 0, side, rc;
 
   if (!strcmp(job->model, "cnn")) {
@@ -126,8 +165,8 @@ static void list_vars(struct dw_model *m) {
 }
 
 int dw_model_new(struct dw_model **out, const struct cm_job *job, int dim,
-                 int classes, int max_batch, int replicas, char *err,
-                 size_t len) {
+                 int classes, int max_batch, int replicas, int first_gpu,
+                 char *err, size_t len) {
   struct dw_model *m = NULL;
   int per, rc = 0;
 
@@ -150,7 +189,8 @@ int dw_model_new(struct dw_model **out, const struct cm_job *job, int dim,
    * first also evaluates, in batches of whatever it holds. */
   per = (max_batch + replicas - 1) / replicas;
   for (int i = 0; i < replicas; i++)
-    if ((rc = replica_new(&m->rep[i], job, dim, classes, per, err, len)) < 0)
+    if ((rc = replica_new(&m->rep[i], job, dim, classes, per,
+                          first_gpu < 0 ? -1 : first_gpu + i, err, len)) < 0)
       goto out;
   m->params = m->rep[0].params;
   m->grads = m->rep[0].grads;
@@ -167,6 +207,7 @@ void dw_model_free(struct dw_model *m) {
   if (!m)
     return;
   for (int i = 0; m->rep && i < m->replicas; i++) {
+    dw_gpu_free(m->rep[i].gpu);
     dw_mlp_free(m->rep[i].mlp);
     dw_cnn_free(m->rep[i].cnn);
   }
@@ -246,7 +287,17 @@ float dw_model_train_step(struct dw_model *m, const float *x, const uint8_t *y,
 int dw_model_evaluate(struct dw_model *m, const float *x, const uint8_t *y,
                       int n, float *loss) {
   struct dw_model_replica *r = &m->rep[0];
+  int correct = 0, rc;
 
-  return r->mlp ? dw_mlp_evaluate(r->mlp, x, y, n, loss)
-                : dw_cnn_evaluate(r->cnn, x, y, n, loss);
+  if (!r->gpu)
+    return r->mlp ? dw_mlp_evaluate(r->mlp, x, y, n, loss)
+                  : dw_cnn_evaluate(r->cnn, x, y, n, loss);
+  if ((rc = kn_cuda_use_device(r->dev)) < 0 ||
+      (rc = dw_gpu_evaluate(r->gpu, x, y, n, &correct, loss)) < 0) {
+    cm_error("GPU %d: evaluation: %s", r->dev, cm_strerror(rc));
+    if (loss)
+      *loss = NAN;
+    return 0;
+  }
+  return correct;
 }

@@ -10,7 +10,8 @@
  * that R threads run at once, each on its own copy; the parts' gradients of
  * their mean losses are then summed weighted by part size / batch, which is
  * the gradient of the mean loss over the whole batch, so the learning rate
- * means the same with any R. One push sends the sum. */
+ * means the same with any R. One push sends the sum. Replicas are CPU
+ * threads, or one GPU each. */
 #ifndef DW_MODEL_H
 #define DW_MODEL_H
 
@@ -55,11 +56,13 @@ struct dw_model {
 
 /* Builds job->model for examples of dim pixels (square images for the
  * CNN) and `classes` classes, for batches up to max_batch, held `replicas`
- * times. On failure returns CM_EINVAL (or CM_ENOMEM) and says why in err
+ * times: on the CPU when first_gpu < 0, else replica i on CUDA device
+ * first_gpu + i (model_gpu.h; the host copy stays the pull and push
+ * buffer). On failure returns CM_EINVAL (or CM_ENOMEM) and says why in err
  * (len bytes); *out is set on success only. */
 int dw_model_new(struct dw_model **out, const struct cm_job *job, int dim,
-                 int classes, int max_batch, int replicas, char *err,
-                 size_t len);
+                 int classes, int max_batch, int replicas, int first_gpu,
+                 char *err, size_t len);
 void dw_model_free(struct dw_model *m);
 
 /* Fills params with the values psd gives the same variables (common/init.h,
