@@ -2,9 +2,9 @@
  * NCHW, row-major f32: x (B, C, H, W) holds example n's channel c at
  * x + ((n * C + c) * H + h) * W + w. Convolution is stride 1 with zero
  * padding `pad` on every side, done as im2col + GEMM: each example's input
- * is unfolded into col (C*K*K, OH*OW) and y[n] (OC, OH*OW) = w (OC, C*K*K)
- * col. The CPU twins (conv_cpu.c, OpenBLAS) are the oracle; the CUDA twins
- * (conv_cuda.h) take the same shapes on device pointers. */
+ * is unfolded into C*K*K rows of OH*OW columns and y[n] (OC, OH*OW) =
+ * w (OC, C*K*K) col[n]. The CPU twins (conv_cpu.c, OpenBLAS) are the oracle;
+ * the CUDA twins (conv_cuda.h) take the same shapes on device pointers. */
 #ifndef KN_CONV_H
 #define KN_CONV_H
 
@@ -30,7 +30,8 @@ struct kn_conv_shape {
 int kn_conv_oh(const struct kn_conv_shape *s);
 int kn_conv_ow(const struct kn_conv_shape *s);
 
-/* Floats of the col workspace both twins need: B * C*K*K * OH*OW. */
+/* Floats of the workspace both twins take: B * OH*OW * (C*K*K + OC), the
+ * unfolded input and the output in GEMM order. */
 size_t kn_conv_col_floats(const struct kn_conv_shape *s);
 
 /* x is (B, C, H, W), w is (OC, C, K, K), b is (OC) or NULL,

@@ -1,6 +1,6 @@
 /* CPU twins of the ops in conv.h: convolution as im2col + OpenBLAS sgemm,
- * one GEMM per example, and max pooling as plain loops. The oracle for
- * conv_cuda.cu. */
+ * one GEMM for the whole batch, and max pooling as plain loops. The oracle
+ * for conv_cuda.cu. */
 #include "conv.h"
 
 #include <cblas.h>
@@ -19,108 +19,140 @@ size_t kn_conv_col_floats(const struct kn_conv_shape *s) {
 
   if (s->B <= 0 || oh <= 0 || ow <= 0)
     return 0;
-  return (size_t)s->B * s->C * s->K * s->K * oh * ow;
+  return (size_t)s->B * oh * ow * ((size_t)s->C * s->K * s->K + s->OC);
 }
 
-/* x is (C, H, W) of one example, col is (C*K*K, OH*OW): row (c, kh, kw)
- * holds x[c, oh + kh - pad, ow + kw - pad] for every output pixel. */
-static void im2col(const struct kn_conv_shape *s, float *col, const float *x) {
-  int oh = kn_conv_oh(s), ow = kn_conv_ow(s), K = s->K;
+/* The output columns [*j0, *j1) whose input column j + kw - pad lies inside
+ * the image; the others read zero padding. */
+static void inside(const struct kn_conv_shape *s, int kw, int ow, int *j0,
+                   int *j1) {
+  *j0 = s->pad - kw > 0 ? s->pad - kw : 0;
+  *j1 = s->W + s->pad - kw < ow ? s->W + s->pad - kw : ow;
+  if (*j1 < *j0)
+    *j1 = *j0;
+}
+
+/* x is (C, H, W) of one example; col holds C*K*K rows ld floats apart, and
+ * this example's OH*OW columns of row (c, kh, kw) are
+ * x[c, oh + kh - pad, ow + kw - pad] for every output pixel. */
+static void im2col(const struct kn_conv_shape *s, float *col, size_t ld,
+                   const float *x) {
+  int oh = kn_conv_oh(s), ow = kn_conv_ow(s), K = s->K, j0, j1;
 
   for (int c = 0; c < s->C; c++)
     for (int kh = 0; kh < K; kh++)
       for (int kw = 0; kw < K; kw++) {
-        float *row = col + ((size_t)(c * K + kh) * K + kw) * oh * ow;
+        float *row = col + (size_t)((c * K + kh) * K + kw) * ld;
+        inside(s, kw, ow, &j0, &j1);
         for (int i = 0; i < oh; i++) {
           int h = i + kh - s->pad;
-          for (int j = 0; j < ow; j++) {
-            int w = j + kw - s->pad;
-            row[i * ow + j] = h >= 0 && h < s->H && w >= 0 && w < s->W
-                                  ? x[((size_t)c * s->H + h) * s->W + w]
-                                  : 0.0f;
+          float *dst = row + (size_t)i * ow;
+          if (h < 0 || h >= s->H) {
+            memset(dst, 0, sizeof(float) * ow);
+            continue;
           }
+          memset(dst, 0, sizeof(float) * j0);
+          memcpy(dst + j0, x + ((size_t)c * s->H + h) * s->W + j0 + kw - s->pad,
+                 sizeof(float) * (j1 - j0));
+          memset(dst + j1, 0, sizeof(float) * (ow - j1));
         }
       }
 }
 
 /* The adjoint of im2col: dx (C, H, W) = the sum of every col entry that was
  * read from each pixel. dx is overwritten. */
-static void col2im(const struct kn_conv_shape *s, float *dx, const float *col) {
-  int oh = kn_conv_oh(s), ow = kn_conv_ow(s), K = s->K;
+static void col2im(const struct kn_conv_shape *s, float *dx, const float *col,
+                   size_t ld) {
+  int oh = kn_conv_oh(s), ow = kn_conv_ow(s), K = s->K, j0, j1;
 
   memset(dx, 0, sizeof(float) * s->C * s->H * s->W);
   for (int c = 0; c < s->C; c++)
     for (int kh = 0; kh < K; kh++)
       for (int kw = 0; kw < K; kw++) {
-        const float *row = col + ((size_t)(c * K + kh) * K + kw) * oh * ow;
+        const float *row = col + (size_t)((c * K + kh) * K + kw) * ld;
+        inside(s, kw, ow, &j0, &j1);
         for (int i = 0; i < oh; i++) {
           int h = i + kh - s->pad;
           if (h < 0 || h >= s->H)
             continue;
-          for (int j = 0; j < ow; j++) {
-            int w = j + kw - s->pad;
-            if (w >= 0 && w < s->W)
-              dx[((size_t)c * s->H + h) * s->W + w] += row[i * ow + j];
-          }
+          float *d = dx + ((size_t)c * s->H + h) * s->W + kw - s->pad;
+          const float *r = row + (size_t)i * ow;
+          for (int j = j0; j < j1; j++)
+            d[j] += r[j];
         }
       }
 }
 
+/* The whole batch is one GEMM: col is (C*K*K, B*OH*OW), example n's columns
+ * at n*OH*OW, followed by t (OC, B*OH*OW), the output in GEMM order, which
+ * is then scattered to NCHW with the bias. One big GEMM runs several times
+ * faster than B small ones at these shapes. */
 void kn_conv2d_forward(const struct kn_conv_shape *s, float *y, const float *x,
                        const float *w, const float *b, float *col) {
   int P = kn_conv_oh(s) * kn_conv_ow(s), ckk = s->C * s->K * s->K;
+  size_t NP = (size_t)(s->B > 0 ? s->B : 0) * (P > 0 ? P : 0);
+  size_t nx = (size_t)s->C * s->H * s->W;
+  float *t = col + (size_t)(ckk > 0 ? ckk : 0) * NP;
 
-  if (s->B <= 0 || P <= 0 || s->OC <= 0)
+  if (!NP || s->OC <= 0)
     return;
-  for (int n = 0; n < s->B; n++) {
-    float *yn = y + (size_t)n * s->OC * P;
-    float *cn = col + (size_t)n * ckk * P;
-
-    for (int o = 0; o < s->OC; o++)
-      for (int p = 0; p < P; p++)
-        yn[(size_t)o * P + p] = b ? b[o] : 0.0f;
-    if (ckk <= 0)
-      continue;
-    im2col(s, cn, x + (size_t)n * s->C * s->H * s->W);
-    /* yn (OC, P) += w (OC, ckk) cn (ckk, P) */
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, s->OC, P, ckk, 1.0f,
-                w, ckk, cn, P, 1.0f, yn, P);
+  if (ckk <= 0) {
+    for (size_t i = 0; i < (size_t)s->B * s->OC * P; i++)
+      y[i] = b ? b[i / P % s->OC] : 0.0f;
+    return;
   }
+  for (int n = 0; n < s->B; n++)
+    im2col(s, col + (size_t)n * P, NP, x + n * nx);
+  /* t (OC, NP) = w (OC, ckk) col (ckk, NP) */
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, s->OC, (int)NP, ckk,
+              1.0f, w, ckk, col, (int)NP, 0.0f, t, (int)NP);
+  for (int n = 0; n < s->B; n++)
+    for (int o = 0; o < s->OC; o++) {
+      float *yo = y + ((size_t)n * s->OC + o) * P, bo = b ? b[o] : 0.0f;
+      const float *to = t + (size_t)o * NP + (size_t)n * P;
+      for (int p = 0; p < P; p++)
+        yo[p] = to[p] + bo;
+    }
 }
 
+/* The same layout as the forward pass: t holds dy in GEMM order, col the
+ * unfolded input and then its gradient. */
 void kn_conv2d_backward(const struct kn_conv_shape *s, float *dx, float *dw,
                         float *db, const float *dy, const float *x,
                         const float *w, float *col) {
   int P = kn_conv_oh(s) * kn_conv_ow(s), ckk = s->C * s->K * s->K;
+  size_t NP = (size_t)(s->B > 0 ? s->B : 0) * (P > 0 ? P : 0);
   size_t nx = (size_t)s->C * s->H * s->W;
+  float *t = col + (size_t)(ckk > 0 ? ckk : 0) * NP;
 
   memset(dw, 0,
          sizeof(float) * (size_t)(s->OC > 0 ? s->OC : 0) * (ckk > 0 ? ckk : 0));
   memset(db, 0, sizeof(float) * (size_t)(s->OC > 0 ? s->OC : 0));
-  if (s->B <= 0 || s->OC <= 0 || P <= 0 || ckk <= 0) {
+  if (!NP || s->OC <= 0 || ckk <= 0) {
     if (dx && s->B > 0)
       memset(dx, 0, sizeof(float) * nx * s->B);
     return;
   }
-  for (int n = 0; n < s->B; n++) {
-    const float *dyn = dy + (size_t)n * s->OC * P;
-    float *cn = col + (size_t)n * ckk * P;
-
+  /* t (OC, NP) = dy in GEMM order; db its row sums, in (n, p) order. */
+  for (int n = 0; n < s->B; n++)
     for (int o = 0; o < s->OC; o++)
-      for (int p = 0; p < P; p++)
-        db[o] += dyn[(size_t)o * P + p];
-    im2col(s, cn, x + (size_t)n * nx);
-    /* dw (OC, ckk) += dyn (OC, P) cn^T (P, ckk) */
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, s->OC, ckk, P, 1.0f,
-                dyn, P, cn, P, 1.0f, dw, ckk);
-    if (!dx)
-      continue;
-    /* dcol (ckk, P) = w^T (ckk, OC) dyn (OC, P), into cn: its columns are
-     * no longer needed. */
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, ckk, P, s->OC, 1.0f, w,
-                ckk, dyn, P, 0.0f, cn, P);
-    col2im(s, dx + (size_t)n * nx, cn);
-  }
+      memcpy(t + (size_t)o * NP + (size_t)n * P,
+             dy + ((size_t)n * s->OC + o) * P, sizeof(float) * P);
+  for (int o = 0; o < s->OC; o++)
+    for (size_t i = 0; i < NP; i++)
+      db[o] += t[(size_t)o * NP + i];
+  for (int n = 0; n < s->B; n++)
+    im2col(s, col + (size_t)n * P, NP, x + n * nx);
+  /* dw (OC, ckk) = t (OC, NP) col^T (NP, ckk) */
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, s->OC, ckk, (int)NP,
+              1.0f, t, (int)NP, col, (int)NP, 0.0f, dw, ckk);
+  if (!dx)
+    return;
+  /* dcol (ckk, NP) = w^T (ckk, OC) t (OC, NP), into col */
+  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, ckk, (int)NP, s->OC,
+              1.0f, w, ckk, t, (int)NP, 0.0f, col, (int)NP);
+  for (int n = 0; n < s->B; n++)
+    col2im(s, dx + n * nx, col + (size_t)n * P, NP);
 }
 
 void kn_maxpool2d_forward(float *y, int32_t *idx, const float *x, int planes,

@@ -116,11 +116,12 @@ static struct gemms gemms_of(const struct layer *l, int pass) {
   if (l->conv) {
     const struct kn_conv_shape *s = &l->s;
     int P = kn_conv_oh(s) * kn_conv_ow(s), ckk = s->C * s->K * s->K;
+    /* The CPU twin runs one GEMM over the batch: N = B * OH * OW. */
     if (!pass)
-      g = (struct gemms){s->OC, P, ckk, s->B, 0, 0, 0, 0};
-    else /* dw per example, and dcol unless it is the input layer */
-      g = (struct gemms){s->OC, ckk, P,     s->B,
-                         ckk,   P,   s->OC, s->C > 1 ? s->B : 0};
+      g = (struct gemms){s->OC, s->B * P, ckk, 1, 0, 0, 0, 0};
+    else /* dw, and dcol unless it is the input layer */
+      g = (struct gemms){s->OC, ckk,      s->B * P, 1,
+                         ckk,   s->B * P, s->OC,    s->C > 1 ? 1 : 0};
   } else if (!pass) {
     g = (struct gemms){l->B, l->out, l->in, 1, 0, 0, 0, 0};
   } else {
