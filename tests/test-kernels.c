@@ -193,7 +193,7 @@ END_TEST
 /* Convolution shapes: the demo CNN's two layers (batch of 3), padding,
  * a 1x1 kernel, a kernel as big as the input, and an empty batch. */
 static const struct kn_conv_shape convs[] = {
-    {3, 1, 28, 28, 16, 5, 0}, {3, 16, 12, 12, 32, 5, 0}, {2, 3, 7, 6, 4, 3, 1},
+    {3, 1, 28, 28, 16, 5, 2}, {3, 16, 14, 14, 32, 5, 0}, {2, 3, 7, 6, 4, 3, 1},
     {2, 2, 5, 5, 3, 1, 0},    {1, 2, 4, 4, 2, 4, 0},     {0, 2, 5, 5, 3, 3, 0},
 };
 
@@ -306,8 +306,11 @@ END_TEST
 START_TEST(test_maxpool) {
   /* planes, H, W, P: the CNN's two pools, odd sizes (the edge dropped), a
    * window of 3 and one of 1. */
-  static const int cases[][4] = {
-      {48, 24, 24, 2}, {96, 8, 8, 2}, {3, 7, 5, 2}, {2, 9, 9, 3}, {2, 3, 3, 1}};
+  static const int cases[][4] = {{48, 28, 28, 2},
+                                 {96, 10, 10, 2},
+                                 {3, 7, 5, 2},
+                                 {2, 9, 9, 3},
+                                 {2, 3, 3, 1}};
   const int *c = cases[_i];
   int planes = c[0], H = c[1], W = c[2], P = c[3], oh = H / P, ow = W / P;
   size_t nx = (size_t)planes * H * W, ny = (size_t)planes * oh * ow;

@@ -79,12 +79,13 @@ START_TEST(test_vars) {
   dw_model_free(m);
 
   m = model_new("cnn", 8, 1);
-  /* 28 -> conv 24 -> pool 12 -> conv 8 -> pool 4: 6 * 16 head inputs. */
+  /* 28 -> conv (padded) 28 -> pool 14 -> conv 10 -> pool 5: 6 * 25 head
+   * inputs. */
   static const char *const names[] = {
       "conv0/kernel",  "conv0/bias",  "conv1/kernel",  "conv1/bias",
       "dense0/kernel", "dense0/bias", "dense1/kernel", "dense1/bias"};
-  static const size_t counts[] = {4 * 25,  4,  6 * 4 * 25, 6,
-                                  64 * 96, 64, 10 * 64,    10};
+  static const size_t counts[] = {4 * 25,   4,  6 * 4 * 25, 6,
+                                  64 * 150, 64, 10 * 64,    10};
   ck_assert_int_eq(m->nvars, 8);
   for (int i = 0; i < 8; i++) {
     ck_assert_str_eq(m->vars[i].name, names[i]);
@@ -106,13 +107,13 @@ START_TEST(test_cnn_default_size) {
   struct dw_cnn *c = NULL;
 
   ck_assert_int_eq(dw_cnn_new(&c, 28, 28, 16, 32, 10, 4), 0);
-  ck_assert_int_eq(c->flat, 512);
-  ck_assert_uint_eq(c->nparams, 46730);
-  ck_assert_uint_eq(c->nparams, 16 * 25 + 16 + 32 * 16 * 25 + 32 + 512 * 64 +
+  ck_assert_int_eq(c->flat, 800);
+  ck_assert_uint_eq(c->nparams, 65162);
+  ck_assert_uint_eq(c->nparams, 16 * 25 + 16 + 32 * 16 * 25 + 32 + 800 * 64 +
                                     64 + 64 * 10 + 10);
   dw_cnn_free(c);
   /* Too small for two conv + pool blocks. */
-  ck_assert_int_eq(dw_cnn_new(&c, 12, 12, 4, 4, 10, 4), CM_EINVAL);
+  ck_assert_int_eq(dw_cnn_new(&c, 9, 9, 4, 4, 10, 4), CM_EINVAL);
   ck_assert_ptr_null(c);
 }
 END_TEST

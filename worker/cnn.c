@@ -38,7 +38,8 @@ int dw_cnn_new(struct dw_cnn **out, int H, int W, int c1, int c2, int classes,
   }
   c->H = H, c->W = W, c->c1 = c1, c->c2 = c2, c->classes = classes;
   c->max_batch = max_batch;
-  c->h1 = H - DW_CNN_K + 1, c->w1 = W - DW_CNN_K + 1;
+  c->h1 = H + 2 * DW_CNN_PAD1 - DW_CNN_K + 1;
+  c->w1 = W + 2 * DW_CNN_PAD1 - DW_CNN_K + 1;
   c->ph1 = c->h1 / DW_CNN_POOL, c->pw1 = c->w1 / DW_CNN_POOL;
   c->h2 = c->ph1 - DW_CNN_K + 1, c->w2 = c->pw1 - DW_CNN_K + 1;
   c->ph2 = c->h2 / DW_CNN_POOL, c->pw2 = c->w2 / DW_CNN_POOL;
@@ -47,7 +48,7 @@ int dw_cnn_new(struct dw_cnn **out, int H, int W, int c1, int c2, int classes,
     goto out;
   }
   c->flat = c2 * c->ph2 * c->pw2;
-  c->s1 = (struct kn_conv_shape){max_batch, 1, H, W, c1, DW_CNN_K, 0};
+  c->s1 = (struct kn_conv_shape){max_batch, 1, H, W, c1, DW_CNN_K, DW_CNN_PAD1};
   c->s2 =
       (struct kn_conv_shape){max_batch, c1, c->ph1, c->pw1, c2, DW_CNN_K, 0};
   c->count[0] = (size_t)c1 * DW_CNN_K * DW_CNN_K;

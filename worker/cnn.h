@@ -1,16 +1,16 @@
 /* The demo CNN: conv 5x5 -> ReLU -> maxpool 2 -> conv 5x5 -> ReLU ->
  * maxpool 2 -> dense -> ReLU -> dense -> softmax cross-entropy, on the CPU
- * kernels
- * (kernels/conv.h, kernels/dense.h). Convolutions are unpadded ("valid"),
- * so a 28x28 image becomes c1 planes of 24x24, 12x12 after pooling, c2
- * planes of 8x8, 4x4 after pooling, and c2 * 16 features for the dense head
- * (a hidden layer of DW_CNN_HIDDEN ReLU units, then the classes).
+ * kernels (kernels/conv.h, kernels/dense.h). The first convolution is
+ * padded to keep the image's size ("same"), the second is not ("valid"), so
+ * a 28x28 image becomes c1 planes of 28x28, 14x14 after pooling, c2 planes
+ * of 10x10, 5x5 after pooling, and c2 * 25 features for the dense head (a
+ * hidden layer of DW_CNN_HIDDEN ReLU units, then the classes).
  * Tensors are NCHW. All parameters live in one flat buffer and all
  * gradients in another, laid out conv0/kernel (c1, 1, 5, 5), conv0/bias
  * (c1), conv1/kernel (c2, c1, 5, 5), conv1/bias (c2), dense0/kernel
- * (hidden, c2 * 16), dense0/bias (hidden), dense1/kernel (classes, hidden),
+ * (hidden, c2 * 25), dense0/bias (hidden), dense1/kernel (classes, hidden),
  * dense1/bias (classes); the pointers below are views. With the default
- * 16 and 32 channels that is 46,730 parameters. */
+ * 16 and 32 channels that is 65,162 parameters. */
 #ifndef DW_CNN_H
 #define DW_CNN_H
 
@@ -22,6 +22,9 @@
 /* Convolution kernel size and pooling window of both blocks. */
 #define DW_CNN_K 5
 #define DW_CNN_POOL 2
+/* Zero padding of the first convolution ("same": its output is the image's
+ * size); the second is unpadded. */
+#define DW_CNN_PAD1 2
 /* Width of the head's hidden layer. */
 #define DW_CNN_HIDDEN 64
 /* Variables: a kernel and a bias for each of the four layers. */
