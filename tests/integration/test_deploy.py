@@ -119,6 +119,7 @@ class InstallTest(unittest.TestCase):
             ("mandir", "man1", "psctl.1"), ("mandir", "man1", "pslaunch.1"),
             ("examples", "local.json"), ("examples", "local-sync.json"),
             ("examples", "local-ssp.json"), ("examples", "two-hosts.json"),
+            ("examples", "local-cnn.json"),
         ]
         for key, *rest in want:
             p = i.staged(key, *rest)
