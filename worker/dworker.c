@@ -65,9 +65,10 @@ static const char usage_text[] =
     "workers) from the spec's job.data_dir, declares the model's variables\n"
     "on the parameter servers (job.model: dense<l>/kernel and dense<l>/bias\n"
     "for an MLP of widths 784, job.hidden..., 10; conv0/..., conv1/...,\n"
-    "dense0/..., dense1/... for the cnn), and then, for job.epochs passes over\n"
-    "its share in a fresh shuffled order each, pulls the parameters, computes\n"
-    "the gradient of one batch of job.batch_size examples and pushes it.\n"
+    "dense0/..., dense1/... for the cnn), and then, for job.epochs passes\n"
+    "over its share in a fresh shuffled order each, pulls the parameters,\n"
+    "computes the gradient of one batch of job.batch_size examples and\n"
+    "pushes it.\n"
     "Worker 0 also loads the 10k test set and, at the end, evaluates the\n"
     "final parameters on it.\n"
     "\n"
@@ -599,7 +600,8 @@ static int pick_device(struct dw_worker *w) {
     fprintf(stderr, "dworker: --device %s: %s\n", dev, why);
     rc = CM_ENODEV;
     goto out;
-  } else if (w->args.gpu + w->args.replicas > count) {
+  }
+  if (w->args.gpu + w->args.replicas > count) {
     fprintf(stderr,
             "dworker: --device %s with --replicas %d: needs CUDA devices "
             "%d..%d, but cudaGetDeviceCount found %d\n",
