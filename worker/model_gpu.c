@@ -150,6 +150,11 @@ static int mlp_backward(struct dw_gpu *g, int B) {
   return rc;
 }
 
+/* In the two CNN passes: the device address of the CNN's variable i (P)
+ * and of its gradient (G), given the host views v and gv. */
+#define P(i) at(g->params, c->params, v[i])
+#define G(i) at(g->grads, c->grads, gv[i])
+
 /* cnn.c's forward pass: leaves the logits in g->logits. */
 static int cnn_forward(struct dw_gpu *g, const float *x, int B) {
   struct dw_cnn *c = g->cnn;
@@ -157,7 +162,6 @@ static int cnn_forward(struct dw_gpu *g, const float *x, int B) {
   float *const *v = c->var;
   int rc;
 
-#define P(i) at(g->params, c->params, v[i])
   s1.B = s2.B = B;
   if ((rc = kn_conv2d_forward_cuda(g->ctx, &s1, g->a1, x, P(0), P(1), g->col)) <
           0 ||
@@ -186,7 +190,6 @@ static int cnn_backward(struct dw_gpu *g, int B) {
   float *const *v = c->var, *const *gv = c->gvar;
   int rc;
 
-#define G(i) at(g->grads, c->grads, gv[i])
   s1.B = s2.B = B;
   if ((rc = kn_dense_backward_cuda(g->ctx, g->dhid, G(6), G(7), g->dlogits,
                                    g->hid, P(6), B, DW_CNN_HIDDEN,
