@@ -33,6 +33,7 @@
 #define SPEC_QUOTE_MAX 128        /* longest quoted value shown in a message */
 #define SPEC_FILE_MAX (16u << 20) /* largest spec file read */
 #define SPEC_LAYER_MAX (1 << 20)  /* widest hidden layer accepted */
+#define SPEC_CHANNELS_MAX 1024    /* most channels of a CNN convolution */
 
 /* Collects mistakes as lines of the caller's err buffer. Lines are separated
  * by '\n' with none after the last; once a line does not fit, later ones are
@@ -1072,6 +1073,37 @@ static void parse_hidden(struct spec_errs *e, json_t *job, struct cm_job *out) {
   out->nhidden = (int)n;
 }
 
+/* job.channels: exactly two channel counts, the CNN's convolutions. */
+static void parse_channels(struct spec_errs *e, json_t *job,
+                           struct cm_job *out) {
+  char path[SPEC_PATH_MAX], got[SPEC_QUOTE_MAX];
+  json_t *arr = json_object_get(job, "channels");
+  int ch[2];
+  json_t *v;
+  size_t i;
+  long long x;
+  int ok = 1;
+
+  if (!arr)
+    return;
+  if (!json_is_array(arr) || json_array_size(arr) != 2) {
+    report(e, "job.channels",
+           "expected an array of 2 integers in 1..%d (the channels of the two "
+           "convolutions), got %s",
+           SPEC_CHANNELS_MAX, describe(got, sizeof got, arr));
+    return;
+  }
+  json_array_foreach(arr, i, v) {
+    path_index(path, sizeof path, "job.channels", i);
+    if (want_int(e, v, path, 1, SPEC_CHANNELS_MAX, &x))
+      ch[i] = (int)x;
+    else
+      ok = 0;
+  }
+  if (ok)
+    memcpy(out->channels, ch, sizeof ch);
+}
+
 /* job.name is also the job id sent on every call and used in file names, so
  * it is kept to characters that are safe everywhere. */
 static void parse_name(struct spec_errs *e, json_t *job, struct cm_job *out) {
@@ -1098,6 +1130,8 @@ static void job_defaults(struct cm_job *job) {
   job->hidden[0] = 256;
   job->hidden[1] = 128;
   job->nhidden = 2;
+  job->channels[0] = 16;
+  job->channels[1] = 32;
   snprintf(job->data_dir, sizeof job->data_dir,
            "/usr/share/datasets/fashion-mnist");
   job->epochs = 3;
@@ -1287,8 +1321,9 @@ static void parse_job(struct spec_errs *e, json_t *root, int nworker,
                                      "dead_after_ms",
                                      "unix_sockets",
                                      "checkpoint",
-                                     "optimizer_overrides"};
-  static const char *const models[] = {"mlp", NULL};
+                                     "optimizer_overrides",
+                                     "channels"};
+  static const char *const models[] = {"softmax", "mlp", "cnn", NULL};
   json_t *job, *seed;
   long long x;
 
@@ -1315,6 +1350,14 @@ static void parse_job(struct spec_errs *e, json_t *root, int nworker,
   parse_liveness(e, job, out);
   parse_checkpoint(e, job, out);
   opt_bool(e, job, "job", "unix_sockets", &out->unix_sockets);
+  parse_channels(e, job, out);
+  /* Settings of one model given with another are a mistake, not noise. */
+  if (json_object_get(job, "hidden") && strcmp(out->model, "mlp") != 0)
+    report(e, "job.hidden", "only for job.model \"mlp\" (this job's is \"%s\")",
+           out->model);
+  if (json_object_get(job, "channels") && strcmp(out->model, "cnn") != 0)
+    report(e, "job.channels",
+           "only for job.model \"cnn\" (this job's is \"%s\")", out->model);
 }
 
 /* Parses "auth": a token file and/or TLS material. Inline secrets are

@@ -33,8 +33,9 @@ struct cm_task {
  * filled by the parser (the sync fields too, whatever the mode). */
 struct cm_job {
   char name[64];  /* "job.name", default "psd-job"; also the job id */
-  char model[32]; /* "job.model", only "mlp" so far */
-  int hidden[CM_SPEC_MAX_LAYERS]; /* "job.hidden", default [256, 128] */
+  char model[32]; /* "job.model": "softmax", "mlp" (default) or "cnn" */
+  int hidden[CM_SPEC_MAX_LAYERS]; /* "job.hidden" (mlp only), default
+                                     [256, 128] */
   int nhidden;                    /* entries used in hidden */
   char data_dir[512];             /* "job.data_dir", default
                                      /usr/share/datasets/fashion-mnist */
@@ -92,6 +93,9 @@ struct cm_job {
   /* "job.unix_sockets" (a JSON boolean), default 1: a client on the same
    * host as a shard dials the shard's Unix-domain socket instead of TCP */
   int unix_sockets;
+  /* "job.channels" (cnn only): the output channels of the CNN's two
+   * convolutions, each in 1..1024, default [16, 32] */
+  int channels[2];
 };
 
 /* The spec's "auth" object: who may talk to the shards (common/auth.h).

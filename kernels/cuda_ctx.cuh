@@ -70,4 +70,9 @@ static inline unsigned kn__blocks(size_t n) {
  * goes. */
 int kn__cuda_scratch(struct kn_cuda *ctx, size_t bytes);
 
+/* Row-major C (m, n) = op(A) op(B) + beta C with op(A) (m, k) on ctx's
+ * stream (dense_cuda.cu); 0 or CM_ECUDA. */
+int kn__gemm(struct kn_cuda *ctx, int ta, int tb, int m, int n, int k,
+             const float *a, const float *b, float beta, float *c);
+
 #endif

@@ -31,6 +31,20 @@ void kn_relu_forward(float *y, const float *x, size_t n);
 /* dy, y, dx are (n): dx = dy where y > 0, else 0; dx may equal dy */
 void kn_relu_backward(float *dx, const float *dy, const float *y, size_t n);
 
+/* x, y are (n): y = tanh(x); y may equal x */
+void kn_tanh_forward(float *y, const float *x, size_t n);
+
+/* dy, y, dx are (n), y the forward output: dx = dy (1 - y^2); dx may equal
+ * dy */
+void kn_tanh_backward(float *dx, const float *dy, const float *y, size_t n);
+
+/* x, y are (n): y = 1 / (1 + exp(-x)); y may equal x */
+void kn_sigmoid_forward(float *y, const float *x, size_t n);
+
+/* dy, y, dx are (n), y the forward output: dx = dy y (1 - y); dx may equal
+ * dy */
+void kn_sigmoid_backward(float *dx, const float *dy, const float *y, size_t n);
+
 /* logits is (B, C), labels is (B) with values < C, dlogits is (B, C).
  * Returns the mean cross-entropy of softmax(logits); writes
  * dlogits = (softmax(logits) - onehot(labels)) / B when dlogits is not NULL,

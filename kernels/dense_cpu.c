@@ -116,6 +116,33 @@ void kn_relu_backward(float *dx, const float *dy, const float *y, size_t n) {
     kn__relu_back_copy(dx, dy, y, n);
 }
 
+/* The smooth activations are written so that the CUDA twins can do the
+ * same float operations in the same order: the derivative from the output,
+ * with each product rounded before the next. */
+void kn_tanh_forward(float *y, const float *x, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    y[i] = tanhf(x[i]);
+}
+
+void kn_tanh_backward(float *dx, const float *dy, const float *y, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    float d = 1.0f - y[i] * y[i];
+    dx[i] = dy[i] * d;
+  }
+}
+
+void kn_sigmoid_forward(float *y, const float *x, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    y[i] = 1.0f / (1.0f + expf(-x[i]));
+}
+
+void kn_sigmoid_backward(float *dx, const float *dy, const float *y, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    float d = y[i] * (1.0f - y[i]);
+    dx[i] = dy[i] * d;
+  }
+}
+
 /* Per row: loss = log(sum_j exp(l_j - max)) + max - l_label, accumulated in
  * double over the batch. The CUDA twin uses the same per-row formula and the
  * same summation order within a row. */

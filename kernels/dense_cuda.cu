@@ -8,6 +8,7 @@
 #include "cuda_ctx.cuh"
 #include "optim_cuda.h"
 
+
 #include <stdlib.h>
 
 /* What kn__xent_total leaves at the start of the scratch memory. */
@@ -114,8 +115,8 @@ out:
  * column-major is its transpose, so this asks cuBLAS for
  * C^T = op(B)^T op(A)^T, operands swapped. Degenerate sizes are done here
  * because cuBLAS rejects a leading dimension of 0. */
-static int kn__gemm(struct kn_cuda *ctx, int ta, int tb, int m, int n, int k,
-                    const float *a, const float *b, float beta, float *c) {
+int kn__gemm(struct kn_cuda *ctx, int ta, int tb, int m, int n, int k,
+             const float *a, const float *b, float beta, float *c) {
   const float one = 1.0f;
   int rc = 0;
 
@@ -211,6 +212,66 @@ int kn_relu_backward_cuda(struct kn_cuda *ctx, float *dx, const float *dy,
   if (!n)
     return 0;
   kn__relu_bwd<<<kn__blocks(n), KN__THREADS, 0, ctx->stream>>>(dx, dy, y, n);
+  return KN__CHECK(cudaGetLastError());
+}
+
+// x, y are (n): y = tanh(x)
+__global__ void kn__tanh_fwd(float *y, const float *x, size_t n) {
+  KN__FOR(i, n) { y[i] = tanhf(x[i]); }
+}
+
+int kn_tanh_forward_cuda(struct kn_cuda *ctx, float *y, const float *x,
+                         size_t n) {
+  if (!n)
+    return 0;
+  kn__tanh_fwd<<<kn__blocks(n), KN__THREADS, 0, ctx->stream>>>(y, x, n);
+  return KN__CHECK(cudaGetLastError());
+}
+
+// dy, y, dx are (n): dx = dy (1 - y^2), unfused as on the CPU
+__global__ void kn__tanh_bwd(float *dx, const float *dy, const float *y,
+                             size_t n) {
+  KN__FOR(i, n) {
+    float d = __fsub_rn(1.0f, __fmul_rn(y[i], y[i]));
+    dx[i] = __fmul_rn(dy[i], d);
+  }
+}
+
+int kn_tanh_backward_cuda(struct kn_cuda *ctx, float *dx, const float *dy,
+                          const float *y, size_t n) {
+  if (!n)
+    return 0;
+  kn__tanh_bwd<<<kn__blocks(n), KN__THREADS, 0, ctx->stream>>>(dx, dy, y, n);
+  return KN__CHECK(cudaGetLastError());
+}
+
+// x, y are (n): y = 1 / (1 + exp(-x))
+__global__ void kn__sigmoid_fwd(float *y, const float *x, size_t n) {
+  KN__FOR(i, n) { y[i] = __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-x[i]))); }
+}
+
+int kn_sigmoid_forward_cuda(struct kn_cuda *ctx, float *y, const float *x,
+                            size_t n) {
+  if (!n)
+    return 0;
+  kn__sigmoid_fwd<<<kn__blocks(n), KN__THREADS, 0, ctx->stream>>>(y, x, n);
+  return KN__CHECK(cudaGetLastError());
+}
+
+// dy, y, dx are (n): dx = dy y (1 - y), unfused as on the CPU
+__global__ void kn__sigmoid_bwd(float *dx, const float *dy, const float *y,
+                                size_t n) {
+  KN__FOR(i, n) {
+    float d = __fmul_rn(y[i], __fsub_rn(1.0f, y[i]));
+    dx[i] = __fmul_rn(dy[i], d);
+  }
+}
+
+int kn_sigmoid_backward_cuda(struct kn_cuda *ctx, float *dx, const float *dy,
+                             const float *y, size_t n) {
+  if (!n)
+    return 0;
+  kn__sigmoid_bwd<<<kn__blocks(n), KN__THREADS, 0, ctx->stream>>>(dx, dy, y, n);
   return KN__CHECK(cudaGetLastError());
 }
 

@@ -65,6 +65,22 @@ int kn_relu_forward_cuda(struct kn_cuda *ctx, float *y, const float *x,
 int kn_relu_backward_cuda(struct kn_cuda *ctx, float *dx, const float *dy,
                           const float *y, size_t n);
 
+/* x, y are (n): y = tanh(x); y may equal x */
+int kn_tanh_forward_cuda(struct kn_cuda *ctx, float *y, const float *x,
+                         size_t n);
+
+/* dy, y, dx are (n): dx = dy (1 - y^2); dx may equal dy */
+int kn_tanh_backward_cuda(struct kn_cuda *ctx, float *dx, const float *dy,
+                          const float *y, size_t n);
+
+/* x, y are (n): y = 1 / (1 + exp(-x)); y may equal x */
+int kn_sigmoid_forward_cuda(struct kn_cuda *ctx, float *y, const float *x,
+                            size_t n);
+
+/* dy, y, dx are (n): dx = dy y (1 - y); dx may equal dy */
+int kn_sigmoid_backward_cuda(struct kn_cuda *ctx, float *dx, const float *dy,
+                             const float *y, size_t n);
+
 /* logits, dlogits are (B, C), labels is (B) of uint8_t < C. As
  * kn_softmax_xent, but the mean loss goes to *loss and the number of right
  * argmaxes to *correct; loss and correct are host pointers (either may be

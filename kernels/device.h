@@ -15,6 +15,11 @@ extern "C" {
  * CUDA-capable device is detected" or "built without CUDA support". */
 int kn_cuda_probe(char *why, size_t len);
 
+/* Makes CUDA device dev current for the calling thread (each thread that
+ * drives a GPU calls it before creating or using its kn_cuda context).
+ * 0, CM_ECUDA (logged), or CM_ENODEV in a build without CUDA. */
+int kn_cuda_use_device(int dev);
+
 #ifdef __cplusplus
 }
 #endif

@@ -8,6 +8,19 @@
 #include <cuda_runtime.h>
 #include <stdio.h>
 
+extern "C" {
+#include "log.h"
+}
+
+int kn_cuda_use_device(int dev) {
+  cudaError_t e = cudaSetDevice(dev);
+
+  if (e == cudaSuccess)
+    return 0;
+  cm_error("cudaSetDevice(%d): %s", dev, cudaGetErrorString(e));
+  return CM_ECUDA;
+}
+
 int kn_cuda_probe(char *why, size_t len) {
   char reason[160] = "";
   int count = 0, usable = 0, mode;

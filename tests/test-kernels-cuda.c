@@ -1,8 +1,13 @@
 /* The CUDA twins (kernels/dense_cuda.h) against their CPU oracles
  * (kernels/dense.h) on the same random inputs. Tolerances, each
  * |gpu - cpu| <= tol * (|cpu| + floor):
- *   TOL_GEMM 1e-4, floor 1: dense forward and backward (cuBLAS and OpenBLAS
- *     sum in different orders);
+ *   TOL_GEMM 1e-4, floor 1: dense and conv2d forward and backward (cuBLAS
+ *     and OpenBLAS sum in different orders, and col2im gathers where the
+ *     CPU scatters);
+ *   exact: max pooling (values, argmax indices and the backward scatter);
+ *   TOL_TRANS 1e-6, floor 1e-6: tanh and sigmoid forward (CUDA's tanhf and
+ *     expf may differ from glibc's by an ulp or two); their backward passes,
+ *     given the same y, at TOL_ELEM;
  *   TOL_ELEM 1e-6: relu and the updates (the kernels do the same rounded
  *     float operations, so these are expected to match exactly);
  *   TOL_XENT 1e-5, floor 1/B for the gradient: softmax cross-entropy
@@ -29,6 +34,7 @@ int main(void) {
 
 #else
 
+#include "conv_cuda.h"
 #include "dense.h"
 #include "dense_cuda.h"
 #include "optim.h"
@@ -42,6 +48,7 @@ int main(void) {
 #define TOL_ELEM 1e-6
 #define TOL_XENT 1e-5
 #define TOL_SUMSQ 1e-12
+#define TOL_TRANS 1e-6
 
 /* One shape of the dense layer. */
 struct shape {
@@ -317,6 +324,101 @@ START_TEST(test_clip) {
 }
 END_TEST
 
+START_TEST(test_smooth) {
+  size_t n = sizes[_i];
+  float *x = frandv(n, 21), *dy = frandv(n, 22), *y = frandv(n, 23);
+  float *dx = frandv(n, 24);
+  float *gx = to_gpu(x, n), *gdy = to_gpu(dy, n), *gy = to_gpu(y, n);
+  float *gdx = to_gpu(dx, n);
+
+  kn_tanh_forward(y, x, n);
+  ck_assert_int_eq(kn_tanh_forward_cuda(ctx, gy, gx, n), 0);
+  assert_twin(gy, y, n, TOL_TRANS, 1e-6, "tanh y");
+  /* Backward from the CPU's y on both sides: only the formula is compared. */
+  ck_assert_int_eq(kn_cuda_upload(ctx, gy, y, n * sizeof *y), 0);
+  kn_tanh_backward(dx, dy, y, n);
+  ck_assert_int_eq(kn_tanh_backward_cuda(ctx, gdx, gdy, gy, n), 0);
+  assert_twin(gdx, dx, n, TOL_ELEM, 1e-6, "tanh dx");
+  kn_sigmoid_forward(y, x, n);
+  ck_assert_int_eq(kn_sigmoid_forward_cuda(ctx, gy, gx, n), 0);
+  assert_twin(gy, y, n, TOL_TRANS, 1e-6, "sigmoid y");
+  ck_assert_int_eq(kn_cuda_upload(ctx, gy, y, n * sizeof *y), 0);
+  kn_sigmoid_backward(dx, dy, y, n);
+  ck_assert_int_eq(kn_sigmoid_backward_cuda(ctx, gdx, gdy, gy, n), 0);
+  assert_twin(gdx, dx, n, TOL_ELEM, 1e-6, "sigmoid dx");
+  kn_cuda_free(gx), kn_cuda_free(gdy), kn_cuda_free(gy), kn_cuda_free(gdx);
+  free(x), free(dy), free(y), free(dx);
+}
+END_TEST
+
+/* The demo CNN's layers at a batch of 64, padding, a 1x1 kernel, an
+ * empty batch. */
+static const struct kn_conv_shape convs[] = {
+    {64, 1, 28, 28, 16, 5, 2}, {64, 16, 14, 14, 32, 5, 0},
+    {2, 3, 7, 6, 4, 3, 1},     {2, 2, 5, 5, 3, 1, 0},
+    {0, 2, 5, 5, 3, 3, 0},
+};
+
+START_TEST(test_conv) {
+  const struct kn_conv_shape *s = &convs[_i];
+  size_t nx = (size_t)s->B * s->C * s->H * s->W;
+  size_t nw = (size_t)s->OC * s->C * s->K * s->K;
+  size_t ny = (size_t)s->B * s->OC * kn_conv_oh(s) * kn_conv_ow(s);
+  size_t ncol = kn_conv_col_floats(s);
+  float *x = frandv(nx, 31), *w = frandv(nw, 32), *b = frandv(s->OC, 33);
+  float *y = frandv(ny, 34), *dy = frandv(ny, 35), *col = frandv(ncol, 36);
+  float *dx = frandv(nx, 37), *dw = frandv(nw, 38), *db = frandv(s->OC, 39);
+  float *gx = to_gpu(x, nx), *gw = to_gpu(w, nw), *gb = to_gpu(b, s->OC);
+  float *gy = to_gpu(y, ny), *gdy = to_gpu(dy, ny), *gcol = to_gpu(col, ncol);
+  float *gdx = to_gpu(dx, nx), *gdw = to_gpu(dw, nw), *gdb = to_gpu(db, s->OC);
+
+  kn_conv2d_forward(s, y, x, w, b, col);
+  ck_assert_int_eq(kn_conv2d_forward_cuda(ctx, s, gy, gx, gw, gb, gcol), 0);
+  assert_twin(gy, y, ny, TOL_GEMM, 1.0, "conv y");
+  kn_conv2d_backward(s, dx, dw, db, dy, x, w, col);
+  ck_assert_int_eq(
+      kn_conv2d_backward_cuda(ctx, s, gdx, gdw, gdb, gdy, gx, gw, gcol), 0);
+  assert_twin(gdx, dx, nx, TOL_GEMM, 1.0, "conv dx");
+  assert_twin(gdw, dw, nw, TOL_GEMM, 1.0, "conv dw");
+  assert_twin(gdb, db, s->OC, TOL_GEMM, 1.0, "conv db");
+  kn_cuda_free(gx), kn_cuda_free(gw), kn_cuda_free(gb), kn_cuda_free(gy);
+  kn_cuda_free(gdy), kn_cuda_free(gcol), kn_cuda_free(gdx);
+  kn_cuda_free(gdw), kn_cuda_free(gdb);
+  free(x), free(w), free(b), free(y), free(dy), free(col), free(dx), free(dw);
+  free(db);
+}
+END_TEST
+
+START_TEST(test_pool) {
+  static const int cases[][4] = {
+      {64 * 16, 28, 28, 2}, {64 * 32, 10, 10, 2}, {3, 7, 5, 2}, {2, 9, 9, 3}};
+  const int *c = cases[_i];
+  int planes = c[0], H = c[1], W = c[2], P = c[3];
+  size_t nx = (size_t)planes * H * W, ny = (size_t)planes * (H / P) * (W / P);
+  float *x = frandv(nx, 41), *y = frandv(ny, 42), *dy = frandv(ny, 43);
+  float *dx = frandv(nx, 44);
+  int32_t *idx = malloc(ny * sizeof *idx), *gidx_host = malloc(ny * 4);
+  float *gx = to_gpu(x, nx), *gy = to_gpu(y, ny), *gdy = to_gpu(dy, ny);
+  float *gdx = to_gpu(dx, nx);
+  void *gidx = NULL;
+
+  ck_assert_int_eq(kn_cuda_alloc(&gidx, ny * 4), 0);
+  kn_maxpool2d_forward(y, idx, x, planes, H, W, P);
+  ck_assert_int_eq(
+      kn_maxpool2d_forward_cuda(ctx, gy, gidx, gx, planes, H, W, P), 0);
+  assert_twin(gy, y, ny, 0.0, 0.0, "pool y");
+  ck_assert_int_eq(kn_cuda_download(ctx, gidx_host, gidx, ny * 4), 0);
+  ck_assert(memcmp(gidx_host, idx, ny * 4) == 0);
+  kn_maxpool2d_backward(dx, dy, idx, planes, H, W, P);
+  ck_assert_int_eq(
+      kn_maxpool2d_backward_cuda(ctx, gdx, gdy, gidx, planes, H, W, P), 0);
+  assert_twin(gdx, dx, nx, 0.0, 0.0, "pool dx");
+  kn_cuda_free(gx), kn_cuda_free(gy), kn_cuda_free(gdy), kn_cuda_free(gdx);
+  kn_cuda_free(gidx);
+  free(x), free(y), free(dy), free(dx), free(idx), free(gidx_host);
+}
+END_TEST
+
 static Suite *kernels_cuda_suite(void) {
   Suite *s = suite_create("kernels-cuda");
   TCase *tc = tcase_create("twins");
@@ -329,6 +431,9 @@ static Suite *kernels_cuda_suite(void) {
   tcase_add_loop_test(tc, test_optim_updates, 0,
                       6 * (int)(sizeof sizes / sizeof sizes[0]));
   tcase_add_loop_test(tc, test_clip, 0, sizeof sizes / sizeof sizes[0]);
+  tcase_add_loop_test(tc, test_smooth, 0, sizeof sizes / sizeof sizes[0]);
+  tcase_add_loop_test(tc, test_conv, 0, sizeof convs / sizeof convs[0]);
+  tcase_add_loop_test(tc, test_pool, 0, 4);
   suite_add_tcase(s, tc);
   return s;
 }

@@ -2,8 +2,12 @@
  * sgemm-based dense layer against naive loops in double at several shapes,
  * relu, the softmax cross-entropy against a double reference, finite
  * differences and a case worked by hand, and the optimizer updates against
- * a plain loop and a hand-computed momentum example. */
+ * a plain loop and a hand-computed momentum example; tanh and sigmoid
+ * against double and finite differences; the convolution against the
+ * definition in double (forward) and central differences (dx, dw, db), and
+ * max pooling against a plain loop (values, argmax, where dy lands). */
 #include "blas.h"
+#include "conv.h"
 #include "dense.h"
 
 #include <check.h>
@@ -140,6 +144,209 @@ START_TEST(test_relu) {
   kn_relu_forward(x, x, n);
   ck_assert(n == 0 || memcmp(x, y, n * sizeof *y) == 0);
   free(x), free(dy), free(y), free(dx);
+}
+END_TEST
+
+/* Smooth activations: forward against double, backward against the
+ * formula on the output and against central differences of the forward. */
+START_TEST(test_smooth_activations) {
+  enum { N = 1001 };
+  float *x = frandv(N, 31), *dy = frandv(N, 32), y[N], dx[N];
+
+  for (int i = 0; i < N; i++)
+    x[i] *= 6.0f;
+  for (int f = 0; f < 2; f++) {
+    void (*fwd)(float *, const float *, size_t) =
+        f ? kn_sigmoid_forward : kn_tanh_forward;
+    void (*bwd)(float *, const float *, const float *, size_t) =
+        f ? kn_sigmoid_backward : kn_tanh_backward;
+    const float h = 1e-2f;
+    int i;
+
+    fwd(y, x, N);
+    for (i = 0; i < N; i++) {
+      double want = f ? 1.0 / (1.0 + exp(-(double)x[i])) : tanh((double)x[i]);
+      if (fabs(y[i] - want) > 1e-6 * (fabs(want) + 1.0))
+        break;
+    }
+    ck_assert_msg(i == N, "%s forward wrong at %d", f ? "sigmoid" : "tanh", i);
+    bwd(dx, dy, y, N);
+    for (i = 0; i < N; i++) {
+      float p = x[i] + h, m = x[i] - h, yp, ym;
+      fwd(&yp, &p, 1);
+      fwd(&ym, &m, 1);
+      double fd = dy[i] * ((double)yp - ym) / (2.0 * h);
+      if (fabs(dx[i] - fd) > 2e-3 * (fabs(fd) + 0.05))
+        break;
+    }
+    ck_assert_msg(i == N, "%s backward vs finite differences at %d: %g",
+                  f ? "sigmoid" : "tanh", i, i < N ? dx[i] : 0.0);
+    /* In place, as dense.h allows. */
+    memcpy(y, dx, sizeof dx);
+    bwd(dy, dy, (fwd(x, x, N), x), N);
+    ck_assert(memcmp(dy, y, sizeof y) == 0);
+  }
+  free(x), free(dy);
+}
+END_TEST
+
+/* Convolution shapes: the demo CNN's two layers (batch of 3), padding,
+ * a 1x1 kernel, a kernel as big as the input, and an empty batch. */
+static const struct kn_conv_shape convs[] = {
+    {3, 1, 28, 28, 16, 5, 2}, {3, 16, 14, 14, 32, 5, 0}, {2, 3, 7, 6, 4, 3, 1},
+    {2, 2, 5, 5, 3, 1, 0},    {1, 2, 4, 4, 2, 4, 0},     {0, 2, 5, 5, 3, 3, 0},
+};
+
+/* x[n, c, h, w] of an NCHW tensor, 0 outside the image. */
+static double at(const float *x, const struct kn_conv_shape *s, int n, int c,
+                 int h, int w) {
+  if (h < 0 || h >= s->H || w < 0 || w >= s->W)
+    return 0.0;
+  return x[(((size_t)n * s->C + c) * s->H + h) * s->W + w];
+}
+
+/* The definition in conv.h, in double: y (B, OC, OH, OW). */
+static void conv_ref(double *y, const struct kn_conv_shape *s, const float *x,
+                     const float *w, const float *b) {
+  int oh = kn_conv_oh(s), ow = kn_conv_ow(s), K = s->K;
+
+  for (int n = 0; n < s->B; n++)
+    for (int o = 0; o < s->OC; o++)
+      for (int i = 0; i < oh; i++)
+        for (int j = 0; j < ow; j++) {
+          double acc = b[o];
+          for (int c = 0; c < s->C; c++)
+            for (int kh = 0; kh < K; kh++)
+              for (int kw = 0; kw < K; kw++)
+                acc += w[((o * s->C + c) * K + kh) * K + kw] *
+                       at(x, s, n, c, i + kh - s->pad, j + kw - s->pad);
+          y[(((size_t)n * s->OC + o) * oh + i) * ow + j] = acc;
+        }
+}
+
+START_TEST(test_conv_forward) {
+  const struct kn_conv_shape *s = &convs[_i];
+  size_t nx = (size_t)s->B * s->C * s->H * s->W;
+  size_t nw = (size_t)s->OC * s->C * s->K * s->K;
+  size_t ny = (size_t)s->B * s->OC * kn_conv_oh(s) * kn_conv_ow(s);
+  float *x = frandv(nx, 41), *w = frandv(nw, 42), *b = frandv(s->OC, 43);
+  float *y = frandv(ny, 44), *col = frandv(kn_conv_col_floats(s), 45);
+  double *ref = calloc(ny + 1, sizeof *ref);
+
+  conv_ref(ref, s, x, w, b);
+  kn_conv2d_forward(s, y, x, w, b, col);
+  assert_close(y, ref, ny, 1e-5, 1.0, "conv y");
+  for (size_t i = 0; i < ny; i++)
+    ref[i] -= b[i / (ny / (s->B ? s->B : 1) / s->OC) % s->OC];
+  kn_conv2d_forward(s, y, x, w, NULL, col);
+  assert_close(y, ref, ny, 1e-5, 1.0, "conv y (no bias)");
+  free(x), free(w), free(b), free(y), free(col), free(ref);
+}
+END_TEST
+
+/* L = sum of y * r over the output, in double: its gradient w.r.t. y is r. */
+static double conv_loss(const struct kn_conv_shape *s, const float *x,
+                        const float *w, const float *b, const float *r,
+                        size_t ny) {
+  double *y = calloc(ny + 1, sizeof *y), L = 0.0;
+
+  conv_ref(y, s, x, w, b);
+  for (size_t i = 0; i < ny; i++)
+    L += y[i] * r[i];
+  free(y);
+  return L;
+}
+
+/* Central differences of L for every element of v (n floats), against g. */
+static void fd_check(const struct kn_conv_shape *s, float *x, float *w,
+                     float *b, const float *r, size_t ny, float *v, size_t n,
+                     const float *g, const char *what) {
+  const float h = 0.5f; /* L is linear in each input: exact up to rounding */
+  size_t i;
+
+  for (i = 0; i < n; i++) {
+    float keep = v[i];
+    v[i] = keep + h;
+    double lp = conv_loss(s, x, w, b, r, ny);
+    v[i] = keep - h;
+    double lm = conv_loss(s, x, w, b, r, ny);
+    v[i] = keep;
+    double fd = (lp - lm) / (2.0 * h);
+    if (fabs(g[i] - fd) > 1e-4 * (fabs(fd) + 1.0))
+      break;
+  }
+  ck_assert_msg(i == n, "%s[%zu]: backward %g, finite differences differ", what,
+                i, i < n ? g[i] : 0.0);
+}
+
+START_TEST(test_conv_backward) {
+  /* Small shapes only: every element gets two reference forward passes. */
+  const struct kn_conv_shape *s = &convs[2 + _i];
+  size_t nx = (size_t)s->B * s->C * s->H * s->W;
+  size_t nw = (size_t)s->OC * s->C * s->K * s->K;
+  size_t ny = (size_t)s->B * s->OC * kn_conv_oh(s) * kn_conv_ow(s);
+  float *x = frandv(nx, 51), *w = frandv(nw, 52), *b = frandv(s->OC, 53);
+  float *r = frandv(ny, 54), *col = frandv(kn_conv_col_floats(s), 55);
+  float *dx = frandv(nx, 56), *dw = frandv(nw, 57), *db = frandv(s->OC, 58);
+  float *dw2 = frandv(nw, 59), *db2 = frandv(s->OC, 60);
+
+  kn_conv2d_backward(s, dx, dw, db, r, x, w, col);
+  fd_check(s, x, w, b, r, ny, x, nx, dx, "conv dx");
+  fd_check(s, x, w, b, r, ny, w, nw, dw, "conv dw");
+  fd_check(s, x, w, b, r, ny, b, s->OC, db, "conv db");
+  /* Without dx, dw and db come out the same. */
+  kn_conv2d_backward(s, NULL, dw2, db2, r, x, w, col);
+  ck_assert(memcmp(dw, dw2, nw * sizeof *dw) == 0);
+  ck_assert(memcmp(db, db2, s->OC * sizeof *db) == 0);
+  free(x), free(w), free(b), free(r), free(col), free(dx), free(dw), free(db);
+  free(dw2), free(db2);
+}
+END_TEST
+
+START_TEST(test_maxpool) {
+  /* planes, H, W, P: the CNN's two pools, odd sizes (the edge dropped), a
+   * window of 3 and one of 1. */
+  static const int cases[][4] = {{48, 28, 28, 2},
+                                 {96, 10, 10, 2},
+                                 {3, 7, 5, 2},
+                                 {2, 9, 9, 3},
+                                 {2, 3, 3, 1}};
+  const int *c = cases[_i];
+  int planes = c[0], H = c[1], W = c[2], P = c[3], oh = H / P, ow = W / P;
+  size_t nx = (size_t)planes * H * W, ny = (size_t)planes * oh * ow;
+  float *x = frandv(nx, 61), *y = frandv(ny, 62), *dy = frandv(ny, 63);
+  float *dx = frandv(nx, 64);
+  int32_t *idx = malloc(ny * sizeof *idx);
+
+  x[0] = x[1]; /* a tie: the first position wins */
+  kn_maxpool2d_forward(y, idx, x, planes, H, W, P);
+  for (int p = 0; p < planes; p++)
+    for (int i = 0; i < oh; i++)
+      for (int j = 0; j < ow; j++) {
+        int best = i * P * W + j * P;
+        for (int a = 0; a < P; a++)
+          for (int b = 0; b < P; b++)
+            if (x[(size_t)p * H * W + (i * P + a) * W + j * P + b] >
+                x[(size_t)p * H * W + best])
+              best = (i * P + a) * W + j * P + b;
+        size_t o = ((size_t)p * oh + i) * ow + j;
+        ck_assert_int_eq(idx[o], best);
+        ck_assert(y[o] == x[(size_t)p * H * W + best]);
+      }
+  kn_maxpool2d_backward(dx, dy, idx, planes, H, W, P);
+  /* Each dy lands on its argmax; everything else is 0. */
+  for (size_t i = 0; i < nx; i++) {
+    size_t p = i / ((size_t)H * W);
+    int h = (int)(i % ((size_t)H * W)) / W, w = (int)(i % W);
+    float want = 0.0f;
+    if (h / P < oh && w / P < ow) {
+      size_t o = (p * oh + h / P) * ow + w / P;
+      if (idx[o] == (int32_t)(i % ((size_t)H * W)))
+        want = dy[o];
+    }
+    ck_assert_msg(dx[i] == want, "pool dx[%zu] = %g, want %g", i, dx[i], want);
+  }
+  free(x), free(y), free(dy), free(dx), free(idx);
 }
 END_TEST
 
@@ -314,13 +521,18 @@ static Suite *kernels_suite(void) {
   Suite *s = suite_create("kernels");
   TCase *dense = tcase_create("dense"), *relu = tcase_create("relu");
   TCase *xent = tcase_create("xent"), *upd = tcase_create("updates");
-  TCase *blas = tcase_create("blas");
+  TCase *blas = tcase_create("blas"), *conv = tcase_create("conv");
   int nshapes = sizeof shapes / sizeof shapes[0];
   int nsizes = sizeof sizes / sizeof sizes[0];
 
   tcase_add_loop_test(dense, test_dense_forward, 0, nshapes);
   tcase_add_loop_test(dense, test_dense_backward, 0, nshapes);
   tcase_add_loop_test(relu, test_relu, 0, nsizes);
+  tcase_add_test(relu, test_smooth_activations);
+  tcase_add_loop_test(conv, test_conv_forward, 0,
+                      sizeof convs / sizeof convs[0]);
+  tcase_add_loop_test(conv, test_conv_backward, 0, 4);
+  tcase_add_loop_test(conv, test_maxpool, 0, 5);
   tcase_add_test(xent, test_xent_values);
   tcase_add_test(xent, test_xent_finite_diff);
   tcase_add_test(xent, test_xent_by_hand);
@@ -333,6 +545,7 @@ static Suite *kernels_suite(void) {
   suite_add_tcase(s, xent);
   suite_add_tcase(s, upd);
   suite_add_tcase(s, blas);
+  suite_add_tcase(s, conv);
   return s;
 }
 

@@ -121,7 +121,54 @@ START_TEST(test_minimal_defaults) {
   ck_assert_int_eq(spec->job.ckpt_every_steps, 0);
   ck_assert_double_eq(spec->job.ckpt_every_s, 0);
   ck_assert_int_eq(spec->job.ckpt_keep, 3);
+  ck_assert_int_eq(spec->job.channels[0], 16);
+  ck_assert_int_eq(spec->job.channels[1], 32);
   cm_spec_free(spec);
+}
+END_TEST
+
+/* The three models, each with its own settings; another model's settings
+ * are refused with the path. */
+START_TEST(test_models) {
+  struct cm_spec *spec = NULL;
+
+  ck_assert_int_eq(
+      parse("{\"cluster\": {\"ps\": [\"h:1\"], \"worker\": [\"h:2\"]},"
+            " \"job\": {\"model\": \"cnn\", \"channels\": [8, 24]}}",
+            &spec),
+      0);
+  ck_assert_str_eq(spec->job.model, "cnn");
+  ck_assert_int_eq(spec->job.channels[0], 8);
+  ck_assert_int_eq(spec->job.channels[1], 24);
+  cm_spec_free(spec);
+  spec = NULL;
+  ck_assert_int_eq(
+      parse("{\"cluster\": {\"ps\": [\"h:1\"], \"worker\": [\"h:2\"]},"
+            " \"job\": {\"model\": \"softmax\"}}",
+            &spec),
+      0);
+  ck_assert_str_eq(spec->job.model, "softmax");
+  cm_spec_free(spec);
+
+  parse_bad("{\"cluster\": {\"ps\": [\"h:1\"], \"worker\": [\"h:2\"]},"
+            " \"job\": {\"model\": \"softmax\", \"hidden\": [10],"
+            " \"channels\": [8, 8]}}");
+  has_line("t.json: job.hidden: only for job.model \"mlp\" (this job's is "
+           "\"softmax\")");
+  has_line("t.json: job.channels: only for job.model \"cnn\" (this job's is "
+           "\"softmax\")");
+  ck_assert_int_eq(count_lines(err), 2);
+  parse_bad("{\"cluster\": {\"ps\": [\"h:1\"], \"worker\": [\"h:2\"]},"
+            " \"job\": {\"model\": \"cnn\", \"channels\": [0, 2000]}}");
+  has_line("t.json: job.channels[0]: expected a positive integer, got 0");
+  has_line("t.json: job.channels[1]: 2000 out of range; expected a positive "
+           "integer up to 1024");
+  ck_assert_int_eq(count_lines(err), 2);
+  parse_bad("{\"cluster\": {\"ps\": [\"h:1\"], \"worker\": [\"h:2\"]},"
+            " \"job\": {\"model\": \"cnn\", \"channels\": [16]}}");
+  has_line("t.json: job.channels: expected an array of 2 integers in 1..1024 "
+           "(the channels of the two convolutions), got an array");
+  ck_assert_int_eq(count_lines(err), 1);
 }
 END_TEST
 
@@ -252,7 +299,7 @@ START_TEST(test_unknown_keys) {
            "expected one of name, model, hidden, data_dir, epochs, "
            "batch_size, optimizer, sync, seed, log_every, rpc_timeout_ms, "
            "max_steps, heartbeat_ms, dead_after_ms, unix_sockets, checkpoint, "
-           "optimizer_overrides");
+           "optimizer_overrides, channels");
   has_line("t.json: job.optimizer.typ: unknown key (did you mean type?); "
            "expected one of type, lr, momentum, weight_decay, beta1, beta2, "
            "eps, schedule, clip_norm");
@@ -269,7 +316,7 @@ START_TEST(test_wrong_types) {
   parse_bad(
       "{\"cluster\": {\"ps\": [\"h:1\"], \"worker\": [\"h:2\"]},"
       " \"job\": {\"epochs\": \"3\", \"batch_size\": 0,"
-      " \"hidden\": [64, 0, 2.5], \"model\": \"cnn\","
+      " \"hidden\": [64, 0, 2.5], \"model\": \"rnn\","
       " \"name\": \"my job\", \"data_dir\": \"\","
       " \"optimizer\": {\"type\": \"rmsprop\", \"lr\": 0, \"momentum\": 1},"
       " \"sync\": {\"mode\": \"bsp\"}, \"seed\": -1,"
@@ -278,7 +325,8 @@ START_TEST(test_wrong_types) {
   has_line("t.json: job.batch_size: expected a positive integer, got 0");
   has_line("t.json: job.hidden[1]: expected a positive integer, got 0");
   has_line("t.json: job.hidden[2]: expected a positive integer, got 2.5");
-  has_line("t.json: job.model: expected \"mlp\", got \"cnn\"");
+  has_line("t.json: job.model: expected \"softmax\", \"mlp\" or \"cnn\", got "
+           "\"rnn\"");
   has_text("t.json: job.name: \"my job\" has a character other than");
   has_line("t.json: job.data_dir: empty; expected a non-empty string");
   has_line("t.json: job.optimizer.type: expected \"sgd\", \"momentum\", "
@@ -1264,6 +1312,7 @@ static Suite *spec_suite(void) {
 
   tcase_add_test(tc, test_minimal_defaults);
   tcase_add_test(tc, test_full);
+  tcase_add_test(tc, test_models);
   tcase_add_test(tc, test_cluster_missing);
   tcase_add_test(tc, test_bad_addresses);
   tcase_add_test(tc, test_duplicates);

@@ -37,10 +37,12 @@
 #endif
 
 #include "blas.h"
+#include "dense.h"
+#include "device.h"
 #include "err.h"
 #include "idx.h"
 #include "log.h"
-#include "mlp.h"
+#include "model.h"
 #include "optim.h"
 #include "psclient.h"
 #include "rpc.h"
@@ -62,10 +64,12 @@ static const char usage_text[] =
     "Run one worker task of a psd training job. The worker loads its share\n"
     "of the training set (example i belongs to worker i mod n, for n\n"
     "workers) from the spec's job.data_dir, declares the model's variables\n"
-    "on the parameter servers (dense<l>/kernel and dense<l>/bias for an MLP\n"
-    "of widths 784, job.hidden..., 10), and then, for job.epochs passes over\n"
-    "its share in a fresh shuffled order each, pulls the parameters, computes\n"
-    "the gradient of one batch of job.batch_size examples and pushes it.\n"
+    "on the parameter servers (job.model: dense<l>/kernel and dense<l>/bias\n"
+    "for an MLP of widths 784, job.hidden..., 10; conv0/..., conv1/...,\n"
+    "dense0/..., dense1/... for the cnn), and then, for job.epochs passes\n"
+    "over its share in a fresh shuffled order each, pulls the parameters,\n"
+    "computes the gradient of one batch of job.batch_size examples and\n"
+    "pushes it.\n"
     "Worker 0 also loads the 10k test set and, at the end, evaluates the\n"
     "final parameters on it. With job.optimizer.clip_norm, each step's whole\n"
     "gradient is scaled down to that global L2 norm before it is pushed.\n"
@@ -86,6 +90,14 @@ static const char usage_text[] =
     "                       0 = run every epoch)\n"
     "  --threads N          OpenBLAS threads (default 1; 0 = OpenBLAS's own\n"
     "                       default)\n"
+    "  --device DEV         cpu (default), cuda, cuda:N or auto: where the\n"
+    "                       model runs; cuda without a working GPU is an\n"
+    "                       error naming the cause, auto falls back to the\n"
+    "                       CPU and says why\n"
+    "  --replicas R         R copies of the model (default 1) on R CPU\n"
+    "                       threads or GPUs N..N+R-1: each batch is split R\n"
+    "                       ways, the gradients summed into the batch's, one\n"
+    "                       push per step\n"
     "  --connect-timeout-ms N\n"
     "                       how long to wait for the parameter servers to\n"
     "                       come up before giving up (default 60000)\n"
@@ -143,6 +155,10 @@ struct dw_args {
   const char *save_params; /* --save-params FILE, NULL when not given */
   int emulate;             /* --emulate-workers N (standalone), 0 = off */
   int connect_timeout_ms;  /* --connect-timeout-ms, 0 = the client's default */
+  const char *device;      /* --device: "cpu" (default), "cuda", "cuda:N",
+                              "auto" */
+  int gpu;                 /* the N of --device cuda:N; 0 for plain cuda */
+  int replicas;            /* --replicas R, default 1 */
 };
 
 /* One half of the read-ahead double buffer. */
@@ -179,10 +195,9 @@ struct dw_worker {
   int nworkers;            /* workers sharing the data (1 standalone) */
   struct dw_dataset train; /* owned: this worker's training share */
   struct dw_dataset test;  /* owned: the test set (worker 0 only) */
-  struct dw_mlp *mlp;      /* owned: the model, params and grads */
-  struct dw_var vars[2 * DW_MLP_MAX_LAYERS]; /* views into mlp */
-  char var_names[2 * DW_MLP_MAX_LAYERS][32]; /* storage for vars' names */
-  int nvars;                                 /* entries used in vars */
+  struct dw_model *model;  /* owned: the model, params and grads */
+  struct dw_var vars[DW_MODEL_MAX_VARS]; /* views into model */
+  int nvars;                             /* entries used in vars */
   struct dw_client *client; /* owned: the parameter-server client, or NULL */
   float *slots;             /* owned: optimizer slots (standalone only) */
   struct dw_feeder feed;    /* the read-ahead */
@@ -202,15 +217,16 @@ struct dw_worker {
   struct dw_feeder emu_feed[DW_MAX_EMULATED]; /* feeders of shares 1..N-1 */
   float *batch_x;           /* owned with N > 1: the concatenated batch */
   uint8_t *batch_y;         /* owned with N > 1: its labels */
+  int first_gpu;            /* CUDA device of replica 0; -1: the CPU */
   double wd_period_s;       /* systemd: seconds between WATCHDOG=1, 0 = off */
   double watchdog_at;       /* now_s() of the last WATCHDOG=1 */
   double status_at;         /* now_s() of the last STATUS= */
   uint64_t status_examples; /* examples_done at the last STATUS= */
   /* standalone: variable i's slots, views into slots in
    * cm_optim_slot_name order */
-  float *var_slots[2 * DW_MLP_MAX_LAYERS][CM_OPTIM_MAX_SLOTS];
+  float *var_slots[DW_MODEL_MAX_VARS][CM_OPTIM_MAX_SLOTS];
   /* standalone: variable i's optimizer (borrowed from spec) */
-  const struct cm_optim *var_opt[2 * DW_MLP_MAX_LAYERS];
+  const struct cm_optim *var_opt[DW_MODEL_MAX_VARS];
   long clipped;    /* steps whose gradient norm was above clip_norm */
   double max_norm; /* the largest gradient norm seen (with clip_norm) */
 };
@@ -266,6 +282,8 @@ static int parse_args(int argc, char **argv, struct dw_args *a) {
     OPT_SAVE,
     OPT_EMULATE,
     OPT_NO_OVERLAP,
+    OPT_DEVICE,
+    OPT_REPLICAS,
     OPT_HELP
   };
   static const struct option longopts[] = {
@@ -279,6 +297,8 @@ static int parse_args(int argc, char **argv, struct dw_args *a) {
       {"save-params", required_argument, NULL, OPT_SAVE},
       {"emulate-workers", required_argument, NULL, OPT_EMULATE},
       {"no-overlap", no_argument, NULL, OPT_NO_OVERLAP},
+      {"device", required_argument, NULL, OPT_DEVICE},
+      {"replicas", required_argument, NULL, OPT_REPLICAS},
       {"help", no_argument, NULL, OPT_HELP},
       {NULL, 0, NULL, 0},
   };
@@ -289,6 +309,8 @@ static int parse_args(int argc, char **argv, struct dw_args *a) {
   memset(a, 0, sizeof *a);
   a->max_steps = -1;
   a->threads = 1;
+  a->device = "cpu";
+  a->replicas = 1;
   opterr = 0;
   while ((c = getopt_long(argc, argv, ":", longopts, NULL)) != -1) {
     switch (c) {
@@ -359,6 +381,33 @@ static int parse_args(int argc, char **argv, struct dw_args *a) {
         goto out;
       }
       a->emulate = (int)v;
+      break;
+    case OPT_DEVICE:
+      a->device = optarg;
+      a->gpu = 0;
+      if (!strncmp(optarg, "cuda:", 5) &&
+          parse_long(optarg + 5, 0, 1023, &v) == 0) {
+        a->gpu = (int)v;
+        break;
+      }
+      if (strcmp(optarg, "cpu") && strcmp(optarg, "cuda") &&
+          strcmp(optarg, "auto")) {
+        fprintf(stderr,
+                "dworker: --device %s: expected cpu, cuda, cuda:N or auto\n",
+                optarg);
+        rc = CM_EINVAL;
+        goto out;
+      }
+      break;
+    case OPT_REPLICAS:
+      if (parse_long(optarg, 1, DW_MODEL_MAX_REPLICAS, &v) < 0) {
+        fprintf(stderr,
+                "dworker: --replicas %s: expected an integer in 1..%d\n",
+                optarg, DW_MODEL_MAX_REPLICAS);
+        rc = CM_EINVAL;
+        goto out;
+      }
+      a->replicas = (int)v;
       break;
     case OPT_HELP:
       fputs(usage_text, stdout);
@@ -540,6 +589,46 @@ static void feeder_free(struct dw_feeder *feed) {
   memset(feed, 0, sizeof *feed);
 }
 
+/* Settles --device before anything is loaded: cpu as asked; cuda or cuda:N
+ * only if the CUDA runtime says that device works (else a clear error
+ * naming what failed); auto takes GPU 0 when one works and says which. */
+static int pick_device(struct dw_worker *w) {
+  const char *dev = w->args.device;
+  char why[256] = "";
+  int count, rc = 0;
+
+  if (!strcmp(dev, "cpu"))
+    goto out;
+  count = kn_cuda_probe(why, sizeof why);
+  if (!strcmp(dev, "auto")) {
+    if (count <= 0) {
+      cm_info("--device auto: no usable GPU (%s); using the CPU", why);
+      w->args.device = "cpu";
+      goto out;
+    }
+    w->args.gpu = 0;
+  } else if (count <= 0) {
+    fprintf(stderr, "dworker: --device %s: %s\n", dev, why);
+    rc = CM_ENODEV;
+    goto out;
+  }
+  if (w->args.gpu + w->args.replicas > count) {
+    fprintf(stderr,
+            "dworker: --device %s with --replicas %d: needs CUDA devices "
+            "%d..%d, but cudaGetDeviceCount found %d\n",
+            dev, w->args.replicas, w->args.gpu,
+            w->args.gpu + w->args.replicas - 1, count);
+    rc = CM_ENODEV;
+    goto out;
+  }
+  w->first_gpu = w->args.gpu;
+  cm_info("--device %s: %d CUDA device(s) work; replica%s on device %d..%d",
+          dev, count, w->args.replicas > 1 ? "s" : "", w->first_gpu,
+          w->first_gpu + w->args.replicas - 1);
+out:
+  return rc;
+}
+
 /* Loads the training share (and, for worker 0, the test set). */
 static int load_data(struct dw_worker *w) {
   const struct cm_job *job = &w->spec->job;
@@ -586,55 +675,39 @@ out:
   return rc;
 }
 
-/* Builds the MLP and the variables that view its parameters and grads. */
+/* Builds the spec's model (job.model) and the variables that view its
+ * parameters and grads. */
 static int build_model(struct dw_worker *w) {
   const struct cm_job *job = &w->spec->job;
-  int sizes[DW_MLP_MAX_LAYERS + 1];
-  int nsizes = 0, l, rc;
+  char err[256];
+  int rc;
 
-  if (job->nhidden + 2 > DW_MLP_MAX_LAYERS + 1) {
-    rc = CM_EINVAL;
-    cm_error("%s: job.hidden has %d layers; at most %d are supported",
-             w->spec->source, job->nhidden, DW_MLP_MAX_LAYERS - 1);
-    goto out;
-  }
-  sizes[nsizes++] = w->train.dim;
-  for (l = 0; l < job->nhidden; l++)
-    sizes[nsizes++] = job->hidden[l];
-  sizes[nsizes++] = DW_CLASSES;
-  rc = dw_mlp_new(&w->mlp, sizes, nsizes, job->batch_size * w->nfeeds);
+  rc = dw_model_new(&w->model, job, w->train.dim, DW_CLASSES,
+                    job->batch_size * w->nfeeds, w->args.replicas, w->first_gpu,
+                    err, sizeof err);
   if (rc < 0) {
-    cm_error("cannot build the model: %s", cm_strerror(rc));
+    cm_error("%s: job.model %s: %s", w->spec->source, job->model, err);
     goto out;
   }
-  for (l = 0; l < w->mlp->nlayers; l++) {
-    int in = sizes[l], outw = sizes[l + 1];
-    struct dw_var *k = &w->vars[2 * l], *b = &w->vars[2 * l + 1];
+  for (int i = 0; i < w->model->nvars; i++) {
+    const struct dw_model_var *mv = &w->model->vars[i];
+    struct dw_var *v = &w->vars[i];
 
-    dw_mlp_var_name(w->var_names[2 * l], sizeof w->var_names[0], l, 0);
-    dw_mlp_var_name(w->var_names[2 * l + 1], sizeof w->var_names[0], l, 1);
-    memset(k, 0, sizeof *k);
-    k->name = w->var_names[2 * l];
-    k->ndim = 2;
-    k->shape[0] = outw;
-    k->shape[1] = in;
-    k->placement = DW_PLACE_AUTO;
-    k->init = DW_INIT_UNIFORM;
-    k->init_scale = dw_mlp_glorot(w->mlp, l);
-    k->value = w->mlp->w[l];
-    k->grad = w->mlp->gw[l];
-    memset(b, 0, sizeof *b);
-    b->name = w->var_names[2 * l + 1];
-    b->ndim = 1;
-    b->shape[0] = outw;
-    b->placement = DW_PLACE_AUTO;
-    b->init = DW_INIT_ZEROS;
-    b->value = w->mlp->b[l];
-    b->grad = w->mlp->gb[l];
+    memset(v, 0, sizeof *v);
+    v->name = mv->name;
+    v->ndim = mv->ndim;
+    memcpy(v->shape, mv->shape, sizeof mv->shape);
+    v->placement = DW_PLACE_AUTO;
+    v->init = mv->scale > 0 ? DW_INIT_UNIFORM : DW_INIT_ZEROS;
+    v->init_scale = mv->scale;
+    v->value = mv->value;
+    v->grad = mv->grad;
   }
-  w->nvars = 2 * w->mlp->nlayers;
-  cm_info("model: mlp, %zu parameters in %d variables", w->mlp->nparams,
-          w->nvars);
+  w->nvars = w->model->nvars;
+  cm_info("model: %s, %zu parameters in %d variables, %d replica%s on %s",
+          job->model, w->model->nparams, w->nvars, w->model->replicas,
+          w->model->replicas == 1 ? "" : "s",
+          w->first_gpu < 0 ? "the CPU" : "GPUs");
 out:
   return rc;
 }
@@ -690,7 +763,7 @@ static int setup_params(struct dw_worker *w) {
 
   if (w->args.standalone) {
     /* The same initial model psd would create, so runs compare exactly. */
-    dw_mlp_init(w->mlp, w->spec->job.seed);
+    dw_model_init(w->model, w->spec->job.seed);
     rc = setup_local_optim(w);
     goto out;
   }
@@ -899,7 +972,8 @@ static void notify_step(struct dw_worker *w, long t) {
  * is over all of it; the shards then apply an already clipped gradient. In
  * sync mode each worker clips its own gradient before the average. */
 static void clip_grads(struct dw_worker *w, double max_norm) {
-  double norm = kn_clip_global_norm(w->mlp->grads, w->mlp->nparams, max_norm);
+  double norm =
+      kn_clip_global_norm(w->model->grads, w->model->nparams, max_norm);
 
   if (norm > max_norm)
     w->clipped++;
@@ -981,7 +1055,7 @@ static int train(struct dw_worker *w) {
     rc = pull_params(w);
     if (rc < 0)
       goto out;
-    loss = dw_mlp_train_step(w->mlp, x, y, n, &correct);
+    loss = dw_model_train_step(w->model, x, y, n, &correct);
     if (job->clip_norm > 0)
       clip_grads(w, job->clip_norm);
     if (w->args.inject_delay_ms > 0)
@@ -1043,8 +1117,8 @@ static int finish(struct dw_worker *w) {
   }
   if (w->args.save_params) {
     FILE *f = fopen(w->args.save_params, "wb");
-    if (!f || fwrite(w->mlp->params, sizeof(float), w->mlp->nparams, f) !=
-                  w->mlp->nparams) {
+    if (!f || fwrite(w->model->params, sizeof(float), w->model->nparams, f) !=
+                  w->model->nparams) {
       cm_error("%s: cannot write the parameters: %s", w->args.save_params,
                strerror(errno));
       if (f)
@@ -1058,7 +1132,7 @@ static int finish(struct dw_worker *w) {
       goto out;
     }
   }
-  correct = dw_mlp_evaluate(w->mlp, w->test.x, w->test.y, w->test.n, &loss);
+  correct = dw_model_evaluate(w->model, w->test.x, w->test.y, w->test.n, &loss);
   cm_info("test set: %d of %d correct, mean loss %.4f", correct, w->test.n,
           loss);
   printf("final: test_accuracy=%.4f epochs=%ld examples_per_s=%.0f "
@@ -1079,13 +1153,19 @@ int main(int argc, char **argv) {
   int rc;
 
   memset(&w, 0, sizeof w);
+  w.first_gpu = -1;
   rc = parse_args(argc, argv, &w.args);
   if (rc != 0) {
     status = rc > 0 ? DW_EXIT_OK : DW_EXIT_USAGE;
     goto out;
   }
   /* Before anything touches OpenBLAS: this may re-execute the program. */
-  kn_blas_init(argv, w.args.threads);
+  /* Replicas share the CPU: each gets its share of the BLAS threads. */
+  kn_blas_init(argv, w.args.threads > 0 && w.args.replicas > 1
+                         ? (w.args.threads / w.args.replicas > 0
+                                ? w.args.threads / w.args.replicas
+                                : 1)
+                         : w.args.threads);
   kn_blas_describe(blas, sizeof blas);
   cm_log_set_name("dworker");
   cm_info("%s", blas);
@@ -1134,6 +1214,8 @@ int main(int argc, char **argv) {
   snprintf(logname, sizeof logname, "dworker %s", w.name);
   cm_log_set_name(logname);
 
+  if (pick_device(&w) < 0)
+    goto out;
   if (load_data(&w) < 0)
     goto out;
   if (build_model(&w) < 0)
@@ -1163,7 +1245,7 @@ out:
   if (rpc_ready)
     cm_rpc_global_shutdown();
   free(w.slots);
-  dw_mlp_free(w.mlp);
+  dw_model_free(w.model);
   dw_dataset_free(&w.test);
   dw_dataset_free(&w.train);
   cm_spec_free(w.spec);

@@ -15,7 +15,13 @@
                    each measured right before the update, one thread
                    (tests/optim-bench)
 
-Run: /usr/bin/python3 tests/bench/bench.py BUILD_DIR [transport|train|sync|optim ...]"""
+  bench kernels:   GFLOP/s of each layer of the demo MLP and CNN, forward and
+                   backward, on the CPU (and the GPU where one works), with the
+                   ratio to a plain sgemm of the same (M, N, K) timed in the
+                   same run (tests/bench/kernel_bench.c)
+
+
+Run: /usr/bin/python3 tests/bench/bench.py BUILD_DIR [transport|train|sync|optim|kernels ...]"""
 import json
 import os
 import re
@@ -308,10 +314,19 @@ def optim(d):
             print(line, flush=True)
 
 
+def kernels(d):
+    r = h.run([h.build_path("tests", "kernel_bench")], timeout=600)
+    sys.stdout.write(r.stdout)
+    sys.stdout.flush()
+    if r.returncode != 0:
+        raise SystemExit("kernel_bench failed (exit %d): %s" % (r.returncode, r.stderr[-2000:]))
+
+
 def main():
     h.BUILD = os.path.abspath(sys.argv[1])
     parts = {"transport": transport, "aggregate": aggregate, "memory": memory,
-             "train": train, "sync": sync, "scale": scale, "optim": optim}
+             "train": train, "sync": sync, "scale": scale, "optim": optim,
+             "kernels": kernels}
     chosen = sys.argv[2:] or list(parts)
     with tempfile.TemporaryDirectory(prefix="psd-bench-") as d:
         for name in chosen:

@@ -120,6 +120,7 @@ class InstallTest(unittest.TestCase):
             ("examples", "local.json"), ("examples", "local-sync.json"),
             ("examples", "local-ssp.json"), ("examples", "two-hosts.json"),
             ("examples", "local-adam.json"),
+            ("examples", "local-cnn.json"),
         ]
         for key, *rest in want:
             p = i.staged(key, *rest)

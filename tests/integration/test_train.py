@@ -5,6 +5,7 @@ reports the test accuracy. Also dworker's own errors. Run:
 import json
 import os
 import re
+import struct
 import sys
 import unittest
 
@@ -111,6 +112,81 @@ class WorkerErrorTest(unittest.TestCase):
                        "worker:0", "--connect-timeout-ms", "3000"], timeout=120)
             self.assertEqual(r.returncode, 1)
             self.assertIn("ps:0", r.stderr)
+
+
+class DeviceTest(unittest.TestCase):
+    """--device and --replicas of dworker, as far as this machine allows:
+    without a GPU, cuda is an error naming the CUDA failure and auto falls
+    back to the CPU; replicas give the single replica's training."""
+
+    def no_gpu_reason(self):
+        """The reason test-kernels-cuda gives for skipping, or None when a
+        GPU works here."""
+        r = h.run([h.build_path("tests", "test-kernels-cuda")], timeout=300)
+        if r.returncode != 77:
+            return None
+        m = re.search(r"SKIP: (.*)", r.stdout)
+        self.assertIsNotNone(m, r.stdout)
+        return m.group(1)
+
+    def standalone(self, d, *args, job=None, timeout=300):
+        spec = os.path.join(d, "job.json")
+        h.write_spec(spec, nps=1, nworker=1,
+                     job=job or {"model": "mlp", "hidden": [32], "log_every": 1000})
+        return h.run([h.build_path("worker", "dworker"), "--cluster", spec,
+                      "--standalone"] + list(args), timeout=timeout)
+
+    def test_cuda_without_gpu_is_an_error_naming_the_cause(self):
+        why = self.no_gpu_reason()
+        if why is None:
+            self.skipTest("a GPU works here")
+        with h.TempDir() as d:
+            for dev in ("cuda", "cuda:1"):
+                r = self.standalone(d, "--device", dev, "--max-steps", "1")
+                self.assertEqual(r.returncode, 1, r.stderr)
+                self.assertIn("dworker: --device %s: %s" % (dev, why), r.stderr)
+                self.assertNotIn("final:", r.stdout)
+
+    def test_auto_without_gpu_uses_the_cpu(self):
+        why = self.no_gpu_reason()
+        if why is None:
+            self.skipTest("a GPU works here")
+        with h.TempDir() as d:
+            r = self.standalone(d, "--device", "auto", "--max-steps", "2")
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertIn("--device auto: no usable GPU (%s); using the CPU" % why, r.stderr)
+            self.assertIn("final:", r.stdout)
+
+    def test_bad_device_and_replicas_are_usage_errors(self):
+        with h.TempDir() as d:
+            for args, msg in ((["--device", "tpu"], "--device tpu: expected cpu, cuda, cuda:N or auto"),
+                              (["--device", "cuda:x"], "--device cuda:x: expected"),
+                              (["--replicas", "0"], "--replicas 0: expected an integer in 1..64")):
+                r = self.standalone(d, *args)
+                self.assertEqual(r.returncode, 2, r.stderr)
+                self.assertIn(msg, r.stderr)
+
+    def test_two_replicas_train_like_one(self):
+        if not os.path.isdir(DATA):
+            self.skipTest("dataset-fashion-mnist is not installed")
+        with h.TempDir() as d:
+            params = []
+            for reps in (1, 2):
+                out = os.path.join(d, "p%d.bin" % reps)
+                r = self.standalone(d, "--replicas", str(reps), "--max-steps", "20",
+                                    "--save-params", out)
+                self.assertEqual(r.returncode, 0, r.stderr)
+                self.assertIn("%d replica" % reps, r.stderr)
+                with open(out, "rb") as f:
+                    params.append(struct.unpack("<%df" % (os.path.getsize(out) // 4), f.read()))
+            self.assertEqual(len(params[0]), 784 * 32 + 32 + 32 * 10 + 10)
+            # 20 momentum steps from the same start on the same batches: the
+            # gradients differ only in float summation order.
+            worst = max(abs(a - b) for a, b in zip(*params))
+            moved = max(abs(a) for a in params[0][-10:])
+            print("\nreplicas 1 vs 2: largest parameter difference %.3g" % worst)
+            self.assertLess(worst, 1e-4)
+            self.assertGreater(moved, 0.0)  # the biases trained at all
 
 
 if __name__ == "__main__":

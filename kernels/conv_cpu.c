@@ -1,0 +1,189 @@
+/* CPU twins of the ops in conv.h: convolution as im2col + OpenBLAS sgemm,
+ * one GEMM for the whole batch, and max pooling as plain loops. The oracle
+ * for conv_cuda.cu. */
+#include "conv.h"
+
+#include <cblas.h>
+#include <string.h>
+
+int kn_conv_oh(const struct kn_conv_shape *s) {
+  return s->H + 2 * s->pad - s->K + 1;
+}
+
+int kn_conv_ow(const struct kn_conv_shape *s) {
+  return s->W + 2 * s->pad - s->K + 1;
+}
+
+size_t kn_conv_col_floats(const struct kn_conv_shape *s) {
+  int oh = kn_conv_oh(s), ow = kn_conv_ow(s);
+
+  if (s->B <= 0 || oh <= 0 || ow <= 0)
+    return 0;
+  return (size_t)s->B * oh * ow * ((size_t)s->C * s->K * s->K + s->OC);
+}
+
+/* The output columns [*j0, *j1) whose input column j + kw - pad lies inside
+ * the image; the others read zero padding. */
+static void inside(const struct kn_conv_shape *s, int kw, int ow, int *j0,
+                   int *j1) {
+  *j0 = s->pad - kw > 0 ? s->pad - kw : 0;
+  *j1 = s->W + s->pad - kw < ow ? s->W + s->pad - kw : ow;
+  if (*j1 < *j0)
+    *j1 = *j0;
+}
+
+/* x is (C, H, W) of one example; col holds C*K*K rows ld floats apart, and
+ * this example's OH*OW columns of row (c, kh, kw) are
+ * x[c, oh + kh - pad, ow + kw - pad] for every output pixel. */
+static void im2col(const struct kn_conv_shape *s, float *col, size_t ld,
+                   const float *x) {
+  int oh = kn_conv_oh(s), ow = kn_conv_ow(s), K = s->K, j0, j1;
+
+  for (int c = 0; c < s->C; c++)
+    for (int kh = 0; kh < K; kh++)
+      for (int kw = 0; kw < K; kw++) {
+        float *row = col + (size_t)((c * K + kh) * K + kw) * ld;
+        inside(s, kw, ow, &j0, &j1);
+        for (int i = 0; i < oh; i++) {
+          int h = i + kh - s->pad;
+          float *dst = row + (size_t)i * ow;
+          if (h < 0 || h >= s->H) {
+            memset(dst, 0, sizeof(float) * ow);
+            continue;
+          }
+          memset(dst, 0, sizeof(float) * j0);
+          memcpy(dst + j0, x + ((size_t)c * s->H + h) * s->W + j0 + kw - s->pad,
+                 sizeof(float) * (j1 - j0));
+          memset(dst + j1, 0, sizeof(float) * (ow - j1));
+        }
+      }
+}
+
+/* The adjoint of im2col: dx (C, H, W) = the sum of every col entry that was
+ * read from each pixel. dx is overwritten. */
+static void col2im(const struct kn_conv_shape *s, float *dx, const float *col,
+                   size_t ld) {
+  int oh = kn_conv_oh(s), ow = kn_conv_ow(s), K = s->K, j0, j1;
+
+  memset(dx, 0, sizeof(float) * s->C * s->H * s->W);
+  for (int c = 0; c < s->C; c++)
+    for (int kh = 0; kh < K; kh++)
+      for (int kw = 0; kw < K; kw++) {
+        const float *row = col + (size_t)((c * K + kh) * K + kw) * ld;
+        inside(s, kw, ow, &j0, &j1);
+        for (int i = 0; i < oh; i++) {
+          int h = i + kh - s->pad;
+          if (h < 0 || h >= s->H)
+            continue;
+          float *d = dx + ((size_t)c * s->H + h) * s->W + kw - s->pad;
+          const float *r = row + (size_t)i * ow;
+          for (int j = j0; j < j1; j++)
+            d[j] += r[j];
+        }
+      }
+}
+
+/* The whole batch is one GEMM: col is (C*K*K, B*OH*OW), example n's columns
+ * at n*OH*OW, followed by t (OC, B*OH*OW), the output in GEMM order, which
+ * is then scattered to NCHW with the bias. One big GEMM runs several times
+ * faster than B small ones at these shapes. */
+void kn_conv2d_forward(const struct kn_conv_shape *s, float *y, const float *x,
+                       const float *w, const float *b, float *col) {
+  int P = kn_conv_oh(s) * kn_conv_ow(s), ckk = s->C * s->K * s->K;
+  size_t NP = (size_t)(s->B > 0 ? s->B : 0) * (P > 0 ? P : 0);
+  size_t nx = (size_t)s->C * s->H * s->W;
+  float *t = col + (size_t)(ckk > 0 ? ckk : 0) * NP;
+
+  if (!NP || s->OC <= 0)
+    return;
+  if (ckk <= 0) {
+    for (size_t i = 0; i < (size_t)s->B * s->OC * P; i++)
+      y[i] = b ? b[i / P % s->OC] : 0.0f;
+    return;
+  }
+  for (int n = 0; n < s->B; n++)
+    im2col(s, col + (size_t)n * P, NP, x + n * nx);
+  /* t (OC, NP) = w (OC, ckk) col (ckk, NP) */
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, s->OC, (int)NP, ckk,
+              1.0f, w, ckk, col, (int)NP, 0.0f, t, (int)NP);
+  for (int n = 0; n < s->B; n++)
+    for (int o = 0; o < s->OC; o++) {
+      float *yo = y + ((size_t)n * s->OC + o) * P, bo = b ? b[o] : 0.0f;
+      const float *to = t + (size_t)o * NP + (size_t)n * P;
+      for (int p = 0; p < P; p++)
+        yo[p] = to[p] + bo;
+    }
+}
+
+/* The same layout as the forward pass: t holds dy in GEMM order, col the
+ * unfolded input and then its gradient. */
+void kn_conv2d_backward(const struct kn_conv_shape *s, float *dx, float *dw,
+                        float *db, const float *dy, const float *x,
+                        const float *w, float *col) {
+  int P = kn_conv_oh(s) * kn_conv_ow(s), ckk = s->C * s->K * s->K;
+  size_t NP = (size_t)(s->B > 0 ? s->B : 0) * (P > 0 ? P : 0);
+  size_t nx = (size_t)s->C * s->H * s->W;
+  float *t = col + (size_t)(ckk > 0 ? ckk : 0) * NP;
+
+  memset(dw, 0,
+         sizeof(float) * (size_t)(s->OC > 0 ? s->OC : 0) * (ckk > 0 ? ckk : 0));
+  memset(db, 0, sizeof(float) * (size_t)(s->OC > 0 ? s->OC : 0));
+  if (!NP || s->OC <= 0 || ckk <= 0) {
+    if (dx && s->B > 0)
+      memset(dx, 0, sizeof(float) * nx * s->B);
+    return;
+  }
+  /* t (OC, NP) = dy in GEMM order; db its row sums, in (n, p) order. */
+  for (int n = 0; n < s->B; n++)
+    for (int o = 0; o < s->OC; o++)
+      memcpy(t + (size_t)o * NP + (size_t)n * P,
+             dy + ((size_t)n * s->OC + o) * P, sizeof(float) * P);
+  for (int o = 0; o < s->OC; o++)
+    for (size_t i = 0; i < NP; i++)
+      db[o] += t[(size_t)o * NP + i];
+  for (int n = 0; n < s->B; n++)
+    im2col(s, col + (size_t)n * P, NP, x + n * nx);
+  /* dw (OC, ckk) = t (OC, NP) col^T (NP, ckk) */
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, s->OC, ckk, (int)NP,
+              1.0f, t, (int)NP, col, (int)NP, 0.0f, dw, ckk);
+  if (!dx)
+    return;
+  /* dcol (ckk, NP) = w^T (ckk, OC) t (OC, NP), into col */
+  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, ckk, (int)NP, s->OC,
+              1.0f, w, ckk, t, (int)NP, 0.0f, col, (int)NP);
+  for (int n = 0; n < s->B; n++)
+    col2im(s, dx + n * nx, col + (size_t)n * P, NP);
+}
+
+void kn_maxpool2d_forward(float *y, int32_t *idx, const float *x, int planes,
+                          int H, int W, int P) {
+  int oh = H / P, ow = W / P;
+
+  for (int c = 0; c < planes; c++) {
+    const float *xc = x + (size_t)c * H * W;
+    for (int i = 0; i < oh; i++)
+      for (int j = 0; j < ow; j++) {
+        int best = i * P * W + j * P;
+        for (int a = 0; a < P; a++)
+          for (int b = 0; b < P; b++) {
+            int at = (i * P + a) * W + j * P + b;
+            if (xc[at] > xc[best])
+              best = at;
+          }
+        size_t o = ((size_t)c * oh + i) * ow + j;
+        y[o] = xc[best];
+        idx[o] = best;
+      }
+  }
+}
+
+void kn_maxpool2d_backward(float *dx, const float *dy, const int32_t *idx,
+                           int planes, int H, int W, int P) {
+  int oh = H / P, ow = W / P;
+
+  memset(dx, 0, sizeof(float) * (size_t)planes * H * W);
+  for (int c = 0; c < planes; c++)
+    for (int o = 0; o < oh * ow; o++)
+      dx[(size_t)c * H * W + idx[(size_t)c * oh * ow + o]] +=
+          dy[(size_t)c * oh * ow + o];
+}
