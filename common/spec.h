@@ -85,7 +85,17 @@ struct cm_job {
   /* "job.unix_sockets" (a JSON boolean), default 1: a client on the same
    * host as a shard dials the shard's Unix-domain socket instead of TCP */
   int unix_sockets;
+  /* "job.max_message_mb" in CM_SPEC_MIN_MESSAGE_MB..2047, default 64: the
+   * largest gRPC message (MiB) shards and clients send or accept */
+  int max_message_mb;
+  /* "job.nonfinite": what a shard does with a push whose gradient holds NaN
+   * or an infinity: "reject" (default; INVALID_ARGUMENT, nothing applied)
+   * or "skip" (acknowledged, not applied, counted) */
+  char nonfinite[8];
 };
+
+/* Smallest job.max_message_mb: a 2 MiB chunk, its head and headroom. */
+#define CM_SPEC_MIN_MESSAGE_MB 4
 
 /* The spec's "auth" object: who may talk to the shards (common/auth.h).
  * cm_spec_load makes relative paths relative to the spec file's directory;
