@@ -306,6 +306,26 @@ static int seen(struct psd_coord *c, struct cm_rpc_call *call, int w,
   return 0;
 }
 
+/* Checks that a request names this job; returns 0 or answers the call and
+ * returns -1. */
+static int check_caller(struct psd_coord *c, struct cm_rpc_call *call,
+                        const Psd__V1__Caller *caller, const char *what) {
+  if (!caller || !caller->job || !caller->job[0]) {
+    cm_rpc_fail(call, GRPC_STATUS_INVALID_ARGUMENT,
+                "%s: caller.job is missing; every request names its job "
+                "(this coordinator serves job '%s')",
+                what, c->spec->job.name);
+    return -1;
+  }
+  if (strcmp(caller->job, c->spec->job.name) != 0) {
+    cm_rpc_fail(call, GRPC_STATUS_FAILED_PRECONDITION,
+                "%s for job '%.100s' reached the coordinator of job '%s'", what,
+                caller->job, c->spec->job.name);
+    return -1;
+  }
+  return 0;
+}
+
 static ProtobufCMessage *unpack(struct cm_rpc_call *call, grpc_byte_buffer *bb,
                                 const ProtobufCMessageDescriptor *d) {
   uint8_t *data = NULL;
@@ -327,6 +347,10 @@ static void on_join(struct cm_rpc_call *call, grpc_byte_buffer *bb, void *ctx) {
       call, bb, &psd__v1__join_request__descriptor);
   if (!req)
     return;
+  if (check_caller(c, call, req->caller, "Join")) {
+    psd__v1__join_request__free_unpacked(req, NULL);
+    return;
+  }
   pthread_mutex_lock(&c->lock);
   if (c->bad[0] && !req->leave)
     cm_rpc_fail(call, GRPC_STATUS_FAILED_PRECONDITION, "%s", c->bad);
@@ -371,7 +395,8 @@ static void on_heartbeat(struct cm_rpc_call *call, grpc_byte_buffer *bb,
   if (!req)
     return;
   pthread_mutex_lock(&c->lock);
-  if (seen(c, call, req->worker, "Heartbeat") == 0) {
+  if (check_caller(c, call, req->caller, "Heartbeat") == 0 &&
+      seen(c, call, req->worker, "Heartbeat") == 0) {
     Psd__V1__HeartbeatResponse r = PSD__V1__HEARTBEAT_RESPONSE__INIT;
     r.step = c->open;
     cm_rpc_reply(call, cm_rpc_pack(&r.base));
@@ -388,7 +413,9 @@ static void on_admit(struct cm_rpc_call *call, grpc_byte_buffer *bb,
   if (!req)
     return;
   pthread_mutex_lock(&c->lock);
-  if (!c->sync) {
+  if (check_caller(c, call, req->caller, "Admit")) {
+    /* answered */
+  } else if (!c->sync) {
     cm_rpc_fail(call, GRPC_STATUS_FAILED_PRECONDITION,
                 "Admit: job '%s' is asynchronous; only sync jobs have steps",
                 c->spec->job.name);
@@ -446,7 +473,14 @@ static void on_clock(struct cm_rpc_call *call, grpc_byte_buffer *bb,
   if (!req)
     return;
   pthread_mutex_lock(&c->lock);
-  if (seen(c, call, req->worker, "Clock") == 0) {
+  if (check_caller(c, call, req->caller, "Clock")) {
+    /* answered */
+  } else if (req->clock > PSD_COORD_MAX_CLOCK) {
+    cm_rpc_fail(call, GRPC_STATUS_INVALID_ARGUMENT,
+                "Clock: worker %d reports clock %llu; a clock counts a "
+                "worker's pushes and is at most 2^48",
+                req->worker, (unsigned long long)req->clock);
+  } else if (seen(c, call, req->worker, "Clock") == 0) {
     struct parked *p = calloc(1, sizeof *p);
     c->w[req->worker].clock = req->clock;
     if (!p) {

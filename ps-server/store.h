@@ -11,6 +11,7 @@
 
 #define PSD_VAR_MAX_DIMS 4
 #define PSD_VAR_MAX_NAME 200
+#define PSD_VAR_MAX_ELEMS (1ULL << 40) /* elements of the whole variable */
 
 enum psd_optim_type { PSD_OPT_SGD = 0, PSD_OPT_MOMENTUM = 1 };
 
@@ -67,6 +68,9 @@ struct psd_var *psd_store_at(struct psd_store *s, int i);
  * numbering) with gradient g. Caller holds v->lock. */
 void psd_store_apply(struct psd_store *s, struct psd_var *v, uint64_t off,
                      const float *g, size_t n);
+
+/* Bytes held per element of a slice: the value and the optimizer's slots. */
+uint64_t psd_store_elem_bytes(const struct psd_store *s);
 
 /* Bytes this shard holds for v (values plus slots). */
 uint64_t psd_var_bytes(const struct psd_store *s, const struct psd_var *v);
