@@ -110,7 +110,7 @@ class PsdTest(unittest.TestCase):
         self.ok("declare", "len", "2,2")
         out = self.error("INVALID_ARGUMENT", "raw", "/psd.v1.Data/Push",
                          # segment {name "len", offset 0, count 2, shape [2,2]}, data of 4 bytes
-                         "12" + "0d" + "0a036c656e" + "1000" + "1802" + "2202" + "0202"
+                         "0a030a0174" + "12" + "0d" + "0a036c656e" + "1000" + "1802" + "2202" + "0202"
                          + "7a04" + "0000803f")
         self.assertIn("data field holds 4", out)
         self.assert_serving()
