@@ -236,6 +236,24 @@ size_t psd_first_nonfinite(const float *g, size_t n) {
   return n;
 }
 
+/* Memory the kernel says it can give without swapping (MemAvailable), in
+ * bytes; UINT64_MAX when it cannot be read. */
+static uint64_t mem_available(void) {
+  char line[256];
+  unsigned long long kib;
+  uint64_t bytes = UINT64_MAX;
+  FILE *f = fopen("/proc/meminfo", "r");
+  if (!f)
+    return bytes;
+  while (fgets(line, sizeof line, f))
+    if (sscanf(line, "MemAvailable: %llu kB", &kib) == 1) {
+      bytes = (uint64_t)kib * 1024;
+      break;
+    }
+  fclose(f);
+  return bytes;
+}
+
 /* Orders positions in a Declare's vars by name (qsort_r context). */
 static int cmp_spec_name(const void *a, const void *b, void *ctx) {
   Psd__V1__VarSpec **vars = ctx;
@@ -368,6 +386,18 @@ static int check_declare(struct psd_service *svc, struct cm_rpc_call *call,
          cm_fmt_bytes((double)held, b, sizeof b),
          cm_fmt_bytes((double)svc->limits.max_held, c, sizeof c),
          svc->held_is_memory ? " (this machine's memory)" : "");
+    goto out;
+  }
+  /* Memory is taken lazily and touched by the initial values: a variable
+   * that fits the machine but not what is free now would be killed, not
+   * refused. */
+  uint64_t avail = mem_available();
+  if (need > avail) {
+    fail(svc, call, GRPC_STATUS_RESOURCE_EXHAUSTED,
+         "Declare: the new variables need %s on shard %d (values and "
+         "optimizer slots), but this machine has %s of memory available",
+         cm_fmt_bytes((double)need, a, sizeof a), svc->shard,
+         cm_fmt_bytes((double)avail, b, sizeof b));
     goto out;
   }
   rc = 0;

@@ -322,7 +322,18 @@ END_TEST
 START_TEST(declare_beyond_memory) {
   int64_t huge[1] = {1LL << 39}, mib[2] = {512, 1024}, kib[1] = {256};
   call("/psd.v1.Data/Declare", declare_req("huge", 1, huge, -1),
+       GRPC_STATUS_RESOURCE_EXHAUSTED,
+       "need 1.0 TiB on shard 0 (values and optimizer slots), which holds 0 "
+       "B already; its limit is");
+  call("/psd.v1.Data/Declare", declare_req("huge", 1, huge, -1),
        GRPC_STATUS_RESOURCE_EXHAUSTED, "(this machine's memory)");
+  /* Without a limit, what the machine has free now still counts. */
+  psd_service_set_limits(svc, &(struct psd_limits){.max_message = 64 << 20,
+                                                   .max_held = UINT64_MAX});
+  call("/psd.v1.Data/Declare", declare_req("huge", 1, huge, -1),
+       GRPC_STATUS_RESOURCE_EXHAUSTED,
+       "need 1.0 TiB on shard 0 (values and optimizer slots), but this "
+       "machine has ");
   psd_service_set_limits(
       svc, &(struct psd_limits){.max_message = 64 << 20, .max_held = 1 << 20});
   /* Shard 0 of 2 holds 256 rows of 1024 floats: exactly 1 MiB. */
