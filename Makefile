@@ -50,7 +50,9 @@ asan: setup
 # tests/fuzz/corpus (to commit).
 FUZZ_SECONDS ?= 60
 fuzz: build
-	ninja -C $(BUILD) tests/fuzz/fuzz-service
+	@[ -x $(BUILD)/tests/fuzz/fuzz-service ] || { echo "fuzz: not built: it \
+	  needs clang with -fsanitize=fuzzer (setup.sh installs clang; then \
+	  meson setup --reconfigure $(BUILD))" >&2; exit 1; }
 	$(PY) tests/fuzz/run_fuzz.py --fuzzer $(BUILD)/tests/fuzz/fuzz-service \
 	  --seeds $(BUILD)/tests/fuzz/fuzz-seeds --corpus tests/fuzz/corpus \
 	  --regressions tests/fuzz/regressions --work $(BUILD)/tests/fuzz/work \

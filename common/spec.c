@@ -1119,7 +1119,7 @@ static void parse_job(struct spec_errs *e, json_t *root, int nworker,
       "heartbeat_ms",   "dead_after_ms", "unix_sockets",   "checkpoint",
       "max_message_mb", "nonfinite"};
   static const char *const models[] = {"mlp", NULL};
-  static const char *const nonfinite[] = {"reject", "skip", NULL};
+  static const char *const nonfinite[] = {"reject", "skip", "apply", NULL};
   json_t *job, *seed;
   long long x;
 

@@ -89,8 +89,9 @@ struct cm_job {
    * largest gRPC message (MiB) shards and clients send or accept */
   int max_message_mb;
   /* "job.nonfinite": what a shard does with a push whose gradient holds NaN
-   * or an infinity: "reject" (default; INVALID_ARGUMENT, nothing applied)
-   * or "skip" (acknowledged, not applied, counted) */
+   * or an infinity: "reject" (default; INVALID_ARGUMENT, nothing applied),
+   * "skip" (acknowledged, not applied) or "apply" (applied as it is); each
+   * counted */
   char nonfinite[8];
 };
 

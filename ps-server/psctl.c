@@ -412,7 +412,9 @@ static void print_nonfinite(const struct psctl *p) {
     printf("ps:%d: %lld push%s with NaN or Inf in the gradient %s "
            "(job.nonfinite \"%s\")\n",
            s, n, n == 1 ? "" : "es",
-           strcmp(jstr(p->st[s], "nonfinite"), "skip") ? "rejected" : "skipped",
+           !strcmp(jstr(p->st[s], "nonfinite"), "skip")    ? "skipped"
+           : !strcmp(jstr(p->st[s], "nonfinite"), "apply") ? "applied"
+                                                           : "rejected",
            jstr(p->st[s], "nonfinite"));
   }
 }
@@ -1267,7 +1269,7 @@ static json_t *build_metrics(const struct psctl *p) {
       {"errors", "psd_errors_total", "counter",
        "Calls answered with an error."},
       {"nonfinite_pushes", "psd_nonfinite_pushes_total", "counter",
-       "Pushes whose gradient held NaN or Inf, rejected or skipped "
+       "Pushes whose gradient held NaN or Inf, rejected, skipped or applied "
        "(job.nonfinite)."},
       {"step", "psd_step", "gauge", "Sync: steps committed on the shard."},
   };

@@ -460,7 +460,7 @@ static int open_server(struct psd_server *srv) {
   psd_service_set_limits(
       srv->service,
       &(struct psd_limits){.max_message = (uint64_t)cm_rpc_max_message(),
-                           .nonfinite_skip = !strcmp(job->nonfinite, "skip")});
+                           .nonfinite = psd_nonfinite_parse(job->nonfinite)});
   methods = psd_service_methods(srv->service, &n);
   memcpy(srv->methods, methods, n * sizeof *methods);
   if (srv->shard == 0) {
@@ -520,8 +520,9 @@ static void log_limits(struct psd_server *srv) {
   cm_info("input: messages over %d MiB are refused (job.max_message_mb); "
           "pushes with NaN or Inf are %s (job.nonfinite \"%s\")",
           job->max_message_mb,
-          strcmp(job->nonfinite, "skip") ? "rejected"
-                                         : "acknowledged, skipped and counted",
+          !strcmp(job->nonfinite, "skip") ? "acknowledged, skipped and counted"
+          : !strcmp(job->nonfinite, "apply") ? "applied as they are and counted"
+                                             : "rejected",
           job->nonfinite);
 }
 

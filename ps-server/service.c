@@ -57,8 +57,8 @@ struct psd_service {
   atomic_uint_fast64_t errors;     /* calls answered with an error */
   atomic_uint_fast64_t updates;    /* async: worker steps applied (pushes
                                       carrying a batch's examples) */
-  atomic_uint_fast64_t nonfinite;  /* pushes with NaN or Inf, rejected or
-                                      skipped (job.nonfinite) */
+  atomic_uint_fast64_t nonfinite;  /* pushes with NaN or Inf, whatever
+                                      job.nonfinite did with them */
   struct psd_hist push_time;       /* push handling, decode to reply */
   struct psd_hist pull_time;       /* pull handling, a parked wait excluded */
 };
@@ -821,13 +821,28 @@ static int check_overlap(struct psd_service *svc, struct cm_rpc_call *call,
   return rc;
 }
 
-/* Logs a skipped push, sampled as errors are. */
-static void log_skipped(struct psd_service *svc, struct cm_rpc_call *call,
-                        const char *what, uint64_t n) {
+enum psd_nonfinite psd_nonfinite_parse(const char *name) {
+  return !strcmp(name, "skip")    ? PSD_NONFINITE_SKIP
+         : !strcmp(name, "apply") ? PSD_NONFINITE_APPLY
+                                  : PSD_NONFINITE_REJECT;
+}
+
+const char *psd_nonfinite_name(enum psd_nonfinite n) {
+  return n == PSD_NONFINITE_SKIP    ? "skip"
+         : n == PSD_NONFINITE_APPLY ? "apply"
+                                    : "reject";
+}
+
+/* Logs a push with NaN or Inf that was skipped or applied, sampled as
+ * errors are. */
+static void log_nonfinite(struct psd_service *svc, struct cm_rpc_call *call,
+                          const char *what, uint64_t n) {
   if (n <= LOGGED_ERRORS || n % 1000 == 0)
-    cm_warn("skipped a push from %s: %s; job.nonfinite is \"skip\" (%llu "
-            "skipped so far)%s",
-            cm_rpc_peer(call), what, (unsigned long long)n,
+    cm_warn("%s a push from %s: %s; job.nonfinite is \"%s\" (%llu such "
+            "pushes so far)%s",
+            svc->limits.nonfinite == PSD_NONFINITE_SKIP ? "skipped" : "applied",
+            cm_rpc_peer(call), what, psd_nonfinite_name(svc->limits.nonfinite),
+            (unsigned long long)n,
             n == LOGGED_ERRORS ? " (further ones are sampled)" : "");
 }
 
@@ -919,15 +934,15 @@ static void on_push(struct cm_rpc_call *call, grpc_byte_buffer *bb, void *ctx) {
                isnan(grad[bad])   ? "NaN"
                : grad[bad] > 0.0f ? "+Inf"
                                   : "-Inf");
-      if (!svc->limits.nonfinite_skip) {
+      if (svc->limits.nonfinite == PSD_NONFINITE_REJECT) {
         fail(svc, call, GRPC_STATUS_INVALID_ARGUMENT,
              "%s; nothing of this push was applied (job.nonfinite is "
              "\"reject\")",
              what);
         goto out;
       }
-      log_skipped(svc, call, what, n_bad);
-      skip = 1;
+      log_nonfinite(svc, call, what, n_bad);
+      skip = svc->limits.nonfinite == PSD_NONFINITE_SKIP;
     }
   }
   {
@@ -1070,7 +1085,7 @@ static void on_status(struct cm_rpc_call *call, grpc_byte_buffer *bb,
   resp.bytes_out = atomic_load(&svc->bytes_out);
   resp.errors = atomic_load(&svc->errors);
   resp.nonfinite_pushes = atomic_load(&svc->nonfinite);
-  resp.nonfinite = svc->limits.nonfinite_skip ? "skip" : "reject";
+  resp.nonfinite = (char *)psd_nonfinite_name(svc->limits.nonfinite);
   resp.max_message_bytes = svc->limits.max_message;
   resp.uptime_s = (now.tv_sec - svc->started.tv_sec) +
                   (now.tv_nsec - svc->started.tv_nsec) / 1e9;

@@ -28,16 +28,27 @@ int psd_service_new(struct psd_service **out, struct psd_store *store,
 /* Most pulls parked at once, waiting for a sync step to commit. */
 #define PSD_MAX_PARKED 65536
 
+/* What a shard does with a push whose gradient holds NaN or an infinity
+ * (job.nonfinite); each is counted whatever the policy. */
+enum psd_nonfinite {
+  PSD_NONFINITE_REJECT = 0, /* INVALID_ARGUMENT, nothing of the push applied */
+  PSD_NONFINITE_SKIP,       /* acknowledged, nothing of it applied */
+  PSD_NONFINITE_APPLY,      /* applied as it is (a diverging job shows it) */
+};
+
+/* The policy named by the spec's job.nonfinite ("reject", "skip", "apply"),
+ * and its name. */
+enum psd_nonfinite psd_nonfinite_parse(const char *name);
+const char *psd_nonfinite_name(enum psd_nonfinite n);
+
 /* What a request may ask of a shard, beyond the checks every field gets. */
 struct psd_limits {
   uint64_t max_message; /* bytes: the largest message (job.max_message_mb);
                            a pull whose answer would not fit is refused */
-  int nonfinite_skip;   /* job.nonfinite "skip": a push with NaN or Inf is
-                           acknowledged, not applied and counted; 0
-                           ("reject"): INVALID_ARGUMENT, nothing applied */
-  uint64_t max_held;    /* bytes of values and slots the shard may hold; a
-                           Declare needing more is RESOURCE_EXHAUSTED; 0:
-                           this machine's physical memory */
+  enum psd_nonfinite nonfinite; /* job.nonfinite */
+  uint64_t max_held; /* bytes of values and slots the shard may hold; a
+                        Declare needing more is RESOURCE_EXHAUSTED; 0:
+                        this machine's physical memory */
 };
 
 /* Sets the limits (copied; NULL: the defaults, 64 MiB, reject, memory). */
@@ -77,7 +88,7 @@ struct psd_counters {
   uint64_t bytes_in;  /* gradient payload bytes applied */
   uint64_t bytes_out; /* value payload bytes sent */
   uint64_t errors;    /* calls answered with an error */
-  uint64_t nonfinite; /* pushes with NaN or Inf, rejected or skipped */
+  uint64_t nonfinite; /* pushes with NaN or Inf, whatever the policy */
   uint64_t step;      /* sync: steps committed; async: worker steps applied
                          here (one per worker step whatever the chunking) */
 };

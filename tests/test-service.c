@@ -510,8 +510,9 @@ START_TEST(nonfinite_skipped) {
   struct cm_rpc_answer ans;
   uint8_t *data;
   size_t len;
-  psd_service_set_limits(
-      svc, &(struct psd_limits){.max_message = 64 << 20, .nonfinite_skip = 1});
+  psd_service_set_limits(svc,
+                         &(struct psd_limits){.max_message = 64 << 20,
+                                              .nonfinite = PSD_NONFINITE_SKIP});
   declare("v", 1, shape);
   Psd__V1__PushRequest r = PSD__V1__PUSH_REQUEST__INIT;
   Psd__V1__Segment s = seg("v", 0, 50, 1, shape);
@@ -540,6 +541,32 @@ START_TEST(nonfinite_skipped) {
   ck_assert_str_eq(st->nonfinite, "skip");
   ck_assert_uint_eq(st->pushes, 1);
   ck_assert_uint_eq(st->errors, 0);
+  psd__v1__status_response__free_unpacked(st, NULL);
+}
+END_TEST
+
+/* job.nonfinite "apply": applied as it is, and counted. */
+START_TEST(nonfinite_applied) {
+  int64_t shape[1] = {100};
+  float g[50] = {0}, got[50];
+  psd_service_set_limits(
+      svc, &(struct psd_limits){.max_message = 64 << 20,
+                                .nonfinite = PSD_NONFINITE_APPLY});
+  declare("v", 1, shape);
+  Psd__V1__PushRequest r = PSD__V1__PUSH_REQUEST__INIT;
+  Psd__V1__Segment s = seg("v", 0, 50, 1, shape);
+  g[3] = NAN;
+  g[4] = INFINITY;
+  g[5] = 2;
+  call("/psd.v1.Data/Push", push_req(&r, &s, 1, g, 50), GRPC_STATUS_OK, NULL);
+  pull_values("v", 0, 50, got);
+  ck_assert(isnan(got[3]));
+  ck_assert(isinf(got[4]) && got[4] < 0);
+  ck_assert_float_eq(got[5], -2.0f);
+  Psd__V1__StatusResponse *st = status();
+  ck_assert_uint_eq(st->nonfinite_pushes, 1);
+  ck_assert_str_eq(st->nonfinite, "apply");
+  ck_assert_uint_eq(st->pushes, 1);
   psd__v1__status_response__free_unpacked(st, NULL);
 }
 END_TEST
@@ -751,6 +778,7 @@ static Suite *service_suite(void) {
   tcase_add_test(tc, push_checks_before_applying);
   tcase_add_test(tc, nonfinite_rejected);
   tcase_add_test(tc, nonfinite_skipped);
+  tcase_add_test(tc, nonfinite_applied);
   tcase_add_test(tc, first_nonfinite_matches_a_plain_loop);
   tcase_add_test(tc, coordinator_checks_workers_and_clocks);
   tcase_add_test(tc, checkpoint_off_and_commit_in_async);

@@ -1089,23 +1089,27 @@ START_TEST(test_input_limits) {
   ck_assert_int_eq(spec->job.max_message_mb, 4);
   ck_assert_str_eq(spec->job.nonfinite, "skip");
   cm_spec_free(spec);
-  ck_assert_int_eq(parse(ONE_WORKER("\"max_message_mb\": 2047"), &spec), 0);
+  ck_assert_int_eq(parse(ONE_WORKER("\"max_message_mb\": 2047, \"nonfinite\":"
+                                    " \"apply\""),
+                         &spec),
+                   0);
   ck_assert_int_eq(spec->job.max_message_mb, 2047);
+  ck_assert_str_eq(spec->job.nonfinite, "apply");
   cm_spec_free(spec);
 
   parse_bad(ONE_WORKER("\"max_message_mb\": 2, \"nonfinite\": \"drop\""));
   has_line("t.json: job.max_message_mb: 2 MiB is too small; expected at least "
            "4 (a 2 MiB chunk of tensor data plus its message head and "
            "headroom)");
-  has_line("t.json: job.nonfinite: expected \"reject\" or \"skip\", got "
-           "\"drop\"");
+  has_line("t.json: job.nonfinite: expected \"reject\", \"skip\" or "
+           "\"apply\", got \"drop\"");
   ck_assert_int_eq(count_lines(err), 2);
 
   parse_bad(ONE_WORKER("\"max_message_mb\": 4096, \"nonfinite\": false"));
   has_line("t.json: job.max_message_mb: 4096 out of range; expected a "
            "positive integer up to 2047");
-  has_line("t.json: job.nonfinite: expected \"reject\" or \"skip\", got "
-           "false");
+  has_line("t.json: job.nonfinite: expected \"reject\", \"skip\" or "
+           "\"apply\", got false");
   parse_bad(ONE_WORKER("\"max_message_mb\": 0"));
   has_line("t.json: job.max_message_mb: expected a positive integer, got 0");
   parse_bad(ONE_WORKER("\"max_message_mb\": \"64\""));

@@ -1,6 +1,7 @@
 /* The fuzzer's input format, shared by fuzz_service.c and fuzz_seeds.c.
  *
- *   byte 0        settings: FUZZ_SYNC, FUZZ_MOMENTUM, FUZZ_SKIP, FUZZ_SMALL
+ *   byte 0        settings: FUZZ_SYNC, FUZZ_MOMENTUM, FUZZ_SKIP, FUZZ_SMALL,
+ *                 FUZZ_APPLY
  *   then records  [method][length: 2 bytes, little-endian][length bytes]
  *
  * Each record is one call, in order, to a fresh shard 0 of 2 (the
@@ -15,6 +16,7 @@
 #define FUZZ_MOMENTUM 2 /* momentum optimizer (else sgd) */
 #define FUZZ_SKIP 4     /* job.nonfinite "skip" (else "reject") */
 #define FUZZ_SMALL 8    /* the smallest message limit, 4 MiB */
+#define FUZZ_APPLY 16   /* job.nonfinite "apply" (unless FUZZ_SKIP) */
 
 #define FUZZ_MAX_CALLS 16 /* records beyond these are ignored */
 

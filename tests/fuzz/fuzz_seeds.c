@@ -212,18 +212,21 @@ int main(int argc, char **argv) {
   admit(&s, 0, 0, 0);
   write_seed(argv[1], "async-conversation", &s);
 
-  /* NaN in a push, rejected and skipped. */
-  for (int skip = 0; skip < 2; skip++) {
+  /* NaN in a push, rejected, skipped and applied. */
+  static const uint8_t policy[3] = {0, FUZZ_SKIP, FUZZ_APPLY};
+  static const char *const policy_name[3] = {"reject", "skip", "apply"};
+  for (int k = 0; k < 3; k++) {
     float bad[9];
     memcpy(bad, g, sizeof bad);
     bad[7] = NAN;
     s.len = 0;
-    s.buf[s.len++] = skip ? FUZZ_SKIP : 0;
+    s.buf[s.len++] = policy[k];
     declare(&s, 0);
     push(&s, 0, 0, 0, bad);
     pull(&s, 0, 0);
     status(&s, 0);
-    write_seed(argv[1], skip ? "nonfinite-skip" : "nonfinite-reject", &s);
+    snprintf(name, sizeof name, "nonfinite-%s", policy_name[k]);
+    write_seed(argv[1], name, &s);
   }
 
   /* Sync: a step staged by both workers, admitted, committed; a pull that

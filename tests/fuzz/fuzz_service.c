@@ -143,10 +143,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       (uses_coord(data, size) && psd_coord_new(&coord, specs[sync])))
     abort();
   psd_service_set_limits(
-      svc, &(struct psd_limits){.max_message =
-                                    cfg & FUZZ_SMALL ? 4u << 20 : 64u << 20,
-                                .nonfinite_skip = !!(cfg & FUZZ_SKIP),
-                                .max_held = FUZZ_MAX_HELD});
+      svc, &(struct psd_limits){
+               .max_message = cfg & FUZZ_SMALL ? 4u << 20 : 64u << 20,
+               .nonfinite = cfg & FUZZ_SKIP    ? PSD_NONFINITE_SKIP
+                            : cfg & FUZZ_APPLY ? PSD_NONFINITE_APPLY
+                                               : PSD_NONFINITE_REJECT,
+               .max_held = FUZZ_MAX_HELD});
   if (coord)
     psd_service_set_coord(svc, coord);
   struct psd_saver_opts so = {
