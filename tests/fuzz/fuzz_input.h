@@ -22,11 +22,11 @@
 
 /* Every method psd serves, in the order the method byte selects them. */
 static const char *const fuzz_methods[] = {
-    "/psd.v1.Data/Declare",   "/psd.v1.Data/Pull",
-    "/psd.v1.Data/Push",      "/psd.v1.Data/Commit",
-    "/psd.v1.Admin/Status",   "/psd.v1.Admin/Checkpoint",
-    "/psd.v1.Coord/Join",     "/psd.v1.Coord/Heartbeat",
-    "/psd.v1.Coord/Admit",    "/psd.v1.Coord/Clock",
+    "/psd.v1.Data/Declare", "/psd.v1.Data/Pull",
+    "/psd.v1.Data/Push",    "/psd.v1.Data/Commit",
+    "/psd.v1.Admin/Status", "/psd.v1.Admin/Checkpoint",
+    "/psd.v1.Coord/Join",   "/psd.v1.Coord/Heartbeat",
+    "/psd.v1.Coord/Admit",  "/psd.v1.Coord/Clock",
 };
 #define FUZZ_NMETHODS 10
 
