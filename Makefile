@@ -6,7 +6,7 @@ BUILD ?= build
 export PATH := $(PATH):/usr/local/cuda/bin
 PY := /usr/bin/python3
 
-.PHONY: all setup build demo test bench asan install clean
+.PHONY: all setup build demo test bench asan fuzz install clean
 
 all: build
 
@@ -42,6 +42,21 @@ asan: setup
 	ninja -C $(BUILD)-asan
 	LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp GRPC_DNS_RESOLVER=native \
 	  meson test -C $(BUILD)-asan --print-errorlogs --num-processes 2
+
+# The libFuzzer target over every call's decoding and dispatch (README.md,
+# "Fuzzing"): replays tests/fuzz/corpus and regressions, then fuzzes for
+# FUZZ_SECONDS; new inputs collect in $(BUILD)/tests/fuzz/work, a crash's
+# input in .../work/artifacts. FUZZ_MERGE=1 minimizes what it found into
+# tests/fuzz/corpus (to commit).
+FUZZ_SECONDS ?= 60
+fuzz: build
+	@[ -x $(BUILD)/tests/fuzz/fuzz-service ] || { echo "fuzz: not built: it \
+	  needs clang with -fsanitize=fuzzer (setup.sh installs clang; then \
+	  meson setup --reconfigure $(BUILD))" >&2; exit 1; }
+	$(PY) tests/fuzz/run_fuzz.py --fuzzer $(BUILD)/tests/fuzz/fuzz-service \
+	  --seeds $(BUILD)/tests/fuzz/fuzz-seeds --corpus tests/fuzz/corpus \
+	  --regressions tests/fuzz/regressions --work $(BUILD)/tests/fuzz/work \
+	  --seconds $(FUZZ_SECONDS) $(if $(FUZZ_MERGE),--merge,)
 
 clean:
 	rm -rf $(BUILD) $(BUILD)-asan

@@ -3,6 +3,7 @@
 #include "rpc.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <malloc.h>
 #include <netdb.h>
 #include <pthread.h>
@@ -46,10 +47,12 @@ struct cm_rpc_call {
   grpc_call_details details; /* method and host (unregistered calls) */
   grpc_metadata_array md;    /* client's initial metadata */
   grpc_byte_buffer *request; /* the request message, may be NULL */
-  grpc_byte_buffer *response; /* the answer being sent, may be NULL */
-  grpc_slice status_details;  /* the status message being sent */
-  int cancelled;              /* from RECV_CLOSE_ON_SERVER */
-  char *peer;                 /* gpr-allocated peer string, lazily */
+  grpc_byte_buffer *response;  /* the answer being sent, may be NULL */
+  grpc_slice status_details;   /* the status message being sent */
+  int cancelled;               /* from RECV_CLOSE_ON_SERVER */
+  char *peer;                  /* gpr-allocated peer string, lazily */
+  struct cm_rpc_answer *local; /* a local call's answer (no gRPC call), or
+                                  NULL; borrowed */
 };
 
 /* How many peer hosts the once-a-minute refusal log remembers. */
@@ -90,14 +93,27 @@ void cm_rpc_global_init(void) {
 
 void cm_rpc_global_shutdown(void) { grpc_shutdown(); }
 
+/* The message limit (rpc.h says why it is process-wide). */
+static atomic_int max_message = CM_RPC_MAX_MESSAGE;
+
+void cm_rpc_set_max_message(long long bytes) {
+  if (bytes < CM_RPC_MIN_MESSAGE)
+    bytes = CM_RPC_MIN_MESSAGE;
+  if (bytes > INT_MAX)
+    bytes = INT_MAX;
+  atomic_store(&max_message, (int)bytes);
+}
+
+int cm_rpc_max_message(void) { return atomic_load(&max_message); }
+
 static void build_args(grpc_arg *a, size_t *n, int server) {
   int k = 0;
   a[k].type = GRPC_ARG_INTEGER;
   a[k].key = GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH;
-  a[k++].value.integer = CM_RPC_MAX_MESSAGE;
+  a[k++].value.integer = cm_rpc_max_message();
   a[k].type = GRPC_ARG_INTEGER;
   a[k].key = GRPC_ARG_MAX_SEND_MESSAGE_LENGTH;
-  a[k++].value.integer = CM_RPC_MAX_MESSAGE;
+  a[k++].value.integer = cm_rpc_max_message();
   if (server) {
     /* gRPC sets SO_REUSEPORT by default, which would let a second psd bind
      * the same port silently; we want "address already in use". */
@@ -151,9 +167,30 @@ static int request_call(struct cm_server *s, int m) {
   return 0;
 }
 
+/* Hands a local call's answer to its caller and frees the call. */
+static void finish_local(struct cm_rpc_call *c, grpc_status_code code) {
+  struct cm_rpc_answer *a = c->local;
+  size_t len = GRPC_SLICE_LENGTH(c->status_details);
+  if (len >= sizeof a->details)
+    len = sizeof a->details - 1;
+  memcpy(a->details, GRPC_SLICE_START_PTR(c->status_details), len);
+  a->details[len] = 0;
+  a->status = code;
+  if (code == GRPC_STATUS_OK) {
+    a->response = c->response;
+    c->response = NULL;
+  }
+  a->answered = 1;
+  call_free(c);
+}
+
 static void finish(struct cm_rpc_call *c, grpc_status_code code) {
   grpc_op ops[4];
   int n = 0;
+  if (c->local) {
+    finish_local(c, code);
+    return;
+  }
   memset(ops, 0, sizeof ops);
   ops[n++].op = GRPC_OP_SEND_INITIAL_METADATA;
   if (code == GRPC_STATUS_OK && c->response) {
@@ -190,9 +227,33 @@ void cm_rpc_fail(struct cm_rpc_call *c, grpc_status_code code, const char *fmt,
 }
 
 const char *cm_rpc_peer(struct cm_rpc_call *c) {
+  if (c->local)
+    return "local";
   if (!c->peer)
     c->peer = grpc_call_get_peer(c->call);
   return c->peer ? c->peer : "?";
+}
+
+int cm_rpc_call_local(const struct cm_rpc_method *m, grpc_byte_buffer *request,
+                      struct cm_rpc_answer *ans) {
+  struct cm_rpc_call *c = calloc(1, sizeof *c);
+  memset(ans, 0, sizeof *ans);
+  if (!c)
+    return CM_ENOMEM;
+  c->method = -1;
+  c->state = CALL_HANDLING;
+  c->status_details = grpc_empty_slice();
+  grpc_metadata_array_init(&c->md);
+  grpc_call_details_init(&c->details);
+  c->local = ans;
+  m->handler(c, request, m->ctx);
+  return 0;
+}
+
+void cm_rpc_answer_release(struct cm_rpc_answer *ans) {
+  if (ans->response)
+    grpc_byte_buffer_destroy(ans->response);
+  ans->response = NULL;
 }
 
 /* Whether the call carries the server's bearer token. */

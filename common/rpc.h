@@ -22,9 +22,23 @@
 
 #include <grpc/grpc.h>
 
-/* Largest message either side accepts. Tensors travel in chunks far below
- * this (4 MiB by default), so the limit only stops runaway messages. */
+/* Largest message either side accepts by default (the spec's
+ * job.max_message_mb changes it). Tensors travel in chunks far below this
+ * (2 MiB by default), so the limit only stops runaway messages. */
 #define CM_RPC_MAX_MESSAGE (64 * 1024 * 1024)
+
+/* The smallest limit that still carries a 2 MiB chunk with its head. */
+#define CM_RPC_MIN_MESSAGE (4 * 1024 * 1024)
+
+/* Sets the largest message, in bytes, that servers and channels created
+ * afterwards send and receive (clamped to [CM_RPC_MIN_MESSAGE, INT_MAX]);
+ * anything larger is answered RESOURCE_EXHAUSTED by gRPC itself. Process-wide
+ * rather than an argument of every constructor: one process serves or calls
+ * one job, and the setting is gRPC's per-channel argument in the end. */
+void cm_rpc_set_max_message(long long bytes);
+
+/* The limit in force (CM_RPC_MAX_MESSAGE unless set). */
+int cm_rpc_max_message(void);
 
 /* Call before any other gRPC use: grpc_init and malloc settings that keep
  * large message buffers from page-faulting. Reference-counted like
@@ -100,6 +114,29 @@ int cm_rpc_readall(grpc_byte_buffer *bb, uint8_t **data, size_t *len);
 
 /* gRPC's status name, e.g. "INVALID_ARGUMENT". */
 const char *cm_rpc_status_name(grpc_status_code code);
+
+/* ---- calls that come from no network (fuzzing, unit tests) ---- */
+
+/* How a local call was answered. */
+struct cm_rpc_answer {
+  int answered;               /* 1 once the handler answered */
+  grpc_status_code status;    /* the status it answered with */
+  char details[1024];         /* its message, "" for none */
+  grpc_byte_buffer *response; /* OK's message, owned here (may be NULL);
+                                 free with cm_rpc_answer_release */
+};
+
+/* Runs method m's handler on `request` (borrowed; NULL for an empty message)
+ * exactly as the server would, minus the bearer-token check, and without a
+ * network: cm_rpc_reply and cm_rpc_fail fill *ans. A handler that parks the
+ * call answers later, on whatever thread answers it, so *ans must stay valid
+ * until ans->answered (at the latest when the service that parked it stops).
+ * Returns 0 or CM_ENOMEM (nothing ran). */
+int cm_rpc_call_local(const struct cm_rpc_method *m, grpc_byte_buffer *request,
+                      struct cm_rpc_answer *ans);
+
+/* Frees an answer's response. */
+void cm_rpc_answer_release(struct cm_rpc_answer *ans);
 
 /* ---- client ---- */
 

@@ -1152,6 +1152,8 @@ static void job_defaults(struct cm_job *job) {
   job->max_steps = 0;
   job->unix_sockets = 1;
   job->ckpt_keep = 3;
+  job->max_message_mb = 64;
+  snprintf(job->nonfinite, sizeof job->nonfinite, "reject");
 }
 
 /* Returns the member job.sync.key when present and meant for the job's mode;
@@ -1301,6 +1303,26 @@ static void parse_checkpoint(struct spec_errs *e, json_t *job,
   opt_int(e, ck, "job.checkpoint", "keep", 1, INT_MAX, &out->ckpt_keep);
 }
 
+/* Parses job.max_message_mb. Below the floor a 2 MiB chunk no longer fits,
+ * which would fail every large pull and push, so it is said in those words.
+ * gRPC's limit is an int of bytes, hence the ceiling. */
+static void parse_max_message(struct spec_errs *e, json_t *job,
+                              struct cm_job *out) {
+  json_t *v = json_object_get(job, "max_message_mb");
+  long long x;
+
+  if (!v || !want_int(e, v, "job.max_message_mb", 1, 2047, &x))
+    return;
+  if (x < CM_SPEC_MIN_MESSAGE_MB) {
+    report(e, "job.max_message_mb",
+           "%lld MiB is too small; expected at least %d (a 2 MiB chunk of "
+           "tensor data plus its message head and headroom)",
+           x, CM_SPEC_MIN_MESSAGE_MB);
+    return;
+  }
+  out->max_message_mb = (int)x;
+}
+
 /* Parses "job" into *out, which holds the defaults; nworker is the size of
  * cluster.worker, which bounds job.sync.replicas_to_aggregate. */
 static void parse_job(struct spec_errs *e, json_t *root, int nworker,
@@ -1322,8 +1344,11 @@ static void parse_job(struct spec_errs *e, json_t *root, int nworker,
                                      "unix_sockets",
                                      "checkpoint",
                                      "optimizer_overrides",
-                                     "channels"};
+                                     "channels",
+                                     "max_message_mb",
+                                     "nonfinite"};
   static const char *const models[] = {"softmax", "mlp", "cnn", NULL};
+  static const char *const nonfinite[] = {"reject", "skip", "apply", NULL};
   json_t *job, *seed;
   long long x;
 
@@ -1358,6 +1383,9 @@ static void parse_job(struct spec_errs *e, json_t *root, int nworker,
   if (json_object_get(job, "channels") && strcmp(out->model, "cnn") != 0)
     report(e, "job.channels",
            "only for job.model \"cnn\" (this job's is \"%s\")", out->model);
+  parse_max_message(e, job, out);
+  opt_choice(e, job, "job", "nonfinite", nonfinite, out->nonfinite,
+             sizeof out->nonfinite);
 }
 
 /* Parses "auth": a token file and/or TLS material. Inline secrets are

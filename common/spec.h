@@ -96,7 +96,18 @@ struct cm_job {
   /* "job.channels" (cnn only): the output channels of the CNN's two
    * convolutions, each in 1..1024, default [16, 32] */
   int channels[2];
+  /* "job.max_message_mb" in CM_SPEC_MIN_MESSAGE_MB..2047, default 64: the
+   * largest gRPC message (MiB) shards and clients send or accept */
+  int max_message_mb;
+  /* "job.nonfinite": what a shard does with a push whose gradient holds NaN
+   * or an infinity: "reject" (default; INVALID_ARGUMENT, nothing applied),
+   * "skip" (acknowledged, not applied) or "apply" (applied as it is); each
+   * counted */
+  char nonfinite[8];
 };
+
+/* Smallest job.max_message_mb: a 2 MiB chunk, its head and headroom. */
+#define CM_SPEC_MIN_MESSAGE_MB 4
 
 /* The spec's "auth" object: who may talk to the shards (common/auth.h).
  * cm_spec_load makes relative paths relative to the spec file's directory;

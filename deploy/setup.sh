@@ -6,7 +6,7 @@ set -eu
 PKGS="meson ninja-build pkg-config gcc libc6-dev make python3 \
 libgrpc-dev protobuf-c-compiler libprotobuf-c-dev libuv1-dev libopenblas-dev \
 check openssl libjansson-dev libsystemd-dev zlib1g-dev dataset-fashion-mnist \
-python3-numpy"
+python3-numpy clang"
 
 missing=""
 for p in $PKGS; do

@@ -19,6 +19,8 @@
 
 /* Step times kept for the median that sets the admission deadline. */
 #define RECENT_STEPS 21
+/* Least time the start barrier waits for every worker's first join. */
+#define START_WINDOW_MS 10000.0
 
 /* A call waiting for a decision. */
 struct parked {
@@ -61,15 +63,15 @@ struct worker {
 };
 
 struct psd_coord {
-  const struct cm_spec *spec;          /* borrowed */
-  struct cm_creds creds;               /* owned: how to call the shards */
-  int n;                               /* workers in the job */
-  int sync;                            /* 1: sync mode */
-  int k, m;                            /* replicas_to_aggregate, min_replicas */
-  int deterministic;                   /* no deadline closing */
-  int staleness;                       /* async SSP bound, -1 none */
-  double dead_after;                   /* ms of silence that kill */
-  double started;                      /* ms, for the start barrier */
+  const struct cm_spec *spec; /* borrowed */
+  struct cm_creds creds;      /* owned: how to call the shards */
+  int n;                      /* workers in the job */
+  int sync;                   /* 1: sync mode */
+  int k, m;                   /* replicas_to_aggregate, min_replicas */
+  int deterministic;          /* no deadline closing */
+  int staleness;              /* async SSP bound, -1 none */
+  double dead_after;          /* ms of silence that kill */
+  double started; /* ms: the first join (0: none yet), for the start barrier */
   struct cm_rpc_method methods[4];     /* Join, Heartbeat, Admit, Clock */
   pthread_mutex_t lock;                /* guards everything below */
   struct worker *w;                    /* owned, n entries */
@@ -232,6 +234,13 @@ static void close_step(struct psd_coord *c, int take, const char *why) {
   pthread_cond_signal(&c->wake);
 }
 
+/* How long after the first join the start barrier waits for the other
+ * workers' first joins: dead_after_ms, and at least START_WINDOW_MS, since
+ * workers started together on a loaded host can join seconds apart. */
+static double start_window(const struct psd_coord *c) {
+  return c->dead_after > START_WINDOW_MS ? c->dead_after : START_WINDOW_MS;
+}
+
 /* Closes the open step if its rule is met. Caller holds the lock. */
 static void maybe_close(struct psd_coord *c, double now) {
   int live = live_count(c), need = c->k < live ? c->k : live;
@@ -242,7 +251,8 @@ static void maybe_close(struct psd_coord *c, double now) {
    * deterministic mode for every worker however long it takes, since a
    * slow start (a loaded machine) must not change which gradients make
    * the first steps. */
-  if (!all_joined(c) && (c->deterministic || now - c->started < c->dead_after))
+  if (!all_joined(c) &&
+      (c->deterministic || now - c->started < start_window(c)))
     return;
   if (c->narrivals >= need && need > 0) {
     if (need < c->m && !c->warned_below_m) {
@@ -264,7 +274,7 @@ static void check_clocks(struct psd_coord *c) {
   uint64_t min = UINT64_MAX;
   /* Start barrier, as for steps: nobody runs ahead of a worker that has
    * not even joined yet, unless it stays away for dead_after_ms. */
-  if (!all_joined(c) && cm_mono_ms() - c->started < c->dead_after)
+  if (!all_joined(c) && cm_mono_ms() - c->started < start_window(c))
     return;
   for (int i = 0; i < c->n; i++)
     if (c->w[i].live && c->w[i].clock < min)
@@ -306,6 +316,26 @@ static int seen(struct psd_coord *c, struct cm_rpc_call *call, int w,
   return 0;
 }
 
+/* Checks that a request names this job; returns 0 or answers the call and
+ * returns -1. */
+static int check_caller(struct psd_coord *c, struct cm_rpc_call *call,
+                        const Psd__V1__Caller *caller, const char *what) {
+  if (!caller || !caller->job || !caller->job[0]) {
+    cm_rpc_fail(call, GRPC_STATUS_INVALID_ARGUMENT,
+                "%s: caller.job is missing; every request names its job "
+                "(this coordinator serves job '%s')",
+                what, c->spec->job.name);
+    return -1;
+  }
+  if (strcmp(caller->job, c->spec->job.name) != 0) {
+    cm_rpc_fail(call, GRPC_STATUS_FAILED_PRECONDITION,
+                "%s for job '%.100s' reached the coordinator of job '%s'", what,
+                caller->job, c->spec->job.name);
+    return -1;
+  }
+  return 0;
+}
+
 static ProtobufCMessage *unpack(struct cm_rpc_call *call, grpc_byte_buffer *bb,
                                 const ProtobufCMessageDescriptor *d) {
   uint8_t *data = NULL;
@@ -327,6 +357,10 @@ static void on_join(struct cm_rpc_call *call, grpc_byte_buffer *bb, void *ctx) {
       call, bb, &psd__v1__join_request__descriptor);
   if (!req)
     return;
+  if (check_caller(c, call, req->caller, "Join")) {
+    psd__v1__join_request__free_unpacked(req, NULL);
+    return;
+  }
   pthread_mutex_lock(&c->lock);
   if (c->bad[0] && !req->leave)
     cm_rpc_fail(call, GRPC_STATUS_FAILED_PRECONDITION, "%s", c->bad);
@@ -348,6 +382,8 @@ static void on_join(struct cm_rpc_call *call, grpc_byte_buffer *bb, void *ctx) {
       w->left = 0;
       w->joined = 1;
       w->joins++;
+      if (c->started == 0)
+        c->started = cm_mono_ms(); /* the start barrier's clock */
       w->step_mark = 0;
     }
     Psd__V1__JoinResponse r = PSD__V1__JOIN_RESPONSE__INIT;
@@ -371,7 +407,8 @@ static void on_heartbeat(struct cm_rpc_call *call, grpc_byte_buffer *bb,
   if (!req)
     return;
   pthread_mutex_lock(&c->lock);
-  if (seen(c, call, req->worker, "Heartbeat") == 0) {
+  if (check_caller(c, call, req->caller, "Heartbeat") == 0 &&
+      seen(c, call, req->worker, "Heartbeat") == 0) {
     Psd__V1__HeartbeatResponse r = PSD__V1__HEARTBEAT_RESPONSE__INIT;
     r.step = c->open;
     cm_rpc_reply(call, cm_rpc_pack(&r.base));
@@ -388,7 +425,9 @@ static void on_admit(struct cm_rpc_call *call, grpc_byte_buffer *bb,
   if (!req)
     return;
   pthread_mutex_lock(&c->lock);
-  if (!c->sync) {
+  if (check_caller(c, call, req->caller, "Admit")) {
+    /* answered */
+  } else if (!c->sync) {
     cm_rpc_fail(call, GRPC_STATUS_FAILED_PRECONDITION,
                 "Admit: job '%s' is asynchronous; only sync jobs have steps",
                 c->spec->job.name);
@@ -446,7 +485,14 @@ static void on_clock(struct cm_rpc_call *call, grpc_byte_buffer *bb,
   if (!req)
     return;
   pthread_mutex_lock(&c->lock);
-  if (seen(c, call, req->worker, "Clock") == 0) {
+  if (check_caller(c, call, req->caller, "Clock")) {
+    /* answered */
+  } else if (req->clock > PSD_COORD_MAX_CLOCK) {
+    cm_rpc_fail(call, GRPC_STATUS_INVALID_ARGUMENT,
+                "Clock: worker %d reports clock %llu; a clock counts a "
+                "worker's pushes and is at most 2^48",
+                req->worker, (unsigned long long)req->clock);
+  } else if (seen(c, call, req->worker, "Clock") == 0) {
     struct parked *p = calloc(1, sizeof *p);
     c->w[req->worker].clock = req->clock;
     if (!p) {
@@ -682,7 +728,6 @@ int psd_coord_new(struct psd_coord **out, const struct cm_spec *spec) {
   c->deterministic = job->deterministic;
   c->staleness = job->staleness;
   c->dead_after = job->dead_after_ms > 0 ? job->dead_after_ms : 5000;
-  c->started = cm_mono_ms();
   c->tail = &c->queue;
   pthread_mutex_init(&c->lock, NULL);
   pthread_cond_init(&c->wake, NULL);

@@ -22,6 +22,10 @@
 /* Step times each worker keeps for its quantiles (a ring of the newest). */
 #define PSD_COORD_STEP_RING 128
 
+/* The largest clock a worker may report (Clock): far beyond any real count
+ * of pushes, small enough that clock arithmetic never wraps. */
+#define PSD_COORD_MAX_CLOCK (1ULL << 48)
+
 struct psd_coord;
 
 /* What status reports per worker. */

@@ -400,6 +400,26 @@ static int print_job(const struct psctl *p, json_t *coord) {
   return tbl_print(&t);
 }
 
+/* A line per shard that has seen pushes with NaN or Inf (none: nothing). */
+static void print_nonfinite(const struct psctl *p) {
+  int first = 1;
+  for (int s = 0; s < p->spec->nps; s++) {
+    long long n = p->st[s] ? jint(p->st[s], "nonfinite_pushes") : 0;
+    if (n <= 0)
+      continue;
+    if (first)
+      printf("\n");
+    first = 0;
+    printf("ps:%d: %lld push%s with NaN or Inf in the gradient %s "
+           "(job.nonfinite \"%s\")\n",
+           s, n, n == 1 ? "" : "es",
+           !strcmp(jstr(p->st[s], "nonfinite"), "skip")    ? "skipped"
+           : !strcmp(jstr(p->st[s], "nonfinite"), "apply") ? "applied"
+                                                           : "rejected",
+           jstr(p->st[s], "nonfinite"));
+  }
+}
+
 static int cmd_status(struct psctl *p) {
   const struct cm_spec *spec = p->spec;
   char held[32], shape[64];
@@ -485,6 +505,8 @@ static int cmd_status(struct psctl *p) {
            spec->job.name, spec->ps[0].text);
   if (!rc)
     psd_ctl_print_checkpoints(spec, p->st);
+  if (!rc)
+    print_nonfinite(p);
   print_down(p);
   return finish(p, rc);
 }
@@ -1249,6 +1271,9 @@ static json_t *build_metrics(const struct psctl *p) {
        "Calls answered with an error."},
       {"unauthenticated", "psd_unauthenticated_total", "counter",
        "Calls refused for a missing or wrong bearer token."},
+      {"nonfinite_pushes", "psd_nonfinite_pushes_total", "counter",
+       "Pushes whose gradient held NaN or Inf, rejected, skipped or applied "
+       "(job.nonfinite)."},
       {"step", "psd_step", "gauge", "Sync: steps committed on the shard."},
   };
   const struct cm_spec *spec = p->spec;
@@ -1543,6 +1568,7 @@ int main(int argc, char **argv) {
   }
   p.spec = spec;
   cm_rpc_global_init();
+  cm_rpc_set_max_message((long long)spec->job.max_message_mb << 20);
   struct dw_client_opts o = {.worker = "psctl",
                              .timeout_ms = timeout > 0 ? timeout : 5000};
   if ((rc = dw_client_new(&p.client, spec, &o)) ||

@@ -152,13 +152,17 @@ static void on_stats(uv_timer_t *t) {
       c.errors == srv->last.errors)
     return;
   double secs = STATS_PERIOD_MS / 1000.0;
+  char nonfinite[64] = "";
+  if (c.nonfinite)
+    snprintf(nonfinite, sizeof nonfinite, ", %llu pushes with NaN or Inf",
+             (unsigned long long)c.nonfinite);
   cm_info("%d variables; last %.0fs: %.1f pulls/s %.1f pushes/s %.1f MB/s in "
-          "%.1f MB/s out; %llu errors in all",
+          "%.1f MB/s out; %llu errors in all%s",
           psd_store_count(srv->store), secs, (c.pulls - srv->last.pulls) / secs,
           (c.pushes - srv->last.pushes) / secs,
           (c.bytes_in - srv->last.bytes_in) / secs / 1e6,
           (c.bytes_out - srv->last.bytes_out) / secs / 1e6,
-          (unsigned long long)c.errors);
+          (unsigned long long)c.errors, nonfinite);
   srv->last = c;
 }
 
@@ -445,6 +449,10 @@ static int open_server(struct psd_server *srv) {
     cm_error("out of memory");
     return 1;
   }
+  psd_service_set_limits(
+      srv->service,
+      &(struct psd_limits){.max_message = (uint64_t)cm_rpc_max_message(),
+                           .nonfinite = psd_nonfinite_parse(job->nonfinite)});
   methods = psd_service_methods(srv->service, &n);
   memcpy(srv->methods, methods, n * sizeof *methods);
   if (srv->shard == 0) {
@@ -502,6 +510,18 @@ static void log_security(struct psd_server *srv) {
           !c->tls     ? ""
           : c->mutual ? "TLS with client certificates (mutual)"
                       : "TLS");
+}
+
+/* Says what the shard refuses beyond the per-field checks. */
+static void log_limits(struct psd_server *srv) {
+  const struct cm_job *job = &srv->spec->job;
+  cm_info("input: messages over %d MiB are refused (job.max_message_mb); "
+          "pushes with NaN or Inf are %s (job.nonfinite \"%s\")",
+          job->max_message_mb,
+          !strcmp(job->nonfinite, "skip") ? "acknowledged, skipped and counted"
+          : !strcmp(job->nonfinite, "apply") ? "applied as they are and counted"
+                                             : "rejected",
+          job->nonfinite);
 }
 
 static void log_ready(struct psd_server *srv) {
@@ -603,6 +623,8 @@ int main(int argc, char **argv) {
   kn_blas_describe(blas, sizeof blas);
   cm_info("%s", blas);
   cm_rpc_global_init();
+  /* Before any server or channel exists: they take the limit when made. */
+  cm_rpc_set_max_message((long long)srv.spec->job.max_message_mb << 20);
   rc = restore(&srv);
   if (rc)
     goto out;
@@ -613,6 +635,7 @@ int main(int argc, char **argv) {
   catch_early_stop(1);
   start_local(&srv);
   log_security(&srv);
+  log_limits(&srv);
   log_ready(&srv);
   notify("READY=1");
   notify_status(&srv);

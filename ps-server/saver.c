@@ -194,10 +194,16 @@ static void on_checkpoint(struct cm_rpc_call *call, grpc_byte_buffer *bb,
                 "(malformed protobuf)");
     return;
   }
-  if (req->caller && req->caller->job && req->caller->job[0] &&
-      strcmp(req->caller->job, s->job) != 0) {
+  if (!req->caller || !req->caller->job || !req->caller->job[0]) {
+    cm_rpc_fail(call, GRPC_STATUS_INVALID_ARGUMENT,
+                "Checkpoint: caller.job is missing; every request names its "
+                "job (this shard serves job '%s')",
+                s->job);
+    goto out;
+  }
+  if (strcmp(req->caller->job, s->job) != 0) {
     cm_rpc_fail(call, GRPC_STATUS_FAILED_PRECONDITION,
-                "Checkpoint for job '%s' reached a shard of job '%s'",
+                "Checkpoint for job '%.100s' reached a shard of job '%s'",
                 req->caller->job, s->job);
     goto out;
   }

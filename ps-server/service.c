@@ -7,12 +7,14 @@
 
 #include <pthread.h>
 
+#include <math.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "clock.h"
 #include "coord.h"
@@ -21,7 +23,9 @@
 #include "log.h"
 #include "ps.pb-c.h"
 #include "saver.h"
+#include "shard.h"
 #include "steps.h"
+#include "units.h"
 #include "wire.h"
 
 /* Errors logged in full before the log only samples them. */
@@ -31,6 +35,9 @@ struct psd_service {
   struct psd_store *store;         /* borrowed */
   int shard;                       /* this shard's index */
   int nshards;                     /* shards in the job */
+  int nworkers;                    /* workers in the job: valid indices */
+  struct psd_limits limits;        /* what requests may ask (service.h) */
+  int held_is_memory;              /* limits.max_held is the machine's RAM */
   char job[64];                    /* job name callers must use */
   char mode[16];                   /* "async" */
   struct timespec started;         /* for uptime */
@@ -39,8 +46,9 @@ struct psd_service {
   struct psd_coord *coord;         /* borrowed, shard 0 only (status) */
   struct cm_server *rpc;           /* borrowed: its refusal count (status) */
   struct psd_saver *saver;         /* borrowed: step counts, commit gate */
-  pthread_mutex_t park_lock;       /* guards parked */
+  pthread_mutex_t park_lock;       /* guards parked and nparked */
   struct parked_pull *parked;      /* pulls waiting for a version */
+  int nparked;                     /* entries in parked */
   atomic_uint_fast64_t pulls;      /* pull calls answered */
   atomic_uint_fast64_t pushes;     /* push calls applied */
   atomic_uint_fast64_t examples;   /* examples behind applied pushes */
@@ -49,6 +57,8 @@ struct psd_service {
   atomic_uint_fast64_t errors;     /* calls answered with an error */
   atomic_uint_fast64_t updates;    /* async: worker steps applied (pushes
                                       carrying a batch's examples) */
+  atomic_uint_fast64_t nonfinite;  /* pushes with NaN or Inf, whatever
+                                      job.nonfinite did with them */
   struct psd_hist push_time;       /* push handling, decode to reply */
   struct psd_hist pull_time;       /* pull handling, a parked wait excluded */
 };
@@ -86,17 +96,64 @@ static void fail(struct psd_service *svc, struct cm_rpc_call *call,
   cm_rpc_fail(call, code, "%s", msg);
 }
 
-/* Checks the caller's job; returns 0 or answers the call and returns -1. */
+/* Checks the caller's job; returns 0 or answers the call and returns -1.
+ * Every request names its job, so a client of another job (or one that
+ * forgot) is told so instead of reading or changing this job's model. */
 static int check_caller(struct psd_service *svc, struct cm_rpc_call *call,
                         const Psd__V1__Caller *caller, const char *what) {
-  if (caller && caller->job && caller->job[0] &&
-      strcmp(caller->job, svc->job) != 0) {
+  if (!caller || !caller->job || !caller->job[0]) {
+    fail(svc, call, GRPC_STATUS_INVALID_ARGUMENT,
+         "%s: caller.job is missing; every request names its job (this "
+         "shard serves job '%s')",
+         what, svc->job);
+    return -1;
+  }
+  if (strcmp(caller->job, svc->job) != 0) {
     fail(svc, call, GRPC_STATUS_FAILED_PRECONDITION,
-         "%s for job '%s' reached shard %d of job '%s'", what, caller->job,
+         "%s for job '%.100s' reached shard %d of job '%s'", what, caller->job,
          svc->shard, svc->job);
     return -1;
   }
   return 0;
+}
+
+/* Checks a variable name sent in a request: 1..PSD_VAR_MAX_NAME bytes, no
+ * control characters (names end up in logs, tables and checkpoint files).
+ * Returns 0 or answers the call and returns -1. */
+static int check_name(struct psd_service *svc, struct cm_rpc_call *call,
+                      const char *name, const char *what, size_t i) {
+  size_t n = strlen(name);
+  if (n == 0 || n > PSD_VAR_MAX_NAME) {
+    fail(svc, call, GRPC_STATUS_INVALID_ARGUMENT,
+         "%s: %s %zu: the variable name is %zu bytes long; expected 1..%d",
+         what, strcmp(what, "Declare") ? "segment" : "variable", i, n,
+         PSD_VAR_MAX_NAME);
+    return -1;
+  }
+  for (size_t k = 0; k < n; k++) {
+    unsigned char c = (unsigned char)name[k];
+    if (c < 0x20 || c == 0x7f) {
+      fail(svc, call, GRPC_STATUS_INVALID_ARGUMENT,
+           "%s: %s %zu: the variable name has a control character (0x%02x) "
+           "at byte %zu",
+           what, strcmp(what, "Declare") ? "segment" : "variable", i, c, k);
+      return -1;
+    }
+  }
+  return 0;
+}
+
+/* Checks the number of segments of a pull or push; returns 0 or answers the
+ * call and returns -1. */
+static int check_segment_count(struct psd_service *svc,
+                               struct cm_rpc_call *call, size_t n,
+                               const char *what) {
+  if (n <= PSD_MAX_SEGMENTS)
+    return 0;
+  fail(svc, call, GRPC_STATUS_INVALID_ARGUMENT,
+       "%s: %zu segments in one request; at most %d", what, n,
+       PSD_MAX_SEGMENTS);
+  return -1;
 }
 
 /* Splits and unpacks a request; answers INVALID_ARGUMENT and returns NULL
@@ -118,27 +175,236 @@ static ProtobufCMessage *decode(struct psd_service *svc,
  * shard's rows. Returns the variable or answers the call and returns NULL. */
 static struct psd_var *segment_var(struct psd_service *svc,
                                    struct cm_rpc_call *call,
-                                   const Psd__V1__Segment *seg,
+                                   const Psd__V1__Segment *seg, size_t i,
                                    const char *what) {
-  struct psd_var *v = psd_store_find(svc->store, seg->name);
-  if (!v) {
+  struct psd_var *v;
+  if (check_name(svc, call, seg->name, what, i))
+    return NULL;
+  if (!(v = psd_store_find(svc->store, seg->name))) {
     fail(svc, call, GRPC_STATUS_NOT_FOUND,
          "%s: no variable '%s' on shard %d (declare it first)", what, seg->name,
          svc->shard);
     return NULL;
   }
-  if (seg->count == 0 || seg->offset < v->elem_begin ||
-      seg->offset > v->elem_end || seg->count > v->elem_end - seg->offset) {
+  if (seg->count == 0) {
+    fail(svc, call, GRPC_STATUS_INVALID_ARGUMENT,
+         "%s of '%s': segment %zu has count 0; expected at least one element",
+         what, v->name, i);
+    return NULL;
+  }
+  if (seg->offset < v->elem_begin || seg->offset > v->elem_end ||
+      seg->count > v->elem_end - seg->offset) {
+    char end[48];
+    /* offset + count may not even fit in 64 bits. */
+    if (seg->count > UINT64_MAX - seg->offset)
+      snprintf(end, sizeof end, "%llu + %llu", (unsigned long long)seg->offset,
+               (unsigned long long)seg->count);
+    else
+      snprintf(end, sizeof end, "%llu",
+               (unsigned long long)(seg->offset + seg->count));
     fail(svc, call, GRPC_STATUS_OUT_OF_RANGE,
-         "%s of '%s' elements [%llu, %llu) is outside shard %d's slice, "
+         "%s of '%s' elements [%llu, %s) is outside shard %d's slice, "
          "elements [%llu, %llu) (rows [%lld, %lld))",
-         what, v->name, (unsigned long long)seg->offset,
-         (unsigned long long)(seg->offset + seg->count), svc->shard,
+         what, v->name, (unsigned long long)seg->offset, end, svc->shard,
          (unsigned long long)v->elem_begin, (unsigned long long)v->elem_end,
          (long long)v->row_begin, (long long)v->row_end);
     return NULL;
   }
   return v;
+}
+
+size_t psd_first_nonfinite(const float *g, size_t n) {
+  size_t i = 0;
+  /* A float is NaN or infinite when its exponent bits are all ones; adding
+   * one to the exponent field then carries into bit 31, and only then.
+   * Blocks of 64 OR those sums (and, add, or: SSE2 vectorizes it, 3x
+   * faster than an unsigned max); the exact index is searched for only in
+   * a block that has one. */
+  for (; i + 64 <= n; i += 64) {
+    uint32_t acc = 0;
+    for (size_t k = 0; k < 64; k++) {
+      uint32_t u;
+      memcpy(&u, &g[i + k], sizeof u);
+      acc |= (u & 0x7f800000u) + 0x00800000u;
+    }
+    if (acc & 0x80000000u)
+      break;
+  }
+  for (; i < n; i++)
+    if (!isfinite(g[i]))
+      return i;
+  return n;
+}
+
+/* Memory the kernel says it can give without swapping (MemAvailable), in
+ * bytes; UINT64_MAX when it cannot be read. */
+static uint64_t mem_available(void) {
+  char line[256];
+  unsigned long long kib;
+  uint64_t bytes = UINT64_MAX;
+  FILE *f = fopen("/proc/meminfo", "r");
+  if (!f)
+    return bytes;
+  while (fgets(line, sizeof line, f))
+    if (sscanf(line, "MemAvailable: %llu kB", &kib) == 1) {
+      bytes = (uint64_t)kib * 1024;
+      break;
+    }
+  fclose(f);
+  return bytes;
+}
+
+/* Orders positions in a Declare's vars by name (qsort_r context). */
+static int cmp_spec_name(const void *a, const void *b, void *ctx) {
+  Psd__V1__VarSpec **vars = ctx;
+  return strcmp(vars[*(const size_t *)a]->name, vars[*(const size_t *)b]->name);
+}
+
+/* Whether two declarations of one name agree. */
+static int same_spec(const Psd__V1__VarSpec *a, const Psd__V1__VarSpec *b) {
+  if (a->n_shape != b->n_shape || a->placement != b->placement)
+    return 0;
+  for (size_t d = 0; d < a->n_shape; d++)
+    if (a->shape[d] != b->shape[d])
+      return 0;
+  return 1;
+}
+
+/* Checks every variable of a Declare before any is created: name, shape,
+ * placement, init, a name given twice with different settings, and the
+ * memory the new ones need here. Returns 0 or answers the call and returns
+ * -1, so a refused Declare creates nothing. */
+static int check_declare(struct psd_service *svc, struct cm_rpc_call *call,
+                         const Psd__V1__DeclareRequest *req) {
+  char shape[128], a[32], b[32], c[32];
+  uint64_t need = 0, held = 0;
+  size_t *order = NULL;
+  int nnew = 0, rc = -1;
+
+  if (req->n_vars > PSD_MAX_VARS) {
+    fail(svc, call, GRPC_STATUS_INVALID_ARGUMENT,
+         "Declare: %zu variables in one request; at most %d", req->n_vars,
+         PSD_MAX_VARS);
+    return -1;
+  }
+  for (size_t i = 0; i < req->n_vars; i++) {
+    const Psd__V1__VarSpec *vs = req->vars[i];
+    uint64_t numel = 1, row_elems = 1;
+    int64_t rb, re;
+    if (check_name(svc, call, vs->name, "Declare", i))
+      goto out;
+    if (vs->n_shape < 1 || vs->n_shape > PSD_VAR_MAX_DIMS) {
+      fail(svc, call, GRPC_STATUS_INVALID_ARGUMENT,
+           "Declare '%s': the shape has %zu dimensions; expected 1..%d",
+           vs->name, vs->n_shape, PSD_VAR_MAX_DIMS);
+      goto out;
+    }
+    psd_shape_format((int)vs->n_shape, vs->shape, shape, sizeof shape);
+    for (size_t d = 0; d < vs->n_shape; d++) {
+      if (vs->shape[d] <= 0) {
+        fail(svc, call, GRPC_STATUS_INVALID_ARGUMENT,
+             "Declare '%s': shape %s: dimension %zu is %lld; expected a "
+             "positive size",
+             vs->name, shape, d, (long long)vs->shape[d]);
+        goto out;
+      }
+      /* numel * shape[d] <= 2^40 without overflowing. */
+      if ((uint64_t)vs->shape[d] > PSD_VAR_MAX_ELEMS / numel) {
+        fail(svc, call, GRPC_STATUS_INVALID_ARGUMENT,
+             "Declare '%s': shape %s has more than 2^40 elements, the most a "
+             "variable may have",
+             vs->name, shape);
+        goto out;
+      }
+      numel *= (uint64_t)vs->shape[d];
+      if (d > 0)
+        row_elems *= (uint64_t)vs->shape[d];
+    }
+    if (vs->placement < -1 || vs->placement >= svc->nshards) {
+      fail(svc, call, GRPC_STATUS_INVALID_ARGUMENT,
+           "Declare '%s': placement %d; expected -1 (split) or a shard index "
+           "0..%d",
+           vs->name, vs->placement, svc->nshards - 1);
+      goto out;
+    }
+    if (vs->init != PSD__V1__INIT__INIT_ZEROS &&
+        vs->init != PSD__V1__INIT__INIT_UNIFORM) {
+      fail(svc, call, GRPC_STATUS_INVALID_ARGUMENT,
+           "Declare '%s': init %d is not an Init value (0 zeros, 1 uniform)",
+           vs->name, (int)vs->init);
+      goto out;
+    }
+    if (!isfinite(vs->init_scale) || vs->init_scale < 0) {
+      fail(svc, call, GRPC_STATUS_INVALID_ARGUMENT,
+           "Declare '%s': init_scale %g; expected a finite number >= 0",
+           vs->name, vs->init_scale);
+      goto out;
+    }
+    if (psd_store_find(svc->store, vs->name))
+      continue; /* psd_store_declare compares it with what exists */
+    cm_shard_rows(vs->shape[0], vs->placement, svc->nshards, svc->shard, &rb,
+                  &re);
+    need += (uint64_t)(re - rb) * row_elems *
+            psd_store_elem_bytes(svc->store, vs->name);
+    nnew++;
+  }
+  /* A name given twice must mean the same variable. */
+  if (req->n_vars > 1) {
+    if (!(order = malloc(req->n_vars * sizeof *order))) {
+      fail(svc, call, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+      goto out;
+    }
+    for (size_t i = 0; i < req->n_vars; i++)
+      order[i] = i;
+    qsort_r(order, req->n_vars, sizeof *order, cmp_spec_name, req->vars);
+    for (size_t i = 1; i < req->n_vars; i++) {
+      const Psd__V1__VarSpec *x = req->vars[order[i - 1]],
+                             *y = req->vars[order[i]];
+      if (strcmp(x->name, y->name) == 0 && !same_spec(x, y)) {
+        fail(svc, call, GRPC_STATUS_INVALID_ARGUMENT,
+             "Declare: '%s' is declared twice in one request with different "
+             "shapes or placements",
+             x->name);
+        goto out;
+      }
+    }
+  }
+  int nvars = psd_store_count(svc->store);
+  if (nnew > PSD_MAX_VARS - nvars) {
+    fail(svc, call, GRPC_STATUS_RESOURCE_EXHAUSTED,
+         "Declare: shard %d holds %d variables; %d more would pass the limit "
+         "of %d",
+         svc->shard, nvars, nnew, PSD_MAX_VARS);
+    goto out;
+  }
+  for (int i = 0; i < nvars; i++)
+    held += psd_var_bytes(svc->store, psd_store_at(svc->store, i));
+  if (need > svc->limits.max_held || held > svc->limits.max_held - need) {
+    fail(svc, call, GRPC_STATUS_RESOURCE_EXHAUSTED,
+         "Declare: the new variables need %s on shard %d (values and "
+         "optimizer slots), which holds %s already; its limit is %s%s",
+         cm_fmt_bytes((double)need, a, sizeof a), svc->shard,
+         cm_fmt_bytes((double)held, b, sizeof b),
+         cm_fmt_bytes((double)svc->limits.max_held, c, sizeof c),
+         svc->held_is_memory ? " (this machine's memory)" : "");
+    goto out;
+  }
+  /* Memory is taken lazily and touched by the initial values: a variable
+   * that fits the machine but not what is free now would be killed, not
+   * refused. */
+  uint64_t avail = mem_available();
+  if (need > avail) {
+    fail(svc, call, GRPC_STATUS_RESOURCE_EXHAUSTED,
+         "Declare: the new variables need %s on shard %d (values and "
+         "optimizer slots), but this machine has %s of memory available",
+         cm_fmt_bytes((double)need, a, sizeof a), svc->shard,
+         cm_fmt_bytes((double)avail, b, sizeof b));
+    goto out;
+  }
+  rc = 0;
+out:
+  free(order);
+  return rc;
 }
 
 static void on_declare(struct cm_rpc_call *call, grpc_byte_buffer *bb,
@@ -152,7 +418,8 @@ static void on_declare(struct cm_rpc_call *call, grpc_byte_buffer *bb,
 
   req = (Psd__V1__DeclareRequest *)decode(
       svc, call, bb, &psd__v1__declare_request__descriptor, &m);
-  if (!req || check_caller(svc, call, req->caller, "Declare"))
+  if (!req || check_caller(svc, call, req->caller, "Declare") ||
+      check_declare(svc, call, req))
     goto out;
   slices = calloc(req->n_vars + 1, sizeof *slices);
   ptrs = calloc(req->n_vars + 1, sizeof *ptrs);
@@ -183,12 +450,12 @@ static void on_declare(struct cm_rpc_call *call, grpc_byte_buffer *bb,
           req->caller && req->caller->worker ? req->caller->worker : "?";
       psd_shape_format(v->ndim, v->shape, shape, sizeof shape);
       if (v->row_end > v->row_begin)
-        cm_info("created '%s' %s: rows [%lld, %lld) here (declared by %s)",
+        cm_info("created '%s' %s: rows [%lld, %lld) here (declared by %.64s)",
                 v->name, shape, (long long)v->row_begin, (long long)v->row_end,
                 who);
       else
-        cm_info("created '%s' %s: no rows here, %s (declared by %s)", v->name,
-                shape,
+        cm_info("created '%s' %s: no rows here, %s (declared by %.64s)",
+                v->name, shape,
                 v->placement >= 0 ? "placed whole on another shard"
                                   : "more shards than rows",
                 who);
@@ -229,7 +496,7 @@ static void answer_pull(struct psd_service *svc, struct cm_rpc_call *call,
   if (!vars || !versions)
     goto nomem;
   for (size_t i = 0; i < req->n_segments; i++) {
-    if (!(vars[i] = segment_var(svc, call, req->segments[i], "pull")))
+    if (!(vars[i] = segment_var(svc, call, req->segments[i], i, "pull")))
       goto out;
     if (req->slots && req->slot >= (uint32_t)vars[i]->nslots) {
       fail(svc, call, GRPC_STATUS_FAILED_PRECONDITION,
@@ -238,11 +505,13 @@ static void answer_pull(struct psd_service *svc, struct cm_rpc_call *call,
       goto out;
     }
     total += req->segments[i]->count * sizeof(float);
-    if (total > CM_RPC_MAX_MESSAGE - 4096) {
+    /* The answer must fit in a message with its head (a count is at most
+     * 2^40, so the sum cannot wrap before this stops it). */
+    if (total > svc->limits.max_message - 4096) {
       fail(svc, call, GRPC_STATUS_RESOURCE_EXHAUSTED,
-           "pull asks for more than %d bytes in one message; split it into "
-           "chunks",
-           CM_RPC_MAX_MESSAGE - 4096);
+           "pull asks for more than %llu bytes in one message (job."
+           "max_message_mb less a head); split it into chunks",
+           (unsigned long long)(svc->limits.max_message - 4096));
       goto out;
     }
   }
@@ -321,21 +590,53 @@ static void on_pull(struct cm_rpc_call *call, grpc_byte_buffer *bb, void *ctx) {
   Psd__V1__PullRequest *req = (Psd__V1__PullRequest *)decode(
       svc, call, bb, &psd__v1__pull_request__descriptor, &m);
   cm_wire_msg_release(&m);
-  if (!req || check_caller(svc, call, req->caller, "Pull"))
+  if (!req || check_caller(svc, call, req->caller, "Pull") ||
+      check_segment_count(svc, call, req->n_segments, "Pull"))
     goto out;
   if (req->min_version > 0 && svc->steps) {
     /* Park it under the lock that commits drain, so none is missed. */
+    uint64_t version;
+    int full = 0;
     pthread_mutex_lock(&svc->park_lock);
-    if (psd_steps_version(svc->steps) < req->min_version) {
-      struct parked_pull *p = calloc(1, sizeof *p);
+    version = psd_steps_version(svc->steps);
+    /* A worker pulls for the step after the last one closed, whose commit
+     * may still be on its way here: one ahead at most. Further ahead would
+     * wait for steps that cannot close without this shard. */
+    if (version + 1 < req->min_version) {
+      pthread_mutex_unlock(&svc->park_lock);
+      fail(svc, call, GRPC_STATUS_FAILED_PRECONDITION,
+           "Pull: version %llu asked for, but shard %d has committed %llu "
+           "steps; a worker pulls at most one step ahead (did this shard "
+           "restart alone, or the worker come from another run?)",
+           (unsigned long long)req->min_version, svc->shard,
+           (unsigned long long)version);
+      goto out;
+    }
+    if (version < req->min_version) {
+      struct parked_pull *p = NULL;
+      if (svc->nparked >= PSD_MAX_PARKED)
+        full = 1;
+      else if (!(p = calloc(1, sizeof *p)))
+        full = 2;
       if (p) {
         *p = (struct parked_pull){call, req, svc->parked};
         svc->parked = p;
+        svc->nparked++;
         req = NULL;
         call = NULL;
       }
     }
     pthread_mutex_unlock(&svc->park_lock);
+    if (full) {
+      if (full == 2)
+        fail(svc, call, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+      else
+        fail(svc, call, GRPC_STATUS_RESOURCE_EXHAUSTED,
+             "Pull: %d pulls already wait for a step on shard %d; no more "
+             "are parked",
+             PSD_MAX_PARKED, svc->shard);
+      goto out;
+    }
     if (!call)
       goto out;
   }
@@ -357,6 +658,7 @@ static void release_parked(struct psd_service *svc, int stopping) {
       *pp = p->next;
       p->next = ready;
       ready = p;
+      svc->nparked--;
     } else {
       pp = &p->next;
     }
@@ -372,6 +674,50 @@ static void release_parked(struct psd_service *svc, int stopping) {
     protobuf_c_message_free_unpacked(&p->req->base, NULL);
     free(p);
   }
+}
+
+/* Checks a Commit's sets: worker indices in range, none listed twice, none
+ * both applied and dropped. Returns 0 or answers the call and returns -1. */
+static int check_commit_sets(struct psd_service *svc, struct cm_rpc_call *call,
+                             const Psd__V1__CommitRequest *req) {
+  /* 1: applied, 2: dropped, per worker */
+  unsigned char seen[PSD_STEPS_MAX_WORKERS] = {0};
+  const struct {
+    const char *name; /* the field */
+    size_t n;         /* entries */
+    const int32_t *w; /* worker indices */
+  } sets[2] = {{"applied", req->n_applied, req->applied},
+               {"dropped", req->n_dropped, req->dropped}};
+
+  for (int k = 0; k < 2; k++) {
+    if (sets[k].n > (size_t)svc->nworkers) {
+      fail(svc, call, GRPC_STATUS_INVALID_ARGUMENT,
+           "Commit of step %llu: %zu workers in %s; the job has %d",
+           (unsigned long long)req->step, sets[k].n, sets[k].name,
+           svc->nworkers);
+      return -1;
+    }
+    for (size_t i = 0; i < sets[k].n; i++) {
+      int32_t w = sets[k].w[i];
+      if (w < 0 || w >= svc->nworkers) {
+        fail(svc, call, GRPC_STATUS_INVALID_ARGUMENT,
+             "Commit of step %llu: worker %d in %s is out of range; "
+             "cluster.worker has %d entries",
+             (unsigned long long)req->step, w, sets[k].name, svc->nworkers);
+        return -1;
+      }
+      if (seen[w]) {
+        fail(svc, call, GRPC_STATUS_INVALID_ARGUMENT,
+             "Commit of step %llu: worker %d is listed %s",
+             (unsigned long long)req->step, w,
+             seen[w] == k + 1 ? (k ? "twice in dropped" : "twice in applied")
+                              : "both in applied and in dropped");
+        return -1;
+      }
+      seen[w] = (unsigned char)(k + 1);
+    }
+  }
+  return 0;
 }
 
 static void on_commit(struct cm_rpc_call *call, grpc_byte_buffer *bb,
@@ -390,11 +736,8 @@ static void on_commit(struct cm_rpc_call *call, grpc_byte_buffer *bb,
          "Commit: shard %d runs an asynchronous job", svc->shard);
     goto out;
   }
-  if (req->n_applied > PSD_STEPS_MAX_WORKERS ||
-      req->n_dropped > PSD_STEPS_MAX_WORKERS) {
-    fail(svc, call, GRPC_STATUS_INVALID_ARGUMENT, "Commit: too many workers");
+  if (check_commit_sets(svc, call, req))
     goto out;
-  }
   for (size_t i = 0; i < req->n_applied; i++)
     applied[i] = req->applied[i];
   for (size_t i = 0; i < req->n_dropped; i++)
@@ -429,6 +772,83 @@ out:
 
 void psd_service_stop(struct psd_service *svc) { release_parked(svc, 1); }
 
+/* One segment of a push, for the overlap check. */
+struct span {
+  int var;        /* the variable's position in the store */
+  uint64_t begin; /* first element */
+  uint64_t end;   /* one past the last */
+  size_t seg;     /* the segment's position in the request */
+};
+
+static int cmp_span(const void *a, const void *b) {
+  const struct span *x = a, *y = b;
+  if (x->var != y->var)
+    return x->var < y->var ? -1 : 1;
+  return x->begin < y->begin ? -1 : x->begin > y->begin;
+}
+
+/* Refuses a push whose segments overlap (the same elements twice in one
+ * gradient: applied twice, or one silently winning). Returns 0 or answers
+ * the call and returns -1. */
+static int check_overlap(struct psd_service *svc, struct cm_rpc_call *call,
+                         const Psd__V1__PushRequest *req,
+                         struct psd_var *const *vars) {
+  struct span *sp;
+  int rc = 0;
+  if (req->n_segments < 2)
+    return 0;
+  if (!(sp = malloc(req->n_segments * sizeof *sp))) {
+    fail(svc, call, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+    return -1;
+  }
+  for (size_t i = 0; i < req->n_segments; i++)
+    sp[i] =
+        (struct span){vars[i]->index, req->segments[i]->offset,
+                      req->segments[i]->offset + req->segments[i]->count, i};
+  qsort(sp, req->n_segments, sizeof *sp, cmp_span);
+  for (size_t i = 1; i < req->n_segments; i++) {
+    if (sp[i].var != sp[i - 1].var || sp[i].begin >= sp[i - 1].end)
+      continue;
+    fail(svc, call, GRPC_STATUS_INVALID_ARGUMENT,
+         "push to '%s': segments %zu and %zu overlap (elements [%llu, %llu) "
+         "and [%llu, %llu)); a gradient gives each element once",
+         vars[sp[i].seg]->name,
+         sp[i - 1].seg < sp[i].seg ? sp[i - 1].seg : sp[i].seg,
+         sp[i - 1].seg < sp[i].seg ? sp[i].seg : sp[i - 1].seg,
+         (unsigned long long)sp[i - 1].begin, (unsigned long long)sp[i - 1].end,
+         (unsigned long long)sp[i].begin, (unsigned long long)sp[i].end);
+    rc = -1;
+    break;
+  }
+  free(sp);
+  return rc;
+}
+
+enum psd_nonfinite psd_nonfinite_parse(const char *name) {
+  return !strcmp(name, "skip")    ? PSD_NONFINITE_SKIP
+         : !strcmp(name, "apply") ? PSD_NONFINITE_APPLY
+                                  : PSD_NONFINITE_REJECT;
+}
+
+const char *psd_nonfinite_name(enum psd_nonfinite n) {
+  return n == PSD_NONFINITE_SKIP    ? "skip"
+         : n == PSD_NONFINITE_APPLY ? "apply"
+                                    : "reject";
+}
+
+/* Logs a push with NaN or Inf that was skipped or applied, sampled as
+ * errors are. */
+static void log_nonfinite(struct psd_service *svc, struct cm_rpc_call *call,
+                          const char *what, uint64_t n) {
+  if (n <= LOGGED_ERRORS || n % 1000 == 0)
+    cm_warn("%s a push from %s: %s; job.nonfinite is \"%s\" (%llu such "
+            "pushes so far)%s",
+            svc->limits.nonfinite == PSD_NONFINITE_SKIP ? "skipped" : "applied",
+            cm_rpc_peer(call), what, psd_nonfinite_name(svc->limits.nonfinite),
+            (unsigned long long)n,
+            n == LOGGED_ERRORS ? " (further ones are sampled)" : "");
+}
+
 static void on_push(struct cm_rpc_call *call, grpc_byte_buffer *bb, void *ctx) {
   struct psd_service *svc = ctx;
   double start = cm_mono_ms();
@@ -436,14 +856,24 @@ static void on_push(struct cm_rpc_call *call, grpc_byte_buffer *bb, void *ctx) {
   Psd__V1__PushRequest *req = NULL;
   Psd__V1__PushResponse resp = PSD__V1__PUSH_RESPONSE__INIT;
   struct psd_var **vars = NULL;
-  uint64_t *versions = NULL, total = 0, largest = 0;
-  float *scratch = NULL;
+  uint64_t *versions = NULL, total = 0;
+  float *grad = NULL;
   char have[128], want[128];
+  int skip = 0;
 
   req = (Psd__V1__PushRequest *)decode(svc, call, bb,
                                        &psd__v1__push_request__descriptor, &m);
-  if (!req || check_caller(svc, call, req->caller, "Push"))
+  if (!req || check_caller(svc, call, req->caller, "Push") ||
+      check_segment_count(svc, call, req->n_segments, "Push"))
     goto out;
+  /* The worker index is used in sync mode (staging) and when named. */
+  if ((svc->steps || req->has_worker) &&
+      (req->worker < 0 || req->worker >= svc->nworkers)) {
+    fail(svc, call, GRPC_STATUS_INVALID_ARGUMENT,
+         "Push: worker %d out of range; cluster.worker has %d entries",
+         req->worker, svc->nworkers);
+    goto out;
+  }
   vars = calloc(req->n_segments + 1, sizeof *vars);
   versions = calloc(req->n_segments + 1, sizeof *versions);
   if (!vars || !versions)
@@ -451,47 +881,86 @@ static void on_push(struct cm_rpc_call *call, grpc_byte_buffer *bb, void *ctx) {
   /* Check everything before applying anything. */
   for (size_t i = 0; i < req->n_segments; i++) {
     const Psd__V1__Segment *seg = req->segments[i];
-    struct psd_var *v = psd_store_find(svc->store, seg->name);
-    int same = v && (int)seg->n_shape == v->ndim;
+    struct psd_var *v;
+    int same;
+    if (check_name(svc, call, seg->name, "push", i))
+      goto out;
+    v = psd_store_find(svc->store, seg->name);
+    same = v && seg->n_shape == (size_t)v->ndim;
     for (size_t d = 0; same && d < seg->n_shape; d++)
       same = seg->shape[d] == v->shape[d];
     if (v && !same) {
       psd_shape_format(v->ndim, v->shape, have, sizeof have);
-      psd_shape_format((int)seg->n_shape, seg->shape, want, sizeof want);
+      psd_shape_format(seg->n_shape > 8 ? 8 : (int)seg->n_shape, seg->shape,
+                       want, sizeof want);
       fail(svc, call, GRPC_STATUS_INVALID_ARGUMENT,
-           "push to '%s': gradient shape %s does not match the variable's "
+           "push to '%s': gradient shape %s%s does not match the variable's "
            "shape %s",
-           seg->name, want, have);
+           seg->name, want, seg->n_shape > 8 ? " (and more)" : "", have);
       goto out;
     }
-    if (!(vars[i] = segment_var(svc, call, seg, "push")))
+    if (!(vars[i] = segment_var(svc, call, seg, i, "push")))
       goto out;
     total += seg->count * sizeof(float);
-    if (seg->count > largest)
-      largest = seg->count;
+    /* Stop at once when the segments ask for more than the data holds: a
+     * count is at most 2^40, so the sum cannot wrap before this. */
+    if (total > m.bulk_len)
+      break;
   }
   if (total != m.bulk_len) {
     fail(svc, call, GRPC_STATUS_INVALID_ARGUMENT,
-         "push: segments describe %llu bytes of gradient but the data field "
+         "push: segments describe %s%llu bytes of gradient but the data field "
          "holds %zu",
-         (unsigned long long)total, m.bulk_len);
+         total > m.bulk_len ? "at least " : "", (unsigned long long)total,
+         m.bulk_len);
     goto out;
   }
-  if (!(scratch = malloc((largest ? largest : 1) * sizeof(float))))
+  if (check_overlap(svc, call, req, vars))
+    goto out;
+  /* One copy of the whole gradient out of the received slices, then one
+   * pass over it for NaN and infinities, before anything is applied. */
+  if (!(grad = malloc(total ? total : 1)))
     goto nomem;
+  cm_wire_bulk_read(&m, 0, grad, total);
+  {
+    size_t n = total / sizeof(float), bad = psd_first_nonfinite(grad, n);
+    if (bad < n) {
+      char what[512];
+      size_t i = 0, k = bad;
+      while (k >= req->segments[i]->count)
+        k -= req->segments[i++]->count;
+      uint64_t n_bad = atomic_fetch_add(&svc->nonfinite, 1) + 1;
+      snprintf(what, sizeof what,
+               "push to '%s': gradient element %llu (segment %zu) is %s",
+               vars[i]->name,
+               (unsigned long long)(req->segments[i]->offset + k), i,
+               isnan(grad[bad])   ? "NaN"
+               : grad[bad] > 0.0f ? "+Inf"
+                                  : "-Inf");
+      if (svc->limits.nonfinite == PSD_NONFINITE_REJECT) {
+        fail(svc, call, GRPC_STATUS_INVALID_ARGUMENT,
+             "%s; nothing of this push was applied (job.nonfinite is "
+             "\"reject\")",
+             what);
+        goto out;
+      }
+      log_nonfinite(svc, call, what, n_bad);
+      skip = svc->limits.nonfinite == PSD_NONFINITE_SKIP;
+    }
+  }
   {
     size_t off = 0;
     for (size_t i = 0; i < req->n_segments; i++) {
       const Psd__V1__Segment *seg = req->segments[i];
       struct psd_var *v = vars[i];
-      size_t bytes = seg->count * sizeof(float);
-      cm_wire_bulk_read(&m, off, scratch, bytes);
-      off += bytes;
+      const float *g = grad + off;
+      off += seg->count;
       if (svc->steps) {
-        char err[256];
-        int rc = psd_steps_stage(svc->steps, req->worker, req->step, v,
-                                 seg->offset - v->elem_begin, scratch,
-                                 seg->count, err, sizeof err);
+        char err[512];
+        int rc = skip ? 0
+                      : psd_steps_stage(svc->steps, req->worker, req->step, v,
+                                        seg->offset - v->elem_begin, g,
+                                        seg->count, err, sizeof err);
         if (rc) {
           /* A late gradient is ABORTED: the worker drops it and moves on. */
           fail(svc, call,
@@ -504,21 +973,26 @@ static void on_push(struct cm_rpc_call *call, grpc_byte_buffer *bb, void *ctx) {
         continue;
       }
       pthread_mutex_lock(&v->lock);
-      psd_store_apply(svc->store, v, seg->offset - v->elem_begin, scratch,
-                      seg->count);
-      versions[i] = ++v->version;
+      if (!skip) {
+        psd_store_apply(svc->store, v, seg->offset - v->elem_begin, g,
+                        seg->count);
+        ++v->version;
+      }
+      versions[i] = v->version;
       pthread_mutex_unlock(&v->lock);
     }
   }
-  atomic_fetch_add(&svc->pushes, 1);
-  /* A worker's step sends its examples in its first message to a shard
-   * only, so this counts steps however the gradient was chunked. */
-  if (!svc->steps && req->examples > 0)
-    atomic_fetch_add(&svc->updates, 1);
-  if (svc->saver && !svc->steps)
-    psd_saver_pushed(svc->saver);
-  atomic_fetch_add(&svc->examples, req->examples);
-  atomic_fetch_add(&svc->bytes_in, total);
+  if (!skip) {
+    atomic_fetch_add(&svc->pushes, 1);
+    /* A worker's step sends its examples in its first message to a shard
+     * only, so this counts steps however the gradient was chunked. */
+    if (!svc->steps && req->examples > 0)
+      atomic_fetch_add(&svc->updates, 1);
+    if (svc->saver && !svc->steps)
+      psd_saver_pushed(svc->saver);
+    atomic_fetch_add(&svc->examples, req->examples);
+    atomic_fetch_add(&svc->bytes_in, total);
+  }
   resp.n_versions = req->n_segments;
   resp.versions = versions;
   cm_rpc_reply(call, cm_rpc_pack(&resp.base));
@@ -531,7 +1005,7 @@ static void on_push(struct cm_rpc_call *call, grpc_byte_buffer *bb, void *ctx) {
 nomem:
   fail(svc, call, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
 out:
-  free(scratch);
+  free(grad);
   free(vars);
   free(versions);
   if (req)
@@ -620,6 +1094,9 @@ static void on_status(struct cm_rpc_call *call, grpc_byte_buffer *bb,
   resp.bytes_out = atomic_load(&svc->bytes_out);
   resp.errors = atomic_load(&svc->errors);
   resp.unauthenticated = svc->rpc ? cm_server_unauthenticated(svc->rpc) : 0;
+  resp.nonfinite_pushes = atomic_load(&svc->nonfinite);
+  resp.nonfinite = (char *)psd_nonfinite_name(svc->limits.nonfinite);
+  resp.max_message_bytes = svc->limits.max_message;
   resp.uptime_s = (now.tv_sec - svc->started.tv_sec) +
                   (now.tv_nsec - svc->started.tv_nsec) / 1e9;
   resp.n_vars = n;
@@ -735,6 +1212,8 @@ int psd_service_new(struct psd_service **out, struct psd_store *store,
   svc->store = store;
   svc->shard = shard;
   svc->nshards = nshards;
+  svc->nworkers = nworkers;
+  psd_service_set_limits(svc, NULL);
   snprintf(svc->job, sizeof svc->job, "%s", job);
   snprintf(svc->mode, sizeof svc->mode, "%s", mode);
   clock_gettime(CLOCK_MONOTONIC, &svc->started);
@@ -759,6 +1238,21 @@ int psd_service_new(struct psd_service **out, struct psd_store *store,
 
 void psd_service_set_server(struct psd_service *svc, struct cm_server *rpc) {
   svc->rpc = rpc;
+}
+
+void psd_service_set_limits(struct psd_service *svc,
+                            const struct psd_limits *l) {
+  long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  if (l)
+    svc->limits = *l;
+  else
+    svc->limits = (struct psd_limits){.max_message = CM_RPC_MAX_MESSAGE};
+  if (svc->limits.max_message < CM_RPC_MIN_MESSAGE)
+    svc->limits.max_message = CM_RPC_MIN_MESSAGE;
+  svc->held_is_memory = !svc->limits.max_held;
+  if (!svc->limits.max_held)
+    svc->limits.max_held =
+        pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page : UINT64_MAX;
 }
 
 void psd_service_set_coord(struct psd_service *svc, struct psd_coord *coord) {
@@ -795,6 +1289,7 @@ void psd_service_counters(struct psd_service *svc, struct psd_counters *c) {
   c->bytes_in = atomic_load(&svc->bytes_in);
   c->bytes_out = atomic_load(&svc->bytes_out);
   c->errors = atomic_load(&svc->errors);
+  c->nonfinite = atomic_load(&svc->nonfinite);
   c->step =
       svc->steps ? psd_steps_version(svc->steps) : atomic_load(&svc->updates);
 }

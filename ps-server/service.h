@@ -5,6 +5,7 @@
 #ifndef PSD_SERVICE_H
 #define PSD_SERVICE_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "rpc.h"
@@ -19,6 +20,45 @@ struct psd_service;
 int psd_service_new(struct psd_service **out, struct psd_store *store,
                     int shard, int nshards, int nworkers, const char *job,
                     const char *mode);
+
+/* Most segments in one pull or push, and most variables on one shard (and
+ * in one Declare): far beyond any model's, low enough that no request can
+ * make the shard work for long. */
+#define PSD_MAX_SEGMENTS 65536
+#define PSD_MAX_VARS 65536
+/* Most pulls parked at once, waiting for a sync step to commit. */
+#define PSD_MAX_PARKED 65536
+
+/* What a shard does with a push whose gradient holds NaN or an infinity
+ * (job.nonfinite); each is counted whatever the policy. */
+enum psd_nonfinite {
+  PSD_NONFINITE_REJECT = 0, /* INVALID_ARGUMENT, nothing of the push applied */
+  PSD_NONFINITE_SKIP,       /* acknowledged, nothing of it applied */
+  PSD_NONFINITE_APPLY,      /* applied as it is (a diverging job shows it) */
+};
+
+/* The policy named by the spec's job.nonfinite ("reject", "skip", "apply"),
+ * and its name. */
+enum psd_nonfinite psd_nonfinite_parse(const char *name);
+const char *psd_nonfinite_name(enum psd_nonfinite n);
+
+/* What a request may ask of a shard, beyond the checks every field gets. */
+struct psd_limits {
+  uint64_t max_message; /* bytes: the largest message (job.max_message_mb);
+                           a pull whose answer would not fit is refused */
+  enum psd_nonfinite nonfinite; /* job.nonfinite */
+  uint64_t max_held; /* bytes of values and slots the shard may hold; a
+                        Declare needing more is RESOURCE_EXHAUSTED; 0:
+                        this machine's physical memory */
+};
+
+/* Sets the limits (copied; NULL: the defaults, 64 MiB, reject, memory). */
+void psd_service_set_limits(struct psd_service *svc,
+                            const struct psd_limits *l);
+
+/* Position of the first NaN or infinity in g[0..n), or n when there is none.
+ * One pass that the compiler vectorizes. */
+size_t psd_first_nonfinite(const float *g, size_t n);
 
 /* Lets Status report the coordinator's view (shard 0). */
 struct psd_coord;
@@ -53,6 +93,7 @@ struct psd_counters {
   uint64_t bytes_in;  /* gradient payload bytes applied */
   uint64_t bytes_out; /* value payload bytes sent */
   uint64_t errors;    /* calls answered with an error */
+  uint64_t nonfinite; /* pushes with NaN or Inf, whatever the policy */
   uint64_t step;      /* sync: steps committed; async: worker steps applied
                          here (one per worker step whatever the chunking) */
 };

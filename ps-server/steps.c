@@ -104,17 +104,23 @@ int psd_steps_stage(struct psd_steps *s, int worker, uint64_t step,
   pthread_mutex_lock(&s->lock);
   if (step < s->version) {
     snprintf(err, errlen,
-             "push for step %llu: the step is already committed (now at "
+             "push to '%s' for step %llu from worker %d: step %llu is already "
+             "closed (this shard has committed %llu steps; the open step is "
              "%llu); the gradient is dropped",
-             (unsigned long long)step, (unsigned long long)s->version);
+             v->name, (unsigned long long)step, worker,
+             (unsigned long long)step, (unsigned long long)s->version,
+             (unsigned long long)s->version);
     rc = CM_ERANGE;
     goto out;
   }
   if (step > s->version) {
     snprintf(err, errlen,
-             "push for step %llu: this shard has committed %llu steps; pull "
-             "the parameters of that step first",
-             (unsigned long long)step, (unsigned long long)s->version);
+             "push to '%s' for step %llu from worker %d: this shard has "
+             "committed %llu steps (the open step is %llu); pull the "
+             "parameters of step %llu first",
+             v->name, (unsigned long long)step, worker,
+             (unsigned long long)s->version, (unsigned long long)s->version,
+             (unsigned long long)step);
     rc = CM_EINVAL;
     goto out;
   }

@@ -22,6 +22,10 @@ struct psd_store {
   struct psd_var **vars; /* owned, in declaration order */
   int nvars;             /* entries used */
   int cap;               /* entries allocated */
+  int *index;            /* owned hash table of positions in vars, -1 for an
+                            empty entry: a name is found in constant time
+                            however many variables a request names */
+  size_t icap;           /* entries in index: 0 or a power of two > 2 nvars */
 };
 
 int psd_store_new(struct psd_store **out, int shard, int nshards,
@@ -46,6 +50,7 @@ void psd_store_free(struct psd_store *s) {
     free(s->vars[i]);
   }
   free(s->vars);
+  free(s->index);
   pthread_rwlock_destroy(&s->lock);
   free(s);
 }
@@ -64,11 +69,53 @@ const struct cm_optim_set *psd_store_optims(const struct psd_store *s) {
   return &s->optims;
 }
 
+/* FNV-1a of a name. */
+static size_t name_hash(const char *name) {
+  uint64_t h = 14695981039346656037ULL;
+  for (; *name; name++)
+    h = (h ^ (unsigned char)*name) * 1099511628211ULL;
+  return (size_t)h;
+}
+
+/* The index is never more than half full, so every probe ends at an empty
+ * entry. */
 static struct psd_var *find_locked(struct psd_store *s, const char *name) {
-  for (int i = 0; i < s->nvars; i++)
-    if (strcmp(s->vars[i]->name, name) == 0)
-      return s->vars[i];
-  return NULL;
+  if (!s->icap)
+    return NULL;
+  for (size_t i = name_hash(name) & (s->icap - 1);;
+       i = (i + 1) & (s->icap - 1)) {
+    int k = s->index[i];
+    if (k < 0)
+      return NULL;
+    if (strcmp(s->vars[k]->name, name) == 0)
+      return s->vars[k];
+  }
+}
+
+/* Puts position k in the index, which has room. */
+static void index_put(struct psd_store *s, int k) {
+  size_t i = name_hash(s->vars[k]->name) & (s->icap - 1);
+  while (s->index[i] >= 0)
+    i = (i + 1) & (s->icap - 1);
+  s->index[i] = k;
+}
+
+/* Makes room in the index for one more variable, keeping it at most half
+ * full. Caller holds the write lock. */
+static int index_reserve(struct psd_store *s) {
+  if ((size_t)(s->nvars + 1) * 2 <= s->icap)
+    return 0;
+  size_t cap = s->icap ? s->icap * 2 : 64;
+  int *index = malloc(cap * sizeof *index);
+  if (!index)
+    return CM_ENOMEM;
+  memset(index, 0xff, cap * sizeof *index); /* every entry -1 */
+  free(s->index);
+  s->index = index;
+  s->icap = cap;
+  for (int j = 0; j < s->nvars; j++)
+    index_put(s, j);
+  return 0;
 }
 
 struct psd_var *psd_store_find(struct psd_store *s, const char *name) {
@@ -90,6 +137,12 @@ struct psd_var *psd_store_at(struct psd_store *s, int i) {
   struct psd_var *v = i >= 0 && i < s->nvars ? s->vars[i] : NULL;
   pthread_rwlock_unlock(&s->lock);
   return v;
+}
+
+uint64_t psd_store_elem_bytes(const struct psd_store *s, const char *name) {
+  int rule;
+  const struct cm_optim *o = cm_optim_pick(&s->optims, name, &rule);
+  return (uint64_t)(1 + cm_optim_nslots(o->type)) * sizeof(float);
 }
 
 uint64_t psd_var_bytes(const struct psd_store *s, const struct psd_var *v) {
@@ -168,6 +221,8 @@ int psd_store_declare(struct psd_store *s, const char *name, int ndim,
     }
     goto out;
   }
+  if ((rc = index_reserve(s)))
+    goto out;
   if (s->nvars == s->cap) {
     int cap = s->cap ? s->cap * 2 : 16;
     struct psd_var **vars = realloc(s->vars, cap * sizeof *vars);
@@ -221,7 +276,8 @@ int psd_store_declare(struct psd_store *s, const char *name, int ndim,
   init_values(v, init, init_scale, seed);
   pthread_mutex_init(&v->lock, NULL);
   v->index = s->nvars;
-  s->vars[s->nvars++] = v;
+  s->vars[s->nvars] = v;
+  index_put(s, s->nvars++);
   *created = 1;
 out:
   pthread_rwlock_unlock(&s->lock);

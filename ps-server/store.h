@@ -18,6 +18,7 @@
 #define PSD_VAR_MAX_NAME 200
 /* Longest optimizer description (cm_optim_describe). */
 #define PSD_OPTIM_DESC 256
+#define PSD_VAR_MAX_ELEMS (1ULL << 40) /* elements of the whole variable */
 
 enum psd_init { PSD_INIT_ZEROS = 0, PSD_INIT_UNIFORM = 1 };
 
@@ -94,6 +95,10 @@ void psd_store_apply_step(struct psd_store *s, struct psd_var *v,
 
 /* Optimizer steps applied to v's slice: ceil(applied / slice length). */
 uint64_t psd_var_steps(const struct psd_var *v);
+
+/* Bytes a slice of the variable called name would hold per element: the
+ * value and the slots of the optimizer it gets. */
+uint64_t psd_store_elem_bytes(const struct psd_store *s, const char *name);
 
 /* Bytes this shard holds for v (values plus slots). */
 uint64_t psd_var_bytes(const struct psd_store *s, const struct psd_var *v);

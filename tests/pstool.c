@@ -1,7 +1,10 @@
 /* pstool: a test and benchmark client for psd (not installed).
  *
  *   pstool --cluster F [--shard S] declare NAME SHAPE [PLACEMENT]
- *   pstool --cluster F [--shard S] push NAME SHAPE OFFSET V1,V2,...
+ *   pstool --cluster F [--shard S] [--step T --worker W] push NAME SHAPE
+ *          OFFSET V1,V2,...
+ *   pstool --cluster F [--shard S] [--step T --worker W] pushfill NAME SHAPE
+ *          OFFSET COUNT VALUE
  *   pstool --cluster F [--shard S] pull NAME OFFSET COUNT
  *   pstool --cluster F [--shard S] raw METHOD HEXBYTES
  *   pstool --cluster F roundtrip --bytes N [--rounds R] [--chunk B] [--inflight
@@ -9,12 +12,15 @@
  *
  * SHAPE is "4,3". The low-level commands send exactly one call to one shard
  * and print "OK ..." or "ERROR <gRPC status>: <message>" (exit 1), so tests
- * can check psd's answers to bad input. roundtrip declares a variable of N
- * bytes split across all shards with libpsclient, pushes a known gradient,
- * pulls it back and checks every element against the update formula, then
- * times R pushes and R pulls (with each call's p50 and p99); with --join it
- * first joins the job as worker W, so its pushes name it (the coordinator
- * then times them as that worker's steps); tcp times a
+ * can check psd's answers to bad input. pushfill pushes COUNT copies of
+ * VALUE ("nan" and "inf" work); --step T and --worker W make a push a sync
+ * one (step T, worker W); --max-message-mb M lets pstool send and receive
+ * messages up to M MiB whatever the spec says, to test the shard's limit.
+ * roundtrip declares a variable of N bytes split across all shards with
+ * libpsclient, pushes a known gradient, pulls it back and checks every element
+ * against the update formula, then times R pushes and R pulls (with each call's
+ * p50 and p99); with --join it first joins the job as worker W, so its pushes
+ * name it (the coordinator then times them as that worker's steps); tcp times a
  * plain loopback TCP copy, the baseline for the transport benchmark.
  * syncload is a light sync worker for the scale benchmark: the demo MLP's
  * variables, no compute, S steps of pull, stage, admit. */
@@ -47,6 +53,8 @@ struct args {
   int inflight;        /* --inflight */
   int worker;          /* --worker */
   int join;            /* --join: roundtrip joins as worker --worker first */
+  long long step;      /* --step: a push's sync step, -1 when not given */
+  int max_message_mb;  /* --max-message-mb, 0: the spec's */
 };
 
 static int cmp_double(const void *a, const void *b) {
@@ -136,16 +144,30 @@ static int cmd_low(struct cm_spec *spec, const struct args *a, int argc,
     r.vars = vp;
     method = "/psd.v1.Data/Declare";
     req = cm_rpc_pack(&r.base);
-  } else if (!strcmp(argv[0], "push") && argc >= 5) {
+  } else if ((!strcmp(argv[0], "push") && argc >= 5) ||
+             (!strcmp(argv[0], "pushfill") && argc >= 6)) {
     Psd__V1__PushRequest r = PSD__V1__PUSH_REQUEST__INIT;
-    int n = 0, cap = 1;
-    for (const char *p = argv[4]; *p; p++)
-      cap += *p == ',';
-    vals = calloc(cap, sizeof *vals);
-    for (char *p = argv[4], *end; *p; p = *end == ',' ? end + 1 : end) {
-      vals[n++] = strtof(p, &end);
-      if (end == p)
-        break;
+    size_t n = 0, cap = 1;
+    if (!strcmp(argv[0], "pushfill")) {
+      float x = strtof(argv[5], NULL);
+      cap = n = strtoull(argv[4], NULL, 10);
+      if (!(vals = malloc((n ? n : 1) * sizeof *vals)))
+        goto out;
+      for (size_t i = 0; i < n; i++)
+        vals[i] = x;
+    } else {
+      for (const char *p = argv[4]; *p; p++)
+        cap += *p == ',';
+      vals = calloc(cap, sizeof *vals);
+      for (char *p = argv[4], *end; *p; p = *end == ',' ? end + 1 : end) {
+        vals[n++] = strtof(p, &end);
+        if (end == p)
+          break;
+      }
+    }
+    if (a->step >= 0) {
+      r.step = (uint64_t)a->step;
+      r.worker = a->worker;
     }
     nshape = parse_list_i64(argv[2], shape, 8);
     seg.name = argv[1];
@@ -503,17 +525,20 @@ static int cmd_tcp(const struct args *a) {
 }
 
 int main(int argc, char **argv) {
-  static const struct option opts[] = {{"cluster", required_argument, 0, 'c'},
-                                       {"shard", required_argument, 0, 's'},
-                                       {"timeout", required_argument, 0, 't'},
-                                       {"bytes", required_argument, 0, 'b'},
-                                       {"rounds", required_argument, 0, 'r'},
-                                       {"chunk", required_argument, 0, 'k'},
-                                       {"inflight", required_argument, 0, 'i'},
-                                       {"worker", required_argument, 0, 'w'},
-                                       {"join", no_argument, 0, 'j'},
-                                       {0, 0, 0, 0}};
-  struct args a = {.timeout = 10000, .rounds = 5};
+  static const struct option opts[] = {
+      {"cluster", required_argument, 0, 'c'},
+      {"shard", required_argument, 0, 's'},
+      {"timeout", required_argument, 0, 't'},
+      {"bytes", required_argument, 0, 'b'},
+      {"rounds", required_argument, 0, 'r'},
+      {"chunk", required_argument, 0, 'k'},
+      {"inflight", required_argument, 0, 'i'},
+      {"worker", required_argument, 0, 'w'},
+      {"join", no_argument, 0, 'j'},
+      {"step", required_argument, 0, 'T'},
+      {"max-message-mb", required_argument, 0, 'M'},
+      {0, 0, 0, 0}};
+  struct args a = {.timeout = 10000, .rounds = 5, .step = -1};
   struct cm_spec *spec = NULL;
   char err[4096];
   int ch, rc;
@@ -547,6 +572,12 @@ int main(int argc, char **argv) {
     case 'j':
       a.join = 1;
       break;
+    case 'T':
+      a.step = strtoll(optarg, NULL, 10);
+      break;
+    case 'M':
+      a.max_message_mb = atoi(optarg);
+      break;
     default:
       return 2;
     }
@@ -567,6 +598,10 @@ int main(int argc, char **argv) {
     return 2;
   }
   cm_rpc_global_init();
+  cm_rpc_set_max_message((long long)(a.max_message_mb
+                                         ? a.max_message_mb
+                                         : spec->job.max_message_mb)
+                         << 20);
   if (!strcmp(argv[optind], "roundtrip"))
     rc = cmd_roundtrip(spec, &a);
   else if (!strcmp(argv[optind], "syncload"))

@@ -6,7 +6,8 @@
  * cm_addr_is_local on literals that send no traffic, and the checkpoint
  * settings (defaults, bounds, a relative dir resolved against the spec
  * file's directory), and the optimizer (every key, schedules, per-variable
- * overrides and which rule a variable gets, and their mistakes). */
+ * overrides and which rule a variable gets, and their mistakes), and the input
+ * limits (job.max_message_mb, job.nonfinite). */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE /* setenv, mkstemp under -std=c11 */
 #endif
@@ -299,7 +300,7 @@ START_TEST(test_unknown_keys) {
            "expected one of name, model, hidden, data_dir, epochs, "
            "batch_size, optimizer, sync, seed, log_every, rpc_timeout_ms, "
            "max_steps, heartbeat_ms, dead_after_ms, unix_sockets, checkpoint, "
-           "optimizer_overrides, channels");
+           "optimizer_overrides, channels, max_message_mb, nonfinite");
   has_line("t.json: job.optimizer.typ: unknown key (did you mean type?); "
            "expected one of type, lr, momentum, weight_decay, beta1, beta2, "
            "eps, schedule, clip_norm");
@@ -1306,6 +1307,54 @@ START_TEST(test_override_mistakes) {
 }
 END_TEST
 
+/* job.max_message_mb and job.nonfinite: defaults, values, and mistakes
+ * with their JSON paths (a limit too small for a 2 MiB chunk says so). */
+START_TEST(test_input_limits) {
+  struct cm_spec *spec = NULL;
+
+  ck_assert_int_eq(parse(ONE_WORKER(""), &spec), 0);
+  ck_assert_int_eq(spec->job.max_message_mb, 64);
+  ck_assert_str_eq(spec->job.nonfinite, "reject");
+  cm_spec_free(spec);
+  ck_assert_msg(parse(ONE_WORKER("\"max_message_mb\": 4, \"nonfinite\":"
+                                 " \"skip\""),
+                      &spec) == 0,
+                "err: %s", err);
+  ck_assert_int_eq(spec->job.max_message_mb, 4);
+  ck_assert_str_eq(spec->job.nonfinite, "skip");
+  cm_spec_free(spec);
+  ck_assert_int_eq(parse(ONE_WORKER("\"max_message_mb\": 2047, \"nonfinite\":"
+                                    " \"apply\""),
+                         &spec),
+                   0);
+  ck_assert_int_eq(spec->job.max_message_mb, 2047);
+  ck_assert_str_eq(spec->job.nonfinite, "apply");
+  cm_spec_free(spec);
+
+  parse_bad(ONE_WORKER("\"max_message_mb\": 2, \"nonfinite\": \"drop\""));
+  has_line("t.json: job.max_message_mb: 2 MiB is too small; expected at least "
+           "4 (a 2 MiB chunk of tensor data plus its message head and "
+           "headroom)");
+  has_line("t.json: job.nonfinite: expected \"reject\", \"skip\" or "
+           "\"apply\", got \"drop\"");
+  ck_assert_int_eq(count_lines(err), 2);
+
+  parse_bad(ONE_WORKER("\"max_message_mb\": 4096, \"nonfinite\": false"));
+  has_line("t.json: job.max_message_mb: 4096 out of range; expected a "
+           "positive integer up to 2047");
+  has_line("t.json: job.nonfinite: expected \"reject\", \"skip\" or "
+           "\"apply\", got false");
+  parse_bad(ONE_WORKER("\"max_message_mb\": 0"));
+  has_line("t.json: job.max_message_mb: expected a positive integer, got 0");
+  parse_bad(ONE_WORKER("\"max_message_mb\": \"64\""));
+  has_line("t.json: job.max_message_mb: expected a positive integer, got "
+           "\"64\"");
+  parse_bad(ONE_WORKER("\"max_mesage_mb\": 8"));
+  has_text("t.json: job.max_mesage_mb: unknown key (did you mean "
+           "max_message_mb?)");
+}
+END_TEST
+
 static Suite *spec_suite(void) {
   Suite *s = suite_create("spec");
   TCase *tc = tcase_create("parse");
@@ -1325,6 +1374,7 @@ static Suite *spec_suite(void) {
   tcase_add_test(tc, test_load);
   tcase_add_test(tc, test_unix_sockets);
   tcase_add_test(tc, test_auth);
+  tcase_add_test(tc, test_input_limits);
   suite_add_tcase(s, tc);
 
   tc = tcase_create("sync");

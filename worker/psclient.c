@@ -108,6 +108,8 @@ int dw_client_new(struct dw_client **out, const struct cm_spec *spec,
   if (!c)
     return CM_ENOMEM;
   cm_rpc_global_init(); /* reference-counted: balanced in dw_client_free */
+  /* The channels take the job's message limit when made. */
+  cm_rpc_set_max_message((long long)spec->job.max_message_mb << 20);
   c->spec = spec;
   c->windex = -1;
   if (opts)
@@ -962,6 +964,11 @@ int dw_client_status(struct dw_client *c, int shard, char **json) {
                    (json_int_t)resp->bytes_out, "errors",
                    (json_int_t)resp->errors, "uptime_s", resp->uptime_s,
                    "unauthenticated", (json_int_t)resp->unauthenticated);
+  if (root) { /* job.nonfinite: pushes with NaN or Inf, and the policy */
+    json_object_set_new(root, "nonfinite_pushes",
+                        json_integer((json_int_t)resp->nonfinite_pushes));
+    json_object_set_new(root, "nonfinite", json_string(resp->nonfinite));
+  }
   vars = json_array();
   for (size_t i = 0; root && i < resp->n_vars; i++) {
     const Psd__V1__VarStatus *v = resp->vars[i];

@@ -376,7 +376,8 @@ class NotifyTest(unittest.TestCase):
         self.assertEqual(first, "READY=1")
         with socket.create_connection(("127.0.0.1", port), timeout=5):
             pass
-        self.assertIn("ready: listening on 127.0.0.1:%d" % port, psd.output())
+        # Written before READY=1; the thread reading psd's output may lag.
+        psd.wait_for("ready: listening on 127.0.0.1:%d" % port, timeout=10)
         status = ps_sock.next()
         self.assertEqual(status, "STATUS=shard 0 of 1 on 127.0.0.1:%d, job 'notify-job', "
                                  "async, step 0, 0 of 1 workers live, 0 pushes/s" % port)

@@ -178,7 +178,7 @@ class PsctlTest(unittest.TestCase):
         cls.spec = os.path.join(cls.tmp.name, "spec.json")
         h.write_spec(cls.spec, nps=2, nworker=1,
                      job={"name": "ctl", "optimizer": {"type": "sgd", "lr": 1.0},
-                          "heartbeat_ms": 200})
+                          "heartbeat_ms": 200, "nonfinite": "apply"})  # W holds a NaN
         cls.ps = [h.start_psd(cls.spec, i) for i in range(2)]
         for s in range(2):
             cls.tool("declare", "w", "6,4", "-1", shard=s)   # rows [0,3) and [3,6)
@@ -385,7 +385,8 @@ class PsctlDownTest(unittest.TestCase):
         with h.TempDir() as d:
             spec = os.path.join(d, "spec.json")
             doc = h.write_spec(spec, nps=2, nworker=1,
-                               job={"name": "down", "optimizer": {"type": "sgd", "lr": 1.0}})
+                               job={"name": "down", "optimizer": {"type": "sgd", "lr": 1.0},
+                                    "nonfinite": "apply"})  # W holds a NaN
             addr1 = doc["cluster"]["ps"][1]
             ps = [h.start_psd(spec, i) for i in range(2)]
             try:

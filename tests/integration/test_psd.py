@@ -1,7 +1,10 @@
 """psd end to end over real gRPC: exact update arithmetic, idempotent declare,
 every kind of bad input answered with a clear status while the shard keeps
-serving, a 256 MiB variable, psctl, spec mistakes, a taken port, and the BLAS
-kernel choice. Run: /usr/bin/python3 test_psd.py BUILD_DIR"""
+serving (fields of every call, a missing caller, overflowing shapes and
+offsets, overlapping segments, NaN and Inf under both job.nonfinite
+policies, oversize messages against job.max_message_mb, sync pushes for a
+closed step), a 256 MiB variable, psctl, spec mistakes, a taken port, and
+the BLAS kernel choice. Run: /usr/bin/python3 test_psd.py BUILD_DIR"""
 import json
 import os
 import signal
@@ -13,6 +16,7 @@ import tempfile
 import unittest
 
 import harness as h
+import pb
 
 LR, MU = 0.1, 0.9
 
@@ -110,7 +114,7 @@ class PsdTest(unittest.TestCase):
         self.ok("declare", "len", "2,2")
         out = self.error("INVALID_ARGUMENT", "raw", "/psd.v1.Data/Push",
                          # segment {name "len", offset 0, count 2, shape [2,2]}, data of 4 bytes
-                         "12" + "0d" + "0a036c656e" + "1000" + "1802" + "2202" + "0202"
+                         "0a030a0174" + "12" + "0d" + "0a036c656e" + "1000" + "1802" + "2202" + "0202"
                          + "7a04" + "0000803f")
         self.assertIn("data field holds 4", out)
         self.assert_serving()
@@ -134,6 +138,102 @@ class PsdTest(unittest.TestCase):
             out = self.error("INVALID_ARGUMENT", "raw", method, "ffffffffffff0102")
             self.assertIn("malformed protobuf", out)
         self.error("UNIMPLEMENTED", "raw", "/psd.v1.Data/Nope", "")
+        self.assert_serving()
+
+    def test_missing_caller_is_invalid_argument(self):
+        self.ok("declare", "mc", "2")
+        for method, msg in (("/psd.v1.Data/Push", pb.push(None, [("mc", 0, 1, [2])], [1.0])),
+                            ("/psd.v1.Data/Pull", pb.ld(2, pb.segment("x", 0, 1))),
+                            ("/psd.v1.Admin/Status", b""),
+                            ("/psd.v1.Coord/Join", pb.uint(2, 0))):
+            out = self.error("INVALID_ARGUMENT", "raw", method, msg.hex())
+            self.assertIn("caller.job is missing; every request names its job", out)
+            self.assertIn("'t'", out)
+        self.assertEqual(pulled(self.ok("pull", "mc", "0", "1")), [0.0])
+        self.assert_serving()
+
+    def test_declare_fields_are_checked(self):
+        cases = [
+            (("bad5", "1,1,1,1,1"), "INVALID_ARGUMENT", "the shape has 5 dimensions; expected 1..4"),
+            (("bad0", "3,0"), "INVALID_ARGUMENT", "shape [3, 0]: dimension 1 is 0"),
+            (("huge", "1048576,2097152"), "INVALID_ARGUMENT", "more than 2^40 elements"),
+            (("wrap", "4611686018427387904,4"), "INVALID_ARGUMENT", "more than 2^40 elements"),
+            (("", "3"), "INVALID_ARGUMENT", "the variable name is 0 bytes long"),
+            (("x" * 201, "3"), "INVALID_ARGUMENT", "the variable name is 201 bytes long"),
+            (("tab\there", "3"), "INVALID_ARGUMENT", "control character (0x09) at byte 3"),
+            (("far", "3", "2"), "INVALID_ARGUMENT", "placement 2; expected -1 (split) or a shard "
+                                                   "index 0..1"),
+            # 2^39 floats split in two: 1 TiB on each shard, beyond any memory here.
+            (("tib", "549755813888"), "RESOURCE_EXHAUSTED", "(this machine's memory)"),
+        ]
+        for args, code, needle in cases:
+            out = self.error(code, "declare", *args)
+            self.assertIn(needle, out, args)
+        r = h.run([h.build_path("ps-server", "psctl"), "--cluster", self.spec, "--json", "vars"])
+        names = [v["name"] for v in json.loads(r.stdout)["vars"]]
+        for args, _, _ in cases:
+            self.assertNotIn(args[0], names)
+        self.assert_serving()
+
+    def test_offset_plus_count_overflow_is_out_of_range(self):
+        self.ok("declare", "ov", "4,2")
+        out = self.error("OUT_OF_RANGE", "pull", "ov", str(1 << 63), str((1 << 63) + 5))
+        self.assertIn("elements [9223372036854775808, 9223372036854775808 + "
+                      "9223372036854775813)", out)
+        out = self.error("INVALID_ARGUMENT", "pull", "ov", "0", "0")
+        self.assertIn("segment 0 has count 0", out)
+        self.assert_serving()
+
+    def test_overlapping_segments_are_refused_and_nothing_applied(self):
+        self.ok("declare", "olap", "4,2")  # shard 0: elements [0, 4)
+        msg = pb.push("t", [("olap", 0, 3, [4, 2]), ("olap", 2, 2, [4, 2])], [1.0] * 5)
+        out = self.error("INVALID_ARGUMENT", "raw", "/psd.v1.Data/Push", msg.hex())
+        self.assertIn("push to 'olap': segments 0 and 1 overlap (elements [0, 3) and [2, 4))",
+                      out)
+        self.assertEqual(pulled(self.ok("pull", "olap", "0", "4")), [0.0] * 4)
+        # Adjacent is fine.
+        msg = pb.push("t", [("olap", 0, 2, [4, 2]), ("olap", 2, 2, [4, 2])], [1.0] * 4)
+        self.ok("raw", "/psd.v1.Data/Push", msg.hex())
+        self.assertEqual([f32(x) for x in pulled(self.ok("pull", "olap", "0", "4"))],
+                         [f32(-f32(LR))] * 4)
+        self.assert_serving()
+
+    def nonfinite(self):
+        r = h.run([h.build_path("ps-server", "psctl"), "--cluster", self.spec, "--json", "status"])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        return [s["nonfinite_pushes"] for s in json.loads(r.stdout)["shards"]]
+
+    def test_nan_and_inf_are_rejected_naming_variable_and_element(self):
+        for shard in range(2):
+            self.ok("declare", "nf", "4,2", shard=shard)  # shard 1: elements [4, 8)
+        before = self.nonfinite()
+        for value, word in (("nan", "NaN"), ("inf", "+Inf"), ("-inf", "-Inf")):
+            msg = pb.push("t", [("nf", 4, 2, [4, 2]), ("nf", 6, 2, [4, 2])],
+                          [1.0, 2.0, 3.0, float(value)])
+            out = self.error("INVALID_ARGUMENT", "raw", "/psd.v1.Data/Push", msg.hex(), shard=1)
+            self.assertIn("push to 'nf': gradient element 7 (segment 1) is %s; nothing of this "
+                          "push was applied (job.nonfinite is \"reject\")" % word, out)
+        out = self.error("INVALID_ARGUMENT", "pushfill", "nf", "4,2", "4", "4", "nan", shard=1)
+        self.assertIn("gradient element 4 (segment 0) is NaN", out)
+        # Nothing of any of them was applied, and each was counted.
+        self.assertEqual(pulled(self.ok("pull", "nf", "4", "4", shard=1)), [0.0] * 4)
+        self.assertEqual(self.nonfinite(), [before[0], before[1] + 4])
+        r = h.run([h.build_path("ps-server", "psctl"), "--cluster", self.spec, "metrics"])
+        self.assertIn('psd_nonfinite_pushes_total{shard="1"} %d' % (before[1] + 4), r.stdout)
+        self.assertIn("# TYPE psd_nonfinite_pushes_total counter", r.stdout)
+        r = h.run([h.build_path("ps-server", "psctl"), "--cluster", self.spec, "status"])
+        self.assertIn('ps:1: %d pushes with NaN or Inf in the gradient rejected '
+                      '(job.nonfinite "reject")' % (before[1] + 4), r.stdout)
+        self.assert_serving()
+
+    def test_worker_index_out_of_range(self):
+        self.ok("declare", "wk", "2")
+        msg = pb.push("t", [("wk", 0, 1, [2])], [1.0], worker=5) + pb.uint(30, 1)
+        out = self.error("INVALID_ARGUMENT", "raw", "/psd.v1.Data/Push", msg.hex())
+        self.assertIn("Push: worker 5 out of range; cluster.worker has 1 entries", out)
+        out = self.error("INVALID_ARGUMENT", "raw", "/psd.v1.Coord/Heartbeat",
+                         (pb.caller("t") + pb.uint(2, 3)).hex())
+        self.assertIn("Heartbeat: worker 3 out of range", out)
         self.assert_serving()
 
     def test_wrong_job_is_refused(self):
@@ -174,6 +274,144 @@ class PsdTest(unittest.TestCase):
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertIn("SHARD", r.stdout)
         self.assertRegex(r.stdout, r"ps:1\s+127\.0\.0\.1:\d+\s+up")
+
+
+class PsdLimitsTest(unittest.TestCase):
+    """A shard with the smallest message limit and job.nonfinite "skip"."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory(prefix="psd-test-")
+        cls.spec = os.path.join(cls.tmp.name, "spec.json")
+        h.write_spec(cls.spec, nps=1, nworker=1,
+                     job={"name": "lim", "optimizer": {"type": "sgd", "lr": 1.0},
+                          "max_message_mb": 4, "nonfinite": "skip"})
+        cls.ps = h.start_psd(cls.spec, 0)
+
+    @classmethod
+    def tearDownClass(cls):
+        rc = cls.ps.stop(signal.SIGTERM)
+        cls.tmp.cleanup()
+        assert rc == 0, "psd did not exit 0 on SIGTERM: %s" % rc
+
+    def tool(self, *args):
+        return h.pstool(self.spec, *args)
+
+    def test_limits_are_logged(self):
+        self.ps.wait_for('input: messages over 4 MiB are refused (job.max_message_mb); pushes '
+                         'with NaN or Inf are acknowledged, skipped and counted '
+                         '(job.nonfinite "skip")')
+
+    def test_oversize_message_is_resource_exhausted_and_psd_serves_on(self):
+        r = self.tool("declare", "big", "2048,1024")
+        self.assertEqual(r.returncode, 0, r.stdout)
+        # 5 MiB of gradient: pstool itself refuses to send it at the job's limit...
+        r = self.tool("pushfill", "big", "2048,1024", "0", str(5 << 18), "1")
+        self.assertEqual(r.returncode, 1, r.stdout + r.stderr)
+        self.assertTrue(r.stdout.startswith("ERROR RESOURCE_EXHAUSTED: "), r.stdout)
+        # ... and psd refuses it when a client sends it anyway.
+        r = self.tool("--max-message-mb", "64", "pushfill", "big", "2048,1024", "0",
+                      str(5 << 18), "1")
+        self.assertEqual(r.returncode, 1, r.stdout + r.stderr)
+        self.assertTrue(r.stdout.startswith("ERROR RESOURCE_EXHAUSTED: "), r.stdout)
+        self.assertIn("4194304", r.stdout)  # gRPC names the limit
+        # A pull whose answer would not fit: refused by psd, naming the limit.
+        r = self.tool("--max-message-mb", "64", "pull", "big", "0", str(5 << 18))
+        self.assertTrue(r.stdout.startswith("ERROR RESOURCE_EXHAUSTED: pull asks for more than "
+                                            "4190208 bytes in one message"), r.stdout)
+        # Nothing was applied; a push within the limit is.
+        r = self.tool("pushfill", "big", "2048,1024", "0", str(1 << 18), "1")
+        self.assertEqual(r.returncode, 0, r.stdout)
+        r = self.tool("pull", "big", str((1 << 18) - 2), "4")
+        self.assertEqual(pulled(r.stdout), [-1.0, -1.0, 0.0, 0.0])
+        self.assertIsNone(self.ps.p.poll())
+        # The roundtrip of a variable larger than the limit still works: chunked.
+        r = self.tool("--bytes", str(8 << 20), "--rounds", "1", "roundtrip")
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertIn("verified", r.stdout)
+
+    def test_nonfinite_skip_acknowledges_without_applying(self):
+        self.assertEqual(self.tool("declare", "sk", "4").returncode, 0)
+        st = json.loads(h.run([h.build_path("ps-server", "psctl"), "--cluster", self.spec,
+                               "--json", "status"]).stdout)["shards"][0]
+        before, pushes = st["nonfinite_pushes"], st["pushes"]
+        self.assertEqual(st["nonfinite"], "skip")
+        r = self.tool("push", "sk", "4", "0", "1,inf,2,3")
+        self.assertEqual(r.returncode, 0, r.stdout)
+        self.assertEqual(pulled(self.tool("pull", "sk", "0", "4").stdout), [0.0] * 4)
+        r = self.tool("push", "sk", "4", "0", "1,2,3,4")
+        self.assertEqual(r.returncode, 0, r.stdout)
+        self.assertEqual(pulled(self.tool("pull", "sk", "0", "4").stdout), [-1.0, -2.0, -3.0, -4.0])
+        st = json.loads(h.run([h.build_path("ps-server", "psctl"), "--cluster", self.spec,
+                               "--json", "status"]).stdout)["shards"][0]
+        self.assertEqual(st["nonfinite_pushes"], before + 1)
+        self.assertEqual(st["pushes"], pushes + 1)
+        out = h.run([h.build_path("ps-server", "psctl"), "--cluster", self.spec, "status"]).stdout
+        self.assertIn('ps:0: %d push%s with NaN or Inf in the gradient skipped (job.nonfinite '
+                      '"skip")' % (before + 1, "" if before == 0 else "es"), out)
+        self.ps.wait_for("skipped a push from")
+
+
+class PsdSyncBadInputTest(unittest.TestCase):
+    """A sync shard (shard 1, not the coordinator) given commits by hand."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory(prefix="psd-test-")
+        cls.spec = os.path.join(cls.tmp.name, "spec.json")
+        h.write_spec(cls.spec, nps=2, nworker=2,
+                     job={"name": "sy", "optimizer": {"type": "sgd", "lr": 1.0},
+                          "sync": {"mode": "sync"}})
+        cls.ps = h.start_psd(cls.spec, 1)
+
+    @classmethod
+    def tearDownClass(cls):
+        rc = cls.ps.stop(signal.SIGTERM)
+        cls.tmp.cleanup()
+        assert rc == 0, "psd did not exit 0 on SIGTERM: %s" % rc
+
+    def tool(self, *args):
+        return h.pstool(self.spec, "--shard", "1", *args)
+
+    def expect(self, code, *args):
+        r = self.tool(*args)
+        self.assertEqual(r.returncode, 0 if code == "OK" else 1, r.stdout + r.stderr)
+        self.assertTrue(r.stdout.startswith(code), r.stdout)
+        return r.stdout
+
+    def test_push_for_a_closed_step_is_aborted_and_dropped(self):
+        self.expect("OK", "declare", "s", "4", "1")  # whole on shard 1
+        self.expect("OK", "--step", "0", "--worker", "0", "push", "s", "4", "0", "1,2,3,4")
+        out = self.expect("ERROR FAILED_PRECONDITION", "--step", "9", "--worker", "1", "push",
+                          "s", "4", "0", "1,2,3,4")
+        self.assertIn("push to 's' for step 9 from worker 1: this shard has committed 0 steps "
+                      "(the open step is 0)", out)
+        out = self.expect("ERROR INVALID_ARGUMENT", "--step", "0", "--worker", "1", "push", "s",
+                          "4", "0", "1,nan,3,4")
+        self.assertIn("push to 's': gradient element 1 (segment 0) is NaN", out)
+        # The commit's sets are checked before anything happens.
+        for applied, dropped, needle in (([0, 0], [], "worker 0 is listed twice in applied"),
+                                         ([0], [0], "worker 0 is listed both in applied and "
+                                                    "in dropped"),
+                                         ([0, 2], [], "worker 2 in applied is out of range")):
+            out = self.expect("ERROR INVALID_ARGUMENT", "raw", "/psd.v1.Data/Commit",
+                              pb.commit("sy", 0, applied, dropped).hex())
+            self.assertIn("Commit of step 0: " + needle, out)
+        # A pull more than one step ahead is refused, not parked.
+        out = self.expect("ERROR FAILED_PRECONDITION", "raw", "/psd.v1.Data/Pull",
+                          pb.pull("sy", [("s", 0, 4)], min_version=2).hex())
+        self.assertIn("Pull: version 2 asked for, but shard 1 has committed 0 steps", out)
+        self.expect("OK", "raw", "/psd.v1.Data/Commit", pb.commit("sy", 0, [0], [1]).hex())
+        self.assertEqual(pulled(self.expect("OK", "pull", "s", "0", "4")), [-1.0, -2.0, -3.0, -4.0])
+        # Step 0 is closed now: its late gradient is ABORTED and dropped.
+        out = self.expect("ERROR ABORTED", "--step", "0", "--worker", "1", "push", "s", "4", "0",
+                          "10,10,10,10")
+        self.assertIn("push to 's' for step 0 from worker 1: step 0 is already closed (this "
+                      "shard has committed 1 steps; the open step is 1); the gradient is "
+                      "dropped", out)
+        self.expect("OK", "raw", "/psd.v1.Data/Commit", pb.commit("sy", 1, [1], [0]).hex())
+        self.assertEqual(pulled(self.expect("OK", "pull", "s", "0", "4")), [-1.0, -2.0, -3.0, -4.0])
+        self.assertIsNone(self.ps.p.poll())
 
 
 class PsdStartupTest(unittest.TestCase):

@@ -1,0 +1,37 @@
+/* The fuzzer's input format, shared by fuzz_service.c and fuzz_seeds.c.
+ *
+ *   byte 0        settings: FUZZ_SYNC, FUZZ_MOMENTUM, FUZZ_SKIP, FUZZ_SMALL,
+ *                 FUZZ_APPLY
+ *   then records  [method][length: 2 bytes, little-endian][length bytes]
+ *
+ * Each record is one call, in order, to a fresh shard 0 of 2 (the
+ * coordinator) of a job "f" with 2 workers: method % FUZZ_NMETHODS picks
+ * the call from fuzz_methods, method / FUZZ_NMETHODS how the request's bytes
+ * are cut into slices (fuzz_cuts; gRPC hands messages over in slices). A
+ * length beyond the input takes what is left. */
+#ifndef FUZZ_INPUT_H
+#define FUZZ_INPUT_H
+
+#define FUZZ_SYNC 1     /* job.sync.mode "sync" (else async, staleness 1) */
+#define FUZZ_MOMENTUM 2 /* momentum optimizer (else sgd) */
+#define FUZZ_SKIP 4     /* job.nonfinite "skip" (else "reject") */
+#define FUZZ_SMALL 8    /* the smallest message limit, 4 MiB */
+#define FUZZ_APPLY 16   /* job.nonfinite "apply" (unless FUZZ_SKIP) */
+
+#define FUZZ_MAX_CALLS 16 /* records beyond these are ignored */
+
+/* Every method psd serves, in the order the method byte selects them. */
+static const char *const fuzz_methods[] = {
+    "/psd.v1.Data/Declare", "/psd.v1.Data/Pull",
+    "/psd.v1.Data/Push",    "/psd.v1.Data/Commit",
+    "/psd.v1.Admin/Status", "/psd.v1.Admin/Checkpoint",
+    "/psd.v1.Coord/Join",   "/psd.v1.Coord/Heartbeat",
+    "/psd.v1.Coord/Admit",  "/psd.v1.Coord/Clock",
+};
+#define FUZZ_NMETHODS 10
+
+/* Slice sizes a request is cut into (0: one slice). */
+static const unsigned fuzz_cuts[] = {0, 1, 2, 3, 5, 8, 13, 64, 100, 4096};
+#define FUZZ_NCUTS 10
+
+#endif

@@ -1,0 +1,250 @@
+/* fuzz-seeds DIR: writes the fuzzer's seed corpus, valid conversations with
+ * a shard in the format of fuzz_input.h: every method alone, an async job
+ * (declare, push, pull, status, checkpoint, the coordinator's calls), a
+ * push with NaN under each policy, and a sync step (join, stage, admit,
+ * commit, a parked pull, a late push). Built with the ordinary compiler, so
+ * the seeds always match the current proto. */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fuzz_input.h"
+#include "ps.pb-c.h"
+
+/* One seed being written. */
+struct seed {
+  uint8_t buf[1 << 16]; /* the input */
+  size_t len;           /* bytes used */
+};
+
+static Psd__V1__Caller caller = PSD__V1__CALLER__INIT;
+
+static int method_index(const char *path) {
+  for (int i = 0; i < FUZZ_NMETHODS; i++)
+    if (!strcmp(fuzz_methods[i], path))
+      return i;
+  fprintf(stderr, "fuzz-seeds: no method %s\n", path);
+  exit(1);
+}
+
+/* Appends a record calling `path` with msg, its bytes cut by fuzz_cuts[cut]. */
+static void add(struct seed *s, const char *path, int cut,
+                const ProtobufCMessage *msg) {
+  size_t n = protobuf_c_message_get_packed_size(msg);
+  if (s->len + 3 + n > sizeof s->buf) {
+    fprintf(stderr, "fuzz-seeds: seed too large\n");
+    exit(1);
+  }
+  s->buf[s->len++] = (uint8_t)(method_index(path) + FUZZ_NMETHODS * cut);
+  s->buf[s->len++] = (uint8_t)(n & 0xff);
+  s->buf[s->len++] = (uint8_t)(n >> 8);
+  protobuf_c_message_pack(msg, s->buf + s->len);
+  s->len += n;
+}
+
+static void write_seed(const char *dir, const char *name,
+                       const struct seed *s) {
+  char path[4096];
+  snprintf(path, sizeof path, "%s/%s", dir, name);
+  FILE *f = fopen(path, "wb");
+  if (!f || fwrite(s->buf, 1, s->len, f) != s->len || fclose(f) != 0) {
+    fprintf(stderr, "fuzz-seeds: cannot write %s: %s\n", path, strerror(errno));
+    exit(1);
+  }
+}
+
+static int64_t shape_w[2] = {4, 3}, shape_b[1] = {3};
+
+static void declare(struct seed *s, int cut) {
+  Psd__V1__DeclareRequest r = PSD__V1__DECLARE_REQUEST__INIT;
+  Psd__V1__VarSpec w = PSD__V1__VAR_SPEC__INIT, b = PSD__V1__VAR_SPEC__INIT;
+  Psd__V1__VarSpec *v[2] = {&w, &b};
+  w.name = "w";
+  w.n_shape = 2;
+  w.shape = shape_w;
+  w.placement = -1;
+  w.init = PSD__V1__INIT__INIT_UNIFORM;
+  w.init_scale = 0.1f;
+  w.seed = 7;
+  b.name = "b";
+  b.n_shape = 1;
+  b.shape = shape_b;
+  b.placement = 0;
+  r.caller = &caller;
+  r.n_vars = 2;
+  r.vars = v;
+  add(s, "/psd.v1.Data/Declare", cut, &r.base);
+}
+
+/* A push of w's rows on shard 0 ([0, 6)) and all of b, values g[0..9). */
+static void push(struct seed *s, int cut, uint64_t step, int worker,
+                 const float *g) {
+  Psd__V1__PushRequest r = PSD__V1__PUSH_REQUEST__INIT;
+  Psd__V1__Segment w = PSD__V1__SEGMENT__INIT, b = PSD__V1__SEGMENT__INIT;
+  Psd__V1__Segment *sg[2] = {&w, &b};
+  w.name = "w";
+  w.count = 6;
+  w.n_shape = 2;
+  w.shape = shape_w;
+  b.name = "b";
+  b.count = 3;
+  b.n_shape = 1;
+  b.shape = shape_b;
+  r.caller = &caller;
+  r.n_segments = 2;
+  r.segments = sg;
+  r.examples = 32;
+  r.step = step;
+  r.worker = worker;
+  r.has_worker = 1;
+  r.first = 1;
+  r.data.len = 9 * sizeof(float);
+  r.data.data = (uint8_t *)g;
+  add(s, "/psd.v1.Data/Push", cut, &r.base);
+}
+
+static void pull(struct seed *s, int cut, uint64_t min_version) {
+  Psd__V1__PullRequest r = PSD__V1__PULL_REQUEST__INIT;
+  Psd__V1__Segment w = PSD__V1__SEGMENT__INIT, *sg[1] = {&w};
+  w.name = "w";
+  w.offset = 3;
+  w.count = 3;
+  r.caller = &caller;
+  r.n_segments = 1;
+  r.segments = sg;
+  r.min_version = min_version;
+  add(s, "/psd.v1.Data/Pull", cut, &r.base);
+}
+
+static void status(struct seed *s, int cut) {
+  Psd__V1__StatusRequest r = PSD__V1__STATUS_REQUEST__INIT;
+  r.caller = &caller;
+  add(s, "/psd.v1.Admin/Status", cut, &r.base);
+}
+
+static void checkpoint(struct seed *s, int cut) {
+  Psd__V1__CheckpointRequest r = PSD__V1__CHECKPOINT_REQUEST__INIT;
+  r.caller = &caller;
+  r.wait = 1;
+  add(s, "/psd.v1.Admin/Checkpoint", cut, &r.base);
+}
+
+static void join(struct seed *s, int cut, int worker) {
+  Psd__V1__JoinRequest r = PSD__V1__JOIN_REQUEST__INIT;
+  r.caller = &caller;
+  r.worker = worker;
+  add(s, "/psd.v1.Coord/Join", cut, &r.base);
+}
+
+static void heartbeat(struct seed *s, int cut, int worker) {
+  Psd__V1__HeartbeatRequest r = PSD__V1__HEARTBEAT_REQUEST__INIT;
+  r.caller = &caller;
+  r.worker = worker;
+  add(s, "/psd.v1.Coord/Heartbeat", cut, &r.base);
+}
+
+static void admit(struct seed *s, int cut, int worker, uint64_t step) {
+  Psd__V1__AdmitRequest r = PSD__V1__ADMIT_REQUEST__INIT;
+  r.caller = &caller;
+  r.worker = worker;
+  r.step = step;
+  add(s, "/psd.v1.Coord/Admit", cut, &r.base);
+}
+
+static void clock_(struct seed *s, int cut, int worker, uint64_t clock) {
+  Psd__V1__ClockRequest r = PSD__V1__CLOCK_REQUEST__INIT;
+  r.caller = &caller;
+  r.worker = worker;
+  r.clock = clock;
+  add(s, "/psd.v1.Coord/Clock", cut, &r.base);
+}
+
+static void commit(struct seed *s, int cut, uint64_t step) {
+  Psd__V1__CommitRequest r = PSD__V1__COMMIT_REQUEST__INIT;
+  int32_t applied[2] = {0, 1};
+  r.caller = &caller;
+  r.step = step;
+  r.n_applied = 2;
+  r.applied = applied;
+  add(s, "/psd.v1.Data/Commit", cut, &r.base);
+}
+
+int main(int argc, char **argv) {
+  float g[9] = {0.5f, -1, 2, 0.25f, -0.125f, 3, 1, -2, 0.75f};
+  struct seed s;
+  char name[64];
+
+  if (argc != 2) {
+    fprintf(stderr, "usage: fuzz-seeds DIR\n");
+    return 2;
+  }
+  caller.job = "f";
+  caller.worker = "worker:0";
+
+  /* Every method alone, async and sync. */
+  for (int sync = 0; sync < 2; sync++) {
+    void (*one[])(struct seed *, int) = {declare, status, checkpoint};
+    for (int i = 0; i < 3; i++) {
+      s.len = 0;
+      s.buf[s.len++] = sync ? FUZZ_SYNC : 0;
+      one[i](&s, 0);
+      snprintf(name, sizeof name, "%s-one-%d", sync ? "sync" : "async", i);
+      write_seed(argv[1], name, &s);
+    }
+  }
+
+  /* Async: everything in one conversation, requests cut into slices. */
+  s.len = 0;
+  s.buf[s.len++] = FUZZ_MOMENTUM;
+  declare(&s, 1);
+  push(&s, 2, 0, 0, g);
+  pull(&s, 3, 0);
+  status(&s, 0);
+  checkpoint(&s, 0);
+  join(&s, 0, 0);
+  join(&s, 4, 1);
+  heartbeat(&s, 0, 1);
+  clock_(&s, 5, 0, 1);
+  clock_(&s, 0, 1, 3);
+  commit(&s, 0, 0);
+  admit(&s, 0, 0, 0);
+  write_seed(argv[1], "async-conversation", &s);
+
+  /* NaN in a push, rejected, skipped and applied. */
+  static const uint8_t policy[3] = {0, FUZZ_SKIP, FUZZ_APPLY};
+  static const char *const policy_name[3] = {"reject", "skip", "apply"};
+  for (int k = 0; k < 3; k++) {
+    float bad[9];
+    memcpy(bad, g, sizeof bad);
+    bad[7] = NAN;
+    s.len = 0;
+    s.buf[s.len++] = policy[k];
+    declare(&s, 0);
+    push(&s, 0, 0, 0, bad);
+    pull(&s, 0, 0);
+    status(&s, 0);
+    snprintf(name, sizeof name, "nonfinite-%s", policy_name[k]);
+    write_seed(argv[1], name, &s);
+  }
+
+  /* Sync: a step staged by both workers, admitted, committed; a pull that
+   * parks for the next step, and a late push. */
+  s.len = 0;
+  s.buf[s.len++] = FUZZ_SYNC | FUZZ_SMALL;
+  declare(&s, 0);
+  join(&s, 0, 0);
+  join(&s, 0, 1);
+  pull(&s, 0, 0);
+  push(&s, 6, 0, 0, g);
+  push(&s, 0, 0, 1, g);
+  admit(&s, 0, 0, 0);
+  commit(&s, 0, 0);
+  pull(&s, 7, 1);
+  pull(&s, 0, 2);
+  push(&s, 0, 0, 1, g);
+  status(&s, 0);
+  write_seed(argv[1], "sync-step", &s);
+  return 0;
+}

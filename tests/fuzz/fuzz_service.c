@@ -1,0 +1,202 @@
+/* libFuzzer target: arbitrary bytes as requests to every method psd serves
+ * (Data, Admin, Coord), decoded and dispatched by the real handlers through
+ * cm_rpc_call_local, against a fresh in-memory shard per input (format:
+ * fuzz_input.h). Besides the sanitizers' findings it checks what psd
+ * promises about bad input: every call is answered exactly once (parked
+ * ones at the latest when the shard stops), with a known status, and every
+ * error carries a message. Built with clang -fsanitize=fuzzer (meson option
+ * fuzz); `make fuzz` runs it. */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <grpc/grpc.h>
+#include <grpc/slice.h>
+
+#include "coord.h"
+#include "err.h"
+#include "fuzz_input.h"
+#include "log.h"
+#include "rpc.h"
+#include "saver.h"
+#include "service.h"
+#include "spec.h"
+#include "store.h"
+
+/* The two specs (async with a staleness bound, sync), parsed once. */
+static struct cm_spec *specs[2];
+
+/* FUZZ_VERBOSE=1 prints every answer (to see what an input does). */
+static int verbose;
+
+static const char *const spec_json[2] = {
+    "{\"cluster\": {\"ps\": [\"127.0.0.1:1\", \"127.0.0.1:2\"], \"worker\": "
+    "[\"127.0.0.1:3\", \"127.0.0.1:4\"]}, \"job\": {\"name\": \"f\", "
+    "\"sync\": {\"mode\": \"async\", \"staleness\": 1}}}",
+    "{\"cluster\": {\"ps\": [\"127.0.0.1:1\", \"127.0.0.1:2\"], \"worker\": "
+    "[\"127.0.0.1:3\", \"127.0.0.1:4\"]}, \"job\": {\"name\": \"f\", "
+    "\"sync\": {\"mode\": \"sync\"}}}"};
+
+/* Variables the fuzzed shard may hold: small, so that each input runs fast
+ * and a large declaration meets the limit instead of the RSS limit. */
+#define FUZZ_MAX_HELD (8u << 20)
+
+int LLVMFuzzerInitialize(int *argc, char ***argv) {
+  char err[2048];
+  verbose = getenv("FUZZ_VERBOSE") != NULL;
+  /* Quiet, but an error's message is still formatted (service.c's fail). */
+  cm_log_set_level(verbose ? CM_LOG_INFO : CM_LOG_ERROR);
+  cm_rpc_global_init();
+  for (int i = 0; i < 2; i++)
+    if (cm_spec_parse(spec_json[i], strlen(spec_json[i]), "fuzz.json",
+                      &specs[i], err, sizeof err)) {
+      fprintf(stderr, "fuzz_service: %s\n", err);
+      abort();
+    }
+  return 0;
+}
+
+/* The request of n bytes cut into slices of `cut` bytes (0: one slice);
+ * NULL for an empty message, as gRPC may hand one over. */
+static grpc_byte_buffer *request(const uint8_t *p, size_t n, unsigned cut) {
+  grpc_slice sl[64];
+  size_t ns = 0, off = 0;
+  if (n == 0)
+    return NULL;
+  if (cut == 0 || n / cut >= 63)
+    cut = (unsigned)n;
+  while (off < n) {
+    size_t k = n - off < cut ? n - off : cut;
+    sl[ns++] = grpc_slice_from_copied_buffer((const char *)p + off, k);
+    off += k;
+  }
+  grpc_byte_buffer *bb = grpc_raw_byte_buffer_create(sl, ns);
+  for (size_t i = 0; i < ns; i++)
+    grpc_slice_unref(sl[i]);
+  return bb;
+}
+
+/* The handler serving path among the shard's methods. */
+static const struct cm_rpc_method *find(const struct cm_rpc_method *const *m,
+                                        const int *n, const char *path) {
+  for (int k = 0; k < 3; k++)
+    for (int i = 0; i < n[k]; i++)
+      if (!strcmp(m[k][i].path, path))
+        return &m[k][i];
+  return NULL;
+}
+
+/* What psd promises of every answer; anything else is a bug worth a crash. */
+static void check_answer(const struct cm_rpc_answer *a, const char *path) {
+  if (!a->answered) {
+    fprintf(stderr, "fuzz_service: %s was never answered\n", path);
+    abort();
+  }
+  if ((int)a->status < 0 || (int)a->status > GRPC_STATUS_UNAUTHENTICATED) {
+    fprintf(stderr, "fuzz_service: %s answered status %d\n", path, a->status);
+    abort();
+  }
+  if (a->status != GRPC_STATUS_OK && !a->details[0]) {
+    fprintf(stderr, "fuzz_service: %s answered %s without a message\n", path,
+            cm_rpc_status_name(a->status));
+    abort();
+  }
+}
+
+/* Whether any call of the input goes to the coordinator, which is made only
+ * then: it opens gRPC channels to the shards, the slowest part of a run. */
+static int uses_coord(const uint8_t *data, size_t size) {
+  int ncalls = 0;
+  for (size_t off = 1; off + 3 <= size && ncalls < FUZZ_MAX_CALLS; ncalls++) {
+    size_t len = data[off + 1] | (size_t)data[off + 2] << 8;
+    if (!strncmp(fuzz_methods[data[off] % FUZZ_NMETHODS], "/psd.v1.Coord/", 14))
+      return 1;
+    off += 3;
+    off += len > size - off ? size - off : len;
+  }
+  return 0;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+  struct cm_rpc_answer ans[FUZZ_MAX_CALLS];
+  const char *paths[FUZZ_MAX_CALLS];
+  const struct cm_rpc_method *m[3];
+  struct psd_store *store = NULL;
+  struct psd_service *svc = NULL;
+  struct psd_coord *coord = NULL;
+  struct psd_saver *saver = NULL;
+  int n[3], ncalls = 0;
+  size_t off = 1;
+
+  if (size < 1)
+    return 0;
+  uint8_t cfg = data[0];
+  int sync = cfg & FUZZ_SYNC;
+  /* sgd or momentum (one slot), lr 0.5, no per-variable rules. */
+  struct cm_optim_set opt = {0};
+  cm_optim_defaults(&opt.def);
+  opt.def.type = cfg & FUZZ_MOMENTUM ? CM_OPT_MOMENTUM : CM_OPT_SGD;
+  opt.def.lr = 0.5;
+  if (psd_store_new(&store, 0, 2, &opt) ||
+      psd_service_new(&svc, store, 0, 2, 2, "f", sync ? "sync" : "async") ||
+      (uses_coord(data, size) && psd_coord_new(&coord, specs[sync])))
+    abort();
+  psd_service_set_limits(
+      svc, &(struct psd_limits){
+               .max_message = cfg & FUZZ_SMALL ? 4u << 20 : 64u << 20,
+               .nonfinite = cfg & FUZZ_SKIP    ? PSD_NONFINITE_SKIP
+                            : cfg & FUZZ_APPLY ? PSD_NONFINITE_APPLY
+                                               : PSD_NONFINITE_REJECT,
+               .max_held = FUZZ_MAX_HELD});
+  if (coord)
+    psd_service_set_coord(svc, coord);
+  struct psd_saver_opts so = {
+      .store = store, .steps = psd_service_steps(svc), .job = "f"};
+  if (psd_saver_new(&saver, &so))
+    abort();
+  m[0] = psd_service_methods(svc, &n[0]);
+  m[1] = coord ? psd_coord_methods(coord, &n[1]) : NULL;
+  n[1] = coord ? n[1] : 0;
+  m[2] = psd_saver_methods(saver, &n[2]);
+
+  while (off + 3 <= size && ncalls < FUZZ_MAX_CALLS) {
+    uint8_t sel = data[off];
+    size_t len = data[off + 1] | (size_t)data[off + 2] << 8;
+    off += 3;
+    if (len > size - off)
+      len = size - off;
+    const char *path = fuzz_methods[sel % FUZZ_NMETHODS];
+    const struct cm_rpc_method *meth = find(m, n, path);
+    if (!meth) { /* uses_coord and this loop disagree */
+      fprintf(stderr, "fuzz_service: psd does not serve %s\n", path);
+      abort();
+    }
+    grpc_byte_buffer *bb =
+        request(data + off, len, fuzz_cuts[(sel / FUZZ_NMETHODS) % FUZZ_NCUTS]);
+    off += len;
+    paths[ncalls] = path;
+    if (cm_rpc_call_local(meth, bb, &ans[ncalls]))
+      abort();
+    ncalls++;
+    if (bb)
+      grpc_byte_buffer_destroy(bb);
+  }
+
+  /* Parked calls (sync pulls, Admit, Clock) are answered when psd stops. */
+  if (coord)
+    psd_coord_stop(coord);
+  psd_service_stop(svc);
+  for (int i = 0; i < ncalls; i++) {
+    check_answer(&ans[i], paths[i]);
+    if (verbose)
+      fprintf(stderr, "%s: %s %s\n", paths[i],
+              cm_rpc_status_name(ans[i].status), ans[i].details);
+    cm_rpc_answer_release(&ans[i]);
+  }
+  psd_coord_free(coord);
+  psd_saver_free(saver);
+  psd_service_free(svc);
+  psd_store_free(store);
+  return 0;
+}

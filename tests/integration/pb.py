@@ -1,0 +1,68 @@
+"""Just enough protobuf encoding (stdlib only) to craft psd.v1 requests the
+well-behaved clients never send: `pstool raw METHOD HEX` carries them. Field
+numbers follow proto/ps.proto."""
+import struct
+
+
+def varint(n):
+    n &= (1 << 64) - 1  # negative int32/int64 travel as 64-bit two's complement
+    out = bytearray()
+    while True:
+        b = n & 0x7F
+        n >>= 7
+        if n:
+            out.append(b | 0x80)
+        else:
+            out.append(b)
+            return bytes(out)
+
+
+def key(field, wire_type):
+    return varint(field << 3 | wire_type)
+
+
+def uint(field, n):
+    return key(field, 0) + varint(n) if n else b""
+
+
+def ld(field, data):
+    """A length-delimited field: bytes, a string or a nested message."""
+    if isinstance(data, str):
+        data = data.encode()
+    return key(field, 2) + varint(len(data)) + data
+
+
+def packed(field, values):
+    return ld(field, b"".join(varint(v) for v in values)) if values else b""
+
+
+def caller(job, worker="test"):
+    return ld(1, ld(1, job) + ld(2, worker))
+
+
+def segment(name, offset, count, shape=()):
+    return ld(1, name) + uint(2, offset) + uint(3, count) + packed(4, shape)
+
+
+def push(job, segments, floats, step=0, worker=0):
+    """segments: a list of (name, offset, count, shape) tuples."""
+    body = caller(job) if job else b""
+    for s in segments:
+        body += ld(2, segment(*s))
+    body += uint(3, 1) + uint(4, step) + uint(5, worker)
+    return body + ld(15, struct.pack("<%df" % len(floats), *floats))
+
+
+def pull(job, segments, min_version=0):
+    body = caller(job)
+    for s in segments:
+        body += ld(2, segment(*s))
+    return body + uint(3, min_version)
+
+
+def commit(job, step, applied=(), dropped=()):
+    return caller(job) + uint(2, step) + packed(3, applied) + packed(4, dropped)
+
+
+def hexa(msg):
+    return msg.hex()
