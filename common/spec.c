@@ -937,6 +937,7 @@ static void job_defaults(struct cm_job *job) {
   job->max_steps = 0;
   job->unix_sockets = 1;
   job->ckpt_keep = 3;
+  job->retry_s = 120;
 }
 
 /* Returns the member job.sync.key when present and meant for the job's mode;
@@ -1094,7 +1095,8 @@ static void parse_job(struct spec_errs *e, json_t *root, int nworker,
       "name",         "model",         "hidden",         "data_dir",
       "epochs",       "batch_size",    "optimizer",      "sync",
       "seed",         "log_every",     "rpc_timeout_ms", "max_steps",
-      "heartbeat_ms", "dead_after_ms", "unix_sockets",   "checkpoint"};
+      "heartbeat_ms", "dead_after_ms", "unix_sockets",   "checkpoint",
+      "retry_s"};
   static const char *const models[] = {"mlp", NULL};
   json_t *job, *seed;
   long long x;
@@ -1122,6 +1124,8 @@ static void parse_job(struct spec_errs *e, json_t *root, int nworker,
   parse_liveness(e, job, out);
   parse_checkpoint(e, job, out);
   opt_bool(e, job, "job", "unix_sockets", &out->unix_sockets);
+  opt_number(e, job, "job", "retry_s", 0, 1, 1e9,
+             "a number of seconds >= 0 (0: never retry)", &out->retry_s);
 }
 
 /* Parses "auth": a token file and/or TLS material. Inline secrets are

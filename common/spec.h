@@ -85,6 +85,10 @@ struct cm_job {
   /* "job.unix_sockets" (a JSON boolean), default 1: a client on the same
    * host as a shard dials the shard's Unix-domain socket instead of TCP */
   int unix_sockets;
+  /* "job.retry_s" >= 0, default 120: how long a worker retries calls to a
+   * shard that fails UNAVAILABLE or DEADLINE_EXCEEDED (down, restarting,
+   * stopped, cut off) before giving up; 0: never retry */
+  double retry_s;
 };
 
 /* The spec's "auth" object: who may talk to the shards (common/auth.h).
