@@ -1246,6 +1246,9 @@ static json_t *build_metrics(const struct psctl *p) {
        "Value payload bytes sent by pulls."},
       {"errors", "psd_errors_total", "counter",
        "Calls answered with an error."},
+      {"duplicates", "psd_duplicate_pushes_total", "counter",
+       "Push messages acknowledged without effect: retries of messages "
+       "applied already."},
       {"step", "psd_step", "gauge", "Sync: steps committed on the shard."},
   };
   const struct cm_spec *spec = p->spec;
