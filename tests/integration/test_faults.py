@@ -40,11 +40,13 @@ import harness as h
 DATA = "/usr/share/datasets/fashion-mnist"
 SOAK = os.environ.get("PSD_SOAK") == "1"
 
-# The spec the accuracy comparisons run: async, plain sgd (its final
-# accuracy varies by about 0.008 from run to run here; with momentum 0.04),
-# short deadlines so a stopped shard is noticed quickly, checkpoints often.
+# The spec the accuracy comparisons run: async, plain sgd with a small
+# learning rate, whose final accuracy varies least from run to run here
+# (0.829 to 0.833 in 8 runs; lr 0.02: 0.837 to 0.845; momentum 0.9: 0.815
+# to 0.850), short deadlines so a stopped shard is noticed quickly,
+# checkpoints often (every 100 push messages a shard applies).
 ACC_JOB = {"name": "faults", "epochs": 3, "batch_size": 64, "log_every": 50,
-           "optimizer": {"type": "sgd", "lr": 0.02}, "heartbeat_ms": 100,
+           "optimizer": {"type": "sgd", "lr": 0.01}, "heartbeat_ms": 100,
            "dead_after_ms": 1500, "rpc_timeout_ms": 2000, "retry_s": 60,
            "checkpoint": {"dir": "ck", "every_steps": 100}}
 
