@@ -31,6 +31,7 @@ START_TEST(restaging_a_chunk_replaces_it) {
   struct psd_store *store = store_with_var(&v);
   struct psd_steps *st = NULL;
   const float one[4] = {1, 1, 1, 1}, two[4] = {2, 2, 2, 2};
+  int none[1] = {0}; /* no worker dropped */
   char err[256];
   int w0 = 0, w1 = 1;
   ck_assert_int_eq(psd_steps_new(&st, store, 2), 0);
@@ -49,7 +50,7 @@ START_TEST(restaging_a_chunk_replaces_it) {
                    0);
   int applied[2] = {0, 1};
   ck_assert_int_eq(
-      psd_steps_commit(st, 0, applied, 2, NULL, 0, err, sizeof err), 0);
+      psd_steps_commit(st, 0, applied, 2, none, 0, err, sizeof err), 0);
   /* Mean gradient: first half (1 + 1) / 2 = 1, second (2 + 0) / 2 = 1;
    * w = 0 - 0.5 * 1 once. */
   for (int i = 0; i < 8; i++)
@@ -57,7 +58,7 @@ START_TEST(restaging_a_chunk_replaces_it) {
   ck_assert_uint_eq(psd_steps_version(st), 1);
   /* The commit's retry changes nothing. */
   ck_assert_int_eq(
-      psd_steps_commit(st, 0, applied, 2, NULL, 0, err, sizeof err), 0);
+      psd_steps_commit(st, 0, applied, 2, none, 0, err, sizeof err), 0);
   for (int i = 0; i < 8; i++)
     ck_assert_float_eq(v->value[i], -0.5f);
   /* A retry that comes after its step closed is refused as late. */
@@ -70,7 +71,7 @@ START_TEST(restaging_a_chunk_replaces_it) {
     ck_assert_int_eq(psd_steps_stage(st, w1, 1, v, 0, two, 4, err, sizeof err),
                      0);
   int only1[1] = {1};
-  ck_assert_int_eq(psd_steps_commit(st, 1, only1, 1, NULL, 0, err, sizeof err),
+  ck_assert_int_eq(psd_steps_commit(st, 1, only1, 1, none, 0, err, sizeof err),
                    0);
   for (int i = 0; i < 4; i++)
     ck_assert_float_eq(v->value[i], -1.5f);

@@ -680,14 +680,14 @@ static void shard_up(struct dw_client *c, int s) {
 }
 
 /* Before attempt number `attempt` (1, 2, ...) at the calls to the shards
- * flagged in down[]: 0 after the backoff wait when every such shard is
- * within the retry budget; else CM_ETIMEDOUT or CM_EUNAVAIL (st, the last
+ * flagged in down[0..ndown): 0 after the backoff wait when every such shard
+ * is within the retry budget; else CM_ETIMEDOUT or CM_EUNAVAIL (st, the last
  * failure's status) with c->err naming the shard, what and how long. */
-static int retry_wait(struct dw_client *c, const unsigned char *down,
+static int retry_wait(struct dw_client *c, const unsigned char *down, int ndown,
                       int attempt, const char *what, grpc_status_code st,
                       const char *details) {
   double now = cm_mono_ms();
-  for (int s = 0; s < c->nshards; s++) {
+  for (int s = 0; s < ndown; s++) {
     if (!down[s] || (c->retry_ms > 0 && now - c->down_since[s] < c->retry_ms))
       continue;
     if (c->retry_ms > 0)
@@ -810,8 +810,8 @@ static int transfer(struct dw_client *c, int what) {
       break;
     }
     rc = 0;
-    if (left > 0 &&
-        (rc = retry_wait(c, down, attempt + 1, name, last, last_details)))
+    if (left > 0 && (rc = retry_wait(c, down, c->nshards, attempt + 1, name,
+                                     last, last_details)))
       break;
   }
 out:
@@ -1000,7 +1000,7 @@ static int coord_call(struct dw_client *c, const char *method,
     snprintf(details, sizeof details, "%s", u.details);
     cm_unary_release(&u);
     memset(&u, 0, sizeof u);
-    if ((rc = retry_wait(c, down, attempt + 1, what, st, details)))
+    if ((rc = retry_wait(c, down, 1, attempt + 1, what, st, details)))
       break;
   }
   if (!rc && out) {
