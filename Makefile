@@ -6,7 +6,7 @@ BUILD ?= build
 export PATH := $(PATH):/usr/local/cuda/bin
 PY := /usr/bin/python3
 
-.PHONY: all setup build demo test bench asan fuzz install clean
+.PHONY: all setup build demo test soak bench asan fuzz install clean
 
 all: build
 
@@ -25,6 +25,18 @@ demo: build
 test: build
 	meson test -C $(BUILD) --print-errorlogs --num-processes 2; \
 	  rc=$$?; $(PY) tests/summary.py $(BUILD); exit $$rc
+
+# The long fault runs (README, "Faults"): the load test at full size (64
+# clients pushing and pulling against 2 shards for 60 s), then every fault
+# test three times over. About 5 minutes.
+SOAK_ROUNDS ?= 3
+soak: build
+	PSD_SOAK=1 $(PY) tests/integration/test_faults.py $(BUILD) LoadTest
+	for i in $$(seq $(SOAK_ROUNDS)); do \
+	  echo "soak round $$i of $(SOAK_ROUNDS)"; \
+	  $(PY) tests/integration/test_faults.py $(BUILD); rc=$$?; \
+	  [ $$rc = 0 ] || [ $$rc = 77 ] || exit 1; \
+	done
 
 bench: build
 	$(PY) tests/bench/bench.py $(BUILD)

@@ -120,6 +120,16 @@ static void build_args(grpc_arg *a, size_t *n, int server) {
     a[k].type = GRPC_ARG_INTEGER;
     a[k].key = GRPC_ARG_ALLOW_REUSEPORT;
     a[k++].value.integer = 0;
+  } else {
+    /* A shard that restarts is dialled again within a second of coming
+     * back (gRPC's default backoff grows to 2 minutes, far beyond a
+     * restart, so a retrying worker would sit idle long after it). */
+    a[k].type = GRPC_ARG_INTEGER;
+    a[k].key = GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS;
+    a[k++].value.integer = 100;
+    a[k].type = GRPC_ARG_INTEGER;
+    a[k].key = GRPC_ARG_MAX_RECONNECT_BACKOFF_MS;
+    a[k++].value.integer = 1000;
   }
   *n = k;
 }
@@ -384,7 +394,12 @@ static int probe_bind(const char *addr, char *err, size_t errlen) {
              host);
     return CM_EINVAL;
   }
-  int fd = socket(res->ai_family, SOCK_STREAM, 0);
+  int fd = socket(res->ai_family, SOCK_STREAM, 0), one = 1;
+  /* As gRPC binds: connections of a psd that was killed linger in
+   * TIME_WAIT for a minute and must not keep its restart from listening;
+   * a socket that listens there still makes bind fail. */
+  if (fd >= 0)
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
   if (fd >= 0 && bind(fd, res->ai_addr, res->ai_addrlen) != 0) {
     snprintf(err, errlen, "cannot listen on %s: %s", addr, strerror(errno));
     rc = errno == EADDRINUSE ? CM_EADDRINUSE : CM_ESYS;
@@ -616,7 +631,7 @@ static void set_token(struct cm_channel *ch, const struct cm_creds *creds) {
  * without TLS: gRPC's fd API takes insecure credentials only). */
 static int new_channel(struct cm_channel **out, const char *target, int fd,
                        const struct cm_creds *creds) {
-  grpc_arg args[5];
+  grpc_arg args[9];
   grpc_channel_args cargs;
   grpc_channel_credentials *gc;
   struct cm_channel *ch = calloc(1, sizeof *ch);

@@ -1154,6 +1154,7 @@ static void job_defaults(struct cm_job *job) {
   job->ckpt_keep = 3;
   job->max_message_mb = 64;
   snprintf(job->nonfinite, sizeof job->nonfinite, "reject");
+  job->retry_s = 120;
 }
 
 /* Returns the member job.sync.key when present and meant for the job's mode;
@@ -1346,7 +1347,8 @@ static void parse_job(struct spec_errs *e, json_t *root, int nworker,
                                      "optimizer_overrides",
                                      "channels",
                                      "max_message_mb",
-                                     "nonfinite"};
+                                     "nonfinite",
+                                     "retry_s"};
   static const char *const models[] = {"softmax", "mlp", "cnn", NULL};
   static const char *const nonfinite[] = {"reject", "skip", "apply", NULL};
   json_t *job, *seed;
@@ -1386,6 +1388,8 @@ static void parse_job(struct spec_errs *e, json_t *root, int nworker,
   parse_max_message(e, job, out);
   opt_choice(e, job, "job", "nonfinite", nonfinite, out->nonfinite,
              sizeof out->nonfinite);
+  opt_number(e, job, "job", "retry_s", 0, 1, 1e9,
+             "a number of seconds >= 0 (0: never retry)", &out->retry_s);
 }
 
 /* Parses "auth": a token file and/or TLS material. Inline secrets are

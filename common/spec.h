@@ -104,6 +104,10 @@ struct cm_job {
    * "skip" (acknowledged, not applied) or "apply" (applied as it is); each
    * counted */
   char nonfinite[8];
+  /* "job.retry_s" >= 0, default 120: how long a worker retries calls to a
+   * shard that fails UNAVAILABLE or DEADLINE_EXCEEDED (down, restarting,
+   * stopped, cut off) before giving up; 0: never retry */
+  double retry_s;
 };
 
 /* Smallest job.max_message_mb: a 2 MiB chunk, its head and headroom. */

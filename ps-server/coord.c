@@ -50,6 +50,9 @@ struct worker {
   uint64_t clock;   /* async: pushes completed, as last reported */
   int arrived;      /* sync: in the open step's arrivals */
   int left;         /* said it finished (Join with leave) */
+  int must_rejoin;  /* declared dead since its last Join: its heartbeats are
+                       answered "join again" until it does (a heartbeat's
+                       answer may be lost, as when it was cut off) */
 
   /* Step timing (status, psctl workers). */
   double step_mark;   /* ms of its last timed event (Admit or push); 0: none
@@ -372,15 +375,18 @@ static void on_join(struct cm_rpc_call *call, grpc_byte_buffer *bb, void *ctx) {
       w->live = 0;
       w->left = 1;
     } else {
-      if (w->joined && !w->live)
+      /* A joined worker joins again when it restarted, or when its
+       * heartbeat was told it had been declared dead (cut off, stopped). */
+      if (w->joined)
         cm_info("worker:%d rejoined at step %llu", req->worker,
                 (unsigned long long)c->open);
-      else if (!w->joined)
+      else
         cm_info("worker:%d joined at step %llu", req->worker,
                 (unsigned long long)c->open);
       w->live = 1;
       w->left = 0;
       w->joined = 1;
+      w->must_rejoin = 0;
       w->joins++;
       if (c->started == 0)
         c->started = cm_mono_ms(); /* the start barrier's clock */
@@ -407,10 +413,19 @@ static void on_heartbeat(struct cm_rpc_call *call, grpc_byte_buffer *bb,
   if (!req)
     return;
   pthread_mutex_lock(&c->lock);
+  /* Not counted as a member (this coordinator restarted since the worker
+   * joined, or declared it dead since): the worker is asked to join again,
+   * so that membership and step timing start afresh; until it does, since
+   * an answer can be lost (seen() meanwhile makes a dead worker live again
+   * on any call). */
+  int rejoin = req->worker >= 0 && req->worker < c->n &&
+               !c->w[req->worker].left &&
+               (!c->w[req->worker].joined || c->w[req->worker].must_rejoin);
   if (check_caller(c, call, req->caller, "Heartbeat") == 0 &&
       seen(c, call, req->worker, "Heartbeat") == 0) {
     Psd__V1__HeartbeatResponse r = PSD__V1__HEARTBEAT_RESPONSE__INIT;
     r.step = c->open;
+    r.rejoin = rejoin;
     cm_rpc_reply(call, cm_rpc_pack(&r.base));
   }
   pthread_mutex_unlock(&c->lock);
@@ -522,6 +537,7 @@ void psd_coord_tick(struct psd_coord *c) {
               "%.0f); it rejoins by calling Join",
               i, now - w->last_seen, c->dead_after);
       w->live = 0;
+      w->must_rejoin = 1;
       changed = 1;
     }
   }

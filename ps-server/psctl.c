@@ -1274,6 +1274,9 @@ static json_t *build_metrics(const struct psctl *p) {
       {"nonfinite_pushes", "psd_nonfinite_pushes_total", "counter",
        "Pushes whose gradient held NaN or Inf, rejected, skipped or applied "
        "(job.nonfinite)."},
+      {"duplicates", "psd_duplicate_pushes_total", "counter",
+       "Push messages acknowledged without effect: retries of messages "
+       "applied already."},
       {"step", "psd_step", "gauge", "Sync: steps committed on the shard."},
   };
   const struct cm_spec *spec = p->spec;

@@ -411,7 +411,8 @@ static int attach_saver(struct psd_server *srv) {
                              .every_s = job->ckpt_every_s,
                              .step = steps ? 0 : srv->resume.step,
                              .resumed = &srv->resume};
-  if (steps)
+  /* Only a store restored from a checkpoint continues a job. */
+  if (steps && srv->resume.path[0])
     psd_steps_resume(steps, srv->resume.step);
   if (psd_saver_new(&srv->saver, &o) || psd_saver_start(srv->saver))
     return CM_ENOMEM;

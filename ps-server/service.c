@@ -18,6 +18,7 @@
 
 #include "clock.h"
 #include "coord.h"
+#include "dedup.h"
 #include "err.h"
 #include "hist.h"
 #include "log.h"
@@ -61,6 +62,8 @@ struct psd_service {
                                       job.nonfinite did with them */
   struct psd_hist push_time;       /* push handling, decode to reply */
   struct psd_hist pull_time;       /* pull handling, a parked wait excluded */
+  struct psd_dedup *dedup;         /* owned: push messages applied, per
+                                      client (retries are not applied twice) */
 };
 
 /* A pull waiting for the shard to commit min_version steps. */
@@ -860,9 +863,14 @@ static void on_push(struct cm_rpc_call *call, grpc_byte_buffer *bb, void *ctx) {
   float *grad = NULL;
   char have[128], want[128];
   int skip = 0;
+  int claimed = 0; /* this message's dedup claim is ours to give back */
 
   req = (Psd__V1__PushRequest *)decode(svc, call, bb,
                                        &psd__v1__push_request__descriptor, &m);
+  /* A call the client cancelled before its message arrived (its deadline
+   * passed while this shard was stopped) reaches here as an empty message
+   * and is refused for its missing caller like any other: the client has
+   * gone, so only the errors counter sees it. */
   if (!req || check_caller(svc, call, req->caller, "Push") ||
       check_segment_count(svc, call, req->n_segments, "Push"))
     goto out;
@@ -917,6 +925,32 @@ static void on_push(struct cm_rpc_call *call, grpc_byte_buffer *bb, void *ctx) {
   }
   if (check_overlap(svc, call, req, vars))
     goto out;
+  /* A retry of a message applied already (its answer was lost) is
+   * acknowledged and changes nothing. Claimed only once the message is known
+   * good, and given back if staging refuses it. */
+  if (req->client_id) {
+    int d = psd_dedup_claim(svc->dedup, req->client_id, req->seq, req->chunk);
+    if (d == 1) {
+      cm_debug("duplicate push from %s (client %016llx, seq %llu, chunk %u): "
+               "acknowledged without effect",
+               cm_rpc_peer(call), (unsigned long long)req->client_id,
+               (unsigned long long)req->seq, req->chunk);
+      for (size_t i = 0; i < req->n_segments; i++) {
+        if (svc->steps) {
+          versions[i] = psd_steps_version(svc->steps);
+          continue;
+        }
+        pthread_mutex_lock(&vars[i]->lock);
+        versions[i] = vars[i]->version;
+        pthread_mutex_unlock(&vars[i]->lock);
+      }
+      resp.n_versions = req->n_segments;
+      resp.versions = versions;
+      cm_rpc_reply(call, cm_rpc_pack(&resp.base));
+      goto out;
+    }
+    claimed = d == 0;
+  }
   /* One copy of the whole gradient out of the received slices, then one
    * pass over it for NaN and infinities, before anything is applied. */
   if (!(grad = malloc(total ? total : 1)))
@@ -938,6 +972,8 @@ static void on_push(struct cm_rpc_call *call, grpc_byte_buffer *bb, void *ctx) {
                : grad[bad] > 0.0f ? "+Inf"
                                   : "-Inf");
       if (svc->limits.nonfinite == PSD_NONFINITE_REJECT) {
+        if (claimed) /* a retry is judged again */
+          psd_dedup_unclaim(svc->dedup, req->client_id, req->seq, req->chunk);
         fail(svc, call, GRPC_STATUS_INVALID_ARGUMENT,
              "%s; nothing of this push was applied (job.nonfinite is "
              "\"reject\")",
@@ -962,6 +998,8 @@ static void on_push(struct cm_rpc_call *call, grpc_byte_buffer *bb, void *ctx) {
                                         seg->offset - v->elem_begin, g,
                                         seg->count, err, sizeof err);
         if (rc) {
+          if (claimed)
+            psd_dedup_unclaim(svc->dedup, req->client_id, req->seq, req->chunk);
           /* A late gradient is ABORTED: the worker drops it and moves on. */
           fail(svc, call,
                rc == CM_ERANGE ? GRPC_STATUS_ABORTED
@@ -1107,6 +1145,13 @@ static void on_status(struct cm_rpc_call *call, grpc_byte_buffer *bb,
   fill_hist(&sh[1], "pull_seconds", counts[1], sums[1]);
   resp.n_histograms = 2;
   resp.histograms = shp;
+  {
+    struct psd_dedup_stats ds;
+    psd_dedup_stats(svc->dedup, &ds);
+    resp.duplicates = ds.duplicates;
+    resp.dedup_clients = ds.clients;
+    resp.dedup_evicted = ds.evicted;
+  }
   if (svc->steps) {
     resp.step = psd_steps_version(svc->steps);
     if (!(hist = malloc(PSD_STEPS_HISTORY * sizeof *hist)) ||
@@ -1227,8 +1272,9 @@ int psd_service_new(struct psd_service **out, struct psd_store *store,
       (struct cm_rpc_method){"/psd.v1.Data/Commit", on_commit, svc};
   pthread_mutex_init(&svc->park_lock, NULL);
   /* Sync mode stages pushes for steps; svc->steps != NULL says so. */
-  if (strcmp(mode, "sync") == 0 &&
-      psd_steps_new(&svc->steps, store, nworkers)) {
+  if (psd_dedup_new(&svc->dedup, PSD_DEDUP_CLIENTS) ||
+      (strcmp(mode, "sync") == 0 &&
+       psd_steps_new(&svc->steps, store, nworkers))) {
     psd_service_free(svc);
     return CM_ENOMEM;
   }
@@ -1272,6 +1318,7 @@ void psd_service_free(struct psd_service *svc) {
     return;
   release_parked(svc, 1);
   psd_steps_free(svc->steps);
+  psd_dedup_free(svc->dedup);
   pthread_mutex_destroy(&svc->park_lock);
   free(svc);
 }

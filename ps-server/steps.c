@@ -27,6 +27,8 @@ struct psd_steps {
   int nslots;                   /* slots allocated per worker */
   struct psd_step_record *hist; /* owned ring of PSD_STEPS_HISTORY records */
   uint64_t nhist;               /* records ever written */
+  int resumed;                  /* restored from a checkpoint (resume) */
+  uint64_t resumed_at;          /* the version it was restored at */
 };
 
 int psd_steps_new(struct psd_steps **out, struct psd_store *store,
@@ -72,7 +74,34 @@ uint64_t psd_steps_version(struct psd_steps *s) {
 void psd_steps_resume(struct psd_steps *s, uint64_t version) {
   pthread_mutex_lock(&s->lock);
   s->version = version;
+  s->resumed = 1;
+  s->resumed_at = version;
   pthread_mutex_unlock(&s->lock);
+}
+
+/* After a restart, the first step's gradients staged before it are gone. A
+ * worker in its set that staged nothing here since cannot be applied here
+ * while the other shards apply it: returns the first such worker, or -1.
+ * (A worker that staged some of its variables and not others is not told
+ * apart from one that has no rows of those here.) Caller holds the lock. */
+static int lost_worker(struct psd_steps *s, uint64_t step, const int *order,
+                       int napplied) {
+  int nvars = psd_store_count(s->store), rows = 0;
+  if (!s->resumed || step != s->resumed_at)
+    return -1;
+  for (int i = 0; i < nvars; i++) {
+    struct psd_var *v = psd_store_at(s->store, i);
+    rows |= v->elem_end > v->elem_begin;
+  }
+  for (int k = 0; rows && k < napplied; k++) {
+    int staged = 0;
+    for (int i = 0; s->slots[order[k]] && i < s->nslots && !staged; i++)
+      staged =
+          s->slots[order[k]][i].staged && s->slots[order[k]][i].step == step;
+    if (!staged)
+      return order[k];
+  }
+  return -1;
 }
 
 /* Grows every worker's slot array to cover n variables. */
@@ -181,6 +210,17 @@ int psd_steps_commit(struct psd_steps *s, uint64_t step, const int *applied,
     snprintf(err, errlen,
              "commit of step %llu: this shard has committed only %llu steps",
              (unsigned long long)step, (unsigned long long)s->version);
+    rc = CM_EINVAL;
+    goto out;
+  }
+  int lost = lost_worker(s, step, order, napplied);
+  if (lost >= 0) {
+    snprintf(err, errlen,
+             "commit of step %llu: worker %d is in its set but staged nothing "
+             "here since this shard resumed from its checkpoint at that step "
+             "(what it pushed before was lost with the restart); refused, or "
+             "the shards would differ",
+             (unsigned long long)step, lost);
     rc = CM_EINVAL;
     goto out;
   }

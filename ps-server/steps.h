@@ -37,7 +37,11 @@ void psd_steps_free(struct psd_steps *s);
 uint64_t psd_steps_version(struct psd_steps *s);
 
 /* Continues a job restored from a checkpoint: `version` steps are already
- * committed. Call before any push or commit. */
+ * committed. Call before any push or commit. Gradients staged for step
+ * `version` before the restart are gone: a commit of that step whose set
+ * holds a worker that has staged nothing here since is refused (CM_EINVAL),
+ * since the other shards would apply that worker's gradient and this one
+ * could not. */
 void psd_steps_resume(struct psd_steps *s, uint64_t version);
 
 /* Stages worker's gradient for elements [off, off + n) of v's slice (local

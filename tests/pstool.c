@@ -5,6 +5,8 @@
  *          OFFSET V1,V2,...
  *   pstool --cluster F [--shard S] [--step T --worker W] pushfill NAME SHAPE
  *          OFFSET COUNT VALUE
+ *   pstool --cluster F [--shard S] [--client-id ID --seq N [--chunk-id C]]
+ *          push NAME SHAPE OFFSET V1,V2,...
  *   pstool --cluster F [--shard S] pull NAME OFFSET COUNT
  *   pstool --cluster F [--shard S] raw METHOD HEXBYTES
  *   pstool --cluster F roundtrip --bytes N [--rounds R] [--chunk B] [--inflight
@@ -23,11 +25,27 @@
  * name it (the coordinator then times them as that worker's steps); tcp times a
  * plain loopback TCP copy, the baseline for the transport benchmark.
  * syncload is a light sync worker for the scale benchmark: the demo MLP's
- * variables, no compute, S steps of pull, stage, admit. */
+ * variables, no compute, S steps of pull, stage, admit.
+ *
+ * Faults (tests/integration/test_faults.py):
+ *   push --client-id ID --seq N [--chunk-id C] names the message as libpsclient
+ *     does (PushRequest.client_id, seq, chunk), so sending it twice tests
+ *     that a shard applies it once.
+ *   pstool --cluster F count --rounds K [--bytes N] [--chunk B] [--worker W]
+ *     pushes a gradient of 2^-10 everywhere K times with libpsclient (which
+ *     retries through faults), printing "count pushes=N" every 25, then
+ *     pulls and checks every element equals its start minus K lr 2^-10
+ *     (job.optimizer must be sgd): exactly once, whatever was retried.
+ *   pstool --cluster F load --clients N --seconds S [--bytes B]
+ *     N threads, each its own client and variable split across the shards,
+ *     push then pull until S seconds have passed, then each checks its
+ *     variable as count does; prints "load t=..." every second and a last
+ *     line with pushes, pulls, calls and failed calls. */
 #include <arpa/inet.h>
 #include <getopt.h>
 #include <netinet/in.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -55,6 +73,11 @@ struct args {
   int join;            /* --join: roundtrip joins as worker --worker first */
   long long step;      /* --step: a push's sync step, -1 when not given */
   int max_message_mb;  /* --max-message-mb, 0: the spec's */
+  uint64_t client_id; /* --client-id: push names its message (0: it does not) */
+  uint64_t seq;       /* --seq: the push's seq */
+  uint32_t chunk_id;  /* --chunk-id: the push's chunk */
+  int clients;        /* --clients: load's client threads */
+  double seconds;     /* --seconds: load's duration */
 };
 
 static int cmp_double(const void *a, const void *b) {
@@ -179,6 +202,9 @@ static int cmd_low(struct cm_spec *spec, const struct args *a, int argc,
     r.n_segments = 1;
     r.segments = segs;
     r.examples = 1;
+    r.client_id = a->client_id;
+    r.seq = a->seq;
+    r.chunk = a->chunk_id;
     size_t len = psd__v1__push_request__get_packed_size(&r);
     uint8_t *head = malloc(len + 1);
     psd__v1__push_request__pack(&r, head);
@@ -462,6 +488,265 @@ out:
   return rc;
 }
 
+/* The gradient count and load push: 2^-10, so that with an sgd learning
+ * rate of a power of two every update and every sum of them is exact. */
+#define COUNT_GRAD (1.0f / 1024)
+
+/* One variable of n floats split across the shards, with the start values
+ * (pulled), for count and load. */
+struct counted {
+  struct dw_var v; /* declared */
+  float *value;    /* pull destination */
+  float *grad;     /* COUNT_GRAD everywhere */
+  float *start;    /* values before the first push */
+  char name[64];   /* v.name */
+  uint64_t n;      /* elements */
+  uint64_t pushes; /* logical pushes that succeeded */
+  uint64_t pulls;  /* pulls that succeeded */
+};
+
+/* Declares and pulls c's variable; returns 0 or prints why and returns 1. */
+static int counted_open(struct dw_client *cl, struct counted *c,
+                        const char *name, uint64_t bytes) {
+  c->n = bytes / sizeof(float);
+  if (c->n == 0)
+    c->n = 1;
+  snprintf(c->name, sizeof c->name, "%s", name);
+  c->value = calloc(c->n, sizeof(float));
+  c->grad = malloc(c->n * sizeof(float));
+  c->start = malloc(c->n * sizeof(float));
+  if (!c->value || !c->grad || !c->start) {
+    fprintf(stderr, "pstool: out of memory\n");
+    return 1;
+  }
+  for (uint64_t i = 0; i < c->n; i++)
+    c->grad[i] = COUNT_GRAD;
+  c->v =
+      (struct dw_var){.name = c->name,
+                      .ndim = 2,
+                      .shape = {(int64_t)(c->n % 256 == 0 ? c->n / 256 : c->n),
+                                c->n % 256 == 0 ? 256 : 1},
+                      .placement = DW_PLACE_SPLIT,
+                      .init = DW_INIT_ZEROS,
+                      .value = c->value,
+                      .grad = c->grad};
+  if (dw_client_declare(cl, &c->v, 1) || dw_client_pull(cl)) {
+    fprintf(stderr, "pstool: %s: %s\n", name, dw_client_error(cl));
+    return 1;
+  }
+  memcpy(c->start, c->value, c->n * sizeof(float));
+  return 0;
+}
+
+/* Pulls c's variable and counts the elements that are not exactly their
+ * start minus pushes x lr x COUNT_GRAD (f32, as psd's sgd computes it);
+ * returns that count, or -1 when the pull failed. */
+static int64_t counted_check(struct dw_client *cl, struct counted *c,
+                             float lr) {
+  int64_t bad = 0;
+  if (dw_client_pull(cl)) {
+    fprintf(stderr, "pstool: final pull of %s: %s\n", c->name,
+            dw_client_error(cl));
+    return -1;
+  }
+  float want = 0;
+  for (uint64_t i = 0; i < c->n; i++) {
+    /* Recomputed only where the start changes (a fresh variable: once). */
+    if (i == 0 || c->start[i] != c->start[i - 1]) {
+      want = c->start[i];
+      for (uint64_t k = 0; k < c->pushes; k++)
+        want -= lr * COUNT_GRAD;
+    }
+    if (c->value[i] != want && bad++ < 3)
+      fprintf(stderr,
+              "%s element %llu: %.9g, want %.9g (%llu pushes from %.9g)\n",
+              c->name, (unsigned long long)i, c->value[i], want,
+              (unsigned long long)c->pushes, c->start[i]);
+    if (bad > 3 && i > 16)
+      break; /* wrong already; the rest would take long to recount */
+  }
+  return bad;
+}
+
+static void counted_free(struct counted *c) {
+  free(c->value);
+  free(c->grad);
+  free(c->start);
+}
+
+static int need_sgd(const struct cm_spec *spec, const char *cmd) {
+  if (spec->job.optim.def.type == CM_OPT_SGD && spec->job.optim.nrules == 0)
+    return 0;
+  fprintf(stderr,
+          "pstool %s: needs job.optimizer sgd and no overrides (the spec has "
+          "%s)\n",
+          cmd, cm_optim_name(spec->job.optim.def.type));
+  return 1;
+}
+
+static int cmd_count(struct cm_spec *spec, const struct args *a) {
+  struct dw_client_opts o = {
+      .worker = "pstool", .timeout_ms = a->timeout, .chunk_bytes = a->chunk};
+  struct dw_client *cl = NULL;
+  struct dw_client_stats st;
+  struct counted c;
+  char name[64];
+  int rc = 1;
+
+  memset(&c, 0, sizeof c);
+  if (need_sgd(spec, "count"))
+    return 2;
+  snprintf(name, sizeof name, "count/%d", a->worker);
+  if (dw_client_new(&cl, spec, &o)) {
+    fprintf(stderr, "pstool: no client\n");
+    goto out;
+  }
+  if (counted_open(cl, &c, name, a->bytes ? a->bytes : 4096))
+    goto out;
+  for (int r = 0; r < a->rounds; r++) {
+    if (dw_client_push(cl)) {
+      fprintf(stderr, "pstool: push %d: %s\n", r + 1, dw_client_error(cl));
+      goto out;
+    }
+    c.pushes++;
+    if ((r + 1) % 25 == 0) {
+      printf("count pushes=%d\n", r + 1);
+      fflush(stdout);
+    }
+  }
+  int64_t bad = counted_check(cl, &c, (float)spec->job.optim.def.lr);
+  dw_client_stats(cl, &st);
+  printf("count pushes=%llu elements=%llu value0=%.9g mismatches=%lld "
+         "calls=%llu failed_calls=%llu retries=%llu outages=%llu "
+         "client_id=%016llx\n",
+         (unsigned long long)c.pushes, (unsigned long long)c.n, c.value[0],
+         (long long)bad, (unsigned long long)st.calls,
+         (unsigned long long)st.failed, (unsigned long long)st.retries,
+         (unsigned long long)st.outages, (unsigned long long)dw_client_id(cl));
+  rc = bad == 0 ? 0 : 1;
+out:
+  dw_client_free(cl);
+  counted_free(&c);
+  return rc;
+}
+
+/* One load client: its own libpsclient client and variable. */
+struct loader {
+  struct dw_client *cl;  /* owned */
+  struct counted c;      /* its variable */
+  double until;          /* now_s() at which it stops */
+  int64_t bad;           /* elements wrong at the end, -1: final pull failed */
+  int failed;            /* a push or pull failed */
+  _Atomic uint64_t done; /* pushes + pulls so far, for the progress line */
+};
+
+static void *load_thread(void *arg) {
+  struct loader *l = arg;
+  while (now_s() < l->until) {
+    if (dw_client_push(l->cl)) {
+      fprintf(stderr, "pstool: %s push: %s\n", l->c.name,
+              dw_client_error(l->cl));
+      l->failed = 1;
+      break;
+    }
+    l->c.pushes++;
+    if (dw_client_pull(l->cl)) {
+      fprintf(stderr, "pstool: %s pull: %s\n", l->c.name,
+              dw_client_error(l->cl));
+      l->failed = 1;
+      break;
+    }
+    l->c.pulls++;
+    atomic_fetch_add(&l->done, 2);
+  }
+  return NULL;
+}
+
+static int cmd_load(struct cm_spec *spec, const struct args *a) {
+  int n = a->clients > 0 ? a->clients : 16;
+  struct loader *l = calloc(n, sizeof *l);
+  pthread_t *th = calloc(n, sizeof *th);
+  int started = 0, rc = 1;
+  char name[64], who[32];
+
+  if (need_sgd(spec, "load")) {
+    free(l);
+    free(th);
+    return 2;
+  }
+  if (!l || !th) {
+    fprintf(stderr, "pstool: out of memory\n");
+    goto out;
+  }
+  for (int i = 0; i < n; i++) {
+    snprintf(who, sizeof who, "load:%d", i);
+    struct dw_client_opts o = {.worker = who, .timeout_ms = a->timeout};
+    snprintf(name, sizeof name, "load/%d", i);
+    if (dw_client_new(&l[i].cl, spec, &o)) {
+      fprintf(stderr, "pstool: no client\n");
+      goto out;
+    }
+    if (counted_open(l[i].cl, &l[i].c, name, a->bytes ? a->bytes : 65536))
+      goto out;
+  }
+  double t0 = now_s(), until = t0 + (a->seconds > 0 ? a->seconds : 10);
+  for (int i = 0; i < n; i++) {
+    l[i].until = until;
+    if (pthread_create(&th[i], NULL, load_thread, &l[i]) != 0) {
+      fprintf(stderr, "pstool: cannot start thread %d\n", i);
+      break;
+    }
+    started++;
+  }
+  printf("load started clients=%d\n", started);
+  fflush(stdout);
+  for (int t = 1; now_s() < until; t++) {
+    double wake = t0 + t;
+    while (now_s() < wake && now_s() < until) {
+      struct timespec ts = {0, 50 * 1000000L};
+      nanosleep(&ts, NULL);
+    }
+    uint64_t done = 0;
+    for (int i = 0; i < started; i++)
+      done += atomic_load(&l[i].done);
+    printf("load t=%.1f calls_done=%llu\n", now_s() - t0,
+           (unsigned long long)done);
+    fflush(stdout);
+  }
+  for (int i = 0; i < started; i++)
+    pthread_join(th[i], NULL);
+  double t1 = now_s();
+  uint64_t pushes = 0, pulls = 0, calls = 0, failed = 0, retries = 0;
+  int64_t bad = 0;
+  int broken = started < n;
+  for (int i = 0; i < started; i++) {
+    struct dw_client_stats st;
+    int64_t b = counted_check(l[i].cl, &l[i].c, (float)spec->job.optim.def.lr);
+    dw_client_stats(l[i].cl, &st);
+    pushes += l[i].c.pushes;
+    pulls += l[i].c.pulls;
+    calls += st.calls;
+    failed += st.failed;
+    retries += st.retries;
+    broken |= l[i].failed || b < 0;
+    bad += b > 0 ? b : 0;
+  }
+  printf("load clients=%d seconds=%.1f pushes=%llu pulls=%llu calls=%llu "
+         "failed_calls=%llu retries=%llu mismatches=%lld calls_per_s=%.0f\n",
+         n, t1 - t0, (unsigned long long)pushes, (unsigned long long)pulls,
+         (unsigned long long)calls, (unsigned long long)failed,
+         (unsigned long long)retries, (long long)bad, calls / (t1 - t0));
+  rc = !broken && bad == 0 && failed == 0 ? 0 : 1;
+out:
+  for (int i = 0; l && i < n; i++) {
+    dw_client_free(l[i].cl);
+    counted_free(&l[i].c);
+  }
+  free(l);
+  free(th);
+  return rc;
+}
+
 /* The loopback TCP baseline: one thread writes, another reads. */
 struct tcp_job {
   int fd;         /* connected socket */
@@ -537,6 +822,11 @@ int main(int argc, char **argv) {
       {"join", no_argument, 0, 'j'},
       {"step", required_argument, 0, 'T'},
       {"max-message-mb", required_argument, 0, 'M'},
+      {"client-id", required_argument, 0, 'C'},
+      {"seq", required_argument, 0, 'S'},
+      {"chunk-id", required_argument, 0, 'K'},
+      {"clients", required_argument, 0, 'n'},
+      {"seconds", required_argument, 0, 'E'},
       {0, 0, 0, 0}};
   struct args a = {.timeout = 10000, .rounds = 5, .step = -1};
   struct cm_spec *spec = NULL;
@@ -578,6 +868,21 @@ int main(int argc, char **argv) {
     case 'M':
       a.max_message_mb = atoi(optarg);
       break;
+    case 'C':
+      a.client_id = strtoull(optarg, NULL, 0);
+      break;
+    case 'S':
+      a.seq = strtoull(optarg, NULL, 10);
+      break;
+    case 'K':
+      a.chunk_id = (uint32_t)strtoul(optarg, NULL, 10);
+      break;
+    case 'n':
+      a.clients = atoi(optarg);
+      break;
+    case 'E':
+      a.seconds = atof(optarg);
+      break;
     default:
       return 2;
     }
@@ -606,6 +911,10 @@ int main(int argc, char **argv) {
     rc = cmd_roundtrip(spec, &a);
   else if (!strcmp(argv[optind], "syncload"))
     rc = cmd_syncload(spec, &a);
+  else if (!strcmp(argv[optind], "count"))
+    rc = cmd_count(spec, &a);
+  else if (!strcmp(argv[optind], "load"))
+    rc = cmd_load(spec, &a);
   else
     rc = cmd_low(spec, &a, argc - optind, argv + optind);
   cm_spec_free(spec);

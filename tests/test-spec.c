@@ -124,6 +124,7 @@ START_TEST(test_minimal_defaults) {
   ck_assert_int_eq(spec->job.ckpt_keep, 3);
   ck_assert_int_eq(spec->job.channels[0], 16);
   ck_assert_int_eq(spec->job.channels[1], 32);
+  ck_assert_double_eq(spec->job.retry_s, 120);
   cm_spec_free(spec);
 }
 END_TEST
@@ -300,7 +301,8 @@ START_TEST(test_unknown_keys) {
            "expected one of name, model, hidden, data_dir, epochs, "
            "batch_size, optimizer, sync, seed, log_every, rpc_timeout_ms, "
            "max_steps, heartbeat_ms, dead_after_ms, unix_sockets, checkpoint, "
-           "optimizer_overrides, channels, max_message_mb, nonfinite");
+           "optimizer_overrides, channels, max_message_mb, nonfinite, "
+           "retry_s");
   has_line("t.json: job.optimizer.typ: unknown key (did you mean type?); "
            "expected one of type, lr, momentum, weight_decay, beta1, beta2, "
            "eps, schedule, clip_norm");
@@ -1060,6 +1062,30 @@ START_TEST(test_checkpoint_settings) {
 }
 END_TEST
 
+START_TEST(test_retry_budget) {
+  struct cm_spec *spec = NULL;
+
+  ck_assert_msg(parse(ONE_WORKER("\"retry_s\": 2.5"), &spec) == 0, "err: %s",
+                err);
+  ck_assert_double_eq(spec->job.retry_s, 2.5);
+  cm_spec_free(spec);
+  spec = NULL;
+  ck_assert_msg(parse(ONE_WORKER("\"retry_s\": 0"), &spec) == 0, "err: %s",
+                err);
+  ck_assert_double_eq(spec->job.retry_s, 0);
+  cm_spec_free(spec);
+
+  parse_bad(ONE_WORKER("\"retry_s\": -1"));
+  ck_assert_str_eq(err, "t.json: job.retry_s: expected a number of seconds "
+                        ">= 0 (0: never retry), got -1");
+  parse_bad(ONE_WORKER("\"retry_s\": \"120\""));
+  ck_assert_str_eq(err, "t.json: job.retry_s: expected a number of seconds "
+                        ">= 0 (0: never retry), got \"120\"");
+  parse_bad(ONE_WORKER("\"retry\": 5"));
+  has_text("t.json: job.retry: unknown key (did you mean retry_s?)");
+}
+END_TEST
+
 START_TEST(test_checkpoint_mistakes) {
   parse_bad(ONE_WORKER("\"checkpoint\": {\"dir\": \"\", \"every_steps\": -1,"
                        " \"every_s\": -0.5, \"keep\": 0, \"kep\": 2}"));
@@ -1398,6 +1424,8 @@ static Suite *spec_suite(void) {
   tcase_add_test(tc, test_optimizer_mistakes);
   tcase_add_test(tc, test_schedule_mistakes);
   tcase_add_test(tc, test_override_mistakes);
+  tc = tcase_create("faults");
+  tcase_add_test(tc, test_retry_budget);
   suite_add_tcase(s, tc);
 
   tc = tcase_create("task");

@@ -4,7 +4,15 @@
  * every planned message, up to `inflight` per shard at once, all shards in
  * parallel. Pushes are sent from the caller's gradient memory without a
  * copy; pulled bytes are copied once, from the received slices into the
- * caller's value buffers. */
+ * caller's value buffers.
+ *
+ * Faults: a call that fails UNAVAILABLE (a shard down or restarting) or
+ * DEADLINE_EXCEEDED (a shard stopped, a network cut off) is sent again,
+ * only that call, after an exponential backoff with jitter, until the
+ * shard has been unreachable for the retry budget (job.retry_s). Every push
+ * message carries (client id, seq, chunk), so a shard that had applied a
+ * message whose answer was lost acknowledges the retry without applying it
+ * again (ps-server/dedup.h). */
 #include "psclient.h"
 
 #include <errno.h>
@@ -13,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -34,6 +43,11 @@
 #define MIN_SPLIT (256u << 10)
 /* Variables at least this large are split across shards under AUTO. */
 #define AUTO_SPLIT_BYTES (256u << 10)
+/* Retries wait BACKOFF_MS, doubling per attempt up to BACKOFF_MAX_MS, each
+ * wait drawn uniformly from its upper half (jitter, so that the workers
+ * of a job do not all come back at the same instant). */
+#define BACKOFF_MS 100
+#define BACKOFF_MAX_MS 2000
 
 /* A run of one variable's elements inside one message. */
 struct piece {
@@ -48,6 +62,8 @@ struct msg {
   int first;      /* index of its first piece */
   int npieces;    /* pieces in it */
   uint64_t bytes; /* payload bytes */
+  int lead;       /* 1: the first message to its shard (carries examples) */
+  uint32_t chunk; /* its index among the messages to its shard (dedup) */
 };
 
 struct dw_client {
@@ -78,10 +94,23 @@ struct dw_client {
   int hb_ms;              /* heartbeat period */
   grpc_completion_queue *cq; /* reused by every call from the client's thread */
   uint64_t pulled, pushed;   /* payload bytes moved */
-  pthread_mutex_t lock;      /* guards refs */
+  pthread_mutex_t lock;      /* guards refs, hb_stop and left */
   pthread_cond_t cond;       /* signalled when refs drops to 0 */
   int refs;                  /* gradient slices gRPC still holds */
   char err[1024];            /* last error */
+
+  /* Faults: retries and idempotent pushes. */
+  int *call_pair;         /* owned, 2 * nmsgs: the pair each call carries,
+                             2 * message + (0 push, 1 pull) */
+  unsigned char *pending; /* owned, 2 * nmsgs: 1 while a pair awaits an OK */
+  uint64_t client_id;     /* random, nonzero: names this client's pushes */
+  uint64_t seq;           /* logical pushes so far; the current one's number */
+  double retry_ms;        /* retry budget per outage, ms; <= 0: no retries */
+  double *down_since;     /* owned, per shard: cm_mono_ms() when it became
+                             unreachable, 0 while it answers */
+  uint64_t rng;           /* jitter generator state */
+  struct dw_client_stats stats; /* calls, failures, retries, outages */
+  int left; /* dw_client_leave was called: no rejoining (under lock) */
 };
 
 static void seterr(struct dw_client *c, const char *fmt, ...)
@@ -96,6 +125,35 @@ static void seterr(struct dw_client *c, const char *fmt, ...) {
 const char *dw_client_error(const struct dw_client *c) { return c->err; }
 uint64_t dw_client_bytes_pulled(const struct dw_client *c) { return c->pulled; }
 uint64_t dw_client_bytes_pushed(const struct dw_client *c) { return c->pushed; }
+
+uint64_t dw_client_id(const struct dw_client *c) { return c->client_id; }
+
+void dw_client_stats(const struct dw_client *c, struct dw_client_stats *out) {
+  *out = c->stats;
+}
+
+/* splitmix64: the jitter's generator, and the client id's mixer. */
+static uint64_t mix64(uint64_t *state) {
+  uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+/* A random id for this client's pushes: the kernel's random bytes, or the
+ * time, the process and the client's address mixed when those fail. Never 0,
+ * which means "no identity" to a shard. */
+static uint64_t new_client_id(const struct dw_client *c) {
+  uint64_t id = 0;
+  if (getrandom(&id, sizeof id, GRND_NONBLOCK) != (ssize_t)sizeof id) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    uint64_t st = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+    st ^= (uint64_t)getpid() << 32 ^ (uint64_t)(uintptr_t)c;
+    id = mix64(&st);
+  }
+  return id ? id : 1;
+}
 
 void dw_client_set_examples(struct dw_client *c, uint32_t examples) {
   c->examples = examples;
@@ -129,6 +187,11 @@ int dw_client_new(struct dw_client **out, const struct cm_spec *spec,
     c->o.inflight = 4;
   if (!c->o.seed)
     c->o.seed = spec->job.seed;
+  if (c->o.retry_s == 0)
+    c->o.retry_s = spec->job.retry_s;
+  c->retry_ms = c->o.retry_s > 0 ? c->o.retry_s * 1000 : 0;
+  c->client_id = new_client_id(c);
+  c->rng = c->client_id;
   snprintf(c->worker, sizeof c->worker, "%s",
            c->o.worker ? c->o.worker : "client");
   c->o.worker = c->worker;
@@ -142,7 +205,8 @@ int dw_client_new(struct dw_client **out, const struct cm_spec *spec,
     goto out;
   }
   if (!(c->ch = calloc(c->nshards, sizeof *c->ch)) ||
-      !(c->on_unix = calloc(c->nshards, 1))) {
+      !(c->on_unix = calloc(c->nshards, 1)) ||
+      !(c->down_since = calloc(c->nshards, sizeof *c->down_since))) {
     rc = CM_ENOMEM;
     goto out;
   }
@@ -172,10 +236,13 @@ void dw_client_free(struct dw_client *c) {
     cm_channel_free(c->ch[s]);
   free(c->ch);
   free(c->on_unix);
+  free(c->down_since);
   cm_creds_free(&c->creds);
   free(c->pieces);
   free(c->msgs);
   free(c->calls);
+  free(c->call_pair);
+  free(c->pending);
   cm_queue_free(c->cq);
   pthread_mutex_destroy(&c->lock);
   pthread_cond_destroy(&c->cond);
@@ -242,6 +309,7 @@ static int plan(struct dw_client *c) {
   for (int s = 0; s < c->nshards; s++) {
     struct msg *cur = NULL;
     uint64_t total = 0, chunk;
+    uint32_t nshard = 0; /* messages to shard s so far */
     for (int i = 0; i < c->nvars; i++) {
       int64_t rb, re;
       cm_shard_rows(c->vars[i].shape[0], c->vars[i].placement, c->nshards, s,
@@ -271,7 +339,8 @@ static int plan(struct dw_client *c) {
             c->msgs = m;
           }
           cur = &c->msgs[c->nmsgs++];
-          *cur = (struct msg){s, c->npieces, 0, 0};
+          *cur = (struct msg){s, c->npieces, 0, 0, nshard == 0, nshard};
+          nshard++;
         }
         uint64_t room = chunk - cur->bytes / sizeof(float);
         uint64_t k = end - off < room ? end - off : room;
@@ -289,7 +358,9 @@ static int plan(struct dw_client *c) {
     }
   }
   c->calls = calloc(2 * c->nmsgs + 1, sizeof *c->calls);
-  return c->calls ? 0 : CM_ENOMEM;
+  c->call_pair = calloc(2 * c->nmsgs + 1, sizeof *c->call_pair);
+  c->pending = calloc(2 * c->nmsgs + 1, 1);
+  return c->calls && c->call_pair && c->pending ? 0 : CM_ENOMEM;
 }
 
 /* Moves the channel of every shard on this host to the shard's Unix socket
@@ -451,7 +522,8 @@ static void wait_refs(struct dw_client *c) {
 
 /* Packs the caller and segments of message m as a Pull or Push head. */
 static grpc_byte_buffer *build_request(struct dw_client *c, const struct msg *m,
-                                       int push, int first_of_shard) {
+                                       int push) {
+  int first_of_shard = m->lead;
   Psd__V1__Caller caller = caller_of(c);
   Psd__V1__Segment segs[64], *sp[64], **ptrs = sp, *seg = segs;
   uint8_t stack[4096], *head = stack;
@@ -496,6 +568,10 @@ static grpc_byte_buffer *build_request(struct dw_client *c, const struct msg *m,
     }
     if (c->sync_push)
       req.step = c->push_step;
+    /* The same on every retry of this message: a shard applies it once. */
+    req.client_id = c->client_id;
+    req.seq = c->seq;
+    req.chunk = m->chunk;
     len = psd__v1__push_request__get_packed_size(&req);
     if (len > sizeof stack && !(head = malloc(len)))
       goto out;
@@ -573,73 +649,176 @@ static void on_done(struct cm_unary *u, void *ctx) {
     on_pulled(u, ctx);
 }
 
+/* ---- retries (see the top of this file) */
+
+/* Whether a call that ended with st may succeed when sent again: the shard
+ * is down or restarting (UNAVAILABLE) or did not answer in time (stopped,
+ * cut off, overloaded). Every other status is the shard's answer. */
+static int retryable(grpc_status_code st) {
+  return st == GRPC_STATUS_UNAVAILABLE || st == GRPC_STATUS_DEADLINE_EXCEEDED;
+}
+
+/* A call to shard s failed retryably: the outage starts now unless it is
+ * already on, and is said once. */
+static void shard_down(struct dw_client *c, int s, const struct cm_unary *u) {
+  if (c->down_since[s] > 0)
+    return;
+  c->down_since[s] = cm_mono_ms();
+  c->stats.outages++;
+  if (c->retry_ms > 0)
+    cm_warn("ps:%d (%s) unreachable (%s: %s), retrying for up to %.0f s", s,
+            c->spec->ps[s].text, cm_rpc_status_name(u->status),
+            u->details[0] ? u->details : "no message", c->retry_ms / 1000);
+}
+
+/* A call to shard s succeeded: an outage ends, and is said so. */
+static void shard_up(struct dw_client *c, int s) {
+  if (c->down_since[s] <= 0)
+    return;
+  if (c->retry_ms > 0)
+    cm_info("ps:%d (%s) back after %.1f s", s, c->spec->ps[s].text,
+            (cm_mono_ms() - c->down_since[s]) / 1000);
+  c->down_since[s] = 0;
+}
+
+/* Before attempt number `attempt` (1, 2, ...) at the calls to the shards
+ * flagged in down[0..ndown): 0 after the backoff wait when every such shard
+ * is within the retry budget; else CM_ETIMEDOUT or CM_EUNAVAIL (st, the last
+ * failure's status) with c->err naming the shard, what and how long. */
+static int retry_wait(struct dw_client *c, const unsigned char *down, int ndown,
+                      int attempt, const char *what, grpc_status_code st,
+                      const char *details) {
+  double now = cm_mono_ms();
+  for (int s = 0; s < ndown; s++) {
+    if (!down[s] || (c->retry_ms > 0 && now - c->down_since[s] < c->retry_ms))
+      continue;
+    if (c->retry_ms > 0)
+      seterr(c,
+             "%s to ps:%d (%s) failed: %s: %s; unreachable for %.1f s, the "
+             "retry budget (job.retry_s %.0f s)",
+             what, s, c->spec->ps[s].text, cm_rpc_status_name(st),
+             details[0] ? details : "(no message)",
+             (now - c->down_since[s]) / 1000, c->retry_ms / 1000);
+    /* else run() described the failure already */
+    return st == GRPC_STATUS_DEADLINE_EXCEEDED ? CM_ETIMEDOUT : CM_EUNAVAIL;
+  }
+  int shift = attempt - 1 < 5 ? attempt - 1 : 5;
+  double ms = (double)BACKOFF_MS * (1 << shift);
+  if (ms > BACKOFF_MAX_MS)
+    ms = BACKOFF_MAX_MS;
+  ms *= 0.5 + 0.5 * (double)(mix64(&c->rng) >> 11) / (double)(1ull << 53);
+  struct timespec ts = {(time_t)(ms / 1000),
+                        (long)((ms - 1000 * (time_t)(ms / 1000)) * 1e6)};
+  while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+  }
+  return 0;
+}
+
 /* Pushes, pulls, or both at once (each shard's push and pull in flight
- * together), every planned message in one cm_client_run. */
+ * together), every planned message in one cm_client_run; then only the
+ * calls that failed retryably, again, until all are answered or a shard
+ * stays unreachable past the retry budget. A push is one logical push
+ * (one seq) however often its messages are sent. */
 static int transfer(struct dw_client *c, int what) {
   const char *name = what == XFER_PUSH   ? "push"
                      : what == XFER_PULL ? "pull"
                                          : "push and pull";
-  int rc, prev = -1, n = 0;
+  unsigned char down[256];
+  int rc = 0, left = 0;
   if (!c->vars) {
     seterr(c, "%s: declare the variables first", name);
     return CM_EINVAL;
   }
+  if (c->nshards > (int)sizeof down) {
+    seterr(c, "%s: more than %zu shards", name, sizeof down);
+    return CM_EINVAL;
+  }
+  if (what & XFER_PUSH)
+    c->seq++;
   for (int i = 0; i < c->nmsgs; i++) {
-    const struct msg *m = &c->msgs[i];
-    for (int kind = XFER_PUSH; kind >= XFER_PULL; kind--) {
-      if (!(what & kind))
+    c->pending[2 * i] = (what & XFER_PUSH) != 0;
+    c->pending[2 * i + 1] = (what & XFER_PULL) != 0;
+    left += c->pending[2 * i] + c->pending[2 * i + 1];
+  }
+  for (int attempt = 0; left > 0; attempt++) {
+    grpc_status_code last = GRPC_STATUS_OK;
+    char last_details[sizeof c->calls[0].details] = "";
+    int n = 0, fatal = 0;
+    for (int p = 0; p < 2 * c->nmsgs; p++) {
+      if (!c->pending[p])
         continue;
-      struct cm_unary *u = &c->calls[n++];
+      const struct msg *m = &c->msgs[p / 2];
+      int push = p % 2 == 0;
+      struct cm_unary *u = &c->calls[n];
       memset(u, 0, sizeof *u);
       u->channel = c->ch[m->shard];
-      u->method = kind == XFER_PUSH ? PUSH_METHOD : PULL_METHOD;
+      u->method = push ? PUSH_METHOD : PULL_METHOD;
       u->user = (void *)m;
-      u->request = build_request(c, m, kind == XFER_PUSH, m->shard != prev);
+      u->request = build_request(c, m, push);
+      c->call_pair[n++] = p;
       if (!u->request) {
         seterr(c, "%s: out of memory", name);
         for (int k = 0; k < n - 1; k++)
           cm_unary_release(&c->calls[k]);
-        if (what & XFER_PUSH)
-          wait_refs(c);
-        return CM_ENOMEM;
+        rc = CM_ENOMEM;
+        goto out;
       }
     }
-    prev = m->shard;
-  }
-  rc = run(c, c->calls, n, name, c->o.timeout_ms, 0,
-           what & XFER_PULL ? on_done : NULL, c);
-  if (rc)
+    if (attempt > 0)
+      c->stats.retries += (uint64_t)n;
+    rc = run(c, c->calls, n, name, c->o.timeout_ms, 0,
+             what & XFER_PULL ? on_done : NULL, c);
+    memset(down, 0, (size_t)c->nshards);
+    /* A shard with any call to retry is still out, whatever else it
+     * answered. */
+    for (int k = 0; k < n; k++)
+      if (retryable(c->calls[k].status))
+        down[((const struct msg *)c->calls[k].user)->shard] = 1;
+    /* on_pulled may have turned an OK into a failure: statuses decide. */
+    for (int k = 0; k < n; k++) {
+      const struct cm_unary *u = &c->calls[k];
+      const struct msg *m = u->user;
+      int p = c->call_pair[k], push = p % 2 == 0;
+      c->stats.calls++;
+      if (u->status == GRPC_STATUS_OK) {
+        if (push)
+          c->pushed += m->bytes;
+        if (!down[m->shard])
+          shard_up(c, m->shard);
+      } else if (push && c->sync_push && u->status == GRPC_STATUS_ABORTED) {
+        c->closed = 1; /* the step closed without us: not an error */
+      } else {
+        c->stats.failed++;
+        if (!retryable(u->status)) {
+          if (!fatal)
+            call_error(c, push ? "push" : "pull", u);
+          fatal = 1;
+          continue;
+        }
+        shard_down(c, m->shard, u);
+        last = u->status;
+        snprintf(last_details, sizeof last_details, "%s", u->details);
+        continue;
+      }
+      c->pending[p] = 0;
+      left--;
+    }
+    /* A Unix socket never reconnects: the retry goes over TCP. */
     back_to_tcp(c, c->calls, n);
-  for (int i = 0; i < n; i++) {
-    const struct cm_unary *u = &c->calls[i];
-    int is_push = u->method == PUSH_METHOD;
-    if (is_push && u->status == GRPC_STATUS_OK)
-      c->pushed += ((const struct msg *)u->user)->bytes;
-    if (is_push && c->sync_push && u->status == GRPC_STATUS_ABORTED)
-      c->closed = 1; /* the step closed without us: not an error */
-    cm_unary_release(&c->calls[i]);
+    for (int k = 0; k < n; k++)
+      cm_unary_release(&c->calls[k]);
+    if (fatal) {
+      rc = CM_ERPC;
+      break;
+    }
+    rc = 0;
+    if (left > 0 && (rc = retry_wait(c, down, c->nshards, attempt + 1, name,
+                                     last, last_details)))
+      break;
   }
-  if (c->closed) {
-    int others = 0;
-    for (int i = 0; i < n; i++)
-      others |= c->calls[i].status != GRPC_STATUS_OK &&
-                c->calls[i].status != GRPC_STATUS_ABORTED;
-    if (!others)
-      rc = 0;
-  }
+out:
   if (what & XFER_PUSH)
     wait_refs(c);
-  if (!rc) {
-    /* on_pulled may have turned a call into a failure after the run. */
-    for (int i = 0; i < n; i++)
-      if (c->calls[i].status != GRPC_STATUS_OK &&
-          !(c->closed && c->calls[i].status == GRPC_STATUS_ABORTED)) {
-        call_error(c, c->calls[i].method == PUSH_METHOD ? "push" : "pull",
-                   &c->calls[i]);
-        rc = CM_ERPC;
-        break;
-      }
-  }
   return rc;
 }
 
@@ -787,24 +966,45 @@ out:
   return rc;
 }
 
-/* One call to the coordinator (shard 0); unpacks the answer into *out
- * (NULL to ignore it). */
+/* One call to the coordinator (shard 0), retried like a transfer's calls
+ * while the coordinator is unreachable (it may be restarting); unpacks the
+ * answer into *out (NULL to ignore it). */
 static int coord_call(struct dw_client *c, const char *method,
                       const ProtobufCMessage *req, int timeout_ms,
                       const ProtobufCMessageDescriptor *desc,
                       ProtobufCMessage **out) {
+  const char *what = method + sizeof "/psd.v1.Coord/" - 1;
+  unsigned char down[1] = {1};
   struct cm_unary u;
   uint8_t *data = NULL;
   size_t len;
   int rc;
   memset(&u, 0, sizeof u);
-  u.channel = c->ch[0];
-  u.method = method;
-  u.request = cm_rpc_pack(req);
-  rc = run(c, &u, 1, method + sizeof "/psd.v1.Coord/" - 1, timeout_ms, 1, NULL,
-           NULL);
-  if (rc)
+  for (int attempt = 0;; attempt++) {
+    u.channel = c->ch[0];
+    u.method = method;
+    u.request = cm_rpc_pack(req);
+    if (attempt > 0)
+      c->stats.retries++;
+    rc = run(c, &u, 1, what, timeout_ms, 1, NULL, NULL);
+    c->stats.calls++;
+    if (!rc) {
+      shard_up(c, 0);
+      break;
+    }
+    c->stats.failed++;
+    if (!retryable(u.status))
+      break;
+    shard_down(c, 0, &u);
     back_to_tcp(c, &u, 1);
+    grpc_status_code st = u.status;
+    char details[sizeof u.details];
+    snprintf(details, sizeof details, "%s", u.details);
+    cm_unary_release(&u);
+    memset(&u, 0, sizeof u);
+    if ((rc = retry_wait(c, down, 1, attempt + 1, what, st, details)))
+      break;
+  }
   if (!rc && out) {
     if (cm_rpc_readall(u.response, &data, &len) ||
         !(*out = protobuf_c_message_unpack(desc, NULL, len, data))) {
@@ -817,8 +1017,41 @@ static int coord_call(struct dw_client *c, const char *method,
   return rc;
 }
 
+/* Joins again on the heartbeat thread's channel, when the coordinator said
+ * it does not count this worker (it restarted, or declared it dead). */
+static void rejoin(struct dw_client *c, struct cm_channel *ch) {
+  Psd__V1__Caller caller = caller_of(c);
+  Psd__V1__JoinRequest req = PSD__V1__JOIN_REQUEST__INIT;
+  Psd__V1__JoinResponse *resp = NULL;
+  struct cm_run_opts o = {.timeout_ms = c->o.timeout_ms, .inflight = 1};
+  struct cm_unary u;
+  uint8_t *data = NULL;
+  size_t len = 0;
+  req.caller = &caller;
+  req.worker = c->windex;
+  memset(&u, 0, sizeof u);
+  u.channel = ch;
+  u.method = "/psd.v1.Coord/Join";
+  u.request = cm_rpc_pack(&req.base);
+  cm_client_run(&u, 1, &o);
+  if (u.status == GRPC_STATUS_OK && !cm_rpc_readall(u.response, &data, &len) &&
+      (resp = psd__v1__join_response__unpack(NULL, len, data)))
+    cm_info("worker:%d joined the job again at step %llu (the coordinator "
+            "had restarted or declared it dead); %d workers live",
+            c->windex, (unsigned long long)resp->step, resp->live);
+  else
+    cm_warn("worker:%d: joining again failed: %s: %s (the next heartbeat "
+            "retries)",
+            c->windex, cm_rpc_status_name(u.status), u.details);
+  if (resp)
+    psd__v1__join_response__free_unpacked(resp, NULL);
+  free(data);
+  cm_unary_release(&u);
+}
+
 /* Sends heartbeats until dw_client_free; a missed one is only logged by
- * the coordinator's silence timer, never fatal here. */
+ * the coordinator's silence timer, never fatal here. An answer that says
+ * the coordinator does not count this worker makes it join again. */
 static void *heartbeat_thread(void *arg) {
   struct dw_client *c = arg;
   struct cm_channel *ch = NULL;
@@ -833,11 +1066,27 @@ static void *heartbeat_thread(void *arg) {
     pthread_mutex_unlock(&c->lock);
     struct cm_unary u;
     struct cm_run_opts o = {.timeout_ms = c->hb_ms * 2, .inflight = 1};
+    Psd__V1__HeartbeatResponse *resp = NULL;
+    uint8_t *data = NULL;
+    size_t len = 0;
     memset(&u, 0, sizeof u);
     u.channel = ch;
     u.method = "/psd.v1.Coord/Heartbeat";
     u.request = cm_rpc_pack(&req.base);
     cm_client_run(&u, 1, &o);
+    if (u.status == GRPC_STATUS_OK &&
+        !cm_rpc_readall(u.response, &data, &len) &&
+        (resp = psd__v1__heartbeat_response__unpack(NULL, len, data)) &&
+        resp->rejoin) {
+      pthread_mutex_lock(&c->lock);
+      int go = !c->left && !c->hb_stop;
+      pthread_mutex_unlock(&c->lock);
+      if (go)
+        rejoin(c, ch);
+    }
+    if (resp)
+      psd__v1__heartbeat_response__free_unpacked(resp, NULL);
+    free(data);
     cm_unary_release(&u);
     struct timespec until = cm_abstime_after_ms(c->hb_ms);
     pthread_mutex_lock(&c->lock);
@@ -876,6 +1125,9 @@ int dw_client_join(struct dw_client *c, int worker, int heartbeat_ms,
 }
 
 int dw_client_leave(struct dw_client *c) {
+  pthread_mutex_lock(&c->lock);
+  c->left = 1; /* the heartbeat thread must not join again */
+  pthread_mutex_unlock(&c->lock);
   Psd__V1__Caller caller = caller_of(c);
   Psd__V1__JoinRequest req = PSD__V1__JOIN_REQUEST__INIT;
   req.caller = &caller;
@@ -990,6 +1242,12 @@ int dw_client_status(struct dw_client *c, int shard, char **json) {
   }
   json_object_set_new(root, "vars", vars);
   json_object_set_new(root, "step", json_integer((json_int_t)resp->step));
+  json_object_set_new(root, "duplicates",
+                      json_integer((json_int_t)resp->duplicates));
+  json_object_set_new(root, "dedup_clients",
+                      json_integer((json_int_t)resp->dedup_clients));
+  json_object_set_new(root, "dedup_evicted",
+                      json_integer((json_int_t)resp->dedup_evicted));
   json_object_set_new(root, "coordinator", json_boolean(resp->coordinator));
   {
     json_t *steps = json_array(), *workers = json_array();

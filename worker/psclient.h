@@ -2,7 +2,13 @@
  * spec, declares variables (idempotently), and pulls and pushes them with
  * the calls to all shards in flight at once, each call with a deadline.
  * Large variables travel in chunks (see README, "Wire"), so no gRPC message
- * limit is ever hit. One dw_client is used by one thread at a time. */
+ * limit is ever hit. One dw_client is used by one thread at a time.
+ *
+ * Pulls, pushes and the coordinator calls (join, leave, admit, clock)
+ * survive a shard that restarts, stops or is cut off: a call that fails
+ * UNAVAILABLE or DEADLINE_EXCEEDED is retried with backoff for up to the
+ * retry budget (retry_s), and logged once per outage. A push is applied
+ * once however often it is retried (README, "Faults"). */
 #ifndef DW_PSCLIENT_H
 #define DW_PSCLIENT_H
 
@@ -51,7 +57,19 @@ struct dw_client_opts {
                              [60000] */
   size_t chunk_bytes;     /* largest tensor payload per message [2 MiB] */
   int inflight;           /* calls in flight per shard [4] */
-  uint64_t seed; /* initializer seed sent with declare [spec job.seed] */
+  uint64_t seed;  /* initializer seed sent with declare [spec job.seed] */
+  double retry_s; /* how long a shard may stay unreachable (UNAVAILABLE or
+                     DEADLINE_EXCEEDED) while calls to it are retried before
+                     the call fails [spec job.retry_s]; < 0: never retry */
+};
+
+/* What a client's calls met so far (dw_client_stats). */
+struct dw_client_stats {
+  uint64_t calls;   /* calls completed, each attempt counted */
+  uint64_t failed;  /* of them, those that did not end OK (a sync push to a
+                       closed step, ABORTED, is not a failure) */
+  uint64_t retries; /* calls sent again after UNAVAILABLE/DEADLINE_EXCEEDED */
+  uint64_t outages; /* times a shard became unreachable */
 };
 
 struct dw_client;
@@ -148,6 +166,12 @@ struct dw_read {
  * failed run's code; each run's rc and err say how it went, so the caller
  * can use the runs that did arrive. */
 int dw_client_read(struct dw_client *c, struct dw_read *reads, int n);
+
+/* Counters of the client's calls so far. */
+void dw_client_stats(const struct dw_client *c, struct dw_client_stats *out);
+
+/* The random id this client's pushes carry (PushRequest.client_id). */
+uint64_t dw_client_id(const struct dw_client *c);
 
 /* The last error in words, naming the shard and variable; "" when none. */
 const char *dw_client_error(const struct dw_client *c);

@@ -1,0 +1,210 @@
+/* The applied-push table (dedup.h): a hash of clients with chained buckets
+ * over a fixed array of entries. Each entry holds the client's newest seq
+ * and a bitmap of the chunks of it applied: one inline word for the first
+ * 64 chunks (every push under 128 MiB per shard), more words allocated on
+ * demand. Eviction scans for the least recently used entry, which happens
+ * only when a new client arrives and the table is full. */
+#include "dedup.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "err.h"
+
+/* One remembered client. */
+struct client {
+  uint64_t id;    /* the client's id; 0 when the entry is free */
+  uint64_t seq;   /* the newest seq seen from it */
+  uint64_t used;  /* d->tick at its last claim: eviction picks the lowest */
+  uint64_t word0; /* bit c: chunk c (< 64) of seq applied */
+  uint64_t *more; /* owned, nmore words: chunks 64.. of seq; NULL when none */
+  uint32_t nmore; /* words in more */
+  int next;       /* next entry in its bucket's chain, -1 at the end */
+};
+
+struct psd_dedup {
+  pthread_mutex_t lock; /* guards everything below */
+  struct client *e;     /* owned, cap entries */
+  int cap;              /* entries in e */
+  int used;             /* entries holding a client */
+  int *bucket;          /* owned, nbuckets chain heads (-1: empty) */
+  uint32_t nbuckets;    /* a power of two, at least 2 * cap */
+  int free_head;        /* first free entry, chained through next */
+  uint64_t tick;        /* claims so far: the clock of `used` */
+  uint64_t duplicates;  /* claims that were duplicates */
+  uint64_t evicted;     /* clients forgotten to make room */
+};
+
+/* splitmix64's finalizer: ids are chosen by clients, so mix them. */
+static uint32_t hash(const struct psd_dedup *d, uint64_t id) {
+  id ^= id >> 30;
+  id *= 0xbf58476d1ce4e5b9ull;
+  id ^= id >> 27;
+  id *= 0x94d049bb133111ebull;
+  id ^= id >> 31;
+  return (uint32_t)id & (d->nbuckets - 1);
+}
+
+int psd_dedup_new(struct psd_dedup **out, int capacity) {
+  struct psd_dedup *d;
+  *out = NULL;
+  if (capacity < 1)
+    return CM_EINVAL;
+  if (!(d = calloc(1, sizeof *d)))
+    return CM_ENOMEM;
+  d->cap = capacity;
+  d->nbuckets = 2;
+  while (d->nbuckets < 2u * (uint32_t)capacity)
+    d->nbuckets <<= 1;
+  d->e = calloc(capacity, sizeof *d->e);
+  d->bucket = malloc(d->nbuckets * sizeof *d->bucket);
+  if (!d->e || !d->bucket) {
+    free(d->e);
+    free(d->bucket);
+    free(d);
+    return CM_ENOMEM;
+  }
+  for (uint32_t b = 0; b < d->nbuckets; b++)
+    d->bucket[b] = -1;
+  for (int i = 0; i < capacity; i++)
+    d->e[i].next = i + 1 < capacity ? i + 1 : -1;
+  d->free_head = 0;
+  pthread_mutex_init(&d->lock, NULL);
+  *out = d;
+  return 0;
+}
+
+void psd_dedup_free(struct psd_dedup *d) {
+  if (!d)
+    return;
+  for (int i = 0; i < d->cap; i++)
+    free(d->e[i].more);
+  free(d->e);
+  free(d->bucket);
+  pthread_mutex_destroy(&d->lock);
+  free(d);
+}
+
+/* The entry of client id, or -1. Caller holds the lock. */
+static int find(const struct psd_dedup *d, uint64_t id) {
+  for (int i = d->bucket[hash(d, id)]; i >= 0; i = d->e[i].next)
+    if (d->e[i].id == id)
+      return i;
+  return -1;
+}
+
+/* Unlinks entry i from its bucket and puts it on the free list. */
+static void drop(struct psd_dedup *d, int i) {
+  int *pp = &d->bucket[hash(d, d->e[i].id)];
+  while (*pp != i)
+    pp = &d->e[*pp].next;
+  *pp = d->e[i].next;
+  free(d->e[i].more);
+  memset(&d->e[i], 0, sizeof d->e[i]);
+  d->e[i].next = d->free_head;
+  d->free_head = i;
+  d->used--;
+}
+
+/* A new entry for client id, evicting the least recently used when full. */
+static int add(struct psd_dedup *d, uint64_t id) {
+  int i;
+  if (d->free_head < 0) {
+    int lru = 0;
+    for (int k = 1; k < d->cap; k++)
+      if (d->e[k].used < d->e[lru].used)
+        lru = k;
+    drop(d, lru);
+    d->evicted++;
+  }
+  i = d->free_head;
+  d->free_head = d->e[i].next;
+  d->e[i].id = id;
+  d->e[i].next = d->bucket[hash(d, id)];
+  d->bucket[hash(d, id)] = i;
+  d->used++;
+  return i;
+}
+
+/* Forgets which chunks of the entry's seq were applied. */
+static void clear_chunks(struct client *c) {
+  c->word0 = 0;
+  if (c->more)
+    memset(c->more, 0, c->nmore * sizeof *c->more);
+}
+
+/* The word holding chunk's bit, grown as needed; NULL when out of memory. */
+static uint64_t *chunk_word(struct client *c, uint32_t chunk, int grow) {
+  uint32_t w = chunk / 64;
+  if (w == 0)
+    return &c->word0;
+  if (w - 1 >= c->nmore) {
+    if (!grow)
+      return NULL;
+    uint32_t n = w; /* words 1..w */
+    uint64_t *m = realloc(c->more, n * sizeof *m);
+    if (!m)
+      return NULL;
+    memset(m + c->nmore, 0, (n - c->nmore) * sizeof *m);
+    c->more = m;
+    c->nmore = n;
+  }
+  return &c->more[w - 1];
+}
+
+int psd_dedup_claim(struct psd_dedup *d, uint64_t client, uint64_t seq,
+                    uint32_t chunk) {
+  int rc = 0, i;
+  uint64_t *word, bit = 1ull << (chunk % 64);
+  if (client == 0 || chunk >= PSD_DEDUP_MAX_CHUNKS)
+    return 0;
+  pthread_mutex_lock(&d->lock);
+  if ((i = find(d, client)) < 0) {
+    i = add(d, client);
+    d->e[i].seq = seq;
+  }
+  struct client *c = &d->e[i];
+  c->used = ++d->tick;
+  if (seq < c->seq) {
+    /* The client moved on only once every message of this seq was
+     * acknowledged: this one is a late copy. */
+    rc = 1;
+  } else {
+    if (seq > c->seq) {
+      c->seq = seq;
+      clear_chunks(c);
+    }
+    if (!(word = chunk_word(c, chunk, 1)))
+      rc = CM_ENOMEM;
+    else if (*word & bit)
+      rc = 1;
+    else
+      *word |= bit;
+  }
+  if (rc == 1)
+    d->duplicates++;
+  pthread_mutex_unlock(&d->lock);
+  return rc;
+}
+
+void psd_dedup_unclaim(struct psd_dedup *d, uint64_t client, uint64_t seq,
+                       uint32_t chunk) {
+  int i;
+  uint64_t *word;
+  if (client == 0 || chunk >= PSD_DEDUP_MAX_CHUNKS)
+    return;
+  pthread_mutex_lock(&d->lock);
+  if ((i = find(d, client)) >= 0 && d->e[i].seq == seq &&
+      (word = chunk_word(&d->e[i], chunk, 0)))
+    *word &= ~(1ull << (chunk % 64));
+  pthread_mutex_unlock(&d->lock);
+}
+
+void psd_dedup_stats(struct psd_dedup *d, struct psd_dedup_stats *out) {
+  pthread_mutex_lock(&d->lock);
+  out->duplicates = d->duplicates;
+  out->clients = (uint32_t)d->used;
+  out->evicted = d->evicted;
+  pthread_mutex_unlock(&d->lock);
+}
