@@ -8,7 +8,6 @@
 #include "cuda_ctx.cuh"
 #include "optim_cuda.h"
 
-
 #include <stdlib.h>
 
 /* What kn__xent_total leaves at the start of the scratch memory. */
