@@ -548,6 +548,25 @@ void psd_coord_tick(struct psd_coord *c) {
   pthread_mutex_unlock(&c->lock);
 }
 
+/* Fills calls[] with one call of method carrying msg to every shard not yet
+ * done[s]; each call's user is its shard index. Returns how many. */
+static int fill_calls(struct psd_coord *c, struct cm_unary *calls,
+                      const int *done, const char *method,
+                      const ProtobufCMessage *msg) {
+  int n = 0;
+  for (int s = 0; s < c->spec->nps; s++) {
+    if (done[s])
+      continue;
+    memset(&calls[n], 0, sizeof calls[n]);
+    calls[n].channel = c->ch[s];
+    calls[n].method = method;
+    calls[n].request = cm_rpc_pack(msg);
+    calls[n].user = (void *)(intptr_t)s;
+    n++;
+  }
+  return n;
+}
+
 /* Sync: asks every shard for its step until each has answered once, and
  * checks that all are at the step the coordinator opens (0, or the step its
  * shard resumed from). Shards that resumed from different checkpoints could
@@ -573,17 +592,7 @@ static void check_steps(struct psd_coord *c, struct cm_unary *calls,
      * failing at once while gRPC backs off reconnecting. */
     struct cm_run_opts o = {
         .timeout_ms = 1000, .inflight = 1, .wait_for_ready = 1};
-    int n = 0;
-    for (int s = 0; s < c->spec->nps; s++) {
-      if (done[s])
-        continue;
-      memset(&calls[n], 0, sizeof calls[n]);
-      calls[n].channel = c->ch[s];
-      calls[n].method = "/psd.v1.Admin/Status";
-      calls[n].request = cm_rpc_pack(&req.base);
-      calls[n].user = (void *)(intptr_t)s;
-      n++;
-    }
+    int n = fill_calls(c, calls, done, "/psd.v1.Admin/Status", &req.base);
     cm_client_run(calls, n, &o);
     for (int i = 0; i < n; i++) {
       int s = (int)(intptr_t)calls[i].user;
@@ -682,20 +691,10 @@ static void *commit_thread(void *arg) {
     req.dropped = d;
     memset(done, 0, c->spec->nps * sizeof *done);
     for (int attempt = 0, left = c->spec->nps; left > 0; attempt++) {
-      int n = 0;
       struct cm_run_opts o = {.timeout_ms = c->spec->job.timeout_ms,
                               .inflight = 1,
                               .wait_for_ready = 1};
-      for (int s = 0; s < c->spec->nps; s++) {
-        if (done[s])
-          continue;
-        memset(&calls[n], 0, sizeof calls[n]);
-        calls[n].channel = c->ch[s];
-        calls[n].method = "/psd.v1.Data/Commit";
-        calls[n].request = cm_rpc_pack(&req.base);
-        calls[n].user = (void *)(intptr_t)s;
-        n++;
-      }
+      int n = fill_calls(c, calls, done, "/psd.v1.Data/Commit", &req.base);
       cm_client_run(calls, n, &o);
       for (int i = 0; i < n; i++) {
         int s = (int)(intptr_t)calls[i].user;
