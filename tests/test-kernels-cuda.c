@@ -28,7 +28,7 @@
 #if !PSD_HAVE_CUDA
 
 int main(void) {
-  printf("SKIP: built without CUDA\n");
+  printf("SKIP: built without CUDA support\n");
   return 77;
 }
 

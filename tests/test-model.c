@@ -177,6 +177,7 @@ START_TEST(test_cnn_learns) {
     for (size_t k = 0; k < m->nparams; k++)
       m->params[k] -= 0.05f * m->grads[k];
   }
+  dw_model_free(m);
   /* Memorising 16 examples: the loss must fall well below its start. */
   ck_assert_msg(last < 0.5f * first, "loss %g -> %g", first, last);
 }

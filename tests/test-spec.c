@@ -1424,6 +1424,8 @@ static Suite *spec_suite(void) {
   tcase_add_test(tc, test_optimizer_mistakes);
   tcase_add_test(tc, test_schedule_mistakes);
   tcase_add_test(tc, test_override_mistakes);
+  suite_add_tcase(s, tc);
+
   tc = tcase_create("faults");
   tcase_add_test(tc, test_retry_budget);
   suite_add_tcase(s, tc);
