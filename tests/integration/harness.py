@@ -10,6 +10,7 @@ import subprocess
 import tempfile
 import threading
 import time
+import unittest
 
 BUILD = None  # set by each test module's main from argv[1]
 
@@ -144,3 +145,24 @@ class TempDir:
 
     def __exit__(self, *a):
         self.d.cleanup()
+
+
+class ProcTest(unittest.TestCase):
+    """A test case with a temporary directory (self.d) and a list of the
+    processes it started (self.procs); tearDown kills what is left of them,
+    a SIGSTOPped one included, then removes the directory."""
+
+    def setUp(self):
+        self.tmp = TempDir()
+        self.d = self.tmp.__enter__()
+        self.procs = []
+
+    def stop_procs(self):
+        for p in self.procs:
+            if p.p.poll() is None:
+                p.p.send_signal(signal.SIGCONT)
+                p.stop(signal.SIGKILL)
+
+    def tearDown(self):
+        self.stop_procs()
+        self.tmp.__exit__(None, None, None)

@@ -81,19 +81,8 @@ def ckpt_dirs(root, job="ck", shard=0):
         os.path.join(root, job, "ps-%d" % shard, "ckpt-*")))
 
 
-class AsyncCkptTest(unittest.TestCase):
+class AsyncCkptTest(h.ProcTest):
     """One or two shards driven by pstool: exact, fast, no dataset."""
-
-    def setUp(self):
-        self.tmp = h.TempDir()
-        self.d = self.tmp.__enter__()
-        self.procs = []
-
-    def tearDown(self):
-        for p in self.procs:
-            if p.p.poll() is None:
-                p.stop(signal.SIGKILL)
-        self.tmp.__exit__(None, None, None)
 
     def psd(self, spec, i, *args, **kw):
         p = start(spec, i, *args, **kw)

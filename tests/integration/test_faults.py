@@ -100,24 +100,20 @@ def write_spec(d, job, nps=2, nworker=2, ps_host=None):
     return spec
 
 
-class Faults(unittest.TestCase):
+class Faults(h.ProcTest):
     """Starts processes through self.proc/self.psd and kills what is left of
-    them at the end, a stopped one included."""
+    them at the end (h.ProcTest), a stopped one included, before its own
+    cleanups (namespaces, mounts)."""
 
     def setUp(self):
-        self.tmp = h.TempDir()
-        self.d = self.tmp.__enter__()
-        self.procs = []
+        super().setUp()
         self.cleanups = []
 
     def tearDown(self):
-        for p in self.procs:
-            if p.p.poll() is None:
-                p.p.send_signal(signal.SIGCONT)
-                p.stop(signal.SIGKILL)
+        self.stop_procs()
         for fn in reversed(self.cleanups):
             fn()
-        self.tmp.__exit__(None, None, None)
+        super().tearDown()
 
     def proc(self, argv, **kw):
         p = h.Proc(argv, **kw)

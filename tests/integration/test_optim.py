@@ -86,19 +86,8 @@ def close(test, got, want, what, rel=1e-5):
     test.assertLess(err, rel, "%s: got %s, want %s" % (what, got, want))
 
 
-class ServerTest(unittest.TestCase):
+class ServerTest(h.ProcTest):
     """One shard driven by pstool's single calls: exact, no dataset."""
-
-    def setUp(self):
-        self.tmp = h.TempDir()
-        self.d = self.tmp.__enter__()
-        self.procs = []
-
-    def tearDown(self):
-        for p in self.procs:
-            if p.p.poll() is None:
-                p.stop(signal.SIGKILL)
-        self.tmp.__exit__(None, None, None)
 
     def spec(self, job, name="spec.json", nps=1):
         path = os.path.join(self.d, name)
@@ -253,18 +242,7 @@ def example_job(**over):
 
 
 @unittest.skipUnless(os.path.isdir(DATA), "dataset-fashion-mnist is not installed")
-class TrainTest(unittest.TestCase):
-    def setUp(self):
-        self.tmp = h.TempDir()
-        self.d = self.tmp.__enter__()
-        self.procs = []
-
-    def tearDown(self):
-        for p in self.procs:
-            if p.p.poll() is None:
-                p.stop(signal.SIGKILL)
-        self.tmp.__exit__(None, None, None)
-
+class TrainTest(h.ProcTest):
     def dworker(self, spec, *args):
         return h.Proc([h.build_path("worker", "dworker"), "--cluster", spec] + list(args))
 
