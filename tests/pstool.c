@@ -24,6 +24,9 @@
  * p50 and p99); with --join it first joins the job as worker W, so its pushes
  * name it (the coordinator then times them as that worker's steps); tcp times a
  * plain loopback TCP copy, the baseline for the transport benchmark.
+ * nanpush K (with --bytes N) pushes a gradient with a NaN at element K through
+ * libpsclient, which must refuse it whole (job.nonfinite "reject"), and
+ * checks with a pull that no shard changed.
  * syncload is a light sync worker for the scale benchmark: the demo MLP's
  * variables, no compute, S steps of pull, stage, admit.
  *
@@ -43,6 +46,7 @@
  *     line with pushes, pulls, calls and failed calls. */
 #include <arpa/inet.h>
 #include <getopt.h>
+#include <math.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -263,6 +267,73 @@ out:
     grpc_byte_buffer_destroy(resp);
   free(vals);
   cm_channel_free(ch);
+  return rc;
+}
+
+/* nanpush K: a variable of --bytes split across every shard, a gradient of
+ * ones with a NaN at element K pushed through libpsclient. With
+ * job.nonfinite "reject" the client refuses it before sending anything:
+ * prints "refused: <the client's error>", then pulls and prints "OK
+ * unchanged" when no element moved on any shard (exit 0), else the first
+ * element that did (exit 1). */
+static int cmd_nanpush(struct cm_spec *spec, const struct args *a,
+                       uint64_t at) {
+  struct dw_client_opts o = {.worker = "pstool", .timeout_ms = a->timeout};
+  struct dw_client *c = NULL;
+  uint64_t n = a->bytes / sizeof(float);
+  float *value = NULL, *grad = NULL, *before = NULL;
+  int rc = 1;
+
+  if (n == 0 || at >= n) {
+    fprintf(stderr, "pstool: nanpush: element %llu is not below --bytes/4\n",
+            (unsigned long long)at);
+    return 2;
+  }
+  value = malloc(n * sizeof(float));
+  grad = malloc(n * sizeof(float));
+  before = malloc(n * sizeof(float));
+  if (!value || !grad || !before) {
+    fprintf(stderr, "pstool: out of memory\n");
+    goto out;
+  }
+  for (uint64_t i = 0; i < n; i++)
+    grad[i] = 1.0f;
+  grad[at] = NAN;
+  struct dw_var v = {.name = "nanpush",
+                     .ndim = 1,
+                     .shape = {(int64_t)n},
+                     .placement = DW_PLACE_SPLIT,
+                     .init = DW_INIT_ZEROS,
+                     .value = value,
+                     .grad = grad};
+  if (dw_client_new(&c, spec, &o) || dw_client_declare(c, &v, 1) ||
+      dw_client_pull(c)) {
+    fprintf(stderr, "pstool: %s\n", c ? dw_client_error(c) : "no client");
+    goto out;
+  }
+  memcpy(before, value, n * sizeof(float));
+  if (dw_client_push(c) == 0) {
+    printf("pushed: the client sent a gradient holding NaN\n");
+    goto out;
+  }
+  printf("refused: %s\n", dw_client_error(c));
+  if (dw_client_pull(c)) {
+    fprintf(stderr, "pstool: %s\n", dw_client_error(c));
+    goto out;
+  }
+  for (uint64_t i = 0; i < n; i++)
+    if (value[i] != before[i]) {
+      printf("APPLIED element %llu: %.9g, was %.9g\n", (unsigned long long)i,
+             value[i], before[i]);
+      goto out;
+    }
+  printf("OK unchanged\n");
+  rc = 0;
+out:
+  dw_client_free(c);
+  free(value);
+  free(grad);
+  free(before);
   return rc;
 }
 
@@ -915,6 +986,8 @@ int main(int argc, char **argv) {
     rc = cmd_count(spec, &a);
   else if (!strcmp(argv[optind], "load"))
     rc = cmd_load(spec, &a);
+  else if (!strcmp(argv[optind], "nanpush") && optind + 1 < argc)
+    rc = cmd_nanpush(spec, &a, strtoull(argv[optind + 1], NULL, 10));
   else
     rc = cmd_low(spec, &a, argc - optind, argv + optind);
   cm_spec_free(spec);

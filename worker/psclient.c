@@ -714,6 +714,37 @@ static int retry_wait(struct dw_client *c, const unsigned char *down, int ndown,
   return 0;
 }
 
+/* With job.nonfinite "reject", a gradient holding NaN or an infinity is
+ * refused before any message leaves: each shard checks only the messages it
+ * gets, so one shard would refuse its part while the others applied theirs.
+ * One branch-free pass (the exponent bits all set) per variable, then a
+ * second over the first bad one to name the element. */
+static int check_finite(struct dw_client *c) {
+  if (strcmp(c->spec->job.nonfinite, "reject") != 0)
+    return 0;
+  for (int i = 0; i < c->nvars; i++) {
+    const struct dw_var *v = &c->vars[i];
+    const uint32_t *g = (const uint32_t *)(const void *)v->grad;
+    uint64_t n = numel(v), k;
+    uint32_t any = 0;
+    for (k = 0; k < n; k++)
+      any |= (g[k] & 0x7f800000u) == 0x7f800000u;
+    if (!any)
+      continue;
+    for (k = 0; (g[k] & 0x7f800000u) != 0x7f800000u; k++) {
+    }
+    seterr(c,
+           "push: gradient of '%s' element %llu is %s; nothing of this push "
+           "was sent (job.nonfinite is \"reject\")",
+           v->name, (unsigned long long)k,
+           (g[k] & 0x007fffffu)   ? "NaN"
+           : (g[k] & 0x80000000u) ? "-Inf"
+                                  : "+Inf");
+    return CM_EINVAL;
+  }
+  return 0;
+}
+
 /* Pushes, pulls, or both at once (each shard's push and pull in flight
  * together), every planned message in one cm_client_run; then only the
  * calls that failed retryably, again, until all are answered or a shard
@@ -733,6 +764,8 @@ static int transfer(struct dw_client *c, int what) {
     seterr(c, "%s: more than %zu shards", name, sizeof down);
     return CM_EINVAL;
   }
+  if ((what & XFER_PUSH) && (rc = check_finite(c)))
+    return rc;
   if (what & XFER_PUSH)
     c->seq++;
   for (int i = 0; i < c->nmsgs; i++) {

@@ -226,6 +226,21 @@ class PsdTest(unittest.TestCase):
                       '(job.nonfinite "reject")' % (before[1] + 4), r.stdout)
         self.assert_serving()
 
+    def test_client_refuses_a_nan_gradient_whole(self):
+        # Each shard judges only its own messages, so libpsclient checks the
+        # whole gradient first: a NaN in shard 1's part must not leave shard
+        # 0's part applied. 4 MiB split over both shards, the NaN in the last
+        # element (shard 1's).
+        before = self.nonfinite()
+        r = h.pstool(self.spec, "--bytes", str(4 << 20), "nanpush", str((1 << 20) - 1))
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertIn("refused: push: gradient of 'nanpush' element 1048575 is NaN; nothing "
+                      "of this push was sent (job.nonfinite is \"reject\")", r.stdout)
+        self.assertIn("OK unchanged", r.stdout)
+        # Nothing reached a shard.
+        self.assertEqual(self.nonfinite(), before)
+        self.assert_serving()
+
     def test_worker_index_out_of_range(self):
         self.ok("declare", "wk", "2")
         msg = pb.push("t", [("wk", 0, 1, [2])], [1.0], worker=5) + pb.uint(30, 1)
