@@ -25,6 +25,11 @@ class CnnTest(unittest.TestCase):
         with open(os.path.join(ROOT, "deploy", "examples", "local-cnn.json")) as f:
             job = json.load(f)["job"]
         self.assertEqual(job["model"], "cnn")
+        # make asan (PSD_SANITIZED=1) looks for memory errors, not accuracy:
+        # one epoch of the same job, which ASan slows 5-10 times.
+        sanitized = os.environ.get("PSD_SANITIZED") == "1"
+        if sanitized:
+            job["epochs"] = 1
         with h.TempDir() as d:
             spec = os.path.join(d, "job.json")
             h.write_spec(spec, nps=2, nworker=2, job=job)
@@ -46,7 +51,7 @@ class CnnTest(unittest.TestCase):
             acc = float(kv["test_accuracy"])
             print("\ncnn: test_accuracy=%.4f examples_per_s=%s wall_s=%s job_wall_s=%.1f"
                   % (acc, kv["examples_per_s"], kv["wall_s"], wall))
-            self.assertGreaterEqual(acc, 0.90)
+            self.assertGreaterEqual(acc, 0.80 if sanitized else 0.90)
 
 
 if __name__ == "__main__":

@@ -40,14 +40,17 @@ import harness as h
 DATA = "/usr/share/datasets/fashion-mnist"
 SOAK = os.environ.get("PSD_SOAK") == "1"
 
-# The spec the accuracy comparisons run: async, plain sgd with a small
-# learning rate, whose final accuracy varies least from run to run here
-# (0.829 to 0.833 in 8 runs; lr 0.02: 0.837 to 0.845; momentum 0.9: 0.815
-# to 0.850), short deadlines so a stopped shard is noticed quickly,
-# checkpoints often (every 100 push messages a shard applies).
+# The spec the accuracy comparisons run: async, plain sgd whose learning
+# rate decays to 0 along a cosine over the job's 2 x 3 x 469 pushes per
+# variable, so that where the run ends varies little with the order the two
+# workers' pushes arrive in (0.8496 to 0.8510 in 6 runs on a loaded machine;
+# a constant lr 0.01 gave 0.8212 to 0.8336), short deadlines so a stopped
+# shard is noticed quickly, checkpoints often (every 100 push messages a
+# shard applies).
 ACC_JOB = {"name": "faults", "epochs": 3, "batch_size": 64, "log_every": 50,
-           "optimizer": {"type": "sgd", "lr": 0.01}, "heartbeat_ms": 100,
-           "dead_after_ms": 1500, "rpc_timeout_ms": 2000, "retry_s": 60,
+           "optimizer": {"type": "sgd", "lr": 0.05,
+                         "schedule": {"type": "cosine", "total_steps": 2 * 3 * 469}},
+           "heartbeat_ms": 100, "dead_after_ms": 1500, "rpc_timeout_ms": 2000, "retry_s": 60,
            "checkpoint": {"dir": "ck", "every_steps": 100}}
 
 
@@ -85,6 +88,21 @@ def wait_match(p, pattern, timeout=30, count=1):
         if time.monotonic() > deadline or (p.p.poll() is not None and p.q.empty()):
             raise AssertionError("no %d lines matching %r from %s; output:\n%s"
                                  % (count, pattern, p.argv[0], p.output()[-3000:]))
+        time.sleep(0.05)
+
+
+def wait_any(ps, pattern, timeout=60):
+    """Waits until one of the processes prints a line matching the regex;
+    returns that process."""
+    deadline = time.monotonic() + timeout
+    while True:
+        for p in ps:
+            if any(re.search(pattern, l) for l in list(p.lines)):
+                return p
+        if time.monotonic() > deadline or all(p.p.poll() is not None for p in ps):
+            raise AssertionError("no line matching %r from any of %d processes; "
+                                 "outputs:\n%s" % (pattern, len(ps), "\n----\n".join(
+                                     p.output()[-2000:] for p in ps)))
         time.sleep(0.05)
 
 
@@ -253,8 +271,11 @@ class StopTest(Faults):
                     w.wait_for("step 40/", timeout=120)
                 ps[1].p.send_signal(signal.SIGSTOP)
                 try:
-                    for w in ws:
-                        wait_match(w, r"ps:1 \(\S+\) unreachable \(DEADLINE_EXCEEDED")
+                    # A worker that pushed this step to ps:1 before the stop
+                    # waits on the coordinator (ps:0) for the commit and may
+                    # never call ps:1 while it is stopped; the other one
+                    # pushes to it and must say it is unreachable.
+                    hit = wait_any(ws, r"ps:1 \(\S+\) unreachable \(DEADLINE_EXCEEDED")
                 finally:
                     ps[1].p.send_signal(signal.SIGCONT)
             self.finish(ws)
@@ -263,8 +284,7 @@ class StopTest(Faults):
             self.assertEqual(st[0]["steps"], st[1]["steps"])
             self.assertEqual(st[0]["step"], 120)
             if stop:
-                for w in ws:
-                    self.assertRegex(w.output(), r"ps:1 \(\S+\) back after")
+                self.assertRegex(hit.output(), r"ps:1 \(\S+\) back after")
             with open(out, "rb") as f:
                 params.append((f.read(), result(ws[0])["test_accuracy"]))
         self.assertEqual(params[0][1], params[1][1])
