@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "clock.h"
+#include "dedup.h"
 #include "err.h"
 #include "log.h"
 #include "safetensors.h"
@@ -269,12 +270,17 @@ static void prune(struct psd_ckpt *c) {
 
 /* Writes the shard file: the header from the variables' shapes, then each
  * variable's values and slots, taken under its lock with lock_vars (copied
- * first when small enough, COPY_MAX). Appends the manifest's per-variable
- * entries to vars_json; *hold_ms gets the longest lock hold. */
-static int write_shard(struct psd_ckpt *c, struct psd_store *store, int n,
-                       uint64_t step, int lock_vars, const char *path,
-                       json_t *vars_json, uint64_t *bytes, double *hold_ms,
-                       char *err, size_t errlen) {
+ * first when small enough, COPY_MAX). With dedup, all of that is done with
+ * its apply gate frozen, and the table is saved into *dedup_json before the
+ * gate is thawed: the values and the table are one instant of the shard.
+ * The file's tail and fsync come after. Appends the manifest's per-variable
+ * entries to vars_json; sets res->nvars, res->hold_ms (the longest lock
+ * hold) and res->freeze_ms. */
+static int write_shard(struct psd_ckpt *c, struct psd_store *store,
+                       struct psd_dedup *dedup, uint64_t step, int lock_vars,
+                       const char *path, json_t *vars_json, json_t **dedup_json,
+                       uint64_t *bytes, struct psd_ckpt_result *res, char *err,
+                       size_t errlen) {
   struct cm_st_desc *desc = NULL;
   int64_t(*shapes)[PSD_VAR_MAX_DIMS] = NULL;
   char(*slot_names)[CM_OPTIM_MAX_SLOTS][PSD_VAR_MAX_NAME + 16] = NULL;
@@ -282,9 +288,18 @@ static int write_shard(struct psd_ckpt *c, struct psd_store *store, int n,
   struct cm_st_writer *w = NULL;
   char *copy = NULL;
   size_t copy_cap = 0;
-  int nt = 0, fd = -1, rc = 0;
+  int n, nt = 0, fd = -1, rc = 0, frozen = 0;
+  double frozen_at = 0;
   char stepbuf[32], shardbuf[16];
 
+  /* Counted under the gate: a push applied before it is to a variable
+   * declared before it. */
+  if (dedup) {
+    psd_dedup_freeze(dedup);
+    frozen = 1;
+    frozen_at = cm_mono_ms();
+  }
+  n = res->nvars = psd_store_count(store);
   desc = calloc((size_t)(1 + CM_OPTIM_MAX_SLOTS) * n + 1, sizeof *desc);
   shapes = calloc(n + 1, sizeof *shapes);
   slot_names = calloc(n + 1, sizeof *slot_names);
@@ -348,10 +363,18 @@ static int write_shard(struct psd_ckpt *c, struct psd_store *store, int n,
     opt_steps[i] = psd_var_steps(v);
     if (lock_vars)
       pthread_mutex_unlock(&v->lock);
-    if (lock_vars && cm_mono_ms() - t0 > *hold_ms)
-      *hold_ms = cm_mono_ms() - t0;
+    if (lock_vars && cm_mono_ms() - t0 > res->hold_ms)
+      res->hold_ms = cm_mono_ms() - t0;
     if (copied)
       rc = cm_st_writer_write(w, copy, all, err, errlen);
+    if (rc)
+      goto out;
+  }
+  if (frozen) {
+    rc = psd_dedup_save(dedup, dedup_json);
+    psd_dedup_thaw(dedup);
+    frozen = 0;
+    res->freeze_ms = cm_mono_ms() - frozen_at;
     if (rc)
       goto out;
   }
@@ -401,6 +424,8 @@ static int write_shard(struct psd_ckpt *c, struct psd_store *store, int n,
     }
   }
 out:
+  if (frozen)
+    psd_dedup_thaw(dedup);
   if (fd >= 0 && close(fd) != 0 && !rc) {
     snprintf(err, errlen, "close %s: %s", path, strerror(errno));
     rc = CM_EIO;
@@ -415,19 +440,20 @@ out:
   return rc;
 }
 
-int psd_ckpt_write(struct psd_ckpt *c, struct psd_store *store, uint64_t step,
-                   int lock_vars, struct psd_ckpt_result *res, char *err,
-                   size_t errlen) {
+int psd_ckpt_write(struct psd_ckpt *c, struct psd_store *store,
+                   struct psd_dedup *dedup, uint64_t step, int lock_vars,
+                   struct psd_ckpt_result *res, char *err, size_t errlen) {
   char tmp[1100], file[1200], final[1100], optim[PSD_OPTIM_DESC], when[32];
-  json_t *m = NULL, *vars = json_array();
+  json_t *m = NULL, *vars = json_array(), *dedup_json = NULL;
   char *text = NULL;
   double t0 = cm_mono_ms();
   uint64_t bytes = 0;
-  int n = psd_store_count(store), rc = 0, made = 0;
+  int rc = 0, made = 0;
   uint32_t crc;
   struct stat st;
 
   memset(res, 0, sizeof *res);
+  res->clients = -1;
   snprintf(tmp, sizeof tmp, "%s/.tmp-%llu-%d", c->dir, (unsigned long long)step,
            (int)getpid());
   ckpt_path(c, step, final, sizeof final);
@@ -442,8 +468,8 @@ int psd_ckpt_write(struct psd_ckpt *c, struct psd_store *store, uint64_t step,
   }
   made = 1;
   snprintf(file, sizeof file, "%s/" SHARD_FILE, tmp);
-  if ((rc = write_shard(c, store, n, step, lock_vars, file, vars, &bytes,
-                        &res->hold_ms, err, errlen)))
+  if ((rc = write_shard(c, store, dedup, step, lock_vars, file, vars,
+                        &dedup_json, &bytes, res, err, errlen)))
     goto out;
   {
     time_t now = time(NULL);
@@ -462,7 +488,12 @@ int psd_ckpt_write(struct psd_ckpt *c, struct psd_store *store, uint64_t step,
       c->optims.def.momentum, "describe", optim, "written", when, "file",
       SHARD_FILE, "file_bytes", (json_int_t)bytes, "vars", vars);
   vars = NULL; /* m owns it, or json_pack freed it */
-  if (!m || (rc = manifest_crc(m, &crc)) ||
+  if (m && dedup_json) {
+    res->clients = (int)json_array_size(dedup_json);
+    rc = json_object_set_new(m, "dedup", dedup_json) ? CM_ENOMEM : 0;
+    dedup_json = NULL; /* m owns it, or set_new freed it */
+  }
+  if (!m || rc || (rc = manifest_crc(m, &crc)) ||
       json_object_set_new(m, "checksum", json_integer(crc)) ||
       !(text = json_dumps(m, JSON_INDENT(1) | JSON_PRESERVE_ORDER))) {
     rc = rc ? rc : CM_ENOMEM;
@@ -500,7 +531,6 @@ int psd_ckpt_write(struct psd_ckpt *c, struct psd_store *store, uint64_t step,
   res->step = step;
   snprintf(res->path, sizeof res->path, "%s", final);
   res->bytes = bytes + strlen(text);
-  res->nvars = n;
   res->ms = cm_mono_ms() - t0;
   prune(c);
 out:
@@ -509,6 +539,7 @@ out:
   free(text);
   json_decref(m);
   json_decref(vars);
+  json_decref(dedup_json);
   return rc;
 }
 
@@ -703,14 +734,43 @@ static int load_slots(struct cm_st_file *f, const char *file, const char *dir,
   return 0;
 }
 
-/* Loads one checkpoint directory into a new store; verifies everything. */
+/* The table of applied pushes saved in manifest m (path), into a new table
+ * (*out); an empty one when m has none (*clients -1). */
+static int load_dedup(json_t *m, const char *path, struct psd_dedup **out,
+                      int *clients, char *err, size_t errlen) {
+  json_t *snap = json_object_get(m, "dedup");
+  struct psd_dedup *d = NULL;
+  char derr[512];
+  int rc;
+
+  *out = NULL;
+  *clients = snap ? (int)json_array_size(snap) : -1;
+  if ((rc = psd_dedup_new(&d, PSD_DEDUP_CLIENTS))) {
+    snprintf(err, errlen, "%s: %s", path, cm_strerror(rc));
+    goto out;
+  }
+  if (snap && (rc = psd_dedup_load(d, snap, derr, sizeof derr))) {
+    snprintf(err, errlen, "%s: %s", path, derr);
+    goto out;
+  }
+  *out = d;
+  d = NULL;
+out:
+  psd_dedup_free(d);
+  return rc;
+}
+
+/* Loads one checkpoint directory into a new store and a new table of
+ * applied pushes; verifies everything. */
 static int load_one(struct psd_ckpt *c, const char *dir, uint64_t step,
-                    struct psd_store **out, int *nvars, uint64_t *bytes,
-                    char *err, size_t errlen) {
+                    struct psd_store **out, struct psd_dedup **dedup,
+                    int *clients, int *nvars, uint64_t *bytes, char *err,
+                    size_t errlen) {
   char path[1200], file[1200], shape_s[128];
   json_t *m = NULL, *e;
   struct cm_st_file *f = NULL;
   struct psd_store *store = NULL;
+  struct psd_dedup *d = NULL;
   json_int_t fbytes = -1;
   size_t i;
   int rc, warned = 0;
@@ -718,6 +778,7 @@ static int load_one(struct psd_ckpt *c, const char *dir, uint64_t step,
   char optim[PSD_OPTIM_DESC];
 
   *out = NULL;
+  *dedup = NULL;
   snprintf(path, sizeof path, "%s/" MANIFEST, dir);
   if ((rc = load_manifest(c, path, step, &m, err, errlen)))
     goto out;
@@ -814,12 +875,16 @@ static int load_one(struct psd_ckpt *c, const char *dir, uint64_t step,
       v->applied = (uint64_t)steps * (v->elem_end - v->elem_begin);
     }
   }
+  if ((rc = load_dedup(m, path, &d, clients, err, errlen)))
+    goto out;
   *nvars = psd_store_count(store);
   *bytes = cm_st_size(f);
   *out = store;
   store = NULL;
-  rc = 0;
+  *dedup = d;
+  d = NULL;
 out:
+  psd_dedup_free(d);
   psd_store_free(store);
   cm_st_close(f);
   json_decref(m);
@@ -846,25 +911,31 @@ static void set_aside(struct psd_ckpt *c, const uint64_t *steps, int upto) {
 }
 
 int psd_ckpt_load(struct psd_ckpt *c, struct psd_store **out,
-                  struct psd_ckpt_result *res, char *err, size_t errlen) {
+                  struct psd_dedup **dedup, struct psd_ckpt_result *res,
+                  char *err, size_t errlen) {
   uint64_t *steps = malloc(MAX_CKPTS * sizeof *steps);
   char dir[1100], why[4096];
   double t0 = cm_mono_ms();
   int n, rc = 0;
 
   *out = NULL;
+  if (dedup)
+    *dedup = NULL;
   memset(res, 0, sizeof *res);
+  res->clients = -1;
   if (!steps)
     return CM_ENOMEM;
   n = psd_ckpt_list(c, steps, MAX_CKPTS);
   for (int i = 0; i < n; i++) {
     struct psd_store *s = NULL;
+    struct psd_dedup *d = NULL;
     uint64_t bytes = 0;
-    int nvars = 0;
+    int nvars = 0, clients = -1;
     if (c->has_max && steps[i] > c->max)
       continue;
     ckpt_path(c, steps[i], dir, sizeof dir);
-    rc = load_one(c, dir, steps[i], &s, &nvars, &bytes, why, sizeof why);
+    rc = load_one(c, dir, steps[i], &s, &d, &clients, &nvars, &bytes, why,
+                  sizeof why);
     if (rc == CM_ENOMEM)
       break;
     if (rc == CM_EEXIST) {
@@ -885,11 +956,16 @@ int psd_ckpt_load(struct psd_ckpt *c, struct psd_store **out,
       continue;
     }
     *out = s;
+    if (dedup)
+      *dedup = d;
+    else
+      psd_dedup_free(d);
     set_aside(c, steps, i);
     res->step = steps[i];
     snprintf(res->path, sizeof res->path, "%s", dir);
     res->bytes = bytes;
     res->nvars = nvars;
+    res->clients = clients;
     res->ms = cm_mono_ms() - t0;
     goto out;
   }

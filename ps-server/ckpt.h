@@ -8,8 +8,10 @@
  *   manifest.json      job, shard, nshards, step, mode, the job's optimizer;
  *                      per variable its whole shape, placement, rows,
  *                      version, optimizer type and steps (opt_step) and the
- *                      CRC-32 of each tensor; the CRC-32 of the manifest
- *                      itself ("checksum")
+ *                      CRC-32 of each tensor; async only, the push messages
+ *                      the values hold ("dedup": dedup.h's table, see
+ *                      psd_dedup_save); the CRC-32 of the manifest itself
+ *                      ("checksum")
  * A checkpoint is written into .tmp-<step>-<pid>, both files fsynced, the
  * directory fsynced, renamed to ckpt-<step> (swapped atomically with an
  * older one of the same step), and the parent fsynced: a ckpt-* directory is
@@ -20,13 +22,17 @@
  * what is wrong) and the one before it is tried. A variable trained with
  * another optimizer type than the spec now gives it is refused too, and
  * then no older checkpoint is tried. Format 1 checkpoints (one optimizer,
- * momentum or sgd, for the job) still load. */
+ * momentum or sgd, for the job) still load, and so do format 2 ones
+ * without "dedup" (written before psd saved it, or by a sync shard): their
+ * table is empty. "dedup" did not change the format's number: a reader
+ * that ignores it loads what it loaded before (the checksum covers it). */
 #ifndef PSD_CKPT_H
 #define PSD_CKPT_H
 
 #include <stddef.h>
 #include <stdint.h>
 
+#include "dedup.h"
 #include "store.h"
 
 /* Where and how a shard checkpoints (strings copied by psd_ckpt_new). */
@@ -45,13 +51,17 @@ struct psd_ckpt_opts {
 
 /* What one write or load did. */
 struct psd_ckpt_result {
-  uint64_t step;   /* the checkpoint's step */
-  char path[1100]; /* its directory */
-  uint64_t bytes;  /* bytes of its two files */
-  int nvars;       /* variables in it */
-  double ms;       /* time taken */
-  double hold_ms;  /* write: the longest a variable's lock was held */
-  int refused;     /* load: newer checkpoints refused before this one */
+  uint64_t step;    /* the checkpoint's step */
+  char path[1100];  /* its directory */
+  uint64_t bytes;   /* bytes of its two files */
+  int nvars;        /* variables in it */
+  double ms;        /* time taken */
+  double hold_ms;   /* write: the longest a variable's lock was held */
+  double freeze_ms; /* write with a dedup table: how long pushes were held
+                       (its apply gate frozen); 0 without */
+  int clients;      /* clients in its table of applied pushes, -1 when it
+                       has none (sync, or an older checkpoint) */
+  int refused;      /* load: newer checkpoints refused before this one */
 };
 
 struct psd_ckpt;
@@ -67,19 +77,28 @@ void psd_ckpt_free(struct psd_ckpt *c);
 const char *psd_ckpt_dir(const struct psd_ckpt *c);
 
 /* Writes the store's variables as checkpoint `step`. With lock_vars each
- * variable is written under its lock (async: pushes to other variables go
- * on); without, the caller guarantees that nothing changes the values
- * meanwhile (sync: commits are held). On failure nothing is renamed into
- * place, the temporary directory is removed, older checkpoints are
- * untouched; err says what failed (path and strerror). Not thread-safe: one
- * writer at a time. */
-int psd_ckpt_write(struct psd_ckpt *c, struct psd_store *store, uint64_t step,
-                   int lock_vars, struct psd_ckpt_result *res, char *err,
-                   size_t errlen);
+ * variable is taken under its lock; without, the caller guarantees that
+ * nothing changes the values meanwhile (sync: commits are held). With
+ * dedup (borrowed; async mode), its apply gate is frozen while the
+ * variables are taken and the table is saved with them, so the checkpoint
+ * is one instant of the whole shard whose table names exactly the push
+ * messages its values hold; pushes wait meanwhile (res->freeze_ms), not
+ * while the file is finished and fsynced. Sync passes NULL: its table
+ * claims pushes staged for the open step, which no checkpoint holds. On
+ * failure nothing is renamed into place, the temporary directory is
+ * removed, older checkpoints are untouched; err says what failed (path and
+ * strerror). Not thread-safe: one writer at a time. */
+int psd_ckpt_write(struct psd_ckpt *c, struct psd_store *store,
+                   struct psd_dedup *dedup, uint64_t step, int lock_vars,
+                   struct psd_ckpt_result *res, char *err, size_t errlen);
 
 /* Loads the newest checkpoint that verifies into a new store (*out; the
- * caller frees it), logging each refused one as an error. *out is NULL and
- * 0 is returned when the directory holds no checkpoint. When checkpoints
+ * caller frees it), logging each refused one as an error, and, when dedup
+ * is not NULL, its table of applied pushes into a new table (*dedup,
+ * PSD_DEDUP_CLIENTS clients, the caller frees it; empty when the
+ * checkpoint has none, res->clients -1). A malformed "dedup" refuses the
+ * checkpoint like any other damage. *out (and *dedup) are NULL and 0 is
+ * returned when the directory holds no checkpoint. When checkpoints
  * exist but none verifies, returns CM_EFORMAT and err says so. With
  * has_resume_step, checkpoints newer than resume_step are not loaded; once
  * one is, they are renamed to superseded-ckpt-<step> so that later
@@ -87,7 +106,8 @@ int psd_ckpt_write(struct psd_ckpt *c, struct psd_store *store, uint64_t step,
  * CM_EEXIST: the newest checkpoint has a variable whose optimizer type is
  * not the spec's (logged, naming it and what to do). */
 int psd_ckpt_load(struct psd_ckpt *c, struct psd_store **out,
-                  struct psd_ckpt_result *res, char *err, size_t errlen);
+                  struct psd_dedup **dedup, struct psd_ckpt_result *res,
+                  char *err, size_t errlen);
 
 /* Steps of the checkpoints present, newest first; returns how many (at most
  * max). For tests and status. */

@@ -7,10 +7,10 @@
  * what waits outside gRPC: signals, the periodic stats line and the systemd
  * watchdog.
  *
- * Checkpoints (ckpt.h, saver.h): the store is restored from the newest
- * checkpoint before psd listens, a thread of the saver's writes the periodic
- * and asked-for ones, and teardown writes a last one once no call is in
- * flight. */
+ * Checkpoints (ckpt.h, saver.h): the store, and in async mode the table of
+ * applied pushes (dedup.h), are restored from the newest checkpoint before
+ * psd listens, a thread of the saver's writes the periodic and asked-for
+ * ones, and teardown writes a last one once no call is in flight. */
 #include <errno.h>
 #include <getopt.h>
 #include <signal.h>
@@ -31,6 +31,7 @@
 #include "blas.h"
 #include "ckpt.h"
 #include "coord.h"
+#include "dedup.h"
 #include "endpoint.h"
 #include "err.h"
 #include "local.h"
@@ -80,6 +81,9 @@ struct psd_server {
   struct psd_ckpt *ckpt;         /* owned; NULL when checkpoints are off */
   struct psd_saver *saver;       /* owned checkpoint policy and thread */
   struct psd_ckpt_result resume; /* the checkpoint restored (step 0: none) */
+  struct psd_dedup *dedup;       /* owned: the restored checkpoint's table of
+                                    applied pushes, until the service takes it
+                                    (then NULL) */
   int has_resume_step;           /* --resume-step given */
   uint64_t resume_step;          /* its value */
 };
@@ -376,8 +380,8 @@ static int restore(struct psd_server *srv) {
   cm_info("checkpoints in %s (from %s): every %d steps, every %g s, keep %d",
           psd_ckpt_dir(srv->ckpt), from, job->ckpt_every_steps,
           job->ckpt_every_s, job->ckpt_keep);
-  if ((rc = psd_ckpt_load(srv->ckpt, &srv->store, &srv->resume, err,
-                          sizeof err))) {
+  if ((rc = psd_ckpt_load(srv->ckpt, &srv->store, &srv->dedup, &srv->resume,
+                          err, sizeof err))) {
     cm_error("cannot resume: %s", err);
     return 1;
   }
@@ -386,11 +390,15 @@ static int restore(struct psd_server *srv) {
             psd_ckpt_dir(srv->ckpt));
     return 0;
   }
-  char size[32];
-  cm_info("resumed from step %llu: %s, %d variables, %s verified and loaded "
-          "in %.0f ms%s",
+  char size[32], clients[64] = "";
+  /* A checkpoint without a table (sync, or an older psd's) says nothing. */
+  if (srv->resume.clients >= 0)
+    snprintf(clients, sizeof clients, ", applied pushes of %d client%s",
+             srv->resume.clients, srv->resume.clients == 1 ? "" : "s");
+  cm_info("resumed from step %llu: %s, %d variables%s, %s verified and "
+          "loaded in %.0f ms%s",
           (unsigned long long)srv->resume.step, srv->resume.path,
-          srv->resume.nvars,
+          srv->resume.nvars, clients,
           cm_fmt_bytes((double)srv->resume.bytes, size, sizeof size),
           srv->resume.ms,
           srv->resume.refused ? " (newer checkpoints were REFUSED, see above)"
@@ -406,6 +414,7 @@ static int attach_saver(struct psd_server *srv) {
   struct psd_saver_opts o = {.ckpt = srv->ckpt,
                              .store = srv->store,
                              .steps = steps,
+                             .dedup = psd_service_dedup(srv->service),
                              .job = job->name,
                              .every_steps = job->ckpt_every_steps,
                              .every_s = job->ckpt_every_s,
@@ -445,8 +454,17 @@ static int open_server(struct psd_server *srv) {
   if ((!srv->store &&
        psd_store_new(&srv->store, srv->shard, srv->spec->nps, &job->optim)) ||
       psd_service_new(&srv->service, srv->store, srv->shard, srv->spec->nps,
-                      srv->spec->nworker, job->name, job->mode) ||
-      attach_saver(srv)) {
+                      srv->spec->nworker, job->name, job->mode)) {
+    cm_error("out of memory");
+    return 1;
+  }
+  /* So is the table of pushes its values hold: their retries stay
+   * duplicates. Before the saver, which saves the service's table. */
+  if (srv->dedup) {
+    psd_service_set_dedup(srv->service, srv->dedup);
+    srv->dedup = NULL;
+  }
+  if (attach_saver(srv)) {
     cm_error("out of memory");
     return 1;
   }
@@ -665,6 +683,7 @@ out:
   psd_coord_free(srv.coord);
   psd_saver_free(srv.saver);
   psd_service_free(srv.service);
+  psd_dedup_free(srv.dedup);
   psd_store_free(srv.store);
   cm_creds_free(&srv.creds);
   psd_ckpt_free(srv.ckpt);

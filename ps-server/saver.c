@@ -29,6 +29,7 @@ struct psd_saver {
   struct psd_ckpt *ckpt;        /* borrowed; NULL when off */
   struct psd_store *store;      /* borrowed */
   struct psd_steps *steps;      /* borrowed; sync mode only */
+  struct psd_dedup *dedup;      /* borrowed; async mode only, may be NULL */
   char job[64];                 /* job callers must name */
   int every_steps;              /* 0 = never */
   double every_s;               /* 0 = never */
@@ -100,9 +101,12 @@ static void record(struct psd_saver *s, int rc, const struct psd_ckpt_result *r,
   char size[32], held[64] = "";
   if (strcmp(why, "at exit"))
     snprintf(held, sizeof held,
-             s->steps ? "; commits waited up to %.0f ms"
-                      : "; a variable's lock held up to %.0f ms",
-             s->steps ? r->ms : r->hold_ms);
+             s->steps   ? "; commits waited up to %.0f ms"
+             : s->dedup ? "; pushes waited up to %.0f ms"
+                        : "; a variable's lock held up to %.0f ms",
+             s->steps   ? r->ms
+             : s->dedup ? r->freeze_ms
+                        : r->hold_ms);
   cm_info("checkpoint (%s) at step %llu written to %s: %d variables, %s in "
           "%.0f ms (%.0f MB/s)%s",
           why, (unsigned long long)r->step, r->path, r->nvars,
@@ -146,8 +150,8 @@ static void *saver_thread(void *arg) {
 
     struct psd_ckpt_result r;
     char err[4096];
-    int rc = psd_ckpt_write(s->ckpt, s->store, step, s->steps == NULL, &r, err,
-                            sizeof err);
+    int rc = psd_ckpt_write(s->ckpt, s->store, s->dedup, step, s->steps == NULL,
+                            &r, err, sizeof err);
 
     pthread_mutex_lock(&s->lock);
     s->gate = 0;
@@ -248,6 +252,7 @@ int psd_saver_new(struct psd_saver **out, const struct psd_saver_opts *o) {
   s->ckpt = o->ckpt;
   s->store = o->store;
   s->steps = o->steps;
+  s->dedup = o->steps ? NULL : o->dedup; /* ckpt.h: sync saves none */
   snprintf(s->job, sizeof s->job, "%s", o->job);
   s->every_steps = o->every_steps;
   s->every_s = o->every_s;
@@ -333,8 +338,8 @@ int psd_saver_final(struct psd_saver *s, struct psd_ckpt_result *res, char *err,
   int rc;
   if (!s->ckpt)
     return 1;
-  rc =
-      psd_ckpt_write(s->ckpt, s->store, psd_saver_step(s), 1, res, err, errlen);
+  rc = psd_ckpt_write(s->ckpt, s->store, s->dedup, psd_saver_step(s), 1, res,
+                      err, errlen);
   pthread_mutex_lock(&s->lock);
   record(s, rc, res, err, "at exit");
   pthread_mutex_unlock(&s->lock);

@@ -10,10 +10,13 @@
  * every variable at exactly that step; commits wait while it is written
  * (psd_saver_commit_begin), while pulls, staged pushes and admissions go
  * on. A periodic one is taken right after the commit that makes the step a
- * multiple of every_steps, so every shard writes the same step. Async: each
- * variable is written under its own lock, so it is one version of that
- * variable (recorded), while pushes to the others go on; there is no single
- * instant for the whole shard, as there is none in async training. */
+ * multiple of every_steps, so every shard writes the same step. The table
+ * of applied pushes is not saved (ckpt.h says why). Async: the variables
+ * and the table of applied pushes (dedup.h) are taken with the table's
+ * apply gate frozen, so the checkpoint is one instant of the whole shard:
+ * each push message is in it entirely, with its record in the table, or
+ * not at all. Pushes wait while the variables are copied or written into
+ * the page cache, not while the file is fsynced. */
 #ifndef PSD_SAVER_H
 #define PSD_SAVER_H
 
@@ -29,6 +32,8 @@ struct psd_saver_opts {
   struct psd_ckpt *ckpt;   /* NULL: checkpoints are off (the RPC says so) */
   struct psd_store *store; /* the shard's variables */
   struct psd_steps *steps; /* sync mode's steps, NULL in async mode */
+  struct psd_dedup *dedup; /* async: the service's table of applied pushes,
+                              saved with the values; ignored in sync mode */
   const char *job;         /* the job callers must name (copied) */
   int every_steps;         /* checkpoint every N steps, 0 = never */
   double every_s;          /* checkpoint every S seconds, 0 = never */

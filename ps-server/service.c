@@ -864,6 +864,7 @@ static void on_push(struct cm_rpc_call *call, grpc_byte_buffer *bb, void *ctx) {
   char have[128], want[128];
   int skip = 0;
   int claimed = 0; /* this message's dedup claim is ours to give back */
+  int gated = 0;   /* async: we hold the dedup table's apply gate */
 
   req = (Psd__V1__PushRequest *)decode(svc, call, bb,
                                        &psd__v1__push_request__descriptor, &m);
@@ -925,12 +926,24 @@ static void on_push(struct cm_rpc_call *call, grpc_byte_buffer *bb, void *ctx) {
   }
   if (check_overlap(svc, call, req, vars))
     goto out;
+  /* Async: from the claim until the values are changed, a checkpoint waits
+   * (dedup.h, the apply gate), so the table it saves names exactly the
+   * messages its values hold. Every push takes it, with an identity or
+   * without, so that the checkpoint is one instant of the shard. */
+  if (!svc->steps) {
+    psd_dedup_apply_begin(svc->dedup);
+    gated = 1;
+  }
   /* A retry of a message applied already (its answer was lost) is
    * acknowledged and changes nothing. Claimed only once the message is known
    * good, and given back if staging refuses it. */
   if (req->client_id) {
     int d = psd_dedup_claim(svc->dedup, req->client_id, req->seq, req->chunk);
     if (d == 1) {
+      if (gated) {
+        psd_dedup_apply_end(svc->dedup);
+        gated = 0;
+      }
       cm_debug("duplicate push from %s (client %016llx, seq %llu, chunk %u): "
                "acknowledged without effect",
                cm_rpc_peer(call), (unsigned long long)req->client_id,
@@ -1020,6 +1033,10 @@ static void on_push(struct cm_rpc_call *call, grpc_byte_buffer *bb, void *ctx) {
       pthread_mutex_unlock(&v->lock);
     }
   }
+  if (gated) {
+    psd_dedup_apply_end(svc->dedup);
+    gated = 0;
+  }
   if (!skip) {
     atomic_fetch_add(&svc->pushes, 1);
     /* A worker's step sends its examples in its first message to a shard
@@ -1041,8 +1058,13 @@ static void on_push(struct cm_rpc_call *call, grpc_byte_buffer *bb, void *ctx) {
   psd_hist_observe(&svc->push_time, (cm_mono_ms() - start) / 1e3);
   goto out;
 nomem:
+  /* Not applied: neither a retry nor a checkpoint may take it for applied. */
+  if (claimed)
+    psd_dedup_unclaim(svc->dedup, req->client_id, req->seq, req->chunk);
   fail(svc, call, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
 out:
+  if (gated)
+    psd_dedup_apply_end(svc->dedup);
   free(grad);
   free(vars);
   free(versions);
@@ -1311,6 +1333,15 @@ void psd_service_set_saver(struct psd_service *svc, struct psd_saver *saver) {
 
 struct psd_steps *psd_service_steps(struct psd_service *svc) {
   return svc->steps;
+}
+
+struct psd_dedup *psd_service_dedup(struct psd_service *svc) {
+  return svc->dedup;
+}
+
+void psd_service_set_dedup(struct psd_service *svc, struct psd_dedup *d) {
+  psd_dedup_free(svc->dedup);
+  svc->dedup = d;
 }
 
 void psd_service_free(struct psd_service *svc) {

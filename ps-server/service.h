@@ -77,6 +77,16 @@ void psd_service_set_server(struct psd_service *svc, struct cm_server *rpc);
 struct psd_steps;
 struct psd_steps *psd_service_steps(struct psd_service *svc);
 
+/* The table of applied push messages (dedup.h; owned by svc): async
+ * checkpoints save it with the values (saver.h). */
+struct psd_dedup;
+struct psd_dedup *psd_service_dedup(struct psd_service *svc);
+
+/* Replaces that table with d, restored from a checkpoint (psd_ckpt_load):
+ * svc takes d (it must not be NULL) and frees the table it had. Call
+ * before serving. */
+void psd_service_set_dedup(struct psd_service *svc, struct psd_dedup *d);
+
 /* Answers every parked pull with UNAVAILABLE (psd is stopping). */
 void psd_service_stop(struct psd_service *svc);
 void psd_service_free(struct psd_service *svc);

@@ -15,7 +15,9 @@ are broken on purpose while they work.
   time and comes back: it joins again and the job completes;
 - the checkpoint disk full (a real tmpfs) and then read-only: the write fails
   and says why, the previous checkpoint stays byte for byte, the shard serves;
-- a push sent twice with the same (client, seq, chunk) is applied once;
+- a push sent twice with the same (client, seq, chunk) is applied once, also
+  when the shard was checkpointed and killed (kill -9) between the two: the
+  restored table of applied pushes makes the retry a duplicate;
 - 16 clients (PSD_SOAK=1: 64) pushing and pulling against 2 shards for 10 s
   (60 s): no failed call, every update exact, psd's resident memory flat.
 
@@ -522,6 +524,47 @@ class DedupTest(Faults):
         self.assertEqual((st["pushes"], st["duplicates"], st["dedup_clients"]), (6, 3, 2))
         m = psctl(spec, "metrics")
         self.assertIn('psd_duplicate_pushes_total{shard="0"} 3', m.stdout)
+        self.stop_all([p])
+
+    def test_retry_after_kill9_and_restart_is_applied_once(self):
+        """The push is applied and checkpointed, and the shard is killed
+        before its answer reaches the client; the client's retry reaches the
+        restarted shard. Before the table was saved in the checkpoint, the
+        restarted shard's table was empty and the retry was applied again
+        (version 2, value -1.0, no duplicate counted)."""
+        root = os.path.join(self.d, "ck")
+        spec = write_spec(self.d, {"name": "dedupck",
+                                   "optimizer": {"type": "sgd", "lr": 0.5},
+                                   "checkpoint": {"dir": root}}, nps=1, nworker=1)
+        p = self.psd(spec, 0)
+        r = h.pstool(spec, "declare", "w", "4,3")
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        ident = ("--client-id", "0x5eed", "--seq", "1", "--chunk-id", "0")
+        self.push(spec, *ident)
+        self.assertEqual(self.value(spec), (1, -0.5))
+        r = psctl(spec, "checkpoint", "--wait")
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        with open(os.path.join(root, "dedupck", "ps-0", "ckpt-0000000001",
+                               "manifest.json")) as f:
+            self.assertEqual(json.load(f)["dedup"],
+                             [{"client": "0000000000005eed", "seq": "0000000000000001",
+                               "chunks": ["0000000000000001"]}])
+        p.p.send_signal(signal.SIGKILL)
+        self.assertEqual(p.wait(), -signal.SIGKILL)
+        p = self.psd(spec, 0)
+        line = p.wait_for("resumed from step ")
+        self.assertIn("resumed from step 1: ", line)
+        self.assertIn(", applied pushes of 1 client, ", line)
+        # The retry: acknowledged, no effect.
+        self.push(spec, *ident)
+        self.assertEqual(self.value(spec), (1, -0.5))
+        st = status(spec)[0]
+        self.assertEqual((st["pushes"], st["duplicates"], st["dedup_clients"]), (0, 1, 1))
+        # The client's next push is applied.
+        self.push(spec, "--client-id", "0x5eed", "--seq", "2", "--chunk-id", "0")
+        self.assertEqual(self.value(spec), (2, -1.0))
+        st = status(spec)[0]
+        self.assertEqual((st["pushes"], st["duplicates"]), (1, 1))
         self.stop_all([p])
 
 
