@@ -23,7 +23,7 @@ demo: build
 	$(BUILD)/worker/pslaunch deploy/examples/local.json
 
 test: build
-	meson test -C $(BUILD) --print-errorlogs --num-processes 2 --no-suite faults; \
+	meson test -C $(BUILD) --print-errorlogs --num-processes 2; \
 	  rc=$$?; $(PY) tests/summary.py $(BUILD); exit $$rc
 
 # The long fault runs (README, "Faults"): the load test at full size (64

@@ -35,7 +35,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Clients a shard remembers (about 64 bytes each). */
+/* Clients a shard remembers (about 56 bytes each). */
 #define PSD_DEDUP_CLIENTS 4096
 /* Chunks of one push a shard can tell apart; a chunk index at or above this
  * (more than 128 GiB to one shard in 2 MiB messages) is always applied. */
