@@ -31,6 +31,12 @@
  * write into the page cache (which the kernel may throttle for a second);
  * a larger one is written under its lock, so that memory never doubles. */
 #define COPY_MAX (64u << 20)
+/* Async: a shard whose variables (values and slots) come to at most this
+ * much is copied whole while pushes wait at the apply gate, and written
+ * after the gate is thawed, so pushes wait for memcpy's, not for the page
+ * cache; a larger one is written with the gate frozen (per variable as
+ * above), so that memory grows by at most this much. */
+#define SNAPSHOT_MAX (256u << 20)
 /* Checkpoint directories looked at when loading or pruning. */
 #define MAX_CKPTS 4096
 
@@ -334,12 +340,23 @@ static int write_shard(struct psd_ckpt *c, struct psd_store *store,
   }
   if ((rc = cm_st_writer_new(&w, fd, path, desc, nt, meta, 4, err, errlen)))
     goto out;
+  /* With the gate frozen: the whole shard into one buffer when it fits
+   * SNAPSHOT_MAX (written once the gate is thawed). */
+  size_t total = 0, at = 0;
+  for (int i = 0; frozen && i < n; i++) {
+    struct psd_var *v = psd_store_at(store, i);
+    total +=
+        (size_t)(1 + v->nslots) * (v->elem_end - v->elem_begin) * sizeof(float);
+  }
+  int whole = frozen && total <= SNAPSHOT_MAX && (copy = malloc(total + 1));
+  if (whole)
+    copy_cap = total;
   for (int i = 0; i < n; i++) {
     struct psd_var *v = psd_store_at(store, i);
     size_t len = (v->elem_end - v->elem_begin) * sizeof(float);
     size_t all = (size_t)(1 + v->nslots) * len;
-    int copied = lock_vars && all <= COPY_MAX;
-    if (copied && all > copy_cap) {
+    int copied = whole || (lock_vars && all <= COPY_MAX);
+    if (!whole && copied && all > copy_cap) {
       free(copy);
       if (!(copy = malloc(all))) {
         rc = CM_ENOMEM;
@@ -347,13 +364,14 @@ static int write_shard(struct psd_ckpt *c, struct psd_store *store,
       }
       copy_cap = all;
     }
+    char *dst = whole ? copy + at : copy;
     if (lock_vars)
       pthread_mutex_lock(&v->lock);
     double t0 = cm_mono_ms();
     if (copied) {
-      memcpy(copy, v->value, len);
+      memcpy(dst, v->value, len);
       for (int k = 0; k < v->nslots; k++)
-        memcpy(copy + (size_t)(1 + k) * len, v->slots[k], len);
+        memcpy(dst + (size_t)(1 + k) * len, v->slots[k], len);
     } else {
       rc = cm_st_writer_write(w, v->value, len, err, errlen);
       for (int k = 0; !rc && k < v->nslots; k++)
@@ -365,7 +383,9 @@ static int write_shard(struct psd_ckpt *c, struct psd_store *store,
       pthread_mutex_unlock(&v->lock);
     if (lock_vars && cm_mono_ms() - t0 > res->hold_ms)
       res->hold_ms = cm_mono_ms() - t0;
-    if (copied)
+    if (whole)
+      at += all;
+    else if (copied)
       rc = cm_st_writer_write(w, copy, all, err, errlen);
     if (rc)
       goto out;
@@ -378,6 +398,8 @@ static int write_shard(struct psd_ckpt *c, struct psd_store *store,
     if (rc)
       goto out;
   }
+  if (whole && (rc = cm_st_writer_write(w, copy, total, err, errlen)))
+    goto out;
   if ((rc = cm_st_writer_finish(w, err, errlen)))
     goto out;
   if (fsync(fd) != 0) {
