@@ -20,6 +20,7 @@
 #include "coord.h"
 #include "dedup.h"
 #include "err.h"
+#include "finite.h"
 #include "hist.h"
 #include "log.h"
 #include "ps.pb-c.h"
@@ -214,29 +215,6 @@ static struct psd_var *segment_var(struct psd_service *svc,
     return NULL;
   }
   return v;
-}
-
-size_t psd_first_nonfinite(const float *g, size_t n) {
-  size_t i = 0;
-  /* A float is NaN or infinite when its exponent bits are all ones; adding
-   * one to the exponent field then carries into bit 31, and only then.
-   * Blocks of 64 OR those sums (and, add, or: SSE2 vectorizes it, 3x
-   * faster than an unsigned max); the exact index is searched for only in
-   * a block that has one. */
-  for (; i + 64 <= n; i += 64) {
-    uint32_t acc = 0;
-    for (size_t k = 0; k < 64; k++) {
-      uint32_t u;
-      memcpy(&u, &g[i + k], sizeof u);
-      acc |= (u & 0x7f800000u) + 0x00800000u;
-    }
-    if (acc & 0x80000000u)
-      break;
-  }
-  for (; i < n; i++)
-    if (!isfinite(g[i]))
-      return i;
-  return n;
 }
 
 /* Memory the kernel says it can give without swapping (MemAvailable), in
@@ -970,7 +948,7 @@ static void on_push(struct cm_rpc_call *call, grpc_byte_buffer *bb, void *ctx) {
     goto nomem;
   cm_wire_bulk_read(&m, 0, grad, total);
   {
-    size_t n = total / sizeof(float), bad = psd_first_nonfinite(grad, n);
+    size_t n = total / sizeof(float), bad = cm_first_nonfinite(grad, n);
     if (bad < n) {
       char what[512];
       size_t i = 0, k = bad;

@@ -56,9 +56,6 @@ struct psd_limits {
 void psd_service_set_limits(struct psd_service *svc,
                             const struct psd_limits *l);
 
-/* Position of the first NaN or infinity in g[0..n), or n when there is none.
- * One pass that the compiler vectorizes. */
-size_t psd_first_nonfinite(const float *g, size_t n);
 
 /* Lets Status report the coordinator's view (shard 0). */
 struct psd_coord;

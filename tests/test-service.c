@@ -2,7 +2,7 @@
  * every class of bad input gets its status and a message naming the field,
  * variable or shape, and changes nothing. The handlers run as local calls
  * (cm_rpc_call_local): the same decoding and checks as over gRPC, without a
- * network. Also psd_first_nonfinite against a plain loop. */
+ * network. Also cm_first_nonfinite against a plain loop. */
 #include <check.h>
 #include <math.h>
 #include <stdio.h>
@@ -11,6 +11,7 @@
 
 #include "coord.h"
 #include "err.h"
+#include "finite.h"
 #include "ps.pb-c.h"
 #include "rpc.h"
 #include "saver.h"
@@ -580,14 +581,14 @@ START_TEST(first_nonfinite_matches_a_plain_loop) {
   for (size_t n = 0; n <= 300; n += (n < 140 ? 1 : 37)) {
     for (size_t i = 0; i < n; i++)
       g[i] = fine[i % 4];
-    ck_assert_uint_eq(psd_first_nonfinite(g, n), n);
+    ck_assert_uint_eq(cm_first_nonfinite(g, n), n);
     for (size_t at = 0; at < n; at++) {
       for (int k = 0; k < 3; k++) {
         g[at] = bad[k];
-        ck_assert_uint_eq(psd_first_nonfinite(g, n), at);
+        ck_assert_uint_eq(cm_first_nonfinite(g, n), at);
         if (at + 70 < n) { /* a second one later changes nothing */
           g[at + 70] = NAN;
-          ck_assert_uint_eq(psd_first_nonfinite(g, n), at);
+          ck_assert_uint_eq(cm_first_nonfinite(g, n), at);
           g[at + 70] = fine[(at + 70) % 4];
         }
       }

@@ -16,6 +16,7 @@
 #include "psclient.h"
 
 #include <errno.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -31,6 +32,7 @@
 #include "clock.h"
 #include "endpoint.h"
 #include "err.h"
+#include "finite.h"
 #include "log.h"
 #include "ps.pb-c.h"
 #include "rpc.h"
@@ -717,29 +719,23 @@ static int retry_wait(struct dw_client *c, const unsigned char *down, int ndown,
 /* With job.nonfinite "reject", a gradient holding NaN or an infinity is
  * refused before any message leaves: each shard checks only the messages it
  * gets, so one shard would refuse its part while the others applied theirs.
- * One branch-free pass (the exponent bits all set) per variable, then a
- * second over the first bad one to name the element. */
+ * The shards' own scan (finite.h), about a fifth of the time a push spends
+ * copying the gradient into its messages. */
 static int check_finite(struct dw_client *c) {
   if (strcmp(c->spec->job.nonfinite, "reject") != 0)
     return 0;
   for (int i = 0; i < c->nvars; i++) {
     const struct dw_var *v = &c->vars[i];
-    const uint32_t *g = (const uint32_t *)(const void *)v->grad;
-    uint64_t n = numel(v), k;
-    uint32_t any = 0;
-    for (k = 0; k < n; k++)
-      any |= (g[k] & 0x7f800000u) == 0x7f800000u;
-    if (!any)
+    uint64_t n = numel(v), k = cm_first_nonfinite(v->grad, n);
+    if (k == n)
       continue;
-    for (k = 0; (g[k] & 0x7f800000u) != 0x7f800000u; k++) {
-    }
     seterr(c,
            "push: gradient of '%s' element %llu is %s; nothing of this push "
            "was sent (job.nonfinite is \"reject\")",
            v->name, (unsigned long long)k,
-           (g[k] & 0x007fffffu)   ? "NaN"
-           : (g[k] & 0x80000000u) ? "-Inf"
-                                  : "+Inf");
+           isnan(v->grad[k])   ? "NaN"
+           : v->grad[k] > 0.0f ? "+Inf"
+                               : "-Inf");
     return CM_EINVAL;
   }
   return 0;
