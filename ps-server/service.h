@@ -56,7 +56,6 @@ struct psd_limits {
 void psd_service_set_limits(struct psd_service *svc,
                             const struct psd_limits *l);
 
-
 /* Lets Status report the coordinator's view (shard 0). */
 struct psd_coord;
 void psd_service_set_coord(struct psd_service *svc, struct psd_coord *coord);
