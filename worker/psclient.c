@@ -1347,6 +1347,11 @@ int dw_client_status(struct dw_client *c, int shard, char **json) {
   json_object_set_new(root, "step", json_integer((json_int_t)resp->step));
   json_object_set_new(root, "duplicates",
                       json_integer((json_int_t)resp->duplicates));
+  json_object_set_new(root, "rollbacks",
+                      json_integer((json_int_t)resp->rollbacks));
+  json_object_set_new(root, "rollback_step",
+                      json_integer((json_int_t)resp->rollback_step));
+  json_object_set_new(root, "resumed", json_boolean(resp->resumed));
   json_object_set_new(root, "dedup_clients",
                       json_integer((json_int_t)resp->dedup_clients));
   json_object_set_new(root, "dedup_evicted",
