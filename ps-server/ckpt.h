@@ -109,6 +109,17 @@ int psd_ckpt_load(struct psd_ckpt *c, struct psd_store **out,
                   struct psd_dedup **dedup, struct psd_ckpt_result *res,
                   char *err, size_t errlen);
 
+/* Sync rollback: reloads this shard's checkpoint of exactly `step` into
+ * store, in place: every variable's values, slots, version and optimizer
+ * step count, each under its lock. The checkpoint must hold every variable
+ * of store with the same rows; nothing is changed unless it does. Newer
+ * checkpoints are renamed superseded-ckpt-<step>-<time> (their steps will
+ * be redone). The caller holds commits and checkpoint writes (saver.h).
+ * Returns 0; CM_ENOENT when there is no checkpoint of that step, another
+ * code when it does not verify or match (err says which). */
+int psd_ckpt_restore(struct psd_ckpt *c, uint64_t step, struct psd_store *store,
+                     struct psd_ckpt_result *res, char *err, size_t errlen);
+
 /* Steps of the checkpoints present, newest first; returns how many (at most
  * max). For tests and status. */
 int psd_ckpt_list(struct psd_ckpt *c, uint64_t *steps, int max);

@@ -4,6 +4,7 @@
  * own so that no handler ever waits on the network. */
 #include "coord.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,6 +20,8 @@
 
 /* Step times kept for the median that sets the admission deadline. */
 #define RECENT_STEPS 21
+/* How often an idle commit thread asks the shards for their steps (sync). */
+#define WATCH_MS 300
 /* Least time the start barrier waits for every worker's first join. */
 #define START_WINDOW_MS 10000.0
 
@@ -95,8 +98,13 @@ struct psd_coord {
   pthread_t thread;                    /* the commit thread */
   int thread_started;                  /* thread must be joined */
   struct cm_channel **ch;              /* owned, one per shard */
-  int checked;    /* sync: every shard was found at step `open` (or not) */
-  char bad[1024]; /* sync: why the shards' steps disagree, "" when fine */
+  int checked;        /* sync: every shard was found at step `open` (or not) */
+  char bad[1024];     /* sync: why the shards' steps disagree, "" when fine */
+  uint64_t committed; /* sync: steps every shard has committed */
+  uint64_t gen;       /* sync: rollbacks so far (the job's generation) */
+  uint64_t rollback_step; /* sync: the step of the last rollback */
+  int rolling;            /* sync: a rollback is being sent to the shards:
+                             no step closes, Admit calls are parked */
 };
 
 static int cmp_double(const void *a, const void *b) {
@@ -177,6 +185,18 @@ static void reply_admit(struct cm_rpc_call *call, int admitted, uint64_t step,
   cm_rpc_reply(call, cm_rpc_pack(&r.base));
 }
 
+/* Tells an Admit that the job rolled back: its gradient is dropped, it goes
+ * on from the step rolled back to. Caller holds the lock. */
+static void reply_rolled_back(struct psd_coord *c, struct cm_rpc_call *call,
+                              uint64_t step) {
+  Psd__V1__AdmitResponse r = PSD__V1__ADMIT_RESPONSE__INIT;
+  r.step = step;
+  r.next_step = c->rollback_step;
+  r.rolled_back = 1;
+  r.gen = c->gen;
+  cm_rpc_reply(call, cm_rpc_pack(&r.base));
+}
+
 /* Decides the open step with the arrivals so far. Caller holds the lock. */
 static void close_step(struct psd_coord *c, int take, const char *why) {
   struct commit *cm = calloc(1, sizeof *cm);
@@ -248,7 +268,7 @@ static double start_window(const struct psd_coord *c) {
 static void maybe_close(struct psd_coord *c, double now) {
   int live = live_count(c), need = c->k < live ? c->k : live;
   /* No step closes before every shard is known to be at the open one. */
-  if (c->narrivals == 0 || !c->checked || c->bad[0])
+  if (c->narrivals == 0 || !c->checked || c->bad[0] || c->rolling)
     return;
   /* Start barrier: wait for every worker to join once, or dead_after; in
    * deterministic mode for every worker however long it takes, since a
@@ -395,6 +415,7 @@ static void on_join(struct cm_rpc_call *call, grpc_byte_buffer *bb, void *ctx) {
     Psd__V1__JoinResponse r = PSD__V1__JOIN_RESPONSE__INIT;
     r.step = c->open;
     r.live = live_count(c);
+    r.gen = c->gen;
     cm_rpc_reply(call, cm_rpc_pack(&r.base));
     if (c->sync)
       maybe_close(c, cm_mono_ms());
@@ -450,7 +471,15 @@ static void on_admit(struct cm_rpc_call *call, grpc_byte_buffer *bb,
     cm_rpc_fail(call, GRPC_STATUS_FAILED_PRECONDITION, "%s", c->bad);
   } else if (seen(c, call, req->worker, "Admit") == 0) {
     struct worker *w = &c->w[req->worker];
-    if (!w->live) {
+    struct parked *p;
+    if (c->rolling && (p = calloc(1, sizeof *p))) {
+      /* Answered once every shard has rolled back. */
+      *p = (struct parked){call, req->worker, req->step, c->admits};
+      c->admits = p;
+    } else if (req->gen < c->gen) {
+      time_step(w, cm_mono_ms());
+      reply_rolled_back(c, call, req->step);
+    } else if (!w->live) {
       cm_rpc_fail(call, GRPC_STATUS_FAILED_PRECONDITION,
                   "Admit: worker:%d is not live (declared dead or left); "
                   "Join again",
@@ -654,6 +683,178 @@ static void check_steps(struct psd_coord *c, struct cm_unary *calls,
   free(steps);
 }
 
+/* Asks shard s for its step and generation, waiting up to timeout_ms.
+ * Returns 0, or -1 when it did not answer. */
+static int shard_step(struct psd_coord *c, struct cm_unary *call, int s,
+                      int timeout_ms, uint64_t *step, uint64_t *gen) {
+  Psd__V1__Caller caller = PSD__V1__CALLER__INIT;
+  Psd__V1__StatusRequest req = PSD__V1__STATUS_REQUEST__INIT;
+  struct cm_run_opts o = {.timeout_ms = timeout_ms, .inflight = 1};
+  int done[PSD_STEPS_MAX_WORKERS] = {0}, rc = -1;
+  uint8_t *data = NULL;
+  size_t len = 0;
+  Psd__V1__StatusResponse *r = NULL;
+
+  caller.job = (char *)c->spec->job.name;
+  caller.worker = "coordinator";
+  req.caller = &caller;
+  for (int i = 0; i < c->spec->nps && i < PSD_STEPS_MAX_WORKERS; i++)
+    done[i] = i != s;
+  if (fill_calls(c, call, done, "/psd.v1.Admin/Status", &req.base) != 1)
+    return -1;
+  cm_client_run(call, 1, &o);
+  if (call->status == GRPC_STATUS_OK &&
+      cm_rpc_readall(call->response, &data, &len) == 0 &&
+      (r = psd__v1__status_response__unpack(NULL, len, data))) {
+    *step = r->step;
+    *gen = r->rollbacks;
+    rc = 0;
+    psd__v1__status_response__free_unpacked(r, NULL);
+  }
+  free(data);
+  cm_unary_release(call);
+  return rc;
+}
+
+/* Rolls the whole job back to `step`, the checkpoint shard `culprit`
+ * restarted from: every shard reloads its own checkpoint of that step and
+ * drops its staged gradients (Data/Rollback, retried while a shard is
+ * unreachable), then the step reopens and every parked Admit is told. A
+ * shard without that checkpoint stops the job loudly, as shards at
+ * different steps do. Called on the commit thread, without the lock. */
+static void rollback(struct psd_coord *c, struct cm_unary *calls, int *done,
+                     uint64_t step, int culprit) {
+  Psd__V1__Caller caller = PSD__V1__CALLER__INIT;
+  Psd__V1__RollbackRequest req = PSD__V1__ROLLBACK_REQUEST__INIT;
+  uint64_t from;
+  int failed = -1;
+  char why[512] = "";
+
+  pthread_mutex_lock(&c->lock);
+  from = c->open > c->committed ? c->open : c->committed;
+  c->rolling = 1;
+  /* Steps decided and not yet sent are redone. */
+  while (c->queue) {
+    struct commit *cm = c->queue;
+    c->queue = cm->next;
+    free(cm);
+  }
+  c->tail = &c->queue;
+  for (int i = 0; i < c->n; i++)
+    c->w[i].arrived = 0;
+  c->narrivals = 0;
+  req.gen = c->gen + 1;
+  pthread_mutex_unlock(&c->lock);
+  cm_warn("ps:%d is at step %llu, behind the job (step %llu) or without the "
+          "gradients staged on it: it restarted from its checkpoint; rolling "
+          "every shard back to step %llu",
+          culprit, (unsigned long long)step, (unsigned long long)from,
+          (unsigned long long)step);
+
+  caller.job = (char *)c->spec->job.name;
+  caller.worker = "coordinator";
+  req.caller = &caller;
+  req.step = step;
+  memset(done, 0, c->spec->nps * sizeof *done);
+  for (int attempt = 0, left = c->spec->nps; left > 0 && failed < 0;
+       attempt++) {
+    struct cm_run_opts o = {.timeout_ms = c->spec->job.timeout_ms,
+                            .inflight = 1,
+                            .wait_for_ready = 1};
+    int n = fill_calls(c, calls, done, "/psd.v1.Data/Rollback", &req.base);
+    cm_client_run(calls, n, &o);
+    for (int i = 0; i < n; i++) {
+      int s = (int)(intptr_t)calls[i].user;
+      if (calls[i].status == GRPC_STATUS_OK) {
+        done[s] = 1;
+        left--;
+      } else if (calls[i].status == GRPC_STATUS_FAILED_PRECONDITION ||
+                 calls[i].status == GRPC_STATUS_INVALID_ARGUMENT) {
+        if (failed < 0) {
+          failed = s;
+          snprintf(why, sizeof why, "%s", calls[i].details);
+        }
+      } else if (attempt % 10 == 0) {
+        cm_warn("rollback to step %llu on ps:%d failed: %s: %s; retrying",
+                (unsigned long long)step, s,
+                cm_rpc_status_name(calls[i].status), calls[i].details);
+      }
+      cm_unary_release(&calls[i]);
+    }
+    pthread_mutex_lock(&c->lock);
+    int stop = c->stopping;
+    if (left > 0 && failed < 0 && !stop) {
+      struct timespec until = cm_abstime_after_ms(100);
+      pthread_cond_timedwait(&c->wake, &c->lock, &until);
+      stop = c->stopping;
+    }
+    pthread_mutex_unlock(&c->lock);
+    if (stop)
+      return;
+  }
+
+  pthread_mutex_lock(&c->lock);
+  c->rolling = 0;
+  if (failed >= 0) {
+    snprintf(c->bad, sizeof c->bad,
+             "cannot roll the job back to step %llu (ps:%d restarted from its "
+             "checkpoint of that step): ps:%d has no usable checkpoint of step "
+             "%llu (%s); restart every shard with --resume-step N, N the "
+             "newest step all of them have",
+             (unsigned long long)step, culprit, failed,
+             (unsigned long long)step, why);
+    cm_error("%s", c->bad);
+  } else {
+    c->gen = req.gen;
+    c->rollback_step = step;
+    c->open = step;
+    c->committed = step;
+    c->last_close = cm_mono_ms();
+    cm_warn("rolled the job back to step %llu: ps:%d restarted from its "
+            "checkpoint of step %llu while the others were at step %llu; "
+            "%llu steps are redone (rollback %llu)",
+            (unsigned long long)step, culprit, (unsigned long long)step,
+            (unsigned long long)from, (unsigned long long)(from - step),
+            (unsigned long long)c->gen);
+  }
+  while (c->admits) {
+    struct parked *p = c->admits;
+    c->admits = p->next;
+    if (failed >= 0)
+      cm_rpc_fail(p->call, GRPC_STATUS_FAILED_PRECONDITION, "%s", c->bad);
+    else
+      reply_rolled_back(c, p->call, p->value);
+    free(p);
+  }
+  pthread_mutex_unlock(&c->lock);
+}
+
+/* Sync, while no commit is being sent: a shard behind the steps every shard
+ * committed, or of an older generation, restarted from a checkpoint; the
+ * job rolls back to the oldest such step. Shards that do not answer at
+ * once are skipped (they may be restarting). */
+static void watch_shards(struct psd_coord *c, struct cm_unary *calls,
+                         int *done) {
+  uint64_t committed, gen, step = UINT64_MAX;
+  int culprit = -1;
+  pthread_mutex_lock(&c->lock);
+  committed = c->committed;
+  gen = c->gen;
+  int go = c->checked && !c->bad[0] && !c->stopping;
+  pthread_mutex_unlock(&c->lock);
+  for (int s = 0; go && s < c->spec->nps; s++) {
+    uint64_t st, g;
+    if (shard_step(c, calls, s, 500, &st, &g))
+      continue;
+    if ((st < committed || g < gen) && st < step) {
+      step = st;
+      culprit = s;
+    }
+  }
+  if (culprit >= 0)
+    rollback(c, calls, done, step, culprit);
+}
+
 /* Sends each decided step to every shard, retrying a shard that does not
  * answer (it may be restarting) until it does or psd stops. */
 static void *commit_thread(void *arg) {
@@ -663,9 +864,17 @@ static void *commit_thread(void *arg) {
   if (c->sync)
     check_steps(c, calls, done);
   pthread_mutex_lock(&c->lock);
+  c->committed = c->open;
   for (;;) {
-    while (!c->queue && !c->stopping)
-      pthread_cond_wait(&c->wake, &c->lock);
+    while (!c->queue && !c->stopping) {
+      struct timespec until = cm_abstime_after_ms(WATCH_MS);
+      if (pthread_cond_timedwait(&c->wake, &c->lock, &until) == ETIMEDOUT &&
+          c->sync && !c->queue && !c->stopping) {
+        pthread_mutex_unlock(&c->lock);
+        watch_shards(c, calls, done);
+        pthread_mutex_lock(&c->lock);
+      }
+    }
     if (c->stopping)
       break;
     struct commit *cm = c->queue;
@@ -690,7 +899,8 @@ static void *commit_thread(void *arg) {
     req.n_dropped = cm->ndropped;
     req.dropped = d;
     memset(done, 0, c->spec->nps * sizeof *done);
-    for (int attempt = 0, left = c->spec->nps; left > 0; attempt++) {
+    int behind = -1, left = c->spec->nps;
+    for (int attempt = 0; left > 0 && behind < 0; attempt++) {
       struct cm_run_opts o = {.timeout_ms = c->spec->job.timeout_ms,
                               .inflight = 1,
                               .wait_for_ready = 1};
@@ -701,6 +911,14 @@ static void *commit_thread(void *arg) {
         if (calls[i].status == GRPC_STATUS_OK) {
           done[s] = 1;
           left--;
+        } else if (calls[i].status == GRPC_STATUS_FAILED_PRECONDITION &&
+                   behind < 0) {
+          /* Refused: a shard that restarted from an older checkpoint, or
+           * at this step without the gradients staged before. */
+          behind = s;
+          if (attempt % 10 == 0)
+            cm_warn("commit of step %llu to ps:%d refused: %s",
+                    (unsigned long long)cm->step, s, calls[i].details);
         } else if (attempt % 10 == 0) {
           cm_warn("commit of step %llu to ps:%d failed: %s: %s; retrying",
                   (unsigned long long)cm->step, s,
@@ -718,6 +936,21 @@ static void *commit_thread(void *arg) {
       pthread_mutex_unlock(&c->lock);
       if (stop)
         break;
+      if (behind >= 0) {
+        uint64_t st, g;
+        struct cm_unary one;
+        memset(&one, 0, sizeof one);
+        if (shard_step(c, &one, behind, c->spec->job.timeout_ms, &st, &g) ||
+            st > cm->step)
+          behind = -1; /* not a restart: retried as before */
+        else
+          rollback(c, calls, done, st, behind);
+      }
+    }
+    if (behind < 0 && left == 0) {
+      pthread_mutex_lock(&c->lock);
+      c->committed = cm->step + 1;
+      pthread_mutex_unlock(&c->lock);
     }
     free(cm);
     pthread_mutex_lock(&c->lock);

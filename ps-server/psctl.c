@@ -349,6 +349,9 @@ static int print_job(const struct psctl *p, json_t *coord) {
   printf("\nJOB %s  mode %s", p->spec->job.name, jstr(coord, "mode"));
   if (sync)
     printf("  step %lld", jint(coord, "step"));
+  if (sync && jint(coord, "rollbacks") > 0)
+    printf("  rollbacks %lld (last to step %lld)", jint(coord, "rollbacks"),
+           jint(coord, "rollback_step"));
   printf("  workers %lld/%zu live  dropped %lld\n", live,
          json_array_size(workers), dropped);
   tbl_init(&t, 6, "WORKER", "STATE", ">JOINS", ">APPLIED", ">DROPPED",

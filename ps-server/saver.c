@@ -316,6 +316,35 @@ void psd_saver_commit_end(struct psd_saver *s, uint64_t version) {
   pthread_mutex_unlock(&s->lock);
 }
 
+int psd_saver_rollback(struct psd_saver *s, uint64_t step, uint64_t gen,
+                       char *err, size_t errlen) {
+  struct psd_ckpt_result r;
+  uint64_t from;
+  int rc = 0;
+  if (!s->ckpt || !s->steps) {
+    snprintf(err, errlen, "%s",
+             !s->ckpt ? "checkpoints are off on this shard"
+                      : "the job is asynchronous");
+    return CM_ENOENT;
+  }
+  /* As a commit: no checkpoint is being written meanwhile. */
+  psd_saver_commit_begin(s);
+  from = psd_steps_version(s->steps);
+  if ((rc = psd_ckpt_restore(s->ckpt, step, s->store, &r, err, errlen)))
+    goto out;
+  psd_steps_rollback(s->steps, step, gen);
+  s->state.step = step;
+  snprintf(s->state.path, sizeof s->state.path, "%s", r.path);
+  s->state.bytes = r.bytes;
+  cm_warn("ROLLED BACK from step %llu to step %llu (the job's rollback %llu): "
+          "reloaded %s (%d variables) in %.0f ms; staged gradients dropped",
+          (unsigned long long)from, (unsigned long long)step,
+          (unsigned long long)gen, r.path, r.nvars, r.ms);
+out:
+  pthread_mutex_unlock(&s->lock);
+  return rc;
+}
+
 void psd_saver_state(struct psd_saver *s, struct psd_saver_state *st) {
   pthread_mutex_lock(&s->lock);
   *st = s->state;

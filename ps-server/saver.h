@@ -74,6 +74,15 @@ void psd_saver_pushed(struct psd_saver *s);
 void psd_saver_commit_begin(struct psd_saver *s);
 void psd_saver_commit_end(struct psd_saver *s, uint64_t version);
 
+/* Sync: rolls this shard back to `step`, generation gen (the coordinator's
+ * Rollback): reloads its checkpoint of that step into the store in place
+ * (psd_ckpt_restore) and rolls the steps back (psd_steps_rollback), with
+ * commits and checkpoint writes held. Returns 0, or CM_ENOENT when
+ * checkpoints are off or there is no checkpoint of that step, another code
+ * when it does not load; err says why, and nothing changed. */
+int psd_saver_rollback(struct psd_saver *s, uint64_t step, uint64_t gen,
+                       char *err, size_t errlen);
+
 /* The shard's step now. */
 uint64_t psd_saver_step(struct psd_saver *s);
 

@@ -43,7 +43,7 @@ struct psd_service {
   char job[64];                    /* job name callers must use */
   char mode[16];                   /* "async" */
   struct timespec started;         /* for uptime */
-  struct cm_rpc_method methods[5]; /* what psd serves */
+  struct cm_rpc_method methods[6]; /* what psd serves */
   struct psd_steps *steps;         /* owned, sync mode */
   struct psd_coord *coord;         /* borrowed, shard 0 only (status) */
   struct cm_server *rpc;           /* borrowed: its refusal count (status) */
@@ -564,6 +564,17 @@ out:
   free(versions);
 }
 
+/* Answers a sync pull of a generation the job has rolled back from: no
+ * data, the step to pull again and the generation. */
+static void answer_rolled_back(struct psd_service *svc,
+                               struct cm_rpc_call *call) {
+  Psd__V1__PullResponse r = PSD__V1__PULL_RESPONSE__INIT;
+  r.gen = psd_steps_gen(svc->steps, &r.rollback_step);
+  r.rolled_back = 1;
+  r.step = psd_steps_version(svc->steps);
+  cm_rpc_reply(call, cm_rpc_pack(&r.base));
+}
+
 static void on_pull(struct cm_rpc_call *call, grpc_byte_buffer *bb, void *ctx) {
   struct psd_service *svc = ctx;
   double start = cm_mono_ms();
@@ -576,16 +587,29 @@ static void on_pull(struct cm_rpc_call *call, grpc_byte_buffer *bb, void *ctx) {
     goto out;
   if (req->min_version > 0 && svc->steps) {
     /* Park it under the lock that commits drain, so none is missed. */
-    uint64_t version;
+    uint64_t version, gen;
     int full = 0;
     pthread_mutex_lock(&svc->park_lock);
     version = psd_steps_version(svc->steps);
+    gen = psd_steps_gen(svc->steps, NULL);
+    /* A pull of an older generation asks for steps the job rolled back:
+     * it is told so, without data. */
+    if (req->gen < gen) {
+      pthread_mutex_unlock(&svc->park_lock);
+      answer_rolled_back(svc, call);
+      goto out;
+    }
     /* A worker pulls for the step after the last one closed, whose commit
      * may still be on its way here: one ahead at most. Further ahead would
-     * wait for steps that cannot close without this shard. */
-    if (version + 1 < req->min_version) {
+     * wait for steps that cannot close without this shard; one that
+     * restarted from an older checkpoint waits for the coordinator's
+     * rollback (the pull is retried). A newer generation's pull waits for
+     * this shard's rollback, parked. */
+    if (version + 1 < req->min_version && req->gen == gen) {
+      int resumed = psd_steps_resumed(svc->steps);
       pthread_mutex_unlock(&svc->park_lock);
-      fail(svc, call, GRPC_STATUS_FAILED_PRECONDITION,
+      fail(svc, call,
+           resumed ? GRPC_STATUS_UNAVAILABLE : GRPC_STATUS_FAILED_PRECONDITION,
            "Pull: version %llu asked for, but shard %d has committed %llu "
            "steps; a worker pulls at most one step ahead (did this shard "
            "restart alone, or the worker come from another run?)",
@@ -593,7 +617,7 @@ static void on_pull(struct cm_rpc_call *call, grpc_byte_buffer *bb, void *ctx) {
            (unsigned long long)version);
       goto out;
     }
-    if (version < req->min_version) {
+    if (version < req->min_version || req->gen > gen) {
       struct parked_pull *p = NULL;
       if (svc->nparked >= PSD_MAX_PARKED)
         full = 1;
@@ -633,9 +657,11 @@ static void release_parked(struct psd_service *svc, int stopping) {
   struct parked_pull *ready = NULL;
   pthread_mutex_lock(&svc->park_lock);
   uint64_t version = svc->steps ? psd_steps_version(svc->steps) : 0;
+  uint64_t gen = svc->steps ? psd_steps_gen(svc->steps, NULL) : 0;
   for (struct parked_pull **pp = &svc->parked; *pp;) {
     struct parked_pull *p = *pp;
-    if (stopping || p->req->min_version <= version) {
+    if (stopping || p->req->gen < gen ||
+        (p->req->gen == gen && p->req->min_version <= version)) {
       *pp = p->next;
       p->next = ready;
       ready = p;
@@ -650,6 +676,8 @@ static void release_parked(struct psd_service *svc, int stopping) {
     ready = p->next;
     if (stopping)
       cm_rpc_fail(p->call, GRPC_STATUS_UNAVAILABLE, "psd is shutting down");
+    else if (p->req->gen < gen)
+      answer_rolled_back(svc, p->call);
     else
       answer_pull(svc, p->call, p->req, cm_mono_ms());
     protobuf_c_message_free_unpacked(&p->req->base, NULL);
@@ -742,6 +770,47 @@ static void on_commit(struct cm_rpc_call *call, grpc_byte_buffer *bb,
   }
   {
     Psd__V1__CommitResponse r = PSD__V1__COMMIT_RESPONSE__INIT;
+    r.version = psd_steps_version(svc->steps);
+    cm_rpc_reply(call, cm_rpc_pack(&r.base));
+  }
+  release_parked(svc, 0);
+out:
+  if (req)
+    protobuf_c_message_free_unpacked(&req->base, NULL);
+}
+
+/* Sync: the coordinator rolls the job back to a step (saver.h,
+ * psd_saver_rollback): this shard reloads its checkpoint of that step in
+ * place and drops every staged gradient; the pulls parked for steps of the
+ * old generation are told. */
+static void on_rollback(struct cm_rpc_call *call, grpc_byte_buffer *bb,
+                        void *ctx) {
+  struct psd_service *svc = ctx;
+  struct cm_wire_msg m;
+  Psd__V1__RollbackRequest *req = (Psd__V1__RollbackRequest *)decode(
+      svc, call, bb, &psd__v1__rollback_request__descriptor, &m);
+  char err[4096];
+  cm_wire_msg_release(&m);
+  if (!req || check_caller(svc, call, req->caller, "Rollback"))
+    goto out;
+  if (!svc->steps) {
+    fail(svc, call, GRPC_STATUS_FAILED_PRECONDITION,
+         "Rollback: shard %d runs an asynchronous job", svc->shard);
+    goto out;
+  }
+  if (psd_steps_gen(svc->steps, NULL) >= req->gen &&
+      psd_steps_version(svc->steps) == req->step) {
+    /* A retry whose answer was lost. */
+  } else if (!svc->saver || psd_saver_rollback(svc->saver, req->step, req->gen,
+                                               err, sizeof err)) {
+    fail(svc, call, GRPC_STATUS_FAILED_PRECONDITION,
+         "Rollback to step %llu: shard %d cannot: %s",
+         (unsigned long long)req->step, svc->shard,
+         svc->saver ? err : "it keeps no checkpoints");
+    goto out;
+  }
+  {
+    Psd__V1__RollbackResponse r = PSD__V1__ROLLBACK_RESPONSE__INIT;
     r.version = psd_steps_version(svc->steps);
     cm_rpc_reply(call, cm_rpc_pack(&r.base));
   }
@@ -860,6 +929,27 @@ static void on_push(struct cm_rpc_call *call, grpc_byte_buffer *bb, void *ctx) {
          "Push: worker %d out of range; cluster.worker has %d entries",
          req->worker, svc->nworkers);
     goto out;
+  }
+  /* Sync: a push of an older generation is for a step the job rolled back
+   * (told so, nothing staged); one of a newer generation waits, retried,
+   * until this shard has rolled back too. */
+  if (svc->steps) {
+    uint64_t rb_step, gen = psd_steps_gen(svc->steps, &rb_step);
+    if (req->gen < gen) {
+      resp.rolled_back = 1;
+      resp.rollback_step = rb_step;
+      resp.gen = gen;
+      cm_rpc_reply(call, cm_rpc_pack(&resp.base));
+      goto out;
+    }
+    if (req->gen > gen) {
+      fail(svc, call, GRPC_STATUS_UNAVAILABLE,
+           "push for step %llu of generation %llu: shard %d has not rolled "
+           "back to it yet (it is at generation %llu); retry",
+           (unsigned long long)req->step, (unsigned long long)req->gen,
+           svc->shard, (unsigned long long)gen);
+      goto out;
+    }
   }
   vars = calloc(req->n_segments + 1, sizeof *vars);
   versions = calloc(req->n_segments + 1, sizeof *versions);
@@ -989,12 +1079,25 @@ static void on_push(struct cm_rpc_call *call, grpc_byte_buffer *bb, void *ctx) {
                                         seg->offset - v->elem_begin, g,
                                         seg->count, err, sizeof err);
         if (rc) {
+          uint64_t rb_step, gen = psd_steps_gen(svc->steps, &rb_step);
           if (claimed)
             psd_dedup_unclaim(svc->dedup, req->client_id, req->seq, req->chunk);
-          /* A late gradient is ABORTED: the worker drops it and moves on. */
+          if (gen > req->gen) {
+            /* A rollback came in since the check above. */
+            resp.rolled_back = 1;
+            resp.rollback_step = rb_step;
+            resp.gen = gen;
+            cm_rpc_reply(call, cm_rpc_pack(&resp.base));
+            goto out;
+          }
+          /* A late gradient is ABORTED: the worker drops it and moves on. A
+           * step beyond this shard's, after it restarted from an older
+           * checkpoint, is retried until the coordinator rolls back. */
           fail(svc, call,
                rc == CM_ERANGE ? GRPC_STATUS_ABORTED
-                               : GRPC_STATUS_FAILED_PRECONDITION,
+               : psd_steps_resumed(svc->steps)
+                   ? GRPC_STATUS_UNAVAILABLE
+                   : GRPC_STATUS_FAILED_PRECONDITION,
                "%s", err);
           goto out;
         }
@@ -1154,6 +1257,8 @@ static void on_status(struct cm_rpc_call *call, grpc_byte_buffer *bb,
   }
   if (svc->steps) {
     resp.step = psd_steps_version(svc->steps);
+    resp.rollbacks = psd_steps_gen(svc->steps, &resp.rollback_step);
+    resp.resumed = psd_steps_resumed(svc->steps);
     if (!(hist = malloc(PSD_STEPS_HISTORY * sizeof *hist)) ||
         !(recs = calloc(PSD_STEPS_HISTORY, sizeof *recs)) ||
         !(recp = calloc(PSD_STEPS_HISTORY, sizeof *recp)) ||
@@ -1270,6 +1375,8 @@ int psd_service_new(struct psd_service **out, struct psd_store *store,
       (struct cm_rpc_method){"/psd.v1.Admin/Status", on_status, svc};
   svc->methods[4] =
       (struct cm_rpc_method){"/psd.v1.Data/Commit", on_commit, svc};
+  svc->methods[5] =
+      (struct cm_rpc_method){"/psd.v1.Data/Rollback", on_rollback, svc};
   pthread_mutex_init(&svc->park_lock, NULL);
   /* Sync mode stages pushes for steps; svc->steps != NULL says so. */
   if (psd_dedup_new(&svc->dedup, PSD_DEDUP_CLIENTS) ||
@@ -1334,7 +1441,7 @@ void psd_service_free(struct psd_service *svc) {
 
 const struct cm_rpc_method *psd_service_methods(struct psd_service *svc,
                                                 int *n) {
-  *n = 5;
+  *n = 6;
   return svc->methods;
 }
 

@@ -29,6 +29,8 @@ struct psd_steps {
   uint64_t nhist;               /* records ever written */
   int resumed;                  /* restored from a checkpoint (resume) */
   uint64_t resumed_at;          /* the version it was restored at */
+  uint64_t gen;                 /* the job's rollbacks (psd_steps_rollback) */
+  uint64_t rollback_step;       /* the step of the last one, 0 when none */
 };
 
 int psd_steps_new(struct psd_steps **out, struct psd_store *store,
@@ -274,6 +276,38 @@ int psd_steps_commit(struct psd_steps *s, uint64_t step, const int *applied,
 out:
   pthread_mutex_unlock(&s->lock);
   return rc;
+}
+
+void psd_steps_rollback(struct psd_steps *s, uint64_t step, uint64_t gen) {
+  pthread_mutex_lock(&s->lock);
+  s->version = step;
+  s->resumed = 0;
+  s->gen = gen;
+  s->rollback_step = step;
+  for (int w = 0; w < s->nworkers; w++)
+    for (int i = 0; s->slots[w] && i < s->nslots; i++)
+      s->slots[w][i].staged = 0;
+  /* Records are in step order: the newest go first. */
+  while (s->nhist > 0 &&
+         s->hist[(s->nhist - 1) % PSD_STEPS_HISTORY].step >= step)
+    s->nhist--;
+  pthread_mutex_unlock(&s->lock);
+}
+
+uint64_t psd_steps_gen(struct psd_steps *s, uint64_t *rollback_step) {
+  pthread_mutex_lock(&s->lock);
+  uint64_t g = s->gen;
+  if (rollback_step)
+    *rollback_step = s->rollback_step;
+  pthread_mutex_unlock(&s->lock);
+  return g;
+}
+
+int psd_steps_resumed(struct psd_steps *s) {
+  pthread_mutex_lock(&s->lock);
+  int r = s->resumed;
+  pthread_mutex_unlock(&s->lock);
+  return r;
 }
 
 int psd_steps_history(struct psd_steps *s, struct psd_step_record *out,

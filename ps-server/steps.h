@@ -60,6 +60,21 @@ int psd_steps_commit(struct psd_steps *s, uint64_t step, const int *applied,
                      int napplied, const int *dropped, int ndropped, char *err,
                      size_t errlen);
 
+/* Rolls the steps back to `step` (the job's newest common checkpoint, which
+ * the caller has just reloaded into the store): `step` steps are committed,
+ * every staged gradient is dropped, the history forgets the commits of
+ * `step` and later, and the job's generation becomes gen (the coordinator's
+ * count of rollbacks). Clears the resumed state (psd_steps_resumed). */
+void psd_steps_rollback(struct psd_steps *s, uint64_t step, uint64_t gen);
+
+/* The generation (rollbacks so far, as the last Rollback said) and the step
+ * of the last rollback (0: none). */
+uint64_t psd_steps_gen(struct psd_steps *s, uint64_t *rollback_step);
+
+/* 1 while this shard runs from a checkpoint it resumed from at start and
+ * has not been rolled back since. */
+int psd_steps_resumed(struct psd_steps *s);
+
 /* Copies up to max of the most recent records, oldest first; returns how
  * many. */
 int psd_steps_history(struct psd_steps *s, struct psd_step_record *out,

@@ -215,6 +215,45 @@ START_TEST(test_roundtrip) {
 }
 END_TEST
 
+/* Sync rollback: a store reloaded in place from its checkpoint of one step
+ * holds exactly what was written then (values, slots, versions, optimizer
+ * steps); the newer checkpoint is set aside; a step without a checkpoint is
+ * CM_ENOENT and changes nothing. */
+START_TEST(test_restore_in_place) {
+  struct psd_ckpt *c = open_ckpt("job", 0, 2, &momentum, 3);
+  struct psd_store *s100 = make_store(0, &momentum, 1);
+  struct psd_store *live = make_store(0, &momentum, 2);
+  struct psd_store *s150 = make_store(0, &momentum, 2);
+  struct psd_ckpt_result r;
+  uint64_t steps[8];
+
+  write_ok(c, s100, 100);
+  write_ok(c, s150, 150);
+  /* Moved on past 150: other values, versions and step counts. */
+  for (int i = 0; i < psd_store_count(live); i++) {
+    struct psd_var *v = psd_store_at(live, i);
+    v->value[0] = 1e6f;
+    v->version = 99;
+    v->applied = 7;
+  }
+  ck_assert_int_eq(psd_ckpt_restore(c, 120, live, &r, err, sizeof err),
+                   CM_ENOENT);
+  ck_assert_msg(strstr(err, "no checkpoint of step 120"), "%s", err);
+  ck_assert_float_eq(psd_store_at(live, 0)->value[0], 1e6f);
+  ck_assert_msg(psd_ckpt_restore(c, 100, live, &r, err, sizeof err) == 0, "%s",
+                err);
+  ck_assert_uint_eq(r.step, 100);
+  same_store(s100, live);
+  ck_assert_int_eq(psd_ckpt_list(c, steps, 8), 1);
+  ck_assert_uint_eq(steps[0], 100);
+  ck_assert_int_eq(count_entries(c, "superseded-ckpt-"), 1);
+  psd_store_free(s100);
+  psd_store_free(s150);
+  psd_store_free(live);
+  psd_ckpt_free(c);
+}
+END_TEST
+
 START_TEST(test_empty_dir_is_a_fresh_start) {
   struct psd_ckpt *c = open_ckpt("job", 0, 2, &momentum, 3);
   struct psd_store *s = (struct psd_store *)1;
@@ -916,6 +955,7 @@ int main(void) {
   TCase *tc = tcase_create("disk");
   tcase_add_checked_fixture(tc, setup, teardown);
   tcase_add_test(tc, test_roundtrip);
+  tcase_add_test(tc, test_restore_in_place);
   tcase_add_test(tc, test_empty_dir_is_a_fresh_start);
   tcase_add_test(tc, test_flipped_byte_falls_back);
   tcase_add_test(tc, test_truncated_falls_back);

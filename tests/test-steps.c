@@ -122,11 +122,59 @@ START_TEST(resumed_step_needs_every_applied_gradient) {
 }
 END_TEST
 
+/* A rollback to a common checkpoint: the step reopens, every staged
+ * gradient is dropped, the history forgets the commits rolled back, the
+ * generation is kept and the resumed state cleared. */
+START_TEST(rollback_drops_staged_and_history) {
+  struct psd_var *v;
+  struct psd_store *store = store_with_var(&v);
+  struct psd_steps *st = NULL;
+  const float one[8] = {1, 1, 1, 1, 1, 1, 1, 1};
+  int none[1] = {0}, w0[1] = {0};
+  struct psd_step_record *h = calloc(PSD_STEPS_HISTORY, sizeof *h);
+  uint64_t rb = 99;
+  char err[512];
+  ck_assert_ptr_nonnull(h);
+  ck_assert_int_eq(psd_steps_new(&st, store, 2), 0);
+  psd_steps_resume(st, 3);
+  ck_assert_int_eq(psd_steps_resumed(st), 1);
+  ck_assert_uint_eq(psd_steps_gen(st, &rb), 0);
+  ck_assert_uint_eq(rb, 0);
+  for (uint64_t t = 3; t < 6; t++) {
+    ck_assert_int_eq(psd_steps_stage(st, 0, t, v, 0, one, 8, err, sizeof err),
+                     0);
+    ck_assert_int_eq(psd_steps_commit(st, t, w0, 1, none, 0, err, sizeof err),
+                     0);
+  }
+  /* Staged for step 6, then rolled back to 4. */
+  ck_assert_int_eq(psd_steps_stage(st, 1, 6, v, 0, one, 8, err, sizeof err), 0);
+  psd_steps_rollback(st, 4, 1);
+  ck_assert_uint_eq(psd_steps_version(st), 4);
+  ck_assert_uint_eq(psd_steps_gen(st, &rb), 1);
+  ck_assert_uint_eq(rb, 4);
+  ck_assert_int_eq(psd_steps_resumed(st), 0);
+  ck_assert_int_eq(psd_steps_history(st, h, PSD_STEPS_HISTORY), 1);
+  ck_assert_uint_eq(h[0].step, 3);
+  /* Step 4 again: worker 1's staged gradient (for 6) is gone, so a commit
+   * of worker 0 alone applies exactly worker 0's. */
+  float before = v->value[0];
+  ck_assert_int_eq(psd_steps_stage(st, 0, 4, v, 0, one, 8, err, sizeof err), 0);
+  ck_assert_int_eq(psd_steps_commit(st, 4, w0, 1, none, 0, err, sizeof err), 0);
+  ck_assert_float_eq(v->value[0], before - 0.5f);
+  ck_assert_int_eq(psd_steps_history(st, h, PSD_STEPS_HISTORY), 2);
+  ck_assert_uint_eq(h[1].step, 4);
+  free(h);
+  psd_steps_free(st);
+  psd_store_free(store);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("steps");
   TCase *tc = tcase_create("staging");
   tcase_add_test(tc, restaging_a_chunk_replaces_it);
   tcase_add_test(tc, resumed_step_needs_every_applied_gradient);
+  tcase_add_test(tc, rollback_drops_staged_and_history);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);

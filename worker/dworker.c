@@ -212,6 +212,7 @@ struct dw_worker {
   int prefetched;           /* async: the last push also pulled the next
                                step's parameters */
   long dropped;             /* sync: gradients the coordinator dropped */
+  uint64_t rollbacks;       /* sync: the job's rollbacks said in the log */
   int nfeeds;               /* feeders: 1, or N with --emulate-workers N */
   struct dw_dataset emu_ds[DW_MAX_EMULATED];  /* owned: shares 1..N-1 */
   struct dw_feeder emu_feed[DW_MAX_EMULATED]; /* feeders of shares 1..N-1 */
@@ -809,6 +810,38 @@ out:
   return rc;
 }
 
+/* Sync: when the last call's answer said the job rolled back to a common
+ * checkpoint, goes on from its step (this worker keeps its place in its
+ * data and redoes those step numbers), said once per rollback. Returns 1
+ * then, else 0. */
+static int rolled_back(struct dw_worker *w) {
+  uint64_t step;
+  if (!dw_client_rolled_back(w->client, &step))
+    return 0;
+  if (dw_client_gen(w->client) > w->rollbacks) {
+    w->rollbacks = dw_client_gen(w->client);
+    cm_warn("the job rolled back to step %llu (a shard restarted from its "
+            "checkpoint); going on from there (this worker was at step %llu)",
+            (unsigned long long)step, (unsigned long long)w->step);
+  }
+  w->step = step;
+  return 1;
+}
+
+/* Sync: pulls the parameters of step w->step, parked by each shard until
+ * it has committed step w->step - 1; again from the step rolled back to
+ * when the job rolls back meanwhile. */
+static int pull_step(struct dw_worker *w) {
+  uint64_t version = 0;
+  int rc;
+  do
+    rc = dw_client_pull_at(w->client, w->step, &version);
+  while (rc == 0 && rolled_back(w));
+  if (rc == 0 && version > w->step)
+    w->step = version; /* we fell behind: start at the newest step */
+  return rc;
+}
+
 /* Applies this step's gradient: locally with --standalone, else by pushing
  * it to the parameter servers. more: another step follows, whose pull may
  * travel with this push (async without a staleness bound). */
@@ -829,8 +862,12 @@ static int apply_grads(struct dw_worker *w, int examples, int more) {
     /* Stage on every shard first, then ask to be counted: a worker that
      * dies in between can never leave the shards with different sets. */
     rc = dw_client_push_step(w->client, w->step, &closed);
+    if (rc == 0 && rolled_back(w))
+      goto out; /* the gradient is dropped: redo from the step rolled to */
     if (rc == 0 && !closed)
       rc = dw_client_admit(w->client, w->step, &admitted, &next);
+    if (rc == 0 && rolled_back(w))
+      goto out;
     if (rc == 0 && !admitted)
       w->dropped++;
     w->step = next > w->step ? next : w->step + 1;
@@ -869,11 +906,7 @@ static int pull_params(struct dw_worker *w) {
     }
   }
   if (w->sync) {
-    uint64_t version = 0;
-    /* Parked by each shard until it has committed step w->step - 1. */
-    rc = dw_client_pull_at(w->client, w->step, &version);
-    if (rc == 0 && version > w->step)
-      w->step = version; /* we fell behind: start at the newest step */
+    rc = pull_step(w);
   } else {
     rc = dw_client_pull(w->client);
   }
@@ -1108,8 +1141,8 @@ static int finish(struct dw_worker *w) {
   if (w->client) {
     uint64_t version;
     /* Sync: wait for the last step's commit, so the result is the job's. */
-    rc = w->sync ? dw_client_pull_at(w->client, w->step, &version)
-                 : dw_client_pull(w->client);
+    (void)version;
+    rc = w->sync ? pull_step(w) : dw_client_pull(w->client);
     if (rc < 0) {
       cm_error("final pull: %s", dw_client_error(w->client));
       goto out;

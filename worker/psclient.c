@@ -113,6 +113,13 @@ struct dw_client {
   uint64_t rng;           /* jitter generator state */
   struct dw_client_stats stats; /* calls, failures, retries, outages */
   int left; /* dw_client_leave was called: no rejoining (under lock) */
+
+  /* Sync rollbacks (the coordinator's generation). */
+  uint64_t gen;           /* rollbacks this client knows of, sent with every
+                             sync pull, push and Admit */
+  int rolled_back;        /* an answer said the job rolled back (cleared by
+                             dw_client_rolled_back) */
+  uint64_t rollback_step; /* the step it rolled back to */
 };
 
 static void seterr(struct dw_client *c, const char *fmt, ...)
@@ -568,8 +575,10 @@ static grpc_byte_buffer *build_request(struct dw_client *c, const struct msg *m,
       req.has_worker = 1;
       req.first = first_of_shard;
     }
-    if (c->sync_push)
+    if (c->sync_push) {
       req.step = c->push_step;
+      req.gen = c->gen;
+    }
     /* The same on every retry of this message: a shard applies it once. */
     req.client_id = c->client_id;
     req.seq = c->seq;
@@ -584,6 +593,7 @@ static grpc_byte_buffer *build_request(struct dw_client *c, const struct msg *m,
     req.n_segments = m->npieces;
     req.segments = ptrs;
     req.min_version = c->min_version;
+    req.gen = c->gen;
     len = psd__v1__pull_request__get_packed_size(&req);
     if (len > sizeof stack && !(head = malloc(len)))
       goto out;
@@ -607,6 +617,28 @@ out:
   return bb;
 }
 
+/* An answer said the job rolled back to `step`, generation gen: remembered
+ * for dw_client_rolled_back (the newest generation wins). */
+static void saw_rollback(struct dw_client *c, uint64_t gen, uint64_t step) {
+  if (gen < c->gen)
+    return;
+  if (gen > c->gen || !c->rolled_back) {
+    c->gen = gen;
+    c->rolled_back = 1;
+    c->rollback_step = step;
+  }
+}
+
+/* Whether a parsed pull answer is a rolled-back one (it has no data). */
+static int rolled_back_answer(const struct cm_wire_msg *w) {
+  Psd__V1__PullResponse *pr =
+      psd__v1__pull_response__unpack(NULL, w->head_len, w->head);
+  int rb = pr && pr->rolled_back;
+  if (pr)
+    psd__v1__pull_response__free_unpacked(pr, NULL);
+  return rb;
+}
+
 /* Checks a pull answer and copies its bytes into the variables. */
 static void on_pulled(struct cm_unary *u, void *ctx) {
   struct dw_client *c = ctx;
@@ -614,7 +646,13 @@ static void on_pulled(struct cm_unary *u, void *ctx) {
   struct cm_wire_msg w;
   if (u->status != GRPC_STATUS_OK)
     return;
-  if (cm_wire_parse(&w, u->response) || w.bulk_len != m->bytes) {
+  if (cm_wire_parse(&w, u->response)) {
+    u->status = GRPC_STATUS_INTERNAL;
+    snprintf(u->details, sizeof u->details, "malformed pull answer");
+    cm_unary_release(u);
+    return;
+  }
+  if (w.bulk_len != m->bytes && !rolled_back_answer(&w)) {
     u->status = GRPC_STATUS_INTERNAL;
     snprintf(u->details, sizeof u->details,
              "pull answer holds %zu bytes; expected %llu", w.bulk_len,
@@ -623,6 +661,14 @@ static void on_pulled(struct cm_unary *u, void *ctx) {
     size_t off = 0;
     Psd__V1__PullResponse *pr =
         psd__v1__pull_response__unpack(NULL, w.head_len, w.head);
+    if (pr && pr->rolled_back) {
+      /* No data: the job rolled back; the caller pulls that step again. */
+      saw_rollback(c, pr->gen, pr->rollback_step);
+      psd__v1__pull_response__free_unpacked(pr, NULL);
+      cm_wire_msg_release(&w);
+      cm_unary_release(u);
+      return;
+    }
     if (pr) {
       if (pr->step < c->pulled_step)
         c->pulled_step = pr->step;
@@ -645,10 +691,23 @@ enum { XFER_PULL = 1, XFER_PUSH = 2 };
 static const char PULL_METHOD[] = "/psd.v1.Data/Pull";
 static const char PUSH_METHOD[] = "/psd.v1.Data/Push";
 
-/* on_pulled for the pull calls of a transfer; push answers are empty. */
+/* on_pulled for the pull calls of a transfer; a sync push's answer may say
+ * the job rolled back (async push answers are not read). */
 static void on_done(struct cm_unary *u, void *ctx) {
-  if (u->method == PULL_METHOD)
+  struct dw_client *c = ctx;
+  if (u->method == PULL_METHOD) {
     on_pulled(u, ctx);
+  } else if (c->sync_push && u->status == GRPC_STATUS_OK) {
+    uint8_t *data = NULL;
+    size_t len = 0;
+    Psd__V1__PushResponse *r = NULL;
+    if (cm_rpc_readall(u->response, &data, &len) == 0 &&
+        (r = psd__v1__push_response__unpack(NULL, len, data)) && r->rolled_back)
+      saw_rollback(c, r->gen, r->rollback_step);
+    if (r)
+      psd__v1__push_response__free_unpacked(r, NULL);
+    free(data);
+  }
 }
 
 /* ---- retries (see the top of this file) */
@@ -796,7 +855,7 @@ static int transfer(struct dw_client *c, int what) {
     if (attempt > 0)
       c->stats.retries += (uint64_t)n;
     rc = run(c, c->calls, n, name, c->o.timeout_ms, 0,
-             what & XFER_PULL ? on_done : NULL, c);
+             (what & XFER_PULL) || c->sync_push ? on_done : NULL, c);
     memset(down, 0, (size_t)c->nshards);
     /* A shard with any call to retry is still out, whatever else it
      * answered. */
@@ -1142,6 +1201,8 @@ int dw_client_join(struct dw_client *c, int worker, int heartbeat_ms,
   if (rc)
     return rc;
   *step = resp->step;
+  if (resp->gen > c->gen)
+    c->gen = resp->gen;
   psd__v1__join_response__free_unpacked(resp, NULL);
   c->windex = worker;
   if (!c->hb_running && heartbeat_ms > 0) {
@@ -1174,6 +1235,7 @@ int dw_client_admit(struct dw_client *c, uint64_t step, int *admitted,
   req.caller = &caller;
   req.worker = c->windex;
   req.step = step;
+  req.gen = c->gen;
   int rc = coord_call(c, "/psd.v1.Coord/Admit", &req.base, c->o.timeout_ms,
                       &psd__v1__admit_response__descriptor,
                       (ProtobufCMessage **)&resp);
@@ -1181,9 +1243,21 @@ int dw_client_admit(struct dw_client *c, uint64_t step, int *admitted,
     return rc;
   *admitted = resp->admitted;
   *next_step = resp->next_step;
+  if (resp->rolled_back)
+    saw_rollback(c, resp->gen, resp->next_step);
   psd__v1__admit_response__free_unpacked(resp, NULL);
   return 0;
 }
+
+int dw_client_rolled_back(struct dw_client *c, uint64_t *step) {
+  if (!c->rolled_back)
+    return 0;
+  c->rolled_back = 0;
+  *step = c->rollback_step;
+  return 1;
+}
+
+uint64_t dw_client_gen(const struct dw_client *c) { return c->gen; }
 
 int dw_client_clock(struct dw_client *c, uint64_t clock) {
   Psd__V1__Caller caller = caller_of(c);
@@ -1273,6 +1347,11 @@ int dw_client_status(struct dw_client *c, int shard, char **json) {
   json_object_set_new(root, "step", json_integer((json_int_t)resp->step));
   json_object_set_new(root, "duplicates",
                       json_integer((json_int_t)resp->duplicates));
+  json_object_set_new(root, "rollbacks",
+                      json_integer((json_int_t)resp->rollbacks));
+  json_object_set_new(root, "rollback_step",
+                      json_integer((json_int_t)resp->rollback_step));
+  json_object_set_new(root, "resumed", json_boolean(resp->resumed));
   json_object_set_new(root, "dedup_clients",
                       json_integer((json_int_t)resp->dedup_clients));
   json_object_set_new(root, "dedup_evicted",

@@ -137,6 +137,16 @@ int dw_client_push_step(struct dw_client *c, uint64_t step, int *closed);
 int dw_client_admit(struct dw_client *c, uint64_t step, int *admitted,
                     uint64_t *next_step);
 
+/* Sync: 1 when an answer since the last call said the job rolled back to a
+ * common checkpoint (a shard restarted from it), with *step the step to go
+ * on from (pull it, then compute and push it again); 0 otherwise. The call
+ * that got such an answer returned 0: a pull's values are then not usable,
+ * a push's gradient was dropped, an Admit did not count it. */
+int dw_client_rolled_back(struct dw_client *c, uint64_t *step);
+
+/* Sync: the rollbacks this client knows of (the job's generation). */
+uint64_t dw_client_gen(const struct dw_client *c);
+
 /* Async with a staleness bound: reports that the worker has pushed
  * `clock` times and waits until the slowest live worker allows it to
  * compute its next gradient. */

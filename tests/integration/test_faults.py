@@ -216,6 +216,73 @@ class KillPsdTest(Faults):
         self.assertLessEqual(abs(acc - base), 0.01, (acc, base))
 
 
+# The sync job a shard is killed in: ACC_JOB's sgd on a cosine over the
+# job's 2 x 469 steps, both workers in every step, checkpoints every 50.
+SYNC_JOB = dict(ACC_JOB, name="syncfaults", epochs=2,
+                optimizer={"type": "sgd", "lr": 0.05,
+                           "schedule": {"type": "cosine", "total_steps": 2 * 469}},
+                sync={"mode": "sync"}, checkpoint={"dir": "ck", "every_steps": 50})
+_sync_baseline = {}
+
+
+@unittest.skipUnless(os.path.isdir(DATA), "dataset-fashion-mnist is not installed")
+class KillPsdSyncTest(Faults):
+    """A sync job survives kill -9 + restart of a non-coordinator shard: the
+    coordinator rolls every shard back to the checkpoint it restarted from."""
+
+    def run_job(self, kill):
+        d = os.path.join(self.d, "kill" if kill else "base")
+        os.makedirs(d)
+        spec = write_spec(d, SYNC_JOB)
+        ps = [self.psd(spec, i) for i in range(2)]
+        ws = [self.worker(spec, i) for i in range(2)]
+        resumed = None
+        if kill:
+            for w in ws:
+                w.wait_for("step 150/", timeout=120)
+            ps[1].wait_for("checkpoint (every_steps) at step ", timeout=60)
+            ps[1].p.send_signal(signal.SIGKILL)
+            self.assertEqual(ps[1].wait(), -signal.SIGKILL)
+            ps[1] = self.psd(spec, 1)
+            line = ps[1].wait_for("resumed from step ")
+            resumed = int(re.search(r"resumed from step (\d+): ", line).group(1))
+        self.finish(ws)
+        st = status(spec)
+        self.stop_all(ps)
+        return float(result(ws[0])["test_accuracy"]), ps, ws, st, resumed
+
+    def test_kill9_shard1_restart_rolls_back_and_job_finishes(self):
+        if "acc" not in _sync_baseline:
+            _sync_baseline["acc"] = self.run_job(kill=False)[0]
+        base = _sync_baseline["acc"]
+        acc, ps, ws, st, resumed = self.run_job(kill=True)
+        m = re.search(r"rolled the job back to step (\d+): ps:1 restarted from its "
+                      r"checkpoint of step (\d+) while the others were at step (\d+); "
+                      r"(\d+) steps are redone", ps[0].output())
+        self.assertTrue(m, ps[0].output()[-3000:])
+        self.assertEqual(int(m.group(1)), resumed)
+        print("sync: fault-free accuracy %.4f, with ps:1 killed and restarted %.4f "
+              "(resumed from step %d, the job was at step %s)" % (base, acc, resumed, m.group(3)))
+        for w in ws:
+            out = w.output()
+            self.assertIn("the job rolled back to step %d (a shard restarted from its "
+                          "checkpoint); going on from there" % resumed, out)
+        total = 2 * 469
+        self.assertEqual(int(result(ws[1])["steps"]), total)
+        self.assertIn("training: 2 epochs of 469 steps", ws[0].output())
+        # Every shard at the same step, with the same commits where both
+        # remember them, and one rollback each.
+        self.assertEqual(st[0]["step"], st[1]["step"], (st[0]["step"], st[1]["step"]))
+        self.assertEqual([x["rollbacks"] for x in st], [1, 1])
+        hist = [{r["step"]: (r.get("applied"), r.get("dropped")) for r in x.get("steps", [])}
+                for x in st]
+        common = set(hist[0]) & set(hist[1])
+        self.assertGreater(len(common), 100)
+        for k in common:
+            self.assertEqual(hist[0][k], hist[1][k], k)
+        self.assertLessEqual(abs(acc - base), 0.02, (acc, base))
+
+
 class StopTest(Faults):
     def test_sigstop_past_deadline_push_applied_exactly_once(self):
         spec = write_spec(self.d, {"name": "stop", "optimizer": {"type": "sgd", "lr": 0.5},
