@@ -22,13 +22,14 @@
 
 /* Every method psd serves, in the order the method byte selects them. */
 static const char *const fuzz_methods[] = {
-    "/psd.v1.Data/Declare", "/psd.v1.Data/Pull",
-    "/psd.v1.Data/Push",    "/psd.v1.Data/Commit",
-    "/psd.v1.Admin/Status", "/psd.v1.Admin/Checkpoint",
-    "/psd.v1.Coord/Join",   "/psd.v1.Coord/Heartbeat",
-    "/psd.v1.Coord/Admit",  "/psd.v1.Coord/Clock",
+    "/psd.v1.Data/Declare",  "/psd.v1.Data/Pull",
+    "/psd.v1.Data/Push",     "/psd.v1.Data/Commit",
+    "/psd.v1.Admin/Status",  "/psd.v1.Admin/Checkpoint",
+    "/psd.v1.Coord/Join",    "/psd.v1.Coord/Heartbeat",
+    "/psd.v1.Coord/Admit",   "/psd.v1.Coord/Clock",
+    "/psd.v1.Data/Rollback",
 };
-#define FUZZ_NMETHODS 10
+#define FUZZ_NMETHODS 11
 
 /* Slice sizes a request is cut into (0: one slice). */
 static const unsigned fuzz_cuts[] = {0, 1, 2, 3, 5, 8, 13, 64, 100, 4096};

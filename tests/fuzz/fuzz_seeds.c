@@ -171,6 +171,14 @@ static void commit(struct seed *s, int cut, uint64_t step) {
   add(s, "/psd.v1.Data/Commit", cut, &r.base);
 }
 
+static void rollback(struct seed *s, int cut, uint64_t step, uint64_t gen) {
+  Psd__V1__RollbackRequest r = PSD__V1__ROLLBACK_REQUEST__INIT;
+  r.caller = &caller;
+  r.step = step;
+  r.gen = gen;
+  add(s, "/psd.v1.Data/Rollback", cut, &r.base);
+}
+
 int main(int argc, char **argv) {
   float g[9] = {0.5f, -1, 2, 0.25f, -0.125f, 3, 1, -2, 0.75f};
   struct seed s;
@@ -246,5 +254,20 @@ int main(int argc, char **argv) {
   push(&s, 0, 0, 1, g);
   status(&s, 0);
   write_seed(argv[1], "sync-step", &s);
+
+  /* Sync: a rollback (this shard keeps no checkpoints: refused), a retry
+   * of one at the step it is at, and calls of an older and a newer
+   * generation. */
+  s.len = 0;
+  s.buf[s.len++] = FUZZ_SYNC;
+  declare(&s, 0);
+  join(&s, 0, 0);
+  rollback(&s, 0, 0, 1);
+  rollback(&s, 2, 0, 0);
+  pull(&s, 0, 1);
+  push(&s, 0, 0, 0, g);
+  admit(&s, 0, 0, 0);
+  status(&s, 0);
+  write_seed(argv[1], "sync-rollback", &s);
   return 0;
 }
