@@ -30,7 +30,10 @@ struct parked {
   struct cm_rpc_call *call; /* answered exactly once */
   int worker;               /* who asked */
   uint64_t value;           /* Admit: the step; Clock: the clock */
-  struct parked *next;      /* list link */
+  int rejoin; /* Admit of a worker this coordinator has not seen join, parked
+                 until the shards' steps are checked: answered "join again"
+                 (or told of the rollback the check decides) */
+  struct parked *next; /* list link */
 };
 
 /* A decided step, waiting to be sent to every shard. */
@@ -194,6 +197,20 @@ static void reply_rolled_back(struct psd_coord *c, struct cm_rpc_call *call,
   r.next_step = c->rollback_step;
   r.rolled_back = 1;
   r.gen = c->gen;
+  cm_rpc_reply(call, cm_rpc_pack(&r.base));
+}
+
+/* Tells an Admit of a worker this coordinator has not seen join (it
+ * restarted since the worker joined) to join again: its gradient is not
+ * counted; the Join answers the step and generation to go on from. Caller
+ * holds the lock. */
+static void reply_rejoin(struct psd_coord *c, struct cm_rpc_call *call,
+                         uint64_t step) {
+  Psd__V1__AdmitResponse r = PSD__V1__ADMIT_RESPONSE__INIT;
+  r.step = step;
+  r.next_step = c->open;
+  r.gen = c->gen;
+  r.rejoin = 1;
   cm_rpc_reply(call, cm_rpc_pack(&r.base));
 }
 
@@ -447,6 +464,7 @@ static void on_heartbeat(struct cm_rpc_call *call, grpc_byte_buffer *bb,
     Psd__V1__HeartbeatResponse r = PSD__V1__HEARTBEAT_RESPONSE__INIT;
     r.step = c->open;
     r.rejoin = rejoin;
+    r.restarted = rejoin && !c->w[req->worker].joined;
     cm_rpc_reply(call, cm_rpc_pack(&r.base));
   }
   pthread_mutex_unlock(&c->lock);
@@ -474,11 +492,19 @@ static void on_admit(struct cm_rpc_call *call, grpc_byte_buffer *bb,
     struct parked *p;
     if (c->rolling && (p = calloc(1, sizeof *p))) {
       /* Answered once every shard has rolled back. */
-      *p = (struct parked){call, req->worker, req->step, c->admits};
+      *p = (struct parked){call, req->worker, req->step, 0, c->admits};
       c->admits = p;
     } else if (req->gen < c->gen) {
       time_step(w, cm_mono_ms());
       reply_rolled_back(c, call, req->step);
+    } else if (!w->joined && !c->checked && (p = calloc(1, sizeof *p))) {
+      /* This coordinator restarted since the worker joined, and is still
+       * finding out where the shards are: the answer waits for that (a
+       * rollback, or "join again" at the step it opens). */
+      *p = (struct parked){call, req->worker, req->step, 1, c->admits};
+      c->admits = p;
+    } else if (!w->joined) {
+      reply_rejoin(c, call, req->step);
     } else if (!w->live) {
       cm_rpc_fail(call, GRPC_STATUS_FAILED_PRECONDITION,
                   "Admit: worker:%d is not live (declared dead or left); "
@@ -511,7 +537,7 @@ static void on_admit(struct cm_rpc_call *call, grpc_byte_buffer *bb,
           w->arrived = 1;
           c->arrivals[c->narrivals++] = req->worker;
         }
-        *p = (struct parked){call, req->worker, req->step, c->admits};
+        *p = (struct parked){call, req->worker, req->step, 0, c->admits};
         c->admits = p;
         maybe_close(c, now);
       }
@@ -546,7 +572,7 @@ static void on_clock(struct cm_rpc_call *call, grpc_byte_buffer *bb,
       Psd__V1__ClockResponse r = PSD__V1__CLOCK_RESPONSE__INIT;
       cm_rpc_reply(call, cm_rpc_pack(&r.base));
     } else {
-      *p = (struct parked){call, req->worker, req->clock, c->clocks};
+      *p = (struct parked){call, req->worker, req->clock, 0, c->clocks};
       c->clocks = p;
       check_clocks(c);
     }
@@ -596,18 +622,57 @@ static int fill_calls(struct psd_coord *c, struct cm_unary *calls,
   return n;
 }
 
+static void rollback(struct psd_coord *c, struct cm_unary *calls, int *done,
+                     uint64_t step, uint64_t from, const char *who);
+
+enum psd_coord_start psd__coord_plan(const struct psd_coord_shard *s, int nps,
+                                     uint64_t open, uint64_t *step,
+                                     int *culprit, uint64_t *from,
+                                     uint64_t *gen) {
+  int ran_on = 0, differ = 0;
+  *step = *from = open;
+  *culprit = 0;
+  *gen = 0;
+  for (int i = 0; i < nps; i++) {
+    if (s[i].gen > *gen)
+      *gen = s[i].gen;
+    differ |= s[i].step != open;
+    /* Commits since it started, or a step reached without resuming (a
+     * rollback, or steps whose history it forgot), mean it has served
+     * while shard 0 was away; a shard that has only just resumed, or
+     * starts fresh, has not. */
+    if (i > 0 && (s[i].ncommits > 0 || (!s[i].resumed && s[i].step > 0)))
+      ran_on = 1;
+    if (s[i].step < *step) {
+      *step = s[i].step;
+      *culprit = i;
+    }
+    if (s[i].step > *from)
+      *from = s[i].step;
+  }
+  if (ran_on)
+    return PSD_COORD_ROLLBACK;
+  return differ ? PSD_COORD_DIFFER : PSD_COORD_AGREE;
+}
+
 /* Sync: asks every shard for its step until each has answered once, and
  * checks that all are at the step the coordinator opens (0, or the step its
- * shard resumed from). Shards that resumed from different checkpoints could
- * never commit the same steps: that is said loudly, and Join and Admit
- * answer it, instead of a job that hangs. Steps close only once checked. */
+ * shard resumed from), learning the job's generation from them. When the
+ * others ran on while shard 0 was away (it was killed and restarted from a
+ * checkpoint), the job rolls back to the lowest step of any shard, with a
+ * generation above every one known, so that every worker's call of the old
+ * generation is told. Shards that all just started from different
+ * checkpoints could never commit the same steps: that is said loudly, and
+ * Join and Admit answer it, instead of a job that hangs. Steps close only
+ * once checked. */
 static void check_steps(struct psd_coord *c, struct cm_unary *calls,
                         int *done) {
   Psd__V1__Caller caller = PSD__V1__CALLER__INIT;
   Psd__V1__StatusRequest req = PSD__V1__STATUS_REQUEST__INIT;
-  int64_t *steps = calloc(c->spec->nps, sizeof *steps);
-  uint64_t open;
-  int left = c->spec->nps, stop = 0;
+  struct psd_coord_shard *st = calloc(c->spec->nps, sizeof *st);
+  enum psd_coord_start plan = PSD_COORD_AGREE;
+  uint64_t open, step = 0, from = 0, gen = 0;
+  int left = c->spec->nps, stop = 0, culprit = 0;
 
   caller.job = (char *)c->spec->job.name;
   caller.worker = "coordinator";
@@ -616,7 +681,7 @@ static void check_steps(struct psd_coord *c, struct cm_unary *calls,
   pthread_mutex_lock(&c->lock);
   open = c->open;
   pthread_mutex_unlock(&c->lock);
-  while (steps && left > 0 && !stop) {
+  while (st && left > 0 && !stop) {
     /* Waits for each channel to connect (within the deadline) rather than
      * failing at once while gRPC backs off reconnecting. */
     struct cm_run_opts o = {
@@ -631,7 +696,10 @@ static void check_steps(struct psd_coord *c, struct cm_unary *calls,
       if (calls[i].status == GRPC_STATUS_OK &&
           cm_rpc_readall(calls[i].response, &data, &len) == 0 &&
           (r = psd__v1__status_response__unpack(NULL, len, data))) {
-        steps[s] = (int64_t)r->step;
+        st[s].step = r->step;
+        st[s].gen = r->rollbacks;
+        st[s].resumed = r->resumed;
+        st[s].ncommits = (int)r->n_steps;
         done[s] = 1;
         left--;
         psd__v1__status_response__free_unpacked(r, NULL);
@@ -647,10 +715,33 @@ static void check_steps(struct psd_coord *c, struct cm_unary *calls,
     stop = c->stopping;
     pthread_mutex_unlock(&c->lock);
   }
+  if (st && !stop) {
+    plan =
+        psd__coord_plan(st, c->spec->nps, open, &step, &culprit, &from, &gen);
+    pthread_mutex_lock(&c->lock);
+    if (gen > c->gen)
+      c->gen = gen;
+    pthread_mutex_unlock(&c->lock);
+  }
+  if (plan == PSD_COORD_ROLLBACK) {
+    char who[160];
+    if (culprit == 0)
+      snprintf(who, sizeof who,
+               "ps:0 (the coordinator) restarted from its checkpoint of step "
+               "%llu",
+               (unsigned long long)open);
+    else
+      snprintf(who, sizeof who,
+               "ps:0 (the coordinator) restarted from its checkpoint of step "
+               "%llu and ps:%d is at step %llu",
+               (unsigned long long)open, culprit, (unsigned long long)step);
+    rollback(c, calls, done, step, from, who);
+  }
   pthread_mutex_lock(&c->lock);
-  for (int s = 0; steps && !stop && s < c->spec->nps; s++) {
+  stop |= c->stopping;
+  for (int s = 0; plan == PSD_COORD_DIFFER && !stop && s < c->spec->nps; s++) {
     size_t n = strlen(c->bad);
-    if ((uint64_t)steps[s] == open)
+    if (st[s].step == open)
       continue;
     if (!n)
       n = snprintf(c->bad, sizeof c->bad,
@@ -658,10 +749,10 @@ static void check_steps(struct psd_coord *c, struct cm_unary *calls,
                    "step %llu):",
                    (unsigned long long)open);
     if (n < sizeof c->bad)
-      snprintf(c->bad + n, sizeof c->bad - n, " ps:%d is at step %lld;", s,
-               (long long)steps[s]);
+      snprintf(c->bad + n, sizeof c->bad - n, " ps:%d is at step %llu;", s,
+               (unsigned long long)st[s].step);
   }
-  if (c->bad[0]) {
+  if (plan == PSD_COORD_DIFFER && c->bad[0]) {
     size_t n = strlen(c->bad);
     if (n < sizeof c->bad)
       snprintf(c->bad + n, sizeof c->bad - n,
@@ -677,10 +768,25 @@ static void check_steps(struct psd_coord *c, struct cm_unary *calls,
     }
   }
   c->checked = !stop;
+  /* Admissions of workers that had not joined this coordinator waited for
+   * the check (a rollback has answered them already). */
+  for (struct parked **pp = &c->admits; c->checked && *pp;) {
+    struct parked *p = *pp;
+    if (!p->rejoin) {
+      pp = &p->next;
+      continue;
+    }
+    if (c->bad[0])
+      cm_rpc_fail(p->call, GRPC_STATUS_FAILED_PRECONDITION, "%s", c->bad);
+    else
+      reply_rejoin(c, p->call, p->value);
+    *pp = p->next;
+    free(p);
+  }
   if (c->checked && !c->bad[0])
     maybe_close(c, cm_mono_ms());
   pthread_mutex_unlock(&c->lock);
-  free(steps);
+  free(st);
 }
 
 /* Asks shard s for its step and generation, waiting up to timeout_ms.
@@ -716,22 +822,27 @@ static int shard_step(struct psd_coord *c, struct cm_unary *call, int s,
   return rc;
 }
 
-/* Rolls the whole job back to `step`, the checkpoint shard `culprit`
- * restarted from: every shard reloads its own checkpoint of that step and
+/* Rolls the whole job back to `step`, the checkpoint a shard restarted
+ * from: every shard reloads its own checkpoint of that step and
  * drops its staged gradients (Data/Rollback, retried while a shard is
  * unreachable), then the step reopens and every parked Admit is told. A
  * shard without that checkpoint stops the job loudly, as shards at
- * different steps do. Called on the commit thread, without the lock. */
+ * different steps do. from: the highest step any shard had reached, if
+ * known beyond the coordinator's own; who: what happened, for the log
+ * ("ps:1 restarted from its checkpoint of step 100"). Called on the commit
+ * thread, without the lock. */
 static void rollback(struct psd_coord *c, struct cm_unary *calls, int *done,
-                     uint64_t step, int culprit) {
+                     uint64_t step, uint64_t from, const char *who) {
   Psd__V1__Caller caller = PSD__V1__CALLER__INIT;
   Psd__V1__RollbackRequest req = PSD__V1__ROLLBACK_REQUEST__INIT;
-  uint64_t from;
   int failed = -1;
   char why[512] = "";
 
   pthread_mutex_lock(&c->lock);
-  from = c->open > c->committed ? c->open : c->committed;
+  if (c->open > from)
+    from = c->open;
+  if (c->committed > from)
+    from = c->committed;
   c->rolling = 1;
   /* Steps decided and not yet sent are redone. */
   while (c->queue) {
@@ -745,11 +856,10 @@ static void rollback(struct psd_coord *c, struct cm_unary *calls, int *done,
   c->narrivals = 0;
   req.gen = c->gen + 1;
   pthread_mutex_unlock(&c->lock);
-  cm_warn("ps:%d is at step %llu, behind the job (step %llu) or without the "
-          "gradients staged on it: it restarted from its checkpoint; rolling "
-          "every shard back to step %llu",
-          culprit, (unsigned long long)step, (unsigned long long)from,
-          (unsigned long long)step);
+  cm_warn("%s while the job was at step %llu: rolling every shard back to "
+          "step %llu (generation %llu)",
+          who, (unsigned long long)from, (unsigned long long)step,
+          (unsigned long long)req.gen);
 
   caller.job = (char *)c->spec->job.name;
   caller.worker = "coordinator";
@@ -797,12 +907,11 @@ static void rollback(struct psd_coord *c, struct cm_unary *calls, int *done,
   c->rolling = 0;
   if (failed >= 0) {
     snprintf(c->bad, sizeof c->bad,
-             "cannot roll the job back to step %llu (ps:%d restarted from its "
-             "checkpoint of that step): ps:%d has no usable checkpoint of step "
-             "%llu (%s); restart every shard with --resume-step N, N the "
-             "newest step all of them have",
-             (unsigned long long)step, culprit, failed,
-             (unsigned long long)step, why);
+             "cannot roll the job back to step %llu (%s): ps:%d has no usable "
+             "checkpoint of step %llu (%s); restart every shard with "
+             "--resume-step N, N the newest step all of them have",
+             (unsigned long long)step, who, failed, (unsigned long long)step,
+             why);
     cm_error("%s", c->bad);
   } else {
     c->gen = req.gen;
@@ -810,12 +919,10 @@ static void rollback(struct psd_coord *c, struct cm_unary *calls, int *done,
     c->open = step;
     c->committed = step;
     c->last_close = cm_mono_ms();
-    cm_warn("rolled the job back to step %llu: ps:%d restarted from its "
-            "checkpoint of step %llu while the others were at step %llu; "
-            "%llu steps are redone (rollback %llu)",
-            (unsigned long long)step, culprit, (unsigned long long)step,
-            (unsigned long long)from, (unsigned long long)(from - step),
-            (unsigned long long)c->gen);
+    cm_warn("rolled the job back to step %llu: %s while the others were at "
+            "step %llu; %llu steps are redone (rollback %llu)",
+            (unsigned long long)step, who, (unsigned long long)from,
+            (unsigned long long)(from - step), (unsigned long long)c->gen);
   }
   while (c->admits) {
     struct parked *p = c->admits;
@@ -851,8 +958,13 @@ static void watch_shards(struct psd_coord *c, struct cm_unary *calls,
       culprit = s;
     }
   }
-  if (culprit >= 0)
-    rollback(c, calls, done, step, culprit);
+  if (culprit >= 0) {
+    char who[96];
+    snprintf(who, sizeof who,
+             "ps:%d restarted from its checkpoint of step %llu", culprit,
+             (unsigned long long)step);
+    rollback(c, calls, done, step, 0, who);
+  }
 }
 
 /* Sends each decided step to every shard, retrying a shard that does not
@@ -943,8 +1055,13 @@ static void *commit_thread(void *arg) {
         if (shard_step(c, &one, behind, c->spec->job.timeout_ms, &st, &g) ||
             st > cm->step)
           behind = -1; /* not a restart: retried as before */
-        else
-          rollback(c, calls, done, st, behind);
+        else {
+          char who[96];
+          snprintf(who, sizeof who,
+                   "ps:%d restarted from its checkpoint of step %llu", behind,
+                   (unsigned long long)st);
+          rollback(c, calls, done, st, 0, who);
+        }
       }
     }
     if (behind < 0 && left == 0) {

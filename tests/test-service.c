@@ -754,6 +754,41 @@ START_TEST(sync_admit_far_ahead) {
 }
 END_TEST
 
+/* A heartbeat's answer: rejoin and restarted, as bits 1 and 2. */
+static int heartbeat_flags(int worker) {
+  Psd__V1__HeartbeatRequest h = PSD__V1__HEARTBEAT_REQUEST__INIT;
+  Psd__V1__HeartbeatResponse *r;
+  struct cm_rpc_answer ans;
+  uint8_t *data = NULL;
+  size_t len = 0;
+  int flags;
+  h.caller = &caller;
+  h.worker = worker;
+  call_ans("/psd.v1.Coord/Heartbeat", cm_rpc_pack(&h.base), GRPC_STATUS_OK,
+           NULL, &ans);
+  ck_assert_int_eq(cm_rpc_readall(ans.response, &data, &len), 0);
+  r = psd__v1__heartbeat_response__unpack(NULL, len, data);
+  ck_assert_ptr_nonnull(r);
+  flags = (r->rejoin ? 1 : 0) | (r->restarted ? 2 : 0);
+  psd__v1__heartbeat_response__free_unpacked(r, NULL);
+  free(data);
+  cm_rpc_answer_release(&ans);
+  return flags;
+}
+
+/* A worker this coordinator never saw join (it restarted since) is asked to
+ * join again, and told the coordinator restarted, so that a sync worker
+ * joins from its training thread; once joined, neither. */
+START_TEST(sync_heartbeat_of_unknown_worker_says_restarted) {
+  Psd__V1__JoinRequest j = PSD__V1__JOIN_REQUEST__INIT;
+  j.caller = &caller;
+  j.worker = 1;
+  ck_assert_int_eq(heartbeat_flags(1), 3);
+  call("/psd.v1.Coord/Join", cm_rpc_pack(&j.base), GRPC_STATUS_OK, NULL);
+  ck_assert_int_eq(heartbeat_flags(1), 0);
+}
+END_TEST
+
 START_TEST(checkpoint_off_and_commit_in_async) {
   Psd__V1__CheckpointRequest k = PSD__V1__CHECKPOINT_REQUEST__INIT;
   Psd__V1__CommitRequest c = PSD__V1__COMMIT_REQUEST__INIT;
@@ -788,6 +823,7 @@ static Suite *service_suite(void) {
   tcase_add_checked_fixture(tc, setup_sync, teardown);
   tcase_add_test(tc, sync_push_late_ahead_and_nonfinite);
   tcase_add_test(tc, sync_parked_pull_answered_at_stop);
+  tcase_add_test(tc, sync_heartbeat_of_unknown_worker_says_restarted);
   tcase_add_test(tc, sync_admit_far_ahead);
   suite_add_tcase(s, tc);
   return s;

@@ -812,10 +812,24 @@ out:
 
 /* Sync: when the last call's answer said the job rolled back to a common
  * checkpoint, goes on from its step (this worker keeps its place in its
- * data and redoes those step numbers), said once per rollback. Returns 1
- * then, else 0. */
+ * data and redoes those step numbers), said once per rollback; likewise
+ * from the step a restarted coordinator was joined at. Returns 1 then,
+ * else 0. */
 static int rolled_back(struct dw_worker *w) {
   uint64_t step;
+  if (dw_client_rejoined(w->client, &step)) {
+    /* Said once: a restarted coordinator asks each worker once. */
+    cm_warn("the coordinator restarted: joined the job again at step %llu "
+            "(generation %llu); going on from there (this worker was at step "
+            "%llu)",
+            (unsigned long long)step,
+            (unsigned long long)dw_client_gen(w->client),
+            (unsigned long long)w->step);
+    if (dw_client_gen(w->client) > w->rollbacks)
+      w->rollbacks = dw_client_gen(w->client);
+    w->step = step;
+    return 1;
+  }
   if (!dw_client_rolled_back(w->client, &step))
     return 0;
   if (dw_client_gen(w->client) > w->rollbacks) {

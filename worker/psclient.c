@@ -120,6 +120,10 @@ struct dw_client {
   int rolled_back;        /* an answer said the job rolled back (cleared by
                              dw_client_rolled_back) */
   uint64_t rollback_step; /* the step it rolled back to */
+  int rejoined;           /* sync: an Admit said the coordinator restarted
+                             and this client joined it again (cleared by
+                             dw_client_rejoined) */
+  uint64_t rejoin_step;   /* the step that Join answered */
 };
 
 static void seterr(struct dw_client *c, const char *fmt, ...)
@@ -1162,10 +1166,15 @@ static void *heartbeat_thread(void *arg) {
     u.method = "/psd.v1.Coord/Heartbeat";
     u.request = cm_rpc_pack(&req.base);
     cm_client_run(&u, 1, &o);
+    /* A sync worker joins a restarted coordinator from its training
+     * thread, at its next Admit (dw_client_admit), to learn the step and
+     * generation to go on from; joining here would count it in steps it
+     * is not in yet. */
     if (u.status == GRPC_STATUS_OK &&
         !cm_rpc_readall(u.response, &data, &len) &&
         (resp = psd__v1__heartbeat_response__unpack(NULL, len, data)) &&
-        resp->rejoin) {
+        resp->rejoin &&
+        !(resp->restarted && !strcmp(c->spec->job.mode, "sync"))) {
       pthread_mutex_lock(&c->lock);
       int go = !c->left && !c->hb_stop;
       pthread_mutex_unlock(&c->lock);
@@ -1245,8 +1254,37 @@ int dw_client_admit(struct dw_client *c, uint64_t step, int *admitted,
   *next_step = resp->next_step;
   if (resp->rolled_back)
     saw_rollback(c, resp->gen, resp->next_step);
+  if (resp->rejoin) {
+    /* The coordinator restarted since this worker joined: join again and
+     * go on from the step it opens, in its generation. */
+    Psd__V1__JoinRequest jreq = PSD__V1__JOIN_REQUEST__INIT;
+    Psd__V1__JoinResponse *j = NULL;
+    *admitted = 0;
+    jreq.caller = &caller;
+    jreq.worker = c->windex;
+    rc = coord_call(c, "/psd.v1.Coord/Join", &jreq.base, c->o.timeout_ms,
+                    &psd__v1__join_response__descriptor,
+                    (ProtobufCMessage **)&j);
+    if (rc == 0) {
+      if (j->gen > c->gen)
+        c->gen = j->gen;
+      c->rolled_back = 0; /* superseded by the step joined at */
+      c->rejoined = 1;
+      c->rejoin_step = j->step;
+      *next_step = j->step;
+      psd__v1__join_response__free_unpacked(j, NULL);
+    }
+  }
   psd__v1__admit_response__free_unpacked(resp, NULL);
-  return 0;
+  return rc;
+}
+
+int dw_client_rejoined(struct dw_client *c, uint64_t *step) {
+  if (!c->rejoined)
+    return 0;
+  c->rejoined = 0;
+  *step = c->rejoin_step;
+  return 1;
 }
 
 int dw_client_rolled_back(struct dw_client *c, uint64_t *step) {

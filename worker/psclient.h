@@ -144,6 +144,12 @@ int dw_client_admit(struct dw_client *c, uint64_t step, int *admitted,
  * a push's gradient was dropped, an Admit did not count it. */
 int dw_client_rolled_back(struct dw_client *c, uint64_t *step);
 
+/* Sync: 1 when an Admit since the last call said the coordinator had
+ * restarted since this worker joined, and the client has joined it again
+ * (dw_client_admit did, learning the generation), with *step the step to
+ * go on from (the Admit did not count the gradient); 0 otherwise. */
+int dw_client_rejoined(struct dw_client *c, uint64_t *step);
+
 /* Sync: the rollbacks this client knows of (the job's generation). */
 uint64_t dw_client_gen(const struct dw_client *c);
 

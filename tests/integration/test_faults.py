@@ -227,35 +227,82 @@ _sync_baseline = {}
 
 @unittest.skipUnless(os.path.isdir(DATA), "dataset-fashion-mnist is not installed")
 class KillPsdSyncTest(Faults):
-    """A sync job survives kill -9 + restart of a non-coordinator shard: the
-    coordinator rolls every shard back to the checkpoint it restarted from."""
+    """A sync job survives kill -9 + restart of a shard: another shard is
+    rolled back by the coordinator to the checkpoint it restarted from; the
+    coordinator (ps:0) restarted rolls every shard back to its own, and the
+    workers join it again."""
 
-    def run_job(self, kill):
-        d = os.path.join(self.d, "kill" if kill else "base")
+    def run_job(self, kill=None):
+        """kill: the shard to kill -9 and restart once both workers are
+        past step 150 and it has written a checkpoint; None: no fault."""
+        d = os.path.join(self.d, "base" if kill is None else "kill%d" % kill)
         os.makedirs(d)
         spec = write_spec(d, SYNC_JOB)
         ps = [self.psd(spec, i) for i in range(2)]
         ws = [self.worker(spec, i) for i in range(2)]
         resumed = None
-        if kill:
+        if kill is not None:
             for w in ws:
                 w.wait_for("step 150/", timeout=120)
-            ps[1].wait_for("checkpoint (every_steps) at step ", timeout=60)
-            ps[1].p.send_signal(signal.SIGKILL)
-            self.assertEqual(ps[1].wait(), -signal.SIGKILL)
-            ps[1] = self.psd(spec, 1)
-            line = ps[1].wait_for("resumed from step ")
+            ps[kill].wait_for("checkpoint (every_steps) at step ", timeout=60)
+            ps[kill].p.send_signal(signal.SIGKILL)
+            self.assertEqual(ps[kill].wait(), -signal.SIGKILL)
+            ps[kill] = self.psd(spec, kill)
+            line = ps[kill].wait_for("resumed from step ")
             resumed = int(re.search(r"resumed from step (\d+): ", line).group(1))
         self.finish(ws)
         st = status(spec)
         self.stop_all(ps)
         return float(result(ws[0])["test_accuracy"]), ps, ws, st, resumed
 
-    def test_kill9_shard1_restart_rolls_back_and_job_finishes(self):
+    def baseline(self):
         if "acc" not in _sync_baseline:
-            _sync_baseline["acc"] = self.run_job(kill=False)[0]
-        base = _sync_baseline["acc"]
-        acc, ps, ws, st, resumed = self.run_job(kill=True)
+            _sync_baseline["acc"] = self.run_job()[0]
+        return _sync_baseline["acc"]
+
+    def check_end(self, ws, st, acc, base):
+        """Both workers ran their steps, every shard is at the same step with
+        the same commits where both remember them, one rollback each, and
+        the accuracy is within 0.02 of the run without the fault."""
+        total = 2 * 469
+        for w in ws:
+            self.assertEqual(int(result(w)["steps"]), total)
+        self.assertIn("training: 2 epochs of 469 steps", ws[0].output())
+        self.assertEqual(st[0]["step"], st[1]["step"], (st[0]["step"], st[1]["step"]))
+        self.assertEqual([x["rollbacks"] for x in st], [1, 1])
+        hist = [{r["step"]: (r.get("applied"), r.get("dropped")) for r in x.get("steps", [])}
+                for x in st]
+        common = set(hist[0]) & set(hist[1])
+        self.assertGreater(len(common), 100)
+        for k in common:
+            self.assertEqual(hist[0][k], hist[1][k], k)
+        self.assertLessEqual(abs(acc - base), 0.02, (acc, base))
+
+    def test_kill9_shard0_restart_rolls_back_and_workers_rejoin(self):
+        base = self.baseline()
+        acc, ps, ws, st, resumed = self.run_job(kill=0)
+        m = re.search(r"rolled the job back to step (\d+): ps:0 \(the coordinator\) "
+                      r"restarted from its checkpoint of step (\d+) while the others were "
+                      r"at step (\d+); (\d+) steps are redone \(rollback 1\)", ps[0].output())
+        self.assertTrue(m, ps[0].output()[-3000:])
+        self.assertEqual(int(m.group(1)), resumed)
+        self.assertGreater(int(m.group(3)), resumed)
+        print("sync: fault-free accuracy %.4f, with ps:0 killed and restarted %.4f "
+              "(resumed from step %d, the job was at step %s)" % (base, acc, resumed, m.group(3)))
+        for w in ws:
+            out = w.output()
+            # Joined the restarted coordinator once, from the training
+            # thread, at the step it reopened, in the new generation.
+            self.assertEqual(len(re.findall("the coordinator restarted: joined the job again",
+                                            out)), 1, out[-3000:])
+            self.assertIn("the coordinator restarted: joined the job again at step %d "
+                          "(generation 1)" % resumed, out)
+        self.assertEqual([w["joins"] for w in st[0]["workers"]], [1, 1])
+        self.check_end(ws, st, acc, base)
+
+    def test_kill9_shard1_restart_rolls_back_and_job_finishes(self):
+        base = self.baseline()
+        acc, ps, ws, st, resumed = self.run_job(kill=1)
         m = re.search(r"rolled the job back to step (\d+): ps:1 restarted from its "
                       r"checkpoint of step (\d+) while the others were at step (\d+); "
                       r"(\d+) steps are redone", ps[0].output())
@@ -267,20 +314,7 @@ class KillPsdSyncTest(Faults):
             out = w.output()
             self.assertIn("the job rolled back to step %d (a shard restarted from its "
                           "checkpoint); going on from there" % resumed, out)
-        total = 2 * 469
-        self.assertEqual(int(result(ws[1])["steps"]), total)
-        self.assertIn("training: 2 epochs of 469 steps", ws[0].output())
-        # Every shard at the same step, with the same commits where both
-        # remember them, and one rollback each.
-        self.assertEqual(st[0]["step"], st[1]["step"], (st[0]["step"], st[1]["step"]))
-        self.assertEqual([x["rollbacks"] for x in st], [1, 1])
-        hist = [{r["step"]: (r.get("applied"), r.get("dropped")) for r in x.get("steps", [])}
-                for x in st]
-        common = set(hist[0]) & set(hist[1])
-        self.assertGreater(len(common), 100)
-        for k in common:
-            self.assertEqual(hist[0][k], hist[1][k], k)
-        self.assertLessEqual(abs(acc - base), 0.02, (acc, base))
+        self.check_end(ws, st, acc, base)
 
 
 class StopTest(Faults):
