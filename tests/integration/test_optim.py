@@ -247,20 +247,20 @@ class TrainTest(h.ProcTest):
         return h.Proc([h.build_path("worker", "dworker"), "--cluster", spec] + list(args))
 
     def test_adam_example_trains_and_overrides_show_in_psctl_vars(self):
-        """deploy/examples/local-adam.json, 400 steps per worker."""
+        """deploy/examples/local-adam.json, 800 steps per worker."""
         spec = os.path.join(self.d, "adam.json")
         h.write_spec(spec, nps=2, nworker=2, job=example_job(log_every=100000))
         ps = [h.start_psd(spec, i) for i in range(2)]
         self.procs += ps
-        ws = [self.dworker(spec, "--task", "worker:%d" % i, "--max-steps", "400")
+        ws = [self.dworker(spec, "--task", "worker:%d" % i, "--max-steps", "800")
               for i in range(2)]
         for w in ws:
             self.assertEqual(w.wait(timeout=600), 0, w.output()[-3000:])
         acc = float(final(ws[0].output())["test_accuracy"])
-        print("\nadam, 2 x 400 async steps: test_accuracy=%.4f" % acc)
+        print("\nadam, 2 x 800 async steps: test_accuracy=%.4f" % acc)
         self.assertGreaterEqual(acc, 0.8)
         for w in ws:
-            self.assertRegex(w.output(), r"gradient clipping at global norm 5: \d+ of 400 steps")
+            self.assertRegex(w.output(), r"gradient clipping at global norm 5: \d+ of 800 steps")
         vs = json.loads(psctl(spec, "--json", "vars").stdout)["vars"]
         for v in vs:
             kind = v["name"].split("/")[1]
