@@ -588,8 +588,11 @@ static void on_pull(struct cm_rpc_call *call, grpc_byte_buffer *bb, void *ctx) {
   if (req->min_version > 0 && svc->steps) {
     /* Park it under the lock that commits drain, so none is missed. */
     uint64_t version, gen;
-    int full = 0;
+    int full = 0, resumed;
     pthread_mutex_lock(&svc->park_lock);
+    /* In this order: a rollback (which clears resumed, then moves version
+     * and gen at once) between these reads shows as a newer generation. */
+    resumed = psd_steps_resumed(svc->steps);
     version = psd_steps_version(svc->steps);
     gen = psd_steps_gen(svc->steps, NULL);
     /* A pull of an older generation asks for steps the job rolled back:
@@ -606,7 +609,6 @@ static void on_pull(struct cm_rpc_call *call, grpc_byte_buffer *bb, void *ctx) {
      * rollback (the pull is retried). A newer generation's pull waits for
      * this shard's rollback, parked. */
     if (version + 1 < req->min_version && req->gen == gen) {
-      int resumed = psd_steps_resumed(svc->steps);
       pthread_mutex_unlock(&svc->park_lock);
       fail(svc, call,
            resumed ? GRPC_STATUS_UNAVAILABLE : GRPC_STATUS_FAILED_PRECONDITION,
@@ -1079,6 +1081,8 @@ static void on_push(struct cm_rpc_call *call, grpc_byte_buffer *bb, void *ctx) {
                                         seg->offset - v->elem_begin, g,
                                         seg->count, err, sizeof err);
         if (rc) {
+          /* resumed first: a rollback between the reads shows in gen. */
+          int resumed = psd_steps_resumed(svc->steps);
           uint64_t rb_step, gen = psd_steps_gen(svc->steps, &rb_step);
           if (claimed)
             psd_dedup_unclaim(svc->dedup, req->client_id, req->seq, req->chunk);
@@ -1095,9 +1099,8 @@ static void on_push(struct cm_rpc_call *call, grpc_byte_buffer *bb, void *ctx) {
            * checkpoint, is retried until the coordinator rolls back. */
           fail(svc, call,
                rc == CM_ERANGE ? GRPC_STATUS_ABORTED
-               : psd_steps_resumed(svc->steps)
-                   ? GRPC_STATUS_UNAVAILABLE
-                   : GRPC_STATUS_FAILED_PRECONDITION,
+               : resumed       ? GRPC_STATUS_UNAVAILABLE
+                               : GRPC_STATUS_FAILED_PRECONDITION,
                "%s", err);
           goto out;
         }

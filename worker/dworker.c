@@ -131,6 +131,9 @@ static const char usage_text[] =
     "    done: steps=1407 examples_per_s=12345 wall_s=12.3 dropped=0\n"
     "  dropped: in sync mode, this worker's gradients left out of a step\n"
     "    (a backup worker's, or one that came after the step closed)\n"
+    "  redone=N, sync, after a rollback (a shard restarted from its\n"
+    "    checkpoint): the steps undone, which this worker took again, so\n"
+    "    steps counts them twice\n"
     "  test_accuracy: on the 10k test set, with the parameters pulled once\n"
     "    worker 0 has run its own steps (other workers may still be pushing);\n"
     "    epochs: passes started over this worker's share; steps: steps\n"
@@ -213,6 +216,8 @@ struct dw_worker {
                                step's parameters */
   long dropped;             /* sync: gradients the coordinator dropped */
   uint64_t rollbacks;       /* sync: the job's rollbacks said in the log */
+  long redone;              /* sync: steps this worker computed that a
+                               rollback undid (and that it takes again) */
   int nfeeds;               /* feeders: 1, or N with --emulate-workers N */
   struct dw_dataset emu_ds[DW_MAX_EMULATED];  /* owned: shares 1..N-1 */
   struct dw_feeder emu_feed[DW_MAX_EMULATED]; /* feeders of shares 1..N-1 */
@@ -573,6 +578,15 @@ static struct dw_slot *feeder_wait(struct dw_feeder *feed, long step) {
   return slot;
 }
 
+/* Starts gathering step `step`'s batches: this worker's and, with
+ * --emulate-workers, the emulated ones'. */
+static int queue_step(struct dw_worker *w, long step) {
+  int rc = feeder_queue(&w->feed, step);
+  for (int i = 1; rc == 0 && i < w->nfeeds; i++)
+    rc = feeder_queue(&w->emu_feed[i], step);
+  return rc;
+}
+
 /* Waits for any gather still in flight, then frees everything. */
 static void feeder_free(struct dw_feeder *feed) {
   int i;
@@ -815,6 +829,8 @@ out:
  * data and redoes those step numbers), said once per rollback; likewise
  * from the step a restarted coordinator was joined at. Returns 1 then,
  * else 0. */
+static void go_back(struct dw_worker *w, uint64_t step);
+
 static int rolled_back(struct dw_worker *w) {
   uint64_t step;
   if (dw_client_rejoined(w->client, &step)) {
@@ -827,7 +843,7 @@ static int rolled_back(struct dw_worker *w) {
             (unsigned long long)w->step);
     if (dw_client_gen(w->client) > w->rollbacks)
       w->rollbacks = dw_client_gen(w->client);
-    w->step = step;
+    go_back(w, step);
     return 1;
   }
   if (!dw_client_rolled_back(w->client, &step))
@@ -838,8 +854,19 @@ static int rolled_back(struct dw_worker *w) {
             "checkpoint); going on from there (this worker was at step %llu)",
             (unsigned long long)step, (unsigned long long)w->step);
   }
-  w->step = step;
+  go_back(w, step);
   return 1;
+}
+
+/* Goes on from `step`, below the step this worker was at: the steps
+ * between were undone, so the run takes that many more (with its next
+ * batches), and the job still commits every step it was asked for. */
+static void go_back(struct dw_worker *w, uint64_t step) {
+  if (step < w->step) {
+    w->redone += (long)(w->step - step);
+    w->total_steps += (long)(w->step - step);
+  }
+  w->step = step;
 }
 
 /* Sync: pulls the parameters of step w->step, parked by each shard until
@@ -1071,6 +1098,7 @@ static int train(struct dw_worker *w) {
   }
   for (t = 0; t < w->total_steps; t++) {
     struct dw_slot *slot = feeder_wait(&w->feed, t);
+    int queued = 0; /* step t + 1's batch is being gathered */
     const float *x = slot->x;
     const uint8_t *y = slot->y;
     int n = slot->n;
@@ -1093,11 +1121,10 @@ static int train(struct dw_worker *w) {
       y = w->batch_y;
     }
     if (t + 1 < w->total_steps) {
-      rc = feeder_queue(&w->feed, t + 1);
-      for (int i = 1; rc == 0 && i < w->nfeeds; i++)
-        rc = feeder_queue(&w->emu_feed[i], t + 1);
+      rc = queue_step(w, t + 1);
       if (rc < 0)
         goto out;
+      queued = 1;
     }
     rc = pull_params(w);
     if (rc < 0)
@@ -1109,6 +1136,9 @@ static int train(struct dw_worker *w) {
       sleep_ms(w->args.inject_delay_ms);
     rc = apply_grads(w, n, t + 1 < w->total_steps);
     if (rc < 0)
+      goto out;
+    /* A rollback during the last step lengthened the run. */
+    if (!queued && t + 1 < w->total_steps && (rc = queue_step(w, t + 1)) < 0)
       goto out;
     w->steps_done++;
     w->examples_done += (uint64_t)n;
@@ -1147,8 +1177,11 @@ static int finish(struct dw_worker *w) {
     rc = 0;
   }
   if (w->index != 0) {
-    printf("done: steps=%ld examples_per_s=%.0f wall_s=%.1f dropped=%ld\n",
+    printf("done: steps=%ld examples_per_s=%.0f wall_s=%.1f dropped=%ld",
            w->steps_done, rate, w->train_s, w->dropped);
+    if (w->redone)
+      printf(" redone=%ld", w->redone);
+    printf("\n");
     fflush(stdout);
     goto out;
   }
@@ -1183,10 +1216,13 @@ static int finish(struct dw_worker *w) {
   cm_info("test set: %d of %d correct, mean loss %.4f", correct, w->test.n,
           loss);
   printf("final: test_accuracy=%.4f epochs=%ld examples_per_s=%.0f "
-         "wall_s=%.1f steps=%ld dropped=%ld\n",
+         "wall_s=%.1f steps=%ld dropped=%ld",
          (double)correct / (double)w->test.n,
          spe > 0 ? (w->steps_done + spe - 1) / spe : 0, rate, w->train_s,
          w->steps_done, w->dropped);
+  if (w->redone)
+    printf(" redone=%ld", w->redone);
+  printf("\n");
   fflush(stdout);
 out:
   return rc;
