@@ -814,7 +814,7 @@ static int transfer(struct dw_client *c, int what) {
                      : what == XFER_PULL ? "pull"
                                          : "push and pull";
   unsigned char down[256];
-  int rc = 0, left = 0;
+  int rc = 0, left = 0, rolled_before = c->rolled_back;
   if (!c->vars) {
     seterr(c, "%s: declare the variables first", name);
     return CM_EINVAL;
@@ -899,6 +899,14 @@ static int transfer(struct dw_client *c, int what) {
     back_to_tcp(c, c->calls, n);
     for (int k = 0; k < n; k++)
       cm_unary_release(&c->calls[k]);
+    /* Sync: a shard answered that the job rolled back. The calls left to
+     * send are of the old generation's step; resent, they would carry the
+     * new generation with that step, which a shard refuses. The caller
+     * goes back to the step rolled to (dw_client_rolled_back) instead. */
+    if (c->rolled_back && !rolled_before) {
+      rc = 0;
+      break;
+    }
     if (fatal) {
       rc = CM_ERPC;
       break;
