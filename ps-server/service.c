@@ -800,9 +800,17 @@ static void on_rollback(struct cm_rpc_call *call, grpc_byte_buffer *bb,
          "Rollback: shard %d runs an asynchronous job", svc->shard);
     goto out;
   }
-  if (psd_steps_gen(svc->steps, NULL) >= req->gen &&
-      psd_steps_version(svc->steps) == req->step) {
+  uint64_t gen = psd_steps_gen(svc->steps, NULL);
+  if (gen >= req->gen && psd_steps_version(svc->steps) == req->step) {
     /* A retry whose answer was lost. */
+  } else if (gen >= req->gen) {
+    /* A generation never goes back: a stale or forged call. */
+    fail(svc, call, GRPC_STATUS_FAILED_PRECONDITION,
+         "Rollback to step %llu in generation %llu: shard %d is at "
+         "generation %llu already",
+         (unsigned long long)req->step, (unsigned long long)req->gen,
+         svc->shard, (unsigned long long)gen);
+    goto out;
   } else if (!svc->saver || psd_saver_rollback(svc->saver, req->step, req->gen,
                                                err, sizeof err)) {
     fail(svc, call, GRPC_STATUS_FAILED_PRECONDITION,

@@ -789,6 +789,28 @@ START_TEST(sync_heartbeat_of_unknown_worker_says_restarted) {
 }
 END_TEST
 
+/* Data/Rollback: a retry at the step the shard is at is answered OK; one
+ * that would take the generation back is refused; a real one needs the
+ * checkpoints this shard does not keep. */
+static grpc_byte_buffer *rollback_req(uint64_t step, uint64_t gen) {
+  Psd__V1__RollbackRequest r = PSD__V1__ROLLBACK_REQUEST__INIT;
+  r.caller = &caller;
+  r.step = step;
+  r.gen = gen;
+  return cm_rpc_pack(&r.base);
+}
+
+START_TEST(sync_rollback_checks_generation) {
+  call("/psd.v1.Data/Rollback", rollback_req(0, 0), GRPC_STATUS_OK, NULL);
+  call("/psd.v1.Data/Rollback", rollback_req(5, 0),
+       GRPC_STATUS_FAILED_PRECONDITION,
+       "Rollback to step 5 in generation 0: shard 0 is at generation 0 "
+       "already");
+  call("/psd.v1.Data/Rollback", rollback_req(5, 1),
+       GRPC_STATUS_FAILED_PRECONDITION, "cannot:");
+}
+END_TEST
+
 START_TEST(checkpoint_off_and_commit_in_async) {
   Psd__V1__CheckpointRequest k = PSD__V1__CHECKPOINT_REQUEST__INIT;
   Psd__V1__CommitRequest c = PSD__V1__COMMIT_REQUEST__INIT;
@@ -825,6 +847,7 @@ static Suite *service_suite(void) {
   tcase_add_test(tc, sync_parked_pull_answered_at_stop);
   tcase_add_test(tc, sync_heartbeat_of_unknown_worker_says_restarted);
   tcase_add_test(tc, sync_admit_far_ahead);
+  tcase_add_test(tc, sync_rollback_checks_generation);
   suite_add_tcase(s, tc);
   return s;
 }
