@@ -188,29 +188,19 @@ static void reply_admit(struct cm_rpc_call *call, int admitted, uint64_t step,
   cm_rpc_reply(call, cm_rpc_pack(&r.base));
 }
 
-/* Tells an Admit that the job rolled back: its gradient is dropped, it goes
- * on from the step rolled back to. Caller holds the lock. */
-static void reply_rolled_back(struct psd_coord *c, struct cm_rpc_call *call,
-                              uint64_t step) {
+/* Answers an Admit whose gradient is not counted because the worker must
+ * go elsewhere first: rejoin 0, the job rolled back (it goes on from the
+ * step rolled back to); rejoin 1, this coordinator has not seen it join (it
+ * restarted since), so it joins again and the Join answers the step and
+ * generation to go on from. Caller holds the lock. */
+static void reply_redirect(struct psd_coord *c, struct cm_rpc_call *call,
+                           uint64_t step, int rejoin) {
   Psd__V1__AdmitResponse r = PSD__V1__ADMIT_RESPONSE__INIT;
   r.step = step;
-  r.next_step = c->rollback_step;
-  r.rolled_back = 1;
+  r.next_step = rejoin ? c->open : c->rollback_step;
+  r.rolled_back = !rejoin;
+  r.rejoin = rejoin;
   r.gen = c->gen;
-  cm_rpc_reply(call, cm_rpc_pack(&r.base));
-}
-
-/* Tells an Admit of a worker this coordinator has not seen join (it
- * restarted since the worker joined) to join again: its gradient is not
- * counted; the Join answers the step and generation to go on from. Caller
- * holds the lock. */
-static void reply_rejoin(struct psd_coord *c, struct cm_rpc_call *call,
-                         uint64_t step) {
-  Psd__V1__AdmitResponse r = PSD__V1__ADMIT_RESPONSE__INIT;
-  r.step = step;
-  r.next_step = c->open;
-  r.gen = c->gen;
-  r.rejoin = 1;
   cm_rpc_reply(call, cm_rpc_pack(&r.base));
 }
 
@@ -496,7 +486,7 @@ static void on_admit(struct cm_rpc_call *call, grpc_byte_buffer *bb,
       c->admits = p;
     } else if (req->gen < c->gen) {
       time_step(w, cm_mono_ms());
-      reply_rolled_back(c, call, req->step);
+      reply_redirect(c, call, req->step, 0);
     } else if (!w->joined && !c->checked && (p = calloc(1, sizeof *p))) {
       /* This coordinator restarted since the worker joined, and is still
        * finding out where the shards are: the answer waits for that (a
@@ -504,7 +494,7 @@ static void on_admit(struct cm_rpc_call *call, grpc_byte_buffer *bb,
       *p = (struct parked){call, req->worker, req->step, 1, c->admits};
       c->admits = p;
     } else if (!w->joined) {
-      reply_rejoin(c, call, req->step);
+      reply_redirect(c, call, req->step, 1);
     } else if (!w->live) {
       cm_rpc_fail(call, GRPC_STATUS_FAILED_PRECONDITION,
                   "Admit: worker:%d is not live (declared dead or left); "
@@ -779,7 +769,7 @@ static void check_steps(struct psd_coord *c, struct cm_unary *calls,
     if (c->bad[0])
       cm_rpc_fail(p->call, GRPC_STATUS_FAILED_PRECONDITION, "%s", c->bad);
     else
-      reply_rejoin(c, p->call, p->value);
+      reply_redirect(c, p->call, p->value, 1);
     *pp = p->next;
     free(p);
   }
@@ -930,7 +920,7 @@ static void rollback(struct psd_coord *c, struct cm_unary *calls, int *done,
     if (failed >= 0)
       cm_rpc_fail(p->call, GRPC_STATUS_FAILED_PRECONDITION, "%s", c->bad);
     else
-      reply_rolled_back(c, p->call, p->value);
+      reply_redirect(c, p->call, p->value, 0);
     free(p);
   }
   pthread_mutex_unlock(&c->lock);

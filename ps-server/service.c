@@ -569,9 +569,23 @@ out:
 static void answer_rolled_back(struct psd_service *svc,
                                struct cm_rpc_call *call) {
   Psd__V1__PullResponse r = PSD__V1__PULL_RESPONSE__INIT;
-  r.gen = psd_steps_gen(svc->steps, &r.rollback_step);
+  struct psd_steps_state st;
+  psd_steps_state(svc->steps, &st);
+  r.gen = st.gen;
+  r.rollback_step = st.rollback_step;
   r.rolled_back = 1;
-  r.step = psd_steps_version(svc->steps);
+  r.step = st.version;
+  cm_rpc_reply(call, cm_rpc_pack(&r.base));
+}
+
+/* Answers a sync push of a generation the job has rolled back from: nothing
+ * was staged; the step to go on from and the generation. */
+static void answer_push_rolled_back(struct cm_rpc_call *call,
+                                    const struct psd_steps_state *st) {
+  Psd__V1__PushResponse r = PSD__V1__PUSH_RESPONSE__INIT;
+  r.rolled_back = 1;
+  r.rollback_step = st->rollback_step;
+  r.gen = st->gen;
   cm_rpc_reply(call, cm_rpc_pack(&r.base));
 }
 
@@ -587,14 +601,14 @@ static void on_pull(struct cm_rpc_call *call, grpc_byte_buffer *bb, void *ctx) {
     goto out;
   if (req->min_version > 0 && svc->steps) {
     /* Park it under the lock that commits drain, so none is missed. */
+    struct psd_steps_state st;
     uint64_t version, gen;
     int full = 0, resumed;
     pthread_mutex_lock(&svc->park_lock);
-    /* In this order: a rollback (which clears resumed, then moves version
-     * and gen at once) between these reads shows as a newer generation. */
-    resumed = psd_steps_resumed(svc->steps);
-    version = psd_steps_version(svc->steps);
-    gen = psd_steps_gen(svc->steps, NULL);
+    psd_steps_state(svc->steps, &st);
+    version = st.version;
+    gen = st.gen;
+    resumed = st.resumed;
     /* A pull of an older generation asks for steps the job rolled back:
      * it is told so, without data. */
     if (req->gen < gen) {
@@ -658,8 +672,10 @@ out:
 static void release_parked(struct psd_service *svc, int stopping) {
   struct parked_pull *ready = NULL;
   pthread_mutex_lock(&svc->park_lock);
-  uint64_t version = svc->steps ? psd_steps_version(svc->steps) : 0;
-  uint64_t gen = svc->steps ? psd_steps_gen(svc->steps, NULL) : 0;
+  struct psd_steps_state st = {0};
+  if (svc->steps)
+    psd_steps_state(svc->steps, &st);
+  uint64_t version = st.version, gen = st.gen;
   for (struct parked_pull **pp = &svc->parked; *pp;) {
     struct parked_pull *p = *pp;
     if (stopping || p->req->gen < gen ||
@@ -800,8 +816,10 @@ static void on_rollback(struct cm_rpc_call *call, grpc_byte_buffer *bb,
          "Rollback: shard %d runs an asynchronous job", svc->shard);
     goto out;
   }
-  uint64_t gen = psd_steps_gen(svc->steps, NULL);
-  if (gen >= req->gen && psd_steps_version(svc->steps) == req->step) {
+  struct psd_steps_state st;
+  psd_steps_state(svc->steps, &st);
+  uint64_t gen = st.gen;
+  if (gen >= req->gen && st.version == req->step) {
     /* A retry whose answer was lost. */
   } else if (gen >= req->gen) {
     /* A generation never goes back: a stale or forged call. */
@@ -944,12 +962,11 @@ static void on_push(struct cm_rpc_call *call, grpc_byte_buffer *bb, void *ctx) {
    * (told so, nothing staged); one of a newer generation waits, retried,
    * until this shard has rolled back too. */
   if (svc->steps) {
-    uint64_t rb_step, gen = psd_steps_gen(svc->steps, &rb_step);
+    struct psd_steps_state st;
+    psd_steps_state(svc->steps, &st);
+    uint64_t gen = st.gen;
     if (req->gen < gen) {
-      resp.rolled_back = 1;
-      resp.rollback_step = rb_step;
-      resp.gen = gen;
-      cm_rpc_reply(call, cm_rpc_pack(&resp.base));
+      answer_push_rolled_back(call, &st);
       goto out;
     }
     if (req->gen > gen) {
@@ -1089,17 +1106,13 @@ static void on_push(struct cm_rpc_call *call, grpc_byte_buffer *bb, void *ctx) {
                                         seg->offset - v->elem_begin, g,
                                         seg->count, err, sizeof err);
         if (rc) {
-          /* resumed first: a rollback between the reads shows in gen. */
-          int resumed = psd_steps_resumed(svc->steps);
-          uint64_t rb_step, gen = psd_steps_gen(svc->steps, &rb_step);
+          struct psd_steps_state st;
+          psd_steps_state(svc->steps, &st);
           if (claimed)
             psd_dedup_unclaim(svc->dedup, req->client_id, req->seq, req->chunk);
-          if (gen > req->gen) {
+          if (st.gen > req->gen) {
             /* A rollback came in since the check above. */
-            resp.rolled_back = 1;
-            resp.rollback_step = rb_step;
-            resp.gen = gen;
-            cm_rpc_reply(call, cm_rpc_pack(&resp.base));
+            answer_push_rolled_back(call, &st);
             goto out;
           }
           /* A late gradient is ABORTED: the worker drops it and moves on. A
@@ -1107,7 +1120,7 @@ static void on_push(struct cm_rpc_call *call, grpc_byte_buffer *bb, void *ctx) {
            * checkpoint, is retried until the coordinator rolls back. */
           fail(svc, call,
                rc == CM_ERANGE ? GRPC_STATUS_ABORTED
-               : resumed       ? GRPC_STATUS_UNAVAILABLE
+               : st.resumed    ? GRPC_STATUS_UNAVAILABLE
                                : GRPC_STATUS_FAILED_PRECONDITION,
                "%s", err);
           goto out;
@@ -1267,9 +1280,12 @@ static void on_status(struct cm_rpc_call *call, grpc_byte_buffer *bb,
     resp.dedup_evicted = ds.evicted;
   }
   if (svc->steps) {
-    resp.step = psd_steps_version(svc->steps);
-    resp.rollbacks = psd_steps_gen(svc->steps, &resp.rollback_step);
-    resp.resumed = psd_steps_resumed(svc->steps);
+    struct psd_steps_state st;
+    psd_steps_state(svc->steps, &st);
+    resp.step = st.version;
+    resp.rollbacks = st.gen;
+    resp.rollback_step = st.rollback_step;
+    resp.resumed = st.resumed;
     if (!(hist = malloc(PSD_STEPS_HISTORY * sizeof *hist)) ||
         !(recs = calloc(PSD_STEPS_HISTORY, sizeof *recs)) ||
         !(recp = calloc(PSD_STEPS_HISTORY, sizeof *recp)) ||

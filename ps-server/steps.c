@@ -294,20 +294,13 @@ void psd_steps_rollback(struct psd_steps *s, uint64_t step, uint64_t gen) {
   pthread_mutex_unlock(&s->lock);
 }
 
-uint64_t psd_steps_gen(struct psd_steps *s, uint64_t *rollback_step) {
+void psd_steps_state(struct psd_steps *s, struct psd_steps_state *out) {
   pthread_mutex_lock(&s->lock);
-  uint64_t g = s->gen;
-  if (rollback_step)
-    *rollback_step = s->rollback_step;
+  out->version = s->version;
+  out->gen = s->gen;
+  out->rollback_step = s->rollback_step;
+  out->resumed = s->resumed;
   pthread_mutex_unlock(&s->lock);
-  return g;
-}
-
-int psd_steps_resumed(struct psd_steps *s) {
-  pthread_mutex_lock(&s->lock);
-  int r = s->resumed;
-  pthread_mutex_unlock(&s->lock);
-  return r;
 }
 
 int psd_steps_history(struct psd_steps *s, struct psd_step_record *out,

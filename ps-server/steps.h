@@ -64,16 +64,21 @@ int psd_steps_commit(struct psd_steps *s, uint64_t step, const int *applied,
  * the caller has just reloaded into the store): `step` steps are committed,
  * every staged gradient is dropped, the history forgets the commits of
  * `step` and later, and the job's generation becomes gen (the coordinator's
- * count of rollbacks). Clears the resumed state (psd_steps_resumed). */
+ * count of rollbacks). Clears the resumed state (psd_steps_state). */
 void psd_steps_rollback(struct psd_steps *s, uint64_t step, uint64_t gen);
 
-/* The generation (rollbacks so far, as the last Rollback said) and the step
- * of the last rollback (0: none). */
-uint64_t psd_steps_gen(struct psd_steps *s, uint64_t *rollback_step);
+/* The steps' position, read at one instant (a rollback moves all of it at
+ * once), for handlers that decide on several fields together. */
+struct psd_steps_state {
+  uint64_t version;       /* steps committed */
+  uint64_t gen;           /* the job's generation: rollbacks so far, as the
+                             last Rollback said */
+  uint64_t rollback_step; /* the step of the last rollback (0: none) */
+  int resumed; /* 1 while this shard runs from a checkpoint it resumed from
+                  at start and has not been rolled back since */
+};
 
-/* 1 while this shard runs from a checkpoint it resumed from at start and
- * has not been rolled back since. */
-int psd_steps_resumed(struct psd_steps *s);
+void psd_steps_state(struct psd_steps *s, struct psd_steps_state *out);
 
 /* Copies up to max of the most recent records, oldest first; returns how
  * many. */

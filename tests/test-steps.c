@@ -132,14 +132,15 @@ START_TEST(rollback_drops_staged_and_history) {
   const float one[8] = {1, 1, 1, 1, 1, 1, 1, 1};
   int none[1] = {0}, w0[1] = {0};
   struct psd_step_record *h = calloc(PSD_STEPS_HISTORY, sizeof *h);
-  uint64_t rb = 99;
+  struct psd_steps_state ss;
   char err[512];
   ck_assert_ptr_nonnull(h);
   ck_assert_int_eq(psd_steps_new(&st, store, 2), 0);
   psd_steps_resume(st, 3);
-  ck_assert_int_eq(psd_steps_resumed(st), 1);
-  ck_assert_uint_eq(psd_steps_gen(st, &rb), 0);
-  ck_assert_uint_eq(rb, 0);
+  psd_steps_state(st, &ss);
+  ck_assert_int_eq(ss.resumed, 1);
+  ck_assert_uint_eq(ss.gen, 0);
+  ck_assert_uint_eq(ss.rollback_step, 0);
   for (uint64_t t = 3; t < 6; t++) {
     ck_assert_int_eq(psd_steps_stage(st, 0, t, v, 0, one, 8, err, sizeof err),
                      0);
@@ -150,9 +151,10 @@ START_TEST(rollback_drops_staged_and_history) {
   ck_assert_int_eq(psd_steps_stage(st, 1, 6, v, 0, one, 8, err, sizeof err), 0);
   psd_steps_rollback(st, 4, 1);
   ck_assert_uint_eq(psd_steps_version(st), 4);
-  ck_assert_uint_eq(psd_steps_gen(st, &rb), 1);
-  ck_assert_uint_eq(rb, 4);
-  ck_assert_int_eq(psd_steps_resumed(st), 0);
+  psd_steps_state(st, &ss);
+  ck_assert_uint_eq(ss.gen, 1);
+  ck_assert_uint_eq(ss.rollback_step, 4);
+  ck_assert_int_eq(ss.resumed, 0);
   ck_assert_int_eq(psd_steps_history(st, h, PSD_STEPS_HISTORY), 1);
   ck_assert_uint_eq(h[0].step, 3);
   /* Step 4 again: worker 1's staged gradient (for 6) is gone, so a commit
