@@ -20,7 +20,7 @@ build: setup $(BUILD)/build.ninja
 	ninja -C $(BUILD)
 
 demo: build
-	$(BUILD)/worker/pslaunch deploy/examples/local.json
+	$(BUILD)/deploy/pslaunch deploy/examples/local.json
 
 test: build
 	meson test -C $(BUILD) --print-errorlogs --num-processes 2; \

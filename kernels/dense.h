@@ -2,8 +2,8 @@
  * optimizer updates (the rest are in optim.h). CPU twins (OpenBLAS, in
  * *_cpu.c) are the oracle; CUDA twins (in *_cuda.cu, built when nvcc is
  * found) take device pointers and a kn_cuda context and must match the CPU
- * ones within the tolerance stated in tests/test-kernels-cuda.c. Shapes are
- * in the comment above each function; all matrices are row-major f32. */
+ * ones within the tolerance stated in tests/unit/test-kernels-cuda.c. Shapes
+ * are in the comment above each function; all matrices are row-major f32. */
 #ifndef KN_DENSE_H
 #define KN_DENSE_H
 

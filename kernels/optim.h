@@ -85,20 +85,6 @@ void kn_adam_step(float *w, float *m, float *v, const float *g, size_t n,
 void kn_adamw_step(float *w, float *m, float *v, const float *g, size_t n,
                    const struct kn_optim_hp *hp);
 
-/* An optimizer as the spec describes it (common/optconf.h). */
-struct cm_optim;
-
-/* Fills hp for update k (0-based: k updates came before it) of optimizer o:
- * lr from o's schedule at k, t = k + 1, the rest from o, rounded to float. */
-void kn_optim_hp_at(struct kn_optim_hp *hp, const struct cm_optim *o,
-                    uint64_t k);
-
-/* Runs optimizer o as update k (see kn_optim_hp_at) on w, g (n) and its
- * slots: slots[i] (n) for i below cm_optim_nslots(o->type), in the order
- * of cm_optim_slot_name. */
-void kn_optim_apply(const struct cm_optim *o, uint64_t k, float *w,
-                    float *const *slots, const float *g, size_t n);
-
 /* x is (n): the sum of x[i]^2 in double: element i is added to partial
  * sum i mod 8 in index order, then ((s0 + s1) + (s2 + s3)) + ((s4 + s5) +
  * (s6 + s7)). */

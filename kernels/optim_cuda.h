@@ -4,8 +4,8 @@
  * pointer of n floats; hp is a host pointer, read before the call returns.
  * Each does the CPU version's float operations in its order (no fused
  * multiply-add, IEEE sqrt and division), so the results match the oracle
- * bit for bit; tests/test-kernels-cuda.c checks that at a stated tolerance.
- * Includable from C without the CUDA headers. */
+ * bit for bit; tests/unit/test-kernels-cuda.c checks that at a stated
+ * tolerance. Includable from C without the CUDA headers. */
 #ifndef KN_OPTIM_CUDA_H
 #define KN_OPTIM_CUDA_H
 

@@ -243,7 +243,7 @@ def train(d):
         single.append(s)
         for name, args in variants:
             t0 = time.monotonic()
-            r = h.run([h.build_path("worker", "pslaunch")] + args, timeout=900)
+            r = h.run([h.build_path("deploy", "pslaunch")] + args, timeout=900)
             j = final_line(r.stdout)
             if not j or r.returncode != 0:
                 print("bench train FAILED (%s):\n%s" % (name, r.stdout[-2000:]))

@@ -35,7 +35,7 @@ class CnnTest(unittest.TestCase):
             spec = os.path.join(d, "job.json")
             h.write_spec(spec, nps=2, nworker=2, job=job)
             t0 = time.monotonic()
-            r = h.run([h.build_path("worker", "pslaunch"), spec], timeout=900)
+            r = h.run([h.build_path("deploy", "pslaunch"), spec], timeout=900)
             wall = time.monotonic() - t0
             self.assertEqual(r.returncode, 0, (r.stdout + r.stderr)[-4000:])
             # Both workers built the CNN and declared its 8 variables.

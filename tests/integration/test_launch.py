@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Integration test for pslaunch (worker/launch.c).
+"""Integration test for pslaunch (deploy/pslaunch/launch.c).
 
 Runs the real pslaunch against fake psd and dworker programs (small shell
 scripts written to a temporary directory and passed with --psd/--dworker),
@@ -12,7 +12,7 @@ prints "ready <task>" once its SIGTERM trap is set, then waits for the test
 to create <tmp>/go (workers finish) or <tmp>/fail.<task> (that task fails).
 
 Usage: test_launch.py BUILD_DIR [unittest args...]   (pslaunch is
-BUILD_DIR/worker/pslaunch). Every wait has a timeout; nothing sleeps to
+BUILD_DIR/deploy/pslaunch). Every wait has a timeout; nothing sleeps to
 synchronise: the tests wait for the lines the fakes print.
 """
 
@@ -457,7 +457,7 @@ if __name__ == "__main__":
         sys.stderr.write("usage: %s BUILD_DIR [unittest args...]\n" %
                          sys.argv[0])
         sys.exit(2)
-    PSLAUNCH = os.path.join(os.path.abspath(sys.argv[1]), "worker",
+    PSLAUNCH = os.path.join(os.path.abspath(sys.argv[1]), "deploy",
                             "pslaunch")
     if not os.access(PSLAUNCH, os.X_OK):
         sys.stderr.write("%s: not built\n" % PSLAUNCH)

@@ -15,7 +15,7 @@ import harness as h
 
 def big_buffers():
     """Whether this kernel grants the socket buffers psd's Unix sockets need
-    (common/endpoint.h: at least 1 MiB); without them clients keep TCP."""
+    (common/rpc/endpoint.h: at least 1 MiB); without them clients keep TCP."""
     with open("/proc/sys/net/core/wmem_max") as f:
         return int(f.read()) >= (1 << 20)
 

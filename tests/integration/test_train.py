@@ -29,7 +29,7 @@ class TrainTest(unittest.TestCase):
         with h.TempDir() as d:
             spec = os.path.join(d, "job.json")
             h.write_spec(spec, nps=2, nworker=2, job=demo_job())
-            r = h.run([h.build_path("worker", "pslaunch"), spec], timeout=900)
+            r = h.run([h.build_path("deploy", "pslaunch"), spec], timeout=900)
             out = r.stdout + r.stderr
             self.assertEqual(r.returncode, 0, out[-4000:])
             # Both workers made progress lines, prefixed by the launcher.
@@ -57,7 +57,7 @@ class TrainTest(unittest.TestCase):
         with h.TempDir() as d:
             spec = os.path.join(d, "job.json")
             h.write_spec(spec, nps=2, nworker=2, job=demo_job(name))
-            r = h.run([h.build_path("worker", "pslaunch"), spec], timeout=900)
+            r = h.run([h.build_path("deploy", "pslaunch"), spec], timeout=900)
             self.assertEqual(r.returncode, 0, (r.stdout + r.stderr)[-4000:])
             last = [l for l in r.stdout.splitlines() if "final:" in l]
             self.assertEqual(len(last), 1, r.stdout[-2000:])

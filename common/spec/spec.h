@@ -1,0 +1,181 @@
+/* The cluster spec: one JSON file shaped like TensorFlow's TF_CONFIG,
+ *   {"cluster": {"ps": ["host:port", ...], "worker": ["host:port", ...]},
+ *    "task": {"type": "worker", "index": 0},
+ *    "job": {...training settings...}}
+ * Every mistake is reported with the file name, its JSON path and what was
+ * expected; a spec with any mistake is refused whole (CM_ESPEC). */
+#ifndef CM_SPEC_H
+#define CM_SPEC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "optconf.h"
+
+#define CM_SPEC_MAX_LAYERS 16
+
+enum cm_task_type { CM_TASK_NONE = 0, CM_TASK_PS, CM_TASK_WORKER };
+
+/* One task's network address, split from "host:port". */
+struct cm_addr {
+  char host[256]; /* host name or IPv4/IPv6 literal, without brackets */
+  int port;       /* 1..65535 */
+  char text[300]; /* the address as written in the spec, "host:port" */
+};
+
+/* Which task this process is. */
+struct cm_task {
+  enum cm_task_type type; /* CM_TASK_NONE when not given anywhere */
+  int index;              /* index into cluster.ps or cluster.worker */
+};
+
+/* Training settings from the spec's "job" object; every field has a default,
+ * filled by the parser (the sync fields too, whatever the mode). */
+struct cm_job {
+  char name[64];  /* "job.name", default "psd-job"; also the job id */
+  char model[32]; /* "job.model": "softmax", "mlp" (default) or "cnn" */
+  int hidden[CM_SPEC_MAX_LAYERS]; /* "job.hidden" (mlp only), default
+                                     [256, 128] */
+  int nhidden;                    /* entries used in hidden */
+  char data_dir[512];             /* "job.data_dir", default
+                                     /usr/share/datasets/fashion-mnist */
+  int epochs;                     /* "job.epochs", default 3, >= 1 */
+  int batch_size; /* "job.batch_size" per worker, default 64, >= 1 */
+  /* "job.optimizer" (optim.def, defaults from cm_optim_defaults) and
+   * "job.optimizer_overrides" (optim.rules): each variable's optimizer is
+   * cm_optim_pick(&optim, name) */
+  struct cm_optim_set optim;
+  /* "job.optimizer.clip_norm" > 0: a worker scales its whole gradient
+   * (every variable, every shard) down to this global L2 norm before
+   * pushing it; 0 (default) = no clipping */
+  double clip_norm;
+  char mode[16]; /* "job.sync.mode": "async" (default) or "sync" */
+  /* async only: "job.sync.staleness" s >= 0, the stale-synchronous bound (a
+   * worker at clock c waits until the slowest live one reaches c - s);
+   * -1 = unbounded (default) */
+  int staleness;
+  /* sync only: "job.sync.replicas_to_aggregate" k in 1..nworker, the
+   * gradients applied per step (nworker - k are backups); default nworker */
+  int replicas_to_aggregate;
+  /* sync only: "job.sync.min_replicas" m in 1..k, the fewest gradients a
+   * step may close with at its deadline; default k */
+  int min_replicas;
+  /* sync only: "job.sync.deadline.multiple" > 0, default 3.0: admission to
+   * a step closes at this multiple of the median recent step time */
+  double deadline_multiple;
+  /* sync only: "job.sync.deadline.floor_ms" >= 1, default 1000: the
+   * deadline is never shorter than this */
+  int deadline_floor_ms;
+  /* sync only: "job.sync.deterministic" (a JSON boolean), default 0: sum the
+   * admitted gradients in worker order, not arrival order */
+  int deterministic;
+  /* "job.heartbeat_ms" >= 1, default 500: how often workers tell the
+   * coordinator they live */
+  int heartbeat_ms;
+  /* "job.dead_after_ms" > heartbeat_ms, default 5000: a worker silent this
+   * long is declared dead and leaves the live count */
+  int dead_after_ms;
+  uint64_t seed; /* "job.seed", default 1 */
+  int log_every; /* "job.log_every" steps between progress lines, default 100 */
+  int timeout_ms; /* "job.rpc_timeout_ms", per-call deadline, default 30000 */
+  int max_steps;  /* "job.max_steps", 0 = no limit (tests use it) */
+  /* "job.checkpoint.dir": where the shards checkpoint ("" when not set);
+   * cm_spec_load makes a relative path relative to the spec file's
+   * directory (cm_spec_parse leaves it as written) */
+  char ckpt_dir[1024];
+  /* "job.checkpoint.every_steps" >= 0, default 0 (never): checkpoint after
+   * every N steps (sync: commits; async: pushes a shard applied) */
+  int ckpt_every_steps;
+  /* "job.checkpoint.every_s" >= 0, default 0 (never): checkpoint every S
+   * seconds when something changed */
+  double ckpt_every_s;
+  int ckpt_keep; /* "job.checkpoint.keep" >= 1, default 3: newest kept */
+  /* "job.unix_sockets" (a JSON boolean), default 1: a client on the same
+   * host as a shard dials the shard's Unix-domain socket instead of TCP */
+  int unix_sockets;
+  /* "job.channels" (cnn only): the output channels of the CNN's two
+   * convolutions, each in 1..1024, default [16, 32] */
+  int channels[2];
+  /* "job.max_message_mb" in CM_SPEC_MIN_MESSAGE_MB..2047, default 64: the
+   * largest gRPC message (MiB) shards and clients send or accept */
+  int max_message_mb;
+  /* "job.nonfinite": what a shard does with a push whose gradient holds NaN
+   * or an infinity: "reject" (default; INVALID_ARGUMENT, nothing applied),
+   * "skip" (acknowledged, not applied) or "apply" (applied as it is); each
+   * counted */
+  char nonfinite[8];
+  /* "job.retry_s" >= 0, default 120: how long a worker retries calls to a
+   * shard that fails UNAVAILABLE or DEADLINE_EXCEEDED (down, restarting,
+   * stopped, cut off) before giving up; 0: never retry */
+  double retry_s;
+};
+
+/* Smallest job.max_message_mb: a 2 MiB chunk, its head and headroom. */
+#define CM_SPEC_MIN_MESSAGE_MB 4
+
+/* The spec's "auth" object: who may talk to the shards (common/rpc/auth.h).
+ * cm_spec_load makes relative paths relative to the spec file's directory;
+ * the files themselves are read by cm_creds_load, each role only what it
+ * needs. */
+struct cm_auth {
+  char token_file[1024];  /* "auth.token_file": the bearer token, "" = none */
+  int tls;                /* "auth.tls" is present */
+  char ca[1024];          /* "auth.tls.ca": the CA certificates that signed the
+                             shards' (and with mutual, the clients') certificates */
+  char cert[1024];        /* "auth.tls.cert": the shards' certificate chain */
+  char key[1024];         /* "auth.tls.key": its private key */
+  int mutual;             /* "auth.tls.mutual" (boolean, default false): shards
+                             require a client certificate signed by auth.tls.ca */
+  char client_cert[1024]; /* "auth.tls.client_cert": with mutual */
+  char client_key[1024];  /* "auth.tls.client_key": its private key */
+  char server_name[256];  /* "auth.tls.server_name": the name clients expect
+                             in a shard's certificate, "" = its host */
+};
+
+/* A parsed spec. Owned by the caller of cm_spec_load/cm_spec_parse; free
+ * with cm_spec_free. */
+struct cm_spec {
+  char source[512];       /* file name used in error messages */
+  int nps;                /* entries in ps, >= 1 */
+  struct cm_addr *ps;     /* owned array of nps shard addresses */
+  int nworker;            /* entries in worker, >= 1 */
+  struct cm_addr *worker; /* owned array of nworker worker addresses */
+  struct cm_task task;    /* from "task", CM_TASK_NONE when absent */
+  struct cm_job job;      /* from "job", defaults filled in */
+  struct cm_auth auth;    /* from "auth"; all empty when absent */
+};
+
+/* Parses the JSON text json[0..len) named `source` in messages. On success
+ * stores a new spec in *out and returns 0. On failure returns CM_ESPEC and
+ * writes every mistake, one per line, into err (each line like
+ * "local.json: cluster.ps[1]: \"127.0.0.1\" has no port; expected
+ * \"host:port\""), or a JSON syntax error with its line and column. */
+int cm_spec_parse(const char *json, size_t len, const char *source,
+                  struct cm_spec **out, char *err, size_t errlen);
+
+/* Reads and parses the file at path; a missing or unreadable file is
+ * reported in err with the path and strerror, returning CM_ENOENT or CM_EIO. */
+int cm_spec_load(const char *path, struct cm_spec **out, char *err,
+                 size_t errlen);
+
+void cm_spec_free(struct cm_spec *spec);
+
+/* Parses "ps:1" or "worker:0" into *out; CM_EINVAL with a message otherwise. */
+int cm_task_parse(const char *text, struct cm_task *out, char *err,
+                  size_t errlen);
+
+/* Settles which task this process is: `cli` (from --task, may be NULL) wins,
+ * then the spec's own "task", then the TF_CONFIG environment variable's
+ * "task". Checks the index against the cluster (e.g. "--task worker:5: index
+ * out of range; cluster.worker has 2 entries"). Returns 0 or CM_ESPEC. */
+int cm_spec_resolve_task(struct cm_spec *spec, const char *cli, char *err,
+                         size_t errlen);
+
+/* "ps" or "worker". */
+const char *cm_task_type_name(enum cm_task_type type);
+
+/* Returns 1 when the host names this machine (localhost, 127.0.0.0/8, ::1,
+ * this host's name or one of its interface addresses), else 0. */
+int cm_addr_is_local(const struct cm_addr *addr);
+
+#endif

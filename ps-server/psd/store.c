@@ -1,0 +1,316 @@
+/* The shard's variable store (store.h): a name table, per-variable slices
+ * with their optimizer's slots, and the optimizer update. Initial values
+ * come from common/vars/init.h, so a variable's initial values do not depend on
+ * how it is sharded. */
+#include "store.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "err.h"
+#include "init.h"
+#include "log.h"
+#include "optstep.h"
+#include "shard.h"
+
+struct psd_store {
+  int shard;                  /* this shard's index */
+  int nshards;                /* shards in the job */
+  struct cm_optim_set optims; /* where each variable's optimizer comes from */
+  pthread_rwlock_t lock; /* guards vars and nvars (the table, not values) */
+  struct psd_var **vars; /* owned, in declaration order */
+  int nvars;             /* entries used */
+  int cap;               /* entries allocated */
+  int *index;            /* owned hash table of positions in vars, -1 for an
+                            empty entry: a name is found in constant time
+                            however many variables a request names */
+  size_t icap;           /* entries in index: 0 or a power of two > 2 nvars */
+};
+
+int psd_store_new(struct psd_store **out, int shard, int nshards,
+                  const struct cm_optim_set *optims) {
+  struct psd_store *s = calloc(1, sizeof *s);
+  if (!s)
+    return CM_ENOMEM;
+  s->shard = shard;
+  s->nshards = nshards;
+  s->optims = *optims;
+  pthread_rwlock_init(&s->lock, NULL);
+  *out = s;
+  return 0;
+}
+
+void psd_store_free(struct psd_store *s) {
+  if (!s)
+    return;
+  for (int i = 0; i < s->nvars; i++) {
+    pthread_mutex_destroy(&s->vars[i]->lock);
+    free(s->vars[i]->value);
+    free(s->vars[i]);
+  }
+  free(s->vars);
+  free(s->index);
+  pthread_rwlock_destroy(&s->lock);
+  free(s);
+}
+
+void psd_shape_format(int ndim, const int64_t *shape, char *buf, size_t len) {
+  size_t n = 0;
+  n += snprintf(buf + n, len - n, "[");
+  for (int i = 0; i < ndim && n < len; i++)
+    n += snprintf(buf + n, len - n, "%s%lld", i ? ", " : "",
+                  (long long)shape[i]);
+  if (n < len)
+    snprintf(buf + n, len - n, "]");
+}
+
+const struct cm_optim_set *psd_store_optims(const struct psd_store *s) {
+  return &s->optims;
+}
+
+/* FNV-1a of a name. */
+static size_t name_hash(const char *name) {
+  uint64_t h = 14695981039346656037ULL;
+  for (; *name; name++)
+    h = (h ^ (unsigned char)*name) * 1099511628211ULL;
+  return (size_t)h;
+}
+
+/* The index is never more than half full, so every probe ends at an empty
+ * entry. */
+static struct psd_var *find_locked(struct psd_store *s, const char *name) {
+  if (!s->icap)
+    return NULL;
+  for (size_t i = name_hash(name) & (s->icap - 1);;
+       i = (i + 1) & (s->icap - 1)) {
+    int k = s->index[i];
+    if (k < 0)
+      return NULL;
+    if (strcmp(s->vars[k]->name, name) == 0)
+      return s->vars[k];
+  }
+}
+
+/* Puts position k in the index, which has room. */
+static void index_put(struct psd_store *s, int k) {
+  size_t i = name_hash(s->vars[k]->name) & (s->icap - 1);
+  while (s->index[i] >= 0)
+    i = (i + 1) & (s->icap - 1);
+  s->index[i] = k;
+}
+
+/* Makes room in the index for one more variable, keeping it at most half
+ * full. Caller holds the write lock. */
+static int index_reserve(struct psd_store *s) {
+  if ((size_t)(s->nvars + 1) * 2 <= s->icap)
+    return 0;
+  size_t cap = s->icap ? s->icap * 2 : 64;
+  int *index = malloc(cap * sizeof *index);
+  if (!index)
+    return CM_ENOMEM;
+  memset(index, 0xff, cap * sizeof *index); /* every entry -1 */
+  free(s->index);
+  s->index = index;
+  s->icap = cap;
+  for (int j = 0; j < s->nvars; j++)
+    index_put(s, j);
+  return 0;
+}
+
+struct psd_var *psd_store_find(struct psd_store *s, const char *name) {
+  pthread_rwlock_rdlock(&s->lock);
+  struct psd_var *v = find_locked(s, name);
+  pthread_rwlock_unlock(&s->lock);
+  return v;
+}
+
+int psd_store_count(struct psd_store *s) {
+  pthread_rwlock_rdlock(&s->lock);
+  int n = s->nvars;
+  pthread_rwlock_unlock(&s->lock);
+  return n;
+}
+
+struct psd_var *psd_store_at(struct psd_store *s, int i) {
+  pthread_rwlock_rdlock(&s->lock);
+  struct psd_var *v = i >= 0 && i < s->nvars ? s->vars[i] : NULL;
+  pthread_rwlock_unlock(&s->lock);
+  return v;
+}
+
+uint64_t psd_store_elem_bytes(const struct psd_store *s, const char *name) {
+  int rule;
+  const struct cm_optim *o = cm_optim_pick(&s->optims, name, &rule);
+  return (uint64_t)(1 + cm_optim_nslots(o->type)) * sizeof(float);
+}
+
+uint64_t psd_var_bytes(const struct psd_store *s, const struct psd_var *v) {
+  (void)s;
+  return (uint64_t)(1 + v->nslots) * (v->elem_end - v->elem_begin) *
+         sizeof(float);
+}
+
+uint64_t psd_var_steps(const struct psd_var *v) {
+  uint64_t len = v->elem_end - v->elem_begin;
+  return len ? (v->applied + len - 1) / len : 0;
+}
+
+static void init_values(struct psd_var *v, enum psd_init init, float scale,
+                        uint64_t seed) {
+  cm_init_fill(v->value, v->elem_begin, v->elem_end - v->elem_begin,
+               init == PSD_INIT_UNIFORM ? CM_INIT_UNIFORM : CM_INIT_ZEROS,
+               scale, seed, v->name);
+}
+
+int psd_store_declare(struct psd_store *s, const char *name, int ndim,
+                      const int64_t *shape, int placement, enum psd_init init,
+                      float init_scale, uint64_t seed, struct psd_var **out,
+                      int *created, char *err, size_t errlen) {
+  char want[128], have[128];
+  struct psd_var *v = NULL;
+  uint64_t numel = 1, row_elems = 1;
+  int rc = 0;
+
+  *created = 0;
+  *out = NULL;
+  if (!name[0] || strlen(name) > PSD_VAR_MAX_NAME) {
+    snprintf(err, errlen, "variable name must be 1..%d bytes",
+             PSD_VAR_MAX_NAME);
+    return CM_EINVAL;
+  }
+  if (ndim < 1 || ndim > PSD_VAR_MAX_DIMS) {
+    snprintf(err, errlen, "variable '%s': %d dimensions; expected 1..%d", name,
+             ndim, PSD_VAR_MAX_DIMS);
+    return CM_EINVAL;
+  }
+  for (int i = 0; i < ndim; i++) {
+    if (shape[i] <= 0 || (uint64_t)shape[i] > (1ULL << 40) / numel) {
+      psd_shape_format(ndim, shape, want, sizeof want);
+      snprintf(err, errlen,
+               "variable '%s': shape %s: dimension %d must be positive and the "
+               "total under 2^40 elements",
+               name, want, i);
+      return CM_EINVAL;
+    }
+    numel *= (uint64_t)shape[i];
+    if (i > 0)
+      row_elems *= (uint64_t)shape[i];
+  }
+  if (placement < -1 || placement >= s->nshards) {
+    snprintf(err, errlen,
+             "variable '%s': placement %d; expected -1 (split) or a shard "
+             "index 0..%d",
+             name, placement, s->nshards - 1);
+    return CM_EINVAL;
+  }
+  pthread_rwlock_wrlock(&s->lock);
+  if ((v = find_locked(s, name))) {
+    int same = v->ndim == ndim && v->placement == placement;
+    for (int i = 0; same && i < ndim; i++)
+      same = v->shape[i] == shape[i];
+    if (!same) {
+      psd_shape_format(v->ndim, v->shape, have, sizeof have);
+      psd_shape_format(ndim, shape, want, sizeof want);
+      snprintf(err, errlen,
+               "variable '%s' already exists with shape %s placement %d; this "
+               "declaration asks for shape %s placement %d",
+               name, have, v->placement, want, placement);
+      rc = CM_EEXIST;
+      v = NULL;
+    }
+    goto out;
+  }
+  if ((rc = index_reserve(s)))
+    goto out;
+  if (s->nvars == s->cap) {
+    int cap = s->cap ? s->cap * 2 : 16;
+    struct psd_var **vars = realloc(s->vars, cap * sizeof *vars);
+    if (!vars) {
+      rc = CM_ENOMEM;
+      goto out;
+    }
+    s->vars = vars;
+    s->cap = cap;
+  }
+  if (!(v = calloc(1, sizeof *v))) {
+    rc = CM_ENOMEM;
+    goto out;
+  }
+  snprintf(v->name, sizeof v->name, "%s", name);
+  v->ndim = ndim;
+  memcpy(v->shape, shape, ndim * sizeof *shape);
+  v->placement = placement;
+  v->numel = numel;
+  cm_shard_rows(shape[0], placement, s->nshards, s->shard, &v->row_begin,
+                &v->row_end);
+  v->elem_begin = (uint64_t)v->row_begin * row_elems;
+  v->elem_end = (uint64_t)v->row_end * row_elems;
+  v->opt = *cm_optim_pick(&s->optims, name, &v->rule);
+  v->nslots = cm_optim_nslots(v->opt.type);
+  cm_optim_describe(&v->opt, v->optim_desc, sizeof v->optim_desc);
+  {
+    /* Values, then each slot, each rounded up to 64 bytes so that every
+     * tensor starts on a cache line. */
+    uint64_t n = v->elem_end - v->elem_begin;
+    size_t bytes = ((n ? n : 1) * sizeof(float) + 63) & ~(size_t)63;
+    size_t total = (size_t)(1 + v->nslots) * bytes;
+    void *mem = NULL;
+    if (posix_memalign(&mem, 64, total) != 0) {
+      snprintf(err, errlen, "variable '%s': cannot allocate %zu bytes", name,
+               total);
+      free(v);
+      v = NULL;
+      rc = CM_ENOMEM;
+      goto out;
+    }
+    v->value = mem;
+    for (int i = 0; i < v->nslots; i++) {
+      v->slots[i] = (float *)((char *)mem + (size_t)(1 + i) * bytes);
+      memset(v->slots[i], 0, n * sizeof(float));
+    }
+  }
+  if (v->rule >= 0)
+    cm_info("'%s': optimizer %s (job.optimizer_overrides[\"%s\"])", v->name,
+            v->optim_desc, s->optims.rules[v->rule].pattern);
+  init_values(v, init, init_scale, seed);
+  pthread_mutex_init(&v->lock, NULL);
+  v->index = s->nvars;
+  s->vars[s->nvars] = v;
+  index_put(s, s->nvars++);
+  *created = 1;
+out:
+  pthread_rwlock_unlock(&s->lock);
+  *out = v;
+  return rc;
+}
+
+/* Runs v's update on elements [off, off + n) as update `step` (1-based). */
+static void apply(struct psd_var *v, uint64_t off, const float *g, size_t n,
+                  uint64_t step) {
+  float *slots[CM_OPTIM_MAX_SLOTS];
+
+  for (int i = 0; i < CM_OPTIM_MAX_SLOTS; i++)
+    slots[i] = v->slots[i] ? v->slots[i] + off : NULL;
+  cm_optim_apply(&v->opt, step - 1, v->value + off, slots, g, n);
+}
+
+void psd_store_apply(struct psd_store *s, struct psd_var *v, uint64_t off,
+                     const float *g, size_t n) {
+  uint64_t len = v->elem_end - v->elem_begin;
+  (void)s;
+  if (!n || !len)
+    return;
+  v->applied += n;
+  apply(v, off, g, n, (v->applied + len - 1) / len);
+}
+
+void psd_store_apply_step(struct psd_store *s, struct psd_var *v,
+                          const float *g, uint64_t step) {
+  uint64_t len = v->elem_end - v->elem_begin;
+  (void)s;
+  if (!len)
+    return;
+  v->applied = (step + 1) * len;
+  apply(v, 0, g, len, step + 1);
+}

@@ -1,0 +1,105 @@
+/* Row partitioning: split ranges cover every row once, differ by at most
+ * one row, handle more shards than rows; whole placement; auto placement
+ * balances bytes deterministically. */
+#include <check.h>
+#include <stdlib.h>
+
+#include "shard.h"
+#include "unit.h"
+
+static void check_split(int64_t rows, int n) {
+  int64_t next = 0, lo = rows, hi = 0;
+  for (int s = 0; s < n; s++) {
+    int64_t b, e;
+    cm_shard_rows(rows, CM_SHARD_SPLIT, n, s, &b, &e);
+    ck_assert_int_eq(b, next); /* contiguous, in shard order */
+    ck_assert_int_ge(e, b);
+    next = e;
+    if (e - b < lo)
+      lo = e - b;
+    if (e - b > hi)
+      hi = e - b;
+  }
+  ck_assert_int_eq(next, rows);
+  ck_assert_int_le(hi - lo, 1);
+}
+
+START_TEST(split_even_and_uneven) {
+  check_split(784, 2);
+  check_split(10, 3);
+  check_split(7, 7);
+  check_split(1000003, 16);
+  int64_t b, e;
+  cm_shard_rows(10, CM_SHARD_SPLIT, 3, 0, &b, &e);
+  ck_assert_int_eq(b, 0);
+  ck_assert_int_eq(e, 3);
+  cm_shard_rows(10, CM_SHARD_SPLIT, 3, 2, &b, &e);
+  ck_assert_int_eq(b, 6);
+  ck_assert_int_eq(e, 10);
+}
+END_TEST
+
+START_TEST(more_shards_than_rows) {
+  int nonempty = 0;
+  check_split(3, 8);
+  for (int s = 0; s < 8; s++) {
+    int64_t b, e;
+    cm_shard_rows(3, CM_SHARD_SPLIT, 8, s, &b, &e);
+    nonempty += e > b;
+  }
+  ck_assert_int_eq(nonempty, 3);
+  check_split(1, 4);
+}
+END_TEST
+
+START_TEST(whole_placement_and_bad_input) {
+  int64_t b, e;
+  cm_shard_rows(50, 1, 3, 1, &b, &e);
+  ck_assert_int_eq(b, 0);
+  ck_assert_int_eq(e, 50);
+  cm_shard_rows(50, 1, 3, 0, &b, &e);
+  ck_assert_int_eq(e - b, 0);
+  cm_shard_rows(50, CM_SHARD_SPLIT, 3, 5, &b, &e); /* no such shard */
+  ck_assert_int_eq(e - b, 0);
+  cm_shard_rows(0, CM_SHARD_SPLIT, 3, 0, &b, &e);
+  ck_assert_int_eq(e - b, 0);
+}
+END_TEST
+
+START_TEST(auto_balances_bytes) {
+  /* The demo MLP: 784x256 kernel, biases, 256x128, 128x10. */
+  uint64_t bytes[] = {784 * 256 * 4, 256 * 4,      128 * 256 * 4,
+                      128 * 4,       10 * 128 * 4, 10 * 4};
+  int place[6], again[6];
+  cm_shard_auto(bytes, 6, 2, 256 << 10, place);
+  ck_assert_int_eq(place[0], CM_SHARD_SPLIT); /* 784 KiB: split */
+  uint64_t load[2] = {bytes[0] / 2, bytes[0] / 2};
+  for (int i = 1; i < 6; i++) {
+    ck_assert(place[i] == 0 || place[i] == 1);
+    load[place[i]] += bytes[i];
+  }
+  /* Greedy: no shard carries more than the other plus the largest whole var. */
+  uint64_t d = load[0] > load[1] ? load[0] - load[1] : load[1] - load[0];
+  ck_assert_uint_le(d, bytes[2]);
+  cm_shard_auto(bytes, 6, 2, 256 << 10, again);
+  for (int i = 0; i < 6; i++)
+    ck_assert_int_eq(place[i], again[i]);
+  /* One shard: everything split (that is, whole on shard 0). */
+  cm_shard_auto(bytes, 6, 1, 256 << 10, place);
+  for (int i = 0; i < 6; i++)
+    ck_assert_int_eq(place[i], CM_SHARD_SPLIT);
+}
+END_TEST
+
+static Suite *shard_suite(void) {
+  Suite *s = suite_create("shard");
+  TCase *tc = tcase_create("rows");
+  tcase_add_test(tc, split_even_and_uneven);
+  tcase_add_test(tc, more_shards_than_rows);
+  tcase_add_test(tc, whole_placement_and_bad_input);
+  tcase_add_test(tc, auto_balances_bytes);
+  suite_add_tcase(s, tc);
+  return s;
+}
+
+int main(void) { return tu_run(shard_suite(), 0); }

@@ -1,0 +1,185 @@
+/* Sync staging is idempotent: staging the same (worker, step, chunk) again
+ * replaces it, so a retried push counts once in the step's average; parts
+ * never staged count as zero; a stage for a committed step is refused
+ * (CM_ERANGE) and one beyond the open step too (CM_EINVAL); a repeated
+ * commit of the last step changes nothing; after a restart, a commit of the
+ * resumed step whose set holds a worker that staged nothing since is
+ * refused. */
+#include <check.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "err.h"
+#include "steps.h"
+#include "store.h"
+#include "unit.h"
+
+/* A store with one zero-initialised 8-element variable on one shard, sgd
+ * with lr 0.5 (every update below is exact in f32). */
+static struct psd_store *store_with_var(struct psd_var **v) {
+  static struct cm_optim_set opt; /* copied by the store */
+  struct psd_store *s = NULL;
+  int64_t shape[1] = {8};
+  char err[256];
+  int created = 0;
+  cm_optim_defaults(&opt.def);
+  opt.def.type = CM_OPT_SGD;
+  opt.def.lr = 0.5;
+  ck_assert_int_eq(psd_store_new(&s, 0, 1, &opt), 0);
+  ck_assert_int_eq(psd_store_declare(s, "w", 1, shape, -1, PSD_INIT_ZEROS, 0, 1,
+                                     v, &created, err, sizeof err),
+                   0);
+  ck_assert_int_eq(created, 1);
+  return s;
+}
+
+START_TEST(restaging_a_chunk_replaces_it) {
+  struct psd_var *v;
+  struct psd_store *store = store_with_var(&v);
+  struct psd_steps *st = NULL;
+  const float one[4] = {1, 1, 1, 1}, two[4] = {2, 2, 2, 2};
+  int none[1] = {0}; /* no worker dropped */
+  char err[256];
+  int w0 = 0, w1 = 1;
+  ck_assert_int_eq(psd_steps_new(&st, store, 2), 0);
+  /* Worker 0 stages both halves, then its first half again (a retry). */
+  ck_assert_int_eq(psd_steps_stage(st, w0, 0, v, 0, one, 4, err, sizeof err),
+                   0);
+  ck_assert_int_eq(psd_steps_stage(st, w0, 0, v, 4, two, 4, err, sizeof err),
+                   0);
+  ck_assert_int_eq(psd_steps_stage(st, w0, 0, v, 0, one, 4, err, sizeof err),
+                   0);
+  /* Worker 1 stages its first half twice with different contents (the
+   * later one wins) and never its second half (zero). */
+  ck_assert_int_eq(psd_steps_stage(st, w1, 0, v, 0, two, 4, err, sizeof err),
+                   0);
+  ck_assert_int_eq(psd_steps_stage(st, w1, 0, v, 0, one, 4, err, sizeof err),
+                   0);
+  int applied[2] = {0, 1};
+  ck_assert_int_eq(
+      psd_steps_commit(st, 0, applied, 2, none, 0, err, sizeof err), 0);
+  /* Mean gradient: first half (1 + 1) / 2 = 1, second (2 + 0) / 2 = 1;
+   * w = 0 - 0.5 * 1 once. */
+  for (int i = 0; i < 8; i++)
+    ck_assert_float_eq(v->value[i], -0.5f);
+  ck_assert_uint_eq(psd_steps_version(st), 1);
+  /* The commit's retry changes nothing. */
+  ck_assert_int_eq(
+      psd_steps_commit(st, 0, applied, 2, none, 0, err, sizeof err), 0);
+  for (int i = 0; i < 8; i++)
+    ck_assert_float_eq(v->value[i], -0.5f);
+  /* A retry that comes after its step closed is refused as late. */
+  ck_assert_int_eq(psd_steps_stage(st, w0, 0, v, 0, one, 4, err, sizeof err),
+                   CM_ERANGE);
+  ck_assert_int_eq(psd_steps_stage(st, w0, 2, v, 0, one, 4, err, sizeof err),
+                   CM_EINVAL);
+  /* Step 1: only worker 1, staged three times, applied once. */
+  for (int k = 0; k < 3; k++)
+    ck_assert_int_eq(psd_steps_stage(st, w1, 1, v, 0, two, 4, err, sizeof err),
+                     0);
+  int only1[1] = {1};
+  ck_assert_int_eq(psd_steps_commit(st, 1, only1, 1, none, 0, err, sizeof err),
+                   0);
+  for (int i = 0; i < 4; i++)
+    ck_assert_float_eq(v->value[i], -1.5f);
+  for (int i = 4; i < 8; i++)
+    ck_assert_float_eq(v->value[i], -0.5f);
+  psd_steps_free(st);
+  psd_store_free(store);
+}
+END_TEST
+
+START_TEST(resumed_step_needs_every_applied_gradient) {
+  struct psd_var *v;
+  struct psd_store *store = store_with_var(&v);
+  struct psd_steps *st = NULL;
+  const float one[8] = {1, 1, 1, 1, 1, 1, 1, 1};
+  int none[1] = {0}, both[2] = {0, 1};
+  char err[512];
+  ck_assert_int_eq(psd_steps_new(&st, store, 2), 0);
+  /* Restored at step 5: worker 1's gradient for step 5, pushed before the
+   * restart, is gone; the coordinator's set still has it. */
+  psd_steps_resume(st, 5);
+  ck_assert_int_eq(psd_steps_stage(st, 0, 5, v, 0, one, 8, err, sizeof err), 0);
+  ck_assert_int_eq(psd_steps_commit(st, 5, both, 2, none, 0, err, sizeof err),
+                   CM_EINVAL);
+  ck_assert_msg(strstr(err, "worker 1 is in its set but staged nothing here"),
+                "%s", err);
+  ck_assert_uint_eq(psd_steps_version(st), 5);
+  for (int i = 0; i < 8; i++)
+    ck_assert_float_eq(v->value[i], 0);
+  /* Staged again (a retried push to the restarted shard): applied. */
+  ck_assert_int_eq(psd_steps_stage(st, 1, 5, v, 0, one, 8, err, sizeof err), 0);
+  ck_assert_int_eq(psd_steps_commit(st, 5, both, 2, none, 0, err, sizeof err),
+                   0);
+  for (int i = 0; i < 8; i++)
+    ck_assert_float_eq(v->value[i], -0.5f);
+  /* Later steps are not checked: a worker may have no rows here. */
+  ck_assert_int_eq(psd_steps_stage(st, 0, 6, v, 0, one, 8, err, sizeof err), 0);
+  ck_assert_int_eq(psd_steps_commit(st, 6, both, 2, none, 0, err, sizeof err),
+                   0);
+  psd_steps_free(st);
+  psd_store_free(store);
+}
+END_TEST
+
+/* A rollback to a common checkpoint: the step reopens, every staged
+ * gradient is dropped, the history forgets the commits rolled back, the
+ * generation is kept and the resumed state cleared. */
+START_TEST(rollback_drops_staged_and_history) {
+  struct psd_var *v;
+  struct psd_store *store = store_with_var(&v);
+  struct psd_steps *st = NULL;
+  const float one[8] = {1, 1, 1, 1, 1, 1, 1, 1};
+  int none[1] = {0}, w0[1] = {0};
+  struct psd_step_record *h = calloc(PSD_STEPS_HISTORY, sizeof *h);
+  struct psd_steps_state ss;
+  char err[512];
+  ck_assert_ptr_nonnull(h);
+  ck_assert_int_eq(psd_steps_new(&st, store, 2), 0);
+  psd_steps_resume(st, 3);
+  psd_steps_state(st, &ss);
+  ck_assert_int_eq(ss.resumed, 1);
+  ck_assert_uint_eq(ss.gen, 0);
+  ck_assert_uint_eq(ss.rollback_step, 0);
+  for (uint64_t t = 3; t < 6; t++) {
+    ck_assert_int_eq(psd_steps_stage(st, 0, t, v, 0, one, 8, err, sizeof err),
+                     0);
+    ck_assert_int_eq(psd_steps_commit(st, t, w0, 1, none, 0, err, sizeof err),
+                     0);
+  }
+  /* Staged for step 6, then rolled back to 4. */
+  ck_assert_int_eq(psd_steps_stage(st, 1, 6, v, 0, one, 8, err, sizeof err), 0);
+  psd_steps_rollback(st, 4, 1);
+  ck_assert_uint_eq(psd_steps_version(st), 4);
+  psd_steps_state(st, &ss);
+  ck_assert_uint_eq(ss.gen, 1);
+  ck_assert_uint_eq(ss.rollback_step, 4);
+  ck_assert_int_eq(ss.resumed, 0);
+  ck_assert_int_eq(psd_steps_history(st, h, PSD_STEPS_HISTORY), 1);
+  ck_assert_uint_eq(h[0].step, 3);
+  /* Step 4 again: worker 1's staged gradient (for 6) is gone, so a commit
+   * of worker 0 alone applies exactly worker 0's. */
+  float before = v->value[0];
+  ck_assert_int_eq(psd_steps_stage(st, 0, 4, v, 0, one, 8, err, sizeof err), 0);
+  ck_assert_int_eq(psd_steps_commit(st, 4, w0, 1, none, 0, err, sizeof err), 0);
+  ck_assert_float_eq(v->value[0], before - 0.5f);
+  ck_assert_int_eq(psd_steps_history(st, h, PSD_STEPS_HISTORY), 2);
+  ck_assert_uint_eq(h[1].step, 4);
+  free(h);
+  psd_steps_free(st);
+  psd_store_free(store);
+}
+END_TEST
+
+static Suite *steps_suite(void) {
+  Suite *s = suite_create("steps");
+  TCase *tc = tcase_create("staging");
+  tcase_add_test(tc, restaging_a_chunk_replaces_it);
+  tcase_add_test(tc, resumed_step_needs_every_applied_gradient);
+  tcase_add_test(tc, rollback_drops_staged_and_history);
+  suite_add_tcase(s, tc);
+  return s;
+}
+
+int main(void) { return tu_run(steps_suite(), 0); }

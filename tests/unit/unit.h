@@ -1,0 +1,23 @@
+/* The runner every unit suite shares (tests/unit/test-<module>.c): each file
+ * builds its Suite and hands it to tu_run from a main of a line or two. */
+#ifndef TU_UNIT_H
+#define TU_UNIT_H
+
+#include <check.h>
+
+/* How tu_run runs a suite. */
+enum tu_flags {
+  TU_NOFORK = 1, /* run the tests in this process (CUDA, gRPC, shared
+                    state do not survive check's fork) */
+  TU_ENV = 2,    /* print as CK_VERBOSITY says (default: CK_NORMAL) */
+};
+
+/* Runs s (and frees it) with flags from enum tu_flags. Returns the exit
+ * status: EXIT_SUCCESS when every test passed, else EXIT_FAILURE. */
+int tu_run(Suite *s, unsigned flags);
+
+/* What a GPU suite returns when it cannot run: prints "SKIP: why" and
+ * returns 77, meson's exit status for a skipped test. */
+int tu_skip(const char *why);
+
+#endif

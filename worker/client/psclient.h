@@ -1,0 +1,199 @@
+/* libpsclient: a C client for psd. Connects to every shard of a cluster
+ * spec, declares variables (idempotently), and pulls and pushes them with
+ * the calls to all shards in flight at once, each call with a deadline.
+ * Large variables travel in chunks (see README, "Wire"), so no gRPC message
+ * limit is ever hit. One dw_client is used by one thread at a time.
+ *
+ * Pulls, pushes and the coordinator calls (join, leave, admit, clock)
+ * survive a shard that restarts, stops or is cut off: a call that fails
+ * UNAVAILABLE or DEADLINE_EXCEEDED is retried with backoff for up to the
+ * retry budget (retry_s), and logged once per outage. A push is applied
+ * once however often it is retried (README, "Faults"). */
+#ifndef DW_PSCLIENT_H
+#define DW_PSCLIENT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "spec.h"
+
+#define DW_VAR_MAX_DIMS 4
+
+/* Where a variable lives. */
+enum dw_placement {
+  DW_PLACE_AUTO =
+      -2, /* split when large, else whole on the least-loaded shard */
+  DW_PLACE_SPLIT =
+      -1, /* contiguous row ranges on every shard, balanced by bytes */
+  /* >= 0: whole on that shard */
+};
+
+/* How psd fills a variable when it first creates it. */
+enum dw_init {
+  DW_INIT_ZEROS = 0,   /* all zero */
+  DW_INIT_UNIFORM = 1, /* uniform in [-init_scale, init_scale], seeded */
+};
+
+/* One variable as the worker sees it. The client keeps a pointer to the
+ * caller's array from dw_client_declare on; the caller keeps it (and the
+ * buffers it points to) alive and unmoved until dw_client_free. */
+struct dw_var {
+  const char *name;               /* unique in the job, at most 200 bytes */
+  int ndim;                       /* 1..DW_VAR_MAX_DIMS */
+  int64_t shape[DW_VAR_MAX_DIMS]; /* rows are shape[0]; f32 elements */
+  int placement;     /* enum dw_placement or a shard index; AUTO is resolved in
+                        place by declare */
+  enum dw_init init; /* initializer psd uses on creation */
+  float init_scale;  /* bound of DW_INIT_UNIFORM */
+  float *value;      /* caller-owned pull destination, numel floats */
+  const float *grad; /* caller-owned push source, numel floats */
+};
+
+/* Client settings; zero fields take the defaults in brackets. */
+struct dw_client_opts {
+  const char *worker;     /* identity sent with each call ["client"] */
+  int timeout_ms;         /* deadline of each call [spec job.rpc_timeout_ms] */
+  int connect_timeout_ms; /* how long declare waits for shards to come up
+                             [60000] */
+  size_t chunk_bytes;     /* largest tensor payload per message [2 MiB] */
+  int inflight;           /* calls in flight per shard [4] */
+  uint64_t seed;  /* initializer seed sent with declare [spec job.seed] */
+  double retry_s; /* how long a shard may stay unreachable (UNAVAILABLE or
+                     DEADLINE_EXCEEDED) while calls to it are retried before
+                     the call fails [spec job.retry_s]; < 0: never retry */
+};
+
+/* What a client's calls met so far (dw_client_stats). */
+struct dw_client_stats {
+  uint64_t calls;   /* calls completed, each attempt counted */
+  uint64_t failed;  /* of them, those that did not end OK (a sync push to a
+                       closed step, ABORTED, is not a failure) */
+  uint64_t retries; /* calls sent again after UNAVAILABLE/DEADLINE_EXCEEDED */
+  uint64_t outages; /* times a shard became unreachable */
+};
+
+struct dw_client;
+
+/* Opens channels to every shard in spec (nothing is sent yet). spec must
+ * outlive the client. */
+int dw_client_new(struct dw_client **out, const struct cm_spec *spec,
+                  const struct dw_client_opts *opts);
+void dw_client_free(struct dw_client *c);
+
+/* Declares vars[0..n) on the shards that hold them, waiting for the shards
+ * to come up (connect_timeout_ms), then moves to the Unix socket of each
+ * shard on this host. Returns 0, or CM_EEXIST when a shard holds
+ * a variable of that name with another shape, or CM_ERPC/CM_ETIMEDOUT;
+ * dw_client_error says which variable and shard. */
+int dw_client_declare(struct dw_client *c, struct dw_var *vars, int n);
+
+/* What the client dials for shard: the spec's "host:port", or after
+ * declare, "unix:/path" when the shard runs on this host and serves its Unix
+ * socket (common/rpc/endpoint.h; job.unix_sockets). Owned by the client. */
+const char *dw_client_target(const struct dw_client *c, int shard);
+
+/* Pulls every declared variable's current value into its `value` buffer. */
+int dw_client_pull(struct dw_client *c);
+
+/* Pushes every declared variable's `grad`; each shard applies its
+ * optimizer on arrival. */
+int dw_client_push(struct dw_client *c);
+
+/* Both at once, for asynchronous training: each shard gets this push and
+ * the next pull together, so the pull may or may not see this push (at
+ * most one step of the worker's own staleness) and a step pays one round
+ * trip instead of two. `grad` and `value` must not overlap. */
+int dw_client_push_pull(struct dw_client *c);
+
+/* Sets the number of examples reported with each later push (psd counts
+ * them for its status and the job's examples/s). */
+void dw_client_set_examples(struct dw_client *c, uint32_t examples);
+
+/* ---- synchronous steps and clocks (DESIGN.md, "One synchronous step t") */
+
+/* Tells the coordinator (shard 0) that worker `worker` takes part, and
+ * starts a thread that sends it a heartbeat every heartbeat_ms until
+ * dw_client_free. *step is the step now open. */
+int dw_client_join(struct dw_client *c, int worker, int heartbeat_ms,
+                   uint64_t *step);
+
+/* Tells the coordinator the worker has finished (it no longer counts). */
+int dw_client_leave(struct dw_client *c);
+
+/* Pulls every variable once every shard has committed min_version steps;
+ * a shard parks the pull until then. *version is the lowest number of
+ * steps committed among the answers. */
+int dw_client_pull_at(struct dw_client *c, uint64_t min_version,
+                      uint64_t *version);
+
+/* Stages this worker's gradients for `step` on every shard. *closed is
+ * set to 1 when a shard has already committed the step (the gradient is
+ * dropped; go on with the next step), else 0. */
+int dw_client_push_step(struct dw_client *c, uint64_t step, int *closed);
+
+/* Asks the coordinator to count the staged gradient in `step`; answered
+ * when the step's set is decided. *admitted says whether it was counted,
+ * *next_step is the step now open. */
+int dw_client_admit(struct dw_client *c, uint64_t step, int *admitted,
+                    uint64_t *next_step);
+
+/* Sync: 1 when an answer since the last call said the job rolled back to a
+ * common checkpoint (a shard restarted from it), with *step the step to go
+ * on from (pull it, then compute and push it again); 0 otherwise. The call
+ * that got such an answer returned 0: a pull's values are then not usable,
+ * a push's gradient was dropped, an Admit did not count it. */
+int dw_client_rolled_back(struct dw_client *c, uint64_t *step);
+
+/* Sync: 1 when an Admit since the last call said the coordinator had
+ * restarted since this worker joined, and the client has joined it again
+ * (dw_client_admit did, learning the generation), with *step the step to
+ * go on from (the Admit did not count the gradient); 0 otherwise. */
+int dw_client_rejoined(struct dw_client *c, uint64_t *step);
+
+/* Sync: the rollbacks this client knows of (the job's generation). */
+uint64_t dw_client_gen(const struct dw_client *c);
+
+/* Async with a staleness bound: reports that the worker has pushed
+ * `clock` times and waits until the slowest live worker allows it to
+ * compute its next gradient. */
+int dw_client_clock(struct dw_client *c, uint64_t clock);
+
+/* Fetches shard `shard`'s status as a JSON text (caller frees with free()):
+ * StatusResponse's fields by their proto names ("vars", "workers",
+ * "histograms" with bounds, per-bucket counts, sum and count, ...). */
+int dw_client_status(struct dw_client *c, int shard, char **json);
+
+/* One run of a variable's elements to read from one shard (dw_client_read).
+ * The caller fills the first block; dw_client_read fills rc and err. */
+struct dw_read {
+  int shard;        /* the shard that holds the run */
+  const char *name; /* the variable; borrowed for the call */
+  uint64_t offset;  /* first element, in the variable's global numbering */
+  uint64_t count;   /* elements; the run must lie inside the shard's rows */
+  float *dst;       /* caller-owned destination of count floats */
+  int rc;           /* out: 0, or the error of the run's first failed message */
+  char err[1024];   /* out: that error in words, naming shard and variable */
+};
+
+/* Reads the runs reads[0..n) with Data.Pull, no declare needed (an admin
+ * tool reads variables it did not declare): each run is cut into messages
+ * of at most chunk_bytes, up to `inflight` in flight per shard and every
+ * shard at once. Returns 0 when every run arrived whole, else the first
+ * failed run's code; each run's rc and err say how it went, so the caller
+ * can use the runs that did arrive. */
+int dw_client_read(struct dw_client *c, struct dw_read *reads, int n);
+
+/* Counters of the client's calls so far. */
+void dw_client_stats(const struct dw_client *c, struct dw_client_stats *out);
+
+/* The random id this client's pushes carry (PushRequest.client_id). */
+uint64_t dw_client_id(const struct dw_client *c);
+
+/* The last error in words, naming the shard and variable; "" when none. */
+const char *dw_client_error(const struct dw_client *c);
+
+/* Bytes moved by this client so far (payload only), for progress lines. */
+uint64_t dw_client_bytes_pulled(const struct dw_client *c);
+uint64_t dw_client_bytes_pushed(const struct dw_client *c);
+
+#endif
