@@ -46,11 +46,7 @@ ProtobufCMessage *cm_request_open(const struct cm_request_host *host,
     if (cm_wire_parse(wire, bb) == 0)
       msg = protobuf_c_message_unpack(desc, NULL, wire->head_len, wire->head);
   } else {
-    uint8_t *data = NULL;
-    size_t len = 0;
-    if (cm_rpc_readall(bb, &data, &len) == 0)
-      msg = protobuf_c_message_unpack(desc, NULL, len, data);
-    free(data);
+    msg = cm_rpc_unpack(bb, desc);
   }
   if (!msg) {
     cm_request_refuse(host, call, GRPC_STATUS_INVALID_ARGUMENT,

@@ -584,6 +584,17 @@ int cm_rpc_readall(grpc_byte_buffer *bb, uint8_t **data, size_t *len) {
   return 0;
 }
 
+ProtobufCMessage *cm_rpc_unpack(grpc_byte_buffer *bb,
+                                const ProtobufCMessageDescriptor *desc) {
+  uint8_t *data = NULL;
+  size_t len = 0;
+  ProtobufCMessage *msg = NULL;
+  if (cm_rpc_readall(bb, &data, &len) == 0)
+    msg = protobuf_c_message_unpack(desc, NULL, len, data);
+  free(data);
+  return msg;
+}
+
 const char *cm_rpc_status_name(grpc_status_code code) {
   static const char *names[] = {"OK",
                                 "CANCELLED",

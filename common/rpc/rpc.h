@@ -112,6 +112,15 @@ grpc_byte_buffer *cm_rpc_pack(const struct ProtobufCMessage *msg);
  * messages only. NULL bb gives an empty buffer. Returns 0 or CM_ENOMEM. */
 int cm_rpc_readall(grpc_byte_buffer *bb, uint8_t **data, size_t *len);
 
+/* Reads a whole (small) byte buffer and unpacks it as a message of type
+ * desc: a response, or a request without a bulk field. Returns the message
+ * (free it with protobuf_c_message_free_unpacked), or NULL when bb is not
+ * valid protobuf of that type or memory ran out. */
+struct ProtobufCMessageDescriptor;
+struct ProtobufCMessage *
+cm_rpc_unpack(grpc_byte_buffer *bb,
+              const struct ProtobufCMessageDescriptor *desc);
+
 /* gRPC's status name, e.g. "INVALID_ARGUMENT". */
 const char *cm_rpc_status_name(grpc_status_code code);
 

@@ -639,12 +639,10 @@ static void check_steps(struct psd_coord *c, struct cm_unary *calls,
     cm_client_run(calls, n, &o);
     for (int i = 0; i < n; i++) {
       int s = (int)(intptr_t)calls[i].user;
-      uint8_t *data = NULL;
-      size_t len = 0;
       Psd__V1__StatusResponse *r = NULL;
       if (calls[i].status == GRPC_STATUS_OK &&
-          cm_rpc_readall(calls[i].response, &data, &len) == 0 &&
-          (r = psd__v1__status_response__unpack(NULL, len, data))) {
+          (r = (Psd__V1__StatusResponse *)cm_rpc_unpack(
+               calls[i].response, &psd__v1__status_response__descriptor))) {
         st[s].step = r->step;
         st[s].gen = r->rollbacks;
         st[s].resumed = r->resumed;
@@ -653,7 +651,6 @@ static void check_steps(struct psd_coord *c, struct cm_unary *calls,
         left--;
         psd__v1__status_response__free_unpacked(r, NULL);
       }
-      free(data);
       cm_unary_release(&calls[i]);
     }
     pthread_mutex_lock(&c->lock);
@@ -746,8 +743,6 @@ static int shard_step(struct psd_coord *c, struct cm_unary *call, int s,
   Psd__V1__StatusRequest req = PSD__V1__STATUS_REQUEST__INIT;
   struct cm_run_opts o = {.timeout_ms = timeout_ms, .inflight = 1};
   int done[PSD_STEPS_MAX_WORKERS] = {0}, rc = -1;
-  uint8_t *data = NULL;
-  size_t len = 0;
   Psd__V1__StatusResponse *r = NULL;
 
   caller.job = (char *)c->spec->job.name;
@@ -759,14 +754,13 @@ static int shard_step(struct psd_coord *c, struct cm_unary *call, int s,
     return -1;
   cm_client_run(call, 1, &o);
   if (call->status == GRPC_STATUS_OK &&
-      cm_rpc_readall(call->response, &data, &len) == 0 &&
-      (r = psd__v1__status_response__unpack(NULL, len, data))) {
+      (r = (Psd__V1__StatusResponse *)cm_rpc_unpack(
+           call->response, &psd__v1__status_response__descriptor))) {
     *step = r->step;
     *gen = r->rollbacks;
     rc = 0;
     psd__v1__status_response__free_unpacked(r, NULL);
   }
-  free(data);
   cm_unary_release(call);
   return rc;
 }
