@@ -1,0 +1,136 @@
+"""Shared by the fault tests (test_faults.py runs them all): the helpers that
+start, stop, wait on and read psd, dworker and pstool processes, the spec
+writer, and the Faults base class that kills what a test left running before
+its own cleanups (namespaces, mounts)."""
+import json
+import os
+import re
+import subprocess
+import time
+
+import harness as h
+
+DATA = "/usr/share/datasets/fashion-mnist"
+SOAK = os.environ.get("PSD_SOAK") == "1"
+
+# The spec the accuracy comparisons run: async, plain sgd whose learning
+# rate decays to 0 along a cosine over the job's 2 x 3 x 469 pushes per
+# variable, so that where the run ends varies little with the order the two
+# workers' pushes arrive in (0.8496 to 0.8510 in 6 runs on a loaded machine;
+# a constant lr 0.01 gave 0.8212 to 0.8336), short deadlines so a stopped
+# shard is noticed quickly, checkpoints often (every 100 push messages a
+# shard applies).
+ACC_JOB = {"name": "faults", "epochs": 3, "batch_size": 64, "log_every": 50,
+           "optimizer": {"type": "sgd", "lr": 0.05,
+                         "schedule": {"type": "cosine", "total_steps": 2 * 3 * 469}},
+           "heartbeat_ms": 100, "dead_after_ms": 1500, "rpc_timeout_ms": 2000, "retry_s": 60,
+           "checkpoint": {"dir": "ck", "every_steps": 100}}
+
+
+def psctl(spec, *args, timeout=60):
+    return h.run([h.build_path("ps-server", "psctl"), "--cluster", spec] + list(args),
+                 timeout=timeout)
+
+
+def status(spec):
+    r = psctl(spec, "--json", "status")
+    assert r.returncode == 0, r.stdout + r.stderr
+    return json.loads(r.stdout)["shards"]
+
+
+def result(p):
+    """The key=value pairs of a dworker's final: or done: line."""
+    for line in reversed(p.lines):
+        if line.startswith(("final:", "done:")):
+            return dict(re.findall(r"(\w+)=([-\w.]+)", line))
+    raise AssertionError("no result line:\n" + p.output()[-3000:])
+
+
+def fields(line):
+    return dict(re.findall(r"(\w+)=([-\w.]+)", line))
+
+
+def wait_match(p, pattern, timeout=30, count=1):
+    """Waits until `count` lines of p's output match the regex; returns the
+    last of them."""
+    deadline = time.monotonic() + timeout
+    while True:
+        hits = [l for l in list(p.lines) if re.search(pattern, l)]
+        if len(hits) >= count:
+            return hits[count - 1]
+        if time.monotonic() > deadline or (p.p.poll() is not None and p.q.empty()):
+            raise AssertionError("no %d lines matching %r from %s; output:\n%s"
+                                 % (count, pattern, p.argv[0], p.output()[-3000:]))
+        time.sleep(0.05)
+
+
+def wait_any(ps, pattern, timeout=60):
+    """Waits until one of the processes prints a line matching the regex;
+    returns that process."""
+    deadline = time.monotonic() + timeout
+    while True:
+        for p in ps:
+            if any(re.search(pattern, l) for l in list(p.lines)):
+                return p
+        if time.monotonic() > deadline or all(p.p.poll() is not None for p in ps):
+            raise AssertionError("no line matching %r from any of %d processes; "
+                                 "outputs:\n%s" % (pattern, len(ps), "\n----\n".join(
+                                     p.output()[-2000:] for p in ps)))
+        time.sleep(0.05)
+
+
+def write_spec(d, job, nps=2, nworker=2, ps_host=None):
+    """A spec in d; with ps_host the shards listen there (ports free on
+    127.0.0.1 then, which is what an address of this host offers too)."""
+    spec = os.path.join(d, "spec.json")
+    s = h.write_spec(spec, nps=nps, nworker=nworker, job=job)
+    if ps_host:
+        s["cluster"]["ps"] = [a.replace("127.0.0.1", ps_host) for a in s["cluster"]["ps"]]
+        with open(spec, "w") as f:
+            json.dump(s, f, indent=2)
+    return spec
+
+
+class Faults(h.ProcTest):
+    """Starts processes through self.proc/self.psd and kills what is left of
+    them at the end (h.ProcTest), a stopped one included, before its own
+    cleanups (namespaces, mounts)."""
+
+    def setUp(self):
+        super().setUp()
+        self.cleanups = []
+
+    def tearDown(self):
+        self.stop_procs()
+        for fn in reversed(self.cleanups):
+            fn()
+        super().tearDown()
+
+    def proc(self, argv, **kw):
+        p = h.Proc(argv, **kw)
+        self.procs.append(p)
+        return p
+
+    def psd(self, spec, i, env=None):
+        p = self.proc([h.build_path("ps-server", "psd"), "--cluster", spec, "--task",
+                       "ps:%d" % i], env=env)
+        p.wait_for("ready: listening on")
+        return p
+
+    def worker(self, spec, i, *extra, netns=None):
+        argv = [h.build_path("worker", "dworker"), "--cluster", spec, "--task",
+                "worker:%d" % i] + list(extra)
+        return self.proc((["ip", "netns", "exec", netns] if netns else []) + argv)
+
+    def finish(self, ws, timeout=300):
+        for w in ws:
+            self.assertEqual(w.wait(timeout=timeout), 0, w.output()[-3000:])
+
+    def stop_all(self, ps):
+        """SIGTERM every shard; each must exit 0 (its final checkpoint too)."""
+        for p in ps:
+            self.assertEqual(p.stop(), 0, p.output()[-3000:])
+
+
+def ip(*args, check=True):
+    return subprocess.run(["ip"] + list(args), capture_output=True, text=True, check=check)
