@@ -49,6 +49,14 @@ static void start(const char *mode, const char *spec_mode) {
 void setup_async(void) { start("async", "async"); }
 void setup_sync(void) { start("sync", "sync"); }
 
+TCase *service_tcase(Suite *s, const char *mode) {
+  TCase *tc = tcase_create(mode);
+  tcase_add_checked_fixture(tc, strcmp(mode, "sync") ? setup_async : setup_sync,
+                            teardown);
+  suite_add_tcase(s, tc);
+  return tc;
+}
+
 void teardown(void) {
   psd_coord_free(coord);
   psd_service_free(svc);

@@ -8,6 +8,7 @@
 #ifndef TESTS_SERVICE_FIXTURE_H
 #define TESTS_SERVICE_FIXTURE_H
 
+#include <check.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -24,6 +25,10 @@ extern Psd__V1__Caller caller;
 void setup_async(void);
 void setup_sync(void);
 void teardown(void);
+
+/* A test case of s named mode ("async" or "sync"), each of whose tests
+ * runs against a fresh shard of that mode. */
+TCase *service_tcase(Suite *s, const char *mode);
 
 /* The handler serving `path` (the service's, the coordinator's or the
  * saver's); fails the test when there is none. */

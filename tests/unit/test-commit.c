@@ -143,16 +143,12 @@ END_TEST
 
 static Suite *commit_suite(void) {
   Suite *s = suite_create("commit");
-  TCase *tc = tcase_create("async");
-  tcase_add_checked_fixture(tc, setup_async, teardown);
+  TCase *tc = service_tcase(s, "async");
   tcase_add_test(tc, checkpoint_off_and_commit_in_async);
-  suite_add_tcase(s, tc);
 
-  tc = tcase_create("sync");
-  tcase_add_checked_fixture(tc, setup_sync, teardown);
+  tc = service_tcase(s, "sync");
   tcase_add_test(tc, sync_push_late_ahead_and_nonfinite);
   tcase_add_test(tc, sync_rollback_checks_generation);
-  suite_add_tcase(s, tc);
   return s;
 }
 

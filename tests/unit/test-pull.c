@@ -65,15 +65,11 @@ END_TEST
 
 static Suite *pull_suite(void) {
   Suite *s = suite_create("pull");
-  TCase *tc = tcase_create("async");
-  tcase_add_checked_fixture(tc, setup_async, teardown);
+  TCase *tc = service_tcase(s, "async");
   tcase_add_test(tc, pull_checks_segments);
-  suite_add_tcase(s, tc);
 
-  tc = tcase_create("sync");
-  tcase_add_checked_fixture(tc, setup_sync, teardown);
+  tc = service_tcase(s, "sync");
   tcase_add_test(tc, sync_parked_pull_answered_at_stop);
-  suite_add_tcase(s, tc);
   return s;
 }
 

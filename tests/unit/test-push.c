@@ -208,14 +208,12 @@ END_TEST
 
 static Suite *push_suite(void) {
   Suite *s = suite_create("push");
-  TCase *tc = tcase_create("async");
-  tcase_add_checked_fixture(tc, setup_async, teardown);
+  TCase *tc = service_tcase(s, "async");
   tcase_add_test(tc, push_checks_before_applying);
   tcase_add_test(tc, nonfinite_rejected);
   tcase_add_test(tc, nonfinite_skipped);
   tcase_add_test(tc, nonfinite_applied);
   tcase_add_test(tc, first_nonfinite_matches_a_plain_loop);
-  suite_add_tcase(s, tc);
   return s;
 }
 

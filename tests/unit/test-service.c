@@ -266,20 +266,16 @@ END_TEST
 
 static Suite *service_suite(void) {
   Suite *s = suite_create("service");
-  TCase *tc = tcase_create("async");
-  tcase_add_checked_fixture(tc, setup_async, teardown);
+  TCase *tc = service_tcase(s, "async");
   tcase_add_test(tc, caller_missing_wrong_or_malformed);
   tcase_add_test(tc, declare_checks_every_field);
   tcase_add_test(tc, declare_beyond_memory);
   tcase_add_test(tc, too_many_segments);
   tcase_add_test(tc, coordinator_checks_workers_and_clocks);
-  suite_add_tcase(s, tc);
 
-  tc = tcase_create("sync");
-  tcase_add_checked_fixture(tc, setup_sync, teardown);
+  tc = service_tcase(s, "sync");
   tcase_add_test(tc, sync_heartbeat_of_unknown_worker_says_restarted);
   tcase_add_test(tc, sync_admit_far_ahead);
-  suite_add_tcase(s, tc);
   return s;
 }
 
