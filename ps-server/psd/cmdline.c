@@ -1,0 +1,141 @@
+/* psd's command line (cmdline.h): the --help text, and configure, which
+ * reads the options, then the cluster spec they name, this shard's task and
+ * the spec's credentials. Every refusal goes to stderr as "psd: ..." with
+ * the fix, before anything is logged or opened. */
+#include "cmdline.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "auth.h"
+#include "spec.h"
+
+/* The --help text, with the periods and exit statuses it states. */
+static void usage(FILE *f) {
+  fprintf(
+      f,
+      "usage: psd --cluster FILE [--task ps:I] [--listen HOST:PORT]\n"
+      "           [--checkpoint-dir DIR] [--resume-step N]\n"
+      "\n"
+      "Runs shard I of a psd job: holds its slices of the job's variables\n"
+      "in memory and applies the workers' pushes with each variable's\n"
+      "optimizer (sgd, momentum, nesterov, adagrad, adam or adamw, with a\n"
+      "learning-rate schedule: the spec's job.optimizer and\n"
+      "job.optimizer_overrides).\n"
+      "\n"
+      "  --cluster FILE     the cluster spec (JSON, TF_CONFIG-shaped; see\n"
+      "                     deploy/examples/local.json)\n"
+      "  --task ps:I        which shard this is; else the spec's \"task\" or\n"
+      "                     the TF_CONFIG environment variable\n"
+      "  --listen HOST:PORT listen here instead of cluster.ps[I] (e.g.\n"
+      "                     0.0.0.0:7100 behind NAT); workers still dial the\n"
+      "                     spec's address\n"
+      "  --checkpoint-dir DIR  checkpoint under DIR/<job>/ps-I instead of\n"
+      "                     the spec's job.checkpoint.dir (else\n"
+      "                     $STATE_DIRECTORY; else checkpoints are off)\n"
+      "  --resume-step N    resume from the newest checkpoint at or below\n"
+      "                     step N (sync: give every shard the same N when\n"
+      "                     their newest differ); newer ones are renamed\n"
+      "                     superseded-ckpt-*\n"
+      "  -h, --help         this text\n"
+      "\n"
+      "psd logs \"ready: listening on ...\" once it serves, after restoring\n"
+      "its newest checkpoint. Run as a systemd Type=notify unit it then sends\n"
+      "READY=1, a STATUS= line (shard, job, mode, step, live workers,\n"
+      "pushes/s) refreshed every %d s, WATCHDOG=1 at half of WatchdogSec=,\n"
+      "and STOPPING=1 when asked to stop. SIGTERM or SIGINT stop it\n"
+      "gracefully (calls in flight finish, up to %d s), then it writes a\n"
+      "final checkpoint.\n"
+      "\n"
+      "Exit status: 0 stopped by a signal, 1 could not start (port in use,\n"
+      "out of memory, no checkpoint that verifies) or the final checkpoint\n"
+      "failed, 2 bad command line or cluster spec.\n",
+      PSD_STATUS_PERIOD_MS / 1000, PSD_STOP_GRACE_MS / 1000);
+}
+
+enum psd_config psd_server_configure(struct psd_server *srv, int argc,
+                                     char **argv) {
+  static const struct option opts[] = {
+      {"cluster", required_argument, 0, 'c'},
+      {"task", required_argument, 0, 't'},
+      {"listen", required_argument, 0, 'l'},
+      {"checkpoint-dir", required_argument, 0, 'k'},
+      {"resume-step", required_argument, 0, 'r'},
+      {"help", no_argument, 0, 'h'},
+      {0, 0, 0, 0}};
+  const char *cluster = NULL, *task = NULL, *listen = NULL;
+  char err[8192];
+  int c;
+
+  while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+    switch (c) {
+    case 'c':
+      cluster = optarg;
+      break;
+    case 't':
+      task = optarg;
+      break;
+    case 'l':
+      listen = optarg;
+      break;
+    case 'k':
+      if (!optarg[0] || strlen(optarg) >= sizeof srv->ckpt_root) {
+        fprintf(stderr,
+                "psd: --checkpoint-dir: expected a path of 1..%zu "
+                "characters\n",
+                sizeof srv->ckpt_root - 1);
+        return PSD_CONFIG_BAD;
+      }
+      snprintf(srv->ckpt_root, sizeof srv->ckpt_root, "%s", optarg);
+      break;
+    case 'r': {
+      char *end;
+      errno = 0;
+      srv->resume_step = strtoull(optarg, &end, 10);
+      if (!optarg[0] || *end || errno || optarg[0] == '-') {
+        fprintf(stderr, "psd: --resume-step %s: expected a step number\n",
+                optarg);
+        return PSD_CONFIG_BAD;
+      }
+      srv->has_resume_step = 1;
+      break;
+    }
+    case 'h':
+      usage(stdout);
+      return PSD_CONFIG_HELP;
+    default:
+      usage(stderr);
+      return PSD_CONFIG_BAD;
+    }
+  }
+  if (optind < argc) {
+    fprintf(stderr, "psd: unexpected argument '%s' (see psd --help)\n",
+            argv[optind]);
+    return PSD_CONFIG_BAD;
+  }
+  if (!cluster) {
+    fprintf(stderr, "psd: --cluster FILE is required (see psd --help)\n");
+    return PSD_CONFIG_BAD;
+  }
+  if (cm_spec_load(cluster, &srv->spec, err, sizeof err) ||
+      cm_spec_resolve_task(srv->spec, task, err, sizeof err)) {
+    fprintf(stderr, "psd: %s\n", err);
+    return PSD_CONFIG_BAD;
+  }
+  if (srv->spec->task.type != CM_TASK_PS) {
+    fprintf(stderr, "psd: task %s:%d is not a ps task; psd runs ps:I\n",
+            cm_task_type_name(srv->spec->task.type), srv->spec->task.index);
+    return PSD_CONFIG_BAD;
+  }
+  if (cm_creds_load(&srv->spec->auth, 1, &srv->creds, err, sizeof err)) {
+    fprintf(stderr, "psd: %s\n", err);
+    return PSD_CONFIG_BAD;
+  }
+  srv->shard = srv->spec->task.index;
+  snprintf(srv->listen, sizeof srv->listen, "%s",
+           listen ? listen : srv->spec->ps[srv->shard].text);
+  return PSD_CONFIG_RUN;
+}

@@ -1,0 +1,264 @@
+/* psd.v1.Data/Declare (service_internal.h): the workers name the job's
+ * variables, and this shard creates its slice of each (store.h). The whole
+ * request is checked first, name, shape, placement, init, a name given
+ * twice, and the memory the new variables need, so a refused Declare
+ * creates nothing; a variable declared again with the same settings is the
+ * one that exists. */
+#include "service_internal.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "err.h"
+#include "log.h"
+#include "shard.h"
+#include "units.h"
+
+/* Memory the kernel says it can give without swapping (MemAvailable), in
+ * bytes; UINT64_MAX when it cannot be read. */
+static uint64_t mem_available(void) {
+  char line[256];
+  unsigned long long kib;
+  uint64_t bytes = UINT64_MAX;
+  FILE *f = fopen("/proc/meminfo", "r");
+  if (!f)
+    return bytes;
+  while (fgets(line, sizeof line, f))
+    if (sscanf(line, "MemAvailable: %llu kB", &kib) == 1) {
+      bytes = (uint64_t)kib * 1024;
+      break;
+    }
+  fclose(f);
+  return bytes;
+}
+
+/* Orders positions in a Declare's vars by name (qsort_r context). */
+static int cmp_spec_name(const void *a, const void *b, void *ctx) {
+  Psd__V1__VarSpec **vars = ctx;
+  return strcmp(vars[*(const size_t *)a]->name, vars[*(const size_t *)b]->name);
+}
+
+/* Whether two declarations of one name agree. */
+static int same_spec(const Psd__V1__VarSpec *a, const Psd__V1__VarSpec *b) {
+  if (a->n_shape != b->n_shape || a->placement != b->placement)
+    return 0;
+  for (size_t d = 0; d < a->n_shape; d++)
+    if (a->shape[d] != b->shape[d])
+      return 0;
+  return 1;
+}
+
+/* Checks every variable of a Declare before any is created: name, shape,
+ * placement, init, a name given twice with different settings, and the
+ * memory the new ones need here. Returns 0 or answers the call and returns
+ * -1, so a refused Declare creates nothing. */
+static int check_declare(struct psd_service *svc, struct cm_rpc_call *call,
+                         const Psd__V1__DeclareRequest *req) {
+  char shape[128], a[32], b[32], c[32];
+  uint64_t need = 0, held = 0;
+  size_t *order = NULL;
+  int nnew = 0, rc = -1;
+
+  if (req->n_vars > PSD_MAX_VARS) {
+    psd__fail(svc, call, GRPC_STATUS_INVALID_ARGUMENT,
+              "Declare: %zu variables in one request; at most %d", req->n_vars,
+              PSD_MAX_VARS);
+    return -1;
+  }
+  for (size_t i = 0; i < req->n_vars; i++) {
+    const Psd__V1__VarSpec *vs = req->vars[i];
+    uint64_t numel = 1, row_elems = 1;
+    int64_t rb, re;
+    if (psd__check_name(svc, call, vs->name, "Declare", i))
+      goto out;
+    if (vs->n_shape < 1 || vs->n_shape > PSD_VAR_MAX_DIMS) {
+      psd__fail(svc, call, GRPC_STATUS_INVALID_ARGUMENT,
+                "Declare '%s': the shape has %zu dimensions; expected 1..%d",
+                vs->name, vs->n_shape, PSD_VAR_MAX_DIMS);
+      goto out;
+    }
+    psd_shape_format((int)vs->n_shape, vs->shape, shape, sizeof shape);
+    for (size_t d = 0; d < vs->n_shape; d++) {
+      if (vs->shape[d] <= 0) {
+        psd__fail(svc, call, GRPC_STATUS_INVALID_ARGUMENT,
+                  "Declare '%s': shape %s: dimension %zu is %lld; expected a "
+                  "positive size",
+                  vs->name, shape, d, (long long)vs->shape[d]);
+        goto out;
+      }
+      /* numel * shape[d] <= 2^40 without overflowing. */
+      if ((uint64_t)vs->shape[d] > PSD_VAR_MAX_ELEMS / numel) {
+        psd__fail(
+            svc, call, GRPC_STATUS_INVALID_ARGUMENT,
+            "Declare '%s': shape %s has more than 2^40 elements, the most a "
+            "variable may have",
+            vs->name, shape);
+        goto out;
+      }
+      numel *= (uint64_t)vs->shape[d];
+      if (d > 0)
+        row_elems *= (uint64_t)vs->shape[d];
+    }
+    if (vs->placement < -1 || vs->placement >= svc->nshards) {
+      psd__fail(
+          svc, call, GRPC_STATUS_INVALID_ARGUMENT,
+          "Declare '%s': placement %d; expected -1 (split) or a shard index "
+          "0..%d",
+          vs->name, vs->placement, svc->nshards - 1);
+      goto out;
+    }
+    if (vs->init != PSD__V1__INIT__INIT_ZEROS &&
+        vs->init != PSD__V1__INIT__INIT_UNIFORM) {
+      psd__fail(
+          svc, call, GRPC_STATUS_INVALID_ARGUMENT,
+          "Declare '%s': init %d is not an Init value (0 zeros, 1 uniform)",
+          vs->name, (int)vs->init);
+      goto out;
+    }
+    if (!isfinite(vs->init_scale) || vs->init_scale < 0) {
+      psd__fail(svc, call, GRPC_STATUS_INVALID_ARGUMENT,
+                "Declare '%s': init_scale %g; expected a finite number >= 0",
+                vs->name, vs->init_scale);
+      goto out;
+    }
+    if (psd_store_find(svc->store, vs->name))
+      continue; /* psd_store_declare compares it with what exists */
+    cm_shard_rows(vs->shape[0], vs->placement, svc->nshards, svc->shard, &rb,
+                  &re);
+    need += (uint64_t)(re - rb) * row_elems *
+            psd_store_elem_bytes(svc->store, vs->name);
+    nnew++;
+  }
+  /* A name given twice must mean the same variable. */
+  if (req->n_vars > 1) {
+    if (!(order = malloc(req->n_vars * sizeof *order))) {
+      psd__fail(svc, call, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+      goto out;
+    }
+    for (size_t i = 0; i < req->n_vars; i++)
+      order[i] = i;
+    qsort_r(order, req->n_vars, sizeof *order, cmp_spec_name, req->vars);
+    for (size_t i = 1; i < req->n_vars; i++) {
+      const Psd__V1__VarSpec *x = req->vars[order[i - 1]],
+                             *y = req->vars[order[i]];
+      if (strcmp(x->name, y->name) == 0 && !same_spec(x, y)) {
+        psd__fail(
+            svc, call, GRPC_STATUS_INVALID_ARGUMENT,
+            "Declare: '%s' is declared twice in one request with different "
+            "shapes or placements",
+            x->name);
+        goto out;
+      }
+    }
+  }
+  int nvars = psd_store_count(svc->store);
+  if (nnew > PSD_MAX_VARS - nvars) {
+    psd__fail(
+        svc, call, GRPC_STATUS_RESOURCE_EXHAUSTED,
+        "Declare: shard %d holds %d variables; %d more would pass the limit "
+        "of %d",
+        svc->shard, nvars, nnew, PSD_MAX_VARS);
+    goto out;
+  }
+  for (int i = 0; i < nvars; i++)
+    held += psd_var_bytes(svc->store, psd_store_at(svc->store, i));
+  if (need > svc->limits.max_held || held > svc->limits.max_held - need) {
+    psd__fail(svc, call, GRPC_STATUS_RESOURCE_EXHAUSTED,
+              "Declare: the new variables need %s on shard %d (values and "
+              "optimizer slots), which holds %s already; its limit is %s%s",
+              cm_fmt_bytes((double)need, a, sizeof a), svc->shard,
+              cm_fmt_bytes((double)held, b, sizeof b),
+              cm_fmt_bytes((double)svc->limits.max_held, c, sizeof c),
+              svc->held_is_memory ? " (this machine's memory)" : "");
+    goto out;
+  }
+  /* Memory is taken lazily and touched by the initial values: a variable
+   * that fits the machine but not what is free now would be killed, not
+   * refused. */
+  uint64_t avail = mem_available();
+  if (need > avail) {
+    psd__fail(svc, call, GRPC_STATUS_RESOURCE_EXHAUSTED,
+              "Declare: the new variables need %s on shard %d (values and "
+              "optimizer slots), but this machine has %s of memory available",
+              cm_fmt_bytes((double)need, a, sizeof a), svc->shard,
+              cm_fmt_bytes((double)avail, b, sizeof b));
+    goto out;
+  }
+  rc = 0;
+out:
+  free(order);
+  return rc;
+}
+
+void psd__on_declare(struct cm_rpc_call *call, grpc_byte_buffer *bb,
+                     void *ctx) {
+  struct psd_service *svc = ctx;
+  struct cm_wire_msg m;
+  Psd__V1__DeclareRequest *req = NULL;
+  Psd__V1__DeclareResponse resp = PSD__V1__DECLARE_RESPONSE__INIT;
+  Psd__V1__VarSlice *slices = NULL, **ptrs = NULL;
+  char err[512];
+
+  req = (Psd__V1__DeclareRequest *)cm_request_open(
+      &svc->host, call, bb, &psd__v1__declare_request__descriptor, "Declare",
+      &m);
+  if (!req || check_declare(svc, call, req))
+    goto out;
+  slices = calloc(req->n_vars + 1, sizeof *slices);
+  ptrs = calloc(req->n_vars + 1, sizeof *ptrs);
+  if (!slices || !ptrs) {
+    psd__fail(svc, call, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+    goto out;
+  }
+  for (size_t i = 0; i < req->n_vars; i++) {
+    const Psd__V1__VarSpec *vs = req->vars[i];
+    struct psd_var *v;
+    int created = 0, rc;
+    rc = psd_store_declare(
+        svc->store, vs->name, (int)vs->n_shape, vs->shape, vs->placement,
+        vs->init == PSD__V1__INIT__INIT_UNIFORM ? PSD_INIT_UNIFORM
+                                                : PSD_INIT_ZEROS,
+        vs->init_scale, vs->seed, &v, &created, err, sizeof err);
+    if (rc) {
+      psd__fail(svc, call,
+                rc == CM_EEXIST   ? GRPC_STATUS_ALREADY_EXISTS
+                : rc == CM_ENOMEM ? GRPC_STATUS_RESOURCE_EXHAUSTED
+                                  : GRPC_STATUS_INVALID_ARGUMENT,
+                "%s", err);
+      goto out;
+    }
+    if (created) {
+      char shape[128];
+      const char *who =
+          req->caller && req->caller->worker ? req->caller->worker : "?";
+      psd_shape_format(v->ndim, v->shape, shape, sizeof shape);
+      if (v->row_end > v->row_begin)
+        cm_info("created '%s' %s: rows [%lld, %lld) here (declared by %.64s)",
+                v->name, shape, (long long)v->row_begin, (long long)v->row_end,
+                who);
+      else
+        cm_info("created '%s' %s: no rows here, %s (declared by %.64s)",
+                v->name, shape,
+                v->placement >= 0 ? "placed whole on another shard"
+                                  : "more shards than rows",
+                who);
+    }
+    psd__v1__var_slice__init(&slices[i]);
+    slices[i].name = v->name;
+    slices[i].row_begin = v->row_begin;
+    slices[i].row_end = v->row_end;
+    slices[i].created = created;
+    ptrs[i] = &slices[i];
+  }
+  resp.n_slices = req->n_vars;
+  resp.slices = ptrs;
+  cm_rpc_reply(call, cm_rpc_pack(&resp.base));
+out:
+  free(slices);
+  free(ptrs);
+  cm_request_free((ProtobufCMessage *)req);
+  cm_wire_msg_release(&m);
+}

@@ -1,0 +1,254 @@
+/* psd.v1.Data/Pull (service_internal.h): a worker reads its variables'
+ * values. A pull whose version exists is answered at once; a sync pull for
+ * the step after the last one closed is parked on a list, not held by a
+ * sleeping thread, and answered when Commit or Rollback (commit.c) releases
+ * it, or with UNAVAILABLE when psd stops. Async answers are sent
+ * straight from the variables' memory; sync answers are one copy, so a
+ * chunk is exactly the version it says. */
+#include "service_internal.h"
+
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "clock.h"
+#include "steps.h"
+#include "wire.h"
+
+/* A pull waiting for the shard to commit min_version steps. */
+struct psd__parked_pull {
+  struct cm_rpc_call *call;      /* answered once the version exists */
+  Psd__V1__PullRequest *req;     /* owned, unpacked request */
+  struct psd__parked_pull *next; /* list link */
+};
+
+static void release_free(void *p) { free(p); }
+
+/* Answers a pull whose version exists; `start` (cm_mono_ms) is when its
+ * handling began, for the pull histogram. */
+static void answer_pull(struct psd_service *svc, struct cm_rpc_call *call,
+                        const Psd__V1__PullRequest *req, double start) {
+  Psd__V1__PullResponse resp = PSD__V1__PULL_RESPONSE__INIT;
+  struct psd_var **vars = NULL;
+  struct cm_wire_piece *pieces = NULL;
+  uint64_t *versions = NULL, total = 0;
+  uint8_t *data = NULL, *head = NULL;
+  size_t head_len;
+
+  vars = calloc(req->n_segments + 1, sizeof *vars);
+  versions = calloc(req->n_segments + 1, sizeof *versions);
+  if (!vars || !versions)
+    goto nomem;
+  for (size_t i = 0; i < req->n_segments; i++) {
+    if (!(vars[i] = psd__segment_var(svc, call, req->segments[i], i, "pull")))
+      goto out;
+    if (req->slots && req->slot >= (uint32_t)vars[i]->nslots) {
+      psd__fail(svc, call, GRPC_STATUS_FAILED_PRECONDITION,
+                "pull of '%s' slot %u: its optimizer %s keeps %d",
+                vars[i]->name, req->slot, vars[i]->optim_desc, vars[i]->nslots);
+      goto out;
+    }
+    total += req->segments[i]->count * sizeof(float);
+    /* The answer must fit in a message with its head (a count is at most
+     * 2^40, so the sum cannot wrap before this stops it). */
+    if (total > svc->limits.max_message - 4096) {
+      psd__fail(svc, call, GRPC_STATUS_RESOURCE_EXHAUSTED,
+                "pull asks for more than %llu bytes in one message (job."
+                "max_message_mb less a head); split it into chunks",
+                (unsigned long long)(svc->limits.max_message - 4096));
+      goto out;
+    }
+  }
+  if (svc->steps)
+    resp.step = psd_steps_version(svc->steps);
+  if (!svc->steps) {
+    /* Async: send straight from the variables' memory, no copy. A push
+     * may land while gRPC writes it, as it could between two pulls: async
+     * training reads whatever values are current (floats are never torn).
+     * Variables live until the server has stopped. */
+    if (!(pieces = calloc(req->n_segments + 1, sizeof *pieces)))
+      goto nomem;
+    for (size_t i = 0; i < req->n_segments; i++) {
+      const Psd__V1__Segment *seg = req->segments[i];
+      struct psd_var *v = vars[i];
+      pthread_mutex_lock(&v->lock);
+      versions[i] = v->version;
+      pthread_mutex_unlock(&v->lock);
+      pieces[i].ptr =
+          (const uint8_t *)((req->slots ? v->slots[req->slot] : v->value) +
+                            (seg->offset - v->elem_begin));
+      pieces[i].len = seg->count * sizeof(float);
+    }
+  } else {
+    /* Sync: one copy, so a chunk is exactly the version it says. */
+    if (!(data = malloc(total ? total : 1)) ||
+        !(pieces = calloc(1, sizeof *pieces)))
+      goto nomem;
+    uint8_t *p = data;
+    for (size_t i = 0; i < req->n_segments; i++) {
+      const Psd__V1__Segment *seg = req->segments[i];
+      struct psd_var *v = vars[i];
+      pthread_mutex_lock(&v->lock);
+      memcpy(p,
+             (req->slots ? v->slots[req->slot] : v->value) +
+                 (seg->offset - v->elem_begin),
+             seg->count * sizeof(float));
+      versions[i] = v->version;
+      pthread_mutex_unlock(&v->lock);
+      p += seg->count * sizeof(float);
+    }
+    pieces[0] = (struct cm_wire_piece){data, total};
+  }
+  resp.n_versions = req->n_segments;
+  resp.versions = versions;
+  head_len = protobuf_c_message_get_packed_size(&resp.base);
+  if (!(head = malloc(head_len + 1)))
+    goto nomem;
+  protobuf_c_message_pack(&resp.base, head);
+  {
+    grpc_byte_buffer *out =
+        data ? cm_wire_build(head, head_len, pieces, 1, release_free, data)
+             : cm_wire_build(head, head_len, pieces, (int)req->n_segments, NULL,
+                             NULL);
+    data = NULL; /* the slice owns it now */
+    atomic_fetch_add(&svc->pulls, 1);
+    atomic_fetch_add(&svc->bytes_out, total);
+    cm_rpc_reply(call, out);
+    psd_hist_observe(&svc->pull_time, (cm_mono_ms() - start) / 1e3);
+  }
+  goto out;
+nomem:
+  psd__fail(svc, call, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+out:
+  free(head);
+  free(data);
+  free(pieces);
+  free(vars);
+  free(versions);
+}
+
+/* Answers a sync pull of a generation the job has rolled back from: no
+ * data, the step to pull again and the generation. */
+static void answer_rolled_back(struct psd_service *svc,
+                               struct cm_rpc_call *call) {
+  Psd__V1__PullResponse r = PSD__V1__PULL_RESPONSE__INIT;
+  struct psd_steps_state st;
+  psd_steps_state(svc->steps, &st);
+  r.gen = st.gen;
+  r.rollback_step = st.rollback_step;
+  r.rolled_back = 1;
+  r.step = st.version;
+  cm_rpc_reply(call, cm_rpc_pack(&r.base));
+}
+
+void psd__on_pull(struct cm_rpc_call *call, grpc_byte_buffer *bb, void *ctx) {
+  struct psd_service *svc = ctx;
+  double start = cm_mono_ms();
+  struct cm_wire_msg m;
+  Psd__V1__PullRequest *req = (Psd__V1__PullRequest *)cm_request_open(
+      &svc->host, call, bb, &psd__v1__pull_request__descriptor, "Pull", &m);
+  cm_wire_msg_release(&m);
+  if (!req || psd__check_segment_count(svc, call, req->n_segments, "Pull"))
+    goto out;
+  if (req->min_version > 0 && svc->steps) {
+    /* Park it under the lock that commits drain, so none is missed. */
+    struct psd_steps_state st;
+    uint64_t version, gen;
+    int full = 0, resumed;
+    pthread_mutex_lock(&svc->park_lock);
+    psd_steps_state(svc->steps, &st);
+    version = st.version;
+    gen = st.gen;
+    resumed = st.resumed;
+    /* A pull of an older generation asks for steps the job rolled back:
+     * it is told so, without data. */
+    if (req->gen < gen) {
+      pthread_mutex_unlock(&svc->park_lock);
+      answer_rolled_back(svc, call);
+      goto out;
+    }
+    /* A worker pulls for the step after the last one closed, whose commit
+     * may still be on its way here: one ahead at most. Further ahead would
+     * wait for steps that cannot close without this shard; one that
+     * restarted from an older checkpoint waits for the coordinator's
+     * rollback (the pull is retried). A newer generation's pull waits for
+     * this shard's rollback, parked. */
+    if (version + 1 < req->min_version && req->gen == gen) {
+      pthread_mutex_unlock(&svc->park_lock);
+      psd__fail(svc, call,
+                resumed ? GRPC_STATUS_UNAVAILABLE
+                        : GRPC_STATUS_FAILED_PRECONDITION,
+                "Pull: version %llu asked for, but shard %d has committed %llu "
+                "steps; a worker pulls at most one step ahead (did this shard "
+                "restart alone, or the worker come from another run?)",
+                (unsigned long long)req->min_version, svc->shard,
+                (unsigned long long)version);
+      goto out;
+    }
+    if (version < req->min_version || req->gen > gen) {
+      struct psd__parked_pull *p = NULL;
+      if (svc->nparked >= PSD_MAX_PARKED)
+        full = 1;
+      else if (!(p = calloc(1, sizeof *p)))
+        full = 2;
+      if (p) {
+        *p = (struct psd__parked_pull){call, req, svc->parked};
+        svc->parked = p;
+        svc->nparked++;
+        req = NULL;
+        call = NULL;
+      }
+    }
+    pthread_mutex_unlock(&svc->park_lock);
+    if (full) {
+      if (full == 2)
+        psd__fail(svc, call, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+      else
+        psd__fail(svc, call, GRPC_STATUS_RESOURCE_EXHAUSTED,
+                  "Pull: %d pulls already wait for a step on shard %d; no more "
+                  "are parked",
+                  PSD_MAX_PARKED, svc->shard);
+      goto out;
+    }
+    if (!call)
+      goto out;
+  }
+  answer_pull(svc, call, req, start);
+out:
+  cm_request_free((ProtobufCMessage *)req);
+}
+
+void psd__pull_release_parked(struct psd_service *svc, int stopping) {
+  struct psd__parked_pull *ready = NULL;
+  pthread_mutex_lock(&svc->park_lock);
+  struct psd_steps_state st = {0};
+  if (svc->steps)
+    psd_steps_state(svc->steps, &st);
+  uint64_t version = st.version, gen = st.gen;
+  for (struct psd__parked_pull **pp = &svc->parked; *pp;) {
+    struct psd__parked_pull *p = *pp;
+    if (stopping || p->req->gen < gen ||
+        (p->req->gen == gen && p->req->min_version <= version)) {
+      *pp = p->next;
+      p->next = ready;
+      ready = p;
+      svc->nparked--;
+    } else {
+      pp = &p->next;
+    }
+  }
+  pthread_mutex_unlock(&svc->park_lock);
+  while (ready) {
+    struct psd__parked_pull *p = ready;
+    ready = p->next;
+    if (stopping)
+      cm_rpc_fail(p->call, GRPC_STATUS_UNAVAILABLE, "psd is shutting down");
+    else if (p->req->gen < gen)
+      answer_rolled_back(svc, p->call);
+    else
+      answer_pull(svc, p->call, p->req, cm_mono_ms());
+    cm_request_free(&p->req->base);
+    free(p);
+  }
+}

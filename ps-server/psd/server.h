@@ -1,0 +1,72 @@
+/* The psd daemon's state (STYLE habit 5): one struct psd_server, made by
+ * main (psd.c) and passed explicitly to the files of the psd program:
+ * cmdline.c fills it from the command line and the spec, startup.c opens
+ * the store and the server into it, and psd.c runs the loop over it and
+ * tears it down. Nothing here is global. Also the program's exit statuses
+ * and its periods, which psd --help states. */
+#ifndef PSD_SERVER_H
+#define PSD_SERVER_H
+
+#include <stdint.h>
+
+#include <uv.h>
+
+#include "auth.h"
+#include "ckpt.h"
+#include "rpc.h"
+#include "service.h"
+
+/* psd's exit statuses, as psd --help lists them. */
+enum psd_exit {
+  PSD_EXIT_OK = 0,     /* stopped by a signal, or --help */
+  PSD_EXIT_FAILED = 1, /* could not start, or the final checkpoint failed */
+  PSD_EXIT_USAGE = 2,  /* bad command line or cluster spec */
+};
+
+/* Milliseconds between stats lines while there is traffic. */
+#define PSD_STATS_PERIOD_MS 10000
+/* How often the coordinator checks step deadlines and heartbeats. */
+#define PSD_TICK_MS 10
+/* How long calls in flight may take to finish on SIGTERM. */
+#define PSD_STOP_GRACE_MS 5000
+/* How often systemd's STATUS= line is refreshed (under systemd only). */
+#define PSD_STATUS_PERIOD_MS 2000
+
+/* The daemon's state, passed explicitly. Every owned pointer is freed by
+ * main whether or not startup got that far (NULL is ignored). */
+struct psd_server {
+  struct cm_spec *spec;        /* owned cluster spec */
+  int shard;                   /* this shard's index */
+  char listen[300];            /* address served */
+  char unix_path[200];         /* Unix socket also served, "" when none */
+  struct psd_local *local;     /* owned Unix socket listener, or NULL */
+  struct cm_creds creds;       /* owned: token and TLS from the spec auth */
+  struct psd_store *store;     /* owned variables */
+  struct psd_service *service; /* owned gRPC handlers */
+  struct psd_coord *coord;     /* owned coordinator, shard 0 only */
+  struct cm_rpc_method methods[16];    /* served: data, admin, coordinator */
+  struct cm_server *rpc;               /* owned gRPC server */
+  uv_loop_t loop;                      /* signals and timers */
+  uv_signal_t sigterm, sigint, sighup; /* signal watchers */
+  uv_timer_t stats;                    /* periodic stats line */
+  uv_timer_t watchdog;                 /* systemd watchdog pings */
+  uv_timer_t tick;                     /* coordinator deadlines, heartbeats */
+  uv_timer_t status;                   /* systemd STATUS= refreshes */
+  struct psd_counters last;            /* counters at the previous stats line */
+  struct psd_counters status_last;     /* counters at the previous STATUS= */
+  uint64_t status_at;                  /* uv_now() of the previous STATUS= */
+  int stop_signal; /* the signal that asked us to stop, or 0 */
+
+  /* Checkpoints. */
+  char ckpt_root[1024];          /* --checkpoint-dir, "" when not given */
+  struct psd_ckpt *ckpt;         /* owned; NULL when checkpoints are off */
+  struct psd_saver *saver;       /* owned checkpoint policy and thread */
+  struct psd_ckpt_result resume; /* the checkpoint restored (step 0: none) */
+  struct psd_dedup *dedup;       /* owned: the restored checkpoint's table of
+                                    applied pushes, until the service takes it
+                                    (then NULL) */
+  int has_resume_step;           /* --resume-step given */
+  uint64_t resume_step;          /* its value */
+};
+
+#endif

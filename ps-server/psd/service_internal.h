@@ -1,0 +1,126 @@
+/* What the files of psd's data service share, and nothing else includes:
+ * the service object and the functions one file calls in another. The
+ * service is split by the call it answers:
+ *   service.c   the object: new/free, the methods, setters, counters, and
+ *               the refuse hook that logs and counts every refusal
+ *   checks.c    the field checks every handler shares (names, segments)
+ *   declare.c   Data/Declare: variables created on this shard
+ *   pull.c      Data/Pull: a pull answered, or parked until its step commits
+ *   push.c      Data/Push: a gradient applied (async) or staged (sync)
+ *   commit.c    Data/Commit and Data/Rollback: the sync step closes here
+ *   status.c    Admin/Status: what the shard reports to psctl
+ * The public interface is service.h. Each handler checks the whole request
+ * before changing anything, so a rejected push applies nothing. Bulk bytes
+ * are read in place from the received slices (wire.h): one copy into a
+ * scratch buffer on push, one copy out of the variable on pull. */
+#ifndef PSD_SERVICE_INTERNAL_H
+#define PSD_SERVICE_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <time.h>
+
+#include "hist.h"
+#include "ps.pb-c.h"
+#include "request.h"
+#include "rpc.h"
+#include "service.h"
+#include "store.h"
+
+/* Errors logged in full before the log only samples them. */
+#define PSD__LOGGED_ERRORS 50
+
+struct psd__parked_pull; /* pull.c */
+
+struct psd_service {
+  struct psd_store *store;         /* borrowed */
+  int shard;                       /* this shard's index */
+  int nshards;                     /* shards in the job */
+  int nworkers;                    /* workers in the job: valid indices */
+  struct psd_limits limits;        /* what requests may ask (service.h) */
+  int held_is_memory;              /* limits.max_held is the machine's RAM */
+  char job[64];                    /* job name callers must use */
+  struct cm_request_host host;     /* how requests are taken and refused */
+  char mode[16];                   /* "async" */
+  struct timespec started;         /* for uptime */
+  struct cm_rpc_method methods[6]; /* what psd serves */
+  struct psd_steps *steps;         /* owned, sync mode */
+  struct psd_coord *coord;         /* borrowed, shard 0 only (status) */
+  struct cm_server *rpc;           /* borrowed: its refusal count (status) */
+  struct psd_saver *saver;         /* borrowed: step counts, commit gate */
+  pthread_mutex_t park_lock;       /* guards parked and nparked */
+  struct psd__parked_pull *parked; /* pulls waiting for a version */
+  int nparked;                     /* entries in parked */
+  atomic_uint_fast64_t pulls;      /* pull calls answered */
+  atomic_uint_fast64_t pushes;     /* push calls applied */
+  atomic_uint_fast64_t examples;   /* examples behind applied pushes */
+  atomic_uint_fast64_t bytes_in;   /* gradient bytes applied */
+  atomic_uint_fast64_t bytes_out;  /* value bytes sent */
+  atomic_uint_fast64_t errors;     /* calls answered with an error */
+  atomic_uint_fast64_t updates;    /* async: worker steps applied (pushes
+                                      carrying a batch's examples) */
+  atomic_uint_fast64_t nonfinite;  /* pushes with NaN or Inf, whatever
+                                      job.nonfinite did with them */
+  struct psd_hist push_time;       /* push handling, decode to reply */
+  struct psd_hist pull_time;       /* pull handling, a parked wait excluded */
+  struct psd_dedup *dedup;         /* owned: push messages applied, per
+                                      client (retries are not applied twice) */
+};
+
+/* Refuses a call with a formatted message, logged and counted (through the
+ * host's refuse hook, service.c). */
+#define psd__fail(svc, call, code, ...)                                        \
+  cm_request_refuse(&(svc)->host, call, code, __VA_ARGS__)
+
+/* ---- checks.c: every check answers the call when it fails ---- */
+
+/* Checks a variable name sent in a request: 1..PSD_VAR_MAX_NAME bytes, no
+ * control characters (names end up in logs, tables and checkpoint files).
+ * `what` is the call ("Declare", "push"), i the name's position in it.
+ * Returns 0 or answers the call and returns -1. */
+int psd__check_name(struct psd_service *svc, struct cm_rpc_call *call,
+                    const char *name, const char *what, size_t i);
+
+/* Checks the number of segments of a pull or push; returns 0 or answers the
+ * call and returns -1. */
+int psd__check_segment_count(struct psd_service *svc, struct cm_rpc_call *call,
+                             size_t n, const char *what);
+
+/* Finds a segment's variable and checks its element range against this
+ * shard's rows. Returns the variable (the store's) or answers the call and
+ * returns NULL. */
+struct psd_var *psd__segment_var(struct psd_service *svc,
+                                 struct cm_rpc_call *call,
+                                 const Psd__V1__Segment *seg, size_t i,
+                                 const char *what);
+
+/* Refuses a push whose segments overlap (the same elements twice in one
+ * gradient: applied twice, or one silently winning); vars[i] is segment i's
+ * variable. Returns 0 or answers the call and returns -1. */
+int psd__check_overlap(struct psd_service *svc, struct cm_rpc_call *call,
+                       const Psd__V1__PushRequest *req,
+                       struct psd_var *const *vars);
+
+/* ---- the handlers (cm_rpc_handler; ctx is the service) ---- */
+
+void psd__on_declare(struct cm_rpc_call *call, grpc_byte_buffer *bb,
+                     void *ctx); /* declare.c */
+void psd__on_pull(struct cm_rpc_call *call, grpc_byte_buffer *bb,
+                  void *ctx); /* pull.c */
+void psd__on_push(struct cm_rpc_call *call, grpc_byte_buffer *bb,
+                  void *ctx); /* push.c */
+void psd__on_commit(struct cm_rpc_call *call, grpc_byte_buffer *bb,
+                    void *ctx); /* commit.c */
+void psd__on_rollback(struct cm_rpc_call *call, grpc_byte_buffer *bb,
+                      void *ctx); /* commit.c */
+void psd__on_status(struct cm_rpc_call *call, grpc_byte_buffer *bb,
+                    void *ctx); /* status.c */
+
+/* ---- pull.c ---- */
+
+/* Answers the parked pulls whose version now exists (after a commit or a
+ * rollback), or all of them, with UNAVAILABLE, when stopping (psd stops). */
+void psd__pull_release_parked(struct psd_service *svc, int stopping);
+
+#endif

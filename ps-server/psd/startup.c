@@ -1,0 +1,254 @@
+/* How psd starts serving (startup.h): the checkpoint restored before psd
+ * listens, the service, saver, coordinator and gRPC server opened over the
+ * store, the job's Unix socket, and the lines that say what the shard
+ * serves. main (psd.c) calls these in order; each logs its own failure. */
+#include "startup.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "coord.h"
+#include "dedup.h"
+#include "endpoint.h"
+#include "err.h"
+#include "local.h"
+#include "log.h"
+#include "saver.h"
+#include "spec.h"
+#include "steps.h"
+#include "store.h"
+#include "units.h"
+
+enum psd_exit psd_server_restore(struct psd_server *srv) {
+  const struct cm_job *job = &srv->spec->job;
+  const char *state = getenv("STATE_DIRECTORY"), *from = "--checkpoint-dir";
+  char root[1024], err[4096];
+  int rc;
+
+  if (srv->ckpt_root[0]) {
+    snprintf(root, sizeof root, "%s", srv->ckpt_root);
+  } else if (job->ckpt_dir[0]) {
+    snprintf(root, sizeof root, "%s", job->ckpt_dir);
+    from = "job.checkpoint.dir";
+  } else if (state && state[0]) {
+    /* systemd's StateDirectory=; several are separated by ':'. */
+    snprintf(root, sizeof root, "%.*s", (int)strcspn(state, ":"), state);
+    from = "STATE_DIRECTORY";
+  } else if (srv->has_resume_step) {
+    cm_error("--resume-step needs checkpoints: no checkpoint dir (set "
+             "job.checkpoint.dir, --checkpoint-dir or STATE_DIRECTORY)");
+    return PSD_EXIT_USAGE;
+  } else {
+    cm_info("checkpoints are off: no checkpoint dir (set job.checkpoint.dir, "
+            "--checkpoint-dir or STATE_DIRECTORY)");
+    return PSD_EXIT_OK;
+  }
+  struct psd_ckpt_opts o = {.root = root,
+                            .job = job->name,
+                            .shard = srv->shard,
+                            .nshards = srv->spec->nps,
+                            .mode = job->mode,
+                            .optims = &job->optim,
+                            .keep = job->ckpt_keep,
+                            .has_resume_step = srv->has_resume_step,
+                            .resume_step = srv->resume_step};
+  if ((rc = psd_ckpt_new(&srv->ckpt, &o, err, sizeof err))) {
+    cm_error("checkpoint directory (from %s): %s", from, err);
+    return PSD_EXIT_FAILED;
+  }
+  cm_info("checkpoints in %s (from %s): every %d steps, every %g s, keep %d",
+          psd_ckpt_dir(srv->ckpt), from, job->ckpt_every_steps,
+          job->ckpt_every_s, job->ckpt_keep);
+  if ((rc = psd_ckpt_load(srv->ckpt, &srv->store, &srv->dedup, &srv->resume,
+                          err, sizeof err))) {
+    cm_error("cannot resume: %s", err);
+    return PSD_EXIT_FAILED;
+  }
+  if (!srv->store) {
+    cm_info("no checkpoint in %s: starting from scratch",
+            psd_ckpt_dir(srv->ckpt));
+    return PSD_EXIT_OK;
+  }
+  char size[32], clients[64] = "";
+  /* A checkpoint without a table (sync, or an older psd's) says nothing. */
+  if (srv->resume.clients >= 0)
+    snprintf(clients, sizeof clients, ", applied pushes of %d client%s",
+             srv->resume.clients, srv->resume.clients == 1 ? "" : "s");
+  cm_info("resumed from step %llu: %s, %d variables%s, %s verified and "
+          "loaded in %.0f ms%s",
+          (unsigned long long)srv->resume.step, srv->resume.path,
+          srv->resume.nvars, clients,
+          cm_fmt_bytes((double)srv->resume.bytes, size, sizeof size),
+          srv->resume.ms,
+          srv->resume.refused ? " (newer checkpoints were REFUSED, see above)"
+                              : "");
+  return PSD_EXIT_OK;
+}
+
+/* Creates the checkpoint saver over the service's store and steps, and
+ * continues the restored step. Returns 0 or CM_ENOMEM. */
+static int attach_saver(struct psd_server *srv) {
+  const struct cm_job *job = &srv->spec->job;
+  struct psd_steps *steps = psd_service_steps(srv->service);
+  struct psd_saver_opts o = {.ckpt = srv->ckpt,
+                             .store = srv->store,
+                             .steps = steps,
+                             .dedup = psd_service_dedup(srv->service),
+                             .job = job->name,
+                             .every_steps = job->ckpt_every_steps,
+                             .every_s = job->ckpt_every_s,
+                             .step = steps ? 0 : srv->resume.step,
+                             .resumed = &srv->resume};
+  /* Only a store restored from a checkpoint continues a job. */
+  if (steps && srv->resume.path[0])
+    psd_steps_resume(steps, srv->resume.step);
+  if (psd_saver_new(&srv->saver, &o) || psd_saver_start(srv->saver))
+    return CM_ENOMEM;
+  psd_service_set_saver(srv->service, srv->saver);
+  return 0;
+}
+
+enum psd_exit psd_server_open(struct psd_server *srv) {
+  const struct cm_job *job = &srv->spec->job;
+  const struct cm_rpc_method *methods;
+  char err[512];
+  int n, nc = 0, ns = 0, rc;
+
+  /* The store may come from a checkpoint already (psd_server_restore). */
+  if ((!srv->store &&
+       psd_store_new(&srv->store, srv->shard, srv->spec->nps, &job->optim)) ||
+      psd_service_new(&srv->service, srv->store, srv->shard, srv->spec->nps,
+                      srv->spec->nworker, job->name, job->mode)) {
+    cm_error("out of memory");
+    return PSD_EXIT_FAILED;
+  }
+  /* So is the table of pushes its values hold: their retries stay
+   * duplicates. Before the saver, which saves the service's table. */
+  if (srv->dedup) {
+    psd_service_set_dedup(srv->service, srv->dedup);
+    srv->dedup = NULL;
+  }
+  if (attach_saver(srv)) {
+    cm_error("out of memory");
+    return PSD_EXIT_FAILED;
+  }
+  psd_service_set_limits(
+      srv->service,
+      &(struct psd_limits){.max_message = (uint64_t)cm_rpc_max_message(),
+                           .nonfinite = psd_nonfinite_parse(job->nonfinite)});
+  methods = psd_service_methods(srv->service, &n);
+  memcpy(srv->methods, methods, n * sizeof *methods);
+  if (srv->shard == 0) {
+    /* Shard 0 is also the coordinator: membership, steps, clocks. */
+    if (psd_coord_new(&srv->coord, srv->spec)) {
+      cm_error("cannot start the coordinator");
+      return PSD_EXIT_FAILED;
+    }
+    /* A resumed sync job opens its checkpoint's step (steps committed). */
+    if (!strcmp(job->mode, "sync"))
+      psd_coord_resume(srv->coord, srv->resume.step);
+    if (psd_coord_start(srv->coord)) {
+      cm_error("cannot start the coordinator");
+      return PSD_EXIT_FAILED;
+    }
+    psd_service_set_coord(srv->service, srv->coord);
+    methods = psd_coord_methods(srv->coord, &nc);
+    memcpy(srv->methods + n, methods, nc * sizeof *methods);
+  }
+  methods = psd_saver_methods(srv->saver, &ns);
+  memcpy(srv->methods + n + nc, methods, ns * sizeof *methods);
+  if ((rc = cm_server_new(&srv->rpc, srv->listen, srv->methods, n + nc + ns,
+                          &srv->creds, err, sizeof err))) {
+    cm_error("%s", err);
+    if (rc == CM_EADDRINUSE)
+      cm_error("is another psd (or another program) using that port? "
+               "change cluster.ps[%d] in the spec or stop it",
+               srv->shard);
+    return PSD_EXIT_FAILED;
+  }
+  psd_service_set_server(srv->service, srv->rpc);
+  if (cm_server_start(srv->rpc)) {
+    cm_error("cannot start the gRPC server");
+    return PSD_EXIT_FAILED;
+  }
+  return PSD_EXIT_OK;
+}
+
+void psd_server_start_local(struct psd_server *srv) {
+  char path[200], why[300];
+
+  if (!srv->spec->job.unix_sockets)
+    return;
+  if (srv->creds.tls) {
+    cm_info("no Unix socket: TLS is on, and gRPC runs no TLS over a socket "
+            "handed to it; clients on this host use TCP");
+    return;
+  }
+  if (cm_endpoint_unix_path(srv->spec->job.name, &srv->spec->ps[srv->shard],
+                            path, sizeof path)) {
+    cm_warn("no Unix socket: the path for job '%s' would be too long; "
+            "clients on this host use TCP (set PSD_SOCKET_DIR shorter)",
+            srv->spec->job.name);
+    return;
+  }
+  if (psd_local_start(&srv->local, &srv->loop, srv->rpc, path, why,
+                      sizeof why)) {
+    cm_info("no Unix socket: %s; clients on this host use TCP", why);
+    return;
+  }
+  snprintf(srv->unix_path, sizeof srv->unix_path, "%s", path);
+}
+
+/* Says who may call this shard. */
+static void log_security(struct psd_server *srv) {
+  const struct cm_creds *c = &srv->creds;
+  if (!c->token[0] && !c->tls) {
+    const char *l = srv->listen;
+    /* On loopback only this host's users can call; say it, don't warn. */
+    int loopback = !strncmp(l, "127.", 4) || !strncmp(l, "[::1]:", 6) ||
+                   !strncmp(l, "localhost:", 10);
+    cm_log(loopback ? CM_LOG_INFO : CM_LOG_WARN,
+           "no authentication (the spec has no \"auth\"): anyone who can "
+           "reach %s can read and change the model",
+           srv->listen);
+    return;
+  }
+  cm_info("security: %s%s%s", c->token[0] ? "bearer token required" : "",
+          c->token[0] && c->tls ? ", " : "",
+          !c->tls     ? ""
+          : c->mutual ? "TLS with client certificates (mutual)"
+                      : "TLS");
+}
+
+/* Says what the shard refuses beyond the per-field checks. */
+static void log_limits(struct psd_server *srv) {
+  const struct cm_job *job = &srv->spec->job;
+  cm_info("input: messages over %d MiB are refused (job.max_message_mb); "
+          "pushes with NaN or Inf are %s (job.nonfinite \"%s\")",
+          job->max_message_mb,
+          !strcmp(job->nonfinite, "skip") ? "acknowledged, skipped and counted"
+          : !strcmp(job->nonfinite, "apply") ? "applied as they are and counted"
+                                             : "rejected",
+          job->nonfinite);
+}
+
+/* The "ready" line: where, which shard of which job, and the optimizer. */
+static void log_ready(struct psd_server *srv) {
+  const struct cm_job *job = &srv->spec->job;
+  char optim[PSD_OPTIM_DESC], more[64] = "";
+  cm_optim_describe(&job->optim.def, optim, sizeof optim);
+  if (job->optim.nrules)
+    snprintf(more, sizeof more, " (%d per-variable override%s)",
+             job->optim.nrules, job->optim.nrules == 1 ? "" : "s");
+  cm_info("ready: listening on %s%s%s, shard %d of %d, job '%s', %s, "
+          "optimizer %s%s",
+          srv->listen, srv->unix_path[0] ? " and unix:" : "", srv->unix_path,
+          srv->shard, srv->spec->nps, job->name, job->mode, optim, more);
+}
+
+void psd_server_log_ready(struct psd_server *srv) {
+  log_security(srv);
+  log_limits(srv);
+  log_ready(srv);
+}
