@@ -1,0 +1,72 @@
+/* pstool's insides: its parsed command line and its subcommands, one family
+ * per file (the usage is at the top of pstool.c):
+ *
+ *   pstool.c        main: options, the spec, dispatch
+ *   pstool_low.c    declare, push, pushfill, pull, raw: one call to one
+ *                   shard, to check psd's answers; nanpush: the client's
+ *                   refusal of a NaN gradient
+ *   pstool_bench.c  roundtrip, syncload, tcp: timings for the benchmarks
+ *   pstool_count.c  count, load: pushes applied exactly once through faults
+ *
+ * Every subcommand returns the process's exit status and prints the
+ * key=value lines that tests/integration and tests/bench/bench.py parse. */
+#ifndef PSTOOL_H
+#define PSTOOL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "spec.h"
+
+/* The command line, as main parsed it. */
+struct pstool_args {
+  const char *cluster; /* --cluster */
+  int shard;           /* --shard */
+  int timeout;         /* --timeout ms */
+  uint64_t bytes;      /* --bytes */
+  int rounds;          /* --rounds */
+  size_t chunk;        /* --chunk */
+  int inflight;        /* --inflight */
+  int worker;          /* --worker */
+  int join;            /* --join: roundtrip joins as worker --worker first */
+  long long step;      /* --step: a push's sync step, -1 when not given */
+  int max_message_mb;  /* --max-message-mb, 0: the spec's */
+  uint64_t client_id; /* --client-id: push names its message (0: it does not) */
+  uint64_t seq;       /* --seq: the push's seq */
+  uint32_t chunk_id;  /* --chunk-id: the push's chunk */
+  int clients;        /* --clients: load's client threads */
+  double seconds;     /* --seconds: load's duration */
+};
+
+/* ---- pstool_low.c */
+
+/* argv[0] is declare, push, pushfill, pull or raw, argv[1..argc) its
+ * arguments: one call to shard a->shard, "OK ..." or "ERROR ..." printed. */
+int pstool_low(struct cm_spec *spec, const struct pstool_args *a, int argc,
+               char **argv);
+
+/* nanpush K: a NaN at element `at` must be refused whole by the client. */
+int pstool_nanpush(struct cm_spec *spec, const struct pstool_args *a,
+                   uint64_t at);
+
+/* ---- pstool_bench.c */
+
+/* roundtrip: checks a push and pull of a->bytes, then times a->rounds. */
+int pstool_roundtrip(struct cm_spec *spec, const struct pstool_args *a);
+
+/* syncload: a light sync worker, a->rounds steps. */
+int pstool_syncload(struct cm_spec *spec, const struct pstool_args *a);
+
+/* tcp: the loopback TCP copy the transport benchmark compares with. */
+int pstool_tcp(const struct pstool_args *a);
+
+/* ---- pstool_count.c */
+
+/* count: a->rounds pushes, then checks each was applied exactly once. */
+int pstool_count(struct cm_spec *spec, const struct pstool_args *a);
+
+/* load: a->clients clients pushing and pulling for a->seconds, then
+ * checked as count is. */
+int pstool_load(struct cm_spec *spec, const struct pstool_args *a);
+
+#endif

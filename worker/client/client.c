@@ -1,0 +1,323 @@
+/* libpsclient's client object (psclient.h): dw_client_new opens a channel
+ * to every shard; after declare the client plans its traffic once: per
+ * shard, the declared variables' slices cut into segments and grouped into
+ * messages of at most chunk_bytes. A pull or push then sends every planned
+ * message, up to `inflight` per shard at once, all shards in parallel
+ * (transfer.c). Pushes are sent from the caller's gradient memory without a
+ * copy; pulled bytes are copied once, from the received slices into the
+ * caller's value buffers.
+ *
+ * Channels: a shard on this host is dialled on its Unix socket once it has
+ * answered a declare, and over TCP again once that socket fails (a Unix
+ * socket connection never reconnects). Here too: the accessors, and the
+ * helpers every call of the client goes through (client_internal.h). */
+#include "client_internal.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/random.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "endpoint.h"
+#include "err.h"
+#include "log.h"
+#include "rand.h"
+#include "shard.h"
+
+#define DEFAULT_CHUNK (2u << 20)
+#define MAX_CHUNK (32u << 20)
+/* A shard's share below this travels in one message. */
+#define MIN_SPLIT (256u << 10)
+
+void dw__seterr(struct dw_client *c, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(c->err, sizeof c->err, fmt, ap);
+  va_end(ap);
+}
+
+const char *dw_client_error(const struct dw_client *c) { return c->err; }
+uint64_t dw_client_bytes_pulled(const struct dw_client *c) { return c->pulled; }
+uint64_t dw_client_bytes_pushed(const struct dw_client *c) { return c->pushed; }
+
+uint64_t dw_client_id(const struct dw_client *c) { return c->client_id; }
+
+void dw_client_stats(const struct dw_client *c, struct dw_client_stats *out) {
+  *out = c->stats;
+}
+
+/* A random id for this client's pushes: the kernel's random bytes, or the
+ * time, the process and the client's address mixed when those fail. Never 0,
+ * which means "no identity" to a shard. */
+static uint64_t new_client_id(const struct dw_client *c) {
+  uint64_t id = 0;
+  if (getrandom(&id, sizeof id, GRND_NONBLOCK) != (ssize_t)sizeof id) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    uint64_t st = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+    st ^= (uint64_t)getpid() << 32 ^ (uint64_t)(uintptr_t)c;
+    id = cm_splitmix64(&st);
+  }
+  return id ? id : 1;
+}
+
+void dw_client_set_examples(struct dw_client *c, uint32_t examples) {
+  c->examples = examples;
+}
+
+int dw_client_new(struct dw_client **out, const struct cm_spec *spec,
+                  const struct dw_client_opts *opts) {
+  struct dw_client *c = calloc(1, sizeof *c);
+  int rc = 0;
+  if (!c)
+    return CM_ENOMEM;
+  cm_rpc_global_init(); /* reference-counted: balanced in dw_client_free */
+  /* The channels take the job's message limit when made. */
+  cm_rpc_set_max_message((long long)spec->job.max_message_mb << 20);
+  c->spec = spec;
+  c->windex = -1;
+  if (opts)
+    c->o = *opts;
+  if (!c->o.timeout_ms)
+    c->o.timeout_ms = spec->job.timeout_ms > 0 ? spec->job.timeout_ms : 30000;
+  if (!c->o.connect_timeout_ms)
+    c->o.connect_timeout_ms = 60000;
+  if (!c->o.chunk_bytes)
+    c->o.chunk_bytes = DEFAULT_CHUNK;
+  if (c->o.chunk_bytes > MAX_CHUNK)
+    c->o.chunk_bytes = MAX_CHUNK;
+  c->o.chunk_bytes &= ~(size_t)3;
+  if (c->o.chunk_bytes < 4)
+    c->o.chunk_bytes = 4;
+  if (!c->o.inflight)
+    c->o.inflight = 4;
+  if (!c->o.seed)
+    c->o.seed = spec->job.seed;
+  if (c->o.retry_s == 0)
+    c->o.retry_s = spec->job.retry_s;
+  c->retry_ms = c->o.retry_s > 0 ? c->o.retry_s * 1000 : 0;
+  c->client_id = new_client_id(c);
+  c->rng = c->client_id;
+  snprintf(c->worker, sizeof c->worker, "%s",
+           c->o.worker ? c->o.worker : "client");
+  c->o.worker = c->worker;
+  pthread_mutex_init(&c->lock, NULL);
+  pthread_cond_init(&c->cond, NULL);
+  c->nshards = spec->nps;
+  c->cq = grpc_completion_queue_create_for_next(NULL);
+  if ((rc = cm_creds_load(&spec->auth, 0, &c->creds, c->err, sizeof c->err))) {
+    /* The caller gets no client to ask, so say it here. */
+    cm_error("%s", c->err);
+    goto out;
+  }
+  if (!(c->ch = calloc(c->nshards, sizeof *c->ch)) ||
+      !(c->on_unix = calloc(c->nshards, 1)) ||
+      !(c->down_since = calloc(c->nshards, sizeof *c->down_since))) {
+    rc = CM_ENOMEM;
+    goto out;
+  }
+  for (int s = 0; s < c->nshards; s++)
+    if ((rc = cm_channel_new(&c->ch[s], spec->ps[s].text, &c->creds)))
+      goto out;
+out:
+  if (rc) {
+    dw_client_free(c);
+    c = NULL;
+  }
+  *out = c;
+  return rc;
+}
+
+void dw_client_free(struct dw_client *c) {
+  if (!c)
+    return;
+  if (c->hb_running) {
+    pthread_mutex_lock(&c->lock);
+    c->hb_stop = 1;
+    pthread_cond_broadcast(&c->cond);
+    pthread_mutex_unlock(&c->lock);
+    pthread_join(c->hb_thread, NULL);
+  }
+  for (int s = 0; c->ch && s < c->nshards; s++)
+    cm_channel_free(c->ch[s]);
+  free(c->ch);
+  free(c->on_unix);
+  free(c->down_since);
+  cm_creds_free(&c->creds);
+  free(c->pieces);
+  free(c->msgs);
+  free(c->calls);
+  free(c->call_pair);
+  free(c->pending);
+  cm_queue_free(c->cq);
+  pthread_mutex_destroy(&c->lock);
+  pthread_cond_destroy(&c->cond);
+  free(c);
+  cm_rpc_global_shutdown();
+}
+
+uint64_t dw__numel(const struct dw_var *v) {
+  uint64_t n = 1;
+  for (int d = 0; d < v->ndim; d++)
+    n *= (uint64_t)v->shape[d];
+  return n;
+}
+
+/* The identity every request carries: the job and this worker. Points into
+ * c, so it lives as long as the client. */
+Psd__V1__Caller dw__caller(const struct dw_client *c) {
+  Psd__V1__Caller caller = PSD__V1__CALLER__INIT;
+  caller.job = (char *)c->spec->job.name;
+  caller.worker = (char *)c->worker;
+  return caller;
+}
+
+/* Describes call u's failure into c->err. */
+void dw__call_error(struct dw_client *c, const char *what,
+                    const struct cm_unary *u) {
+  int s = 0;
+  for (; s < c->nshards; s++)
+    if (c->ch[s] == u->channel)
+      break;
+  dw__seterr(c, "%s to ps:%d (%s) failed: %s: %s", what, s,
+             cm_channel_target(u->channel), cm_rpc_status_name(u->status),
+             u->details[0] ? u->details : "(no message)");
+}
+
+/* Runs calls; on failure names the first failed call. */
+int dw__run(struct dw_client *c, struct cm_unary *calls, int n,
+            const char *what, int timeout_ms, int wait_for_ready,
+            cm_unary_done done, void *ctx) {
+  struct cm_run_opts o = {.timeout_ms = timeout_ms,
+                          .inflight = c->o.inflight,
+                          .wait_for_ready = wait_for_ready,
+                          .done = done,
+                          .ctx = ctx,
+                          .cq = c->cq};
+  int rc = cm_client_run(calls, n, &o);
+  if (rc) {
+    for (int i = 0; i < n; i++)
+      if (calls[i].status != GRPC_STATUS_OK) {
+        dw__call_error(c, what, &calls[i]);
+        break;
+      }
+  }
+  return rc;
+}
+
+/* Cuts every variable's slice on every shard into messages. */
+int dw__plan(struct dw_client *c) {
+  int cap_p = 16, cap_m = 16;
+  c->pieces = malloc(cap_p * sizeof *c->pieces);
+  c->msgs = malloc(cap_m * sizeof *c->msgs);
+  if (!c->pieces || !c->msgs)
+    return CM_ENOMEM;
+  for (int s = 0; s < c->nshards; s++) {
+    struct dw__msg *cur = NULL;
+    uint64_t total = 0, chunk;
+    uint32_t nshard = 0; /* messages to shard s so far */
+    for (int i = 0; i < c->nvars; i++) {
+      int64_t rb, re;
+      cm_shard_rows(c->vars[i].shape[0], c->vars[i].placement, c->nshards, s,
+                    &rb, &re);
+      total += (uint64_t)(re - rb) *
+               (dw__numel(&c->vars[i]) / (uint64_t)c->vars[i].shape[0]);
+    }
+    /* At least `inflight` messages once a shard's share is worth it, so
+     * a transfer of a few MiB is pipelined too; never above chunk_bytes. */
+    chunk = (total + c->o.inflight - 1) / c->o.inflight;
+    if (chunk < MIN_SPLIT / sizeof(float))
+      chunk = MIN_SPLIT / sizeof(float);
+    if (chunk > c->o.chunk_bytes / sizeof(float))
+      chunk = c->o.chunk_bytes / sizeof(float);
+    for (int i = 0; i < c->nvars; i++) {
+      const struct dw_var *v = &c->vars[i];
+      int64_t rb, re;
+      uint64_t row = dw__numel(v) / (uint64_t)v->shape[0];
+      cm_shard_rows(v->shape[0], v->placement, c->nshards, s, &rb, &re);
+      uint64_t off = (uint64_t)rb * row, end = (uint64_t)re * row;
+      while (off < end) {
+        if (!cur || cur->bytes / sizeof(float) >= chunk) {
+          if (c->nmsgs == cap_m) {
+            struct dw__msg *m = realloc(c->msgs, (cap_m *= 2) * sizeof *m);
+            if (!m)
+              return CM_ENOMEM;
+            c->msgs = m;
+          }
+          cur = &c->msgs[c->nmsgs++];
+          *cur = (struct dw__msg){s, c->npieces, 0, 0, nshard == 0, nshard};
+          nshard++;
+        }
+        uint64_t room = chunk - cur->bytes / sizeof(float);
+        uint64_t k = end - off < room ? end - off : room;
+        if (c->npieces == cap_p) {
+          struct dw__piece *p = realloc(c->pieces, (cap_p *= 2) * sizeof *p);
+          if (!p)
+            return CM_ENOMEM;
+          c->pieces = p;
+        }
+        c->pieces[c->npieces++] = (struct dw__piece){i, off, k};
+        cur->npieces++;
+        cur->bytes += k * sizeof(float);
+        off += k;
+      }
+    }
+  }
+  c->calls = calloc(2 * c->nmsgs + 1, sizeof *c->calls);
+  c->call_pair = calloc(2 * c->nmsgs + 1, sizeof *c->call_pair);
+  c->pending = calloc(2 * c->nmsgs + 1, 1);
+  return c->calls && c->call_pair && c->pending ? 0 : CM_ENOMEM;
+}
+
+/* Moves the channel of every shard on this host to the shard's Unix socket
+ * (common/rpc/endpoint.h). Done once the shards answered a declare, so that a
+ * shard that was still starting has created its socket by now. A shard
+ * whose socket cannot be used stays on TCP. */
+int dw__use_unix_sockets(struct dw_client *c) {
+  char path[200], target[210];
+  for (int s = 0; s < c->nshards; s++) {
+    struct cm_channel *ch;
+    int fd;
+    /* gRPC runs no TLS over a socket handed to it: TLS jobs stay on TCP. */
+    if (!cm_endpoint_unix_candidate(c->spec->job.name, &c->spec->ps[s],
+                                    c->spec->job.unix_sockets && !c->creds.tls,
+                                    path, sizeof path) ||
+        cm_endpoint_unix_connect(path, &fd))
+      continue;
+    snprintf(target, sizeof target, "unix:%s", path);
+    if (cm_channel_new_fd(&ch, target, fd, &c->creds)) {
+      close(fd);
+      return CM_ENOMEM;
+    }
+    cm_channel_free(c->ch[s]);
+    c->ch[s] = ch;
+    c->on_unix[s] = 1;
+  }
+  return 0;
+}
+
+/* A Unix socket connection never reconnects (cm_channel_new_fd): after a
+ * call to shard s failed UNAVAILABLE on one, the shard is dialled over TCP
+ * from now on, so that a retry can reach a restarted shard. */
+void dw__back_to_tcp(struct dw_client *c, const struct cm_unary *calls, int n) {
+  for (int i = 0; i < n; i++) {
+    int s = -1;
+    for (int k = 0; k < c->nshards; k++)
+      if (calls[i].channel == c->ch[k])
+        s = k;
+    if (s < 0 || !c->on_unix[s] || calls[i].status != GRPC_STATUS_UNAVAILABLE)
+      continue;
+    struct cm_channel *ch;
+    if (cm_channel_new(&ch, c->spec->ps[s].text, &c->creds))
+      continue;
+    cm_channel_free(c->ch[s]);
+    c->ch[s] = ch;
+    c->on_unix[s] = 0;
+  }
+}
+
+const char *dw_client_target(const struct dw_client *c, int shard) {
+  return cm_channel_target(c->ch[shard]);
+}

@@ -1,0 +1,159 @@
+/* libpsclient's insides, shared by its files and by nothing else (the
+ * public API is psclient.h): struct dw_client, the plan of its traffic, and
+ * the dw__ helpers one file lends another.
+ *
+ *   client.c     the client object: channels (and the move to a shard's Unix
+ *                socket, and back to TCP), the plan, accessors
+ *   declare.c    Data/Declare, then the plan and the Unix sockets
+ *   transfer.c   pull and push with retries
+ *   read.c       dw_client_read: an admin tool's chunked reads
+ *   coord.c      the coordinator's calls and the heartbeat thread
+ *   status.c     Admin/Status as JSON
+ *
+ * Each file's own block says how its part works: client.c the plan of
+ * the traffic, transfer.c the retries. */
+#ifndef DW_CLIENT_INTERNAL_H
+#define DW_CLIENT_INTERNAL_H
+
+#include <pthread.h>
+#include <stdint.h>
+
+#include "auth.h"
+#include "ps.pb-c.h"
+#include "psclient.h"
+#include "rpc.h"
+
+/* A run of one variable's elements inside one message. */
+struct dw__piece {
+  int var;         /* index into vars */
+  uint64_t offset; /* first element, global numbering */
+  uint64_t count;  /* elements */
+};
+
+/* One planned message to one shard. */
+struct dw__msg {
+  int shard;      /* destination */
+  int first;      /* index of its first piece */
+  int npieces;    /* pieces in it */
+  uint64_t bytes; /* payload bytes */
+  int lead;       /* 1: the first message to its shard (carries examples) */
+  uint32_t chunk; /* its index among the messages to its shard (dedup) */
+};
+
+struct dw_client {
+  const struct cm_spec *spec; /* borrowed */
+  struct dw_client_opts o;    /* settings with defaults filled in */
+  char worker[64];            /* caller identity */
+  struct cm_channel **ch;     /* owned, one per shard */
+  unsigned char *on_unix;     /* owned: 1 where ch[s] is a Unix socket */
+  struct cm_creds creds;      /* owned: token and TLS from the spec's auth */
+  int nshards;                /* entries in ch */
+  struct dw_var *vars;        /* caller's array, from declare */
+  int nvars;                  /* entries in vars */
+  struct dw__piece *pieces;   /* owned plan: all pieces, grouped by msg */
+  int npieces;                /* entries in pieces */
+  struct dw__msg *msgs;       /* owned plan: the messages */
+  int nmsgs;                  /* entries in msgs */
+  struct cm_unary *calls; /* owned, 2 * nmsgs call slots reused per transfer */
+  uint32_t examples;      /* examples reported with each push */
+  int windex;             /* worker index after join, else -1 */
+  uint64_t min_version;   /* pull: version to wait for (0: none) */
+  uint64_t pulled_step;   /* pull: lowest step among the answers */
+  int sync_push;          /* push: stage for push_step */
+  uint64_t push_step;     /* push: the step staged for */
+  int closed;             /* push: a shard said the step is closed */
+  pthread_t hb_thread;    /* heartbeat thread, after join */
+  int hb_running;         /* hb_thread must be joined */
+  int hb_stop;            /* asks hb_thread to stop (under lock) */
+  int hb_ms;              /* heartbeat period */
+  grpc_completion_queue *cq; /* reused by every call from the client's thread */
+  uint64_t pulled, pushed;   /* payload bytes moved */
+  pthread_mutex_t lock;      /* guards refs, hb_stop and left */
+  pthread_cond_t cond;       /* signalled when refs drops to 0 */
+  int refs;                  /* gradient slices gRPC still holds */
+  char err[1024];            /* last error */
+
+  /* Faults: retries and idempotent pushes. */
+  int *call_pair;         /* owned, 2 * nmsgs: the pair each call carries,
+                             2 * message + (0 push, 1 pull) */
+  unsigned char *pending; /* owned, 2 * nmsgs: 1 while a pair awaits an OK */
+  uint64_t client_id;     /* random, nonzero: names this client's pushes */
+  uint64_t seq;           /* logical pushes so far; the current one's number */
+  double retry_ms;        /* retry budget per outage, ms; <= 0: no retries */
+  double *down_since;     /* owned, per shard: cm_mono_ms() when it became
+                             unreachable, 0 while it answers */
+  uint64_t rng;           /* jitter generator state */
+  struct dw_client_stats stats; /* calls, failures, retries, outages */
+  int left; /* dw_client_leave was called: no rejoining (under lock) */
+
+  /* Sync rollbacks (the coordinator's generation). */
+  uint64_t gen;           /* rollbacks this client knows of, sent with every
+                             sync pull, push and Admit */
+  int rolled_back;        /* an answer said the job rolled back (cleared by
+                             dw_client_rolled_back) */
+  uint64_t rollback_step; /* the step it rolled back to */
+  int rejoined;           /* sync: an Admit said the coordinator restarted
+                             and this client joined it again (cleared by
+                             dw_client_rejoined) */
+  uint64_t rejoin_step;   /* the step that Join answered */
+};
+
+/* ---- client.c */
+
+/* Sets c->err, the text dw_client_error returns. */
+void dw__seterr(struct dw_client *c, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/* Elements of v. */
+uint64_t dw__numel(const struct dw_var *v);
+
+/* The identity every request carries: the job and this worker. Points into
+ * c, so it lives as long as the client. */
+Psd__V1__Caller dw__caller(const struct dw_client *c);
+
+/* Describes call u's failure into c->err. */
+void dw__call_error(struct dw_client *c, const char *what,
+                    const struct cm_unary *u);
+
+/* Runs calls[0..n) (borrowed) on c's queue, up to `inflight` at once;
+ * done(u, ctx) sees each answer. On failure names the first failed call in
+ * c->err. Returns cm_client_run's code. */
+int dw__run(struct dw_client *c, struct cm_unary *calls, int n,
+            const char *what, int timeout_ms, int wait_for_ready,
+            cm_unary_done done, void *ctx);
+
+/* Cuts every declared variable's slice on every shard into messages
+ * (c->pieces, c->msgs) and allocates the call slots a transfer reuses. */
+int dw__plan(struct dw_client *c);
+
+/* Moves every shard on this host to its Unix socket, where it serves one. */
+int dw__use_unix_sockets(struct dw_client *c);
+
+/* Dials over TCP again every shard whose call in calls[0..n) failed
+ * UNAVAILABLE on a Unix socket. */
+void dw__back_to_tcp(struct dw_client *c, const struct cm_unary *calls, int n);
+
+/* ---- transfer.c: retries, shared with the coordinator's calls */
+
+/* Whether a call that ended with st may succeed when sent again. */
+int dw__retryable(grpc_status_code st);
+
+/* A call to shard s failed retryably (u says how): an outage begins. */
+void dw__shard_down(struct dw_client *c, int s, const struct cm_unary *u);
+
+/* A call to shard s succeeded: an outage ends. */
+void dw__shard_up(struct dw_client *c, int s);
+
+/* The backoff before attempt number `attempt` at the shards flagged in
+ * down[0..ndown) (borrowed); 0, or the error once one is past the retry
+ * budget. */
+int dw__retry_wait(struct dw_client *c, const unsigned char *down, int ndown,
+                   int attempt, const char *what, grpc_status_code st,
+                   const char *details);
+
+/* ---- coord.c: sync rollbacks, shared with the transfers */
+
+/* An answer said the job rolled back to `step`, generation gen. */
+void dw__saw_rollback(struct dw_client *c, uint64_t gen, uint64_t step);
+
+#endif

@@ -1,0 +1,269 @@
+/* The coordinator's calls (psclient.h, "synchronous steps and clocks"):
+ * Join, Leave, Admit and Clock to shard 0, each retried like a transfer's
+ * calls while the coordinator is unreachable (it may be restarting), and
+ * the heartbeat thread that dw_client_join starts, on a channel of its own,
+ * which joins again when the coordinator says it does not count this
+ * worker. Here too the sync rollback and rejoin state that answers leave
+ * for dw_client_rolled_back and dw_client_rejoined. */
+#include "client_internal.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "clock.h"
+#include "err.h"
+#include "log.h"
+
+/* An answer said the job rolled back to `step`, generation gen: remembered
+ * for dw_client_rolled_back (the newest generation wins). */
+void dw__saw_rollback(struct dw_client *c, uint64_t gen, uint64_t step) {
+  if (gen < c->gen)
+    return;
+  if (gen > c->gen || !c->rolled_back) {
+    c->gen = gen;
+    c->rolled_back = 1;
+    c->rollback_step = step;
+  }
+}
+
+/* One call to the coordinator (shard 0), retried like a transfer's calls
+ * while the coordinator is unreachable (it may be restarting); unpacks the
+ * answer into *out (NULL to ignore it). */
+static int coord_call(struct dw_client *c, const char *method,
+                      const ProtobufCMessage *req, int timeout_ms,
+                      const ProtobufCMessageDescriptor *desc,
+                      ProtobufCMessage **out) {
+  const char *what = method + sizeof "/psd.v1.Coord/" - 1;
+  unsigned char down[1] = {1};
+  struct cm_unary u;
+  int rc;
+  memset(&u, 0, sizeof u);
+  for (int attempt = 0;; attempt++) {
+    u.channel = c->ch[0];
+    u.method = method;
+    u.request = cm_rpc_pack(req);
+    if (attempt > 0)
+      c->stats.retries++;
+    rc = dw__run(c, &u, 1, what, timeout_ms, 1, NULL, NULL);
+    c->stats.calls++;
+    if (!rc) {
+      dw__shard_up(c, 0);
+      break;
+    }
+    c->stats.failed++;
+    if (!dw__retryable(u.status))
+      break;
+    dw__shard_down(c, 0, &u);
+    dw__back_to_tcp(c, &u, 1);
+    grpc_status_code st = u.status;
+    char details[sizeof u.details];
+    snprintf(details, sizeof details, "%s", u.details);
+    cm_unary_release(&u);
+    memset(&u, 0, sizeof u);
+    if ((rc = dw__retry_wait(c, down, 1, attempt + 1, what, st, details)))
+      break;
+  }
+  if (!rc && out) {
+    if (!(*out = cm_rpc_unpack(u.response, desc))) {
+      dw__seterr(c, "%s: malformed answer from ps:0", method);
+      rc = CM_EPROTO;
+    }
+  }
+  cm_unary_release(&u);
+  return rc;
+}
+
+/* Joins again on the heartbeat thread's channel, when the coordinator said
+ * it does not count this worker (it restarted, or declared it dead). */
+static void rejoin(struct dw_client *c, struct cm_channel *ch) {
+  Psd__V1__Caller caller = dw__caller(c);
+  Psd__V1__JoinRequest req = PSD__V1__JOIN_REQUEST__INIT;
+  Psd__V1__JoinResponse *resp = NULL;
+  struct cm_run_opts o = {.timeout_ms = c->o.timeout_ms, .inflight = 1};
+  struct cm_unary u;
+  req.caller = &caller;
+  req.worker = c->windex;
+  memset(&u, 0, sizeof u);
+  u.channel = ch;
+  u.method = "/psd.v1.Coord/Join";
+  u.request = cm_rpc_pack(&req.base);
+  cm_client_run(&u, 1, &o);
+  if (u.status == GRPC_STATUS_OK &&
+      (resp = (Psd__V1__JoinResponse *)cm_rpc_unpack(
+           u.response, &psd__v1__join_response__descriptor)))
+    cm_info("worker:%d joined the job again at step %llu (the coordinator "
+            "had restarted or declared it dead); %d workers live",
+            c->windex, (unsigned long long)resp->step, resp->live);
+  else
+    cm_warn("worker:%d: joining again failed: %s: %s (the next heartbeat "
+            "retries)",
+            c->windex, cm_rpc_status_name(u.status), u.details);
+  if (resp)
+    psd__v1__join_response__free_unpacked(resp, NULL);
+  cm_unary_release(&u);
+}
+
+/* Sends heartbeats until dw_client_free; a missed one is only logged by
+ * the coordinator's silence timer, never fatal here. An answer that says
+ * the coordinator does not count this worker makes it join again. */
+static void *heartbeat_thread(void *arg) {
+  struct dw_client *c = arg;
+  struct cm_channel *ch = NULL;
+  Psd__V1__Caller caller = dw__caller(c);
+  Psd__V1__HeartbeatRequest req = PSD__V1__HEARTBEAT_REQUEST__INIT;
+  req.caller = &caller;
+  req.worker = c->windex;
+  if (cm_channel_new(&ch, c->spec->ps[0].text, &c->creds))
+    return NULL;
+  pthread_mutex_lock(&c->lock);
+  while (!c->hb_stop) {
+    pthread_mutex_unlock(&c->lock);
+    struct cm_unary u;
+    struct cm_run_opts o = {.timeout_ms = c->hb_ms * 2, .inflight = 1};
+    Psd__V1__HeartbeatResponse *resp = NULL;
+    memset(&u, 0, sizeof u);
+    u.channel = ch;
+    u.method = "/psd.v1.Coord/Heartbeat";
+    u.request = cm_rpc_pack(&req.base);
+    cm_client_run(&u, 1, &o);
+    /* A sync worker joins a restarted coordinator from its training
+     * thread, at its next Admit (dw_client_admit), to learn the step and
+     * generation to go on from; joining here would count it in steps it
+     * is not in yet. */
+    if (u.status == GRPC_STATUS_OK &&
+        (resp = (Psd__V1__HeartbeatResponse *)cm_rpc_unpack(
+             u.response, &psd__v1__heartbeat_response__descriptor)) &&
+        resp->rejoin &&
+        !(resp->restarted && !strcmp(c->spec->job.mode, "sync"))) {
+      pthread_mutex_lock(&c->lock);
+      int go = !c->left && !c->hb_stop;
+      pthread_mutex_unlock(&c->lock);
+      if (go)
+        rejoin(c, ch);
+    }
+    if (resp)
+      psd__v1__heartbeat_response__free_unpacked(resp, NULL);
+    cm_unary_release(&u);
+    struct timespec until = cm_abstime_after_ms(c->hb_ms);
+    pthread_mutex_lock(&c->lock);
+    while (!c->hb_stop &&
+           pthread_cond_timedwait(&c->cond, &c->lock, &until) != ETIMEDOUT) {
+    }
+  }
+  pthread_mutex_unlock(&c->lock);
+  cm_channel_free(ch);
+  return NULL;
+}
+
+int dw_client_join(struct dw_client *c, int worker, int heartbeat_ms,
+                   uint64_t *step) {
+  Psd__V1__Caller caller = dw__caller(c);
+  Psd__V1__JoinRequest req = PSD__V1__JOIN_REQUEST__INIT;
+  Psd__V1__JoinResponse *resp = NULL;
+  int rc;
+  req.caller = &caller;
+  req.worker = worker;
+  rc = coord_call(c, "/psd.v1.Coord/Join", &req.base, c->o.connect_timeout_ms,
+                  &psd__v1__join_response__descriptor,
+                  (ProtobufCMessage **)&resp);
+  if (rc)
+    return rc;
+  *step = resp->step;
+  if (resp->gen > c->gen)
+    c->gen = resp->gen;
+  psd__v1__join_response__free_unpacked(resp, NULL);
+  c->windex = worker;
+  if (!c->hb_running && heartbeat_ms > 0) {
+    c->hb_ms = heartbeat_ms;
+    c->hb_stop = 0;
+    if (pthread_create(&c->hb_thread, NULL, heartbeat_thread, c) == 0)
+      c->hb_running = 1;
+  }
+  return 0;
+}
+
+int dw_client_leave(struct dw_client *c) {
+  pthread_mutex_lock(&c->lock);
+  c->left = 1; /* the heartbeat thread must not join again */
+  pthread_mutex_unlock(&c->lock);
+  Psd__V1__Caller caller = dw__caller(c);
+  Psd__V1__JoinRequest req = PSD__V1__JOIN_REQUEST__INIT;
+  req.caller = &caller;
+  req.worker = c->windex;
+  req.leave = 1;
+  return coord_call(c, "/psd.v1.Coord/Join", &req.base, c->o.timeout_ms, NULL,
+                    NULL);
+}
+
+int dw_client_admit(struct dw_client *c, uint64_t step, int *admitted,
+                    uint64_t *next_step) {
+  Psd__V1__Caller caller = dw__caller(c);
+  Psd__V1__AdmitRequest req = PSD__V1__ADMIT_REQUEST__INIT;
+  Psd__V1__AdmitResponse *resp = NULL;
+  req.caller = &caller;
+  req.worker = c->windex;
+  req.step = step;
+  req.gen = c->gen;
+  int rc = coord_call(c, "/psd.v1.Coord/Admit", &req.base, c->o.timeout_ms,
+                      &psd__v1__admit_response__descriptor,
+                      (ProtobufCMessage **)&resp);
+  if (rc)
+    return rc;
+  *admitted = resp->admitted;
+  *next_step = resp->next_step;
+  if (resp->rolled_back)
+    dw__saw_rollback(c, resp->gen, resp->next_step);
+  if (resp->rejoin) {
+    /* The coordinator restarted since this worker joined: join again and
+     * go on from the step it opens, in its generation. */
+    Psd__V1__JoinRequest jreq = PSD__V1__JOIN_REQUEST__INIT;
+    Psd__V1__JoinResponse *j = NULL;
+    *admitted = 0;
+    jreq.caller = &caller;
+    jreq.worker = c->windex;
+    rc = coord_call(c, "/psd.v1.Coord/Join", &jreq.base, c->o.timeout_ms,
+                    &psd__v1__join_response__descriptor,
+                    (ProtobufCMessage **)&j);
+    if (rc == 0) {
+      if (j->gen > c->gen)
+        c->gen = j->gen;
+      c->rolled_back = 0; /* superseded by the step joined at */
+      c->rejoined = 1;
+      c->rejoin_step = j->step;
+      *next_step = j->step;
+      psd__v1__join_response__free_unpacked(j, NULL);
+    }
+  }
+  psd__v1__admit_response__free_unpacked(resp, NULL);
+  return rc;
+}
+
+int dw_client_rejoined(struct dw_client *c, uint64_t *step) {
+  if (!c->rejoined)
+    return 0;
+  c->rejoined = 0;
+  *step = c->rejoin_step;
+  return 1;
+}
+
+int dw_client_rolled_back(struct dw_client *c, uint64_t *step) {
+  if (!c->rolled_back)
+    return 0;
+  c->rolled_back = 0;
+  *step = c->rollback_step;
+  return 1;
+}
+
+uint64_t dw_client_gen(const struct dw_client *c) { return c->gen; }
+
+int dw_client_clock(struct dw_client *c, uint64_t clock) {
+  Psd__V1__Caller caller = dw__caller(c);
+  Psd__V1__ClockRequest req = PSD__V1__CLOCK_REQUEST__INIT;
+  req.caller = &caller;
+  req.worker = c->windex;
+  req.clock = clock;
+  return coord_call(c, "/psd.v1.Coord/Clock", &req.base, c->o.timeout_ms, NULL,
+                    NULL);
+}

@@ -1,0 +1,157 @@
+/* dw_client_status (psclient.h): one shard's Admin/Status answer as a JSON
+ * text, StatusResponse's fields under their proto names, for psctl and the
+ * tests; histograms keep their bounds and per-bucket counts. */
+#include "client_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "err.h"
+
+/* {"name", "bounds", "counts", "sum", "count"}, as in the message. */
+static json_t *hist_json(const Psd__V1__Histogram *h) {
+  json_t *b = json_array(), *n = json_array();
+  for (size_t i = 0; i < h->n_bounds; i++)
+    json_array_append_new(b, json_real(h->bounds[i]));
+  for (size_t i = 0; i < h->n_counts; i++)
+    json_array_append_new(n, json_integer((json_int_t)h->counts[i]));
+  return json_pack("{s:s, s:o, s:o, s:f, s:I}", "name", h->name, "bounds", b,
+                   "counts", n, "sum", h->sum, "count", (json_int_t)h->count);
+}
+
+int dw_client_status(struct dw_client *c, int shard, char **json) {
+  Psd__V1__Caller caller = dw__caller(c);
+  Psd__V1__StatusRequest req = PSD__V1__STATUS_REQUEST__INIT;
+  Psd__V1__StatusResponse *resp = NULL;
+  struct cm_unary u;
+  json_t *root = NULL, *vars;
+  int rc;
+
+  *json = NULL;
+  if (shard < 0 || shard >= c->nshards) {
+    dw__seterr(c, "status: no shard %d; the cluster has %d", shard, c->nshards);
+    return CM_EINVAL;
+  }
+  req.caller = &caller;
+  memset(&u, 0, sizeof u);
+  u.channel = c->ch[shard];
+  u.method = "/psd.v1.Admin/Status";
+  u.request = cm_rpc_pack(&req.base);
+  if ((rc = dw__run(c, &u, 1, "status", c->o.timeout_ms, 0, NULL, NULL)))
+    goto out;
+  if (!(resp = (Psd__V1__StatusResponse *)cm_rpc_unpack(
+            u.response, &psd__v1__status_response__descriptor))) {
+    dw__seterr(c, "status from ps:%d: malformed answer", shard);
+    rc = CM_EPROTO;
+    goto out;
+  }
+  root = json_pack("{s:i, s:i, s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:f, "
+                   "s:I}",
+                   "shard", resp->shard, "num_shards", resp->num_shards, "job",
+                   resp->job, "mode", resp->mode, "pulls",
+                   (json_int_t)resp->pulls, "pushes", (json_int_t)resp->pushes,
+                   "examples", (json_int_t)resp->examples, "bytes_in",
+                   (json_int_t)resp->bytes_in, "bytes_out",
+                   (json_int_t)resp->bytes_out, "errors",
+                   (json_int_t)resp->errors, "uptime_s", resp->uptime_s,
+                   "unauthenticated", (json_int_t)resp->unauthenticated);
+  if (root) { /* job.nonfinite: pushes with NaN or Inf, and the policy */
+    json_object_set_new(root, "nonfinite_pushes",
+                        json_integer((json_int_t)resp->nonfinite_pushes));
+    json_object_set_new(root, "nonfinite", json_string(resp->nonfinite));
+  }
+  vars = json_array();
+  for (size_t i = 0; root && i < resp->n_vars; i++) {
+    const Psd__V1__VarStatus *v = resp->vars[i];
+    json_t *shape = json_array();
+    for (size_t d = 0; d < v->n_shape; d++)
+      json_array_append_new(shape, json_integer(v->shape[d]));
+    json_array_append_new(
+        vars,
+        json_pack("{s:s, s:o, s:[I, I], s:I, s:I, s:s, s:i}", "name", v->name,
+                  "shape", shape, "rows", (json_int_t)v->row_begin,
+                  (json_int_t)v->row_end, "version", (json_int_t)v->version,
+                  "bytes", (json_int_t)v->bytes, "optimizer", v->optimizer,
+                  "placement", v->placement));
+  }
+  if (!root) {
+    json_decref(vars);
+    rc = CM_ENOMEM;
+    goto out;
+  }
+  json_object_set_new(root, "vars", vars);
+  json_object_set_new(root, "step", json_integer((json_int_t)resp->step));
+  json_object_set_new(root, "duplicates",
+                      json_integer((json_int_t)resp->duplicates));
+  json_object_set_new(root, "rollbacks",
+                      json_integer((json_int_t)resp->rollbacks));
+  json_object_set_new(root, "rollback_step",
+                      json_integer((json_int_t)resp->rollback_step));
+  json_object_set_new(root, "resumed", json_boolean(resp->resumed));
+  json_object_set_new(root, "dedup_clients",
+                      json_integer((json_int_t)resp->dedup_clients));
+  json_object_set_new(root, "dedup_evicted",
+                      json_integer((json_int_t)resp->dedup_evicted));
+  json_object_set_new(root, "coordinator", json_boolean(resp->coordinator));
+  {
+    json_t *steps = json_array(), *workers = json_array();
+    for (size_t i = 0; i < resp->n_steps; i++) {
+      const Psd__V1__StepRecord *r = resp->steps[i];
+      json_t *a = json_array(), *d = json_array();
+      for (size_t k = 0; k < r->n_applied; k++)
+        json_array_append_new(a, json_integer(r->applied[k]));
+      for (size_t k = 0; k < r->n_dropped; k++)
+        json_array_append_new(d, json_integer(r->dropped[k]));
+      json_array_append_new(steps, json_pack("{s:I, s:o, s:o}", "step",
+                                             (json_int_t)r->step, "applied", a,
+                                             "dropped", d));
+    }
+    for (size_t i = 0; i < resp->n_workers; i++) {
+      const Psd__V1__WorkerStatus *w = resp->workers[i];
+      json_t *o =
+          json_pack("{s:i, s:b, s:b, s:I, s:I, s:I, s:f, s:i}", "worker",
+                    w->worker, "live", w->live, "joined", w->joined, "applied",
+                    (json_int_t)w->applied, "dropped", (json_int_t)w->dropped,
+                    "clock", (json_int_t)w->clock, "last_seen_ms",
+                    w->last_seen_ms, "joins", (int)w->joins);
+      json_object_set_new(o, "last_step", json_integer(w->last_step));
+      json_object_set_new(o, "pushes", json_integer(w->pushes));
+      json_object_set_new(o, "step_samples", json_integer(w->step_samples));
+      json_object_set_new(o, "step_p50_ms", json_real(w->step_p50_ms));
+      json_object_set_new(o, "step_p95_ms", json_real(w->step_p95_ms));
+      json_object_set_new(o, "lag_p50_ms", json_real(w->lag_p50_ms));
+      json_object_set_new(o, "lag_p95_ms", json_real(w->lag_p95_ms));
+      if (w->step_time)
+        json_object_set_new(o, "step_time", hist_json(w->step_time));
+      json_array_append_new(workers, o);
+    }
+    json_t *hists = json_array();
+    for (size_t i = 0; i < resp->n_histograms; i++)
+      json_array_append_new(hists, hist_json(resp->histograms[i]));
+    json_object_set_new(root, "histograms", hists);
+    json_object_set_new(root, "steps", steps);
+    json_object_set_new(root, "workers", workers);
+    json_object_set_new(root, "max_clock_spread",
+                        json_integer((json_int_t)resp->max_clock_spread));
+  }
+  if (resp->checkpoint) {
+    const Psd__V1__CheckpointStatus *k = resp->checkpoint;
+    json_object_set_new(
+        root, "checkpoint",
+        json_pack("{s:s, s:I, s:I, s:I, s:s, s:I, s:f, s:s}", "dir", k->dir,
+                  "written", (json_int_t)k->written, "failed",
+                  (json_int_t)k->failed, "step", (json_int_t)k->step, "path",
+                  k->path, "bytes", (json_int_t)k->bytes, "ms", k->ms, "error",
+                  k->error));
+  }
+  *json = json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+  rc = *json ? 0 : CM_ENOMEM;
+out:
+  json_decref(root);
+  if (resp)
+    psd__v1__status_response__free_unpacked(resp, NULL);
+  cm_unary_release(&u);
+  return rc;
+}

@@ -1,0 +1,463 @@
+/* Pull and push (psclient.h: dw_client_pull, push, push_pull, pull_at,
+ * push_step): one transfer sends every message of the client's plan
+ * (client.c), each shard's messages up to `inflight` at once and all shards
+ * in parallel, and copies pulled bytes into the caller's value buffers.
+ *
+ * Faults: a call that fails UNAVAILABLE (a shard down or restarting) or
+ * DEADLINE_EXCEEDED (a shard stopped, a network cut off) is sent again,
+ * only that call, after an exponential backoff with jitter, until the
+ * shard has been unreachable for the retry budget (job.retry_s). Every push
+ * message carries (client id, seq, chunk), so a shard that had applied a
+ * message whose answer was lost acknowledges the retry without applying it
+ * again (ps-server/psd/dedup.h). The coordinator's calls (coord.c) retry
+ * with the same helpers. */
+#include "client_internal.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "clock.h"
+#include "err.h"
+#include "finite.h"
+#include "log.h"
+#include "rand.h"
+#include "wire.h"
+
+/* Retries wait BACKOFF_MS, doubling per attempt up to BACKOFF_MAX_MS, each
+ * wait drawn uniformly from its upper half (jitter, so that the workers
+ * of a job do not all come back at the same instant). */
+#define BACKOFF_MS 100
+#define BACKOFF_MAX_MS 2000
+
+/* gRPC is done with one gradient slice (psclient.h: the caller's gradient
+ * must not change while gRPC may still read it). */
+static void release_ref(void *arg) {
+  struct dw_client *c = arg;
+  pthread_mutex_lock(&c->lock);
+  if (--c->refs == 0)
+    pthread_cond_broadcast(&c->cond);
+  pthread_mutex_unlock(&c->lock);
+}
+
+/* Waits until gRPC has let go of every gradient slice; it does so as each
+ * call completes, so this wait is short or nothing. */
+static void wait_refs(struct dw_client *c) {
+  struct timespec until = cm_abstime_after_ms(10000);
+  pthread_mutex_lock(&c->lock);
+  while (c->refs > 0)
+    if (pthread_cond_timedwait(&c->cond, &c->lock, &until) == ETIMEDOUT)
+      break;
+  pthread_mutex_unlock(&c->lock);
+}
+
+/* Packs the caller and segments of message m as a Pull or Push head. */
+static grpc_byte_buffer *build_request(struct dw_client *c,
+                                       const struct dw__msg *m, int push) {
+  int first_of_shard = m->lead;
+  Psd__V1__Caller caller = dw__caller(c);
+  Psd__V1__Segment segs[64], *sp[64], **ptrs = sp, *seg = segs;
+  uint8_t stack[4096], *head = stack;
+  grpc_byte_buffer *bb = NULL;
+  struct cm_wire_piece wp[64], *pieces = wp;
+  size_t len;
+
+  if (m->npieces > 64) {
+    seg = calloc(m->npieces, sizeof *seg);
+    ptrs = calloc(m->npieces, sizeof *ptrs);
+    pieces = calloc(m->npieces, sizeof *pieces);
+    if (!seg || !ptrs || !pieces)
+      goto out;
+  }
+  for (int i = 0; i < m->npieces; i++) {
+    const struct dw__piece *p = &c->pieces[m->first + i];
+    const struct dw_var *v = &c->vars[p->var];
+    psd__v1__segment__init(&seg[i]);
+    seg[i].name = (char *)v->name;
+    seg[i].offset = p->offset;
+    seg[i].count = p->count;
+    if (push) {
+      seg[i].n_shape = v->ndim;
+      seg[i].shape = (int64_t *)v->shape;
+      pieces[i].ptr = (const uint8_t *)(v->grad + p->offset);
+      pieces[i].len = p->count * sizeof(float);
+    }
+    ptrs[i] = &seg[i];
+  }
+  if (push) {
+    Psd__V1__PushRequest req = PSD__V1__PUSH_REQUEST__INIT;
+    req.caller = &caller;
+    req.n_segments = m->npieces;
+    req.segments = ptrs;
+    req.examples = first_of_shard ? c->examples : 0;
+    if (c->windex >= 0) {
+      /* Every push of a joined worker names it; the shard's mode decides
+       * whether it is staged (sync) or applied (async), never this. */
+      req.worker = c->windex;
+      req.has_worker = 1;
+      req.first = first_of_shard;
+    }
+    if (c->sync_push) {
+      req.step = c->push_step;
+      req.gen = c->gen;
+    }
+    /* The same on every retry of this message: a shard applies it once. */
+    req.client_id = c->client_id;
+    req.seq = c->seq;
+    req.chunk = m->chunk;
+    len = psd__v1__push_request__get_packed_size(&req);
+    if (len > sizeof stack && !(head = malloc(len)))
+      goto out;
+    psd__v1__push_request__pack(&req, head);
+  } else {
+    Psd__V1__PullRequest req = PSD__V1__PULL_REQUEST__INIT;
+    req.caller = &caller;
+    req.n_segments = m->npieces;
+    req.segments = ptrs;
+    req.min_version = c->min_version;
+    req.gen = c->gen;
+    len = psd__v1__pull_request__get_packed_size(&req);
+    if (len > sizeof stack && !(head = malloc(len)))
+      goto out;
+    psd__v1__pull_request__pack(&req, head);
+  }
+  if (push) {
+    pthread_mutex_lock(&c->lock);
+    c->refs += m->npieces;
+    pthread_mutex_unlock(&c->lock);
+  }
+  bb = push ? cm_wire_build(head, len, pieces, m->npieces, release_ref, c)
+            : cm_wire_build(head, len, NULL, 0, NULL, NULL);
+out:
+  if (head != stack)
+    free(head);
+  if (seg != segs) {
+    free(seg);
+    free(ptrs);
+    free(pieces);
+  }
+  return bb;
+}
+
+/* Whether a parsed pull answer is a rolled-back one (it has no data). */
+static int rolled_back_answer(const struct cm_wire_msg *w) {
+  Psd__V1__PullResponse *pr =
+      psd__v1__pull_response__unpack(NULL, w->head_len, w->head);
+  int rb = pr && pr->rolled_back;
+  if (pr)
+    psd__v1__pull_response__free_unpacked(pr, NULL);
+  return rb;
+}
+
+/* Checks a pull answer and copies its bytes into the variables. */
+static void on_pulled(struct cm_unary *u, void *ctx) {
+  struct dw_client *c = ctx;
+  const struct dw__msg *m = u->user;
+  struct cm_wire_msg w;
+  if (u->status != GRPC_STATUS_OK)
+    return;
+  if (cm_wire_parse(&w, u->response)) {
+    u->status = GRPC_STATUS_INTERNAL;
+    snprintf(u->details, sizeof u->details, "malformed pull answer");
+    cm_unary_release(u);
+    return;
+  }
+  if (w.bulk_len != m->bytes && !rolled_back_answer(&w)) {
+    u->status = GRPC_STATUS_INTERNAL;
+    snprintf(u->details, sizeof u->details,
+             "pull answer holds %zu bytes; expected %llu", w.bulk_len,
+             (unsigned long long)m->bytes);
+  } else {
+    size_t off = 0;
+    Psd__V1__PullResponse *pr =
+        psd__v1__pull_response__unpack(NULL, w.head_len, w.head);
+    if (pr && pr->rolled_back) {
+      /* No data: the job rolled back; the caller pulls that step again. */
+      dw__saw_rollback(c, pr->gen, pr->rollback_step);
+      psd__v1__pull_response__free_unpacked(pr, NULL);
+      cm_wire_msg_release(&w);
+      cm_unary_release(u);
+      return;
+    }
+    if (pr) {
+      if (pr->step < c->pulled_step)
+        c->pulled_step = pr->step;
+      psd__v1__pull_response__free_unpacked(pr, NULL);
+    }
+    for (int i = 0; i < m->npieces; i++) {
+      const struct dw__piece *p = &c->pieces[m->first + i];
+      size_t len = p->count * sizeof(float);
+      cm_wire_bulk_read(&w, off, c->vars[p->var].value + p->offset, len);
+      off += len;
+    }
+    c->pulled += m->bytes;
+  }
+  cm_wire_msg_release(&w);
+  cm_unary_release(u);
+}
+
+/* What one transfer moves. */
+enum { XFER_PULL = 1, XFER_PUSH = 2 };
+static const char PULL_METHOD[] = "/psd.v1.Data/Pull";
+static const char PUSH_METHOD[] = "/psd.v1.Data/Push";
+
+/* on_pulled for the pull calls of a transfer; a sync push's answer may say
+ * the job rolled back (async push answers are not read). */
+static void on_done(struct cm_unary *u, void *ctx) {
+  struct dw_client *c = ctx;
+  if (u->method == PULL_METHOD) {
+    on_pulled(u, ctx);
+  } else if (c->sync_push && u->status == GRPC_STATUS_OK) {
+    Psd__V1__PushResponse *r = (Psd__V1__PushResponse *)cm_rpc_unpack(
+        u->response, &psd__v1__push_response__descriptor);
+    if (r && r->rolled_back)
+      dw__saw_rollback(c, r->gen, r->rollback_step);
+    if (r)
+      psd__v1__push_response__free_unpacked(r, NULL);
+  }
+}
+
+/* ---- retries (see the top of this file; coord.c's calls use them too) */
+
+/* Whether a call that ended with st may succeed when sent again: the shard
+ * is down or restarting (UNAVAILABLE) or did not answer in time (stopped,
+ * cut off, overloaded). Every other status is the shard's answer. */
+int dw__retryable(grpc_status_code st) {
+  return st == GRPC_STATUS_UNAVAILABLE || st == GRPC_STATUS_DEADLINE_EXCEEDED;
+}
+
+/* A call to shard s failed retryably: the outage starts now unless it is
+ * already on, and is said once. */
+void dw__shard_down(struct dw_client *c, int s, const struct cm_unary *u) {
+  if (c->down_since[s] > 0)
+    return;
+  c->down_since[s] = cm_mono_ms();
+  c->stats.outages++;
+  if (c->retry_ms > 0)
+    cm_warn("ps:%d (%s) unreachable (%s: %s), retrying for up to %.0f s", s,
+            c->spec->ps[s].text, cm_rpc_status_name(u->status),
+            u->details[0] ? u->details : "no message", c->retry_ms / 1000);
+}
+
+/* A call to shard s succeeded: an outage ends, and is said so. */
+void dw__shard_up(struct dw_client *c, int s) {
+  if (c->down_since[s] <= 0)
+    return;
+  if (c->retry_ms > 0)
+    cm_info("ps:%d (%s) back after %.1f s", s, c->spec->ps[s].text,
+            (cm_mono_ms() - c->down_since[s]) / 1000);
+  c->down_since[s] = 0;
+}
+
+/* Before attempt number `attempt` (1, 2, ...) at the calls to the shards
+ * flagged in down[0..ndown): 0 after the backoff wait when every such shard
+ * is within the retry budget; else CM_ETIMEDOUT or CM_EUNAVAIL (st, the last
+ * failure's status) with c->err naming the shard, what and how long. */
+int dw__retry_wait(struct dw_client *c, const unsigned char *down, int ndown,
+                   int attempt, const char *what, grpc_status_code st,
+                   const char *details) {
+  double now = cm_mono_ms();
+  for (int s = 0; s < ndown; s++) {
+    if (!down[s] || (c->retry_ms > 0 && now - c->down_since[s] < c->retry_ms))
+      continue;
+    if (c->retry_ms > 0)
+      dw__seterr(c,
+                 "%s to ps:%d (%s) failed: %s: %s; unreachable for %.1f s, the "
+                 "retry budget (job.retry_s %.0f s)",
+                 what, s, c->spec->ps[s].text, cm_rpc_status_name(st),
+                 details[0] ? details : "(no message)",
+                 (now - c->down_since[s]) / 1000, c->retry_ms / 1000);
+    /* else dw__run() described the failure already */
+    return st == GRPC_STATUS_DEADLINE_EXCEEDED ? CM_ETIMEDOUT : CM_EUNAVAIL;
+  }
+  int shift = attempt - 1 < 5 ? attempt - 1 : 5;
+  double ms = (double)BACKOFF_MS * (1 << shift);
+  if (ms > BACKOFF_MAX_MS)
+    ms = BACKOFF_MAX_MS;
+  ms *=
+      0.5 + 0.5 * (double)(cm_splitmix64(&c->rng) >> 11) / (double)(1ull << 53);
+  struct timespec ts = {(time_t)(ms / 1000),
+                        (long)((ms - 1000 * (time_t)(ms / 1000)) * 1e6)};
+  while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+  }
+  return 0;
+}
+
+/* With job.nonfinite "reject", a gradient holding NaN or an infinity is
+ * refused before any message leaves: each shard checks only the messages it
+ * gets, so one shard would refuse its part while the others applied theirs.
+ * The shards' own scan (finite.h), about a fifth of the time a push spends
+ * copying the gradient into its messages. */
+static int check_finite(struct dw_client *c) {
+  if (strcmp(c->spec->job.nonfinite, "reject") != 0)
+    return 0;
+  for (int i = 0; i < c->nvars; i++) {
+    const struct dw_var *v = &c->vars[i];
+    uint64_t n = dw__numel(v), k = cm_first_nonfinite(v->grad, n);
+    if (k == n)
+      continue;
+    dw__seterr(
+        c,
+        "push: gradient of '%s' element %llu is %s; nothing of this push "
+        "was sent (job.nonfinite is \"reject\")",
+        v->name, (unsigned long long)k,
+        isnan(v->grad[k])   ? "NaN"
+        : v->grad[k] > 0.0f ? "+Inf"
+                            : "-Inf");
+    return CM_EINVAL;
+  }
+  return 0;
+}
+
+/* Pushes, pulls, or both at once (each shard's push and pull in flight
+ * together), every planned message in one cm_client_run; then only the
+ * calls that failed retryably, again, until all are answered or a shard
+ * stays unreachable past the retry budget. A push is one logical push
+ * (one seq) however often its messages are sent. */
+static int transfer(struct dw_client *c, int what) {
+  const char *name = what == XFER_PUSH   ? "push"
+                     : what == XFER_PULL ? "pull"
+                                         : "push and pull";
+  unsigned char down[256];
+  int rc = 0, left = 0, rolled_before = c->rolled_back;
+  if (!c->vars) {
+    dw__seterr(c, "%s: declare the variables first", name);
+    return CM_EINVAL;
+  }
+  if (c->nshards > (int)sizeof down) {
+    dw__seterr(c, "%s: more than %zu shards", name, sizeof down);
+    return CM_EINVAL;
+  }
+  if ((what & XFER_PUSH) && (rc = check_finite(c)))
+    return rc;
+  if (what & XFER_PUSH)
+    c->seq++;
+  for (int i = 0; i < c->nmsgs; i++) {
+    c->pending[2 * i] = (what & XFER_PUSH) != 0;
+    c->pending[2 * i + 1] = (what & XFER_PULL) != 0;
+    left += c->pending[2 * i] + c->pending[2 * i + 1];
+  }
+  for (int attempt = 0; left > 0; attempt++) {
+    grpc_status_code last = GRPC_STATUS_OK;
+    char last_details[sizeof c->calls[0].details] = "";
+    int n = 0, fatal = 0;
+    for (int p = 0; p < 2 * c->nmsgs; p++) {
+      if (!c->pending[p])
+        continue;
+      const struct dw__msg *m = &c->msgs[p / 2];
+      int push = p % 2 == 0;
+      struct cm_unary *u = &c->calls[n];
+      memset(u, 0, sizeof *u);
+      u->channel = c->ch[m->shard];
+      u->method = push ? PUSH_METHOD : PULL_METHOD;
+      u->user = (void *)m;
+      u->request = build_request(c, m, push);
+      c->call_pair[n++] = p;
+      if (!u->request) {
+        dw__seterr(c, "%s: out of memory", name);
+        for (int k = 0; k < n - 1; k++)
+          cm_unary_release(&c->calls[k]);
+        rc = CM_ENOMEM;
+        goto out;
+      }
+    }
+    if (attempt > 0)
+      c->stats.retries += (uint64_t)n;
+    rc = dw__run(c, c->calls, n, name, c->o.timeout_ms, 0,
+                 (what & XFER_PULL) || c->sync_push ? on_done : NULL, c);
+    memset(down, 0, (size_t)c->nshards);
+    /* A shard with any call to retry is still out, whatever else it
+     * answered. */
+    for (int k = 0; k < n; k++)
+      if (dw__retryable(c->calls[k].status))
+        down[((const struct dw__msg *)c->calls[k].user)->shard] = 1;
+    /* on_pulled may have turned an OK into a failure: statuses decide. */
+    for (int k = 0; k < n; k++) {
+      const struct cm_unary *u = &c->calls[k];
+      const struct dw__msg *m = u->user;
+      int p = c->call_pair[k], push = p % 2 == 0;
+      c->stats.calls++;
+      if (u->status == GRPC_STATUS_OK) {
+        if (push)
+          c->pushed += m->bytes;
+        if (!down[m->shard])
+          dw__shard_up(c, m->shard);
+      } else if (push && c->sync_push && u->status == GRPC_STATUS_ABORTED) {
+        c->closed = 1; /* the step closed without us: not an error */
+      } else {
+        c->stats.failed++;
+        if (!dw__retryable(u->status)) {
+          if (!fatal)
+            dw__call_error(c, push ? "push" : "pull", u);
+          fatal = 1;
+          continue;
+        }
+        dw__shard_down(c, m->shard, u);
+        last = u->status;
+        snprintf(last_details, sizeof last_details, "%s", u->details);
+        continue;
+      }
+      c->pending[p] = 0;
+      left--;
+    }
+    /* A Unix socket never reconnects: the retry goes over TCP. */
+    dw__back_to_tcp(c, c->calls, n);
+    for (int k = 0; k < n; k++)
+      cm_unary_release(&c->calls[k]);
+    /* Sync: a shard answered that the job rolled back. The calls left to
+     * send are of the old generation's step; resent, they would carry the
+     * new generation with that step, which a shard refuses. The caller
+     * goes back to the step rolled to (dw_client_rolled_back) instead. */
+    if (c->rolled_back && !rolled_before) {
+      rc = 0;
+      break;
+    }
+    if (fatal) {
+      rc = CM_ERPC;
+      break;
+    }
+    rc = 0;
+    if (left > 0 && (rc = dw__retry_wait(c, down, c->nshards, attempt + 1, name,
+                                         last, last_details)))
+      break;
+  }
+out:
+  if (what & XFER_PUSH)
+    wait_refs(c);
+  return rc;
+}
+
+int dw_client_pull(struct dw_client *c) { return transfer(c, XFER_PULL); }
+
+int dw_client_push(struct dw_client *c) { return transfer(c, XFER_PUSH); }
+
+int dw_client_push_pull(struct dw_client *c) {
+  return transfer(c, XFER_PUSH | XFER_PULL);
+}
+
+int dw_client_pull_at(struct dw_client *c, uint64_t min_version,
+                      uint64_t *version) {
+  c->min_version = min_version;
+  c->pulled_step = UINT64_MAX;
+  int rc = transfer(c, XFER_PULL);
+  c->min_version = 0;
+  *version = c->pulled_step == UINT64_MAX ? 0 : c->pulled_step;
+  return rc;
+}
+
+int dw_client_push_step(struct dw_client *c, uint64_t step, int *closed) {
+  if (c->windex < 0) {
+    dw__seterr(c, "push: join the job first (dw_client_join)");
+    return CM_EINVAL;
+  }
+  c->sync_push = 1;
+  c->push_step = step;
+  c->closed = 0;
+  int rc = transfer(c, XFER_PUSH);
+  c->sync_push = 0;
+  *closed = c->closed;
+  return rc;
+}
