@@ -101,6 +101,8 @@ struct dw_client {
   pthread_cond_t cond;       /* signalled when refs drops to 0 */
   int refs;                  /* gradient slices gRPC still holds */
   char err[1024];            /* last error */
+  grpc_status_code last_status; /* dw_client_last_status: of the last run */
+  char last_details[512];       /* its status message */
 
   /* Faults: retries and idempotent pushes. */
   int *call_pair;         /* owned, 2 * nmsgs: the pair each call carries,
@@ -295,6 +297,15 @@ static int run(struct dw_client *c, struct cm_unary *calls, int n,
                           .ctx = ctx,
                           .cq = c->cq};
   int rc = cm_client_run(calls, n, &o);
+  /* After the done callbacks, which may have found an answer unusable. */
+  c->last_status = GRPC_STATUS_OK;
+  c->last_details[0] = 0;
+  for (int i = 0; i < n; i++)
+    if (calls[i].status != GRPC_STATUS_OK) {
+      c->last_status = calls[i].status;
+      snprintf(c->last_details, sizeof c->last_details, "%s", calls[i].details);
+      break;
+    }
   if (rc) {
     for (int i = 0; i < n; i++)
       if (calls[i].status != GRPC_STATUS_OK) {
@@ -1011,6 +1022,8 @@ int dw_client_read(struct dw_client *c, struct dw_read *reads, int n) {
       req.caller = &caller;
       req.n_segments = 1;
       req.segments = &sp;
+      req.slots = reads[i].slots;
+      req.slot = reads[i].slot;
       calls[k].channel = c->ch[reads[i].shard];
       calls[k].method = PULL_METHOD;
       calls[k].user = &parts[k];
@@ -1350,16 +1363,18 @@ int dw_client_status(struct dw_client *c, int shard, char **json) {
   vars = json_array();
   for (size_t i = 0; root && i < resp->n_vars; i++) {
     const Psd__V1__VarStatus *v = resp->vars[i];
-    json_t *shape = json_array();
+    json_t *shape = json_array(), *slots = json_array();
     for (size_t d = 0; d < v->n_shape; d++)
       json_array_append_new(shape, json_integer(v->shape[d]));
+    for (size_t k = 0; k < v->n_slots; k++)
+      json_array_append_new(slots, json_string(v->slots[k]));
     json_array_append_new(
         vars,
-        json_pack("{s:s, s:o, s:[I, I], s:I, s:I, s:s, s:i}", "name", v->name,
-                  "shape", shape, "rows", (json_int_t)v->row_begin,
+        json_pack("{s:s, s:o, s:[I, I], s:I, s:I, s:s, s:i, s:o}", "name",
+                  v->name, "shape", shape, "rows", (json_int_t)v->row_begin,
                   (json_int_t)v->row_end, "version", (json_int_t)v->version,
                   "bytes", (json_int_t)v->bytes, "optimizer", v->optimizer,
-                  "placement", v->placement));
+                  "placement", v->placement, "slots", slots));
   }
   if (!root) {
     json_decref(vars);
@@ -1440,4 +1455,66 @@ out:
   free(data);
   cm_unary_release(&u);
   return rc;
+}
+
+/* ---- admin calls (psctl) ---- */
+
+int dw_client_checkpoint(struct dw_client *c, int wait,
+                         struct dw_checkpoint *out) {
+  Psd__V1__Caller caller = caller_of(c);
+  Psd__V1__CheckpointRequest req = PSD__V1__CHECKPOINT_REQUEST__INIT;
+  struct cm_unary *calls = calloc(c->nshards, sizeof *calls);
+  int rc;
+
+  memset(out, 0, c->nshards * sizeof *out);
+  if (!calls) {
+    seterr(c, "checkpoint: out of memory");
+    return CM_ENOMEM;
+  }
+  req.caller = &caller;
+  req.wait = wait;
+  for (int s = 0; s < c->nshards; s++) {
+    calls[s].channel = c->ch[s];
+    calls[s].method = "/psd.v1.Admin/Checkpoint";
+    calls[s].request = cm_rpc_pack(&req.base);
+  }
+  /* All shards at once: each writes its own slice in parallel. */
+  rc = run(c, calls, c->nshards, "checkpoint", c->o.timeout_ms, 0, NULL, NULL);
+  for (int s = 0; s < c->nshards; s++) {
+    struct dw_checkpoint *k = &out[s];
+    Psd__V1__CheckpointResponse *resp = NULL;
+    uint8_t *data = NULL;
+    size_t len = 0;
+    if (calls[s].status == GRPC_STATUS_OK &&
+        cm_rpc_readall(calls[s].response, &data, &len) == 0)
+      resp = psd__v1__checkpoint_response__unpack(NULL, len, data);
+    free(data);
+    k->status = calls[s].status;
+    snprintf(k->details, sizeof k->details, "%s", calls[s].details);
+    if (k->status == GRPC_STATUS_OK && !resp) {
+      k->status = GRPC_STATUS_INTERNAL;
+      snprintf(k->details, sizeof k->details, "malformed answer");
+      if (!rc) {
+        seterr(c, "checkpoint from ps:%d: malformed answer", s);
+        rc = CM_EPROTO;
+      }
+    }
+    if (resp) {
+      k->written = resp->written;
+      k->step = resp->step;
+      k->bytes = resp->bytes;
+      k->ms = resp->ms;
+      snprintf(k->path, sizeof k->path, "%s", resp->path);
+      psd__v1__checkpoint_response__free_unpacked(resp, NULL);
+    }
+    cm_unary_release(&calls[s]);
+  }
+  free(calls);
+  return rc;
+}
+
+int dw_client_last_status(const struct dw_client *c, const char **details) {
+  if (details)
+    *details = c->last_details;
+  return c->last_status;
 }
