@@ -197,6 +197,15 @@ int dw__run(struct dw_client *c, struct cm_unary *calls, int n,
                           .ctx = ctx,
                           .cq = c->cq};
   int rc = cm_client_run(calls, n, &o);
+  /* After the done callbacks, which may have found an answer unusable. */
+  c->last_status = GRPC_STATUS_OK;
+  c->last_details[0] = 0;
+  for (int i = 0; i < n; i++)
+    if (calls[i].status != GRPC_STATUS_OK) {
+      c->last_status = calls[i].status;
+      snprintf(c->last_details, sizeof c->last_details, "%s", calls[i].details);
+      break;
+    }
   if (rc) {
     for (int i = 0; i < n; i++)
       if (calls[i].status != GRPC_STATUS_OK) {

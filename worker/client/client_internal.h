@@ -9,6 +9,7 @@
  *   read.c       dw_client_read: an admin tool's chunked reads
  *   coord.c      the coordinator's calls and the heartbeat thread
  *   status.c     Admin/Status as JSON
+ *   admin.c      Admin/Checkpoint, and the last call's status for a tool
  *
  * Each file's own block says how its part works: client.c the plan of
  * the traffic, transfer.c the retries. */
@@ -72,6 +73,8 @@ struct dw_client {
   pthread_cond_t cond;       /* signalled when refs drops to 0 */
   int refs;                  /* gradient slices gRPC still holds */
   char err[1024];            /* last error */
+  grpc_status_code last_status; /* dw_client_last_status: of the last run */
+  char last_details[512];       /* its status message */
 
   /* Faults: retries and idempotent pushes. */
   int *call_pair;         /* owned, 2 * nmsgs: the pair each call carries,

@@ -171,6 +171,8 @@ struct dw_read {
   uint64_t offset;  /* first element, in the variable's global numbering */
   uint64_t count;   /* elements; the run must lie inside the shard's rows */
   float *dst;       /* caller-owned destination of count floats */
+  int slots;        /* 1: read the optimizer's slot `slot`, not the values */
+  uint32_t slot;    /* with slots: which, in the order of VarStatus.slots */
   int rc;           /* out: 0, or the error of the run's first failed message */
   char err[1024];   /* out: that error in words, naming shard and variable */
 };
@@ -195,5 +197,40 @@ const char *dw_client_error(const struct dw_client *c);
 /* Bytes moved by this client so far (payload only), for progress lines. */
 uint64_t dw_client_bytes_pulled(const struct dw_client *c);
 uint64_t dw_client_bytes_pushed(const struct dw_client *c);
+
+/* ---- admin calls (psctl) ---- */
+
+/* What one shard answered Admin.Checkpoint (dw_client_checkpoint). The
+ * fields after details are set only when status is 0 (it answered). */
+struct dw_checkpoint {
+  int status;        /* the call's gRPC status (grpc_status_code), 0: OK;
+                        INTERNAL "malformed answer" when it was unreadable */
+  char details[512]; /* the status message, "" when none */
+  int written;       /* 1: written before the answer (wait); 0: queued */
+  uint64_t step;     /* the step the checkpoint holds */
+  uint64_t bytes;    /* written: its size */
+  double ms;         /* written: how long the write took */
+  char path[4096];   /* written: its directory */
+};
+
+/* Asks every shard at once to write a checkpoint now (Admin.Checkpoint),
+ * each of its own rows, in parallel; with wait, each answers once its
+ * checkpoint is written, else once it is queued. Fills out[s] for every
+ * shard s of the spec (out is caller-owned, one entry per shard), so the
+ * caller sees each shard's outcome. Returns 0 when every shard answered;
+ * CM_ENOMEM when nothing was sent (out is then all zero); else the code of
+ * a shard that did not, with dw_client_error naming that shard. */
+int dw_client_checkpoint(struct dw_client *c, int wait,
+                         struct dw_checkpoint *out);
+
+/* The gRPC status (grpc_status_code) of the client's last batch of calls:
+ * that of its first call that failed, in the order the calls were made,
+ * or 0 (OK) when none did. A pull answer of the wrong size fails its call
+ * (INTERNAL); an answer found unreadable after the batch (a malformed
+ * Status) leaves 0. *details (when details is not NULL) gets that call's
+ * status message, "" when none; owned by the client, valid until its next
+ * call. For a caller that words an error itself (dw_client_error says it
+ * in a sentence). */
+int dw_client_last_status(const struct dw_client *c, const char **details);
 
 #endif

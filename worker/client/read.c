@@ -74,6 +74,8 @@ int dw_client_read(struct dw_client *c, struct dw_read *reads, int n) {
       req.caller = &caller;
       req.n_segments = 1;
       req.segments = &sp;
+      req.slots = reads[i].slots;
+      req.slot = reads[i].slot;
       calls[k].channel = c->ch[reads[i].shard];
       calls[k].method = "/psd.v1.Data/Pull";
       calls[k].user = &parts[k];

@@ -65,16 +65,18 @@ int dw_client_status(struct dw_client *c, int shard, char **json) {
   vars = json_array();
   for (size_t i = 0; root && i < resp->n_vars; i++) {
     const Psd__V1__VarStatus *v = resp->vars[i];
-    json_t *shape = json_array();
+    json_t *shape = json_array(), *slots = json_array();
     for (size_t d = 0; d < v->n_shape; d++)
       json_array_append_new(shape, json_integer(v->shape[d]));
+    for (size_t k = 0; k < v->n_slots; k++)
+      json_array_append_new(slots, json_string(v->slots[k]));
     json_array_append_new(
         vars,
-        json_pack("{s:s, s:o, s:[I, I], s:I, s:I, s:s, s:i}", "name", v->name,
-                  "shape", shape, "rows", (json_int_t)v->row_begin,
+        json_pack("{s:s, s:o, s:[I, I], s:I, s:I, s:s, s:i, s:o}", "name",
+                  v->name, "shape", shape, "rows", (json_int_t)v->row_begin,
                   (json_int_t)v->row_end, "version", (json_int_t)v->version,
                   "bytes", (json_int_t)v->bytes, "optimizer", v->optimizer,
-                  "placement", v->placement));
+                  "placement", v->placement, "slots", slots));
   }
   if (!root) {
     json_decref(vars);

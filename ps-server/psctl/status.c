@@ -1,0 +1,205 @@
+/* psctl status: every shard's counters and slices, the job as the
+ * coordinator (shard 0) sees it, the checkpoints and the pushes that held
+ * NaN or Inf, from the status documents main fetched (psctl.h). */
+#include <stdio.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "psctl.h"
+#include "table.h"
+#include "units.h"
+
+/* The coordinator's view: workers, and in sync mode the last steps. */
+static int print_job(const struct psctl *p, json_t *coord) {
+  json_t *workers = json_object_get(coord, "workers"), *w, *steps, *r;
+  struct psctl_table t;
+  size_t i, n;
+  long long live = 0, dropped = 0;
+  int sync = strcmp(psctl_jstr(coord, "mode"), "sync") == 0, rc;
+
+  json_array_foreach(workers, i, w) {
+    live += json_is_true(json_object_get(w, "live"));
+    dropped += psctl_jint(w, "dropped");
+  }
+  printf("\nJOB %s  mode %s", p->spec->job.name, psctl_jstr(coord, "mode"));
+  if (sync)
+    printf("  step %lld", psctl_jint(coord, "step"));
+  if (sync && psctl_jint(coord, "rollbacks") > 0)
+    printf("  rollbacks %lld (last to step %lld)",
+           psctl_jint(coord, "rollbacks"), psctl_jint(coord, "rollback_step"));
+  printf("  workers %lld/%zu live  dropped %lld\n", live,
+         json_array_size(workers), dropped);
+  psctl_table_init(&t, 6, "WORKER", "STATE", ">JOINS", ">APPLIED", ">DROPPED",
+                   ">LAST SEEN");
+  json_array_foreach(workers, i, w) {
+    double seen = psctl_jnum(w, "last_seen_ms");
+    char ago[48] = "never", ms[32];
+    if (seen >= 0) {
+      cm_fmt_ms(seen, ms, sizeof ms);
+      snprintf(ago, sizeof ago, "%s ago", ms);
+    }
+    psctl_table_cell(&t, "worker:%lld", psctl_jint(w, "worker"));
+    psctl_table_cell(&t, "%s",
+                     json_is_true(json_object_get(w, "live"))     ? "live"
+                     : json_is_true(json_object_get(w, "joined")) ? "gone"
+                                                                  : "-");
+    psctl_table_cell(&t, "%lld", psctl_jint(w, "joins"));
+    psctl_table_cell(&t, "%lld", psctl_jint(w, "applied"));
+    psctl_table_cell(&t, "%lld", psctl_jint(w, "dropped"));
+    psctl_table_cell(&t, "%s", ago);
+  }
+  if ((rc = psctl_table_print(&t)))
+    return rc;
+  steps = json_object_get(coord, "steps");
+  n = json_array_size(steps);
+  if (n == 0)
+    return 0;
+  printf("\n");
+  psctl_table_init(&t, 3, ">STEP", "APPLIED", "DROPPED");
+  for (i = n > 5 ? n - 5 : 0; i < n; i++) {
+    char a[128] = "", d[128] = "";
+    size_t k, la = 0, ld = 0;
+    json_t *x;
+    r = json_array_get(steps, i);
+    json_array_foreach(json_object_get(r, "applied"), k, x) {
+      if (la < sizeof a)
+        la += snprintf(a + la, sizeof a - la, "%s%lld", k ? "," : "",
+                       json_integer_value(x));
+    }
+    json_array_foreach(json_object_get(r, "dropped"), k, x) {
+      if (ld < sizeof d)
+        ld += snprintf(d + ld, sizeof d - ld, "%s%lld", k ? "," : "",
+                       json_integer_value(x));
+    }
+    psctl_table_cell(&t, "%lld", psctl_jint(r, "step"));
+    psctl_table_cell(&t, "%s", a[0] ? a : "-");
+    psctl_table_cell(&t, "%s", d[0] ? d : "-");
+  }
+  return psctl_table_print(&t);
+}
+
+/* A line per shard that has seen pushes with NaN or Inf (none: nothing). */
+static void print_nonfinite(const struct psctl *p) {
+  int first = 1;
+  for (int s = 0; s < p->spec->nps; s++) {
+    long long n = p->st[s] ? psctl_jint(p->st[s], "nonfinite_pushes") : 0;
+    if (n <= 0)
+      continue;
+    if (first)
+      printf("\n");
+    first = 0;
+    printf("ps:%d: %lld push%s with NaN or Inf in the gradient %s "
+           "(job.nonfinite \"%s\")\n",
+           s, n, n == 1 ? "" : "es",
+           !strcmp(psctl_jstr(p->st[s], "nonfinite"), "skip")    ? "skipped"
+           : !strcmp(psctl_jstr(p->st[s], "nonfinite"), "apply") ? "applied"
+                                                                 : "rejected",
+           psctl_jstr(p->st[s], "nonfinite"));
+  }
+}
+
+/* `status --json` prints each shard's document as it always has: without
+ * the variables' optimizer slots, which the document carries for export. */
+static void drop_slots(json_t *st) {
+  json_t *v;
+  size_t i;
+  json_array_foreach(json_object_get(st, "vars"), i, v) {
+    json_object_del(v, "slots");
+  }
+}
+
+int psctl_cmd_status(struct psctl *p) {
+  const struct cm_spec *spec = p->spec;
+  char held[32], shape[64];
+  struct psctl_table t;
+  int rc;
+
+  if ((rc = psctl_no_operands(p, "status")))
+    return rc;
+  if (p->json) {
+    json_t *root = json_object(), *shards = json_array();
+    for (int s = 0; s < spec->nps; s++) {
+      json_t *e = p->st[s] ? json_incref(p->st[s]) : json_object();
+      drop_slots(e);
+      json_object_set_new(e, "address", json_string(spec->ps[s].text));
+      json_object_set_new(e, "up", json_boolean(p->st[s] != NULL));
+      if (!p->st[s])
+        json_object_set_new(e, "error",
+                            json_string(p->why[s] ? p->why[s] : ""));
+      json_array_append_new(shards, e);
+    }
+    json_object_set_new(root, "shards", shards);
+    rc = psctl_print_json(root);
+    json_decref(root);
+    return psctl_finish(p, rc);
+  }
+  psctl_table_init(&t, 11, "SHARD", "ADDRESS", "STATE", "MODE", ">VERSION",
+                   ">VARS", ">HELD", ">PULLS", ">PUSHES", ">EXAMPLES",
+                   ">ERRORS");
+  for (int s = 0; s < spec->nps; s++) {
+    json_t *st = p->st[s], *vars = json_object_get(st, "vars"), *v;
+    size_t i;
+    double bytes = 0;
+    long long version = 0;
+    psctl_table_cell(&t, "ps:%d", s);
+    psctl_table_cell(&t, "%s", spec->ps[s].text);
+    psctl_table_cell(&t, "%s", st ? "up" : "down");
+    if (!st) {
+      for (int c = 3; c < t.ncols; c++)
+        psctl_table_cell(&t, "-");
+      continue;
+    }
+    json_array_foreach(vars, i, v) {
+      bytes += psctl_jint(v, "bytes");
+      if (psctl_jint(v, "version") > version)
+        version = psctl_jint(v, "version");
+    }
+    /* Sync: steps committed; async: the most pushes any variable took. */
+    if (strcmp(psctl_jstr(st, "mode"), "sync") == 0)
+      version = psctl_jint(st, "step");
+    cm_fmt_bytes(bytes, held, sizeof held);
+    psctl_table_cell(&t, "%s", psctl_jstr(st, "mode"));
+    psctl_table_cell(&t, "%lld", version);
+    psctl_table_cell(&t, "%zu", json_array_size(vars));
+    psctl_table_cell(&t, "%s", held);
+    psctl_table_cell(&t, "%lld", psctl_jint(st, "pulls"));
+    psctl_table_cell(&t, "%lld", psctl_jint(st, "pushes"));
+    psctl_table_cell(&t, "%lld", psctl_jint(st, "examples"));
+    psctl_table_cell(&t, "%lld", psctl_jint(st, "errors"));
+  }
+  if ((rc = psctl_table_print(&t)))
+    return psctl_finish(p, rc);
+  printf("\n");
+  psctl_table_init(&t, 6, "VARIABLE", "SHAPE", "SHARD", "ROWS", ">HELD",
+                   ">VERSION");
+  for (int s = 0; s < spec->nps; s++) {
+    json_t *vars = p->st[s] ? json_object_get(p->st[s], "vars") : NULL, *v;
+    size_t i;
+    json_array_foreach(vars, i, v) {
+      json_t *rows = json_object_get(v, "rows");
+      psctl_shape_text(json_object_get(v, "shape"), shape, sizeof shape);
+      cm_fmt_bytes(psctl_jint(v, "bytes"), held, sizeof held);
+      psctl_table_cell(&t, "%s", psctl_jstr(v, "name"));
+      psctl_table_cell(&t, "%s", shape);
+      psctl_table_cell(&t, "ps:%d", s);
+      psctl_table_cell(&t, "[%lld, %lld)",
+                       json_integer_value(json_array_get(rows, 0)),
+                       json_integer_value(json_array_get(rows, 1)));
+      psctl_table_cell(&t, "%s", held);
+      psctl_table_cell(&t, "%lld", psctl_jint(v, "version"));
+    }
+  }
+  rc = psctl_table_print(&t);
+  if (!rc && p->st[0] && json_is_true(json_object_get(p->st[0], "coordinator")))
+    rc = print_job(p, p->st[0]);
+  else if (!rc && !p->st[0])
+    printf("\nJOB %s: unknown, ps:0 (%s), the coordinator, is down\n",
+           spec->job.name, spec->ps[0].text);
+  if (!rc)
+    psctl_print_checkpoints(spec, p->st);
+  if (!rc)
+    print_nonfinite(p);
+  psctl_print_down(p);
+  return psctl_finish(p, rc);
+}

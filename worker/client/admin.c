@@ -1,0 +1,68 @@
+/* libpsclient's calls for an operator's tool (psclient.h, "admin calls"):
+ * Admin.Checkpoint on every shard at once, and the last batch's gRPC status
+ * for a caller that words its errors itself (psctl). */
+#include "client_internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "err.h"
+
+int dw_client_checkpoint(struct dw_client *c, int wait,
+                         struct dw_checkpoint *out) {
+  Psd__V1__Caller caller = dw__caller(c);
+  Psd__V1__CheckpointRequest req = PSD__V1__CHECKPOINT_REQUEST__INIT;
+  struct cm_unary *calls = calloc(c->nshards, sizeof *calls);
+  int rc;
+
+  memset(out, 0, c->nshards * sizeof *out);
+  if (!calls) {
+    dw__seterr(c, "checkpoint: out of memory");
+    return CM_ENOMEM;
+  }
+  req.caller = &caller;
+  req.wait = wait;
+  for (int s = 0; s < c->nshards; s++) {
+    calls[s].channel = c->ch[s];
+    calls[s].method = "/psd.v1.Admin/Checkpoint";
+    calls[s].request = cm_rpc_pack(&req.base);
+  }
+  /* All shards at once: each writes its own slice in parallel. */
+  rc = dw__run(c, calls, c->nshards, "checkpoint", c->o.timeout_ms, 0, NULL,
+               NULL);
+  for (int s = 0; s < c->nshards; s++) {
+    struct dw_checkpoint *k = &out[s];
+    Psd__V1__CheckpointResponse *resp = NULL;
+    if (calls[s].status == GRPC_STATUS_OK)
+      resp = (Psd__V1__CheckpointResponse *)cm_rpc_unpack(
+          calls[s].response, &psd__v1__checkpoint_response__descriptor);
+    k->status = calls[s].status;
+    snprintf(k->details, sizeof k->details, "%s", calls[s].details);
+    if (k->status == GRPC_STATUS_OK && !resp) {
+      k->status = GRPC_STATUS_INTERNAL;
+      snprintf(k->details, sizeof k->details, "malformed answer");
+      if (!rc) {
+        dw__seterr(c, "checkpoint from ps:%d: malformed answer", s);
+        rc = CM_EPROTO;
+      }
+    }
+    if (resp) {
+      k->written = resp->written;
+      k->step = resp->step;
+      k->bytes = resp->bytes;
+      k->ms = resp->ms;
+      snprintf(k->path, sizeof k->path, "%s", resp->path);
+      psd__v1__checkpoint_response__free_unpacked(resp, NULL);
+    }
+    cm_unary_release(&calls[s]);
+  }
+  free(calls);
+  return rc;
+}
+
+int dw_client_last_status(const struct dw_client *c, const char **details) {
+  if (details)
+    *details = c->last_details;
+  return c->last_status;
+}
