@@ -149,7 +149,8 @@ size_t dw_var_numel(const struct dw_var *v);
 /* The training loop: runs every step, then sets w->train_s. */
 int dw_train(struct dw_worker *w);
 
-/* Sync: pulls the parameters of step w->step (see train.c). */
+/* Sync: pulls the parameters of step w->step (see train.c). Logs nothing:
+ * the caller says which pull failed, with dw_client_error. */
 int dw_pull_step(struct dw_worker *w);
 
 /* ---- notify.c: systemd; no-ops without libsystemd or outside a unit ---- */

@@ -1,8 +1,9 @@
-/* The end of a run: the worker leaves the job, then prints its result line
- * on stdout. Worker 0 (and --standalone) pulls the final parameters,
- * writes them out with --save-params, evaluates them on the test set and
- * prints the final: line; every other worker prints its done: line. Both
- * are documented in --help, and tests and launchers parse them. */
+/* The end of a run: a worker of a job leaves it, then prints its result
+ * line on stdout. Worker 0 pulls the final parameters (--standalone has
+ * them already), writes them out with --save-params, evaluates them on the
+ * test set and prints the final: line; every other worker prints its done:
+ * line. Both are documented in --help, and tests and launchers parse
+ * them. */
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>

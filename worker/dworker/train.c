@@ -1,8 +1,9 @@
 /* The training loop: for each step, take the batch the feeder gathered,
- * pull the parameters, compute the gradient, clip it, and push it to the
- * parameter servers (or, with --standalone, apply it here), with the next
- * batch gathered on the thread pool meanwhile. A progress line goes to
- * stdout every job.log_every steps.
+ * pull the parameters, compute the gradient (clipped with
+ * job.optimizer.clip_norm), and push it to the parameter servers (or, with
+ * --standalone, apply it here), with the next batch gathered on the thread
+ * pool meanwhile. A progress line goes to stdout every job.log_every
+ * steps.
  *
  * In sync mode the job may roll back (a shard restarted from its
  * checkpoint) or its coordinator restart; any pull or push may say so, and
