@@ -1,0 +1,298 @@
+/* The children: each local task is spawned in a session of its own with
+ * its output piped back (output.c), and reaped by its exit callback, which
+ * decides whether the job goes on. Stopping sends SIGTERM to every task
+ * still running, then SIGKILL to survivors after --stop-timeout; SIGINT,
+ * SIGTERM and SIGHUP to pslaunch begin the same stop. Once every child is
+ * reaped and every pipe closed, the loop ends and the summary says how
+ * each task ended. Only the processes started here are ever signalled,
+ * each by its own PID. */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "log.h"
+#include "pslaunch_internal.h"
+
+/* A signal's name without "SIG" ("INT"), or "?". */
+static const char *signame(int sig) {
+  const char *abbrev = sigabbrev_np(sig);
+  return abbrev ? abbrev : "?";
+}
+
+/* Says how a reaped task ended: "exit 3" or "killed by signal 9". */
+static void describe_end(const struct pl_task *t, char *buf, size_t len) {
+  if (t->term_signal)
+    snprintf(buf, len, "killed by signal %d", t->term_signal);
+  else
+    snprintf(buf, len, "exit %lld", (long long)t->exit_status);
+}
+
+/* Sends sig to every task still running; only our own children, by PID. */
+static void signal_all(struct pl_launch *l, int sig) {
+  int i;
+
+  for (i = 0; i < l->ntasks; i++) {
+    struct pl_task *t = &l->tasks[i];
+    int rc;
+
+    if (!t->running)
+      continue;
+    if (sig == SIGKILL)
+      pl_say("%s (pid %d) still running; sending SIGKILL", t->name, t->pid);
+    cm_debug("sending SIG%s to %s (pid %d)", signame(sig), t->name, t->pid);
+    rc = uv_process_kill(&t->proc, sig);
+    if (rc < 0 && rc != UV_ESRCH)
+      pl_say("%s (pid %d): kill: %s", t->name, t->pid, uv_strerror(rc));
+    t->sent_term |= sig == SIGTERM;
+    t->sent_kill |= sig == SIGKILL;
+  }
+}
+
+static void on_kill_timer(uv_timer_t *h) { signal_all(h->data, SIGKILL); }
+
+/* Begins stopping every task: SIGTERM now, SIGKILL after the stop timeout.
+ * The first caller settles the exit code. */
+static void stop_all(struct pl_launch *l, int result) {
+  if (l->stopping)
+    return;
+  l->stopping = 1;
+  l->result = result;
+  signal_all(l, SIGTERM);
+  uv_timer_start(&l->kill_timer, on_kill_timer,
+                 (uint64_t)(l->opt->stop_timeout * 1000), 0);
+}
+
+/* SIGINT, SIGTERM or SIGHUP to pslaunch: the first begins the stop; a
+ * second SIGINT kills every task at once. */
+static void on_signal(uv_signal_t *h, int signum) {
+  struct pl_launch *l = h->data;
+
+  if (l->stopping) {
+    if (signum == SIGINT) {
+      pl_say("SIGINT again; killing every task now");
+      signal_all(l, SIGKILL);
+    }
+    return;
+  }
+  pl_say("got SIG%s; stopping every task", signame(signum));
+  l->interrupted_by = signum;
+  stop_all(l, 128 + signum);
+}
+
+static void on_proc_closed(uv_handle_t *h) {
+  struct pl_task *t = h->data;
+  t->proc_open = 0;
+  pl_check_done(t->l);
+}
+
+/* A child was reaped: decide whether the job goes on. */
+static void on_child_exit(uv_process_t *p, int64_t exit_status,
+                          int term_signal) {
+  struct pl_task *t = p->data;
+  struct pl_launch *l = t->l;
+  char how[64];
+
+  t->running = 0;
+  t->exit_status = exit_status;
+  t->term_signal = term_signal;
+  t->t_end = uv_hrtime();
+  uv_close((uv_handle_t *)p, on_proc_closed);
+  describe_end(t, how, sizeof how);
+  cm_debug("%s (pid %d) ended: %s", t->name, t->pid, how);
+  if (!l->stopping) {
+    if (t->type == CM_TASK_WORKER && term_signal == 0 && exit_status == 0) {
+      if (++l->nworkers_done == l->nworkers) {
+        if (l->nps > 0)
+          pl_say("all %d workers finished; stopping the ps tasks", l->nworkers);
+        stop_all(l, PL_EXIT_OK);
+      }
+    } else {
+      pl_say("%s failed (%s%s)", t->name, how,
+             t->type == CM_TASK_PS && exit_status == 0 && !term_signal &&
+                     l->nworkers > 0
+                 ? " while the workers still ran"
+                 : "");
+      if (!l->failed)
+        l->failed = t;
+      stop_all(l, PL_EXIT_FAILED);
+    }
+  }
+  pl_check_done(l);
+}
+
+/* The second given to pipes held open by a child's own children is over:
+ * pass on what they hold and close them. */
+static void on_drain_timer(uv_timer_t *h) {
+  struct pl_launch *l = h->data;
+  int i;
+
+  for (i = 0; i < l->ntasks; i++) {
+    pl_close_stream(&l->tasks[i].out);
+    pl_close_stream(&l->tasks[i].err);
+  }
+}
+
+/* Once every child is reaped and every pipe closed, closes the launcher's
+ * own handles so uv_run returns. Pipes that a child's own children still
+ * hold open get one second to drain. */
+void pl_check_done(struct pl_launch *l) {
+  int i, pipes = 0;
+
+  if (l->finishing)
+    return;
+  for (i = 0; i < l->ntasks; i++) {
+    if (l->tasks[i].proc_open)
+      return;
+    pipes += l->tasks[i].out.state != 0 || l->tasks[i].err.state != 0;
+  }
+  if (pipes) {
+    if (!l->drain_started)
+      uv_timer_start(&l->drain_timer, on_drain_timer, 1000, 0);
+    l->drain_started = 1;
+    return;
+  }
+  l->finishing = 1;
+  uv_close((uv_handle_t *)&l->sig_int, NULL);
+  uv_close((uv_handle_t *)&l->sig_term, NULL);
+  uv_close((uv_handle_t *)&l->sig_hup, NULL);
+  uv_close((uv_handle_t *)&l->kill_timer, NULL);
+  uv_close((uv_handle_t *)&l->drain_timer, NULL);
+}
+
+/* Starts one task's child with its output piped back to us. Returns 0, or a
+ * negative libuv code (reported) when it could not be started. */
+static int spawn_task(struct pl_launch *l, struct pl_task *t) {
+  const struct pl_options *o = l->opt;
+  uv_process_options_t po;
+  uv_stdio_container_t stdio[3];
+  char **args = NULL;
+  int n = 0, i, rc;
+
+  args = calloc((size_t)o->nextra + 6, sizeof *args);
+  if (!args) {
+    rc = UV_ENOMEM;
+    pl_say("%s: out of memory", t->name);
+    goto out;
+  }
+  args[n++] = t->type == CM_TASK_PS ? l->psd : l->dworker;
+  args[n++] = "--cluster";
+  args[n++] = (char *)o->spec_path;
+  args[n++] = "--task";
+  args[n++] = t->name;
+  for (i = 0; t->type == CM_TASK_WORKER && i < o->nextra; i++)
+    args[n++] = o->extra[i];
+
+  if ((rc = pl_stream_open(l, t, &t->out, STDOUT_FILENO)) < 0 ||
+      (rc = pl_stream_open(l, t, &t->err, STDERR_FILENO)) < 0) {
+    pl_say("%s: pipe: %s", t->name, uv_strerror(rc));
+    goto out;
+  }
+  stdio[0].flags = UV_IGNORE;
+  stdio[1].flags = UV_CREATE_PIPE | UV_WRITABLE_PIPE;
+  stdio[1].data.stream = (uv_stream_t *)&t->out.pipe;
+  stdio[2].flags = UV_CREATE_PIPE | UV_WRITABLE_PIPE;
+  stdio[2].data.stream = (uv_stream_t *)&t->err.pipe;
+  memset(&po, 0, sizeof po);
+  po.file = args[0];
+  po.args = args;
+  po.exit_cb = on_child_exit;
+  po.stdio = stdio;
+  po.stdio_count = 3;
+  /* A session of its own: Ctrl-C in a terminal reaches only pslaunch, which
+   * stops the tasks in order, rather than racing them to the signal. */
+  po.flags = UV_PROCESS_DETACHED;
+  t->proc.data = t;
+  t->t_start = uv_hrtime();
+  rc = uv_spawn(&l->loop, &t->proc, &po);
+  t->proc_open = 1; /* closed in on_child_exit, or below when spawn failed */
+  if (rc < 0) {
+    pl_say("%s: cannot start %s: %s", t->name, args[0], uv_strerror(rc));
+    uv_close((uv_handle_t *)&t->proc, on_proc_closed);
+    goto out;
+  }
+  t->started = t->running = 1;
+  t->pid = uv_process_get_pid(&t->proc);
+  pl_say("started %s (pid %d)", t->name, t->pid);
+  cm_debug("%s: %s --cluster %s --task %s%s", t->name, args[0], o->spec_path,
+           t->name, o->nextra && t->type == CM_TASK_WORKER ? " ..." : "");
+  if ((rc = pl_stream_read_start(&t->out)) < 0 ||
+      (rc = pl_stream_read_start(&t->err)) < 0)
+    pl_say("%s: reading its output: %s", t->name, uv_strerror(rc));
+  rc = 0; /* it runs; output we cannot read is not a reason to stop it */
+out:
+  if (rc < 0) {
+    pl_close_stream(&t->out);
+    pl_close_stream(&t->err);
+  }
+  free(args);
+  return rc;
+}
+
+/* Prints how each task ended and why pslaunch is leaving. */
+static void print_summary(const struct pl_launch *l) {
+  int i;
+
+  pl_say("summary:");
+  for (i = 0; i < l->ntasks; i++) {
+    const struct pl_task *t = &l->tasks[i];
+    char how[96];
+
+    if (!t->started) {
+      pl_say("  %-*s  not started", l->width, t->name);
+      continue;
+    }
+    describe_end(t, how, sizeof how);
+    if (t->term_signal)
+      snprintf(how + strlen(how), sizeof how - strlen(how), " (SIG%s)",
+               signame(t->term_signal));
+    pl_say("  %-*s  pid %-7d %7.2f s  %s%s", l->width, t->name, t->pid,
+           (double)(t->t_end - t->t_start) / 1e9, how,
+           t->sent_kill   ? ", SIGTERM did not stop it"
+           : t->sent_term ? ", after SIGTERM"
+                          : "");
+  }
+  if (l->interrupted_by)
+    pl_say("stopped by SIG%s", signame(l->interrupted_by));
+  else if (l->result == PL_EXIT_OK)
+    pl_say("all %d local workers finished", l->nworkers);
+  else
+    pl_say("stopped because %s failed", l->failed ? l->failed->name : "a task");
+}
+
+/* Runs the selected tasks to the end. Returns pslaunch's exit code. */
+int pl_launch_run(struct pl_launch *l) {
+  int i, rc;
+
+  if ((rc = uv_loop_init(&l->loop)) < 0) {
+    pl_say("uv_loop_init: %s", uv_strerror(rc));
+    return PL_EXIT_FAILED;
+  }
+  uv_signal_init(&l->loop, &l->sig_int);
+  uv_signal_init(&l->loop, &l->sig_term);
+  uv_signal_init(&l->loop, &l->sig_hup);
+  uv_timer_init(&l->loop, &l->kill_timer);
+  uv_timer_init(&l->loop, &l->drain_timer);
+  l->sig_int.data = l->sig_term.data = l->sig_hup.data = l;
+  l->kill_timer.data = l->drain_timer.data = l;
+  /* Watch the signals before the first spawn, so an early Ctrl-C cannot kill
+   * pslaunch and leave its children behind. */
+  uv_signal_start(&l->sig_int, on_signal, SIGINT);
+  uv_signal_start(&l->sig_term, on_signal, SIGTERM);
+  uv_signal_start(&l->sig_hup, on_signal, SIGHUP);
+
+  for (i = 0; i < l->ntasks && !l->stopping; i++) {
+    if (spawn_task(l, &l->tasks[i]) < 0) {
+      l->failed = &l->tasks[i];
+      stop_all(l, PL_EXIT_FAILED);
+    }
+  }
+  pl_check_done(l);
+  uv_run(&l->loop, UV_RUN_DEFAULT);
+  rc = uv_loop_close(&l->loop);
+  if (rc < 0)
+    pl_say("uv_loop_close: %s", uv_strerror(rc));
+  print_summary(l);
+  return l->result;
+}

@@ -1,0 +1,147 @@
+/* pslaunch's command line: the --help text, which documents the options,
+ * the output and the exit status, and the parser that fills struct
+ * pl_options from argv. */
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "pslaunch_internal.h"
+
+static const char usage_text[] =
+    "Usage: pslaunch [OPTIONS] FILE [-- DWORKER_ARGS...]\n"
+    "\n"
+    "Start the tasks of the cluster spec FILE whose address is on this host:\n"
+    "every ps task first (psd --cluster FILE --task ps:I), then every worker\n"
+    "(dworker --cluster FILE --task worker:I DWORKER_ARGS...). Each line they\n"
+    "print is shown prefixed with the task name, their stdout on stdout and\n"
+    "their stderr on stderr:\n"
+    "\n"
+    "  ps:0     | 12:00:01.002 psd ps:0 info: listening on 127.0.0.1:7100\n"
+    "  worker:1 | 12:00:03.417 dworker worker:1 info: step 200 loss 0.41\n"
+    "\n"
+    "When every local worker has exited with status 0, the ps tasks are sent\n"
+    "SIGTERM, a summary is printed and pslaunch exits 0. If a task fails (it\n"
+    "exits non-zero or by a signal, or a ps task exits at all while workers\n"
+    "still run), every other task is sent SIGTERM and pslaunch exits 1.\n"
+    "Ctrl-C (SIGINT), SIGTERM and SIGHUP stop every task the same way; a\n"
+    "second Ctrl-C sends SIGKILL at once. A task still running SECS seconds\n"
+    "after SIGTERM is sent SIGKILL. With no local workers (or --only ps) the\n"
+    "ps tasks run until pslaunch is interrupted.\n"
+    "\n"
+    "Each task runs in a session of its own, so a terminal's Ctrl-C reaches\n"
+    "only pslaunch, which then stops the tasks; if pslaunch itself is killed\n"
+    "with SIGKILL, its tasks keep running.\n"
+    "\n"
+    "Before anything starts, each local ps task's port is tried: a port in\n"
+    "use is reported (\"ps:0: cannot listen on 127.0.0.1:7100: Address\n"
+    "already in use\") and nothing is started.\n"
+    "\n"
+    "Options:\n"
+    "  --psd PATH           the psd to run (default: psd next to pslaunch,\n"
+    "                       else ../ps-server/psd from it in a build tree or\n"
+    "                       ../sbin/psd in an installed one)\n"
+    "  --dworker PATH       the dworker to run (default: dworker next to\n"
+    "                       pslaunch)\n"
+    "  --only ps|worker     start only this host's ps tasks, or only its\n"
+    "                       workers\n"
+    "  --stop-timeout SECS  wait this long after SIGTERM before SIGKILL\n"
+    "                       (default 10)\n"
+    "  -h, --help           show this help and exit\n"
+    "  -- DWORKER_ARGS...   pass the rest of the command line to every\n"
+    "                       dworker\n"
+    "\n"
+    "Examples:\n"
+    "  pslaunch deploy/examples/local.json\n"
+    "  pslaunch local.json -- --max-steps 100    # a short smoke run\n"
+    "  pslaunch --only ps cluster.json           # this host serves shards\n"
+    "  pslaunch --psd build/ps-server/psd --dworker build/worker/dworker \\\n"
+    "           local.json\n"
+    "\n"
+    "Exit status:\n"
+    "  0    every local worker finished with status 0\n"
+    "  1    a task failed or could not start, or a ps port was in use\n"
+    "  2    bad usage, bad cluster spec, no task on this host, or psd or\n"
+    "       dworker not found\n"
+    "  129  stopped by SIGHUP\n"
+    "  130  stopped by SIGINT (Ctrl-C)\n"
+    "  143  stopped by SIGTERM\n";
+
+/* Parses argv into *o. Returns -1 to go on, or the exit code to leave with
+ * (0 after --help, 2 after a usage error, both already reported). */
+int pl_parse_args(int argc, char **argv, struct pl_options *o) {
+  static const struct option longopts[] = {
+      {"psd", required_argument, NULL, 'p'},
+      {"dworker", required_argument, NULL, 'd'},
+      {"only", required_argument, NULL, 'o'},
+      {"stop-timeout", required_argument, NULL, 't'},
+      {"help", no_argument, NULL, 'h'},
+      {NULL, 0, NULL, 0}};
+  int nopt = argc, c, i;
+  char *end;
+
+  memset(o, 0, sizeof *o);
+  o->want_ps = o->want_worker = 1;
+  o->stop_timeout = 10;
+  /* Everything after the first "--" belongs to dworker, so getopt only ever
+   * sees what comes before it. */
+  for (i = 1; i < argc; i++) {
+    if (strcmp(argv[i], "--") == 0) {
+      nopt = i;
+      o->extra = argv + i + 1;
+      o->nextra = argc - i - 1;
+      break;
+    }
+  }
+  opterr = 0; /* reported below, in pslaunch's own words */
+  while ((c = getopt_long(nopt, argv, ":h", longopts, NULL)) != -1) {
+    switch (c) {
+    case 'p':
+      o->psd = optarg;
+      break;
+    case 'd':
+      o->dworker = optarg;
+      break;
+    case 'o':
+      if (strcmp(optarg, "ps") == 0) {
+        o->want_worker = 0;
+      } else if (strcmp(optarg, "worker") == 0) {
+        o->want_ps = 0;
+      } else {
+        pl_say("--only %s: expected \"ps\" or \"worker\"", optarg);
+        return PL_EXIT_USAGE;
+      }
+      break;
+    case 't':
+      errno = 0;
+      o->stop_timeout = strtod(optarg, &end);
+      if (errno || end == optarg || *end || !isfinite(o->stop_timeout) ||
+          o->stop_timeout < 0 || o->stop_timeout > 86400) {
+        pl_say("--stop-timeout %s: expected seconds between 0 and 86400",
+               optarg);
+        return PL_EXIT_USAGE;
+      }
+      break;
+    case 'h':
+      pl_write_all(STDOUT_FILENO, usage_text, sizeof usage_text - 1);
+      return PL_EXIT_OK;
+    case ':':
+      pl_say("%s needs a value; try 'pslaunch --help'", argv[optind - 1]);
+      return PL_EXIT_USAGE;
+    default:
+      pl_say("unknown option %s; try 'pslaunch --help'", argv[optind - 1]);
+      return PL_EXIT_USAGE;
+    }
+  }
+  if (optind != nopt - 1) {
+    pl_say(optind >= nopt ? "no cluster spec FILE given; try 'pslaunch --help'"
+                          : "expected one cluster spec FILE, got %d arguments; "
+                            "put dworker's own options after \"--\"",
+           nopt - optind);
+    return PL_EXIT_USAGE;
+  }
+  o->spec_path = argv[optind];
+  return -1;
+}

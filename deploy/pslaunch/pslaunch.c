@@ -1,0 +1,89 @@
+/* pslaunch: starts the tasks of a cluster spec that live on this host (ps
+ * tasks first, then workers), shows their output line by line prefixed with
+ * the task name, and stops them all together: cleanly once every worker has
+ * finished, or as soon as any task fails or pslaunch is interrupted.
+ *
+ * One libuv loop carries everything: the children (uv_spawn, reaped by their
+ * exit callbacks), their stdout and stderr pipes, SIGINT/SIGTERM/SIGHUP, and
+ * the timer that turns SIGTERM into SIGKILL. The loop ends when every child
+ * has been reaped and every pipe closed; a summary then says how each task
+ * ended. Only the processes started here are ever signalled, each by its own
+ * PID.
+ *
+ * main reads top to bottom: parse the command line, load the spec, pick
+ * this host's tasks, find the binaries, check the ps ports, run the tasks to
+ * the end. pslaunch_internal.h lists the file that holds each part.
+ *
+ * Exit codes: 0 all local workers finished, 1 a task failed (or a ps port was
+ * in use), 2 bad usage or spec, 128 + signal when interrupted. */
+#include <signal.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "err.h"
+#include "log.h"
+#include "pslaunch_internal.h"
+#include "spec.h"
+
+int main(int argc, char **argv) {
+  struct pl_options opt;
+  struct cm_spec *spec = NULL;
+  struct pl_launch *l = NULL;
+  char err[8192] = "", host[256] = "?";
+  int code, rc;
+
+  cm_log_set_name("pslaunch");
+  /* Writing to a closed stdout must not kill pslaunch while its children
+   * run; libuv resets the disposition in each child before exec. */
+  signal(SIGPIPE, SIG_IGN);
+
+  code = pl_parse_args(argc, argv, &opt);
+  if (code >= 0)
+    goto out;
+
+  code = PL_EXIT_USAGE;
+  rc = cm_spec_load(opt.spec_path, &spec, err, sizeof err);
+  if (rc < 0) {
+    pl_say_lines(err[0] ? err : cm_strerror(rc));
+    goto out;
+  }
+  l = calloc(1, sizeof *l);
+  if (!l) {
+    pl_say("out of memory");
+    code = PL_EXIT_FAILED;
+    goto out;
+  }
+  l->opt = &opt;
+  if (pl_select_tasks(l, spec) < 0) {
+    pl_say("out of memory");
+    code = PL_EXIT_FAILED;
+    goto out;
+  }
+  if (l->ntasks == 0) {
+    gethostname(host, sizeof host - 1);
+    pl_say("%s: no %s task has its address on this host (%s); nothing to start",
+           opt.spec_path,
+           !opt.want_worker ? "ps"
+           : !opt.want_ps   ? "worker"
+                            : "ps or worker",
+           host);
+    goto out;
+  }
+  if (pl_find_binaries(l, err, sizeof err) < 0) {
+    pl_say("%s", err);
+    goto out;
+  }
+  if (pl_check_ports(l, err, sizeof err) < 0) {
+    pl_say("%s", err);
+    code = PL_EXIT_FAILED;
+    goto out;
+  }
+  code = pl_launch_run(l);
+out:
+  if (l)
+    free(l->tasks);
+  free(l);
+  if (spec)
+    cm_spec_free(spec);
+  return code;
+}

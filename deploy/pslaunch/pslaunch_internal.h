@@ -1,0 +1,168 @@
+/* pslaunch's internals, shared by its files and by nothing else: the
+ * launcher's state (struct pl_launch, one per run, which main owns and
+ * every libuv callback reaches through its handle's data), the tasks and
+ * their output streams, and the functions each file gives the others.
+ * Names shared between pslaunch's files take the pl_ prefix; names used in
+ * one file only are static there.
+ *
+ *   pslaunch.c  main: from the command line to the exit status
+ *   cmdline.c   the command line and --help
+ *   binaries.c  finding the psd and dworker binaries to run
+ *   tasks.c     picking this host's tasks from the spec, checking ports
+ *   output.c    what pslaunch writes: its own "pslaunch:" lines, and the
+ *               children's output, line by line with the task's prefix
+ *   children.c  spawning and supervising the children: exits, signals,
+ *               the stop and its timers, the summary */
+#ifndef PL_PSLAUNCH_INTERNAL_H
+#define PL_PSLAUNCH_INTERNAL_H
+
+#include <limits.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <uv.h>
+
+#include "spec.h"
+
+/* Longest output line passed on whole; a longer one is cut into pieces of
+ * this size, each printed with the prefix. */
+#define PL_LINE_CAP 65536
+
+/* Exit codes, as documented in --help. */
+enum { PL_EXIT_OK = 0, PL_EXIT_FAILED = 1, PL_EXIT_USAGE = 2 };
+
+/* What the command line asked for. Strings point into argv. */
+struct pl_options {
+  const char *spec_path; /* FILE */
+  const char *psd;       /* --psd, NULL for the default */
+  const char *dworker;   /* --dworker, NULL for the default */
+  int want_ps;           /* start local ps tasks (not --only worker) */
+  int want_worker;       /* start local workers (not --only ps) */
+  double stop_timeout;   /* --stop-timeout, seconds */
+  char **extra;          /* arguments after "--", passed to every dworker */
+  int nextra;            /* entries in extra */
+};
+
+struct pl_launch;
+struct pl_task;
+
+/* One of a child's output streams, cut into lines. */
+struct pl_stream {
+  struct pl_task *task; /* the task whose output this is */
+  uv_pipe_t pipe;       /* read end of the child's stdout or stderr */
+  int fd;               /* where its lines go: STDOUT_FILENO or STDERR_FILENO */
+  int state;            /* 0 closed (or never opened), 1 open, 2 closing */
+  size_t len;           /* bytes in buf: the start of a line not yet ended */
+  char buf[PL_LINE_CAP]; /* the partial line */
+};
+
+/* One local task and the child process that runs it. */
+struct pl_task {
+  struct pl_launch *l;        /* the launcher it belongs to */
+  char name[32];              /* "ps:0", "worker:1": its output prefix */
+  enum cm_task_type type;     /* CM_TASK_PS or CM_TASK_WORKER */
+  const struct cm_addr *addr; /* its address in the spec (spec-owned) */
+  uv_process_t proc;          /* the child, once spawn was tried */
+  int proc_open;              /* proc needs (or is waiting for) uv_close */
+  struct pl_stream out;       /* the child's stdout */
+  struct pl_stream err;       /* the child's stderr */
+  int started;                /* uv_spawn succeeded */
+  int running;                /* started and not reaped: safe to signal */
+  int pid;                    /* the child's PID, once started */
+  int64_t exit_status;        /* exit status, when it exited normally */
+  int term_signal;            /* signal that ended it, or 0 */
+  int sent_term;              /* pslaunch sent it SIGTERM */
+  int sent_kill;              /* pslaunch sent it SIGKILL */
+  uint64_t t_start;           /* uv_hrtime() at spawn */
+  uint64_t t_end;             /* uv_hrtime() when reaped */
+};
+
+/* The launcher's whole state, passed to every callback through handle data. */
+struct pl_launch {
+  uv_loop_t loop;               /* the one loop */
+  const struct pl_options *opt; /* the command line */
+  char psd[PATH_MAX];           /* resolved psd binary */
+  char dworker[PATH_MAX];       /* resolved dworker binary */
+  struct pl_task *tasks;        /* owned array: local ps tasks, then workers */
+  int ntasks;                   /* entries in tasks */
+  int nps;                      /* local ps tasks among them */
+  int nworkers;                 /* local workers among them */
+  int nworkers_done;            /* workers that exited with status 0 */
+  int width;                    /* longest task name, for aligned prefixes */
+  int stopping;                 /* 0 running; 1 once the stop has begun */
+  int result;                   /* exit code, settled when the stop begins */
+  int interrupted_by;           /* the signal that began the stop, or 0 */
+  const struct pl_task *failed; /* the failure that began the stop, or NULL */
+  int finishing;                /* own handles are being closed */
+  uv_signal_t sig_int;          /* SIGINT watcher */
+  uv_signal_t sig_term;         /* SIGTERM watcher */
+  uv_signal_t sig_hup;          /* SIGHUP watcher */
+  uv_timer_t kill_timer;        /* SIGKILL to survivors after stop_timeout */
+  uv_timer_t drain_timer;       /* closes pipes kept open by grandchildren */
+  int drain_started;            /* drain_timer has been started */
+  char scratch[PL_LINE_CAP + 64]; /* one prefixed line being written */
+};
+
+/* ---- cmdline.c ---- */
+
+/* Parses argv into *o. Returns -1 to go on, or the exit code to leave with
+ * (0 after --help, 2 after a usage error, both already reported). */
+int pl_parse_args(int argc, char **argv, struct pl_options *o);
+
+/* ---- binaries.c ---- */
+
+/* Settles l->psd when this host has ps tasks and l->dworker when it has
+ * workers: the path given with --psd or --dworker (a name without a slash
+ * is looked up in PATH), else the first that exists beside pslaunch
+ * itself. Returns 0, or CM_ENOENT with a message in err. */
+int pl_find_binaries(struct pl_launch *l, char *err, size_t errlen);
+
+/* ---- tasks.c ---- */
+
+/* Fills l->tasks with the spec's tasks on this host that the options ask
+ * for, ps tasks first. Returns 0 or CM_ENOMEM. */
+int pl_select_tasks(struct pl_launch *l, const struct cm_spec *spec);
+
+/* Binds and listens on every local ps task's address, all at once (so two
+ * tasks given the same port clash too), then lets them all go. SO_REUSEADDR
+ * is on, as in gRPC's own listener: a socket that is listening still clashes,
+ * but connections in TIME_WAIT from an earlier run do not. Returns 0, or
+ * CM_EADDRINUSE / CM_ESYS with "ps:0: cannot listen on HOST:PORT: why" in
+ * err. */
+int pl_check_ports(const struct pl_launch *l, char *err, size_t errlen);
+
+/* ---- output.c ---- */
+
+/* Writes all of buf[0..len) to fd in as few write() calls as the kernel
+ * allows, so a line from one child is never split by another's. */
+void pl_write_all(int fd, const char *buf, size_t len);
+
+/* Prints one "pslaunch: ..." line on stderr with a single write. */
+void pl_say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* Prints every line of a multi-line message, each as a "pslaunch:" line. */
+void pl_say_lines(const char *text);
+
+/* Readies s to carry task t's output to fd (STDOUT_FILENO or
+ * STDERR_FILENO): its pipe, for uv_spawn to connect. Returns 0 or a
+ * negative libuv code. */
+int pl_stream_open(struct pl_launch *l, struct pl_task *t, struct pl_stream *s,
+                   int fd);
+
+/* Starts reading s's pipe once the child runs: each line is written with
+ * the task's prefix as it arrives. Returns 0 or a negative libuv code. */
+int pl_stream_read_start(struct pl_stream *s);
+
+/* Prints what is left of an unfinished line and closes the pipe. */
+void pl_close_stream(struct pl_stream *s);
+
+/* ---- children.c ---- */
+
+/* Once every child is reaped and every pipe closed, closes the launcher's
+ * own handles so uv_run returns. Pipes that a child's own children still
+ * hold open get one second to drain. */
+void pl_check_done(struct pl_launch *l);
+
+/* Runs the selected tasks to the end. Returns pslaunch's exit code. */
+int pl_launch_run(struct pl_launch *l);
+
+#endif

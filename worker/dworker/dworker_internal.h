@@ -1,0 +1,172 @@
+/* The dworker program's internals, shared by its files and by nothing
+ * else: the worker's state (struct dw_worker), which main owns and passes
+ * to every step, and the functions each file gives the others.
+ *
+ *   dworker.c  main: the run from the command line to the exit status
+ *   cmdline.c  the command line and --help
+ *   feeder.c   where each training batch comes from (feeder.h)
+ *   setup.c    the device, the data, the model, the parameters
+ *   train.c    the pull-compute-push loop, and rollbacks in sync mode
+ *   notify.c   what systemd is told
+ *   finish.c   the result: evaluation and the final: (or done:) line
+ *
+ * Every function here returns 0 or a negative CM_E* code after logging
+ * what went wrong, unless its comment says otherwise. */
+#ifndef DW_DWORKER_INTERNAL_H
+#define DW_DWORKER_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "feeder.h"
+#include "idx.h"
+#include "model.h"
+#include "psclient.h"
+#include "spec.h"
+
+/* Most workers --emulate-workers stands in for. */
+#define DW_MAX_EMULATED 64
+
+/* What the command line asked for. */
+struct dw_args {
+  const char *cluster;     /* --cluster FILE */
+  const char *task;        /* --task, NULL when not given */
+  int standalone;          /* --standalone */
+  long max_steps;          /* --max-steps, -1 when not given */
+  int threads;             /* --threads, default 1 */
+  int inject_delay_ms;     /* --inject-delay-ms, 0 when not given */
+  int no_overlap;          /* --no-overlap */
+  const char *save_params; /* --save-params FILE, NULL when not given */
+  int emulate;             /* --emulate-workers N (standalone), 0 = off */
+  int connect_timeout_ms;  /* --connect-timeout-ms, 0 = the client's default */
+  const char *device;      /* --device: "cpu" (default), "cuda", "cuda:N",
+                              "auto" */
+  int gpu;                 /* the N of --device cuda:N; 0 for plain cuda */
+  int replicas;            /* --replicas R, default 1 */
+};
+
+/* Everything one run of the worker holds; main owns it and tears it down. */
+struct dw_worker {
+  struct dw_args args;     /* the command line */
+  struct cm_spec *spec;    /* owned: the cluster spec */
+  char name[64];           /* "worker:I" (or "standalone") */
+  int index;               /* this worker's index (0 standalone) */
+  int nworkers;            /* workers sharing the data (1 standalone) */
+  struct dw_dataset train; /* owned: this worker's training share */
+  struct dw_dataset test;  /* owned: the test set (worker 0 only) */
+  struct dw_model *model;  /* owned: the model, params and grads */
+  struct dw_var vars[DW_MODEL_MAX_VARS]; /* views into model */
+  int nvars;                             /* entries used in vars */
+  struct dw_client *client; /* owned: the parameter-server client, or NULL */
+  float *slots;             /* owned: optimizer slots (standalone only) */
+  struct dw_feeder feed;    /* the read-ahead */
+  long total_steps;         /* steps this run will take */
+  long steps_done;          /* steps taken */
+  uint64_t examples_done;   /* training examples consumed */
+  double train_s;           /* wall time of the training loop */
+  int sync;                 /* job.sync.mode is "sync" */
+  int ssp;                  /* async with a staleness bound */
+  uint64_t step;            /* sync: the step being computed */
+  uint64_t clock;           /* async: pushes completed */
+  int prefetched;           /* async: the last push also pulled the next
+                               step's parameters */
+  long dropped;             /* sync: gradients the coordinator dropped */
+  uint64_t rollbacks;       /* sync: the job's rollbacks said in the log */
+  long redone;              /* sync: steps this worker computed that a
+                               rollback undid (and that it takes again) */
+  int nfeeds;               /* feeders: 1, or N with --emulate-workers N */
+  struct dw_dataset emu_ds[DW_MAX_EMULATED];  /* owned: shares 1..N-1 */
+  struct dw_feeder emu_feed[DW_MAX_EMULATED]; /* feeders of shares 1..N-1 */
+  float *batch_x;           /* owned with N > 1: the concatenated batch */
+  uint8_t *batch_y;         /* owned with N > 1: its labels */
+  int first_gpu;            /* CUDA device of replica 0; -1: the CPU */
+  double wd_period_s;       /* systemd: seconds between WATCHDOG=1, 0 = off */
+  double watchdog_at;       /* cm_mono_s() of the last WATCHDOG=1 */
+  double status_at;         /* cm_mono_s() of the last STATUS= */
+  uint64_t status_examples; /* examples_done at the last STATUS= */
+  /* standalone: variable i's slots, views into slots in
+   * cm_optim_slot_name order */
+  float *var_slots[DW_MODEL_MAX_VARS][CM_OPTIM_MAX_SLOTS];
+  /* standalone: variable i's optimizer (borrowed from spec) */
+  const struct cm_optim *var_opt[DW_MODEL_MAX_VARS];
+  long clipped;    /* steps whose gradient norm was above clip_norm */
+  double max_norm; /* the largest gradient norm seen (with clip_norm) */
+};
+
+/* ---- cmdline.c ---- */
+
+/* Fills *a from argv (a's strings point into argv). Returns 0, 1 when
+ * --help was printed, or CM_EINVAL after explaining the mistake on stderr.
+ * Nothing else happens here, so it may run before kn_blas_init's re-exec. */
+int dw_parse_args(int argc, char **argv, struct dw_args *a);
+
+/* Prints a spec error text (one mistake per line) to stderr. */
+void dw_print_spec_errors(const char *err);
+
+/* ---- feeder.c: the worker's batches, from its feeders ---- */
+
+/* Sets up the read-ahead: this worker's feeder (w->feed) over its share
+ * and, with --emulate-workers N, the feeders of shares 1..N-1 and the
+ * buffer their batches are joined in. Returns 0, or a CM_E* code for the
+ * caller to report. */
+int dw_batches_init(struct dw_worker *w);
+
+/* Starts gathering step `step`'s batches: this worker's and, with
+ * --emulate-workers, the emulated ones'. */
+int dw_batches_queue(struct dw_worker *w, long step);
+
+/* Waits for step t's batch and points *x and *y at it (owned by the
+ * feeders, valid until step t + 2 is queued); returns its examples. With
+ * --emulate-workers the batch is the N workers' batches back to back. */
+int dw_batches_wait(struct dw_worker *w, long t, const float **x,
+                    const uint8_t **y);
+
+/* Frees what dw_batches_init set up (safe on a zeroed worker). */
+void dw_batches_free(struct dw_worker *w);
+
+/* ---- setup.c ---- */
+
+/* Settles --device before anything is loaded (see setup.c). */
+int dw_pick_device(struct dw_worker *w);
+
+/* Loads the training share (and, for worker 0, the test set). */
+int dw_load_data(struct dw_worker *w);
+
+/* Builds the spec's model (job.model) and the variables that view its
+ * parameters and grads. */
+int dw_build_model(struct dw_worker *w);
+
+/* Connects to the parameter servers, declares the variables and joins the
+ * job; or, with --standalone, initialises the parameters and the
+ * optimizers here. */
+int dw_setup_params(struct dw_worker *w);
+
+/* Elements of variable v. */
+size_t dw_var_numel(const struct dw_var *v);
+
+/* ---- train.c ---- */
+
+/* The training loop: runs every step, then sets w->train_s. */
+int dw_train(struct dw_worker *w);
+
+/* Sync: pulls the parameters of step w->step (see train.c). Logs nothing:
+ * the caller says which pull failed, with dw_client_error. */
+int dw_pull_step(struct dw_worker *w);
+
+/* ---- notify.c: systemd; no-ops without libsystemd or outside a unit ---- */
+
+/* Sends one sd_notify(3) message, e.g. "STOPPING=1". */
+void dw_notify(const char *state);
+
+/* READY=1 and a first STATUS=, and starts the watchdog clock. */
+void dw_notify_ready(struct dw_worker *w);
+
+/* After step t: WATCHDOG=1 and STATUS= when they are due. */
+void dw_notify_step(struct dw_worker *w, long t);
+
+/* ---- finish.c ---- */
+
+/* Leaves the job and prints the result line (see finish.c). */
+int dw_finish(struct dw_worker *w);
+
+#endif

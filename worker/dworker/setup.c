@@ -1,0 +1,237 @@
+/* Everything the worker sets up before its first step, in the order main
+ * calls it: the device the model runs on (--device), this worker's share
+ * of the data, the spec's model and the variables that view it, and the
+ * parameters: declared on the parameter servers and the job joined, or,
+ * with --standalone, initialised here with the optimizers psd would use. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "clock.h"
+#include "device.h"
+#include "dworker_internal.h"
+#include "err.h"
+#include "log.h"
+
+/* The classes of Fashion-MNIST, the width of the model's head. */
+#define DW_CLASSES 10
+
+/* Settles --device before anything is loaded: cpu as asked; cuda or cuda:N
+ * only if the CUDA runtime says that device works (else a clear error
+ * naming what failed); auto takes GPU 0 when one works and says which. */
+int dw_pick_device(struct dw_worker *w) {
+  const char *dev = w->args.device;
+  char why[256] = "";
+  int count, rc = 0;
+
+  if (!strcmp(dev, "cpu"))
+    goto out;
+  count = kn_cuda_probe(why, sizeof why);
+  if (!strcmp(dev, "auto")) {
+    if (count <= 0) {
+      cm_info("--device auto: no usable GPU (%s); using the CPU", why);
+      w->args.device = "cpu";
+      goto out;
+    }
+    w->args.gpu = 0;
+  } else if (count <= 0) {
+    fprintf(stderr, "dworker: --device %s: %s\n", dev, why);
+    rc = CM_ENODEV;
+    goto out;
+  }
+  if (w->args.gpu + w->args.replicas > count) {
+    fprintf(stderr,
+            "dworker: --device %s with --replicas %d: needs CUDA devices "
+            "%d..%d, but cudaGetDeviceCount found %d\n",
+            dev, w->args.replicas, w->args.gpu,
+            w->args.gpu + w->args.replicas - 1, count);
+    rc = CM_ENODEV;
+    goto out;
+  }
+  w->first_gpu = w->args.gpu;
+  cm_info("--device %s: %d CUDA device(s) work; replica%s on device %d..%d",
+          dev, count, w->args.replicas > 1 ? "s" : "", w->first_gpu,
+          w->first_gpu + w->args.replicas - 1);
+out:
+  return rc;
+}
+
+/* Loads the training share (and, for worker 0, the test set). */
+int dw_load_data(struct dw_worker *w) {
+  const struct cm_job *job = &w->spec->job;
+  char err[1024];
+  double t0 = cm_mono_s();
+  int rc;
+
+  /* With --emulate-workers N the standalone trainer holds share 0 of N
+   * here and shares 1..N-1 in emu_ds. */
+  rc = dw_dataset_load(job->data_dir, "train", w->index,
+                       w->nfeeds > 1 ? w->nfeeds : w->nworkers, &w->train, err,
+                       sizeof err);
+  if (rc < 0) {
+    cm_error("training data: %s", err);
+    goto out;
+  }
+  for (int i = 1; i < w->nfeeds; i++) {
+    rc = dw_dataset_load(job->data_dir, "train", i, w->nfeeds, &w->emu_ds[i],
+                         err, sizeof err);
+    if (rc < 0) {
+      cm_error("training data: %s", err);
+      goto out;
+    }
+  }
+  if (w->index == 0) {
+    rc =
+        dw_dataset_load(job->data_dir, "t10k", 0, 1, &w->test, err, sizeof err);
+    if (rc < 0) {
+      cm_error("test data: %s", err);
+      goto out;
+    }
+    if (w->test.dim != w->train.dim) {
+      rc = CM_ESHAPE;
+      cm_error("test images have %d pixels but training images %d", w->test.dim,
+               w->train.dim);
+      goto out;
+    }
+  }
+  cm_info("loaded %d training examples (part %d of %d) and %d test examples "
+          "from %s in %.1fs",
+          w->train.n, w->index, w->nworkers, w->test.n, job->data_dir,
+          cm_mono_s() - t0);
+out:
+  return rc;
+}
+
+/* Builds the spec's model (job.model) and the variables that view its
+ * parameters and grads. */
+int dw_build_model(struct dw_worker *w) {
+  const struct cm_job *job = &w->spec->job;
+  char err[256];
+  int rc;
+
+  rc = dw_model_new(&w->model, job, w->train.dim, DW_CLASSES,
+                    job->batch_size * w->nfeeds, w->args.replicas, w->first_gpu,
+                    err, sizeof err);
+  if (rc < 0) {
+    cm_error("%s: job.model %s: %s", w->spec->source, job->model, err);
+    goto out;
+  }
+  for (int i = 0; i < w->model->nvars; i++) {
+    const struct dw_model_var *mv = &w->model->vars[i];
+    struct dw_var *v = &w->vars[i];
+
+    memset(v, 0, sizeof *v);
+    v->name = mv->name;
+    v->ndim = mv->ndim;
+    memcpy(v->shape, mv->shape, sizeof mv->shape);
+    v->placement = DW_PLACE_AUTO;
+    v->init = mv->scale > 0 ? DW_INIT_UNIFORM : DW_INIT_ZEROS;
+    v->init_scale = mv->scale;
+    v->value = mv->value;
+    v->grad = mv->grad;
+  }
+  w->nvars = w->model->nvars;
+  cm_info("model: %s, %zu parameters in %d variables, %d replica%s on %s",
+          job->model, w->model->nparams, w->nvars, w->model->replicas,
+          w->model->replicas == 1 ? "" : "s",
+          w->first_gpu < 0 ? "the CPU" : "GPUs");
+out:
+  return rc;
+}
+
+/* Elements of variable v. */
+size_t dw_var_numel(const struct dw_var *v) {
+  size_t n = 1;
+  for (int d = 0; d < v->ndim; d++)
+    n *= (size_t)v->shape[d];
+  return n;
+}
+
+/* Standalone: gives each variable the optimizer psd would give it (the
+ * spec's job.optimizer, or its job.optimizer_overrides entry) and zeroed
+ * slots, as psd does. */
+static int setup_local_optim(struct dw_worker *w) {
+  const struct cm_optim_set *set = &w->spec->job.optim;
+  size_t total = 0;
+  float *p;
+  char desc[256];
+  int rule;
+
+  for (int i = 0; i < w->nvars; i++) {
+    w->var_opt[i] = cm_optim_pick(set, w->vars[i].name, &rule);
+    total += (size_t)cm_optim_nslots(w->var_opt[i]->type) *
+             dw_var_numel(&w->vars[i]);
+    if (rule >= 0) {
+      cm_optim_describe(w->var_opt[i], desc, sizeof desc);
+      cm_info("'%s': optimizer %s (job.optimizer_overrides[\"%s\"])",
+              w->vars[i].name, desc, set->rules[rule].pattern);
+    }
+  }
+  if (!(w->slots = calloc(total ? total : 1, sizeof *w->slots))) {
+    cm_error("cannot allocate the optimizer's slots (%zu floats)", total);
+    return CM_ENOMEM;
+  }
+  p = w->slots;
+  for (int i = 0; i < w->nvars; i++)
+    for (int k = 0; k < cm_optim_nslots(w->var_opt[i]->type); k++) {
+      w->var_slots[i][k] = p;
+      p += dw_var_numel(&w->vars[i]);
+    }
+  cm_optim_describe(&set->def, desc, sizeof desc);
+  cm_info("optimizer %s, applied here", desc);
+  return 0;
+}
+
+/* Connects to the parameter servers, declares the variables and joins the
+ * job; or, with --standalone, initialises the parameters here. */
+int dw_setup_params(struct dw_worker *w) {
+  struct dw_client_opts opts = {0};
+  int rc = 0;
+
+  if (w->args.standalone) {
+    /* The same initial model psd would create, so runs compare exactly. */
+    dw_model_init(w->model, w->spec->job.seed);
+    rc = setup_local_optim(w);
+    goto out;
+  }
+  opts.worker = w->name;
+  opts.connect_timeout_ms = w->args.connect_timeout_ms;
+  rc = dw_client_new(&w->client, w->spec, &opts);
+  if (rc < 0) {
+    cm_error("cannot create the parameter-server client: %s",
+             w->client && *dw_client_error(w->client)
+                 ? dw_client_error(w->client)
+                 : cm_strerror(rc));
+    goto out;
+  }
+  rc = dw_client_declare(w->client, w->vars, w->nvars);
+  if (rc < 0) {
+    cm_error("declare: %s", *dw_client_error(w->client)
+                                ? dw_client_error(w->client)
+                                : cm_strerror(rc));
+    goto out;
+  }
+  cm_info("declared %d variables on %d shards", w->nvars, w->spec->nps);
+  for (int s = 0; s < w->spec->nps; s++) {
+    const char *t = dw_client_target(w->client, s);
+    if (!strncmp(t, "unix:", 5))
+      cm_info("shard %d (%s) runs on this host: using %s", s,
+              w->spec->ps[s].text, t);
+    else
+      cm_info("shard %d: using TCP to %s", s, t);
+  }
+  /* Every worker joins the coordinator: membership and heartbeats for
+   * status, steps in sync mode, clocks with a staleness bound. */
+  rc = dw_client_join(w->client, w->index, w->spec->job.heartbeat_ms, &w->step);
+  if (rc < 0) {
+    cm_error("join: %s", *dw_client_error(w->client)
+                             ? dw_client_error(w->client)
+                             : cm_strerror(rc));
+    goto out;
+  }
+  if (w->sync)
+    cm_info("joined the synchronous job at step %llu",
+            (unsigned long long)w->step);
+out:
+  return rc;
+}

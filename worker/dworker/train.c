@@ -1,0 +1,274 @@
+/* The training loop: for each step, take the batch the feeder gathered,
+ * pull the parameters, compute the gradient (clipped with
+ * job.optimizer.clip_norm), and push it to the parameter servers (or, with
+ * --standalone, apply it here), with the next batch gathered on the thread
+ * pool meanwhile. A progress line goes to stdout every job.log_every
+ * steps.
+ *
+ * In sync mode the job may roll back (a shard restarted from its
+ * checkpoint) or its coordinator restart; any pull or push may say so, and
+ * the worker then goes on from the step the job went back to, which
+ * lengthens its run by the steps undone. */
+#include <stdio.h>
+#include <string.h>
+
+#include "clock.h"
+#include "dworker_internal.h"
+#include "err.h"
+#include "log.h"
+#include "optim.h"
+#include "optstep.h"
+
+/* Running sums behind one progress line. */
+struct dw_progress {
+  double loss_sum; /* sum of step losses since the last line */
+  long correct;    /* correct predictions since the last line */
+  long examples;   /* examples since the last line */
+  long steps;      /* steps since the last line */
+  double since;    /* monotonic time of the last line (or the start) */
+};
+
+/* Goes on from `step`, below the step this worker was at: the steps
+ * between were undone, so the run takes that many more (with its next
+ * batches), and the job still commits every step it was asked for. */
+static void go_back(struct dw_worker *w, uint64_t step) {
+  if (step < w->step) {
+    w->redone += (long)(w->step - step);
+    w->total_steps += (long)(w->step - step);
+  }
+  w->step = step;
+}
+
+/* Sync: when the last call's answer said the job rolled back to a common
+ * checkpoint, goes on from its step (this worker keeps its place in its
+ * data and redoes those step numbers), said once per rollback; likewise
+ * from the step a restarted coordinator was joined at. Returns 1 then,
+ * else 0. */
+static int rolled_back(struct dw_worker *w) {
+  uint64_t step;
+  if (dw_client_rejoined(w->client, &step)) {
+    /* Said once: a restarted coordinator asks each worker once. */
+    cm_warn("the coordinator restarted: joined the job again at step %llu "
+            "(generation %llu); going on from there (this worker was at step "
+            "%llu)",
+            (unsigned long long)step,
+            (unsigned long long)dw_client_gen(w->client),
+            (unsigned long long)w->step);
+    if (dw_client_gen(w->client) > w->rollbacks)
+      w->rollbacks = dw_client_gen(w->client);
+    go_back(w, step);
+    return 1;
+  }
+  if (!dw_client_rolled_back(w->client, &step))
+    return 0;
+  if (dw_client_gen(w->client) > w->rollbacks) {
+    w->rollbacks = dw_client_gen(w->client);
+    cm_warn("the job rolled back to step %llu (a shard restarted from its "
+            "checkpoint); going on from there (this worker was at step %llu)",
+            (unsigned long long)step, (unsigned long long)w->step);
+  }
+  go_back(w, step);
+  return 1;
+}
+
+/* Sync: pulls the parameters of step w->step, parked by each shard until
+ * it has committed step w->step - 1; again from the step rolled back to
+ * when the job rolls back meanwhile. */
+int dw_pull_step(struct dw_worker *w) {
+  uint64_t version = 0;
+  int rc;
+  do
+    rc = dw_client_pull_at(w->client, w->step, &version);
+  while (rc == 0 && rolled_back(w));
+  if (rc == 0 && version > w->step)
+    w->step = version; /* we fell behind: start at the newest step */
+  return rc;
+}
+
+/* Applies this step's gradient: locally with --standalone, else by pushing
+ * it to the parameter servers. more: another step follows, whose pull may
+ * travel with this push (async without a staleness bound). */
+static int apply_grads(struct dw_worker *w, int examples, int more) {
+  int rc = 0;
+
+  if (w->args.standalone) {
+    /* Update k = steps_done, as psd's sync step of the same number. */
+    for (int i = 0; i < w->nvars; i++)
+      cm_optim_apply(w->var_opt[i], (uint64_t)w->steps_done, w->vars[i].value,
+                     w->var_slots[i], w->vars[i].grad,
+                     dw_var_numel(&w->vars[i]));
+    goto out;
+  }
+  dw_client_set_examples(w->client, (uint32_t)examples);
+  if (w->sync) {
+    int closed = 0, admitted = 0;
+    uint64_t next = w->step + 1;
+    /* Stage on every shard first, then ask to be counted: a worker that
+     * dies in between can never leave the shards with different sets. */
+    rc = dw_client_push_step(w->client, w->step, &closed);
+    if (rc == 0 && rolled_back(w))
+      goto out; /* the gradient is dropped: redo from the step rolled to */
+    if (rc == 0 && !closed)
+      rc = dw_client_admit(w->client, w->step, &admitted, &next);
+    if (rc == 0 && rolled_back(w))
+      goto out;
+    if (rc == 0 && !admitted)
+      w->dropped++;
+    w->step = next > w->step ? next : w->step + 1;
+  } else if (more && !w->ssp && !w->args.no_overlap) {
+    rc = dw_client_push_pull(w->client);
+    w->prefetched = rc == 0;
+    w->clock++;
+  } else {
+    rc = dw_client_push(w->client);
+    w->clock++;
+  }
+  if (rc < 0)
+    cm_error("push at step %ld: %s", w->steps_done,
+             *dw_client_error(w->client) ? dw_client_error(w->client)
+                                         : cm_strerror(rc));
+out:
+  return rc;
+}
+
+/* Gets this step's parameters: nothing to do with --standalone or when the
+ * last push brought them back; else, with a staleness bound, first waits
+ * until the slowest worker is close enough, then pulls (in sync mode the
+ * parameters of this step). */
+static int pull_params(struct dw_worker *w) {
+  int rc = 0;
+
+  if (w->args.standalone)
+    return 0;
+  if (w->prefetched) {
+    w->prefetched = 0;
+    return 0;
+  }
+  if (w->ssp) {
+    /* Wait here until the slowest live worker is close enough. */
+    rc = dw_client_clock(w->client, w->clock);
+    if (rc < 0) {
+      cm_error("clock %llu: %s", (unsigned long long)w->clock,
+               dw_client_error(w->client));
+      return rc;
+    }
+  }
+  if (w->sync) {
+    rc = dw_pull_step(w);
+  } else {
+    rc = dw_client_pull(w->client);
+  }
+  if (rc < 0)
+    cm_error("pull at step %ld: %s", w->steps_done,
+             *dw_client_error(w->client) ? dw_client_error(w->client)
+                                         : cm_strerror(rc));
+  return rc;
+}
+
+/* Prints one progress line and starts the next interval. */
+static void report_progress(struct dw_worker *w, struct dw_progress *p,
+                            long step, double start) {
+  long spe = w->feed.steps_per_epoch;
+  long epochs = (w->total_steps + spe - 1) / spe;
+  double now = cm_mono_s(), dt = now - p->since;
+  double per_step = (now - start) / (double)(step + 1);
+
+  printf("epoch %ld/%ld step %ld/%ld loss %.4f acc %.4f ex/s %.0f eta %.1fs\n",
+         step / spe + 1, epochs, step % spe + 1, spe,
+         p->loss_sum / (double)p->steps,
+         (double)p->correct / (double)p->examples,
+         dt > 0 ? (double)p->examples / dt : 0.0,
+         per_step * (double)(w->total_steps - step - 1));
+  fflush(stdout);
+  memset(p, 0, sizeof *p);
+  p->since = now;
+}
+
+/* Clips this step's whole gradient (every variable: grads is one buffer) to
+ * global L2 norm max_norm, before it is pushed or applied. Done here
+ * because a shard sees only its slice of the gradient, and the global norm
+ * is over all of it; the shards then apply an already clipped gradient. In
+ * sync mode each worker clips its own gradient before the average. */
+static void clip_grads(struct dw_worker *w, double max_norm) {
+  double norm =
+      kn_clip_global_norm(w->model->grads, w->model->nparams, max_norm);
+
+  if (norm > max_norm)
+    w->clipped++;
+  if (norm > w->max_norm)
+    w->max_norm = norm;
+}
+
+/* The training loop: pull, compute, push (or update locally), with the next
+ * batch gathered on the thread pool meanwhile. */
+int dw_train(struct dw_worker *w) {
+  const struct cm_job *job = &w->spec->job;
+  struct dw_progress prog = {0};
+  long spe, limit, t;
+  double start = cm_mono_s();
+  int rc;
+
+  rc = dw_batches_init(w);
+  if (rc < 0) {
+    cm_error("cannot set up the batch read-ahead: %s", cm_strerror(rc));
+    goto out;
+  }
+  spe = w->feed.steps_per_epoch;
+  w->total_steps = (long)job->epochs * spe;
+  limit = w->args.max_steps >= 0 ? w->args.max_steps : job->max_steps;
+  if (limit > 0 && limit < w->total_steps)
+    w->total_steps = limit;
+  cm_info("training: %d epochs of %ld steps of %d examples, %ld steps in all",
+          job->epochs, spe, job->batch_size, w->total_steps);
+
+  start = cm_mono_s();
+  prog.since = start;
+  if (w->total_steps > 0 && (rc = dw_batches_queue(w, 0)) < 0)
+    goto out;
+  for (t = 0; t < w->total_steps; t++) {
+    int queued = 0; /* step t + 1's batch is being gathered */
+    const float *x;
+    const uint8_t *y;
+    int n = dw_batches_wait(w, t, &x, &y);
+    float loss;
+    int correct = 0;
+
+    if (t + 1 < w->total_steps) {
+      rc = dw_batches_queue(w, t + 1);
+      if (rc < 0)
+        goto out;
+      queued = 1;
+    }
+    rc = pull_params(w);
+    if (rc < 0)
+      goto out;
+    loss = dw_model_train_step(w->model, x, y, n, &correct);
+    if (job->clip_norm > 0)
+      clip_grads(w, job->clip_norm);
+    if (w->args.inject_delay_ms > 0)
+      cm_sleep_ms(w->args.inject_delay_ms);
+    rc = apply_grads(w, n, t + 1 < w->total_steps);
+    if (rc < 0)
+      goto out;
+    /* A rollback during the last step lengthened the run. */
+    if (!queued && t + 1 < w->total_steps &&
+        (rc = dw_batches_queue(w, t + 1)) < 0)
+      goto out;
+    w->steps_done++;
+    w->examples_done += (uint64_t)n;
+    prog.loss_sum += loss;
+    prog.correct += correct;
+    prog.examples += n;
+    prog.steps++;
+    if (job->log_every > 0 && (t + 1) % job->log_every == 0)
+      report_progress(w, &prog, t, start);
+    dw_notify_step(w, t);
+  }
+out:
+  w->train_s = cm_mono_s() - start;
+  if (job->clip_norm > 0)
+    cm_info("gradient clipping at global norm %g: %ld of %ld steps clipped, "
+            "largest norm %.4g",
+            job->clip_norm, w->clipped, w->steps_done, w->max_norm);
+  return rc;
+}
