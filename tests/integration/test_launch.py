@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Integration test for pslaunch (deploy/pslaunch/launch.c).
+"""Integration test for pslaunch (deploy/pslaunch/).
 
 Runs the real pslaunch against fake psd and dworker programs (small shell
 scripts written to a temporary directory and passed with --psd/--dworker),
