@@ -117,6 +117,7 @@ class InstallTest(unittest.TestCase):
             ("sysusersdir", "psd.conf"),
             ("mandir", "man8", "psd.8"), ("mandir", "man1", "dworker.1"),
             ("mandir", "man1", "psctl.1"), ("mandir", "man1", "pslaunch.1"),
+            ("mandir", "man5", "psd-spec.5"),
             ("examples", "local.json"), ("examples", "local-sync.json"),
             ("examples", "local-ssp.json"), ("examples", "two-hosts.json"),
             ("examples", "local-adam.json"),
