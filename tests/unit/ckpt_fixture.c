@@ -50,6 +50,13 @@ void ckf_setup(void) {
 
 void ckf_teardown(void) { rm_rf(root); }
 
+TCase *ckf_tcase(void) {
+  TCase *tc = tcase_create("disk");
+  tcase_add_checked_fixture(tc, ckf_setup, ckf_teardown);
+  tcase_set_timeout(tc, 60);
+  return tc;
+}
+
 struct psd_ckpt *open_ckpt(const char *job, int shard, int nshards,
                            const struct cm_optim_set *opt, int keep) {
   struct psd_ckpt *c = NULL;

@@ -7,6 +7,7 @@
 #ifndef CKPT_FIXTURE_H
 #define CKPT_FIXTURE_H
 
+#include <check.h>
 #include <jansson.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -23,6 +24,10 @@ extern struct cm_optim_set momentum;
 /* The checked fixture of every checkpoint test case. */
 void ckf_setup(void);
 void ckf_teardown(void);
+
+/* A test case ("disk") that runs its tests inside ckf_setup and
+ * ckf_teardown, 60 s each at most. */
+TCase *ckf_tcase(void);
 
 /* A set giving every variable type t with lr. */
 void set_of(struct cm_optim_set *set, enum cm_optim_type t, double lr);

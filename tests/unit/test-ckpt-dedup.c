@@ -317,13 +317,11 @@ END_TEST
 
 static Suite *ckpt_dedup_suite(void) {
   Suite *s = suite_create("ckpt-dedup");
-  TCase *tc = tcase_create("disk");
-  tcase_add_checked_fixture(tc, ckf_setup, ckf_teardown);
+  TCase *tc = ckf_tcase();
   tcase_add_test(tc, test_dedup_roundtrip);
   tcase_add_test(tc, test_manifest_without_dedup_loads);
   tcase_add_test(tc, test_corrupt_dedup_is_refused);
   tcase_add_test(tc, test_dedup_matches_values_under_pushes);
-  tcase_set_timeout(tc, 60);
   suite_add_tcase(s, tc);
   return s;
 }

@@ -194,15 +194,13 @@ END_TEST
 
 static Suite *ckpt_verify_suite(void) {
   Suite *s = suite_create("ckpt-verify");
-  TCase *tc = tcase_create("disk");
-  tcase_add_checked_fixture(tc, ckf_setup, ckf_teardown);
+  TCase *tc = ckf_tcase();
   tcase_add_test(tc, test_flipped_byte_falls_back);
   tcase_add_test(tc, test_truncated_falls_back);
   tcase_add_test(tc, test_bad_manifest_falls_back);
   tcase_add_test(tc, test_none_verifies_is_an_error);
   tcase_add_test(tc, test_other_job_or_shard_is_refused);
   tcase_add_test(tc, test_optimizer_change_is_refused);
-  tcase_set_timeout(tc, 60);
   suite_add_tcase(s, tc);
   return s;
 }

@@ -346,8 +346,7 @@ END_TEST
 
 static Suite *ckpt_suite(void) {
   Suite *s = suite_create("ckpt");
-  TCase *tc = tcase_create("disk");
-  tcase_add_checked_fixture(tc, ckf_setup, ckf_teardown);
+  TCase *tc = ckf_tcase();
   tcase_add_test(tc, test_roundtrip);
   tcase_add_test(tc, test_restore_in_place);
   tcase_add_test(tc, test_empty_dir_is_a_fresh_start);
@@ -359,7 +358,6 @@ static Suite *ckpt_suite(void) {
   tcase_add_test(tc, test_same_step_twice_keeps_the_second);
   tcase_add_test(tc, test_failed_write_keeps_the_previous);
   tcase_add_test(tc, test_resume_step);
-  tcase_set_timeout(tc, 60);
   suite_add_tcase(s, tc);
   return s;
 }
