@@ -9,7 +9,8 @@
  * workers left out are told their gradient was dropped. A worker silent
  * for dead_after_ms is declared dead and stops counting; Join brings it
  * back at the open step. Every parked call (Admit, Clock) is answered by a
- * decision, never by a sleeping thread. */
+ * decision, never by a sleeping thread. coord_internal.h lists the files
+ * that make it. */
 #ifndef PSD_COORD_H
 #define PSD_COORD_H
 
