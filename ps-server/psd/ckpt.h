@@ -25,7 +25,8 @@
  * momentum or sgd, for the job) still load, and so do format 2 ones
  * without "dedup" (written before psd saved it, or by a sync shard): their
  * table is empty. "dedup" did not change the format's number: a reader
- * that ignores it loads what it loaded before (the checksum covers it). */
+ * that ignores it loads what it loaded before (the checksum covers it).
+ * ckpt_internal.h lists the files that make it. */
 #ifndef PSD_CKPT_H
 #define PSD_CKPT_H
 

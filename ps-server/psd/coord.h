@@ -9,7 +9,8 @@
  * workers left out are told their gradient was dropped. A worker silent
  * for dead_after_ms is declared dead and stops counting; Join brings it
  * back at the open step. Every parked call (Admit, Clock) is answered by a
- * decision, never by a sleeping thread. */
+ * decision, never by a sleeping thread. coord_internal.h lists the files
+ * that make it. */
 #ifndef PSD_COORD_H
 #define PSD_COORD_H
 
@@ -84,40 +85,5 @@ int psd_coord_workers(struct psd_coord *c, struct psd_worker_info *out,
 
 /* The widest clock spread granted so far (async with staleness). */
 uint64_t psd_coord_max_spread(struct psd_coord *c);
-
-/* ---- a starting coordinator's look at the shards (sync) */
-
-/* One shard as its Status answered a starting coordinator. */
-struct psd_coord_shard {
-  uint64_t step; /* steps committed */
-  uint64_t gen;  /* rollbacks it knows of (StatusResponse.rollbacks) */
-  int resumed;   /* it resumed from a checkpoint at its start and has not
-                    been rolled back since */
-  int ncommits;  /* commits in its history (made since it started) */
-};
-
-/* How a starting coordinator goes on (psd__coord_plan). */
-enum psd_coord_start {
-  PSD_COORD_AGREE = 0, /* every shard is at the step it opens */
-  PSD_COORD_DIFFER,    /* shards differ and each of them just started (a
-                          cluster restarted from different checkpoints):
-                          stop, asking for --resume-step as before */
-  PSD_COORD_ROLLBACK   /* another shard ran on without this coordinator
-                          (shard 0 restarted alone): roll every shard back */
-};
-
-/* The decision of a sync coordinator starting at step `open` with the
- * nps shards' states s[0..nps) (s[0] is its own): other shards that ran
- * on (they committed steps since they started, or reached a step other
- * than 0 without resuming) mean shard 0 restarted while they served, and
- * the job rolls back to the lowest step of any shard, *step, held by
- * shard *culprit (0 when the coordinator's own), the highest being *from.
- * *gen is the highest generation any shard knows of in every case, so
- * that a rollback's generation (*gen + 1) is above all of them. Pure: the
- * caller asks the shards. */
-enum psd_coord_start psd__coord_plan(const struct psd_coord_shard *s, int nps,
-                                     uint64_t open, uint64_t *step,
-                                     int *culprit, uint64_t *from,
-                                     uint64_t *gen);
 
 #endif

@@ -7,7 +7,7 @@
 #include <check.h>
 #include <stdlib.h>
 
-#include "coord.h"
+#include "coord_internal.h"
 #include "unit.h"
 
 /* The plan for nps shards; its outputs in *step, *culprit, *from, *gen. */

@@ -1,0 +1,389 @@
+/* Writing a shard's checkpoint (ckpt.h, ckpt_internal.h): the shard file
+ * (safetensors: each variable's rows and its optimizer's slots) and the
+ * manifest that describes and checksums it, into a temporary directory that
+ * is fsynced and renamed into place whole; then the oldest beyond `keep` are
+ * pruned. Async, the table of applied pushes is saved in the manifest, taken
+ * at the same instant as the values. */
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "ckpt_internal.h"
+#include "clock.h"
+#include "dedup.h"
+#include "err.h"
+#include "log.h"
+#include "safetensors.h"
+
+/* Async: a variable (values and slots) up to this size is copied under its
+ * lock and written after, so its lock is held for a memcpy, not for the
+ * write into the page cache (which the kernel may throttle for a second);
+ * a larger one is written under its lock, so that memory never doubles. */
+#define COPY_MAX (64u << 20)
+/* Async: a shard whose variables (values and slots) come to at most this
+ * much is copied whole while pushes wait at the apply gate, and written
+ * after the gate is thawed, so pushes wait for memcpy's, not for the page
+ * cache; a larger one is written with the gate frozen (per variable as
+ * above), so that memory grows by at most this much. */
+#define SNAPSHOT_MAX (256u << 20)
+
+int psd__ckpt_manifest_crc(json_t *m, uint32_t *crc) {
+  char *text = json_dumps(m, JSON_COMPACT | JSON_SORT_KEYS);
+  if (!text)
+    return CM_ENOMEM;
+  *crc = cm_st_crc32(0, text, strlen(text));
+  free(text);
+  return 0;
+}
+
+/* Writes text to path and fsyncs it. */
+static int write_file(const char *path, const char *text, char *err,
+                      size_t errlen) {
+  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  size_t n = strlen(text), done = 0;
+  if (fd < 0) {
+    snprintf(err, errlen, "cannot create %s: %s", path, strerror(errno));
+    return CM_EIO;
+  }
+  while (done < n) {
+    ssize_t k = write(fd, text + done, n - done);
+    if (k < 0 && errno == EINTR)
+      continue;
+    if (k <= 0) {
+      snprintf(err, errlen, "write %s: %s", path,
+               k < 0 ? strerror(errno) : "no progress");
+      close(fd);
+      return CM_EIO;
+    }
+    done += (size_t)k;
+  }
+  if (fsync(fd) != 0 || close(fd) != 0) {
+    snprintf(err, errlen, "fsync %s: %s", path, strerror(errno));
+    return CM_EIO;
+  }
+  return 0;
+}
+
+static json_t *json_shape(int ndim, const int64_t *shape) {
+  json_t *a = json_array();
+  for (int i = 0; a && i < ndim; i++)
+    json_array_append_new(a, json_integer(shape[i]));
+  return a;
+}
+
+/* Removes all but the newest `keep` checkpoints. */
+static void prune(struct psd_ckpt *c) {
+  uint64_t *steps = malloc(PSD__CKPT_MAX * sizeof *steps);
+  char p[1400];
+  int n;
+  if (!steps)
+    return;
+  n = psd_ckpt_list(c, steps, PSD__CKPT_MAX);
+  for (int i = c->keep; i < n; i++) {
+    psd__ckpt_path(c, steps[i], p, sizeof p);
+    psd__ckpt_remove_tree(p);
+    cm_debug("pruned %s (keeping the newest %d)", p, c->keep);
+  }
+  if (n > c->keep)
+    psd__ckpt_sync_dir(c->dir);
+  free(steps);
+}
+
+/* Writes the shard file: the header from the variables' shapes, then each
+ * variable's values and slots, taken under its lock with lock_vars (copied
+ * first when small enough, COPY_MAX). With dedup, all of that is done with
+ * its apply gate frozen, and the table is saved into *dedup_json before the
+ * gate is thawed: the values and the table are one instant of the shard.
+ * The file's tail and fsync come after. Appends the manifest's per-variable
+ * entries to vars_json; sets res->nvars, res->hold_ms (the longest lock
+ * hold) and res->freeze_ms. */
+static int write_shard(struct psd_ckpt *c, struct psd_store *store,
+                       struct psd_dedup *dedup, uint64_t step, int lock_vars,
+                       const char *path, json_t *vars_json, json_t **dedup_json,
+                       uint64_t *bytes, struct psd_ckpt_result *res, char *err,
+                       size_t errlen) {
+  struct cm_st_desc *desc = NULL;
+  int64_t(*shapes)[PSD_VAR_MAX_DIMS] = NULL;
+  char(*slot_names)[CM_OPTIM_MAX_SLOTS][PSD_VAR_MAX_NAME + 16] = NULL;
+  uint64_t *versions = NULL, *opt_steps = NULL;
+  struct cm_st_writer *w = NULL;
+  char *copy = NULL;
+  size_t copy_cap = 0;
+  int n, nt = 0, fd = -1, rc = 0, frozen = 0;
+  double frozen_at = 0;
+  char stepbuf[32], shardbuf[16];
+
+  /* Counted under the gate: a push applied before it is to a variable
+   * declared before it. */
+  if (dedup) {
+    psd_dedup_freeze(dedup);
+    frozen = 1;
+    frozen_at = cm_mono_ms();
+  }
+  n = res->nvars = psd_store_count(store);
+  desc = calloc((size_t)(1 + CM_OPTIM_MAX_SLOTS) * n + 1, sizeof *desc);
+  shapes = calloc(n + 1, sizeof *shapes);
+  slot_names = calloc(n + 1, sizeof *slot_names);
+  versions = calloc(n + 1, sizeof *versions);
+  opt_steps = calloc(n + 1, sizeof *opt_steps);
+  if (!desc || !shapes || !slot_names || !versions || !opt_steps) {
+    rc = CM_ENOMEM;
+    goto out;
+  }
+  for (int i = 0; i < n; i++) {
+    struct psd_var *v = psd_store_at(store, i);
+    memcpy(shapes[i], v->shape, sizeof shapes[i]);
+    shapes[i][0] = v->row_end - v->row_begin;
+    desc[nt++] = (struct cm_st_desc){v->name, v->ndim, shapes[i]};
+    for (int k = 0; k < v->nslots; k++) {
+      snprintf(slot_names[i][k], sizeof slot_names[i][k], "%s/%s", v->name,
+               cm_optim_slot_name(v->opt.type, k));
+      desc[nt++] = (struct cm_st_desc){slot_names[i][k], v->ndim, shapes[i]};
+    }
+  }
+  snprintf(stepbuf, sizeof stepbuf, "%llu", (unsigned long long)step);
+  snprintf(shardbuf, sizeof shardbuf, "%d", c->shard);
+  struct cm_st_meta meta[] = {{"format", PSD__CKPT_FORMAT},
+                              {"job", c->job},
+                              {"shard", shardbuf},
+                              {"step", stepbuf}};
+  fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    snprintf(err, errlen, "cannot create %s: %s", path, strerror(errno));
+    rc = CM_EIO;
+    goto out;
+  }
+  if ((rc = cm_st_writer_new(&w, fd, path, desc, nt, meta, 4, err, errlen)))
+    goto out;
+  /* With the gate frozen: the whole shard into one buffer when it fits
+   * SNAPSHOT_MAX (written once the gate is thawed). */
+  size_t total = 0, at = 0;
+  for (int i = 0; frozen && i < n; i++) {
+    struct psd_var *v = psd_store_at(store, i);
+    total +=
+        (size_t)(1 + v->nslots) * (v->elem_end - v->elem_begin) * sizeof(float);
+  }
+  int whole = frozen && total <= SNAPSHOT_MAX && (copy = malloc(total + 1));
+  if (whole)
+    copy_cap = total;
+  for (int i = 0; i < n; i++) {
+    struct psd_var *v = psd_store_at(store, i);
+    size_t len = (v->elem_end - v->elem_begin) * sizeof(float);
+    size_t all = (size_t)(1 + v->nslots) * len;
+    int copied = whole || (lock_vars && all <= COPY_MAX);
+    if (!whole && copied && all > copy_cap) {
+      free(copy);
+      if (!(copy = malloc(all))) {
+        rc = CM_ENOMEM;
+        goto out;
+      }
+      copy_cap = all;
+    }
+    char *dst = whole ? copy + at : copy;
+    if (lock_vars)
+      pthread_mutex_lock(&v->lock);
+    double t0 = cm_mono_ms();
+    if (copied) {
+      memcpy(dst, v->value, len);
+      for (int k = 0; k < v->nslots; k++)
+        memcpy(dst + (size_t)(1 + k) * len, v->slots[k], len);
+    } else {
+      rc = cm_st_writer_write(w, v->value, len, err, errlen);
+      for (int k = 0; !rc && k < v->nslots; k++)
+        rc = cm_st_writer_write(w, v->slots[k], len, err, errlen);
+    }
+    versions[i] = v->version;
+    opt_steps[i] = psd_var_steps(v);
+    if (lock_vars)
+      pthread_mutex_unlock(&v->lock);
+    if (lock_vars && cm_mono_ms() - t0 > res->hold_ms)
+      res->hold_ms = cm_mono_ms() - t0;
+    if (whole)
+      at += all;
+    else if (copied)
+      rc = cm_st_writer_write(w, copy, all, err, errlen);
+    if (rc)
+      goto out;
+  }
+  if (frozen) {
+    rc = psd_dedup_save(dedup, dedup_json);
+    psd_dedup_thaw(dedup);
+    frozen = 0;
+    res->freeze_ms = cm_mono_ms() - frozen_at;
+    if (rc)
+      goto out;
+  }
+  if (whole && (rc = cm_st_writer_write(w, copy, total, err, errlen)))
+    goto out;
+  if ((rc = cm_st_writer_finish(w, err, errlen)))
+    goto out;
+  if (fsync(fd) != 0) {
+    snprintf(err, errlen, "fsync %s: %s", path, strerror(errno));
+    rc = CM_EIO;
+    goto out;
+  }
+  *bytes = cm_st_writer_size(w);
+  for (int i = 0, t = 0; i < n; i++) {
+    struct psd_var *v = psd_store_at(store, i);
+    json_t *slots = json_array();
+    json_t *e = json_pack(
+        "{s:s, s:o, s:i, s:[I, I], s:I, s:{s:s, s:I}, s:s, s:I}", "name",
+        v->name, "shape", json_shape(v->ndim, v->shape), "placement",
+        v->placement, "rows", (json_int_t)v->row_begin, (json_int_t)v->row_end,
+        "version", (json_int_t)versions[i], "value", "tensor", v->name, "crc32",
+        (json_int_t)cm_st_writer_crc(w, t), "optimizer",
+        cm_optim_name(v->opt.type), "opt_step", (json_int_t)opt_steps[i]);
+    t++;
+    for (int k = 0; slots && k < v->nslots; k++, t++)
+      if (json_array_append_new(
+              slots, json_pack("{s:s, s:s, s:I}", "name",
+                               cm_optim_slot_name(v->opt.type, k), "tensor",
+                               slot_names[i][k], "crc32",
+                               (json_int_t)cm_st_writer_crc(w, t)))) {
+        json_decref(slots);
+        slots = NULL;
+      }
+    /* The _new calls take their argument's reference, even when they fail. */
+    if (!e || !slots) {
+      json_decref(e);
+      json_decref(slots);
+      rc = CM_ENOMEM;
+      goto out;
+    }
+    if (json_object_set_new(e, "slots", slots)) {
+      json_decref(e);
+      rc = CM_ENOMEM;
+      goto out;
+    }
+    if (json_array_append_new(vars_json, e)) {
+      rc = CM_ENOMEM;
+      goto out;
+    }
+  }
+out:
+  if (frozen)
+    psd_dedup_thaw(dedup);
+  if (fd >= 0 && close(fd) != 0 && !rc) {
+    snprintf(err, errlen, "close %s: %s", path, strerror(errno));
+    rc = CM_EIO;
+  }
+  cm_st_writer_free(w);
+  free(copy);
+  free(desc);
+  free(shapes);
+  free(slot_names);
+  free(versions);
+  free(opt_steps);
+  return rc;
+}
+
+int psd_ckpt_write(struct psd_ckpt *c, struct psd_store *store,
+                   struct psd_dedup *dedup, uint64_t step, int lock_vars,
+                   struct psd_ckpt_result *res, char *err, size_t errlen) {
+  char tmp[1100], file[1200], final[1100], optim[PSD_OPTIM_DESC], when[32];
+  json_t *m = NULL, *vars = json_array(), *dedup_json = NULL;
+  char *text = NULL;
+  double t0 = cm_mono_ms();
+  uint64_t bytes = 0;
+  int rc = 0, made = 0;
+  uint32_t crc;
+  struct stat st;
+
+  memset(res, 0, sizeof *res);
+  res->clients = -1;
+  snprintf(tmp, sizeof tmp, "%s/.tmp-%llu-%d", c->dir, (unsigned long long)step,
+           (int)getpid());
+  psd__ckpt_path(c, step, final, sizeof final);
+  if (!vars) {
+    rc = CM_ENOMEM;
+    goto out;
+  }
+  if (mkdir(tmp, 0755) != 0) {
+    snprintf(err, errlen, "cannot create %s: %s", tmp, strerror(errno));
+    rc = CM_EIO;
+    goto out;
+  }
+  made = 1;
+  snprintf(file, sizeof file, "%s/" PSD__CKPT_SHARD_FILE, tmp);
+  if ((rc = write_shard(c, store, dedup, step, lock_vars, file, vars,
+                        &dedup_json, &bytes, res, err, errlen)))
+    goto out;
+  {
+    time_t now = time(NULL);
+    struct tm tm;
+    gmtime_r(&now, &tm);
+    strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  }
+  /* The job's optimizer, for people; each variable names its own. */
+  cm_optim_describe(&c->optims.def, optim, sizeof optim);
+  m = json_pack(
+      "{s:s, s:s, s:i, s:i, s:I, s:s, s:{s:s, s:f, s:f, s:s}, s:s, s:s, "
+      "s:I, s:o}",
+      "format", PSD__CKPT_FORMAT, "job", c->job, "shard", c->shard, "nshards",
+      c->nshards, "step", (json_int_t)step, "mode", c->mode, "optimizer",
+      "type", cm_optim_name(c->optims.def.type), "lr", c->optims.def.lr,
+      "momentum", c->optims.def.momentum, "describe", optim, "written", when,
+      "file", PSD__CKPT_SHARD_FILE, "file_bytes", (json_int_t)bytes, "vars",
+      vars);
+  vars = NULL; /* m owns it, or json_pack freed it */
+  if (m && dedup_json) {
+    res->clients = (int)json_array_size(dedup_json);
+    rc = json_object_set_new(m, "dedup", dedup_json) ? CM_ENOMEM : 0;
+    dedup_json = NULL; /* m owns it, or set_new freed it */
+  }
+  if (!m || rc || (rc = psd__ckpt_manifest_crc(m, &crc)) ||
+      json_object_set_new(m, "checksum", json_integer(crc)) ||
+      !(text = json_dumps(m, JSON_INDENT(1) | JSON_PRESERVE_ORDER))) {
+    rc = rc ? rc : CM_ENOMEM;
+    goto out;
+  }
+  snprintf(file, sizeof file, "%s/" PSD__CKPT_MANIFEST, tmp);
+  if ((rc = write_file(file, text, err, errlen)))
+    goto out;
+  if (psd__ckpt_sync_dir(tmp) != 0) {
+    snprintf(err, errlen, "fsync %s: %s", tmp, strerror(errno));
+    rc = CM_EIO;
+    goto out;
+  }
+  if (stat(final, &st) == 0) {
+    /* Same step again (e.g. SIGTERM right after a periodic one): swap the
+     * new one in atomically, then drop the old one. */
+    if (renameat2(AT_FDCWD, tmp, AT_FDCWD, final, RENAME_EXCHANGE) != 0) {
+      snprintf(err, errlen, "cannot replace %s: %s", final, strerror(errno));
+      rc = CM_EIO;
+      goto out;
+    }
+  } else if (rename(tmp, final) != 0) {
+    snprintf(err, errlen, "cannot rename %s to %s: %s", tmp, final,
+             strerror(errno));
+    rc = CM_EIO;
+    goto out;
+  } else {
+    made = 0;
+  }
+  if (psd__ckpt_sync_dir(c->dir) != 0) {
+    snprintf(err, errlen, "fsync %s: %s", c->dir, strerror(errno));
+    rc = CM_EIO;
+    goto out;
+  }
+  res->step = step;
+  snprintf(res->path, sizeof res->path, "%s", final);
+  res->bytes = bytes + strlen(text);
+  res->ms = cm_mono_ms() - t0;
+  prune(c);
+out:
+  if (made)
+    psd__ckpt_remove_tree(tmp);
+  free(text);
+  json_decref(m);
+  json_decref(vars);
+  json_decref(dedup_json);
+  return rc;
+}

@@ -1,0 +1,154 @@
+/* The coordinator's commit thread (coord_internal.h): where each sync step
+ * closed by the barrier (coord_barrier.c) is sent to every shard as
+ * Data/Commit, retried until each has it, and, in async mode, nothing but a
+ * wait for psd to stop. A shard that refuses a commit because it restarted
+ * from an older checkpoint, or one found behind while the thread is idle,
+ * makes the job roll back (coord_rollback.c). It runs on a thread of its own
+ * so that no handler ever waits on the network. */
+#include <errno.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "clock.h"
+#include "coord_internal.h"
+#include "log.h"
+#include "ps.pb-c.h"
+
+/* How often an idle commit thread asks the shards for their steps (sync). */
+#define WATCH_MS 300
+
+/* Fills calls[] with one call of method carrying msg to every shard not yet
+ * done[s]; each call's user is its shard index. Returns how many. */
+int psd__coord_fill_calls(struct psd_coord *c, struct cm_unary *calls,
+                          const int *done, const char *method,
+                          const ProtobufCMessage *msg) {
+  int n = 0;
+  for (int s = 0; s < c->spec->nps; s++) {
+    if (done[s])
+      continue;
+    memset(&calls[n], 0, sizeof calls[n]);
+    calls[n].channel = c->ch[s];
+    calls[n].method = method;
+    calls[n].request = cm_rpc_pack(msg);
+    calls[n].user = (void *)(intptr_t)s;
+    n++;
+  }
+  return n;
+}
+
+/* Sends each decided step to every shard, retrying a shard that does not
+ * answer (it may be restarting) until it does or psd stops. */
+void *psd__coord_commit_thread(void *arg) {
+  struct psd_coord *c = arg;
+  struct cm_unary *calls = calloc(c->spec->nps, sizeof *calls);
+  int *done = calloc(c->spec->nps, sizeof *done);
+  if (c->sync)
+    psd__coord_check_steps(c, calls, done);
+  pthread_mutex_lock(&c->lock);
+  c->committed = c->open;
+  for (;;) {
+    while (!c->queue && !c->stopping) {
+      struct timespec until = cm_abstime_after_ms(WATCH_MS);
+      if (pthread_cond_timedwait(&c->wake, &c->lock, &until) == ETIMEDOUT &&
+          c->sync && !c->queue && !c->stopping) {
+        pthread_mutex_unlock(&c->lock);
+        psd__coord_watch_shards(c, calls, done);
+        pthread_mutex_lock(&c->lock);
+      }
+    }
+    if (c->stopping)
+      break;
+    struct psd__coord_commit *cm = c->queue;
+    c->queue = cm->next;
+    if (!c->queue)
+      c->tail = &c->queue;
+    pthread_mutex_unlock(&c->lock);
+
+    Psd__V1__Caller caller = PSD__V1__CALLER__INIT;
+    Psd__V1__CommitRequest req = PSD__V1__COMMIT_REQUEST__INIT;
+    int32_t a[PSD_STEPS_MAX_WORKERS], d[PSD_STEPS_MAX_WORKERS];
+    for (int i = 0; i < cm->napplied; i++)
+      a[i] = cm->applied[i];
+    for (int i = 0; i < cm->ndropped; i++)
+      d[i] = cm->dropped[i];
+    caller.job = (char *)c->spec->job.name;
+    caller.worker = "coordinator";
+    req.caller = &caller;
+    req.step = cm->step;
+    req.n_applied = cm->napplied;
+    req.applied = a;
+    req.n_dropped = cm->ndropped;
+    req.dropped = d;
+    memset(done, 0, c->spec->nps * sizeof *done);
+    int behind = -1, left = c->spec->nps;
+    for (int attempt = 0; left > 0 && behind < 0; attempt++) {
+      struct cm_run_opts o = {.timeout_ms = c->spec->job.timeout_ms,
+                              .inflight = 1,
+                              .wait_for_ready = 1};
+      int n = psd__coord_fill_calls(c, calls, done, "/psd.v1.Data/Commit",
+                                    &req.base);
+      cm_client_run(calls, n, &o);
+      for (int i = 0; i < n; i++) {
+        int s = (int)(intptr_t)calls[i].user;
+        if (calls[i].status == GRPC_STATUS_OK) {
+          done[s] = 1;
+          left--;
+        } else if (calls[i].status == GRPC_STATUS_FAILED_PRECONDITION &&
+                   behind < 0) {
+          /* Refused: a shard that restarted from an older checkpoint, or
+           * at this step without the gradients staged before. */
+          behind = s;
+          if (attempt % 10 == 0)
+            cm_warn("commit of step %llu to ps:%d refused: %s",
+                    (unsigned long long)cm->step, s, calls[i].details);
+        } else if (attempt % 10 == 0) {
+          cm_warn("commit of step %llu to ps:%d failed: %s: %s; retrying",
+                  (unsigned long long)cm->step, s,
+                  cm_rpc_status_name(calls[i].status), calls[i].details);
+        }
+        cm_unary_release(&calls[i]);
+      }
+      pthread_mutex_lock(&c->lock);
+      int stop = c->stopping;
+      if (left > 0 && !stop) {
+        struct timespec until = cm_abstime_after_ms(100);
+        pthread_cond_timedwait(&c->wake, &c->lock, &until);
+        stop = c->stopping;
+      }
+      pthread_mutex_unlock(&c->lock);
+      if (stop)
+        break;
+      if (behind >= 0) {
+        uint64_t st, g;
+        struct cm_unary one;
+        memset(&one, 0, sizeof one);
+        if (psd__coord_shard_step(c, &one, behind, c->spec->job.timeout_ms, &st,
+                                  &g) ||
+            st > cm->step)
+          behind = -1; /* not a restart: retried as before */
+        else {
+          char who[96];
+          snprintf(who, sizeof who,
+                   "ps:%d restarted from its checkpoint of step %llu", behind,
+                   (unsigned long long)st);
+          psd__coord_rollback(c, calls, done, st, 0, who);
+        }
+      }
+    }
+    if (behind < 0 && left == 0) {
+      pthread_mutex_lock(&c->lock);
+      c->committed = cm->step + 1;
+      pthread_mutex_unlock(&c->lock);
+    }
+    free(cm);
+    pthread_mutex_lock(&c->lock);
+  }
+  pthread_mutex_unlock(&c->lock);
+  free(calls);
+  free(done);
+  return NULL;
+}

@@ -1,0 +1,359 @@
+/* Where a sync job is rolled back (coord_internal.h), on the commit thread.
+ * A starting coordinator asks every shard for its step
+ * (psd__coord_check_steps) and decides from their answers (psd__coord_plan)
+ * whether the job goes on, stops because the shards resumed from different
+ * checkpoints, or rolls back because the others ran on while shard 0 was
+ * away; while no commit is being sent it watches for a shard that restarted
+ * behind the others (psd__coord_watch_shards). A rollback
+ * (psd__coord_rollback) sends Data/Rollback to every shard, then reopens
+ * the step and tells every parked Admit. */
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "clock.h"
+#include "coord_internal.h"
+#include "log.h"
+#include "ps.pb-c.h"
+
+enum psd_coord_start psd__coord_plan(const struct psd_coord_shard *s, int nps,
+                                     uint64_t open, uint64_t *step,
+                                     int *culprit, uint64_t *from,
+                                     uint64_t *gen) {
+  int ran_on = 0, differ = 0;
+  *step = *from = open;
+  *culprit = 0;
+  *gen = 0;
+  for (int i = 0; i < nps; i++) {
+    if (s[i].gen > *gen)
+      *gen = s[i].gen;
+    differ |= s[i].step != open;
+    /* Commits since it started, or a step reached without resuming (a
+     * rollback, or steps whose history it forgot), mean it has served
+     * while shard 0 was away; a shard that has only just resumed, or
+     * starts fresh, has not. */
+    if (i > 0 && (s[i].ncommits > 0 || (!s[i].resumed && s[i].step > 0)))
+      ran_on = 1;
+    if (s[i].step < *step) {
+      *step = s[i].step;
+      *culprit = i;
+    }
+    if (s[i].step > *from)
+      *from = s[i].step;
+  }
+  if (ran_on)
+    return PSD_COORD_ROLLBACK;
+  return differ ? PSD_COORD_DIFFER : PSD_COORD_AGREE;
+}
+
+/* Sync: asks every shard for its step until each has answered once, and
+ * checks that all are at the step the coordinator opens (0, or the step its
+ * shard resumed from), learning the job's generation from them. When the
+ * others ran on while shard 0 was away (it was killed and restarted from a
+ * checkpoint), the job rolls back to the lowest step of any shard, with a
+ * generation above every one known, so that every worker's call of the old
+ * generation is told. Shards that all just started from different
+ * checkpoints could never commit the same steps: that is said loudly, and
+ * Join and Admit answer it, instead of a job that hangs. Steps close only
+ * once checked. */
+void psd__coord_check_steps(struct psd_coord *c, struct cm_unary *calls,
+                            int *done) {
+  Psd__V1__Caller caller = PSD__V1__CALLER__INIT;
+  Psd__V1__StatusRequest req = PSD__V1__STATUS_REQUEST__INIT;
+  struct psd_coord_shard *st = calloc(c->spec->nps, sizeof *st);
+  enum psd_coord_start plan = PSD_COORD_AGREE;
+  uint64_t open, step = 0, from = 0, gen = 0;
+  int left = c->spec->nps, stop = 0, culprit = 0;
+
+  caller.job = (char *)c->spec->job.name;
+  caller.worker = "coordinator";
+  req.caller = &caller;
+  memset(done, 0, c->spec->nps * sizeof *done);
+  pthread_mutex_lock(&c->lock);
+  open = c->open;
+  pthread_mutex_unlock(&c->lock);
+  while (st && left > 0 && !stop) {
+    /* Waits for each channel to connect (within the deadline) rather than
+     * failing at once while gRPC backs off reconnecting. */
+    struct cm_run_opts o = {
+        .timeout_ms = 1000, .inflight = 1, .wait_for_ready = 1};
+    int n = psd__coord_fill_calls(c, calls, done, "/psd.v1.Admin/Status",
+                                  &req.base);
+    cm_client_run(calls, n, &o);
+    for (int i = 0; i < n; i++) {
+      int s = (int)(intptr_t)calls[i].user;
+      Psd__V1__StatusResponse *r = NULL;
+      if (calls[i].status == GRPC_STATUS_OK &&
+          (r = (Psd__V1__StatusResponse *)cm_rpc_unpack(
+               calls[i].response, &psd__v1__status_response__descriptor))) {
+        st[s].step = r->step;
+        st[s].gen = r->rollbacks;
+        st[s].resumed = r->resumed;
+        st[s].ncommits = (int)r->n_steps;
+        done[s] = 1;
+        left--;
+        psd__v1__status_response__free_unpacked(r, NULL);
+      }
+      cm_unary_release(&calls[i]);
+    }
+    pthread_mutex_lock(&c->lock);
+    if (left > 0 && !c->stopping) {
+      struct timespec until = cm_abstime_after_ms(200);
+      pthread_cond_timedwait(&c->wake, &c->lock, &until);
+    }
+    stop = c->stopping;
+    pthread_mutex_unlock(&c->lock);
+  }
+  if (st && !stop) {
+    plan =
+        psd__coord_plan(st, c->spec->nps, open, &step, &culprit, &from, &gen);
+    pthread_mutex_lock(&c->lock);
+    if (gen > c->gen)
+      c->gen = gen;
+    pthread_mutex_unlock(&c->lock);
+  }
+  if (plan == PSD_COORD_ROLLBACK) {
+    char who[160];
+    if (culprit == 0)
+      snprintf(who, sizeof who,
+               "ps:0 (the coordinator) restarted from its checkpoint of step "
+               "%llu",
+               (unsigned long long)open);
+    else
+      snprintf(who, sizeof who,
+               "ps:0 (the coordinator) restarted from its checkpoint of step "
+               "%llu and ps:%d is at step %llu",
+               (unsigned long long)open, culprit, (unsigned long long)step);
+    psd__coord_rollback(c, calls, done, step, from, who);
+  }
+  pthread_mutex_lock(&c->lock);
+  stop |= c->stopping;
+  for (int s = 0; plan == PSD_COORD_DIFFER && !stop && s < c->spec->nps; s++) {
+    size_t n = strlen(c->bad);
+    if (st[s].step == open)
+      continue;
+    if (!n)
+      n = snprintf(c->bad, sizeof c->bad,
+                   "the shards are at different steps (the coordinator opens "
+                   "step %llu):",
+                   (unsigned long long)open);
+    if (n < sizeof c->bad)
+      snprintf(c->bad + n, sizeof c->bad - n, " ps:%d is at step %llu;", s,
+               (unsigned long long)st[s].step);
+  }
+  if (plan == PSD_COORD_DIFFER && c->bad[0]) {
+    size_t n = strlen(c->bad);
+    if (n < sizeof c->bad)
+      snprintf(c->bad + n, sizeof c->bad - n,
+               " did they resume from different checkpoints? restart every "
+               "shard with --resume-step N, N the newest step all of them "
+               "have");
+    cm_error("%s", c->bad);
+    for (struct psd__coord_parked **pp = &c->admits; *pp;) {
+      struct psd__coord_parked *p = *pp;
+      *pp = p->next;
+      cm_rpc_fail(p->call, GRPC_STATUS_FAILED_PRECONDITION, "%s", c->bad);
+      free(p);
+    }
+  }
+  c->checked = !stop;
+  /* Admissions of workers that had not joined this coordinator waited for
+   * the check (a rollback has answered them already). */
+  for (struct psd__coord_parked **pp = &c->admits; c->checked && *pp;) {
+    struct psd__coord_parked *p = *pp;
+    if (!p->rejoin) {
+      pp = &p->next;
+      continue;
+    }
+    if (c->bad[0])
+      cm_rpc_fail(p->call, GRPC_STATUS_FAILED_PRECONDITION, "%s", c->bad);
+    else
+      psd__coord_reply_redirect(c, p->call, p->value, 1);
+    *pp = p->next;
+    free(p);
+  }
+  if (c->checked && !c->bad[0])
+    psd__coord_maybe_close(c, cm_mono_ms());
+  pthread_mutex_unlock(&c->lock);
+  free(st);
+}
+
+/* Asks shard s for its step and generation, waiting up to timeout_ms.
+ * Returns 0, or -1 when it did not answer. */
+int psd__coord_shard_step(struct psd_coord *c, struct cm_unary *call, int s,
+                          int timeout_ms, uint64_t *step, uint64_t *gen) {
+  Psd__V1__Caller caller = PSD__V1__CALLER__INIT;
+  Psd__V1__StatusRequest req = PSD__V1__STATUS_REQUEST__INIT;
+  struct cm_run_opts o = {.timeout_ms = timeout_ms, .inflight = 1};
+  int done[PSD_STEPS_MAX_WORKERS] = {0}, rc = -1;
+  Psd__V1__StatusResponse *r = NULL;
+
+  caller.job = (char *)c->spec->job.name;
+  caller.worker = "coordinator";
+  req.caller = &caller;
+  for (int i = 0; i < c->spec->nps && i < PSD_STEPS_MAX_WORKERS; i++)
+    done[i] = i != s;
+  if (psd__coord_fill_calls(c, call, done, "/psd.v1.Admin/Status", &req.base) !=
+      1)
+    return -1;
+  cm_client_run(call, 1, &o);
+  if (call->status == GRPC_STATUS_OK &&
+      (r = (Psd__V1__StatusResponse *)cm_rpc_unpack(
+           call->response, &psd__v1__status_response__descriptor))) {
+    *step = r->step;
+    *gen = r->rollbacks;
+    rc = 0;
+    psd__v1__status_response__free_unpacked(r, NULL);
+  }
+  cm_unary_release(call);
+  return rc;
+}
+
+/* Rolls the whole job back to `step`, the checkpoint a shard restarted
+ * from: every shard reloads its own checkpoint of that step and
+ * drops its staged gradients (Data/Rollback, retried while a shard is
+ * unreachable), then the step reopens and every parked Admit is told. A
+ * shard without that checkpoint stops the job loudly, as shards at
+ * different steps do. from: the highest step any shard had reached, if
+ * known beyond the coordinator's own; who: what happened, for the log
+ * ("ps:1 restarted from its checkpoint of step 100"). Called on the commit
+ * thread, without the lock. */
+void psd__coord_rollback(struct psd_coord *c, struct cm_unary *calls, int *done,
+                         uint64_t step, uint64_t from, const char *who) {
+  Psd__V1__Caller caller = PSD__V1__CALLER__INIT;
+  Psd__V1__RollbackRequest req = PSD__V1__ROLLBACK_REQUEST__INIT;
+  int failed = -1;
+  char why[512] = "";
+
+  pthread_mutex_lock(&c->lock);
+  if (c->open > from)
+    from = c->open;
+  if (c->committed > from)
+    from = c->committed;
+  c->rolling = 1;
+  /* Steps decided and not yet sent are redone. */
+  while (c->queue) {
+    struct psd__coord_commit *cm = c->queue;
+    c->queue = cm->next;
+    free(cm);
+  }
+  c->tail = &c->queue;
+  for (int i = 0; i < c->n; i++)
+    c->w[i].arrived = 0;
+  c->narrivals = 0;
+  req.gen = c->gen + 1;
+  pthread_mutex_unlock(&c->lock);
+  cm_warn("%s while the job was at step %llu: rolling every shard back to "
+          "step %llu (generation %llu)",
+          who, (unsigned long long)from, (unsigned long long)step,
+          (unsigned long long)req.gen);
+
+  caller.job = (char *)c->spec->job.name;
+  caller.worker = "coordinator";
+  req.caller = &caller;
+  req.step = step;
+  memset(done, 0, c->spec->nps * sizeof *done);
+  for (int attempt = 0, left = c->spec->nps; left > 0 && failed < 0;
+       attempt++) {
+    struct cm_run_opts o = {.timeout_ms = c->spec->job.timeout_ms,
+                            .inflight = 1,
+                            .wait_for_ready = 1};
+    int n = psd__coord_fill_calls(c, calls, done, "/psd.v1.Data/Rollback",
+                                  &req.base);
+    cm_client_run(calls, n, &o);
+    for (int i = 0; i < n; i++) {
+      int s = (int)(intptr_t)calls[i].user;
+      if (calls[i].status == GRPC_STATUS_OK) {
+        done[s] = 1;
+        left--;
+      } else if (calls[i].status == GRPC_STATUS_FAILED_PRECONDITION ||
+                 calls[i].status == GRPC_STATUS_INVALID_ARGUMENT) {
+        if (failed < 0) {
+          failed = s;
+          snprintf(why, sizeof why, "%s", calls[i].details);
+        }
+      } else if (attempt % 10 == 0) {
+        cm_warn("rollback to step %llu on ps:%d failed: %s: %s; retrying",
+                (unsigned long long)step, s,
+                cm_rpc_status_name(calls[i].status), calls[i].details);
+      }
+      cm_unary_release(&calls[i]);
+    }
+    pthread_mutex_lock(&c->lock);
+    int stop = c->stopping;
+    if (left > 0 && failed < 0 && !stop) {
+      struct timespec until = cm_abstime_after_ms(100);
+      pthread_cond_timedwait(&c->wake, &c->lock, &until);
+      stop = c->stopping;
+    }
+    pthread_mutex_unlock(&c->lock);
+    if (stop)
+      return;
+  }
+
+  pthread_mutex_lock(&c->lock);
+  c->rolling = 0;
+  if (failed >= 0) {
+    snprintf(c->bad, sizeof c->bad,
+             "cannot roll the job back to step %llu (%s): ps:%d has no usable "
+             "checkpoint of step %llu (%s); restart every shard with "
+             "--resume-step N, N the newest step all of them have",
+             (unsigned long long)step, who, failed, (unsigned long long)step,
+             why);
+    cm_error("%s", c->bad);
+  } else {
+    c->gen = req.gen;
+    c->rollback_step = step;
+    c->open = step;
+    c->committed = step;
+    c->last_close = cm_mono_ms();
+    cm_warn("rolled the job back to step %llu: %s while the others were at "
+            "step %llu; %llu steps are redone (rollback %llu)",
+            (unsigned long long)step, who, (unsigned long long)from,
+            (unsigned long long)(from - step), (unsigned long long)c->gen);
+  }
+  while (c->admits) {
+    struct psd__coord_parked *p = c->admits;
+    c->admits = p->next;
+    if (failed >= 0)
+      cm_rpc_fail(p->call, GRPC_STATUS_FAILED_PRECONDITION, "%s", c->bad);
+    else
+      psd__coord_reply_redirect(c, p->call, p->value, 0);
+    free(p);
+  }
+  pthread_mutex_unlock(&c->lock);
+}
+
+/* Sync, while no commit is being sent: a shard behind the steps every shard
+ * committed, or of an older generation, restarted from a checkpoint; the
+ * job rolls back to the oldest such step. Shards that do not answer at
+ * once are skipped (they may be restarting). */
+void psd__coord_watch_shards(struct psd_coord *c, struct cm_unary *calls,
+                             int *done) {
+  uint64_t committed, gen, step = UINT64_MAX;
+  int culprit = -1;
+  pthread_mutex_lock(&c->lock);
+  committed = c->committed;
+  gen = c->gen;
+  int go = c->checked && !c->bad[0] && !c->stopping;
+  pthread_mutex_unlock(&c->lock);
+  for (int s = 0; go && s < c->spec->nps; s++) {
+    uint64_t st, g;
+    if (psd__coord_shard_step(c, calls, s, 500, &st, &g))
+      continue;
+    if ((st < committed || g < gen) && st < step) {
+      step = st;
+      culprit = s;
+    }
+  }
+  if (culprit >= 0) {
+    char who[96];
+    snprintf(who, sizeof who,
+             "ps:%d restarted from its checkpoint of step %llu", culprit,
+             (unsigned long long)step);
+    psd__coord_rollback(c, calls, done, step, 0, who);
+  }
+}
