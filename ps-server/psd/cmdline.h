@@ -1,10 +1,10 @@
 /* psd's command line (cmdline.c): the --help text, and configure, which
  * reads the options, the cluster spec, this shard's task and the spec's
- * credentials into a struct psd_server (server.h). */
+ * credentials into a struct psd_server (psd.h). */
 #ifndef PSD_CMDLINE_H
 #define PSD_CMDLINE_H
 
-#include "server.h"
+#include "psd.h"
 
 /* What psd_server_configure found. */
 enum psd_config {

@@ -4,7 +4,7 @@
  * and the cluster spec (cmdline.c), restore the store from its newest
  * checkpoint and open the server (startup.c), listen, tell systemd we are
  * ready, run the event loop, tear down. The daemon's state is one struct
- * psd_server (server.h), passed explicitly. gRPC's completion queue runs on
+ * psd_server (psd.h), passed explicitly. gRPC's completion queue runs on
  * its own thread (common/rpc/rpc.c); libuv's loop on the main thread carries
  * what waits outside gRPC: signals, the periodic stats line and the systemd
  * watchdog. Its handlers are here.
@@ -33,9 +33,9 @@
 #include "dedup.h"
 #include "local.h"
 #include "log.h"
+#include "psd.h"
 #include "rpc.h"
 #include "saver.h"
-#include "server.h"
 #include "service.h"
 #include "spec.h"
 #include "startup.h"

@@ -1,14 +1,17 @@
 /* What the files of psd's data service share, and nothing else includes:
  * the service object and the functions one file calls in another. The
  * service is split by the call it answers:
- *   service.c   the object: new/free, the methods, setters, counters, and
- *               the refuse hook that logs and counts every refusal
- *   checks.c    the field checks every handler shares (names, segments)
- *   declare.c   Data/Declare: variables created on this shard
- *   pull.c      Data/Pull: a pull answered, or parked until its step commits
- *   push.c      Data/Push: a gradient applied (async) or staged (sync)
- *   commit.c    Data/Commit and Data/Rollback: the sync step closes here
- *   status.c    Admin/Status: what the shard reports to psctl
+ *   service.c          the object: new/free, the methods, setters, counters,
+ *                      and the refuse hook that logs and counts refusals
+ *   service_checks.c   the field checks every handler shares (names,
+ *                      segments)
+ *   service_declare.c  Data/Declare: variables created on this shard
+ *   service_pull.c     Data/Pull: a pull answered, or parked until its step
+ *                      commits
+ *   service_push.c     Data/Push: a gradient applied (async) or staged (sync)
+ *   service_commit.c   Data/Commit and Data/Rollback: the step the
+ *                      coordinator closed (coord_barrier.c) is applied here
+ *   service_status.c   Admin/Status: what the shard reports to psctl
  * The public interface is service.h. Each handler checks the whole request
  * before changing anything, so a rejected push applies nothing. Bulk bytes
  * are read in place from the received slices (wire.h): one copy into a
@@ -31,7 +34,7 @@
 /* Errors logged in full before the log only samples them. */
 #define PSD__LOGGED_ERRORS 50
 
-struct psd__parked_pull; /* pull.c */
+struct psd__parked_pull; /* service_pull.c */
 
 struct psd_service {
   struct psd_store *store;         /* borrowed */
@@ -73,7 +76,7 @@ struct psd_service {
 #define psd__fail(svc, call, code, ...)                                        \
   cm_request_refuse(&(svc)->host, call, code, __VA_ARGS__)
 
-/* ---- checks.c: every check answers the call when it fails ---- */
+/* ---- service_checks.c: every check answers the call when it fails ---- */
 
 /* Checks a variable name sent in a request: 1..PSD_VAR_MAX_NAME bytes, no
  * control characters (names end up in logs, tables and checkpoint files).
@@ -105,19 +108,19 @@ int psd__check_overlap(struct psd_service *svc, struct cm_rpc_call *call,
 /* ---- the handlers (cm_rpc_handler; ctx is the service) ---- */
 
 void psd__on_declare(struct cm_rpc_call *call, grpc_byte_buffer *bb,
-                     void *ctx); /* declare.c */
+                     void *ctx); /* service_declare.c */
 void psd__on_pull(struct cm_rpc_call *call, grpc_byte_buffer *bb,
-                  void *ctx); /* pull.c */
+                  void *ctx); /* service_pull.c */
 void psd__on_push(struct cm_rpc_call *call, grpc_byte_buffer *bb,
-                  void *ctx); /* push.c */
+                  void *ctx); /* service_push.c */
 void psd__on_commit(struct cm_rpc_call *call, grpc_byte_buffer *bb,
-                    void *ctx); /* commit.c */
+                    void *ctx); /* service_commit.c */
 void psd__on_rollback(struct cm_rpc_call *call, grpc_byte_buffer *bb,
-                      void *ctx); /* commit.c */
+                      void *ctx); /* service_commit.c */
 void psd__on_status(struct cm_rpc_call *call, grpc_byte_buffer *bb,
-                    void *ctx); /* status.c */
+                    void *ctx); /* service_status.c */
 
-/* ---- pull.c ---- */
+/* ---- service_pull.c ---- */
 
 /* Answers the parked pulls whose version now exists (after a commit or a
  * rollback), or all of them, with UNAVAILABLE, when stopping (psd stops). */

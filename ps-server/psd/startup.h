@@ -6,7 +6,7 @@
 #ifndef PSD_STARTUP_H
 #define PSD_STARTUP_H
 
-#include "server.h"
+#include "psd.h"
 
 /* Settles where checkpoints go (--checkpoint-dir, the spec's
  * job.checkpoint.dir, $STATE_DIRECTORY) and restores the newest one that

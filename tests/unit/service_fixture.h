@@ -1,10 +1,10 @@
 /* The shard that the unit suites of psd's data service run against
- * (test-service.c, test-pull.c, test-push.c, test-commit.c): shard 0 of 2 of
- * job 't', two workers, sgd with lr 1, with the coordinator's and the
- * checkpoint saver's methods beside the service's. The handlers run as
- * local calls (cm_rpc_call_local): the same decoding and checks as over
- * gRPC, without a network. Each test gets a fresh shard (a checked
- * fixture: setup_async or setup_sync, then teardown). */
+ * (test-service.c, test-service-pull.c, test-service-push.c,
+ * test-service-commit.c): shard 0 of 2 of job 't', two workers, sgd with lr 1,
+ * with the coordinator's and the checkpoint saver's methods beside the
+ * service's. The handlers run as local calls (cm_rpc_call_local): the same
+ * decoding and checks as over gRPC, without a network. Each test gets a fresh
+ * shard (a checked fixture: setup_async or setup_sync, then teardown). */
 #ifndef TESTS_SERVICE_FIXTURE_H
 #define TESTS_SERVICE_FIXTURE_H
 

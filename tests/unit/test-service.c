@@ -1,9 +1,10 @@
 /* Unit tests for psd's data service as a whole (ps-server/psd/service.c,
- * checks.c, declare.c, status.c) and the coordinator's handlers served beside
- * it (coord.c): every class of bad input gets its status and a message naming
- * the field, variable or shape, and changes nothing. The shard and the calls
- * are service_fixture.h's. Pull, push and the sync step have their own suites
- * (test-pull.c, test-push.c, test-commit.c). */
+ * service_checks.c, service_declare.c, service_status.c) and the coordinator's
+ * handlers served beside it (coord.c): every class of bad input gets its status
+ * and a message naming the field, variable or shape, and changes nothing. The
+ * shard and the calls are service_fixture.h's. Pull, push and the sync step
+ * have their own suites (test-service-pull.c, test-service-push.c,
+ * test-service-commit.c). */
 #include <check.h>
 #include <math.h>
 #include <stdio.h>

@@ -1,6 +1,6 @@
-/* Unit tests for psd.v1.Data/Pull (ps-server/psd/pull.c): a pull's segments
- * are checked against this shard's slice and the message limit, and a sync
- * pull parked for the next step is answered when the service stops. The
+/* Unit tests for psd.v1.Data/Pull (ps-server/psd/service_pull.c): a pull's
+ * segments are checked against this shard's slice and the message limit, and a
+ * sync pull parked for the next step is answered when the service stops. The
  * shard and the calls are service_fixture.h's. */
 #include <check.h>
 #include <stdint.h>

@@ -1,8 +1,8 @@
 /* psd.v1.Data/Push (service_internal.h): where a worker's gradient is
  * applied to this shard's variables (async, with each variable's
  * optimizer, store.h) or staged for its step (sync, steps.h; Commit in
- * commit.c applies it). A push goes through its steps in order, and each
- * step that stops it has answered the call:
+ * service_commit.c applies it). A push goes through its steps in order, and
+ * each step that stops it has answered the call:
  *   1. check the worker and, in sync mode, the generation;
  *   2. check every segment against its variable and the data field;
  *   3. take the apply gate (async) and claim the message's identity, so a
@@ -349,7 +349,8 @@ static void answer(struct push *p) {
   }
   answer_versions(p);
   /* Async steps are timed at shard 0 by the pushes' first messages; sync
-   * steps by their admissions (coord.c). svc->steps alone decides staging. */
+   * steps by their admissions (coord_barrier.c). svc->steps alone decides
+   * staging. */
   if (svc->coord && !svc->steps && req->has_worker && req->first)
     psd_coord_pushed(svc->coord, req->worker);
   psd_hist_observe(&svc->push_time, (cm_mono_ms() - p->start) / 1e3);

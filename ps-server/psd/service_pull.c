@@ -1,8 +1,8 @@
 /* psd.v1.Data/Pull (service_internal.h): a worker reads its variables'
  * values. A pull whose version exists is answered at once; a sync pull for
  * the step after the last one closed is parked on a list, not held by a
- * sleeping thread, and answered when Commit or Rollback (commit.c) releases
- * it, or with UNAVAILABLE when psd stops. Async answers are sent
+ * sleeping thread, and answered when Commit or Rollback (service_commit.c)
+ * releases it, or with UNAVAILABLE when psd stops. Async answers are sent
  * straight from the variables' memory; sync answers are one copy, so a
  * chunk is exactly the version it says. */
 #include "service_internal.h"

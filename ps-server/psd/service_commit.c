@@ -1,8 +1,10 @@
-/* Where a sync step closes (service_internal.h): psd.v1.Data/Commit applies
- * the gradients staged for a step by the workers the coordinator admitted
- * (steps.h) and Data/Rollback takes the shard back to a checkpointed step
- * (saver.h); both then release the pulls parked for what they made
- * (pull.c). An asynchronous job has no steps, and refuses both. */
+/* Where a closed sync step is applied on a shard (service_internal.h; the
+ * coordinator decides the step's set in coord_barrier.c): psd.v1.Data/Commit
+ * applies the gradients staged for a step by the workers the coordinator
+ * admitted (steps.h) and Data/Rollback takes the shard back to a
+ * checkpointed step (saver.h); both then release the pulls parked for what
+ * they made (service_pull.c). An asynchronous job has no steps, and refuses
+ * both. */
 #include "service_internal.h"
 
 #include <stdint.h>
