@@ -3,7 +3,13 @@
  *    "task": {"type": "worker", "index": 0},
  *    "job": {...training settings...}}
  * Every mistake is reported with the file name, its JSON path and what was
- * expected; a spec with any mistake is refused whole (CM_ESPEC). */
+ * expected; a spec with any mistake is refused whole (CM_ESPEC).
+ *
+ * The public header of common/spec: spec.c (parse, load, free) calls on
+ * addr.c (cluster), task.c (task, TF_CONFIG), job.c and job_optim.c (job,
+ * auth), jcheck.c (typed JSON reads) and errs.c (the mistakes), whose
+ * shared internals have headers of their own; addr_local.c says whether an
+ * address is this host. */
 #ifndef CM_SPEC_H
 #define CM_SPEC_H
 

@@ -5,7 +5,7 @@
  * checkpoint and open the server (startup.c), listen, tell systemd we are
  * ready, run the event loop, tear down. The daemon's state is one struct
  * psd_server (psd.h), passed explicitly. gRPC's completion queue runs on
- * its own thread (common/rpc/rpc.c); libuv's loop on the main thread carries
+ * its own thread (common/rpc/server.c); libuv's loop on the main thread carries
  * what waits outside gRPC: signals, the periodic stats line and the systemd
  * watchdog. Its handlers are here.
  *

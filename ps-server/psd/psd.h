@@ -4,8 +4,8 @@
  * the store and the server into it, and psd.c runs the loop over it and
  * tears it down. Nothing here is global. Also the program's exit statuses
  * and its periods, which psd --help states. */
-#ifndef PSD_SERVER_H
-#define PSD_SERVER_H
+#ifndef PSD_PSD_H
+#define PSD_PSD_H
 
 #include <stdint.h>
 

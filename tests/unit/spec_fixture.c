@@ -1,0 +1,48 @@
+/* What the spec suites (tests/unit/test-spec*.c) share: parse helpers and
+ * assertions on the mistakes a parse reported (spec_fixture.h). */
+#include "spec_fixture.h"
+
+#include <check.h>
+#include <string.h>
+
+#include "err.h"
+
+char err[8192];
+
+int parse(const char *text, struct cm_spec **out) {
+  return cm_spec_parse(text, strlen(text), "t.json", out, err, sizeof err);
+}
+
+void parse_bad(const char *text) {
+  struct cm_spec *spec = (struct cm_spec *)1;
+  int rc = parse(text, &spec);
+
+  ck_assert_msg(rc == CM_ESPEC, "rc %d (%s), err: %s", rc, cm_err_name(rc),
+                err);
+  ck_assert_ptr_null(spec);
+}
+
+void has_line(const char *line) {
+  const char *p = err;
+  size_t n = strlen(line);
+
+  while ((p = strstr(p, line)) != NULL) {
+    if ((p == err || p[-1] == '\n') && (p[n] == '\0' || p[n] == '\n'))
+      return;
+    p++;
+  }
+  ck_abort_msg("missing line\n  %s\nin err:\n%s", line, err);
+}
+
+void has_text(const char *text) {
+  ck_assert_msg(strstr(err, text) != NULL, "missing \"%s\" in err:\n%s", text,
+                err);
+}
+
+int count_lines(const char *s) {
+  int n = *s ? 1 : 0;
+
+  for (; *s; s++)
+    n += *s == '\n';
+  return n;
+}
