@@ -26,9 +26,9 @@ test: build
 	meson test -C $(BUILD) --print-errorlogs --num-processes 2; \
 	  rc=$$?; $(PY) tests/summary.py $(BUILD); exit $$rc
 
-# The long fault runs (README, "Faults"): the load test at full size (64
-# clients pushing and pulling against 2 shards for 60 s), then every fault
-# test three times over. About 5 minutes.
+# The long fault runs (docs/faults.md; CONTRIBUTING.md, "The soak"): the
+# load test at full size (64 clients pushing and pulling against 2 shards for
+# 60 s), then every fault test SOAK_ROUNDS times over.
 SOAK_ROUNDS ?= 3
 soak: build
 	PSD_SOAK=1 $(PY) tests/integration/test_faults.py $(BUILD) LoadTest
@@ -42,8 +42,8 @@ bench: build
 	$(PY) tests/bench/bench.py $(BUILD)
 
 # Binaries, systemd units, sysusers file, man pages and example specs under
-# meson's prefix (/usr/local unless configured otherwise); see README.md,
-# "Operating psd", for what to run after it.
+# meson's prefix (/usr/local unless configured otherwise); see
+# docs/operating.md for what to run after it.
 install: build
 	meson install -C $(BUILD)
 
@@ -58,8 +58,8 @@ asan: setup
 	  PSD_SANITIZED=1 meson test -C $(BUILD)-asan --print-errorlogs --num-processes 2 \
 	  --timeout-multiplier 3
 
-# The libFuzzer target over every call's decoding and dispatch (README.md,
-# "Fuzzing"): replays tests/fuzz/corpus and regressions, then fuzzes for
+# The libFuzzer target over every call's decoding and dispatch
+# (CONTRIBUTING.md, "Fuzzing"): replays tests/fuzz/corpus and regressions, then fuzzes for
 # FUZZ_SECONDS; new inputs collect in $(BUILD)/tests/fuzz/work, a crash's
 # input in .../work/artifacts. FUZZ_MERGE=1 minimizes what it found into
 # tests/fuzz/corpus (to commit).

@@ -72,8 +72,10 @@ struct cm_job {
   /* sync only: "job.sync.deadline.floor_ms" >= 1, default 1000: the
    * deadline is never shorter than this */
   int deadline_floor_ms;
-  /* sync only: "job.sync.deterministic" (a JSON boolean), default 0: sum the
-   * admitted gradients in worker order, not arrival order */
+  /* sync only: "job.sync.deterministic" (a JSON boolean), default 0: never
+   * close a step at its deadline, and wait for every worker's first join
+   * however long it takes (shards always sum a step's gradients in worker
+   * order), so that a run's result does not depend on timing */
   int deterministic;
   /* "job.heartbeat_ms" >= 1, default 500: how often workers tell the
    * coordinator they live */

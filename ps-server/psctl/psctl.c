@@ -57,7 +57,7 @@ static const struct command commands[] = {
     {"metrics", psctl_cmd_metrics, 1, "",
      "Prometheus text exposition (format 0.0.4) of every counter and\n"
      "histogram: psd_up, psd_*_total per shard, psd_variable_version,\n"
-     "psd_push_seconds, psd_pull_seconds, psd_worker_*; see README"},
+     "psd_push_seconds, psd_pull_seconds, psd_worker_*; see psctl(1)"},
     {"checkpoint", psctl_cmd_checkpoint, 0, "[--wait]",
      "every shard writes a checkpoint now (sync: of its last committed\n"
      "step); with --wait, prints each one's step, size, time and directory\n"

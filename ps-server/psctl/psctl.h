@@ -15,7 +15,7 @@
 #include "psclient.h"
 #include "spec.h"
 
-/* Exit status of a bad command line (README: always 2). */
+/* Exit status of a bad command line (always 2, as for every psd program). */
 #define PSCTL_EXIT_USAGE 2
 
 /* export's pulls: elements per message, and messages in flight per shard

@@ -4,6 +4,12 @@
   bench transport: push and pull of one variable between 1 psd and 1 client
                    (libpsclient, chunked, loopback gRPC) vs a plain loopback TCP
                    copy of the same bytes
+  bench aggregate: 2 shards and 2 clients at once, 64 MiB each, over TCP and
+                   over the Unix sockets, against one loopback TCP stream
+  bench memory:    a psd's resident memory against the bytes of the
+                   variables and optimizer slots it holds
+  bench scale:     sync step time of light clients (no model compute) against
+                   2 shards as their number grows from 1 to 32
   bench train:     the demo job (2 psd + 2 dworker, async) vs one process
                    training the same model on the same data (dworker --standalone)
   bench sync:      sync step time with 4 workers: no straggler, one worker 5x
@@ -13,7 +19,7 @@
                    on 64 MiB of f32 values, against a triad a = b + s*c and
                    an in-place axpy a = a + s*c on arrays of the same size,
                    each measured right before the update, one thread
-                   (tests/optim-bench)
+                   (BUILD/tests/optim-bench)
 
   bench kernels:   GFLOP/s of each layer of the demo MLP and CNN, forward and
                    backward, on the CPU (and the GPU where one works), with the
@@ -21,7 +27,8 @@
                    same run (tests/bench/kernel_bench.c)
 
 
-Run: /usr/bin/python3 tests/bench/bench.py BUILD_DIR [transport|train|sync|optim|kernels ...]"""
+Run: /usr/bin/python3 tests/bench/bench.py BUILD_DIR [transport|aggregate|memory|train|sync|scale|optim|kernels ...]
+(docs/performance.md says how to read each figure)"""
 import json
 import os
 import re

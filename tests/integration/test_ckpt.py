@@ -29,7 +29,7 @@ LR, MU = 0.1, 0.9
 
 def read_safetensors(path):
     """The independent reader: the format by hand, numpy for the arrays
-    (the README's snippet)."""
+    (the snippet in docs/checkpoints.md)."""
     with open(path, "rb") as f:
         n = struct.unpack("<Q", f.read(8))[0]
         header = json.loads(f.read(n))

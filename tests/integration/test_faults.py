@@ -1,4 +1,4 @@
-"""Fault tests (README, "Faults"): real psd, dworker and pstool processes that
+"""Fault tests (docs/faults.md): real psd, dworker and pstool processes that
 are broken on purpose while they work.
 
 - kill -9 of a psd mid-training (shard 0: data and the coordinator); restarted

@@ -1,14 +1,14 @@
 /* libpsclient: a C client for psd. Connects to every shard of a cluster
  * spec, declares variables (idempotently), and pulls and pushes them with
  * the calls to all shards in flight at once, each call with a deadline.
- * Large variables travel in chunks (see README, "Wire"), so no gRPC message
+ * Large variables travel in chunks (docs/wire.md), so no gRPC message
  * limit is ever hit. One dw_client is used by one thread at a time.
  *
  * Pulls, pushes and the coordinator calls (join, leave, admit, clock)
  * survive a shard that restarts, stops or is cut off: a call that fails
  * UNAVAILABLE or DEADLINE_EXCEEDED is retried with backoff for up to the
  * retry budget (retry_s), and logged once per outage. A push is applied
- * once however often it is retried (README, "Faults"). */
+ * once however often it is retried (docs/faults.md). */
 #ifndef DW_PSCLIENT_H
 #define DW_PSCLIENT_H
 
