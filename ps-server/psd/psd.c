@@ -5,9 +5,9 @@
  * checkpoint and open the server (startup.c), listen, tell systemd we are
  * ready, run the event loop, tear down. The daemon's state is one struct
  * psd_server (psd.h), passed explicitly. gRPC's completion queue runs on
- * its own thread (common/rpc/server.c); libuv's loop on the main thread carries
- * what waits outside gRPC: signals, the periodic stats line and the systemd
- * watchdog. Its handlers are here.
+ * its own thread (common/rpc/rpc_server.c); libuv's loop on the main thread
+ * carries what waits outside gRPC: signals, the periodic stats line and the
+ * systemd watchdog. Its handlers are here.
  *
  * Checkpoints (ckpt.h, saver.h): the store, and in async mode the table of
  * applied pushes (dedup.h), are restored from the newest checkpoint before
@@ -20,11 +20,6 @@
 
 #include <uv.h>
 
-#include "psd_config.h"
-#if PSD_HAVE_SYSTEMD
-#include <systemd/sd-daemon.h>
-#endif
-
 #include "auth.h"
 #include "blas.h"
 #include "ckpt.h"
@@ -33,22 +28,16 @@
 #include "dedup.h"
 #include "local.h"
 #include "log.h"
+#include "notify.h"
 #include "psd.h"
 #include "rpc.h"
+#include "rpc_server.h"
 #include "saver.h"
 #include "service.h"
 #include "spec.h"
 #include "startup.h"
 #include "store.h"
 #include "units.h"
-
-static void notify(const char *state) {
-#if PSD_HAVE_SYSTEMD
-  sd_notify(0, state);
-#else
-  (void)state;
-#endif
-}
 
 static void on_signal(uv_signal_t *h, int signum) {
   struct psd_server *srv = h->data;
@@ -82,7 +71,7 @@ static void on_stats(uv_timer_t *t) {
   srv->last = c;
 }
 
-static void on_watchdog(uv_timer_t *t) { notify("WATCHDOG=1"); }
+static void on_watchdog(uv_timer_t *t) { cm_notify("WATCHDOG=1"); }
 
 /* Tells systemd what the shard is doing, e.g. "STATUS=shard 0 of 2 on
  * 10.0.0.1:7100, job 'x', sync, step 120, 4 of 4 workers live, 1.2k
@@ -113,7 +102,7 @@ static void notify_status(struct psd_server *srv) {
            "pushes/s",
            srv->shard, srv->spec->nps, srv->listen, srv->spec->job.name,
            srv->spec->job.mode, (unsigned long long)c.step, workers, rate);
-  notify(line);
+  cm_notify(line);
   srv->status_last = c;
   srv->status_at = now;
   free(w);
@@ -130,7 +119,7 @@ static void on_tick(uv_timer_t *t) {
  * coordinator's tick (shard 0), and under systemd the watchdog and STATUS=
  * timers. */
 static void start_loop(struct psd_server *srv) {
-  uint64_t wd_usec = 0;
+  uint64_t wd_usec = cm_notify_watchdog_usec();
   uv_loop_init(&srv->loop);
   uv_signal_t *sigs[] = {&srv->sigterm, &srv->sigint, &srv->sighup};
   int signums[] = {SIGTERM, SIGINT, SIGHUP};
@@ -152,14 +141,10 @@ static void start_loop(struct psd_server *srv) {
   srv->status_at = uv_now(&srv->loop);
   if (srv->coord)
     uv_timer_start(&srv->tick, on_tick, PSD_TICK_MS, PSD_TICK_MS);
-#if PSD_HAVE_SYSTEMD
-  if (sd_watchdog_enabled(0, &wd_usec) <= 0)
-    wd_usec = 0;
-#endif
   if (wd_usec > 0)
     uv_timer_start(&srv->watchdog, on_watchdog, wd_usec / 2000, wd_usec / 2000);
   /* Only systemd reads STATUS=; elsewhere the timer would be wasted. */
-  if (PSD_HAVE_SYSTEMD && getenv("NOTIFY_SOCKET"))
+  if (cm_notify_listening())
     uv_timer_start(&srv->status, on_status_timer, PSD_STATUS_PERIOD_MS,
                    PSD_STATUS_PERIOD_MS);
 }
@@ -222,7 +207,7 @@ static void log_start(struct psd_server *srv) {
  * loop. Returns the exit status. */
 static enum psd_exit shut_down(struct psd_server *srv) {
   enum psd_exit rc;
-  notify("STOPPING=1");
+  cm_notify("STOPPING=1");
   psd_local_stop(srv->local);
   srv->local = NULL;
   cm_info("%s: stopping (calls in flight get up to %d ms)",
@@ -292,7 +277,7 @@ int main(int argc, char **argv) {
   psd_server_log_ready(&srv);
 
   /* Tell systemd, run until a stop signal, tear down. */
-  notify("READY=1");
+  cm_notify("READY=1");
   notify_status(&srv);
   uv_run(&srv.loop, UV_RUN_DEFAULT);
   rc = shut_down(&srv);

@@ -24,6 +24,7 @@
 #include "dworker_internal.h"
 #include "err.h"
 #include "log.h"
+#include "notify.h"
 #include "rpc.h"
 
 /* Exit codes, as documented in --help. */
@@ -142,7 +143,7 @@ int main(int argc, char **argv) {
   dw_notify_ready(&w);
   if (dw_train(&w) < 0)
     goto out;
-  dw_notify("STOPPING=1");
+  cm_notify("STOPPING=1");
   if (dw_finish(&w) < 0)
     goto out;
   status = DW_EXIT_OK;

@@ -155,9 +155,6 @@ int dw_pull_step(struct dw_worker *w);
 
 /* ---- notify.c: systemd; no-ops without libsystemd or outside a unit ---- */
 
-/* Sends one sd_notify(3) message, e.g. "STOPPING=1". */
-void dw_notify(const char *state);
-
 /* READY=1 and a first STATUS=, and starts the watchdog clock. */
 void dw_notify_ready(struct dw_worker *w);
 

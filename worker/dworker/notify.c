@@ -5,26 +5,12 @@
  * out. */
 #include <stdio.h>
 
-#include "psd_config.h"
-#if PSD_HAVE_SYSTEMD
-#include <systemd/sd-daemon.h>
-#endif
-
 #include "clock.h"
 #include "dworker_internal.h"
+#include "notify.h"
 
 /* Seconds between systemd STATUS= updates from the training loop. */
 #define DW_STATUS_PERIOD_S 2.0
-
-/* Sends one sd_notify(3) message to systemd; a no-op outside a Type=notify
- * unit and without libsystemd. */
-void dw_notify(const char *state) {
-#if PSD_HAVE_SYSTEMD
-  sd_notify(0, state);
-#else
-  (void)state;
-#endif
-}
 
 /* Who this is and in which job, for STATUS=: "worker:0 of 2, job 'x',
  * async" or "standalone, job 'x'". */
@@ -40,19 +26,15 @@ static void describe(const struct dw_worker *w, char *buf, size_t len) {
  * standalone and about to train) and starts the watchdog clock. */
 void dw_notify_ready(struct dw_worker *w) {
   char line[256], who[160];
-  uint64_t usec = 0;
+  uint64_t usec = cm_notify_watchdog_usec();
 
-#if PSD_HAVE_SYSTEMD
-  if (sd_watchdog_enabled(0, &usec) <= 0)
-    usec = 0;
-#endif
   w->wd_period_s = (double)usec / 2e6; /* ping at half the timeout */
   w->watchdog_at = w->status_at = cm_mono_s();
   describe(w, who, sizeof who);
   snprintf(line, sizeof line, "STATUS=%s, %s", who,
            w->args.standalone ? "training" : "joined");
-  dw_notify("READY=1");
-  dw_notify(line);
+  cm_notify("READY=1");
+  cm_notify(line);
 }
 
 /* After step t: a WATCHDOG=1 when half the watchdog timeout has passed, and
@@ -64,7 +46,7 @@ void dw_notify_step(struct dw_worker *w, long t) {
   char line[256], who[160];
 
   if (w->wd_period_s > 0 && now - w->watchdog_at >= w->wd_period_s) {
-    dw_notify("WATCHDOG=1");
+    cm_notify("WATCHDOG=1");
     w->watchdog_at = now;
   }
   if (now - w->status_at < DW_STATUS_PERIOD_S || spe <= 0)
@@ -74,7 +56,7 @@ void dw_notify_step(struct dw_worker *w, long t) {
       line, sizeof line, "STATUS=%s, epoch %ld/%ld, step %ld/%ld, %.0f ex/s",
       who, t / spe + 1, (w->total_steps + spe - 1) / spe, t + 1, w->total_steps,
       (double)(w->examples_done - w->status_examples) / (now - w->status_at));
-  dw_notify(line);
+  cm_notify(line);
   w->status_at = now;
   w->status_examples = w->examples_done;
 }
