@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "ps.pb-c.h"
+#include "rpc.h"
 
 void cm_request_host_init(struct cm_request_host *host, const char *job,
                           const char *noun, const char *name_fmt, ...) {

@@ -17,7 +17,7 @@
 #include <grpc/grpc.h>
 #include <protobuf-c/protobuf-c.h>
 
-#include "rpc.h"
+#include "rpc_server.h"
 #include "wire.h"
 
 /* How a server names itself in refusals, and how it answers them. */

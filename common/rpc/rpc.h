@@ -1,7 +1,7 @@
 /* gRPC C core plumbing shared by psd and libpsclient: the process-wide
  * setup (grpc_init, the message limit), packing and unpacking messages, and
  * what a call's status means. The two halves that use it have headers of
- * their own: server.h (calls answered by a queue thread) and client.h
+ * their own: rpc_server.h (calls answered by a queue thread) and rpc_client.h
  * (batches of unary calls in flight at once). */
 #ifndef CM_RPC_H
 #define CM_RPC_H
@@ -10,11 +10,6 @@
 #include <stdint.h>
 
 #include <grpc/grpc.h>
-
-/* Both halves, so that every file that included rpc.h before the halves had
- * headers of their own still compiles unchanged. */
-#include "client.h"
-#include "server.h"
 
 /* Largest message either side accepts by default (the spec's
  * job.max_message_mb changes it). Tensors travel in chunks far below this

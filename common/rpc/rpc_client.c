@@ -1,6 +1,6 @@
 /* The gRPC client half (client.h): channels with their credentials, and
  * batches of unary calls kept in flight up to a limit per channel. */
-#include "client.h"
+#include "rpc_client.h"
 
 #include <stdio.h>
 #include <stdlib.h>

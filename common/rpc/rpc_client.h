@@ -1,10 +1,13 @@
-/* The gRPC client half (common/rpc/client.c): cm_unary describes one call;
+/* The gRPC client half (common/rpc/rpc_client.c): cm_unary describes one call;
  * cm_client_run puts a set of them in flight at once (up to a limit per
  * channel), each with its deadline, and calls back as each completes. */
 #ifndef CM_RPC_CLIENT_H
 #define CM_RPC_CLIENT_H
 
 #include <grpc/grpc.h>
+
+/* Both halves pack and unpack messages and name statuses with rpc.h. */
+#include "rpc.h"
 
 /* A channel to one server. */
 struct cm_channel;

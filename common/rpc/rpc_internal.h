@@ -1,4 +1,5 @@
-/* Internal to common/rpc: what server.c and client.c share beyond rpc.h. */
+/* Internal to common/rpc: what rpc_server.c and rpc_client.c share beyond
+ * rpc.h. */
 #ifndef CM_RPC_INTERNAL_H
 #define CM_RPC_INTERNAL_H
 

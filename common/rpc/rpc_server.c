@@ -2,7 +2,7 @@
  * drains the one completion queue, the bearer-token check before any
  * handler runs, answering a call, local calls without a network, and
  * starting and stopping in the order server.h writes down. */
-#include "server.h"
+#include "rpc_server.h"
 
 #include <errno.h>
 #include <netdb.h>
@@ -25,6 +25,7 @@
 #include "clock.h"
 #include "err.h"
 #include "log.h"
+#include "rpc.h"
 #include "rpc_internal.h"
 
 /* Requests kept outstanding per method, so calls that arrive together do

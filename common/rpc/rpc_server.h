@@ -1,4 +1,4 @@
-/* The gRPC server half (common/rpc/server.c): one completion queue drained
+/* The gRPC server half (common/rpc/rpc_server.c): one completion queue drained
  * by one thread. Each in-flight call is a struct cm_rpc_call with its own
  * state; its tag says which step completed. A registered method's handler
  * gets the request and must answer exactly once, now or later (cm_rpc_reply
@@ -16,6 +16,9 @@
 #include <stdint.h>
 
 #include <grpc/grpc.h>
+
+/* Both halves pack and unpack messages and name statuses with rpc.h. */
+#include "rpc.h"
 
 struct cm_server;
 struct cm_rpc_call;

@@ -17,7 +17,7 @@
 #include <stdint.h>
 
 #include "hist.h"
-#include "rpc.h"
+#include "rpc_server.h"
 #include "spec.h"
 
 /* Step times each worker keeps for its quantiles (a ring of the newest). */

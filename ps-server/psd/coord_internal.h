@@ -23,7 +23,8 @@
 #include "coord.h"
 #include "hist.h"
 #include "request.h"
-#include "rpc.h"
+#include "rpc_client.h"
+#include "rpc_server.h"
 #include "spec.h"
 #include "steps.h"
 

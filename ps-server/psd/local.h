@@ -7,7 +7,7 @@
 
 #include <uv.h>
 
-#include "rpc.h"
+#include "rpc_server.h"
 
 struct psd_local;
 

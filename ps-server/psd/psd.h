@@ -13,7 +13,7 @@
 
 #include "auth.h"
 #include "ckpt.h"
-#include "rpc.h"
+#include "rpc_server.h"
 #include "service.h"
 
 /* psd's exit statuses, as psd --help lists them. */

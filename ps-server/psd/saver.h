@@ -23,7 +23,7 @@
 #include <stdint.h>
 
 #include "ckpt.h"
-#include "rpc.h"
+#include "rpc_server.h"
 #include "steps.h"
 #include "store.h"
 

@@ -8,7 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "rpc.h"
+#include "rpc_server.h"
 #include "store.h"
 
 struct psd_service;

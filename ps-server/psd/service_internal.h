@@ -27,7 +27,7 @@
 #include "hist.h"
 #include "ps.pb-c.h"
 #include "request.h"
-#include "rpc.h"
+#include "rpc_server.h"
 #include "service.h"
 #include "store.h"
 

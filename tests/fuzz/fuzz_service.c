@@ -19,6 +19,7 @@
 #include "fuzz_input.h"
 #include "log.h"
 #include "rpc.h"
+#include "rpc_server.h"
 #include "saver.h"
 #include "service.h"
 #include "spec.h"

@@ -13,6 +13,7 @@
 #include "psclient.h"
 #include "pstool.h"
 #include "rpc.h"
+#include "rpc_client.h"
 #include "wire.h"
 
 static int parse_list_i64(const char *s, int64_t *out, int max) {

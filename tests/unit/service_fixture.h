@@ -13,7 +13,7 @@
 #include <stdint.h>
 
 #include "ps.pb-c.h"
-#include "rpc.h"
+#include "rpc_server.h"
 #include "service.h"
 
 /* The service under test, made by setup_*, freed by teardown. */

@@ -11,6 +11,7 @@
 
 #include "ps.pb-c.h"
 #include "rpc.h"
+#include "rpc_server.h"
 #include "service_fixture.h"
 #include "unit.h"
 

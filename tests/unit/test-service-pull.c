@@ -6,7 +6,7 @@
 #include <stdint.h>
 
 #include "ps.pb-c.h"
-#include "rpc.h"
+#include "rpc_server.h"
 #include "service.h"
 #include "service_fixture.h"
 #include "unit.h"

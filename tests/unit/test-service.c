@@ -13,6 +13,7 @@
 
 #include "ps.pb-c.h"
 #include "rpc.h"
+#include "rpc_server.h"
 #include "service.h"
 #include "service_fixture.h"
 #include "store.h"

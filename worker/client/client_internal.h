@@ -23,6 +23,7 @@
 #include "ps.pb-c.h"
 #include "psclient.h"
 #include "rpc.h"
+#include "rpc_client.h"
 
 /* A run of one variable's elements inside one message. */
 struct dw__piece {
