@@ -1,3 +1,4 @@
+/* Loading the spec's credentials and checking a bearer token (auth.h). */
 #include "auth.h"
 
 #include <errno.h>

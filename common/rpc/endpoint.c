@@ -1,3 +1,5 @@
+/* The same-host Unix socket of a shard: its path, listening, connecting
+ * (endpoint.h). */
 #include "endpoint.h"
 
 #include <errno.h>

@@ -1,3 +1,4 @@
+/* The shard's Unix socket, watched by the libuv loop (local.h). */
 #include "local.h"
 
 #include <errno.h>
