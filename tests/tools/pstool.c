@@ -136,7 +136,8 @@ int main(int argc, char **argv) {
     }
   }
   if (optind >= argc) {
-    fprintf(stderr, "pstool: no command (see the comment in tests/tools/pstool.c)\n");
+    fprintf(stderr,
+            "pstool: no command (see the comment in tests/tools/pstool.c)\n");
     return 2;
   }
   if (!strcmp(argv[optind], "tcp"))
