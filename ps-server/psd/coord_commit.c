@@ -23,6 +23,13 @@
 
 /* Fills calls[] with one call of method carrying msg to every shard not yet
  * done[s]; each call's user is its shard index. Returns how many. */
+Psd__V1__Caller psd__coord_caller(const struct psd_coord *c) {
+  Psd__V1__Caller caller = PSD__V1__CALLER__INIT;
+  caller.job = (char *)c->spec->job.name;
+  caller.worker = "coordinator";
+  return caller;
+}
+
 int psd__coord_fill_calls(struct psd_coord *c, struct cm_unary *calls,
                           const int *done, const char *method,
                           const ProtobufCMessage *msg) {
@@ -68,15 +75,13 @@ void *psd__coord_commit_thread(void *arg) {
       c->tail = &c->queue;
     pthread_mutex_unlock(&c->lock);
 
-    Psd__V1__Caller caller = PSD__V1__CALLER__INIT;
+    Psd__V1__Caller caller = psd__coord_caller(c);
     Psd__V1__CommitRequest req = PSD__V1__COMMIT_REQUEST__INIT;
     int32_t a[PSD_STEPS_MAX_WORKERS], d[PSD_STEPS_MAX_WORKERS];
     for (int i = 0; i < cm->napplied; i++)
       a[i] = cm->applied[i];
     for (int i = 0; i < cm->ndropped; i++)
       d[i] = cm->dropped[i];
-    caller.job = (char *)c->spec->job.name;
-    caller.worker = "coordinator";
     req.caller = &caller;
     req.step = cm->step;
     req.n_applied = cm->napplied;

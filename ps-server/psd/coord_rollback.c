@@ -61,15 +61,13 @@ enum psd_coord_start psd__coord_plan(const struct psd_coord_shard *s, int nps,
  * once checked. */
 void psd__coord_check_steps(struct psd_coord *c, struct cm_unary *calls,
                             int *done) {
-  Psd__V1__Caller caller = PSD__V1__CALLER__INIT;
+  Psd__V1__Caller caller = psd__coord_caller(c);
   Psd__V1__StatusRequest req = PSD__V1__STATUS_REQUEST__INIT;
   struct psd_coord_shard *st = calloc(c->spec->nps, sizeof *st);
   enum psd_coord_start plan = PSD_COORD_AGREE;
   uint64_t open, step = 0, from = 0, gen = 0;
   int left = c->spec->nps, stop = 0, culprit = 0;
 
-  caller.job = (char *)c->spec->job.name;
-  caller.worker = "coordinator";
   req.caller = &caller;
   memset(done, 0, c->spec->nps * sizeof *done);
   pthread_mutex_lock(&c->lock);
@@ -185,14 +183,12 @@ void psd__coord_check_steps(struct psd_coord *c, struct cm_unary *calls,
  * Returns 0, or -1 when it did not answer. */
 int psd__coord_shard_step(struct psd_coord *c, struct cm_unary *call, int s,
                           int timeout_ms, uint64_t *step, uint64_t *gen) {
-  Psd__V1__Caller caller = PSD__V1__CALLER__INIT;
+  Psd__V1__Caller caller = psd__coord_caller(c);
   Psd__V1__StatusRequest req = PSD__V1__STATUS_REQUEST__INIT;
   struct cm_run_opts o = {.timeout_ms = timeout_ms, .inflight = 1};
   int done[PSD_STEPS_MAX_WORKERS] = {0}, rc = -1;
   Psd__V1__StatusResponse *r = NULL;
 
-  caller.job = (char *)c->spec->job.name;
-  caller.worker = "coordinator";
   req.caller = &caller;
   for (int i = 0; i < c->spec->nps && i < PSD_STEPS_MAX_WORKERS; i++)
     done[i] = i != s;
@@ -223,7 +219,7 @@ int psd__coord_shard_step(struct psd_coord *c, struct cm_unary *call, int s,
  * thread, without the lock. */
 void psd__coord_rollback(struct psd_coord *c, struct cm_unary *calls, int *done,
                          uint64_t step, uint64_t from, const char *who) {
-  Psd__V1__Caller caller = PSD__V1__CALLER__INIT;
+  Psd__V1__Caller caller = psd__coord_caller(c);
   Psd__V1__RollbackRequest req = PSD__V1__ROLLBACK_REQUEST__INIT;
   int failed = -1;
   char why[512] = "";
@@ -251,8 +247,6 @@ void psd__coord_rollback(struct psd_coord *c, struct cm_unary *calls, int *done,
           who, (unsigned long long)from, (unsigned long long)step,
           (unsigned long long)req.gen);
 
-  caller.job = (char *)c->spec->job.name;
-  caller.worker = "coordinator";
   req.caller = &caller;
   req.step = step;
   memset(done, 0, c->spec->nps * sizeof *done);

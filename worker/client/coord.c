@@ -77,22 +77,35 @@ static int coord_call(struct dw_client *c, const char *method,
 
 /* Joins again on the heartbeat thread's channel, when the coordinator said
  * it does not count this worker (it restarted, or declared it dead). */
+/* One call of method carrying msg on ch, without retries (the heartbeat
+ * thread's own channel): fills *u (release it with cm_unary_release) and
+ * returns the answer unpacked as desc (free it with
+ * protobuf_c_message_free_unpacked), or NULL when the call failed (u says
+ * how) or the answer is not valid protobuf. */
+static ProtobufCMessage *call_once(struct cm_channel *ch, const char *method,
+                                   const ProtobufCMessage *msg, int timeout_ms,
+                                   const ProtobufCMessageDescriptor *desc,
+                                   struct cm_unary *u) {
+  struct cm_run_opts o = {.timeout_ms = timeout_ms, .inflight = 1};
+  memset(u, 0, sizeof *u);
+  u->channel = ch;
+  u->method = method;
+  u->request = cm_rpc_pack(msg);
+  cm_client_run(u, 1, &o);
+  return u->status == GRPC_STATUS_OK ? cm_rpc_unpack(u->response, desc) : NULL;
+}
+
 static void rejoin(struct dw_client *c, struct cm_channel *ch) {
   Psd__V1__Caller caller = dw__caller(c);
   Psd__V1__JoinRequest req = PSD__V1__JOIN_REQUEST__INIT;
-  Psd__V1__JoinResponse *resp = NULL;
-  struct cm_run_opts o = {.timeout_ms = c->o.timeout_ms, .inflight = 1};
+  Psd__V1__JoinResponse *resp;
   struct cm_unary u;
   req.caller = &caller;
   req.worker = c->windex;
-  memset(&u, 0, sizeof u);
-  u.channel = ch;
-  u.method = "/psd.v1.Coord/Join";
-  u.request = cm_rpc_pack(&req.base);
-  cm_client_run(&u, 1, &o);
-  if (u.status == GRPC_STATUS_OK &&
-      (resp = (Psd__V1__JoinResponse *)cm_rpc_unpack(
-           u.response, &psd__v1__join_response__descriptor)))
+  resp = (Psd__V1__JoinResponse *)call_once(
+      ch, "/psd.v1.Coord/Join", &req.base, c->o.timeout_ms,
+      &psd__v1__join_response__descriptor, &u);
+  if (resp)
     cm_info("worker:%d joined the job again at step %llu (the coordinator "
             "had restarted or declared it dead); %d workers live",
             c->windex, (unsigned long long)resp->step, resp->live);
@@ -121,21 +134,14 @@ static void *heartbeat_thread(void *arg) {
   while (!c->hb_stop) {
     pthread_mutex_unlock(&c->lock);
     struct cm_unary u;
-    struct cm_run_opts o = {.timeout_ms = c->hb_ms * 2, .inflight = 1};
-    Psd__V1__HeartbeatResponse *resp = NULL;
-    memset(&u, 0, sizeof u);
-    u.channel = ch;
-    u.method = "/psd.v1.Coord/Heartbeat";
-    u.request = cm_rpc_pack(&req.base);
-    cm_client_run(&u, 1, &o);
+    Psd__V1__HeartbeatResponse *resp = (Psd__V1__HeartbeatResponse *)call_once(
+        ch, "/psd.v1.Coord/Heartbeat", &req.base, c->hb_ms * 2,
+        &psd__v1__heartbeat_response__descriptor, &u);
     /* A sync worker joins a restarted coordinator from its training
      * thread, at its next Admit (dw_client_admit), to learn the step and
      * generation to go on from; joining here would count it in steps it
      * is not in yet. */
-    if (u.status == GRPC_STATUS_OK &&
-        (resp = (Psd__V1__HeartbeatResponse *)cm_rpc_unpack(
-             u.response, &psd__v1__heartbeat_response__descriptor)) &&
-        resp->rejoin &&
+    if (resp && resp->rejoin &&
         !(resp->restarted && !strcmp(c->spec->job.mode, "sync"))) {
       pthread_mutex_lock(&c->lock);
       int go = !c->left && !c->hb_stop;
