@@ -81,6 +81,9 @@ struct cm_server {
   char token[CM_TOKEN_MAX + 1];        /* bearer token required, "" = none */
   atomic_ullong unauthenticated;       /* calls refused for the token */
   struct refused refused[REFUSED_PEERS]; /* recent refusals, for the log */
+  atomic_int draining; /* cm_server_drain: answer new calls UNAVAILABLE */
+  char drain_why[256]; /* the message they get; set before draining */
+  atomic_int handling; /* calls handed to a handler and not yet answered */
 };
 
 static void call_free(struct cm_rpc_call *c) {
@@ -148,6 +151,7 @@ static void finish(struct cm_rpc_call *c, grpc_status_code code) {
     finish_local(c, code);
     return;
   }
+  atomic_fetch_sub(&c->srv->handling, 1);
   memset(ops, 0, sizeof ops);
   ops[n++].op = GRPC_OP_SEND_INITIAL_METADATA;
   if (code == GRPC_STATUS_OK && c->response) {
@@ -254,6 +258,11 @@ static void log_refusal(struct cm_server *s, struct cm_rpc_call *c) {
 
 static void dispatch(struct cm_server *s, struct cm_rpc_call *c) {
   c->state = CALL_HANDLING;
+  atomic_fetch_add(&s->handling, 1);
+  if (atomic_load(&s->draining)) {
+    cm_rpc_fail(c, GRPC_STATUS_UNAVAILABLE, "%s", s->drain_why);
+    return;
+  }
   if (s->token[0] && !authorized(s, c)) {
     atomic_fetch_add(&s->unauthenticated, 1);
     log_refusal(s, c);
@@ -458,6 +467,24 @@ int cm_server_start(struct cm_server *s) {
     return CM_ESYS;
   s->started = 1;
   return 0;
+}
+
+void cm_server_drain(struct cm_server *s, const char *why) {
+  if (!s || atomic_load(&s->draining))
+    return;
+  snprintf(s->drain_why, sizeof s->drain_why, "%s", why);
+  atomic_store(&s->draining, 1);
+}
+
+int cm_server_wait_idle(struct cm_server *s, int grace_ms) {
+  double until = cm_mono_ms() + grace_ms;
+  int n;
+  if (!s)
+    return 0;
+  /* Bounded by grace_ms; answers come from other threads, so poll. */
+  while ((n = atomic_load(&s->handling)) > 0 && cm_mono_ms() < until)
+    cm_sleep_ms(2);
+  return n;
 }
 
 void cm_server_stop(struct cm_server *s, int grace_ms) {

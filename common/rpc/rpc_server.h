@@ -59,6 +59,17 @@ void cm_server_add_fd(struct cm_server *s, int fd);
 /* Starts the queue thread. */
 int cm_server_start(struct cm_server *s);
 
+/* Begins a graceful stop: from now on every new call is answered
+ * UNAVAILABLE with why (e.g. "ps:0 is stopping (SIGTERM)"; copied), a status
+ * clients retry, without running a handler. Calls already handed to a
+ * handler are answered as usual. Safe from any thread; idempotent. */
+void cm_server_drain(struct cm_server *s, const char *why);
+
+/* Waits up to grace_ms for every call handed to a handler to be answered
+ * (parked calls must be released by their owners meanwhile). Returns how
+ * many were still unanswered. */
+int cm_server_wait_idle(struct cm_server *s, int grace_ms);
+
 /* Stops accepting calls, lets calls in flight finish for up to grace_ms,
  * cancels the rest, joins the queue thread. Safe from any thread except the
  * queue thread; idempotent. */

@@ -202,24 +202,35 @@ static void log_start(struct psd_server *srv) {
   cm_info("%s", blas);
 }
 
-/* Once the loop has returned (a stop signal): answers the parked calls,
- * lets those in flight finish, writes the final checkpoint and closes the
- * loop. Returns the exit status. */
+/* Once the loop has returned (a stop signal): a graceful stop. The
+ * coordinator finishes the commit it is sending, then every new call is
+ * answered UNAVAILABLE (clients retry it until the shard is back), the
+ * parked calls are answered the same way, the calls in flight finish, and
+ * only then is the final checkpoint written: it holds every push the shard
+ * acknowledged. Last, gRPC shuts down. Returns the exit status. */
 static enum psd_exit shut_down(struct psd_server *srv) {
   enum psd_exit rc;
+  char why[160];
+  int left;
   cm_notify("STOPPING=1");
   psd_local_stop(srv->local);
   srv->local = NULL;
-  cm_info("%s: stopping (calls in flight get up to %d ms)",
+  cm_info("%s: stopping (calls in flight get up to %d ms; new calls are "
+          "answered UNAVAILABLE, which clients retry)",
           strsignal(srv->stop_signal), PSD_STOP_GRACE_MS);
-  /* Parked calls would hold the shutdown: answer them first. */
   if (srv->coord)
     psd_coord_stop(srv->coord);
+  snprintf(why, sizeof why, "ps:%d is stopping (%s); retry until it is back",
+           srv->shard, strsignal(srv->stop_signal));
+  cm_server_drain(srv->rpc, why);
+  /* Parked calls would hold the stop: answer them (UNAVAILABLE) now. */
   psd_service_stop(srv->service);
   psd_saver_stop(srv->saver);
-  cm_server_stop(srv->rpc, PSD_STOP_GRACE_MS);
-  /* No call is in flight now: the final checkpoint is the shard's state. */
+  if ((left = cm_server_wait_idle(srv->rpc, PSD_STOP_GRACE_MS)) > 0)
+    cm_warn("%d calls still unanswered after %d ms", left, PSD_STOP_GRACE_MS);
+  /* No handler runs now: the final checkpoint is the shard's state. */
   rc = final_checkpoint(srv);
+  cm_server_stop(srv->rpc, 1000);
   uv_walk(&srv->loop, close_cb, NULL);
   uv_run(&srv->loop, UV_RUN_DEFAULT);
   uv_loop_close(&srv->loop);
@@ -249,6 +260,9 @@ int main(int argc, char **argv) {
    * the program once, with OPENBLAS_CORETYPE set, when the kernels OpenBLAS
    * loaded are narrower than the CPU's (kernels/blas.h). */
   kn_blas_init(argv, 1);
+  /* A closed stdout or stderr (a launcher or pipe that went away) must not
+   * kill the shard: writes then fail, and are ignored. */
+  signal(SIGPIPE, SIG_IGN);
   catch_early_stop(0);
   memset(&srv, 0, sizeof srv);
   cm_log_set_name("psd");

@@ -226,7 +226,8 @@ static void on_done(struct cm_unary *u, void *ctx) {
  * is down or restarting (UNAVAILABLE) or did not answer in time (stopped,
  * cut off, overloaded). Every other status is the shard's answer. */
 int dw__retryable(grpc_status_code st) {
-  return st == GRPC_STATUS_UNAVAILABLE || st == GRPC_STATUS_DEADLINE_EXCEEDED;
+  return st == GRPC_STATUS_UNAVAILABLE || st == GRPC_STATUS_DEADLINE_EXCEEDED ||
+         st == GRPC_STATUS_CANCELLED;
 }
 
 /* A call to shard s failed retryably: the outage starts now unless it is
