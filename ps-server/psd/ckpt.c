@@ -95,13 +95,20 @@ int psd_ckpt_list(struct psd_ckpt *c, uint64_t *steps, int max) {
   int n = 0;
   if (!d)
     return 0;
-  while ((e = readdir(d)) && n < max) {
+  while ((e = readdir(d))) {
     int64_t s = name_step(e->d_name);
-    if (s >= 0)
+    if (s < 0 || max <= 0)
+      continue;
+    if (n < max) {
       steps[n++] = (uint64_t)s;
+      qsort(steps, n, sizeof *steps, cmp_desc);
+    } else if ((uint64_t)s > steps[n - 1]) {
+      /* Full: the newest max are kept. */
+      steps[n - 1] = (uint64_t)s;
+      qsort(steps, n, sizeof *steps, cmp_desc);
+    }
   }
   closedir(d);
-  qsort(steps, n, sizeof *steps, cmp_desc);
   return n;
 }
 

@@ -121,8 +121,8 @@ int psd_ckpt_load(struct psd_ckpt *c, struct psd_store **out,
 int psd_ckpt_restore(struct psd_ckpt *c, uint64_t step, struct psd_store *store,
                      struct psd_ckpt_result *res, char *err, size_t errlen);
 
-/* Steps of the checkpoints present, newest first; returns how many (at most
- * max). For tests and status. */
+/* Steps of the newest checkpoints present, newest first; returns how many
+ * (at most max). For status and the choice of a rollback step. */
 int psd_ckpt_list(struct psd_ckpt *c, uint64_t *steps, int max);
 
 #endif

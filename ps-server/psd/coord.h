@@ -65,6 +65,15 @@ int psd_coord_start(struct psd_coord *c);
 
 /* Answers every parked call with UNAVAILABLE, stops the commit thread. */
 void psd_coord_stop(struct psd_coord *c);
+
+/* Sync: names the step of an operator's checkpoint cut. The step open now
+ * closes as a cut: its commit tells every shard to checkpoint it, so every
+ * shard writes the same step. *step is the step the checkpoints will hold
+ * (the open step + 1, as versions count); with no live worker, the steps
+ * every shard has committed (nothing is armed: the shards write now).
+ * Returns 0, or CM_EINVAL (async job) or CM_EUNAVAIL (a rollback is under
+ * way, or the shards disagree) with the reason in err. */
+int psd_coord_cut(struct psd_coord *c, uint64_t *step, char *err, size_t len);
 void psd_coord_free(struct psd_coord *c);
 
 /* The coordinator's methods (owned by c). */

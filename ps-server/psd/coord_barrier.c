@@ -7,11 +7,13 @@
  * commit thread (coord_commit.c); every parked call is answered by a
  * decision, never by a sleeping thread. */
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "clock.h"
 #include "coord_internal.h"
+#include "err.h"
 #include "log.h"
 #include "ps.pb-c.h"
 
@@ -89,6 +91,10 @@ static void close_step(struct psd_coord *c, int take, const char *why) {
     return;
   }
   cm->step = t;
+  if (c->cut_armed && c->cut_step == t) {
+    cm->checkpoint = 1;
+    c->cut_armed = 0;
+  }
   /* The first `take` arrivals make the step (more may have come while
    * steps waited for the shards' steps to be checked). */
   for (int i = 0; i < c->narrivals; i++) {
@@ -433,4 +439,34 @@ void psd__coord_init_methods(struct psd_coord *c) {
       (struct cm_rpc_method){"/psd.v1.Coord/Heartbeat", on_heartbeat, c};
   c->methods[2] = (struct cm_rpc_method){"/psd.v1.Coord/Admit", on_admit, c};
   c->methods[3] = (struct cm_rpc_method){"/psd.v1.Coord/Clock", on_clock, c};
+}
+
+int psd_coord_cut(struct psd_coord *c, uint64_t *step, char *err, size_t len) {
+  int rc = 0, live = 0;
+  pthread_mutex_lock(&c->lock);
+  for (int i = 0; i < c->n; i++)
+    live += c->w[i].live;
+  if (!c->sync) {
+    snprintf(err, len,
+             "the job is asynchronous: each shard checkpoints on its own");
+    rc = CM_EINVAL;
+  } else if (c->rolling || !c->checked || c->bad[0]) {
+    snprintf(err, len, "%s",
+             c->bad[0] ? c->bad
+                       : "the coordinator is checking or rolling back the "
+                         "shards' steps; try again in a moment");
+    rc = CM_EUNAVAIL;
+  } else if (!live) {
+    *step = c->committed;
+  } else {
+    c->cut_armed = 1;
+    c->cut_step = c->open;
+    *step = c->open + 1;
+  }
+  pthread_mutex_unlock(&c->lock);
+  if (!rc)
+    cm_info("checkpoint cut: every shard writes step %llu%s",
+            (unsigned long long)*step,
+            live ? " when it commits it" : " now (no worker is live)");
+  return rc;
 }

@@ -88,6 +88,7 @@ void *psd__coord_commit_thread(void *arg) {
     req.applied = a;
     req.n_dropped = cm->ndropped;
     req.dropped = d;
+    req.checkpoint = cm->checkpoint;
     memset(done, 0, c->spec->nps * sizeof *done);
     int behind = -1, left = c->spec->nps;
     for (int attempt = 0; left > 0 && behind < 0; attempt++) {

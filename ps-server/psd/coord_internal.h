@@ -49,6 +49,7 @@ struct psd__coord_commit {
   int napplied, ndropped;             /* entries used below */
   int applied[PSD_STEPS_MAX_WORKERS]; /* its set */
   int dropped[PSD_STEPS_MAX_WORKERS]; /* live workers left out */
+  int checkpoint;                     /* every shard checkpoints it (a cut) */
   struct psd__coord_commit *next;     /* queue link */
 };
 
@@ -116,6 +117,8 @@ struct psd_coord {
   uint64_t rollback_step; /* sync: the step of the last rollback */
   int rolling;            /* sync: a rollback is being sent to the shards:
                              no step closes, Admit calls are parked */
+  int cut_armed;          /* sync: the step cut_step closes as a cut */
+  uint64_t cut_step;      /* sync: the step whose commit carries checkpoint */
 };
 
 /* ---- coord.c */

@@ -208,6 +208,78 @@ int psd__coord_shard_step(struct psd_coord *c, struct cm_unary *call, int s,
   return rc;
 }
 
+/* Whether a shard at version `at` with checkpoints of steps[0..n) can be
+ * at step t after a rollback: it is there already, or reloads t. */
+static int can_reach(uint64_t at, const uint64_t *steps, size_t n, uint64_t t) {
+  if (at == t)
+    return 1;
+  for (size_t i = 0; i < n; i++)
+    if (steps[i] == t)
+      return 1;
+  return 0;
+}
+
+/* The newest step <= want that every shard can roll back to (can_reach),
+ * from one Status round; want itself when a shard does not answer (it is
+ * tried as before) or no step is common. A shard stopped gracefully writes
+ * a checkpoint of the step it stopped at, which the others need not have:
+ * then the newest periodic one they share is taken. */
+static uint64_t common_step(struct psd_coord *c, struct cm_unary *calls,
+                            int *done, uint64_t want) {
+  Psd__V1__Caller caller = psd__coord_caller(c);
+  Psd__V1__StatusRequest req = PSD__V1__STATUS_REQUEST__INIT;
+  struct cm_run_opts o = {.timeout_ms = c->spec->job.timeout_ms,
+                          .inflight = 1,
+                          .wait_for_ready = 1};
+  Psd__V1__StatusResponse **r = calloc(c->spec->nps, sizeof *r);
+  uint64_t best = want;
+  int n, all = 1;
+
+  req.caller = &caller;
+  memset(done, 0, c->spec->nps * sizeof *done);
+  n = r ? psd__coord_fill_calls(c, calls, done, "/psd.v1.Admin/Status",
+                                &req.base)
+        : 0;
+  cm_client_run(calls, n, &o);
+  for (int i = 0; i < n; i++) {
+    int s = (int)(intptr_t)calls[i].user;
+    if (calls[i].status == GRPC_STATUS_OK)
+      r[s] = (Psd__V1__StatusResponse *)cm_rpc_unpack(
+          calls[i].response, &psd__v1__status_response__descriptor);
+    all &= r[s] != NULL;
+    cm_unary_release(&calls[i]);
+  }
+  for (int k = -1; all && n > 0; k++) {
+    /* Candidates: want, then shard 0's checkpoints below it, newest first. */
+    Psd__V1__CheckpointStatus *ck0 = r[0]->checkpoint;
+    uint64_t t;
+    int ok = 1;
+    if (k >= 0 && (!ck0 || (size_t)k >= ck0->n_steps))
+      break;
+    t = k < 0 ? want : ck0->steps[k];
+    if (t > want)
+      continue;
+    for (int s = 0; ok && s < c->spec->nps; s++) {
+      Psd__V1__CheckpointStatus *ck = r[s]->checkpoint;
+      ok =
+          can_reach(r[s]->step, ck ? ck->steps : NULL, ck ? ck->n_steps : 0, t);
+    }
+    if (ok) {
+      best = t;
+      if (t < want)
+        cm_warn("not every shard has a checkpoint of step %llu: rolling back "
+                "to step %llu, the newest step all of them have",
+                (unsigned long long)want, (unsigned long long)t);
+      break;
+    }
+  }
+  for (int s = 0; r && s < c->spec->nps; s++)
+    if (r[s])
+      psd__v1__status_response__free_unpacked(r[s], NULL);
+  free(r);
+  return best;
+}
+
 /* Rolls the whole job back to `step`, the checkpoint a shard restarted
  * from: every shard reloads its own checkpoint of that step and
  * drops its staged gradients (Data/Rollback, retried while a shard is
@@ -224,6 +296,7 @@ void psd__coord_rollback(struct psd_coord *c, struct cm_unary *calls, int *done,
   int failed = -1;
   char why[512] = "";
 
+  step = common_step(c, calls, done, step);
   pthread_mutex_lock(&c->lock);
   if (c->open > from)
     from = c->open;

@@ -23,6 +23,8 @@
 /* A Checkpoint call waiting for the next write. */
 struct waiter {
   struct cm_rpc_call *call; /* answered once the write is done */
+  uint64_t at;              /* sync cut: the step it waits for; 0: the next
+                               write, whatever its step */
   struct waiter *next;      /* list link */
 };
 
@@ -50,6 +52,9 @@ struct psd_saver {
   struct psd_saver_state state; /* last result */
   pthread_t thread;             /* the writer */
   int started;                  /* thread must be joined */
+  int (*cut)(void *ctx, uint64_t *step, char *err, size_t len); /* names a
+                                   cut's step (the coordinator), or NULL */
+  void *cut_ctx; /* its argument; borrowed */
 };
 
 uint64_t psd_saver_step(struct psd_saver *s) {
@@ -116,6 +121,24 @@ static void record(struct psd_saver *s, int rc, const struct psd_ckpt_result *r,
           r->ms > 0 ? r->bytes / 1e3 / r->ms : 0.0, held);
 }
 
+/* Moves to *ws the waiting calls a write of `step` answers: those for a cut
+ * of that step, and with next also those for the next write. Caller holds
+ * the lock. */
+static void take_waiters(struct psd_saver *s, struct waiter **ws, uint64_t step,
+                         int next) {
+  struct waiter **pp = &s->waiters;
+  while (*pp) {
+    struct waiter *w = *pp;
+    if (w->at ? w->at != step : !next) {
+      pp = &w->next;
+      continue;
+    }
+    *pp = w->next;
+    w->next = *ws;
+    *ws = w;
+  }
+}
+
 static void *saver_thread(void *arg) {
   struct psd_saver *s = arg;
   pthread_mutex_lock(&s->lock);
@@ -138,15 +161,17 @@ static void *saver_thread(void *arg) {
     }
     if (s->stopping)
       break;
-    struct waiter *ws = s->waiters;
     const char *why = s->why;
-    s->waiters = NULL;
     s->pending = 0;
     /* Sync: no commit runs while we hold the lock; close the gate so none
      * starts until the write is done (commit_end may have closed it). */
     if (s->steps)
       s->gate = 1;
     uint64_t step = psd_saver_step(s);
+    /* This write answers the calls for the next one and those waiting for
+     * a cut of this very step; a cut of a later step waits on. */
+    struct waiter *ws = NULL;
+    take_waiters(s, &ws, step, 1);
     uint64_t gen = generation(s);
     pthread_mutex_unlock(&s->lock);
 
@@ -159,6 +184,8 @@ static void *saver_thread(void *arg) {
     s->gate = 0;
     pthread_cond_broadcast(&s->gate_open);
     record(s, rc, &r, err, why);
+    /* A cut's call for this step that came during the write. */
+    take_waiters(s, &ws, step, 0);
     if (!rc)
       s->last_gen = gen;
     if (s->every_s > 0)
@@ -184,6 +211,110 @@ static void *saver_thread(void *arg) {
   return NULL;
 }
 
+/* Whether the shard has a checkpoint of step on disk. Caller holds the
+ * lock. */
+static int have_step(struct psd_saver *s, uint64_t step) {
+  uint64_t steps[PSD_SAVER_LISTED];
+  int n = psd_ckpt_list(s->ckpt, steps, PSD_SAVER_LISTED);
+  for (int i = 0; i < n; i++)
+    if (steps[i] == step)
+      return 1;
+  return 0;
+}
+
+/* A sync job's checkpoint cut: `job` asks the coordinator to name the step
+ * (psd_coord_cut); `at_step` asks this shard for its checkpoint of it,
+ * written when it commits that step (psd_saver_commit_end), at once when it
+ * is there already and has none, answered at once when it has one. */
+static void on_cut(struct psd_saver *s, struct cm_rpc_call *call,
+                   const Psd__V1__CheckpointRequest *req) {
+  Psd__V1__CheckpointResponse resp = PSD__V1__CHECKPOINT_RESPONSE__INIT;
+  char err[1024];
+  uint64_t at = req->at_step, now;
+  if (!s->steps) {
+    cm_rpc_fail(call, GRPC_STATUS_FAILED_PRECONDITION,
+                "a checkpoint cut is for sync jobs; in an asynchronous job "
+                "each shard checkpoints on its own");
+    return;
+  }
+  if (req->job) {
+    if (!s->cut) {
+      cm_rpc_fail(call, GRPC_STATUS_FAILED_PRECONDITION,
+                  "only the coordinator (ps:0) names the step of a cut");
+      return;
+    }
+    int rc = s->cut(s->cut_ctx, &at, err, sizeof err);
+    if (rc) {
+      cm_rpc_fail(call,
+                  rc == CM_EUNAVAIL ? GRPC_STATUS_UNAVAILABLE
+                                    : GRPC_STATUS_FAILED_PRECONDITION,
+                  "checkpoint cut: %s", err);
+      return;
+    }
+    resp.step = at;
+    resp.path = "";
+    cm_rpc_reply(call, cm_rpc_pack(&resp.base));
+    return;
+  }
+  pthread_mutex_lock(&s->lock);
+  now = psd_saver_step(s);
+  if (s->stopping) {
+    pthread_mutex_unlock(&s->lock);
+    cm_rpc_fail(call, GRPC_STATUS_UNAVAILABLE,
+                "psd is shutting down; it writes a final checkpoint at exit");
+    return;
+  }
+  if (s->state.step == at && s->state.path[0]) {
+    /* Written already: the answer is the one of that write. */
+    struct psd_ckpt_result r = {0};
+    r.step = at;
+    snprintf(r.path, sizeof r.path, "%s", s->state.path);
+    r.bytes = s->state.bytes;
+    r.ms = s->state.ms;
+    pthread_mutex_unlock(&s->lock);
+    answer(call, 0, &r, NULL);
+    return;
+  }
+  if (have_step(s, at)) {
+    /* Written already, and a later one since. */
+    struct psd_ckpt_result r = {0};
+    r.step = at;
+    snprintf(r.path, sizeof r.path, "%s/ckpt-%010llu", psd_ckpt_dir(s->ckpt),
+             (unsigned long long)at);
+    pthread_mutex_unlock(&s->lock);
+    answer(call, 0, &r, NULL);
+    return;
+  }
+  if (now > at) {
+    pthread_mutex_unlock(&s->lock);
+    cm_rpc_fail(call, GRPC_STATUS_FAILED_PRECONDITION,
+                "checkpoint cut of step %llu: this shard is at step %llu "
+                "already and has no checkpoint of step %llu (was the job "
+                "rolled back meanwhile?); ask again",
+                (unsigned long long)at, (unsigned long long)now,
+                (unsigned long long)at);
+    return;
+  }
+  if (now == at && !s->gate)
+    request(s, "cut"); /* every shard is there: write now */
+  if (req->wait) {
+    struct waiter *w = calloc(1, sizeof *w);
+    if (!w) {
+      pthread_mutex_unlock(&s->lock);
+      cm_rpc_fail(call, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+      return;
+    }
+    *w = (struct waiter){call, at, s->waiters};
+    s->waiters = w;
+    pthread_mutex_unlock(&s->lock);
+    return;
+  }
+  pthread_mutex_unlock(&s->lock);
+  resp.step = at;
+  resp.path = "";
+  cm_rpc_reply(call, cm_rpc_pack(&resp.base));
+}
+
 static void on_checkpoint(struct cm_rpc_call *call, grpc_byte_buffer *bb,
                           void *ctx) {
   struct psd_saver *s = ctx;
@@ -196,6 +327,10 @@ static void on_checkpoint(struct cm_rpc_call *call, grpc_byte_buffer *bb,
     return;
   if (!s->ckpt) {
     cm_rpc_fail(call, GRPC_STATUS_FAILED_PRECONDITION, OFF_MESSAGE);
+    goto out;
+  }
+  if (req->job || req->at_step) {
+    on_cut(s, call, req);
     goto out;
   }
   pthread_mutex_lock(&s->lock);
@@ -213,7 +348,7 @@ static void on_checkpoint(struct cm_rpc_call *call, grpc_byte_buffer *bb,
   }
   request(s, "asked for");
   if (w) {
-    *w = (struct waiter){call, s->waiters};
+    *w = (struct waiter){call, 0, s->waiters};
     s->waiters = w;
   }
   pthread_mutex_unlock(&s->lock);
@@ -290,12 +425,21 @@ void psd_saver_commit_begin(struct psd_saver *s) {
     pthread_cond_wait(&s->gate_open, &s->lock);
 }
 
-void psd_saver_commit_end(struct psd_saver *s, uint64_t version) {
-  if (s->ckpt && s->started && !s->stopping && s->every_steps > 0 &&
-      version > 0 && version % (uint64_t)s->every_steps == 0) {
+void psd_saver_set_cut(struct psd_saver *s,
+                       int (*cut)(void *ctx, uint64_t *step, char *err,
+                                  size_t len),
+                       void *ctx) {
+  s->cut = cut;
+  s->cut_ctx = ctx;
+}
+
+void psd_saver_commit_end(struct psd_saver *s, uint64_t version, int cut) {
+  int due = s->every_steps > 0 && version > 0 &&
+            version % (uint64_t)s->every_steps == 0;
+  if (s->ckpt && s->started && !s->stopping && (due || cut)) {
     /* Hold the next commit until this step is on disk. */
     s->gate = 1;
-    request(s, "every_steps");
+    request(s, due ? "every_steps" : "cut");
   }
   pthread_mutex_unlock(&s->lock);
 }
@@ -314,6 +458,15 @@ int psd_saver_rollback(struct psd_saver *s, uint64_t step, uint64_t gen,
   /* As a commit: no checkpoint is being written meanwhile. */
   psd_saver_commit_begin(s);
   from = psd_steps_version(s->steps);
+  if (from == step) {
+    /* Already at that step (a graceful stop left this shard there): its
+     * values are that step's; only the staged gradients go. */
+    psd_steps_rollback(s->steps, step, gen);
+    cm_warn("ROLLED BACK to step %llu in place (the job's rollback %llu): "
+            "this shard is at that step already; staged gradients dropped",
+            (unsigned long long)step, (unsigned long long)gen);
+    goto out;
+  }
   if ((rc = psd_ckpt_restore(s->ckpt, step, s->store, &r, err, errlen)))
     goto out;
   psd_steps_rollback(s->steps, step, gen);
@@ -332,6 +485,9 @@ out:
 void psd_saver_state(struct psd_saver *s, struct psd_saver_state *st) {
   pthread_mutex_lock(&s->lock);
   *st = s->state;
+  /* A write renames its directory into place whole: never half listed. */
+  st->nsteps =
+      s->ckpt ? psd_ckpt_list(s->ckpt, st->steps, PSD_SAVER_LISTED) : 0;
   pthread_mutex_unlock(&s->lock);
 }
 

@@ -42,6 +42,9 @@ struct psd_saver_opts {
                                             status shows it until the next */
 };
 
+/* How many checkpoint steps status lists. */
+#define PSD_SAVER_LISTED 32
+
 /* The last checkpoint written or attempted, for status. */
 struct psd_saver_state {
   int on;           /* checkpoints are on */
@@ -53,6 +56,8 @@ struct psd_saver_state {
   uint64_t bytes;   /* its size */
   double ms;        /* how long it took */
   char error[512];  /* the last failure, "" when the last write worked */
+  uint64_t steps[PSD_SAVER_LISTED]; /* checkpoints on disk, newest first */
+  int nsteps;                       /* entries in steps */
 };
 
 struct psd_saver;
@@ -72,7 +77,16 @@ void psd_saver_pushed(struct psd_saver *s);
  * end (given the steps committed now) starts a periodic one when due and
  * holds later commits until it is written. */
 void psd_saver_commit_begin(struct psd_saver *s);
-void psd_saver_commit_end(struct psd_saver *s, uint64_t version);
+void psd_saver_commit_end(struct psd_saver *s, uint64_t version, int cut);
+
+/* Sync, on the coordinator's shard: how a Checkpoint call with `job` set
+ * names the step of a cut (psd_coord_cut, ctx the coordinator; borrowed).
+ * A cut: the commit of that step carries `checkpoint` (commit_end's cut),
+ * so every shard writes the same step. */
+void psd_saver_set_cut(struct psd_saver *s,
+                       int (*cut)(void *ctx, uint64_t *step, char *err,
+                                  size_t len),
+                       void *ctx);
 
 /* Sync: rolls this shard back to `step`, generation gen (the coordinator's
  * Rollback): reloads its checkpoint of that step into the store in place

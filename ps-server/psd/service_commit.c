@@ -85,7 +85,8 @@ void psd__on_commit(struct cm_rpc_call *call, grpc_byte_buffer *bb, void *ctx) {
   int rc = psd_steps_commit(svc->steps, req->step, applied, (int)req->n_applied,
                             dropped, (int)req->n_dropped, err, sizeof err);
   if (svc->saver)
-    psd_saver_commit_end(svc->saver, psd_steps_version(svc->steps));
+    psd_saver_commit_end(svc->saver, psd_steps_version(svc->steps),
+                         req->checkpoint);
   if (rc) {
     /* Shards resumed from different checkpoints cannot go on together. */
     psd__fail(

@@ -194,6 +194,8 @@ void psd__on_status(struct cm_rpc_call *call, grpc_byte_buffer *bb, void *ctx) {
     ck.bytes = sst->bytes;
     ck.ms = sst->ms;
     ck.error = sst->error;
+    ck.n_steps = sst->nsteps;
+    ck.steps = sst->steps;
     resp.checkpoint = &ck;
   }
   cm_rpc_reply(call, cm_rpc_pack(&resp.base));

@@ -109,6 +109,11 @@ static int attach_saver(struct psd_server *srv) {
   return 0;
 }
 
+/* How the saver asks the coordinator for a cut's step (saver.h). */
+static int name_cut(void *coord, uint64_t *step, char *err, size_t len) {
+  return psd_coord_cut(coord, step, err, len);
+}
+
 enum psd_exit psd_server_open(struct psd_server *srv) {
   const struct cm_job *job = &srv->spec->job;
   const struct cm_rpc_method *methods;
@@ -153,6 +158,7 @@ enum psd_exit psd_server_open(struct psd_server *srv) {
       return PSD_EXIT_FAILED;
     }
     psd_service_set_coord(srv->service, srv->coord);
+    psd_saver_set_cut(srv->saver, name_cut, srv->coord);
     methods = psd_coord_methods(srv->coord, &nc);
     memcpy(srv->methods + n, methods, nc * sizeof *methods);
   }

@@ -32,6 +32,7 @@ import harness as h
 from faults_dedup import DedupTest, LoadTest  # noqa: F401
 from faults_kill import KillPsdSyncTest, KillPsdTest, KillWorkerTest  # noqa: F401
 from faults_outage import DiskTest, NetnsTest, StopTest  # noqa: F401
+from faults_term import CutTest, RestartLoadTest, TermPsdTest  # noqa: F401
 
 if __name__ == "__main__":
     h.BUILD = os.path.abspath(sys.argv.pop(1))

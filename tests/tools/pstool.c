@@ -40,11 +40,13 @@
  *     retries through faults), printing "count pushes=N" every 25, then
  *     pulls and checks every element equals its start minus K lr 2^-10
  *     (job.optimizer must be sgd): exactly once, whatever was retried.
- *   pstool --cluster F load --clients N --seconds S [--bytes B]
+ *   pstool --cluster F load --clients N --seconds S [--bytes B] [--faults]
  *     N threads, each its own client and variable split across the shards,
  *     push then pull until S seconds have passed, then each checks its
  *     variable as count does; prints "load t=..." every second and a last
- *     line with pushes, pulls, calls and failed calls.
+ *     line with pushes, pulls, calls and failed calls; a failed call fails
+ *     it unless --faults (shards are restarted meanwhile: only a call given
+ *     up on, or an update lost or applied twice, fails it).
  *
  * This file parses the options and loads the spec; pstool.h says which file
  * holds each subcommand. */
@@ -75,6 +77,7 @@ int main(int argc, char **argv) {
       {"chunk-id", required_argument, 0, 'K'},
       {"clients", required_argument, 0, 'n'},
       {"seconds", required_argument, 0, 'E'},
+      {"faults", no_argument, 0, 'F'},
       {0, 0, 0, 0}};
   struct pstool_args a = {.timeout = 10000, .rounds = 5, .step = -1};
   struct cm_spec *spec = NULL;
@@ -130,6 +133,9 @@ int main(int argc, char **argv) {
       break;
     case 'E':
       a.seconds = atof(optarg);
+      break;
+    case 'F':
+      a.faults = 1;
       break;
     default:
       return 2;

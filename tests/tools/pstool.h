@@ -36,6 +36,9 @@ struct pstool_args {
   uint32_t chunk_id;  /* --chunk-id: the push's chunk */
   int clients;        /* --clients: load's client threads */
   double seconds;     /* --seconds: load's duration */
+  int faults;         /* --faults: load runs through faults (shards restarted
+                         meanwhile): failed attempts that were retried are
+                         expected; lost or doubled updates still fail it */
 };
 
 /* ---- pstool_low.c */

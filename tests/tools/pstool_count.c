@@ -262,7 +262,7 @@ int pstool_load(struct cm_spec *spec, const struct pstool_args *a) {
          n, t1 - t0, (unsigned long long)pushes, (unsigned long long)pulls,
          (unsigned long long)calls, (unsigned long long)failed,
          (unsigned long long)retries, (long long)bad, calls / (t1 - t0));
-  rc = !broken && bad == 0 && failed == 0 ? 0 : 1;
+  rc = !broken && bad == 0 && (failed == 0 || a->faults) ? 0 : 1;
 out:
   for (int i = 0; l && i < n; i++) {
     dw_client_free(l[i].cl);

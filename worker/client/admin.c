@@ -9,6 +9,45 @@
 
 #include "err.h"
 
+/* Sync: asks the coordinator (ps:0) to name the step of a cut (*at). On
+ * failure every out[s] carries the coordinator's answer. */
+static int name_cut(struct dw_client *c, uint64_t *at,
+                    struct dw_checkpoint *out) {
+  Psd__V1__Caller caller = dw__caller(c);
+  Psd__V1__CheckpointRequest req = PSD__V1__CHECKPOINT_REQUEST__INIT;
+  Psd__V1__CheckpointResponse *resp = NULL;
+  struct cm_unary call;
+  int rc;
+
+  memset(&call, 0, sizeof call);
+  req.caller = &caller;
+  req.job = 1;
+  call.channel = c->ch[0];
+  call.method = "/psd.v1.Admin/Checkpoint";
+  call.request = cm_rpc_pack(&req.base);
+  rc = dw__run(c, &call, 1, "checkpoint cut", c->o.timeout_ms, 0, NULL, NULL);
+  if (!rc && !(resp = (Psd__V1__CheckpointResponse *)cm_rpc_unpack(
+                   call.response, &psd__v1__checkpoint_response__descriptor))) {
+    call.status = GRPC_STATUS_INTERNAL;
+    snprintf(call.details, sizeof call.details, "malformed answer");
+    dw__seterr(c, "checkpoint cut from ps:0: malformed answer");
+    rc = CM_EPROTO;
+  }
+  if (resp) {
+    *at = resp->step;
+    psd__v1__checkpoint_response__free_unpacked(resp, NULL);
+  } else {
+    for (int s = 0; s < c->nshards; s++) {
+      out[s].status = call.status ? call.status : GRPC_STATUS_INTERNAL;
+      snprintf(out[s].details, sizeof out[s].details,
+               "the coordinator (ps:0) named no step for the cut: %.400s",
+               call.details);
+    }
+  }
+  cm_unary_release(&call);
+  return rc;
+}
+
 int dw_client_checkpoint(struct dw_client *c, int wait,
                          struct dw_checkpoint *out) {
   Psd__V1__Caller caller = dw__caller(c);
@@ -23,6 +62,11 @@ int dw_client_checkpoint(struct dw_client *c, int wait,
   }
   req.caller = &caller;
   req.wait = wait;
+  if (!strcmp(c->spec->job.mode, "sync") &&
+      (rc = name_cut(c, &req.at_step, out))) {
+    free(calls);
+    return rc;
+  }
   for (int s = 0; s < c->nshards; s++) {
     calls[s].channel = c->ch[s];
     calls[s].method = "/psd.v1.Admin/Checkpoint";

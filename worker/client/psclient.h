@@ -215,7 +215,10 @@ struct dw_checkpoint {
 
 /* Asks every shard at once to write a checkpoint now (Admin.Checkpoint),
  * each of its own rows, in parallel; with wait, each answers once its
- * checkpoint is written, else once it is queued. Fills out[s] for every
+ * checkpoint is written, else once it is queued. In a sync job the
+ * coordinator (ps:0) first names one step (the next to close) and every
+ * shard writes that step when it commits it: a consistent cut of the job.
+ * In an async job each shard writes its own state now. Fills out[s] for every
  * shard s of the spec (out is caller-owned, one entry per shard), so the
  * caller sees each shard's outcome. Returns 0 when every shard answered;
  * CM_ENOMEM when nothing was sent (out is then all zero); else the code of

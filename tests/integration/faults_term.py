@@ -1,0 +1,155 @@
+"""Fault tests of graceful stops (SIGTERM, as `systemctl restart psd@I`
+sends): a shard stopped mid-training and started again costs the job only
+the outage, in async, SSP and sync jobs, for ps:0 (the coordinator) and
+ps:1. Run by test_faults.py."""
+import json
+import os
+import random
+import signal
+import unittest
+
+import harness as h
+from faults import (ACC_JOB, DATA, SOAK, Faults, fields, psctl, result, status,
+                    write_spec)
+from faults_kill import SYNC_JOB
+
+SSP_JOB = dict(ACC_JOB, name="sspterm", sync={"mode": "async", "staleness": 2})
+_base = {}
+
+
+@unittest.skipUnless(os.path.isdir(DATA), "dataset-fashion-mnist is not installed")
+class TermPsdTest(Faults):
+    def run_job(self, job, stop=None):
+        """stop: the shard to SIGTERM and start again once both workers are
+        past step 100; None: no fault. Returns (accuracy, shards, workers,
+        status)."""
+        d = os.path.join(self.d, "base" if stop is None else "term%d" % stop)
+        os.makedirs(d)
+        spec = write_spec(d, job)
+        ps = [self.psd(spec, i) for i in range(2)]
+        ws = [self.worker(spec, i) for i in range(2)]
+        if stop is not None:
+            for w in ws:
+                w.wait_for("step 100/", timeout=120)
+            ps[stop].p.send_signal(signal.SIGTERM)
+            self.assertEqual(ps[stop].wait(), 0, ps[stop].output()[-3000:])
+            self.assertIn("checkpoint (at exit) at step ", ps[stop].output())
+            ps[stop] = self.psd(spec, stop)
+            ps[stop].wait_for("resumed from step ")
+        self.finish(ws)
+        st = status(spec)
+        self.stop_all(ps)
+        return float(result(ws[0])["test_accuracy"]), ps, ws, st
+
+    def check(self, job, stop):
+        key = job["name"]
+        if key not in _base:
+            _base[key] = self.run_job(job)[0]
+        acc, ps, ws, st = self.run_job(job, stop)
+        print("%s: fault-free accuracy %.4f, with ps:%d stopped (SIGTERM) and started "
+              "again %.4f" % (key, _base[key], stop, acc))
+        self.assertLessEqual(abs(acc - _base[key]), 0.01, (acc, _base[key]))
+        for w in ws:
+            self.assertNotIn("CANCELLED", w.output())
+        return ps, ws, st
+
+    def test_async_ps0(self):
+        self.check(ACC_JOB, 0)
+
+    def test_async_ps1(self):
+        self.check(ACC_JOB, 1)
+
+    def test_ssp_ps0(self):
+        self.check(SSP_JOB, 0)
+
+    def test_ssp_ps1(self):
+        self.check(SSP_JOB, 1)
+
+    def test_sync_ps0(self):
+        self.check(SYNC_JOB, 0)
+
+    def test_sync_ps1(self):
+        self.check(SYNC_JOB, 1)
+
+
+@unittest.skipUnless(os.path.isdir(DATA), "dataset-fashion-mnist is not installed")
+class CutTest(Faults):
+    """psctl checkpoint in a sync job: the coordinator names one step and
+    every shard writes that step, mid-training; in an async job each shard
+    writes its own."""
+
+    def test_sync_cut_is_one_step_on_every_shard(self):
+        job = dict(SYNC_JOB, name="cut", epochs=1, checkpoint={"dir": "ck"})
+        d = os.path.join(self.d, "cut")
+        os.makedirs(d)
+        spec = write_spec(d, job)
+        ps = [self.psd(spec, i) for i in range(2)]
+        ws = [self.worker(spec, i) for i in range(2)]
+        for w in ws:
+            w.wait_for("step 100/", timeout=120)
+        steps = []
+        for _ in range(3):
+            r = psctl(spec, "--json", "checkpoint", "--wait")
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+            shards = json.loads(r.stdout)["shards"]
+            self.assertTrue(all(s["written"] for s in shards), shards)
+            got = {s["step"] for s in shards}
+            self.assertEqual(len(got), 1, shards)
+            for s in shards:
+                self.assertTrue(s["path"].endswith("ckpt-%010d" % s["step"]), s)
+                self.assertTrue(os.path.isdir(s["path"]), s)
+            steps.append(got.pop())
+        self.assertEqual(steps, sorted(steps))
+        self.assertIn("checkpoint cut: every shard writes step %d" % steps[0],
+                      ps[0].output())
+        self.finish(ws)
+        self.stop_all(ps)
+
+    def test_async_checkpoint_is_per_shard(self):
+        job = dict(ACC_JOB, name="acut", epochs=1, checkpoint={"dir": "ck"})
+        d = os.path.join(self.d, "acut")
+        os.makedirs(d)
+        spec = write_spec(d, job)
+        ps = [self.psd(spec, i) for i in range(2)]
+        ws = [self.worker(spec, i) for i in range(2)]
+        for w in ws:
+            w.wait_for("step 100/", timeout=120)
+        r = psctl(spec, "--json", "checkpoint", "--wait")
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        for s in json.loads(r.stdout)["shards"]:
+            self.assertTrue(s["written"] and os.path.isdir(s["path"]), s)
+        self.finish(ws)
+        self.stop_all(ps)
+
+
+class RestartLoadTest(Faults):
+    """Rounds of graceful restarts (SIGTERM, then start again) of a random
+    shard while clients push and pull: every push is applied exactly once
+    (pstool load checks every element), none is given up on. make soak runs
+    more rounds for longer."""
+
+    def test_graceful_restarts_under_load_lose_nothing(self):
+        rounds, seconds = (8, 60) if SOAK else (2, 10)
+        spec = write_spec(self.d, {"name": "rload", "optimizer": {"type": "sgd", "lr": 0.5},
+                                   "retry_s": 30, "checkpoint": {"dir": "ck"}}, nworker=1)
+        ps = [self.psd(spec, i) for i in range(2)]
+        c = self.proc([h.build_path("tests", "pstool"), "--cluster", spec, "--clients", "8",
+                       "--seconds", str(seconds), "--faults", "load"])
+        c.wait_for("load started", timeout=120)
+        rng = random.Random(13)
+        for r in range(rounds):
+            c.wait_for("load t=", new=True, timeout=60)
+            i = rng.randrange(2)
+            ps[i].p.send_signal(signal.SIGTERM)
+            self.assertEqual(ps[i].wait(), 0, ps[i].output()[-3000:])
+            ps[i] = self.psd(spec, i)
+            ps[i].wait_for("resumed from step ")
+        self.assertEqual(c.wait(timeout=seconds + 300), 0, c.output()[-3000:])
+        res = fields(c.lines[-1])
+        print("load with %d graceful restarts: %s pushes, %s calls, %s failed and %s "
+              "retried, %s mismatches" % (rounds, res["pushes"], res["calls"],
+                                          res["failed_calls"], res["retries"],
+                                          res["mismatches"]))
+        self.assertEqual(res["mismatches"], "0", c.lines[-1])
+        self.assertGreater(int(res["pushes"]), 8)
+        self.stop_all(ps)
