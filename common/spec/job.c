@@ -8,6 +8,7 @@
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "jcheck.h"
@@ -109,6 +110,45 @@ static void parse_name(struct cm__errs *e, json_t *job, struct cm_job *out) {
     return;
   }
   memcpy(out->name, name, sizeof name);
+}
+
+/* job.socket_owner: the user whose Unix sockets a client trusts besides its
+ * own and root's (endpoint.h). A name is resolved where a client uses it,
+ * not here, since a host that runs no shard may not know the user. */
+static void parse_socket_owner(struct cm__errs *e, json_t *job,
+                               struct cm_job *out) {
+  static const char expect[] =
+      "expected the user psd runs as, a user name (letters, digits, '.', "
+      "'_', '-'; not starting with '-') or a numeric uid";
+  char owner[sizeof out->socket_owner], got[CM__SPEC_QUOTE_MAX];
+  json_t *v = json_object_get(job, "socket_owner");
+  long long uid;
+  size_t n;
+
+  if (!v)
+    return;
+  if (json_is_integer(v)) {
+    if (cm__want_int(e, v, "job.socket_owner", 0, 4294967294LL, &uid))
+      snprintf(out->socket_owner, sizeof out->socket_owner, "%lld", uid);
+    return;
+  }
+  if (!json_is_string(v) || (n = json_string_length(v)) == 0 ||
+      n >= sizeof owner) {
+    cm__report(e, "job.socket_owner", "%s, got %s", expect,
+               cm__describe(got, sizeof got, v));
+    return;
+  }
+  memcpy(owner, json_string_value(v), n + 1);
+  if (owner[0] == '-' ||
+      owner[strspn(owner, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                          "0123456789._-")] != '\0' ||
+      (strspn(owner, "0123456789") == n &&
+       (n > 10 || strtoll(owner, NULL, 10) > 4294967294LL))) {
+    cm__report(e, "job.socket_owner", "%s, got %s", expect,
+               cm__quote(got, sizeof got, owner));
+    return;
+  }
+  memcpy(out->socket_owner, owner, n + 1);
 }
 
 void cm__job_defaults(struct cm_job *job) {
@@ -339,7 +379,8 @@ void cm__parse_job(struct cm__errs *e, json_t *root, int nworker,
                                      "channels",
                                      "max_message_mb",
                                      "nonfinite",
-                                     "retry_s"};
+                                     "retry_s",
+                                     "socket_owner"};
   static const char *const models[] = {"softmax", "mlp", "cnn", NULL};
   static const char *const nonfinite[] = {"reject", "skip", "apply", NULL};
   json_t *job, *seed;
@@ -369,6 +410,7 @@ void cm__parse_job(struct cm__errs *e, json_t *root, int nworker,
   parse_liveness(e, job, out);
   parse_checkpoint(e, job, out);
   cm__opt_bool(e, job, "job", "unix_sockets", &out->unix_sockets);
+  parse_socket_owner(e, job, out);
   parse_channels(e, job, out);
   /* Settings of one model given with another are a mistake, not noise. */
   if (json_object_get(job, "hidden") && strcmp(out->model, "mlp") != 0)

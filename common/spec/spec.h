@@ -101,6 +101,10 @@ struct cm_job {
   /* "job.unix_sockets" (a JSON boolean), default 1: a client on the same
    * host as a shard dials the shard's Unix-domain socket instead of TCP */
   int unix_sockets;
+  /* "job.socket_owner": a user name or numeric uid (a JSON string, or an
+   * integer 0..4294967294) whose same-host sockets clients trust besides
+   * their own user's and root's (common/rpc/endpoint.h); "" = none */
+  char socket_owner[33];
   /* "job.channels" (cnn only): the output channels of the CNN's two
    * convolutions, each in 1..1024, default [16, 32] */
   int channels[2];

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "endpoint.h"
@@ -17,8 +18,17 @@ struct psd_local {
   struct cm_server *server; /* borrowed; gets each connection */
   int fd;                   /* owned listening socket */
   char path[200];           /* the socket file, removed on stop */
+  dev_t dev;                /* the socket file's device and inode, so that */
+  ino_t ino;                /* stop never removes a file made by another */
   unsigned long accepted;   /* connections handed to gRPC */
 };
+
+/* Removes the socket file, unless it is no longer the one l made. */
+static void remove_file(struct psd_local *l) {
+  struct stat st;
+  if (!lstat(l->path, &st) && st.st_dev == l->dev && st.st_ino == l->ino)
+    unlink(l->path);
+}
 
 static void on_readable(uv_poll_t *h, int status, int events) {
   struct psd_local *l = h->data;
@@ -44,30 +54,43 @@ int psd_local_start(struct psd_local **out, uv_loop_t *loop,
                     struct cm_server *server, const char *path, char *why,
                     size_t len) {
   struct psd_local *l;
+  struct stat st;
   int rc;
 
   *out = NULL;
-  if ((rc = cm_endpoint_unix_usable(why, len)))
-    return rc;
   if (!(l = calloc(1, sizeof *l)))
     return CM_ENOMEM;
   l->server = server;
+  l->fd = -1;
   snprintf(l->path, sizeof l->path, "%s", path);
-  if ((rc = cm_endpoint_unix_listen(path, &l->fd, why, len))) {
-    free(l);
-    return rc;
+  /* Listening first checks the directory, so that a directory psd must not
+   * use is reported even where the buffers rule the socket out. */
+  if ((rc = cm_endpoint_unix_listen(path, &l->fd, why, len)))
+    goto out;
+  if (!lstat(path, &st)) {
+    l->dev = st.st_dev;
+    l->ino = st.st_ino;
   }
+  if ((rc = cm_endpoint_unix_usable(why, len)))
+    goto out;
   if (uv_poll_init(loop, &l->poll, l->fd) ||
       uv_poll_start(&l->poll, UV_READABLE, on_readable)) {
     snprintf(why, len, "cannot watch %s", path);
-    close(l->fd);
-    unlink(path);
-    free(l);
-    return CM_ESYS;
+    rc = CM_ESYS;
+    goto out;
   }
   l->poll.data = l;
   *out = l;
-  return 0;
+  l = NULL;
+out:
+  if (l) {
+    if (l->fd >= 0) {
+      remove_file(l);
+      close(l->fd);
+    }
+    free(l);
+  }
+  return rc;
 }
 
 static void on_closed(uv_handle_t *h) {
@@ -79,7 +102,7 @@ static void on_closed(uv_handle_t *h) {
 void psd_local_stop(struct psd_local *l) {
   if (!l)
     return;
-  unlink(l->path);
+  remove_file(l);
   uv_poll_stop(&l->poll);
   uv_close((uv_handle_t *)&l->poll, on_closed);
 }

@@ -11,15 +11,19 @@
 
 struct psd_local;
 
-/* Listens on path and serves its connections through server (borrowed;
- * started already) from loop's thread. Returns 0, or a negative code with
- * the reason in why (nothing listens then). */
+/* Listens on path (cm_endpoint_unix_listen: in a private directory of
+ * psd's user, over a stale socket only) and serves its connections through
+ * server (borrowed; started already) from loop's thread. Returns 0, or a
+ * negative code with the reason in why (nothing listens then, and no
+ * socket file is left): CM_EEXIST for a directory or file psd must not
+ * use, CM_EADDRINUSE for a live socket of another process. */
 int psd_local_start(struct psd_local **out, uv_loop_t *loop,
                     struct cm_server *server, const char *path, char *why,
                     size_t len);
 
-/* Stops listening and removes the socket file; connections already handed
- * to gRPC end with the server. Frees l (NULL is fine); the handle is closed
+/* Stops listening and removes the socket file (unless another process has
+ * replaced it since); connections already handed to gRPC end with the
+ * server. Frees l (NULL is fine); the handle is closed
  * through the loop, which must run once more. */
 void psd_local_stop(struct psd_local *l);
 

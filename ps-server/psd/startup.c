@@ -182,7 +182,9 @@ enum psd_exit psd_server_open(struct psd_server *srv) {
 }
 
 void psd_server_start_local(struct psd_server *srv) {
-  char path[200], why[300];
+  char path[200], dir[200], why[600];
+  const char *from = "";
+  int rc;
 
   if (!srv->spec->job.unix_sockets)
     return;
@@ -198,8 +200,18 @@ void psd_server_start_local(struct psd_server *srv) {
             srv->spec->job.name);
     return;
   }
-  if (psd_local_start(&srv->local, &srv->loop, srv->rpc, path, why,
-                      sizeof why)) {
+  rc =
+      psd_local_start(&srv->local, &srv->loop, srv->rpc, path, why, sizeof why);
+  if (rc == CM_EEXIST || rc == CM_EADDRINUSE || rc == CM_ESYS) {
+    /* A file or directory in the way may be another user's trap: warn,
+     * saying where the directory came from. */
+    cm_endpoint_unix_dir(dir, sizeof dir, &from);
+    cm_warn("no Unix socket: %s; clients on this host use TCP (socket "
+            "directory %s, from %s)",
+            why, dir, from);
+    return;
+  }
+  if (rc) {
     cm_info("no Unix socket: %s; clients on this host use TCP", why);
     return;
   }

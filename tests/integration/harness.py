@@ -3,7 +3,9 @@
 sleeps), and cleanup by PID of only the processes a test started."""
 import json
 import os
+import pwd
 import queue
+import shutil
 import signal
 import socket
 import subprocess
@@ -166,3 +168,54 @@ class ProcTest(unittest.TestCase):
     def tearDown(self):
         self.stop_procs()
         self.tmp.__exit__(None, None, None)
+
+
+def nobody_argv(argv, umask=None):
+    """argv run as user nobody, through setpriv: another local user in the
+    tests of who may own a Unix socket, or a stand-in for the units' user
+    psd. The caller must be root (see need_root); umask, when given, is set
+    first (as a unit's UMask= is)."""
+    pw = pwd.getpwnam("nobody")
+    prefix = ["setpriv", "--reuid", str(pw.pw_uid), "--regid", str(pw.pw_gid),
+              "--clear-groups"]
+    if umask is not None:
+        prefix += ["sh", "-c", 'umask %03o && exec "$0" "$@"' % umask]
+    return prefix + list(argv)
+
+
+def need_root(test):
+    """Skips test unless it can act as another user (root, setpriv and a
+    user nobody)."""
+    if os.geteuid() != 0:
+        test.skipTest("needs root to act as another user (user nobody)")
+    if not shutil.which("setpriv"):
+        test.skipTest("setpriv (util-linux) is not installed")
+    try:
+        pwd.getpwnam("nobody")
+    except KeyError:
+        test.skipTest("this system has no user nobody")
+
+
+WMEM_MAX = "/proc/sys/net/core/wmem_max"
+
+
+def need_socket_buffers(test):
+    """Makes sure psd serves its Unix socket: the kernel must grant 1 MiB
+    socket buffers (net.core.wmem_max; common/rpc/endpoint.h). As root a
+    lower limit is raised for the test and restored by its cleanup; else
+    the test is skipped."""
+    with open(WMEM_MAX) as f:
+        old = f.read().strip()
+    if int(old) >= (1 << 20):
+        return
+    try:
+        with open(WMEM_MAX, "w") as f:
+            f.write(str(4 << 20))
+    except OSError as e:
+        test.skipTest("net.core.wmem_max is %s, below 1 MiB, and cannot be raised "
+                      "(%s): psd serves no Unix socket here" % (old, e))
+
+    def restore():
+        with open(WMEM_MAX, "w") as f:
+            f.write(old)
+    test.addCleanup(restore)

@@ -11,6 +11,12 @@ and the sd_notify protocol of psd and dworker.
   verify needs the binaries to exist; man pages looked up in TMP), the
   offline security review rates each service below 2.0, and
   systemd-sysusers accepts the sysusers file (dry run, in an empty root).
+- socket: the units' settings give a working same-host socket. Both units
+  name the same RuntimeDirectory= (mode 0700, preserved) and User=; a psd
+  and a dworker run as that user (nobody stands in for psd; root only) with
+  the RUNTIME_DIRECTORY= and UMask= systemd would give them, and the worker
+  trains over the shard's socket in that directory, which psd removes when
+  it stops.
 - notify: a real psd on an ephemeral loopback port with NOTIFY_SOCKET set to
   a datagram socket this test listens on (and WATCHDOG_USEC=200000) sends
   READY=1 (when its port already accepts connections), then STATUS= with
@@ -26,6 +32,7 @@ deadline and waits for a message or a line, never a fixed sleep.
 import glob
 import json
 import os
+import pwd
 import re
 import shutil
 import signal
@@ -297,6 +304,76 @@ class UnitsTest(unittest.TestCase):
             self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
             self.assertIn("Creating user 'psd'", r.stdout + r.stderr)
             self.assertEqual(os.listdir(root), [])
+
+
+def unit_settings(path):
+    """The [Service] settings of a unit file, key to its last value."""
+    out = {}
+    with open(path) as f:
+        for line in f:
+            m = re.match(r"^([A-Za-z]+)=(.*)$", line.strip())
+            if m:
+                out[m.group(1)] = m.group(2)
+    return out
+
+
+class UnitSocketTest(h.ProcTest):
+    """What psd@ and dworker@ set up for the same-host socket, run as the
+    units would run it."""
+
+    def setUp(self):
+        h.need_root(self)
+        h.need_socket_buffers(self)
+        inst = Installed.get()
+        self.psd = unit_settings(inst.staged("unitdir", "psd@.service"))
+        self.dw = unit_settings(inst.staged("unitdir", "dworker@.service"))
+        super().setUp()
+        os.chmod(self.d, 0o755)  # like /run
+        # Under the units neither is set; PSD_SOCKET_DIR would win.
+        for var in ("PSD_SOCKET_DIR", "XDG_RUNTIME_DIR"):
+            if var in os.environ:
+                self.addCleanup(os.environ.__setitem__, var, os.environ.pop(var))
+
+    def test_units_share_a_private_socket_directory(self):
+        for key in ("User", "RuntimeDirectory", "RuntimeDirectoryMode",
+                    "RuntimeDirectoryPreserve", "UMask"):
+            self.assertEqual(self.psd.get(key), self.dw.get(key), key)
+        self.assertEqual(self.psd["RuntimeDirectoryMode"], "0700")
+        # Shared by the host's units: one that stops must not remove it.
+        self.assertEqual(self.psd["RuntimeDirectoryPreserve"], "yes")
+        self.assertNotIn("Environment", self.psd)
+
+    def test_worker_uses_the_socket_under_the_units_settings(self):
+        # What systemd makes: /run/<RuntimeDirectory>, the unit's mode, owned
+        # by User= (nobody stands in for psd).
+        rundir = os.path.join(self.d, self.psd["RuntimeDirectory"])
+        os.makedirs(rundir)
+        os.chmod(rundir, int(self.psd["RuntimeDirectoryMode"], 8))
+        os.chown(rundir, pwd.getpwnam("nobody").pw_uid, -1)
+        umask = int(self.psd["UMask"], 8)
+        env = {"RUNTIME_DIRECTORY": rundir}
+        spec_path = os.path.join(self.d, "cluster.json")
+        spec = h.write_spec(spec_path, nps=1, nworker=1,
+                            job={"name": "units", "optimizer": {"type": "sgd"}})
+        os.chmod(spec_path, 0o644)
+        addr = spec["cluster"]["ps"][0]
+        path = os.path.join(rundir, "psd-units-%s.sock" % addr.rsplit(":", 1)[1])
+
+        psd = h.Proc(h.nobody_argv([h.build_path("ps-server", "psd"), "--cluster",
+                                    spec_path, "--task", "ps:0"], umask), env=env)
+        self.procs.append(psd)
+        self.assertIn("and unix:" + path, psd.wait_for("ready: listening on", timeout=TIMEOUT))
+        dw = h.Proc(h.nobody_argv([h.build_path("worker", "dworker"), "--cluster", spec_path,
+                                   "--task", "worker:0", "--max-steps", "5"], umask),
+                    env=env)
+        self.procs.append(dw)
+        self.assertEqual(dw.wait(timeout=120), 0, dw.output())
+        self.assertIn("shard 0 (%s) runs on this host: using unix:%s" % (addr, path),
+                      dw.output())
+        self.assertNotIn("not using its Unix socket", dw.output())
+        self.assertEqual(psd.stop(), 0, psd.output())
+        self.assertFalse(os.path.exists(path), "socket file left behind")
+        self.assertEqual(os.stat(rundir).st_mode & 0o777, 0o700)
 
 
 class NotifySocket:

@@ -1,8 +1,9 @@
 /* Unit tests for common/spec/job.c, the job's settings apart from sync and
- * the optimizers: the models and their own settings, job.unix_sockets,
- * "auth", the checkpoint settings (defaults, bounds), the retry budget and
- * the input limits (job.max_message_mb, job.nonfinite). */
+ * the optimizers: the models and their own settings, job.unix_sockets and
+ * job.socket_owner, "auth", the checkpoint settings (defaults, bounds), the
+ * retry budget and the input limits (job.max_message_mb, job.nonfinite). */
 #include <check.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "spec.h"
@@ -63,6 +64,43 @@ START_TEST(test_unix_sockets) {
   parse_bad(FOUR_WORKERS("\"unix_sockets\": \"no\""));
   has_line("t.json: job.unix_sockets: expected true or false, got "
            "\"no\"");
+}
+END_TEST
+
+/* job.socket_owner: a user name or a numeric uid (string or integer),
+ * default none; anything else named by its path with what is expected. */
+START_TEST(test_socket_owner) {
+  static const char *const good[][2] = {{"\"psd\"", "psd"},
+                                        {"\"svc.user-1_x\"", "svc.user-1_x"},
+                                        {"\"65534\"", "65534"},
+                                        {"0", "0"},
+                                        {"4294967294", "4294967294"}};
+  static const char *const bad[] = {
+      "\"-psd\"",       "\"ps d\"", "\"\"",
+      "\"4294967295\"", "true",     "\"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\""};
+  struct cm_spec *spec = NULL;
+  char text[256];
+
+  ck_assert_int_eq(parse(ONE_WORKER("\"seed\": 1"), &spec), 0);
+  ck_assert_str_eq(spec->job.socket_owner, "");
+  cm_spec_free(spec);
+  for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+    spec = NULL;
+    snprintf(text, sizeof text, ONE_WORKER("\"socket_owner\": %s"), good[i][0]);
+    ck_assert_int_eq(parse(text, &spec), 0);
+    ck_assert_str_eq(spec->job.socket_owner, good[i][1]);
+    cm_spec_free(spec);
+  }
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    snprintf(text, sizeof text, ONE_WORKER("\"socket_owner\": %s"), bad[i]);
+    parse_bad(text);
+    has_text("t.json: job.socket_owner: expected the user psd runs as, a "
+             "user name (letters, digits, '.', '_', '-'; not starting with "
+             "'-') or a numeric uid, got ");
+    ck_assert_int_eq(count_lines(err), 1);
+  }
+  parse_bad(ONE_WORKER("\"socket_owner\": -1"));
+  has_line("t.json: job.socket_owner: expected a non-negative integer, got -1");
 }
 END_TEST
 
@@ -259,6 +297,7 @@ static Suite *spec_job_suite(void) {
   tc = tcase_create("parse");
   tcase_add_test(tc, test_models);
   tcase_add_test(tc, test_unix_sockets);
+  tcase_add_test(tc, test_socket_owner);
   tcase_add_test(tc, test_auth);
   tcase_add_test(tc, test_input_limits);
   suite_add_tcase(s, tc);

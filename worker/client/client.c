@@ -283,17 +283,24 @@ int dw__plan(struct dw_client *c) {
 /* Moves the channel of every shard on this host to the shard's Unix socket
  * (common/rpc/endpoint.h). Done once the shards answered a declare, so that a
  * shard that was still starting has created its socket by now. A shard
- * whose socket cannot be used stays on TCP. */
+ * whose socket cannot be used stays on TCP; one that belongs to a user the
+ * client does not trust is also reported. */
 int dw__use_unix_sockets(struct dw_client *c) {
-  char path[200], target[210];
+  char path[200], target[210], why[1024];
   for (int s = 0; s < c->nshards; s++) {
     struct cm_channel *ch;
-    int fd;
+    int fd, rc;
     /* gRPC runs no TLS over a socket handed to it: TLS jobs stay on TCP. */
     if (!cm_endpoint_unix_candidate(c->spec->job.name, &c->spec->ps[s],
                                     c->spec->job.unix_sockets && !c->creds.tls,
-                                    path, sizeof path) ||
-        cm_endpoint_unix_connect(path, &fd))
+                                    path, sizeof path))
+      continue;
+    rc = cm_endpoint_unix_connect(path, c->spec->job.socket_owner, &fd, why,
+                                  sizeof why);
+    if (rc == CM_EEXIST)
+      cm_warn("ps:%d (%s): not using its Unix socket: %s; using TCP", s,
+              c->spec->ps[s].text, why);
+    if (rc)
       continue;
     snprintf(target, sizeof target, "unix:%s", path);
     if (cm_channel_new_fd(&ch, target, fd, &c->creds)) {
