@@ -33,6 +33,19 @@ def free_ports(n):
     return ports
 
 
+def foreign_host():
+    """A documentation-range IPv4 address (RFC 5737) that is not one of this
+    host's (binding to it fails), for a task that runs "elsewhere". Test
+    networks do use these ranges, so three are tried."""
+    for host in ("203.0.113.7", "198.51.100.7", "192.0.2.77"):
+        with socket.socket() as s:
+            try:
+                s.bind((host, 0))
+            except OSError:
+                return host
+    raise unittest.SkipTest("every candidate address is local")
+
+
 def write_spec(path, nps=2, nworker=2, job=None, extra=None):
     ports = free_ports(nps + nworker)
     spec = {

@@ -101,18 +101,6 @@ def free_ports(n):
             s.close()
 
 
-def foreign_host():
-    """A documentation-range IPv4 address (RFC 5737) that is not one of this
-    host's: binding to it fails. Test networks do use these ranges."""
-    for host in ("203.0.113.7", "198.51.100.7", "192.0.2.77"):
-        with socket.socket() as s:
-            try:
-                s.bind((host, 0))
-            except OSError:
-                return host
-    raise unittest.SkipTest("every candidate address is local")
-
-
 def pid_alive(pid):
     try:
         os.kill(pid, 0)
@@ -432,7 +420,7 @@ class LaunchTest(unittest.TestCase):
         self.assertIn("nowhere.json", run.err)
 
     def test_no_local_tasks(self):
-        host = foreign_host()
+        host = harness.foreign_host()
         spec = self.spec(ps=["%s:7100" % host], worker=["%s:7200" % host])
         run = self.launch([spec])
         self.assertEqual(run.finish(), 2, run.dump())
