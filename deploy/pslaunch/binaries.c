@@ -1,7 +1,7 @@
 /* Finding the binaries pslaunch runs: psd for the ps tasks and dworker for
  * the workers, from --psd and --dworker (a path, or a name looked up in
  * PATH), else beside pslaunch itself, in a build tree or an installed
- * one. */
+ * one; and pslaunch's own binary, through which each child starts. */
 #include <errno.h>
 #include <limits.h>
 #include <stdio.h>
@@ -39,14 +39,13 @@ static int search_path(const char *name, char *out, size_t outlen) {
 
 /* Settles which binary runs a kind of task: the path given on the command
  * line (option names it, e.g. "--psd"), or the first of rel[] (relative to
- * the directory holding pslaunch itself) that exists. out must hold PATH_MAX
- * bytes (realpath writes it). Returns 0, or CM_ENOENT with a message in err.
- */
+ * the directory holding pslaunch itself, whose path is self) that exists.
+ * out must hold PATH_MAX bytes (realpath writes it). Returns 0, or CM_ENOENT
+ * with a message in err. */
 static int find_binary(const char *given, const char *option,
-                       const char *const *rel, char *out, size_t outlen,
-                       char *err, size_t errlen) {
+                       const char *const *rel, const char *self_path, char *out,
+                       size_t outlen, char *err, size_t errlen) {
   char self[PATH_MAX], cand[PATH_MAX], tried[2 * PATH_MAX] = "";
-  ssize_t n;
   char *slash;
   int i, rc = CM_ENOENT;
 
@@ -67,13 +66,7 @@ static int find_binary(const char *given, const char *option,
     rc = 0;
     goto out;
   }
-  n = readlink("/proc/self/exe", self, sizeof self - 1);
-  if (n < 0) {
-    snprintf(err, errlen, "cannot find pslaunch's own directory: %s; give %s",
-             strerror(errno), option);
-    goto out;
-  }
-  self[n] = '\0';
+  snprintf(self, sizeof self, "%s", self_path);
   slash = strrchr(self, '/');
   if (slash)
     *slash = '\0';
@@ -96,19 +89,35 @@ out:
   return rc;
 }
 
+/* pslaunch's own binary, which each child runs first (exec_task.c), and
+ * beside which psd and dworker are looked for. Returns 0, or CM_ENOENT with
+ * a message in err. */
+static int find_self(char *out, size_t outlen, char *err, size_t errlen) {
+  ssize_t n = readlink("/proc/self/exe", out, outlen - 1);
+
+  if (n < 0) {
+    snprintf(err, errlen,
+             "cannot find pslaunch's own binary: /proc/self/exe: %s",
+             strerror(errno));
+    return CM_ENOENT;
+  }
+  out[n] = '\0';
+  return 0;
+}
+
 int pl_find_binaries(struct pl_launch *l, char *err, size_t errlen) {
   /* psd lives in sbin when installed, beside pslaunch's bin. */
   static const char *const psd_rel[] = {"psd", "../ps-server/psd",
                                         "../sbin/psd", NULL};
   static const char *const dworker_rel[] = {"dworker", "../worker/dworker",
                                             NULL};
-  int rc = 0;
+  int rc = find_self(l->self, sizeof l->self, err, errlen);
 
-  if (l->nps > 0)
-    rc = find_binary(l->opt->psd, "--psd", psd_rel, l->psd, sizeof l->psd, err,
-                     errlen);
+  if (rc == 0 && l->nps > 0)
+    rc = find_binary(l->opt->psd, "--psd", psd_rel, l->self, l->psd,
+                     sizeof l->psd, err, errlen);
   if (rc == 0 && l->nworkers > 0)
-    rc = find_binary(l->opt->dworker, "--dworker", dworker_rel, l->dworker,
-                     sizeof l->dworker, err, errlen);
+    rc = find_binary(l->opt->dworker, "--dworker", dworker_rel, l->self,
+                     l->dworker, sizeof l->dworker, err, errlen);
   return rc;
 }

@@ -1,11 +1,13 @@
 /* The children: each local task is spawned in a session of its own with
- * its output piped back (output.c), and reaped by its exit callback, which
- * decides whether the job goes on. Stopping sends SIGTERM to every task
- * still running, then SIGKILL to survivors after --stop-timeout; SIGINT,
- * SIGTERM and SIGHUP to pslaunch begin the same stop. Once every child is
- * reaped and every pipe closed, the loop ends and the summary says how
- * each task ended. Only the processes started here are ever signalled,
- * each by its own PID. */
+ * its output piped back (output.c), through pslaunch itself so that it gets
+ * SIGTERM if pslaunch dies (exec_task.c), and reaped by its exit callback,
+ * which decides whether the job goes on. When the local workers are done
+ * but the cluster has workers run elsewhere, the ps tasks wait for them
+ * (watch.c). Stopping sends SIGTERM to every task still running, then
+ * SIGKILL to survivors after --stop-timeout; SIGINT, SIGTERM and SIGHUP to
+ * pslaunch begin the same stop. Once every child is reaped and every pipe
+ * closed, the loop ends and the summary says how each task ended. Only the
+ * processes started here are ever signalled, each by its own PID. */
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -52,9 +54,7 @@ static void signal_all(struct pl_launch *l, int sig) {
 
 static void on_kill_timer(uv_timer_t *h) { signal_all(h->data, SIGKILL); }
 
-/* Begins stopping every task: SIGTERM now, SIGKILL after the stop timeout.
- * The first caller settles the exit code. */
-static void stop_all(struct pl_launch *l, int result) {
+void pl_stop_all(struct pl_launch *l, int result) {
   if (l->stopping)
     return;
   l->stopping = 1;
@@ -78,7 +78,23 @@ static void on_signal(uv_signal_t *h, int signum) {
   }
   pl_say("got SIG%s; stopping every task", signame(signum));
   l->interrupted_by = signum;
-  stop_all(l, 128 + signum);
+  pl_stop_all(l, 128 + signum);
+}
+
+/* Every local worker has finished: the ps tasks stop, unless workers run
+ * elsewhere may still need them. */
+static void workers_done(struct pl_launch *l) {
+  if (l->nps > 0 && l->nforeign > 0) {
+    pl_say("all %d local workers finished; the ps tasks keep serving the "
+           "cluster's %d other worker%s",
+           l->nworkers, l->nforeign, l->nforeign == 1 ? "" : "s");
+    if (pl_watch_start(l) < 0)
+      pl_say("the ps tasks run until pslaunch is interrupted");
+    return;
+  }
+  if (l->nps > 0)
+    pl_say("all %d workers finished; stopping the ps tasks", l->nworkers);
+  pl_stop_all(l, PL_EXIT_OK);
 }
 
 static void on_proc_closed(uv_handle_t *h) {
@@ -103,11 +119,8 @@ static void on_child_exit(uv_process_t *p, int64_t exit_status,
   cm_debug("%s (pid %d) ended: %s", t->name, t->pid, how);
   if (!l->stopping) {
     if (t->type == CM_TASK_WORKER && term_signal == 0 && exit_status == 0) {
-      if (++l->nworkers_done == l->nworkers) {
-        if (l->nps > 0)
-          pl_say("all %d workers finished; stopping the ps tasks", l->nworkers);
-        stop_all(l, PL_EXIT_OK);
-      }
+      if (++l->nworkers_done == l->nworkers)
+        workers_done(l);
     } else {
       pl_say("%s failed (%s%s)", t->name, how,
              t->type == CM_TASK_PS && exit_status == 0 && !term_signal &&
@@ -116,7 +129,7 @@ static void on_child_exit(uv_process_t *p, int64_t exit_status,
                  : "");
       if (!l->failed)
         l->failed = t;
-      stop_all(l, PL_EXIT_FAILED);
+      pl_stop_all(l, PL_EXIT_FAILED);
     }
   }
   pl_check_done(l);
@@ -159,23 +172,30 @@ void pl_check_done(struct pl_launch *l) {
   uv_close((uv_handle_t *)&l->sig_hup, NULL);
   uv_close((uv_handle_t *)&l->kill_timer, NULL);
   uv_close((uv_handle_t *)&l->drain_timer, NULL);
+  pl_watch_close(l);
 }
 
-/* Starts one task's child with its output piped back to us. Returns 0, or a
- * negative libuv code (reported) when it could not be started. */
+/* Starts one task's child with its output piped back to us: pslaunch
+ * itself, which becomes the task once the kernel will send it SIGTERM when
+ * pslaunch dies (exec_task.c). Returns 0, or a negative libuv code
+ * (reported) when it could not be started. */
 static int spawn_task(struct pl_launch *l, struct pl_task *t) {
   const struct pl_options *o = l->opt;
   uv_process_options_t po;
   uv_stdio_container_t stdio[3];
-  char **args = NULL;
+  char **args = NULL, launcher[24];
   int n = 0, i, rc;
 
-  args = calloc((size_t)o->nextra + 6, sizeof *args);
+  args = calloc((size_t)o->nextra + 9, sizeof *args);
   if (!args) {
     rc = UV_ENOMEM;
     pl_say("%s: out of memory", t->name);
     goto out;
   }
+  snprintf(launcher, sizeof launcher, "%d", (int)getpid());
+  args[n++] = l->self;
+  args[n++] = PL_EXEC_TASK;
+  args[n++] = launcher;
   args[n++] = t->type == CM_TASK_PS ? l->psd : l->dworker;
   args[n++] = "--cluster";
   args[n++] = (char *)o->spec_path;
@@ -208,14 +228,14 @@ static int spawn_task(struct pl_launch *l, struct pl_task *t) {
   rc = uv_spawn(&l->loop, &t->proc, &po);
   t->proc_open = 1; /* closed in on_child_exit, or below when spawn failed */
   if (rc < 0) {
-    pl_say("%s: cannot start %s: %s", t->name, args[0], uv_strerror(rc));
+    pl_say("%s: cannot start %s: %s", t->name, args[3], uv_strerror(rc));
     uv_close((uv_handle_t *)&t->proc, on_proc_closed);
     goto out;
   }
   t->started = t->running = 1;
   t->pid = uv_process_get_pid(&t->proc);
   pl_say("started %s (pid %d)", t->name, t->pid);
-  cm_debug("%s: %s --cluster %s --task %s%s", t->name, args[0], o->spec_path,
+  cm_debug("%s: %s --cluster %s --task %s%s", t->name, args[3], o->spec_path,
            t->name, o->nextra && t->type == CM_TASK_WORKER ? " ..." : "");
   if ((rc = pl_stream_read_start(&t->out)) < 0 ||
       (rc = pl_stream_read_start(&t->err)) < 0)
@@ -255,6 +275,12 @@ static void print_summary(const struct pl_launch *l) {
   }
   if (l->interrupted_by)
     pl_say("stopped by SIG%s", signame(l->interrupted_by));
+  else if (l->result == PL_EXIT_OK && l->watch.active && l->nworkers == 0)
+    pl_say("every worker of the cluster finished or is gone");
+  else if (l->result == PL_EXIT_OK && l->watch.active)
+    pl_say("all %d local workers finished, and every other worker of the "
+           "cluster finished or is gone",
+           l->nworkers);
   else if (l->result == PL_EXIT_OK)
     pl_say("all %d local workers finished", l->nworkers);
   else
@@ -285,14 +311,20 @@ int pl_launch_run(struct pl_launch *l) {
   for (i = 0; i < l->ntasks && !l->stopping; i++) {
     if (spawn_task(l, &l->tasks[i]) < 0) {
       l->failed = &l->tasks[i];
-      stop_all(l, PL_EXIT_FAILED);
+      pl_stop_all(l, PL_EXIT_FAILED);
     }
   }
+  /* No local worker to wait for: the shards serve workers run elsewhere,
+   * until those are done. */
+  if (!l->stopping && l->nworkers == 0 && l->nforeign > 0 &&
+      pl_watch_start(l) < 0)
+    pl_say("the ps tasks run until pslaunch is interrupted");
   pl_check_done(l);
   uv_run(&l->loop, UV_RUN_DEFAULT);
   rc = uv_loop_close(&l->loop);
   if (rc < 0)
     pl_say("uv_loop_close: %s", uv_strerror(rc));
+  pl_watch_free(l);
   print_summary(l);
   return l->result;
 }

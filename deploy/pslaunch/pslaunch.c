@@ -1,7 +1,9 @@
 /* pslaunch: starts the tasks of a cluster spec that live on this host (ps
  * tasks first, then workers), shows their output line by line prefixed with
- * the task name, and stops them all together: cleanly once every worker has
- * finished, or as soon as any task fails or pslaunch is interrupted.
+ * the task name, and stops them all together: cleanly once every worker of
+ * the cluster has finished (its own, and those it asks ps:0 about), or as
+ * soon as any task fails or pslaunch is interrupted. Its tasks get SIGTERM
+ * when pslaunch dies, however it dies.
  *
  * One libuv loop carries everything: the children (uv_spawn, reaped by their
  * exit callbacks), their stdout and stderr pipes, SIGINT/SIGTERM/SIGHUP, and
@@ -18,6 +20,7 @@
  * in use), 2 bad usage or spec, 128 + signal when interrupted. */
 #include <signal.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "err.h"
@@ -32,6 +35,9 @@ int main(int argc, char **argv) {
   char err[8192] = "", host[256] = "?";
   int code, rc;
 
+  /* A child on its way to becoming a task (exec_task.c): nothing else. */
+  if (argc > 1 && strcmp(argv[1], PL_EXEC_TASK) == 0)
+    return pl_exec_task(argc, argv);
   cm_log_set_name("pslaunch");
   /* Writing to a closed stdout must not kill pslaunch while its children
    * run; libuv resets the disposition in each child before exec. */
@@ -54,6 +60,7 @@ int main(int argc, char **argv) {
     goto out;
   }
   l->opt = &opt;
+  l->spec = spec;
   if (pl_select_tasks(l, spec) < 0) {
     pl_say("out of memory");
     code = PL_EXIT_FAILED;

@@ -12,7 +12,11 @@
  *   output.c    what pslaunch writes: its own "pslaunch:" lines, and the
  *               children's output, line by line with the task's prefix
  *   children.c  spawning and supervising the children: exits, signals,
- *               the stop and its timers, the summary */
+ *               the stop and its timers, the summary
+ *   exec_task.c the child's side of a spawn: the parent-death signal, then
+ *               the task's program
+ *   watch.c     waiting for the cluster's other workers: ps:0's Status,
+ *               asked until every worker has finished or is gone */
 #ifndef PL_PSLAUNCH_INTERNAL_H
 #define PL_PSLAUNCH_INTERNAL_H
 
@@ -29,6 +33,15 @@
 
 /* Exit codes, as documented in --help. */
 enum { PL_EXIT_OK = 0, PL_EXIT_FAILED = 1, PL_EXIT_USAGE = 2 };
+
+/* The hidden first argument that makes pslaunch the child's side of a
+ * spawn (exec_task.c): "pslaunch --exec-task PID PROGRAM ARGS...". */
+#define PL_EXEC_TASK "--exec-task"
+
+/* How often ps:0 is asked for the workers' state while pslaunch waits for
+ * the cluster's other workers, and the deadline of each ask. */
+#define PL_WATCH_EVERY_MS 1000
+#define PL_WATCH_DEADLINE_MS 2000
 
 /* What the command line asked for. Strings point into argv. */
 struct pl_options {
@@ -60,6 +73,7 @@ struct pl_task {
   struct pl_launch *l;        /* the launcher it belongs to */
   char name[32];              /* "ps:0", "worker:1": its output prefix */
   enum cm_task_type type;     /* CM_TASK_PS or CM_TASK_WORKER */
+  int index;                  /* I of ps:I or worker:I */
   const struct cm_addr *addr; /* its address in the spec (spec-owned) */
   uv_process_t proc;          /* the child, once spawn was tried */
   int proc_open;              /* proc needs (or is waiting for) uv_close */
@@ -76,17 +90,57 @@ struct pl_task {
   uint64_t t_end;             /* uv_hrtime() when reaped */
 };
 
+/* What watch.c last made of a worker of the cluster. */
+enum pl_worker_state {
+  PL_W_UNKNOWN = 0, /* ps:0 has not answered yet */
+  PL_W_MINE,        /* this launcher ran it, and it exited 0 */
+  PL_W_NOT_JOINED,  /* not joined the job yet: not started, or still loading */
+  PL_W_TRAINING,    /* joined and live */
+  PL_W_FINISHING,   /* left the job (Join leave) but still connected: worker 0
+                       pulls the final parameters after leaving */
+  PL_W_FINISHED,    /* left and silent: its process has let go of the job */
+  PL_W_DEAD,        /* declared dead by the coordinator (silent, not left) */
+};
+
+/* Waiting for the cluster's other workers (watch.c): once this launcher's
+ * own workers are done (at once when it runs none), ps:0's Status is asked
+ * every PL_WATCH_EVERY_MS on libuv's thread pool, since libpsclient's calls
+ * block, until every worker of the spec has finished or is gone. Each ask
+ * has a client (a connection) of its own: an idle connection held between
+ * asks would hold up ps:0's graceful stop until gRPC's backup poller
+ * noticed the shard's goodbye, seconds later. */
+struct pl_watch {
+  int active;                  /* waiting has begun: the timer needs uv_close,
+                                  gRPC is initialised until pl_watch_free */
+  uv_timer_t timer;            /* the next ask */
+  uv_work_t work;              /* the ask in flight, on the thread pool */
+  int busy;                    /* work is queued or running */
+  char *json;                  /* the ask's answer (free()), NULL on failure */
+  int rc;                      /* the ask's result: 0 or a negative code */
+  char err[1024];              /* its error in words, when rc < 0 */
+  enum pl_worker_state *state; /* owned, one per worker of the spec */
+  int answered;                /* ps:0 has answered at least once */
+  int all_leaving;             /* its last answer: every worker left or gone */
+  int fails;                   /* asks failed in a row */
+  uint64_t said_fail_at;       /* uv_now when that was last said */
+  char said[1024];             /* the last "waiting for ..." line printed */
+};
+
 /* The launcher's whole state, passed to every callback through handle data. */
 struct pl_launch {
   uv_loop_t loop;               /* the one loop */
   const struct pl_options *opt; /* the command line */
+  const struct cm_spec *spec;   /* the cluster spec, main's */
+  char self[PATH_MAX];          /* pslaunch itself: each child starts as it */
   char psd[PATH_MAX];           /* resolved psd binary */
   char dworker[PATH_MAX];       /* resolved dworker binary */
   struct pl_task *tasks;        /* owned array: local ps tasks, then workers */
   int ntasks;                   /* entries in tasks */
   int nps;                      /* local ps tasks among them */
   int nworkers;                 /* local workers among them */
+  int nforeign;                 /* workers of the spec not run here */
   int nworkers_done;            /* workers that exited with status 0 */
+  struct pl_watch watch;        /* waiting for the other workers */
   int width;                    /* longest task name, for aligned prefixes */
   int stopping;                 /* 0 running; 1 once the stop has begun */
   int result;                   /* exit code, settled when the stop begins */
@@ -110,16 +164,18 @@ int pl_parse_args(int argc, char **argv, struct pl_options *o);
 
 /* ---- binaries.c ---- */
 
-/* Settles l->psd when this host has ps tasks and l->dworker when it has
- * workers: the path given with --psd or --dworker (a name without a slash
- * is looked up in PATH), else the first that exists beside pslaunch
- * itself. Returns 0, or CM_ENOENT with a message in err. */
+/* Settles l->self (pslaunch's own binary, which every child runs first),
+ * l->psd when this host has ps tasks and l->dworker when it has workers:
+ * the path given with --psd or --dworker (a name without a slash is looked
+ * up in PATH), else the first that exists beside pslaunch itself. Returns
+ * 0, or CM_ENOENT with a message in err. */
 int pl_find_binaries(struct pl_launch *l, char *err, size_t errlen);
 
 /* ---- tasks.c ---- */
 
 /* Fills l->tasks with the spec's tasks on this host that the options ask
- * for, ps tasks first. Returns 0 or CM_ENOMEM. */
+ * for, ps tasks first, and counts the spec's workers it leaves to others.
+ * Returns 0 or CM_ENOMEM. */
 int pl_select_tasks(struct pl_launch *l, const struct cm_spec *spec);
 
 /* Binds and listens on every local ps task's address, all at once (so two
@@ -164,5 +220,30 @@ void pl_check_done(struct pl_launch *l);
 
 /* Runs the selected tasks to the end. Returns pslaunch's exit code. */
 int pl_launch_run(struct pl_launch *l);
+
+/* Begins stopping every task: SIGTERM now, SIGKILL after the stop timeout.
+ * The first caller settles the exit code (result). */
+void pl_stop_all(struct pl_launch *l, int result);
+
+/* ---- exec_task.c ---- */
+
+/* The child's side of a spawn, "pslaunch --exec-task PID PROGRAM ARGS...":
+ * asks the kernel for SIGTERM when the launcher (PID) dies, then runs
+ * PROGRAM. Returns (an exit code) only when that failed. */
+int pl_exec_task(int argc, char **argv);
+
+/* ---- watch.c ---- */
+
+/* Begins waiting for the spec's workers that this launcher does not run:
+ * prints what it waits for as ps:0 answers, and calls pl_stop_all once
+ * every worker of the cluster has finished or is gone. Returns 0, or a
+ * negative code (reported) when ps:0 cannot be asked at all. */
+int pl_watch_start(struct pl_launch *l);
+
+/* Closes the watch's timer, for pl_check_done. */
+void pl_watch_close(struct pl_launch *l);
+
+/* Frees what the watch owns, once the loop has ended. */
+void pl_watch_free(struct pl_launch *l);
 
 #endif

@@ -13,7 +13,8 @@
 #include "pslaunch_internal.h"
 
 /* Fills l->tasks with the spec's tasks on this host that the options ask
- * for, ps tasks first. Returns 0 or CM_ENOMEM. */
+ * for, ps tasks first, and counts the spec's workers it leaves to others.
+ * Returns 0 or CM_ENOMEM. */
 int pl_select_tasks(struct pl_launch *l, const struct cm_spec *spec) {
   int i, n = 0, rc = 0;
 
@@ -26,6 +27,7 @@ int pl_select_tasks(struct pl_launch *l, const struct cm_spec *spec) {
     if (!cm_addr_is_local(&spec->ps[i]))
       continue;
     l->tasks[n].type = CM_TASK_PS;
+    l->tasks[n].index = i;
     l->tasks[n].addr = &spec->ps[i];
     snprintf(l->tasks[n].name, sizeof l->tasks[n].name, "ps:%d", i);
     n++;
@@ -35,12 +37,14 @@ int pl_select_tasks(struct pl_launch *l, const struct cm_spec *spec) {
     if (!cm_addr_is_local(&spec->worker[i]))
       continue;
     l->tasks[n].type = CM_TASK_WORKER;
+    l->tasks[n].index = i;
     l->tasks[n].addr = &spec->worker[i];
     snprintf(l->tasks[n].name, sizeof l->tasks[n].name, "worker:%d", i);
     n++;
     l->nworkers++;
   }
   l->ntasks = n;
+  l->nforeign = spec->nworker - l->nworkers;
   for (i = 0; i < n; i++) {
     int w = (int)strlen(l->tasks[i].name);
     l->tasks[i].l = l;

@@ -172,6 +172,7 @@ int psd_coord_workers(struct psd_coord *c, struct psd_worker_info *out,
                                   w->clock,
                                   w->joined ? now - w->last_seen : -1,
                                   w->joins};
+    o->left = w->left;
     o->last_step = w->last_step;
     o->pushes = w->pushes;
     o->step_samples = w->nsteps < PSD_COORD_STEP_RING ? (unsigned)w->nsteps

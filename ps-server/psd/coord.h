@@ -39,6 +39,7 @@ struct psd_worker_info {
   uint64_t clock;      /* async: pushes completed as last reported */
   double last_seen_ms; /* since last heard from */
   unsigned joins;      /* joins, rejoins included */
+  int left;            /* said it finished (Join with leave) */
 
   /* Step timing, kept by the coordinator (psd_coord_pushed, Admit). */
   uint64_t last_step;    /* sync: the step of its last Admit */

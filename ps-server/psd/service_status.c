@@ -167,6 +167,7 @@ void psd__on_status(struct cm_rpc_call *call, grpc_byte_buffer *bb, void *ctx) {
       ws[i].clock = winfo[i].clock;
       ws[i].last_seen_ms = winfo[i].last_seen_ms;
       ws[i].joins = winfo[i].joins;
+      ws[i].left = winfo[i].left;
       ws[i].last_step = winfo[i].last_step;
       ws[i].pushes = winfo[i].pushes;
       ws[i].step_samples = winfo[i].step_samples;

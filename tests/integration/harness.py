@@ -1,6 +1,7 @@
 """Shared helpers for psd's integration tests: real psd / dworker processes on
 127.0.0.1 with ephemeral ports, readiness read from their logs (never fixed
 sleeps), and cleanup by PID of only the processes a test started."""
+import ctypes
 import json
 import os
 import pwd
@@ -32,6 +33,19 @@ def free_ports(n):
     for s in socks:
         s.close()
     return ports
+
+
+def foreign_host():
+    """A documentation-range IPv4 address (RFC 5737) that is not one of this
+    host's (binding to it fails), for a task that runs "elsewhere". Test
+    networks do use these ranges, so three are tried."""
+    for host in ("203.0.113.7", "198.51.100.7", "192.0.2.77"):
+        with socket.socket() as s:
+            try:
+                s.bind((host, 0))
+            except OSError:
+                return host
+    raise unittest.SkipTest("every candidate address is local")
 
 
 def write_spec(path, nps=2, nworker=2, job=None, extra=None):
@@ -138,6 +152,32 @@ def run(argv, timeout=120, env=None):
 
 def pstool(spec_path, *args, timeout=120):
     return run([build_path("tests", "pstool"), "--cluster", spec_path] + list(args), timeout=timeout)
+
+
+PR_SET_CHILD_SUBREAPER = 36
+
+
+def set_subreaper(on):
+    """Makes this process (on=True) the reaper of its descendants that lose
+    their parent, as init would be (Linux's PR_SET_CHILD_SUBREAPER), so that
+    a test can wait for the tasks of a launcher it killed and read how they
+    ended. Raises unittest.SkipTest where the kernel cannot."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_CHILD_SUBREAPER, 1 if on else 0, 0, 0, 0) != 0:
+        raise unittest.SkipTest("prctl(PR_SET_CHILD_SUBREAPER): %s"
+                                % os.strerror(ctypes.get_errno()))
+
+
+def wait_pid(pid, timeout):
+    """Waits up to timeout seconds for pid, a child of this process (or an
+    orphan it adopted as subreaper), to end; returns its waitpid status, or
+    None when it still runs."""
+    got = []
+    t = threading.Thread(target=lambda: got.append(os.waitpid(pid, 0)[1]),
+                         daemon=True)
+    t.start()
+    t.join(timeout)
+    return got[0] if got else None
 
 
 class TempDir:

@@ -10,6 +10,8 @@ Each fake writes its PID to <tmp>/pid.<task> before anything else, so a test
 can tell which tasks started and check afterwards that they are gone. Each
 prints "ready <task>" once its SIGTERM trap is set, then waits for the test
 to create <tmp>/go (workers finish) or <tmp>/fail.<task> (that task fails).
+On SIGTERM it creates <tmp>/term.<task> first, since its output may have
+nowhere to go (pslaunch killed).
 
 Usage: test_launch.py BUILD_DIR [unittest args...]   (pslaunch is
 BUILD_DIR/deploy/pslaunch). Every wait has a timeout; nothing sleeps to
@@ -28,6 +30,8 @@ import tempfile
 import threading
 import unittest
 
+import harness
+
 PSLAUNCH = None  # set from argv[1] in __main__
 TIMEOUT = 30  # seconds for any one wait
 
@@ -39,7 +43,7 @@ echo $$ > "$dir/pid.$task"
 if [ -n "$FAKE_PS_IGNORE_TERM" ]; then
   trap '' TERM
 else
-  trap 'echo "$task got TERM"; exit 0' TERM
+  trap 'touch "$dir/term.$task"; echo "$task got TERM"; exit 0' TERM
 fi
 echo "ready $task nargs=$#"
 echo "$task says hello on stderr" >&2
@@ -60,7 +64,7 @@ task=$4
 echo $$ > "$dir/pid.$task"
 shift 4
 echo "start $task extra: $*"
-trap 'echo "$task got TERM"; exit 0' TERM
+trap 'touch "$dir/term.$task"; echo "$task got TERM"; exit 0' TERM
 echo "ready $task"
 # The test says when to go on: "$dir/go" to finish, "$dir/fail.$task" to fail.
 while [ ! -e "$dir/go" ]; do
@@ -95,18 +99,6 @@ def free_ports(n):
     finally:
         for s in socks:
             s.close()
-
-
-def foreign_host():
-    """A documentation-range IPv4 address (RFC 5737) that is not one of this
-    host's: binding to it fails. Test networks do use these ranges."""
-    for host in ("203.0.113.7", "198.51.100.7", "192.0.2.77"):
-        with socket.socket() as s:
-            try:
-                s.bind((host, 0))
-            except OSError:
-                return host
-    raise unittest.SkipTest("every candidate address is local")
 
 
 def pid_alive(pid):
@@ -370,6 +362,25 @@ class LaunchTest(unittest.TestCase):
     def test_sigterm(self):
         self._interrupt(signal.SIGTERM, 143)
 
+    def test_sigkill_of_pslaunch_stops_every_task(self):
+        # pslaunch can do nothing once SIGKILLed: each task asked the kernel
+        # for SIGTERM when pslaunch dies. This test adopts the orphans.
+        harness.set_subreaper(True)
+        self.addCleanup(harness.set_subreaper, False)
+        spec = self.spec()
+        run = self.launch([spec])
+        self.wait_ready(run, self.ALL)
+        pids = self.pids()
+        self.assertEqual(sorted(pids), sorted(self.ALL))
+        run.proc.kill()
+        self.assertEqual(run.finish(), -signal.SIGKILL, run.dump())
+        for task, pid in pids.items():
+            self.assertIsNotNone(harness.wait_pid(pid, TIMEOUT),
+                                 "%s (pid %d) still runs" % (task, pid))
+            self.assertTrue(os.path.exists(os.path.join(self.dir,
+                                                        "term." + task)),
+                            "%s got no SIGTERM" % task)
+
     def test_port_in_use(self):
         ports = free_ports(3)
         with socket.socket() as held:
@@ -409,7 +420,7 @@ class LaunchTest(unittest.TestCase):
         self.assertIn("nowhere.json", run.err)
 
     def test_no_local_tasks(self):
-        host = foreign_host()
+        host = harness.foreign_host()
         spec = self.spec(ps=["%s:7100" % host], worker=["%s:7200" % host])
         run = self.launch([spec])
         self.assertEqual(run.finish(), 2, run.dump())
@@ -450,6 +461,14 @@ class LaunchTest(unittest.TestCase):
         self.assertIn("Usage: pslaunch", run.out)
         self.assertIn("Exit status:", run.out)
         self.assertIn("--stop-timeout", run.out)
+        # What really happens when pslaunch dies, and when workers run
+        # elsewhere.
+        self.assertRegex(run.out, r"If pslaunch itself dies, even\s+by "
+                         r"SIGKILL, the kernel sends every task still running"
+                         r"\s+SIGTERM")
+        self.assertNotIn("tasks keep running", run.out)
+        self.assertRegex(run.out, r"waiting for worker:1 \(training\) to "
+                         r"finish; Ctrl-C stops the\s+shards now")
 
 
 if __name__ == "__main__":

@@ -118,6 +118,7 @@ int dw_client_status(struct dw_client *c, int shard, char **json) {
                     (json_int_t)w->applied, "dropped", (json_int_t)w->dropped,
                     "clock", (json_int_t)w->clock, "last_seen_ms",
                     w->last_seen_ms, "joins", (int)w->joins);
+      json_object_set_new(o, "left", json_boolean(w->left));
       json_object_set_new(o, "last_step", json_integer(w->last_step));
       json_object_set_new(o, "pushes", json_integer(w->pushes));
       json_object_set_new(o, "step_samples", json_integer(w->step_samples));
