@@ -508,7 +508,12 @@ void cm_server_stop(struct cm_server *s, int grace_ms) {
   seen = s->shut_seen;
   pthread_mutex_unlock(&s->lock);
   if (!seen) {
-    cm_warn("calls still in flight after %d ms; cancelling them", grace_ms);
+    /* gRPC also waits on idle connections; only unanswered calls are
+     * worth a warning. */
+    int n = atomic_load(&s->handling);
+    if (n > 0)
+      cm_warn("%d calls still in flight after %d ms; cancelling them", n,
+              grace_ms);
     grpc_server_cancel_all_calls(s->server);
   }
   pthread_join(s->thread, NULL);
