@@ -41,20 +41,6 @@ START_TEST(pull_checks_segments) {
 }
 END_TEST
 
-/* A pull of segs[0..n) naming the caller's limit (max_answer_bytes). */
-static grpc_byte_buffer *pull_max(Psd__V1__Segment *segs, int n,
-                                  uint64_t max_answer) {
-  Psd__V1__PullRequest r = PSD__V1__PULL_REQUEST__INIT;
-  Psd__V1__Segment *ptr[8];
-  for (int i = 0; i < n; i++)
-    ptr[i] = &segs[i];
-  r.caller = &caller;
-  r.n_segments = n;
-  r.segments = ptr;
-  r.max_answer_bytes = max_answer;
-  return cm_rpc_pack(&r.base);
-}
-
 /* 1 when "big" holds the ramp (async: pushed_ramp applied it), 0 when it
  * holds its initial zeros (sync: a push is only staged). */
 static int ramped;
@@ -130,22 +116,23 @@ static void answers_fit_the_limits(int ramp) {
   ck_assert_uint_eq(check_answer(pull_req(s, 1, 0), four, mi - n, n), mi - n);
   /* A client that accepts 64 MiB gets it whole. */
   s[0] = seg("big", 0, mi, 0, NULL);
-  ck_assert_uint_eq(check_answer(pull_max(s, 1, 64 << 20), 64 << 20, mi, 0),
-                    mi);
+  ck_assert_uint_eq(
+      check_answer(pull_req_max(s, 1, 0, 64 << 20), 64 << 20, mi, 0), mi);
   /* The cut may fall inside a later segment. */
   s[0] = seg("big", 0, mi / 2, 0, NULL);
   s[1] = seg("big", mi / 2, mi / 2 + 16, 0, NULL);
-  n = check_answer(pull_max(s, 2, four), four, mi + 16, 0);
+  n = check_answer(pull_req_max(s, 2, 0, four), four, mi + 16, 0);
   ck_assert_uint_ge(n, mi - 16);
   /* The shard's own limit holds too, whatever the caller accepts. */
   psd_service_set_limits(svc, &(struct psd_limits){.max_message = four});
   s[0] = seg("big", 0, mi + 16, 0, NULL);
-  n = check_answer(pull_max(s, 1, 64 << 20), four, mi + 16, 0);
+  n = check_answer(pull_req_max(s, 1, 0, 64 << 20), four, mi + 16, 0);
   ck_assert_uint_ge(n, mi - 16);
   ck_assert_uint_lt(n, mi);
   /* A limit no head fits in is refused, saying why. */
   s[0] = seg("big", 0, 1, 0, NULL);
-  call("/psd.v1.Data/Pull", pull_max(s, 1, 8), GRPC_STATUS_RESOURCE_EXHAUSTED,
+  call("/psd.v1.Data/Pull", pull_req_max(s, 1, 0, 8),
+       GRPC_STATUS_RESOURCE_EXHAUSTED,
        "pull of 1 segment from shard 0: not one element fits in an "
        "answer of 8 bytes");
 }
