@@ -212,12 +212,11 @@ static void clip_grads(struct dw_worker *w, double max_norm) {
 static void plan_resume(struct dw_worker *w) {
   const struct cm_job *job = &w->spec->job;
   long at = (long)w->step, len = w->total_steps;
-  /* What set the length (dw_train): the smaller of the two. */
-  const char *by =
-      job->max_steps > 0 &&
-              job->max_steps < job->epochs * w->feed.steps_per_epoch
-          ? "job.max_steps"
-          : "job.epochs";
+  /* What set the length (dw_train): job.max_steps when it cut the epochs
+   * short (a --max-steps N > 0 is handled apart). */
+  const char *by = len < (long)job->epochs * w->feed.steps_per_epoch
+                       ? "job.max_steps"
+                       : "job.epochs";
 
   if (!w->sync || at <= 0)
     return;
