@@ -32,7 +32,9 @@ static const struct command commands[] = {
     {"status", psctl_cmd_status, 1, "",
      "every shard: up or down, address, mode, version or step, variables,\n"
      "bytes held, pulls, pushes, examples, errors; each shard's slices; the\n"
-     "job: live workers, step, drops, the last steps' sets"},
+     "job: live workers, step, drops, the last steps' sets; per worker its\n"
+     "joins and gradients applied and dropped (sync) or pushes to ps:0\n"
+     "(async)"},
     {"vars", psctl_cmd_vars, 1, "",
      "every variable: shape, dtype, shard map (rows per shard), bytes held,\n"
      "version, optimizer"},
@@ -100,6 +102,56 @@ static void usage(FILE *f) {
           "Exit status: 0 every shard answered, 1 a shard did not (it is\n"
           "named; what the others answered is printed) or a variable does\n"
           "not exist, 2 usage or spec error.\n");
+}
+
+/* Edit distance (insertions, deletions, substitutions and swaps of two
+ * neighbours) between a and b, stopping at PSCTL_NAME_MAX characters: enough
+ * for a command name, and a typo is never longer. */
+#define PSCTL_NAME_MAX 32
+static int edit_distance(const char *a, const char *b) {
+  int d[PSCTL_NAME_MAX + 1][PSCTL_NAME_MAX + 1];
+  int n = (int)strnlen(a, PSCTL_NAME_MAX), m = (int)strnlen(b, PSCTL_NAME_MAX);
+  for (int i = 0; i <= n; i++)
+    d[i][0] = i;
+  for (int j = 0; j <= m; j++)
+    d[0][j] = j;
+  for (int i = 1; i <= n; i++)
+    for (int j = 1; j <= m; j++) {
+      int best = d[i - 1][j - 1] + (a[i - 1] != b[j - 1]);
+      if (d[i - 1][j] + 1 < best)
+        best = d[i - 1][j] + 1;
+      if (d[i][j - 1] + 1 < best)
+        best = d[i][j - 1] + 1;
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] &&
+          d[i - 2][j - 2] + 1 < best)
+        best = d[i - 2][j - 2] + 1;
+      d[i][j] = best;
+    }
+  return d[n][m];
+}
+
+/* Says that `name` is no command, with the nearest one when it is a likely
+ * typo (at most 2 edits, and fewer than the name's length, so that "x" does
+ * not suggest "get"), then the list of commands. */
+static void unknown_command(const char *name) {
+  const char *near = NULL;
+  int best = 3;
+  for (int i = 0; i < NCOMMANDS; i++) {
+    int d = edit_distance(name, commands[i].name);
+    if (d < best && d < (int)strlen(name)) {
+      best = d;
+      near = commands[i].name;
+    }
+  }
+  if (near)
+    fprintf(stderr, "psctl: unknown command '%s'; did you mean '%s'?\n", name,
+            near);
+  else
+    fprintf(stderr, "psctl: unknown command '%s'\n", name);
+  fprintf(stderr, "commands:");
+  for (int i = 0; i < NCOMMANDS; i++)
+    fprintf(stderr, " %s", commands[i].name);
+  fprintf(stderr, " (psctl --help says what each does)\n");
 }
 
 /* ---- reading status documents ---- */
@@ -297,9 +349,11 @@ int main(int argc, char **argv) {
   for (int i = 0; optind < argc && i < NCOMMANDS; i++)
     if (strcmp(argv[optind], commands[i].name) == 0)
       cmd = &commands[i];
+  if (optind < argc && !cmd) {
+    unknown_command(argv[optind]);
+    return PSCTL_EXIT_USAGE;
+  }
   if (!cluster || !cmd) {
-    if (optind < argc && !cmd)
-      fprintf(stderr, "psctl: unknown command '%s'\n", argv[optind]);
     usage(stderr);
     return PSCTL_EXIT_USAGE;
   }

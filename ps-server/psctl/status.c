@@ -30,8 +30,16 @@ static int print_job(const struct psctl *p, json_t *coord) {
            psctl_jint(coord, "rollbacks"), psctl_jint(coord, "rollback_step"));
   printf("  workers %lld/%zu live  dropped %lld\n", live,
          json_array_size(workers), dropped);
-  psctl_table_init(&t, 6, "WORKER", "STATE", ">JOINS", ">APPLIED", ">DROPPED",
-                   ">LAST SEEN");
+  /* Sync: the gradients the coordinator counted in a step, and those it
+   * left out. Async has no steps to count a gradient in (applied stays 0):
+   * the honest figure is the pushes the worker made to ps:0, the only shard
+   * that times them (a worker with no rows there makes none). */
+  if (sync)
+    psctl_table_init(&t, 6, "WORKER", "STATE", ">JOINS", ">APPLIED", ">DROPPED",
+                     ">LAST SEEN");
+  else
+    psctl_table_init(&t, 5, "WORKER", "STATE", ">JOINS", ">PUSHES TO PS:0",
+                     ">LAST SEEN");
   json_array_foreach(workers, i, w) {
     double seen = psctl_jnum(w, "last_seen_ms");
     char ago[48] = "never", ms[32];
@@ -45,8 +53,12 @@ static int print_job(const struct psctl *p, json_t *coord) {
                      : json_is_true(json_object_get(w, "joined")) ? "gone"
                                                                   : "-");
     psctl_table_cell(&t, "%lld", psctl_jint(w, "joins"));
-    psctl_table_cell(&t, "%lld", psctl_jint(w, "applied"));
-    psctl_table_cell(&t, "%lld", psctl_jint(w, "dropped"));
+    if (sync) {
+      psctl_table_cell(&t, "%lld", psctl_jint(w, "applied"));
+      psctl_table_cell(&t, "%lld", psctl_jint(w, "dropped"));
+    } else {
+      psctl_table_cell(&t, "%lld", psctl_jint(w, "pushes"));
+    }
     psctl_table_cell(&t, "%s", ago);
   }
   if ((rc = psctl_table_print(&t)))
@@ -130,6 +142,8 @@ int psctl_cmd_status(struct psctl *p) {
       json_array_append_new(shards, e);
     }
     json_object_set_new(root, "shards", shards);
+    /* As every command's JSON: the shards that did not answer, and why. */
+    json_object_set_new(root, "down", psctl_down_json(p));
     rc = psctl_print_json(root);
     json_decref(root);
     return psctl_finish(p, rc);

@@ -4,7 +4,10 @@
  * sleeping thread, and answered when Commit or Rollback (service_commit.c)
  * releases it, or with UNAVAILABLE when psd stops. Async answers are sent
  * straight from the variables' memory; sync answers are one copy, so a
- * chunk is exactly the version it says. */
+ * chunk is exactly the version it says. No answer exceeds the caller's
+ * receive limit (PullRequest.max_answer_bytes, else gRPC's default 4 MiB)
+ * or this shard's (job.max_message_mb): one that would is cut short and
+ * marked partial, and the caller asks again for the rest. */
 #include "service_internal.h"
 
 #include <pthread.h>
@@ -25,16 +28,59 @@ struct psd__parked_pull {
 
 static void release_free(void *p) { free(p); }
 
+/* gRPC's default receive limit: what a caller that names no limit of its
+ * own accepts (PullRequest.max_answer_bytes 0, as a stock client sends). */
+#define STOCK_ANSWER (4u << 20)
+
+/* Most bytes that introduce the data field after the head (wire.h: a tag
+ * and a varint length). */
+#define BULK_KEY_MAX 11
+
+/* The largest answer message, in bytes: the caller's limit
+ * (PullRequest.max_answer_bytes, else gRPC's default) or this shard's
+ * (job.max_message_mb), whichever is smaller. */
+static uint64_t answer_cap(const struct psd_service *svc,
+                           const Psd__V1__PullRequest *req) {
+  uint64_t accept =
+      req->max_answer_bytes ? req->max_answer_bytes : STOCK_ANSWER;
+  return accept < svc->limits.max_message ? accept : svc->limits.max_message;
+}
+
+/* The bytes of data an answer of `total` data bytes may carry in a message
+ * of at most cap bytes: all of them when it fits, else as many whole
+ * elements as do (a partial answer); 0 when not even one does. The head is
+ * measured with resp's versions all at their widest (versions holds n
+ * entries, overwritten here and filled in later) and partial set, so the
+ * real head, never larger, fits too. */
+static uint64_t answer_room(Psd__V1__PullResponse *resp, uint64_t *versions,
+                            size_t n, uint64_t total, uint64_t cap) {
+  uint64_t head;
+  for (size_t i = 0; i < n; i++)
+    versions[i] = UINT64_MAX;
+  resp->n_versions = n;
+  resp->versions = versions;
+  resp->partial = 1;
+  resp->elements = total / sizeof(float);
+  head = protobuf_c_message_get_packed_size(&resp->base) + BULK_KEY_MAX;
+  if (head >= cap)
+    return 0;
+  if (total <= cap - head)
+    return total;
+  return (cap - head) & ~(uint64_t)(sizeof(float) - 1);
+}
+
 /* Answers a pull whose version exists; `start` (cm_mono_ms) is when its
- * handling began, for the pull histogram. */
+ * handling began, for the pull histogram. An answer that would not fit in
+ * one message carries the first elements only (PullResponse.partial). */
 static void answer_pull(struct psd_service *svc, struct cm_rpc_call *call,
                         const Psd__V1__PullRequest *req, double start) {
   Psd__V1__PullResponse resp = PSD__V1__PULL_RESPONSE__INIT;
   struct psd_var **vars = NULL;
   struct cm_wire_piece *pieces = NULL;
-  uint64_t *versions = NULL, total = 0;
+  uint64_t *versions = NULL, total = 0, send, left;
   uint8_t *data = NULL, *head = NULL;
   size_t head_len;
+  int npieces = 0;
 
   vars = calloc(req->n_segments + 1, sizeof *vars);
   versions = calloc(req->n_segments + 1, sizeof *versions);
@@ -49,59 +95,75 @@ static void answer_pull(struct psd_service *svc, struct cm_rpc_call *call,
                 vars[i]->name, req->slot, vars[i]->optim_desc, vars[i]->nslots);
       goto out;
     }
+    /* A checked count lies inside its variable (at most 2^40 elements),
+     * so PSD_MAX_SEGMENTS of them cannot wrap the sum. */
     total += req->segments[i]->count * sizeof(float);
-    /* The answer must fit in a message with its head (a count is at most
-     * 2^40, so the sum cannot wrap before this stops it). */
-    if (total > svc->limits.max_message - 4096) {
-      psd__fail(svc, call, GRPC_STATUS_RESOURCE_EXHAUSTED,
-                "pull asks for more than %llu bytes in one message (job."
-                "max_message_mb less a head); split it into chunks",
-                (unsigned long long)(svc->limits.max_message - 4096));
-      goto out;
-    }
   }
   if (svc->steps)
     resp.step = psd_steps_version(svc->steps);
+  send = answer_room(&resp, versions, req->n_segments, total,
+                     answer_cap(svc, req));
+  if (send == 0 && total > 0) {
+    psd__fail(svc, call, GRPC_STATUS_RESOURCE_EXHAUSTED,
+              "pull of %zu segment%s from shard %d: not one element fits "
+              "in an answer of %llu bytes, the smaller of the caller's "
+              "limit (max_answer_bytes; 0 means 4 MiB) and the shard's "
+              "(job.max_message_mb); raise max_answer_bytes or ask for "
+              "fewer segments at once",
+              req->n_segments, req->n_segments == 1 ? "" : "s", svc->shard,
+              (unsigned long long)answer_cap(svc, req));
+    goto out;
+  }
+  left = send;
+  if (!(pieces = calloc(req->n_segments + 1, sizeof *pieces)))
+    goto nomem;
   if (!svc->steps) {
     /* Async: send straight from the variables' memory, no copy. A push
      * may land while gRPC writes it, as it could between two pulls: async
      * training reads whatever values are current (floats are never torn).
      * Variables live until the server has stopped. */
-    if (!(pieces = calloc(req->n_segments + 1, sizeof *pieces)))
-      goto nomem;
     for (size_t i = 0; i < req->n_segments; i++) {
       const Psd__V1__Segment *seg = req->segments[i];
       struct psd_var *v = vars[i];
+      uint64_t len = seg->count * sizeof(float);
       pthread_mutex_lock(&v->lock);
       versions[i] = v->version;
       pthread_mutex_unlock(&v->lock);
-      pieces[i].ptr =
+      if (left == 0)
+        continue; /* past the end of a partial answer */
+      len = len < left ? len : left;
+      pieces[npieces++] = (struct cm_wire_piece){
           (const uint8_t *)((req->slots ? v->slots[req->slot] : v->value) +
-                            (seg->offset - v->elem_begin));
-      pieces[i].len = seg->count * sizeof(float);
+                            (seg->offset - v->elem_begin)),
+          len};
+      left -= len;
     }
   } else {
     /* Sync: one copy, so a chunk is exactly the version it says. */
-    if (!(data = malloc(total ? total : 1)) ||
-        !(pieces = calloc(1, sizeof *pieces)))
+    if (!(data = malloc(send ? send : 1)))
       goto nomem;
     uint8_t *p = data;
     for (size_t i = 0; i < req->n_segments; i++) {
       const Psd__V1__Segment *seg = req->segments[i];
       struct psd_var *v = vars[i];
+      uint64_t len = seg->count * sizeof(float);
+      len = len < left ? len : left;
       pthread_mutex_lock(&v->lock);
-      memcpy(p,
-             (req->slots ? v->slots[req->slot] : v->value) +
-                 (seg->offset - v->elem_begin),
-             seg->count * sizeof(float));
+      if (len)
+        memcpy(p,
+               (req->slots ? v->slots[req->slot] : v->value) +
+                   (seg->offset - v->elem_begin),
+               len);
       versions[i] = v->version;
       pthread_mutex_unlock(&v->lock);
-      p += seg->count * sizeof(float);
+      p += len;
+      left -= len;
     }
-    pieces[0] = (struct cm_wire_piece){data, total};
+    pieces[0] = (struct cm_wire_piece){data, send};
+    npieces = 1;
   }
-  resp.n_versions = req->n_segments;
-  resp.versions = versions;
+  resp.partial = send < total;
+  resp.elements = send / sizeof(float);
   head_len = protobuf_c_message_get_packed_size(&resp.base);
   if (!(head = malloc(head_len + 1)))
     goto nomem;
@@ -109,11 +171,10 @@ static void answer_pull(struct psd_service *svc, struct cm_rpc_call *call,
   {
     grpc_byte_buffer *out =
         data ? cm_wire_build(head, head_len, pieces, 1, release_free, data)
-             : cm_wire_build(head, head_len, pieces, (int)req->n_segments, NULL,
-                             NULL);
+             : cm_wire_build(head, head_len, pieces, npieces, NULL, NULL);
     data = NULL; /* the slice owns it now */
     atomic_fetch_add(&svc->pulls, 1);
-    atomic_fetch_add(&svc->bytes_out, total);
+    atomic_fetch_add(&svc->bytes_out, send);
     cm_rpc_reply(call, out);
     psd_hist_observe(&svc->pull_time, (cm_mono_ms() - start) / 1e3);
   }

@@ -115,6 +115,43 @@ static int check_worker_and_gen(struct push *p) {
   return 0;
 }
 
+/* Refuses a push whose data field is not the size its segments describe,
+ * naming the variables (up to 3, in request order), the bytes expected and
+ * the bytes received, so the sender can find its mistake. */
+static void refuse_length(struct push *p) {
+  const Psd__V1__PushRequest *req = p->req;
+  char names[256] = "";
+  size_t len = 0, shown = 0, distinct = 0;
+  uint64_t elems = p->total / sizeof(float);
+
+  for (size_t i = 0; i < req->n_segments; i++) {
+    size_t k = 0;
+    while (k < i && p->vars[k] != p->vars[i])
+      k++;
+    if (k < i)
+      continue; /* named already */
+    distinct++;
+    if (shown < 3 && len < sizeof names) {
+      len += snprintf(names + len, sizeof names - len, "%s'%s'",
+                      shown ? ", " : "", p->vars[i]->name);
+      shown++;
+    }
+  }
+  if (distinct > shown && len < sizeof names)
+    snprintf(names + len, sizeof names - len, " and %zu more variable%s",
+             distinct - shown, distinct - shown == 1 ? "" : "s");
+  psd__fail(p->svc, p->call, GRPC_STATUS_INVALID_ARGUMENT,
+            "push to %s on shard %d: %s %zu segment%s describe%s %llu "
+            "element%s, %llu bytes of f32 gradient, but the data field "
+            "holds %zu bytes%s; send each segment's count x 4 bytes, back "
+            "to back in segment order",
+            names, p->svc->shard, req->n_segments == 1 ? "its" : "the",
+            req->n_segments, req->n_segments == 1 ? "" : "s",
+            req->n_segments == 1 ? "s" : "", (unsigned long long)elems,
+            elems == 1 ? "" : "s", (unsigned long long)p->total, p->m.bulk_len,
+            p->m.bulk_len % sizeof(float) ? " (not whole f32s)" : "");
+}
+
 /* Step 2: every segment's name, shape and range, the gradient's size
  * against the data field, and overlaps; fills p->vars and p->total.
  * Returns 0, or -1 once the call is answered. */
@@ -152,18 +189,12 @@ static int check_segments(struct push *p) {
     }
     if (!(p->vars[i] = psd__segment_var(svc, p->call, seg, i, "push")))
       return -1;
+    /* A checked count lies inside its variable (at most 2^40 elements),
+     * so PSD_MAX_SEGMENTS of them cannot wrap the sum. */
     p->total += seg->count * sizeof(float);
-    /* Stop at once when the segments ask for more than the data holds: a
-     * count is at most 2^40, so the sum cannot wrap before this. */
-    if (p->total > p->m.bulk_len)
-      break;
   }
   if (p->total != p->m.bulk_len) {
-    psd__fail(svc, p->call, GRPC_STATUS_INVALID_ARGUMENT,
-              "push: segments describe %s%llu bytes of gradient but the data "
-              "field holds %zu",
-              p->total > p->m.bulk_len ? "at least " : "",
-              (unsigned long long)p->total, p->m.bulk_len);
+    refuse_length(p);
     return -1;
   }
   return psd__check_overlap(svc, p->call, req, p->vars);

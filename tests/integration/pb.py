@@ -64,5 +64,36 @@ def commit(job, step, applied=(), dropped=()):
     return caller(job) + uint(2, step) + packed(3, applied) + packed(4, dropped)
 
 
+def fields(msg):
+    """Decodes one message's top-level fields: {number: [value, ...]}, a
+    varint as an int, a length-delimited field as bytes (enough to read a
+    PullResponse)."""
+    out, i = {}, 0
+
+    def read_varint():
+        nonlocal i
+        n, shift = 0, 0
+        while True:
+            b = msg[i]
+            i += 1
+            n |= (b & 0x7F) << shift
+            shift += 7
+            if not b & 0x80:
+                return n
+
+    while i < len(msg):
+        k = read_varint()
+        field, wire_type = k >> 3, k & 7
+        if wire_type == 0:
+            v = read_varint()
+        elif wire_type == 2:
+            n = read_varint()
+            v, i = bytes(msg[i:i + n]), i + n
+        else:
+            raise ValueError("wire type %d at byte %d" % (wire_type, i))
+        out.setdefault(field, []).append(v)
+    return out
+
+
 def hexa(msg):
     return msg.hex()

@@ -224,10 +224,16 @@ class PsctlTest(unittest.TestCase):
         self.assertRegex(out, r"ps:0\s+127\.0\.0\.1:\d+\s+up\s+async\s+\d+\s+4\s")
         self.assertRegex(out, r"ps:1\s+127\.0\.0\.1:\d+\s+up\s+async\s+\d+\s+4\s")
         self.assertRegex(out, r"JOB ctl\s+mode async\s+workers 0/1 live\s+dropped 0")
+        # Async: the worker's pushes (to ps:0, which times them), not the
+        # sync-only count of gradients applied in steps (always 0 here).
+        self.assertRegex(out, r"WORKER\s+STATE\s+JOINS\s+PUSHES TO PS:0\s+LAST SEEN")
+        self.assertRegex(out, r"worker:0\s+gone\s+1\s+32\s+\S+ m?s ago")
+        self.assertNotIn("APPLIED", out)
         for line in out.splitlines():
             self.assertLessEqual(len(line), 100, line)
         doc = json.loads(self.ctl("--json", "status").stdout)
         self.assertEqual([s["up"] for s in doc["shards"]], [True, True])
+        self.assertEqual(doc["down"], [])
         self.assertEqual({h["name"] for h in doc["shards"][0]["histograms"]},
                          {"push_seconds", "pull_seconds"})
 
@@ -419,9 +425,9 @@ class PsctlDownTest(unittest.TestCase):
                     self.assertEqual(r.returncode, 1, (args, r.stdout, r.stderr))
                     self.assertIn(named, r.stderr, args)
                     out = json.loads(r.stdout)
-                    if args != ("status",):
-                        self.assertEqual([(x["shard"], x["address"]) for x in out["down"]],
-                                         [(1, addr1)], args)
+                    self.assertEqual([(x["shard"], x["address"]) for x in out["down"]],
+                                     [(1, addr1)], args)
+                    self.assertIn("UNAVAILABLE", out["down"][0]["error"], args)
                 r = psctl(spec, "get", "w")
                 self.assertIn("# rows [3, 6) missing: ps:1 (%s)" % addr1, r.stdout)
                 self.assertEqual(sorted(text_values(r.stdout)), [0, 1, 2])
@@ -453,6 +459,32 @@ class PsctlDownTest(unittest.TestCase):
 def worker(spec, i, *extra):
     return h.Proc([h.build_path("worker", "dworker"), "--cluster", spec, "--task",
                    "worker:%d" % i] + list(extra))
+
+
+class PsctlUsageTest(unittest.TestCase):
+    """Command-line mistakes: exit 2 before any shard is asked."""
+
+    def test_a_mistyped_command_suggests_the_nearest(self):
+        with h.TempDir() as d:
+            spec = os.path.join(d, "spec.json")
+            h.write_spec(spec, nps=1, nworker=1, job={"name": "usage"})  # nothing listens
+            for typo, near in [("stauts", "status"), ("wokers", "workers"),
+                               ("metric", "metrics"), ("exprot", "export"), ("gte", "get")]:
+                r = psctl(spec, typo, timeout=10)
+                self.assertEqual(r.returncode, 2, (typo, r.stdout, r.stderr))
+                self.assertEqual(r.stderr.splitlines()[0],
+                                 "psctl: unknown command '%s'; did you mean '%s'?"
+                                 % (typo, near))
+                self.assertIn("commands: status vars get workers metrics checkpoint export",
+                              r.stderr)
+                self.assertEqual(r.stdout, "")
+            # Nothing near: no guess. And the same without --cluster.
+            r = psctl(spec, "frobnicate", timeout=10)
+            self.assertEqual(r.returncode, 2)
+            self.assertEqual(r.stderr.splitlines()[0], "psctl: unknown command 'frobnicate'")
+            r = h.run([h.build_path("ps-server", "psctl"), "stauts"], timeout=10)
+            self.assertEqual(r.returncode, 2)
+            self.assertIn("did you mean 'status'?", r.stderr)
 
 
 @unittest.skipUnless(os.path.isdir(DATA), "dataset-fashion-mnist is not installed")

@@ -1,6 +1,8 @@
 """The real job: pslaunch starts 2 psd shards and 2 dworkers on 127.0.0.1,
 they train the demo MLP on Fashion-MNIST over gRPC, and worker 0's final line
-reports the test accuracy. Also dworker's own errors. Run:
+reports the test accuracy. Also dworker's own errors, and a worker started
+again on shards that kept an earlier run's state (resuming; a complete sync
+job trains nothing). Run:
 /usr/bin/python3 test_train.py BUILD_DIR"""
 import json
 import os
@@ -112,6 +114,75 @@ class WorkerErrorTest(unittest.TestCase):
                        "worker:0", "--connect-timeout-ms", "3000"], timeout=120)
             self.assertEqual(r.returncode, 1)
             self.assertIn("ps:0", r.stderr)
+
+
+@unittest.skipUnless(os.path.isdir(DATA), "dataset-fashion-mnist is not installed")
+class ResumeTest(unittest.TestCase):
+    """A worker started again on shards that kept an earlier run's state
+    says where the job is; a complete sync job trains nothing and exits 0."""
+
+    def job(self, d, **job):
+        spec = os.path.join(d, "job.json")
+        h.write_spec(spec, nps=1, nworker=1,
+                     job=dict({"name": "resume", "epochs": 1, "batch_size": 32,
+                               "log_every": 100, "heartbeat_ms": 100}, **job))
+        return spec, h.start_psd(spec, 0)
+
+    def worker(self, spec, *extra):
+        r = h.run([h.build_path("worker", "dworker"), "--cluster", spec, "--task",
+                   "worker:0"] + list(extra), timeout=120)
+        self.assertEqual(r.returncode, 0, r.stderr[-3000:])
+        final = [l for l in r.stdout.splitlines() if l.startswith("final:")]
+        self.assertEqual(len(final), 1, r.stdout)
+        return r.stderr, dict(re.findall(r"(\w+)=([\d.]+)", final[0]))
+
+    def step(self, spec):
+        r = h.run([h.build_path("ps-server", "psctl"), "--cluster", spec, "--json", "status"])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        return json.loads(r.stdout)["shards"][0]["step"]
+
+    def test_sync_resumes_then_says_the_job_is_complete(self):
+        with h.TempDir() as d:
+            spec, ps = self.job(d, max_steps=6, sync={"mode": "sync"})
+            try:
+                log, res = self.worker(spec, "--max-steps", "4")
+                self.assertNotIn("resuming", log)
+                self.assertEqual((res["steps"], self.step(spec)), ("4", 4))
+                # Again, the spec's length: the 2 steps left of its 6.
+                log, res = self.worker(spec)
+                self.assertIn("resuming from step 4 of 6: 2 to go, from batch 4 of this "
+                              "worker's share", log)
+                self.assertEqual((res["steps"], self.step(spec)), ("2", 6))
+                acc = res["test_accuracy"]
+                # Complete: said, nothing trained, exit 0; worker 0 still
+                # evaluates the job's parameters (the same ones).
+                log, res = self.worker(spec)
+                self.assertIn("the job is already complete: it is at step 6, and "
+                              "job.max_steps makes it 6 steps long; nothing to train (raise "
+                              "job.max_steps, or pass --max-steps N to train N more)", log)
+                self.assertEqual((res["steps"], self.step(spec)), ("0", 6))
+                self.assertEqual(res["test_accuracy"], acc)
+                # --max-steps N: N more, from where the job is.
+                log, res = self.worker(spec, "--max-steps", "2")
+                self.assertIn("resuming from step 6: this run takes 2 steps (--max-steps), "
+                              "to step 8", log)
+                self.assertEqual((res["steps"], self.step(spec)), ("2", 8))
+            finally:
+                self.assertEqual(ps.stop(), 0)
+
+    def test_async_says_how_far_the_job_has_come(self):
+        with h.TempDir() as d:
+            spec, ps = self.job(d, max_steps=5)
+            try:
+                log, res = self.worker(spec)
+                self.assertNotIn("resuming", log)
+                log, res = self.worker(spec)
+                self.assertIn("resuming: the variables on ps:0 have taken 5 pushes already "
+                              "(an earlier run, or the checkpoint the shards resumed from); "
+                              "this run trains on from those values", log)
+                self.assertEqual(res["steps"], "5")
+            finally:
+                self.assertEqual(ps.stop(), 0)
 
 
 class DeviceTest(unittest.TestCase):

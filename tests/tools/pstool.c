@@ -15,7 +15,10 @@
  *
  * SHAPE is "4,3". The low-level commands send exactly one call to one shard
  * and print "OK ..." or "ERROR <gRPC status>: <message>" (exit 1), so tests
- * can check psd's answers to bad input. pushfill pushes COUNT copies of
+ * can check psd's answers to bad input. pull asks as a stock client does
+ * (no max_answer_bytes: gRPC's 4 MiB default) and prints "partial
+ * elements=N" before the values when psd sent only the first N elements.
+ * pushfill pushes COUNT copies of
  * VALUE ("nan" and "inf" work); --step T and --worker W make a push a sync
  * one (step T, worker W); --max-message-mb M lets pstool send and receive
  * messages up to M MiB whatever the spec says, to test the shard's limit.

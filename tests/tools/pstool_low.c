@@ -162,8 +162,11 @@ int pstool_low(struct cm_spec *spec, const struct pstool_args *a, int argc,
     Psd__V1__PullResponse *pr = NULL;
     if (cm_wire_parse(&m, resp) == 0)
       pr = psd__v1__pull_response__unpack(NULL, m.head_len, m.head);
-    printf("OK version=%llu values=",
+    printf("OK version=%llu ",
            pr && pr->n_versions ? (unsigned long long)pr->versions[0] : 0ULL);
+    if (pr && pr->partial) /* the answer would not fit: the first ones only */
+      printf("partial elements=%llu ", (unsigned long long)pr->elements);
+    printf("values=");
     for (size_t i = 0; i < m.bulk_len / 4; i++) {
       float f;
       cm_wire_bulk_read(&m, i * 4, &f, 4);

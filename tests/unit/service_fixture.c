@@ -147,8 +147,8 @@ grpc_byte_buffer *push_req(Psd__V1__PushRequest *r, Psd__V1__Segment *segs,
   return cm_wire_build(head, len, &piece, 1, NULL, NULL);
 }
 
-grpc_byte_buffer *pull_req(Psd__V1__Segment *segs, int n,
-                           uint64_t min_version) {
+grpc_byte_buffer *pull_req_max(Psd__V1__Segment *segs, int n,
+                               uint64_t min_version, uint64_t max_answer) {
   Psd__V1__PullRequest r = PSD__V1__PULL_REQUEST__INIT;
   Psd__V1__Segment *ptr[8];
   for (int i = 0; i < n; i++)
@@ -157,7 +157,13 @@ grpc_byte_buffer *pull_req(Psd__V1__Segment *segs, int n,
   r.n_segments = n;
   r.segments = ptr;
   r.min_version = min_version;
+  r.max_answer_bytes = max_answer;
   return cm_rpc_pack(&r.base);
+}
+
+grpc_byte_buffer *pull_req(Psd__V1__Segment *segs, int n,
+                           uint64_t min_version) {
+  return pull_req_max(segs, n, min_version, 0);
 }
 
 void pull_values(const char *name, uint64_t off, uint64_t count, float *out) {

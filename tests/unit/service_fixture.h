@@ -58,6 +58,10 @@ grpc_byte_buffer *push_req(Psd__V1__PushRequest *r, Psd__V1__Segment *segs,
                            int n, const float *g, size_t ng);
 /* A pull of segs[0..n) (n <= 8) for min_version. */
 grpc_byte_buffer *pull_req(Psd__V1__Segment *segs, int n, uint64_t min_version);
+/* pull_req naming the largest answer the caller accepts (max_answer_bytes;
+ * 0: gRPC's default, as pull_req). */
+grpc_byte_buffer *pull_req_max(Psd__V1__Segment *segs, int n,
+                               uint64_t min_version, uint64_t max_answer);
 /* Bytes as they are, for messages protobuf-c would not write. */
 grpc_byte_buffer *raw(const void *p, size_t n);
 

@@ -33,11 +33,18 @@ START_TEST(push_checks_before_applying) {
        "push to 'w': gradient shape [4, 3] does not match the variable's "
        "shape [4, 2]");
   s[0] = seg("w", 0, 4, 2, shape);
+  /* A wrong data length names the variable and both byte counts. */
   call(p, push_req(&r, s, 1, g, 3), GRPC_STATUS_INVALID_ARGUMENT,
-       "segments describe at least 16 bytes of gradient but the data field "
-       "holds 12");
+       "push to 'w' on shard 0: its 1 segment describes 4 elements, 16 bytes "
+       "of f32 gradient, but the data field holds 12 bytes; send each "
+       "segment's count x 4 bytes");
   call(p, push_req(&r, s, 1, g, 5), GRPC_STATUS_INVALID_ARGUMENT,
-       "segments describe 16 bytes of gradient but the data field holds 20");
+       "push to 'w' on shard 0: its 1 segment describes 4 elements, 16 bytes "
+       "of f32 gradient, but the data field holds 20 bytes");
+  s[1] = seg("b", 0, 3, 1, one); /* and a second variable: both named */
+  call(p, push_req(&r, s, 2, g, 8), GRPC_STATUS_INVALID_ARGUMENT,
+       "push to 'w', 'b' on shard 0: the 2 segments describe 7 elements, 28 "
+       "bytes of f32 gradient, but the data field holds 32 bytes");
   /* Overlapping segments of one variable, in any order. */
   s[0] = seg("w", 2, 2, 2, shape);
   s[1] = seg("b", 0, 3, 1, one);

@@ -76,6 +76,8 @@ int dw_client_read(struct dw_client *c, struct dw_read *reads, int n) {
       req.segments = &sp;
       req.slots = reads[i].slots;
       req.slot = reads[i].slot;
+      /* Answers up to this client's own receive limit come whole. */
+      req.max_answer_bytes = (uint64_t)cm_rpc_max_message();
       calls[k].channel = c->ch[reads[i].shard];
       calls[k].method = "/psd.v1.Data/Pull";
       calls[k].user = &parts[k];

@@ -119,6 +119,8 @@ static grpc_byte_buffer *build_request(struct dw_client *c,
     req.segments = ptrs;
     req.min_version = c->min_version;
     req.gen = c->gen;
+    /* Answers up to this client's own receive limit come whole. */
+    req.max_answer_bytes = (uint64_t)cm_rpc_max_message();
     len = psd__v1__pull_request__get_packed_size(&req);
     if (len > sizeof stack && !(head = malloc(len)))
       goto out;

@@ -60,7 +60,11 @@ struct dw_worker {
   struct dw_client *client; /* owned: the parameter-server client, or NULL */
   float *slots;             /* owned: optimizer slots (standalone only) */
   struct dw_feeder feed;    /* the read-ahead */
-  long total_steps;         /* steps this run will take */
+  long first_step;          /* the first step's index (sync: the step the job
+                               was at when this run joined it), which picks
+                               the first batch; 0 for a fresh job */
+  long total_steps;         /* one past the last step's index: this run
+                               takes steps first_step..total_steps - 1 */
   long steps_done;          /* steps taken */
   uint64_t examples_done;   /* training examples consumed */
   double train_s;           /* wall time of the training loop */

@@ -1,11 +1,15 @@
 /* Everything the worker sets up before its first step, in the order main
  * calls it: the device the model runs on (--device), this worker's share
  * of the data, the spec's model and the variables that view it, and the
- * parameters: declared on the parameter servers and the job joined, or,
- * with --standalone, initialised here with the optimizers psd would use. */
+ * parameters: declared on the parameter servers and the job joined (an
+ * async worker says how far the job has come; a sync one learns its step),
+ * or, with --standalone, initialised here with the optimizers psd would
+ * use. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include <jansson.h>
 
 #include "clock.h"
 #include "device.h"
@@ -182,6 +186,50 @@ static int setup_local_optim(struct dw_worker *w) {
   return 0;
 }
 
+/* Async: says where the job is when this worker starts (it has no step to
+ * join at): the pushes ps:0's variables have taken, from an earlier run or
+ * the checkpoint the shards resumed from, and the other workers training.
+ * A push reaches a large variable in several messages, each counted in its
+ * version, and a small one in one: the fewest any variable held here has
+ * taken is the pushes. Silent for a fresh job; a status call that fails
+ * only loses the line. */
+static void say_async_start(struct dw_worker *w) {
+  char *text = NULL;
+  json_t *doc = NULL, *e;
+  long long pushes = -1, others = 0;
+  size_t i;
+
+  if (dw_client_status(w->client, 0, &text) < 0 ||
+      !(doc = json_loads(text, 0, NULL)))
+    goto out;
+  json_array_foreach(json_object_get(doc, "vars"), i, e) {
+    json_t *rows = json_object_get(e, "rows");
+    long long v = json_integer_value(json_object_get(e, "version"));
+    if (json_integer_value(json_array_get(rows, 0)) ==
+        json_integer_value(json_array_get(rows, 1)))
+      continue; /* no rows here: never pushed to this shard */
+    pushes = pushes < 0 || v < pushes ? v : pushes;
+  }
+  json_array_foreach(json_object_get(doc, "workers"), i, e) {
+    others += json_is_true(json_object_get(e, "live")) &&
+              json_integer_value(json_object_get(e, "worker")) != w->index;
+  }
+  if (pushes <= 0)
+    goto out;
+  if (others == 0)
+    cm_info("resuming: the variables on ps:0 have taken %lld pushes already "
+            "(an earlier run, or the checkpoint the shards resumed from); "
+            "this run trains on from those values",
+            pushes);
+  else
+    cm_info("joined the asynchronous job: the variables on ps:0 have taken "
+            "%lld pushes; %lld other worker%s training",
+            pushes, others, others == 1 ? " is" : "s are");
+out:
+  json_decref(doc);
+  free(text);
+}
+
 /* Connects to the parameter servers, declares the variables and joins the
  * job; or, with --standalone, initialises the parameters here. */
 int dw_setup_params(struct dw_worker *w) {
@@ -232,6 +280,8 @@ int dw_setup_params(struct dw_worker *w) {
   if (w->sync)
     cm_info("joined the synchronous job at step %llu",
             (unsigned long long)w->step);
+  else
+    say_async_start(w);
 out:
   return rc;
 }

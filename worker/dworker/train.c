@@ -8,7 +8,9 @@
  * In sync mode the job may roll back (a shard restarted from its
  * checkpoint) or its coordinator restart; any pull or push may say so, and
  * the worker then goes on from the step the job went back to, which
- * lengthens its run by the steps undone. */
+ * lengthens its run by the steps undone. A sync worker that joins a job
+ * past step 0 says so and goes on from there (plan_resume), or, when the
+ * job is already complete, trains nothing. */
 #include <stdio.h>
 #include <string.h>
 
@@ -171,7 +173,7 @@ static void report_progress(struct dw_worker *w, struct dw_progress *p,
   long spe = w->feed.steps_per_epoch;
   long epochs = (w->total_steps + spe - 1) / spe;
   double now = cm_mono_s(), dt = now - p->since;
-  double per_step = (now - start) / (double)(step + 1);
+  double per_step = (now - start) / (double)(step - w->first_step + 1);
 
   printf("epoch %ld/%ld step %ld/%ld loss %.4f acc %.4f ex/s %.0f eta %.1fs\n",
          step / spe + 1, epochs, step % spe + 1, spe,
@@ -199,6 +201,46 @@ static void clip_grads(struct dw_worker *w, double max_norm) {
     w->max_norm = norm;
 }
 
+/* Sync: where this run starts and ends when the job it joined is past step
+ * 0 (its shards kept or restored an earlier run's steps, or other workers
+ * are training): said, never silent. With --max-steps N the run takes N
+ * steps from there; otherwise the spec's length (job.max_steps, else
+ * job.epochs) is the job's, and the run takes the steps left of it. Either
+ * way it goes on from the batch of the step it joined at, as an unbroken
+ * run would. When no step is left the job is complete: said, and the run
+ * takes none (worker 0 still evaluates the job's parameters). */
+static void plan_resume(struct dw_worker *w) {
+  const struct cm_job *job = &w->spec->job;
+  long at = (long)w->step, len = w->total_steps;
+  /* What set the length (dw_train): job.max_steps when it cut the epochs
+   * short (a --max-steps N > 0 is handled apart). */
+  const char *by = len < (long)job->epochs * w->feed.steps_per_epoch
+                       ? "job.max_steps"
+                       : "job.epochs";
+
+  if (!w->sync || at <= 0)
+    return;
+  w->first_step = at;
+  if (w->args.max_steps > 0) {
+    w->total_steps = at + len;
+    cm_info("resuming from step %ld: this run takes %ld steps (--max-steps), "
+            "to step %ld",
+            at, len, at + len);
+    return;
+  }
+  if (at >= len) {
+    w->total_steps = at;
+    cm_warn("the job is already complete: it is at step %ld, and %s makes it "
+            "%ld steps long; nothing to train (raise %s, or pass --max-steps "
+            "N to train N more)",
+            at, by, len, by);
+    return;
+  }
+  cm_info("resuming from step %ld of %ld: %ld to go, from batch %ld of this "
+          "worker's share",
+          at, len, len - at, at);
+}
+
 /* The training loop: pull, compute, push (or update locally), with the next
  * batch gathered on the thread pool meanwhile. */
 int dw_train(struct dw_worker *w) {
@@ -220,12 +262,14 @@ int dw_train(struct dw_worker *w) {
     w->total_steps = limit;
   cm_info("training: %d epochs of %ld steps of %d examples, %ld steps in all",
           job->epochs, spe, job->batch_size, w->total_steps);
+  plan_resume(w);
 
   start = cm_mono_s();
   prog.since = start;
-  if (w->total_steps > 0 && (rc = dw_batches_queue(w, 0)) < 0)
+  if (w->first_step < w->total_steps &&
+      (rc = dw_batches_queue(w, w->first_step)) < 0)
     goto out;
-  for (t = 0; t < w->total_steps; t++) {
+  for (t = w->first_step; t < w->total_steps; t++) {
     int queued = 0; /* step t + 1's batch is being gathered */
     const float *x;
     const uint8_t *y;
