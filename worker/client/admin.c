@@ -11,7 +11,7 @@
 
 int dw_client_checkpoint(struct dw_client *c, int wait,
                          struct dw_checkpoint *out) {
-  Psd__V1__Caller caller = dw__caller(c);
+  Psd__V1__Caller caller = dw__caller(c, -1);
   Psd__V1__CheckpointRequest req = PSD__V1__CHECKPOINT_REQUEST__INIT;
   struct cm_unary *calls = calloc(c->nshards, sizeof *calls);
   int rc;

@@ -39,7 +39,7 @@ static void on_read(struct cm_unary *u, void *ctx) {
 }
 
 int dw_client_read(struct dw_client *c, struct dw_read *reads, int n) {
-  Psd__V1__Caller caller = dw__caller(c);
+  Psd__V1__Caller caller = dw__caller(c, -1);
   uint64_t per = c->o.chunk_bytes / sizeof(float);
   struct cm_unary *calls = NULL;
   struct read_part *parts = NULL;
