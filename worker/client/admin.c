@@ -39,6 +39,9 @@ int dw_client_checkpoint(struct dw_client *c, int wait,
           calls[s].response, &psd__v1__checkpoint_response__descriptor);
     k->status = calls[s].status;
     snprintf(k->details, sizeof k->details, "%s", calls[s].details);
+    dw__reach_cause(calls[s].status, calls[s].details,
+                    cm_channel_connected(calls[s].channel),
+                    c->o.timeout_ms / 1000.0, k->cause, sizeof k->cause);
     if (k->status == GRPC_STATUS_OK && !resp) {
       k->status = GRPC_STATUS_INTERNAL;
       snprintf(k->details, sizeof k->details, "malformed answer");

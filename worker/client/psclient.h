@@ -206,6 +206,9 @@ struct dw_checkpoint {
   int status;        /* the call's gRPC status (grpc_status_code), 0: OK;
                         INTERNAL "malformed answer" when it was unreadable */
   char details[512]; /* the status message, "" when none */
+  char cause[512];   /* when the shard was not reached or refused this
+                        client (a wrong token): why, in words ("connection
+                        refused (nothing listens there?)"); else "" */
   int written;       /* 1: written before the answer (wait); 0: queued */
   uint64_t step;     /* the step the checkpoint holds */
   uint64_t bytes;    /* written: its size */

@@ -91,12 +91,22 @@ int dw_client_read(struct dw_client *c, struct dw_read *reads, int n) {
     struct dw_read *r = parts[i].r;
     if (calls[i].status == GRPC_STATUS_OK || r->rc)
       continue;
+    char cause[512];
     r->rc = cm_rpc_status_rc(calls[i].status);
-    snprintf(r->err, sizeof r->err,
-             "read of '%s' from ps:%d (%s) failed: %s: %s", r->name, r->shard,
-             cm_channel_target(calls[i].channel),
-             cm_rpc_status_name(calls[i].status),
-             calls[i].details[0] ? calls[i].details : "(no message)");
+    if (dw__reach_cause(calls[i].status, calls[i].details,
+                        cm_channel_connected(calls[i].channel),
+                        c->o.timeout_ms / 1000.0, cause, sizeof cause))
+      snprintf(r->err, sizeof r->err,
+               "read of '%s' from ps:%d (%s) failed: %s [%s: %s]", r->name,
+               r->shard, cm_channel_target(calls[i].channel), cause,
+               cm_rpc_status_name(calls[i].status),
+               calls[i].details[0] ? calls[i].details : "no message");
+    else
+      snprintf(r->err, sizeof r->err,
+               "read of '%s' from ps:%d (%s) failed: %s: %s", r->name, r->shard,
+               cm_channel_target(calls[i].channel),
+               cm_rpc_status_name(calls[i].status),
+               calls[i].details[0] ? calls[i].details : "(no message)");
     if (!rc)
       rc = r->rc; /* on_read turned it into a failure after the run */
   }
