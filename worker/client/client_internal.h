@@ -38,7 +38,8 @@ struct dw__piece {
 struct dw__outage {
   double since;            /* cm_mono_ms() when it became unreachable, 0
                               while it answers */
-  double said;             /* cm_mono_ms() when the wait was last said */
+  double said;             /* cm_mono_ms() when the wait was last said, 0:
+                              not yet */
   grpc_status_code status; /* its last failure's status */
   char details[512];       /* that failure's message from gRPC */
   char cause[512];         /* that failure in words (dw__reach_cause) */
@@ -104,6 +105,7 @@ struct dw_client {
   struct dw__outage *out; /* owned, per shard: its outage, if any */
   int starting;           /* 1 while declare waits for the shards to come up
                              (budget connect_timeout_ms, not retry_ms) */
+  double wait_from;       /* starting: cm_mono_ms() when declare began */
   int call_timeout_ms;    /* the deadline of dw__run's calls under way */
   uint64_t rng;           /* jitter generator state */
   struct dw_client_stats stats; /* calls, failures, retries, outages */

@@ -8,8 +8,10 @@
  * a shard that cannot be reached fails it at once with gRPC's reason
  * (connection refused, no route, a TLS handshake), and one whose channel is
  * not connected yet gets PROBE_MS to answer, so that a host that drops the
- * packets is said within 2 s too. Each is said at once and every 10 s, and
- * sent again until it answers or connect_timeout_ms has passed. A shard's
+ * packets is said within 2 s too. Each is said after a second (a shard
+ * started beside its workers, as pslaunch does, is usually up by then) and
+ * every 10 s, and sent again until it answers or connect_timeout_ms has
+ * passed. A shard's
  * answer carries its process's boot id, sent back with every later call to
  * it (a shard that restarted without a checkpoint refuses the old one). */
 #include "client_internal.h"
@@ -17,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "clock.h"
 #include "err.h"
 #include "shard.h"
 
@@ -40,6 +43,7 @@ static int declare_everywhere(struct dw_client *c,
   }
   memset(pending, 1, c->nshards);
   c->starting = 1;
+  c->wait_from = cm_mono_ms();
   for (int attempt = 0; left > 0; attempt++) {
     int n = 0, fatal = 0;
     for (int s = 0; s < c->nshards; s++) {
@@ -56,8 +60,7 @@ static int declare_everywhere(struct dw_client *c,
         calls[n].timeout_ms = PROBE_MS;
       n++;
     }
-    rc =
-        dw__run(c, calls, n, "declare", c->o.connect_timeout_ms, 0, NULL, NULL);
+    dw__run(c, calls, n, "declare", c->o.connect_timeout_ms, 0, NULL, NULL);
     memset(down, 0, c->nshards);
     for (int k = 0; k < n; k++) {
       struct cm_unary *u = &calls[k];
@@ -72,9 +75,10 @@ static int declare_everywhere(struct dw_client *c,
         pending[s] = 0;
         left--;
       } else if (!dw__retryable(u->status)) {
-        if (!fatal)
+        if (!fatal) {
           dw__call_error(c, "declare", u);
-        fatal = 1;
+          fatal = cm_rpc_status_rc(u->status);
+        }
       } else if (u->status == GRPC_STATUS_DEADLINE_EXCEEDED &&
                  u->timeout_ms > 0 && cm_channel_connected(u->channel)) {
         /* It connected, and is creating variables: no outage, the next
@@ -85,11 +89,8 @@ static int declare_everywhere(struct dw_client *c,
       }
       cm_unary_release(u);
     }
-    rc = 0;
-    if (fatal) {
-      rc = CM_ERPC;
+    if ((rc = fatal))
       break;
-    }
     if (left > 0 &&
         (rc = dw__retry_wait(c, down, c->nshards, attempt + 1, "declare")))
       break;

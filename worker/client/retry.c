@@ -5,7 +5,7 @@
  * "Waiting"):
  *
  *   ps:0 (127.0.0.1:1) not reachable: connection refused (nothing listens
- *     there?); waiting up to 60 s for it              (declare, at once)
+ *     there?); waiting up to 60 s for it              (declare, after 1 s)
  *   ps:1 (...) unreachable (UNAVAILABLE: ...): connection refused (...);
  *     retrying for up to 120 s                         (later calls)
  *   still waiting for ps:0 (127.0.0.1:1): connection refused (...); 10 s
@@ -35,6 +35,9 @@
 #define BACKOFF_MAX_MS 2000
 /* How often a wait is said again. */
 #define SAY_EVERY_MS 10000
+/* How long declare waits quietly for a shard still starting (one started
+ * beside its workers, as pslaunch does, is usually up by then). */
+#define QUIET_START_MS 1000
 
 /* Whether a call that ended with st may succeed when sent again: the shard
  * is down or restarting (UNAVAILABLE), did not answer in time (stopped,
@@ -148,32 +151,36 @@ static void note_cause(struct dw_client *c, int s, const struct cm_unary *u) {
 }
 
 /* A call to shard s failed retryably: the outage starts now unless it is
- * already on, and is said at once. */
+ * already on, and is said at once; while declaring, once the shard has had
+ * QUIET_START_MS to come up (dw__say_waiting). */
 void dw__shard_down(struct dw_client *c, int s, const struct cm_unary *u) {
   struct dw__outage *o = &c->out[s];
   note_cause(c, s, u);
   if (o->since > 0)
     return;
-  o->since = o->said = cm_mono_ms();
+  o->since = cm_mono_ms();
+  o->said = 0;
   c->stats.outages++;
   if (budget_ms(c) <= 0)
     return; /* no wait: the caller's error says it all */
-  if (c->starting)
-    cm_warn("ps:%d (%s) not reachable: %s; waiting up to %.0f s for it", s,
-            c->spec->ps[s].text, o->cause, budget_ms(c) / 1000);
-  else
-    cm_warn("ps:%d (%s) unreachable (%s: %s): %s; retrying for up to %.0f s", s,
-            c->spec->ps[s].text, cm_rpc_status_name(u->status),
-            u->details[0] ? u->details : "no message", o->cause,
-            budget_ms(c) / 1000);
+  if (c->starting) {
+    dw__say_waiting(c);
+    return;
+  }
+  o->said = o->since;
+  cm_warn("ps:%d (%s) unreachable (%s: %s): %s; retrying for up to %.0f s", s,
+          c->spec->ps[s].text, cm_rpc_status_name(u->status),
+          u->details[0] ? u->details : "no message", o->cause,
+          budget_ms(c) / 1000);
 }
 
-/* A call to shard s succeeded: an outage ends, and is said so. */
+/* A call to shard s succeeded: an outage ends, and is said so when it was
+ * said to begin. */
 void dw__shard_up(struct dw_client *c, int s) {
   struct dw__outage *o = &c->out[s];
   if (o->since <= 0)
     return;
-  if (budget_ms(c) > 0)
+  if (budget_ms(c) > 0 && o->said > 0)
     cm_info("ps:%d (%s) %s after %.1f s", s, c->spec->ps[s].text,
             c->starting ? "answered" : "back",
             (cm_mono_ms() - o->since) / 1000);
@@ -187,7 +194,17 @@ void dw__say_waiting(void *ctx) {
     return;
   for (int s = 0; s < c->nshards; s++) {
     struct dw__outage *o = &c->out[s];
-    if (o->since <= 0 || now - o->said < SAY_EVERY_MS)
+    if (o->since <= 0)
+      continue;
+    if (o->said <= 0) { /* declare's first line */
+      if (now - c->wait_from < QUIET_START_MS)
+        continue;
+      o->said = now;
+      cm_warn("ps:%d (%s) not reachable: %s; waiting up to %.0f s for it", s,
+              c->spec->ps[s].text, o->cause, budget_ms(c) / 1000);
+      continue;
+    }
+    if (now - o->said < SAY_EVERY_MS)
       continue;
     o->said = now;
     cm_warn("still waiting for ps:%d (%s): %s; %.0f s of up to %.0f s", s,
