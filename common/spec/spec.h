@@ -113,8 +113,8 @@ struct cm_job {
    * counted */
   char nonfinite[8];
   /* "job.retry_s" >= 0, default 120: how long a worker retries calls to a
-   * shard that fails UNAVAILABLE or DEADLINE_EXCEEDED (down, restarting,
-   * stopped, cut off) before giving up; 0: never retry */
+   * shard that fails UNAVAILABLE, DEADLINE_EXCEEDED or CANCELLED (down,
+   * restarting, stopped, cut off) before giving up; 0: never retry */
   double retry_s;
 };
 
