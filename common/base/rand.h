@@ -1,7 +1,8 @@
 /* splitmix64 (Steele, Lea and Flood, 2014), the one generator of psd: the
  * initial values (counter-based, vars/init.c), the data order (dworker's
- * shuffle), the client's id and retry jitter, and the hash of the push-dedup
- * table. Inline: init.c and dedup.c call it once per element or lookup. */
+ * shuffle), the client's retry jitter, and the hash of the push-dedup
+ * table. Inline: init.c and dedup.c call it once per element or lookup.
+ * Also random ids (rand.c). */
 #ifndef CM_RAND_H
 #define CM_RAND_H
 
@@ -29,5 +30,10 @@ static inline uint64_t cm_splitmix64(uint64_t *state) {
 static inline uint64_t cm_splitmix64_at(uint64_t x) {
   return cm_mix64(x + CM_SPLITMIX64_GAMMA);
 }
+
+/* A random id, never 0 (which means "none" on the wire): the kernel's
+ * random bytes, or the time, the process and salt (any address) mixed when
+ * those fail. rand.c. */
+uint64_t cm_random_id(const void *salt);
 
 #endif

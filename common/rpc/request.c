@@ -1,4 +1,5 @@
-/* Taking a request: decode, check the caller's job, refuse (request.h). */
+/* Taking a request: decode, check the caller's job, its spec and the shard
+ * process it trained on, refuse (request.h). */
 #include "request.h"
 
 #include <stdarg.h>
@@ -32,6 +33,76 @@ void cm_request_refuse(const struct cm_request_host *host,
     host->refuse(host->ctx, call, code, msg);
   else
     cm_rpc_fail(call, code, "%s", msg);
+}
+
+/* "1 shard", "2 workers". */
+static const char *plural(int n, const char *one, const char *many) {
+  return n == 1 ? one : many;
+}
+
+/* A caller whose cluster spec differs from this server's (another address
+ * list, other counts): refused before its request can fail on something
+ * that only the difference explains (a placement, a missing variable).
+ * Returns 0 or refuses the call and returns -1. */
+static int check_spec(const struct cm_request_host *host,
+                      struct cm_rpc_call *call, const Psd__V1__Caller *caller) {
+  const struct cm_request_self *me = host->self;
+  const char *who =
+      caller->worker && caller->worker[0] ? caller->worker : "the caller";
+  if (!me || !me->spec_fp || !caller->spec_fp || caller->spec_fp == me->spec_fp)
+    return 0;
+  cm_request_refuse(
+      host, call, GRPC_STATUS_FAILED_PRECONDITION,
+      "the %s's and the shard's cluster specs differ: %.64s's spec lists %d "
+      "%s and %d %s, ps:%d's lists %d %s and %d %s%s (job '%s'); start every "
+      "task from the same spec",
+      !strncmp(who, "worker", 6)    ? "worker"
+      : !strcmp(who, "coordinator") ? "coordinator"
+                                    : "caller",
+      who, caller->spec_ps, plural(caller->spec_ps, "shard", "shards"),
+      caller->spec_workers, plural(caller->spec_workers, "worker", "workers"),
+      me->shard, me->nps, plural(me->nps, "shard", "shards"), me->nworkers,
+      plural(me->nworkers, "worker", "workers"),
+      caller->spec_ps == me->nps && caller->spec_workers == me->nworkers
+          ? " too, at other addresses"
+          : "",
+      host->job);
+  return -1;
+}
+
+/* A caller that trained on an earlier process of this shard (its boot id
+ * differs) when this one started from nothing: what it trained here is
+ * gone, and going on would train on freshly initialised values. A shard
+ * that resumed from a checkpoint holds the job's values (up to that
+ * checkpoint), so its callers go on. Returns 0 or refuses the call and
+ * returns -1. */
+static int check_boot(const struct cm_request_host *host,
+                      struct cm_rpc_call *call, const Psd__V1__Caller *caller) {
+  const struct cm_request_self *me = host->self;
+  const char *who =
+      caller->worker && caller->worker[0] ? caller->worker : "the caller";
+  if (!me || !me->boot || !caller->boot || caller->boot == me->boot ||
+      me->resumed)
+    return 0;
+  if (me->ckpt_dir && me->ckpt_dir[0])
+    cm_request_refuse(
+        host, call, GRPC_STATUS_FAILED_PRECONDITION,
+        "ps:%d restarted without a checkpoint: the parameters %.64s trained "
+        "there are lost (this is a new psd process, and it found no "
+        "checkpoint in %.512s); a restarted shard resumes from the newest "
+        "checkpoint in job.checkpoint.dir: keep that directory across "
+        "restarts, and write checkpoints before a restart can cost them "
+        "(job.checkpoint.every_steps, every_s)",
+        me->shard, who, me->ckpt_dir);
+  else
+    cm_request_refuse(
+        host, call, GRPC_STATUS_FAILED_PRECONDITION,
+        "ps:%d restarted without a checkpoint: the parameters %.64s trained "
+        "there are lost (this is a new psd process that started from "
+        "nothing); set job.checkpoint.dir in the spec so that a restarted "
+        "shard resumes from its newest checkpoint",
+        me->shard, who);
+  return -1;
 }
 
 ProtobufCMessage *cm_request_open(const struct cm_request_host *host,
@@ -74,6 +145,8 @@ ProtobufCMessage *cm_request_open(const struct cm_request_host *host,
                       caller->job, host->name, host->job);
     goto refused;
   }
+  if (check_spec(host, call, caller) || check_boot(host, call, caller))
+    goto refused;
   return msg;
 refused:
   protobuf_c_message_free_unpacked(msg, NULL);

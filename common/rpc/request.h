@@ -10,15 +10,39 @@
  *                        (malformed protobuf)"
  *   INVALID_ARGUMENT     "Pull: caller.job is missing; every request names
  *                        its job (this shard serves job 'x')"
- *   FAILED_PRECONDITION  "Pull for job 'y' reached shard 1 of job 'x'" */
+ *   FAILED_PRECONDITION  "Pull for job 'y' reached shard 1 of job 'x'"
+ * and, for a server that says who it is (host->self):
+ *   FAILED_PRECONDITION  "the worker's and the shard's cluster specs differ:
+ *                        worker:0's spec lists 2 shards and 2 workers,
+ *                        ps:0's lists 1 shard and 2 workers (job 'x'); ..."
+ *   FAILED_PRECONDITION  "ps:0 restarted without a checkpoint: the
+ *                        parameters worker:1 trained there are lost ...;
+ *                        set job.checkpoint.dir ..." */
 #ifndef CM_REQUEST_H
 #define CM_REQUEST_H
+
+#include <stdint.h>
 
 #include <grpc/grpc.h>
 #include <protobuf-c/protobuf-c.h>
 
 #include "rpc_server.h"
 #include "wire.h"
+
+/* Who a psd process is beyond its job, for the checks every caller gets
+ * (docs/faults.md): a caller whose cluster spec differs (Caller.spec_fp)
+ * is refused, and so is one that trained on an earlier process of this
+ * shard (Caller.boot) when this one did not resume from a checkpoint. */
+struct cm_request_self {
+  int shard;            /* this shard's index: "ps:1" in refusals */
+  uint64_t spec_fp;     /* cm_spec_fingerprint of its spec; 0: not checked */
+  int nps;              /* shards in its spec, named in a refusal */
+  int nworkers;         /* workers in its spec, likewise */
+  uint64_t boot;        /* this process's random id; 0: not checked */
+  int resumed;          /* 1: it restored a checkpoint when it started */
+  const char *ckpt_dir; /* its checkpoint directory, "" when checkpoints
+                           are off; borrowed */
+};
 
 /* How a server names itself in refusals, and how it answers them. */
 struct cm_request_host {
@@ -31,6 +55,10 @@ struct cm_request_host {
   void (*refuse)(void *ctx, struct cm_rpc_call *call, grpc_status_code code,
                  const char *msg);
   void *ctx; /* passed to refuse */
+  /* Checked against every caller's spec fingerprint and boot id; NULL:
+   * only the job is checked (unit tests, the fuzzer). Borrowed: it must
+   * outlive the server. */
+  const struct cm_request_self *self;
 };
 
 /* Fills host: the job and noun are borrowed, name is formatted. */
@@ -43,8 +71,9 @@ void cm_request_host_init(struct cm_request_host *host, const char *job,
  * in the received slices (read them with cm_wire_bulk_read; release wire
  * with cm_wire_msg_release in every case, once the bytes are read); without
  * it the message is read whole. A message with a `caller` field must name
- * host->job there. Returns the message, owned by the caller (free it with
- * cm_request_free), or answers the call and returns NULL. */
+ * host->job there, and pass the checks of host->self (when set). Returns the
+ * message, owned by the caller (free it with cm_request_free), or answers the
+ * call and returns NULL. */
 ProtobufCMessage *cm_request_open(const struct cm_request_host *host,
                                   struct cm_rpc_call *call,
                                   grpc_byte_buffer *bb,

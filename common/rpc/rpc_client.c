@@ -20,6 +20,9 @@ struct cm_channel {
   char target[300];      /* "host:port" */
   grpc_metadata auth;    /* "authorization: Bearer ..." sent with every call */
   int nauth;             /* 1 when auth is set */
+  int on_fd;             /* 1: made over a connected socket (no connectivity
+                            state: gRPC's fd channels are not client
+                            channels) */
 };
 
 /* Sets the bearer token sent with every call on ch, if any. */
@@ -44,6 +47,7 @@ static int new_channel(struct cm_channel **out, const char *target, int fd,
   if (!ch)
     return CM_ENOMEM;
   snprintf(ch->target, sizeof ch->target, "%s", target);
+  ch->on_fd = fd >= 0;
   cm__rpc_build_args(args, &cargs.num_args, 0);
   if (fd < 0 && creds && creds->tls) {
     grpc_ssl_pem_key_cert_pair pair = {creds->key_pem, creds->cert_pem};
@@ -89,12 +93,19 @@ const char *cm_channel_target(const struct cm_channel *ch) {
   return ch->target;
 }
 
+int cm_channel_connected(struct cm_channel *ch) {
+  /* A socket channel was connected when made, and never reconnects. */
+  return ch->on_fd || grpc_channel_check_connectivity_state(ch->channel, 0) ==
+                          GRPC_CHANNEL_READY;
+}
+
 static int start_unary(struct cm_unary *u, grpc_completion_queue *cq,
                        const struct cm_run_opts *o) {
   grpc_op ops[6];
-  gpr_timespec deadline =
-      gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
-                   gpr_time_from_millis(o->timeout_ms, GPR_TIMESPAN));
+  gpr_timespec deadline = gpr_time_add(
+      gpr_now(GPR_CLOCK_MONOTONIC),
+      gpr_time_from_millis(u->timeout_ms > 0 ? u->timeout_ms : o->timeout_ms,
+                           GPR_TIMESPAN));
   memset(ops, 0, sizeof ops);
   grpc_metadata_array_init(&u->md_initial);
   grpc_metadata_array_init(&u->md_trailing);
@@ -184,8 +195,14 @@ int cm_client_run(struct cm_unary *calls, int n, const struct cm_run_opts *o) {
     }
     if (done >= n)
       break;
-    grpc_event ev = grpc_completion_queue_next(
-        cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+    gpr_timespec until =
+        o->tick && o->tick_ms > 0
+            ? gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
+                           gpr_time_from_millis(o->tick_ms, GPR_TIMESPAN))
+            : gpr_inf_future(GPR_CLOCK_REALTIME);
+    grpc_event ev = grpc_completion_queue_next(cq, until, NULL);
+    if (ev.type == GRPC_QUEUE_TIMEOUT && o->tick)
+      o->tick(o->tick_ctx);
     if (ev.type != GRPC_OP_COMPLETE)
       continue;
     struct cm_unary *u = ev.tag;

@@ -27,6 +27,10 @@ int cm_channel_new_fd(struct cm_channel **out, const char *target, int fd,
                       const struct cm_creds *creds);
 void cm_channel_free(struct cm_channel *ch);
 const char *cm_channel_target(const struct cm_channel *ch);
+/* 1 when ch is connected now (gRPC's READY; always for a channel made over
+ * a socket), else 0: a call that failed on a channel that is not never
+ * reached its server. */
+int cm_channel_connected(struct cm_channel *ch);
 
 struct cm_unary;
 /* Called as each call completes, on the thread running cm_client_run. */
@@ -39,6 +43,8 @@ struct cm_unary {
   const char *method;         /* full path; must outlive the call */
   grpc_byte_buffer *request;  /* owned by the call: destroyed when sent */
   void *user;                 /* the caller's; untouched */
+  int timeout_ms;             /* > 0: this call's deadline instead of the
+                                 run's */
   grpc_status_code status;    /* result status */
   char details[512];          /* the status message, "" when none */
   grpc_byte_buffer *response; /* owned by the caller after done (may be NULL) */
@@ -59,6 +65,10 @@ struct cm_run_opts {
   void *ctx;          /* passed to done */
   grpc_completion_queue *cq; /* a queue to reuse (NULL: one per run); empty
                                 again when the run returns */
+  int tick_ms; /* > 0: tick(tick_ctx) runs about this often while calls
+                  are in flight (a client says what it is waiting for) */
+  void (*tick)(void *tick_ctx); /* NULL: none */
+  void *tick_ctx;               /* passed to tick */
 };
 
 /* Runs calls[0..n): starts up to `inflight` per channel at once, keeps them

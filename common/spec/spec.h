@@ -9,7 +9,7 @@
  * addr.c (cluster), task.c (task, TF_CONFIG), job.c and job_optim.c (job,
  * auth), jcheck.c (typed JSON reads) and errs.c (the mistakes), whose
  * shared internals have headers of their own; addr_local.c says whether an
- * address is this host. */
+ * address is this host, fingerprint.c tells two specs' clusters apart. */
 #ifndef CM_SPEC_H
 #define CM_SPEC_H
 
@@ -117,8 +117,8 @@ struct cm_job {
    * counted */
   char nonfinite[8];
   /* "job.retry_s" >= 0, default 120: how long a worker retries calls to a
-   * shard that fails UNAVAILABLE or DEADLINE_EXCEEDED (down, restarting,
-   * stopped, cut off) before giving up; 0: never retry */
+   * shard that fails UNAVAILABLE, DEADLINE_EXCEEDED or CANCELLED (down,
+   * restarting, stopped, cut off) before giving up; 0: never retry */
   double retry_s;
 };
 
@@ -185,6 +185,12 @@ int cm_spec_resolve_task(struct cm_spec *spec, const char *cli, char *err,
 
 /* "ps" or "worker". */
 const char *cm_task_type_name(enum cm_task_type type);
+
+/* A fingerprint of what every task of a job must agree on: the job's name
+ * and the cluster's shard and worker addresses, in order, as written
+ * (fingerprint.c). Never 0. Specs that differ only in other settings (the
+ * task, training settings, auth) have the same one. */
+uint64_t cm_spec_fingerprint(const struct cm_spec *spec);
 
 /* Returns 1 when the host names this machine (localhost, 127.0.0.0/8, ::1,
  * this host's name or one of its interface addresses), else 0. */

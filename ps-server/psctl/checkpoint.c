@@ -24,6 +24,20 @@ static const char *status_name(int status) {
   return cm_rpc_status_name((grpc_status_code)status);
 }
 
+/* Says on stderr why shard s failed: the cause in words where the client
+ * found one (not reached, a wrong token), then the status and message. */
+static void say_failure(const struct psctl *p, int s,
+                        const struct dw_checkpoint *k) {
+  const char *down = is_down(k->status) ? " is down" : "";
+  if (k->cause[0])
+    fprintf(stderr, "psctl: ps:%d (%s)%s: %s [%s: %s]\n", s,
+            p->spec->ps[s].text, down, k->cause, status_name(k->status),
+            k->details);
+  else
+    fprintf(stderr, "psctl: ps:%d (%s)%s: %s: %s\n", s, p->spec->ps[s].text,
+            down, status_name(k->status), k->details);
+}
+
 /* The answers as one JSON document. */
 static int print_answers_json(const struct psctl *p,
                               const struct dw_checkpoint *k) {
@@ -89,13 +103,8 @@ int psctl_cmd_checkpoint(struct psctl *p) {
     goto out;
   }
   for (int s = 0; s < spec->nps; s++) {
-    if (is_down(k[s].status)) {
-      fprintf(stderr, "psctl: ps:%d (%s) is down: %s: %s\n", s,
-              spec->ps[s].text, status_name(k[s].status), k[s].details);
-      bad++;
-    } else if (k[s].status) {
-      fprintf(stderr, "psctl: ps:%d (%s): %s: %s\n", s, spec->ps[s].text,
-              status_name(k[s].status), k[s].details);
+    if (k[s].status) {
+      say_failure(p, s, &k[s]);
       bad++;
     }
   }

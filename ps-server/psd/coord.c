@@ -96,6 +96,11 @@ void psd_coord_resume(struct psd_coord *c, uint64_t step) {
   pthread_mutex_unlock(&c->lock);
 }
 
+void psd_coord_set_self(struct psd_coord *c,
+                        const struct cm_request_self *self) {
+  c->host.self = self;
+}
+
 int psd_coord_start(struct psd_coord *c) {
   if (pthread_create(&c->thread, NULL, psd__coord_commit_thread, c) != 0)
     return CM_ESYS;

@@ -61,6 +61,12 @@ int psd_coord_new(struct psd_coord **out, const struct cm_spec *spec);
  * admission is `step` (shard 0's steps committed). Call before serving. */
 void psd_coord_resume(struct psd_coord *c, uint64_t step);
 
+/* Checks every caller against self (request.h: the spec's fingerprint, the
+ * boot id); borrowed, it must outlive c. Call before serving. */
+struct cm_request_self;
+void psd_coord_set_self(struct psd_coord *c,
+                        const struct cm_request_self *self);
+
 /* Starts the commit thread. */
 int psd_coord_start(struct psd_coord *c);
 

@@ -27,6 +27,9 @@ Psd__V1__Caller psd__coord_caller(const struct psd_coord *c) {
   Psd__V1__Caller caller = PSD__V1__CALLER__INIT;
   caller.job = (char *)c->spec->job.name;
   caller.worker = "coordinator";
+  caller.spec_fp = cm_spec_fingerprint(c->spec);
+  caller.spec_ps = c->spec->nps;
+  caller.spec_workers = c->spec->nworker;
   return caller;
 }
 

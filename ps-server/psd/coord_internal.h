@@ -147,8 +147,9 @@ void psd__coord_reply_redirect(struct psd_coord *c, struct cm_rpc_call *call,
 /* The commit thread (psd_coord_start): arg is the coordinator. */
 void *psd__coord_commit_thread(void *arg);
 
-/* The identity the coordinator's calls to the shards carry: the job, and
- * "coordinator" as the worker. Points into c's spec. */
+/* The identity the coordinator's calls to the shards carry: the job,
+ * "coordinator" as the worker, and its spec's fingerprint and counts.
+ * Points into c's spec. */
 Psd__V1__Caller psd__coord_caller(const struct psd_coord *c);
 
 /* Fills calls[] with one call of method carrying msg to every shard not yet

@@ -13,6 +13,7 @@
 
 #include "auth.h"
 #include "ckpt.h"
+#include "request.h"
 #include "rpc_server.h"
 #include "service.h"
 
@@ -55,7 +56,10 @@ struct psd_server {
   struct psd_counters last;            /* counters at the previous stats line */
   struct psd_counters status_last;     /* counters at the previous STATUS= */
   uint64_t status_at;                  /* uv_now() of the previous STATUS= */
-  int stop_signal; /* the signal that asked us to stop, or 0 */
+  int stop_signal;             /* the signal that asked us to stop, or 0 */
+  struct cm_request_self self; /* who this process is (its spec's
+                                  fingerprint, its random boot id, whether it
+                                  resumed), checked against every caller */
 
   /* Checkpoints. */
   char ckpt_root[1024];          /* --checkpoint-dir, "" when not given */

@@ -373,6 +373,7 @@ int psd_saver_new(struct psd_saver **out, const struct psd_saver_opts *o) {
   s->dedup = o->steps ? NULL : o->dedup; /* ckpt.h: sync saves none */
   snprintf(s->job, sizeof s->job, "%s", o->job);
   cm_request_host_init(&s->host, s->job, "shard", "a shard");
+  s->host.self = o->self;
   s->every_steps = o->every_steps;
   s->every_s = o->every_s;
   atomic_store(&s->applied, o->step);

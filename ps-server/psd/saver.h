@@ -28,6 +28,8 @@
 #include "store.h"
 
 /* What the saver works on (all borrowed; they must outlive it). */
+struct cm_request_self; /* request.h */
+
 struct psd_saver_opts {
   struct psd_ckpt *ckpt;   /* NULL: checkpoints are off (the RPC says so) */
   struct psd_store *store; /* the shard's variables */
@@ -40,6 +42,8 @@ struct psd_saver_opts {
   uint64_t step;           /* async: pushes applied before (restored) */
   const struct psd_ckpt_result *resumed; /* the checkpoint restored, or NULL;
                                             status shows it until the next */
+  const struct cm_request_self *self;    /* checked against every caller
+                                            (request.h), or NULL; borrowed */
 };
 
 /* How many checkpoint steps status lists. */

@@ -99,6 +99,11 @@ void psd_service_set_limits(struct psd_service *svc,
         pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page : UINT64_MAX;
 }
 
+void psd_service_set_self(struct psd_service *svc,
+                          const struct cm_request_self *self) {
+  svc->host.self = self;
+}
+
 void psd_service_set_coord(struct psd_service *svc, struct psd_coord *coord) {
   svc->coord = coord;
 }

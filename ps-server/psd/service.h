@@ -56,6 +56,13 @@ struct psd_limits {
 void psd_service_set_limits(struct psd_service *svc,
                             const struct psd_limits *l);
 
+/* Checks every caller against self (request.h: the spec's fingerprint, the
+ * boot id), which Declare and Status also report. self is borrowed and must
+ * outlive svc; NULL (the default): only the job is checked. */
+struct cm_request_self;
+void psd_service_set_self(struct psd_service *svc,
+                          const struct cm_request_self *self);
+
 /* Lets Status report the coordinator's view (shard 0). */
 struct psd_coord;
 void psd_service_set_coord(struct psd_service *svc, struct psd_coord *coord);

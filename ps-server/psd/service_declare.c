@@ -255,6 +255,8 @@ void psd__on_declare(struct cm_rpc_call *call, grpc_byte_buffer *bb,
   }
   resp.n_slices = req->n_vars;
   resp.slices = ptrs;
+  /* The caller sends it back with every call (request.h, check_boot). */
+  resp.boot = svc->host.self ? svc->host.self->boot : 0;
   cm_rpc_reply(call, cm_rpc_pack(&resp.base));
 out:
   free(slices);

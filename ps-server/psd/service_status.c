@@ -107,6 +107,7 @@ void psd__on_status(struct cm_rpc_call *call, grpc_byte_buffer *bb, void *ctx) {
   fill_hist(&sh[1], "pull_seconds", counts[1], sums[1]);
   resp.n_histograms = 2;
   resp.histograms = shp;
+  resp.boot = svc->host.self ? svc->host.self->boot : 0;
   {
     struct psd_dedup_stats ds;
     psd_dedup_stats(svc->dedup, &ds);

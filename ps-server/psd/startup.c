@@ -14,6 +14,7 @@
 #include "err.h"
 #include "local.h"
 #include "log.h"
+#include "rand.h"
 #include "saver.h"
 #include "spec.h"
 #include "steps.h"
@@ -86,6 +87,21 @@ enum psd_exit psd_server_restore(struct psd_server *srv) {
   return PSD_EXIT_OK;
 }
 
+/* Who this process is, for the checks every caller gets (request.h): its
+ * spec's fingerprint and counts, a random boot id (new at every start, never
+ * 0), and whether it resumed from a checkpoint; a caller that trained on an
+ * earlier process of this shard is refused when it did not. */
+static void fill_self(struct psd_server *srv) {
+  srv->self = (struct cm_request_self){
+      .shard = srv->shard,
+      .spec_fp = cm_spec_fingerprint(srv->spec),
+      .nps = srv->spec->nps,
+      .nworkers = srv->spec->nworker,
+      .boot = cm_random_id(srv),
+      .resumed = srv->resume.path[0] != 0,
+      .ckpt_dir = srv->ckpt ? psd_ckpt_dir(srv->ckpt) : ""};
+}
+
 /* Creates the checkpoint saver over the service's store and steps, and
  * continues the restored step. Returns 0 or CM_ENOMEM. */
 static int attach_saver(struct psd_server *srv) {
@@ -99,7 +115,8 @@ static int attach_saver(struct psd_server *srv) {
                              .every_steps = job->ckpt_every_steps,
                              .every_s = job->ckpt_every_s,
                              .step = steps ? 0 : srv->resume.step,
-                             .resumed = &srv->resume};
+                             .resumed = &srv->resume,
+                             .self = &srv->self};
   /* Only a store restored from a checkpoint continues a job. */
   if (steps && srv->resume.path[0])
     psd_steps_resume(steps, srv->resume.step);
@@ -120,6 +137,7 @@ enum psd_exit psd_server_open(struct psd_server *srv) {
   char err[512];
   int n, nc = 0, ns = 0, rc;
 
+  fill_self(srv);
   /* The store may come from a checkpoint already (psd_server_restore). */
   if ((!srv->store &&
        psd_store_new(&srv->store, srv->shard, srv->spec->nps, &job->optim)) ||
@@ -128,6 +146,7 @@ enum psd_exit psd_server_open(struct psd_server *srv) {
     cm_error("out of memory");
     return PSD_EXIT_FAILED;
   }
+  psd_service_set_self(srv->service, &srv->self);
   /* So is the table of pushes its values hold: their retries stay
    * duplicates. Before the saver, which saves the service's table. */
   if (srv->dedup) {
@@ -157,6 +176,7 @@ enum psd_exit psd_server_open(struct psd_server *srv) {
       cm_error("cannot start the coordinator");
       return PSD_EXIT_FAILED;
     }
+    psd_coord_set_self(srv->coord, &srv->self);
     psd_service_set_coord(srv->service, srv->coord);
     psd_saver_set_cut(srv->saver, name_cut, srv->coord);
     methods = psd_coord_methods(srv->coord, &nc);

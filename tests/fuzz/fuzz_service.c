@@ -18,6 +18,7 @@
 #include "err.h"
 #include "fuzz_input.h"
 #include "log.h"
+#include "request.h"
 #include "rpc.h"
 #include "rpc_server.h"
 #include "saver.h"
@@ -150,10 +151,22 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                             : cfg & FUZZ_APPLY ? PSD_NONFINITE_APPLY
                                                : PSD_NONFINITE_REJECT,
                .max_held = FUZZ_MAX_HELD});
-  if (coord)
+  /* Who the shard is (request.h): a caller naming another spec or an
+   * earlier process of it is refused, so the bytes reach both checks. */
+  static const struct cm_request_self self = {.spec_fp = 0x5eed,
+                                              .nps = 2,
+                                              .nworkers = 2,
+                                              .boot = 0xb007,
+                                              .ckpt_dir = ""};
+  psd_service_set_self(svc, &self);
+  if (coord) {
+    psd_coord_set_self(coord, &self);
     psd_service_set_coord(svc, coord);
-  struct psd_saver_opts so = {
-      .store = store, .steps = psd_service_steps(svc), .job = "f"};
+  }
+  struct psd_saver_opts so = {.store = store,
+                              .steps = psd_service_steps(svc),
+                              .job = "f",
+                              .self = &self};
   if (psd_saver_new(&saver, &so))
     abort();
   m[0] = psd_service_methods(svc, &n[0]);

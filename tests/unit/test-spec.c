@@ -3,7 +3,8 @@
  * mistake anywhere in a spec (each with its JSON path, all reported at
  * once, unknown keys with a hint), JSON syntax errors, a full err buffer,
  * and loading from a file (a missing or unreadable one, a relative
- * checkpoint dir resolved against the spec file's directory). The parts of
+ * checkpoint dir resolved against the spec file's directory), and
+ * fingerprint.c (what tells two specs' clusters apart). The parts of
  * a spec have suites of their own: test-spec-addr.c, test-spec-task.c,
  * test-spec-job.c, test-spec-sync.c and test-spec-optim.c. */
 #ifndef _GNU_SOURCE
@@ -362,6 +363,50 @@ START_TEST(test_checkpoint_dir_relative_to_spec) {
 }
 END_TEST
 
+/* The fingerprint of text, parsed. */
+static uint64_t fp_of(const char *text) {
+  struct cm_spec *spec = NULL;
+  ck_assert_msg(parse(text, &spec) == 0, "err: %s", err);
+  uint64_t fp = cm_spec_fingerprint(spec);
+  cm_spec_free(spec);
+  return fp;
+}
+
+#define CLUSTER(ps, workers, job)                                              \
+  "{\"cluster\": {\"ps\": [" ps "], \"worker\": [" workers "]}, "              \
+  "\"job\": {" job "}}"
+
+START_TEST(test_fingerprint) {
+  uint64_t base = fp_of(
+      CLUSTER("\"a:1\", \"b:2\"", "\"c:3\", \"d:4\"", "\"name\": \"demo\""));
+  ck_assert_uint_ne(base, 0);
+  /* Only the job's name and the address lists count. */
+  ck_assert_uint_eq(
+      base, fp_of("{\"cluster\": {\"ps\": [\"a:1\", \"b:2\"], \"worker\": "
+                  "[\"c:3\", \"d:4\"]}, \"task\": {\"type\": \"worker\", "
+                  "\"index\": 1}, \"job\": {\"name\": \"demo\", \"epochs\": 7, "
+                  "\"sync\": {\"mode\": \"sync\"}}}"));
+  /* Anything else they hold tells them apart: the name, an address, the
+   * order, a shard more or less, an address moved between the lists. */
+  const char *other[] = {
+      CLUSTER("\"a:1\", \"b:2\"", "\"c:3\", \"d:4\"", "\"name\": \"demo2\""),
+      CLUSTER("\"a:1\", \"b:2\"", "\"c:3\", \"d:4\"", ""),
+      CLUSTER("\"a:1\", \"b:5\"", "\"c:3\", \"d:4\"", "\"name\": \"demo\""),
+      CLUSTER("\"b:2\", \"a:1\"", "\"c:3\", \"d:4\"", "\"name\": \"demo\""),
+      CLUSTER("\"a:1\"", "\"c:3\", \"d:4\"", "\"name\": \"demo\""),
+      CLUSTER("\"a:1\", \"b:2\", \"c:3\"", "\"d:4\"", "\"name\": \"demo\""),
+      CLUSTER("\"a:1\", \"b:2\"", "\"d:4\", \"c:3\"", "\"name\": \"demo\""),
+  };
+  for (size_t i = 0; i < sizeof other / sizeof other[0]; i++) {
+    uint64_t fp = fp_of(other[i]);
+    ck_assert_msg(fp != base && fp != 0, "spec %zu: %s", i, other[i]);
+  }
+  /* FNV-1a over "psd-job\0", 1 (le32), "h:1\0", 1, "h:2\0": pinned, since
+   * tasks of different builds compare it on the wire. */
+  ck_assert_uint_eq(fp_of(ONE_WORKER("")), 0x1e24fd57fc5c4bb1ull);
+}
+END_TEST
+
 static Suite *spec_suite(void) {
   Suite *s = suite_create("spec");
   TCase *tc;
@@ -379,6 +424,10 @@ static Suite *spec_suite(void) {
 
   tc = tcase_create("checkpoint");
   tcase_add_test(tc, test_checkpoint_dir_relative_to_spec);
+  suite_add_tcase(s, tc);
+
+  tc = tcase_create("fingerprint");
+  tcase_add_test(tc, test_fingerprint);
   suite_add_tcase(s, tc);
   return s;
 }

@@ -50,7 +50,7 @@ static int name_cut(struct dw_client *c, uint64_t *at,
 
 int dw_client_checkpoint(struct dw_client *c, int wait,
                          struct dw_checkpoint *out) {
-  Psd__V1__Caller caller = dw__caller(c);
+  Psd__V1__Caller caller = dw__caller(c, -1);
   Psd__V1__CheckpointRequest req = PSD__V1__CHECKPOINT_REQUEST__INIT;
   struct cm_unary *calls = calloc(c->nshards, sizeof *calls);
   int rc;
@@ -83,6 +83,9 @@ int dw_client_checkpoint(struct dw_client *c, int wait,
           calls[s].response, &psd__v1__checkpoint_response__descriptor);
     k->status = calls[s].status;
     snprintf(k->details, sizeof k->details, "%s", calls[s].details);
+    dw__reach_cause(calls[s].status, calls[s].details,
+                    cm_channel_connected(calls[s].channel),
+                    c->o.timeout_ms / 1000.0, k->cause, sizeof k->cause);
     if (k->status == GRPC_STATUS_OK && !resp) {
       k->status = GRPC_STATUS_INTERNAL;
       snprintf(k->details, sizeof k->details, "malformed answer");

@@ -16,8 +16,6 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <sys/random.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "endpoint.h"
@@ -46,21 +44,6 @@ uint64_t dw_client_id(const struct dw_client *c) { return c->client_id; }
 
 void dw_client_stats(const struct dw_client *c, struct dw_client_stats *out) {
   *out = c->stats;
-}
-
-/* A random id for this client's pushes: the kernel's random bytes, or the
- * time, the process and the client's address mixed when those fail. Never 0,
- * which means "no identity" to a shard. */
-static uint64_t new_client_id(const struct dw_client *c) {
-  uint64_t id = 0;
-  if (getrandom(&id, sizeof id, GRND_NONBLOCK) != (ssize_t)sizeof id) {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    uint64_t st = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-    st ^= (uint64_t)getpid() << 32 ^ (uint64_t)(uintptr_t)c;
-    id = cm_splitmix64(&st);
-  }
-  return id ? id : 1;
 }
 
 void dw_client_set_examples(struct dw_client *c, uint32_t examples) {
@@ -98,7 +81,9 @@ int dw_client_new(struct dw_client **out, const struct cm_spec *spec,
   if (c->o.retry_s == 0)
     c->o.retry_s = spec->job.retry_s;
   c->retry_ms = c->o.retry_s > 0 ? c->o.retry_s * 1000 : 0;
-  c->client_id = new_client_id(c);
+  c->spec_fp = cm_spec_fingerprint(spec);
+  /* Never 0, which means "no identity" to a shard. */
+  c->client_id = cm_random_id(c);
   c->rng = c->client_id;
   snprintf(c->worker, sizeof c->worker, "%s",
            c->o.worker ? c->o.worker : "client");
@@ -114,7 +99,8 @@ int dw_client_new(struct dw_client **out, const struct cm_spec *spec,
   }
   if (!(c->ch = calloc(c->nshards, sizeof *c->ch)) ||
       !(c->on_unix = calloc(c->nshards, 1)) ||
-      !(c->down_since = calloc(c->nshards, sizeof *c->down_since))) {
+      !(c->out = calloc(c->nshards, sizeof *c->out)) ||
+      !(c->boot = calloc(c->nshards, sizeof *c->boot))) {
     rc = CM_ENOMEM;
     goto out;
   }
@@ -144,7 +130,8 @@ void dw_client_free(struct dw_client *c) {
     cm_channel_free(c->ch[s]);
   free(c->ch);
   free(c->on_unix);
-  free(c->down_since);
+  free(c->out);
+  free(c->boot);
   cm_creds_free(&c->creds);
   free(c->pieces);
   free(c->msgs);
@@ -165,25 +152,39 @@ uint64_t dw__numel(const struct dw_var *v) {
   return n;
 }
 
-/* The identity every request carries: the job and this worker. Points into
- * c, so it lives as long as the client. */
-Psd__V1__Caller dw__caller(const struct dw_client *c) {
+/* The identity every request carries (client_internal.h). */
+Psd__V1__Caller dw__caller(const struct dw_client *c, int shard) {
   Psd__V1__Caller caller = PSD__V1__CALLER__INIT;
   caller.job = (char *)c->spec->job.name;
   caller.worker = (char *)c->worker;
+  caller.spec_fp = c->spec_fp;
+  caller.spec_ps = c->spec->nps;
+  caller.spec_workers = c->spec->nworker;
+  caller.boot = shard >= 0 && shard < c->nshards ? c->boot[shard] : 0;
   return caller;
 }
 
-/* Describes call u's failure into c->err. */
+/* Describes call u's failure into c->err: the shard answered (its status
+ * and message), or was not reached (the cause in words first). */
 void dw__call_error(struct dw_client *c, const char *what,
                     const struct cm_unary *u) {
+  char cause[512];
   int s = 0;
   for (; s < c->nshards; s++)
     if (c->ch[s] == u->channel)
       break;
-  dw__seterr(c, "%s to ps:%d (%s) failed: %s: %s", what, s,
-             cm_channel_target(u->channel), cm_rpc_status_name(u->status),
-             u->details[0] ? u->details : "(no message)");
+  if (dw__reach_cause(u->status, u->details, cm_channel_connected(u->channel),
+                      (u->timeout_ms > 0 ? u->timeout_ms : c->call_timeout_ms) /
+                          1000.0,
+                      cause, sizeof cause))
+    dw__seterr(c, "%s to ps:%d (%s) failed: %s [%s: %s]", what, s,
+               cm_channel_target(u->channel), cause,
+               cm_rpc_status_name(u->status),
+               u->details[0] ? u->details : "no message");
+  else
+    dw__seterr(c, "%s to ps:%d (%s) failed: %s: %s", what, s,
+               cm_channel_target(u->channel), cm_rpc_status_name(u->status),
+               u->details[0] ? u->details : "(no message)");
 }
 
 /* Runs calls; on failure names the first failed call. */
@@ -195,7 +196,11 @@ int dw__run(struct dw_client *c, struct cm_unary *calls, int n,
                           .wait_for_ready = wait_for_ready,
                           .done = done,
                           .ctx = ctx,
-                          .cq = c->cq};
+                          .cq = c->cq,
+                          .tick_ms = 1000,
+                          .tick = dw__say_waiting,
+                          .tick_ctx = c};
+  c->call_timeout_ms = timeout_ms;
   int rc = cm_client_run(calls, n, &o);
   /* After the done callbacks, which may have found an answer unusable. */
   c->last_status = GRPC_STATUS_OK;

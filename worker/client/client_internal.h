@@ -6,13 +6,15 @@
  *                socket, and back to TCP), the plan, accessors
  *   declare.c    Data/Declare, then the plan and the Unix sockets
  *   transfer.c   pull and push with retries
+ *   retry.c      which failures are retried, outages, the backoff, and the
+ *                lines that say what a wait is waiting for
  *   read.c       dw_client_read: an admin tool's chunked reads
  *   coord.c      the coordinator's calls and the heartbeat thread
  *   status.c     Admin/Status as JSON
  *   admin.c      Admin/Checkpoint, and the last call's status for a tool
  *
  * Each file's own block says how its part works: client.c the plan of
- * the traffic, transfer.c the retries. */
+ * the traffic, transfer.c and retry.c the retries. */
 #ifndef DW_CLIENT_INTERNAL_H
 #define DW_CLIENT_INTERNAL_H
 
@@ -32,6 +34,17 @@ struct dw__piece {
   uint64_t count;  /* elements */
 };
 
+/* What the client knows of one shard's reachability (retry.c). */
+struct dw__outage {
+  double since;            /* cm_mono_ms() when it became unreachable, 0
+                              while it answers */
+  double said;             /* cm_mono_ms() when the wait was last said, 0:
+                              not yet */
+  grpc_status_code status; /* its last failure's status */
+  char details[512];       /* that failure's message from gRPC */
+  char cause[512];         /* that failure in words (dw__reach_cause) */
+};
+
 /* One planned message to one shard. */
 struct dw__msg {
   int shard;      /* destination */
@@ -46,6 +59,11 @@ struct dw_client {
   const struct cm_spec *spec; /* borrowed */
   struct dw_client_opts o;    /* settings with defaults filled in */
   char worker[64];            /* caller identity */
+  uint64_t spec_fp;           /* cm_spec_fingerprint(spec), sent with every
+                                 call */
+  uint64_t *boot;             /* owned, per shard: its process's boot id from
+                                 Declare (0 until then), sent with every call
+                                 to it */
   struct cm_channel **ch;     /* owned, one per shard */
   unsigned char *on_unix;     /* owned: 1 where ch[s] is a Unix socket */
   struct cm_creds creds;      /* owned: token and TLS from the spec's auth */
@@ -84,8 +102,11 @@ struct dw_client {
   uint64_t client_id;     /* random, nonzero: names this client's pushes */
   uint64_t seq;           /* logical pushes so far; the current one's number */
   double retry_ms;        /* retry budget per outage, ms; <= 0: no retries */
-  double *down_since;     /* owned, per shard: cm_mono_ms() when it became
-                             unreachable, 0 while it answers */
+  struct dw__outage *out; /* owned, per shard: its outage, if any */
+  int starting;           /* 1 while declare waits for the shards to come up
+                             (budget connect_timeout_ms, not retry_ms) */
+  double wait_from;       /* starting: cm_mono_ms() when declare began */
+  int call_timeout_ms;    /* the deadline of dw__run's calls under way */
   uint64_t rng;           /* jitter generator state */
   struct dw_client_stats stats; /* calls, failures, retries, outages */
   int left; /* dw_client_leave was called: no rejoining (under lock) */
@@ -111,11 +132,14 @@ void dw__seterr(struct dw_client *c, const char *fmt, ...)
 /* Elements of v. */
 uint64_t dw__numel(const struct dw_var *v);
 
-/* The identity every request carries: the job and this worker. Points into
- * c, so it lives as long as the client. */
-Psd__V1__Caller dw__caller(const struct dw_client *c);
+/* The identity every request carries: the job, this worker, the spec's
+ * fingerprint and counts, and, for a call to shard `shard` (-1: none in
+ * particular), the boot id that shard's Declare answered. Points into c, so
+ * it lives as long as the client. */
+Psd__V1__Caller dw__caller(const struct dw_client *c, int shard);
 
-/* Describes call u's failure into c->err. */
+/* Describes call u's failure into c->err, with its cause in words when it
+ * is about reaching the shard (dw__reach_cause). */
 void dw__call_error(struct dw_client *c, const char *what,
                     const struct cm_unary *u);
 
@@ -137,23 +161,37 @@ int dw__use_unix_sockets(struct dw_client *c);
  * UNAVAILABLE on a Unix socket. */
 void dw__back_to_tcp(struct dw_client *c, const struct cm_unary *calls, int n);
 
-/* ---- transfer.c: retries, shared with the coordinator's calls */
+/* ---- retry.c: retries, shared by every call that waits for a shard */
 
-/* Whether a call that ended with st may succeed when sent again. */
+/* Whether a call that ended with st may succeed when sent again
+ * (UNAVAILABLE, DEADLINE_EXCEEDED, CANCELLED). */
 int dw__retryable(grpc_status_code st);
 
-/* A call to shard s failed retryably (u says how): an outage begins. */
+/* A failure of status st with gRPC's message details in words, into
+ * buf[0..len): "connection refused (nothing listens there?)", "TLS
+ * handshake failed (...)", "wrong token: ...", "no connection within 1.5
+ * s (...)". connected says whether the call's channel is connected now,
+ * timeout_s is its deadline. Returns 1 when the failure is about reaching
+ * the shard, 0 when the shard answered (buf is then untouched). */
+int dw__reach_cause(grpc_status_code st, const char *details, int connected,
+                    double timeout_s, char *buf, size_t len);
+
+/* A call to shard s failed retryably (u says how): an outage begins, said
+ * at once, or goes on with u's cause. */
 void dw__shard_down(struct dw_client *c, int s, const struct cm_unary *u);
 
 /* A call to shard s succeeded: an outage ends. */
 void dw__shard_up(struct dw_client *c, int s);
 
+/* Says again, every 10 s, each outage still under way (ctx is the client;
+ * cm_run_opts.tick while calls are in flight, and before each backoff). */
+void dw__say_waiting(void *ctx);
+
 /* The backoff before attempt number `attempt` at the shards flagged in
- * down[0..ndown) (borrowed); 0, or the error once one is past the retry
- * budget. */
+ * down[0..ndown) (borrowed); 0, or the error once one is past its budget
+ * (connect_timeout_ms while starting, else the retry budget). */
 int dw__retry_wait(struct dw_client *c, const unsigned char *down, int ndown,
-                   int attempt, const char *what, grpc_status_code st,
-                   const char *details);
+                   int attempt, const char *what);
 
 /* ---- coord.c: sync rollbacks, shared with the transfers */
 

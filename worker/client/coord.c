@@ -30,7 +30,9 @@ void dw__saw_rollback(struct dw_client *c, uint64_t gen, uint64_t step) {
 
 /* One call to the coordinator (shard 0), retried like a transfer's calls
  * while the coordinator is unreachable (it may be restarting); unpacks the
- * answer into *out (NULL to ignore it). */
+ * answer into *out (NULL to ignore it). Sent without wait_for_ready, so
+ * that a coordinator that cannot be reached is said at once, with the
+ * cause, rather than after the call's deadline. */
 static int coord_call(struct dw_client *c, const char *method,
                       const ProtobufCMessage *req, int timeout_ms,
                       const ProtobufCMessageDescriptor *desc,
@@ -46,7 +48,7 @@ static int coord_call(struct dw_client *c, const char *method,
     u.request = cm_rpc_pack(req);
     if (attempt > 0)
       c->stats.retries++;
-    rc = dw__run(c, &u, 1, what, timeout_ms, 1, NULL, NULL);
+    rc = dw__run(c, &u, 1, what, timeout_ms, 0, NULL, NULL);
     c->stats.calls++;
     if (!rc) {
       dw__shard_up(c, 0);
@@ -57,12 +59,9 @@ static int coord_call(struct dw_client *c, const char *method,
       break;
     dw__shard_down(c, 0, &u);
     dw__back_to_tcp(c, &u, 1);
-    grpc_status_code st = u.status;
-    char details[sizeof u.details];
-    snprintf(details, sizeof details, "%s", u.details);
     cm_unary_release(&u);
     memset(&u, 0, sizeof u);
-    if ((rc = dw__retry_wait(c, down, 1, attempt + 1, what, st, details)))
+    if ((rc = dw__retry_wait(c, down, 1, attempt + 1, what)))
       break;
   }
   if (!rc && out) {
@@ -75,8 +74,6 @@ static int coord_call(struct dw_client *c, const char *method,
   return rc;
 }
 
-/* Joins again on the heartbeat thread's channel, when the coordinator said
- * it does not count this worker (it restarted, or declared it dead). */
 /* One call of method carrying msg on ch, without retries (the heartbeat
  * thread's own channel): fills *u (release it with cm_unary_release) and
  * returns the answer unpacked as desc (free it with
@@ -95,8 +92,10 @@ static ProtobufCMessage *call_once(struct cm_channel *ch, const char *method,
   return u->status == GRPC_STATUS_OK ? cm_rpc_unpack(u->response, desc) : NULL;
 }
 
+/* Joins again on the heartbeat thread's channel, when the coordinator said
+ * it does not count this worker (it restarted, or declared it dead). */
 static void rejoin(struct dw_client *c, struct cm_channel *ch) {
-  Psd__V1__Caller caller = dw__caller(c);
+  Psd__V1__Caller caller = dw__caller(c, 0);
   Psd__V1__JoinRequest req = PSD__V1__JOIN_REQUEST__INIT;
   Psd__V1__JoinResponse *resp;
   struct cm_unary u;
@@ -124,7 +123,7 @@ static void rejoin(struct dw_client *c, struct cm_channel *ch) {
 static void *heartbeat_thread(void *arg) {
   struct dw_client *c = arg;
   struct cm_channel *ch = NULL;
-  Psd__V1__Caller caller = dw__caller(c);
+  Psd__V1__Caller caller = dw__caller(c, 0);
   Psd__V1__HeartbeatRequest req = PSD__V1__HEARTBEAT_REQUEST__INIT;
   req.caller = &caller;
   req.worker = c->windex;
@@ -165,7 +164,7 @@ static void *heartbeat_thread(void *arg) {
 
 int dw_client_join(struct dw_client *c, int worker, int heartbeat_ms,
                    uint64_t *step) {
-  Psd__V1__Caller caller = dw__caller(c);
+  Psd__V1__Caller caller = dw__caller(c, 0);
   Psd__V1__JoinRequest req = PSD__V1__JOIN_REQUEST__INIT;
   Psd__V1__JoinResponse *resp = NULL;
   int rc;
@@ -194,7 +193,7 @@ int dw_client_leave(struct dw_client *c) {
   pthread_mutex_lock(&c->lock);
   c->left = 1; /* the heartbeat thread must not join again */
   pthread_mutex_unlock(&c->lock);
-  Psd__V1__Caller caller = dw__caller(c);
+  Psd__V1__Caller caller = dw__caller(c, 0);
   Psd__V1__JoinRequest req = PSD__V1__JOIN_REQUEST__INIT;
   req.caller = &caller;
   req.worker = c->windex;
@@ -205,7 +204,7 @@ int dw_client_leave(struct dw_client *c) {
 
 int dw_client_admit(struct dw_client *c, uint64_t step, int *admitted,
                     uint64_t *next_step) {
-  Psd__V1__Caller caller = dw__caller(c);
+  Psd__V1__Caller caller = dw__caller(c, 0);
   Psd__V1__AdmitRequest req = PSD__V1__ADMIT_REQUEST__INIT;
   Psd__V1__AdmitResponse *resp = NULL;
   req.caller = &caller;
@@ -265,7 +264,7 @@ int dw_client_rolled_back(struct dw_client *c, uint64_t *step) {
 uint64_t dw_client_gen(const struct dw_client *c) { return c->gen; }
 
 int dw_client_clock(struct dw_client *c, uint64_t clock) {
-  Psd__V1__Caller caller = dw__caller(c);
+  Psd__V1__Caller caller = dw__caller(c, 0);
   Psd__V1__ClockRequest req = PSD__V1__CLOCK_REQUEST__INIT;
   req.caller = &caller;
   req.worker = c->windex;

@@ -6,9 +6,13 @@
  *
  * Pulls, pushes and the coordinator calls (join, leave, admit, clock)
  * survive a shard that restarts, stops or is cut off: a call that fails
- * UNAVAILABLE or DEADLINE_EXCEEDED is retried with backoff for up to the
- * retry budget (retry_s), and logged once per outage. A push is applied
- * once however often it is retried (docs/faults.md). */
+ * UNAVAILABLE, DEADLINE_EXCEEDED or CANCELLED is retried with backoff for up
+ * to the retry budget (retry_s), and each outage is logged with its cause,
+ * again every 10 s, and its end. A push is applied once however often it is
+ * retried (docs/faults.md). Every call carries the spec's fingerprint and
+ * the boot id of the shard's process: a shard started from another spec, or
+ * restarted without a checkpoint, refuses it (FAILED_PRECONDITION, not
+ * retried). */
 #ifndef DW_PSCLIENT_H
 #define DW_PSCLIENT_H
 
@@ -58,9 +62,10 @@ struct dw_client_opts {
   size_t chunk_bytes;     /* largest tensor payload per message [2 MiB] */
   int inflight;           /* calls in flight per shard [4] */
   uint64_t seed;  /* initializer seed sent with declare [spec job.seed] */
-  double retry_s; /* how long a shard may stay unreachable (UNAVAILABLE or
-                     DEADLINE_EXCEEDED) while calls to it are retried before
-                     the call fails [spec job.retry_s]; < 0: never retry */
+  double retry_s; /* how long a shard may stay unreachable (UNAVAILABLE,
+                     DEADLINE_EXCEEDED or CANCELLED) while calls to it are
+                     retried before the call fails [spec job.retry_s]; < 0:
+                     never retry */
 };
 
 /* What a client's calls met so far (dw_client_stats). */
@@ -68,7 +73,8 @@ struct dw_client_stats {
   uint64_t calls;   /* calls completed, each attempt counted */
   uint64_t failed;  /* of them, those that did not end OK (a sync push to a
                        closed step, ABORTED, is not a failure) */
-  uint64_t retries; /* calls sent again after UNAVAILABLE/DEADLINE_EXCEEDED */
+  uint64_t retries; /* calls sent again after UNAVAILABLE, DEADLINE_EXCEEDED
+                       or CANCELLED */
   uint64_t outages; /* times a shard became unreachable */
 };
 
@@ -81,8 +87,9 @@ int dw_client_new(struct dw_client **out, const struct cm_spec *spec,
 void dw_client_free(struct dw_client *c);
 
 /* Declares vars[0..n) on the shards that hold them, waiting for the shards
- * to come up (connect_timeout_ms), then moves to the Unix socket of each
- * shard on this host. Returns 0, or CM_EEXIST when a shard holds
+ * to come up (connect_timeout_ms; a shard not reached is logged with the
+ * cause after a second and every 10 s), then moves to the Unix socket of
+ * each shard on this host. Returns 0, or CM_EEXIST when a shard holds
  * a variable of that name with another shape, or CM_ERPC/CM_ETIMEDOUT;
  * dw_client_error says which variable and shard. */
 int dw_client_declare(struct dw_client *c, struct dw_var *vars, int n);
@@ -206,6 +213,9 @@ struct dw_checkpoint {
   int status;        /* the call's gRPC status (grpc_status_code), 0: OK;
                         INTERNAL "malformed answer" when it was unreadable */
   char details[512]; /* the status message, "" when none */
+  char cause[512];   /* when the shard was not reached or refused this
+                        client (a wrong token): why, in words ("connection
+                        refused (nothing listens there?)"); else "" */
   int written;       /* 1: written before the answer (wait); 0: queued */
   uint64_t step;     /* the step the checkpoint holds */
   uint64_t bytes;    /* written: its size */

@@ -39,7 +39,7 @@ static void on_read(struct cm_unary *u, void *ctx) {
 }
 
 int dw_client_read(struct dw_client *c, struct dw_read *reads, int n) {
-  Psd__V1__Caller caller = dw__caller(c);
+  Psd__V1__Caller caller = dw__caller(c, -1);
   uint64_t per = c->o.chunk_bytes / sizeof(float);
   struct cm_unary *calls = NULL;
   struct read_part *parts = NULL;
@@ -93,12 +93,22 @@ int dw_client_read(struct dw_client *c, struct dw_read *reads, int n) {
     struct dw_read *r = parts[i].r;
     if (calls[i].status == GRPC_STATUS_OK || r->rc)
       continue;
+    char cause[512];
     r->rc = cm_rpc_status_rc(calls[i].status);
-    snprintf(r->err, sizeof r->err,
-             "read of '%s' from ps:%d (%s) failed: %s: %s", r->name, r->shard,
-             cm_channel_target(calls[i].channel),
-             cm_rpc_status_name(calls[i].status),
-             calls[i].details[0] ? calls[i].details : "(no message)");
+    if (dw__reach_cause(calls[i].status, calls[i].details,
+                        cm_channel_connected(calls[i].channel),
+                        c->o.timeout_ms / 1000.0, cause, sizeof cause))
+      snprintf(r->err, sizeof r->err,
+               "read of '%s' from ps:%d (%s) failed: %s [%s: %s]", r->name,
+               r->shard, cm_channel_target(calls[i].channel), cause,
+               cm_rpc_status_name(calls[i].status),
+               calls[i].details[0] ? calls[i].details : "no message");
+    else
+      snprintf(r->err, sizeof r->err,
+               "read of '%s' from ps:%d (%s) failed: %s: %s", r->name, r->shard,
+               cm_channel_target(calls[i].channel),
+               cm_rpc_status_name(calls[i].status),
+               calls[i].details[0] ? calls[i].details : "(no message)");
     if (!rc)
       rc = r->rc; /* on_read turned it into a failure after the run */
   }

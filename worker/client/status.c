@@ -3,6 +3,7 @@
  * tests; histograms keep their bounds and per-bucket counts. */
 #include "client_internal.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -22,7 +23,7 @@ static json_t *hist_json(const Psd__V1__Histogram *h) {
 }
 
 int dw_client_status(struct dw_client *c, int shard, char **json) {
-  Psd__V1__Caller caller = dw__caller(c);
+  Psd__V1__Caller caller = dw__caller(c, -1);
   Psd__V1__StatusRequest req = PSD__V1__STATUS_REQUEST__INIT;
   Psd__V1__StatusResponse *resp = NULL;
   struct cm_unary u;
@@ -92,6 +93,11 @@ int dw_client_status(struct dw_client *c, int shard, char **json) {
   json_object_set_new(root, "rollback_step",
                       json_integer((json_int_t)resp->rollback_step));
   json_object_set_new(root, "resumed", json_boolean(resp->resumed));
+  { /* hex: JSON integers stop at 2^63 */
+    char boot[17];
+    snprintf(boot, sizeof boot, "%016llx", (unsigned long long)resp->boot);
+    json_object_set_new(root, "boot", json_string(boot));
+  }
   json_object_set_new(root, "dedup_clients",
                       json_integer((json_int_t)resp->dedup_clients));
   json_object_set_new(root, "dedup_evicted",

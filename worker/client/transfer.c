@@ -3,10 +3,11 @@
  * (client.c), each shard's messages up to `inflight` at once and all shards
  * in parallel, and copies pulled bytes into the caller's value buffers.
  *
- * Faults: a call that fails UNAVAILABLE (a shard down or restarting) or
- * DEADLINE_EXCEEDED (a shard stopped, a network cut off) is sent again,
- * only that call, after an exponential backoff with jitter, until the
- * shard has been unreachable for the retry budget (job.retry_s). Every push
+ * Faults: a call that fails UNAVAILABLE (a shard down or restarting),
+ * DEADLINE_EXCEEDED (a shard stopped, a network cut off) or CANCELLED (a
+ * shard that stopped before taking it) is sent again, only that call,
+ * after an exponential backoff with jitter, until the shard has been
+ * unreachable for the retry budget (job.retry_s; retry.c). Every push
  * message carries (client id, seq, chunk), so a shard that had applied a
  * message whose answer was lost acknowledges the retry without applying it
  * again (ps-server/psd/dedup.h). The coordinator's calls (coord.c) retry
@@ -23,15 +24,7 @@
 #include "clock.h"
 #include "err.h"
 #include "finite.h"
-#include "log.h"
-#include "rand.h"
 #include "wire.h"
-
-/* Retries wait BACKOFF_MS, doubling per attempt up to BACKOFF_MAX_MS, each
- * wait drawn uniformly from its upper half (jitter, so that the workers
- * of a job do not all come back at the same instant). */
-#define BACKOFF_MS 100
-#define BACKOFF_MAX_MS 2000
 
 /* gRPC is done with one gradient slice (psclient.h: the caller's gradient
  * must not change while gRPC may still read it). */
@@ -58,7 +51,7 @@ static void wait_refs(struct dw_client *c) {
 static grpc_byte_buffer *build_request(struct dw_client *c,
                                        const struct dw__msg *m, int push) {
   int first_of_shard = m->lead;
-  Psd__V1__Caller caller = dw__caller(c);
+  Psd__V1__Caller caller = dw__caller(c, m->shard);
   Psd__V1__Segment segs[64], *sp[64], **ptrs = sp, *seg = segs;
   uint8_t stack[4096], *head = stack;
   grpc_byte_buffer *bb = NULL;
@@ -222,73 +215,6 @@ static void on_done(struct cm_unary *u, void *ctx) {
   }
 }
 
-/* ---- retries (see the top of this file; coord.c's calls use them too) */
-
-/* Whether a call that ended with st may succeed when sent again: the shard
- * is down or restarting (UNAVAILABLE) or did not answer in time (stopped,
- * cut off, overloaded). Every other status is the shard's answer. */
-int dw__retryable(grpc_status_code st) {
-  return st == GRPC_STATUS_UNAVAILABLE || st == GRPC_STATUS_DEADLINE_EXCEEDED ||
-         st == GRPC_STATUS_CANCELLED;
-}
-
-/* A call to shard s failed retryably: the outage starts now unless it is
- * already on, and is said once. */
-void dw__shard_down(struct dw_client *c, int s, const struct cm_unary *u) {
-  if (c->down_since[s] > 0)
-    return;
-  c->down_since[s] = cm_mono_ms();
-  c->stats.outages++;
-  if (c->retry_ms > 0)
-    cm_warn("ps:%d (%s) unreachable (%s: %s), retrying for up to %.0f s", s,
-            c->spec->ps[s].text, cm_rpc_status_name(u->status),
-            u->details[0] ? u->details : "no message", c->retry_ms / 1000);
-}
-
-/* A call to shard s succeeded: an outage ends, and is said so. */
-void dw__shard_up(struct dw_client *c, int s) {
-  if (c->down_since[s] <= 0)
-    return;
-  if (c->retry_ms > 0)
-    cm_info("ps:%d (%s) back after %.1f s", s, c->spec->ps[s].text,
-            (cm_mono_ms() - c->down_since[s]) / 1000);
-  c->down_since[s] = 0;
-}
-
-/* Before attempt number `attempt` (1, 2, ...) at the calls to the shards
- * flagged in down[0..ndown): 0 after the backoff wait when every such shard
- * is within the retry budget; else CM_ETIMEDOUT or CM_EUNAVAIL (st, the last
- * failure's status) with c->err naming the shard, what and how long. */
-int dw__retry_wait(struct dw_client *c, const unsigned char *down, int ndown,
-                   int attempt, const char *what, grpc_status_code st,
-                   const char *details) {
-  double now = cm_mono_ms();
-  for (int s = 0; s < ndown; s++) {
-    if (!down[s] || (c->retry_ms > 0 && now - c->down_since[s] < c->retry_ms))
-      continue;
-    if (c->retry_ms > 0)
-      dw__seterr(c,
-                 "%s to ps:%d (%s) failed: %s: %s; unreachable for %.1f s, the "
-                 "retry budget (job.retry_s %.0f s)",
-                 what, s, c->spec->ps[s].text, cm_rpc_status_name(st),
-                 details[0] ? details : "(no message)",
-                 (now - c->down_since[s]) / 1000, c->retry_ms / 1000);
-    /* else dw__run() described the failure already */
-    return st == GRPC_STATUS_DEADLINE_EXCEEDED ? CM_ETIMEDOUT : CM_EUNAVAIL;
-  }
-  int shift = attempt - 1 < 5 ? attempt - 1 : 5;
-  double ms = (double)BACKOFF_MS * (1 << shift);
-  if (ms > BACKOFF_MAX_MS)
-    ms = BACKOFF_MAX_MS;
-  ms *=
-      0.5 + 0.5 * (double)(cm_splitmix64(&c->rng) >> 11) / (double)(1ull << 53);
-  struct timespec ts = {(time_t)(ms / 1000),
-                        (long)((ms - 1000 * (time_t)(ms / 1000)) * 1e6)};
-  while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
-  }
-  return 0;
-}
-
 /* With job.nonfinite "reject", a gradient holding NaN or an infinity is
  * refused before any message leaves: each shard checks only the messages it
  * gets, so one shard would refuse its part while the others applied theirs.
@@ -344,8 +270,6 @@ static int transfer(struct dw_client *c, int what) {
     left += c->pending[2 * i] + c->pending[2 * i + 1];
   }
   for (int attempt = 0; left > 0; attempt++) {
-    grpc_status_code last = GRPC_STATUS_OK;
-    char last_details[sizeof c->calls[0].details] = "";
     int n = 0, fatal = 0;
     for (int p = 0; p < 2 * c->nmsgs; p++) {
       if (!c->pending[p])
@@ -399,8 +323,6 @@ static int transfer(struct dw_client *c, int what) {
           continue;
         }
         dw__shard_down(c, m->shard, u);
-        last = u->status;
-        snprintf(last_details, sizeof last_details, "%s", u->details);
         continue;
       }
       c->pending[p] = 0;
@@ -423,8 +345,8 @@ static int transfer(struct dw_client *c, int what) {
       break;
     }
     rc = 0;
-    if (left > 0 && (rc = dw__retry_wait(c, down, c->nshards, attempt + 1, name,
-                                         last, last_details)))
+    if (left > 0 &&
+        (rc = dw__retry_wait(c, down, c->nshards, attempt + 1, name)))
       break;
   }
 out:
