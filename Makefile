@@ -6,12 +6,15 @@ BUILD ?= build
 export PATH := $(PATH):/usr/local/cuda/bin
 PY := /usr/bin/python3
 
-.PHONY: all setup build demo test soak bench asan fuzz install clean
+.PHONY: all setup setup-test build demo test soak bench asan fuzz install clean
 
 all: build
 
 setup:
 	@sh deploy/setup.sh
+
+setup-test:
+	@sh deploy/setup.sh test
 
 $(BUILD)/build.ninja:
 	meson setup $(BUILD)
@@ -22,7 +25,7 @@ build: setup $(BUILD)/build.ninja
 demo: build
 	$(BUILD)/deploy/pslaunch deploy/examples/local.json
 
-test: build
+test: build setup-test
 	meson test -C $(BUILD) --print-errorlogs --num-processes 2; \
 	  rc=$$?; $(PY) tests/summary.py $(BUILD); exit $$rc
 
@@ -30,7 +33,7 @@ test: build
 # load test at full size (64 clients pushing and pulling against 2 shards for
 # 60 s), then every fault test SOAK_ROUNDS times over.
 SOAK_ROUNDS ?= 3
-soak: build
+soak: build setup-test
 	PSD_SOAK=1 $(PY) tests/integration/test_faults.py $(BUILD) LoadTest
 	for i in $$(seq $(SOAK_ROUNDS)); do \
 	  echo "soak round $$i of $(SOAK_ROUNDS)"; \
@@ -38,7 +41,7 @@ soak: build
 	  [ $$rc = 0 ] || [ $$rc = 77 ] || exit 1; \
 	done
 
-bench: build
+bench: build setup-test
 	$(PY) tests/bench/bench.py $(BUILD)
 
 # Binaries, systemd units, sysusers file, man pages and example specs under

@@ -1,12 +1,19 @@
 #!/bin/sh
 # Installs the Debian 12 packages psd needs, only those still missing, so a
 # second run does nothing. Run as root (make demo / make test call it).
+# `setup.sh test` also installs what only the tests use (make test, soak and
+# bench call it that way), so that they run in CI rather than skip.
 set -eu
 
 PKGS="meson ninja-build pkg-config gcc libc6-dev make python3 \
 libgrpc-dev protobuf-c-compiler libprotobuf-c-dev libuv1-dev libopenblas-dev \
 check openssl libjansson-dev libsystemd-dev zlib1g-dev dataset-fashion-mnist \
 python3-numpy clang"
+# Test-only: a stock gRPC client (tests/integration/test_psd.py).
+TEST_PKGS="python3-grpcio"
+if [ "${1:-}" = test ]; then
+  PKGS="$PKGS $TEST_PKGS"
+fi
 
 missing=""
 for p in $PKGS; do

@@ -13,7 +13,7 @@
  * failure every out[s] carries the coordinator's answer. */
 static int name_cut(struct dw_client *c, uint64_t *at,
                     struct dw_checkpoint *out) {
-  Psd__V1__Caller caller = dw__caller(c);
+  Psd__V1__Caller caller = dw__caller(c, 0);
   Psd__V1__CheckpointRequest req = PSD__V1__CHECKPOINT_REQUEST__INIT;
   Psd__V1__CheckpointResponse *resp = NULL;
   struct cm_unary call;
@@ -42,6 +42,10 @@ static int name_cut(struct dw_client *c, uint64_t *at,
       snprintf(out[s].details, sizeof out[s].details,
                "the coordinator (ps:0) named no step for the cut: %.400s",
                call.details);
+      dw__reach_cause(call.status, call.details,
+                      cm_channel_connected(call.channel),
+                      c->o.timeout_ms / 1000.0, out[s].cause,
+                      sizeof out[s].cause);
     }
   }
   cm_unary_release(&call);
