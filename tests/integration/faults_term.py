@@ -78,15 +78,20 @@ class CutTest(Faults):
     every shard writes that step, mid-training; in an async job each shard
     writes its own."""
 
-    def test_sync_cut_is_one_step_on_every_shard(self):
-        job = dict(SYNC_JOB, name="cut", epochs=1, checkpoint={"dir": "ck"})
-        d = os.path.join(self.d, "cut")
+    def start(self, base, name):
+        """A one-epoch job of base's mode, checkpoints on, with both workers
+        past step 100: (spec, shards, workers)."""
+        d = os.path.join(self.d, name)
         os.makedirs(d)
-        spec = write_spec(d, job)
+        spec = write_spec(d, dict(base, name=name, epochs=1, checkpoint={"dir": "ck"}))
         ps = [self.psd(spec, i) for i in range(2)]
         ws = [self.worker(spec, i) for i in range(2)]
         for w in ws:
             w.wait_for("step 100/", timeout=120)
+        return spec, ps, ws
+
+    def test_sync_cut_is_one_step_on_every_shard(self):
+        spec, ps, ws = self.start(SYNC_JOB, "cut")
         steps = []
         for _ in range(3):
             r = psctl(spec, "--json", "checkpoint", "--wait")
@@ -106,14 +111,7 @@ class CutTest(Faults):
         self.stop_all(ps)
 
     def test_async_checkpoint_is_per_shard(self):
-        job = dict(ACC_JOB, name="acut", epochs=1, checkpoint={"dir": "ck"})
-        d = os.path.join(self.d, "acut")
-        os.makedirs(d)
-        spec = write_spec(d, job)
-        ps = [self.psd(spec, i) for i in range(2)]
-        ws = [self.worker(spec, i) for i in range(2)]
-        for w in ws:
-            w.wait_for("step 100/", timeout=120)
+        spec, ps, ws = self.start(ACC_JOB, "acut")
         r = psctl(spec, "--json", "checkpoint", "--wait")
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
         for s in json.loads(r.stdout)["shards"]:
