@@ -138,6 +138,9 @@ int pstool_low(struct cm_spec *spec, const struct pstool_args *a, int argc,
     r.caller = &caller;
     r.n_segments = 1;
     r.segments = segs;
+    /* What this tool accepts (--max-message-mb, else the spec's), as
+     * libpsclient says; a larger answer comes partial. */
+    r.max_answer_bytes = (uint64_t)cm_rpc_max_message();
     req = cm_rpc_pack(&r.base);
     method = "/psd.v1.Data/Pull";
   } else if (!strcmp(argv[0], "raw") && argc >= 3) {

@@ -37,7 +37,7 @@
 #define SAY_EVERY_MS 10000
 /* How long declare waits quietly for a shard still starting (one started
  * beside its workers, as pslaunch does, is usually up by then). */
-#define QUIET_START_MS 1000
+#define QUIET_START_MS 700
 
 /* Whether a call that ended with st may succeed when sent again: the shard
  * is down or restarting (UNAVAILABLE), did not answer in time (stopped,
@@ -259,6 +259,13 @@ int dw__retry_wait(struct dw_client *c, const unsigned char *down, int ndown,
   /* The last attempt goes when the budget ends, not a backoff past it. */
   if (ms > left)
     ms = left > 0 ? left : 0;
+  /* Declaring: wake when the quiet start ends, so that an unreachable
+   * shard is said then, not a long backoff later. */
+  for (int s = 0; c->starting && s < ndown; s++) {
+    double say = c->wait_from + QUIET_START_MS - now;
+    if (down[s] && c->out[s].said <= 0 && say > 0 && ms > say)
+      ms = say + 1;
+  }
   struct timespec ts = {(time_t)(ms / 1000),
                         (long)((ms - 1000 * (time_t)(ms / 1000)) * 1e6)};
   while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
