@@ -42,10 +42,9 @@ static int name_cut(struct dw_client *c, uint64_t *at,
       snprintf(out[s].details, sizeof out[s].details,
                "the coordinator (ps:0) named no step for the cut: %.400s",
                call.details);
-      dw__reach_cause(call.status, call.details,
-                      cm_channel_connected(call.channel),
-                      c->o.timeout_ms / 1000.0, out[s].cause,
-                      sizeof out[s].cause);
+      dw__reach_cause(
+          call.status, call.details, cm_channel_connected(call.channel),
+          c->o.timeout_ms / 1000.0, out[s].cause, sizeof out[s].cause);
     }
   }
   cm_unary_release(&call);
