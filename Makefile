@@ -31,10 +31,11 @@ test: build setup-test
 
 # The long fault runs (docs/faults.md; CONTRIBUTING.md, "The soak"): the
 # load test at full size (64 clients pushing and pulling against 2 shards for
-# 60 s), then every fault test SOAK_ROUNDS times over.
+# 60 s) and 8 graceful restarts of random shards under load, then every
+# fault test SOAK_ROUNDS times over.
 SOAK_ROUNDS ?= 3
 soak: build setup-test
-	PSD_SOAK=1 $(PY) tests/integration/test_faults.py $(BUILD) LoadTest
+	PSD_SOAK=1 $(PY) tests/integration/test_faults.py $(BUILD) LoadTest RestartLoadTest
 	for i in $$(seq $(SOAK_ROUNDS)); do \
 	  echo "soak round $$i of $(SOAK_ROUNDS)"; \
 	  $(PY) tests/integration/test_faults.py $(BUILD); rc=$$?; \

@@ -309,7 +309,10 @@ static void on_admit(struct cm_rpc_call *call, grpc_byte_buffer *bb,
   if (!req)
     return;
   pthread_mutex_lock(&c->lock);
-  if (!c->sync) {
+  if (c->stopping) {
+    /* Stopped: psd_coord_stop answered the parked ones; none parks now. */
+    cm_rpc_fail(call, GRPC_STATUS_UNAVAILABLE, "psd is shutting down");
+  } else if (!c->sync) {
     cm_rpc_fail(call, GRPC_STATUS_FAILED_PRECONDITION,
                 "Admit: job '%s' is asynchronous; only sync jobs have steps",
                 c->spec->job.name);
@@ -386,7 +389,9 @@ static void on_clock(struct cm_rpc_call *call, grpc_byte_buffer *bb,
   if (!req)
     return;
   pthread_mutex_lock(&c->lock);
-  if (req->clock > PSD_COORD_MAX_CLOCK) {
+  if (c->stopping) {
+    cm_rpc_fail(call, GRPC_STATUS_UNAVAILABLE, "psd is shutting down");
+  } else if (req->clock > PSD_COORD_MAX_CLOCK) {
     cm_rpc_fail(call, GRPC_STATUS_INVALID_ARGUMENT,
                 "Clock: worker %d reports clock %llu; a clock counts a "
                 "worker's pushes and is at most 2^48",

@@ -52,7 +52,8 @@ struct psd_service {
   struct psd_coord *coord;         /* borrowed, shard 0 only (status) */
   struct cm_server *rpc;           /* borrowed: its refusal count (status) */
   struct psd_saver *saver;         /* borrowed: step counts, commit gate */
-  pthread_mutex_t park_lock;       /* guards parked and nparked */
+  pthread_mutex_t park_lock;       /* guards parked, nparked and stopped */
+  int stopped;                     /* psd_service_stop: no pull parks now */
   struct psd__parked_pull *parked; /* pulls waiting for a version */
   int nparked;                     /* entries in parked */
   atomic_uint_fast64_t pulls;      /* pull calls answered */

@@ -247,6 +247,12 @@ void psd__on_pull(struct cm_rpc_call *call, grpc_byte_buffer *bb, void *ctx) {
                 (unsigned long long)version);
       goto out;
     }
+    if (svc->stopped) {
+      /* Stopping: the parked pulls were answered; none parks now. */
+      pthread_mutex_unlock(&svc->park_lock);
+      psd__fail(svc, call, GRPC_STATUS_UNAVAILABLE, "psd is shutting down");
+      goto out;
+    }
     if (version < req->min_version || req->gen > gen) {
       struct psd__parked_pull *p = NULL;
       if (svc->nparked >= PSD_MAX_PARKED)
@@ -287,6 +293,8 @@ void psd__pull_release_parked(struct psd_service *svc, int stopping) {
   if (svc->steps)
     psd_steps_state(svc->steps, &st);
   uint64_t version = st.version, gen = st.gen;
+  if (stopping)
+    svc->stopped = 1;
   for (struct psd__parked_pull **pp = &svc->parked; *pp;) {
     struct psd__parked_pull *p = *pp;
     if (stopping || p->req->gen < gen ||

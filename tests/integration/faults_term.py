@@ -34,6 +34,8 @@ class TermPsdTest(Faults):
             ps[stop].p.send_signal(signal.SIGTERM)
             self.assertEqual(ps[stop].wait(), 0, ps[stop].output()[-3000:])
             self.assertIn("checkpoint (at exit) at step ", ps[stop].output())
+            # Every call was answered before the final checkpoint.
+            self.assertNotIn("still unanswered", ps[stop].output())
             ps[stop] = self.psd(spec, stop)
             ps[stop].wait_for("resumed from step ")
         self.finish(ws)
