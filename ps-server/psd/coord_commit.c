@@ -21,8 +21,6 @@
 /* How often an idle commit thread asks the shards for their steps (sync). */
 #define WATCH_MS 300
 
-/* Fills calls[] with one call of method carrying msg to every shard not yet
- * done[s]; each call's user is its shard index. Returns how many. */
 Psd__V1__Caller psd__coord_caller(const struct psd_coord *c) {
   Psd__V1__Caller caller = PSD__V1__CALLER__INIT;
   caller.job = (char *)c->spec->job.name;
@@ -33,9 +31,13 @@ Psd__V1__Caller psd__coord_caller(const struct psd_coord *c) {
   return caller;
 }
 
-int psd__coord_fill_calls(struct psd_coord *c, struct cm_unary *calls,
-                          const int *done, const char *method,
-                          const ProtobufCMessage *msg) {
+int psd__coord_call_all(struct psd_coord *c, struct cm_unary *calls,
+                        const int *done, const char *method,
+                        const ProtobufCMessage *msg, int timeout_ms,
+                        int wait_for_ready) {
+  struct cm_run_opts o = {.timeout_ms = timeout_ms,
+                          .inflight = 1,
+                          .wait_for_ready = wait_for_ready};
   int n = 0;
   for (int s = 0; s < c->spec->nps; s++) {
     if (done[s])
@@ -47,7 +49,20 @@ int psd__coord_fill_calls(struct psd_coord *c, struct cm_unary *calls,
     calls[n].user = (void *)(intptr_t)s;
     n++;
   }
+  cm_client_run(calls, n, &o);
   return n;
+}
+
+int psd__coord_pause(struct psd_coord *c, int ms) {
+  int stop;
+  pthread_mutex_lock(&c->lock);
+  if (ms > 0 && !c->stopping) {
+    struct timespec until = cm_abstime_after_ms(ms);
+    pthread_cond_timedwait(&c->wake, &c->lock, &until);
+  }
+  stop = c->stopping;
+  pthread_mutex_unlock(&c->lock);
+  return stop;
 }
 
 /* Sends each decided step to every shard, retrying a shard that does not
@@ -95,12 +110,8 @@ void *psd__coord_commit_thread(void *arg) {
     memset(done, 0, c->spec->nps * sizeof *done);
     int behind = -1, left = c->spec->nps;
     for (int attempt = 0; left > 0 && behind < 0; attempt++) {
-      struct cm_run_opts o = {.timeout_ms = c->spec->job.timeout_ms,
-                              .inflight = 1,
-                              .wait_for_ready = 1};
-      int n = psd__coord_fill_calls(c, calls, done, "/psd.v1.Data/Commit",
-                                    &req.base);
-      cm_client_run(calls, n, &o);
+      int n = psd__coord_call_all(c, calls, done, "/psd.v1.Data/Commit",
+                                  &req.base, c->spec->job.timeout_ms, 1);
       for (int i = 0; i < n; i++) {
         int s = (int)(intptr_t)calls[i].user;
         if (calls[i].status == GRPC_STATUS_OK) {
@@ -121,15 +132,7 @@ void *psd__coord_commit_thread(void *arg) {
         }
         cm_unary_release(&calls[i]);
       }
-      pthread_mutex_lock(&c->lock);
-      int stop = c->stopping;
-      if (left > 0 && !stop) {
-        struct timespec until = cm_abstime_after_ms(100);
-        pthread_cond_timedwait(&c->wake, &c->lock, &until);
-        stop = c->stopping;
-      }
-      pthread_mutex_unlock(&c->lock);
-      if (stop)
+      if (psd__coord_pause(c, left > 0 ? PSD__COORD_RETRY_MS : 0))
         break;
       if (behind >= 0) {
         uint64_t st, g;

@@ -29,6 +29,10 @@
 #include "spec.h"
 #include "steps.h"
 
+/* The wait before a commit or rollback is sent again to the shards that
+ * missed it, ms. */
+#define PSD__COORD_RETRY_MS 100
+
 /* Step times kept for the median that sets the admission deadline. */
 #define PSD__COORD_RECENT_STEPS 21
 
@@ -152,11 +156,20 @@ void *psd__coord_commit_thread(void *arg);
  * Points into c's spec. */
 Psd__V1__Caller psd__coord_caller(const struct psd_coord *c);
 
-/* Fills calls[] with one call of method carrying msg to every shard not yet
- * done[s]; each call's user is its shard index. Returns how many. */
-int psd__coord_fill_calls(struct psd_coord *c, struct cm_unary *calls,
-                          const int *done, const char *method,
-                          const ProtobufCMessage *msg);
+/* Sends one call of method carrying msg to every shard not yet done[s],
+ * all at once, and waits for their answers (each within timeout_ms; with
+ * wait_for_ready, a channel still connecting is waited for within it):
+ * calls[0..n) hold them, each call's user its shard index, for the caller
+ * to read and release. Returns n. */
+int psd__coord_call_all(struct psd_coord *c, struct cm_unary *calls,
+                        const int *done, const char *method,
+                        const ProtobufCMessage *msg, int timeout_ms,
+                        int wait_for_ready);
+
+/* Between rounds of calls: waits up to ms (0: not at all) unless psd is
+ * stopping, woken early by a stop. Returns whether psd is stopping. Called
+ * without the lock. */
+int psd__coord_pause(struct psd_coord *c, int ms);
 
 /* ---- coord_rollback.c: on the commit thread, without the lock; calls and
  * done have an entry per shard (the commit thread's, reused). */

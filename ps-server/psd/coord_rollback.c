@@ -76,11 +76,8 @@ void psd__coord_check_steps(struct psd_coord *c, struct cm_unary *calls,
   while (st && left > 0 && !stop) {
     /* Waits for each channel to connect (within the deadline) rather than
      * failing at once while gRPC backs off reconnecting. */
-    struct cm_run_opts o = {
-        .timeout_ms = 1000, .inflight = 1, .wait_for_ready = 1};
-    int n = psd__coord_fill_calls(c, calls, done, "/psd.v1.Admin/Status",
-                                  &req.base);
-    cm_client_run(calls, n, &o);
+    int n = psd__coord_call_all(c, calls, done, "/psd.v1.Admin/Status",
+                                &req.base, 1000, 1);
     for (int i = 0; i < n; i++) {
       int s = (int)(intptr_t)calls[i].user;
       Psd__V1__StatusResponse *r = NULL;
@@ -97,13 +94,7 @@ void psd__coord_check_steps(struct psd_coord *c, struct cm_unary *calls,
       }
       cm_unary_release(&calls[i]);
     }
-    pthread_mutex_lock(&c->lock);
-    if (left > 0 && !c->stopping) {
-      struct timespec until = cm_abstime_after_ms(200);
-      pthread_cond_timedwait(&c->wake, &c->lock, &until);
-    }
-    stop = c->stopping;
-    pthread_mutex_unlock(&c->lock);
+    stop = psd__coord_pause(c, left > 0 ? 200 : 0);
   }
   if (st && !stop) {
     plan =
@@ -185,17 +176,15 @@ int psd__coord_shard_step(struct psd_coord *c, struct cm_unary *call, int s,
                           int timeout_ms, uint64_t *step, uint64_t *gen) {
   Psd__V1__Caller caller = psd__coord_caller(c);
   Psd__V1__StatusRequest req = PSD__V1__STATUS_REQUEST__INIT;
-  struct cm_run_opts o = {.timeout_ms = timeout_ms, .inflight = 1};
   int done[PSD_STEPS_MAX_WORKERS] = {0}, rc = -1;
   Psd__V1__StatusResponse *r = NULL;
 
   req.caller = &caller;
   for (int i = 0; i < c->spec->nps && i < PSD_STEPS_MAX_WORKERS; i++)
     done[i] = i != s;
-  if (psd__coord_fill_calls(c, call, done, "/psd.v1.Admin/Status", &req.base) !=
-      1)
+  if (psd__coord_call_all(c, call, done, "/psd.v1.Admin/Status", &req.base,
+                          timeout_ms, 0) != 1)
     return -1;
-  cm_client_run(call, 1, &o);
   if (call->status == GRPC_STATUS_OK &&
       (r = (Psd__V1__StatusResponse *)cm_rpc_unpack(
            call->response, &psd__v1__status_response__descriptor))) {
@@ -228,19 +217,15 @@ static uint64_t common_step(struct psd_coord *c, struct cm_unary *calls,
                             int *done, uint64_t want) {
   Psd__V1__Caller caller = psd__coord_caller(c);
   Psd__V1__StatusRequest req = PSD__V1__STATUS_REQUEST__INIT;
-  struct cm_run_opts o = {.timeout_ms = c->spec->job.timeout_ms,
-                          .inflight = 1,
-                          .wait_for_ready = 1};
   Psd__V1__StatusResponse **r = calloc(c->spec->nps, sizeof *r);
   uint64_t best = want;
   int n, all = 1;
 
   req.caller = &caller;
   memset(done, 0, c->spec->nps * sizeof *done);
-  n = r ? psd__coord_fill_calls(c, calls, done, "/psd.v1.Admin/Status",
-                                &req.base)
+  n = r ? psd__coord_call_all(c, calls, done, "/psd.v1.Admin/Status", &req.base,
+                              c->spec->job.timeout_ms, 1)
         : 0;
-  cm_client_run(calls, n, &o);
   for (int i = 0; i < n; i++) {
     int s = (int)(intptr_t)calls[i].user;
     if (calls[i].status == GRPC_STATUS_OK)
@@ -325,12 +310,8 @@ void psd__coord_rollback(struct psd_coord *c, struct cm_unary *calls, int *done,
   memset(done, 0, c->spec->nps * sizeof *done);
   for (int attempt = 0, left = c->spec->nps; left > 0 && failed < 0;
        attempt++) {
-    struct cm_run_opts o = {.timeout_ms = c->spec->job.timeout_ms,
-                            .inflight = 1,
-                            .wait_for_ready = 1};
-    int n = psd__coord_fill_calls(c, calls, done, "/psd.v1.Data/Rollback",
-                                  &req.base);
-    cm_client_run(calls, n, &o);
+    int n = psd__coord_call_all(c, calls, done, "/psd.v1.Data/Rollback",
+                                &req.base, c->spec->job.timeout_ms, 1);
     for (int i = 0; i < n; i++) {
       int s = (int)(intptr_t)calls[i].user;
       if (calls[i].status == GRPC_STATUS_OK) {
@@ -349,15 +330,7 @@ void psd__coord_rollback(struct psd_coord *c, struct cm_unary *calls, int *done,
       }
       cm_unary_release(&calls[i]);
     }
-    pthread_mutex_lock(&c->lock);
-    int stop = c->stopping;
-    if (left > 0 && failed < 0 && !stop) {
-      struct timespec until = cm_abstime_after_ms(100);
-      pthread_cond_timedwait(&c->wake, &c->lock, &until);
-      stop = c->stopping;
-    }
-    pthread_mutex_unlock(&c->lock);
-    if (stop)
+    if (psd__coord_pause(c, left > 0 && failed < 0 ? PSD__COORD_RETRY_MS : 0))
       return;
   }
 
