@@ -52,7 +52,10 @@ class TermPsdTest(Faults):
               "again %.4f" % (key, _base[key], stop, acc))
         self.assertLessEqual(abs(acc - _base[key]), 0.01, (acc, _base[key]))
         for w in ws:
-            self.assertNotIn("CANCELLED", w.output())
+            # No call failed on it (the bug: "push ... failed: CANCELLED");
+            # a CANCELLED that gRPC gives a call racing the shard's final
+            # shutdown is retried, and its outage line may name it.
+            self.assertNotRegex(w.output(), r"failed: CANCELLED")
         return ps, ws, st
 
     def test_async_ps0(self):
