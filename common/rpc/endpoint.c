@@ -148,8 +148,10 @@ int cm_endpoint_unix_usable(char *why, size_t len) {
   if (rc)
     snprintf(why, len,
              "the kernel caps socket buffers below %d KiB "
-             "(net.core.wmem_max), where Unix sockets are slower than TCP",
-             CM_ENDPOINT_MIN_SOCKBUF >> 10);
+             "(net.core.wmem_max), where Unix sockets are slower than TCP; "
+             "sysctl -w net.core.wmem_max=%d (or psd's sysctl.d file, "
+             "60-psd.conf) lifts the cap",
+             CM_ENDPOINT_MIN_SOCKBUF >> 10, CM_ENDPOINT_SOCKBUF);
   return rc;
 }
 

@@ -92,6 +92,9 @@ static void workers_done(struct pl_launch *l) {
       pl_say("the ps tasks run until pslaunch is interrupted");
     return;
   }
+  /* Every worker of the cluster is done: their reports are in. */
+  if (l->nforeign == 0)
+    pl_job_rate_ask(l);
   if (l->nps > 0)
     pl_say("all %d workers finished; stopping the ps tasks", l->nworkers);
   pl_stop_all(l, PL_EXIT_OK);

@@ -16,10 +16,13 @@
  *   exec_task.c the child's side of a spawn: the parent-death signal, then
  *               the task's program
  *   watch.c     waiting for the cluster's other workers: ps:0's Status,
- *               asked until every worker has finished or is gone */
+ *               asked until every worker has finished or is gone
+ *   jobrate.c   the job's measured rate (ps:0's Status), printed as the
+ *               stdout line "job: ..." once every worker is done */
 #ifndef PL_PSLAUNCH_INTERNAL_H
 #define PL_PSLAUNCH_INTERNAL_H
 
+#include <jansson.h>
 #include <limits.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -245,5 +248,16 @@ void pl_watch_close(struct pl_launch *l);
 
 /* Frees what the watch owns, once the loop has ended. */
 void pl_watch_free(struct pl_launch *l);
+
+/* ---- jobrate.c ---- */
+
+/* Prints the job's rate from ps:0's Status answer (parsed JSON, borrowed)
+ * as the stdout line "job: workers=N reported=N examples=N wall_s=S
+ * examples_per_s=R", or says on stderr why there is none. */
+void pl_job_rate_print(const struct pl_launch *l, json_t *status);
+
+/* Asks ps:0 for its Status (one call, a short deadline; blocks) and prints
+ * the job's rate as pl_job_rate_print does, or says why it cannot. */
+void pl_job_rate_ask(const struct pl_launch *l);
 
 #endif

@@ -132,6 +132,7 @@ static void take_answer(struct pl_launch *l, json_t *root) {
   w->answered = 1;
   w->all_leaving = leaving;
   if (!waiting) {
+    pl_job_rate_print(l, root);
     pl_say("every worker of the cluster has finished or is gone; stopping the "
            "ps tasks");
     pl_stop_all(l, PL_EXIT_OK);

@@ -12,7 +12,7 @@
 
 /* The coordinator's view: workers, and in sync mode the last steps. */
 static int print_job(const struct psctl *p, json_t *coord) {
-  json_t *workers = json_object_get(coord, "workers"), *w, *steps, *r;
+  json_t *workers = json_object_get(coord, "workers"), *w, *steps, *r, *rate;
   struct psctl_table t;
   size_t i, n;
   long long live = 0, dropped = 0;
@@ -30,6 +30,14 @@ static int print_job(const struct psctl *p, json_t *coord) {
            psctl_jint(coord, "rollbacks"), psctl_jint(coord, "rollback_step"));
   printf("  workers %lld/%zu live  dropped %lld\n", live,
          json_array_size(workers), dropped);
+  /* The job's measured rate, once workers have finished and reported. */
+  rate = json_object_get(coord, "job_rate");
+  if (psctl_jint(rate, "workers") > 0)
+    printf("rate: %lld examples by %lld of %zu workers in %.2f s (first step "
+           "to last): %.0f/s\n",
+           psctl_jint(rate, "examples"), psctl_jint(rate, "workers"),
+           json_array_size(workers), psctl_jnum(rate, "wall_s"),
+           psctl_jnum(rate, "examples_per_s"));
   /* Sync: the gradients the coordinator counted in a step, and those it
    * left out. Async has no steps to count a gradient in (applied stays 0):
    * the honest figure is the pushes the worker made to ps:0, the only shard
@@ -50,6 +58,7 @@ static int print_job(const struct psctl *p, json_t *coord) {
     psctl_table_cell(&t, "worker:%lld", psctl_jint(w, "worker"));
     psctl_table_cell(&t, "%s",
                      json_is_true(json_object_get(w, "live"))     ? "live"
+                     : json_is_true(json_object_get(w, "left"))   ? "left"
                      : json_is_true(json_object_get(w, "joined")) ? "gone"
                                                                   : "-");
     psctl_table_cell(&t, "%lld", psctl_jint(w, "joins"));

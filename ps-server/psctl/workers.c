@@ -84,6 +84,7 @@ int psctl_cmd_workers(struct psctl *p) {
         "{s:I, s:s, s:b, s:I, s:I, s:I, s:I, s:f, s:f, s:I, s:I, s:f, s:b}",
         "worker", (json_int_t)psctl_jint(w, "worker"), "state",
         live                                         ? "live"
+        : json_is_true(json_object_get(w, "left"))   ? "left"
         : json_is_true(json_object_get(w, "joined")) ? "gone"
                                                      : "never joined",
         "live", live, "joins", (json_int_t)psctl_jint(w, "joins"), "last_step",

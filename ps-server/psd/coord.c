@@ -178,6 +178,8 @@ int psd_coord_workers(struct psd_coord *c, struct psd_worker_info *out,
                                   w->joined ? now - w->last_seen : -1,
                                   w->joins};
     o->left = w->left;
+    o->examples = w->examples;
+    o->train_s = (w->last_ms - w->first_ms) / 1000.0;
     o->last_step = w->last_step;
     o->pushes = w->pushes;
     o->step_samples = w->nsteps < PSD_COORD_STEP_RING ? (unsigned)w->nsteps
@@ -188,6 +190,27 @@ int psd_coord_workers(struct psd_coord *c, struct psd_worker_info *out,
   }
   pthread_mutex_unlock(&c->lock);
   return c->n;
+}
+
+void psd_coord_job_rate(struct psd_coord *c, struct psd_job_rate *out) {
+  double first = 0, last = 0;
+  memset(out, 0, sizeof *out);
+  pthread_mutex_lock(&c->lock);
+  for (int i = 0; i < c->n; i++) {
+    const struct psd__coord_worker *w = &c->w[i];
+    if (w->last_ms <= 0)
+      continue;
+    if (!out->workers || w->first_ms < first)
+      first = w->first_ms;
+    if (!out->workers || w->last_ms > last)
+      last = w->last_ms;
+    out->workers++;
+    out->examples += w->examples;
+  }
+  pthread_mutex_unlock(&c->lock);
+  out->wall_s = (last - first) / 1000.0;
+  if (out->wall_s > 0)
+    out->examples_per_s = (double)out->examples / out->wall_s;
 }
 
 uint64_t psd_coord_max_spread(struct psd_coord *c) {

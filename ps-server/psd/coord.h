@@ -40,6 +40,8 @@ struct psd_worker_info {
   double last_seen_ms; /* since last heard from */
   unsigned joins;      /* joins, rejoins included */
   int left;            /* said it finished (Join with leave) */
+  uint64_t examples;   /* examples it reported when it left, else 0 */
+  double train_s;      /* its training time as reported then, else 0 */
 
   /* Step timing, kept by the coordinator (psd_coord_pushed, Admit). */
   uint64_t last_step;    /* sync: the step of its last Admit */
@@ -100,6 +102,20 @@ int psd_coord_workers(struct psd_coord *c, struct psd_worker_info *out,
                       int max);
 
 /* The widest clock spread granted so far (async with staleness). */
+/* The job's measured rate: every worker that left reported its examples
+ * and when its first and last steps were (coord_barrier.c, Join); the rate
+ * is their sum over the span from the earliest first step to the latest
+ * last step. */
+struct psd_job_rate {
+  unsigned workers;      /* workers that reported */
+  uint64_t examples;     /* their examples, summed */
+  double wall_s;         /* earliest first step to latest last step */
+  double examples_per_s; /* examples / wall_s, 0 when nothing reported */
+};
+
+/* Fills *out with the job's rate so far. */
+void psd_coord_job_rate(struct psd_coord *c, struct psd_job_rate *out);
+
 uint64_t psd_coord_max_spread(struct psd_coord *c);
 
 #endif

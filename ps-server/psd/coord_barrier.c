@@ -225,6 +225,22 @@ static int seen(struct psd_coord *c, struct cm_rpc_call *call, int w,
   return 0;
 }
 
+/* Keeps what a leaving worker reported for the job's rate, placed on this
+ * coordinator's clock: its last step ended ended_s_ago before now, and its
+ * first began train_s before that. A report that makes no sense (negative,
+ * or no time at all) is ignored rather than let it skew the rate. Caller
+ * holds the lock. */
+static void took_report(struct psd__coord_worker *w,
+                        const Psd__V1__JoinRequest *req) {
+  double now = cm_mono_ms();
+  if (req->train_s <= 0 || req->ended_s_ago < 0 ||
+      req->ended_s_ago * 1000.0 > now)
+    return;
+  w->examples = req->examples;
+  w->last_ms = now - req->ended_s_ago * 1000.0;
+  w->first_ms = w->last_ms - req->train_s * 1000.0;
+}
+
 static void on_join(struct cm_rpc_call *call, grpc_byte_buffer *bb, void *ctx) {
   struct psd_coord *c = ctx;
   Psd__V1__JoinRequest *req = (Psd__V1__JoinRequest *)cm_request_open(
@@ -241,6 +257,7 @@ static void on_join(struct cm_rpc_call *call, grpc_byte_buffer *bb, void *ctx) {
         cm_info("worker:%d left the job", req->worker);
       w->live = 0;
       w->left = 1;
+      took_report(w, req);
     } else {
       /* A joined worker joins again when it restarted, or when its
        * heartbeat was told it had been declared dead (cut off, stopped). */

@@ -68,9 +68,14 @@ struct psd__coord_worker {
   uint64_t clock;   /* async: pushes completed, as last reported */
   int arrived;      /* sync: in the open step's arrivals */
   int left;         /* said it finished (Join with leave) */
-  int must_rejoin;  /* declared dead since its last Join: its heartbeats are
-                       answered "join again" until it does (a heartbeat's
-                       answer may be lost, as when it was cut off) */
+  /* What it reported when it last left, for the job's rate: its examples
+   * and its first step's start and last step's end, in this coordinator's
+   * monotonic ms (0, 0, 0 until it has left). */
+  uint64_t examples;
+  double first_ms, last_ms;
+  int must_rejoin; /* declared dead since its last Join: its heartbeats are
+                      answered "join again" until it does (a heartbeat's
+                      answer may be lost, as when it was cut off) */
 
   /* Step timing (status, psctl workers). */
   double step_mark;   /* ms of its last timed event (Admit or push); 0: none

@@ -43,6 +43,8 @@ void psd__on_status(struct cm_rpc_call *call, grpc_byte_buffer *bb, void *ctx) {
   struct psd_worker_info *winfo = NULL;
   Psd__V1__WorkerStatus *ws = NULL, **wsp = NULL;
   Psd__V1__CheckpointStatus ck = PSD__V1__CHECKPOINT_STATUS__INIT;
+  Psd__V1__JobRate jr = PSD__V1__JOB_RATE__INIT;
+  struct psd_job_rate rate;
   struct psd_saver_state *sst = NULL;
   Psd__V1__Histogram *wh = NULL, sh[2], *shp[2] = {&sh[0], &sh[1]};
   uint64_t counts[2][PSD_HIST_BOUNDS + 1];
@@ -169,6 +171,10 @@ void psd__on_status(struct cm_rpc_call *call, grpc_byte_buffer *bb, void *ctx) {
       ws[i].last_seen_ms = winfo[i].last_seen_ms;
       ws[i].joins = winfo[i].joins;
       ws[i].left = winfo[i].left;
+      ws[i].examples = winfo[i].examples;
+      ws[i].examples_per_s = winfo[i].train_s > 0
+                                 ? (double)winfo[i].examples / winfo[i].train_s
+                                 : 0.0;
       ws[i].last_step = winfo[i].last_step;
       ws[i].pushes = winfo[i].pushes;
       ws[i].step_samples = winfo[i].step_samples;
@@ -184,6 +190,12 @@ void psd__on_status(struct cm_rpc_call *call, grpc_byte_buffer *bb, void *ctx) {
     resp.n_workers = nw;
     resp.workers = wsp;
     resp.max_clock_spread = psd_coord_max_spread(svc->coord);
+    psd_coord_job_rate(svc->coord, &rate);
+    jr.workers = rate.workers;
+    jr.examples = rate.examples;
+    jr.wall_s = rate.wall_s;
+    jr.examples_per_s = rate.examples_per_s;
+    resp.job_rate = &jr;
     resp.coordinator = 1;
   }
   if (svc->saver && (sst = malloc(sizeof *sst))) {

@@ -10,6 +10,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -239,23 +240,90 @@ def need_root(test):
 WMEM_MAX = "/proc/sys/net/core/wmem_max"
 
 
-def need_socket_buffers(test):
-    """Makes sure psd serves its Unix socket: the kernel must grant 1 MiB
-    socket buffers (net.core.wmem_max; common/rpc/endpoint.h). As root a
-    lower limit is raised for the test and restored by its cleanup; else
-    the test is skipped."""
+def set_wmem_max(test, value, why):
+    """Sets net.core.wmem_max to value for one test (restored by its
+    cleanup); a test that cannot (not root) is skipped, saying why it
+    needed to."""
     with open(WMEM_MAX) as f:
         old = f.read().strip()
-    if int(old) >= (1 << 20):
+    if int(old) == value:
         return
     try:
         with open(WMEM_MAX, "w") as f:
-            f.write(str(4 << 20))
+            f.write(str(value))
     except OSError as e:
-        test.skipTest("net.core.wmem_max is %s, below 1 MiB, and cannot be raised "
-                      "(%s): psd serves no Unix socket here" % (old, e))
+        test.skipTest("net.core.wmem_max is %s and cannot be set to %d (%s): %s"
+                      % (old, value, e, why))
 
     def restore():
         with open(WMEM_MAX, "w") as f:
             f.write(old)
     test.addCleanup(restore)
+
+
+def need_socket_buffers(test):
+    """Makes sure psd serves its Unix socket: the kernel must grant 1 MiB
+    socket buffers (net.core.wmem_max; common/rpc/endpoint.h). Stock
+    Debian grants 208 KiB; as root the limit is raised to 4 MiB for the
+    test (what deploy/sysctl/60-psd.conf sets) and restored by its
+    cleanup; else the test is skipped."""
+    with open(WMEM_MAX) as f:
+        if int(f.read()) >= (1 << 20):
+            return
+    set_wmem_max(test, 4 << 20, "psd serves no Unix socket here")
+
+
+# Exit status of a test module whose every case was skipped: meson reports
+# the suite as SKIP, and tests/summary.py counts it apart from the passes.
+EXIT_SKIP = 77
+
+
+def main(argv=None):
+    """Runs a test module: `test_x.py BUILD_DIR [unittest args...]`.
+    Exits 1 when a case failed, 77 (SKIP) when every case that ran was
+    skipped, else 0. Skipped cases of a module that also passed cases are
+    listed on stdout as 'harness: skipped N of M cases' lines, which
+    tests/summary.py counts separately from the passes."""
+    global BUILD
+    argv = list(sys.argv if argv is None else argv)
+    if len(argv) < 2 or argv[1].startswith("-"):
+        sys.stderr.write("usage: %s BUILD_DIR [unittest args...]\n" % argv[0])
+        sys.exit(2)
+    BUILD = os.path.abspath(argv[1])
+    prog = unittest.main(argv=[argv[0]] + argv[2:], verbosity=2, exit=False)
+    res = prog.result
+    if res.skipped:
+        print("harness: skipped %d of %d cases" % (len(res.skipped), res.testsRun))
+        for case, why in res.skipped:
+            print("harness: skipped %s: %s" % (case.id(), why))
+    sys.stdout.flush()
+    if not res.wasSuccessful():
+        sys.exit(1)
+    if res.testsRun == 0 or len(res.skipped) == res.testsRun:
+        sys.exit(EXIT_SKIP)
+    sys.exit(0)
+
+
+def job_line(out):
+    """The key=value pairs of pslaunch's 'job:' line in out (the job's rate
+    as ps:0 measured it), or None when there is none."""
+    for line in reversed(out.splitlines()):
+        if line.startswith("job: "):
+            return dict(p.split("=", 1) for p in line[5:].split() if "=" in p)
+    return None
+
+
+def assert_job_accounting(test, out, epochs, workers, train_size=60000):
+    """Checks the job's throughput accounting: every worker reported, and
+    their examples add up to epochs x the training set (each worker trains
+    on its share). Returns the job line's pairs."""
+    job = job_line(out)
+    test.assertIsNotNone(job, "pslaunch printed no job: line\n" + out[-3000:])
+    test.assertEqual(int(job["workers"]), workers, job)
+    test.assertEqual(int(job["reported"]), workers, job)
+    test.assertEqual(int(job["examples"]), epochs * train_size, job)
+    test.assertGreater(float(job["wall_s"]), 0, job)
+    test.assertAlmostEqual(float(job["examples_per_s"]),
+                           int(job["examples"]) / float(job["wall_s"]),
+                           delta=0.01 * float(job["examples_per_s"]) + 1)
+    return job

@@ -7,7 +7,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 import unittest
 
@@ -190,5 +189,4 @@ class TlsTest(AuthTest):
 
 
 if __name__ == "__main__":
-    h.BUILD = os.path.abspath(sys.argv.pop(1))
-    unittest.main(verbosity=2)
+    h.main()

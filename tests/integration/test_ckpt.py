@@ -12,11 +12,9 @@ Run: /usr/bin/python3 test_ckpt.py BUILD_DIR"""
 import glob
 import json
 import os
-import re
 import shutil
 import signal
 import struct
-import sys
 import unittest
 
 import numpy as np
@@ -562,5 +560,4 @@ class SyncCkptTest(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    h.BUILD = os.path.abspath(sys.argv.pop(1))
-    unittest.main(verbosity=2)
+    h.main()

@@ -9,7 +9,6 @@ minutes on a loaded 2-core machine. Run:
 import json
 import os
 import re
-import sys
 import time
 import unittest
 
@@ -49,12 +48,12 @@ class CnnTest(unittest.TestCase):
             kv = dict(re.findall(r"(\w+)=([\d.]+)", last[0].split("final:", 1)[1]))
             self.assertEqual(kv["epochs"], str(job["epochs"]))
             self.assertEqual(kv["dropped"], "0")
+            rate = h.assert_job_accounting(self, r.stdout, job["epochs"], 2)
             acc = float(kv["test_accuracy"])
-            print("\ncnn: test_accuracy=%.4f examples_per_s=%s wall_s=%s job_wall_s=%.1f"
-                  % (acc, kv["examples_per_s"], kv["wall_s"], wall))
+            print("\ncnn: test_accuracy=%.4f job examples_per_s=%s wall_s=%s "
+                  "launch_wall_s=%.1f" % (acc, rate["examples_per_s"], rate["wall_s"], wall))
             self.assertGreaterEqual(acc, 0.80 if sanitized else 0.90)
 
 
 if __name__ == "__main__":
-    h.BUILD = os.path.abspath(sys.argv.pop(1))
-    unittest.main(verbosity=2)
+    h.main()

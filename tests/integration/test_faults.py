@@ -24,9 +24,6 @@ are broken on purpose while they work.
 Run: /usr/bin/python3 test_faults.py BUILD_DIR [TEST...]; exit 77 when every
 test was skipped. The cases live in faults_kill.py, faults_outage.py and
 faults_dedup.py, their helpers in faults.py."""
-import os
-import sys
-import unittest
 
 import harness as h
 from faults_dedup import DedupTest, LoadTest  # noqa: F401
@@ -35,9 +32,4 @@ from faults_outage import DiskTest, NetnsTest, StopTest  # noqa: F401
 from faults_term import CutTest, RestartLoadTest, TermPsdTest  # noqa: F401
 
 if __name__ == "__main__":
-    h.BUILD = os.path.abspath(sys.argv.pop(1))
-    prog = unittest.main(verbosity=2, exit=False)
-    r = prog.result
-    if not r.wasSuccessful():
-        sys.exit(1)
-    sys.exit(77 if r.testsRun and len(r.skipped) == r.testsRun else 0)
+    h.main()

@@ -472,13 +472,10 @@ class LaunchTest(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    if len(sys.argv) < 2 or sys.argv[1].startswith("-"):
-        sys.stderr.write("usage: %s BUILD_DIR [unittest args...]\n" %
-                         sys.argv[0])
-        sys.exit(2)
-    PSLAUNCH = os.path.join(os.path.abspath(sys.argv[1]), "deploy",
-                            "pslaunch")
-    if not os.access(PSLAUNCH, os.X_OK):
-        sys.stderr.write("%s: not built\n" % PSLAUNCH)
-        sys.exit(1)
-    unittest.main(argv=[sys.argv[0]] + sys.argv[2:])
+    if len(sys.argv) >= 2 and not sys.argv[1].startswith("-"):
+        PSLAUNCH = os.path.join(os.path.abspath(sys.argv[1]), "deploy",
+                                "pslaunch")
+        if not os.access(PSLAUNCH, os.X_OK):
+            sys.stderr.write("%s: not built\n" % PSLAUNCH)
+            sys.exit(1)
+    harness.main()

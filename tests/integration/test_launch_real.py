@@ -16,8 +16,6 @@ import json
 import os
 import re
 import signal
-import sys
-import unittest
 
 import harness as h
 
@@ -152,9 +150,4 @@ class PartialLaunchTest(h.ProcTest):
 
 
 if __name__ == "__main__":
-    if len(sys.argv) < 2 or sys.argv[1].startswith("-"):
-        sys.stderr.write("usage: %s BUILD_DIR [unittest args...]\n"
-                         % sys.argv[0])
-        sys.exit(2)
-    h.BUILD = os.path.abspath(sys.argv[1])
-    unittest.main(argv=[sys.argv[0]] + sys.argv[2:])
+    h.main()

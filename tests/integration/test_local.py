@@ -19,18 +19,6 @@ import unittest
 import harness as h
 
 
-def big_buffers():
-    """Whether this kernel grants the socket buffers psd's Unix sockets need
-    (common/rpc/endpoint.h: at least 1 MiB); without them clients keep TCP."""
-    with open("/proc/sys/net/core/wmem_max") as f:
-        return int(f.read()) >= (1 << 20)
-
-
-NEEDS_BUFFERS = unittest.skipUnless(
-    big_buffers(), "net.core.wmem_max is below 1 MiB: psd serves no Unix socket here "
-    "(test_small_buffers_keep_tcp covers that case)")
-
-
 # A local user's trap: listens where a shard's socket would be and reports
 # every connection (which would carry the bearer token).
 SQUATTER = r"""
@@ -61,6 +49,7 @@ class LocalSocketTest(unittest.TestCase):
                                 job={"name": "local.t", "optimizer": {"type": "sgd"}})
         port = self.cfg["cluster"]["ps"][0].rsplit(":", 1)[1]
         self.path = os.path.join(self.tmp.name, "psd-local.t-%s.sock" % port)
+        h.need_socket_buffers(self)
 
     def tearDown(self):
         os.environ.pop("PSD_SOCKET_DIR", None)
@@ -73,7 +62,6 @@ class LocalSocketTest(unittest.TestCase):
         self.assertNotIn("MISMATCH", line)
         return kv(line)
 
-    @NEEDS_BUFFERS
     def test_same_host_client_uses_the_unix_socket(self):
         ps = h.start_psd(self.spec, 0, env=self.env)
         try:
@@ -85,7 +73,6 @@ class LocalSocketTest(unittest.TestCase):
             self.assertEqual(ps.stop(), 0)
         self.assertFalse(os.path.exists(self.path), "socket file left behind")
 
-    @NEEDS_BUFFERS
     def test_dworker_reports_its_choice(self):
         ps = h.start_psd(self.spec, 0, env=self.env)
         try:
@@ -109,7 +96,6 @@ class LocalSocketTest(unittest.TestCase):
         finally:
             ps.stop()
 
-    @NEEDS_BUFFERS
     def test_client_side_false_keeps_tcp_against_a_unix_shard(self):
         ps = h.start_psd(self.spec, 0, env=self.env)
         try:
@@ -121,7 +107,6 @@ class LocalSocketTest(unittest.TestCase):
         finally:
             ps.stop()
 
-    @NEEDS_BUFFERS
     def test_stale_socket_is_replaced(self):
         s = socket.socket(socket.AF_UNIX)
         s.bind(self.path)  # bound, never listening: what a killed psd leaves
@@ -133,8 +118,9 @@ class LocalSocketTest(unittest.TestCase):
         finally:
             ps.stop()
 
-    @unittest.skipIf(big_buffers(), "net.core.wmem_max allows Unix sockets here")
     def test_small_buffers_keep_tcp(self):
+        # Stock Debian's limit (212992): psd says why and serves TCP only.
+        h.set_wmem_max(self, 212992, "this case needs the stock limit")
         ps = h.start_psd(self.spec, 0, env=self.env)
         try:
             self.assertNotIn("unix:", ps.wait_for("ready: listening on"))
@@ -143,7 +129,6 @@ class LocalSocketTest(unittest.TestCase):
         finally:
             ps.stop()
 
-    @NEEDS_BUFFERS
     def test_another_file_at_the_path_is_left_alone(self):
         with open(self.path, "w") as f:
             f.write("not a socket\n")
@@ -256,5 +241,4 @@ class SocketOwnerTest(h.ProcTest):
 
 
 if __name__ == "__main__":
-    h.BUILD = os.path.abspath(sys.argv.pop(1))
-    unittest.main(verbosity=2)
+    h.main()

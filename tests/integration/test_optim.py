@@ -14,7 +14,6 @@ import os
 import re
 import signal
 import struct
-import sys
 import unittest
 
 import numpy as np
@@ -327,5 +326,4 @@ class TrainTest(h.ProcTest):
 
 
 if __name__ == "__main__":
-    h.BUILD = os.path.abspath(sys.argv.pop(1))
-    unittest.main(verbosity=2)
+    h.main()

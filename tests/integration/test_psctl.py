@@ -9,7 +9,6 @@ import os
 import re
 import signal
 import struct
-import sys
 import tempfile
 import unittest
 
@@ -227,13 +226,21 @@ class PsctlTest(unittest.TestCase):
         # Async: the worker's pushes (to ps:0, which times them), not the
         # sync-only count of gradients applied in steps (always 0 here).
         self.assertRegex(out, r"WORKER\s+STATE\s+JOINS\s+PUSHES TO PS:0\s+LAST SEEN")
-        self.assertRegex(out, r"worker:0\s+gone\s+1\s+32\s+\S+ m?s ago")
+        self.assertRegex(out, r"worker:0\s+left\s+1\s+32\s+\S+ m?s ago")
         self.assertNotIn("APPLIED", out)
+        # The job's rate from what the worker reported as it left (pstool
+        # counts each of its 30 timed pushes as one example).
+        self.assertRegex(out, r"rate: 30 examples by 1 of 1 workers in [\d.]+ s \(first "
+                         r"step to last\): \d+/s")
         for line in out.splitlines():
             self.assertLessEqual(len(line), 100, line)
         doc = json.loads(self.ctl("--json", "status").stdout)
         self.assertEqual([s["up"] for s in doc["shards"]], [True, True])
         self.assertEqual(doc["down"], [])
+        rate = doc["shards"][0]["job_rate"]
+        self.assertEqual((rate["workers"], rate["examples"]), (1, 30))
+        self.assertAlmostEqual(rate["examples_per_s"], 30 / rate["wall_s"],
+                               delta=0.01 * rate["examples_per_s"])
         self.assertEqual({h["name"] for h in doc["shards"][0]["histograms"]},
                          {"push_seconds", "pull_seconds"})
 
@@ -346,10 +353,10 @@ class PsctlTest(unittest.TestCase):
         self.assertEqual(w["step_samples"], 31)  # gaps between them
         self.assertGreater(w["step_p50_ms"], 0)
         self.assertGreaterEqual(w["step_p95_ms"], w["step_p50_ms"])
-        self.assertEqual(w["state"], "gone")     # it left at the end
+        self.assertEqual(w["state"], "left")     # it left at the end
         self.assertFalse(w["straggler"])
         out = self.ctl("workers").stdout
-        self.assertRegex(out, r"worker:0\s+gone\s+32\s+\d")
+        self.assertRegex(out, r"worker:0\s+left\s+32\s+\d")
         self.assertIn("straggler: needs 2 live workers", out)
 
     def test_metrics_exposition(self):
@@ -413,7 +420,7 @@ class PsctlDownTest(unittest.TestCase):
                     ("vars",): r"w\s+\[6, 4\]\s+f32\s+ps:0 \[0, 3\) ps:1\(down\) \[3, 6\)",
                     ("get", "w"): r"0: +-1 +2 ",
                     ("get", "w", "--stats"): r"w\s+\[0, 6\)\s+12\s",
-                    ("workers",): r"worker:0\s+gone\s+7\s",
+                    ("workers",): r"worker:0\s+left\s+7\s",
                     ("metrics",): r'psd_pushes_total\{shard="0"\} \d+',
                 }
                 for args, shows in cases.items():
@@ -543,5 +550,4 @@ class PsctlStragglerTest(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    h.BUILD = os.path.abspath(sys.argv.pop(1))
-    unittest.main(verbosity=2)
+    h.main()

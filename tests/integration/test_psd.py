@@ -14,7 +14,6 @@ import signal
 import socket
 import struct
 import subprocess
-import sys
 import tempfile
 import unittest
 
@@ -577,5 +576,4 @@ class PsdStartupTest(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    h.BUILD = os.path.abspath(sys.argv.pop(1))
-    unittest.main(verbosity=2)
+    h.main()

@@ -6,12 +6,10 @@ shard's is refused, naming both specs' counts; a shard restarted without a
 checkpoint stops the workers with an error naming it and checkpoint.dir,
 while one restarted from its checkpoint lets them go on. Run:
 /usr/bin/python3 test_reach.py BUILD_DIR"""
-import datetime
 import json
 import os
 import re
 import signal
-import sys
 import time
 import unittest
 
@@ -181,5 +179,4 @@ class LostStateTest(h.ProcTest):
 
 
 if __name__ == "__main__":
-    h.BUILD = os.path.abspath(sys.argv.pop(1))
-    unittest.main(verbosity=2)
+    h.main()

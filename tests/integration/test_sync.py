@@ -8,7 +8,6 @@ import os
 import struct
 import re
 import signal
-import sys
 import unittest
 
 import harness as h
@@ -205,5 +204,4 @@ class StalenessTest(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    h.BUILD = os.path.abspath(sys.argv.pop(1))
-    unittest.main(verbosity=2)
+    h.main()

@@ -8,7 +8,6 @@ import json
 import os
 import re
 import struct
-import sys
 import unittest
 
 import harness as h
@@ -43,12 +42,17 @@ class TrainTest(unittest.TestCase):
             last = [l for l in r.stdout.splitlines() if "final:" in l]
             self.assertEqual(len(last), 1, r.stdout[-2000:])
             kv = dict(re.findall(r"(\w+)=([\d.]+)", last[0].split("final:", 1)[1]))
-            self.assertIn("examples_per_s", kv)
+            self.assertIn("worker_examples_per_s", kv)
             self.assertIn("wall_s", kv)
             self.assertEqual(kv["epochs"], str(demo_job()["epochs"]))
+            # Each worker trained on its half: 5 epochs of 30000 examples.
+            self.assertEqual(kv["examples"], str(5 * 30000))
+            # The job's rate, measured by ps:0: all 5 x 60000 examples.
+            job = h.assert_job_accounting(self, r.stdout, 5, 2)
             acc = float(kv["test_accuracy"])
-            print("\ntest_accuracy=%.4f examples_per_s=%s wall_s=%s"
-                  % (acc, kv["examples_per_s"], kv["wall_s"]))
+            print("\ntest_accuracy=%.4f job examples_per_s=%s wall_s=%s "
+                  "(worker:0 alone %s/s)" % (acc, job["examples_per_s"],
+                                            job["wall_s"], kv["worker_examples_per_s"]))
             self.assertGreaterEqual(acc, 0.84)
             # worker 0's final line is its last line of output.
             w0 = [l for l in r.stdout.splitlines() if l.startswith("worker:0")]
@@ -64,8 +68,9 @@ class TrainTest(unittest.TestCase):
             last = [l for l in r.stdout.splitlines() if "final:" in l]
             self.assertEqual(len(last), 1, r.stdout[-2000:])
             kv = dict(re.findall(r"(\w+)=([\d.]+)", last[0].split("final:", 1)[1]))
-            print("\n%s: test_accuracy=%s examples_per_s=%s wall_s=%s"
-                  % (name, kv["test_accuracy"], kv["examples_per_s"], kv["wall_s"]))
+            job = h.assert_job_accounting(self, r.stdout, demo_job(name)["epochs"], 2)
+            print("\n%s: test_accuracy=%s job examples_per_s=%s wall_s=%s"
+                  % (name, kv["test_accuracy"], job["examples_per_s"], job["wall_s"]))
             return float(kv["test_accuracy"])
 
     def test_demo_spec_in_sync_mode_reaches_085(self):
@@ -261,5 +266,4 @@ class DeviceTest(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    h.BUILD = os.path.abspath(sys.argv.pop(1))
-    unittest.main(verbosity=2)
+    h.main()

@@ -177,7 +177,13 @@ int pstool_roundtrip(struct cm_spec *spec, const struct pstool_args *a) {
          quantile(tl, a->rounds, 0.99) * 1e6);
   free(tp);
   free(tl);
-  rc = a->join ? (dw_client_leave(c) ? 1 : 0) : 0;
+  /* A joined client reports each timed push as one example, so that the
+   * coordinator's job rate can be checked (test_psctl.py). */
+  rc = a->join
+           ? (dw_client_leave(c, (uint64_t)a->rounds, t1 - t0, cm_mono_s() - t1)
+                  ? 1
+                  : 0)
+           : 0;
 out:
   dw_client_free(c);
   free(value);
@@ -237,7 +243,7 @@ int pstool_syncload(struct cm_spec *spec, const struct pstool_args *a) {
     step = next > version ? next : version + 1;
   }
   double t1 = cm_mono_s();
-  dw_client_leave(c);
+  dw_client_leave(c, 0, 0, 0);
   printf("syncload worker=%d steps=%d wall_s=%.3f dropped=%d\n", a->worker,
          a->rounds, t1 - t0, dropped);
   rc = 0;

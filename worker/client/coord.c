@@ -189,7 +189,8 @@ int dw_client_join(struct dw_client *c, int worker, int heartbeat_ms,
   return 0;
 }
 
-int dw_client_leave(struct dw_client *c) {
+int dw_client_leave(struct dw_client *c, uint64_t examples, double train_s,
+                    double ended_s_ago) {
   pthread_mutex_lock(&c->lock);
   c->left = 1; /* the heartbeat thread must not join again */
   pthread_mutex_unlock(&c->lock);
@@ -198,6 +199,9 @@ int dw_client_leave(struct dw_client *c) {
   req.caller = &caller;
   req.worker = c->windex;
   req.leave = 1;
+  req.examples = examples;
+  req.train_s = train_s;
+  req.ended_s_ago = ended_s_ago;
   return coord_call(c, "/psd.v1.Coord/Join", &req.base, c->o.timeout_ms, NULL,
                     NULL);
 }

@@ -124,8 +124,13 @@ void dw_client_set_examples(struct dw_client *c, uint32_t examples);
 int dw_client_join(struct dw_client *c, int worker, int heartbeat_ms,
                    uint64_t *step);
 
-/* Tells the coordinator the worker has finished (it no longer counts). */
-int dw_client_leave(struct dw_client *c);
+/* Tells the coordinator the worker has finished (it no longer counts), and
+ * what it did, for the job's rate (psctl status, pslaunch's job: line):
+ * its training examples, its training time from its first step's start to
+ * its last step's end (train_s), and how long ago that end was
+ * (ended_s_ago). train_s 0 reports nothing. */
+int dw_client_leave(struct dw_client *c, uint64_t examples, double train_s,
+                    double ended_s_ago);
 
 /* Pulls every variable once every shard has committed min_version steps;
  * a shard parks the pull until then. *version is the lowest number of

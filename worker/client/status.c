@@ -132,6 +132,8 @@ int dw_client_status(struct dw_client *c, int shard, char **json) {
       json_object_set_new(o, "step_p95_ms", json_real(w->step_p95_ms));
       json_object_set_new(o, "lag_p50_ms", json_real(w->lag_p50_ms));
       json_object_set_new(o, "lag_p95_ms", json_real(w->lag_p95_ms));
+      json_object_set_new(o, "examples", json_integer((json_int_t)w->examples));
+      json_object_set_new(o, "examples_per_s", json_real(w->examples_per_s));
       if (w->step_time)
         json_object_set_new(o, "step_time", hist_json(w->step_time));
       json_array_append_new(workers, o);
@@ -144,6 +146,14 @@ int dw_client_status(struct dw_client *c, int shard, char **json) {
     json_object_set_new(root, "workers", workers);
     json_object_set_new(root, "max_clock_spread",
                         json_integer((json_int_t)resp->max_clock_spread));
+    if (resp->job_rate)
+      json_object_set_new(root, "job_rate",
+                          json_pack("{s:i, s:I, s:f, s:f}", "workers",
+                                    (int)resp->job_rate->workers, "examples",
+                                    (json_int_t)resp->job_rate->examples,
+                                    "wall_s", resp->job_rate->wall_s,
+                                    "examples_per_s",
+                                    resp->job_rate->examples_per_s));
   }
   if (resp->checkpoint) {
     const Psd__V1__CheckpointStatus *k = resp->checkpoint;

@@ -67,7 +67,9 @@ struct dw_worker {
                                takes steps first_step..total_steps - 1 */
   long steps_done;          /* steps taken */
   uint64_t examples_done;   /* training examples consumed */
-  double train_s;           /* wall time of the training loop */
+  double train_s;           /* wall time of the training loop: its first
+                               step's start to its last step's end */
+  double train_end;         /* cm_mono_s() at the training loop's end */
   int sync;                 /* job.sync.mode is "sync" */
   int ssp;                  /* async with a staleness bound */
   uint64_t step;            /* sync: the step being computed */

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "clock.h"
 #include "dworker_internal.h"
 #include "err.h"
 #include "log.h"
@@ -16,22 +17,25 @@
  * parameters on the test set, the others report their own figures. */
 int dw_finish(struct dw_worker *w) {
   long spe = w->feed.steps_per_epoch;
-  double rate = w->train_s > 0 ? (double)w->examples_done / w->train_s *
-                                     (double)w->nworkers
-                               : 0.0;
+  /* This worker's own rate; the job's is measured by the coordinator from
+   * every worker's report (dw_client_leave) and printed by pslaunch. */
+  double rate = w->train_s > 0 ? (double)w->examples_done / w->train_s : 0.0;
   float loss = 0.0f;
   int rc = 0, correct;
 
   if (w->client) {
     /* Stop counting in the job's n before the final pull and evaluation. */
-    rc = dw_client_leave(w->client);
+    rc = dw_client_leave(w->client, w->examples_done, w->train_s,
+                         cm_mono_s() - w->train_end);
     if (rc < 0)
       cm_warn("leave: %s", dw_client_error(w->client));
     rc = 0;
   }
   if (w->index != 0) {
-    printf("done: steps=%ld examples_per_s=%.0f wall_s=%.1f dropped=%ld",
-           w->steps_done, rate, w->train_s, w->dropped);
+    printf("done: steps=%ld examples=%llu worker_examples_per_s=%.0f "
+           "wall_s=%.1f dropped=%ld",
+           w->steps_done, (unsigned long long)w->examples_done, rate,
+           w->train_s, w->dropped);
     if (w->redone)
       printf(" redone=%ld", w->redone);
     printf("\n");
@@ -66,11 +70,12 @@ int dw_finish(struct dw_worker *w) {
   correct = dw_model_evaluate(w->model, w->test.x, w->test.y, w->test.n, &loss);
   cm_info("test set: %d of %d correct, mean loss %.4f", correct, w->test.n,
           loss);
-  printf("final: test_accuracy=%.4f epochs=%ld examples_per_s=%.0f "
-         "wall_s=%.1f steps=%ld dropped=%ld",
+  printf("final: test_accuracy=%.4f epochs=%ld examples=%llu "
+         "worker_examples_per_s=%.0f wall_s=%.1f steps=%ld dropped=%ld",
          (double)correct / (double)w->test.n,
-         spe > 0 ? (w->steps_done + spe - 1) / spe : 0, rate, w->train_s,
-         w->steps_done, w->dropped);
+         spe > 0 ? (w->steps_done + spe - 1) / spe : 0,
+         (unsigned long long)w->examples_done, rate, w->train_s, w->steps_done,
+         w->dropped);
   if (w->redone)
     printf(" redone=%ld", w->redone);
   printf("\n");

@@ -309,7 +309,8 @@ int dw_train(struct dw_worker *w) {
     dw_notify_step(w, t);
   }
 out:
-  w->train_s = cm_mono_s() - start;
+  w->train_end = cm_mono_s();
+  w->train_s = w->train_end - start;
   if (job->clip_norm > 0)
     cm_info("gradient clipping at global norm %g: %ld of %ld steps clipped, "
             "largest norm %.4g",
