@@ -8,6 +8,7 @@
 
 #include <grpc/slice.h>
 
+#include "bf16.h"
 #include "err.h"
 
 /* A position in the list of received slices. */
@@ -208,6 +209,42 @@ int cm_wire_bulk_read(const struct cm_wire_msg *m, size_t off, void *dst,
     d += k;
     len -= k;
     off = 0;
+  }
+  return 0;
+}
+
+int cm_wire_bulk_read_bf16(const struct cm_wire_msg *m, size_t off, float *dst,
+                           size_t count) {
+  size_t len = count * CM_BF16_BYTES;
+  uint8_t carry[CM_BF16_BYTES];
+  int have = 0; /* bytes of a split element in carry */
+  if (off > m->bulk_len || len > m->bulk_len - off || off % CM_BF16_BYTES)
+    return CM_ERANGE;
+  for (int i = 0; i < m->nbulk && len > 0; i++) {
+    const uint8_t *p;
+    size_t k;
+    if (off >= m->bulk[i].len) {
+      off -= m->bulk[i].len;
+      continue;
+    }
+    p = m->bulk[i].ptr + off;
+    k = m->bulk[i].len - off;
+    if (k > len)
+      k = len;
+    len -= k;
+    off = 0;
+    if (have) { /* the second byte of an element split across slices */
+      carry[1] = *p++;
+      k--;
+      cm_bf16_to_f32(dst++, carry, 1);
+      have = 0;
+    }
+    cm_bf16_to_f32(dst, p, k / CM_BF16_BYTES);
+    dst += k / CM_BF16_BYTES;
+    if (k % CM_BF16_BYTES) {
+      carry[0] = p[k - 1];
+      have = 1;
+    }
   }
   return 0;
 }

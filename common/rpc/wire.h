@@ -54,6 +54,14 @@ int cm_wire_parse(struct cm_wire_msg *m, grpc_byte_buffer *bb);
 int cm_wire_bulk_read(const struct cm_wire_msg *m, size_t off, void *dst,
                       size_t len);
 
+/* Widens the bfloat16s at bulk bytes [off, off + 2 count) into count
+ * floats at dst (job.wire_dtype "bf16"; bf16.h), slice by slice: the one
+ * pass that both copies and converts. An element split between two slices
+ * is joined. Returns 0, or CM_ERANGE when the range lies outside the bulk
+ * (off odd included). */
+int cm_wire_bulk_read_bf16(const struct cm_wire_msg *m, size_t off, float *dst,
+                           size_t count);
+
 void cm_wire_msg_release(struct cm_wire_msg *m);
 
 /* Builds a message of `head` (copied) followed by the bulk field made of

@@ -9,6 +9,7 @@
 #include <grpc/grpc.h>
 #include <grpc/slice.h>
 
+#include "bf16.h"
 #include "err.h"
 #include "ps.pb-c.h"
 #include "unit.h"
@@ -111,6 +112,40 @@ START_TEST(build_then_parse_any_cut) {
 }
 END_TEST
 
+/* bfloat16 bulk (job.wire_dtype "bf16"): read back into floats however the
+ * slices cut it, an element split between two slices included. */
+START_TEST(bf16_bulk_any_cut) {
+  enum { N = 1001 };
+  float src[N], back[N], want[N];
+  uint16_t wire[N];
+  uint8_t head[] = {0x20, 0x07}; /* field 4 (a varint): a small head */
+  for (int i = 0; i < N; i++)
+    src[i] = (float)i * 1.001f - 300.0f;
+  cm_bf16_from_f32(wire, src, N);
+  cm_bf16_to_f32(want, wire, N);
+  struct cm_wire_piece piece = {(uint8_t *)wire, sizeof wire};
+  grpc_byte_buffer *bb =
+      cm_wire_build(head, sizeof head, &piece, 1, NULL, NULL);
+  size_t steps[] = {1, 3, 7, 1 << 20};
+  for (size_t k = 0; k < sizeof steps / sizeof steps[0]; k++) {
+    grpc_byte_buffer *cut = recut(bb, steps[k]);
+    struct cm_wire_msg m;
+    ck_assert_int_eq(cm_wire_parse(&m, cut), 0);
+    ck_assert_uint_eq(m.bulk_len, sizeof wire);
+    memset(back, 0, sizeof back);
+    ck_assert_int_eq(cm_wire_bulk_read_bf16(&m, 0, back, N), 0);
+    ck_assert_mem_eq(back, want, sizeof want);
+    ck_assert_int_eq(cm_wire_bulk_read_bf16(&m, 2 * 10, back, N - 10), 0);
+    ck_assert_mem_eq(back, want + 10, sizeof want - 10 * sizeof *want);
+    ck_assert_int_eq(cm_wire_bulk_read_bf16(&m, 2, back, N), CM_ERANGE);
+    ck_assert_int_eq(cm_wire_bulk_read_bf16(&m, 1, back, 1), CM_ERANGE);
+    cm_wire_msg_release(&m);
+    grpc_byte_buffer_destroy(cut);
+  }
+  grpc_byte_buffer_destroy(bb);
+}
+END_TEST
+
 static int parse_hex(const char *hex) {
   size_t n = strlen(hex) / 2;
   uint8_t buf[64];
@@ -147,6 +182,7 @@ static Suite *wire_suite(void) {
   TCase *tc = tcase_create("wire");
   tcase_add_test(tc, build_then_parse_any_cut);
   tcase_add_test(tc, malformed_is_eproto);
+  tcase_add_test(tc, bf16_bulk_any_cut);
   suite_add_tcase(s, tc);
   return s;
 }
