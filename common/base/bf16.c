@@ -5,14 +5,11 @@
 
 #include <string.h>
 
-void cm_bf16_from_f32(void *dst, const float *src, size_t n) {
-  uint8_t *d = dst;
+void cm_bf16_from_f32(uint16_t *dst, const float *src, size_t n) {
   for (size_t i = 0; i < n; i++) {
     uint32_t u;
-    uint16_t h;
     memcpy(&u, &src[i], sizeof u);
-    h = cm_bf16_from_f32_one(u);
-    memcpy(d + 2 * i, &h, sizeof h);
+    dst[i] = cm_bf16_from_f32_one(u);
   }
 }
 

@@ -17,17 +17,19 @@
  * infinity only beyond bfloat16's largest (3.39e38), as IEEE rounding
  * does. */
 static inline uint16_t cm_bf16_from_f32_one(uint32_t u) {
-  if ((u & 0x7fffffffu) > 0x7f800000u)
-    return (uint16_t)((u >> 16) | 0x0040u);
-  return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+  /* Branch-free, so that loops over it vectorize: the rounded value, or
+   * for a NaN its upper half with the quiet bit set. */
+  uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+  uint32_t q = (u >> 16) | 0x0040u;
+  return (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? q : r);
 }
 
-/* Rounds n floats of src into dst (n bfloat16s, little-endian, any
- * alignment). One pass that the compiler vectorizes. */
-void cm_bf16_from_f32(void *dst, const float *src, size_t n);
+/* Rounds n floats of src into dst (n bfloat16s, little-endian). One pass
+ * that the compiler vectorizes (bf16.c is built with -O3). */
+void cm_bf16_from_f32(uint16_t *dst, const float *src, size_t n);
 
-/* Widens n bfloat16s of src (little-endian, any alignment) into dst:
- * exact. */
+/* Widens n bfloat16s of src (little-endian, any alignment: a received
+ * slice's bytes) into dst: exact. */
 void cm_bf16_to_f32(float *dst, const void *src, size_t n);
 
 #endif

@@ -182,6 +182,7 @@ void cm__job_defaults(struct cm_job *job) {
   job->ckpt_keep = 3;
   job->max_message_mb = 64;
   snprintf(job->nonfinite, sizeof job->nonfinite, "reject");
+  snprintf(job->wire_dtype, sizeof job->wire_dtype, "f32");
   job->retry_s = 120;
 }
 
@@ -380,9 +381,11 @@ void cm__parse_job(struct cm__errs *e, json_t *root, int nworker,
                                      "max_message_mb",
                                      "nonfinite",
                                      "retry_s",
-                                     "socket_owner"};
+                                     "socket_owner",
+                                     "wire_dtype"};
   static const char *const models[] = {"softmax", "mlp", "cnn", NULL};
   static const char *const nonfinite[] = {"reject", "skip", "apply", NULL};
+  static const char *const dtypes[] = {"f32", "bf16", NULL};
   json_t *job, *seed;
   long long x;
 
@@ -422,6 +425,8 @@ void cm__parse_job(struct cm__errs *e, json_t *root, int nworker,
   parse_max_message(e, job, out);
   cm__opt_choice(e, job, "job", "nonfinite", nonfinite, out->nonfinite,
                  sizeof out->nonfinite);
+  cm__opt_choice(e, job, "job", "wire_dtype", dtypes, out->wire_dtype,
+                 sizeof out->wire_dtype);
   cm__opt_number(e, job, "job", "retry_s", 0, 1, 1e9,
                  "a number of seconds >= 0 (0: never retry)", &out->retry_s);
 }

@@ -116,6 +116,10 @@ struct cm_job {
    * "skip" (acknowledged, not applied) or "apply" (applied as it is); each
    * counted */
   char nonfinite[8];
+  /* "job.wire_dtype": how pulls and pushes carry tensors: "f32" (default)
+   * or "bf16" (half the bytes, rounded to nearest even; shards keep f32
+   * values and optimizer state) */
+  char wire_dtype[8];
   /* "job.retry_s" >= 0, default 120: how long a worker retries calls to a
    * shard that fails UNAVAILABLE, DEADLINE_EXCEEDED or CANCELLED (down,
    * restarting, stopped, cut off) before giving up; 0: never retry */

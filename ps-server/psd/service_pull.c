@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bf16.h"
 #include "clock.h"
 #include "steps.h"
 #include "wire.h"
@@ -53,20 +54,30 @@ static uint64_t answer_cap(const struct psd_service *svc,
  * entries, overwritten here and filled in later) and partial set, so the
  * real head, never larger, fits too. */
 static uint64_t answer_room(Psd__V1__PullResponse *resp, uint64_t *versions,
-                            size_t n, uint64_t total, uint64_t cap) {
+                            size_t n, uint64_t total, uint64_t cap,
+                            size_t esize) {
   uint64_t head;
   for (size_t i = 0; i < n; i++)
     versions[i] = UINT64_MAX;
   resp->n_versions = n;
   resp->versions = versions;
   resp->partial = 1;
-  resp->elements = total / sizeof(float);
+  resp->elements = total / esize;
   head = protobuf_c_message_get_packed_size(&resp->base) + BULK_KEY_MAX;
   if (head >= cap)
     return 0;
   if (total <= cap - head)
     return total;
-  return (cap - head) & ~(uint64_t)(sizeof(float) - 1);
+  return (cap - head) / esize * esize;
+}
+
+/* Copies n elements of a variable (or slot) into an answer: as they are,
+ * or rounded to bfloat16 (PullRequest.dtype BF16). */
+static void copy_out(uint8_t *dst, const float *src, uint64_t n, int bf16) {
+  if (bf16)
+    cm_bf16_from_f32((uint16_t *)(void *)dst, src, n); /* 2-aligned */
+  else
+    memcpy(dst, src, n * sizeof(float));
 }
 
 /* Answers a pull whose version exists; `start` (cm_mono_ms) is when its
@@ -80,8 +91,16 @@ static void answer_pull(struct psd_service *svc, struct cm_rpc_call *call,
   uint64_t *versions = NULL, total = 0, send, left;
   uint8_t *data = NULL, *head = NULL;
   size_t head_len;
-  int npieces = 0;
+  int npieces = 0, bf16 = req->dtype == PSD__V1__WIRE_DTYPE__BF16;
+  size_t esize = bf16 ? CM_BF16_BYTES : sizeof(float);
 
+  if (req->dtype != PSD__V1__WIRE_DTYPE__F32 && !bf16) {
+    psd__fail(svc, call, GRPC_STATUS_INVALID_ARGUMENT,
+              "pull from shard %d: dtype %d is no wire type; expected F32 "
+              "(0) or BF16 (1)",
+              svc->shard, (int)req->dtype);
+    goto out;
+  }
   vars = calloc(req->n_segments + 1, sizeof *vars);
   versions = calloc(req->n_segments + 1, sizeof *versions);
   if (!vars || !versions)
@@ -97,12 +116,13 @@ static void answer_pull(struct psd_service *svc, struct cm_rpc_call *call,
     }
     /* A checked count lies inside its variable (at most 2^40 elements),
      * so PSD_MAX_SEGMENTS of them cannot wrap the sum. */
-    total += req->segments[i]->count * sizeof(float);
+    total += req->segments[i]->count * esize;
   }
   if (svc->steps)
     resp.step = psd_steps_version(svc->steps);
+  resp.dtype = req->dtype;
   send = answer_room(&resp, versions, req->n_segments, total,
-                     answer_cap(svc, req));
+                     answer_cap(svc, req), esize);
   if (send == 0 && total > 0) {
     psd__fail(svc, call, GRPC_STATUS_RESOURCE_EXHAUSTED,
               "pull of %zu segment%s from shard %d: not one element fits "
@@ -117,7 +137,7 @@ static void answer_pull(struct psd_service *svc, struct cm_rpc_call *call,
   left = send;
   if (!(pieces = calloc(req->n_segments + 1, sizeof *pieces)))
     goto nomem;
-  if (!svc->steps) {
+  if (!svc->steps && !bf16) {
     /* Async: send straight from the variables' memory, no copy. A push
      * may land while gRPC writes it, as it could between two pulls: async
      * training reads whatever values are current (floats are never torn).
@@ -139,21 +159,22 @@ static void answer_pull(struct psd_service *svc, struct cm_rpc_call *call,
       left -= len;
     }
   } else {
-    /* Sync: one copy, so a chunk is exactly the version it says. */
+    /* Sync: one copy, so a chunk is exactly the version it says; bf16:
+     * the rounding is that copy. */
     if (!(data = malloc(send ? send : 1)))
       goto nomem;
     uint8_t *p = data;
     for (size_t i = 0; i < req->n_segments; i++) {
       const Psd__V1__Segment *seg = req->segments[i];
       struct psd_var *v = vars[i];
-      uint64_t len = seg->count * sizeof(float);
+      uint64_t len = seg->count * esize;
       len = len < left ? len : left;
       pthread_mutex_lock(&v->lock);
       if (len)
-        memcpy(p,
-               (req->slots ? v->slots[req->slot] : v->value) +
-                   (seg->offset - v->elem_begin),
-               len);
+        copy_out(p,
+                 (req->slots ? v->slots[req->slot] : v->value) +
+                     (seg->offset - v->elem_begin),
+                 len / esize, bf16);
       versions[i] = v->version;
       pthread_mutex_unlock(&v->lock);
       p += len;
@@ -163,7 +184,7 @@ static void answer_pull(struct psd_service *svc, struct cm_rpc_call *call,
     npieces = 1;
   }
   resp.partial = send < total;
-  resp.elements = send / sizeof(float);
+  resp.elements = send / esize;
   head_len = protobuf_c_message_get_packed_size(&resp.base);
   if (!(head = malloc(head_len + 1)))
     goto nomem;

@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "bf16.h"
 #include "clock.h"
 #include "coord.h"
 #include "dedup.h"
@@ -38,7 +39,10 @@ struct push {
   struct cm_wire_msg m;      /* the message; its bulk field is the gradient */
   struct psd_var **vars;     /* owned: segment i's variable (the store's) */
   uint64_t *versions;        /* owned: segment i's version, for the answer */
-  uint64_t total;            /* gradient bytes the segments describe */
+  uint64_t total;            /* gradient bytes the segments describe, f32 */
+  uint64_t wire;             /* bytes the data field must hold: total, or
+                                half of it when the push is bf16 */
+  int bf16;                  /* the data field holds bfloat16s (dtype) */
   float *grad;               /* owned copy of the gradient */
   double start;              /* cm_mono_ms() when handling began */
   int skip;    /* NaN or Inf under job.nonfinite "skip": acknowledged only */
@@ -123,6 +127,7 @@ static void refuse_length(struct push *p) {
   char names[256] = "";
   size_t len = 0, shown = 0, distinct = 0;
   uint64_t elems = p->total / sizeof(float);
+  size_t esize = p->bf16 ? CM_BF16_BYTES : sizeof(float);
 
   for (size_t i = 0; i < req->n_segments; i++) {
     size_t k = 0;
@@ -142,14 +147,18 @@ static void refuse_length(struct push *p) {
              distinct - shown, distinct - shown == 1 ? "" : "s");
   psd__fail(p->svc, p->call, GRPC_STATUS_INVALID_ARGUMENT,
             "push to %s on shard %d: %s %zu segment%s describe%s %llu "
-            "element%s, %llu bytes of f32 gradient, but the data field "
-            "holds %zu bytes%s; send each segment's count x 4 bytes, back "
+            "element%s, %llu bytes of %s gradient, but the data field "
+            "holds %zu bytes%s; send each segment's count x %zu bytes, back "
             "to back in segment order",
             names, p->svc->shard, req->n_segments == 1 ? "its" : "the",
             req->n_segments, req->n_segments == 1 ? "" : "s",
             req->n_segments == 1 ? "s" : "", (unsigned long long)elems,
-            elems == 1 ? "" : "s", (unsigned long long)p->total, p->m.bulk_len,
-            p->m.bulk_len % sizeof(float) ? " (not whole f32s)" : "");
+            elems == 1 ? "" : "s", (unsigned long long)p->wire,
+            p->bf16 ? "bf16" : "f32", p->m.bulk_len,
+            p->m.bulk_len % esize
+                ? (p->bf16 ? " (not whole bf16s)" : " (not whole f32s)")
+                : "",
+            esize);
 }
 
 /* Step 2: every segment's name, shape and range, the gradient's size
@@ -166,6 +175,15 @@ static int check_segments(struct push *p) {
     refuse_nomem(p);
     return -1;
   }
+  if (req->dtype != PSD__V1__WIRE_DTYPE__F32 &&
+      req->dtype != PSD__V1__WIRE_DTYPE__BF16) {
+    psd__fail(svc, p->call, GRPC_STATUS_INVALID_ARGUMENT,
+              "push to shard %d: dtype %d is no wire type; expected F32 (0) "
+              "or BF16 (1)",
+              svc->shard, (int)req->dtype);
+    return -1;
+  }
+  p->bf16 = req->dtype == PSD__V1__WIRE_DTYPE__BF16;
   /* Check everything before applying anything. */
   for (size_t i = 0; i < req->n_segments; i++) {
     const Psd__V1__Segment *seg = req->segments[i];
@@ -193,7 +211,8 @@ static int check_segments(struct push *p) {
      * so PSD_MAX_SEGMENTS of them cannot wrap the sum. */
     p->total += seg->count * sizeof(float);
   }
-  if (p->total != p->m.bulk_len) {
+  p->wire = p->bf16 ? p->total / sizeof(float) * CM_BF16_BYTES : p->total;
+  if (p->wire != p->m.bulk_len) {
     refuse_length(p);
     return -1;
   }
@@ -268,7 +287,10 @@ static int read_gradient(struct push *p) {
     refuse_nomem(p);
     return -1;
   }
-  cm_wire_bulk_read(&p->m, 0, p->grad, p->total);
+  if (p->bf16)
+    cm_wire_bulk_read_bf16(&p->m, 0, p->grad, p->total / sizeof(float));
+  else
+    cm_wire_bulk_read(&p->m, 0, p->grad, p->total);
   size_t n = p->total / sizeof(float), bad = cm_first_nonfinite(p->grad, n);
   if (bad >= n)
     return 0;
@@ -376,7 +398,7 @@ static void answer(struct push *p) {
     if (svc->saver && !svc->steps)
       psd_saver_pushed(svc->saver);
     atomic_fetch_add(&svc->examples, req->examples);
-    atomic_fetch_add(&svc->bytes_in, p->total);
+    atomic_fetch_add(&svc->bytes_in, p->wire);
   }
   answer_versions(p);
   /* Async steps are timed at shard 0 by the pushes' first messages; sync

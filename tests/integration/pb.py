@@ -44,20 +44,30 @@ def segment(name, offset, count, shape=()):
     return ld(1, name) + uint(2, offset) + uint(3, count) + packed(4, shape)
 
 
-def push(job, segments, floats, step=0, worker=0):
-    """segments: a list of (name, offset, count, shape) tuples."""
+def bf16(x):
+    """The bfloat16 bits nearest to float x, ties to even (bf16.h)."""
+    u = struct.unpack("<I", struct.pack("<f", x))[0]
+    return ((u + 0x7fff + ((u >> 16) & 1)) >> 16) & 0xffff
+
+
+def push(job, segments, floats, step=0, worker=0, dtype=0):
+    """segments: a list of (name, offset, count, shape) tuples; dtype 1
+    sends the gradient as bfloat16 (PushRequest.dtype BF16)."""
     body = caller(job) if job else b""
     for s in segments:
         body += ld(2, segment(*s))
     body += uint(3, 1) + uint(4, step) + uint(5, worker)
+    if dtype:
+        return body + uint(44, dtype) + ld(15, struct.pack(
+            "<%dH" % len(floats), *[bf16(x) for x in floats]))
     return body + ld(15, struct.pack("<%df" % len(floats), *floats))
 
 
-def pull(job, segments, min_version=0):
+def pull(job, segments, min_version=0, dtype=0):
     body = caller(job)
     for s in segments:
         body += ld(2, segment(*s))
-    return body + uint(3, min_version)
+    return body + uint(3, min_version) + (uint(63, dtype) if dtype else b"")
 
 
 def commit(job, step, applied=(), dropped=()):

@@ -78,6 +78,24 @@ class TrainTest(unittest.TestCase):
             self.skipTest("dataset-fashion-mnist is not installed")
         self.assertGreaterEqual(self.run_example("local-sync.json"), 0.85)
 
+    def test_demo_job_with_bf16_wire_reaches_085(self):
+        """job.wire_dtype "bf16": pulls and pushes travel as bfloat16, the
+        shards keep f32; the demo still learns (docs/performance.md has
+        the measured trade-off)."""
+        if not os.path.isdir(DATA):
+            self.skipTest("dataset-fashion-mnist is not installed")
+        with h.TempDir() as d:
+            spec = os.path.join(d, "job.json")
+            h.write_spec(spec, nps=2, nworker=2, job=demo_job(wire_dtype="bf16"))
+            r = h.run([h.build_path("deploy", "pslaunch"), spec], timeout=900)
+            self.assertEqual(r.returncode, 0, (r.stdout + r.stderr)[-4000:])
+            last = [l for l in r.stdout.splitlines() if "final:" in l]
+            kv = dict(re.findall(r"(\w+)=([\d.]+)", last[0].split("final:", 1)[1]))
+            job = h.assert_job_accounting(self, r.stdout, 5, 2)
+            print("\nbf16 wire: test_accuracy=%s job examples_per_s=%s"
+                  % (kv["test_accuracy"], job["examples_per_s"]))
+            self.assertGreaterEqual(float(kv["test_accuracy"]), 0.85)
+
     def test_demo_spec_with_staleness_bound_reaches_085(self):
         if not os.path.isdir(DATA):
             self.skipTest("dataset-fashion-mnist is not installed")

@@ -290,12 +290,31 @@ START_TEST(test_input_limits) {
 }
 END_TEST
 
+/* job.wire_dtype: f32 by default, bf16 when asked, a clear error else. */
+START_TEST(test_wire_dtype) {
+  struct cm_spec *spec = NULL;
+
+  ck_assert_int_eq(parse(ONE_WORKER(""), &spec), 0);
+  ck_assert_str_eq(spec->job.wire_dtype, "f32");
+  cm_spec_free(spec);
+  ck_assert_int_eq(parse(ONE_WORKER("\"wire_dtype\": \"bf16\""), &spec), 0);
+  ck_assert_str_eq(spec->job.wire_dtype, "bf16");
+  cm_spec_free(spec);
+  parse_bad(ONE_WORKER("\"wire_dtype\": \"fp16\""));
+  has_line("t.json: job.wire_dtype: expected \"f32\" or \"bf16\", got "
+           "\"fp16\"");
+  parse_bad(ONE_WORKER("\"wire_type\": \"bf16\""));
+  has_text("t.json: job.wire_type: unknown key (did you mean wire_dtype?)");
+}
+END_TEST
+
 static Suite *spec_job_suite(void) {
   Suite *s = suite_create("spec-job");
   TCase *tc;
 
   tc = tcase_create("parse");
   tcase_add_test(tc, test_models);
+  tcase_add_test(tc, test_wire_dtype);
   tcase_add_test(tc, test_unix_sockets);
   tcase_add_test(tc, test_socket_owner);
   tcase_add_test(tc, test_auth);

@@ -16,6 +16,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "endpoint.h"
@@ -60,6 +61,7 @@ int dw_client_new(struct dw_client **out, const struct cm_spec *spec,
   /* The channels take the job's message limit when made. */
   cm_rpc_set_max_message((long long)spec->job.max_message_mb << 20);
   c->spec = spec;
+  c->wire_bf16 = strcmp(spec->job.wire_dtype, "bf16") == 0;
   c->windex = -1;
   if (opts)
     c->o = *opts;
@@ -138,6 +140,8 @@ void dw_client_free(struct dw_client *c) {
   free(c->calls);
   free(c->call_pair);
   free(c->pending);
+  free(c->grad16);
+  free(c->grad16_at);
   cm_queue_free(c->cq);
   pthread_mutex_destroy(&c->lock);
   pthread_cond_destroy(&c->cond);

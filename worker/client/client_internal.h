@@ -121,6 +121,13 @@ struct dw_client {
                              and this client joined it again (cleared by
                              dw_client_rejoined) */
   uint64_t rejoin_step;   /* the step that Join answered */
+
+  /* job.wire_dtype "bf16": tensors travel as bfloat16 (common/base/bf16.h). */
+  int wire_bf16;       /* 1: pulls and pushes ask for and send bf16 */
+  uint16_t *grad16;    /* owned: every variable's gradient rounded to bf16,
+                          back to back (made by the first push), which the
+                          push messages point into */
+  uint64_t *grad16_at; /* owned, per variable: its first element in grad16 */
 };
 
 /* ---- client.c */

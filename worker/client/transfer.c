@@ -21,6 +21,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "bf16.h"
 #include "clock.h"
 #include "err.h"
 #include "finite.h"
@@ -45,6 +46,31 @@ static void wait_refs(struct dw_client *c) {
     if (pthread_cond_timedwait(&c->cond, &c->lock, &until) == ETIMEDOUT)
       break;
   pthread_mutex_unlock(&c->lock);
+}
+
+/* Bytes of message m's tensor data on the wire (m->bytes counts f32s). */
+static uint64_t wire_bytes(const struct dw_client *c, const struct dw__msg *m) {
+  return c->wire_bf16 ? m->bytes / sizeof(float) * CM_BF16_BYTES : m->bytes;
+}
+
+/* job.wire_dtype "bf16": rounds every gradient into c->grad16 (one pass),
+ * which the push messages then point into. */
+static int round_gradients(struct dw_client *c) {
+  if (!c->grad16) {
+    uint64_t total = 0;
+    if (!(c->grad16_at = calloc((size_t)c->nvars + 1, sizeof *c->grad16_at)))
+      return CM_ENOMEM;
+    for (int i = 0; i < c->nvars; i++) {
+      c->grad16_at[i] = total;
+      total += dw__numel(&c->vars[i]);
+    }
+    if (!(c->grad16 = malloc((total ? total : 1) * sizeof *c->grad16)))
+      return CM_ENOMEM;
+  }
+  for (int i = 0; i < c->nvars; i++)
+    cm_bf16_from_f32(c->grad16 + c->grad16_at[i], c->vars[i].grad,
+                     dw__numel(&c->vars[i]));
+  return 0;
 }
 
 /* Packs the caller and segments of message m as a Pull or Push head. */
@@ -72,7 +98,13 @@ static grpc_byte_buffer *build_request(struct dw_client *c,
     seg[i].name = (char *)v->name;
     seg[i].offset = p->offset;
     seg[i].count = p->count;
-    if (push) {
+    if (push && c->wire_bf16) {
+      seg[i].n_shape = v->ndim;
+      seg[i].shape = (int64_t *)v->shape;
+      pieces[i].ptr =
+          (const uint8_t *)(c->grad16 + c->grad16_at[p->var] + p->offset);
+      pieces[i].len = p->count * CM_BF16_BYTES;
+    } else if (push) {
       seg[i].n_shape = v->ndim;
       seg[i].shape = (int64_t *)v->shape;
       pieces[i].ptr = (const uint8_t *)(v->grad + p->offset);
@@ -101,6 +133,8 @@ static grpc_byte_buffer *build_request(struct dw_client *c,
     req.client_id = c->client_id;
     req.seq = c->seq;
     req.chunk = m->chunk;
+    req.dtype =
+        c->wire_bf16 ? PSD__V1__WIRE_DTYPE__BF16 : PSD__V1__WIRE_DTYPE__F32;
     len = psd__v1__push_request__get_packed_size(&req);
     if (len > sizeof stack && !(head = malloc(len)))
       goto out;
@@ -114,6 +148,8 @@ static grpc_byte_buffer *build_request(struct dw_client *c,
     req.gen = c->gen;
     /* Answers up to this client's own receive limit come whole. */
     req.max_answer_bytes = (uint64_t)cm_rpc_max_message();
+    req.dtype =
+        c->wire_bf16 ? PSD__V1__WIRE_DTYPE__BF16 : PSD__V1__WIRE_DTYPE__F32;
     len = psd__v1__pull_request__get_packed_size(&req);
     if (len > sizeof stack && !(head = malloc(len)))
       goto out;
@@ -160,11 +196,12 @@ static void on_pulled(struct cm_unary *u, void *ctx) {
     cm_unary_release(u);
     return;
   }
-  if (w.bulk_len != m->bytes && !rolled_back_answer(&w)) {
+  if (w.bulk_len != wire_bytes(c, m) && !rolled_back_answer(&w)) {
     u->status = GRPC_STATUS_INTERNAL;
     snprintf(u->details, sizeof u->details,
-             "pull answer holds %zu bytes; expected %llu", w.bulk_len,
-             (unsigned long long)m->bytes);
+             "pull answer holds %zu bytes; expected %llu (%s)", w.bulk_len,
+             (unsigned long long)wire_bytes(c, m),
+             c->wire_bf16 ? "bf16" : "f32");
   } else {
     size_t off = 0;
     Psd__V1__PullResponse *pr =
@@ -184,11 +221,16 @@ static void on_pulled(struct cm_unary *u, void *ctx) {
     }
     for (int i = 0; i < m->npieces; i++) {
       const struct dw__piece *p = &c->pieces[m->first + i];
-      size_t len = p->count * sizeof(float);
-      cm_wire_bulk_read(&w, off, c->vars[p->var].value + p->offset, len);
-      off += len;
+      float *dst = c->vars[p->var].value + p->offset;
+      if (c->wire_bf16) {
+        cm_wire_bulk_read_bf16(&w, off, dst, p->count);
+        off += p->count * CM_BF16_BYTES;
+      } else {
+        cm_wire_bulk_read(&w, off, dst, p->count * sizeof(float));
+        off += p->count * sizeof(float);
+      }
     }
-    c->pulled += m->bytes;
+    c->pulled += wire_bytes(c, m);
   }
   cm_wire_msg_release(&w);
   cm_unary_release(u);
@@ -262,6 +304,10 @@ static int transfer(struct dw_client *c, int what) {
   }
   if ((what & XFER_PUSH) && (rc = check_finite(c)))
     return rc;
+  if ((what & XFER_PUSH) && c->wire_bf16 && round_gradients(c)) {
+    dw__seterr(c, "%s: out of memory", name);
+    return CM_ENOMEM;
+  }
   if (what & XFER_PUSH)
     c->seq++;
   for (int i = 0; i < c->nmsgs; i++) {
@@ -309,7 +355,7 @@ static int transfer(struct dw_client *c, int what) {
       c->stats.calls++;
       if (u->status == GRPC_STATUS_OK) {
         if (push)
-          c->pushed += m->bytes;
+          c->pushed += wire_bytes(c, m);
         if (!down[m->shard])
           dw__shard_up(c, m->shard);
       } else if (push && c->sync_push && u->status == GRPC_STATUS_ABORTED) {
