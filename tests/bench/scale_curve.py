@@ -25,7 +25,6 @@ and the machine's load average at the start. Medians over the repeats end
 the output, with the ratio of each n to n = 8."""
 import json
 import os
-import re
 import resource
 import subprocess
 import sys
@@ -33,15 +32,7 @@ import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "integration"))
 import harness as h  # noqa: E402
-
-
-def kv(line):
-    return dict(re.findall(r"(\w+)=([\w.]+)", line))
-
-
-def median(xs):
-    xs = sorted(xs)
-    return xs[len(xs) // 2]
+from bench import kv, median  # noqa: E402
 
 
 def proc_cpu_s(pid):
