@@ -90,6 +90,7 @@ static void answer_pull(struct psd_service *svc, struct cm_rpc_call *call,
   struct cm_wire_piece *pieces = NULL;
   uint64_t *versions = NULL, total = 0, send, left;
   uint8_t *data = NULL, *head = NULL;
+  struct psd_steps_snap *snap = NULL; /* sync: a reference, the answer's */
   size_t head_len;
   int npieces = 0, bf16 = req->dtype == PSD__V1__WIRE_DTYPE__BF16;
   size_t esize = bf16 ? CM_BF16_BYTES : sizeof(float);
@@ -158,6 +159,20 @@ static void answer_pull(struct psd_service *svc, struct cm_rpc_call *call,
           len};
       left -= len;
     }
+  } else if (!req->slots && (snap = psd_steps_snap_get(svc->steps))) {
+    /* Sync: the step's values as one snapshot that every answer of the
+     * step sends (steps.h), so a chunk is exactly the version it says. */
+    for (size_t i = 0; i < req->n_segments; i++) {
+      const Psd__V1__Segment *seg = req->segments[i];
+      const float *val = psd_steps_snap_values(snap, vars[i], &versions[i]);
+      uint64_t len = seg->count * sizeof(float);
+      if (left == 0)
+        continue; /* past the end of a partial answer */
+      len = len < left ? len : left;
+      pieces[npieces++] = (struct cm_wire_piece){
+          (const uint8_t *)(val + (seg->offset - vars[i]->elem_begin)), len};
+      left -= len;
+    }
   } else {
     /* Sync: one copy, so a chunk is exactly the version it says; bf16:
      * the rounding is that copy. */
@@ -190,9 +205,17 @@ static void answer_pull(struct psd_service *svc, struct cm_rpc_call *call,
     goto nomem;
   protobuf_c_message_pack(&resp.base, head);
   {
-    grpc_byte_buffer *out =
-        data ? cm_wire_build(head, head_len, pieces, 1, release_free, data)
-             : cm_wire_build(head, head_len, pieces, npieces, NULL, NULL);
+    grpc_byte_buffer *out;
+    if (snap && npieces > 0) {
+      /* Each piece's slice releases one reference. */
+      psd_steps_snap_hold(snap, npieces - 1);
+      out = cm_wire_build(head, head_len, pieces, npieces,
+                          psd_steps_snap_release, snap);
+      snap = NULL;
+    } else {
+      out = data ? cm_wire_build(head, head_len, pieces, 1, release_free, data)
+                 : cm_wire_build(head, head_len, pieces, npieces, NULL, NULL);
+    }
     data = NULL; /* the slice owns it now */
     atomic_fetch_add(&svc->pulls, 1);
     atomic_fetch_add(&svc->bytes_out, send);
@@ -205,6 +228,7 @@ nomem:
 out:
   free(head);
   free(data);
+  psd_steps_snap_release(snap);
   free(pieces);
   free(vars);
   free(versions);

@@ -5,6 +5,7 @@
 #include "steps.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +17,17 @@ struct slot {
   float *g;      /* owned, the variable's slice size; NULL until first used */
   uint64_t step; /* the step whose gradient g holds, valid when staged */
   int staged;    /* 1 when g holds a gradient for `step` */
+};
+
+/* The values at one step (steps.h). */
+struct psd_steps_snap {
+  atomic_int refs;    /* references: the steps' own and each answer's */
+  uint64_t version;   /* steps committed when it was taken */
+  uint64_t gen;       /* the job's generation then */
+  int nvars;          /* variables in it: indices 0..nvars-1 */
+  float **values;     /* owned array: variable i's slice, into buf */
+  uint64_t *versions; /* owned array: variable i's version */
+  float *buf;         /* owned: every variable's values, back to back */
 };
 
 struct psd_steps {
@@ -31,6 +43,8 @@ struct psd_steps {
   uint64_t resumed_at;          /* the version it was restored at */
   uint64_t gen;                 /* the job's rollbacks (psd_steps_rollback) */
   uint64_t rollback_step;       /* the step of the last one, 0 when none */
+  struct psd_steps_snap *snap;  /* the latest snapshot (one reference), or
+                                   NULL */
 };
 
 int psd_steps_new(struct psd_steps **out, struct psd_store *store,
@@ -62,6 +76,7 @@ void psd_steps_free(struct psd_steps *s) {
   }
   free(s->slots);
   free(s->hist);
+  psd_steps_snap_release(s->snap);
   pthread_mutex_destroy(&s->lock);
   free(s);
 }
@@ -163,8 +178,11 @@ int psd_steps_stage(struct psd_steps *s, int worker, uint64_t step,
     goto out;
   }
   if (!sl->staged || sl->step != step) {
-    /* First chunk of this step: parts not pushed count as zero. */
-    memset(sl->g, 0, len * sizeof(float));
+    /* First chunk of this step: parts not pushed count as zero. Only what
+     * this chunk does not cover is cleared (a later chunk overwrites its
+     * part), so a whole gradient in one chunk is written once, not twice. */
+    memset(sl->g, 0, off * sizeof(float));
+    memset(sl->g + off + n, 0, (len - off - n) * sizeof(float));
     sl->step = step;
     sl->staged = 1;
   }
@@ -176,6 +194,61 @@ out:
 
 static int cmp_int(const void *a, const void *b) {
   return *(const int *)a - *(const int *)b;
+}
+
+/* Elements summed at a time: a block of the sum and one of a gradient
+ * (8 KiB each) stay in L1 while every worker's block is added. A multiple
+ * of 8, so that the whole blocks' loops, of a count known here, vectorize
+ * at -O2 (whose cost model vectorizes no loop that needs a scalar tail). */
+#define SUM_BLOCK 2048
+
+/* acc and g are (SUM_BLOCK): acc = acc + g, element by element. */
+static void add_block(float *restrict acc, const float *restrict g) {
+  for (int e = 0; e < SUM_BLOCK; e++)
+    acc[e] += g[e];
+}
+
+/* acc is (SUM_BLOCK): acc = acc * scale. */
+static void scale_block(float *restrict acc, float scale) {
+  for (int e = 0; e < SUM_BLOCK; e++)
+    acc[e] *= scale;
+}
+
+/* Averages variable i's gradients staged for `step` by the workers of
+ * order[0..napplied) (ascending), into the first staged one, and returns
+ * it (NULL when none staged). Each element is summed in ascending worker
+ * order, then scaled, as one loop per worker over the whole slice would;
+ * block by block, so that each gradient is read once and the sum is not
+ * written back to memory once per worker (with 32 workers a step's
+ * gradients are larger than the caches). Caller holds the lock. */
+static float *average(struct psd_steps *s, int i, uint64_t step,
+                      const int *order, int napplied, uint64_t len) {
+  const float *src[PSD_STEPS_MAX_WORKERS];
+  float *acc = NULL, scale = 1.0f / (float)napplied;
+  uint64_t b = 0;
+  int nsrc = 0;
+  for (int k = 0; k < napplied; k++) {
+    struct slot *sl = &s->slots[order[k]][i];
+    if (!sl->staged || sl->step != step)
+      continue;
+    if (!acc)
+      acc = sl->g;
+    else
+      src[nsrc++] = sl->g;
+  }
+  if (!acc)
+    return NULL;
+  for (; b + SUM_BLOCK <= len; b += SUM_BLOCK) {
+    for (int k = 0; k < nsrc; k++)
+      add_block(acc + b, src[k] + b);
+    scale_block(acc + b, scale);
+  }
+  for (int k = 0; k < nsrc; k++)
+    for (uint64_t e = b; e < len; e++)
+      acc[e] += src[k][e];
+  for (uint64_t e = b; e < len; e++)
+    acc[e] *= scale;
+  return acc;
 }
 
 int psd_steps_commit(struct psd_steps *s, uint64_t step, const int *applied,
@@ -230,26 +303,10 @@ int psd_steps_commit(struct psd_steps *s, uint64_t step, const int *applied,
   for (int i = 0; i < nvars && napplied > 0; i++) {
     struct psd_var *v = psd_store_at(s->store, i);
     uint64_t len = v->elem_end - v->elem_begin;
-    float *acc = NULL;
-    if (len == 0 || i >= s->nslots)
+    float *acc;
+    if (len == 0 || i >= s->nslots ||
+        !(acc = average(s, i, step, order, napplied, len)))
       continue;
-    /* Sum in ascending worker order into the first staged slot. */
-    for (int k = 0; k < napplied; k++) {
-      struct slot *sl = &s->slots[order[k]][i];
-      if (!sl->staged || sl->step != step)
-        continue;
-      if (!acc) {
-        acc = sl->g;
-        continue;
-      }
-      for (uint64_t e = 0; e < len; e++)
-        acc[e] += sl->g[e];
-    }
-    if (!acc)
-      continue;
-    float scale = 1.0f / (float)napplied;
-    for (uint64_t e = 0; e < len; e++)
-      acc[e] *= scale;
     pthread_mutex_lock(&v->lock);
     psd_store_apply_step(s->store, v, acc, step);
     v->version = step + 1;
@@ -313,4 +370,84 @@ int psd_steps_history(struct psd_steps *s, struct psd_step_record *out,
     out[i] = s->hist[(s->nhist - n + i) % PSD_STEPS_HISTORY];
   pthread_mutex_unlock(&s->lock);
   return (int)n;
+}
+
+void psd_steps_snap_hold(struct psd_steps_snap *sn, int n) {
+  atomic_fetch_add(&sn->refs, n);
+}
+
+void psd_steps_snap_release(void *arg) {
+  struct psd_steps_snap *sn = arg;
+  if (!sn || atomic_fetch_sub(&sn->refs, 1) != 1)
+    return;
+  free(sn->values);
+  free(sn->versions);
+  free(sn->buf);
+  free(sn);
+}
+
+/* Takes a snapshot of every variable. Caller holds the lock. */
+static struct psd_steps_snap *snap_take(struct psd_steps *s) {
+  struct psd_steps_snap *sn = calloc(1, sizeof *sn);
+  int nvars = psd_store_count(s->store);
+  uint64_t total = 0;
+  if (!sn || !(sn->values = calloc(nvars + 1, sizeof *sn->values)) ||
+      !(sn->versions = calloc(nvars + 1, sizeof *sn->versions)))
+    goto fail;
+  for (int i = 0; i < nvars; i++) {
+    struct psd_var *v = psd_store_at(s->store, i);
+    total += v->elem_end - v->elem_begin;
+  }
+  if (!(sn->buf = malloc((total ? total : 1) * sizeof(float))))
+    goto fail;
+  total = 0;
+  for (int i = 0; i < nvars; i++) {
+    struct psd_var *v = psd_store_at(s->store, i);
+    uint64_t len = v->elem_end - v->elem_begin;
+    sn->values[i] = sn->buf + total;
+    pthread_mutex_lock(&v->lock);
+    memcpy(sn->values[i], v->value, len * sizeof(float));
+    sn->versions[i] = v->version;
+    pthread_mutex_unlock(&v->lock);
+    total += len;
+  }
+  atomic_init(&sn->refs, 1);
+  sn->version = s->version;
+  sn->gen = s->gen;
+  sn->nvars = nvars;
+  return sn;
+fail:
+  if (sn) {
+    free(sn->values);
+    free(sn->versions);
+  }
+  free(sn);
+  return NULL;
+}
+
+struct psd_steps_snap *psd_steps_snap_get(struct psd_steps *s) {
+  struct psd_steps_snap *sn;
+  pthread_mutex_lock(&s->lock);
+  sn = s->snap;
+  /* Values change only with the version (a commit), the generation (a
+   * rollback reloads them) or a declaration (a new variable). */
+  if (!sn || sn->version != s->version || sn->gen != s->gen ||
+      sn->nvars != psd_store_count(s->store)) {
+    if ((sn = snap_take(s))) {
+      psd_steps_snap_release(s->snap);
+      s->snap = sn;
+    }
+  }
+  if (sn)
+    atomic_fetch_add(&sn->refs, 1);
+  pthread_mutex_unlock(&s->lock);
+  return sn;
+}
+
+const float *psd_steps_snap_values(const struct psd_steps_snap *sn,
+                                   const struct psd_var *v, uint64_t *version) {
+  if (v->index < 0 || v->index >= sn->nvars)
+    return NULL;
+  *version = sn->versions[v->index];
+  return sn->values[v->index];
 }

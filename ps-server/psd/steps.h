@@ -80,6 +80,33 @@ struct psd_steps_state {
 
 void psd_steps_state(struct psd_steps *s, struct psd_steps_state *out);
 
+/* The shard's values at one committed step, shared by every sync pull
+ * answer that sends them: a step's n pulls send one copy of the values,
+ * not one copy each (with many workers those copies outgrow the caches).
+ * Reference counted; the answers' slices hold references while gRPC sends
+ * them. */
+struct psd_steps_snap;
+
+/* A new reference to the snapshot of the shard as it is now (steps
+ * committed, generation, every variable declared), made by the first call
+ * after a commit, rollback or declaration: one copy of every variable's
+ * values, taken under the steps' lock and each variable's. NULL when out
+ * of memory (the caller copies for itself). Release it with
+ * psd_steps_snap_release. */
+struct psd_steps_snap *psd_steps_snap_get(struct psd_steps *s);
+
+/* v's values in the snapshot (v's slice, local numbering; borrowed from
+ * sn), and in *version its version there; NULL when v is not in it. */
+const float *psd_steps_snap_values(const struct psd_steps_snap *sn,
+                                   const struct psd_var *v, uint64_t *version);
+
+/* Adds n references to sn (one per slice that will release one). */
+void psd_steps_snap_hold(struct psd_steps_snap *sn, int n);
+
+/* Drops a reference taken by psd_steps_snap_get or _hold; the last frees it. A
+ * void * so that it can be a slice's release callback. */
+void psd_steps_snap_release(void *sn);
+
 /* Copies up to max of the most recent records, oldest first; returns how
  * many. */
 int psd_steps_history(struct psd_steps *s, struct psd_step_record *out,

@@ -4,7 +4,8 @@
  * (CM_ERANGE) and one beyond the open step too (CM_EINVAL); a repeated
  * commit of the last step changes nothing; after a restart, a commit of the
  * resumed step whose set holds a worker that staged nothing since is
- * refused. */
+ * refused. A commit's sum is a plain loop's bit for bit; a step's pulls
+ * share one snapshot of its values. */
 #include <check.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,12 +15,12 @@
 #include "store.h"
 #include "unit.h"
 
-/* A store with one zero-initialised 8-element variable on one shard, sgd
- * with lr 0.5 (every update below is exact in f32). */
-static struct psd_store *store_with_var(struct psd_var **v) {
+/* A store with one zero-initialised variable of n elements on one shard,
+ * sgd with lr 0.5 (an update by g is exactly -0.5 g in f32). */
+static struct psd_store *store_with_len(struct psd_var **v, int64_t n) {
   static struct cm_optim_set opt; /* copied by the store */
   struct psd_store *s = NULL;
-  int64_t shape[1] = {8};
+  int64_t shape[1] = {n};
   char err[256];
   int created = 0;
   cm_optim_defaults(&opt.def);
@@ -31,6 +32,11 @@ static struct psd_store *store_with_var(struct psd_var **v) {
                    0);
   ck_assert_int_eq(created, 1);
   return s;
+}
+
+/* The same with 8 elements (every update below is exact in f32). */
+static struct psd_store *store_with_var(struct psd_var **v) {
+  return store_with_len(v, 8);
 }
 
 START_TEST(restaging_a_chunk_replaces_it) {
@@ -172,12 +178,107 @@ START_TEST(rollback_drops_staged_and_history) {
 }
 END_TEST
 
+/* A commit sums each element in ascending worker order and then scales it,
+ * whatever order the gradients came in and however they were chunked: the
+ * result is bit for bit a plain loop's, on a slice longer than the blocks
+ * the sum works in, with chunks that start in the middle (the rest of the
+ * slice counts as zero until pushed). */
+START_TEST(commit_sums_in_worker_order_bit_for_bit) {
+  enum { N = 5003, W = 3 };
+  struct psd_var *v;
+  struct psd_store *store = store_with_len(&v, N);
+  struct psd_steps *st = NULL;
+  float *g = malloc(W * N * sizeof *g), *want = malloc(N * sizeof *want);
+  int applied[W] = {2, 0, 1}, none[1] = {0};
+  char err[256];
+  ck_assert_ptr_nonnull(g);
+  ck_assert_ptr_nonnull(want);
+  for (int i = 0; i < W * N; i++)
+    g[i] = (float)((i * 37) % 101) / 7.0f - 6.0f;
+  ck_assert_int_eq(psd_steps_new(&st, store, W), 0);
+  /* Worker 2 pushes two chunks, the later half first; worker 1 only
+   * [100, 4000); worker 0 the whole slice. */
+  ck_assert_int_eq(psd_steps_stage(st, 2, 0, v, 2500, g + 2 * N + 2500,
+                                   N - 2500, err, sizeof err),
+                   0);
+  ck_assert_int_eq(
+      psd_steps_stage(st, 2, 0, v, 0, g + 2 * N, 2500, err, sizeof err), 0);
+  ck_assert_int_eq(
+      psd_steps_stage(st, 1, 0, v, 100, g + N + 100, 3900, err, sizeof err), 0);
+  ck_assert_int_eq(psd_steps_stage(st, 0, 0, v, 0, g, N, err, sizeof err), 0);
+  for (int e = 0; e < N; e++) {
+    float w1 = e >= 100 && e < 4000 ? g[N + e] : 0.0f;
+    float acc = g[e];
+    acc += w1;
+    acc += g[2 * N + e];
+    acc *= 1.0f / (float)W;
+    want[e] = -0.5f * acc;
+  }
+  ck_assert_int_eq(
+      psd_steps_commit(st, 0, applied, W, none, 0, err, sizeof err), 0);
+  ck_assert_int_eq(memcmp(v->value, want, N * sizeof *want), 0);
+  free(g);
+  free(want);
+  psd_steps_free(st);
+  psd_store_free(store);
+}
+END_TEST
+
+/* Every pull of a step shares one snapshot of the values; a commit makes
+ * the next pull take a new one, while answers still holding the old one
+ * keep reading the old values. */
+START_TEST(snapshot_is_shared_per_step) {
+  struct psd_var *v;
+  struct psd_store *store = store_with_var(&v);
+  struct psd_steps *st = NULL;
+  const float one[8] = {1, 1, 1, 1, 1, 1, 1, 1};
+  int w0[1] = {0}, none[1] = {0};
+  uint64_t ver = 99;
+  char err[256];
+  ck_assert_int_eq(psd_steps_new(&st, store, 1), 0);
+  struct psd_steps_snap *a = psd_steps_snap_get(st),
+                        *b = psd_steps_snap_get(st);
+  ck_assert_ptr_nonnull(a);
+  ck_assert_ptr_eq(a, b);
+  const float *va = psd_steps_snap_values(a, v, &ver);
+  ck_assert_uint_eq(ver, 0);
+  ck_assert_float_eq(va[7], 0.0f);
+  psd_steps_snap_release(b);
+  ck_assert_int_eq(psd_steps_stage(st, 0, 0, v, 0, one, 8, err, sizeof err), 0);
+  ck_assert_int_eq(psd_steps_commit(st, 0, w0, 1, none, 0, err, sizeof err), 0);
+  struct psd_steps_snap *c = psd_steps_snap_get(st);
+  ck_assert_ptr_nonnull(c);
+  ck_assert_ptr_ne(c, a);
+  const float *vc = psd_steps_snap_values(c, v, &ver);
+  ck_assert_uint_eq(ver, 1);
+  ck_assert_float_eq(vc[7], -0.5f);
+  ck_assert_float_eq(va[7], 0.0f); /* a is still held: unchanged */
+  /* Held by three slices, released by each. */
+  psd_steps_snap_hold(c, 2);
+  psd_steps_snap_release(c);
+  psd_steps_snap_release(c);
+  psd_steps_snap_release(a);
+  /* A rollback to the same version number is a new generation: new values
+   * (the saver reloads them), a new snapshot. */
+  psd_steps_rollback(st, 1, 1);
+  v->value[7] = 3.0f;
+  struct psd_steps_snap *d = psd_steps_snap_get(st);
+  ck_assert_float_eq(psd_steps_snap_values(d, v, &ver)[7], 3.0f);
+  psd_steps_snap_release(d);
+  psd_steps_snap_release(c);
+  psd_steps_free(st);
+  psd_store_free(store);
+}
+END_TEST
+
 static Suite *steps_suite(void) {
   Suite *s = suite_create("steps");
   TCase *tc = tcase_create("staging");
   tcase_add_test(tc, restaging_a_chunk_replaces_it);
   tcase_add_test(tc, resumed_step_needs_every_applied_gradient);
   tcase_add_test(tc, rollback_drops_staged_and_history);
+  tcase_add_test(tc, commit_sums_in_worker_order_bit_for_bit);
+  tcase_add_test(tc, snapshot_is_shared_per_step);
   suite_add_tcase(s, tc);
   return s;
 }
