@@ -159,7 +159,7 @@ static void answer_pull(struct psd_service *svc, struct cm_rpc_call *call,
           len};
       left -= len;
     }
-  } else if (!req->slots && (snap = psd_steps_snap_get(svc->steps))) {
+  } else if (!bf16 && !req->slots && (snap = psd_steps_snap_get(svc->steps))) {
     /* Sync: the step's values as one snapshot that every answer of the
      * step sends (steps.h), so a chunk is exactly the version it says. */
     for (size_t i = 0; i < req->n_segments; i++) {
