@@ -10,7 +10,7 @@
  *   pstool --cluster F [--shard S] pull NAME OFFSET COUNT
  *   pstool --cluster F [--shard S] raw METHOD HEXBYTES
  *   pstool --cluster F roundtrip --bytes N [--rounds R] [--chunk B]
- *          [--inflight K] [--join --worker W]
+ *          [--inflight K] [--join --worker W] [--only push|pull]
  *   pstool tcp --bytes N [--rounds R]
  *
  * SHAPE is "4,3". The low-level commands send exactly one call to one shard
@@ -25,7 +25,8 @@
  * roundtrip declares a variable of N bytes split across all shards with
  * libpsclient, pushes a known gradient, pulls it back and checks every element
  * against the update formula, then times R pushes and R pulls (with each call's
- * p50 and p99); with --join it first joins the job as worker W, so its pushes
+ * p50 and p99; --only push or --only pull times that direction alone, for a
+ * profiler); with --join it first joins the job as worker W, so its pushes
  * name it (the coordinator then times them as that worker's steps); tcp times a
  * plain loopback TCP copy, the baseline for the transport benchmark.
  * nanpush K (with --bytes N) pushes a gradient with a NaN at element K through
@@ -81,6 +82,7 @@ int main(int argc, char **argv) {
       {"clients", required_argument, 0, 'n'},
       {"seconds", required_argument, 0, 'E'},
       {"faults", no_argument, 0, 'F'},
+      {"only", required_argument, 0, 'O'},
       {0, 0, 0, 0}};
   struct pstool_args a = {.timeout = 10000, .rounds = 5, .step = -1};
   struct cm_spec *spec = NULL;
@@ -139,6 +141,13 @@ int main(int argc, char **argv) {
       break;
     case 'F':
       a.faults = 1;
+      break;
+    case 'O':
+      if (strcmp(optarg, "push") && strcmp(optarg, "pull")) {
+        fprintf(stderr, "pstool: --only takes push or pull\n");
+        return 2;
+      }
+      a.only = strcmp(optarg, "push") ? 2 : 1;
       break;
     default:
       return 2;

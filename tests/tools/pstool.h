@@ -39,6 +39,8 @@ struct pstool_args {
   int faults;         /* --faults: load runs through faults (shards restarted
                          meanwhile): failed attempts that were retried are
                          expected; lost or doubled updates still fail it */
+  int only;           /* --only push|pull: roundtrip times that direction
+                         alone (0: both), so a profiler sees one path */
 };
 
 /* ---- pstool_low.c */

@@ -139,8 +139,10 @@ int pstool_roundtrip(struct cm_spec *spec, const struct pstool_args *a) {
     free(tl);
     goto out;
   }
+  int npush = a->only == 2 ? 0 : a->rounds,
+      npull = a->only == 1 ? 0 : a->rounds;
   double t0 = cm_mono_s(), t = t0;
-  for (int r = 0; r < a->rounds; r++) {
+  for (int r = 0; r < npush; r++) {
     if (dw_client_push(c)) {
       fprintf(stderr, "pstool: %s\n", dw_client_error(c));
       free(tp);
@@ -152,7 +154,7 @@ int pstool_roundtrip(struct cm_spec *spec, const struct pstool_args *a) {
     t = u;
   }
   double t1 = t;
-  for (int r = 0; r < a->rounds; r++) {
+  for (int r = 0; r < npull; r++) {
     if (dw_client_pull(c)) {
       fprintf(stderr, "pstool: %s\n", dw_client_error(c));
       free(tp);
@@ -164,17 +166,18 @@ int pstool_roundtrip(struct cm_spec *spec, const struct pstool_args *a) {
     t = u;
   }
   double t2 = t;
-  double mb = (double)a->bytes * a->rounds / 1e6;
+  /* A direction left out (--only) prints 0. */
+  double mbp = (double)a->bytes * npush / 1e6,
+         mbl = (double)a->bytes * npull / 1e6;
+  double sp = npush ? t1 - t0 : 1, sl = npull ? t2 - t1 : 1;
   printf("roundtrip bytes=%llu %s via=%s push_MBps=%.0f pull_MBps=%.0f "
          "push_us=%.0f pull_us=%.0f push_p50_us=%.0f push_p99_us=%.0f "
          "pull_p50_us=%.0f pull_p99_us=%.0f\n",
          (unsigned long long)a->bytes, fresh ? "verified" : "reused",
-         strncmp(dw_client_target(c, 0), "unix:", 5) ? "tcp" : "unix",
-         mb / (t1 - t0), mb / (t2 - t1), (t1 - t0) / a->rounds * 1e6,
-         (t2 - t1) / a->rounds * 1e6, quantile(tp, a->rounds, 0.5) * 1e6,
-         quantile(tp, a->rounds, 0.99) * 1e6,
-         quantile(tl, a->rounds, 0.5) * 1e6,
-         quantile(tl, a->rounds, 0.99) * 1e6);
+         strncmp(dw_client_target(c, 0), "unix:", 5) ? "tcp" : "unix", mbp / sp,
+         mbl / sl, npush ? sp / npush * 1e6 : 0, npull ? sl / npull * 1e6 : 0,
+         quantile(tp, npush, 0.5) * 1e6, quantile(tp, npush, 0.99) * 1e6,
+         quantile(tl, npull, 0.5) * 1e6, quantile(tl, npull, 0.99) * 1e6);
   free(tp);
   free(tl);
   /* A joined client reports each timed push as one example, so that the

@@ -187,6 +187,35 @@ START_TEST(nonfinite_applied) {
 }
 END_TEST
 
+/* A gradient of many slices over two segments: applied exactly, and a NaN
+ * far into the second segment is found, named and refuses it whole. */
+START_TEST(push_of_many_blocks) {
+  enum { N = 12000, A = 8000 };
+  int64_t shape[2] = {6, 4000}; /* rows 0-2 on shard 0: 12000 elements */
+  static float g[N], got[N];
+  for (int i = 0; i < N; i++)
+    g[i] = (float)(i % 7) - 3.0f + (float)i / 65536.0f;
+  declare("big", 2, shape);
+  Psd__V1__PushRequest r = PSD__V1__PUSH_REQUEST__INIT;
+  Psd__V1__Segment s[2] = {seg("big", 0, A, 2, shape),
+                           seg("big", A, N - A, 2, shape)};
+  call("/psd.v1.Data/Push", push_req(&r, s, 2, g, N), GRPC_STATUS_OK, NULL);
+  pull_values("big", 0, N, got);
+  for (int i = 0; i < N; i++)
+    ck_assert_float_eq(got[i], -g[i]); /* sgd, lr 1, from zeros */
+  g[A + 1000] = NAN;
+  call("/psd.v1.Data/Push", push_req(&r, s, 2, g, N),
+       GRPC_STATUS_INVALID_ARGUMENT,
+       "push to 'big': gradient element 9000 (segment 1) is NaN");
+  g[A + 1000] = 0.0f;
+  pull_values("big", 0, N, got);
+  for (int i = 0; i < N; i++)
+    ck_assert_float_eq(
+        got[i],
+        i == A + 1000 ? -((float)(i % 7) - 3.0f + (float)i / 65536.0f) : -g[i]);
+}
+END_TEST
+
 /* The vectorized scan finds exactly the first NaN or infinity, at every
  * position and length, and no finite value (the largest, the smallest
  * subnormal, negative zero) is taken for one. */
@@ -221,6 +250,7 @@ static Suite *push_suite(void) {
   tcase_add_test(tc, nonfinite_rejected);
   tcase_add_test(tc, nonfinite_skipped);
   tcase_add_test(tc, nonfinite_applied);
+  tcase_add_test(tc, push_of_many_blocks);
   tcase_add_test(tc, first_nonfinite_matches_a_plain_loop);
   return s;
 }
