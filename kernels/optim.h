@@ -54,6 +54,11 @@ struct kn_adam_consts {
   float decay; /* adamw: 1 - lr wd; adam: 1 */
 };
 
+/* Which compiled version of the CPU updates runs on this CPU: "avx2" or
+ * "baseline" (optim_cpu.c says why there are two; they give the same
+ * bits). A static string. */
+const char *kn_optim_isa(void);
+
 /* Fills c for hp (adamw: decoupled, else adam). */
 void kn_adam_consts(struct kn_adam_consts *c, const struct kn_optim_hp *hp,
                     int adamw);

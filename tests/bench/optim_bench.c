@@ -11,6 +11,9 @@
  *
  *   bench optim type=adam mib=64 GBps=10.1 triad_GBps=11.9 ratio=0.85 ...
  *
+ * isa= names the compiled version of the updates and baselines that ran
+ * (kn_optim_isa: avx2 or baseline).
+ *
  * A second baseline, axpy (a = a + s * c, the triad in place), moves
  * exactly sgd's bytes and, unlike the triad, never writes a line it did
  * not read; axpy_ratio is an update's rate over it, so it says how close
@@ -47,12 +50,20 @@ struct arrays {
   size_t n;               /* elements in each */
 };
 
-/* a = b + s * c, split like the kernels' loops so that GCC vectorizes it
- * at -O2 the same way (optim_cpu.c). */
-static __attribute__((noinline)) void triad(float *restrict a,
-                                            const float *restrict b,
-                                            const float *restrict c, size_t n,
-                                            float s) {
+/* The baselines are compiled as the updates are (optim_cpu.c): split into
+ * a multiple of 8 and a tail so that GCC vectorizes them at -O2, and on
+ * x86-64 cloned for AVX2 and the baseline ISA, the loader picking the same
+ * one as for the updates (kn_optim_isa). A baseline held to 4-wide SSE
+ * while the updates ran 8-wide would flatter the ratios. */
+#if defined(__x86_64__) && !defined(KN_OPTIM_NO_CLONES)
+#define BASELINE static __attribute__((target_clones("avx2", "default")))
+#else
+#define BASELINE static __attribute__((noinline))
+#endif
+
+/* a = b + s * c */
+BASELINE void triad(float *restrict a, const float *restrict b,
+                    const float *restrict c, size_t n, float s) {
   size_t i, m = n & ~(size_t)7;
 
   for (i = 0; i < m; i++)
@@ -65,8 +76,8 @@ static __attribute__((noinline)) void triad(float *restrict a,
  * read (the triad's a is written without being read, and the hardware
  * reads it anyway: a write-allocate that 12 bytes per element do not
  * count). Its traffic is exactly sgd's. */
-static __attribute__((noinline)) void
-axpy(float *restrict a, const float *restrict c, size_t n, float s) {
+BASELINE void axpy(float *restrict a, const float *restrict c, size_t n,
+                   float s) {
   size_t i, m = n & ~(size_t)7;
 
   for (i = 0; i < m; i++)
@@ -212,11 +223,11 @@ int main(int argc, char **argv) {
     double g = median(gbps[k], (int)repeats); /* sorts: [0] is the lowest */
     printf("bench optim type=%s mib=%ld GBps=%.2f triad_GBps=%.2f ratio=%.2f "
            "axpy_GBps=%.2f axpy_ratio=%.2f min_GBps=%.2f max_GBps=%.2f "
-           "bytes_per_elem=%d ns_per_elem=%.3f repeats=%ld\n",
+           "bytes_per_elem=%d ns_per_elem=%.3f repeats=%ld isa=%s\n",
            names[k], mib, g, median(triads[k], (int)repeats),
            median(ratios[k], (int)repeats), median(axpys[k], (int)repeats),
            median(aratios[k], (int)repeats), gbps[k][0], gbps[k][repeats - 1],
-           bytes_per[k], bytes_per[k] / g, repeats);
+           bytes_per[k], bytes_per[k] / g, repeats, kn_optim_isa());
   }
   fflush(stdout);
   rc = 0;
