@@ -10,8 +10,12 @@
                    variables and optimizer slots it holds
   bench scale:     sync step time of light clients (no model compute) against
                    2 shards as their number grows from 1 to 32
-  bench train:     the demo job (2 psd + 2 dworker, async) vs one process
-                   training the same model on the same data (dworker --standalone)
+  bench train:     the demo job (2 psd + 2 dworker, async; its rate from
+                   pslaunch's job: line) vs one process training the same model
+                   on the same data (dworker --standalone) and vs PyTorch, one
+                   process and DDP (gloo, 2 processes), the same MLP, data,
+                   batch, optimizer and epochs (tests/bench/torch_baseline.py);
+                   alternated over 3 rounds, medians and per-round ratios
   bench sync:      sync step time with 4 workers: no straggler, one worker 5x
                    slower behind a plain barrier (k = 4), and the same with a
                    backup worker (k = 3), as ratios to the no-straggler time
@@ -28,24 +32,132 @@
 
 
 Run: /usr/bin/python3 tests/bench/bench.py BUILD_DIR [transport|aggregate|memory|train|sync|scale|optim|kernels ...]
-(docs/performance.md says how to read each figure)"""
+(docs/performance.md says how to read each figure)
+
+Exit status: 0 when every part ran; 1 when any failed (a process that exited
+non-zero or ran past its time, a missing result line, an accounting
+mismatch): each failure is said on stderr with the part, the command and the
+tail of its output, and the other parts still run; 2 on a bad command line."""
+import contextlib
+import gzip
 import json
 import os
 import re
+import struct
+import subprocess
 import sys
 import tempfile
 import time
+import traceback
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "integration"))
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "integration"))
 import harness as h  # noqa: E402
-
-# PyTorch 1.13 DDP (gloo), 2 processes, the same MLP and batch, measured on
-# this kind of machine (issue "Faster than the peers"); PyTorch is not a
-# Debian package here, so it cannot be rerun in the same run.
-PYTORCH_DDP_EXAMPLES_PER_S = 24600.0
 
 SIZES = [(4096, 400), (1 << 20, 60), (16 << 20, 12), (64 << 20, 4)]
 REPEATS = 3  # interleaved repeats per size; medians are printed
+TRAIN_ROUNDS = 3  # bench train's rounds of every run, alternated
+RUN_TIMEOUT_S = 600  # the longest any one command of a part may take
+
+
+class BenchFailed(Exception):
+    """A part failed; the message names the part, the command, how it ended
+    and the tail of its output. main() says it, goes on with the other
+    parts and exits 1 at the end."""
+
+
+def text(b):
+    """A TimeoutExpired's output, which may be bytes or None."""
+    if isinstance(b, bytes):
+        return b.decode(errors="replace")
+    return b or ""
+
+
+def fail(part, argv, why, out):
+    raise BenchFailed("bench %s FAILED: %s %s; its output ends:\n%s"
+                      % (part, " ".join(argv), why, out[-2000:]))
+
+
+def run_ok(part, argv, timeout=RUN_TIMEOUT_S):
+    """Runs argv to its end; its result, or BenchFailed when it runs past
+    timeout (subprocess.run kills it) or exits non-zero."""
+    try:
+        r = h.run(argv, timeout=timeout)
+    except subprocess.TimeoutExpired as e:
+        fail(part, argv, "ran past %ds (killed)" % timeout, text(e.stdout) + text(e.stderr))
+    if r.returncode != 0:
+        fail(part, argv, "exited %d" % r.returncode, r.stdout + r.stderr)
+    return r
+
+
+def wait_all_ok(part, clients, timeout=RUN_TIMEOUT_S):
+    """Waits for every one of clients (harness Procs) to exit 0, failing as
+    soon as one exits non-zero or the time is up; procs() then stops the
+    others by PID."""
+    deadline = time.monotonic() + timeout
+    while True:
+        running = [p for p in clients if p.p.poll() is None]
+        for p in clients:
+            if p.p.returncode not in (None, 0):
+                p.wait(timeout=10)  # its last lines
+                fail(part, p.argv, "exited %d" % p.p.returncode, p.output())
+        if not running:
+            break
+        if time.monotonic() > deadline:
+            fail(part, running[0].argv, "ran past %ds (killed)" % timeout,
+                 running[0].output())
+        time.sleep(0.05)
+    for p in clients:
+        p.wait(timeout=10)  # joins the thread that reads its output
+
+
+def line_kv(part, argv, lines, prefix):
+    """The fields of the last of lines that starts with prefix."""
+    got = [l for l in lines if l.startswith(prefix)]
+    if not got:
+        fail(part, argv, "printed no %r line" % prefix, "\n".join(lines))
+    return kv(got[-1])
+
+
+@contextlib.contextmanager
+def procs(part):
+    """A list for the processes a part starts (harness Procs). On the way
+    out every one still running is stopped (SIGTERM, then SIGKILL, by PID),
+    the last started first; when the part itself went well, one that did not
+    exit 0 fails it (a psd exits 0 on SIGTERM)."""
+    started = []
+    try:
+        yield started
+    finally:
+        rcs = [(p, p.stop()) for p in reversed(started)]
+    for p, rc in rcs:
+        if rc != 0:
+            fail(part, p.argv, "exited %s" % rc, p.output())
+
+
+def start_psd(part, started, spec, index):
+    """Starts shard `index` of spec (added to started) and waits for its
+    readiness line."""
+    p = h.Proc([h.build_path("ps-server", "psd"), "--cluster", spec, "--task", "ps:%d" % index])
+    started.append(p)
+    try:
+        p.wait_for("ready: listening on")
+    except AssertionError as e:
+        fail(part, p.argv, "did not get ready", str(e))
+    return p
+
+
+def pstool(spec, *args):
+    return [h.build_path("tests", "pstool"), "--cluster", spec] + list(args)
+
+
+def psctl_status(part, spec):
+    argv = [h.build_path("ps-server", "psctl"), "--cluster", spec, "--json", "status"]
+    r = run_ok(part, argv)
+    try:
+        return json.loads(r.stdout)
+    except ValueError as e:
+        fail(part, argv, "printed no JSON (%s)" % e, r.stdout)
 
 
 def kv(line):
@@ -57,10 +169,10 @@ def median(xs):
     return xs[len(xs) // 2]
 
 
-def tcp_mbps(size, rounds):
-    t = h.run([h.build_path("tests", "pstool"), "--bytes", str(max(size, 1 << 20)),
-               "--rounds", str(max(rounds, 16)), "tcp"])
-    return float(kv(t.stdout)["MBps"])
+def tcp_mbps(part, size, rounds):
+    argv = [h.build_path("tests", "pstool"), "--bytes", str(max(size, 1 << 20)),
+            "--rounds", str(max(rounds, 16)), "tcp"]
+    return float(line_kv(part, argv, run_ok(part, argv).stdout.splitlines(), "tcp")["MBps"])
 
 
 def transport(d):
@@ -73,25 +185,23 @@ def transport(d):
     tcp_spec = os.path.join(d, "bench-tcp.json")
     with open(tcp_spec, "w") as f:
         json.dump(cfg, f)
-    ps = h.start_psd(spec, 0)
-    try:
+    with procs("transport") as started:
+        start_psd("transport", started, spec, 0)
         for size, rounds in SIZES:
             res = {"tcp": ([], [], []), "unix": ([], [], [])}
             tcp = []
             for _ in range(REPEATS):
                 for via, sp in (("tcp", tcp_spec), ("unix", spec)):
-                    r = h.pstool(sp, "--bytes", str(size), "--rounds", str(rounds), "roundtrip",
-                                 timeout=600)
-                    if r.returncode != 0:
-                        raise SystemExit("bench transport size=%d FAILED: %s" % (size, r.stderr))
-                    rt = kv(r.stdout)
+                    argv = pstool(sp, "--bytes", str(size), "--rounds", str(rounds), "roundtrip")
+                    r = run_ok("transport", argv)
+                    rt = line_kv("transport", argv, r.stdout.splitlines(), "roundtrip")
                     if rt.get("via") != via:
-                        raise SystemExit("bench transport: wanted %s, pstool used %s"
-                                         % (via, rt.get("via")))
+                        fail("transport", argv, "used via=%s, not %s" % (rt.get("via"), via),
+                             r.stdout)
                     res[via][0].append(float(rt["push_MBps"]))
                     res[via][1].append(float(rt["pull_MBps"]))
                     res[via][2].append(rt)
-                tcp.append(tcp_mbps(size, rounds))
+                tcp.append(tcp_mbps("transport", size, rounds))
             for via in ("tcp", "unix"):
                 push, pull, lat = res[via]
                 line = ("bench transport size=%d via=%s push_MBps=%.0f pull_MBps=%.0f "
@@ -106,8 +216,6 @@ def transport(d):
                                  median([float(x["push_p50_us"]) for x in lat]),
                                  median([float(x["push_p99_us"]) for x in lat])))
                 print(line, flush=True)
-    finally:
-        ps.stop()
 
 
 def aggregate(d):
@@ -120,33 +228,34 @@ def aggregate(d):
     tcp_spec = os.path.join(d, "agg-tcp.json")
     with open(tcp_spec, "w") as f:
         json.dump(cfg, f)
-    ps = [h.start_psd(spec, i) for i in range(2)]
     size, rounds = 64 << 20, 4
-    try:
+    with procs("aggregate") as started:
+        for i in range(2):
+            start_psd("aggregate", started, spec, i)
         totals = {"tcp": [], "unix": []}
         for _ in range(REPEATS):
             for via, sp in (("tcp", tcp_spec), ("unix", spec)):
-                procs = [h.Proc([h.build_path("tests", "pstool"), "--cluster", sp, "--bytes",
-                                 str(size), "--rounds", str(rounds), "--worker", str(i),
-                                 "roundtrip"]) for i in range(2)]
+                clients = []
+                for i in range(2):
+                    clients.append(h.Proc(pstool(sp, "--bytes", str(size), "--rounds",
+                                                 str(rounds), "--worker", str(i), "roundtrip")))
+                    started.append(clients[-1])
+                wait_all_ok("aggregate", clients)
                 rs = []
-                for p in procs:
-                    p.wait(timeout=600)
-                    rs.append(kv([l for l in p.lines if l.startswith("roundtrip")][-1]))
-                if any(r.get("via") != via for r in rs):
-                    raise SystemExit("bench aggregate: wanted %s, got %s" % (via, rs))
+                for p in clients:
+                    rs.append(line_kv("aggregate", p.argv, p.lines, "roundtrip"))
+                    if rs[-1].get("via") != via:
+                        fail("aggregate", p.argv, "used via=%s, not %s"
+                             % (rs[-1].get("via"), via), p.output())
                 totals[via].append((sum(float(r["push_MBps"]) for r in rs),
                                     sum(float(r["pull_MBps"]) for r in rs)))
-        tcp = tcp_mbps(size, rounds)
+        tcp = tcp_mbps("aggregate", size, rounds)
         for via in ("tcp", "unix"):
             push = median([t[0] for t in totals[via]])
             pull = median([t[1] for t in totals[via]])
             print("bench transport shards=2 clients=2 size=%d via=%s push_MBps=%.0f "
                   "pull_MBps=%.0f tcp_MBps=%.0f push_ratio=%.2f pull_ratio=%.2f"
                   % (size, via, push, pull, tcp, push / tcp, pull / tcp), flush=True)
-    finally:
-        for p in ps:
-            p.stop()
 
 
 def rss_kib(pid):
@@ -162,21 +271,17 @@ def memory(d):
     spec = os.path.join(d, "mem.json")
     h.write_spec(spec, nps=1, nworker=1,
                  job={"name": "bench-mem", "optimizer": {"type": "momentum"}})
-    ps = h.start_psd(spec, 0)
-    try:
+    with procs("memory") as started:
+        ps = start_psd("memory", started, spec, 0)
         idle = rss_kib(ps.p.pid)
-        r = h.pstool(spec, "--bytes", str(256 << 20), "--rounds", "2", "roundtrip", timeout=600)
-        assert r.returncode == 0, r.stderr
+        run_ok("memory", pstool(spec, "--bytes", str(256 << 20), "--rounds", "2", "roundtrip"))
         rss = rss_kib(ps.p.pid)
-        st = json.loads(h.run([h.build_path("ps-server", "psctl"), "--cluster", spec, "--json",
-                               "status"]).stdout)
+        st = psctl_status("memory", spec)
         held = sum(v["bytes"] for v in st["shards"][0]["vars"])
         print("bench memory held_MiB=%.1f rss_MiB=%.1f idle_rss_MiB=%.1f "
               "ratio=%.3f ratio_above_idle=%.3f"
               % (held / 2**20, rss / 1024, idle / 1024, rss * 1024 / held,
                  (rss - idle) * 1024 / held), flush=True)
-    finally:
-        ps.stop()
 
 
 def scale(d):
@@ -189,22 +294,19 @@ def scale(d):
                      job={"name": "bench-scale", "optimizer": {"type": "momentum"},
                           "sync": {"mode": "sync"}, "heartbeat_ms": 1000,
                           "dead_after_ms": 60000})
-        ps = [h.start_psd(spec, i) for i in range(2)]
-        try:
-            procs = [h.Proc([h.build_path("tests", "pstool"), "--cluster", spec, "--worker",
-                             str(i), "--rounds", str(steps), "--timeout", "120000", "syncload"])
-                     for i in range(n)]
+        with procs("scale") as started:
+            for i in range(2):
+                start_psd("scale", started, spec, i)
+            clients = []
+            for i in range(n):
+                clients.append(h.Proc(pstool(spec, "--worker", str(i), "--rounds", str(steps),
+                                             "--timeout", "120000", "syncload")))
+                started.append(clients[-1])
+            wait_all_ok("scale", clients, timeout=900)
             walls = []
-            for p in procs:
-                if p.wait(timeout=900) != 0:
-                    raise SystemExit("bench scale n=%d FAILED:\n%s" % (n, p.output()[-2000:]))
-                walls.append(float(kv([l for l in p.lines if l.startswith("syncload")][-1])
-                                   ["wall_s"]))
-            st = json.loads(h.run([h.build_path("ps-server", "psctl"), "--cluster", spec,
-                                   "--json", "status"]).stdout)["shards"]
-        finally:
-            for p in ps:
-                p.stop()
+            for p in clients:
+                walls.append(float(line_kv("scale", p.argv, p.lines, "syncload")["wall_s"]))
+            st = psctl_status("scale", spec)["shards"]
         wall = max(walls)
         step_ms = 1000.0 * wall / steps
         base = base or step_ms
@@ -220,15 +322,71 @@ def final_line(out):
     return None
 
 
+def training_set_size(data_dir):
+    """The examples in the training set: the count in the labels file's IDX
+    header (60000 for Fashion-MNIST)."""
+    with gzip.open(os.path.join(data_dir, "train-labels-idx1-ubyte.gz"), "rb") as f:
+        return struct.unpack(">II", f.read(8))[1]
+
+
+def check_examples(part, argv, out, examples, want):
+    """The accounting: a run's examples must be epochs x the training set."""
+    if examples != want:
+        fail(part, argv, "counted %d training examples, not epochs x training set = %d"
+             % (examples, want), out)
+
+
+def train_job(argv, want):
+    """One demo job run by pslaunch: its rate is the job: line's (every
+    worker's examples over first step of any worker to last step of any)."""
+    t0 = time.monotonic()
+    r = run_ok("train", argv)
+    wall = time.monotonic() - t0
+    j = line_kv("train", argv, r.stdout.splitlines(), "job:")
+    if j.get("reported") != j.get("workers"):
+        fail("train", argv, "job: line covers %s of %s workers"
+             % (j.get("reported"), j.get("workers")), r.stdout)
+    check_examples("train", argv, r.stdout, int(float(j["examples"])), want)
+    f = final_line(r.stdout)
+    if f is None:
+        fail("train", argv, "printed no final: line", r.stdout)
+    return {"rate": float(j["examples_per_s"]), "acc": float(f["test_accuracy"]),
+            "train_s": float(j["wall_s"]), "wall_s": wall}
+
+
+def train_standalone(argv, want):
+    """dworker --standalone: its own rate, worker_examples_per_s."""
+    r = run_ok("train", argv)
+    f = final_line(r.stdout)
+    if f is None or "worker_examples_per_s" not in f:
+        fail("train", argv, "printed no final: line with worker_examples_per_s",
+             r.stdout + r.stderr)
+    check_examples("train", argv, r.stdout, int(f["examples"]), want)
+    return {"rate": float(f["worker_examples_per_s"]), "acc": float(f["test_accuracy"]),
+            "train_s": float(f["wall_s"])}
+
+
+def train_torch(argv, want):
+    """tests/bench/torch_baseline.py, one process or DDP: its torch: line."""
+    r = run_ok("train", argv)
+    t = line_kv("train", argv, r.stdout.splitlines(), "torch:")
+    check_examples("train", argv, r.stdout, int(t["examples"]), want)
+    return {"rate": float(t["examples_per_s"]), "acc": float(t["test_accuracy"]),
+            "train_s": float(t["wall_s"])}
+
+
 def train(d):
     """The demo job as shipped (Unix sockets, push and next pull together),
-    and with each lever off, against one process training the same model;
-    interleaved repeats, medians."""
-    with open(os.path.join(os.path.dirname(__file__), "..", "..", "deploy", "examples",
-                           "local.json")) as f:
+    and with each lever off, against one process training the same model
+    (dworker --standalone) and against PyTorch (one process; DDP over gloo,
+    2 processes), the same model, data, batch, optimizer and epochs. Every
+    run once per round, in an order rotated each round; medians over the
+    rounds, and each ratio taken within a round."""
+    with open(os.path.join(HERE, "..", "..", "deploy", "examples", "local.json")) as f:
         base = json.load(f)
+    job = base["job"]
     spec = os.path.join(d, "train.json")
-    cfg = h.write_spec(spec, nps=2, nworker=2, job=dict(base["job"], log_every=100000))
+    cfg = h.write_spec(spec, nps=2, nworker=2, job=dict(job, log_every=100000))
     cfg["job"]["unix_sockets"] = False
     tcp_spec = os.path.join(d, "train-tcp.json")
     with open(tcp_spec, "w") as f:
@@ -237,39 +395,49 @@ def train(d):
     with open(noov, "w") as f:
         f.write("#!/bin/sh\nexec %s --no-overlap \"$@\"\n" % h.build_path("worker", "dworker"))
     os.chmod(noov, 0o755)
-    variants = [("demo", [spec]), ("tcp", [tcp_spec]), ("no_overlap", ["--dworker", noov, spec])]
-    res = {name: [] for name, _ in variants}
-    single = []
-    for _ in range(REPEATS):
-        r = h.run([h.build_path("worker", "dworker"), "--cluster", spec, "--task", "worker:0",
-                   "--standalone"], timeout=900)
-        s = final_line(r.stdout)
-        if not s:
-            print("bench train FAILED (single process):\n%s" % r.stdout[-2000:])
-            return
-        single.append(s)
-        for name, args in variants:
-            t0 = time.monotonic()
-            r = h.run([h.build_path("deploy", "pslaunch")] + args, timeout=900)
-            j = final_line(r.stdout)
-            if not j or r.returncode != 0:
-                print("bench train FAILED (%s):\n%s" % (name, r.stdout[-2000:]))
-                return
-            j["job_wall_s"] = time.monotonic() - t0
-            res[name].append(j)
-    se = median([float(s["examples_per_s"]) for s in single])
-    for name, _ in variants:
-        je = median([float(j["examples_per_s"]) for j in res[name]])
-        print("bench train variant=%s workers=2 shards=2 batch=%d epochs=%d examples_per_s=%.0f "
-              "single_process_examples_per_s=%.0f ratio=%.2f test_accuracy=%.4f "
-              "training_wall_s=%.1f job_wall_s=%.1f single_process_test_accuracy=%.4f "
-              "ratio_to_pytorch_ddp=%.2f"
-              % (name, base["job"]["batch_size"], base["job"]["epochs"], je, se, je / se,
-                 median([float(j["test_accuracy"]) for j in res[name]]),
-                 median([float(j["wall_s"]) for j in res[name]]),
-                 median([j["job_wall_s"] for j in res[name]]),
-                 median([float(s["test_accuracy"]) for s in single]),
-                 je / PYTORCH_DDP_EXAMPLES_PER_S), flush=True)
+    want = job["epochs"] * training_set_size(job["data_dir"])
+    pslaunch = h.build_path("deploy", "pslaunch")
+    torch = [sys.executable, os.path.join(HERE, "torch_baseline.py"), "--spec", spec,
+             "--epochs", str(job["epochs"]), "--threads", "1", "--timeout",
+             str(RUN_TIMEOUT_S - 30), "--mode"]
+    runs = [
+        ("demo", lambda: train_job([pslaunch, spec], want)),
+        ("standalone", lambda: train_standalone(
+            [h.build_path("worker", "dworker"), "--cluster", spec, "--standalone"], want)),
+        ("torch_single", lambda: train_torch(torch + ["single"], want)),
+        ("torch_ddp", lambda: train_torch(torch + ["ddp", "--procs", "2"], want)),
+        ("tcp", lambda: train_job([pslaunch, tcp_spec], want)),
+        ("no_overlap", lambda: train_job([pslaunch, "--dworker", noov, spec], want)),
+    ]
+    variants = ("demo", "tcp", "no_overlap")
+    baselines = ("standalone", "torch_single", "torch_ddp")
+    rounds = []
+    for i in range(TRAIN_ROUNDS):
+        got = {}
+        for name, fn in runs[i % len(runs):] + runs[:i % len(runs)]:
+            got[name] = fn()
+        rounds.append(got)
+        print("bench train round=%d %s" % (i + 1, " ".join(
+            "%s=%.0f" % (name, got[name]["rate"]) for name, _ in runs)), flush=True)
+
+    def med(name, key):
+        return median([r[name][key] for r in rounds])
+
+    for name in baselines:
+        print("bench train baseline=%s procs=%d threads=1 examples_per_s=%.0f "
+              "test_accuracy=%.4f training_wall_s=%.1f"
+              % (name, 2 if name == "torch_ddp" else 1, med(name, "rate"), med(name, "acc"),
+                 med(name, "train_s")), flush=True)
+    for name in variants:
+        ratios = " ".join("ratio_to_%s=%.2f" % (b, median([r[name]["rate"] / r[b]["rate"]
+                                                           for r in rounds]))
+                          for b in baselines)
+        print("bench train variant=%s workers=2 shards=2 batch=%d epochs=%d rounds=%d "
+              "examples=%d examples_per_s=%.0f test_accuracy=%.4f training_wall_s=%.1f "
+              "job_wall_s=%.1f %s"
+              % (name, job["batch_size"], job["epochs"], len(rounds), want, med(name, "rate"),
+                 med(name, "acc"), med(name, "train_s"), med(name, "wall_s"), ratios),
+              flush=True)
 
 
 def sync_run(d, name, k, delay_ms, steps=150):
@@ -278,8 +446,9 @@ def sync_run(d, name, k, delay_ms, steps=150):
            "optimizer": {"type": "momentum", "lr": 0.02, "momentum": 0.9},
            "sync": {"mode": "sync", "replicas_to_aggregate": k}}
     h.write_spec(spec, nps=2, nworker=4, job=job)
-    ps = [h.start_psd(spec, i) for i in range(2)]
-    try:
+    with procs("sync") as started:
+        for i in range(2):
+            start_psd("sync", started, spec, i)
         ws = []
         for i in range(4):
             extra = ["--max-steps", str(steps)]
@@ -287,12 +456,9 @@ def sync_run(d, name, k, delay_ms, steps=150):
                 extra += ["--inject-delay-ms", str(delay_ms)]
             ws.append(h.Proc([h.build_path("worker", "dworker"), "--cluster", spec, "--task",
                               "worker:%d" % i] + extra))
-        for w in ws:
-            w.wait(timeout=900)
-        res = [kv([l for l in w.lines if l.startswith(("done:", "final:"))][-1]) for w in ws]
-    finally:
-        for p in ps:
-            p.stop()
+            started.append(ws[-1])
+        wait_all_ok("sync", ws, timeout=900)
+        res = [line_kv("sync", w.argv, w.lines, ("done:", "final:")) for w in ws]
     # A fast worker's time per step: what the job's step costs the others.
     return 1000.0 * float(res[0]["wall_s"]) / float(res[0]["steps"]), res
 
@@ -313,32 +479,51 @@ def sync(d):
 def optim(d):
     """The optimizer updates against a triad; optim-bench interleaves its
     repeats and prints the medians itself."""
-    r = h.run([h.build_path("tests", "optim-bench")], timeout=600)
-    if r.returncode != 0:
-        raise SystemExit("bench optim FAILED:\n%s" % (r.stdout + r.stderr)[-2000:])
+    r = run_ok("optim", [h.build_path("tests", "optim-bench")])
     for line in r.stdout.splitlines():
         if line.startswith("bench optim"):
             print(line, flush=True)
 
 
 def kernels(d):
-    r = h.run([h.build_path("tests", "kernel_bench")], timeout=600)
+    r = run_ok("kernels", [h.build_path("tests", "kernel_bench")])
     sys.stdout.write(r.stdout)
     sys.stdout.flush()
-    if r.returncode != 0:
-        raise SystemExit("kernel_bench failed (exit %d): %s" % (r.returncode, r.stderr[-2000:]))
 
 
 def main():
-    h.BUILD = os.path.abspath(sys.argv[1])
     parts = {"transport": transport, "aggregate": aggregate, "memory": memory,
              "train": train, "sync": sync, "scale": scale, "optim": optim,
              "kernels": kernels}
+    if len(sys.argv) < 2:
+        sys.stderr.write("usage: bench.py BUILD_DIR [%s ...]\n" % "|".join(parts))
+        return 2
+    h.BUILD = os.path.abspath(sys.argv[1])
     chosen = sys.argv[2:] or list(parts)
+    unknown = [p for p in chosen if p not in parts]
+    if unknown:
+        sys.stderr.write("bench: no part %s; the parts are %s\n"
+                         % (", ".join(unknown), ", ".join(parts)))
+        return 2
+    failed = []
     with tempfile.TemporaryDirectory(prefix="psd-bench-") as d:
         for name in chosen:
-            parts[name](d)
+            try:
+                parts[name](d)
+            except BenchFailed as e:
+                sys.stdout.flush()
+                sys.stderr.write("%s\n" % e)
+                failed.append(name)
+            except Exception:  # a bug or a surprise in a part: still a failure
+                sys.stdout.flush()
+                sys.stderr.write("bench %s FAILED:\n%s" % (name, traceback.format_exc()))
+                failed.append(name)
+            sys.stderr.flush()
+    if failed:
+        sys.stderr.write("bench: FAILED: %s (of %s)\n" % (" ".join(failed), " ".join(chosen)))
+        return 1
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
