@@ -175,6 +175,15 @@ def tcp_mbps(part, size, rounds):
     return float(line_kv(part, argv, run_ok(part, argv).stdout.splitlines(), "tcp")["MBps"])
 
 
+def tcp_rt_p50_us(part, size, rounds):
+    """The latency baseline: a plain loopback TCP ping-pong of size bytes
+    out and 64 back (pstool tcp --pingpong), p50 in microseconds."""
+    argv = [h.build_path("tests", "pstool"), "--bytes", str(size), "--rounds", str(rounds),
+            "--pingpong", "tcp"]
+    return float(line_kv(part, argv, run_ok(part, argv).stdout.splitlines(),
+                         "tcp pingpong")["rt_p50_us"])
+
+
 def transport(d):
     """gRPC over TCP (the spec's job.unix_sockets false, as between hosts) and
     over the shard's Unix socket (what a client on the same host picks), each
@@ -189,7 +198,7 @@ def transport(d):
         start_psd("transport", started, spec, 0)
         for size, rounds in SIZES:
             res = {"tcp": ([], [], []), "unix": ([], [], [])}
-            tcp = []
+            tcp, tcp_rt = [], []
             for _ in range(REPEATS):
                 for via, sp in (("tcp", tcp_spec), ("unix", spec)):
                     argv = pstool(sp, "--bytes", str(size), "--rounds", str(rounds), "roundtrip")
@@ -202,6 +211,8 @@ def transport(d):
                     res[via][1].append(float(rt["pull_MBps"]))
                     res[via][2].append(rt)
                 tcp.append(tcp_mbps("transport", size, rounds))
+                if size <= 4096:
+                    tcp_rt.append(tcp_rt_p50_us("transport", size, rounds))
             for via in ("tcp", "unix"):
                 push, pull, lat = res[via]
                 line = ("bench transport size=%d via=%s push_MBps=%.0f pull_MBps=%.0f "
@@ -215,6 +226,11 @@ def transport(d):
                                  median([float(x["pull_p99_us"]) for x in lat]),
                                  median([float(x["push_p50_us"]) for x in lat]),
                                  median([float(x["push_p99_us"]) for x in lat])))
+                    # The machine's own floor for a small round trip, and
+                    # psd's pull p50 over it.
+                    line += " tcp_rt_p50_us=%.0f pull_p50_ratio_to_tcp_rt=%.2f" % (
+                        median(tcp_rt),
+                        median([float(x["pull_p50_us"]) for x in lat]) / median(tcp_rt))
                 print(line, flush=True)
 
 

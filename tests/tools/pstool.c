@@ -11,7 +11,7 @@
  *   pstool --cluster F [--shard S] raw METHOD HEXBYTES
  *   pstool --cluster F roundtrip --bytes N [--rounds R] [--chunk B]
  *          [--inflight K] [--join --worker W] [--only push|pull]
- *   pstool tcp --bytes N [--rounds R]
+ *   pstool tcp --bytes N [--rounds R] [--pingpong]
  *
  * SHAPE is "4,3". The low-level commands send exactly one call to one shard
  * and print "OK ..." or "ERROR <gRPC status>: <message>" (exit 1), so tests
@@ -83,6 +83,7 @@ int main(int argc, char **argv) {
       {"seconds", required_argument, 0, 'E'},
       {"faults", no_argument, 0, 'F'},
       {"only", required_argument, 0, 'O'},
+      {"pingpong", no_argument, 0, 'P'},
       {0, 0, 0, 0}};
   struct pstool_args a = {.timeout = 10000, .rounds = 5, .step = -1};
   struct cm_spec *spec = NULL;
@@ -141,6 +142,9 @@ int main(int argc, char **argv) {
       break;
     case 'F':
       a.faults = 1;
+      break;
+    case 'P':
+      a.pingpong = 1;
       break;
     case 'O':
       if (strcmp(optarg, "push") && strcmp(optarg, "pull")) {

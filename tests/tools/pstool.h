@@ -41,6 +41,7 @@ struct pstool_args {
                          expected; lost or doubled updates still fail it */
   int only;           /* --only push|pull: roundtrip times that direction
                          alone (0: both), so a profiler sees one path */
+  int pingpong; /* --pingpong: tcp times round trips of --bytes out, 64 back */
 };
 
 /* ---- pstool_low.c */

@@ -5,6 +5,7 @@
  * tcp times a plain loopback TCP copy, the transport's baseline. */
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -280,6 +281,62 @@ static void *tcp_reader(void *arg) {
   return NULL;
 }
 
+/* Moves exactly n bytes through fd (rd: reading, else writing); 0 or -1. */
+static int tcp_full(int fd, char *buf, size_t n, int rd) {
+  for (size_t done = 0; done < n;) {
+    ssize_t k =
+        rd ? read(fd, buf + done, n - done) : write(fd, buf + done, n - done);
+    if (k <= 0)
+      return -1;
+    done += (size_t)k;
+  }
+  return 0;
+}
+
+/* The latency baseline: the other end of a ping-pong, which answers each
+ * message of j->bytes with 64 bytes, as a shard answers a push. */
+static void *tcp_echo(void *arg) {
+  struct tcp_job *j = arg;
+  char *buf = malloc(j->bytes + 64);
+  while (buf && !tcp_full(j->fd, buf, j->bytes, 1) &&
+         !tcp_full(j->fd, buf, 64, 0)) {
+  }
+  free(buf);
+  return NULL;
+}
+
+/* R round trips of `bytes` out and 64 back over loopback TCP (TCP_NODELAY,
+ * as gRPC sets), timed one by one: what a small call costs with no gRPC,
+ * protobuf or psd, on this machine now. */
+static int tcp_pingpong(int cs, int as, const struct pstool_args *a) {
+  struct tcp_job j = {as, a->bytes};
+  int one = 1, rc = 1;
+  char *buf = malloc(a->bytes + 64);
+  double *t = calloc((size_t)a->rounds + 1, sizeof *t);
+  pthread_t th;
+  setsockopt(cs, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  setsockopt(as, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  if (!buf || !t || pthread_create(&th, NULL, tcp_echo, &j))
+    goto out;
+  memset(buf, 1, a->bytes);
+  for (int r = 0; r < a->rounds; r++) {
+    double t0 = cm_mono_s();
+    if (tcp_full(cs, buf, a->bytes, 0) || tcp_full(cs, buf, 64, 1))
+      break;
+    t[r] = cm_mono_s() - t0;
+  }
+  shutdown(cs, SHUT_RDWR); /* the echo thread's read ends */
+  pthread_join(th, NULL);
+  printf("tcp pingpong bytes=%llu rounds=%d rt_p50_us=%.0f rt_p99_us=%.0f\n",
+         (unsigned long long)a->bytes, a->rounds,
+         quantile(t, a->rounds, 0.5) * 1e6, quantile(t, a->rounds, 0.99) * 1e6);
+  rc = 0;
+out:
+  free(buf);
+  free(t);
+  return rc;
+}
+
 int pstool_tcp(const struct pstool_args *a) {
   struct sockaddr_in sa = {.sin_family = AF_INET};
   socklen_t sl = sizeof sa;
@@ -298,6 +355,14 @@ int pstool_tcp(const struct pstool_args *a) {
       (as = accept(ls, NULL, NULL)) < 0) {
     perror("pstool tcp");
     return 1;
+  }
+  if (a->pingpong) {
+    int rc = tcp_pingpong(cs, as, a);
+    close(cs);
+    close(as);
+    close(ls);
+    free(buf);
+    return rc;
   }
   struct tcp_job j = {as, total};
   pthread_t th;
