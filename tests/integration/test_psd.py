@@ -185,41 +185,6 @@ class PsdTest(unittest.TestCase):
         self.assertEqual(calls, 2)  # one partial answer, then the rest
         self.assertEqual([f32(x) for x in got], want)
 
-    @unittest.skipUnless(importlib.util.find_spec("grpc"), "python3-grpcio is not installed")
-    def test_bf16_wire_push_and_pull(self):
-        """job.wire_dtype "bf16" as a stock client sees it: a BF16 push is
-        widened exactly and applied in f32; a BF16 pull answers each f32
-        value rounded to nearest even, 2 bytes each; an F32 pull of the
-        same values is unrounded. An unknown dtype is refused by name."""
-        import grpc  # pylint: disable=import-outside-toplevel
-        self.ok("declare", "b16", "4", "0", shard=0)  # zeros, whole on ps:0
-        g = [1.5, -2.0, 0.25, 3.0]  # bfloat16 holds each exactly
-        with open(self.spec) as f:
-            addr = json.load(f)["cluster"]["ps"][0]
-        with grpc.insecure_channel(addr) as ch:
-            push = ch.unary_unary("/psd.v1.Data/Push")
-            pull = ch.unary_unary("/psd.v1.Data/Pull")
-            push(pb.push("t", [("b16", 0, 4, (4,))], g, dtype=1), timeout=30)
-            want = [f32(-f32(f32(LR) * f32(x))) for x in g]  # momentum, from 0
-            f = pb.fields(pull(pb.pull("t", [("b16", 0, 4)]), timeout=30))
-            self.assertEqual([f32(x) for x in struct.unpack("<4f", f[15][0])], want)
-            b = pb.fields(pull(pb.pull("t", [("b16", 0, 4)], dtype=1), timeout=30))
-            self.assertEqual(b.get(8, [0])[0], 1)  # PullResponse.dtype BF16
-            self.assertEqual(b.get(7, [0])[0], 4)
-            self.assertEqual(list(struct.unpack("<4H", b[15][0])), [pb.bf16(x) for x in want])
-            with self.assertRaises(grpc.RpcError) as e:
-                pull(pb.pull("t", [("b16", 0, 4)], dtype=7), timeout=30)
-            self.assertEqual(e.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
-            self.assertIn("dtype 7", e.exception.details())
-            short = (pb.caller("t") + pb.ld(2, pb.segment("b16", 0, 4, (4,))) +
-                     pb.uint(44, 1) + pb.ld(15, b"\0" * 6))  # 4 bf16s need 8 bytes
-            with self.assertRaises(grpc.RpcError) as e:
-                push(short, timeout=30)
-            self.assertEqual(e.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
-            self.assertIn("8 bytes of bf16 gradient, but the data field holds 6 bytes",
-                          e.exception.details())
-        self.assert_serving()
-
     def test_unknown_variable_is_not_found(self):
         out = self.error("NOT_FOUND", "pull", "nosuchvar", "0", "1")
         self.assertIn("'nosuchvar'", out)
