@@ -16,8 +16,6 @@
 
 #include <jansson.h>
 
-#include "err.h"
-#include "psclient.h"
 #include "pslaunch_internal.h"
 
 /* How long the one Status call may take: the shards are up and idle. */
@@ -50,19 +48,11 @@ void pl_job_rate_print(const struct pl_launch *l, json_t *status) {
 }
 
 void pl_job_rate_ask(const struct pl_launch *l) {
-  struct dw_client_opts o = {.worker = "pslaunch",
-                             .timeout_ms = PL_JOB_RATE_DEADLINE_MS,
-                             .retry_s = -1};
-  struct dw_client *c = NULL;
-  char *text = NULL;
+  char *text = NULL, err[1024];
   json_t *root = NULL;
-  int rc = dw_client_new(&c, l->spec, &o);
 
-  if (rc == 0)
-    rc = dw_client_status(c, 0, &text);
-  if (rc < 0) {
-    pl_say("cannot ask ps:0 (%s) for the job's rate: %s", l->spec->ps[0].text,
-           c && *dw_client_error(c) ? dw_client_error(c) : cm_strerror(rc));
+  if (pl_ask_status(l, PL_JOB_RATE_DEADLINE_MS, &text, err, sizeof err) < 0) {
+    pl_say("cannot ask ps:0 for the job's rate: %s", err);
     goto out;
   }
   root = json_loads(text, 0, NULL);
@@ -74,5 +64,4 @@ void pl_job_rate_ask(const struct pl_launch *l) {
 out:
   json_decref(root);
   free(text);
-  dw_client_free(c);
 }

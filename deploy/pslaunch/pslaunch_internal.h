@@ -243,6 +243,12 @@ int pl_exec_task(int argc, char **argv);
  * negative code (reported) when ps:0 cannot be asked at all. */
 int pl_watch_start(struct pl_launch *l);
 
+/* One Status call to ps:0 (blocks up to timeout_ms, no retries), on a
+ * connection of its own closed before it returns: 0 and *json (caller
+ * frees with free()), or a negative code and err saying why. */
+int pl_ask_status(const struct pl_launch *l, int timeout_ms, char **json,
+                  char *err, size_t len);
+
 /* Closes the watch's timer, for pl_check_done. */
 void pl_watch_close(struct pl_launch *l);
 

@@ -55,27 +55,35 @@ static int is_mine(const struct pl_launch *l, int i) {
   return 0;
 }
 
-/* On the thread pool: one Status call to ps:0, on a connection of its own
- * that is closed before the answer is read. Short deadlines, no retries:
- * the ask is repeated anyway, and a Ctrl-C waits for the one in flight. */
+int pl_ask_status(const struct pl_launch *l, int timeout_ms, char **json,
+                  char *err, size_t len) {
+  struct dw_client_opts o = {
+      .worker = "pslaunch", .timeout_ms = timeout_ms, .retry_s = -1};
+  struct dw_client *c = NULL;
+  int rc;
+
+  *json = NULL;
+  err[0] = '\0';
+  rc = dw_client_new(&c, l->spec, &o);
+  if (rc == 0)
+    rc = dw_client_status(c, 0, json);
+  if (rc < 0 && c && *dw_client_error(c))
+    snprintf(err, len, "%s", dw_client_error(c));
+  else if (rc < 0)
+    snprintf(err, len, "status to ps:0 (%s) failed: %s", l->spec->ps[0].text,
+             cm_strerror(rc));
+  dw_client_free(c);
+  return rc;
+}
+
+/* On the thread pool: one Status call to ps:0. Short deadlines, no
+ * retries: the ask is repeated anyway, and a Ctrl-C waits for the one in
+ * flight. */
 static void ask(uv_work_t *req) {
   struct pl_launch *l = req->data;
   struct pl_watch *w = &l->watch;
-  struct dw_client_opts o = {
-      .worker = "pslaunch", .timeout_ms = PL_WATCH_DEADLINE_MS, .retry_s = -1};
-  struct dw_client *c = NULL;
-
-  w->json = NULL;
-  w->err[0] = '\0';
-  w->rc = dw_client_new(&c, l->spec, &o);
-  if (w->rc == 0)
-    w->rc = dw_client_status(c, 0, &w->json);
-  if (w->rc < 0 && c && *dw_client_error(c))
-    snprintf(w->err, sizeof w->err, "%s", dw_client_error(c));
-  else if (w->rc < 0)
-    snprintf(w->err, sizeof w->err, "status to ps:0 (%s) failed: %s",
-             l->spec->ps[0].text, cm_strerror(w->rc));
-  dw_client_free(c);
+  w->rc =
+      pl_ask_status(l, PL_WATCH_DEADLINE_MS, &w->json, w->err, sizeof w->err);
 }
 
 /* What the coordinator's entry for a worker (NULL: none) says of it. */
