@@ -124,6 +124,12 @@ class PartialLaunchTest(h.ProcTest):
                      "pslaunch: all 1 local workers finished, and every "
                      "other worker of the cluster finished or is gone"):
             self.assertIn(line, run.lines, out)
+        # The job's rate covers both workers, the one run elsewhere too:
+        # (20 + 30) steps of 64 examples.
+        job = h.job_line(out)
+        self.assertIsNotNone(job, out)
+        self.assertEqual((job["workers"], job["reported"], job["examples"]),
+                         ("2", "2", str(50 * 64)), out)
         for s in (0, 1):
             self.assertRegex(out, r"ps:%d +pid \d+ .* exit 0, after SIGTERM"
                              % s)
