@@ -10,6 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bf16.h"
+
 int psd__check_name(struct psd_service *svc, struct cm_rpc_call *call,
                     const char *name, const char *what, size_t i) {
   size_t n = strlen(name);
@@ -31,6 +33,19 @@ int psd__check_name(struct psd_service *svc, struct cm_rpc_call *call,
       return -1;
     }
   }
+  return 0;
+}
+
+size_t psd__wire_esize(struct psd_service *svc, struct cm_rpc_call *call,
+                       Psd__V1__WireDtype dtype, const char *what) {
+  if (dtype == PSD__V1__WIRE_DTYPE__F32)
+    return sizeof(float);
+  if (dtype == PSD__V1__WIRE_DTYPE__BF16)
+    return CM_BF16_BYTES;
+  psd__fail(svc, call, GRPC_STATUS_INVALID_ARGUMENT,
+            "%s on shard %d: dtype %d is no wire type; expected F32 (0) or "
+            "BF16 (1)",
+            what, svc->shard, (int)dtype);
   return 0;
 }
 

@@ -86,6 +86,12 @@ struct psd_service {
 int psd__check_name(struct psd_service *svc, struct cm_rpc_call *call,
                     const char *name, const char *what, size_t i);
 
+/* The bytes per element of a pull's or push's data for its dtype (4 for
+ * F32, 2 for BF16), or 0 once the call is answered INVALID_ARGUMENT for a
+ * dtype that is none of them. what: "pull" or "push". */
+size_t psd__wire_esize(struct psd_service *svc, struct cm_rpc_call *call,
+                       Psd__V1__WireDtype dtype, const char *what);
+
 /* Checks the number of segments of a pull or push; returns 0 or answers the
  * call and returns -1. */
 int psd__check_segment_count(struct psd_service *svc, struct cm_rpc_call *call,

@@ -93,15 +93,10 @@ static void answer_pull(struct psd_service *svc, struct cm_rpc_call *call,
   struct psd_steps_snap *snap = NULL; /* sync: a reference, the answer's */
   size_t head_len;
   int npieces = 0, bf16 = req->dtype == PSD__V1__WIRE_DTYPE__BF16;
-  size_t esize = bf16 ? CM_BF16_BYTES : sizeof(float);
+  size_t esize = psd__wire_esize(svc, call, req->dtype, "pull");
 
-  if (req->dtype != PSD__V1__WIRE_DTYPE__F32 && !bf16) {
-    psd__fail(svc, call, GRPC_STATUS_INVALID_ARGUMENT,
-              "pull from shard %d: dtype %d is no wire type; expected F32 "
-              "(0) or BF16 (1)",
-              svc->shard, (int)req->dtype);
+  if (!esize)
     goto out;
-  }
   vars = calloc(req->n_segments + 1, sizeof *vars);
   versions = calloc(req->n_segments + 1, sizeof *versions);
   if (!vars || !versions)

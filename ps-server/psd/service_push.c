@@ -175,14 +175,8 @@ static int check_segments(struct push *p) {
     refuse_nomem(p);
     return -1;
   }
-  if (req->dtype != PSD__V1__WIRE_DTYPE__F32 &&
-      req->dtype != PSD__V1__WIRE_DTYPE__BF16) {
-    psd__fail(svc, p->call, GRPC_STATUS_INVALID_ARGUMENT,
-              "push to shard %d: dtype %d is no wire type; expected F32 (0) "
-              "or BF16 (1)",
-              svc->shard, (int)req->dtype);
+  if (!psd__wire_esize(svc, p->call, req->dtype, "push"))
     return -1;
-  }
   p->bf16 = req->dtype == PSD__V1__WIRE_DTYPE__BF16;
   /* Check everything before applying anything. */
   for (size_t i = 0; i < req->n_segments; i++) {

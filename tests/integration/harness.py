@@ -9,6 +9,7 @@ import queue
 import shutil
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import tempfile
@@ -302,6 +303,11 @@ def main(argv=None):
     if res.testsRun == 0 or len(res.skipped) == res.testsRun:
         sys.exit(EXIT_SKIP)
     sys.exit(0)
+
+
+def f32(x):
+    """x rounded to the nearest float32 (the shards' arithmetic)."""
+    return struct.unpack("f", struct.pack("f", x))[0]
 
 
 def job_line(out):

@@ -8,7 +8,6 @@ import math
 import os
 import re
 import signal
-import struct
 import tempfile
 import unittest
 
@@ -17,8 +16,7 @@ import harness as h
 DATA = "/usr/share/datasets/fashion-mnist"
 
 
-def f32(x):
-    return struct.unpack("f", struct.pack("f", x))[0]
+f32 = h.f32
 
 
 def psctl(spec, *args, timeout=60):

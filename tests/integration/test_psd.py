@@ -23,8 +23,7 @@ import pb
 LR, MU = 0.1, 0.9
 
 
-def f32(x):
-    return struct.unpack("f", struct.pack("f", x))[0]
+f32 = h.f32
 
 
 def pulled(out):

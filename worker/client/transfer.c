@@ -98,17 +98,15 @@ static grpc_byte_buffer *build_request(struct dw_client *c,
     seg[i].name = (char *)v->name;
     seg[i].offset = p->offset;
     seg[i].count = p->count;
-    if (push && c->wire_bf16) {
+    if (push) {
       seg[i].n_shape = v->ndim;
       seg[i].shape = (int64_t *)v->shape;
+      /* bf16: the rounded copy (round_gradients), else the caller's. */
       pieces[i].ptr =
-          (const uint8_t *)(c->grad16 + c->grad16_at[p->var] + p->offset);
-      pieces[i].len = p->count * CM_BF16_BYTES;
-    } else if (push) {
-      seg[i].n_shape = v->ndim;
-      seg[i].shape = (int64_t *)v->shape;
-      pieces[i].ptr = (const uint8_t *)(v->grad + p->offset);
-      pieces[i].len = p->count * sizeof(float);
+          c->wire_bf16
+              ? (const uint8_t *)(c->grad16 + c->grad16_at[p->var] + p->offset)
+              : (const uint8_t *)(v->grad + p->offset);
+      pieces[i].len = p->count * (c->wire_bf16 ? CM_BF16_BYTES : sizeof(float));
     }
     ptrs[i] = &seg[i];
   }
