@@ -116,6 +116,62 @@ int dw_client_push_pull(struct dw_client *c);
  * them for its status and the job's examples/s). */
 void dw_client_set_examples(struct dw_client *c, uint32_t examples);
 
+/* ---- embedding tables (docs/tables.md) ---- */
+
+/* A table as a client declares it; the rest of its settings (optimizer,
+ * initializer, admission, eviction) come from the spec's job.tables entry of
+ * that name, or the defaults. */
+struct dw_table {
+  const char *name;  /* unique among tables and variables, <= 200 bytes */
+  uint32_t dim;      /* floats per row, 1..1024 */
+  uint64_t id_bound; /* 0: any u64 id; else ids must be < id_bound */
+};
+
+/* Declares tables[0..n) on every shard (each holds the ids that hash to it,
+ * dw_client_shard_of), waiting for the shards like dw_client_declare.
+ * May be called before or after dw_client_declare; the client copies what
+ * it needs. Returns 0, CM_EEXIST when a shard holds the table with another
+ * dim or bound (dw_client_error names both), CM_ERPC, CM_ETIMEDOUT. */
+int dw_client_declare_tables(struct dw_client *c, const struct dw_table *tables,
+                             int n);
+
+/* The shard that holds id among the client's shards: splitmix64(id) %
+ * shards (the function psd uses). */
+int dw_client_shard_of(const struct dw_client *c, uint64_t id);
+
+/* One table's part of a sparse call: ids in, rows out (pull) or row
+ * gradients in (push). Ids may repeat: a pull answers each occurrence, a
+ * push sums them. All buffers are the caller's, borrowed for the call. */
+struct dw_rows {
+  const char *table;   /* a declared table */
+  const uint64_t *ids; /* n ids */
+  size_t n;            /* ids in this call */
+  float *rows;         /* pull: n x dim floats written, in ids' order */
+  const float *grads;  /* push: n x dim floats read, in ids' order */
+};
+
+/* Pulls the rows of r[0..nr) (each table's ids split by shard, cut into
+ * messages that fit job.max_message_mb, every shard's first message in
+ * flight at once, one per shard and table at a time). Retries like
+ * dw_client_pull. Returns 0 or an error (dw_client_error names the shard
+ * and table: a bound exceeded, a wrong dim). */
+int dw_client_pull_rows(struct dw_client *c, struct dw_rows *r, int nr);
+
+/* Pushes the row gradients of r[0..nr); each shard applies its table's
+ * per-row optimizer on arrival to the rows touched. Counts
+ * dw_client_set_examples' examples once, on the first message to shard 0. */
+int dw_client_push_rows(struct dw_client *c, const struct dw_rows *r, int nr);
+
+/* Sync: pulls once every shard has committed min_version steps. */
+int dw_client_pull_rows_at(struct dw_client *c, struct dw_rows *r, int nr,
+                           uint64_t min_version);
+
+/* Sync: stages the row gradients for `step` (applied at the step's commit
+ * with the dense gradients of the same workers: call it before
+ * dw_client_admit). *closed as dw_client_push_step. */
+int dw_client_push_rows_step(struct dw_client *c, const struct dw_rows *r,
+                             int nr, uint64_t step, int *closed);
+
 /* ---- synchronous steps and clocks (DESIGN.md, "One synchronous step t") */
 
 /* Tells the coordinator (shard 0) that worker `worker` takes part, and

@@ -1,0 +1,167 @@
+/* An embedding table's rows held by this shard (DESIGN.md, "Embedding
+ * tables").
+ *
+ * A row is keyed by a u64 id. The shard that holds an id is
+ * psd_table_shard_of(id, nshards): splitmix64(id) mod nshards, so
+ * consecutive ids spread. A row is one record: its id, its statistics
+ * (pushes that touched it, the last step one did, its optimizer's update
+ * count, the checkpoint generation it last changed in), its value (dim
+ * floats) and its optimizer state (cm_rowopt_nstate floats), together.
+ * Records live in fixed-size slabs that never move; an open-addressing
+ * index maps ids to records. The table is split into stripes by a hash of
+ * the id, each with its own lock, index and slabs, so a resize locks one
+ * stripe and never races a writer of another; a batch takes each stripe's
+ * lock once. Memory held, everything counted, is at most about 1.5x the
+ * rows' value and state bytes at dim 16 with adagrad (psd_table_stats).
+ *
+ * Rows are created on first touch, filled by psd_table_init_row from
+ * (job seed, table name, id), so every shard, run and restart agrees.
+ * Admission (tabconf.h) may keep an id out: its pulls get the initializer's
+ * row without storing it, its pushes are counted, not applied, until it
+ * is admitted.
+ *
+ * Checkpoints: psd_table_snapshot copies the rows (all, or only those
+ * changed since the previous snapshot, plus the ids evicted since) while
+ * every stripe is held, so value, state and statistics come from one
+ * instant of the whole table. The copy is then written without holding
+ * anything (table_file.c). */
+#ifndef PSD_TABLE_H
+#define PSD_TABLE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tabconf.h"
+
+struct psd_table;
+
+/* A row's statistics. */
+struct psd_row_stats {
+  uint32_t count;     /* pushes that touched the row (admission counts them
+                         before it is stored) */
+  uint32_t t;         /* optimizer updates applied (Adam's t) */
+  uint64_t last_step; /* the shard's step at the last push that touched it */
+};
+
+/* What a table holds and did, for psctl tables and the metrics. */
+struct psd_table_stats {
+  uint64_t rows;         /* rows stored */
+  uint64_t pending;      /* ids counted but not yet admitted */
+  uint64_t bytes;        /* memory held: slabs, indexes, pending counters */
+  uint64_t raw_bytes;    /* rows x (dim + nstate) x 4: value and state */
+  uint64_t admitted;     /* rows stored since the table was created or
+                            restored (first touch or admission) */
+  uint64_t not_admitted; /* pulls answered with the initializer's row, and
+                            pushes counted but not applied, for ids not
+                            admitted */
+  uint64_t evicted;      /* rows evicted since creation */
+  uint64_t rows_pulled;  /* ids answered by pulls */
+  uint64_t rows_pushed;  /* unique ids applied by pushes */
+};
+
+/* The shard of id among nshards: splitmix64(id) % nshards. */
+int psd_table_shard_of(uint64_t id, int nshards);
+
+/* Fills row (dim floats) with id's initial value for a table called name
+ * with conf's initializer and the job's seed. */
+void psd_table_init_row(const struct cm_table_conf *conf, uint64_t seed,
+                        uint64_t id, float *row);
+
+/* Creates an empty table (conf copied). seed is the job's. Returns 0,
+ * CM_EINVAL for a bad conf (err says which field), CM_ENOMEM. */
+int psd_table_new(struct psd_table **out, const struct cm_table_conf *conf,
+                  uint64_t seed, char *err, size_t errlen);
+void psd_table_free(struct psd_table *t);
+
+/* The table's configuration (the table's own copy). */
+const struct cm_table_conf *psd_table_conf(const struct psd_table *t);
+
+/* Floats of optimizer state per row. */
+uint32_t psd_table_nstate(const struct psd_table *t);
+
+/* Sparse pull: copies the rows of ids[0..n) into out (n x dim floats, in
+ * request order; duplicates answered each time). An id never seen is
+ * created (and admitted when its admission allows it at zero pushes, i.e.
+ * CM_ADMIT_ALWAYS); otherwise answered with its initial row, not stored.
+ * Thread-safe. Returns 0 or CM_ENOMEM (out is then unspecified; rows
+ * created before the failure stay). */
+int psd_table_pull(struct psd_table *t, const uint64_t *ids, size_t n,
+                   float *out);
+
+/* Sparse push: gradients g (n x dim floats) for ids[0..n). Duplicate ids
+ * are summed (in array order), the sum multiplied by scale, and the
+ * optimizer applied once per unique id; count += occurrences, last_step =
+ * step. An id not admitted is counted towards its admission and, once
+ * admitted by this push, created and updated. Thread-safe: concurrent
+ * pushes and pulls of any ids, resizes included, are safe. Returns 0 or
+ * CM_ENOMEM (then nothing of the push is applied). */
+int psd_table_push(struct psd_table *t, const uint64_t *ids, size_t n,
+                   const float *g, float scale, uint64_t step);
+
+/* Evicts, by conf's rules, the rows untouched for evict_after_steps steps
+ * before now_step, and those pushed fewer than evict_min_count times.
+ * *evicted (may be NULL) gets how many. Evicted ids are remembered for the
+ * next delta snapshot. Returns 0. */
+int psd_table_shrink(struct psd_table *t, uint64_t now_step, uint64_t *evicted);
+
+/* Reads one stored row: value (dim floats), state (nstate floats) and
+ * stats, each may be NULL. Returns 0, or CM_ENOENT when the id is not
+ * stored (pending ids included). */
+int psd_table_get(struct psd_table *t, uint64_t id, float *value, float *state,
+                  struct psd_row_stats *stats);
+
+/* The k rows with the highest push counts, highest first (ties: lower id
+ * first): ids[0..*n) and their stats. ids and stats hold k entries. */
+int psd_table_top(struct psd_table *t, size_t k, uint64_t *ids,
+                  struct psd_row_stats *stats, size_t *n);
+
+void psd_table_stats(struct psd_table *t, struct psd_table_stats *out);
+
+/* ---- snapshots (checkpoints) ---- */
+
+/* A copy of rows taken at one instant. Owned by the caller; free with
+ * psd_table_snap_free. Rows are sorted by id. */
+struct psd_table_snap {
+  uint32_t dim;                /* floats per row */
+  uint32_t nstate;             /* state floats per row */
+  int delta;                   /* 1: rows changed since the previous snapshot */
+  uint64_t gen;                /* this snapshot's generation (1, 2, ...) */
+  uint64_t base_gen;           /* delta: the generation it follows; full: 0 */
+  size_t nrows;                /* rows in it */
+  uint64_t *ids;               /* nrows ids, ascending */
+  struct psd_row_stats *stats; /* nrows */
+  float *values;               /* nrows x dim */
+  float *state;                /* nrows x nstate */
+  size_t nevicted;             /* delta: ids evicted since base_gen */
+  uint64_t *evicted;           /* nevicted ids, ascending */
+};
+
+/* Copies the table, with every stripe held at once (one instant): all
+ * rows (delta 0), or those changed since the previous snapshot and the ids
+ * evicted since (delta 1; with no previous snapshot, all rows). Either way
+ * the table then counts changes from this snapshot on. Returns 0 or
+ * CM_ENOMEM (the table is unchanged). */
+int psd_table_snapshot(struct psd_table *t, int delta,
+                       struct psd_table_snap **out);
+void psd_table_snap_free(struct psd_table_snap *s);
+
+/* Restores: a full snapshot replaces every row; a delta one upserts its
+ * rows and removes its evicted ids. Stats come with the rows. Returns 0,
+ * CM_EINVAL when dim or nstate differ from the table's, CM_ENOMEM. */
+int psd_table_restore(struct psd_table *t, const struct psd_table_snap *s);
+
+/* Writes s to path as one file (table_file.c): a header with the table's
+ * name, dim, nstate, optimizer type, delta, gen, base_gen, counts, then
+ * the arrays, then a CRC-32 of everything before it; fsynced. Returns 0 or
+ * CM_EIO (err: path and strerror). */
+int psd_table_snap_write(const struct psd_table_snap *s,
+                         const struct cm_table_conf *conf, const char *path,
+                         char *err, size_t errlen);
+
+/* Reads such a file; checks its CRC, that the name and dim match conf and
+ * the optimizer type too. Returns 0, CM_ENOENT, CM_EFORMAT (damaged or of
+ * another table; err says which), CM_ENOMEM. */
+int psd_table_snap_read(const char *path, const struct cm_table_conf *conf,
+                        struct psd_table_snap **out, char *err, size_t errlen);
+
+#endif
