@@ -13,6 +13,7 @@
 
 #include "jcheck.h"
 #include "job_optim.h"
+#include "job_tables.h"
 
 #define SPEC_LAYER_MAX (1 << 20) /* widest hidden layer accepted */
 #define SPEC_CHANNELS_MAX 1024   /* most channels of a CNN convolution */
@@ -382,7 +383,8 @@ void cm__parse_job(struct cm__errs *e, json_t *root, int nworker,
                                      "nonfinite",
                                      "retry_s",
                                      "socket_owner",
-                                     "wire_dtype"};
+                                     "wire_dtype",
+                                     "tables"};
   static const char *const models[] = {"softmax", "mlp", "cnn", NULL};
   static const char *const nonfinite[] = {"reject", "skip", "apply", NULL};
   static const char *const dtypes[] = {"f32", "bf16", NULL};
@@ -429,6 +431,7 @@ void cm__parse_job(struct cm__errs *e, json_t *root, int nworker,
                  sizeof out->wire_dtype);
   cm__opt_number(e, job, "job", "retry_s", 0, 1, 1e9,
                  "a number of seconds >= 0 (0: never retry)", &out->retry_s);
+  cm__parse_tables(e, job, out);
 }
 
 void cm__parse_auth(struct cm__errs *e, json_t *root, struct cm_auth *out) {

@@ -17,6 +17,7 @@
 #include <stdint.h>
 
 #include "optconf.h"
+#include "tabconf.h"
 
 #define CM_SPEC_MAX_LAYERS 16
 
@@ -124,6 +125,10 @@ struct cm_job {
    * shard that fails UNAVAILABLE, DEADLINE_EXCEEDED or CANCELLED (down,
    * restarting, stopped, cut off) before giving up; 0: never retry */
   double retry_s;
+  /* "job.tables": the job's embedding tables (docs/tables.md), each a
+   * cm_table_conf; psd creates them when it starts */
+  struct cm_table_conf tables[CM_TABLE_MAX];
+  int ntables; /* entries used in tables */
 };
 
 /* Smallest job.max_message_mb: a 2 MiB chunk, its head and headroom. */

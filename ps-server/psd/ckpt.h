@@ -74,6 +74,12 @@ int psd_ckpt_new(struct psd_ckpt **out, const struct psd_ckpt_opts *o,
                  char *err, size_t errlen);
 void psd_ckpt_free(struct psd_ckpt *c);
 
+/* Checkpoints the embedding tables ts too (borrowed; must outlive c), and
+ * restores them on load (ckpt_tables.c: full and delta files, a table's
+ * chain named in each manifest). Call before psd_ckpt_load. */
+struct psd_tables;
+void psd_ckpt_set_tables(struct psd_ckpt *c, struct psd_tables *ts);
+
 /* The shard's directory, <root>/<job>/ps-<shard> (owned by c). */
 const char *psd_ckpt_dir(const struct psd_ckpt *c);
 

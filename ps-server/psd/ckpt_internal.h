@@ -9,6 +9,8 @@
  *                  verifying every byte and field on the way
  *   ckpt_load.c    which checkpoint to load (the newest that verifies) or
  *                  restore in place, and setting newer ones aside
+ *   ckpt_tables.c  the embedding tables' files: full or delta snapshots,
+ *                  their chains, and restoring a chain
  * Nothing here is for other modules: they use ckpt.h. */
 #ifndef PSD_CKPT_INTERNAL_H
 #define PSD_CKPT_INTERNAL_H
@@ -20,6 +22,7 @@
 #include "ckpt.h"
 #include "dedup.h"
 #include "store.h"
+#include "tables.h"
 
 /* Format 2 names each variable's optimizer and keeps any number of slots;
  * format 1 (momentum or sgd for the whole job, one "slot") still loads. */
@@ -29,6 +32,25 @@
 #define PSD__CKPT_MANIFEST "manifest.json"
 /* Checkpoint directories looked at when loading or pruning. */
 #define PSD__CKPT_MAX 4096
+/* A table's chain: a full checkpoint, then at most this many minus one
+ * deltas before the next full one. */
+#define PSD__TCHAIN_MAX 8
+
+/* Where a table's newest checkpoint chain lies: the steps of the
+ * checkpoints that hold its full snapshot and then each delta. */
+struct psd__tchain {
+  char name[CM_TABLE_MAX_NAME + 1]; /* the table */
+  int n;                            /* entries in steps */
+  uint64_t steps[PSD__TCHAIN_MAX];  /* oldest (the full one) first */
+};
+
+/* The tables' snapshots of one checkpoint, taken at its instant. */
+struct psd__tsnaps {
+  int n;                                     /* tables */
+  struct psd_table_snap *snap[CM_TABLE_MAX]; /* owned */
+  struct cm_table_conf conf[CM_TABLE_MAX];   /* each table's settings */
+  int delta[CM_TABLE_MAX];                   /* 1: a delta snapshot */
+};
 
 struct psd_ckpt {
   char dir[1024];             /* <root>/<job>/ps-<shard> */
@@ -40,6 +62,11 @@ struct psd_ckpt {
   int keep;                   /* checkpoints kept */
   int has_max;                /* load nothing newer than max */
   uint64_t max;               /* --resume-step */
+  struct psd_tables *tables;  /* borrowed embedding tables, or NULL */
+  struct psd__tchain chains[CM_TABLE_MAX]; /* each table's newest chain */
+  int nchains;                             /* entries in chains */
+  int tables_full; /* 1: the next checkpoint's tables are full
+                      (start, a failed write, a rollback) */
 };
 
 /* ---- ckpt.c */
@@ -74,5 +101,40 @@ int psd__ckpt_load_one(struct psd_ckpt *c, const char *dir, uint64_t step,
                        struct psd_store **out, struct psd_dedup **dedup,
                        int *clients, int *nvars, uint64_t *bytes, char *err,
                        size_t errlen);
+
+/* ---- ckpt_tables.c */
+
+/* Takes every table's snapshot for checkpoint `step` (the caller holds the
+ * shard still: the apply gate frozen, or commits held): full for a table
+ * with no chain, a chain at its longest or ending at this step, or after
+ * tables_full; else a delta. Returns 0 or CM_ENOMEM. */
+int psd__ckpt_tables_take(struct psd_ckpt *c, uint64_t step,
+                          struct psd__tsnaps *s);
+
+/* Writes the snapshots into dir (table-<i>.bin each) and their manifest
+ * entries into *out (a new JSON array: name, dim, id_bound, optimizer,
+ * file, delta, rows, evicted, bytes and the chain of steps to restore).
+ * Adds the files' sizes to *bytes. Returns 0, CM_EIO (err), CM_ENOMEM. */
+int psd__ckpt_tables_write(struct psd_ckpt *c, const struct psd__tsnaps *s,
+                           const char *dir, uint64_t step, json_t **out,
+                           uint64_t *bytes, char *err, size_t errlen);
+
+/* After a write of step: ok, the chains now end at it; else the next
+ * checkpoint's tables are full. Frees the snapshots. */
+void psd__ckpt_tables_done(struct psd_ckpt *c, struct psd__tsnaps *s,
+                           uint64_t step, int ok);
+
+/* Restores the tables of checkpoint `step` (manifest m) into c->tables:
+ * every file of every chain is read and verified first, then each table
+ * (created when missing) gets its full snapshot and deltas in order.
+ * Afterwards the next checkpoint's tables are full. Returns 0, CM_ENOMEM,
+ * or another code with err naming the file or table. */
+int psd__ckpt_tables_load(struct psd_ckpt *c, json_t *m, uint64_t step,
+                          char *err, size_t errlen);
+
+/* Whether checkpoint `step` is in a chain that a manifest of steps[0..n)
+ * names (so pruning keeps it). */
+int psd__ckpt_tables_needed(struct psd_ckpt *c, const uint64_t *kept, int n,
+                            uint64_t step);
 
 #endif

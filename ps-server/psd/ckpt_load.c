@@ -16,6 +16,25 @@
 #include "err.h"
 #include "log.h"
 
+/* Restores the tables of the checkpoint in dir (of step) from its
+ * manifest, verified already by psd__ckpt_load_one. */
+static int load_tables(struct psd_ckpt *c, const char *dir, uint64_t step,
+                       char *err, size_t errlen) {
+  char path[1200];
+  json_error_t jerr;
+  if (!c->tables)
+    return 0;
+  snprintf(path, sizeof path, "%s/" PSD__CKPT_MANIFEST, dir);
+  json_t *m = json_load_file(path, 0, &jerr);
+  if (!m) {
+    snprintf(err, errlen, "%s: %s", path, jerr.text);
+    return CM_EFORMAT;
+  }
+  int rc = psd__ckpt_tables_load(c, m, step, err, errlen);
+  json_decref(m);
+  return rc;
+}
+
 /* Renames the checkpoints of steps[0..upto) above max (when has_max) to
  * superseded-ckpt-<step>-<time>, saying why. */
 static void set_aside_above(struct psd_ckpt *c, const uint64_t *steps, int upto,
@@ -68,8 +87,19 @@ int psd_ckpt_load(struct psd_ckpt *c, struct psd_store **out,
     psd__ckpt_path(c, steps[i], dir, sizeof dir);
     rc = psd__ckpt_load_one(c, dir, steps[i], &s, &d, &clients, &nvars, &bytes,
                             why, sizeof why);
-    if (rc == CM_ENOMEM)
+    if (!rc && (rc = load_tables(c, dir, steps[i], why, sizeof why)) &&
+        rc != CM_ENOMEM) {
+      psd_store_free(s);
+      psd_dedup_free(d);
+      s = NULL;
+      d = NULL;
+      rc = CM_EFORMAT; /* damage: the previous one is tried */
+    }
+    if (rc == CM_ENOMEM) {
+      psd_store_free(s);
+      psd_dedup_free(d);
       break;
+    }
     if (rc == CM_EEXIST) {
       /* Not damage: an older checkpoint of this run has the same
        * optimizer, and one of an earlier run would silently lose steps. */
@@ -169,6 +199,11 @@ int psd_ckpt_restore(struct psd_ckpt *c, uint64_t step, struct psd_store *store,
       rc = CM_EFORMAT;
       goto out;
     }
+  }
+  /* The tables first: they verify every file before changing anything. */
+  if ((rc = load_tables(c, dir, step, why, sizeof why))) {
+    snprintf(err, errlen, "checkpoint %s: %s", dir, why);
+    goto out;
   }
   for (int i = 0; i < psd_store_count(store); i++) {
     struct psd_var *v = psd_store_at(store, i);

@@ -78,7 +78,8 @@ static json_t *json_shape(int ndim, const int64_t *shape) {
   return a;
 }
 
-/* Removes all but the newest `keep` checkpoints. */
+/* Removes all but the newest `keep` checkpoints, and those their tables'
+ * chains need. */
 static void prune(struct psd_ckpt *c) {
   uint64_t *steps = malloc(PSD__CKPT_MAX * sizeof *steps);
   char p[1400];
@@ -87,6 +88,9 @@ static void prune(struct psd_ckpt *c) {
     return;
   n = psd_ckpt_list(c, steps, PSD__CKPT_MAX);
   for (int i = c->keep; i < n; i++) {
+    /* A kept checkpoint's table chain needs it. */
+    if (psd__ckpt_tables_needed(c, steps, c->keep < n ? c->keep : n, steps[i]))
+      continue;
     psd__ckpt_path(c, steps[i], p, sizeof p);
     psd__ckpt_remove_tree(p);
     cm_debug("pruned %s (keeping the newest %d)", p, c->keep);
@@ -101,14 +105,15 @@ static void prune(struct psd_ckpt *c) {
  * first when small enough, COPY_MAX). With dedup, all of that is done with
  * its apply gate frozen, and the table is saved into *dedup_json before the
  * gate is thawed: the values and the table are one instant of the shard.
+ * The embedding tables' snapshots (*ts) are taken at that instant too.
  * The file's tail and fsync come after. Appends the manifest's per-variable
  * entries to vars_json; sets res->nvars, res->hold_ms (the longest lock
  * hold) and res->freeze_ms. */
 static int write_shard(struct psd_ckpt *c, struct psd_store *store,
                        struct psd_dedup *dedup, uint64_t step, int lock_vars,
                        const char *path, json_t *vars_json, json_t **dedup_json,
-                       uint64_t *bytes, struct psd_ckpt_result *res, char *err,
-                       size_t errlen) {
+                       struct psd__tsnaps *ts, uint64_t *bytes,
+                       struct psd_ckpt_result *res, char *err, size_t errlen) {
   struct cm_st_desc *desc = NULL;
   int64_t(*shapes)[PSD_VAR_MAX_DIMS] = NULL;
   char(*slot_names)[CM_OPTIM_MAX_SLOTS][PSD_VAR_MAX_NAME + 16] = NULL;
@@ -212,6 +217,9 @@ static int write_shard(struct psd_ckpt *c, struct psd_store *store,
     if (rc)
       goto out;
   }
+  /* The tables at the same instant (ckpt_tables.c). */
+  if ((rc = psd__ckpt_tables_take(c, step, ts)))
+    goto out;
   if (frozen) {
     rc = psd_dedup_save(dedup, dedup_json);
     psd_dedup_thaw(dedup);
@@ -288,10 +296,12 @@ int psd_ckpt_write(struct psd_ckpt *c, struct psd_store *store,
                    struct psd_dedup *dedup, uint64_t step, int lock_vars,
                    struct psd_ckpt_result *res, char *err, size_t errlen) {
   char tmp[1100], file[1200], final[1100], optim[PSD_OPTIM_DESC], when[32];
-  json_t *m = NULL, *vars = json_array(), *dedup_json = NULL;
+  json_t *m = NULL, *vars = json_array(), *dedup_json = NULL,
+         *tables_json = NULL;
+  struct psd__tsnaps ts = {0};
   char *text = NULL;
   double t0 = cm_mono_ms();
-  uint64_t bytes = 0;
+  uint64_t bytes = 0, table_bytes = 0;
   int rc = 0, made = 0;
   uint32_t crc;
   struct stat st;
@@ -313,7 +323,9 @@ int psd_ckpt_write(struct psd_ckpt *c, struct psd_store *store,
   made = 1;
   snprintf(file, sizeof file, "%s/" PSD__CKPT_SHARD_FILE, tmp);
   if ((rc = write_shard(c, store, dedup, step, lock_vars, file, vars,
-                        &dedup_json, &bytes, res, err, errlen)))
+                        &dedup_json, &ts, &bytes, res, err, errlen)) ||
+      (rc = psd__ckpt_tables_write(c, &ts, tmp, step, &tables_json,
+                                   &table_bytes, err, errlen)))
     goto out;
   {
     time_t now = time(NULL);
@@ -337,6 +349,10 @@ int psd_ckpt_write(struct psd_ckpt *c, struct psd_store *store,
     res->clients = (int)json_array_size(dedup_json);
     rc = json_object_set_new(m, "dedup", dedup_json) ? CM_ENOMEM : 0;
     dedup_json = NULL; /* m owns it, or set_new freed it */
+  }
+  if (m && !rc && tables_json && json_array_size(tables_json)) {
+    rc = json_object_set_new(m, "tables", tables_json) ? CM_ENOMEM : 0;
+    tables_json = NULL; /* m owns it, or set_new freed it */
   }
   if (!m || rc || (rc = psd__ckpt_manifest_crc(m, &crc)) ||
       json_object_set_new(m, "checksum", json_integer(crc)) ||
@@ -375,15 +391,17 @@ int psd_ckpt_write(struct psd_ckpt *c, struct psd_store *store,
   }
   res->step = step;
   snprintf(res->path, sizeof res->path, "%s", final);
-  res->bytes = bytes + strlen(text);
+  res->bytes = bytes + table_bytes + strlen(text);
   res->ms = cm_mono_ms() - t0;
   prune(c);
 out:
+  psd__ckpt_tables_done(c, &ts, step, rc == 0);
   if (made)
     psd__ckpt_remove_tree(tmp);
   free(text);
   json_decref(m);
   json_decref(vars);
   json_decref(dedup_json);
+  json_decref(tables_json);
   return rc;
 }

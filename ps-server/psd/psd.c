@@ -37,6 +37,7 @@
 #include "spec.h"
 #include "startup.h"
 #include "store.h"
+#include "tables.h"
 #include "units.h"
 
 static void on_signal(uv_signal_t *h, int signum) {
@@ -246,6 +247,7 @@ static void free_server(struct psd_server *srv) {
   psd_service_free(srv->service);
   psd_dedup_free(srv->dedup);
   psd_store_free(srv->store);
+  psd_tables_free(srv->tables);
   cm_creds_free(&srv->creds);
   psd_ckpt_free(srv->ckpt);
   cm_spec_free(srv->spec);

@@ -45,7 +45,8 @@ struct psd_server {
   struct psd_store *store;     /* owned variables */
   struct psd_service *service; /* owned gRPC handlers */
   struct psd_coord *coord;     /* owned coordinator, shard 0 only */
-  struct cm_rpc_method methods[16];    /* served: data, admin, coordinator */
+  struct psd_tables *tables;   /* owned embedding tables */
+  struct cm_rpc_method methods[32];    /* served: data, admin, coordinator */
   struct cm_server *rpc;               /* owned gRPC server */
   uv_loop_t loop;                      /* signals and timers */
   uv_signal_t sigterm, sigint, sighup; /* signal watchers */

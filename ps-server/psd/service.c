@@ -68,11 +68,23 @@ int psd_service_new(struct psd_service **out, struct psd_store *store,
       (struct cm_rpc_method){"/psd.v1.Data/Commit", psd__on_commit, svc};
   svc->methods[5] =
       (struct cm_rpc_method){"/psd.v1.Data/Rollback", psd__on_rollback, svc};
+  svc->methods[6] = (struct cm_rpc_method){"/psd.v1.Data/SparsePull",
+                                           psd__on_sparse_pull, svc};
+  svc->methods[7] = (struct cm_rpc_method){"/psd.v1.Data/SparsePush",
+                                           psd__on_sparse_push, svc};
+  svc->methods[8] =
+      (struct cm_rpc_method){"/psd.v1.Admin/Rows", psd__on_rows, svc};
+  svc->methods[9] =
+      (struct cm_rpc_method){"/psd.v1.Admin/Shrink", psd__on_shrink, svc};
+  svc->methods[10] =
+      (struct cm_rpc_method){"/psd.v1.Admin/Export", psd__on_export, svc};
   pthread_mutex_init(&svc->park_lock, NULL);
+  pthread_rwlock_init(&svc->tables_gate, NULL);
   /* Sync mode stages pushes for steps; svc->steps != NULL says so. */
   if (psd_dedup_new(&svc->dedup, PSD_DEDUP_CLIENTS) ||
       (strcmp(mode, "sync") == 0 &&
-       psd_steps_new(&svc->steps, store, nworkers))) {
+       (psd_steps_new(&svc->steps, store, nworkers) ||
+        psd_sstage_new(&svc->sstage, nworkers)))) {
     psd_service_free(svc);
     return CM_ENOMEM;
   }
@@ -108,6 +120,15 @@ void psd_service_set_coord(struct psd_service *svc, struct psd_coord *coord) {
   svc->coord = coord;
 }
 
+void psd_service_set_tables(struct psd_service *svc,
+                            struct psd_tables *tables) {
+  svc->tables = tables;
+}
+
+struct psd_tables *psd_service_tables(struct psd_service *svc) {
+  return svc->tables;
+}
+
 void psd_service_set_saver(struct psd_service *svc, struct psd_saver *saver) {
   svc->saver = saver;
 }
@@ -134,14 +155,16 @@ void psd_service_free(struct psd_service *svc) {
     return;
   psd__pull_release_parked(svc, 1);
   psd_steps_free(svc->steps);
+  psd_sstage_free(svc->sstage);
   psd_dedup_free(svc->dedup);
   pthread_mutex_destroy(&svc->park_lock);
+  pthread_rwlock_destroy(&svc->tables_gate);
   free(svc);
 }
 
 const struct cm_rpc_method *psd_service_methods(struct psd_service *svc,
                                                 int *n) {
-  *n = 6;
+  *n = PSD__NMETHODS;
   return svc->methods;
 }
 

@@ -63,6 +63,13 @@ struct cm_request_self;
 void psd_service_set_self(struct psd_service *svc,
                           const struct cm_request_self *self);
 
+/* Serves the embedding tables ts (borrowed; must outlive svc): sparse
+ * pulls and pushes, Declare's tables, Status, Rows, Shrink, Export. Without
+ * it, those calls are answered NOT_FOUND / FAILED_PRECONDITION. */
+struct psd_tables;
+void psd_service_set_tables(struct psd_service *svc, struct psd_tables *ts);
+struct psd_tables *psd_service_tables(struct psd_service *svc);
+
 /* Lets Status report the coordinator's view (shard 0). */
 struct psd_coord;
 void psd_service_set_coord(struct psd_service *svc, struct psd_coord *coord);

@@ -7,8 +7,10 @@
  * both. */
 #include "service_internal.h"
 
+#include <pthread.h>
 #include <stdint.h>
 
+#include "log.h"
 #include "saver.h"
 #include "steps.h"
 
@@ -82,8 +84,17 @@ void psd__on_commit(struct cm_rpc_call *call, grpc_byte_buffer *bb, void *ctx) {
   /* A checkpoint being written holds the commit (saver.h). */
   if (svc->saver)
     psd_saver_commit_begin(svc->saver);
+  /* Sparse pulls wait while the step is applied, dense and sparse. */
+  pthread_rwlock_wrlock(&svc->tables_gate);
+  uint64_t before = psd_steps_version(svc->steps);
   int rc = psd_steps_commit(svc->steps, req->step, applied, (int)req->n_applied,
                             dropped, (int)req->n_dropped, err, sizeof err);
+  if (!rc && before == req->step && psd_steps_version(svc->steps) > before &&
+      psd__sparse_commit(svc, req->step, applied, (int)req->n_applied))
+    cm_error("Commit of step %llu: the step's sparse rows could not be "
+             "applied (out of memory); they are dropped",
+             (unsigned long long)req->step);
+  pthread_rwlock_unlock(&svc->tables_gate);
   if (svc->saver)
     psd_saver_commit_end(svc->saver, psd_steps_version(svc->steps),
                          req->checkpoint);
@@ -149,6 +160,8 @@ void psd__on_rollback(struct cm_rpc_call *call, grpc_byte_buffer *bb,
               svc->saver ? err : "it keeps no checkpoints");
     goto out;
   }
+  if (svc->sstage)
+    psd_sstage_clear(svc->sstage);
   {
     Psd__V1__RollbackResponse r = PSD__V1__ROLLBACK_RESPONSE__INIT;
     r.version = psd_steps_version(svc->steps);

@@ -205,7 +205,8 @@ void psd__on_declare(struct cm_rpc_call *call, grpc_byte_buffer *bb,
   req = (Psd__V1__DeclareRequest *)cm_request_open(
       &svc->host, call, bb, &psd__v1__declare_request__descriptor, "Declare",
       &m);
-  if (!req || check_declare(svc, call, req))
+  if (!req || check_declare(svc, call, req) ||
+      psd__declare_tables(svc, call, req))
     goto out;
   slices = calloc(req->n_vars + 1, sizeof *slices);
   ptrs = calloc(req->n_vars + 1, sizeof *ptrs);

@@ -12,6 +12,11 @@
  *   service_commit.c   Data/Commit and Data/Rollback: the step the
  *                      coordinator closed (coord_barrier.c) is applied here
  *   service_status.c   Admin/Status: what the shard reports to psctl
+ *   service_sparse.c   Data/SparsePull and Data/SparsePush: rows of the
+ *                      embedding tables (tables.h), staged in sync mode
+ *                      (sstage.h)
+ *   service_tables.c   the tables' part of Declare and Status, and
+ *                      Admin/Rows, Admin/Shrink, Admin/Export
  * The public interface is service.h. Each handler checks the whole request
  * before changing anything, so a rejected push applies nothing. Bulk bytes
  * are read in place from the received slices (wire.h): one copy into a
@@ -29,7 +34,12 @@
 #include "request.h"
 #include "rpc_server.h"
 #include "service.h"
+#include "sstage.h"
 #include "store.h"
+#include "tables.h"
+
+/* Methods psd serves (service.c). */
+#define PSD__NMETHODS 11
 
 /* Errors logged in full before the log only samples them. */
 #define PSD__LOGGED_ERRORS 50
@@ -37,18 +47,18 @@
 struct psd__parked_pull; /* service_pull.c */
 
 struct psd_service {
-  struct psd_store *store;         /* borrowed */
-  int shard;                       /* this shard's index */
-  int nshards;                     /* shards in the job */
-  int nworkers;                    /* workers in the job: valid indices */
-  struct psd_limits limits;        /* what requests may ask (service.h) */
-  int held_is_memory;              /* limits.max_held is the machine's RAM */
-  char job[64];                    /* job name callers must use */
-  struct cm_request_host host;     /* how requests are taken and refused */
-  char mode[16];                   /* "async" */
-  struct timespec started;         /* for uptime */
-  struct cm_rpc_method methods[6]; /* what psd serves */
-  struct psd_steps *steps;         /* owned, sync mode */
+  struct psd_store *store;     /* borrowed */
+  int shard;                   /* this shard's index */
+  int nshards;                 /* shards in the job */
+  int nworkers;                /* workers in the job: valid indices */
+  struct psd_limits limits;    /* what requests may ask (service.h) */
+  int held_is_memory;          /* limits.max_held is the machine's RAM */
+  char job[64];                /* job name callers must use */
+  struct cm_request_host host; /* how requests are taken and refused */
+  char mode[16];               /* "async" */
+  struct timespec started;     /* for uptime */
+  struct cm_rpc_method methods[PSD__NMETHODS]; /* what psd serves */
+  struct psd_steps *steps;                     /* owned, sync mode */
   struct psd_coord *coord;         /* borrowed, shard 0 only (status) */
   struct cm_server *rpc;           /* borrowed: its refusal count (status) */
   struct psd_saver *saver;         /* borrowed: step counts, commit gate */
@@ -70,6 +80,15 @@ struct psd_service {
   struct psd_hist pull_time;       /* pull handling, a parked wait excluded */
   struct psd_dedup *dedup;         /* owned: push messages applied, per
                                       client (retries are not applied twice) */
+  struct psd_tables *tables;       /* borrowed: the embedding tables; NULL
+                                      until psd_service_set_tables */
+  struct psd_sstage *sstage;       /* owned, sync mode: staged sparse rows */
+  /* Sync: sparse pulls hold it shared while they read rows and the
+   * version; a commit holds it exclusively while it applies a step, dense
+   * and sparse, so a pull never sees half a step. */
+  pthread_rwlock_t tables_gate;
+  atomic_uint_fast64_t sparse_pulls;  /* SparsePull calls answered */
+  atomic_uint_fast64_t sparse_pushes; /* SparsePush calls applied or staged */
 };
 
 /* Refuses a call with a formatted message, logged and counted (through the
@@ -127,7 +146,67 @@ void psd__on_rollback(struct cm_rpc_call *call, grpc_byte_buffer *bb,
 void psd__on_status(struct cm_rpc_call *call, grpc_byte_buffer *bb,
                     void *ctx); /* service_status.c */
 
+/* ---- service_sparse.c ---- */
+
+void psd__on_sparse_pull(struct cm_rpc_call *call, grpc_byte_buffer *bb,
+                         void *ctx);
+void psd__on_sparse_push(struct cm_rpc_call *call, grpc_byte_buffer *bb,
+                         void *ctx);
+
+/* A sparse pull waiting for its version (parked, service_pull.c). */
+struct psd__sparse_pull;
+
+/* Answers a parked sparse pull whose version now exists. */
+void psd__sparse_answer(struct psd_service *svc, struct cm_rpc_call *call,
+                        struct psd__sparse_pull *sp, double start);
+/* Answers a sparse pull of a generation the job rolled back from. */
+void psd__sparse_answer_rolled_back(struct psd_service *svc,
+                                    struct cm_rpc_call *call);
+void psd__sparse_pull_free(struct psd__sparse_pull *sp);
+
+/* Sync: applies step's staged sparse rows of applied[0..napplied) (the
+ * commit holds tables_gate exclusively). Returns 0 or a CM_E code. */
+int psd__sparse_commit(struct psd_service *svc, uint64_t step,
+                       const int *applied, int napplied);
+
+/* ---- service_tables.c ---- */
+
+void psd__on_rows(struct cm_rpc_call *call, grpc_byte_buffer *bb, void *ctx);
+void psd__on_shrink(struct cm_rpc_call *call, grpc_byte_buffer *bb, void *ctx);
+void psd__on_export(struct cm_rpc_call *call, grpc_byte_buffer *bb, void *ctx);
+
+/* Declare's tables: checks them all, then creates or checks each. Returns
+ * 0 or answers the call and returns -1. */
+int psd__declare_tables(struct psd_service *svc, struct cm_rpc_call *call,
+                        const Psd__V1__DeclareRequest *req);
+
+/* Status's tables: fills resp->tables (owned by *mem, freed by
+ * psd__status_tables_free). Returns 0 or CM_ENOMEM. */
+int psd__status_tables(struct psd_service *svc, Psd__V1__StatusResponse *resp,
+                       void **mem);
+void psd__status_tables_free(void *mem);
+
+/* The shard's step, the clock of a table row's last touch and of
+ * eviction: sync, the steps committed; async, the pushes applied as the
+ * checkpoint saver counts them (saver.h), so that the step a checkpoint
+ * evicts at is on the same clock. */
+uint64_t psd__shard_step(struct psd_service *svc);
+
+/* The table a call names, or NULL once the call is answered NOT_FOUND
+ * naming it. */
+struct psd_table *psd__find_table(struct psd_service *svc,
+                                  struct cm_rpc_call *call, const char *name,
+                                  const char *what);
+
 /* ---- service_pull.c ---- */
+
+/* Sync: parks a pull (dense req, or sparse sp) that waits for min_version
+ * in generation gen. Returns 1 when it can be answered now (the caller
+ * still owns req/sp), 0 when parked (the park list owns them now), -1 when
+ * the call was answered (an error, or rolled back; the caller owns them). */
+int psd__park(struct psd_service *svc, struct cm_rpc_call *call,
+              uint64_t min_version, uint64_t gen, Psd__V1__PullRequest *req,
+              struct psd__sparse_pull *sp);
 
 /* Answers the parked pulls whose version now exists (after a commit or a
  * rollback), or all of them, with UNAVAILABLE, when stopping (psd stops). */

@@ -20,10 +20,14 @@
 #include "steps.h"
 #include "wire.h"
 
-/* A pull waiting for the shard to commit min_version steps. */
+/* A pull waiting for the shard to commit min_version steps: a dense one
+ * (req) or a sparse one (sp, service_sparse.c). */
 struct psd__parked_pull {
   struct cm_rpc_call *call;      /* answered once the version exists */
-  Psd__V1__PullRequest *req;     /* owned, unpacked request */
+  uint64_t min_version;          /* the version it waits for */
+  uint64_t gen;                  /* the generation it names */
+  Psd__V1__PullRequest *req;     /* owned, unpacked request; or NULL */
+  struct psd__sparse_pull *sp;   /* owned sparse pull; or NULL */
   struct psd__parked_pull *next; /* list link */
 };
 
@@ -243,6 +247,89 @@ static void answer_rolled_back(struct psd_service *svc,
   cm_rpc_reply(call, cm_rpc_pack(&r.base));
 }
 
+/* Answers a rolled-back pull of either kind. */
+static void rolled_back(struct psd_service *svc, struct cm_rpc_call *call,
+                        int sparse) {
+  if (sparse)
+    psd__sparse_answer_rolled_back(svc, call);
+  else
+    answer_rolled_back(svc, call);
+}
+
+int psd__park(struct psd_service *svc, struct cm_rpc_call *call,
+              uint64_t min_version, uint64_t want_gen,
+              Psd__V1__PullRequest *req, struct psd__sparse_pull *sp) {
+  const char *what = sp ? "SparsePull" : "Pull";
+  {
+    /* Park it under the lock that commits drain, so none is missed. */
+    struct psd_steps_state st;
+    uint64_t version, gen;
+    int full = 0, resumed, parked = 0;
+    pthread_mutex_lock(&svc->park_lock);
+    psd_steps_state(svc->steps, &st);
+    version = st.version;
+    gen = st.gen;
+    resumed = st.resumed;
+    /* A pull of an older generation asks for steps the job rolled back:
+     * it is told so, without data. */
+    if (want_gen < gen) {
+      pthread_mutex_unlock(&svc->park_lock);
+      rolled_back(svc, call, sp != NULL);
+      return -1;
+    }
+    /* A worker pulls for the step after the last one closed, whose commit
+     * may still be on its way here: one ahead at most. Further ahead would
+     * wait for steps that cannot close without this shard; one that
+     * restarted from an older checkpoint waits for the coordinator's
+     * rollback (the pull is retried). A newer generation's pull waits for
+     * this shard's rollback, parked. */
+    if (version + 1 < min_version && want_gen == gen) {
+      pthread_mutex_unlock(&svc->park_lock);
+      psd__fail(svc, call,
+                resumed ? GRPC_STATUS_UNAVAILABLE
+                        : GRPC_STATUS_FAILED_PRECONDITION,
+                "%s: version %llu asked for, but shard %d has committed %llu "
+                "steps; a worker pulls at most one step ahead (did this shard "
+                "restart alone, or the worker come from another run?)",
+                what, (unsigned long long)min_version, svc->shard,
+                (unsigned long long)version);
+      return -1;
+    }
+    if (svc->stopped) {
+      /* Stopping: the parked pulls were answered; none parks now. */
+      pthread_mutex_unlock(&svc->park_lock);
+      psd__fail(svc, call, GRPC_STATUS_UNAVAILABLE, "psd is shutting down");
+      return -1;
+    }
+    if (version < min_version || want_gen > gen) {
+      struct psd__parked_pull *p = NULL;
+      if (svc->nparked >= PSD_MAX_PARKED)
+        full = 1;
+      else if (!(p = calloc(1, sizeof *p)))
+        full = 2;
+      if (p) {
+        *p = (struct psd__parked_pull){call, min_version, want_gen,
+                                       req,  sp,          svc->parked};
+        svc->parked = p;
+        svc->nparked++;
+        parked = 1;
+      }
+    }
+    pthread_mutex_unlock(&svc->park_lock);
+    if (full) {
+      if (full == 2)
+        psd__fail(svc, call, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+      else
+        psd__fail(svc, call, GRPC_STATUS_RESOURCE_EXHAUSTED,
+                  "%s: %d pulls already wait for a step on shard %d; no more "
+                  "are parked",
+                  what, PSD_MAX_PARKED, svc->shard);
+      return -1;
+    }
+    return parked ? 0 : 1;
+  }
+}
+
 void psd__on_pull(struct cm_rpc_call *call, grpc_byte_buffer *bb, void *ctx) {
   struct psd_service *svc = ctx;
   double start = cm_mono_ms();
@@ -253,72 +340,10 @@ void psd__on_pull(struct cm_rpc_call *call, grpc_byte_buffer *bb, void *ctx) {
   if (!req || psd__check_segment_count(svc, call, req->n_segments, "Pull"))
     goto out;
   if (req->min_version > 0 && svc->steps) {
-    /* Park it under the lock that commits drain, so none is missed. */
-    struct psd_steps_state st;
-    uint64_t version, gen;
-    int full = 0, resumed;
-    pthread_mutex_lock(&svc->park_lock);
-    psd_steps_state(svc->steps, &st);
-    version = st.version;
-    gen = st.gen;
-    resumed = st.resumed;
-    /* A pull of an older generation asks for steps the job rolled back:
-     * it is told so, without data. */
-    if (req->gen < gen) {
-      pthread_mutex_unlock(&svc->park_lock);
-      answer_rolled_back(svc, call);
-      goto out;
-    }
-    /* A worker pulls for the step after the last one closed, whose commit
-     * may still be on its way here: one ahead at most. Further ahead would
-     * wait for steps that cannot close without this shard; one that
-     * restarted from an older checkpoint waits for the coordinator's
-     * rollback (the pull is retried). A newer generation's pull waits for
-     * this shard's rollback, parked. */
-    if (version + 1 < req->min_version && req->gen == gen) {
-      pthread_mutex_unlock(&svc->park_lock);
-      psd__fail(svc, call,
-                resumed ? GRPC_STATUS_UNAVAILABLE
-                        : GRPC_STATUS_FAILED_PRECONDITION,
-                "Pull: version %llu asked for, but shard %d has committed %llu "
-                "steps; a worker pulls at most one step ahead (did this shard "
-                "restart alone, or the worker come from another run?)",
-                (unsigned long long)req->min_version, svc->shard,
-                (unsigned long long)version);
-      goto out;
-    }
-    if (svc->stopped) {
-      /* Stopping: the parked pulls were answered; none parks now. */
-      pthread_mutex_unlock(&svc->park_lock);
-      psd__fail(svc, call, GRPC_STATUS_UNAVAILABLE, "psd is shutting down");
-      goto out;
-    }
-    if (version < req->min_version || req->gen > gen) {
-      struct psd__parked_pull *p = NULL;
-      if (svc->nparked >= PSD_MAX_PARKED)
-        full = 1;
-      else if (!(p = calloc(1, sizeof *p)))
-        full = 2;
-      if (p) {
-        *p = (struct psd__parked_pull){call, req, svc->parked};
-        svc->parked = p;
-        svc->nparked++;
-        req = NULL;
-        call = NULL;
-      }
-    }
-    pthread_mutex_unlock(&svc->park_lock);
-    if (full) {
-      if (full == 2)
-        psd__fail(svc, call, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
-      else
-        psd__fail(svc, call, GRPC_STATUS_RESOURCE_EXHAUSTED,
-                  "Pull: %d pulls already wait for a step on shard %d; no more "
-                  "are parked",
-                  PSD_MAX_PARKED, svc->shard);
-      goto out;
-    }
-    if (!call)
+    int go = psd__park(svc, call, req->min_version, req->gen, req, NULL);
+    if (go == 0)
+      req = NULL; /* parked: the list owns it */
+    if (go != 1)
       goto out;
   }
   answer_pull(svc, call, req, start);
@@ -337,8 +362,8 @@ void psd__pull_release_parked(struct psd_service *svc, int stopping) {
     svc->stopped = 1;
   for (struct psd__parked_pull **pp = &svc->parked; *pp;) {
     struct psd__parked_pull *p = *pp;
-    if (stopping || p->req->gen < gen ||
-        (p->req->gen == gen && p->req->min_version <= version)) {
+    if (stopping || p->gen < gen ||
+        (p->gen == gen && p->min_version <= version)) {
       *pp = p->next;
       p->next = ready;
       ready = p;
@@ -353,11 +378,15 @@ void psd__pull_release_parked(struct psd_service *svc, int stopping) {
     ready = p->next;
     if (stopping)
       cm_rpc_fail(p->call, GRPC_STATUS_UNAVAILABLE, "psd is shutting down");
-    else if (p->req->gen < gen)
-      answer_rolled_back(svc, p->call);
+    else if (p->gen < gen)
+      rolled_back(svc, p->call, p->sp != NULL);
+    else if (p->sp)
+      psd__sparse_answer(svc, p->call, p->sp, cm_mono_ms());
     else
       answer_pull(svc, p->call, p->req, cm_mono_ms());
-    cm_request_free(&p->req->base);
+    if (p->req)
+      cm_request_free(&p->req->base);
+    psd__sparse_pull_free(p->sp);
     free(p);
   }
 }

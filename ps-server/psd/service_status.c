@@ -50,6 +50,7 @@ void psd__on_status(struct cm_rpc_call *call, grpc_byte_buffer *bb, void *ctx) {
   uint64_t counts[2][PSD_HIST_BOUNDS + 1];
   double sums[2];
   struct timespec now;
+  void *tmem = NULL; /* the tables' part (service_tables.c) */
   int n;
 
   req = (Psd__V1__StatusRequest *)cm_request_open(
@@ -212,6 +213,10 @@ void psd__on_status(struct cm_rpc_call *call, grpc_byte_buffer *bb, void *ctx) {
     ck.steps = sst->steps;
     resp.checkpoint = &ck;
   }
+  if (psd__status_tables(svc, &resp, &tmem)) {
+    psd__fail(svc, call, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+    goto out;
+  }
   cm_rpc_reply(call, cm_rpc_pack(&resp.base));
 out:
   free(sst);
@@ -226,6 +231,7 @@ out:
   free(vs);
   free(ptrs);
   free(slot_names);
+  psd__status_tables_free(tmem);
   cm_request_free((ProtobufCMessage *)req);
   cm_wire_msg_release(&m);
 }

@@ -19,6 +19,7 @@
 #include "spec.h"
 #include "steps.h"
 #include "store.h"
+#include "tables.h"
 #include "units.h"
 
 enum psd_exit psd_server_restore(struct psd_server *srv) {
@@ -61,6 +62,13 @@ enum psd_exit psd_server_restore(struct psd_server *srv) {
   cm_info("checkpoints in %s (from %s): every %d steps, every %g s, keep %d",
           psd_ckpt_dir(srv->ckpt), from, job->ckpt_every_steps,
           job->ckpt_every_s, job->ckpt_keep);
+  /* The spec's tables, which the checkpoint's rows go into. */
+  if ((rc = psd_tables_new(&srv->tables, job->tables, job->ntables, job->seed,
+                           err, sizeof err))) {
+    cm_error("job.tables: %s", err);
+    return PSD_EXIT_FAILED;
+  }
+  psd_ckpt_set_tables(srv->ckpt, srv->tables);
   if ((rc = psd_ckpt_load(srv->ckpt, &srv->store, &srv->dedup, &srv->resume,
                           err, sizeof err))) {
     cm_error("cannot resume: %s", err);
@@ -138,6 +146,13 @@ enum psd_exit psd_server_open(struct psd_server *srv) {
   int n, nc = 0, ns = 0, rc;
 
   fill_self(srv);
+  /* The spec's tables, unless a checkpoint brought them already. */
+  if (!srv->tables &&
+      (rc = psd_tables_new(&srv->tables, job->tables, job->ntables, job->seed,
+                           err, sizeof err))) {
+    cm_error("job.tables: %s", err);
+    return PSD_EXIT_FAILED;
+  }
   /* The store may come from a checkpoint already (psd_server_restore). */
   if ((!srv->store &&
        psd_store_new(&srv->store, srv->shard, srv->spec->nps, &job->optim)) ||
@@ -147,6 +162,7 @@ enum psd_exit psd_server_open(struct psd_server *srv) {
     return PSD_EXIT_FAILED;
   }
   psd_service_set_self(srv->service, &srv->self);
+  psd_service_set_tables(srv->service, srv->tables);
   /* So is the table of pushes its values hold: their retries stay
    * duplicates. Before the saver, which saves the service's table. */
   if (srv->dedup) {

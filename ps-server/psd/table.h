@@ -145,6 +145,12 @@ int psd_table_snapshot(struct psd_table *t, int delta,
                        struct psd_table_snap **out);
 void psd_table_snap_free(struct psd_table_snap *s);
 
+/* A page for export: the up to max_rows stored rows with the smallest ids
+ * above `after` (all ids without has_after), sorted, copied with every
+ * stripe held. delta 0, gen 0, no evicted ids. Returns 0 or CM_ENOMEM. */
+int psd_table_page(struct psd_table *t, int has_after, uint64_t after,
+                   size_t max_rows, struct psd_table_snap **out);
+
 /* Restores: a full snapshot replaces every row; a delta one upserts its
  * rows and removes its evicted ids. Stats come with the rows. Returns 0,
  * CM_EINVAL when dim or nstate differ from the table's, CM_ENOMEM. */

@@ -12,6 +12,9 @@
  *   pstool --cluster F roundtrip --bytes N [--rounds R] [--chunk B]
  *          [--inflight K] [--join --worker W] [--only push|pull]
  *   pstool tcp --bytes N [--rounds R] [--pingpong]
+ *   pstool --cluster F rows TABLE DIM[:BOUND] pull IDS | push IDS GRADS
+ *   pstool --cluster F sparse DIM --bytes ROWS --seconds S [--clients C]
+ *          [--chunk BATCH]
  *
  * SHAPE is "4,3". The low-level commands send exactly one call to one shard
  * and print "OK ..." or "ERROR <gRPC status>: <message>" (exit 1), so tests
@@ -186,6 +189,10 @@ int main(int argc, char **argv) {
     rc = pstool_count(spec, &a);
   else if (!strcmp(argv[optind], "load"))
     rc = pstool_load(spec, &a);
+  else if (!strcmp(argv[optind], "sparse") && optind + 1 < argc)
+    rc = pstool_sparse(spec, &a, (uint32_t)strtoul(argv[optind + 1], NULL, 10));
+  else if (!strcmp(argv[optind], "rows"))
+    rc = pstool_rows(spec, &a, argc - optind, argv + optind);
   else if (!strcmp(argv[optind], "nanpush") && optind + 1 < argc)
     rc = pstool_nanpush(spec, &a, strtoull(argv[optind + 1], NULL, 10));
   else

@@ -7,6 +7,8 @@
  *                   refusal of a NaN gradient
  *   pstool_bench.c  roundtrip, syncload, tcp: timings for the benchmarks
  *   pstool_count.c  count, load: pushes applied exactly once through faults
+ *   pstool_rows.c   rows: sparse pulls and pushes of an embedding table
+ *   pstool_sparse.c sparse: the embedding-table benchmark
  *
  * Every subcommand returns the process's exit status and prints the
  * key=value lines that tests/integration and tests/bench/bench.py parse. */
@@ -65,6 +67,20 @@ int pstool_syncload(struct cm_spec *spec, const struct pstool_args *a);
 
 /* tcp: the loopback TCP copy the transport benchmark compares with. */
 int pstool_tcp(const struct pstool_args *a);
+
+/* ---- pstool_rows.c */
+
+/* rows TABLE DIM[:BOUND] pull IDS | push IDS GRADS: argv[0] is "rows". */
+int pstool_rows(struct cm_spec *spec, const struct pstool_args *a, int argc,
+                char **argv);
+
+/* ---- pstool_sparse.c */
+
+/* sparse DIM: fills table "bench/DIM" with a->bytes rows, then times
+ * a->clients clients pulling and pushing batches of a->chunk Zipf ids for
+ * a->seconds each. */
+int pstool_sparse(struct cm_spec *spec, const struct pstool_args *a,
+                  uint32_t dim);
 
 /* ---- pstool_count.c */
 

@@ -146,6 +146,7 @@ void dw_client_free(struct dw_client *c) {
   free(c->pending);
   free(c->grad16);
   free(c->grad16_at);
+  free(c->tables);
   cm_queue_free(c->cq);
   pthread_mutex_destroy(&c->lock);
   pthread_cond_destroy(&c->cond);

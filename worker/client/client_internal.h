@@ -12,6 +12,7 @@
  *   coord.c      the coordinator's calls and the heartbeat thread
  *   status.c     Admin/Status as JSON
  *   admin.c      Admin/Checkpoint, and the last call's status for a tool
+ *   sparse.c     embedding tables: their declare, sparse pulls and pushes
  *
  * Each file's own block says how its part works: client.c the plan of
  * the traffic, transfer.c and retry.c the retries. */
@@ -128,6 +129,18 @@ struct dw_client {
                           back to back (made by the first push), which the
                           push messages point into */
   uint64_t *grad16_at; /* owned, per variable: its first element in grad16 */
+
+  /* Embedding tables (sparse.c). */
+  struct dw__table *tables; /* owned, declared tables */
+  int ntables;              /* entries in tables */
+  uint64_t sparse_seq;      /* sparse pushes so far (their dedup seq) */
+};
+
+/* A declared table, as the client knows it. */
+struct dw__table {
+  char name[201];    /* its name */
+  uint32_t dim;      /* floats per row */
+  uint64_t id_bound; /* 0: any id */
 };
 
 /* ---- client.c */
@@ -160,6 +173,15 @@ int dw__run(struct dw_client *c, struct cm_unary *calls, int n,
 /* Cuts every declared variable's slice on every shard into messages
  * (c->pieces, c->msgs) and allocates the call slots a transfer reuses. */
 int dw__plan(struct dw_client *c);
+
+/* ---- declare.c */
+
+/* Declares req on every shard, again on those that cannot be reached yet,
+ * until each has answered (its boot id recorded) or connect_timeout_ms has
+ * passed. calls has an entry per shard. Returns 0 or an error in c->err. */
+int dw__declare_everywhere(struct dw_client *c,
+                           const Psd__V1__DeclareRequest *req,
+                           struct cm_unary *calls);
 
 /* Moves every shard on this host to its Unix socket, where it serves one. */
 int dw__use_unix_sockets(struct dw_client *c);

@@ -28,12 +28,9 @@
 /* The deadline of a Declare on a channel not connected yet, ms. */
 #define PROBE_MS 1500
 
-/* Declares req on every shard, again on those that cannot be reached yet,
- * until each has answered (its boot id recorded) or connect_timeout_ms has
- * passed. calls has an entry per shard. Returns 0 or an error in c->err. */
-static int declare_everywhere(struct dw_client *c,
-                              const Psd__V1__DeclareRequest *req,
-                              struct cm_unary *calls) {
+int dw__declare_everywhere(struct dw_client *c,
+                           const Psd__V1__DeclareRequest *req,
+                           struct cm_unary *calls) {
   unsigned char *pending = calloc(c->nshards, 1);
   unsigned char *down = calloc(c->nshards, 1);
   int rc = 0, left = c->nshards;
@@ -160,7 +157,7 @@ int dw_client_declare(struct dw_client *c, struct dw_var *vars, int n) {
   req.n_vars = n;
   req.vars = ptrs;
   /* Shards may still be starting: wait for them, within the deadline. */
-  if ((rc = declare_everywhere(c, &req, calls)))
+  if ((rc = dw__declare_everywhere(c, &req, calls)))
     goto out;
   c->vars = vars;
   c->nvars = n;

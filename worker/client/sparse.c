@@ -1,39 +1,454 @@
-/* Sparse calls on embedding tables (psclient.h, "embedding tables"): a
- * STUB until the real calls land; every call fails CM_EINVAL. */
-#include <stdio.h>
-
+/* Embedding tables (psclient.h, "embedding tables"): their declare, and
+ * sparse pulls and pushes of rows by id.
+ *
+ * A call's ids are split by shard (splitmix64(id) % shards, the function
+ * psd uses) and cut into messages of at most chunk_bytes of rows; every
+ * message of every shard and table goes in one run, up to `inflight` per
+ * shard at once. A message's ids (and a push's row gradients) are gathered
+ * from the caller's arrays straight into the message's own buffer, the one
+ * copy; a pull's answer is scattered from the received slices straight into
+ * the caller's rows. Failed calls are retried like dense ones (retry.c),
+ * and a push's messages carry (client id, seq, chunk) so a retried message
+ * is applied once. */
 #include "client_internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
 #include "err.h"
+#include "rand.h"
+#include "wire.h"
+
+static const char PULL_METHOD[] = "/psd.v1.Data/SparsePull";
+static const char PUSH_METHOD[] = "/psd.v1.Data/SparsePush";
+
+/* One message of a sparse call: some ids of one table for one shard. */
+struct smsg {
+  int r;          /* index into the call's dw_rows */
+  int shard;      /* destination */
+  size_t *pos;    /* positions in r's ids (borrowed from the plan) */
+  size_t n;       /* ids in it */
+  uint32_t dim;   /* the table's row width */
+  uint32_t chunk; /* its index among the call's messages to its shard */
+  int pending;    /* 1 until answered OK (or a closed step) */
+};
+
+/* A sparse call in progress. */
+struct scall {
+  struct dw_client *c;
+  int push;             /* 1: push, 0: pull */
+  struct dw_rows *rows; /* the caller's (const for a push) */
+  int sync;             /* sync: min_version/step and gen are sent */
+  uint64_t min_version; /* pull: the version to wait for */
+  uint64_t step;        /* push: the step staged for */
+  uint64_t seq;         /* push: this push's dedup seq */
+  int closed;           /* push: a shard said the step is closed */
+  struct smsg *msgs;    /* owned */
+  int nmsgs;            /* entries in msgs */
+  size_t *pos;          /* owned: every message's positions, back to back */
+};
+
+int dw_client_shard_of(const struct dw_client *c, uint64_t id) {
+  return (int)(cm_splitmix64_at(id) % (uint64_t)c->nshards);
+}
+
+/* The declared table called name, or NULL. */
+static const struct dw__table *find_table(const struct dw_client *c,
+                                          const char *name) {
+  for (int i = 0; i < c->ntables; i++)
+    if (!strcmp(c->tables[i].name, name))
+      return &c->tables[i];
+  return NULL;
+}
 
 int dw_client_declare_tables(struct dw_client *c, const struct dw_table *tables,
                              int n) {
-  (void)c, (void)tables, (void)n;
-  return CM_EINVAL;
+  Psd__V1__Caller caller = dw__caller(c, -1);
+  Psd__V1__DeclareRequest req = PSD__V1__DECLARE_REQUEST__INIT;
+  Psd__V1__TableSpec *specs = calloc((size_t)n + 1, sizeof *specs);
+  Psd__V1__TableSpec **ptrs = calloc((size_t)n + 1, sizeof *ptrs);
+  struct cm_unary *calls = calloc((size_t)c->nshards, sizeof *calls);
+  struct dw__table *grown = NULL;
+  int rc = 0;
+  if (!specs || !ptrs || !calls) {
+    rc = CM_ENOMEM;
+    goto out;
+  }
+  for (int i = 0; i < n; i++) {
+    if (!tables[i].name || !tables[i].name[0] || strlen(tables[i].name) > 200) {
+      dw__seterr(c,
+                 "declare tables: table %d has no name, or one longer "
+                 "than 200 bytes",
+                 i);
+      rc = CM_EINVAL;
+      goto out;
+    }
+    if (tables[i].dim < 1 || tables[i].dim > CM_TABLE_MAX_DIM) {
+      dw__seterr(c, "declare tables: table '%s' has dim %u; expected 1..%d",
+                 tables[i].name, tables[i].dim, CM_TABLE_MAX_DIM);
+      rc = CM_EINVAL;
+      goto out;
+    }
+    psd__v1__table_spec__init(&specs[i]);
+    specs[i].name = (char *)tables[i].name;
+    specs[i].dim = tables[i].dim;
+    specs[i].id_bound = tables[i].id_bound;
+    ptrs[i] = &specs[i];
+  }
+  req.caller = &caller;
+  req.n_tables = (size_t)n;
+  req.tables = ptrs;
+  if ((rc = dw__declare_everywhere(c, &req, calls)))
+    goto out;
+  if (!(grown = realloc(c->tables,
+                        ((size_t)c->ntables + (size_t)n) * sizeof *grown))) {
+    rc = CM_ENOMEM;
+    goto out;
+  }
+  c->tables = grown;
+  for (int i = 0; i < n; i++) {
+    if (find_table(c, tables[i].name))
+      continue;
+    struct dw__table *t = &c->tables[c->ntables++];
+    snprintf(t->name, sizeof t->name, "%s", tables[i].name);
+    t->dim = tables[i].dim;
+    t->id_bound = tables[i].id_bound;
+  }
+  /* A client of tables alone moves to the shards' Unix sockets here. */
+  if (!c->vars)
+    rc = dw__use_unix_sockets(c);
+out:
+  for (int s = 0; calls && s < c->nshards; s++)
+    cm_unary_release(&calls[s]);
+  free(calls);
+  free(specs);
+  free(ptrs);
+  if (rc && !c->err[0])
+    dw__seterr(c, "declare tables: %s", cm_strerror(rc));
+  return rc;
 }
 
-int dw_client_shard_of(const struct dw_client *c, uint64_t id) {
-  (void)c, (void)id;
-  return 0;
+/* Splits every dw_rows's ids by shard into messages of at most chunk_bytes
+ * of rows. Returns 0, or an error in c->err. */
+static int plan(struct scall *sc, int nr) {
+  struct dw_client *c = sc->c;
+  size_t total = 0, at = 0;
+  int *count = calloc((size_t)c->nshards, sizeof *count);
+  uint32_t *chunks = calloc((size_t)c->nshards, sizeof *chunks);
+  int rc = 0;
+  if (!count || !chunks)
+    goto nomem;
+  for (int i = 0; i < nr; i++) {
+    const struct dw_rows *r = &sc->rows[i];
+    const struct dw__table *t = find_table(c, r->table);
+    if (!t) {
+      dw__seterr(c,
+                 "%s rows of '%s': declare the table first "
+                 "(dw_client_declare_tables)",
+                 sc->push ? "push" : "pull", r->table);
+      rc = CM_EINVAL;
+      goto out;
+    }
+    for (size_t k = 0; k < r->n; k++)
+      if (t->id_bound && r->ids[k] >= t->id_bound) {
+        dw__seterr(c,
+                   "%s rows of '%s': id %llu (position %zu) is not below "
+                   "the table's id_bound %llu",
+                   sc->push ? "push" : "pull", r->table,
+                   (unsigned long long)r->ids[k], k,
+                   (unsigned long long)t->id_bound);
+        rc = CM_EINVAL;
+        goto out;
+      }
+    size_t per = c->o.chunk_bytes / (t->dim * sizeof(float));
+    per = per ? per : 1;
+    memset(count, 0, (size_t)c->nshards * sizeof *count);
+    for (size_t k = 0; k < r->n; k++)
+      count[dw_client_shard_of(c, r->ids[k])]++;
+    for (int s = 0; s < c->nshards; s++)
+      sc->nmsgs += (int)((count[s] + per - 1) / per);
+    total += r->n;
+  }
+  sc->msgs = calloc((size_t)sc->nmsgs + 1, sizeof *sc->msgs);
+  sc->pos = malloc((total + 1) * sizeof *sc->pos);
+  if (!sc->msgs || !sc->pos)
+    goto nomem;
+  sc->nmsgs = 0;
+  for (int i = 0; i < nr; i++) {
+    const struct dw_rows *r = &sc->rows[i];
+    const struct dw__table *t = find_table(c, r->table);
+    size_t per = c->o.chunk_bytes / (t->dim * sizeof(float));
+    per = per ? per : 1;
+    for (int s = 0; s < c->nshards; s++) {
+      struct smsg *m = NULL;
+      for (size_t k = 0; k < r->n; k++) {
+        if (dw_client_shard_of(c, r->ids[k]) != s)
+          continue;
+        if (!m || m->n == per) {
+          m = &sc->msgs[sc->nmsgs++];
+          *m = (struct smsg){i, s, sc->pos + at, 0, t->dim, chunks[s]++, 1};
+        }
+        m->pos[m->n++] = k;
+        at++;
+      }
+    }
+  }
+  goto out;
+nomem:
+  dw__seterr(c, "%s rows: out of memory", sc->push ? "push" : "pull");
+  rc = CM_ENOMEM;
+out:
+  free(count);
+  free(chunks);
+  return rc;
+}
+
+static void release_free(void *p) { free(p); }
+
+/* Builds message m's request: ids (and a push's rows) gathered into
+ * buffers the message owns. NULL when out of memory. */
+static grpc_byte_buffer *build(struct scall *sc, const struct smsg *m) {
+  struct dw_client *c = sc->c;
+  const struct dw_rows *r = &sc->rows[m->r];
+  Psd__V1__Caller caller = dw__caller(c, m->shard);
+  uint64_t *ids = malloc(m->n * sizeof *ids + 1);
+  grpc_byte_buffer *bb = NULL;
+  uint8_t *head = NULL;
+  size_t head_len;
+  if (!ids)
+    return NULL;
+  for (size_t k = 0; k < m->n; k++)
+    ids[k] = r->ids[m->pos[k]];
+  if (!sc->push) {
+    Psd__V1__SparsePullRequest req = PSD__V1__SPARSE_PULL_REQUEST__INIT;
+    req.caller = &caller;
+    req.table = (char *)r->table;
+    req.max_answer_bytes = (uint64_t)cm_rpc_max_message();
+    if (sc->sync) {
+      req.min_version = sc->min_version;
+      req.gen = c->gen;
+    }
+    head_len = protobuf_c_message_get_packed_size(&req.base);
+    if (!(head = malloc(head_len + 1)))
+      goto out;
+    protobuf_c_message_pack(&req.base, head);
+    struct cm_wire_piece piece = {(const uint8_t *)ids, m->n * sizeof *ids};
+    bb = cm_wire_build(head, head_len, &piece, 1, release_free, ids);
+    ids = NULL; /* the slice owns it */
+  } else {
+    Psd__V1__SparsePushRequest req = PSD__V1__SPARSE_PUSH_REQUEST__INIT;
+    size_t row = m->dim * sizeof(float);
+    float *g = malloc(m->n * row + 1);
+    if (!g)
+      goto out;
+    for (size_t k = 0; k < m->n; k++)
+      memcpy(g + k * m->dim, r->grads + m->pos[k] * m->dim, row);
+    req.caller = &caller;
+    req.table = (char *)r->table;
+    req.ids.data = (uint8_t *)ids;
+    req.ids.len = m->n * sizeof *ids;
+    req.worker = c->windex;
+    req.has_worker = c->windex >= 0;
+    /* Its own identity, apart from the dense pushes' sequence. */
+    req.client_id = c->client_id ^ 0x5350415253450001ull;
+    req.seq = sc->seq;
+    req.chunk = m->chunk;
+    if (sc->sync) {
+      req.step = sc->step;
+      req.gen = c->gen;
+    }
+    head_len = protobuf_c_message_get_packed_size(&req.base);
+    if (!(head = malloc(head_len + 1))) {
+      free(g);
+      goto out;
+    }
+    protobuf_c_message_pack(&req.base, head);
+    struct cm_wire_piece piece = {(const uint8_t *)g, m->n * row};
+    bb = cm_wire_build(head, head_len, &piece, 1, release_free, g);
+  }
+out:
+  free(ids);
+  free(head);
+  return bb;
+}
+
+/* Reads one answer: a pull's rows scattered into the caller's array, a
+ * rolled-back sync answer noted. */
+static void on_done(struct cm_unary *u, void *ctx) {
+  struct scall *sc = ctx;
+  const struct smsg *m = u->user;
+  if (u->status != GRPC_STATUS_OK)
+    return;
+  if (sc->push) {
+    Psd__V1__SparsePushResponse *r =
+        (Psd__V1__SparsePushResponse *)cm_rpc_unpack(
+            u->response, &psd__v1__sparse_push_response__descriptor);
+    if (r && r->rolled_back)
+      dw__saw_rollback(sc->c, r->gen, r->rollback_step);
+    if (r)
+      psd__v1__sparse_push_response__free_unpacked(r, NULL);
+    return;
+  }
+  struct cm_wire_msg w;
+  size_t row = m->dim * sizeof(float);
+  if (cm_wire_parse(&w, u->response)) {
+    u->status = GRPC_STATUS_INTERNAL;
+    snprintf(u->details, sizeof u->details, "malformed sparse pull answer");
+    cm_wire_msg_release(&w);
+    cm_unary_release(u);
+    return;
+  }
+  Psd__V1__SparsePullResponse *pr =
+      psd__v1__sparse_pull_response__unpack(NULL, w.head_len, w.head);
+  if (pr && pr->rolled_back) {
+    dw__saw_rollback(sc->c, pr->gen, pr->rollback_step);
+  } else if (w.bulk_len != m->n * row) {
+    u->status = GRPC_STATUS_INTERNAL;
+    snprintf(u->details, sizeof u->details,
+             "sparse pull answer of '%s' holds %zu bytes; expected %zu (%zu "
+             "ids of dim %u)",
+             sc->rows[m->r].table, w.bulk_len, m->n * row, m->n, m->dim);
+  } else {
+    float *dst = sc->rows[m->r].rows;
+    for (size_t k = 0; k < m->n; k++)
+      cm_wire_bulk_read(&w, k * row, dst + m->pos[k] * m->dim, row);
+    sc->c->pulled += w.bulk_len;
+  }
+  if (pr)
+    psd__v1__sparse_pull_response__free_unpacked(pr, NULL);
+  cm_wire_msg_release(&w);
+  cm_unary_release(u);
+}
+
+/* Runs a planned sparse call: every pending message, then only the
+ * retryable failures again, until all are answered or a shard stays
+ * unreachable past the retry budget. */
+static int run(struct scall *sc) {
+  struct dw_client *c = sc->c;
+  const char *name = sc->push ? "push rows" : "pull rows";
+  unsigned char *down = calloc((size_t)c->nshards, 1);
+  struct cm_unary *calls = calloc((size_t)sc->nmsgs + 1, sizeof *calls);
+  int *which = calloc((size_t)sc->nmsgs + 1, sizeof *which);
+  int rc = 0, left = sc->nmsgs, rolled_before = c->rolled_back;
+  if (!down || !calls || !which) {
+    dw__seterr(c, "%s: out of memory", name);
+    rc = CM_ENOMEM;
+    goto out;
+  }
+  for (int attempt = 0; left > 0; attempt++) {
+    int n = 0, fatal = 0;
+    for (int i = 0; i < sc->nmsgs; i++) {
+      struct smsg *m = &sc->msgs[i];
+      if (!m->pending)
+        continue;
+      memset(&calls[n], 0, sizeof calls[n]);
+      calls[n].channel = c->ch[m->shard];
+      calls[n].method = sc->push ? PUSH_METHOD : PULL_METHOD;
+      calls[n].user = m;
+      which[n] = i;
+      if (!(calls[n++].request = build(sc, m))) {
+        dw__seterr(c, "%s: out of memory", name);
+        for (int k = 0; k < n - 1; k++)
+          cm_unary_release(&calls[k]);
+        rc = CM_ENOMEM;
+        goto out;
+      }
+    }
+    if (attempt > 0)
+      c->stats.retries += (uint64_t)n;
+    dw__run(c, calls, n, name, c->o.timeout_ms, 0, on_done, sc);
+    memset(down, 0, (size_t)c->nshards);
+    for (int k = 0; k < n; k++)
+      if (dw__retryable(calls[k].status))
+        down[sc->msgs[which[k]].shard] = 1;
+    for (int k = 0; k < n; k++) {
+      struct cm_unary *u = &calls[k];
+      struct smsg *m = &sc->msgs[which[k]];
+      c->stats.calls++;
+      if (u->status == GRPC_STATUS_OK) {
+        if (sc->push)
+          c->pushed += m->n * m->dim * sizeof(float);
+        if (!down[m->shard])
+          dw__shard_up(c, m->shard);
+      } else if (sc->push && sc->sync && u->status == GRPC_STATUS_ABORTED) {
+        sc->closed = 1; /* the step closed without us: not an error */
+      } else {
+        c->stats.failed++;
+        if (!dw__retryable(u->status)) {
+          if (!fatal)
+            dw__call_error(c, name, u);
+          fatal = 1;
+          continue;
+        }
+        dw__shard_down(c, m->shard, u);
+        continue;
+      }
+      m->pending = 0;
+      left--;
+    }
+    dw__back_to_tcp(c, calls, n);
+    for (int k = 0; k < n; k++)
+      cm_unary_release(&calls[k]);
+    if (c->rolled_back && !rolled_before) {
+      rc = 0; /* the caller goes back to the step rolled to */
+      break;
+    }
+    if (fatal) {
+      rc = CM_ERPC;
+      break;
+    }
+    if (left > 0 &&
+        (rc = dw__retry_wait(c, down, c->nshards, attempt + 1, name)))
+      break;
+  }
+out:
+  free(down);
+  free(calls);
+  free(which);
+  return rc;
+}
+
+/* Plans and runs one sparse call. */
+static int sparse_call(struct scall *sc, int nr) {
+  int rc = plan(sc, nr);
+  if (!rc)
+    rc = run(sc);
+  free(sc->msgs);
+  free(sc->pos);
+  return rc;
 }
 
 int dw_client_pull_rows(struct dw_client *c, struct dw_rows *r, int nr) {
-  (void)c, (void)r, (void)nr;
-  return CM_EINVAL;
+  struct scall sc = {.c = c, .rows = r};
+  return sparse_call(&sc, nr);
 }
 
 int dw_client_push_rows(struct dw_client *c, const struct dw_rows *r, int nr) {
-  (void)c, (void)r, (void)nr;
-  return CM_EINVAL;
+  struct scall sc = {
+      .c = c, .push = 1, .rows = (struct dw_rows *)r, .seq = ++c->sparse_seq};
+  return sparse_call(&sc, nr);
 }
 
 int dw_client_pull_rows_at(struct dw_client *c, struct dw_rows *r, int nr,
                            uint64_t min_version) {
-  (void)c, (void)r, (void)nr, (void)min_version;
-  return CM_EINVAL;
+  struct scall sc = {.c = c, .rows = r, .sync = 1, .min_version = min_version};
+  return sparse_call(&sc, nr);
 }
 
 int dw_client_push_rows_step(struct dw_client *c, const struct dw_rows *r,
                              int nr, uint64_t step, int *closed) {
-  (void)c, (void)r, (void)nr, (void)step, (void)closed;
-  return CM_EINVAL;
+  if (c->windex < 0) {
+    dw__seterr(c, "push rows: join the job first (dw_client_join)");
+    return CM_EINVAL;
+  }
+  struct scall sc = {.c = c,
+                     .push = 1,
+                     .rows = (struct dw_rows *)r,
+                     .sync = 1,
+                     .step = step,
+                     .seq = ++c->sparse_seq};
+  int rc = sparse_call(&sc, nr);
+  *closed = sc.closed;
+  return rc;
 }

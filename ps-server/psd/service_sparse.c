@@ -1,0 +1,394 @@
+/* psd.v1.Data/SparsePull and Data/SparsePush (service_internal.h): rows of
+ * an embedding table (tables.h, table.h) by id. Ids arrive as the bulk
+ * field, raw u64 little-endian, read out of the received slices once; a
+ * pull's rows leave as the answer's bulk field from one buffer; a push's
+ * gradients (field 15) are read once into a buffer and applied, or staged
+ * for a sync step (sstage.h). Every id is checked first, against the
+ * table's bound and this shard's share of the ids (table.h,
+ * psd_table_shard_of), and a push's width against the table's dim, so a
+ * refused call changes nothing. A sync pull for the step after the last
+ * one closed is parked like a dense one (service_pull.c). */
+#include "service_internal.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "clock.h"
+#include "dedup.h"
+#include "err.h"
+#include "finite.h"
+#include "log.h"
+#include "saver.h"
+#include "steps.h"
+#include "wire.h"
+
+/* gRPC's default receive limit, for a caller that names none. */
+#define STOCK_ANSWER (4u << 20)
+/* Room for an answer's head (its small fields and the bulk key). */
+#define HEAD_ROOM 64
+
+struct psd__sparse_pull {
+  struct psd_table *t; /* borrowed: tables live as long as psd */
+  uint64_t *ids;       /* owned, n */
+  size_t n;            /* ids asked for */
+};
+
+void psd__sparse_pull_free(struct psd__sparse_pull *sp) {
+  if (!sp)
+    return;
+  free(sp->ids);
+  free(sp);
+}
+
+static void release_free(void *p) { free(p); }
+
+struct psd_table *psd__find_table(struct psd_service *svc,
+                                  struct cm_rpc_call *call, const char *name,
+                                  const char *what) {
+  struct psd_table *t = svc->tables ? psd_tables_find(svc->tables, name) : NULL;
+  if (!t)
+    psd__fail(svc, call, GRPC_STATUS_NOT_FOUND,
+              "%s: shard %d has no table '%.200s'; declare it (Declare's "
+              "tables) or name it in the spec's job.tables",
+              what, svc->shard, name ? name : "");
+  return t;
+}
+
+/* Reads and checks the ids of a call: *n of them, every one inside the
+ * table's bound and held by this shard. Returns the ids (the caller frees
+ * them) or NULL once the call is answered. */
+static uint64_t *take_ids(struct psd_service *svc, struct cm_rpc_call *call,
+                          struct psd_table *t, const uint8_t *whole,
+                          const struct cm_wire_msg *m, size_t len, size_t *n,
+                          const char *what) {
+  const struct cm_table_conf *c = psd_table_conf(t);
+  uint64_t *ids;
+  if (len % sizeof(uint64_t)) {
+    psd__fail(svc, call, GRPC_STATUS_INVALID_ARGUMENT,
+              "%s '%s': ids hold %zu bytes, not a whole number of 8-byte "
+              "ids",
+              what, c->name, len);
+    return NULL;
+  }
+  *n = len / sizeof(uint64_t);
+  if (!(ids = malloc(len + 1))) {
+    psd__fail(svc, call, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+    return NULL;
+  }
+  if (whole)
+    memcpy(ids, whole, len);
+  else
+    cm_wire_bulk_read(m, 0, ids, len);
+  for (size_t i = 0; i < *n; i++) {
+    if (c->id_bound && ids[i] >= c->id_bound) {
+      psd__fail(svc, call, GRPC_STATUS_INVALID_ARGUMENT,
+                "%s '%s': id %llu (position %zu) is beyond the table's bound; "
+                "ids must be below id_bound %llu",
+                what, c->name, (unsigned long long)ids[i], i,
+                (unsigned long long)c->id_bound);
+      goto bad;
+    }
+    int owner = psd_table_shard_of(ids[i], svc->nshards);
+    if (owner != svc->shard) {
+      psd__fail(svc, call, GRPC_STATUS_INVALID_ARGUMENT,
+                "%s '%s': id %llu (position %zu) belongs to shard %d, not "
+                "shard %d (splitmix64(id) %% %d)",
+                what, c->name, (unsigned long long)ids[i], i, owner, svc->shard,
+                svc->nshards);
+      goto bad;
+    }
+  }
+  return ids;
+bad:
+  free(ids);
+  return NULL;
+}
+
+void psd__sparse_answer_rolled_back(struct psd_service *svc,
+                                    struct cm_rpc_call *call) {
+  Psd__V1__SparsePullResponse r = PSD__V1__SPARSE_PULL_RESPONSE__INIT;
+  struct psd_steps_state st;
+  psd_steps_state(svc->steps, &st);
+  r.rolled_back = 1;
+  r.rollback_step = st.rollback_step;
+  r.gen = st.gen;
+  r.version = st.version;
+  cm_rpc_reply(call, cm_rpc_pack(&r.base));
+}
+
+void psd__sparse_answer(struct psd_service *svc, struct cm_rpc_call *call,
+                        struct psd__sparse_pull *sp, double start) {
+  Psd__V1__SparsePullResponse resp = PSD__V1__SPARSE_PULL_RESPONSE__INIT;
+  const struct cm_table_conf *c = psd_table_conf(sp->t);
+  size_t bytes = sp->n * c->dim * sizeof(float);
+  uint8_t head[HEAD_ROOM];
+  float *rows = malloc(bytes + 1);
+  int rc;
+  struct psd_table_stats st;
+  if (!rows) {
+    psd__fail(svc, call, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+    return;
+  }
+  if (svc->steps) {
+    pthread_rwlock_rdlock(&svc->tables_gate);
+    resp.version = psd_steps_version(svc->steps);
+    rc = psd_table_pull(sp->t, sp->ids, sp->n, rows);
+    pthread_rwlock_unlock(&svc->tables_gate);
+  } else {
+    rc = psd_table_pull(sp->t, sp->ids, sp->n, rows);
+    psd_table_stats(sp->t, &st);
+    resp.version = st.rows_pushed;
+  }
+  if (rc) {
+    free(rows);
+    psd__fail(svc, call, GRPC_STATUS_RESOURCE_EXHAUSTED,
+              "SparsePull '%s': out of memory creating rows on shard %d",
+              c->name, svc->shard);
+    return;
+  }
+  resp.dim = c->dim;
+  size_t head_len = protobuf_c_message_pack(&resp.base, head);
+  struct cm_wire_piece piece = {(const uint8_t *)rows, bytes};
+  atomic_fetch_add(&svc->sparse_pulls, 1);
+  atomic_fetch_add(&svc->bytes_out, bytes);
+  cm_rpc_reply(call,
+               cm_wire_build(head, head_len, &piece, 1, release_free, rows));
+  psd_hist_observe(&svc->pull_time, (cm_mono_ms() - start) / 1e3);
+}
+
+void psd__on_sparse_pull(struct cm_rpc_call *call, grpc_byte_buffer *bb,
+                         void *ctx) {
+  struct psd_service *svc = ctx;
+  double start = cm_mono_ms();
+  struct cm_wire_msg m;
+  struct psd__sparse_pull *sp = NULL;
+  Psd__V1__SparsePullRequest *req =
+      (Psd__V1__SparsePullRequest *)cm_request_open(
+          &svc->host, call, bb, &psd__v1__sparse_pull_request__descriptor,
+          "SparsePull", &m);
+  if (!req)
+    goto out;
+  struct psd_table *t = psd__find_table(svc, call, req->table, "SparsePull");
+  if (!t)
+    goto out;
+  const struct cm_table_conf *c = psd_table_conf(t);
+  uint64_t accept =
+      req->max_answer_bytes ? req->max_answer_bytes : STOCK_ANSWER;
+  uint64_t cap =
+      accept < svc->limits.max_message ? accept : svc->limits.max_message;
+  uint64_t nids = m.bulk_len / sizeof(uint64_t);
+  if (nids * c->dim * sizeof(float) + HEAD_ROOM > cap) {
+    psd__fail(svc, call, GRPC_STATUS_RESOURCE_EXHAUSTED,
+              "SparsePull '%s': %llu ids of dim %u make an answer of %llu "
+              "bytes; shard %d answers at most %llu (the smaller of the "
+              "caller's max_answer_bytes, 0 meaning 4 MiB, and "
+              "job.max_message_mb): ask for at most %llu ids at once",
+              c->name, (unsigned long long)nids, c->dim,
+              (unsigned long long)(nids * c->dim * sizeof(float)), svc->shard,
+              (unsigned long long)cap,
+              (unsigned long long)((cap - HEAD_ROOM) / (c->dim * 4)));
+    goto out;
+  }
+  if (!(sp = calloc(1, sizeof *sp))) {
+    psd__fail(svc, call, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+    goto out;
+  }
+  sp->t = t;
+  if (!(sp->ids =
+            take_ids(svc, call, t, NULL, &m, m.bulk_len, &sp->n, "SparsePull")))
+    goto out;
+  if (req->min_version > 0 && svc->steps) {
+    int go = psd__park(svc, call, req->min_version, req->gen, NULL, sp);
+    if (go == 0)
+      sp = NULL; /* parked: the list owns it */
+    if (go != 1)
+      goto out;
+  }
+  psd__sparse_answer(svc, call, sp, start);
+out:
+  psd__sparse_pull_free(sp);
+  cm_wire_msg_release(&m);
+  cm_request_free((ProtobufCMessage *)req);
+}
+
+/* Answers a sparse push. */
+static void answer_push(struct cm_rpc_call *call, uint64_t version) {
+  Psd__V1__SparsePushResponse r = PSD__V1__SPARSE_PUSH_RESPONSE__INIT;
+  r.version = version;
+  cm_rpc_reply(call, cm_rpc_pack(&r.base));
+}
+
+/* Checks a sparse push's worker and, in sync mode, its generation and
+ * step. Returns 0, or -1 once the call is answered. */
+static int check_push_step(struct psd_service *svc, struct cm_rpc_call *call,
+                           const Psd__V1__SparsePushRequest *req) {
+  if ((svc->steps || req->has_worker) &&
+      (req->worker < 0 || req->worker >= svc->nworkers)) {
+    psd__fail(svc, call, GRPC_STATUS_INVALID_ARGUMENT,
+              "SparsePush: worker %d out of range; cluster.worker has %d "
+              "entries",
+              req->worker, svc->nworkers);
+    return -1;
+  }
+  if (!svc->steps)
+    return 0;
+  struct psd_steps_state st;
+  psd_steps_state(svc->steps, &st);
+  if (req->gen < st.gen) {
+    Psd__V1__SparsePushResponse r = PSD__V1__SPARSE_PUSH_RESPONSE__INIT;
+    r.rolled_back = 1;
+    r.rollback_step = st.rollback_step;
+    r.gen = st.gen;
+    r.version = st.version;
+    cm_rpc_reply(call, cm_rpc_pack(&r.base));
+    return -1;
+  }
+  if (req->gen > st.gen) {
+    psd__fail(svc, call, GRPC_STATUS_UNAVAILABLE,
+              "SparsePush for step %llu of generation %llu: shard %d has not "
+              "rolled back to it yet (it is at generation %llu); retry",
+              (unsigned long long)req->step, (unsigned long long)req->gen,
+              svc->shard, (unsigned long long)st.gen);
+    return -1;
+  }
+  return 0;
+}
+
+void psd__on_sparse_push(struct cm_rpc_call *call, grpc_byte_buffer *bb,
+                         void *ctx) {
+  struct psd_service *svc = ctx;
+  double start = cm_mono_ms();
+  struct cm_wire_msg m;
+  uint64_t *ids = NULL;
+  float *g = NULL;
+  size_t n = 0;
+  int gated = 0, claimed = 0, counted = 0;
+  Psd__V1__SparsePushRequest *req =
+      (Psd__V1__SparsePushRequest *)cm_request_open(
+          &svc->host, call, bb, &psd__v1__sparse_push_request__descriptor,
+          "SparsePush", &m);
+  if (!req || check_push_step(svc, call, req))
+    goto out;
+  struct psd_table *t = psd__find_table(svc, call, req->table, "SparsePush");
+  if (!t)
+    goto out;
+  const struct cm_table_conf *c = psd_table_conf(t);
+  if (!(ids = take_ids(svc, call, t, req->ids.data, NULL, req->ids.len, &n,
+                       "SparsePush")))
+    goto out;
+  if (m.bulk_len != n * c->dim * sizeof(float)) {
+    uint64_t width = n ? m.bulk_len / sizeof(float) / n : 0;
+    if (n && m.bulk_len % (n * sizeof(float)) == 0)
+      psd__fail(svc, call, GRPC_STATUS_INVALID_ARGUMENT,
+                "SparsePush '%s': row gradients of width %llu; the table's "
+                "rows have width %u (dim)",
+                c->name, (unsigned long long)width, c->dim);
+    else
+      psd__fail(svc, call, GRPC_STATUS_INVALID_ARGUMENT,
+                "SparsePush '%s': %zu ids need %zu bytes of gradient (dim "
+                "%u); data holds %zu",
+                c->name, n, n * c->dim * sizeof(float), c->dim, m.bulk_len);
+    goto out;
+  }
+  if (!(g = malloc(m.bulk_len + 1))) {
+    psd__fail(svc, call, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+    goto out;
+  }
+  cm_wire_bulk_read(&m, 0, g, m.bulk_len);
+  size_t nf = n * c->dim, bad = cm_first_nonfinite(g, nf);
+  if (bad < nf) {
+    atomic_fetch_add(&svc->nonfinite, 1);
+    if (svc->limits.nonfinite == PSD_NONFINITE_REJECT) {
+      psd__fail(svc, call, GRPC_STATUS_INVALID_ARGUMENT,
+                "SparsePush '%s': the gradient of id %llu holds %s "
+                "(job.nonfinite is \"reject\": nothing applied)",
+                c->name, (unsigned long long)ids[bad / c->dim],
+                isnan(g[bad]) ? "NaN" : "an infinity");
+      goto out;
+    }
+    if (svc->limits.nonfinite == PSD_NONFINITE_SKIP) {
+      answer_push(call, 0);
+      goto out;
+    }
+  }
+  if (!svc->steps) {
+    /* Async: the apply gate, so a checkpoint is one instant (dedup.h). */
+    psd_dedup_apply_begin(svc->dedup);
+    gated = 1;
+  }
+  if (req->client_id) {
+    int d = psd_dedup_claim(svc->dedup, req->client_id, req->seq, req->chunk);
+    if (d == 1) {
+      answer_push(call, 0); /* a retry of an applied message */
+      goto out;
+    }
+    claimed = d == 0;
+  }
+  if (svc->steps) {
+    pthread_rwlock_rdlock(&svc->tables_gate);
+    uint64_t version = psd_steps_version(svc->steps);
+    int rc = 0;
+    if (req->step < version)
+      rc = CM_ERANGE;
+    else if (req->step > version)
+      rc = CM_EINVAL;
+    else
+      rc = psd_sstage_put(svc->sstage, req->worker, req->step, t, ids, n, g);
+    pthread_rwlock_unlock(&svc->tables_gate);
+    if (rc) {
+      if (claimed)
+        psd_dedup_unclaim(svc->dedup, req->client_id, req->seq, req->chunk);
+      psd__fail(svc, call,
+                rc == CM_ERANGE   ? GRPC_STATUS_ABORTED
+                : rc == CM_EINVAL ? GRPC_STATUS_FAILED_PRECONDITION
+                                  : GRPC_STATUS_RESOURCE_EXHAUSTED,
+                rc == CM_ERANGE
+                    ? "SparsePush '%s': step %llu is closed on shard %d (it "
+                      "has committed %llu steps); the gradient is dropped"
+                    : "SparsePush '%s': step %llu is not open on shard %d (it "
+                      "has committed %llu steps)",
+                c->name, (unsigned long long)req->step, svc->shard,
+                (unsigned long long)version);
+      goto out;
+    }
+    answer_push(call, version);
+  } else {
+    if (psd_table_push(t, ids, n, g, 1.0f, psd__shard_step(svc))) {
+      if (claimed)
+        psd_dedup_unclaim(svc->dedup, req->client_id, req->seq, req->chunk);
+      psd__fail(svc, call, GRPC_STATUS_RESOURCE_EXHAUSTED,
+                "SparsePush '%s': out of memory on shard %d; nothing applied",
+                c->name, svc->shard);
+      goto out;
+    }
+    struct psd_table_stats st;
+    psd_table_stats(t, &st);
+    answer_push(call, st.rows_pushed);
+    counted = 1;
+  }
+  atomic_fetch_add(&svc->sparse_pushes, 1);
+  atomic_fetch_add(&svc->examples, req->examples);
+  atomic_fetch_add(&svc->bytes_in, m.bulk_len);
+  psd_hist_observe(&svc->push_time, (cm_mono_ms() - start) / 1e3);
+out:
+  if (gated)
+    psd_dedup_apply_end(svc->dedup);
+  /* Async: the saver counts applied pushes, sparse ones too, as the
+   * shard's step (saver.h), once the gate is let go. */
+  if (counted && svc->saver)
+    psd_saver_pushed(svc->saver);
+  free(ids);
+  free(g);
+  cm_wire_msg_release(&m);
+  cm_request_free((ProtobufCMessage *)req);
+}
+
+int psd__sparse_commit(struct psd_service *svc, uint64_t step,
+                       const int *applied, int napplied) {
+  return svc->sstage ? psd_sstage_commit(svc->sstage, step, applied, napplied)
+                     : 0;
+}

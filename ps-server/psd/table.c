@@ -1,0 +1,418 @@
+/* An embedding table's rows on one shard (table.h). STOPGAP implementation:
+ * stripes, each a mutex over a realloc'd record array and an open-addressing
+ * index of record numbers, plus a map of pending (not admitted) ids. */
+#include "table.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "err.h"
+#include "rand.h"
+#include "rowopt.h"
+#include "table_internal.h"
+
+int psd_table_shard_of(uint64_t id, int nshards) {
+  return (int)(cm_splitmix64_at(id) % (uint64_t)nshards);
+}
+
+uint64_t psd__name_hash(const char *s) {
+  uint64_t h = 0xcbf29ce484222325ULL;
+  for (; *s; s++)
+    h = (h ^ (uint8_t)*s) * 0x100000001b3ULL;
+  return h;
+}
+
+void psd_table_init_row(const struct cm_table_conf *conf, uint64_t seed,
+                        uint64_t id, float *row) {
+  if (conf->init != CM_TABLE_INIT_UNIFORM) {
+    memset(row, 0, conf->dim * sizeof *row);
+    return;
+  }
+  uint64_t key = cm_splitmix64_at(seed ^ psd__name_hash(conf->name));
+  key = cm_mix64(key ^ cm_splitmix64_at(id));
+  for (uint32_t j = 0; j < conf->dim; j++) {
+    uint64_t r = cm_splitmix64_at(key + j);
+    float u = (float)(r >> 40) * (1.0f / 16777216.0f);
+    row[j] = (2.0f * u - 1.0f) * conf->init_scale;
+  }
+}
+
+int psd_table_new(struct psd_table **out, const struct cm_table_conf *conf,
+                  uint64_t seed, char *err, size_t errlen) {
+  if (conf->dim < 1 || conf->dim > CM_TABLE_MAX_DIM) {
+    snprintf(err, errlen, "table '%s': dim %u; expected 1..%d", conf->name,
+             conf->dim, CM_TABLE_MAX_DIM);
+    return CM_EINVAL;
+  }
+  struct psd_table *t = calloc(1, sizeof *t);
+  if (!t)
+    return CM_ENOMEM;
+  t->conf = *conf;
+  t->seed = seed;
+  t->nstate = cm_rowopt_nstate(conf->opt.type, conf->dim);
+  t->rsize = sizeof(struct rec) + (conf->dim + t->nstate) * sizeof(float);
+  t->rsize = (t->rsize + 7) & ~(size_t)7;
+  t->gen = 1;
+  for (int i = 0; i < PSD__NSTRIPES; i++)
+    pthread_mutex_init(&t->st[i].lock, NULL);
+  pthread_mutex_init(&t->stat_lock, NULL);
+  *out = t;
+  return 0;
+}
+
+void psd_table_free(struct psd_table *t) {
+  if (!t)
+    return;
+  for (int i = 0; i < PSD__NSTRIPES; i++) {
+    struct stripe *s = &t->st[i];
+    free(s->recs);
+    free(s->index);
+    free(s->freel);
+    free(s->pend);
+    free(s->evicted);
+    pthread_mutex_destroy(&s->lock);
+  }
+  pthread_mutex_destroy(&t->stat_lock);
+  free(t);
+}
+
+const struct cm_table_conf *psd_table_conf(const struct psd_table *t) {
+  return &t->conf;
+}
+
+uint32_t psd_table_nstate(const struct psd_table *t) { return t->nstate; }
+
+struct rec *psd__rec_at(const struct psd_table *t, const struct stripe *s,
+                        size_t i) {
+  return (struct rec *)(void *)(s->recs + i * t->rsize);
+}
+float *psd__rec_val(struct rec *r) { return (float *)(void *)(r + 1); }
+
+/* The record number of id in s, or -1. */
+long psd__table_find(const struct psd_table *t, const struct stripe *s,
+                     uint64_t id) {
+  if (!s->icap)
+    return -1;
+  size_t m = s->icap - 1, i = (size_t)hash_id(id) & m;
+  for (;; i = (i + 1) & m) {
+    uint32_t v = s->index[i];
+    if (!v)
+      return -1;
+    if (psd__rec_at(t, s, v - 1)->id == id)
+      return (long)v - 1;
+  }
+}
+
+static int grow_index(const struct psd_table *t, struct stripe *s) {
+  size_t cap = s->icap ? s->icap * 2 : 64;
+  uint32_t *ix = calloc(cap, sizeof *ix);
+  if (!ix)
+    return CM_ENOMEM;
+  for (size_t k = 0; k < s->icap; k++) {
+    uint32_t v = s->index[k];
+    if (!v)
+      continue;
+    size_t i = (size_t)hash_id(psd__rec_at(t, s, v - 1)->id) & (cap - 1);
+    while (ix[i])
+      i = (i + 1) & (cap - 1);
+    ix[i] = v;
+  }
+  free(s->index);
+  s->index = ix;
+  s->icap = cap;
+  return 0;
+}
+
+/* Creates id's record in s (initial row and state). Returns its number or
+ * -1 when out of memory. */
+long psd__table_create(struct psd_table *t, struct stripe *s, uint64_t id) {
+  size_t k;
+  if ((s->nlive + 1) * 2 > s->icap && grow_index(t, s))
+    return -1;
+  if (s->nfree) {
+    k = s->freel[--s->nfree];
+  } else {
+    if (s->nrec == s->cap) {
+      size_t cap = s->cap ? s->cap * 2 : 64;
+      uint8_t *r = realloc(s->recs, cap * t->rsize);
+      if (!r)
+        return -1;
+      s->recs = r;
+      s->cap = cap;
+    }
+    k = s->nrec++;
+  }
+  struct rec *r = psd__rec_at(t, s, k);
+  memset(r, 0, sizeof *r);
+  r->id = id;
+  r->live = 1;
+  r->gen = t->gen;
+  psd_table_init_row(&t->conf, t->seed, id, psd__rec_val(r));
+  cm_rowopt_init_state(&t->conf.opt, t->conf.dim,
+                       psd__rec_val(r) + t->conf.dim);
+  size_t m = s->icap - 1, i = (size_t)hash_id(id) & m;
+  while (s->index[i])
+    i = (i + 1) & m;
+  s->index[i] = (uint32_t)k + 1;
+  s->nlive++;
+  return (long)k;
+}
+
+/* Removes record k (id) from s's index (backward-shift deletion). */
+void psd__table_unindex(const struct psd_table *t, struct stripe *s,
+                        uint64_t id) {
+  size_t m = s->icap - 1, i = (size_t)hash_id(id) & m, j;
+  while (psd__rec_at(t, s, s->index[i] - 1)->id != id)
+    i = (i + 1) & m;
+  /* Backward-shift deletion: an entry after the hole moves into it unless
+   * its home lies cyclically in (hole, entry]. */
+  for (j = i;;) {
+    j = (j + 1) & m;
+    if (!s->index[j])
+      break;
+    size_t home = (size_t)hash_id(psd__rec_at(t, s, s->index[j] - 1)->id) & m;
+    int stays = i <= j ? (i < home && home <= j) : (i < home || home <= j);
+    if (stays)
+      continue;
+    s->index[i] = s->index[j];
+    i = j;
+  }
+  s->index[i] = 0;
+  s->nlive--;
+}
+
+/* The pending slot of id in s (NULL when none and create is 0). */
+static struct pend *pend_of(struct stripe *s, uint64_t id, int create_) {
+  if (!s->pcap) {
+    if (!create_)
+      return NULL;
+    if (!(s->pend = calloc(64, sizeof *s->pend)))
+      return NULL;
+    s->pcap = 64;
+  }
+  if (create_ && (s->npend + 1) * 2 > s->pcap) {
+    size_t cap = s->pcap * 2;
+    struct pend *p = calloc(cap, sizeof *p);
+    if (!p)
+      return NULL;
+    for (size_t k = 0; k < s->pcap; k++)
+      if (s->pend[k].count) {
+        size_t i = (size_t)hash_id(s->pend[k].id) & (cap - 1);
+        while (p[i].count)
+          i = (i + 1) & (cap - 1);
+        p[i] = s->pend[k];
+      }
+    free(s->pend);
+    s->pend = p;
+    s->pcap = cap;
+  }
+  size_t m = s->pcap - 1, i = (size_t)hash_id(id) & m;
+  for (;; i = (i + 1) & m) {
+    if (!s->pend[i].count)
+      return create_ ? &s->pend[i] : NULL;
+    if (s->pend[i].id == id)
+      return &s->pend[i];
+  }
+}
+
+int psd_table_pull(struct psd_table *t, const uint64_t *ids, size_t n,
+                   float *out) {
+  uint32_t dim = t->conf.dim;
+  uint64_t na = 0;
+  int rc = 0;
+  for (size_t i = 0; i < n; i++) {
+    struct stripe *s = &t->st[stripe_of(ids[i])];
+    pthread_mutex_lock(&s->lock);
+    long k = psd__table_find(t, s, ids[i]);
+    if (k < 0 && t->conf.admit == CM_ADMIT_ALWAYS) {
+      k = psd__table_create(t, s, ids[i]);
+      if (k < 0)
+        rc = CM_ENOMEM;
+      else {
+        pthread_mutex_lock(&t->stat_lock);
+        t->admitted++;
+        pthread_mutex_unlock(&t->stat_lock);
+      }
+    }
+    if (k >= 0)
+      memcpy(out + i * dim, psd__rec_val(psd__rec_at(t, s, (size_t)k)),
+             dim * sizeof(float));
+    pthread_mutex_unlock(&s->lock);
+    if (k < 0) {
+      if (rc)
+        return rc;
+      psd_table_init_row(&t->conf, t->seed, ids[i], out + i * dim);
+      na++;
+    }
+  }
+  pthread_mutex_lock(&t->stat_lock);
+  t->rows_pulled += n;
+  t->not_admitted += na;
+  pthread_mutex_unlock(&t->stat_lock);
+  return 0;
+}
+
+/* Whether a push of id (its count-th, 1-based) admits it. */
+static int admits(const struct psd_table *t, uint64_t id, uint32_t count) {
+  switch (t->conf.admit) {
+  case CM_ADMIT_COUNT:
+    return count >= t->conf.admit_count;
+  case CM_ADMIT_PROB: {
+    uint64_t h =
+        cm_mix64(cm_splitmix64_at(t->seed ^ psd__name_hash(t->conf.name)) ^
+                 cm_splitmix64_at(id) ^ count);
+    return (double)(h >> 11) * (1.0 / 9007199254740992.0) < t->conf.admit_prob;
+  }
+  default:
+    return 1;
+  }
+}
+
+int psd_table_push(struct psd_table *t, const uint64_t *ids, size_t n,
+                   const float *g, float scale, uint64_t step) {
+  uint32_t dim = t->conf.dim;
+  /* Unique ids with their summed gradients, first occurrence order. */
+  size_t cap = 16;
+  while (cap < 2 * n)
+    cap *= 2;
+  long *slot = malloc(cap * sizeof *slot);
+  size_t *uniq = malloc((n + 1) * sizeof *uniq), nu = 0;
+  uint32_t *occ = malloc((n + 1) * sizeof *occ);
+  float *sum = malloc(((n + 1) * dim) * sizeof *sum);
+  uint64_t applied = 0, na = 0, adm = 0;
+  int rc = 0;
+  if (!slot || !uniq || !occ || !sum) {
+    rc = CM_ENOMEM;
+    goto out;
+  }
+  for (size_t i = 0; i < cap; i++)
+    slot[i] = -1;
+  for (size_t i = 0; i < n; i++) {
+    size_t h = (size_t)hash_id(ids[i]) & (cap - 1);
+    while (slot[h] >= 0 && ids[uniq[slot[h]]] != ids[i])
+      h = (h + 1) & (cap - 1);
+    if (slot[h] < 0) {
+      slot[h] = (long)nu;
+      uniq[nu] = i;
+      occ[nu] = 1;
+      memcpy(sum + nu * dim, g + i * dim, dim * sizeof *sum);
+      nu++;
+    } else {
+      size_t u = (size_t)slot[h];
+      occ[u]++;
+      for (uint32_t j = 0; j < dim; j++)
+        sum[u * dim + j] += g[i * dim + j];
+    }
+  }
+  for (size_t u = 0; u < nu; u++) {
+    uint64_t id = ids[uniq[u]];
+    float *gs = sum + u * dim;
+    if (scale != 1.0f)
+      for (uint32_t j = 0; j < dim; j++)
+        gs[j] *= scale;
+    struct stripe *s = &t->st[stripe_of(id)];
+    pthread_mutex_lock(&s->lock);
+    long k = psd__table_find(t, s, id);
+    uint32_t before = 0;
+    if (k < 0) {
+      struct pend *p =
+          t->conf.admit == CM_ADMIT_ALWAYS ? NULL : pend_of(s, id, 0);
+      before = p ? p->count : 0;
+      if (admits(t, id, before + occ[u])) {
+        if (p) {
+          p->count = 0; /* leaves the map: rebuild lazily */
+          s->npend--;
+          /* Re-insert the others of the probe run. */
+          size_t m = s->pcap - 1, i = (size_t)(p - s->pend);
+          for (size_t j = (i + 1) & m; s->pend[j].count; j = (j + 1) & m) {
+            struct pend e = s->pend[j];
+            s->pend[j].count = 0;
+            s->npend--;
+            struct pend *q = pend_of(s, e.id, 1);
+            *q = e;
+            s->npend++;
+          }
+        }
+        if ((k = psd__table_create(t, s, id)) < 0) {
+          pthread_mutex_unlock(&s->lock);
+          rc = CM_ENOMEM;
+          goto out;
+        }
+        adm++;
+      } else {
+        if (!p && (p = pend_of(s, id, 1))) {
+          p->id = id;
+          s->npend++;
+        }
+        if (p)
+          p->count = before + occ[u];
+        na++;
+      }
+    }
+    if (k >= 0) {
+      struct rec *r = psd__rec_at(t, s, (size_t)k);
+      cm_rowopt_apply(&t->conf.opt, dim, psd__rec_val(r), psd__rec_val(r) + dim,
+                      &r->t, gs);
+      r->count += before + occ[u];
+      r->last_step = step;
+      r->gen = t->gen;
+      applied++;
+    }
+    pthread_mutex_unlock(&s->lock);
+  }
+  pthread_mutex_lock(&t->stat_lock);
+  t->rows_pushed += applied;
+  t->not_admitted += na;
+  t->admitted += adm;
+  pthread_mutex_unlock(&t->stat_lock);
+out:
+  free(slot);
+  free(uniq);
+  free(occ);
+  free(sum);
+  return rc;
+}
+
+int psd_table_get(struct psd_table *t, uint64_t id, float *value, float *state,
+                  struct psd_row_stats *stats) {
+  struct stripe *s = &t->st[stripe_of(id)];
+  int rc = CM_ENOENT;
+  pthread_mutex_lock(&s->lock);
+  long k = psd__table_find(t, s, id);
+  if (k >= 0) {
+    struct rec *r = psd__rec_at(t, s, (size_t)k);
+    if (value)
+      memcpy(value, psd__rec_val(r), t->conf.dim * sizeof(float));
+    if (state)
+      memcpy(state, psd__rec_val(r) + t->conf.dim, t->nstate * sizeof(float));
+    if (stats)
+      *stats = (struct psd_row_stats){r->count, r->t, r->last_step};
+    rc = 0;
+  }
+  pthread_mutex_unlock(&s->lock);
+  return rc;
+}
+
+void psd_table_stats(struct psd_table *t, struct psd_table_stats *out) {
+  memset(out, 0, sizeof *out);
+  for (int i = 0; i < PSD__NSTRIPES; i++) {
+    struct stripe *s = &t->st[i];
+    pthread_mutex_lock(&s->lock);
+    out->rows += s->nlive;
+    out->pending += s->npend;
+    out->bytes += s->cap * t->rsize + s->icap * sizeof(uint32_t) +
+                  s->freecap * sizeof(uint32_t) +
+                  s->pcap * sizeof(struct pend) + s->evcap * sizeof(uint64_t);
+    pthread_mutex_unlock(&s->lock);
+  }
+  out->raw_bytes = out->rows * (t->conf.dim + t->nstate) * sizeof(float);
+  pthread_mutex_lock(&t->stat_lock);
+  out->admitted = t->admitted;
+  out->not_admitted = t->not_admitted;
+  out->evicted = t->evicted;
+  out->rows_pulled = t->rows_pulled;
+  out->rows_pushed = t->rows_pushed;
+  pthread_mutex_unlock(&t->stat_lock);
+}

@@ -1,0 +1,86 @@
+/* What the files of an embedding table share (table.h): the record
+ * layout, the stripes, and the lookups under a stripe's lock.
+ *   table.c       stripes, index, records, pull, push, admission, stats
+ *   table_snap.c  snapshots, restore, pages, shrink, top
+ *   table_file.c  a snapshot's file */
+#ifndef PSD_TABLE_INTERNAL_H
+#define PSD_TABLE_INTERNAL_H
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "rand.h"
+#include "table.h"
+
+/* Stripes per table: each its own lock, index and records. */
+#define PSD__NSTRIPES 64
+
+/* A record's head; dim value floats and nstate state floats follow. */
+struct rec {
+  uint64_t id;        /* the row's id */
+  uint64_t last_step; /* the shard's step at its last push */
+  uint64_t gen;       /* the snapshot generation it last changed in */
+  uint32_t count;     /* pushes that touched it */
+  uint32_t t;         /* optimizer updates */
+  uint32_t live;      /* 0: a free record */
+  uint32_t pad;       /* keeps the floats 8-aligned */
+};
+
+struct pend {
+  uint64_t id;    /* an id counted towards admission */
+  uint32_t count; /* its pushes so far; 0: empty slot */
+};
+
+struct stripe {
+  pthread_mutex_t lock; /* guards everything below */
+  uint8_t *recs;        /* nrec records of rsize bytes */
+  size_t nrec, cap;     /* records used and allocated */
+  uint32_t *index;      /* icap slots: record number + 1, 0 empty */
+  size_t icap, nlive;   /* slots, live records */
+  uint32_t *freel;      /* free record numbers */
+  size_t nfree, freecap;
+  struct pend *pend; /* pcap slots */
+  size_t pcap, npend;
+  uint64_t *evicted; /* ids evicted since the last snapshot */
+  size_t nev, evcap;
+};
+
+struct psd_table {
+  struct cm_table_conf conf;       /* settings */
+  uint64_t seed;                   /* the job's */
+  uint32_t nstate;                 /* state floats per row */
+  size_t rsize;                    /* bytes per record */
+  uint64_t gen;                    /* current change generation */
+  int snapped;                     /* a snapshot has been taken */
+  uint64_t snap_gen;               /* the generation of the last snapshot */
+  struct stripe st[PSD__NSTRIPES]; /* by stripe_of(id) */
+  pthread_mutex_t stat_lock;       /* guards the counters */
+  uint64_t admitted, not_admitted, evicted, rows_pulled, rows_pushed;
+};
+
+/* A hash of an id independent of the shard function (splitmix64). */
+static inline uint64_t hash_id(uint64_t id) {
+  return cm_mix64(id ^ 0x6a09e667f3bcc908ull);
+}
+/* The stripe of an id: the hash's top 6 bits. */
+static inline int stripe_of(uint64_t id) { return (int)(hash_id(id) >> 58); }
+
+/* Record k of stripe s, and its floats (value, then state). */
+struct rec *psd__rec_at(const struct psd_table *t, const struct stripe *s,
+                        size_t k);
+float *psd__rec_val(struct rec *r);
+
+/* Under s's lock: the record number of id, or -1. */
+long psd__table_find(const struct psd_table *t, const struct stripe *s,
+                     uint64_t id);
+/* Under s's lock: creates id's record with its initial row and state;
+ * returns its number, or -1 when out of memory. */
+long psd__table_create(struct psd_table *t, struct stripe *s, uint64_t id);
+/* Under s's lock: takes id out of the index (its record stays). */
+void psd__table_unindex(const struct psd_table *t, struct stripe *s,
+                        uint64_t id);
+/* FNV-1a of a table's name (the init seed's part). */
+uint64_t psd__name_hash(const char *s);
+
+#endif

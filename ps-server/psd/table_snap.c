@@ -1,0 +1,287 @@
+/* An embedding table's snapshots, pages, eviction and hottest rows
+ * (table.h, table_internal.h). A snapshot holds every stripe's lock at
+ * once, taken in stripe order, so it is one instant of the whole table. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "err.h"
+#include "table_internal.h"
+
+static void lock_all(struct psd_table *t) {
+  for (int i = 0; i < PSD__NSTRIPES; i++)
+    pthread_mutex_lock(&t->st[i].lock);
+}
+
+static void unlock_all(struct psd_table *t) {
+  for (int i = PSD__NSTRIPES - 1; i >= 0; i--)
+    pthread_mutex_unlock(&t->st[i].lock);
+}
+
+void psd_table_snap_free(struct psd_table_snap *s) {
+  if (!s)
+    return;
+  free(s->ids);
+  free(s->stats);
+  free(s->values);
+  free(s->state);
+  free(s->evicted);
+  free(s);
+}
+
+/* Orders (id, record pointer) pairs by id. */
+struct pick {
+  uint64_t id;     /* the row's id */
+  struct rec *rec; /* its record (stripes held) */
+};
+
+static int cmp_pick(const void *a, const void *b) {
+  uint64_t x = ((const struct pick *)a)->id, y = ((const struct pick *)b)->id;
+  return x < y ? -1 : x > y;
+}
+
+static int cmp_u64(const void *a, const void *b) {
+  uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+  return x < y ? -1 : x > y;
+}
+
+/* Copies picks[0..n) into a new snapshot (stripes held). */
+static struct psd_table_snap *copy_out(const struct psd_table *t,
+                                       struct pick *picks, size_t n) {
+  uint32_t dim = t->conf.dim, ns = t->nstate;
+  struct psd_table_snap *s = calloc(1, sizeof *s);
+  if (!s)
+    return NULL;
+  s->dim = dim;
+  s->nstate = ns;
+  s->nrows = n;
+  s->ids = malloc((n + 1) * sizeof *s->ids);
+  s->stats = malloc((n + 1) * sizeof *s->stats);
+  s->values = malloc((n * dim + 1) * sizeof *s->values);
+  s->state = malloc((n * ns + 1) * sizeof *s->state);
+  if (!s->ids || !s->stats || !s->values || !s->state) {
+    psd_table_snap_free(s);
+    return NULL;
+  }
+  qsort(picks, n, sizeof *picks, cmp_pick);
+  for (size_t i = 0; i < n; i++) {
+    struct rec *r = picks[i].rec;
+    float *v = psd__rec_val(r);
+    s->ids[i] = r->id;
+    s->stats[i] = (struct psd_row_stats){r->count, r->t, r->last_step};
+    memcpy(s->values + i * dim, v, dim * sizeof(float));
+    memcpy(s->state + i * ns, v + dim, ns * sizeof(float));
+  }
+  return s;
+}
+
+/* Live records matching (delta: changed since base gen; page: id above
+ * after), into a new array (*n of them). Stripes held. */
+static struct pick *collect(struct psd_table *t, int delta, uint64_t base,
+                            int has_after, uint64_t after, size_t *n) {
+  size_t total = 0, k = 0;
+  for (int i = 0; i < PSD__NSTRIPES; i++)
+    total += t->st[i].nlive;
+  struct pick *p = malloc((total + 1) * sizeof *p);
+  if (!p)
+    return NULL;
+  for (int i = 0; i < PSD__NSTRIPES; i++) {
+    struct stripe *s = &t->st[i];
+    for (size_t r = 0; r < s->nrec; r++) {
+      struct rec *x = psd__rec_at(t, s, r);
+      if (!x->live || (delta && x->gen <= base) ||
+          (has_after && x->id <= after))
+        continue;
+      p[k++] = (struct pick){x->id, x};
+    }
+  }
+  *n = k;
+  return p;
+}
+
+int psd_table_snapshot(struct psd_table *t, int delta,
+                       struct psd_table_snap **out) {
+  struct psd_table_snap *s = NULL;
+  size_t n = 0, nev = 0;
+  int rc = CM_ENOMEM;
+  lock_all(t);
+  delta = delta && t->snapped;
+  uint64_t base = t->snap_gen;
+  struct pick *p = collect(t, delta, base, 0, 0, &n);
+  if (!p || !(s = copy_out(t, p, n)))
+    goto out;
+  if (delta) {
+    for (int i = 0; i < PSD__NSTRIPES; i++)
+      nev += t->st[i].nev;
+    if (!(s->evicted = malloc((nev + 1) * sizeof *s->evicted)))
+      goto out;
+    nev = 0;
+    for (int i = 0; i < PSD__NSTRIPES; i++) {
+      memcpy(s->evicted + nev, t->st[i].evicted,
+             t->st[i].nev * sizeof *s->evicted);
+      nev += t->st[i].nev;
+    }
+    qsort(s->evicted, nev, sizeof *s->evicted, cmp_u64);
+    s->nevicted = nev;
+  }
+  s->delta = delta;
+  s->base_gen = delta ? base : 0;
+  s->gen = t->gen;
+  /* Changes from now on belong to the next snapshot. */
+  t->snap_gen = t->gen;
+  t->gen++;
+  t->snapped = 1;
+  for (int i = 0; i < PSD__NSTRIPES; i++)
+    t->st[i].nev = 0;
+  rc = 0;
+out:
+  unlock_all(t);
+  free(p);
+  if (rc) {
+    psd_table_snap_free(s);
+    s = NULL;
+  }
+  *out = s;
+  return rc;
+}
+
+int psd_table_page(struct psd_table *t, int has_after, uint64_t after,
+                   size_t max_rows, struct psd_table_snap **out) {
+  size_t n = 0;
+  struct psd_table_snap *s = NULL;
+  lock_all(t);
+  struct pick *p = collect(t, 0, 0, has_after, after, &n);
+  if (p) {
+    qsort(p, n, sizeof *p, cmp_pick);
+    s = copy_out(t, p, n < max_rows ? n : max_rows);
+  }
+  unlock_all(t);
+  free(p);
+  *out = s;
+  return s ? 0 : CM_ENOMEM;
+}
+
+/* Under s's lock: frees record k (id), remembering the id for the next
+ * delta snapshot. */
+static int evict(struct psd_table *t, struct stripe *s, size_t k) {
+  struct rec *r = psd__rec_at(t, s, k);
+  if (s->nfree == s->freecap) {
+    size_t cap = s->freecap ? 2 * s->freecap : 64;
+    uint32_t *f = realloc(s->freel, cap * sizeof *f);
+    if (!f)
+      return CM_ENOMEM;
+    s->freel = f;
+    s->freecap = cap;
+  }
+  if (s->nev == s->evcap) {
+    size_t cap = s->evcap ? 2 * s->evcap : 64;
+    uint64_t *e = realloc(s->evicted, cap * sizeof *e);
+    if (!e)
+      return CM_ENOMEM;
+    s->evicted = e;
+    s->evcap = cap;
+  }
+  psd__table_unindex(t, s, r->id);
+  s->evicted[s->nev++] = r->id;
+  r->live = 0;
+  s->freel[s->nfree++] = (uint32_t)k;
+  return 0;
+}
+
+int psd_table_shrink(struct psd_table *t, uint64_t now_step,
+                     uint64_t *evicted) {
+  uint64_t n = 0, after = t->conf.evict_after_steps;
+  uint32_t min = t->conf.evict_min_count;
+  for (int i = 0; i < PSD__NSTRIPES && (after || min); i++) {
+    struct stripe *s = &t->st[i];
+    pthread_mutex_lock(&s->lock);
+    for (size_t k = 0; k < s->nrec; k++) {
+      struct rec *r = psd__rec_at(t, s, k);
+      if (!r->live)
+        continue;
+      if ((after && now_step >= r->last_step &&
+           now_step - r->last_step >= after) ||
+          (min && r->count < min))
+        if (!evict(t, s, k))
+          n++;
+    }
+    pthread_mutex_unlock(&s->lock);
+  }
+  pthread_mutex_lock(&t->stat_lock);
+  t->evicted += n;
+  pthread_mutex_unlock(&t->stat_lock);
+  if (evicted)
+    *evicted = n;
+  return 0;
+}
+
+/* Orders picks by count, highest first, then by id. */
+static int cmp_hot(const void *a, const void *b) {
+  const struct pick *x = a, *y = b;
+  if (x->rec->count != y->rec->count)
+    return x->rec->count > y->rec->count ? -1 : 1;
+  return x->id < y->id ? -1 : x->id > y->id;
+}
+
+int psd_table_top(struct psd_table *t, size_t k, uint64_t *ids,
+                  struct psd_row_stats *stats, size_t *n) {
+  size_t m = 0;
+  lock_all(t);
+  struct pick *p = collect(t, 0, 0, 0, 0, &m);
+  if (p) {
+    qsort(p, m, sizeof *p, cmp_hot);
+    *n = m < k ? m : k;
+    for (size_t i = 0; i < *n; i++) {
+      ids[i] = p[i].id;
+      stats[i] = (struct psd_row_stats){p[i].rec->count, p[i].rec->t,
+                                        p[i].rec->last_step};
+    }
+  }
+  unlock_all(t);
+  free(p);
+  return p ? 0 : CM_ENOMEM;
+}
+
+int psd_table_restore(struct psd_table *t, const struct psd_table_snap *s) {
+  uint32_t dim = t->conf.dim, ns = t->nstate;
+  int rc = 0;
+  if (s->dim != dim || s->nstate != ns)
+    return CM_EINVAL;
+  lock_all(t);
+  if (!s->delta) {
+    /* A full snapshot replaces every row. */
+    for (int i = 0; i < PSD__NSTRIPES; i++) {
+      struct stripe *st = &t->st[i];
+      st->nrec = st->nlive = st->nfree = st->nev = 0;
+      if (st->icap)
+        memset(st->index, 0, st->icap * sizeof *st->index);
+    }
+  }
+  for (size_t i = 0; i < s->nevicted; i++) {
+    struct stripe *st = &t->st[stripe_of(s->evicted[i])];
+    long k = psd__table_find(t, st, s->evicted[i]);
+    if (k >= 0 && (rc = evict(t, st, (size_t)k)))
+      goto out;
+  }
+  for (size_t i = 0; i < s->nrows; i++) {
+    struct stripe *st = &t->st[stripe_of(s->ids[i])];
+    long k = psd__table_find(t, st, s->ids[i]);
+    if (k < 0 && (k = psd__table_create(t, st, s->ids[i])) < 0) {
+      rc = CM_ENOMEM;
+      goto out;
+    }
+    struct rec *r = psd__rec_at(t, st, (size_t)k);
+    float *v = psd__rec_val(r);
+    memcpy(v, s->values + i * dim, dim * sizeof(float));
+    memcpy(v + dim, s->state + i * ns, ns * sizeof(float));
+    r->count = s->stats[i].count;
+    r->t = s->stats[i].t;
+    r->last_step = s->stats[i].last_step;
+  }
+  /* Evictions replayed here are not news to the next delta. */
+  for (int i = 0; i < PSD__NSTRIPES; i++)
+    t->st[i].nev = 0;
+out:
+  unlock_all(t);
+  return rc;
+}

@@ -1,0 +1,239 @@
+"""Embedding tables end to end (docs/tables.md): real shards, libpsclient's
+sparse calls through `pstool rows`, and a stock gRPC client for the bad
+input the client library never sends.
+
+- a sparse push then pull returns the optimizer's formula for exactly the
+  rows touched; untouched rows keep their initial values;
+- duplicate ids in one push are summed;
+- row-wise optimizers (adagrad) follow their formula in float32;
+- admission by count: pulls of an id not admitted get its initial row and
+  store nothing; pushes are counted, and the push that reaches the count
+  creates and updates the row;
+- bad input (an id past the bound, a row gradient of the wrong width, too
+  many ids for one answer, a table declared again with another dim) gets
+  its status naming the table, the id or the widths, and changes nothing;
+- a shard killed with SIGKILL and restarted restores its newest checkpoint,
+  a full one and a delta after it, bit for bit.
+Run: /usr/bin/python3 test_tables.py BUILD_DIR"""
+import importlib.util
+import json
+import math
+import os
+import signal
+import struct
+import sys
+import tempfile
+import unittest
+
+import harness as h
+import pb
+
+f32 = h.f32
+GAMMA = 0x9E3779B97F4A7C15
+M64 = (1 << 64) - 1
+
+
+def mix64(z):
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & M64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & M64
+    return z ^ (z >> 31)
+
+
+def shard_of(i, nshards):
+    """The shard that holds id i: splitmix64(i) % shards (table.h)."""
+    return mix64((i + GAMMA) & M64) % nshards
+
+
+TABLES = [
+    {"name": "emb", "dim": 4, "init": "uniform", "init_scale": 0.1,
+     "optimizer": {"type": "sgd", "lr": 0.5}},
+    {"name": "ada", "dim": 3, "init": "uniform", "init_scale": 0.1,
+     "optimizer": {"type": "adagrad", "lr": 0.1, "eps": 1e-8, "initial_accumulator": 0.1}},
+    {"name": "bounded", "dim": 2, "id_bound": 1000, "optimizer": {"type": "sgd", "lr": 0.5}},
+    {"name": "admit", "dim": 2, "init": "zeros", "optimizer": {"type": "sgd", "lr": 1.0},
+     "admission": {"type": "count", "count": 2}},
+]
+DIMS = {t["name"]: "%d%s" % (t["dim"], ":%d" % t["id_bound"] if "id_bound" in t else "")
+        for t in TABLES}
+
+
+class TablesTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory(prefix="psd-test-")
+        cls.spec = os.path.join(cls.tmp.name, "spec.json")
+        h.write_spec(cls.spec, nps=2, nworker=1,
+                     job={"name": "tab", "tables": TABLES,
+                          "checkpoint": {"dir": os.path.join(cls.tmp.name, "ckpt")}})
+        with open(cls.spec) as f:
+            cls.addrs = json.load(f)["cluster"]["ps"]
+        cls.ps = [h.start_psd(cls.spec, i) for i in range(2)]
+
+    @classmethod
+    def tearDownClass(cls):
+        rcs = [p.stop(signal.SIGTERM) for p in cls.ps]
+        cls.tmp.cleanup()
+        assert rcs == [0, 0], "psd did not exit 0 on SIGTERM: %s" % rcs
+
+    def rows(self, table, op, ids, grads=None):
+        args = ["rows", table, DIMS[table], op, ",".join(str(i) for i in ids)]
+        if grads is not None:
+            args.append(",".join(repr(float(g)) for g in grads))
+        r = h.pstool(self.spec, *args)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        if op == "push":
+            return None
+        out = {}
+        for line in r.stdout.splitlines()[1:]:
+            parts = line.split()
+            out.setdefault(int(parts[0]), [f32(float(x)) for x in parts[1:]])
+        return [out[i] for i in ids]
+
+    def fails(self, *args):
+        r = h.pstool(self.spec, *args)
+        self.assertNotEqual(r.returncode, 0, r.stdout)
+        return r.stdout + r.stderr
+
+    def status_tables(self):
+        out = {}
+        for s in range(2):
+            r = h.run([h.build_path("ps-server", "psctl"), "--cluster", self.spec, "--json",
+                       "status"])
+            self.assertEqual(r.returncode, 0, r.stderr)
+        doc = json.loads(r.stdout)
+        for shard in doc.get("shards", [doc]):
+            for t in shard.get("tables", []):
+                out.setdefault(t["name"], []).append(t)
+        return out
+
+    def test_push_then_pull_is_the_formula_for_touched_rows_only(self):
+        ids = [11, 12, 13, 10**12 + 7, 2**63 + 5]
+        before = self.rows("emb", "pull", ids)
+        for r in before:  # uniform in [-0.1, 0.1), not all zero
+            self.assertTrue(all(-0.1 <= x < 0.1 for x in r), r)
+        self.assertTrue(any(x != 0 for r in before for x in r))
+        self.assertEqual(before, self.rows("emb", "pull", ids))  # same again
+        g = [0.5, -1.0, 0.25, 2.0, -0.75, 0.125, 1.5, -2.5]
+        self.rows("emb", "push", [11, 10**12 + 7], g)
+        after = self.rows("emb", "pull", ids)
+        lr = f32(0.5)
+        want11 = [f32(w - f32(lr * f32(x))) for w, x in zip(before[0], g[:4])]
+        want_big = [f32(w - f32(lr * f32(x))) for w, x in zip(before[3], g[4:])]
+        self.assertEqual(after[0], want11)
+        self.assertEqual(after[3], want_big)
+        self.assertEqual(after[1], before[1])
+        self.assertEqual(after[2], before[2])
+        self.assertEqual(after[4], before[4])
+
+    def test_duplicate_ids_are_summed(self):
+        before = self.rows("emb", "pull", [21])[0]
+        g = [1.0, 2.0, 3.0, 4.0, 0.5, 0.5, 0.5, 0.5, -0.25, 1.0, 0.0, 8.0]
+        self.rows("emb", "push", [21, 21, 21], g)
+        after = self.rows("emb", "pull", [21])[0]
+        s = [f32(f32(g[j] + g[4 + j]) + g[8 + j]) for j in range(4)]
+        self.assertEqual(after, [f32(w - f32(f32(0.5) * x)) for w, x in zip(before, s)])
+
+    def test_adagrad_rows_follow_the_formula(self):
+        before = self.rows("ada", "pull", [31])[0]
+        g = [0.5, -1.0, 2.0]
+        self.rows("ada", "push", [31], g)
+        after = self.rows("ada", "pull", [31])[0]
+        for w0, x, w1 in zip(before, g, after):
+            a = f32(f32(0.1) + f32(x * x))
+            want = f32(w0 - f32(f32(f32(0.1) * x) / f32(f32(math.sqrt(a)) + f32(1e-8))))
+            self.assertLessEqual(abs(w1 - want), 2 * abs(want) * 2**-23, (w1, want))
+
+    def test_admission_by_count(self):
+        self.assertEqual(self.rows("admit", "pull", [41])[0], [0.0, 0.0])
+        self.rows("admit", "push", [41], [1.0, 2.0])  # counted, not applied
+        self.assertEqual(self.rows("admit", "pull", [41])[0], [0.0, 0.0])
+        self.rows("admit", "push", [41], [0.5, -0.5])  # the second: admitted
+        self.assertEqual(self.rows("admit", "pull", [41])[0], [-0.5, 0.5])
+
+    def test_client_refuses_an_id_past_the_bound(self):
+        out = self.fails("rows", "bounded", "2:1000", "pull", "5,1000")
+        self.assertIn("id 1000", out)
+        self.assertIn("id_bound 1000", out)
+
+    def test_table_declared_again_with_another_dim(self):
+        before = self.rows("emb", "pull", [51])
+        out = self.fails("rows", "emb", "8", "pull", "51")
+        self.assertIn("ALREADY_EXISTS", out)
+        self.assertIn("dim 4", out)
+        self.assertIn("dim 8", out)
+        self.assertEqual(self.rows("emb", "pull", [51]), before)
+
+    @unittest.skipUnless(importlib.util.find_spec("grpc"), "python3-grpcio is not installed")
+    def test_bad_input_from_a_stock_client(self):
+        import grpc  # pylint: disable=import-outside-toplevel
+        mine = [i for i in range(2000) if shard_of(i, 2) == 0]
+        theirs = [i for i in range(2000) if shard_of(i, 2) == 1]
+        before = self.rows("emb", "pull", mine[:3])
+        with grpc.insecure_channel(self.addrs[0]) as ch:
+            pull = ch.unary_unary("/psd.v1.Data/SparsePull")
+            push = ch.unary_unary("/psd.v1.Data/SparsePush")
+
+            def ids(xs):
+                return struct.pack("<%dQ" % len(xs), *xs)
+
+            def code(call, msg, *needles):
+                with self.assertRaises(grpc.RpcError) as e:
+                    call(msg, timeout=30)
+                for n in needles:
+                    self.assertIn(n, e.exception.details())
+                return e.exception.code()
+
+            far = [i for i in range(1000, 100000) if shard_of(i, 2) == 0][0]
+            self.assertEqual(code(pull, pb.caller("tab") + pb.ld(2, "bounded") +
+                                  pb.ld(15, ids([far])), "id %d" % far, "1000"),
+                             grpc.StatusCode.INVALID_ARGUMENT)
+            self.assertEqual(code(pull, pb.caller("tab") + pb.ld(2, "emb") +
+                                  pb.ld(15, ids([theirs[0]])), "shard 1"),
+                             grpc.StatusCode.INVALID_ARGUMENT)
+            wrong = (pb.caller("tab") + pb.ld(2, "emb") + pb.ld(14, ids(mine[:3])) +
+                     pb.ld(15, struct.pack("<9f", *[1.0] * 9)))
+            self.assertEqual(code(push, wrong, "'emb'", "width 3", "width 4"),
+                             grpc.StatusCode.INVALID_ARGUMENT)
+            many = pb.caller("tab") + pb.ld(2, "emb") + pb.ld(15, ids(mine[:1] * 300000))
+            self.assertEqual(code(pull, many, "300000 ids"),
+                             grpc.StatusCode.RESOURCE_EXHAUSTED)
+            self.assertEqual(code(pull, pb.caller("tab") + pb.ld(2, "nope") +
+                                  pb.ld(15, ids(mine[:1])), "'nope'"),
+                             grpc.StatusCode.NOT_FOUND)
+        self.assertEqual(self.rows("emb", "pull", mine[:3]), before)
+        self.assertIsNone(self.ps[0].p.poll(), "psd exited:\n" + self.ps[0].output())
+
+    def test_z_kill9_restores_full_and_delta_bit_for_bit(self):
+        # Runs last (z): it restarts the shards.
+        ids = list(range(100, 140))
+        g1 = [0.25 * ((i % 7) - 3) for i in range(len(ids) * 3)]
+        self.rows("ada", "push", ids, g1)
+        r = h.run([h.build_path("ps-server", "psctl"), "--cluster", self.spec, "checkpoint",
+                   "--wait"])
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        g2 = [0.5] * (10 * 3)
+        self.rows("ada", "push", ids[:10], g2)
+        r = h.run([h.build_path("ps-server", "psctl"), "--cluster", self.spec, "checkpoint",
+                   "--wait"])
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        want = self.rows("ada", "pull", ids)
+        ckroot = os.path.join(self.tmp.name, "ckpt", "tab")
+        for i in range(2):
+            shard_dir = os.path.join(ckroot, "ps-%d" % i)
+            newest = sorted(d for d in os.listdir(shard_dir) if d.startswith("ckpt-"))[-1]
+            with open(os.path.join(shard_dir, newest, "manifest.json")) as f:
+                m = json.load(f)
+            ada = [t for t in m["tables"] if t["name"] == "ada"][0]
+            self.assertTrue(ada["delta"], ada)
+            self.assertEqual(len(ada["chain"]), 2, ada)
+            self.assertLessEqual(ada["rows"], 10, ada)  # only the rows changed
+        for i in range(2):
+            self.assertEqual(self.ps[i].stop(signal.SIGKILL), -signal.SIGKILL)
+        self.__class__.ps = [h.start_psd(self.spec, i) for i in range(2)]
+        for p in self.ps:
+            p.wait_for("table 'ada': restored from 2 files")
+        self.assertEqual(self.rows("ada", "pull", ids), want)
+
+
+if __name__ == "__main__":
+    h.main(sys.argv)
