@@ -94,17 +94,13 @@ class TablesTest(unittest.TestCase):
         self.assertNotEqual(r.returncode, 0, r.stdout)
         return r.stdout + r.stderr
 
-    def status_tables(self):
-        out = {}
-        for s in range(2):
-            r = h.run([h.build_path("ps-server", "psctl"), "--cluster", self.spec, "--json",
-                       "status"])
-            self.assertEqual(r.returncode, 0, r.stderr)
-        doc = json.loads(r.stdout)
-        for shard in doc.get("shards", [doc]):
-            for t in shard.get("tables", []):
-                out.setdefault(t["name"], []).append(t)
-        return out
+    def table_sum(self, name, field):
+        """A field of table `name` in Status, summed over the shards."""
+        r = h.run([h.build_path("ps-server", "psctl"), "--cluster", self.spec, "--json",
+                   "status"])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        return sum(t[field] for shard in json.loads(r.stdout)["shards"]
+                   for t in shard["tables"] if t["name"] == name)
 
     def test_push_then_pull_is_the_formula_for_touched_rows_only(self):
         ids = [11, 12, 13, 10**12 + 7, 2**63 + 5]
@@ -145,10 +141,17 @@ class TablesTest(unittest.TestCase):
 
     def test_admission_by_count(self):
         self.assertEqual(self.rows("admit", "pull", [41])[0], [0.0, 0.0])
+        self.assertEqual(self.table_sum("admit", "rows"), 0)  # not stored
         self.rows("admit", "push", [41], [1.0, 2.0])  # counted, not applied
         self.assertEqual(self.rows("admit", "pull", [41])[0], [0.0, 0.0])
+        self.assertEqual(self.table_sum("admit", "rows"), 0)
+        self.assertEqual(self.table_sum("admit", "pending"), 1)
         self.rows("admit", "push", [41], [0.5, -0.5])  # the second: admitted
         self.assertEqual(self.rows("admit", "pull", [41])[0], [-0.5, 0.5])
+        self.assertEqual(self.table_sum("admit", "rows"), 1)
+        self.assertEqual(self.table_sum("admit", "pending"), 0)
+        self.assertEqual(self.table_sum("admit", "admitted"), 1)
+        self.assertGreaterEqual(self.table_sum("admit", "not_admitted"), 3)
 
     def test_client_refuses_an_id_past_the_bound(self):
         out = self.fails("rows", "bounded", "2:1000", "pull", "5,1000")

@@ -22,6 +22,31 @@ static json_t *hist_json(const Psd__V1__Histogram *h) {
                    "counts", n, "sum", h->sum, "count", (json_int_t)h->count);
 }
 
+/* The shard's embedding tables, as TableStatus has them. */
+static json_t *tables_json(const Psd__V1__StatusResponse *resp) {
+  json_t *a = json_array();
+  for (size_t i = 0; a && i < resp->n_tables; i++) {
+    const Psd__V1__TableStatus *t = resp->tables[i];
+    json_t *state = json_array();
+    for (size_t k = 0; state && k < t->n_state; k++)
+      json_array_append_new(state, json_string(t->state[k]));
+    json_array_append_new(
+        a, json_pack("{s:s, s:i, s:I, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I, "
+                     "s:I, s:I, s:s, s:s, s:o}",
+                     "name", t->name, "dim", (int)t->dim, "id_bound",
+                     (json_int_t)t->id_bound, "optimizer", t->optimizer, "rows",
+                     (json_int_t)t->rows, "bytes", (json_int_t)t->bytes,
+                     "raw_bytes", (json_int_t)t->raw_bytes, "admitted",
+                     (json_int_t)t->admitted, "not_admitted",
+                     (json_int_t)t->not_admitted, "evicted",
+                     (json_int_t)t->evicted, "pending", (json_int_t)t->pending,
+                     "rows_pulled", (json_int_t)t->rows_pulled, "rows_pushed",
+                     (json_int_t)t->rows_pushed, "admission", t->admission,
+                     "eviction", t->eviction, "state", state));
+  }
+  return a;
+}
+
 int dw_client_status(struct dw_client *c, int shard, char **json) {
   Psd__V1__Caller caller = dw__caller(c, -1);
   Psd__V1__StatusRequest req = PSD__V1__STATUS_REQUEST__INIT;
@@ -85,6 +110,7 @@ int dw_client_status(struct dw_client *c, int shard, char **json) {
     goto out;
   }
   json_object_set_new(root, "vars", vars);
+  json_object_set_new(root, "tables", tables_json(resp));
   json_object_set_new(root, "step", json_integer((json_int_t)resp->step));
   json_object_set_new(root, "duplicates",
                       json_integer((json_int_t)resp->duplicates));
