@@ -513,7 +513,7 @@ def sync(d):
              res[3]["dropped"], res[3]["steps"]), flush=True)
 
 
-SPARSE_ROWS = 10_000_000  # the table's rows (bench sparse)
+SPARSE_ROWS = int(os.environ.get("PSD_BENCH_SPARSE_ROWS", 10_000_000))  # table rows
 SPARSE_SECONDS = 4        # each timed phase
 SPARSE_ROUNDS = 2         # rounds, alternating psd and the in-memory baseline
 
