@@ -384,8 +384,9 @@ void cm__parse_job(struct cm__errs *e, json_t *root, int nworker,
                                      "retry_s",
                                      "socket_owner",
                                      "wire_dtype",
-                                     "tables"};
-  static const char *const models[] = {"softmax", "mlp", "cnn", NULL};
+                                     "tables",
+                                     "ctr"};
+  static const char *const models[] = {"softmax", "mlp", "cnn", "ctr", NULL};
   static const char *const nonfinite[] = {"reject", "skip", "apply", NULL};
   static const char *const dtypes[] = {"f32", "bf16", NULL};
   json_t *job, *seed;
@@ -418,7 +419,8 @@ void cm__parse_job(struct cm__errs *e, json_t *root, int nworker,
   parse_socket_owner(e, job, out);
   parse_channels(e, job, out);
   /* Settings of one model given with another are a mistake, not noise. */
-  if (json_object_get(job, "hidden") && strcmp(out->model, "mlp") != 0)
+  if (json_object_get(job, "hidden") && strcmp(out->model, "mlp") != 0 &&
+      strcmp(out->model, "ctr") != 0)
     cm__report(e, "job.hidden",
                "only for job.model \"mlp\" (this job's is \"%s\")", out->model);
   if (json_object_get(job, "channels") && strcmp(out->model, "cnn") != 0)
@@ -432,6 +434,7 @@ void cm__parse_job(struct cm__errs *e, json_t *root, int nworker,
   cm__opt_number(e, job, "job", "retry_s", 0, 1, 1e9,
                  "a number of seconds >= 0 (0: never retry)", &out->retry_s);
   cm__parse_tables(e, job, out);
+  cm__parse_ctr(e, job, out);
 }
 
 void cm__parse_auth(struct cm__errs *e, json_t *root, struct cm_auth *out) {

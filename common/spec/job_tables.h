@@ -1,5 +1,5 @@
-/* Internal to common/spec: the job's embedding tables (job.tables), parsed
- * for cm__parse_job (job.c) into cm_job.tables (tabconf.h). */
+/* Internal to common/spec: the job's embedding tables (job.tables) and the
+ * model that needs them (job.ctr), parsed for cm__parse_job (job.c). */
 #ifndef CM_SPEC_JOB_TABLES_H
 #define CM_SPEC_JOB_TABLES_H
 
@@ -10,5 +10,9 @@
 
 /* Parses job.tables into out->tables and out->ntables (0 when absent). */
 void cm__parse_tables(struct cm__errs *e, json_t *job, struct cm_job *out);
+
+/* Parses job.ctr into out->ctr (defaults when absent; a mistake when given
+ * with another model). job_ctr.c. */
+void cm__parse_ctr(struct cm__errs *e, json_t *job, struct cm_job *out);
 
 #endif

@@ -36,12 +36,30 @@ struct cm_task {
   int index;              /* index into cluster.ps or cluster.worker */
 };
 
+/* The click-through-rate model's settings (job.model "ctr", job.ctr;
+ * docs/ctr.md). */
+struct cm_ctr_conf {
+  int fields;           /* "fields": categorical fields per example, 1..64,
+                           default 8 */
+  char pooling[8];      /* "pooling": "sum" (default) or "mean" of a field's
+                           embeddings */
+  char emb_table[201];  /* "embedding_table": default "emb" */
+  char wide_table[201]; /* "wide_table" (dim 1): default "wide" */
+  long long train;      /* "generate.train": examples generated, default
+                           200000 */
+  long long test;       /* "generate.test": held-out examples, default
+                           50000 */
+  uint64_t data_seed;   /* "generate.seed": the data's seed, default 7 */
+  double zipf;          /* "generate.zipf": the ids' exponent, default 1.2 */
+};
+
 /* Training settings from the spec's "job" object; every field has a default,
  * filled by the parser (the sync fields too, whatever the mode). */
 struct cm_job {
   char name[64];  /* "job.name", default "psd-job"; also the job id */
-  char model[32]; /* "job.model": "softmax", "mlp" (default) or "cnn" */
-  int hidden[CM_SPEC_MAX_LAYERS]; /* "job.hidden" (mlp only), default
+  char model[32]; /* "job.model": "softmax", "mlp" (default), "cnn" or
+                     "ctr" (click-through rate over embedding tables) */
+  int hidden[CM_SPEC_MAX_LAYERS]; /* "job.hidden" (mlp and ctr), default
                                      [256, 128] */
   int nhidden;                    /* entries used in hidden */
   char data_dir[512];             /* "job.data_dir", default
@@ -128,7 +146,8 @@ struct cm_job {
   /* "job.tables": the job's embedding tables (docs/tables.md), each a
    * cm_table_conf; psd creates them when it starts */
   struct cm_table_conf tables[CM_TABLE_MAX];
-  int ntables; /* entries used in tables */
+  int ntables;            /* entries used in tables */
+  struct cm_ctr_conf ctr; /* "job.ctr", with job.model "ctr" */
 };
 
 /* Smallest job.max_message_mb: a 2 MiB chunk, its head and headroom. */

@@ -155,7 +155,7 @@ START_TEST(test_unknown_keys) {
            "batch_size, optimizer, sync, seed, log_every, rpc_timeout_ms, "
            "max_steps, heartbeat_ms, dead_after_ms, unix_sockets, checkpoint, "
            "optimizer_overrides, channels, max_message_mb, nonfinite, "
-           "retry_s, socket_owner, wire_dtype, tables");
+           "retry_s, socket_owner, wire_dtype, tables, ctr");
   has_line("t.json: job.optimizer.typ: unknown key (did you mean type?); "
            "expected one of type, lr, momentum, weight_decay, beta1, beta2, "
            "eps, schedule, clip_norm");
@@ -181,7 +181,7 @@ START_TEST(test_wrong_types) {
   has_line("t.json: job.batch_size: expected a positive integer, got 0");
   has_line("t.json: job.hidden[1]: expected a positive integer, got 0");
   has_line("t.json: job.hidden[2]: expected a positive integer, got 2.5");
-  has_line("t.json: job.model: expected \"softmax\", \"mlp\" or \"cnn\", got "
+  has_line("t.json: job.model: expected \"softmax\", \"mlp\", \"cnn\" or \"ctr\", got "
            "\"rnn\"");
   has_text("t.json: job.name: \"my job\" has a character other than");
   has_line("t.json: job.data_dir: empty; expected a non-empty string");
