@@ -1,7 +1,7 @@
 /* job.ctr (job_tables.h): the click-through-rate model's settings
  *   {"fields": 8, "pooling": "sum", "embedding_table": "emb",
  *    "wide_table": "wide",
- *    "generate": {"train": 200000, "test": 50000, "seed": 7, "zipf": 1.2}}
+ *    "generate": {"train": 500000, "test": 50000, "seed": 7, "zipf": 1.6}}
  * docs/ctr.md says what each does. */
 #include <limits.h>
 #include <stdio.h>
@@ -21,10 +21,10 @@ void cm__parse_ctr(struct cm__errs *e, json_t *job, struct cm_job *out) {
   snprintf(c->pooling, sizeof c->pooling, "sum");
   snprintf(c->emb_table, sizeof c->emb_table, "emb");
   snprintf(c->wide_table, sizeof c->wide_table, "wide");
-  c->train = 200000;
+  c->train = 500000;
   c->test = 50000;
   c->data_seed = 7;
-  c->zipf = 1.2;
+  c->zipf = 1.6;
   json_t *o = cm__opt_object(e, job, "job", "ctr",
                              "an object like {\"fields\": 8, \"generate\": "
                              "{\"train\": 200000}}");

@@ -46,11 +46,11 @@ struct cm_ctr_conf {
   char emb_table[201];  /* "embedding_table": default "emb" */
   char wide_table[201]; /* "wide_table" (dim 1): default "wide" */
   long long train;      /* "generate.train": examples generated, default
-                           200000 */
+                           500000 */
   long long test;       /* "generate.test": held-out examples, default
                            50000 */
   uint64_t data_seed;   /* "generate.seed": the data's seed, default 7 */
-  double zipf;          /* "generate.zipf": the ids' exponent, default 1.2 */
+  double zipf;          /* "generate.zipf": the ids' exponent, default 1.6 */
 };
 
 /* Training settings from the spec's "job" object; every field has a default,

@@ -128,6 +128,16 @@ int main(int argc, char **argv) {
     status = DW_EXIT_USAGE;
     goto out;
   }
+  if (!strcmp(w.spec->job.model, "ctr")) {
+    /* The click-through-rate model runs its own loop over tables. */
+    if (!w.args.standalone) {
+      cm_rpc_global_init();
+      rpc_ready = 1;
+    }
+    if (dw_ctr_run(&w) == 0)
+      status = DW_EXIT_OK;
+    goto out;
+  }
   if (dw_pick_device(&w) < 0)
     goto out;
   if (dw_load_data(&w) < 0)

@@ -9,6 +9,7 @@
  *   train.c    the pull-compute-push loop, and rollbacks in sync mode
  *   notify.c   what systemd is told
  *   finish.c   the result: evaluation and the final: (or done:) line
+ *   ctr_run.c  job.model "ctr": the click-through-rate model over tables
  *
  * Every function here returns 0 or a negative CM_E* code after logging
  * what went wrong, unless its comment says otherwise. */
@@ -166,6 +167,12 @@ void dw_notify_ready(struct dw_worker *w);
 
 /* After step t: WATCHDOG=1 and STATUS= when they are due. */
 void dw_notify_step(struct dw_worker *w, long t);
+
+/* ---- ctr_run.c ---- */
+
+/* The whole run of job.model "ctr" (docs/ctr.md): data, model, training
+ * against the shards' tables, and the result line. */
+int dw_ctr_run(struct dw_worker *w);
 
 /* ---- finish.c ---- */
 

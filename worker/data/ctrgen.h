@@ -1,0 +1,62 @@
+/* The click-through-rate data set generator (docs/ctr.md): a known true
+ * model over F categorical fields, ids drawn Zipf-distributed from a space
+ * of 10^9 per field, written as LIBSVM files. Deterministic from its seed.
+ *
+ * Ids: field f's id of rank r (1 = the most frequent) is
+ *   f * 10^9 + (r - 1) * 2654435761 mod 10^9
+ * (a bijection of the ranks onto the field's 10^9 ids, so hot ids are not
+ * neighbours), written as LIBSVM index `id:1`.
+ * The true model is a factorization machine:
+ *   logit = b + sum_f w(f, r_f) + sum_{f<g} <v(f, r_f), v(g, r_g)>
+ * with w ~ N(0, sw^2) and v ~ N(0, sv^2 I_4) drawn from a hash of (seed,
+ * field, rank), scaled down by 20 past rank 30 (the long tail carries
+ * little signal, so what a model can learn from the data decides the
+ * label: the learned model can come within 0.01 of the true model's AUC);
+ * label ~ Bernoulli(sigmoid(logit)), b = -1, sw = 0.5, sv = 0.25. Nothing of size 10^9 is
+ * stored. */
+#ifndef DW_CTRGEN_H
+#define DW_CTRGEN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Ids per field. */
+#define DW_CTR_SPAN 1000000000ull
+
+/* What to generate. */
+struct dw_ctrgen_opts {
+  int fields;     /* categorical fields per example */
+  uint64_t train; /* training examples */
+  uint64_t test;  /* held-out examples */
+  uint64_t seed;  /* the data's seed */
+  double zipf;    /* the ranks' exponent, > 1 */
+};
+
+/* What the true model scores on the held-out set. */
+struct dw_ctrgen_truth {
+  double auc;     /* area under the ROC curve of the true probabilities */
+  double logloss; /* mean log loss of the true probabilities */
+  double ctr;     /* the held-out set's share of positive labels */
+};
+
+/* Writes dir/train.svm, dir/test.svm and dir/truth.json (each to a
+ * temporary name first, then renamed, so a reader never sees half a file
+ * and two writers of the same settings race harmlessly). progress (may be
+ * NULL) is told every 10% of lines. Returns 0, or CM_EIO/CM_ENOMEM with
+ * err naming the file. */
+int dw_ctrgen_write(const char *dir, const struct dw_ctrgen_opts *o,
+                    struct dw_ctrgen_truth *truth,
+                    void (*progress)(const char *file, double done), char *err,
+                    size_t errlen);
+
+/* Whether dir holds a data set generated with exactly o (its truth.json
+ * says so, and both files are there); *truth gets the true model's scores
+ * when it does. */
+int dw_ctrgen_present(const char *dir, const struct dw_ctrgen_opts *o,
+                      struct dw_ctrgen_truth *truth);
+
+/* The AUC of scores s[0..n) against 0/1 labels y (ties count half), by
+ * sorting; 0.5 when one class is absent. */
+double dw_auc(const float *s, const uint8_t *y, size_t n);
+
+#endif
