@@ -1,0 +1,108 @@
+"""The click-through-rate example end to end (docs/ctr.md): pslaunch starts 2
+shards and 2 dworkers training the wide & deep model over two embedding
+tables on a generated LIBSVM data set.
+
+- async: the held-out AUC comes within 0.01 of the true model's AUC (which
+  the generator wrote in truth.json), and the job: line's accounting adds
+  up (every worker's examples = epochs x the training set);
+- bounded staleness (SSP) trains too;
+- sync, deterministic: two runs give identical tables, byte for byte: the
+  sha256 of every shard's table files in the final checkpoint match, and so
+  do the final lines' AUC.
+Run: /usr/bin/python3 test_ctr.py BUILD_DIR"""
+import glob
+import hashlib
+import json
+import os
+import sys
+import tempfile
+import unittest
+
+import harness as h
+
+TABLES = [
+    {"name": "emb", "dim": 8, "init": "uniform", "init_scale": 0.05,
+     "optimizer": {"type": "adagrad", "lr": 0.2, "initial_accumulator": 0.1}},
+    {"name": "wide", "dim": 1, "init": "zeros",
+     "optimizer": {"type": "adagrad", "lr": 0.2, "initial_accumulator": 0.1}},
+]
+
+
+def job(name, data, train, test, extra=None):
+    j = {"name": name, "model": "ctr", "data_dir": data,
+         "ctr": {"fields": 8, "generate": {"train": train, "test": test, "seed": 7,
+                                           "zipf": 1.6}},
+         "hidden": [64, 32], "epochs": 2, "batch_size": 256,
+         "optimizer": {"type": "adam", "lr": 0.002}, "tables": TABLES,
+         "seed": 1, "log_every": 100}
+    j.update(extra or {})
+    return j
+
+
+def final(out):
+    for line in reversed(out.splitlines()):
+        if "final:" in line:
+            return dict(p.split("=", 1) for p in line.split("final:", 1)[1].split())
+    return None
+
+
+class CtrTest(unittest.TestCase):
+    def launch(self, spec):
+        r = h.run([h.build_path("deploy", "pslaunch"), spec], timeout=600)
+        out = r.stdout + r.stderr
+        self.assertEqual(r.returncode, 0, out[-4000:])
+        f = final(out)
+        self.assertIsNotNone(f, out[-4000:])
+        return out, f
+
+    def test_async_reaches_the_true_models_auc(self):
+        with tempfile.TemporaryDirectory(prefix="psd-test-") as tmp:
+            spec = os.path.join(tmp, "ctr.json")
+            h.write_spec(spec, nps=2, nworker=2,
+                         job=job("ctr-async", "data", 500000, 50000))
+            out, f = self.launch(spec)
+            with open(os.path.join(tmp, "data", "truth.json")) as fh:
+                truth = json.load(fh)
+            self.assertAlmostEqual(float(f["true_auc"]), truth["true_auc"], places=3)
+            self.assertGreater(float(f["test_auc"]), truth["true_auc"] - 0.01, f)
+            self.assertLess(float(f["test_logloss"]), truth["true_logloss"] + 0.02, f)
+            self.assertIn("auc=", out)  # the progress lines
+            h.assert_job_accounting(self, out, epochs=2, workers=2, train_size=500000)
+
+    def test_ssp_trains(self):
+        with tempfile.TemporaryDirectory(prefix="psd-test-") as tmp:
+            spec = os.path.join(tmp, "ctr.json")
+            h.write_spec(spec, nps=2, nworker=2,
+                         job=job("ctr-ssp", "data", 40000, 5000,
+                                 {"sync": {"mode": "async", "staleness": 2}}))
+            out, f = self.launch(spec)
+            self.assertGreater(float(f["test_auc"]), 0.7, f)
+            h.assert_job_accounting(self, out, epochs=2, workers=2, train_size=40000)
+
+    def test_sync_deterministic_runs_give_identical_tables(self):
+        digests, aucs = [], []
+        with tempfile.TemporaryDirectory(prefix="psd-test-") as tmp:
+            for run in range(2):
+                spec = os.path.join(tmp, "ctr%d.json" % run)
+                ck = os.path.join(tmp, "ckpt%d" % run)
+                h.write_spec(spec, nps=2, nworker=2,
+                             job=job("ctr-sync", "data", 20000, 2000,
+                                     {"sync": {"mode": "sync", "deterministic": True},
+                                      "checkpoint": {"dir": ck}}))
+                out, f = self.launch(spec)
+                aucs.append(f["test_auc"])
+                files = sorted(glob.glob(os.path.join(ck, "ctr-sync", "ps-*", "ckpt-*",
+                                                      "table-*.bin")))
+                self.assertEqual(len(files), 4, files)  # 2 shards x 2 tables
+                d = hashlib.sha256()
+                for p in files:
+                    with open(p, "rb") as fh:
+                        d.update(os.path.relpath(p, ck).encode() + fh.read())
+                digests.append(d.hexdigest())
+                h.assert_job_accounting(self, out, epochs=2, workers=2, train_size=20000)
+        self.assertEqual(aucs[0], aucs[1])
+        self.assertEqual(digests[0], digests[1])
+
+
+if __name__ == "__main__":
+    h.main(sys.argv)
