@@ -152,7 +152,9 @@ int cm_st_writer_new(struct cm_st_writer **out, int fd, const char *path,
       rc = CM_EINVAL;
       goto out;
     }
-    bytes = tensor_bytes(t->ndim, t->shape, 4, &ok);
+    /* F32 unless told otherwise: U64 ids (a table's export) are 8 bytes. */
+    int u64 = t->dtype && !strcmp(t->dtype, "U64");
+    bytes = tensor_bytes(t->ndim, t->shape, u64 ? 8 : 4, &ok);
     for (int d = 0; ok && d < t->ndim; d++)
       json_array_append_new(shape, json_integer(t->shape[d]));
     if (!ok || !strcmp(t->name, "__metadata__") ||
@@ -164,9 +166,9 @@ int cm_st_writer_new(struct cm_st_writer **out, int fd, const char *path,
       rc = CM_EINVAL;
       goto out;
     }
-    info =
-        json_pack("{s:s, s:o, s:[I, I]}", "dtype", "F32", "shape", shape,
-                  "data_offsets", (json_int_t)off, (json_int_t)(off + bytes));
+    info = json_pack("{s:s, s:o, s:[I, I]}", "dtype", u64 ? "U64" : "F32",
+                     "shape", shape, "data_offsets", (json_int_t)off,
+                     (json_int_t)(off + bytes));
     if (!info || json_object_set_new(root, t->name, info)) {
       snprintf(err, errlen, "%s: tensor name '%s' is not valid UTF-8", path,
                t->name);

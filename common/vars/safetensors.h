@@ -43,6 +43,7 @@ struct cm_st_desc {
   const char *name;     /* UTF-8, unique in the file, not "__metadata__" */
   int ndim;             /* 0..CM_ST_MAX_DIMS */
   const int64_t *shape; /* ndim entries >= 0 */
+  const char *dtype;    /* writer: NULL or "F32" (4 bytes), or "U64" (8) */
 };
 
 /* CRC-32 (zlib's polynomial) of p[0..n) continued from crc; start with 0. */

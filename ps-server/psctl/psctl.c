@@ -38,14 +38,16 @@ static const struct command commands[] = {
     {"vars", psctl_cmd_vars, 1, "",
      "every variable: shape, dtype, shard map (rows per shard), bytes held,\n"
      "version, optimizer"},
-    {"get", psctl_cmd_get, 1, "VAR [--rows A:B] [--stats]",
+    {"get", psctl_cmd_get, 1, "VAR [--rows A:B] [--stats] | TABLE --ids A,B",
      "a variable's values assembled across shards (rows A to B-1, every\n"
      "row by default), each row led by its index and wrapped at 80 columns\n"
      "(1-D: as many values per line as fit, led by the first one's index),\n"
      "in %.9g (exact for f32); --stats: element count, min, max, mean, L2\n"
      "norm and NaN count instead (NaNs are left out of the others). JSON\n"
      "writes NaN and infinities as the strings \"NaN\", \"Infinity\",\n"
-     "\"-Infinity\", and rows of a shard that is down as null"},
+     "\"-Infinity\", and rows of a shard that is down as null. With\n"
+     "--ids: the rows of embedding table TABLE with those ids, each with\n"
+     "its optimizer state (named parts), push count, updates and last step"},
     {"workers", psctl_cmd_workers, 1, "",
      "per worker (from the coordinator, shard 0): state, last step (sync)\n"
      "or pushes and clock (async), step time p50/p95 over the last 128\n"
@@ -64,11 +66,24 @@ static const struct command commands[] = {
      "every shard writes a checkpoint now (sync: of its last committed\n"
      "step); with --wait, prints each one's step, size, time and directory\n"
      "once written"},
-    {"export", psctl_cmd_export, 0, "--out FILE.safetensors [--slots]",
+    {"export", psctl_cmd_export, 0, "[TABLE] --out FILE.safetensors [--slots]",
      "every variable's live values, merged from all shards into one\n"
      "safetensors file with the whole shapes (numpy and PyTorch load it);\n"
      "--slots adds each variable's optimizer slots as \"<name>/<slot>\"\n"
-     "(momentum: /momentum; adagrad: /accum; adam, adamw: /m and /v)"},
+     "(momentum: /momentum; adagrad: /accum; adam, adamw: /m and /v).\n"
+     "With TABLE: that embedding table's stored rows from every shard,\n"
+     "sorted by id, as \"ids\" (U64, [n]) and \"values\" (F32, [n, dim])"},
+    {"tables", psctl_cmd_tables, 1, "",
+     "every embedding table per shard: rows, memory held, the rows' raw\n"
+     "value and state bytes and their ratio, rows admitted, pulls and\n"
+     "pushes not admitted, rows evicted, ids pending admission, optimizer;\n"
+     "then each table's admission and eviction rules"},
+    {"top", psctl_cmd_top, 1, "TABLE [--top K]",
+     "the K (default 10) rows of TABLE with the most pushes, all shards"},
+    {"shrink", psctl_cmd_shrink, 1, "TABLE",
+     "evicts TABLE's rows by its eviction rules now, on every shard\n"
+     "(rows untouched for eviction.after_steps, or pushed fewer than\n"
+     "eviction.min_count times); prints the rows evicted and left"},
 };
 #define NCOMMANDS ((int)(sizeof commands / sizeof commands[0]))
 
@@ -98,6 +113,8 @@ static void usage(FILE *f) {
           "  --wait          checkpoint: answer once every shard has written\n"
           "  --out FILE      export: the safetensors file to write\n"
           "  --slots         export: the optimizer's slots too\n"
+          "  --ids A,B,C     get TABLE: the rows with these ids\n"
+          "  --top K         top: how many rows (default 10)\n"
           "\n"
           "Exit status: 0 every shard answered, 1 a shard did not (it is\n"
           "named; what the others answered is printed) or a variable does\n"
@@ -294,7 +311,15 @@ static struct dw_client_opts client_opts(const struct command *cmd,
 }
 
 int main(int argc, char **argv) {
-  enum { OPT_ROWS = 256, OPT_STATS, OPT_WAIT, OPT_SLOTS, OPT_OUT };
+  enum {
+    OPT_ROWS = 256,
+    OPT_STATS,
+    OPT_WAIT,
+    OPT_SLOTS,
+    OPT_OUT,
+    OPT_IDS,
+    OPT_TOP
+  };
   static const struct option opts[] = {{"cluster", required_argument, 0, 'c'},
                                        {"json", no_argument, 0, 'j'},
                                        {"timeout", required_argument, 0, 't'},
@@ -303,6 +328,8 @@ int main(int argc, char **argv) {
                                        {"wait", no_argument, 0, OPT_WAIT},
                                        {"slots", no_argument, 0, OPT_SLOTS},
                                        {"out", required_argument, 0, OPT_OUT},
+                                       {"ids", required_argument, 0, OPT_IDS},
+                                       {"top", required_argument, 0, OPT_TOP},
                                        {"help", no_argument, 0, 'h'},
                                        {0, 0, 0, 0}};
   const char *cluster = NULL;
@@ -312,7 +339,7 @@ int main(int argc, char **argv) {
   char err[8192];
   int timeout = 0, ch, rc = 0;
 
-  while ((ch = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+  while ((ch = getopt_long(argc, argv, "ho:", opts, NULL)) != -1) {
     switch (ch) {
     case 'c':
       cluster = optarg;
@@ -336,7 +363,18 @@ int main(int argc, char **argv) {
       p.slots = 1;
       break;
     case OPT_OUT:
+    case 'o':
       p.out = optarg;
+      break;
+    case OPT_IDS:
+      p.ids = optarg;
+      break;
+    case OPT_TOP:
+      p.top = atoi(optarg);
+      if (p.top < 1) {
+        fprintf(stderr, "psctl: --top takes a count >= 1, not '%s'\n", optarg);
+        return PSCTL_EXIT_USAGE;
+      }
       break;
     case 'h':
       usage(stdout);
@@ -386,7 +424,12 @@ int main(int argc, char **argv) {
     rc = 1;
     goto out;
   }
-  rc = cmd->run(&p);
+  if (cmd->run == psctl_cmd_get && p.ids)
+    rc = psctl_table_get(&p);
+  else if (cmd->run == psctl_cmd_export && p.argc == 1)
+    rc = psctl_table_export(&p);
+  else
+    rc = cmd->run(&p);
 out:
   for (int s = 0; p.st && s < spec->nps; s++) {
     json_decref(p.st[s]);

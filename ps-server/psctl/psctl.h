@@ -1,7 +1,8 @@
 /* What psctl's files share (psctl has no public header: it is a program).
  * psctl.c parses the command line, asks every shard for its status and
  * runs one command; each command lives in a file of its own (status.c,
- * vars.c, get.c, workers.c, metrics.c, checkpoint.c, export.c) and works
+ * vars.c, get.c, workers.c, metrics.c, checkpoint.c, export.c, tables.c)
+ * and works
  * with struct psctl, which main fills. Every shard is reached through
  * libpsclient (psclient.h); psctl links nothing of psd. */
 #ifndef PSCTL_PSCTL_H
@@ -40,6 +41,8 @@ struct psctl {
   int wait;         /* checkpoint --wait */
   int slots;        /* export --slots */
   const char *out;  /* export --out FILE */
+  const char *ids;  /* get TABLE --ids A,B,C */
+  int top;          /* top --top K, 0: the default */
 };
 
 /* ---- the commands: each returns psctl's exit status ---- */
@@ -51,6 +54,12 @@ int psctl_cmd_workers(struct psctl *p);    /* workers.c */
 int psctl_cmd_metrics(struct psctl *p);    /* metrics.c */
 int psctl_cmd_checkpoint(struct psctl *p); /* checkpoint.c */
 int psctl_cmd_export(struct psctl *p);     /* export.c */
+int psctl_cmd_tables(struct psctl *p);     /* tables.c */
+int psctl_cmd_top(struct psctl *p);        /* tables.c */
+int psctl_cmd_shrink(struct psctl *p);     /* tables.c */
+/* get TABLE --ids and export TABLE --out: get and export hand over */
+int psctl_table_get(struct psctl *p);    /* tables.c */
+int psctl_table_export(struct psctl *p); /* tables.c */
 
 /* ---- reading status documents (psctl.c) ---- */
 

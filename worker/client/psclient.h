@@ -172,6 +172,36 @@ int dw_client_pull_rows_at(struct dw_client *c, struct dw_rows *r, int nr,
 int dw_client_push_rows_step(struct dw_client *c, const struct dw_rows *r,
                              int nr, uint64_t step, int *closed);
 
+/* ---- embedding tables, for psctl (admin_tables.c) ---- */
+
+/* Admin/Rows to shard `shard`: the stored rows of ids[0..n) of table, or
+ * with top > 0 its `top` rows with the most pushes. *json (caller frees
+ * with free()) gets {"dim", "state": [part names], "rows": [{"id",
+ * "found", "value": [...], "state": [...], "count", "t", "last_step"}]}. */
+int dw_client_rows(struct dw_client *c, int shard, const char *table,
+                   const uint64_t *ids, size_t n, uint32_t top, char **json);
+
+/* Admin/Shrink to shard `shard`: evicts by the table's rules; *evicted
+ * and *rows (left) are set. */
+int dw_client_shrink(struct dw_client *c, int shard, const char *table,
+                     uint64_t *evicted, uint64_t *rows);
+
+/* One page of a table's rows from one shard (dw_client_export_page). */
+struct dw_table_page {
+  uint32_t dim;  /* floats per row */
+  size_t n;      /* rows in the page */
+  int done;      /* 1: no rows follow */
+  uint64_t *ids; /* owned (free()), n ids ascending */
+  float *values; /* owned (free()), n x dim */
+};
+
+/* Admin/Export to shard `shard`: its stored rows with ids above `after`
+ * (every id without has_after), the smallest first, as many as fit a
+ * message. */
+int dw_client_export_page(struct dw_client *c, int shard, const char *table,
+                          int has_after, uint64_t after,
+                          struct dw_table_page *page);
+
 /* ---- synchronous steps and clocks (DESIGN.md, "One synchronous step t") */
 
 /* Tells the coordinator (shard 0) that worker `worker` takes part, and

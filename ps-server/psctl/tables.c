@@ -1,0 +1,467 @@
+/* psctl's embedding-table commands (docs/tables.md):
+ *   tables                  per table and shard: rows, memory, admission
+ *                           and eviction counters (Status's tables)
+ *   get TABLE --ids A,B,C   each id's value, optimizer state and stats, from
+ *                           the shard that holds it (Admin/Rows)
+ *   top TABLE [--top K]     the K rows with the most pushes, all shards
+ *   shrink TABLE            evicts by the table's rules on every shard
+ *   export TABLE --out F    every stored row, gathered from all shards and
+ *                           sorted by id, as safetensors: "ids" (U64, [n])
+ *                           and "values" (F32, [n, dim]) */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#include "clock.h"
+#include "err.h"
+#include "psctl.h"
+#include "safetensors.h"
+#include "table.h"
+#include "units.h"
+
+/* The table's entries in every shard's status (down shards skipped), as
+ * one array; NULL (said on stderr) when no shard knows it. name NULL: every
+ * table. */
+static json_t *table_entries(struct psctl *p, const char *name) {
+  json_t *all = json_array(), *t;
+  size_t i;
+  for (int s = 0; s < p->spec->nps; s++) {
+    if (!p->st[s])
+      continue;
+    json_array_foreach(json_object_get(p->st[s], "tables"), i, t) {
+      if (name && strcmp(psctl_jstr(t, "name"), name))
+        continue;
+      json_t *e = json_deep_copy(t);
+      json_object_set_new(e, "shard", json_integer(s));
+      json_array_append_new(all, e);
+    }
+  }
+  if (name && !json_array_size(all)) {
+    fprintf(stderr, "psctl: no table '%s' in job '%s'%s\n", name,
+            p->spec->job.name, p->down ? " on the shards that answered" : "");
+    json_decref(all);
+    return NULL;
+  }
+  return all;
+}
+
+int psctl_cmd_tables(struct psctl *p) {
+  json_t *all = NULL, *root = NULL, *t;
+  struct psctl_table tb;
+  size_t i;
+  int rc;
+  if ((rc = psctl_no_operands(p, "tables")))
+    return rc;
+  all = table_entries(p, NULL);
+  if (p->json) {
+    root = json_pack("{s:s, s:O, s:o}", "job", p->spec->job.name, "tables", all,
+                     "down", psctl_down_json(p));
+    rc = psctl_print_json(root);
+    goto out;
+  }
+  psctl_table_init(&tb, 12, "TABLE", ">DIM", "SHARD", ">ROWS", ">HELD", ">RAW",
+                   ">RATIO", ">ADMITTED", ">NOT ADMITTED", ">EVICTED",
+                   ">PENDING", "OPTIMIZER");
+  json_array_foreach(all, i, t) {
+    char held[32], raw[32];
+    long long h = psctl_jint(t, "bytes"), r = psctl_jint(t, "raw_bytes");
+    cm_fmt_bytes((double)h, held, sizeof held);
+    cm_fmt_bytes((double)r, raw, sizeof raw);
+    psctl_table_cell(&tb, "%s", psctl_jstr(t, "name"));
+    psctl_table_cell(&tb, "%lld", psctl_jint(t, "dim"));
+    psctl_table_cell(&tb, "ps:%lld", psctl_jint(t, "shard"));
+    psctl_table_cell(&tb, "%lld", psctl_jint(t, "rows"));
+    psctl_table_cell(&tb, "%s", held);
+    psctl_table_cell(&tb, "%s", raw);
+    if (r > 0)
+      psctl_table_cell(&tb, "%.2f", (double)h / (double)r);
+    else
+      psctl_table_cell(&tb, "-");
+    psctl_table_cell(&tb, "%lld", psctl_jint(t, "admitted"));
+    psctl_table_cell(&tb, "%lld", psctl_jint(t, "not_admitted"));
+    psctl_table_cell(&tb, "%lld", psctl_jint(t, "evicted"));
+    psctl_table_cell(&tb, "%lld", psctl_jint(t, "pending"));
+    psctl_table_cell(&tb, "%s", psctl_jstr(t, "optimizer"));
+  }
+  rc = psctl_table_print(&tb);
+  /* Admission and eviction once per table (every shard has the same). */
+  const char *last = "";
+  json_array_foreach(all, i, t) {
+    if (!strcmp(last, psctl_jstr(t, "name")))
+      continue;
+    last = psctl_jstr(t, "name");
+    printf("%s: admission %s, eviction %s\n", last, psctl_jstr(t, "admission"),
+           psctl_jstr(t, "eviction"));
+  }
+  psctl_print_down(p);
+out:
+  json_decref(all);
+  json_decref(root);
+  return psctl_finish(p, rc);
+}
+
+/* Parses --ids "1,5,9" into a new array (*n ids). Returns NULL after
+ * saying what is wrong. */
+static uint64_t *parse_ids(const char *text, size_t *n) {
+  size_t cap = 1;
+  for (const char *c = text; *c; c++)
+    cap += *c == ',';
+  uint64_t *ids = calloc(cap, sizeof *ids);
+  char *copy = strdup(text), *save = NULL;
+  *n = 0;
+  for (char *tok = strtok_r(copy, ",", &save); ids && tok;
+       tok = strtok_r(NULL, ",", &save)) {
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(tok, &end, 10);
+    if (*tok == '-' || end == tok || *end || errno) {
+      fprintf(stderr, "psctl: --ids: '%s' is not an unsigned 64-bit id\n", tok);
+      free(ids);
+      ids = NULL;
+      break;
+    }
+    ids[(*n)++] = v;
+  }
+  if (ids && !*n) {
+    fprintf(stderr, "psctl: --ids: no ids given (expected like 1,5,9)\n");
+    free(ids);
+    ids = NULL;
+  }
+  free(copy);
+  return ids;
+}
+
+/* Prints one row of a Rows answer. */
+static void print_row(json_t *row, json_t *state_names, int shard) {
+  printf("id %lld (ps:%d): ", psctl_jint(row, "id"), shard);
+  if (!json_is_true(json_object_get(row, "found"))) {
+    printf("not stored (never pushed, not admitted yet, or evicted)\n");
+    return;
+  }
+  printf("count=%lld t=%lld last_step=%lld\n  value:", psctl_jint(row, "count"),
+         psctl_jint(row, "t"), psctl_jint(row, "last_step"));
+  json_t *v, *st = json_object_get(row, "state");
+  size_t i, nst = json_array_size(st), parts = json_array_size(state_names);
+  json_array_foreach(json_object_get(row, "value"), i, v)
+      printf(" %.9g", json_real_value(v));
+  printf("\n");
+  /* Each part is dim floats, or one (rowwise_adagrad). */
+  size_t per = parts ? nst / parts : 0;
+  for (size_t k = 0; k < parts; k++) {
+    printf("  %s:", json_string_value(json_array_get(state_names, k)));
+    for (size_t j = 0; j < per; j++)
+      printf(" %.9g", json_real_value(json_array_get(st, k * per + j)));
+    printf("\n");
+  }
+}
+
+int psctl_table_get(struct psctl *p) {
+  size_t n = 0;
+  uint64_t *ids;
+  json_t *out = json_array(), *all;
+  int rc = 0;
+  if (p->argc != 1) {
+    fprintf(stderr, "psctl: get TABLE --ids A,B,C takes one table name\n");
+    return PSCTL_EXIT_USAGE;
+  }
+  if (!(ids = parse_ids(p->ids, &n)))
+    return PSCTL_EXIT_USAGE;
+  if (!(all = table_entries(p, p->argv[0]))) {
+    free(ids);
+    return 1;
+  }
+  json_decref(all);
+  for (size_t i = 0; i < n && !rc; i++) {
+    int s = dw_client_shard_of(p->client, ids[i]);
+    char *text = NULL;
+    if (dw_client_rows(p->client, s, p->argv[0], &ids[i], 1, 0, &text)) {
+      fprintf(stderr, "psctl: %s\n", dw_client_error(p->client));
+      rc = 1;
+      break;
+    }
+    json_t *doc = json_loads(text, 0, NULL);
+    free(text);
+    json_t *row = json_array_get(json_object_get(doc, "rows"), 0);
+    if (p->json) {
+      json_t *e = json_deep_copy(row);
+      json_object_set_new(e, "shard", json_integer(s));
+      json_object_set(e, "state_parts", json_object_get(doc, "state"));
+      json_array_append_new(out, e);
+    } else if (row) {
+      print_row(row, json_object_get(doc, "state"), s);
+    }
+    json_decref(doc);
+  }
+  if (!rc && p->json) {
+    json_t *root = json_pack("{s:s, s:O}", "table", p->argv[0], "rows", out);
+    rc = psctl_print_json(root);
+    json_decref(root);
+  }
+  json_decref(out);
+  free(ids);
+  return rc ? rc : psctl_finish(p, 0);
+}
+
+/* Orders rows (JSON objects) by count, highest first, then by id. */
+static int cmp_hot(const void *a, const void *b) {
+  json_t *x = *(json_t *const *)a, *y = *(json_t *const *)b;
+  long long cx = psctl_jint(x, "count"), cy = psctl_jint(y, "count");
+  if (cx != cy)
+    return cx > cy ? -1 : 1;
+  unsigned long long ix = (unsigned long long)psctl_jint(x, "id"),
+                     iy = (unsigned long long)psctl_jint(y, "id");
+  return ix < iy ? -1 : ix > iy;
+}
+
+int psctl_cmd_top(struct psctl *p) {
+  int k = p->top > 0 ? p->top : 10, rc = 0, nrows = 0;
+  json_t *rows = json_array(), *all;
+  json_t **v = NULL;
+  if (p->argc != 1) {
+    fprintf(stderr, "psctl: top takes one table name\n");
+    return PSCTL_EXIT_USAGE;
+  }
+  if (!(all = table_entries(p, p->argv[0])))
+    return 1;
+  json_decref(all);
+  for (int s = 0; s < p->spec->nps; s++) {
+    char *text = NULL;
+    if (!p->st[s])
+      continue;
+    if (dw_client_rows(p->client, s, p->argv[0], NULL, 0, (uint32_t)k, &text)) {
+      fprintf(stderr, "psctl: %s\n", dw_client_error(p->client));
+      rc = 1;
+      continue;
+    }
+    json_t *doc = json_loads(text, 0, NULL), *r;
+    free(text);
+    size_t i;
+    json_array_foreach(json_object_get(doc, "rows"), i, r) {
+      json_t *e =
+          json_pack("{s:O, s:O, s:i, s:O}", "id", json_object_get(r, "id"),
+                    "count", json_object_get(r, "count"), "shard", s,
+                    "last_step", json_object_get(r, "last_step"));
+      json_array_append_new(rows, e);
+    }
+    json_decref(doc);
+  }
+  nrows = (int)json_array_size(rows);
+  v = calloc((size_t)nrows + 1, sizeof *v);
+  for (int i = 0; v && i < nrows; i++)
+    v[i] = json_array_get(rows, (size_t)i);
+  if (v)
+    qsort(v, (size_t)nrows, sizeof *v, cmp_hot);
+  if (nrows > k)
+    nrows = k;
+  if (p->json) {
+    json_t *list = json_array();
+    for (int i = 0; v && i < nrows; i++)
+      json_array_append(list, v[i]);
+    json_t *root = json_pack("{s:s, s:o, s:o}", "table", p->argv[0], "top",
+                             list, "down", psctl_down_json(p));
+    psctl_print_json(root);
+    json_decref(root);
+  } else {
+    struct psctl_table tb;
+    psctl_table_init(&tb, 4, ">RANK", ">ID", ">PUSHES", "SHARD");
+    for (int i = 0; v && i < nrows; i++) {
+      psctl_table_cell(&tb, "%d", i + 1);
+      psctl_table_cell(&tb, "%llu", (unsigned long long)psctl_jint(v[i], "id"));
+      psctl_table_cell(&tb, "%lld", psctl_jint(v[i], "count"));
+      psctl_table_cell(&tb, "ps:%lld", psctl_jint(v[i], "shard"));
+    }
+    psctl_table_print(&tb);
+    psctl_print_down(p);
+  }
+  free(v);
+  json_decref(rows);
+  return psctl_finish(p, rc);
+}
+
+int psctl_cmd_shrink(struct psctl *p) {
+  json_t *list = json_array(), *all;
+  int rc = 0;
+  if (p->argc != 1) {
+    fprintf(stderr, "psctl: shrink takes one table name\n");
+    return PSCTL_EXIT_USAGE;
+  }
+  if (!(all = table_entries(p, p->argv[0])))
+    return 1;
+  json_decref(all);
+  for (int s = 0; s < p->spec->nps; s++) {
+    uint64_t ev = 0, rows = 0;
+    if (!p->st[s])
+      continue;
+    if (dw_client_shrink(p->client, s, p->argv[0], &ev, &rows)) {
+      fprintf(stderr, "psctl: %s\n", dw_client_error(p->client));
+      rc = 1;
+      continue;
+    }
+    json_array_append_new(list,
+                          json_pack("{s:i, s:I, s:I}", "shard", s, "evicted",
+                                    (json_int_t)ev, "rows", (json_int_t)rows));
+    if (!p->json)
+      printf("ps:%d: %llu rows evicted, %llu left\n", s, (unsigned long long)ev,
+             (unsigned long long)rows);
+  }
+  if (p->json) {
+    json_t *root = json_pack("{s:s, s:O, s:o}", "table", p->argv[0], "shards",
+                             list, "down", psctl_down_json(p));
+    psctl_print_json(root);
+    json_decref(root);
+  } else {
+    psctl_print_down(p);
+  }
+  json_decref(list);
+  return psctl_finish(p, rc);
+}
+
+/* One shard's rows, paged in (sorted by id). */
+struct rows {
+  uint32_t dim;  /* floats per row */
+  size_t n, cap; /* rows held and allocated */
+  uint64_t *ids; /* owned */
+  float *values; /* owned, n x dim */
+};
+
+/* Reads every stored row of table on shard s into r. */
+static int read_shard(struct psctl *p, int s, const char *table,
+                      struct rows *r) {
+  int has_after = 0;
+  uint64_t after = 0;
+  for (;;) {
+    struct dw_table_page pg;
+    if (dw_client_export_page(p->client, s, table, has_after, after, &pg)) {
+      fprintf(stderr, "psctl: %s\n", dw_client_error(p->client));
+      return 1;
+    }
+    r->dim = pg.dim;
+    if (r->n + pg.n > r->cap) {
+      size_t cap = r->cap ? r->cap : 1024;
+      while (cap < r->n + pg.n)
+        cap *= 2;
+      uint64_t *ids = realloc(r->ids, cap * sizeof *ids);
+      float *v = ids ? realloc(r->values, cap * pg.dim * sizeof *v) : NULL;
+      if (ids)
+        r->ids = ids;
+      if (!ids || !v) {
+        free(pg.ids);
+        free(pg.values);
+        fprintf(stderr, "psctl: export: out of memory\n");
+        return 1;
+      }
+      r->values = v;
+      r->cap = cap;
+    }
+    memcpy(r->ids + r->n, pg.ids, pg.n * sizeof *pg.ids);
+    memcpy(r->values + r->n * pg.dim, pg.values, pg.n * pg.dim * sizeof(float));
+    r->n += pg.n;
+    if (pg.n) {
+      after = pg.ids[pg.n - 1];
+      has_after = 1;
+    }
+    free(pg.ids);
+    free(pg.values);
+    if (pg.done || !pg.n)
+      return 0;
+    if (!p->json && r->n % (1u << 20) < pg.n)
+      fprintf(stderr, "psctl: export '%s': %zu rows from ps:%d so far\n", table,
+              r->n, s);
+  }
+}
+
+int psctl_table_export(struct psctl *p) {
+  const char *table = p->argv[0];
+  struct rows *per = calloc((size_t)p->spec->nps, sizeof *per);
+  size_t total = 0, *at = calloc((size_t)p->spec->nps, sizeof *at);
+  uint32_t dim = 0;
+  char tmp[4200], err[1024];
+  int fd = -1, rc = 1;
+  double t0 = cm_mono_ms();
+  struct cm_st_writer *w = NULL;
+  if (!per || !at)
+    goto out;
+  if (!p->out) {
+    fprintf(stderr, "psctl: export TABLE needs --out FILE.safetensors\n");
+    rc = PSCTL_EXIT_USAGE;
+    goto out;
+  }
+  for (int s = 0; s < p->spec->nps; s++) {
+    if (read_shard(p, s, table, &per[s]))
+      goto out;
+    total += per[s].n;
+    dim = per[s].dim ? per[s].dim : dim;
+  }
+  int64_t ishape[1] = {(int64_t)total}, vshape[2] = {(int64_t)total, dim};
+  struct cm_st_desc desc[2] = {{"ids", 1, ishape, "U64"},
+                               {"values", 2, vshape, NULL}};
+  char rows_text[32];
+  snprintf(rows_text, sizeof rows_text, "%zu", total);
+  struct cm_st_meta meta[] = {
+      {"table", table}, {"job", p->spec->job.name}, {"rows", rows_text}};
+  snprintf(tmp, sizeof tmp, "%s.tmp-%d", p->out, (int)getpid());
+  if ((fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644)) < 0) {
+    fprintf(stderr, "psctl: cannot create %s: %s\n", tmp, strerror(errno));
+    goto out;
+  }
+  if (cm_st_writer_new(&w, fd, tmp, desc, 2, meta, 3, err, sizeof err))
+    goto fail;
+  /* Merge the shards' sorted runs by id: ids first, then values. */
+  for (int pass = 0; pass < 2; pass++) {
+    memset(at, 0, (size_t)p->spec->nps * sizeof *at);
+    for (size_t k = 0; k < total; k++) {
+      int best = -1;
+      for (int s = 0; s < p->spec->nps; s++)
+        if (at[s] < per[s].n &&
+            (best < 0 || per[s].ids[at[s]] < per[best].ids[at[best]]))
+          best = s;
+      const void *src =
+          pass ? (const void *)(per[best].values + at[best] * per[best].dim)
+               : (const void *)&per[best].ids[at[best]];
+      size_t len = pass ? dim * sizeof(float) : sizeof(uint64_t);
+      at[best]++;
+      if (cm_st_writer_write(w, src, len, err, sizeof err))
+        goto fail;
+    }
+  }
+  if (cm_st_writer_finish(w, err, sizeof err))
+    goto fail;
+  if (fsync(fd) != 0 || close(fd) != 0 || rename(tmp, p->out) != 0) {
+    fd = -1;
+    snprintf(err, sizeof err, "%s: %s", p->out, strerror(errno));
+    goto fail;
+  }
+  fd = -1;
+  if (p->json) {
+    json_t *root = json_pack("{s:s, s:s, s:I, s:i, s:f}", "table", table,
+                             "file", p->out, "rows", (json_int_t)total, "dim",
+                             (int)dim, "ms", cm_mono_ms() - t0);
+    psctl_print_json(root);
+    json_decref(root);
+  } else {
+    printf("exported table '%s': %zu rows of dim %u, sorted by id, to %s "
+           "(\"ids\" U64, \"values\" F32) in %.0f ms\n",
+           table, total, dim, p->out, cm_mono_ms() - t0);
+  }
+  rc = 0;
+  goto out;
+fail:
+  fprintf(stderr, "psctl: export '%s': %s\n", table, err);
+  unlink(tmp);
+out:
+  cm_st_writer_free(w);
+  if (fd >= 0)
+    close(fd);
+  for (int s = 0; per && s < p->spec->nps; s++) {
+    free(per[s].ids);
+    free(per[s].values);
+  }
+  free(per);
+  free(at);
+  return rc;
+}
