@@ -146,6 +146,38 @@ static json_t *build_metrics(const struct psctl *p) {
              json_integer(psctl_jint(x, "bytes")));
     }
   }
+  /* Embedding tables, per table and shard. */
+  static const struct {
+    const char *key, *name, *type, *help;
+  } tab[] = {
+      {"rows", "psd_table_rows", "gauge", "Rows of the table stored."},
+      {"bytes", "psd_table_held_bytes", "gauge",
+       "Memory held for the table's rows, indexes and counters."},
+      {"raw_bytes", "psd_table_raw_bytes", "gauge",
+       "The stored rows' value and optimizer state bytes."},
+      {"pending", "psd_table_pending", "gauge",
+       "Ids counted towards admission, not stored yet."},
+      {"admitted", "psd_table_admitted_total", "counter", "Rows stored."},
+      {"not_admitted", "psd_table_not_admitted_total", "counter",
+       "Pulls answered with the initial row and pushes counted, not "
+       "applied, for ids not admitted."},
+      {"evicted", "psd_table_evicted_total", "counter", "Rows evicted."},
+      {"rows_pulled", "psd_table_rows_pulled_total", "counter",
+       "Ids answered by sparse pulls."},
+      {"rows_pushed", "psd_table_rows_pushed_total", "counter",
+       "Rows updated by sparse pushes."}};
+  for (size_t k = 0; k < sizeof tab / sizeof tab[0]; k++) {
+    json_t *f = family(all, tab[k].name, tab[k].type, tab[k].help), *x;
+    for (int s = 0; s < spec->nps; s++) {
+      json_t *tl = p->st[s] ? json_object_get(p->st[s], "tables") : NULL;
+      size_t i;
+      snprintf(v, sizeof v, "%d", s);
+      json_array_foreach(tl, i, x) sample(
+          f, tab[k].name,
+          json_pack("{s:s, s:s}", "table", psctl_jstr(x, "name"), "shard", v),
+          json_integer(psctl_jint(x, tab[k].key)));
+    }
+  }
   static const struct {
     const char *key, *name, *help;
   } hists[] = {

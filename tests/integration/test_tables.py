@@ -12,9 +12,14 @@ input the client library never sends.
 - bad input (an id past the bound, a row gradient of the wrong width, too
   many ids for one answer, a table declared again with another dim) gets
   its status naming the table, the id or the widths, and changes nothing;
+- psctl tables, get TABLE --ids (value, optimizer state and stats), top,
+  shrink (eviction by push count) and export (one safetensors file that
+  numpy reads: ids sorted, values as pulled, the same bytes twice), and
+  the tables' metrics;
 - a shard killed with SIGKILL and restarted restores its newest checkpoint,
   a full one and a delta after it, bit for bit.
 Run: /usr/bin/python3 test_tables.py BUILD_DIR"""
+import hashlib
 import importlib.util
 import json
 import math
@@ -52,6 +57,9 @@ TABLES = [
     {"name": "bounded", "dim": 2, "id_bound": 1000, "optimizer": {"type": "sgd", "lr": 0.5}},
     {"name": "admit", "dim": 2, "init": "zeros", "optimizer": {"type": "sgd", "lr": 1.0},
      "admission": {"type": "count", "count": 2}},
+    {"name": "hot", "dim": 2, "optimizer": {"type": "sgd", "lr": 0.5}},
+    {"name": "evict", "dim": 2, "optimizer": {"type": "sgd", "lr": 0.5},
+     "eviction": {"min_count": 2}},
 ]
 DIMS = {t["name"]: "%d%s" % (t["dim"], ":%d" % t["id_bound"] if "id_bound" in t else "")
         for t in TABLES}
@@ -206,6 +214,81 @@ class TablesTest(unittest.TestCase):
         self.assertEqual(self.rows("emb", "pull", mine[:3]), before)
         self.assertIsNone(self.ps[0].p.poll(), "psd exited:\n" + self.ps[0].output())
 
+    def psctl(self, *args):
+        r = h.run([h.build_path("ps-server", "psctl"), "--cluster", self.spec] + list(args))
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        return r.stdout
+
+    def get_rows(self, table, ids):
+        doc = json.loads(self.psctl("--json", "get", table, "--ids",
+                                    ",".join(str(i) for i in ids)))
+        return {r["id"]: r for r in doc["rows"]}
+
+    def test_psctl_get_shows_value_and_state(self):
+        before = self.rows("ada", "pull", [61])[0]
+        g = [0.5, -1.0, 2.0]
+        self.rows("ada", "push", [61], g)
+        row = self.get_rows("ada", [61, 62])
+        self.assertTrue(row[61]["found"])
+        self.assertFalse(row[62]["found"])  # never touched
+        self.assertEqual([f32(x) for x in row[61]["value"]], self.rows("ada", "pull", [61])[0])
+        self.assertEqual([f32(x) for x in row[61]["state"]],
+                         [f32(f32(0.1) + f32(x * x)) for x in g])
+        self.assertEqual(row[61]["state_parts"], ["accum"])
+        self.assertEqual((row[61]["count"], row[61]["t"]), (1, 1))
+        self.assertNotEqual(before, row[61]["value"])
+        r = h.run([h.build_path("ps-server", "psctl"), "--cluster", self.spec, "get", "ada",
+                   "--ids", "1,x"])
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("'x' is not an unsigned 64-bit id", r.stderr)
+        r = h.run([h.build_path("ps-server", "psctl"), "--cluster", self.spec, "top", "nope"])
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("no table 'nope'", r.stderr)
+
+    def test_psctl_top_export_and_tables(self):
+        for _ in range(3):
+            self.rows("hot", "push", [71], [1.0, 1.0])
+        self.rows("hot", "push", [72, 72], [1.0, 1.0, 1.0, 1.0])
+        self.rows("hot", "push", [73], [1.0, 1.0])
+        top = json.loads(self.psctl("--json", "top", "hot", "--top", "2"))["top"]
+        self.assertEqual([(t["id"], t["count"]) for t in top], [(71, 3), (72, 2)])
+        tables = json.loads(self.psctl("--json", "tables"))["tables"]
+        hot = [t for t in tables if t["name"] == "hot"]
+        self.assertEqual(len(hot), 2)  # one entry per shard
+        self.assertEqual(sum(t["rows"] for t in hot), 3)
+        self.assertIn("hot", self.psctl("tables"))
+        import numpy as np  # pylint: disable=import-outside-toplevel
+        out = os.path.join(self.tmp.name, "hot.safetensors")
+        digests = []
+        for _ in range(2):
+            self.psctl("export", "hot", "--out", out)
+            with open(out, "rb") as f:
+                b = f.read()
+            digests.append(hashlib.sha256(b).hexdigest())
+        self.assertEqual(digests[0], digests[1])
+        n = struct.unpack("<Q", b[:8])[0]
+        head = json.loads(b[8:8 + n])
+        data = b[8 + n:]
+        ids = np.frombuffer(data[slice(*head["ids"]["data_offsets"])], dtype="<u8")
+        vals = np.frombuffer(data[slice(*head["values"]["data_offsets"])],
+                             dtype="<f4").reshape(head["values"]["shape"])
+        self.assertEqual(list(ids), [71, 72, 73])
+        pulled = self.rows("hot", "pull", [71, 72, 73])
+        self.assertEqual([[f32(x) for x in r] for r in vals.tolist()], pulled)
+        metrics = self.psctl("metrics")
+        self.assertIn('psd_table_rows{table="hot",shard=', metrics)
+
+    def test_psctl_shrink_evicts_by_count(self):
+        self.rows("evict", "push", [81], [1.0, 1.0])
+        self.rows("evict", "push", [82, 82], [1.0, 1.0, 1.0, 1.0])
+        doc = json.loads(self.psctl("--json", "shrink", "evict"))
+        self.assertEqual(sum(s["evicted"] for s in doc["shards"]), 1)
+        self.assertEqual(sum(s["rows"] for s in doc["shards"]), 1)
+        rows = self.get_rows("evict", [81, 82])
+        self.assertFalse(rows[81]["found"])
+        self.assertTrue(rows[82]["found"])
+        self.assertEqual(self.table_sum("evict", "evicted"), 1)
+
     def test_z_kill9_restores_full_and_delta_bit_for_bit(self):
         # Runs last (z): it restarts the shards.
         ids = list(range(100, 140))
@@ -220,6 +303,7 @@ class TablesTest(unittest.TestCase):
                    "--wait"])
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
         want = self.rows("ada", "pull", ids)
+        want_rows = self.get_rows("ada", ids)  # values, state and stats
         ckroot = os.path.join(self.tmp.name, "ckpt", "tab")
         for i in range(2):
             shard_dir = os.path.join(ckroot, "ps-%d" % i)
@@ -235,6 +319,7 @@ class TablesTest(unittest.TestCase):
         self.__class__.ps = [h.start_psd(self.spec, i) for i in range(2)]
         for p in self.ps:
             p.wait_for("table 'ada': restored from 2 files")
+        self.assertEqual(self.get_rows("ada", ids), want_rows)
         self.assertEqual(self.rows("ada", "pull", ids), want)
 
 
