@@ -67,7 +67,9 @@ void psd_table_free(struct psd_table *t) {
     return;
   for (int i = 0; i < PSD__NSTRIPES; i++) {
     struct stripe *s = &t->st[i];
-    free(s->recs);
+    for (size_t k = 0; k < s->nslabs; k++)
+      free(s->slabs[k]);
+    free(s->slabs);
     free(s->index);
     free(s->freel);
     free(s->pend);
@@ -86,7 +88,8 @@ uint32_t psd_table_nstate(const struct psd_table *t) { return t->nstate; }
 
 struct rec *psd__rec_at(const struct psd_table *t, const struct stripe *s,
                         size_t i) {
-  return (struct rec *)(void *)(s->recs + i * t->rsize);
+  return (struct rec *)(void *)(s->slabs[i / PSD__SLAB] +
+                                (i % PSD__SLAB) * t->rsize);
 }
 float *psd__rec_val(struct rec *r) { return (float *)(void *)(r + 1); }
 
@@ -135,12 +138,18 @@ long psd__table_create(struct psd_table *t, struct stripe *s, uint64_t id) {
     k = s->freel[--s->nfree];
   } else {
     if (s->nrec == s->cap) {
-      size_t cap = s->cap ? s->cap * 2 : 64;
-      uint8_t *r = realloc(s->recs, cap * t->rsize);
-      if (!r)
+      if (s->nslabs == s->slabcap) {
+        size_t cap = s->slabcap ? s->slabcap * 2 : 16;
+        uint8_t **sl = realloc(s->slabs, cap * sizeof *sl);
+        if (!sl)
+          return -1;
+        s->slabs = sl;
+        s->slabcap = cap;
+      }
+      if (!(s->slabs[s->nslabs] = malloc(PSD__SLAB * t->rsize)))
         return -1;
-      s->recs = r;
-      s->cap = cap;
+      s->nslabs++;
+      s->cap += PSD__SLAB;
     }
     k = s->nrec++;
   }
@@ -402,8 +411,8 @@ void psd_table_stats(struct psd_table *t, struct psd_table_stats *out) {
     pthread_mutex_lock(&s->lock);
     out->rows += s->nlive;
     out->pending += s->npend;
-    out->bytes += s->cap * t->rsize + s->icap * sizeof(uint32_t) +
-                  s->freecap * sizeof(uint32_t) +
+    out->bytes += s->cap * t->rsize + s->slabcap * sizeof *s->slabs +
+                  s->icap * sizeof(uint32_t) + s->freecap * sizeof(uint32_t) +
                   s->pcap * sizeof(struct pend) + s->evcap * sizeof(uint64_t);
     pthread_mutex_unlock(&s->lock);
   }

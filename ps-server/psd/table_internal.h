@@ -13,6 +13,9 @@
 #include "rand.h"
 #include "table.h"
 
+/* Records per slab: small, so a stripe's last slab wastes little. */
+#define PSD__SLAB 256
+
 /* Stripes per table: each its own lock, index and records. */
 #define PSD__NSTRIPES 64
 
@@ -33,12 +36,14 @@ struct pend {
 };
 
 struct stripe {
-  pthread_mutex_t lock; /* guards everything below */
-  uint8_t *recs;        /* nrec records of rsize bytes */
-  size_t nrec, cap;     /* records used and allocated */
-  uint32_t *index;      /* icap slots: record number + 1, 0 empty */
-  size_t icap, nlive;   /* slots, live records */
-  uint32_t *freel;      /* free record numbers */
+  pthread_mutex_t lock;   /* guards everything below */
+  uint8_t **slabs;        /* owned: slabs of PSD__SLAB records of rsize bytes,
+                             which never move */
+  size_t nslabs, slabcap; /* slabs allocated, and entries in slabs */
+  size_t nrec, cap;       /* records used and allocated (nslabs x PSD__SLAB) */
+  uint32_t *index;        /* icap slots: record number + 1, 0 empty */
+  size_t icap, nlive;     /* slots, live records */
+  uint32_t *freel;        /* free record numbers */
   size_t nfree, freecap;
   struct pend *pend; /* pcap slots */
   size_t pcap, npend;
