@@ -86,8 +86,9 @@ int dw_svm_load(const char *path, int share, int nshares, struct dw_svm *out,
       errno = 0;
       unsigned long long idx = strtoull(p, &end, 10);
       if (end == p || *end != ':' || errno) {
-        snprintf(err, errlen, "%s:%llu: '%.20s' is not idx:val", path, lineno,
-                 p);
+        int len = (int)strcspn(p, " \t\r\n");
+        snprintf(err, errlen, "%s:%llu: '%.*s' is not idx:val", path, lineno,
+                 len < 40 ? len : 40, p);
         rc = CM_EFORMAT;
         goto out;
       }
