@@ -226,41 +226,81 @@ static struct pend *pend_of(struct stripe *s, uint64_t id, int create_) {
   }
 }
 
+/* Positions 0..n-1 of ids grouped by stripe (a counting sort): ord gets
+ * them, first[k]..first[k + 1] the group of stripe k. */
+static void group_by_stripe(const uint64_t *ids, size_t n, uint32_t *ord,
+                            size_t first[PSD__NSTRIPES + 1]) {
+  size_t at[PSD__NSTRIPES];
+  memset(first, 0, (PSD__NSTRIPES + 1) * sizeof *first);
+  for (size_t i = 0; i < n; i++)
+    first[stripe_of(ids[i]) + 1]++;
+  for (int k = 0; k < PSD__NSTRIPES; k++)
+    first[k + 1] += first[k];
+  memcpy(at, first, sizeof at);
+  for (size_t i = 0; i < n; i++)
+    ord[at[stripe_of(ids[i])]++] = (uint32_t)i;
+}
+
 int psd_table_pull(struct psd_table *t, const uint64_t *ids, size_t n,
                    float *out) {
   uint32_t dim = t->conf.dim;
-  uint64_t na = 0;
+  uint64_t na = 0, adm = 0;
+  size_t first[PSD__NSTRIPES + 1];
+  uint32_t *ord = malloc((n + 1) * sizeof *ord);
+  long *rec = malloc((n + 1) * sizeof *rec);
   int rc = 0;
-  for (size_t i = 0; i < n; i++) {
-    struct stripe *s = &t->st[stripe_of(ids[i])];
+  if (!ord || !rec) {
+    rc = CM_ENOMEM;
+    goto out;
+  }
+  /* A stripe's ids under one hold of its lock, in three passes so that the
+   * memory of the next ids is on its way while one is read: the index
+   * slots, then the records, then the copies. */
+  group_by_stripe(ids, n, ord, first);
+  for (int k = 0; k < PSD__NSTRIPES && !rc; k++) {
+    struct stripe *s = &t->st[k];
+    size_t a = first[k], b = first[k + 1];
+    if (a == b)
+      continue;
     pthread_mutex_lock(&s->lock);
-    long k = psd__table_find(t, s, ids[i]);
-    if (k < 0 && t->conf.admit == CM_ADMIT_ALWAYS) {
-      k = psd__table_create(t, s, ids[i]);
-      if (k < 0)
-        rc = CM_ENOMEM;
-      else {
-        pthread_mutex_lock(&t->stat_lock);
-        t->admitted++;
-        pthread_mutex_unlock(&t->stat_lock);
+    for (size_t j = a; s->icap && j < b; j++)
+      __builtin_prefetch(&s->index[hash_id(ids[ord[j]]) & (s->icap - 1)]);
+    for (size_t j = a; j < b; j++) {
+      uint64_t id = ids[ord[j]];
+      long r = psd__table_find(t, s, id);
+      if (r < 0 && t->conf.admit == CM_ADMIT_ALWAYS) {
+        if ((r = psd__table_create(t, s, id)) < 0) {
+          rc = CM_ENOMEM;
+          break;
+        }
+        adm++;
       }
+      if (r >= 0)
+        __builtin_prefetch(psd__rec_val(psd__rec_at(t, s, (size_t)r)));
+      rec[ord[j]] = r;
     }
-    if (k >= 0)
-      memcpy(out + i * dim, psd__rec_val(psd__rec_at(t, s, (size_t)k)),
-             dim * sizeof(float));
+    for (size_t j = a; !rc && j < b; j++)
+      if (rec[ord[j]] >= 0)
+        memcpy(out + (size_t)ord[j] * dim,
+               psd__rec_val(psd__rec_at(t, s, (size_t)rec[ord[j]])),
+               dim * sizeof(float));
     pthread_mutex_unlock(&s->lock);
-    if (k < 0) {
-      if (rc)
-        return rc;
+  }
+  /* Ids not admitted get their initial row, made outside any lock. */
+  for (size_t i = 0; !rc && i < n; i++)
+    if (rec[i] < 0) {
       psd_table_init_row(&t->conf, t->seed, ids[i], out + i * dim);
       na++;
     }
-  }
   pthread_mutex_lock(&t->stat_lock);
   t->rows_pulled += n;
   t->not_admitted += na;
+  t->admitted += adm;
   pthread_mutex_unlock(&t->stat_lock);
-  return 0;
+out:
+  free(ord);
+  free(rec);
+  return rc;
 }
 
 /* Whether a push of id (its count-th, 1-based) admits it. */
@@ -279,6 +319,65 @@ static int admits(const struct psd_table *t, uint64_t id, uint32_t count) {
   }
 }
 
+/* What one push counted. */
+struct pushed {
+  uint64_t applied; /* rows updated */
+  uint64_t na;      /* ids counted, not applied (not admitted) */
+  uint64_t adm;     /* rows admitted */
+};
+
+/* Under s's lock: applies the summed gradient gs of id (pushed occ times in
+ * this push), or counts it towards its admission. */
+static int apply_one(struct psd_table *t, struct stripe *s, uint64_t id,
+                     const float *gs, uint32_t occ, uint64_t step,
+                     struct pushed *c) {
+  uint32_t dim = t->conf.dim;
+  long k = psd__table_find(t, s, id);
+  uint32_t before = 0;
+  if (k < 0) {
+    struct pend *p =
+        t->conf.admit == CM_ADMIT_ALWAYS ? NULL : pend_of(s, id, 0);
+    before = p ? p->count : 0;
+    if (admits(t, id, before + occ)) {
+      if (p) {
+        p->count = 0; /* leaves the map: rebuild lazily */
+        s->npend--;
+        /* Re-insert the others of the probe run. */
+        size_t m = s->pcap - 1, i = (size_t)(p - s->pend);
+        for (size_t j = (i + 1) & m; s->pend[j].count; j = (j + 1) & m) {
+          struct pend e = s->pend[j];
+          s->pend[j].count = 0;
+          s->npend--;
+          struct pend *q = pend_of(s, e.id, 1);
+          *q = e;
+          s->npend++;
+        }
+      }
+      if ((k = psd__table_create(t, s, id)) < 0)
+        return CM_ENOMEM;
+      c->adm++;
+    } else {
+      if (!p && (p = pend_of(s, id, 1))) {
+        p->id = id;
+        s->npend++;
+      }
+      if (p)
+        p->count = before + occ;
+      c->na++;
+    }
+  }
+  if (k >= 0) {
+    struct rec *r = psd__rec_at(t, s, (size_t)k);
+    cm_rowopt_apply(&t->conf.opt, dim, psd__rec_val(r), psd__rec_val(r) + dim,
+                    &r->t, gs);
+    r->count += before + occ;
+    r->last_step = step;
+    r->gen = t->gen;
+    c->applied++;
+  }
+  return 0;
+}
+
 int psd_table_push(struct psd_table *t, const uint64_t *ids, size_t n,
                    const float *g, float scale, uint64_t step) {
   uint32_t dim = t->conf.dim;
@@ -290,9 +389,12 @@ int psd_table_push(struct psd_table *t, const uint64_t *ids, size_t n,
   size_t *uniq = malloc((n + 1) * sizeof *uniq), nu = 0;
   uint32_t *occ = malloc((n + 1) * sizeof *occ);
   float *sum = malloc(((n + 1) * dim) * sizeof *sum);
-  uint64_t applied = 0, na = 0, adm = 0;
+  uint64_t *ids_u = malloc((n + 1) * sizeof *ids_u);
+  uint32_t *ord = malloc((n + 1) * sizeof *ord);
+  size_t first[PSD__NSTRIPES + 1];
+  struct pushed c = {0};
   int rc = 0;
-  if (!slot || !uniq || !occ || !sum) {
+  if (!slot || !uniq || !occ || !sum || !ids_u || !ord) {
     rc = CM_ENOMEM;
     goto out;
   }
@@ -316,71 +418,41 @@ int psd_table_push(struct psd_table *t, const uint64_t *ids, size_t n,
     }
   }
   for (size_t u = 0; u < nu; u++) {
-    uint64_t id = ids[uniq[u]];
-    float *gs = sum + u * dim;
+    ids_u[u] = ids[uniq[u]];
     if (scale != 1.0f)
       for (uint32_t j = 0; j < dim; j++)
-        gs[j] *= scale;
-    struct stripe *s = &t->st[stripe_of(id)];
+        sum[u * dim + j] *= scale;
+  }
+  /* Each stripe's rows under one hold of its lock, their index slots
+   * fetched ahead. */
+  group_by_stripe(ids_u, nu, ord, first);
+  for (int k = 0; k < PSD__NSTRIPES && !rc; k++) {
+    struct stripe *s = &t->st[k];
+    if (first[k] == first[k + 1])
+      continue;
     pthread_mutex_lock(&s->lock);
-    long k = psd__table_find(t, s, id);
-    uint32_t before = 0;
-    if (k < 0) {
-      struct pend *p =
-          t->conf.admit == CM_ADMIT_ALWAYS ? NULL : pend_of(s, id, 0);
-      before = p ? p->count : 0;
-      if (admits(t, id, before + occ[u])) {
-        if (p) {
-          p->count = 0; /* leaves the map: rebuild lazily */
-          s->npend--;
-          /* Re-insert the others of the probe run. */
-          size_t m = s->pcap - 1, i = (size_t)(p - s->pend);
-          for (size_t j = (i + 1) & m; s->pend[j].count; j = (j + 1) & m) {
-            struct pend e = s->pend[j];
-            s->pend[j].count = 0;
-            s->npend--;
-            struct pend *q = pend_of(s, e.id, 1);
-            *q = e;
-            s->npend++;
-          }
-        }
-        if ((k = psd__table_create(t, s, id)) < 0) {
-          pthread_mutex_unlock(&s->lock);
-          rc = CM_ENOMEM;
-          goto out;
-        }
-        adm++;
-      } else {
-        if (!p && (p = pend_of(s, id, 1))) {
-          p->id = id;
-          s->npend++;
-        }
-        if (p)
-          p->count = before + occ[u];
-        na++;
-      }
-    }
-    if (k >= 0) {
-      struct rec *r = psd__rec_at(t, s, (size_t)k);
-      cm_rowopt_apply(&t->conf.opt, dim, psd__rec_val(r), psd__rec_val(r) + dim,
-                      &r->t, gs);
-      r->count += before + occ[u];
-      r->last_step = step;
-      r->gen = t->gen;
-      applied++;
+    for (size_t j = first[k]; s->icap && j < first[k + 1]; j++)
+      __builtin_prefetch(&s->index[hash_id(ids_u[ord[j]]) & (s->icap - 1)]);
+    for (size_t j = first[k]; !rc && j < first[k + 1]; j++) {
+      size_t u = ord[j];
+      rc = apply_one(t, s, ids_u[u], sum + u * dim, occ[u], step, &c);
     }
     pthread_mutex_unlock(&s->lock);
   }
+  if (rc)
+    goto out;
   pthread_mutex_lock(&t->stat_lock);
-  t->rows_pushed += applied;
-  t->not_admitted += na;
-  t->admitted += adm;
+  t->rows_pushed += c.applied;
+  t->not_admitted += c.na;
+  t->admitted += c.adm;
   pthread_mutex_unlock(&t->stat_lock);
 out:
   free(slot);
   free(uniq);
   free(occ);
   free(sum);
+  free(ids_u);
+  free(ord);
   return rc;
 }
 

@@ -94,7 +94,7 @@ int psd_table_pull(struct psd_table *t, const uint64_t *ids, size_t n,
  * step. An id not admitted is counted towards its admission and, once
  * admitted by this push, created and updated. Thread-safe: concurrent
  * pushes and pulls of any ids, resizes included, are safe. Returns 0 or
- * CM_ENOMEM (then nothing of the push is applied). */
+ * CM_ENOMEM (the rows applied before it stay applied). */
 int psd_table_push(struct psd_table *t, const uint64_t *ids, size_t n,
                    const float *g, float scale, uint64_t step);
 
