@@ -265,6 +265,12 @@ int psd_table_pull(struct psd_table *t, const uint64_t *ids, size_t n,
     pthread_mutex_lock(&s->lock);
     for (size_t j = a; s->icap && j < b; j++)
       __builtin_prefetch(&s->index[hash_id(ids[ord[j]]) & (s->icap - 1)]);
+    /* The record in each id's home slot (most ids are found there). */
+    for (size_t j = a; s->icap && j < b; j++) {
+      uint32_t v = s->index[hash_id(ids[ord[j]]) & (s->icap - 1)];
+      if (v)
+        __builtin_prefetch(psd__rec_at(t, s, v - 1));
+    }
     for (size_t j = a; j < b; j++) {
       uint64_t id = ids[ord[j]];
       long r = psd__table_find(t, s, id);
@@ -433,6 +439,11 @@ int psd_table_push(struct psd_table *t, const uint64_t *ids, size_t n,
     pthread_mutex_lock(&s->lock);
     for (size_t j = first[k]; s->icap && j < first[k + 1]; j++)
       __builtin_prefetch(&s->index[hash_id(ids_u[ord[j]]) & (s->icap - 1)]);
+    for (size_t j = first[k]; s->icap && j < first[k + 1]; j++) {
+      uint32_t v = s->index[hash_id(ids_u[ord[j]]) & (s->icap - 1)];
+      if (v)
+        __builtin_prefetch(psd__rec_at(t, s, v - 1));
+    }
     for (size_t j = first[k]; !rc && j < first[k + 1]; j++) {
       size_t u = ord[j];
       rc = apply_one(t, s, ids_u[u], sum + u * dim, occ[u], step, &c);
