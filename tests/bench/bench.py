@@ -59,6 +59,7 @@ import traceback
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "integration"))
 import harness as h  # noqa: E402
+import bench_sparse  # noqa: E402
 
 SIZES = [(4096, 400), (1 << 20, 60), (16 << 20, 12), (64 << 20, 4)]
 REPEATS = 3  # interleaved repeats per size; medians are printed
@@ -513,62 +514,6 @@ def sync(d):
              res[3]["dropped"], res[3]["steps"]), flush=True)
 
 
-SPARSE_ROWS = int(os.environ.get("PSD_BENCH_SPARSE_ROWS", 10_000_000))  # table rows
-SPARSE_SECONDS = 4        # each timed phase
-SPARSE_ROUNDS = 2         # rounds, alternating psd and the in-memory baseline
-
-
-def sparse(d):
-    """Embedding-table rows per second: 2 shards and 2 clients pull, then
-    push (adagrad), batches of 1,024 Zipf-distributed ids (s 1.1) against a
-    table of 10 million rows, at dim 16 and 64 (pstool sparse), alternated
-    with the same lookups and updates in one process on psd's own table code
-    with no network (sparse-mem); the ratio is psd's aggregate over the
-    baseline's. The shards' memory for the rows is read from Status's
-    tables (bytes held over the rows' value and state bytes)."""
-    for dim in (16, 64):
-        spec = os.path.join(d, "sparse%d.json" % dim)
-        h.write_spec(spec, nps=2, nworker=2,
-                     job={"name": "bench-sparse", "rpc_timeout_ms": 120000,
-                          "tables": [{"name": "bench/%d" % dim, "dim": dim,
-                                      "optimizer": {"type": "adagrad", "lr": 0.05}}]})
-        got = {"pull": [], "push": [], "mem_pull": [], "mem_push": []}
-        overhead = mem_overhead = None
-        for _ in range(SPARSE_ROUNDS):
-            r = run_ok("sparse", [h.build_path("tests", "sparse-mem"), str(dim),
-                                  str(SPARSE_ROWS), str(SPARSE_SECONDS)])
-            m = line_kv("sparse", ["sparse-mem"], r.stdout.splitlines(), "sparse_mem")
-            got["mem_pull"].append(float(m["pull_rows_per_s"]))
-            got["mem_push"].append(float(m["push_rows_per_s"]))
-            mem_overhead = float(m["overhead"])
-            with procs("sparse") as started:
-                for i in range(2):
-                    start_psd("sparse", started, spec, i)
-                argv = pstool(spec, "--clients", "2", "--bytes", str(SPARSE_ROWS),
-                              "--seconds", str(SPARSE_SECONDS), "--timeout", "120000",
-                              "sparse", str(dim))
-                r = run_ok("sparse", argv)
-                k = line_kv("sparse", argv, r.stdout.splitlines(), "sparse")
-                got["pull"].append(float(k["pull_rows_per_s"]))
-                got["push"].append(float(k["push_rows_per_s"]))
-                st = psctl_status("sparse", spec)["shards"]
-                held = sum(t["bytes"] for s in st for t in s.get("tables", []))
-                raw = sum(t["raw_bytes"] for s in st for t in s.get("tables", []))
-                rows = sum(t["rows"] for s in st for t in s.get("tables", []))
-                if rows != SPARSE_ROWS:
-                    fail("sparse", argv, "the shards hold %d rows; %d were filled"
-                         % (rows, SPARSE_ROWS), r.stdout + r.stderr)
-                overhead = held / raw
-        pull, push = median(got["pull"]), median(got["push"])
-        mpull, mpush = median(got["mem_pull"]), median(got["mem_push"])
-        print("bench sparse dim=%d rows=%d shards=2 clients=2 batch=1024 "
-              "pull_rows_per_s=%.0f push_rows_per_s=%.0f mem_pull_rows_per_s=%.0f "
-              "mem_push_rows_per_s=%.0f pull_ratio=%.2f push_ratio=%.2f "
-              "memory_overhead=%.3f mem_overhead=%.3f"
-              % (dim, SPARSE_ROWS, pull, push, mpull, mpush, pull / mpull, push / mpush,
-                 overhead, mem_overhead), flush=True)
-
-
 def optim(d):
     """The optimizer updates against a triad; optim-bench interleaves its
     repeats and prints the medians itself."""
@@ -587,7 +532,7 @@ def kernels(d):
 def main():
     parts = {"transport": transport, "aggregate": aggregate, "memory": memory,
              "train": train, "sync": sync, "scale": scale, "optim": optim,
-             "kernels": kernels, "sparse": sparse}
+             "kernels": kernels, "sparse": lambda d: bench_sparse.sparse(d, sys.modules[__name__])}
     if len(sys.argv) < 2:
         sys.stderr.write("usage: bench.py BUILD_DIR [%s ...]\n" % "|".join(parts))
         return 2
