@@ -161,26 +161,27 @@ int psd_table_page(struct psd_table *t, int has_after, uint64_t after,
   return s ? 0 : CM_ENOMEM;
 }
 
+/* Makes room for one more entry in *arr (n used of *cap, elements of
+ * size sz), doubling it. Returns 0 or CM_ENOMEM. */
+static int room(void **arr, size_t n, size_t *cap, size_t sz) {
+  if (n < *cap)
+    return 0;
+  size_t c = *cap ? 2 * *cap : 64;
+  void *p = realloc(*arr, c * sz);
+  if (!p)
+    return CM_ENOMEM;
+  *arr = p;
+  *cap = c;
+  return 0;
+}
+
 /* Under s's lock: frees record k (id), remembering the id for the next
  * delta snapshot. */
 static int evict(struct psd_table *t, struct stripe *s, size_t k) {
   struct rec *r = psd__rec_at(t, s, k);
-  if (s->nfree == s->freecap) {
-    size_t cap = s->freecap ? 2 * s->freecap : 64;
-    uint32_t *f = realloc(s->freel, cap * sizeof *f);
-    if (!f)
-      return CM_ENOMEM;
-    s->freel = f;
-    s->freecap = cap;
-  }
-  if (s->nev == s->evcap) {
-    size_t cap = s->evcap ? 2 * s->evcap : 64;
-    uint64_t *e = realloc(s->evicted, cap * sizeof *e);
-    if (!e)
-      return CM_ENOMEM;
-    s->evicted = e;
-    s->evcap = cap;
-  }
+  if (room((void **)&s->freel, s->nfree, &s->freecap, sizeof *s->freel) ||
+      room((void **)&s->evicted, s->nev, &s->evcap, sizeof *s->evicted))
+    return CM_ENOMEM;
   psd__table_unindex(t, s, r->id);
   s->evicted[s->nev++] = r->id;
   r->live = 0;
