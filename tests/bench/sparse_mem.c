@@ -48,12 +48,16 @@ int main(int argc, char **argv) {
       return 1;
   }
   double rate[2];
+  uint64_t *pool = zipf_pool(state, nrows, 1.1);
+  size_t at = 0;
+  if (!pool)
+    return 1;
   for (int ph = 0; ph < 2; ph++) {
     uint64_t moved = 0;
     double t0 = cm_mono_ms(), until = t0 + secs * 1000.0;
     while (cm_mono_ms() < until) {
-      for (size_t i = 0; i < batch; i++)
-        ids[i] = zipf_id(zipf_rank(&state, nrows, 1.1));
+      for (size_t i = 0; i < batch; i++, at++)
+        ids[i] = pool[at % ZIPF_POOL];
       if (ph == 0 ? psd_table_pull(t, ids, batch, rows)
                   : psd_table_push(t, ids, batch, rows, 1.0f, 1))
         return 1;
@@ -68,6 +72,7 @@ int main(int argc, char **argv) {
          (unsigned long long)st.bytes, (unsigned long long)st.raw_bytes,
          st.raw_bytes ? (double)st.bytes / (double)st.raw_bytes : 0.0);
   psd_table_free(t);
+  free(pool);
   free(ids);
   free(rows);
   return 0;

@@ -65,16 +65,24 @@ static void *run(void *arg) {
       w->rows += n;
     }
   } else {
+    uint64_t *pool = zipf_pool(state, a->bytes, 1.1);
+    size_t at = 0;
+    if (!pool)
+      goto out;
+    w->start = cm_mono_ms();
     double until = w->start + a->seconds * 1000.0;
     while (cm_mono_ms() < until) {
-      for (size_t i = 0; i < batch; i++)
-        ids[i] = zipf_id(zipf_rank(&state, a->bytes, 1.1));
+      for (size_t i = 0; i < batch; i++, at++)
+        ids[i] = pool[at % ZIPF_POOL];
       struct dw_rows q = {w->table, ids, batch, rows, rows};
       if (w->phase == 1 ? dw_client_pull_rows(c, &q, 1)
-                        : dw_client_push_rows(c, &q, 1))
+                        : dw_client_push_rows(c, &q, 1)) {
+        free(pool);
         goto fail;
+      }
       w->rows += batch;
     }
+    free(pool);
   }
   w->end = cm_mono_ms();
   w->rc = 0;

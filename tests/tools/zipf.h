@@ -8,6 +8,7 @@
 
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 #include "rand.h"
 
@@ -22,6 +23,17 @@ static inline uint64_t zipf_rank(uint64_t *state, uint64_t n, double s) {
   double a = 1.0 - s, top = pow((double)n, a);
   uint64_t r = (uint64_t)pow((top - 1.0) * u + 1.0, 1.0 / a);
   return r < 1 ? 1 : r > n ? n : r;
+}
+
+/* Ids of the timed phases, drawn before the clock starts (pow per id
+ * would otherwise be timed too): a pool of ZIPF_POOL ids of ranks in 1..n,
+ * cycled through. Returns a new array (free()), or NULL. */
+#define ZIPF_POOL (1u << 20)
+static inline uint64_t *zipf_pool(uint64_t seed, uint64_t n, double s) {
+  uint64_t *p = (uint64_t *)malloc(ZIPF_POOL * sizeof *p), st = seed;
+  for (size_t i = 0; p && i < ZIPF_POOL; i++)
+    p[i] = zipf_id(zipf_rank(&st, n, s));
+  return p;
 }
 
 #endif

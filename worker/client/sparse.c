@@ -136,8 +136,13 @@ static int plan(struct scall *sc, int nr) {
   size_t total = 0, at = 0;
   int *count = calloc((size_t)c->nshards, sizeof *count);
   uint32_t *chunks = calloc((size_t)c->nshards, sizeof *chunks);
+  size_t all = 0, base = 0;
+  for (int i = 0; i < nr; i++)
+    all += sc->rows[i].n;
+  /* Each id's shard, computed once. */
+  int *shard = malloc((all + 1) * sizeof *shard);
   int rc = 0;
-  if (!count || !chunks)
+  if (!count || !chunks || !shard)
     goto nomem;
   for (int i = 0; i < nr; i++) {
     const struct dw_rows *r = &sc->rows[i];
@@ -165,7 +170,7 @@ static int plan(struct scall *sc, int nr) {
     per = per ? per : 1;
     memset(count, 0, (size_t)c->nshards * sizeof *count);
     for (size_t k = 0; k < r->n; k++)
-      count[dw_client_shard_of(c, r->ids[k])]++;
+      count[shard[total + k] = dw_client_shard_of(c, r->ids[k])]++;
     for (int s = 0; s < c->nshards; s++)
       sc->nmsgs += (int)((count[s] + per - 1) / per);
     total += r->n;
@@ -183,7 +188,7 @@ static int plan(struct scall *sc, int nr) {
     for (int s = 0; s < c->nshards; s++) {
       struct smsg *m = NULL;
       for (size_t k = 0; k < r->n; k++) {
-        if (dw_client_shard_of(c, r->ids[k]) != s)
+        if (shard[base + k] != s)
           continue;
         if (!m || m->n == per) {
           m = &sc->msgs[sc->nmsgs++];
@@ -193,6 +198,7 @@ static int plan(struct scall *sc, int nr) {
         at++;
       }
     }
+    base += r->n;
   }
   goto out;
 nomem:
@@ -201,6 +207,7 @@ nomem:
 out:
   free(count);
   free(chunks);
+  free(shard);
   return rc;
 }
 
