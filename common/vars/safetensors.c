@@ -143,7 +143,7 @@ int cm_st_writer_new(struct cm_st_writer **out, int fd, const char *path,
   for (int i = 0; i < n; i++) {
     const struct cm_st_desc *t = &tensors[i];
     json_t *shape = json_array(), *info;
-    int ok;
+    int ok, u64 = t->dtype && !strcmp(t->dtype, "U64"); /* else F32 */
     uint64_t bytes;
     if (t->ndim < 0 || t->ndim > CM_ST_MAX_DIMS) {
       json_decref(shape);
@@ -152,8 +152,6 @@ int cm_st_writer_new(struct cm_st_writer **out, int fd, const char *path,
       rc = CM_EINVAL;
       goto out;
     }
-    /* F32 unless told otherwise: U64 ids (a table's export) are 8 bytes. */
-    int u64 = t->dtype && !strcmp(t->dtype, "U64");
     bytes = tensor_bytes(t->ndim, t->shape, u64 ? 8 : 4, &ok);
     for (int d = 0; ok && d < t->ndim; d++)
       json_array_append_new(shape, json_integer(t->shape[d]));

@@ -181,7 +181,8 @@ START_TEST(test_wrong_types) {
   has_line("t.json: job.batch_size: expected a positive integer, got 0");
   has_line("t.json: job.hidden[1]: expected a positive integer, got 0");
   has_line("t.json: job.hidden[2]: expected a positive integer, got 2.5");
-  has_line("t.json: job.model: expected \"softmax\", \"mlp\", \"cnn\" or \"ctr\", got "
+  has_line("t.json: job.model: expected \"softmax\", \"mlp\", \"cnn\" or "
+           "\"ctr\", got "
            "\"rnn\"");
   has_text("t.json: job.name: \"my job\" has a character other than");
   has_line("t.json: job.data_dir: empty; expected a non-empty string");

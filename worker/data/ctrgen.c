@@ -12,11 +12,11 @@
 #include "err.h"
 #include "rand.h"
 
-#define K 4            /* the true interaction vectors' width */
+#define K 4          /* the true interaction vectors' width */
 #define HOT_RANKS 30 /* ranks past this carry a twentieth of the signal */
-#define SW 0.5         /* the weights' scale */
-#define SV 0.25 /* the interaction vectors' scale */
-#define BIAS (-1.0)    /* the true model's bias */
+#define SW 0.5       /* the weights' scale */
+#define SV 0.25      /* the interaction vectors' scale */
+#define BIAS (-1.0)  /* the true model's bias */
 
 /* A standard normal from a 64-bit hash (Box-Muller). */
 static double normal(uint64_t h) {

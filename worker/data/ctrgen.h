@@ -12,8 +12,8 @@
  * field, rank), scaled down by 20 past rank 30 (the long tail carries
  * little signal, so what a model can learn from the data decides the
  * label: the learned model can come within 0.01 of the true model's AUC);
- * label ~ Bernoulli(sigmoid(logit)), b = -1, sw = 0.5, sv = 0.25. Nothing of size 10^9 is
- * stored. */
+ * label ~ Bernoulli(sigmoid(logit)), b = -1, sw = 0.5, sv = 0.25. Nothing of
+ * size 10^9 is stored. */
 #ifndef DW_CTRGEN_H
 #define DW_CTRGEN_H
 
