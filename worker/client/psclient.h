@@ -158,8 +158,9 @@ struct dw_rows {
 int dw_client_pull_rows(struct dw_client *c, struct dw_rows *r, int nr);
 
 /* Pushes the row gradients of r[0..nr); each shard applies its table's
- * per-row optimizer on arrival to the rows touched. Counts
- * dw_client_set_examples' examples once, on the first message to shard 0. */
+ * per-row optimizer on arrival to the rows touched. Sparse pushes carry no
+ * examples (SparsePushRequest.examples 0): a step's dense push counts them,
+ * so they are not counted twice. */
 int dw_client_push_rows(struct dw_client *c, const struct dw_rows *r, int nr);
 
 /* Sync: pulls once every shard has committed min_version steps. */
