@@ -66,6 +66,12 @@ static void parse_admit_evict(struct cm__errs *e, json_t *t, const char *path,
     c->admit_count = (uint32_t)count;
     cm__opt_number(e, a, p, "probability", 0, 0, 1.0000001,
                    "a number in (0, 1]", &c->admit_prob);
+    if (c->admit != CM_ADMIT_COUNT && json_object_get(a, "count"))
+      cm__report(e, p, "\"count\" is only meaningful with \"type\": \"count\"");
+    if (c->admit != CM_ADMIT_PROB && json_object_get(a, "probability"))
+      cm__report(e, p,
+                 "\"probability\" is only meaningful with \"type\": "
+                 "\"probability\"");
     if (c->admit == CM_ADMIT_COUNT && !json_object_get(a, "count"))
       cm__report(e, p,
                  "type \"count\" needs \"count\": the pushes an id "
@@ -87,6 +93,33 @@ static void parse_admit_evict(struct cm__errs *e, json_t *t, const char *path,
     int mc = 0;
     cm__opt_int(e, v, p, "min_count", 0, INT_MAX, &mc);
     c->evict_min_count = (uint32_t)mc;
+  }
+}
+
+/* Reads a table's name: 1..CM_TABLE_MAX_NAME bytes, none of them a control
+ * character (psctl prints the name, and checkpoint and export files carry
+ * it). An escaped NUL never gets here: jansson refuses it. */
+static void parse_name(struct cm__errs *e, json_t *t, const char *path,
+                       struct cm_table_conf *c) {
+  json_t *v = json_object_get(t, "name");
+  char np[80];
+  if (!v) {
+    cm__report(e, path, "needs a \"name\" (1..%d bytes)", CM_TABLE_MAX_NAME);
+    return;
+  }
+  if (!cm__opt_string(e, t, path, "name", c->name, sizeof c->name))
+    return;
+  snprintf(np, sizeof np, "%s.name", path);
+  for (size_t i = 0; i < json_string_length(v); i++) {
+    unsigned char ch = (unsigned char)json_string_value(v)[i];
+    if (ch < 0x20 || ch == 0x7f) {
+      cm__report(e, np,
+                 "holds the control character 0x%02x at byte %zu; "
+                 "expected printable characters",
+                 ch, i);
+      c->name[0] = '\0'; /* not compared for duplicates */
+      return;
+    }
   }
 }
 
@@ -124,13 +157,7 @@ void cm__parse_tables(struct cm__errs *e, json_t *job, struct cm_job *out) {
       continue;
     }
     cm__check_keys(e, t, path, keys, sizeof keys / sizeof keys[0]);
-    if (!cm__opt_string(e, t, path, "name", c->name, sizeof c->name))
-      cm__report(e, path, "needs a \"name\" (1..%d bytes)", CM_TABLE_MAX_NAME);
-    for (const char *p = c->name; *p; p++)
-      if ((unsigned char)*p < 0x20 || *p == 0x7f) {
-        cm__report(e, path, "name \"%s\" holds a control character", c->name);
-        break;
-      }
+    parse_name(e, t, path, c);
     json_t *d = json_object_get(t, "dim");
     char dp[80];
     snprintf(dp, sizeof dp, "%s.dim", path);
