@@ -144,6 +144,7 @@ int cm_st_writer_new(struct cm_st_writer **out, int fd, const char *path,
     const struct cm_st_desc *t = &tensors[i];
     json_t *shape = json_array(), *info;
     int ok, u64 = t->dtype && !strcmp(t->dtype, "U64"); /* else F32 */
+    int known = !t->dtype || u64 || !strcmp(t->dtype, "F32");
     uint64_t bytes;
     if (t->ndim < 0 || t->ndim > CM_ST_MAX_DIMS) {
       json_decref(shape);
@@ -155,12 +156,13 @@ int cm_st_writer_new(struct cm_st_writer **out, int fd, const char *path,
     bytes = tensor_bytes(t->ndim, t->shape, u64 ? 8 : 4, &ok);
     for (int d = 0; ok && d < t->ndim; d++)
       json_array_append_new(shape, json_integer(t->shape[d]));
-    if (!ok || !strcmp(t->name, "__metadata__") ||
+    if (!ok || !known || !strcmp(t->name, "__metadata__") ||
         json_object_get(root, t->name)) {
       json_decref(shape);
       snprintf(err, errlen, "%s: tensor '%s': %s", path, t->name,
-               !ok ? "bad shape (negative or too large)"
-                   : "the name is taken (duplicate or __metadata__)");
+               !ok      ? "bad shape (negative or too large)"
+               : !known ? "the writer takes dtype F32 or U64 only"
+                        : "the name is taken (duplicate or __metadata__)");
       rc = CM_EINVAL;
       goto out;
     }

@@ -38,7 +38,7 @@ struct cm_st_meta {
   const char *value; /* UTF-8 */
 };
 
-/* A tensor to write: f32 values of this shape (strings borrowed). */
+/* A tensor to write: values of this shape and dtype (strings borrowed). */
 struct cm_st_desc {
   const char *name;     /* UTF-8, unique in the file, not "__metadata__" */
   int ndim;             /* 0..CM_ST_MAX_DIMS */
@@ -53,11 +53,11 @@ uint32_t cm_st_crc32(uint32_t crc, const void *p, size_t n);
 
 struct cm_st_writer;
 
-/* Writes the header for tensors[0..n) (f32, in this order) and meta[0..nmeta)
- * to fd at its current position and returns a writer for their bytes. fd
- * stays the caller's (the writer neither fsyncs nor closes it); path names it
- * in messages. Returns 0, CM_EINVAL for a bad name or shape (err says which),
- * CM_EIO for a failed write (err has strerror), CM_ENOMEM. */
+/* Writes the header for tensors[0..n) (F32 or U64, in this order) and
+ * meta[0..nmeta) to fd at its current position and returns a writer for their
+ * bytes. fd stays the caller's (the writer neither fsyncs nor closes it); path
+ * names it in messages. Returns 0, CM_EINVAL for a bad name, shape or dtype
+ * (err says which), CM_EIO for a failed write (err has strerror), CM_ENOMEM. */
 int cm_st_writer_new(struct cm_st_writer **out, int fd, const char *path,
                      const struct cm_st_desc *tensors, int n,
                      const struct cm_st_meta *meta, int nmeta, char *err,

@@ -1,10 +1,11 @@
 /* Unit tests for common/vars/safetensors.c: a written file reads back with the
  * same names, shapes, metadata and bytes, laid out as the format says (8-byte
  * length, space-padded JSON, tensors back to back); per-tensor CRCs match
- * zlib's whatever the write pieces; the writer refuses bad names and wrong
- * amounts of data; the reader refuses every truncation of a valid file and
- * every kind of bad header with a message (never a crash), and bounds its
- * reads; random garbage never crashes it. */
+ * zlib's whatever the write pieces; U64 tensors beside F32 ones; the writer
+ * refuses bad names, dtypes it cannot write and wrong amounts of data; the
+ * reader refuses every truncation of a valid file and every kind of bad header
+ * with a message (never a crash), and bounds its reads; random garbage never
+ * crashes it. */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE /* mkstemp under -std=c11 */
 #endif
@@ -224,6 +225,58 @@ START_TEST(test_writer_refuses) {
 }
 END_TEST
 
+/* U64 tensors beside F32 ones (psctl export's "ids" and "values"): 8 bytes
+ * an element, the dtype in the header, the bytes back as written; a dtype
+ * the writer cannot write is refused rather than mislabelled. */
+START_TEST(test_u64) {
+  static const uint64_t ids[3] = {1, 1ull << 40, UINT64_MAX};
+  static const float vals[6] = {0.5f, -1, 2, 3, -4, 5.25f};
+  static const int64_t si[1] = {3}, sv[2] = {3, 2};
+  struct cm_st_desc d[2] = {{"ids", 1, si, "U64"}, {"values", 2, sv, NULL}};
+  struct cm_st_desc i64[1] = {{"x", 1, si, "I64"}};
+  struct cm_st_writer *w = NULL;
+  struct cm_st_file *f = NULL;
+  const struct cm_st_tensor *t;
+  uint64_t got[3];
+  float gotv[6];
+  int fd = open(path, O_WRONLY | O_TRUNC);
+
+  ck_assert_int_eq(
+      cm_st_writer_new(&w, fd, path, i64, 1, NULL, 0, err, sizeof err),
+      CM_EINVAL);
+  ck_assert_ptr_nonnull(strstr(err, "F32 or U64"));
+  ck_assert_ptr_null(w);
+  ck_assert_int_eq(
+      cm_st_writer_new(&w, fd, path, d, 2, NULL, 0, err, sizeof err), 0);
+  ck_assert_int_eq(cm_st_writer_write(w, ids, sizeof ids, err, sizeof err), 0);
+  ck_assert_int_eq(cm_st_writer_write(w, vals, sizeof vals, err, sizeof err),
+                   0);
+  ck_assert_int_eq(cm_st_writer_finish(w, err, sizeof err), 0);
+  ck_assert_uint_eq(cm_st_writer_crc(w, 0),
+                    crc32(0, (const Bytef *)ids, sizeof ids));
+  cm_st_writer_free(w);
+  close(fd);
+
+  ck_assert_int_eq(cm_st_open(&f, path, err, sizeof err), 0);
+  t = cm_st_find(f, "ids");
+  ck_assert_ptr_nonnull(t);
+  ck_assert_str_eq(t->dtype, "U64");
+  ck_assert_int_eq(t->ndim, 1);
+  ck_assert_int_eq(t->shape[0], 3);
+  ck_assert_uint_eq(t->begin, 0);
+  ck_assert_uint_eq(t->end, 24);
+  ck_assert_int_eq(cm_st_read(f, t, 0, got, sizeof got, err, sizeof err), 0);
+  ck_assert_int_eq(memcmp(got, ids, sizeof ids), 0);
+  t = cm_st_find(f, "values");
+  ck_assert_str_eq(t->dtype, "F32");
+  ck_assert_uint_eq(t->begin, 24);
+  ck_assert_uint_eq(t->end, 48);
+  ck_assert_int_eq(cm_st_read(f, t, 0, gotv, sizeof gotv, err, sizeof err), 0);
+  ck_assert_int_eq(memcmp(gotv, vals, sizeof vals), 0);
+  cm_st_close(f);
+}
+END_TEST
+
 START_TEST(test_every_truncation_is_refused) {
   unsigned char *raw;
   size_t size;
@@ -376,6 +429,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, test_roundtrip);
   tcase_add_test(tc, test_crc_whatever_the_pieces);
   tcase_add_test(tc, test_writer_refuses);
+  tcase_add_test(tc, test_u64);
   tcase_add_test(tc, test_every_truncation_is_refused);
   tcase_add_test(tc, test_bad_headers);
   tcase_add_test(tc, test_garbage_never_crashes);
