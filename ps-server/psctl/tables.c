@@ -20,6 +20,7 @@
 #include "clock.h"
 #include "err.h"
 #include "psctl.h"
+#include "rowids.h"
 #include "safetensors.h"
 #include "table.h"
 #include "units.h"
@@ -105,40 +106,9 @@ out:
   return psctl_finish(p, rc);
 }
 
-/* Parses --ids "1,5,9" into a new array (*n ids). Returns NULL after
- * saying what is wrong. */
-static uint64_t *parse_ids(const char *text, size_t *n) {
-  size_t cap = 1;
-  for (const char *c = text; *c; c++)
-    cap += *c == ',';
-  uint64_t *ids = calloc(cap, sizeof *ids);
-  char *copy = strdup(text), *save = NULL;
-  *n = 0;
-  for (char *tok = strtok_r(copy, ",", &save); ids && tok;
-       tok = strtok_r(NULL, ",", &save)) {
-    char *end;
-    errno = 0;
-    unsigned long long v = strtoull(tok, &end, 10);
-    if (*tok == '-' || end == tok || *end || errno) {
-      fprintf(stderr, "psctl: --ids: '%s' is not an unsigned 64-bit id\n", tok);
-      free(ids);
-      ids = NULL;
-      break;
-    }
-    ids[(*n)++] = v;
-  }
-  if (ids && !*n) {
-    fprintf(stderr, "psctl: --ids: no ids given (expected like 1,5,9)\n");
-    free(ids);
-    ids = NULL;
-  }
-  free(copy);
-  return ids;
-}
-
 /* Prints one row of a Rows answer. */
 static void print_row(json_t *row, json_t *state_names, int shard) {
-  printf("id %lld (ps:%d): ", psctl_jint(row, "id"), shard);
+  printf("id %llu (ps:%d): ", (unsigned long long)psctl_jint(row, "id"), shard);
   if (!json_is_true(json_object_get(row, "found"))) {
     printf("not stored (never pushed, not admitted yet, or evicted)\n");
     return;
@@ -169,8 +139,11 @@ int psctl_table_get(struct psctl *p) {
     fprintf(stderr, "psctl: get TABLE --ids A,B,C takes one table name\n");
     return PSCTL_EXIT_USAGE;
   }
-  if (!(ids = parse_ids(p->ids, &n)))
+  char why[160];
+  if (psctl_parse_ids(p->ids, &ids, &n, why, sizeof why)) {
+    fprintf(stderr, "psctl: %s\n", why);
     return PSCTL_EXIT_USAGE;
+  }
   if (!(all = table_entries(p, p->argv[0]))) {
     free(ids);
     return 1;
@@ -340,6 +313,23 @@ static int read_shard(struct psctl *p, int s, const char *table,
       fprintf(stderr, "psctl: %s\n", dw_client_error(p->client));
       return 1;
     }
+    size_t bad = psctl_ids_unordered(pg.ids, pg.n, has_after, after);
+    if (bad < pg.n || (r->n && pg.dim != r->dim)) {
+      if (bad < pg.n)
+        fprintf(stderr,
+                "psctl: export '%s': ps:%d sent id %llu after %llu (a page "
+                "must be ascending); not exported\n",
+                table, s, (unsigned long long)pg.ids[bad],
+                (unsigned long long)(bad ? pg.ids[bad - 1] : after));
+      else
+        fprintf(stderr,
+                "psctl: export '%s': ps:%d changed the width from %u to %u "
+                "between pages; not exported\n",
+                table, s, r->dim, pg.dim);
+      free(pg.ids);
+      free(pg.values);
+      return 1;
+    }
     r->dim = pg.dim;
     if (r->n + pg.n > r->cap) {
       size_t cap = r->cap ? r->cap : 1024;
@@ -378,13 +368,15 @@ static int read_shard(struct psctl *p, int s, const char *table,
 int psctl_table_export(struct psctl *p) {
   const char *table = p->argv[0];
   struct rows *per = calloc((size_t)p->spec->nps, sizeof *per);
+  struct psctl_run *runs = calloc((size_t)p->spec->nps, sizeof *runs);
   size_t total = 0, *at = calloc((size_t)p->spec->nps, sizeof *at);
+  uint64_t id_prev = 0;
   uint32_t dim = 0;
   char tmp[4200], err[1024];
   int fd = -1, rc = 1;
   double t0 = cm_mono_ms();
   struct cm_st_writer *w = NULL;
-  if (!per || !at)
+  if (!per || !runs || !at)
     goto out;
   if (!p->out) {
     fprintf(stderr, "psctl: export TABLE needs --out FILE.safetensors\n");
@@ -395,7 +387,16 @@ int psctl_table_export(struct psctl *p) {
     if (read_shard(p, s, table, &per[s]))
       goto out;
     total += per[s].n;
+    if (per[s].n && dim && per[s].dim != dim) {
+      fprintf(stderr,
+              "psctl: export '%s': ps:%d has rows of %u floats, "
+              "another shard %u; not exported\n",
+              table, s, per[s].dim, dim);
+      goto out;
+    }
     dim = per[s].dim ? per[s].dim : dim;
+    runs[s].ids = per[s].ids;
+    runs[s].n = per[s].n;
   }
   int64_t ishape[1] = {(int64_t)total}, vshape[2] = {(int64_t)total, dim};
   struct cm_st_desc desc[2] = {{"ids", 1, ishape, "U64"},
@@ -411,18 +412,22 @@ int psctl_table_export(struct psctl *p) {
   }
   if (cm_st_writer_new(&w, fd, tmp, desc, 2, meta, 3, err, sizeof err))
     goto fail;
-  /* Merge the shards' sorted runs by id: ids first, then values. */
+  /* Merge the shards' sorted runs by id: ids first, then values. An id
+   * has one home shard, so one in two runs is refused, not written twice. */
   for (int pass = 0; pass < 2; pass++) {
     memset(at, 0, (size_t)p->spec->nps * sizeof *at);
     for (size_t k = 0; k < total; k++) {
-      int best = -1;
-      for (int s = 0; s < p->spec->nps; s++)
-        if (at[s] < per[s].n &&
-            (best < 0 || per[s].ids[at[s]] < per[best].ids[at[best]]))
-          best = s;
+      int best = psctl_merge_pick(runs, p->spec->nps, at);
+      const uint64_t *id = &per[best].ids[at[best]];
+      if (!pass && k > 0 && *id == id_prev) {
+        snprintf(err, sizeof err, "id %llu is on two shards (ps:%d is one)",
+                 (unsigned long long)*id, best);
+        goto fail;
+      }
+      id_prev = *id;
       const void *src =
           pass ? (const void *)(per[best].values + at[best] * per[best].dim)
-               : (const void *)&per[best].ids[at[best]];
+               : (const void *)id;
       size_t len = pass ? dim * sizeof(float) : sizeof(uint64_t);
       at[best]++;
       if (cm_st_writer_write(w, src, len, err, sizeof err))
@@ -462,6 +467,7 @@ out:
     free(per[s].values);
   }
   free(per);
+  free(runs);
   free(at);
   return rc;
 }
