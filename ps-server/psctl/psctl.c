@@ -16,6 +16,7 @@
 #include "err.h"
 #include "psclient.h"
 #include "psctl.h"
+#include "rowids.h"
 #include "rpc.h"
 #include "spec.h"
 
@@ -410,8 +411,20 @@ int main(int argc, char **argv) {
             cmd->name);
     return PSCTL_EXIT_USAGE;
   }
+  if ((p.ids && cmd->run != psctl_cmd_get) ||
+      (p.top && cmd->run != psctl_cmd_top)) {
+    fprintf(stderr, "psctl: --ids belongs to 'get', --top to 'top', not '%s'\n",
+            cmd->name);
+    return PSCTL_EXIT_USAGE;
+  }
+  /* A bad --ids is a usage mistake, said before any shard is asked. */
+  if (p.ids && psctl_parse_ids(p.ids, &p.idv, &p.nids, err, sizeof err)) {
+    fprintf(stderr, "psctl: %s\n", err);
+    return PSCTL_EXIT_USAGE;
+  }
   if (cm_spec_load(cluster, &spec, err, sizeof err)) {
     fprintf(stderr, "psctl: %s\n", err);
+    free(p.idv);
     return PSCTL_EXIT_USAGE;
   }
   p.spec = spec;
@@ -437,6 +450,7 @@ out:
   }
   free(p.st);
   free(p.why);
+  free(p.idv);
   dw_client_free(p.client);
   cm_spec_free(spec);
   cm_rpc_global_shutdown();

@@ -42,6 +42,8 @@ struct psctl {
   int slots;        /* export --slots */
   const char *out;  /* export --out FILE */
   const char *ids;  /* get TABLE --ids A,B,C */
+  uint64_t *idv;    /* them parsed (owned; main frees it), NULL without */
+  size_t nids;      /* entries in idv */
   int top;          /* top --top K, 0: the default */
 };
 

@@ -131,36 +131,38 @@ static void print_row(json_t *row, json_t *state_names, int shard) {
 }
 
 int psctl_table_get(struct psctl *p) {
-  size_t n = 0;
-  uint64_t *ids;
-  json_t *out = json_array(), *all;
+  json_t *out = NULL, *all;
   int rc = 0;
   if (p->argc != 1) {
     fprintf(stderr, "psctl: get TABLE --ids A,B,C takes one table name\n");
     return PSCTL_EXIT_USAGE;
   }
-  char why[160];
-  if (psctl_parse_ids(p->ids, &ids, &n, why, sizeof why)) {
-    fprintf(stderr, "psctl: %s\n", why);
-    return PSCTL_EXIT_USAGE;
-  }
-  if (!(all = table_entries(p, p->argv[0]))) {
-    free(ids);
+  if (!(all = table_entries(p, p->argv[0])))
     return 1;
-  }
   json_decref(all);
-  for (size_t i = 0; i < n && !rc; i++) {
-    int s = dw_client_shard_of(p->client, ids[i]);
+  out = json_array();
+  /* Every id is asked of its home shard; one that cannot be answered is
+   * said (and makes the exit status 1) without hiding the others. */
+  for (size_t i = 0; i < p->nids; i++) {
+    int s = dw_client_shard_of(p->client, p->idv[i]);
     char *text = NULL;
-    if (dw_client_rows(p->client, s, p->argv[0], &ids[i], 1, 0, &text)) {
-      fprintf(stderr, "psctl: %s\n", dw_client_error(p->client));
+    if (!p->st[s]) {
+      fprintf(stderr, "psctl: id %llu: its shard ps:%d is down (%s)\n",
+              (unsigned long long)p->idv[i], s,
+              p->why[s] ? p->why[s] : "no answer");
       rc = 1;
-      break;
+      continue;
+    }
+    if (dw_client_rows(p->client, s, p->argv[0], &p->idv[i], 1, 0, &text)) {
+      fprintf(stderr, "psctl: id %llu: %s\n", (unsigned long long)p->idv[i],
+              dw_client_error(p->client));
+      rc = 1;
+      continue;
     }
     json_t *doc = json_loads(text, 0, NULL);
     free(text);
     json_t *row = json_array_get(json_object_get(doc, "rows"), 0);
-    if (p->json) {
+    if (p->json && row) {
       json_t *e = json_deep_copy(row);
       json_object_set_new(e, "shard", json_integer(s));
       json_object_set(e, "state_parts", json_object_get(doc, "state"));
@@ -170,13 +172,14 @@ int psctl_table_get(struct psctl *p) {
     }
     json_decref(doc);
   }
-  if (!rc && p->json) {
-    json_t *root = json_pack("{s:s, s:O}", "table", p->argv[0], "rows", out);
-    rc = psctl_print_json(root);
+  if (p->json) {
+    json_t *root = json_pack("{s:s, s:O, s:o}", "table", p->argv[0], "rows",
+                             out, "down", psctl_down_json(p));
+    int prc = psctl_print_json(root);
+    rc = rc ? rc : prc;
     json_decref(root);
   }
   json_decref(out);
-  free(ids);
   return rc ? rc : psctl_finish(p, 0);
 }
 
