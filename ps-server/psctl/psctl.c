@@ -114,7 +114,7 @@ static void usage(FILE *f) {
           "  --wait          checkpoint: answer once every shard has written\n"
           "  --out FILE      export: the safetensors file to write\n"
           "  --slots         export: the optimizer's slots too\n"
-          "  --ids A,B,C     get TABLE: the rows with these ids\n"
+          "  --ids A,B,C     get TABLE: the rows with these ids (decimal u64)\n"
           "  --top K         top: how many rows (default 10)\n"
           "\n"
           "Exit status: 0 every shard answered, 1 a shard did not (it is\n"
