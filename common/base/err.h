@@ -22,7 +22,8 @@
   XX(EFORMAT, -15, "bad file format")                                          \
   XX(ETRUNC, -16, "file truncated")                                            \
   XX(EUNAVAIL, -17, "service unavailable")                                     \
-  XX(ESYS, -18, "system call failed")
+  XX(ESYS, -18, "system call failed")                                          \
+  XX(ECANCELED, -19, "interrupted")
 
 enum cm_errno {
 #define CM__ERR_ENUM(name, val, msg) CM_##name = val,

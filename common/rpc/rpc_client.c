@@ -11,6 +11,7 @@
 #include <grpc/support/time.h>
 
 #include "auth.h"
+#include "clock.h"
 #include "err.h"
 #include "rpc.h"
 #include "rpc_internal.h"
@@ -99,6 +100,9 @@ int cm_channel_connected(struct cm_channel *ch) {
                           GRPC_CHANNEL_READY;
 }
 
+/* How often cm_run_opts.interrupted is polled, ms. */
+#define POLL_MS 100
+
 static int start_unary(struct cm_unary *u, grpc_completion_queue *cq,
                        const struct cm_run_opts *o) {
   grpc_op ops[6];
@@ -158,12 +162,14 @@ int cm_client_run(struct cm_unary *calls, int n, const struct cm_run_opts *o) {
     int inflight;          /* its calls in flight */
     int next;              /* index of its next call not yet started */
   } slots[64];
-  int nslots = 0, done = 0, rc = 0, limit = o->inflight > 0 ? o->inflight : 1;
+  int nslots = 0, done = 0, rc = 0, cancelled = 0;
+  int limit = o->inflight > 0 ? o->inflight : 1;
   grpc_completion_queue *cq =
       o->cq ? o->cq : grpc_completion_queue_create_for_next(NULL);
 
   /* Channels beyond 64 share the last slot's limit; psd jobs have fewer. */
   for (int i = 0; i < n; i++) {
+    calls[i].call = NULL; /* set while the call is in flight */
     int k;
     for (k = 0; k < nslots; k++)
       if (slots[k].ch == calls[i].channel)
@@ -171,6 +177,7 @@ int cm_client_run(struct cm_unary *calls, int n, const struct cm_run_opts *o) {
     if (k == nslots && nslots < 64)
       slots[nslots++] = (struct slot){calls[i].channel, 0, i};
   }
+  double next_tick = cm_mono_ms() + o->tick_ms;
   for (;;) {
     /* Top every channel up to its limit, calls in order. */
     for (int k = 0; k < nslots; k++) {
@@ -179,6 +186,15 @@ int cm_client_run(struct cm_unary *calls, int n, const struct cm_run_opts *o) {
         struct cm_unary *u = &calls[sl->next++];
         if (u->channel != sl->ch)
           continue;
+        if (cancelled) {
+          /* Interrupted: the calls not sent yet end unsent. */
+          u->status = GRPC_STATUS_CANCELLED;
+          snprintf(u->details, sizeof u->details, "interrupted");
+          done++;
+          if (o->done)
+            o->done(u, o->ctx);
+          continue;
+        }
         if (start_unary(u, cq, o) != 0) {
           u->status = GRPC_STATUS_INTERNAL;
           snprintf(u->details, sizeof u->details, "could not start the call");
@@ -195,14 +211,27 @@ int cm_client_run(struct cm_unary *calls, int n, const struct cm_run_opts *o) {
     }
     if (done >= n)
       break;
+    int wait_ms = o->tick && o->tick_ms > 0 ? o->tick_ms : -1;
+    if (o->interrupted && !cancelled && (wait_ms < 0 || wait_ms > POLL_MS))
+      wait_ms = POLL_MS;
     gpr_timespec until =
-        o->tick && o->tick_ms > 0
-            ? gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
-                           gpr_time_from_millis(o->tick_ms, GPR_TIMESPAN))
-            : gpr_inf_future(GPR_CLOCK_REALTIME);
+        wait_ms > 0 ? gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
+                                   gpr_time_from_millis(wait_ms, GPR_TIMESPAN))
+                    : gpr_inf_future(GPR_CLOCK_REALTIME);
     grpc_event ev = grpc_completion_queue_next(cq, until, NULL);
-    if (ev.type == GRPC_QUEUE_TIMEOUT && o->tick)
-      o->tick(o->tick_ctx);
+    if (ev.type == GRPC_QUEUE_TIMEOUT) {
+      if (o->tick && o->tick_ms > 0 && cm_mono_ms() >= next_tick) {
+        o->tick(o->tick_ctx);
+        next_tick = cm_mono_ms() + o->tick_ms;
+      }
+      if (o->interrupted && !cancelled && o->interrupted(o->interrupt_ctx)) {
+        cancelled = 1;
+        for (int i = 0; i < n; i++)
+          if (calls[i].call)
+            grpc_call_cancel_with_status(calls[i].call, GRPC_STATUS_CANCELLED,
+                                         "interrupted", NULL);
+      }
+    }
     if (ev.type != GRPC_OP_COMPLETE)
       continue;
     struct cm_unary *u = ev.tag;
@@ -220,7 +249,7 @@ int cm_client_run(struct cm_unary *calls, int n, const struct cm_run_opts *o) {
   }
   if (!o->cq)
     cm_queue_free(cq);
-  return rc;
+  return cancelled ? CM_ECANCELED : rc;
 }
 
 void cm_queue_free(grpc_completion_queue *cq) {

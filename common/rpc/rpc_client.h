@@ -69,13 +69,20 @@ struct cm_run_opts {
                   are in flight (a client says what it is waiting for) */
   void (*tick)(void *tick_ctx); /* NULL: none */
   void *tick_ctx;               /* passed to tick */
+  /* NULL: none. Else polled about every 100 ms while calls are in flight;
+   * once it returns nonzero, every call in flight is cancelled and those not
+   * started yet end CANCELLED ("interrupted") unsent, and the run returns
+   * CM_ECANCELED when they are all done. */
+  int (*interrupted)(void *interrupt_ctx);
+  void *interrupt_ctx; /* passed to interrupted */
 };
 
 /* Runs calls[0..n): starts up to `inflight` per channel at once, keeps them
  * topped up as calls complete, and returns when all are done. Returns 0 when
- * all finished with OK, else the first failure's code (CM_ETIMEDOUT for a
- * deadline, CM_EUNAVAIL when a server cannot be reached, CM_ERPC for
- * others); every call's own status and details are filled either way. */
+ * all finished with OK, CM_ECANCELED when o->interrupted said so, else the
+ * first failure's code (CM_ETIMEDOUT for a deadline, CM_EUNAVAIL when a
+ * server cannot be reached, CM_ERPC for others); every call's own status
+ * and details are filled either way. */
 int cm_client_run(struct cm_unary *calls, int n, const struct cm_run_opts *o);
 
 /* Shuts down, drains and destroys a queue made for cm_run_opts.cq. */

@@ -37,3 +37,15 @@ void cm_shard_auto(const uint64_t *bytes, int n, int nshards,
     load[best] += bytes[i];
   }
 }
+
+int cm_shard_by_name(const char *name, uint64_t bytes, int nshards,
+                     uint64_t split_bytes) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  if (nshards <= 1 || bytes >= split_bytes)
+    return CM_SHARD_SPLIT;
+  for (const unsigned char *p = (const unsigned char *)name; *p; p++) {
+    h ^= *p;
+    h *= 0x100000001b3ull;
+  }
+  return (int)(h % (uint64_t)nshards);
+}

@@ -27,4 +27,12 @@ void cm_shard_rows(int64_t rows, int placement, int nshards, int shard,
 void cm_shard_auto(const uint64_t *bytes, int n, int nshards,
                    uint64_t split_bytes, int *placement);
 
+/* The placement of one variable of `bytes` bytes called name that does not
+ * depend on any other variable: split across all shards when at least
+ * split_bytes (or with one shard), else whole on shard FNV-1a(name) %
+ * nshards. Any client declaring any subset of a job's variables, in any
+ * order, agrees with every other. */
+int cm_shard_by_name(const char *name, uint64_t bytes, int nshards,
+                     uint64_t split_bytes);
+
 #endif

@@ -87,7 +87,7 @@ int dw_client_new(struct dw_client **out, const struct cm_spec *spec,
   if (c->o.retry_s == 0)
     c->o.retry_s = spec->job.retry_s;
   c->retry_ms = c->o.retry_s > 0 ? c->o.retry_s * 1000 : 0;
-  c->spec_fp = cm_spec_fingerprint(spec);
+  c->spec_fp = c->o.no_spec_check ? 0 : cm_spec_fingerprint(spec);
   /* Never 0, which means "no identity" to a shard. */
   c->client_id = cm_random_id(c);
   c->rng = c->client_id;
@@ -147,6 +147,11 @@ void dw_client_free(struct dw_client *c) {
   free(c->grad16);
   free(c->grad16_at);
   free(c->tables);
+  for (int i = 0; i < c->nvars; i++)
+    free(c->var_names[i]);
+  free(c->var_names);
+  free(c->vars);
+  free(c->sel);
   cm_queue_free(c->cq);
   pthread_mutex_destroy(&c->lock);
   pthread_cond_destroy(&c->cond);
@@ -197,10 +202,80 @@ void dw__call_error(struct dw_client *c, const char *what,
 }
 
 /* Runs calls; on failure names the first failed call. */
+/* cm_run_opts.interrupted: the caller's poll, remembered. */
+static int run_interrupted(void *ctx) {
+  struct dw_client *c = ctx;
+  if (!c->interrupted && c->interrupt(c->interrupt_arg))
+    c->interrupted = 1;
+  return c->interrupted;
+}
+
+int dw__check_interrupt(struct dw_client *c) {
+  if (!c->interrupted && (!c->interrupt || !c->interrupt(c->interrupt_arg)))
+    return 0;
+  c->interrupted = 1;
+  dw__seterr(c, "interrupted: the calls in flight were cancelled");
+  return CM_ECANCELED;
+}
+
+void dw_client_set_interrupt(struct dw_client *c, int (*interrupted)(void *),
+                             void *arg) {
+  c->interrupt = interrupted;
+  c->interrupt_arg = arg;
+  c->interrupted = 0;
+  c->err[0] = 0;
+}
+
+int dw_client_nvars(const struct dw_client *c) { return c->nvars; }
+
+const struct dw_var *dw_client_var(const struct dw_client *c, int i) {
+  return i >= 0 && i < c->nvars ? &c->vars[i] : NULL;
+}
+
+int dw_client_find(const struct dw_client *c, const char *name) {
+  for (int i = 0; i < c->nvars; i++)
+    if (strcmp(c->vars[i].name, name) == 0)
+      return i;
+  return CM_ENOENT;
+}
+
+int dw_client_bind(struct dw_client *c, int i, float *value,
+                   const float *grad) {
+  if (i < 0 || i >= c->nvars)
+    return CM_ENOENT;
+  if (value)
+    c->vars[i].value = value;
+  if (grad)
+    c->vars[i].grad = grad;
+  return 0;
+}
+
+int dw_client_select(struct dw_client *c, const int *idx, int n) {
+  if (n < 0) {
+    free(c->sel);
+    c->sel = NULL;
+    c->nsel = c->nvars;
+    return 0;
+  }
+  if (!c->sel && !(c->sel = calloc((size_t)(c->cap_vars ? c->cap_vars : 1), 1)))
+    return CM_ENOMEM;
+  memset(c->sel, 0, (size_t)c->nvars);
+  c->nsel = 0;
+  for (int k = 0; k < n; k++) {
+    if (idx[k] < 0 || idx[k] >= c->nvars)
+      return CM_ENOENT;
+    c->nsel += !c->sel[idx[k]];
+    c->sel[idx[k]] = 1;
+  }
+  return 0;
+}
+
 int dw__run(struct dw_client *c, struct cm_unary *calls, int n,
             const char *what, int timeout_ms, int wait_for_ready,
             cm_unary_done done, void *ctx) {
-  struct cm_run_opts o = {.timeout_ms = timeout_ms,
+  struct cm_run_opts o = {.interrupted = c->interrupt ? run_interrupted : NULL,
+                          .interrupt_ctx = c,
+                          .timeout_ms = timeout_ms,
                           .inflight = c->o.inflight,
                           .wait_for_ready = wait_for_ready,
                           .done = done,
@@ -233,6 +308,15 @@ int dw__run(struct dw_client *c, struct cm_unary *calls, int n,
 /* Cuts every variable's slice on every shard into messages. */
 int dw__plan(struct dw_client *c) {
   int cap_p = 16, cap_m = 16;
+  free(c->pieces);
+  free(c->msgs);
+  free(c->calls);
+  free(c->call_pair);
+  free(c->pending);
+  c->calls = NULL;
+  c->call_pair = NULL;
+  c->pending = NULL;
+  c->npieces = c->nmsgs = 0;
   c->pieces = malloc(cap_p * sizeof *c->pieces);
   c->msgs = malloc(cap_m * sizeof *c->msgs);
   if (!c->pieces || !c->msgs)
@@ -304,6 +388,8 @@ int dw__use_unix_sockets(struct dw_client *c) {
   for (int s = 0; s < c->nshards; s++) {
     struct cm_channel *ch;
     int fd, rc;
+    if (c->on_unix[s])
+      continue; /* moved by an earlier declare */
     /* gRPC runs no TLS over a socket handed to it: TLS jobs stay on TCP. */
     if (!cm_endpoint_unix_candidate(c->spec->job.name, &c->spec->ps[s],
                                     c->spec->job.unix_sockets && !c->creds.tls,

@@ -54,6 +54,9 @@ struct dw__msg {
   uint64_t bytes; /* payload bytes */
   int lead;       /* 1: the first message to its shard (carries examples) */
   uint32_t chunk; /* its index among the messages to its shard (dedup) */
+  /* Of the current transfer (dw_client_select): */
+  uint64_t sel_bytes; /* payload bytes of its selected pieces (0: not sent) */
+  int sel_lead;       /* 1: the first message sent to its shard */
 };
 
 struct dw_client {
@@ -69,8 +72,17 @@ struct dw_client {
   unsigned char *on_unix;     /* owned: 1 where ch[s] is a Unix socket */
   struct cm_creds creds;      /* owned: token and TLS from the spec's auth */
   int nshards;                /* entries in ch */
-  struct dw_var *vars;        /* caller's array, from declare */
+  struct dw_var *vars;        /* owned copies of the declared variables, in
+                                 declaration order (names in var_names) */
+  char **var_names;           /* owned: each variable's name (vars[i].name) */
   int nvars;                  /* entries in vars */
+  int cap_vars;               /* entries allocated in vars and var_names */
+  unsigned char *sel;         /* owned, per variable: 1 when the next
+                                 transfers move it; NULL: every variable */
+  int nsel;                   /* variables with sel set (all when !sel) */
+  int (*interrupt)(void *);   /* dw_client_set_interrupt's poll, or NULL */
+  void *interrupt_arg;        /* passed to interrupt */
+  int interrupted;            /* interrupt said so during the current call */
   struct dw__piece *pieces;   /* owned plan: all pieces, grouped by msg */
   int npieces;                /* entries in pieces */
   struct dw__msg *msgs;       /* owned plan: the messages */
@@ -171,8 +183,18 @@ int dw__run(struct dw_client *c, struct cm_unary *calls, int n,
             cm_unary_done done, void *ctx);
 
 /* Cuts every declared variable's slice on every shard into messages
- * (c->pieces, c->msgs) and allocates the call slots a transfer reuses. */
+ * (c->pieces, c->msgs) and allocates the call slots a transfer reuses;
+ * an earlier plan is dropped first. */
 int dw__plan(struct dw_client *c);
+
+/* Whether the current transfer moves variable i (dw_client_select). */
+static inline int dw__selected(const struct dw_client *c, int i) {
+  return !c->sel || c->sel[i];
+}
+
+/* Whether the client was interrupted during its current call; then c->err
+ * says so and CM_ECANCELED is its result. */
+int dw__check_interrupt(struct dw_client *c);
 
 /* ---- declare.c */
 

@@ -99,16 +99,127 @@ out:
   return rc;
 }
 
+/* Whether a and b have the same shape. */
+static int same_shape(const struct dw_var *a, const struct dw_var *b) {
+  if (a->ndim != b->ndim)
+    return 0;
+  for (int d = 0; d < a->ndim; d++)
+    if (a->shape[d] != b->shape[d])
+      return 0;
+  return 1;
+}
+
+/* Checks vars[0..n) and resolves their placements into vars. skip[i] is set
+ * for a variable this client declared already (same shape; a different one
+ * is CM_EEXIST). */
+static int check_vars(struct dw_client *c, struct dw_var *vars, int n,
+                      unsigned char *skip, uint64_t *bytes, int *place) {
+  for (int i = 0; i < n; i++) {
+    if (!vars[i].name || !vars[i].name[0] || strlen(vars[i].name) > 200) {
+      dw__seterr(c, "declare: variable %d has %s name; expected 1..200 bytes",
+                 i, vars[i].name && vars[i].name[0] ? "a too long" : "no");
+      return CM_EINVAL;
+    }
+    if (vars[i].ndim < 1 || vars[i].ndim > DW_VAR_MAX_DIMS) {
+      dw__seterr(c, "declare: variable '%s' has %d dimensions; expected 1..%d",
+                 vars[i].name, vars[i].ndim, DW_VAR_MAX_DIMS);
+      return CM_EINVAL;
+    }
+    for (int d = 0; d < vars[i].ndim; d++)
+      if (vars[i].shape[d] <= 0) {
+        dw__seterr(c,
+                   "declare: variable '%s' dimension %d is %lld; expected > 0",
+                   vars[i].name, d, (long long)vars[i].shape[d]);
+        return CM_EINVAL;
+      }
+    if (vars[i].placement >= c->nshards || vars[i].placement < DW_PLACE_NAME) {
+      dw__seterr(c, "declare: variable '%s' placement %d; expected a shard "
+                 "0..%d or AUTO, NAME or SPLIT", vars[i].name,
+                 vars[i].placement, c->nshards - 1);
+      return CM_EINVAL;
+    }
+    bytes[i] = dw__numel(&vars[i]) * sizeof(float);
+    int k = dw_client_find(c, vars[i].name);
+    if (k >= 0) {
+      if (!same_shape(&c->vars[k], &vars[i])) {
+        dw__seterr(c,
+                   "declare: variable '%s' was declared by this client with "
+                   "%d dimensions [%lld, ...], now with %d [%lld, ...]",
+                   vars[i].name, c->vars[k].ndim,
+                   (long long)c->vars[k].shape[0], vars[i].ndim,
+                   (long long)vars[i].shape[0]);
+        return CM_EEXIST;
+      }
+      skip[i] = 1;
+      vars[i].placement = c->vars[k].placement;
+    }
+  }
+  cm_shard_auto(bytes, n, c->nshards, AUTO_SPLIT_BYTES, place);
+  for (int i = 0; i < n; i++) {
+    if (vars[i].placement == DW_PLACE_AUTO)
+      vars[i].placement = place[i];
+    else if (vars[i].placement == DW_PLACE_NAME)
+      vars[i].placement = cm_shard_by_name(vars[i].name, bytes[i], c->nshards,
+                                           AUTO_SPLIT_BYTES);
+  }
+  return 0;
+}
+
+/* Appends copies of the variables of vars[0..n) not in skip to c->vars. */
+static int keep_vars(struct dw_client *c, const struct dw_var *vars, int n,
+                     const unsigned char *skip) {
+  if (c->nvars + n > c->cap_vars) {
+    int cap = c->cap_vars ? c->cap_vars : 8;
+    while (cap < c->nvars + n)
+      cap *= 2;
+    struct dw_var *v = realloc(c->vars, (size_t)cap * sizeof *v);
+    if (!v)
+      return CM_ENOMEM;
+    c->vars = v;
+    char **names = realloc(c->var_names, (size_t)cap * sizeof *names);
+    if (!names)
+      return CM_ENOMEM;
+    c->var_names = names;
+    unsigned char *sel = c->sel ? realloc(c->sel, (size_t)cap) : NULL;
+    if (c->sel && !sel)
+      return CM_ENOMEM;
+    if (sel)
+      c->sel = sel;
+    c->cap_vars = cap;
+  }
+  for (int i = 0; i < n; i++) {
+    if (skip[i])
+      continue;
+    char *name = strdup(vars[i].name);
+    if (!name)
+      return CM_ENOMEM;
+    c->var_names[c->nvars] = name;
+    c->vars[c->nvars] = vars[i];
+    c->vars[c->nvars].name = name;
+    if (c->sel)
+      c->sel[c->nvars] = 0;
+    c->nvars++;
+  }
+  /* The bf16 staging buffer is sized for the variables: made again. */
+  free(c->grad16);
+  free(c->grad16_at);
+  c->grad16 = NULL;
+  c->grad16_at = NULL;
+  return 0;
+}
+
 int dw_client_declare(struct dw_client *c, struct dw_var *vars, int n) {
   Psd__V1__Caller caller = dw__caller(c, -1);
   Psd__V1__DeclareRequest req = PSD__V1__DECLARE_REQUEST__INIT;
   Psd__V1__VarSpec *specs = NULL, **ptrs = NULL;
   struct cm_unary *calls = NULL;
   uint64_t *bytes = NULL;
-  int *place = NULL, rc = 0;
+  unsigned char *skip = NULL;
+  int *place = NULL, rc = 0, nreq = 0;
 
-  if (c->vars) {
-    dw__seterr(c, "declare: this client already declared its variables");
+  c->err[0] = 0;
+  if (n < 0 || (n > 0 && !vars)) {
+    dw__seterr(c, "declare: no variables");
     return CM_EINVAL;
   }
   specs = calloc(n + 1, sizeof *specs);
@@ -116,51 +227,40 @@ int dw_client_declare(struct dw_client *c, struct dw_var *vars, int n) {
   calls = calloc(c->nshards, sizeof *calls);
   bytes = calloc(n + 1, sizeof *bytes);
   place = calloc(n + 1, sizeof *place);
-  if (!specs || !ptrs || !calls || !bytes || !place) {
+  skip = calloc(n + 1, 1);
+  if (!specs || !ptrs || !calls || !bytes || !place || !skip) {
     rc = CM_ENOMEM;
     goto out;
   }
+  if ((rc = check_vars(c, vars, n, skip, bytes, place)))
+    goto out;
   for (int i = 0; i < n; i++) {
-    if (vars[i].ndim < 1 || vars[i].ndim > DW_VAR_MAX_DIMS) {
-      dw__seterr(c, "declare: variable '%s' has %d dimensions; expected 1..%d",
-                 vars[i].name, vars[i].ndim, DW_VAR_MAX_DIMS);
-      rc = CM_EINVAL;
-      goto out;
-    }
-    for (int d = 0; d < vars[i].ndim; d++)
-      if (vars[i].shape[d] <= 0) {
-        dw__seterr(c,
-                   "declare: variable '%s' dimension %d is %lld; expected > 0",
-                   vars[i].name, d, (long long)vars[i].shape[d]);
-        rc = CM_EINVAL;
-        goto out;
-      }
-    bytes[i] = dw__numel(&vars[i]) * sizeof(float);
+    if (skip[i])
+      continue;
+    Psd__V1__VarSpec *sp = &specs[nreq];
+    psd__v1__var_spec__init(sp);
+    sp->name = (char *)vars[i].name;
+    sp->n_shape = vars[i].ndim;
+    sp->shape = vars[i].shape;
+    sp->placement = vars[i].placement;
+    sp->init = vars[i].init == DW_INIT_UNIFORM ? PSD__V1__INIT__INIT_UNIFORM
+                                               : PSD__V1__INIT__INIT_ZEROS;
+    sp->init_scale = vars[i].init_scale;
+    sp->seed = c->o.seed;
+    if (vars[i].optimizer)
+      sp->optimizer = (char *)vars[i].optimizer;
+    ptrs[nreq++] = sp;
   }
-  cm_shard_auto(bytes, n, c->nshards, AUTO_SPLIT_BYTES, place);
-  for (int i = 0; i < n; i++) {
-    if (vars[i].placement == DW_PLACE_AUTO)
-      vars[i].placement = place[i];
-    psd__v1__var_spec__init(&specs[i]);
-    specs[i].name = (char *)vars[i].name;
-    specs[i].n_shape = vars[i].ndim;
-    specs[i].shape = vars[i].shape;
-    specs[i].placement = vars[i].placement;
-    specs[i].init = vars[i].init == DW_INIT_UNIFORM
-                        ? PSD__V1__INIT__INIT_UNIFORM
-                        : PSD__V1__INIT__INIT_ZEROS;
-    specs[i].init_scale = vars[i].init_scale;
-    specs[i].seed = c->o.seed;
-    ptrs[i] = &specs[i];
-  }
+  if (nreq == 0)
+    goto out;
   req.caller = &caller;
-  req.n_vars = n;
+  req.n_vars = nreq;
   req.vars = ptrs;
   /* Shards may still be starting: wait for them, within the deadline. */
   if ((rc = dw__declare_everywhere(c, &req, calls)))
     goto out;
-  c->vars = vars;
-  c->nvars = n;
+  if ((rc = keep_vars(c, vars, n, skip)))
+    goto out;
   rc = dw__plan(c);
   if (!rc)
     rc = dw__use_unix_sockets(c);
@@ -172,6 +272,7 @@ out:
   free(ptrs);
   free(bytes);
   free(place);
+  free(skip);
   if (rc && !c->err[0])
     dw__seterr(c, "declare: %s", cm_strerror(rc));
   return rc;

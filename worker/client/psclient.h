@@ -25,8 +25,13 @@
 
 /* Where a variable lives. */
 enum dw_placement {
+  DW_PLACE_NAME = -3, /* split when large, else whole on the shard the name
+                         hashes to: the same whatever else is declared, in
+                         any order (cm_shard_by_name) */
   DW_PLACE_AUTO =
-      -2, /* split when large, else whole on the least-loaded shard */
+      -2, /* split when large, else whole on the least-loaded shard after
+             the variables before it in the same declare (a list every
+             worker declares whole, in the same order) */
   DW_PLACE_SPLIT =
       -1, /* contiguous row ranges on every shard, balanced by bytes */
   /* >= 0: whole on that shard */
@@ -38,9 +43,10 @@ enum dw_init {
   DW_INIT_UNIFORM = 1, /* uniform in [-init_scale, init_scale], seeded */
 };
 
-/* One variable as the worker sees it. The client keeps a pointer to the
- * caller's array from dw_client_declare on; the caller keeps it (and the
- * buffers it points to) alive and unmoved until dw_client_free. */
+/* One variable as the worker sees it. dw_client_declare copies the array
+ * (and the names); the buffers `value` and `grad` point to stay the
+ * caller's, alive and unmoved until dw_client_free or dw_client_bind
+ * points elsewhere. */
 struct dw_var {
   const char *name;               /* unique in the job, at most 200 bytes */
   int ndim;                       /* 1..DW_VAR_MAX_DIMS */
@@ -51,6 +57,9 @@ struct dw_var {
   float init_scale;  /* bound of DW_INIT_UNIFORM */
   float *value;      /* caller-owned pull destination, numel floats */
   const float *grad; /* caller-owned push source, numel floats */
+  const char *optimizer; /* NULL or "": the spec's optimizer for it; else a
+                            JSON object in job.optimizer's form, which the
+                            shards apply to this variable (VarSpec.optimizer) */
 };
 
 /* Client settings; zero fields take the defaults in brackets. */
@@ -66,6 +75,9 @@ struct dw_client_opts {
                      DEADLINE_EXCEEDED or CANCELLED) while calls to it are
                      retried before the call fails [spec job.retry_s]; < 0:
                      never retry */
+  int no_spec_check; /* 1: send no spec fingerprint, so the shards do not
+                        check that this client's spec is theirs (a client
+                        that knows only their addresses) */
 };
 
 /* What a client's calls met so far (dw_client_stats). */
@@ -89,10 +101,40 @@ void dw_client_free(struct dw_client *c);
 /* Declares vars[0..n) on the shards that hold them, waiting for the shards
  * to come up (connect_timeout_ms; a shard not reached is logged with the
  * cause after a second and every 10 s), then moves to the Unix socket of
- * each shard on this host. Returns 0, or CM_EEXIST when a shard holds
- * a variable of that name with another shape, or CM_ERPC/CM_ETIMEDOUT;
- * dw_client_error says which variable and shard. */
+ * each shard on this host. May be called again with more variables (they
+ * join the earlier ones; one declared again with the same shape is left
+ * as it is). Placements AUTO and NAME are resolved in vars. Returns 0, or
+ * CM_EEXIST when a shard (or this client) holds a variable of that name
+ * with another shape, or CM_ERPC/CM_ETIMEDOUT; dw_client_error says which
+ * variable and shard. */
 int dw_client_declare(struct dw_client *c, struct dw_var *vars, int n);
+
+/* Variables declared so far, and the i-th of them (declaration order;
+ * owned by the client). */
+int dw_client_nvars(const struct dw_client *c);
+const struct dw_var *dw_client_var(const struct dw_client *c, int i);
+
+/* The index of the declared variable called name, or CM_ENOENT. */
+int dw_client_find(const struct dw_client *c, const char *name);
+
+/* Points variable i's pull destination (value) and push source (grad) at
+ * the caller's buffers of numel floats; NULL leaves one as it is. */
+int dw_client_bind(struct dw_client *c, int i, float *value,
+                   const float *grad);
+
+/* Limits the pulls and pushes that follow (every transfer call, sync ones
+ * included) to the variables idx[0..n); n < 0: every variable again. A
+ * push of a subset carries the examples (dw_client_set_examples) when they
+ * are nonzero, and marks the start of the worker's step only then. */
+int dw_client_select(struct dw_client *c, const int *idx, int n);
+
+/* While a call waits on the network, interrupted(arg) is polled about every
+ * 100 ms; once it returns nonzero the call's RPCs are cancelled and it
+ * returns CM_ECANCELED ("interrupted"), retrying nothing. NULL: none.
+ * Also clears the last error (dw_client_error): a binding calls it before
+ * each call. */
+void dw_client_set_interrupt(struct dw_client *c, int (*interrupted)(void *),
+                             void *arg);
 
 /* What the client dials for shard: the spec's "host:port", or after
  * declare, "unix:/path" when the shard runs on this host and serves its Unix

@@ -155,6 +155,8 @@ static void note_cause(struct dw_client *c, int s, const struct cm_unary *u) {
  * QUIET_START_MS to come up (dw__say_waiting). */
 void dw__shard_down(struct dw_client *c, int s, const struct cm_unary *u) {
   struct dw__outage *o = &c->out[s];
+  if (c->interrupted)
+    return; /* cancelled here, not a shard that is down */
   note_cause(c, s, u);
   if (o->since > 0)
     return;
@@ -221,6 +223,9 @@ void dw__say_waiting(void *ctx) {
 int dw__retry_wait(struct dw_client *c, const unsigned char *down, int ndown,
                    int attempt, const char *what) {
   double now = cm_mono_ms(), budget = budget_ms(c), left = BACKOFF_MAX_MS;
+  int rc = dw__check_interrupt(c);
+  if (rc)
+    return rc;
   for (int s = 0; s < ndown; s++) {
     const struct dw__outage *o = &c->out[s];
     if (down[s] && budget > 0 && now - o->since < budget) {
@@ -266,9 +271,16 @@ int dw__retry_wait(struct dw_client *c, const unsigned char *down, int ndown,
     if (down[s] && c->out[s].said <= 0 && say > 0 && ms > say)
       ms = say + 1;
   }
-  struct timespec ts = {(time_t)(ms / 1000),
-                        (long)((ms - 1000 * (time_t)(ms / 1000)) * 1e6)};
-  while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+  /* In steps of at most 100 ms when an interrupt is polled. */
+  for (double end = cm_mono_ms() + ms; (ms = end - cm_mono_ms()) > 0;) {
+    if (c->interrupt && ms > 100)
+      ms = 100;
+    struct timespec ts = {(time_t)(ms / 1000),
+                          (long)((ms - 1000 * (time_t)(ms / 1000)) * 1e6)};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+    }
+    if ((rc = dw__check_interrupt(c)))
+      return rc;
   }
   return 0;
 }

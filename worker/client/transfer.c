@@ -50,7 +50,27 @@ static void wait_refs(struct dw_client *c) {
 
 /* Bytes of message m's tensor data on the wire (m->bytes counts f32s). */
 static uint64_t wire_bytes(const struct dw_client *c, const struct dw__msg *m) {
-  return c->wire_bf16 ? m->bytes / sizeof(float) * CM_BF16_BYTES : m->bytes;
+  return c->wire_bf16 ? m->sel_bytes / sizeof(float) * CM_BF16_BYTES
+                      : m->sel_bytes;
+}
+
+/* Settles which messages the current transfer sends (those holding a
+ * selected piece, dw_client_select), their bytes, and each shard's first. */
+static void select_msgs(struct dw_client *c) {
+  int last_shard = -1;
+  for (int i = 0; i < c->nmsgs; i++) {
+    struct dw__msg *m = &c->msgs[i];
+    m->sel_bytes = 0;
+    for (int k = 0; k < m->npieces; k++) {
+      const struct dw__piece *p = &c->pieces[m->first + k];
+      if (dw__selected(c, p->var))
+        m->sel_bytes += p->count * sizeof(float);
+    }
+    /* Messages are planned shard by shard. */
+    m->sel_lead = m->sel_bytes > 0 && m->shard != last_shard;
+    if (m->sel_lead)
+      last_shard = m->shard;
+  }
 }
 
 /* job.wire_dtype "bf16": rounds every gradient into c->grad16 (one pass),
@@ -68,7 +88,8 @@ static int round_gradients(struct dw_client *c) {
       return CM_ENOMEM;
   }
   for (int i = 0; i < c->nvars; i++)
-    cm_bf16_from_f32(c->grad16 + c->grad16_at[i], c->vars[i].grad,
+    if (dw__selected(c, i))
+      cm_bf16_from_f32(c->grad16 + c->grad16_at[i], c->vars[i].grad,
                      dw__numel(&c->vars[i]));
   return 0;
 }
@@ -76,7 +97,7 @@ static int round_gradients(struct dw_client *c) {
 /* Packs the caller and segments of message m as a Pull or Push head. */
 static grpc_byte_buffer *build_request(struct dw_client *c,
                                        const struct dw__msg *m, int push) {
-  int first_of_shard = m->lead;
+  int first_of_shard = m->sel_lead;
   Psd__V1__Caller caller = dw__caller(c, m->shard);
   Psd__V1__Segment segs[64], *sp[64], **ptrs = sp, *seg = segs;
   uint8_t stack[4096], *head = stack;
@@ -84,6 +105,7 @@ static grpc_byte_buffer *build_request(struct dw_client *c,
   struct cm_wire_piece wp[64], *pieces = wp;
   size_t len;
 
+  int nseg = 0;
   if (m->npieces > 64) {
     seg = calloc(m->npieces, sizeof *seg);
     ptrs = calloc(m->npieces, sizeof *ptrs);
@@ -91,9 +113,12 @@ static grpc_byte_buffer *build_request(struct dw_client *c,
     if (!seg || !ptrs || !pieces)
       goto out;
   }
-  for (int i = 0; i < m->npieces; i++) {
-    const struct dw__piece *p = &c->pieces[m->first + i];
+  for (int k = 0; k < m->npieces; k++) {
+    const struct dw__piece *p = &c->pieces[m->first + k];
     const struct dw_var *v = &c->vars[p->var];
+    if (!dw__selected(c, p->var))
+      continue;
+    int i = nseg++;
     psd__v1__segment__init(&seg[i]);
     seg[i].name = (char *)v->name;
     seg[i].offset = p->offset;
@@ -113,7 +138,7 @@ static grpc_byte_buffer *build_request(struct dw_client *c,
   if (push) {
     Psd__V1__PushRequest req = PSD__V1__PUSH_REQUEST__INIT;
     req.caller = &caller;
-    req.n_segments = m->npieces;
+    req.n_segments = nseg;
     req.segments = ptrs;
     req.examples = first_of_shard ? c->examples : 0;
     if (c->windex >= 0) {
@@ -121,7 +146,8 @@ static grpc_byte_buffer *build_request(struct dw_client *c,
        * whether it is staged (sync) or applied (async), never this. */
       req.worker = c->windex;
       req.has_worker = 1;
-      req.first = first_of_shard;
+      /* A subset's push starts the step only when it carries examples. */
+      req.first = first_of_shard && (!c->sel || c->examples > 0);
     }
     if (c->sync_push) {
       req.step = c->push_step;
@@ -140,7 +166,7 @@ static grpc_byte_buffer *build_request(struct dw_client *c,
   } else {
     Psd__V1__PullRequest req = PSD__V1__PULL_REQUEST__INIT;
     req.caller = &caller;
-    req.n_segments = m->npieces;
+    req.n_segments = nseg;
     req.segments = ptrs;
     req.min_version = c->min_version;
     req.gen = c->gen;
@@ -155,10 +181,10 @@ static grpc_byte_buffer *build_request(struct dw_client *c,
   }
   if (push) {
     pthread_mutex_lock(&c->lock);
-    c->refs += m->npieces;
+    c->refs += nseg;
     pthread_mutex_unlock(&c->lock);
   }
-  bb = push ? cm_wire_build(head, len, pieces, m->npieces, release_ref, c)
+  bb = push ? cm_wire_build(head, len, pieces, nseg, release_ref, c)
             : cm_wire_build(head, len, NULL, 0, NULL, NULL);
 out:
   if (head != stack)
@@ -219,6 +245,8 @@ static void on_pulled(struct cm_unary *u, void *ctx) {
     }
     for (int i = 0; i < m->npieces; i++) {
       const struct dw__piece *p = &c->pieces[m->first + i];
+      if (!dw__selected(c, p->var))
+        continue;
       float *dst = c->vars[p->var].value + p->offset;
       if (c->wire_bf16) {
         cm_wire_bulk_read_bf16(&w, off, dst, p->count);
@@ -265,6 +293,8 @@ static int check_finite(struct dw_client *c) {
     return 0;
   for (int i = 0; i < c->nvars; i++) {
     const struct dw_var *v = &c->vars[i];
+    if (!dw__selected(c, i))
+      continue;
     uint64_t n = dw__numel(v), k = cm_first_nonfinite(v->grad, n);
     if (k == n)
       continue;
@@ -306,11 +336,21 @@ static int transfer(struct dw_client *c, int what) {
     dw__seterr(c, "%s: out of memory", name);
     return CM_ENOMEM;
   }
+  for (int i = 0; i < c->nvars; i++)
+    if (dw__selected(c, i) && (((what & XFER_PULL) && !c->vars[i].value) ||
+                               ((what & XFER_PUSH) && !c->vars[i].grad))) {
+      dw__seterr(c, "%s: variable '%s' has no %s buffer", name,
+                 c->vars[i].name,
+                 (what & XFER_PULL) && !c->vars[i].value ? "value" : "gradient");
+      return CM_EINVAL;
+    }
+  select_msgs(c);
   if (what & XFER_PUSH)
     c->seq++;
   for (int i = 0; i < c->nmsgs; i++) {
-    c->pending[2 * i] = (what & XFER_PUSH) != 0;
-    c->pending[2 * i + 1] = (what & XFER_PULL) != 0;
+    int sent = c->msgs[i].sel_bytes > 0;
+    c->pending[2 * i] = sent && (what & XFER_PUSH) != 0;
+    c->pending[2 * i + 1] = sent && (what & XFER_PULL) != 0;
     left += c->pending[2 * i] + c->pending[2 * i + 1];
   }
   for (int attempt = 0; left > 0; attempt++) {

@@ -1,0 +1,207 @@
+/* Variables through the public API (psd/client.h): declare, and pulls and
+ * pushes of any subset of them from and into the caller's buffers, async,
+ * sync and with bounded staleness. Each call binds the caller's buffers to
+ * the internal client's variables and selects them (dw_client_select), so
+ * the bytes move between the wire and the caller's memory with no copy of
+ * ours in between. */
+#include "psc_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "err.h"
+
+/* Handles in one call at most (a job's variables). */
+#define MAX_BATCH 4096
+
+int psc__bind(psc_client *c, const int *vars, float *const *dst,
+              const float *const *grads, int n, const char *what) {
+  int nv = dw_client_nvars(c->dw);
+  if (n < 0 || n > MAX_BATCH || (n > 0 && !vars))
+    return psc__fail(c, PSC_EINVAL, "%s: %d variables; expected 0..%d", what,
+                     n, MAX_BATCH);
+  for (int k = 0; k < n; k++) {
+    if (vars[k] < 0 || vars[k] >= nv)
+      return psc__fail(c, PSC_ENOENT,
+                       "%s: variable handle %d; this client declared %d", what,
+                       vars[k], nv);
+    if ((dst && !dst[k]) || (grads && !grads[k]))
+      return psc__fail(c, PSC_EINVAL, "%s: variable '%s' has a NULL buffer",
+                       what, dw_client_var(c->dw, vars[k])->name);
+    dw_client_bind(c->dw, vars[k], dst ? dst[k] : NULL,
+                   grads ? grads[k] : NULL);
+  }
+  if (dw_client_select(c->dw, vars, n))
+    return psc__fail(c, PSC_ENOMEM, "%s: out of memory", what);
+  return 0;
+}
+
+int psc_declare(psc_client *c, const char *name, int ndim,
+                const int64_t *shape, const struct psc_var_opts *o) {
+  struct dw_var v = {0};
+  int rc;
+  psc__begin(c);
+  if (!name || !shape || ndim < 1 || ndim > DW_VAR_MAX_DIMS)
+    return psc__fail(c, PSC_EINVAL,
+                     "declare: variable '%s': %d dimensions; expected 1..%d",
+                     name ? name : "(null)", ndim, DW_VAR_MAX_DIMS);
+  v.name = name;
+  v.ndim = ndim;
+  memcpy(v.shape, shape, (size_t)ndim * sizeof *shape);
+  v.placement = DW_PLACE_NAME;
+  if (o && o->placement == PSC_PLACE_SPLIT)
+    v.placement = DW_PLACE_SPLIT;
+  else if (o && o->placement > 0)
+    v.placement = o->placement - 1; /* PSC_PLACE_SHARD(k) */
+  else if (o && o->placement != PSC_PLACE_AUTO)
+    return psc__fail(c, PSC_EINVAL,
+                     "declare: variable '%s': placement %d; expected "
+                     "PSC_PLACE_AUTO, PSC_PLACE_SPLIT or PSC_PLACE_SHARD(k)",
+                     name, o->placement);
+  v.init = o && o->init == PSC_INIT_UNIFORM ? DW_INIT_UNIFORM : DW_INIT_ZEROS;
+  v.init_scale = o ? o->init_scale : 0;
+  v.optimizer = o ? o->optimizer : NULL;
+  if ((rc = dw_client_declare(c->dw, &v, 1)))
+    return rc;
+  return dw_client_find(c->dw, name);
+}
+
+int psc_find(const psc_client *c, const char *name) {
+  return name ? dw_client_find(c->dw, name) : PSC_ENOENT;
+}
+
+int64_t psc_numel(const psc_client *c, int v) {
+  const struct dw_var *var = dw_client_var(c->dw, v);
+  if (!var)
+    return PSC_ENOENT;
+  int64_t n = 1;
+  for (int d = 0; d < var->ndim; d++)
+    n *= var->shape[d];
+  return n;
+}
+
+int psc_pull(psc_client *c, const int *vars, float *const *dst, int n) {
+  int rc;
+  psc__begin(c);
+  if (!dst && n > 0)
+    return psc__fail(c, PSC_EINVAL, "pull: no destination buffers");
+  if ((rc = psc__bind(c, vars, dst, NULL, n, "pull")))
+    return rc;
+  return n ? dw_client_pull(c->dw) : 0;
+}
+
+int psc_push(psc_client *c, const int *vars, const float *const *grads, int n,
+             uint32_t examples) {
+  int rc;
+  psc__begin(c);
+  if (!grads && n > 0)
+    return psc__fail(c, PSC_EINVAL, "push: no gradient buffers");
+  if ((rc = psc__bind(c, vars, NULL, grads, n, "push")))
+    return rc;
+  dw_client_set_examples(c->dw, examples);
+  return n ? dw_client_push(c->dw) : 0;
+}
+
+int psc_push_pull(psc_client *c, const int *vars, const float *const *grads,
+                  float *const *dst, int n, uint32_t examples) {
+  int rc;
+  psc__begin(c);
+  if ((!grads || !dst) && n > 0)
+    return psc__fail(c, PSC_EINVAL, "push_pull: no buffers");
+  if ((rc = psc__bind(c, vars, dst, grads, n, "push_pull")))
+    return rc;
+  dw_client_set_examples(c->dw, examples);
+  return n ? dw_client_push_pull(c->dw) : 0;
+}
+
+/* The worker index a coordinator call uses, or a failure. */
+static int need_worker(psc_client *c, const char *what) {
+  if (c->task >= 0)
+    return 0;
+  return psc__fail(c, PSC_EINVAL,
+                   "%s: this client is no worker task (give "
+                   "psc_options.task \"worker:N\", the spec's \"task\" or "
+                   "TF_CONFIG's)",
+                   what);
+}
+
+int psc_join(psc_client *c, int worker, uint64_t *step) {
+  uint64_t s = 0;
+  psc__begin(c);
+  if (worker < 0) {
+    int rc = need_worker(c, "join");
+    if (rc)
+      return rc;
+    worker = c->task;
+  }
+  if (worker >= c->spec->nworker)
+    return psc__fail(c, PSC_EINVAL,
+                     "join: worker %d; the job has %d workers (0..%d)", worker,
+                     c->spec->nworker, c->spec->nworker - 1);
+  int rc = dw_client_join(c->dw, worker, c->spec->job.heartbeat_ms, &s);
+  if (step)
+    *step = s;
+  return rc;
+}
+
+int psc_pull_at(psc_client *c, const int *vars, float *const *dst, int n,
+                uint64_t min_version, uint64_t *version) {
+  uint64_t v = 0;
+  int rc;
+  psc__begin(c);
+  if (!dst && n > 0)
+    return psc__fail(c, PSC_EINVAL, "pull: no destination buffers");
+  if ((rc = psc__bind(c, vars, dst, NULL, n, "pull")))
+    return rc;
+  rc = n ? dw_client_pull_at(c->dw, min_version, &v) : 0;
+  if (version)
+    *version = v;
+  return rc;
+}
+
+int psc_push_step(psc_client *c, const int *vars, const float *const *grads,
+                  int n, uint32_t examples, uint64_t step, int *closed) {
+  int rc, cl = 0;
+  psc__begin(c);
+  if (!grads && n > 0)
+    return psc__fail(c, PSC_EINVAL, "push: no gradient buffers");
+  if ((rc = psc__bind(c, vars, NULL, grads, n, "push")))
+    return rc;
+  dw_client_set_examples(c->dw, examples);
+  rc = n ? dw_client_push_step(c->dw, step, &cl) : 0;
+  if (closed)
+    *closed = cl;
+  return rc;
+}
+
+int psc_admit(psc_client *c, uint64_t step, int *admitted,
+              uint64_t *next_step) {
+  int a = 0;
+  uint64_t next = 0;
+  psc__begin(c);
+  int rc = dw_client_admit(c->dw, step, &a, &next);
+  if (admitted)
+    *admitted = a;
+  if (next_step)
+    *next_step = next;
+  return rc;
+}
+
+int psc_restarted(psc_client *c, uint64_t *step) {
+  uint64_t s = 0;
+  int r = dw_client_rolled_back(c->dw, &s) || dw_client_rejoined(c->dw, &s);
+  if (r && step)
+    *step = s;
+  return r;
+}
+
+int psc_leave(psc_client *c, uint64_t examples, double train_s,
+              double ended_s_ago) {
+  psc__begin(c);
+  return dw_client_leave(c->dw, examples, train_s, ended_s_ago);
+}
+
+int psc_clock(psc_client *c, uint64_t clock) {
+  psc__begin(c);
+  return dw_client_clock(c->dw, clock);
+}

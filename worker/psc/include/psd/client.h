@@ -1,0 +1,252 @@
+/* libpsclient: psd's C client library, the public API (man 3 psclient).
+ *
+ *   #include <psd/client.h>      cc prog.c $(pkg-config --cflags --libs psclient)
+ *
+ * A psc_client connects to every shard of a job (psd processes) named by a
+ * cluster spec file, a TF_CONFIG text, or a list of shard addresses; it
+ * declares variables (dense f32 tensors, each held by one shard or split
+ * across all) and embedding tables (rows by u64 id), then pulls their values
+ * into the caller's buffers and pushes gradients from the caller's buffers;
+ * the shards apply the optimizer. Every call sends to all the shards it
+ * involves at once, with a deadline, and survives a shard that restarts
+ * (retried for the spec's job.retry_s; a push is applied once however often
+ * it is retried).
+ *
+ * Conventions: every fallible function returns 0 (or a count or index >= 0)
+ * or a negative PSC_E* code; psc_error says what failed in words, naming the
+ * shard and the variable. Buffers are the caller's, borrowed for the call:
+ * pulled bytes land in them directly and pushes are sent from them. A client
+ * is used by one thread at a time; several clients may run at once in one
+ * process. Nothing here exposes psd's internal types. */
+#ifndef PSD_CLIENT_H
+#define PSD_CLIENT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define PSC_VERSION_MAJOR 1
+#define PSC_VERSION_MINOR 0
+
+/* Error codes (psc_strerror names them). */
+#define PSC_EINVAL (-1)     /* a bad argument: psc_error says which */
+#define PSC_ENOMEM (-2)     /* out of memory */
+#define PSC_EIO (-3)        /* a file could not be read */
+#define PSC_ENOENT (-4)     /* no such file, variable or table */
+#define PSC_ESPEC (-5)      /* the spec or TF_CONFIG has mistakes */
+#define PSC_ERPC (-7)       /* a shard refused the call (psc_grpc_status) */
+#define PSC_ETIMEDOUT (-8)  /* a deadline passed */
+#define PSC_ESHAPE (-9)     /* a buffer or shape does not fit */
+#define PSC_EEXIST (-10)    /* declared before with other settings */
+#define PSC_ERANGE (-11)    /* a value out of range (an id past the bound) */
+#define PSC_EUNAVAIL (-17)  /* a shard stayed unreachable past the budget */
+#define PSC_ECANCELED (-19) /* interrupted (psc_set_interrupt) */
+
+/* Placement of a declared variable (psc_var_opts.placement). */
+#define PSC_PLACE_AUTO 0 /* split across all shards when >= 256 KiB, else    \
+                            whole on the shard its name hashes to: the same  \
+                            for every client, whatever else it declares, in  \
+                            any order */
+#define PSC_PLACE_SPLIT (-1)          /* rows split across all shards */
+#define PSC_PLACE_SHARD(k) ((k) + 1) /* whole on shard k */
+
+/* How a shard fills a variable when it creates it. */
+#define PSC_INIT_ZEROS 0   /* all zero */
+#define PSC_INIT_UNIFORM 1 /* uniform in [-init_scale, init_scale], seeded */
+
+typedef struct psc_client psc_client;
+
+/* Settings of psc_open*; psc_options_init fills the defaults. */
+struct psc_options {
+  size_t size;      /* sizeof(struct psc_options), set by psc_options_init */
+  const char *task; /* "worker:N" this client is, NULL: the spec's "task",
+                       else TF_CONFIG's (the environment variable), else none
+                       (a client that does not join the job's steps) */
+  const char *name; /* identity in the shards' logs, NULL: the task
+                       ("worker:0"), else "psc" */
+  int timeout_ms;   /* deadline of each call, 0: the spec's
+                       job.rpc_timeout_ms (30000) */
+  int connect_timeout_ms; /* how long a declare waits for the shards to come
+                             up, 0: 60000 */
+  double retry_s;   /* how long a shard may stay unreachable while calls to
+                       it are retried, 0: the spec's job.retry_s; < 0: never
+                       retry */
+  const char *job;  /* psc_open_addrs only: the shards' job name ("job.name"
+                       of their spec), NULL: "psd-job" */
+  const char *token_file; /* psc_open_addrs only: a file holding the bearer
+                             token the shards require (auth.token_file) */
+};
+
+/* Fills o with the defaults (everything from the spec). */
+void psc_options_init(struct psc_options *o);
+
+/* Opens a client for the job of the spec file at path (o may be NULL).
+ * Nothing is sent until a declare. On failure returns a code and, when
+ * err is not NULL, the reason in err (for a spec: every mistake, one per
+ * line, with the file and JSON path). */
+int psc_open(psc_client **out, const char *spec_path,
+             const struct psc_options *o, char *err, size_t errlen);
+
+/* The same from a TF_CONFIG-shaped JSON text (a whole spec, or just
+ * "cluster" and "task"); NULL: the TF_CONFIG environment variable. */
+int psc_open_tf_config(psc_client **out, const char *tf_config,
+                       const struct psc_options *o, char *err, size_t errlen);
+
+/* The same from the shards' addresses addrs[0..n) ("host:port", in the
+ * order of their spec's cluster.ps). The shards do not check this client's
+ * spec; o->job must name theirs unless it is the default. */
+int psc_open_addrs(psc_client **out, const char *const *addrs, int n,
+                   const struct psc_options *o, char *err, size_t errlen);
+
+/* Stops the client's heartbeat (after psc_join) and frees it. NULL: no-op. */
+void psc_close(psc_client *c);
+
+/* The last error in words, naming the shard and the variable; "" when none.
+ * Owned by the client, valid until its next call. */
+const char *psc_error(const psc_client *c);
+
+/* The gRPC status code (0: OK) of the last call that a shard answered with
+ * a failure, e.g. 6 (ALREADY_EXISTS), 3 (INVALID_ARGUMENT), 14
+ * (UNAVAILABLE); 0 when the last call failed before any shard answered. */
+int psc_grpc_status(const psc_client *c);
+
+/* A code in words ("invalid argument"); never NULL. */
+const char *psc_strerror(int rc);
+
+/* ---- the job, as the spec says */
+
+int psc_num_shards(const psc_client *c);
+int psc_num_workers(const psc_client *c);
+/* This client's worker index (psc_options.task), or -1. */
+int psc_task_index(const psc_client *c);
+/* "async" or "sync" (job.sync.mode). */
+const char *psc_mode(const psc_client *c);
+/* async: the staleness bound (job.sync.staleness), -1: unbounded. */
+int psc_staleness(const psc_client *c);
+
+/* ---- variables */
+
+/* A declared variable's settings; zero fields take the defaults. */
+struct psc_var_opts {
+  int placement;        /* PSC_PLACE_AUTO (0), PSC_PLACE_SPLIT or
+                           PSC_PLACE_SHARD(k) */
+  int init;             /* PSC_INIT_* [ZEROS] */
+  float init_scale;     /* PSC_INIT_UNIFORM's bound */
+  const char *optimizer; /* NULL: the spec's (job.optimizer and its
+                            overrides); else a JSON object in job.optimizer's
+                            form, {"type": "adam", "lr": 0.001}, which the
+                            shards apply to this variable */
+};
+
+/* Declares an f32 variable of ndim (1..4) dimensions shape[0..ndim) on the
+ * shards that hold it (creating it there, or checking it: a variable that
+ * exists with another shape or optimizer is PSC_EEXIST, naming both),
+ * waiting for shards that are still starting. o may be NULL. Returns the
+ * variable's handle (>= 0) for the calls below; declaring the same name
+ * again returns the same handle. */
+int psc_declare(psc_client *c, const char *name, int ndim,
+                const int64_t *shape, const struct psc_var_opts *o);
+
+/* The handle of a declared variable, or PSC_ENOENT. */
+int psc_find(const psc_client *c, const char *name);
+
+/* Elements (floats) of variable v, or a negative code. */
+int64_t psc_numel(const psc_client *c, int v);
+
+/* Pulls variables vars[0..n) into dst[0..n) (each numel floats), every
+ * shard at once. */
+int psc_pull(psc_client *c, const int *vars, float *const *dst, int n);
+
+/* Pushes gradients grads[0..n) of vars[0..n); each shard applies its
+ * optimizer on arrival. examples (the batch behind the gradient, counted in
+ * the job's examples/s) > 0 also marks the start of this worker's step for
+ * the job's staleness and step timing: pass it with the step's first push
+ * and 0 with the others. */
+int psc_push(psc_client *c, const int *vars, const float *const *grads, int n,
+             uint32_t examples);
+
+/* Both in one round trip (asynchronous training): the pull may or may not
+ * see this push. grads and dst must not overlap. */
+int psc_push_pull(psc_client *c, const int *vars, const float *const *grads,
+                  float *const *dst, int n, uint32_t examples);
+
+/* ---- synchronous training (job.sync.mode "sync") */
+
+/* Joins the job's steps as worker `worker` (-1: this client's task index)
+ * and starts a heartbeat thread; *step is the step now open. */
+int psc_join(psc_client *c, int worker, uint64_t *step);
+
+/* Pulls once every shard has committed min_version steps (the step to
+ * compute next); *version is the steps committed. */
+int psc_pull_at(psc_client *c, const int *vars, float *const *dst, int n,
+                uint64_t min_version, uint64_t *version);
+
+/* Stages gradients for `step` (may be called several times per step, each
+ * variable once). *closed is 1 when a shard had closed the step already
+ * (the gradient is dropped; go on with the next step). */
+int psc_push_step(psc_client *c, const int *vars, const float *const *grads,
+                  int n, uint32_t examples, uint64_t step, int *closed);
+
+/* Asks to count this worker's staged gradients in `step`; answered once the
+ * step's set is decided. *next_step is the step now open. */
+int psc_admit(psc_client *c, uint64_t step, int *admitted,
+              uint64_t *next_step);
+
+/* 1 (and *step, the step to go on from) when a call since the last check
+ * learned that the job rolled back to a checkpoint or that the coordinator
+ * restarted and this worker joined it again; 0 otherwise. */
+int psc_restarted(psc_client *c, uint64_t *step);
+
+/* Leaves the job, reporting its training examples, its training time
+ * (first step's start to last step's end) and how long ago it ended, for
+ * the job's rate (psctl status, pslaunch's job: line). */
+int psc_leave(psc_client *c, uint64_t examples, double train_s,
+              double ended_s_ago);
+
+/* ---- bounded staleness (async with job.sync.staleness >= 0) */
+
+/* Reports that this worker has pushed `clock` times and waits until the
+ * slowest live worker lets it compute its next gradient. Needs psc_join. */
+int psc_clock(psc_client *c, uint64_t clock);
+
+/* ---- embedding tables (docs/tables.md) */
+
+/* Declares a table of rows of dim floats (1..1024) on every shard; ids
+ * must be < id_bound (0: any u64). The rest of its settings come from the
+ * spec's job.tables entry of that name, or the defaults. */
+int psc_declare_table(psc_client *c, const char *name, uint32_t dim,
+                      uint64_t id_bound);
+
+/* Pulls the rows of ids[0..n) into rows (n x dim floats, in ids' order);
+ * ids may repeat. min_version > 0 (sync): once every shard committed that
+ * many steps. */
+int psc_pull_rows(psc_client *c, const char *table, const uint64_t *ids,
+                  size_t n, float *rows, uint64_t min_version);
+
+/* Pushes row gradients grads (n x dim floats) of ids[0..n) (repeats are
+ * summed). step > 0 (sync): staged for that step like psc_push_step, and
+ * *closed set when closed is not NULL. */
+int psc_push_rows(psc_client *c, const char *table, const uint64_t *ids,
+                  size_t n, const float *grads, uint64_t step, int *closed);
+
+/* ---- the rest */
+
+/* While a call waits on the network, interrupted(arg) is polled about every
+ * 100 ms; once it returns nonzero, the call's RPCs are cancelled and it
+ * returns PSC_ECANCELED. NULL: none. For a binding that must stop on
+ * Ctrl-C. */
+void psc_set_interrupt(psc_client *c, int (*interrupted)(void *arg),
+                       void *arg);
+
+/* Payload bytes this client pulled and pushed so far. */
+uint64_t psc_bytes_pulled(const psc_client *c);
+uint64_t psc_bytes_pushed(const psc_client *c);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

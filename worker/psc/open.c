@@ -1,0 +1,238 @@
+/* psc_open, psc_open_tf_config, psc_open_addrs (psd/client.h): a spec from
+ * a file, a TF_CONFIG text or a list of addresses, the task this client is,
+ * and the internal client over it; errors and the job's settings. */
+#include "psc_internal.h"
+
+#include <jansson.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "err.h"
+
+void psc_options_init(struct psc_options *o) {
+  memset(o, 0, sizeof *o);
+  o->size = sizeof *o;
+}
+
+/* Writes the reason of a failed open into err[0..errlen). */
+static void say(char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void say(char *err, size_t errlen, const char *fmt, ...) {
+  va_list ap;
+  if (!err || !errlen)
+    return;
+  va_start(ap, fmt);
+  vsnprintf(err, errlen, fmt, ap);
+  va_end(ap);
+}
+
+/* Whether the environment's TF_CONFIG names a task. */
+static int tf_config_has_task(void) {
+  const char *tf = getenv("TF_CONFIG");
+  json_t *root = tf && *tf ? json_loads(tf, 0, NULL) : NULL;
+  int has = root && json_object_get(root, "task");
+  json_decref(root);
+  return has;
+}
+
+/* Makes the client over spec (taken) once the task is settled. */
+static int open_spec(psc_client **out, struct cm_spec *spec,
+                     const struct psc_options *o, int unchecked, char *err,
+                     size_t errlen) {
+  struct dw_client_opts dopts = {0};
+  char buf[4096];
+  int rc = 0;
+  psc_client *c = calloc(1, sizeof *c);
+  *out = NULL;
+  if (!c) {
+    cm_spec_free(spec);
+    return PSC_ENOMEM;
+  }
+  c->spec = spec;
+  c->task = -1;
+  if ((o && o->task) || spec->task.type != CM_TASK_NONE ||
+      tf_config_has_task()) {
+    if ((rc = cm_spec_resolve_task(spec, o ? o->task : NULL, buf,
+                                   sizeof buf))) {
+      say(err, errlen, "%s", buf);
+      goto out;
+    }
+    if (spec->task.type != CM_TASK_WORKER) {
+      say(err, errlen,
+          "%s: task %s:%d is a shard; a client is a worker task "
+          "(worker:N) or none",
+          spec->source, cm_task_type_name(spec->task.type), spec->task.index);
+      rc = PSC_EINVAL;
+      goto out;
+    }
+    c->task = spec->task.index;
+  }
+  if (o && o->name)
+    snprintf(c->name, sizeof c->name, "%s", o->name);
+  else if (c->task >= 0)
+    snprintf(c->name, sizeof c->name, "worker:%d", c->task);
+  else
+    snprintf(c->name, sizeof c->name, "psc");
+  dopts.worker = c->name;
+  if (o) {
+    dopts.timeout_ms = o->timeout_ms;
+    dopts.connect_timeout_ms = o->connect_timeout_ms;
+    dopts.retry_s = o->retry_s;
+  }
+  dopts.no_spec_check = unchecked;
+  if ((rc = dw_client_new(&c->dw, spec, &dopts))) {
+    say(err, errlen, "cannot open a client for %s: %s", spec->source,
+        cm_strerror(rc));
+    goto out;
+  }
+out:
+  if (rc) {
+    psc_close(c);
+    return rc;
+  }
+  *out = c;
+  return 0;
+}
+
+int psc_open(psc_client **out, const char *spec_path,
+             const struct psc_options *o, char *err, size_t errlen) {
+  struct cm_spec *spec = NULL;
+  char buf[8192];
+  int rc;
+  *out = NULL;
+  if (!spec_path) {
+    say(err, errlen, "psc_open: no spec path");
+    return PSC_EINVAL;
+  }
+  if ((rc = cm_spec_load(spec_path, &spec, buf, sizeof buf))) {
+    say(err, errlen, "%s", buf);
+    return rc;
+  }
+  return open_spec(out, spec, o, 0, err, errlen);
+}
+
+int psc_open_tf_config(psc_client **out, const char *tf_config,
+                       const struct psc_options *o, char *err, size_t errlen) {
+  struct cm_spec *spec = NULL;
+  char buf[8192];
+  int rc;
+  *out = NULL;
+  if (!tf_config)
+    tf_config = getenv("TF_CONFIG");
+  if (!tf_config || !*tf_config) {
+    say(err, errlen, "TF_CONFIG: not set; expected the job's cluster spec "
+                     "as JSON");
+    return PSC_EINVAL;
+  }
+  if ((rc = cm_spec_parse(tf_config, strlen(tf_config), "TF_CONFIG", &spec,
+                          buf, sizeof buf))) {
+    say(err, errlen, "%s", buf);
+    return rc;
+  }
+  return open_spec(out, spec, o, 0, err, errlen);
+}
+
+int psc_open_addrs(psc_client **out, const char *const *addrs, int n,
+                   const struct psc_options *o, char *err, size_t errlen) {
+  struct cm_spec *spec = NULL;
+  char buf[8192], *text = NULL;
+  int rc = PSC_ENOMEM;
+  json_t *root = json_object(), *cluster = json_object(), *ps = json_array();
+  json_t *job = json_object(), *workers = json_array();
+  *out = NULL;
+  if (!root || !cluster || !ps || !job || !workers)
+    goto out;
+  if (n < 1 || !addrs) {
+    say(err, errlen, "psc_open_addrs: no shard addresses");
+    rc = PSC_EINVAL;
+    goto out;
+  }
+  for (int i = 0; i < n; i++)
+    json_array_append_new(ps, json_string(addrs[i] ? addrs[i] : ""));
+  /* The spec format needs a worker list; the shards never see this one
+   * (no fingerprint is sent). */
+  json_array_append_new(workers, json_string("127.0.0.1:1"));
+  json_object_set(cluster, "ps", ps);
+  json_object_set(cluster, "worker", workers);
+  json_object_set(root, "cluster", cluster);
+  json_object_set_new(job, "name",
+                      json_string(o && o->job ? o->job : "psd-job"));
+  json_object_set(root, "job", job);
+  if (o && o->token_file)
+    json_object_set_new(root, "auth",
+                        json_pack("{s:s}", "token_file", o->token_file));
+  if (!(text = json_dumps(root, 0)))
+    goto out;
+  if ((rc = cm_spec_parse(text, strlen(text), "the shard addresses", &spec,
+                          buf, sizeof buf))) {
+    say(err, errlen, "%s", buf);
+    goto out;
+  }
+  rc = open_spec(out, spec, o, 1, err, errlen);
+out:
+  if (rc == PSC_ENOMEM)
+    say(err, errlen, "out of memory");
+  free(text);
+  json_decref(root);
+  json_decref(cluster);
+  json_decref(ps);
+  json_decref(job);
+  json_decref(workers);
+  return rc;
+}
+
+void psc_close(psc_client *c) {
+  if (!c)
+    return;
+  dw_client_free(c->dw);
+  cm_spec_free(c->spec);
+  free(c);
+}
+
+void psc__begin(psc_client *c) {
+  c->own_err = 0;
+  c->err[0] = 0;
+  dw_client_set_interrupt(c->dw, c->interrupt, c->interrupt_arg);
+}
+
+int psc__fail(psc_client *c, int rc, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(c->err, sizeof c->err, fmt, ap);
+  va_end(ap);
+  c->own_err = 1;
+  return rc;
+}
+
+const char *psc_error(const psc_client *c) {
+  return c->own_err ? c->err : dw_client_error(c->dw);
+}
+
+int psc_grpc_status(const psc_client *c) {
+  return c->own_err ? 0 : dw_client_last_status(c->dw, NULL);
+}
+
+const char *psc_strerror(int rc) { return cm_strerror(rc); }
+
+int psc_num_shards(const psc_client *c) { return c->spec->nps; }
+int psc_num_workers(const psc_client *c) { return c->spec->nworker; }
+int psc_task_index(const psc_client *c) { return c->task; }
+const char *psc_mode(const psc_client *c) { return c->spec->job.mode; }
+int psc_staleness(const psc_client *c) { return c->spec->job.staleness; }
+
+void psc_set_interrupt(psc_client *c, int (*interrupted)(void *arg),
+                       void *arg) {
+  c->interrupt = interrupted;
+  c->interrupt_arg = arg;
+  dw_client_set_interrupt(c->dw, interrupted, arg);
+}
+
+uint64_t psc_bytes_pulled(const psc_client *c) {
+  return dw_client_bytes_pulled(c->dw);
+}
+
+uint64_t psc_bytes_pushed(const psc_client *c) {
+  return dw_client_bytes_pushed(c->dw);
+}
