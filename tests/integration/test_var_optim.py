@@ -69,9 +69,9 @@ class VarOptimTest(h.ProcTest):
     def push(self, name, g):
         self.tool("push", name, str(len(g)), "0", ",".join(repr(float(x)) for x in g))
 
-    def optimizers(self):
-        """{variable: optimizer} as psctl vars --json shows them."""
-        r = h.run([h.build_path("ps-server", "psctl"), "--cluster", self.spec, "--json", "vars"])
+    def optimizers(self, command="vars"):
+        """{variable: optimizer} as psctl --json vars (or status) shows them."""
+        r = h.run([h.build_path("ps-server", "psctl"), "--cluster", self.spec, "--json", command])
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
         doc = json.loads(r.stdout)
         found = {}
@@ -111,6 +111,8 @@ class VarOptimTest(h.ProcTest):
         self.assertTrue(np.array_equal(bits(got), bits(w)), (got, w))
         self.assertIn("'s': optimizer sgd(lr=0.5) (its own, declared)", p.output())
         self.assertEqual(self.optimizers(),
+                         {"s": "sgd(lr=0.5)", "m": "momentum(lr=0.1, momentum=0.9)"})
+        self.assertEqual(self.optimizers("status"),
                          {"s": "sgd(lr=0.5)", "m": "momentum(lr=0.1, momentum=0.9)"})
 
         # The same again (spelled otherwise) is the one that exists.
