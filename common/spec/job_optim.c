@@ -1,7 +1,8 @@
 /* The job's optimizers (job_optim.h): job.optimizer with its learning-rate
  * schedule and clip_norm, and job.optimizer_overrides, each entry starting
  * from the job's optimizer; the rules are optconf.h's, the checks here say
- * where a setting is wrong and why. */
+ * where a setting is wrong and why. One optimizer object's parser is shared
+ * with optjson.c (a variable's own optimizer). */
 #include "job_optim.h"
 
 #include <limits.h>
@@ -108,12 +109,8 @@ static void parse_schedule(struct cm__errs *e, json_t *opt, const char *parent,
   }
 }
 
-/* Parses one optimizer object at path `parent` (job.optimizer, or an entry
- * of job.optimizer_overrides) onto *o, which holds what it starts from: the
- * defaults, or the job's optimizer. An override's "schedule" replaces the
- * job's whole. clip_norm is NULL for an override (it is per job). */
-static void parse_optim_obj(struct cm__errs *e, json_t *opt, const char *parent,
-                            struct cm_optim *o, double *clip_norm) {
+void cm__parse_optim_obj(struct cm__errs *e, json_t *opt, const char *parent,
+                         struct cm_optim *o, double *clip_norm) {
   static const char *const keys[] = {"type",         "lr",       "momentum",
                                      "weight_decay", "beta1",    "beta2",
                                      "eps",          "schedule", "clip_norm"};
@@ -211,7 +208,7 @@ static void parse_overrides(struct cm__errs *e, json_t *job,
     }
     snprintf(r->pattern, sizeof r->pattern, "%s", key);
     r->opt = out->optim.def;
-    parse_optim_obj(e, v, path, &r->opt, NULL);
+    cm__parse_optim_obj(e, v, path, &r->opt, NULL);
     out->optim.nrules++;
   }
 }
@@ -223,6 +220,7 @@ void cm__parse_optimizer(struct cm__errs *e, json_t *job, struct cm_job *out) {
                      "0.05, \"momentum\": 0.9}");
 
   if (opt)
-    parse_optim_obj(e, opt, "job.optimizer", &out->optim.def, &out->clip_norm);
+    cm__parse_optim_obj(e, opt, "job.optimizer", &out->optim.def,
+                        &out->clip_norm);
   parse_overrides(e, job, out);
 }

@@ -175,3 +175,34 @@ void cm_optim_describe(const struct cm_optim *o, char *buf, size_t len) {
   describe_schedule(&o->schedule, buf, len);
   append(buf, len, ")");
 }
+
+/* The schedules' fields that their type uses, compared. */
+static int same_schedule(const struct cm_schedule *a,
+                         const struct cm_schedule *b) {
+  if (a->type != b->type || a->warmup_steps != b->warmup_steps)
+    return 0;
+  if (a->type == CM_SCHED_STEP)
+    return a->decay_every == b->decay_every && a->gamma == b->gamma;
+  if (a->type == CM_SCHED_COSINE)
+    return a->total_steps == b->total_steps && a->min_lr == b->min_lr;
+  return 1;
+}
+
+int cm_optim_same(const struct cm_optim *a, const struct cm_optim *b) {
+  if (a->type != b->type || a->lr != b->lr ||
+      a->weight_decay != b->weight_decay ||
+      !same_schedule(&a->schedule, &b->schedule))
+    return 0;
+  switch (a->type) {
+  case CM_OPT_MOMENTUM:
+  case CM_OPT_NESTEROV:
+    return a->momentum == b->momentum;
+  case CM_OPT_ADAGRAD:
+    return a->eps == b->eps;
+  case CM_OPT_ADAM:
+  case CM_OPT_ADAMW:
+    return a->beta1 == b->beta1 && a->beta2 == b->beta2 && a->eps == b->eps;
+  default:
+    return 1;
+  }
+}

@@ -120,4 +120,9 @@ const struct cm_optim *cm_optim_pick(const struct cm_optim_set *set,
  * weight_decay and the schedule only when they do something. */
 void cm_optim_describe(const struct cm_optim *o, char *buf, size_t len);
 
+/* 1 when a and b update a variable alike: the same type, lr, weight_decay,
+ * schedule, and the hyper-parameters of that type (momentum; eps; beta1,
+ * beta2); those the type does not use may differ. Else 0. */
+int cm_optim_same(const struct cm_optim *a, const struct cm_optim *b);
+
 #endif

@@ -192,10 +192,11 @@ int psd_ckpt_restore(struct psd_ckpt *c, uint64_t step, struct psd_store *store,
     const struct psd_var *v = psd_store_at(store, i);
     const struct psd_var *f = psd_store_find(from, v->name);
     if (!f || f->elem_begin != v->elem_begin || f->elem_end != v->elem_end ||
-        f->nslots != v->nslots) {
+        f->nslots != v->nslots || f->opt.type != v->opt.type) {
       snprintf(err, errlen,
                "checkpoint %s: '%s' is %s; this shard holds it otherwise", dir,
-               v->name, f ? "held with other rows or slots" : "missing");
+               v->name,
+               f ? "held with other rows, slots or optimizer" : "missing");
       rc = CM_EFORMAT;
       goto out;
     }

@@ -1,7 +1,8 @@
 /* Reading one checkpoint back and verifying it (ckpt_internal.h): the
  * manifest's checksum, format, job, shard and step; the shard file's size;
  * each variable's shape, rows and optimizer against this shard and the
- * spec; every tensor's CRC-32; and the table of applied pushes. What fails is
+ * spec (or the variable's own optimizer, which the manifest keeps whole);
+ * every tensor's CRC-32; and the table of applied pushes. What fails is
  * said in err, naming the file and what is wrong; ckpt_load.c decides what
  * to do about it. */
 #include <errno.h>
@@ -15,6 +16,7 @@
 #include "dedup.h"
 #include "err.h"
 #include "log.h"
+#include "optjson.h"
 #include "safetensors.h"
 
 /* Reads a JSON integer member into *x; returns 0 or -1. */
@@ -161,7 +163,9 @@ static int check_optimizer(struct psd_ckpt *c, const struct psd_var *v,
 
   if (!strcmp(otype, cm_optim_name(v->opt.type)))
     return 0;
-  if (v->rule >= 0)
+  if (v->own)
+    snprintf(where, sizeof where, "its own, in the manifest");
+  else if (v->rule >= 0)
     snprintf(where, sizeof where, "job.optimizer_overrides[\"%s\"]",
              c->optims.rules[v->rule].pattern);
   else
@@ -174,6 +178,34 @@ static int check_optimizer(struct psd_ckpt *c, const struct psd_var *v,
            v->name, otype, cm_optim_name(v->opt.type), where, otype, otype,
            c->dir);
   return CM_EEXIST;
+}
+
+/* Reads manifest entry e's "own_optimizer" (a variable declared with its
+ * own) into *opt and sets *own to it; *own stays NULL without one (the
+ * spec's). Returns 0, or CM_EFORMAT with err saying what is wrong. */
+static int get_own_optimizer(json_t *e, const char *path, size_t i,
+                             struct cm_optim *opt, const struct cm_optim **own,
+                             char *err, size_t errlen) {
+  json_t *o = json_object_get(e, "own_optimizer");
+  char why[512];
+  char *text;
+  int rc;
+
+  *own = NULL;
+  if (!o)
+    return 0;
+  if (!(text = json_dumps(o, JSON_COMPACT)))
+    return CM_ENOMEM;
+  rc = cm_optim_from_json(text, strlen(text), opt, why, sizeof why);
+  free(text);
+  if (rc == CM_ENOMEM)
+    return rc;
+  if (rc) {
+    snprintf(err, errlen, "%s: vars[%zu].own_optimizer: %s", path, i, why);
+    return CM_EFORMAT;
+  }
+  *own = opt;
+  return 0;
 }
 
 /* Loads v's slots from manifest entry e: format 2's "slots" by name, or
@@ -287,6 +319,8 @@ int psd__ckpt_load_one(struct psd_ckpt *c, const char *dir, uint64_t step,
     json_t *rows = json_object_get(e, "rows"), *x;
     int64_t dims[PSD_VAR_MAX_DIMS];
     json_int_t placement, version;
+    struct cm_optim own_opt;
+    const struct cm_optim *own;
     struct psd_var *v;
     size_t d;
     int created = 0;
@@ -303,9 +337,12 @@ int psd__ckpt_load_one(struct psd_ckpt *c, const char *dir, uint64_t step,
       goto out;
     }
     json_array_foreach(shape, d, x) dims[d] = json_integer_value(x);
-    rc = psd_store_declare(
-        store, json_string_value(name), (int)json_array_size(shape), dims,
-        (int)placement, PSD_INIT_ZEROS, 0, 0, &v, &created, derr, sizeof derr);
+    if ((rc = get_own_optimizer(e, path, i, &own_opt, &own, err, errlen)))
+      goto out;
+    rc = psd_store_declare(store, json_string_value(name),
+                           (int)json_array_size(shape), dims, (int)placement,
+                           PSD_INIT_ZEROS, 0, 0, own, &v, &created, derr,
+                           sizeof derr);
     if (rc || !created) {
       snprintf(err, errlen, "%s: vars[%zu]: %s", path, i,
                rc ? derr : "a duplicate name");

@@ -3,7 +3,9 @@
  * manifest that describes and checksums it, into a temporary directory that
  * is fsynced and renamed into place whole; then the oldest beyond `keep` are
  * pruned. Async, the table of applied pushes is saved in the manifest, taken
- * at the same instant as the values. */
+ * at the same instant as the values. A variable declared with its own
+ * optimizer keeps it whole in the manifest ("own_optimizer"): the spec
+ * cannot give it back. */
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
@@ -20,6 +22,7 @@
 #include "dedup.h"
 #include "err.h"
 #include "log.h"
+#include "optjson.h"
 #include "safetensors.h"
 
 /* Async: a variable (values and slots) up to this size is copied under its
@@ -44,6 +47,19 @@ int psd__ckpt_manifest_crc(json_t *m, uint32_t *crc) {
 }
 
 /* Writes text to path and fsyncs it. */
+/* Sets e's "own_optimizer" to v's optimizer, whole (optjson.h), for a
+ * variable declared with its own: on load the spec would give it another. */
+static int set_own_optimizer(json_t *e, const struct psd_var *v) {
+  char text[CM_OPTIM_JSON_MAX];
+  json_t *o;
+
+  if (cm_optim_to_json(&v->opt, text, sizeof text))
+    return CM_ERANGE;
+  if (!(o = json_loads(text, 0, NULL)))
+    return CM_ENOMEM;
+  return json_object_set_new(e, "own_optimizer", o) ? CM_ENOMEM : 0;
+}
+
 static int write_file(const char *path, const char *text, char *err,
                       size_t errlen) {
   int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
@@ -268,6 +284,10 @@ static int write_shard(struct psd_ckpt *c, struct psd_store *store,
     if (json_object_set_new(e, "slots", slots)) {
       json_decref(e);
       rc = CM_ENOMEM;
+      goto out;
+    }
+    if (v->own && (rc = set_own_optimizer(e, v))) {
+      json_decref(e);
       goto out;
     }
     if (json_array_append_new(vars_json, e)) {

@@ -1,9 +1,11 @@
 /* psd.v1.Data/Declare (service_internal.h): the workers name the job's
  * variables, and this shard creates its slice of each (store.h). The whole
- * request is checked first, name, shape, placement, init, a name given
- * twice, and the memory the new variables need, so a refused Declare
- * creates nothing; a variable declared again with the same settings is the
- * one that exists. */
+ * request is checked first, name, shape, placement, init, the variable's
+ * own optimizer (VarSpec.optimizer, JSON in job.optimizer's form) and
+ * whether it agrees with an existing variable's, a name given twice, and
+ * the memory the new variables need, so a refused Declare creates nothing;
+ * a variable declared again with the same settings is the one that
+ * exists. */
 #include "service_internal.h"
 
 #include <math.h>
@@ -14,6 +16,7 @@
 
 #include "err.h"
 #include "log.h"
+#include "optjson.h"
 #include "shard.h"
 #include "units.h"
 
@@ -41,9 +44,20 @@ static int cmp_spec_name(const void *a, const void *b, void *ctx) {
   return strcmp(vars[*(const size_t *)a]->name, vars[*(const size_t *)b]->name);
 }
 
-/* Whether two declarations of one name agree. */
-static int same_spec(const Psd__V1__VarSpec *a, const Psd__V1__VarSpec *b) {
+/* A Declare's variables' own optimizers, parsed by check_declare: own[i]
+ * points into opts for a VarSpec with an optimizer, NULL for the spec's. */
+struct declare_optims {
+  struct cm_optim *opts;       /* owned, one per VarSpec */
+  const struct cm_optim **own; /* owned, one per VarSpec, into opts */
+};
+
+/* Whether two declarations of one name agree (ox, oy: their optimizers,
+ * the spec's for both when NULL). */
+static int same_spec(const Psd__V1__VarSpec *a, const Psd__V1__VarSpec *b,
+                     const struct cm_optim *oa, const struct cm_optim *ob) {
   if (a->n_shape != b->n_shape || a->placement != b->placement)
+    return 0;
+  if ((oa == NULL) != (ob == NULL) || (oa && !cm_optim_same(oa, ob)))
     return 0;
   for (size_t d = 0; d < a->n_shape; d++)
     if (a->shape[d] != b->shape[d])
@@ -51,12 +65,46 @@ static int same_spec(const Psd__V1__VarSpec *a, const Psd__V1__VarSpec *b) {
   return 1;
 }
 
+/* Parses vs's own optimizer into *opt and sets *own to it; leaves *own
+ * NULL for "" (the spec's). Returns 0, or answers the call with
+ * INVALID_ARGUMENT naming the variable and every mistake and returns -1. */
+static int parse_own(struct psd_service *svc, struct cm_rpc_call *call,
+                     const Psd__V1__VarSpec *vs, struct cm_optim *opt,
+                     const struct cm_optim **own) {
+  char err[1024];
+  int rc;
+
+  *own = NULL;
+  if (!vs->optimizer || !vs->optimizer[0])
+    return 0;
+  rc = cm_optim_from_json(vs->optimizer, strlen(vs->optimizer), opt, err,
+                          sizeof err);
+  if (rc == CM_ENOMEM) {
+    psd__fail(svc, call, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+    return -1;
+  }
+  if (rc) {
+    /* One line per mistake in the spec; one status message here. */
+    for (char *p = err; (p = strchr(p, '\n'));)
+      *p = ';';
+    psd__fail(svc, call, GRPC_STATUS_INVALID_ARGUMENT,
+              "Declare '%s': %s (VarSpec.optimizer takes a JSON object like "
+              "job.optimizer's, e.g. {\"type\": \"sgd\", \"lr\": 0.1})",
+              vs->name, err);
+    return -1;
+  }
+  *own = opt;
+  return 0;
+}
+
 /* Checks every variable of a Declare before any is created: name, shape,
- * placement, init, a name given twice with different settings, and the
- * memory the new ones need here. Returns 0 or answers the call and returns
- * -1, so a refused Declare creates nothing. */
+ * placement, init, its own optimizer (parsed into *o) against an existing
+ * variable's, a name given twice with different settings, and the memory
+ * the new ones need here. Returns 0 or answers the call and returns -1, so
+ * a refused Declare creates nothing. */
 static int check_declare(struct psd_service *svc, struct cm_rpc_call *call,
-                         const Psd__V1__DeclareRequest *req) {
+                         const Psd__V1__DeclareRequest *req,
+                         struct declare_optims *o) {
   char shape[128], a[32], b[32], c[32];
   uint64_t need = 0, held = 0;
   size_t *order = NULL;
@@ -70,6 +118,7 @@ static int check_declare(struct psd_service *svc, struct cm_rpc_call *call,
   }
   for (size_t i = 0; i < req->n_vars; i++) {
     const Psd__V1__VarSpec *vs = req->vars[i];
+    const struct psd_var *v;
     uint64_t numel = 1, row_elems = 1;
     int64_t rb, re;
     if (psd__check_name(svc, call, vs->name, "Declare", i))
@@ -124,12 +173,25 @@ static int check_declare(struct psd_service *svc, struct cm_rpc_call *call,
                 vs->name, vs->init_scale);
       goto out;
     }
-    if (psd_store_find(svc->store, vs->name))
-      continue; /* psd_store_declare compares it with what exists */
+    if (parse_own(svc, call, vs, &o->opts[i], &o->own[i]))
+      goto out;
+    if ((v = psd_store_find(svc->store, vs->name))) {
+      /* psd_store_declare compares the shape with what exists, and the
+       * optimizer again (a Declare may have created it meanwhile). */
+      const struct cm_optim *want =
+          psd_store_want(svc->store, vs->name, o->own[i], NULL);
+      if (!cm_optim_same(&v->opt, want)) {
+        char err[768];
+        psd_store_optim_clash(v, want, o->own[i] != NULL, err, sizeof err);
+        psd__fail(svc, call, GRPC_STATUS_ALREADY_EXISTS, "Declare: %s", err);
+        goto out;
+      }
+      continue;
+    }
     cm_shard_rows(vs->shape[0], vs->placement, svc->nshards, svc->shard, &rb,
                   &re);
     need += (uint64_t)(re - rb) * row_elems *
-            psd_store_elem_bytes(svc->store, vs->name);
+            psd_store_elem_bytes(svc->store, vs->name, o->own[i]);
     nnew++;
   }
   /* A name given twice must mean the same variable. */
@@ -142,13 +204,14 @@ static int check_declare(struct psd_service *svc, struct cm_rpc_call *call,
       order[i] = i;
     qsort_r(order, req->n_vars, sizeof *order, cmp_spec_name, req->vars);
     for (size_t i = 1; i < req->n_vars; i++) {
-      const Psd__V1__VarSpec *x = req->vars[order[i - 1]],
-                             *y = req->vars[order[i]];
-      if (strcmp(x->name, y->name) == 0 && !same_spec(x, y)) {
+      size_t ix = order[i - 1], iy = order[i];
+      const Psd__V1__VarSpec *x = req->vars[ix], *y = req->vars[iy];
+      if (strcmp(x->name, y->name) == 0 &&
+          !same_spec(x, y, o->own[ix], o->own[iy])) {
         psd__fail(
             svc, call, GRPC_STATUS_INVALID_ARGUMENT,
             "Declare: '%s' is declared twice in one request with different "
-            "shapes or placements",
+            "shapes, placements or optimizers",
             x->name);
         goto out;
       }
@@ -200,13 +263,21 @@ void psd__on_declare(struct cm_rpc_call *call, grpc_byte_buffer *bb,
   Psd__V1__DeclareRequest *req = NULL;
   Psd__V1__DeclareResponse resp = PSD__V1__DECLARE_RESPONSE__INIT;
   Psd__V1__VarSlice *slices = NULL, **ptrs = NULL;
-  char err[512];
+  struct declare_optims o = {NULL, NULL};
+  char err[768];
 
   req = (Psd__V1__DeclareRequest *)cm_request_open(
       &svc->host, call, bb, &psd__v1__declare_request__descriptor, "Declare",
       &m);
-  if (!req || check_declare(svc, call, req) ||
-      psd__declare_tables(svc, call, req))
+  if (!req)
+    goto out;
+  o.opts = calloc(req->n_vars + 1, sizeof *o.opts);
+  o.own = calloc(req->n_vars + 1, sizeof *o.own);
+  if (!o.opts || !o.own) {
+    psd__fail(svc, call, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+    goto out;
+  }
+  if (check_declare(svc, call, req, &o) || psd__declare_tables(svc, call, req))
     goto out;
   slices = calloc(req->n_vars + 1, sizeof *slices);
   ptrs = calloc(req->n_vars + 1, sizeof *ptrs);
@@ -222,7 +293,7 @@ void psd__on_declare(struct cm_rpc_call *call, grpc_byte_buffer *bb,
         svc->store, vs->name, (int)vs->n_shape, vs->shape, vs->placement,
         vs->init == PSD__V1__INIT__INIT_UNIFORM ? PSD_INIT_UNIFORM
                                                 : PSD_INIT_ZEROS,
-        vs->init_scale, vs->seed, &v, &created, err, sizeof err);
+        vs->init_scale, vs->seed, o.own[i], &v, &created, err, sizeof err);
     if (rc) {
       psd__fail(svc, call,
                 rc == CM_EEXIST   ? GRPC_STATUS_ALREADY_EXISTS
@@ -260,6 +331,8 @@ void psd__on_declare(struct cm_rpc_call *call, grpc_byte_buffer *bb,
   resp.boot = svc->host.self ? svc->host.self->boot : 0;
   cm_rpc_reply(call, cm_rpc_pack(&resp.base));
 out:
+  free(o.opts);
+  free(o.own);
   free(slices);
   free(ptrs);
   cm_request_free((ProtobufCMessage *)req);

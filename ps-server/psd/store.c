@@ -139,9 +139,32 @@ struct psd_var *psd_store_at(struct psd_store *s, int i) {
   return v;
 }
 
-uint64_t psd_store_elem_bytes(const struct psd_store *s, const char *name) {
-  int rule;
-  const struct cm_optim *o = cm_optim_pick(&s->optims, name, &rule);
+const struct cm_optim *psd_store_want(const struct psd_store *s,
+                                      const char *name,
+                                      const struct cm_optim *own, int *rule) {
+  if (own) {
+    if (rule)
+      *rule = -1;
+    return own;
+  }
+  return cm_optim_pick(&s->optims, name, rule);
+}
+
+void psd_store_optim_clash(const struct psd_var *v, const struct cm_optim *want,
+                           int own, char *err, size_t errlen) {
+  char desc[PSD_OPTIM_DESC];
+
+  cm_optim_describe(want, desc, sizeof desc);
+  snprintf(err, errlen,
+           "variable '%s' already exists with optimizer %s (%s); this "
+           "declaration asks for %s (%s)",
+           v->name, v->optim_desc, v->own ? "its own, declared" : "the spec's",
+           desc, own ? "its own" : "the spec's");
+}
+
+uint64_t psd_store_elem_bytes(const struct psd_store *s, const char *name,
+                              const struct cm_optim *own) {
+  const struct cm_optim *o = psd_store_want(s, name, own, NULL);
   return (uint64_t)(1 + cm_optim_nslots(o->type)) * sizeof(float);
 }
 
@@ -165,10 +188,13 @@ static void init_values(struct psd_var *v, enum psd_init init, float scale,
 
 int psd_store_declare(struct psd_store *s, const char *name, int ndim,
                       const int64_t *shape, int placement, enum psd_init init,
-                      float init_scale, uint64_t seed, struct psd_var **out,
+                      float init_scale, uint64_t seed,
+                      const struct cm_optim *own, struct psd_var **out,
                       int *created, char *err, size_t errlen) {
   char want[128], have[128];
   struct psd_var *v = NULL;
+  const struct cm_optim *opt;
+  int rule;
   uint64_t numel = 1, row_elems = 1;
   int rc = 0;
 
@@ -204,6 +230,7 @@ int psd_store_declare(struct psd_store *s, const char *name, int ndim,
              name, placement, s->nshards - 1);
     return CM_EINVAL;
   }
+  opt = psd_store_want(s, name, own, &rule);
   pthread_rwlock_wrlock(&s->lock);
   if ((v = find_locked(s, name))) {
     int same = v->ndim == ndim && v->placement == placement;
@@ -216,6 +243,10 @@ int psd_store_declare(struct psd_store *s, const char *name, int ndim,
                "variable '%s' already exists with shape %s placement %d; this "
                "declaration asks for shape %s placement %d",
                name, have, v->placement, want, placement);
+      rc = CM_EEXIST;
+      v = NULL;
+    } else if (!cm_optim_same(&v->opt, opt)) {
+      psd_store_optim_clash(v, opt, own != NULL, err, errlen);
       rc = CM_EEXIST;
       v = NULL;
     }
@@ -246,7 +277,9 @@ int psd_store_declare(struct psd_store *s, const char *name, int ndim,
                 &v->row_end);
   v->elem_begin = (uint64_t)v->row_begin * row_elems;
   v->elem_end = (uint64_t)v->row_end * row_elems;
-  v->opt = *cm_optim_pick(&s->optims, name, &v->rule);
+  v->opt = *opt;
+  v->rule = rule;
+  v->own = own != NULL;
   v->nslots = cm_optim_nslots(v->opt.type);
   cm_optim_describe(&v->opt, v->optim_desc, sizeof v->optim_desc);
   {
@@ -270,7 +303,9 @@ int psd_store_declare(struct psd_store *s, const char *name, int ndim,
       memset(v->slots[i], 0, n * sizeof(float));
     }
   }
-  if (v->rule >= 0)
+  if (v->own)
+    cm_info("'%s': optimizer %s (its own, declared)", v->name, v->optim_desc);
+  else if (v->rule >= 0)
     cm_info("'%s': optimizer %s (job.optimizer_overrides[\"%s\"])", v->name,
             v->optim_desc, s->optims.rules[v->rule].pattern);
   init_values(v, init, init_scale, seed);

@@ -2,7 +2,8 @@
  * allocation with the optimizer's slots beside the values, a version
  * (pushes applied), the optimizer's step count and a lock. Each variable
  * has its own optimizer, picked from the job's set (the spec's
- * job.optimizer and job.optimizer_overrides) when it is created. A thread
+ * job.optimizer and job.optimizer_overrides) when it is created, or named
+ * by the declaration itself (VarSpec.optimizer). A thread
  * touching a variable holds that variable's lock, never a store-wide one;
  * the name table has its own read-write lock. */
 #ifndef PSD_STORE_H
@@ -33,10 +34,12 @@ struct psd_var {
   uint64_t elem_begin, elem_end; /* the same as global element numbers */
   uint64_t numel;                /* elements of the whole variable */
   int index;                     /* position in declaration order */
-  /* this variable's optimizer: the job's, or its override's */
+  /* this variable's optimizer: the job's, its override's, or its own */
   struct cm_optim opt;
-  /* the job.optimizer_overrides entry that chose opt, -1 for job.optimizer */
+  /* the job.optimizer_overrides entry that chose opt, -1 for job.optimizer
+   * or a declared one (own) */
   int rule;
+  int own;    /* 1: opt was declared with the variable (VarSpec.optimizer) */
   int nslots; /* cm_optim_nslots(opt.type) */
   /* what opt does, cm_optim_describe(&opt) (VarStatus.optimizer) */
   char optim_desc[PSD_OPTIM_DESC];
@@ -61,15 +64,31 @@ int psd_store_new(struct psd_store **out, int shard, int nshards,
                   const struct cm_optim_set *optims);
 void psd_store_free(struct psd_store *s);
 
-/* Creates the variable, or checks that an existing one agrees. Returns 0
- * and sets *created; CM_EEXIST when the name exists with another shape or
- * placement, CM_EINVAL for a bad shape/placement/name, CM_ENOMEM; err says
- * which, naming the variable and both shapes. *out is the store's
+/* Creates the variable, or checks that an existing one agrees. own (may
+ * be NULL: the job's set picks, psd_store_want) is the variable's own
+ * optimizer, copied. Returns 0 and sets *created; CM_EEXIST when the name
+ * exists with another shape, placement or optimizer, CM_EINVAL for a bad
+ * shape/placement/name, CM_ENOMEM; err says which, naming the variable and
+ * both shapes or both optimizers (cm_optim_describe). *out is the store's
  * (borrowed until psd_store_free). */
 int psd_store_declare(struct psd_store *s, const char *name, int ndim,
                       const int64_t *shape, int placement, enum psd_init init,
-                      float init_scale, uint64_t seed, struct psd_var **out,
+                      float init_scale, uint64_t seed,
+                      const struct cm_optim *own, struct psd_var **out,
                       int *created, char *err, size_t errlen);
+
+/* The optimizer a declaration of name with own (may be NULL) asks for:
+ * own, else the job's set's pick. *rule (may be NULL) gets the rule's
+ * index, -1 for job.optimizer or own. Borrowed from own or the store. */
+const struct cm_optim *psd_store_want(const struct psd_store *s,
+                                      const char *name,
+                                      const struct cm_optim *own, int *rule);
+
+/* Writes "<what v has>; this declaration asks for <want>" style text: the
+ * CM_EEXIST message for a variable that exists with another optimizer than
+ * want (own: whether want is the declaration's own). */
+void psd_store_optim_clash(const struct psd_var *v, const struct cm_optim *want,
+                           int own, char *err, size_t errlen);
 
 /* The variable called name, or NULL. */
 struct psd_var *psd_store_find(struct psd_store *s, const char *name);
@@ -97,8 +116,10 @@ void psd_store_apply_step(struct psd_store *s, struct psd_var *v,
 uint64_t psd_var_steps(const struct psd_var *v);
 
 /* Bytes a slice of the variable called name would hold per element: the
- * value and the slots of the optimizer it gets. */
-uint64_t psd_store_elem_bytes(const struct psd_store *s, const char *name);
+ * value and the slots of the optimizer it gets (own, or the job's pick when
+ * own is NULL). */
+uint64_t psd_store_elem_bytes(const struct psd_store *s, const char *name,
+                              const struct cm_optim *own);
 
 /* Bytes this shard holds for v (values plus slots). */
 uint64_t psd_var_bytes(const struct psd_store *s, const struct psd_var *v);

@@ -70,6 +70,21 @@ def pull(job, segments, min_version=0, dtype=0):
     return body + uint(3, min_version) + (uint(63, dtype) if dtype else b"")
 
 
+def var_spec(name, shape, placement=-1, optimizer="", init=0, init_scale=0.0, seed=0):
+    """A VarSpec; optimizer is VarSpec.optimizer's JSON text ("" = the spec's)."""
+    body = ld(1, name) + packed(2, shape)
+    body += key(3, 0) + varint(placement) if placement else b""
+    body += uint(4, init)
+    if init_scale:
+        body += key(5, 5) + struct.pack("<f", init_scale)
+    return body + uint(6, seed) + (ld(7, optimizer) if optimizer else b"")
+
+
+def declare(job, specs):
+    """A DeclareRequest of var_spec() messages."""
+    return caller(job) + b"".join(ld(2, s) for s in specs)
+
+
 def commit(job, step, applied=(), dropped=()):
     return caller(job) + uint(2, step) + packed(3, applied) + packed(4, dropped)
 

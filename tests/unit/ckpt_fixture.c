@@ -82,8 +82,8 @@ struct psd_store *make_store(int shard, const struct cm_optim_set *opt,
     struct psd_var *v;
     int created;
     ck_assert_int_eq(psd_store_declare(s, names[i], ndims[i], shapes[i],
-                                       place[i], PSD_INIT_UNIFORM, 0.5f, 7, &v,
-                                       &created, err, sizeof err),
+                                       place[i], PSD_INIT_UNIFORM, 0.5f, 7,
+                                       NULL, &v, &created, err, sizeof err),
                      0);
     for (uint64_t e = 0; e < v->elem_end - v->elem_begin; e++) {
       v->value[e] = tag + 100.0f * i + (float)(e + v->elem_begin);

@@ -261,7 +261,7 @@ START_TEST(test_dedup_matches_values_under_pushes) {
   c = open_ckpt("job", 0, 1, &sgd, 2);
   ck_assert_int_eq(psd_store_new(&s, 0, 1, &sgd), 0);
   ck_assert_int_eq(psd_store_declare(s, "n", 1, shape, -1, PSD_INIT_ZEROS, 0, 0,
-                                     &v, &created, err, sizeof err),
+                                     NULL, &v, &created, err, sizeof err),
                    0);
   ck_assert_int_eq(psd_dedup_new(&d, 16), 0);
   for (int k = 0; k < NP; k++) {

@@ -3,7 +3,9 @@
  * is taken, and one with a flipped byte, cut short, with a damaged or
  * missing manifest, or from another job or shard is refused for the one
  * before it; only bad ones are an error; a checkpoint whose optimizer type
- * differs from the spec's is refused without falling back. */
+ * differs from the spec's is refused without falling back; a variable
+ * declared with its own optimizer gets it back whole, whatever the spec
+ * says. */
 #include <check.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,6 +15,7 @@
 #include "ckpt.h"
 #include "ckpt_fixture.h"
 #include "err.h"
+#include "optjson.h"
 #include "store.h"
 #include "unit.h"
 
@@ -192,6 +195,79 @@ START_TEST(test_optimizer_change_is_refused) {
 }
 END_TEST
 
+/* A variable declared with its own optimizer (every hyper-parameter and a
+ * schedule the spec does not have) comes back with it from a checkpoint,
+ * its slots with it; declaring it again asks for the same or is refused
+ * naming both. */
+START_TEST(test_own_optimizer_survives) {
+  static const char own_text[] =
+      "{\"type\": \"adam\", \"lr\": 0.003, \"beta1\": 0.8, \"eps\": 1e-6, "
+      "\"schedule\": {\"type\": \"cosine\", \"warmup_steps\": 3, "
+      "\"total_steps\": 90, \"min_lr\": 0.0001}}";
+  static const int64_t shape[1] = {6};
+  struct psd_ckpt *c = open_ckpt("job", 0, 1, &momentum, 3);
+  struct psd_store *s = NULL, *t;
+  struct cm_optim own, sgd;
+  struct psd_var *v, *u;
+  int created;
+
+  ck_assert_int_eq(
+      cm_optim_from_json(own_text, strlen(own_text), &own, err, sizeof err), 0);
+  ck_assert_int_eq(psd_store_new(&s, 0, 1, &momentum), 0);
+  ck_assert_int_eq(psd_store_declare(s, "mine", 1, shape, -1, PSD_INIT_UNIFORM,
+                                     0.5f, 3, &own, &v, &created, err,
+                                     sizeof err),
+                   0);
+  ck_assert_int_eq(v->own, 1);
+  ck_assert_int_eq(v->nslots, 2);
+  for (int k = 0; k < 2; k++)
+    for (int i = 0; i < 6; i++)
+      v->slots[k][i] = (float)(10 * k + i);
+  v->version = 4;
+  v->applied = 4 * 6;
+  ck_assert_int_eq(psd_store_declare(s, "spec", 1, shape, -1, PSD_INIT_ZEROS, 0,
+                                     0, NULL, &u, &created, err, sizeof err),
+                   0);
+  ck_assert_int_eq(u->own, 0);
+  write_ok(c, s, 7);
+  t = load_step(c, 7, 0);
+  same_store(s, t);
+  v = psd_store_find(t, "mine");
+  ck_assert_int_eq(v->own, 1);
+  ck_assert_int_eq(cm_optim_same(&v->opt, &own), 1);
+  ck_assert_str_eq(v->optim_desc, psd_store_find(s, "mine")->optim_desc);
+  ck_assert_uint_eq(psd_var_steps(v), 4);
+  ck_assert_int_eq(psd_store_find(t, "spec")->own, 0);
+  ck_assert_int_eq(psd_store_find(t, "spec")->opt.type, CM_OPT_MOMENTUM);
+
+  /* Declared again after the restart: the same is the one that exists. */
+  ck_assert_int_eq(psd_store_declare(t, "mine", 1, shape, -1, PSD_INIT_ZEROS, 0,
+                                     0, &own, &u, &created, err, sizeof err),
+                   0);
+  ck_assert_int_eq(created, 0);
+  ck_assert_ptr_eq(u, v);
+  /* The spec's, or another, is refused naming both. */
+  ck_assert_int_eq(psd_store_declare(t, "mine", 1, shape, -1, PSD_INIT_ZEROS, 0,
+                                     0, NULL, &u, &created, err, sizeof err),
+                   CM_EEXIST);
+  ck_assert_msg(strstr(err, "'mine'") && strstr(err, v->optim_desc) &&
+                    strstr(err, "momentum(lr=0.1, momentum=0.9) (the spec's)"),
+                "%s", err);
+  cm_optim_defaults(&sgd);
+  sgd.type = CM_OPT_SGD;
+  sgd.lr = 0.5;
+  ck_assert_int_eq(psd_store_declare(t, "spec", 1, shape, -1, PSD_INIT_ZEROS, 0,
+                                     0, &sgd, &u, &created, err, sizeof err),
+                   CM_EEXIST);
+  ck_assert_str_eq(err, "variable 'spec' already exists with optimizer "
+                        "momentum(lr=0.1, momentum=0.9) (the spec's); this "
+                        "declaration asks for sgd(lr=0.5) (its own)");
+  psd_store_free(t);
+  psd_store_free(s);
+  psd_ckpt_free(c);
+}
+END_TEST
+
 static Suite *ckpt_verify_suite(void) {
   Suite *s = suite_create("ckpt-verify");
   TCase *tc = ckf_tcase();
@@ -201,6 +277,7 @@ static Suite *ckpt_verify_suite(void) {
   tcase_add_test(tc, test_none_verifies_is_an_error);
   tcase_add_test(tc, test_other_job_or_shard_is_refused);
   tcase_add_test(tc, test_optimizer_change_is_refused);
+  tcase_add_test(tc, test_own_optimizer_survives);
   suite_add_tcase(s, tc);
   return s;
 }

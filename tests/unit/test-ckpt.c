@@ -289,7 +289,7 @@ START_TEST(test_failed_write_keeps_the_previous) {
   ck_assert_int_eq(setrlimit(RLIMIT_FSIZE, &lim), 0);
   ck_assert_int_eq(psd_store_new(&big, 0, 1, &momentum), 0);
   ck_assert_int_eq(psd_store_declare(big, "big", 2, shape, -1, PSD_INIT_ZEROS,
-                                     0, 0, &v, &created, err, sizeof err),
+                                     0, 0, NULL, &v, &created, err, sizeof err),
                    0);
   ck_assert_int_eq(psd_ckpt_write(c, big, NULL, 2, 1, &r, err, sizeof err),
                    CM_EIO);

@@ -28,7 +28,7 @@ static struct psd_store *store_with_len(struct psd_var **v, int64_t n) {
   opt.def.lr = 0.5;
   ck_assert_int_eq(psd_store_new(&s, 0, 1, &opt), 0);
   ck_assert_int_eq(psd_store_declare(s, "w", 1, shape, -1, PSD_INIT_ZEROS, 0, 1,
-                                     v, &created, err, sizeof err),
+                                     NULL, v, &created, err, sizeof err),
                    0);
   ck_assert_int_eq(created, 1);
   return s;
