@@ -1,8 +1,9 @@
 /* The spec's settings objects (job.h): "job", the training settings (model,
  * data, sync mode, liveness, checkpoints, limits), each checked and given
  * its default, with settings of another model or sync mode refused; and
- * "auth", the token file and TLS material. The optimizers are in
- * job_optim.c. */
+ * "auth", the token file and TLS material. job.worker_command, what
+ * pslaunch runs for a worker instead of dworker, is here too. The optimizers
+ * are in job_optim.c. */
 #include "job.h"
 
 #include <limits.h>
@@ -150,6 +151,67 @@ static void parse_socket_owner(struct cm__errs *e, json_t *job,
     return;
   }
   memcpy(out->socket_owner, owner, n + 1);
+}
+
+/* What a JSON value that is not a string is, for "5 is a number; expected a
+ * string". */
+static void not_a_string(struct cm__errs *e, const char *path,
+                         const json_t *v) {
+  char got[CM__SPEC_QUOTE_MAX];
+  const char *kind = json_is_number(v)    ? " is a number"
+                     : json_is_boolean(v) ? " is a boolean"
+                                          : "";
+
+  cm__report(e, path, "%s%s; expected a string",
+             cm__describe(got, sizeof got, v), kind);
+}
+
+/* job.worker_command: the program pslaunch runs for each worker task
+ * instead of dworker, and its arguments, as an array of strings (never one
+ * string to split: no shell is involved, so nothing is quoted). */
+static void parse_worker_command(struct cm__errs *e, json_t *job,
+                                 struct cm_job *out) {
+  char path[CM__SPEC_PATH_MAX], got[CM__SPEC_QUOTE_MAX];
+  json_t *arr = json_object_get(job, "worker_command");
+  json_t *v;
+  size_t i, n, len;
+  int ok = 1;
+
+  if (!arr)
+    return;
+  n = json_is_array(arr) ? json_array_size(arr) : 0;
+  if (n == 0) {
+    cm__report(e, "job.worker_command",
+               "%s; expected an array of 1..%d non-empty strings, the "
+               "program and its arguments (e.g. [\"python3\", "
+               "\"train.py\"])",
+               json_is_array(arr) ? "empty"
+                                  : cm__describe(got, sizeof got, arr),
+               CM_SPEC_MAX_COMMAND);
+    return;
+  }
+  if (n > CM_SPEC_MAX_COMMAND) {
+    cm__report(e, "job.worker_command", "%zu entries; expected at most %d", n,
+               CM_SPEC_MAX_COMMAND);
+    return;
+  }
+  json_array_foreach(arr, i, v) {
+    cm__path_index(path, sizeof path, "job.worker_command", i);
+    if (!json_is_string(v)) {
+      not_a_string(e, path, v);
+      ok = 0;
+    } else if ((len = json_string_length(v)) == 0) {
+      cm__report(e, path, "empty; expected a non-empty string");
+      ok = 0;
+    } else if (len >= CM_SPEC_MAX_ARG) {
+      cm__report(e, path, "%zu bytes long; expected at most %d", len,
+                 CM_SPEC_MAX_ARG - 1);
+      ok = 0;
+    } else {
+      memcpy(out->worker_command[i], json_string_value(v), len + 1);
+    }
+  }
+  out->nworker_command = ok ? (int)n : 0;
 }
 
 void cm__job_defaults(struct cm_job *job) {
@@ -385,7 +447,8 @@ void cm__parse_job(struct cm__errs *e, json_t *root, int nworker,
                                      "socket_owner",
                                      "wire_dtype",
                                      "tables",
-                                     "ctr"};
+                                     "ctr",
+                                     "worker_command"};
   static const char *const models[] = {"softmax", "mlp", "cnn", "ctr", NULL};
   static const char *const nonfinite[] = {"reject", "skip", "apply", NULL};
   static const char *const dtypes[] = {"f32", "bf16", NULL};
@@ -435,6 +498,7 @@ void cm__parse_job(struct cm__errs *e, json_t *root, int nworker,
                  "a number of seconds >= 0 (0: never retry)", &out->retry_s);
   cm__parse_tables(e, job, out);
   cm__parse_ctr(e, job, out);
+  parse_worker_command(e, job, out);
 }
 
 void cm__parse_auth(struct cm__errs *e, json_t *root, struct cm_auth *out) {

@@ -20,6 +20,8 @@
 #include "tabconf.h"
 
 #define CM_SPEC_MAX_LAYERS 16
+#define CM_SPEC_MAX_COMMAND 32 /* most strings in job.worker_command */
+#define CM_SPEC_MAX_ARG 1024   /* bytes of one of them, with its NUL */
 
 enum cm_task_type { CM_TASK_NONE = 0, CM_TASK_PS, CM_TASK_WORKER };
 
@@ -148,6 +150,12 @@ struct cm_job {
   struct cm_table_conf tables[CM_TABLE_MAX];
   int ntables;            /* entries used in tables */
   struct cm_ctr_conf ctr; /* "job.ctr", with job.model "ctr" */
+  /* "job.worker_command": the program (worker_command[0]) and arguments
+   * pslaunch runs for each worker task instead of dworker, as written (a
+   * relative program path is pslaunch's to resolve); 1..CM_SPEC_MAX_COMMAND
+   * non-empty strings */
+  char worker_command[CM_SPEC_MAX_COMMAND][CM_SPEC_MAX_ARG];
+  int nworker_command; /* entries used in worker_command, 0 when not set */
 };
 
 /* Smallest job.max_message_mb: a 2 MiB chunk, its head and headroom. */

@@ -1,7 +1,11 @@
 /* Finding the binaries pslaunch runs: psd for the ps tasks and dworker for
  * the workers, from --psd and --dworker (a path, or a name looked up in
  * PATH), else beside pslaunch itself, in a build tree or an installed
- * one; and pslaunch's own binary, through which each child starts. */
+ * one; or, when the spec sets job.worker_command, that command's program
+ * for the workers (a name looked up in PATH, a relative path relative to
+ * the spec file's directory), with the directory it runs in and the build
+ * tree's Python package to put on its PYTHONPATH; and pslaunch's own
+ * binary, through which each child starts. */
 #include <errno.h>
 #include <limits.h>
 #include <stdio.h>
@@ -105,6 +109,93 @@ static int find_self(char *out, size_t outlen, char *err, size_t errlen) {
   return 0;
 }
 
+/* 1 when path is a directory. */
+static int is_dir(const char *path) {
+  struct stat st;
+  return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+/* The spec file's absolute path and its directory. */
+static int find_spec_dir(struct pl_launch *l, char *err, size_t errlen) {
+  char *slash;
+
+  if (!realpath(l->opt->spec_path, l->spec_abs)) {
+    snprintf(err, errlen, "%s: %s", l->opt->spec_path, strerror(errno));
+    return CM_ENOENT;
+  }
+  snprintf(l->spec_dir, sizeof l->spec_dir, "%s", l->spec_abs);
+  slash = strrchr(l->spec_dir, '/');
+  slash[slash == l->spec_dir ? 1 : 0] = '\0'; /* "/x.json" is in "/" */
+  return 0;
+}
+
+/* Where the psd Python package is built, when pslaunch runs from a build
+ * tree (BUILD/deploy/pslaunch, BUILD holding meson-info): BUILD/worker/python
+ * if it exists; else "". An installed pslaunch adds nothing. */
+static void find_pythonpath(struct pl_launch *l) {
+  char cand[PATH_MAX + 32], build[PATH_MAX];
+  char *slash;
+
+  l->pythonpath[0] = '\0';
+  snprintf(cand, sizeof cand, "%s", l->self);
+  slash = strrchr(cand, '/');
+  if (!slash)
+    return;
+  snprintf(slash, sizeof cand - (size_t)(slash - cand), "/..");
+  if (!realpath(cand, build))
+    return;
+  snprintf(cand, sizeof cand, "%s/meson-info", build);
+  if (!is_dir(cand))
+    return;
+  snprintf(cand, sizeof cand, "%s/worker/python", build);
+  if (is_dir(cand) && strlen(cand) < sizeof l->pythonpath)
+    snprintf(l->pythonpath, sizeof l->pythonpath, "%s", cand);
+}
+
+/* job.worker_command[0], the program each worker task runs: a name without
+ * a slash is looked up in PATH, a relative path with one is relative to the
+ * spec file's directory. The result is absolute, since the command runs in
+ * that directory. Returns 0, or CM_ENOENT with a message in err. */
+static int find_command(struct pl_launch *l, char *err, size_t errlen) {
+  const char *prog = l->spec->job.worker_command[0];
+  char found[PATH_MAX], cwd[PATH_MAX];
+  int rc = 0;
+
+  if (!strchr(prog, '/')) {
+    if (search_path(prog, found, sizeof found) < 0) {
+      snprintf(err, errlen, "%s: job.worker_command[0]: %s: not found in PATH",
+               l->opt->spec_path, prog);
+      return CM_ENOENT;
+    }
+    /* PATH may name relative directories ("", "."). */
+    if (found[0] != '/' && getcwd(cwd, sizeof cwd))
+      rc = snprintf(l->command, sizeof l->command, "%s/%s", cwd, found);
+    else
+      rc = snprintf(l->command, sizeof l->command, "%s", found);
+  } else if (prog[0] == '/') {
+    rc = snprintf(l->command, sizeof l->command, "%s", prog);
+  } else {
+    rc = snprintf(l->command, sizeof l->command, "%s/%s", l->spec_dir, prog);
+  }
+  if (rc < 0 || (size_t)rc >= sizeof l->command) {
+    snprintf(err, errlen, "%s: job.worker_command[0]: %s: path too long",
+             l->opt->spec_path, prog);
+    return CM_ENOENT;
+  }
+  if (!is_executable(l->command)) {
+    const char *why = access(l->command, F_OK) == 0 ? "not an executable file"
+                                                    : strerror(errno);
+    if (strcmp(prog, l->command) == 0)
+      snprintf(err, errlen, "%s: job.worker_command[0]: %s: %s",
+               l->opt->spec_path, prog, why);
+    else
+      snprintf(err, errlen, "%s: job.worker_command[0]: %s (%s): %s",
+               l->opt->spec_path, prog, l->command, why);
+    return CM_ENOENT;
+  }
+  return 0;
+}
+
 int pl_find_binaries(struct pl_launch *l, char *err, size_t errlen) {
   /* psd lives in sbin when installed, beside pslaunch's bin. */
   static const char *const psd_rel[] = {"psd", "../ps-server/psd",
@@ -116,8 +207,22 @@ int pl_find_binaries(struct pl_launch *l, char *err, size_t errlen) {
   if (rc == 0 && l->nps > 0)
     rc = find_binary(l->opt->psd, "--psd", psd_rel, l->self, l->psd,
                      sizeof l->psd, err, errlen);
-  if (rc == 0 && l->nworkers > 0)
-    rc = find_binary(l->opt->dworker, "--dworker", dworker_rel, l->self,
-                     l->dworker, sizeof l->dworker, err, errlen);
+  if (rc < 0 || l->nworkers == 0)
+    return rc;
+  if (l->spec->job.nworker_command == 0)
+    return find_binary(l->opt->dworker, "--dworker", dworker_rel, l->self,
+                       l->dworker, sizeof l->dworker, err, errlen);
+  if (l->opt->dworker) {
+    snprintf(err, errlen,
+             "--dworker %s: %s sets job.worker_command, which the workers "
+             "run instead of dworker",
+             l->opt->dworker, l->opt->spec_path);
+    return CM_EINVAL;
+  }
+  rc = find_spec_dir(l, err, errlen);
+  if (rc == 0)
+    rc = find_command(l, err, errlen);
+  if (rc == 0)
+    find_pythonpath(l);
   return rc;
 }

@@ -7,7 +7,9 @@
  * SIGKILL to survivors after --stop-timeout; SIGINT, SIGTERM and SIGHUP to
  * pslaunch begin the same stop. Once every child is reaped and every pipe
  * closed, the loop ends and the summary says how each task ended. Only the
- * processes started here are ever signalled, each by its own PID. */
+ * processes started here are ever signalled, each by its own PID. A worker
+ * is dworker, or the spec's job.worker_command (its environment made by
+ * command.c): either way it is started, watched and counted the same. */
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -178,34 +180,57 @@ void pl_check_done(struct pl_launch *l) {
   pl_watch_close(l);
 }
 
+/* Fills args (room for o->nextra + CM_SPEC_MAX_COMMAND + 8 entries, NULL
+ * after the last) with what starts task t: pslaunch itself, which becomes
+ * the task's program (exec_task.c), psd or dworker with the spec and the
+ * task, or the spec's job.worker_command; then, for a worker, the
+ * arguments given after "--". Strings are borrowed. */
+static void task_args(struct pl_launch *l, const struct pl_task *t,
+                      char *launcher, char **args) {
+  const struct pl_options *o = l->opt;
+  const struct cm_job *job = &l->spec->job;
+  int n = 0, i;
+
+  args[n++] = l->self;
+  args[n++] = PL_EXEC_TASK;
+  args[n++] = launcher;
+  if (t->type == CM_TASK_WORKER && l->command[0]) {
+    args[n++] = l->command;
+    for (i = 1; i < job->nworker_command; i++)
+      args[n++] = (char *)job->worker_command[i];
+  } else {
+    args[n++] = t->type == CM_TASK_PS ? l->psd : l->dworker;
+    args[n++] = "--cluster";
+    args[n++] = (char *)o->spec_path;
+    args[n++] = "--task";
+    args[n++] = (char *)t->name;
+  }
+  for (i = 0; t->type == CM_TASK_WORKER && i < o->nextra; i++)
+    args[n++] = o->extra[i];
+  args[n] = NULL;
+}
+
 /* Starts one task's child with its output piped back to us: pslaunch
  * itself, which becomes the task once the kernel will send it SIGTERM when
- * pslaunch dies (exec_task.c). Returns 0, or a negative libuv code
- * (reported) when it could not be started. */
+ * pslaunch dies (exec_task.c). A worker of job.worker_command runs in the
+ * spec file's directory with the environment command.c makes. Returns 0,
+ * or a negative libuv code (reported) when it could not be started. */
 static int spawn_task(struct pl_launch *l, struct pl_task *t) {
   const struct pl_options *o = l->opt;
+  int command = t->type == CM_TASK_WORKER && l->command[0];
   uv_process_options_t po;
   uv_stdio_container_t stdio[3];
-  char **args = NULL, launcher[24];
-  int n = 0, i, rc;
+  char **args = NULL, **env = NULL, launcher[24];
+  int rc;
 
-  args = calloc((size_t)o->nextra + 9, sizeof *args);
-  if (!args) {
+  args = calloc((size_t)o->nextra + CM_SPEC_MAX_COMMAND + 8, sizeof *args);
+  if (!args || (command && pl_command_env(l, t, &env) < 0)) {
     rc = UV_ENOMEM;
     pl_say("%s: out of memory", t->name);
     goto out;
   }
   snprintf(launcher, sizeof launcher, "%d", (int)getpid());
-  args[n++] = l->self;
-  args[n++] = PL_EXEC_TASK;
-  args[n++] = launcher;
-  args[n++] = t->type == CM_TASK_PS ? l->psd : l->dworker;
-  args[n++] = "--cluster";
-  args[n++] = (char *)o->spec_path;
-  args[n++] = "--task";
-  args[n++] = t->name;
-  for (i = 0; t->type == CM_TASK_WORKER && i < o->nextra; i++)
-    args[n++] = o->extra[i];
+  task_args(l, t, launcher, args);
 
   if ((rc = pl_stream_open(l, t, &t->out, STDOUT_FILENO)) < 0 ||
       (rc = pl_stream_open(l, t, &t->err, STDERR_FILENO)) < 0) {
@@ -220,6 +245,8 @@ static int spawn_task(struct pl_launch *l, struct pl_task *t) {
   memset(&po, 0, sizeof po);
   po.file = args[0];
   po.args = args;
+  po.env = env; /* NULL: pslaunch's own */
+  po.cwd = command ? l->spec_dir : NULL;
   po.exit_cb = on_child_exit;
   po.stdio = stdio;
   po.stdio_count = 3;
@@ -238,8 +265,13 @@ static int spawn_task(struct pl_launch *l, struct pl_task *t) {
   t->started = t->running = 1;
   t->pid = uv_process_get_pid(&t->proc);
   pl_say("started %s (pid %d)", t->name, t->pid);
-  cm_debug("%s: %s --cluster %s --task %s%s", t->name, args[3], o->spec_path,
-           t->name, o->nextra && t->type == CM_TASK_WORKER ? " ..." : "");
+  if (command)
+    cm_debug("%s: %s%s in %s", t->name, args[3],
+             l->spec->job.nworker_command > 1 || o->nextra ? " ..." : "",
+             l->spec_dir);
+  else
+    cm_debug("%s: %s --cluster %s --task %s%s", t->name, args[3], o->spec_path,
+             t->name, o->nextra && t->type == CM_TASK_WORKER ? " ..." : "");
   if ((rc = pl_stream_read_start(&t->out)) < 0 ||
       (rc = pl_stream_read_start(&t->err)) < 0)
     pl_say("%s: reading its output: %s", t->name, uv_strerror(rc));
@@ -249,6 +281,7 @@ out:
     pl_close_stream(&t->out);
     pl_close_stream(&t->err);
   }
+  pl_command_env_free(env);
   free(args);
   return rc;
 }

@@ -22,6 +22,23 @@ static const char usage_text[] =
     "  ps:0     | 12:00:01.002 psd ps:0 info: listening on 127.0.0.1:7100\n"
     "  worker:1 | 12:00:03.417 dworker worker:1 info: step 200 loss 0.41\n"
     "\n"
+    "If the spec sets job.worker_command (an array: a program and its\n"
+    "arguments, psd-spec(5)), each worker runs that command instead of\n"
+    "dworker, with DWORKER_ARGS appended, in the spec file's directory. A\n"
+    "program name without a slash is looked up in PATH; a relative path with\n"
+    "one is relative to the spec file's directory. Its environment says which\n"
+    "task it is:\n"
+    "\n"
+    "  TF_CONFIG   {\"cluster\": {\"ps\": [...], \"worker\": [...]},\n"
+    "               \"task\": {\"type\": \"worker\", \"index\": I}}\n"
+    "  PSD_SPEC    the spec file's absolute path\n"
+    "  PSD_TASK    worker:I\n"
+    "  PYTHONPATH  BUILD/worker/python first, when pslaunch runs from a build\n"
+    "              tree where that exists, then what it was\n"
+    "\n"
+    "What follows holds for it as for dworker: its output, its exit status,\n"
+    "how it is stopped.\n"
+    "\n"
     "When every local worker has exited with status 0, the ps tasks are sent\n"
     "SIGTERM, a summary is printed and pslaunch exits 0. If the spec has\n"
     "workers that this pslaunch did not start (they run on other hosts, or\n"
@@ -55,14 +72,14 @@ static const char usage_text[] =
     "                       else ../ps-server/psd from it in a build tree or\n"
     "                       ../sbin/psd in an installed one)\n"
     "  --dworker PATH       the dworker to run (default: dworker next to\n"
-    "                       pslaunch)\n"
+    "                       pslaunch); refused with job.worker_command\n"
     "  --only ps|worker     start only this host's ps tasks, or only its\n"
     "                       workers\n"
     "  --stop-timeout SECS  wait this long after SIGTERM before SIGKILL\n"
     "                       (default 10)\n"
     "  -h, --help           show this help and exit\n"
     "  -- DWORKER_ARGS...   pass the rest of the command line to every\n"
-    "                       dworker\n"
+    "                       dworker (or job.worker_command)\n"
     "\n"
     "Examples:\n"
     "  pslaunch deploy/examples/local.json\n"
@@ -75,8 +92,8 @@ static const char usage_text[] =
     "  0    every local worker finished with status 0 (and every other\n"
     "       worker of the cluster finished or is gone)\n"
     "  1    a task failed or could not start, or a ps port was in use\n"
-    "  2    bad usage, bad cluster spec, no task on this host, or psd or\n"
-    "       dworker not found\n"
+    "  2    bad usage, bad cluster spec, no task on this host, or psd,\n"
+    "       dworker or job.worker_command's program not found\n"
     "  129  stopped by SIGHUP\n"
     "  130  stopped by SIGINT (Ctrl-C)\n"
     "  143  stopped by SIGTERM\n";
@@ -97,7 +114,7 @@ int pl_parse_args(int argc, char **argv, struct pl_options *o) {
   memset(o, 0, sizeof *o);
   o->want_ps = o->want_worker = 1;
   o->stop_timeout = 10;
-  /* Everything after the first "--" belongs to dworker, so getopt only ever
+  /* Everything after the first "--" belongs to the workers, so getopt only ever
    * sees what comes before it. */
   for (i = 1; i < argc; i++) {
     if (strcmp(argv[i], "--") == 0) {

@@ -7,7 +7,10 @@
  *
  *   pslaunch.c  main: from the command line to the exit status
  *   cmdline.c   the command line and --help
- *   binaries.c  finding the psd and dworker binaries to run
+ *   binaries.c  finding the psd and dworker binaries to run, or the
+ *               spec's job.worker_command instead of dworker
+ *   command.c   the environment a job.worker_command runs in (TF_CONFIG,
+ *               PSD_SPEC, PSD_TASK, PYTHONPATH)
  *   tasks.c     picking this host's tasks from the spec, checking ports
  *   output.c    what pslaunch writes: its own "pslaunch:" lines, and the
  *               children's output, line by line with the task's prefix
@@ -137,6 +140,13 @@ struct pl_launch {
   char self[PATH_MAX];          /* pslaunch itself: each child starts as it */
   char psd[PATH_MAX];           /* resolved psd binary */
   char dworker[PATH_MAX];       /* resolved dworker binary */
+  /* With job.worker_command (l->command[0] != '\0' once settled): its
+   * program, resolved, which each worker task runs instead of dworker */
+  char command[PATH_MAX];
+  char spec_abs[PATH_MAX];      /* the spec file's absolute path (PSD_SPEC) */
+  char spec_dir[PATH_MAX];      /* its directory, the command's working one */
+  char pythonpath[PATH_MAX];    /* BUILD/worker/python when pslaunch runs from a
+                                   build tree and it exists, else "" */
   struct pl_task *tasks;        /* owned array: local ps tasks, then workers */
   int ntasks;                   /* entries in tasks */
   int nps;                      /* local ps tasks among them */
@@ -170,8 +180,11 @@ int pl_parse_args(int argc, char **argv, struct pl_options *o);
 /* Settles l->self (pslaunch's own binary, which every child runs first),
  * l->psd when this host has ps tasks and l->dworker when it has workers:
  * the path given with --psd or --dworker (a name without a slash is looked
- * up in PATH), else the first that exists beside pslaunch itself. Returns
- * 0, or CM_ENOENT with a message in err. */
+ * up in PATH), else the first that exists beside pslaunch itself. When the
+ * spec sets job.worker_command and this host has workers, settles
+ * l->command, l->spec_abs, l->spec_dir and l->pythonpath instead of
+ * l->dworker. Returns 0, or CM_ENOENT (or CM_EINVAL for --dworker given
+ * with job.worker_command) with a message in err. */
 int pl_find_binaries(struct pl_launch *l, char *err, size_t errlen);
 
 /* ---- tasks.c ---- */
@@ -227,6 +240,20 @@ int pl_launch_run(struct pl_launch *l);
 /* Begins stopping every task: SIGTERM now, SIGKILL after the stop timeout.
  * The first caller settles the exit code (result). */
 void pl_stop_all(struct pl_launch *l, int result);
+
+/* ---- command.c ---- */
+
+/* The environment worker task t's job.worker_command runs in: pslaunch's
+ * own, with TF_CONFIG (the spec's cluster and t as the task), PSD_SPEC,
+ * PSD_TASK and, when l->pythonpath is set, PYTHONPATH (l->pythonpath, then
+ * what it was) set. On success *env is a NULL-terminated array, every
+ * string and the array itself the caller's to free with
+ * pl_command_env_free. Returns 0 or CM_ENOMEM. */
+int pl_command_env(const struct pl_launch *l, const struct pl_task *t,
+                   char ***env);
+
+/* Frees what pl_command_env made; NULL is fine. */
+void pl_command_env_free(char **env);
 
 /* ---- exec_task.c ---- */
 

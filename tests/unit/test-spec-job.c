@@ -1,7 +1,8 @@
 /* Unit tests for common/spec/job.c, the job's settings apart from sync and
  * the optimizers: the models and their own settings, job.unix_sockets and
  * job.socket_owner, "auth", the checkpoint settings (defaults, bounds), the
- * retry budget and the input limits (job.max_message_mb, job.nonfinite). */
+ * retry budget, the input limits (job.max_message_mb, job.nonfinite) and
+ * job.worker_command, what pslaunch runs for a worker. */
 #include <check.h>
 #include <stdio.h>
 #include <string.h>
@@ -308,6 +309,88 @@ START_TEST(test_wire_dtype) {
 }
 END_TEST
 
+/* job.worker_command: absent by default; an array of 1..32 non-empty
+ * strings of under 1024 bytes each, kept as written; each mistake named by
+ * its path with what was expected, and a command with one is not kept. */
+START_TEST(test_worker_command) {
+  static char text[64 * 1024], arg[1100];
+  struct cm_spec *spec = NULL;
+  size_t n;
+  int i;
+
+  ck_assert_int_eq(parse(ONE_WORKER(""), &spec), 0);
+  ck_assert_int_eq(spec->job.nworker_command, 0);
+  cm_spec_free(spec);
+  ck_assert_msg(parse(ONE_WORKER("\"worker_command\": [\"python3\", \"-u\","
+                                 " \"train dir/t.py\", \"--x=\\\"1\\\"\"]"),
+                      &spec) == 0,
+                "err: %s", err);
+  ck_assert_int_eq(spec->job.nworker_command, 4);
+  ck_assert_str_eq(spec->job.worker_command[0], "python3");
+  ck_assert_str_eq(spec->job.worker_command[1], "-u");
+  ck_assert_str_eq(spec->job.worker_command[2], "train dir/t.py");
+  ck_assert_str_eq(spec->job.worker_command[3], "--x=\"1\"");
+  cm_spec_free(spec);
+
+  /* At the limits: 32 strings, one of them 1023 bytes long. */
+  memset(arg, 'a', 1023);
+  arg[1023] = '\0';
+  n = (size_t)snprintf(text, sizeof text,
+                       "{\"cluster\": {\"ps\": [\"h:1\"], \"worker\": "
+                       "[\"h:2\"]}, \"job\": {\"worker_command\": [\"%s\"",
+                       arg);
+  for (i = 1; i < 32; i++)
+    n += (size_t)snprintf(text + n, sizeof text - n, ", \"a%d\"", i);
+  snprintf(text + n, sizeof text - n, "]}}");
+  ck_assert_msg(parse(text, &spec) == 0, "err: %s", err);
+  ck_assert_int_eq(spec->job.nworker_command, 32);
+  ck_assert_uint_eq(strlen(spec->job.worker_command[0]), 1023);
+  ck_assert_str_eq(spec->job.worker_command[31], "a31");
+  cm_spec_free(spec);
+  /* One past each. */
+  snprintf(text + n, sizeof text - n, ", \"a32\"]}}");
+  parse_bad(text);
+  has_line("t.json: job.worker_command: 33 entries; expected at most 32");
+  ck_assert_int_eq(count_lines(err), 1);
+  arg[1023] = 'a';
+  arg[1024] = '\0';
+  snprintf(text, sizeof text,
+           "{\"cluster\": {\"ps\": [\"h:1\"], \"worker\": [\"h:2\"]}, "
+           "\"job\": {\"worker_command\": [\"python3\", \"%s\"]}}",
+           arg);
+  parse_bad(text);
+  has_line("t.json: job.worker_command[1]: 1024 bytes long; expected at most "
+           "1023");
+  ck_assert_int_eq(count_lines(err), 1);
+
+  /* Every mistaken entry is reported, each with its path. */
+  parse_bad(ONE_WORKER("\"worker_command\": [\"python3\", 5, \"\", true,"
+                       " null, {\"a\": 1}, 2.5, \"ok\"]"));
+  has_line("t.json: job.worker_command[1]: 5 is a number; expected a string");
+  has_line("t.json: job.worker_command[2]: empty; expected a non-empty "
+           "string");
+  has_line("t.json: job.worker_command[3]: true is a boolean; expected a "
+           "string");
+  has_line("t.json: job.worker_command[4]: null; expected a string");
+  has_line("t.json: job.worker_command[5]: an object; expected a string");
+  has_line("t.json: job.worker_command[6]: 2.5 is a number; expected a "
+           "string");
+  ck_assert_int_eq(count_lines(err), 6);
+  parse_bad(ONE_WORKER("\"worker_command\": \"python3 train.py\""));
+  has_line("t.json: job.worker_command: \"python3 train.py\"; expected an "
+           "array of 1..32 non-empty strings, the program and its arguments "
+           "(e.g. [\"python3\", \"train.py\"])");
+  ck_assert_int_eq(count_lines(err), 1);
+  parse_bad(ONE_WORKER("\"worker_command\": []"));
+  has_line("t.json: job.worker_command: empty; expected an array of 1..32 "
+           "non-empty strings, the program and its arguments (e.g. "
+           "[\"python3\", \"train.py\"])");
+  parse_bad(ONE_WORKER("\"worker_commands\": [\"python3\"]"));
+  has_text("t.json: job.worker_commands: unknown key (did you mean "
+           "worker_command?)");
+}
+END_TEST
+
 static Suite *spec_job_suite(void) {
   Suite *s = suite_create("spec-job");
   TCase *tc;
@@ -319,6 +402,7 @@ static Suite *spec_job_suite(void) {
   tcase_add_test(tc, test_socket_owner);
   tcase_add_test(tc, test_auth);
   tcase_add_test(tc, test_input_limits);
+  tcase_add_test(tc, test_worker_command);
   suite_add_tcase(s, tc);
 
   tc = tcase_create("checkpoint");
