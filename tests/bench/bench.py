@@ -31,13 +31,18 @@
                    the same work in one process on psd's table code with no
                    network (sparse-mem); and the rows' memory overhead
 
+  bench torch:     the PyTorch baselines a psd Python client will be measured
+                   against: the demo MLP, a bounded number of steps, in one
+                   process and in DDP (gloo, 2 processes), alternated over 3
+                   rounds (tests/bench/bench_torch.py)
+
   bench kernels:   GFLOP/s of each layer of the demo MLP and CNN, forward and
                    backward, on the CPU (and the GPU where one works), with the
                    ratio to a plain sgemm of the same (M, N, K) timed in the
                    same run (tests/bench/kernel_bench.c)
 
 
-Run: /usr/bin/python3 tests/bench/bench.py BUILD_DIR [transport|aggregate|memory|train|sync|scale|optim|kernels|sparse ...]
+Run: /usr/bin/python3 tests/bench/bench.py BUILD_DIR [transport|aggregate|memory|train|sync|scale|optim|kernels|sparse|torch ...]
 (docs/performance.md says how to read each figure)
 
 Exit status: 0 when every part ran; 1 when any failed (a process that exited
@@ -60,6 +65,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "integration"))
 import harness as h  # noqa: E402
 import bench_sparse  # noqa: E402
+import bench_torch  # noqa: E402
 
 SIZES = [(4096, 400), (1 << 20, 60), (16 << 20, 12), (64 << 20, 4)]
 REPEATS = 3  # interleaved repeats per size; medians are printed
@@ -532,7 +538,8 @@ def kernels(d):
 def main():
     parts = {"transport": transport, "aggregate": aggregate, "memory": memory,
              "train": train, "sync": sync, "scale": scale, "optim": optim,
-             "kernels": kernels, "sparse": lambda d: bench_sparse.sparse(d, sys.modules[__name__])}
+             "kernels": kernels, "sparse": lambda d: bench_sparse.sparse(d, sys.modules[__name__]),
+             "torch": lambda d: bench_torch.bench(d, sys.modules[__name__])}
     if len(sys.argv) < 2:
         sys.stderr.write("usage: bench.py BUILD_DIR [%s ...]\n" % "|".join(parts))
         return 2

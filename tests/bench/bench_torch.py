@@ -1,0 +1,316 @@
+"""bench torch: the PyTorch baselines a psd client will be measured against,
+all training the demo job's MLP (deploy/examples/local.json: hidden 256,
+128, batch 64, SGD momentum lr 0.02 / 0.9, seed 1) on Fashion-MNIST through
+deploy/examples/torch/fmnist.py, a bounded number of steps per process:
+
+  torch_single: one PyTorch process on the whole training set
+  torch_ddp:    torch.nn.parallel.DistributedDataParallel over gloo, nproc
+                processes (2) on 127.0.0.1 at a free port, each on its share
+                (fmnist.shard_batches: examples i with i % nproc == rank)
+  psd:          not yet: see CONTENDERS below (the hook)
+
+Every process is a fresh one (multiprocessing's spawn) with 1 intra-op and
+1 inter-op thread (torch.set_num_threads, and OMP/OpenBLAS/MKL_NUM_THREADS
+set before it imports torch), as each dworker runs 1 OpenBLAS thread. Each
+trains `steps` steps; data loading, the first epoch's shuffle, DDP's
+setup and the test evaluation are outside the timed span.
+
+The rate is measured, never derived: the examples every process trained on
+over the wall time from the earliest process's first step to the latest
+process's last step (time.monotonic, CLOCK_MONOTONIC, which all processes of
+one host share). It is never one process's rate times nproc.
+
+One line per measurement, then one summary line per contender with the
+medians over the rounds (the contenders alternate, their order rotated each
+round; a ratio is taken within a round, then its median):
+
+  bench torch round=1 contender=torch_ddp procs=2 steps=2000 examples=256000
+        seconds=5.12 examples_per_s=50000 test_accuracy=0.8421
+  bench torch contender=torch_ddp procs=2 rounds=3 steps=2000 batch=64
+        examples_per_s=50000 test_accuracy=0.8421 ratio_to_torch_single=1.6
+
+Run: /usr/bin/python3 tests/bench/bench_torch.py [--steps N] [--rounds R] [--nproc P]
+     (or bench.py BUILD_DIR torch). Exit status 0, 1 on a failure (said on
+stderr), 2 on a bad command line, 77 when PyTorch or the data set is missing.
+"""
+import argparse
+import json
+import os
+import socket
+import sys
+import time
+import traceback
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+EXAMPLES = os.path.normpath(os.path.join(HERE, "..", "..", "deploy", "examples"))
+sys.path.insert(0, os.path.join(EXAMPLES, "torch"))
+
+STEPS = 2000         # training steps per process
+ROUNDS = 3           # rounds of every contender, alternated
+TIMEOUT_S = 600      # the longest one measurement may take, start to end
+EXIT_SKIP = 77
+
+
+class Failed(Exception):
+    """A measurement failed; the message says which process and why."""
+
+
+def job():
+    """The demo job's model, batch, optimizer, seed and data (local.json)."""
+    with open(os.path.join(EXAMPLES, "local.json")) as f:
+        j = json.load(f)["job"]
+    opt = j["optimizer"]
+    return {"hidden": list(j["hidden"]), "batch": int(j["batch_size"]),
+            "lr": float(opt["lr"]), "momentum": float(opt.get("momentum", 0.0)),
+            "seed": int(j["seed"]), "data_dir": j["data_dir"]}
+
+
+def missing():
+    """Why the baselines cannot run here, or None."""
+    try:
+        import numpy  # noqa: F401
+        import torch
+        import torch.distributed as dist
+    except ImportError as e:
+        return "PyTorch or numpy is not installed (python3-torch, python3-numpy): %s" % e
+    if not dist.is_available() or not dist.is_gloo_available():
+        return "this PyTorch %s has no gloo backend" % torch.__version__
+    if not os.path.isdir(job()["data_dir"]):
+        return "dataset-fashion-mnist is not installed (%s)" % job()["data_dir"]
+    return None
+
+
+# ---- One process: runs in a fresh interpreter (spawn) ----
+
+def _batches(fmnist, x, y, cfg, rank, nproc):
+    """This process's batches, epoch after epoch, without end."""
+    epoch = 0
+    while True:
+        yield from fmnist.shard_batches(x, y, cfg["batch"], epoch, cfg["seed"], rank, nproc)
+        epoch += 1
+
+
+def _train(rank, nproc, steps, port, cfg, conn):
+    """Trains `steps` steps as rank `rank` of nproc and sends its report
+    (first and last step times, examples, on rank 0 the test accuracy) or
+    {"error": traceback} over conn."""
+    try:
+        import torch
+        import torch.nn.functional as F
+        import fmnist
+
+        torch.set_num_threads(1)
+        torch.set_num_interop_threads(1)
+        torch.manual_seed(cfg["seed"])
+        x, y = fmnist.load(cfg["data_dir"], "train")
+        model = fmnist.MLP(cfg["hidden"])
+        net = model
+        if nproc > 1:
+            import torch.distributed as dist
+            from datetime import timedelta
+
+            dist.init_process_group("gloo", init_method="tcp://127.0.0.1:%d" % port,
+                                    rank=rank, world_size=nproc,
+                                    timeout=timedelta(seconds=TIMEOUT_S))
+            net = torch.nn.parallel.DistributedDataParallel(model)  # broadcasts rank 0's values
+        opt = torch.optim.SGD(model.parameters(), lr=cfg["lr"], momentum=cfg["momentum"])
+        batches = _batches(fmnist, x, y, cfg, rank, nproc)
+        xb, yb = next(batches)  # the first epoch's shuffle, outside the timed span
+        if nproc > 1:
+            dist.barrier()
+        examples, loss = 0, None
+        start = time.monotonic()
+        for t in range(steps):
+            if t:
+                xb, yb = next(batches)
+            opt.zero_grad(set_to_none=True)
+            loss = F.cross_entropy(net(xb), yb)
+            loss.backward()
+            opt.step()
+            examples += yb.shape[0]
+        end = time.monotonic()
+        if loss is not None and not torch.isfinite(loss).item():
+            raise Failed("rank %d: the last step's loss is %s" % (rank, loss.item()))
+        rep = {"rank": rank, "start": start, "end": end, "examples": examples}
+        if rank == 0:
+            xt, yt = fmnist.load(cfg["data_dir"], "test")
+            rep["test_acc"] = fmnist.evaluate(model, xt, yt)
+        if nproc > 1:
+            dist.barrier()  # no rank leaves while another still needs the group
+            dist.destroy_process_group()
+        conn.send(rep)
+    except BaseException:
+        conn.send({"rank": rank, "error": traceback.format_exc()})
+    finally:
+        conn.close()
+
+
+# ---- The launcher ----
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _run(nproc, steps, timeout=TIMEOUT_S):
+    """Starts nproc fresh processes (DDP when nproc > 1), waits for all of
+    them (at most timeout seconds), kills the rest by PID when one fails, and
+    returns the measurement."""
+    import multiprocessing as mp
+
+    cfg = job()
+    # Before the children import torch: their OpenMP, OpenBLAS and MKL pools
+    # get one thread, and gloo the loopback interface.
+    for k in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ[k] = "1"
+    os.environ["GLOO_SOCKET_IFNAME"] = "lo"
+    ctx = mp.get_context("spawn")
+    port = _free_port() if nproc > 1 else 0
+    procs, conns, reports = [], [], {}
+    try:
+        for rank in range(nproc):
+            recv, send = ctx.Pipe(duplex=False)
+            p = ctx.Process(target=_train, args=(rank, nproc, steps, port, cfg, send),
+                            name="bench-torch-rank%d" % rank, daemon=True)
+            p.start()
+            send.close()  # the child's end; EOF here once the child is gone
+            procs.append(p)
+            conns.append(recv)
+        deadline = time.monotonic() + timeout
+        while len(reports) < nproc:
+            if time.monotonic() > deadline:
+                raise Failed("%d of %d processes did not finish within %ds"
+                             % (nproc - len(reports), nproc, timeout))
+            for rank, c in enumerate(conns):
+                if rank in reports or not c.poll(0.05):
+                    continue
+                try:
+                    rep = c.recv()
+                except EOFError:
+                    procs[rank].join(5)
+                    raise Failed("rank %d exited %s without a report"
+                                 % (rank, procs[rank].exitcode))
+                if "error" in rep:
+                    raise Failed("rank %d failed:\n%s" % (rank, rep["error"]))
+                reports[rank] = rep
+        for p in procs:
+            p.join(30)
+            if p.exitcode != 0:
+                raise Failed("%s exited %s after its report" % (p.name, p.exitcode))
+    finally:
+        for p in procs:
+            if p.is_alive():
+                p.kill()  # SIGKILL to that child's own PID
+                p.join(10)
+        for c in conns:
+            c.close()
+    reps = [reports[r] for r in range(nproc)]
+    examples = sum(r["examples"] for r in reps)
+    seconds = max(r["end"] for r in reps) - min(r["start"] for r in reps)
+    if seconds <= 0:
+        raise Failed("a span of %g s from the reports %s" % (seconds, reps))
+    return {"examples": examples, "seconds": seconds, "rate": examples / seconds,
+            "test_acc": reps[0]["test_acc"], "procs": nproc, "steps": steps}
+
+
+def run_single(steps=STEPS):
+    """One PyTorch process training the MLP on the whole training set for
+    `steps` steps: {"examples", "seconds", "rate", "test_acc", ...}."""
+    return _run(1, steps)
+
+
+def run_ddp(steps=STEPS, nproc=2):
+    """DDP over gloo, nproc processes on loopback, each on its share of the
+    training set for `steps` steps: the same dict, examples and seconds
+    covering all of them."""
+    if nproc < 2:
+        raise ValueError("DDP needs nproc >= 2, not %d" % nproc)
+    return _run(nproc, steps)
+
+
+# The contenders: (name, function of (steps, nproc) returning run_*'s dict).
+# HOOK(psd): the psd contender goes here, once the `psd` Python client lands:
+#   ("psd", lambda steps, nproc: run_psd(steps, nproc)),
+# where run_psd starts a spec's shards (bench.py's start_psd), trains the
+# same fmnist.MLP in nproc processes through them (fmnist.shard_batches,
+# the same batch, optimizer and steps) and returns the same dict, its
+# seconds again from the earliest first step to the latest last step.
+CONTENDERS = [
+    ("torch_single", lambda steps, nproc: run_single(steps)),
+    ("torch_ddp", lambda steps, nproc: run_ddp(steps, nproc)),
+]
+
+
+def median(xs):
+    xs = sorted(xs)
+    return xs[len(xs) // 2]
+
+
+def rounds(steps=STEPS, nrounds=ROUNDS, nproc=2, contenders=None, out=sys.stdout):
+    """Runs every contender once per round, the order rotated each round,
+    printing a line per measurement, then the summary lines; returns
+    {name: [dict per round]}. Raises Failed on the first failure."""
+    contenders = contenders or CONTENDERS
+    batch = job()["batch"]
+    got = {name: [] for name, _ in contenders}
+    for i in range(nrounds):
+        k = i % len(contenders)
+        for name, fn in contenders[k:] + contenders[:k]:
+            r = fn(steps, nproc)
+            got[name].append(r)
+            out.write("bench torch round=%d contender=%s procs=%d steps=%d examples=%d "
+                      "seconds=%.2f examples_per_s=%.0f test_accuracy=%.4f\n"
+                      % (i + 1, name, r["procs"], steps, r["examples"], r["seconds"],
+                         r["rate"], r["test_acc"]))
+            out.flush()
+    base = contenders[0][0]
+    for name, _ in contenders:
+        rs = got[name]
+        line = ("bench torch contender=%s procs=%d rounds=%d steps=%d batch=%d "
+                "examples_per_s=%.0f test_accuracy=%.4f"
+                % (name, rs[0]["procs"], nrounds, steps, batch, median([r["rate"] for r in rs]),
+                   median([r["test_acc"] for r in rs])))
+        if name != base:
+            line += " ratio_to_%s=%.2f" % (base, median(
+                [r["rate"] / b["rate"] for r, b in zip(rs, got[base])]))
+        out.write(line + "\n")
+        out.flush()
+    return got
+
+
+def bench(d, b):
+    """bench.py's part `torch` (d: its scratch directory, b: bench.py's
+    module, whose BenchFailed reports the failure)."""
+    why = missing()
+    if why:
+        raise b.BenchFailed("bench torch FAILED: %s (make bench installs it)" % why)
+    try:
+        rounds()
+    except Failed as e:
+        raise b.BenchFailed("bench torch FAILED: %s" % e)
+
+
+def main():
+    ap = argparse.ArgumentParser(description="PyTorch baselines of bench torch "
+                                 "(tests/bench/bench_torch.py)")
+    ap.add_argument("--steps", type=int, default=STEPS, help="steps per process (%d)" % STEPS)
+    ap.add_argument("--rounds", type=int, default=ROUNDS, help="rounds (%d)" % ROUNDS)
+    ap.add_argument("--nproc", type=int, default=2, help="DDP processes (2)")
+    args = ap.parse_args()
+    if args.steps < 1 or args.rounds < 1 or args.nproc < 2:
+        ap.error("--steps and --rounds take integers >= 1, --nproc >= 2")
+    why = missing()
+    if why:
+        sys.stderr.write("bench torch: SKIP: %s\n" % why)
+        return EXIT_SKIP
+    try:
+        rounds(args.steps, args.rounds, args.nproc)
+    except Failed as e:
+        sys.stderr.write("bench torch FAILED: %s\n" % e)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
