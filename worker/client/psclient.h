@@ -177,6 +177,9 @@ struct dw_table {
 int dw_client_declare_tables(struct dw_client *c, const struct dw_table *tables,
                              int n);
 
+/* The dim of a table this client declared, or CM_ENOENT. */
+int dw_client_table_dim(const struct dw_client *c, const char *table);
+
 /* The shard that holds id among the client's shards: splitmix64(id) %
  * shards (the function psd uses). */
 int dw_client_shard_of(const struct dw_client *c, uint64_t id);

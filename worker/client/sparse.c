@@ -62,6 +62,11 @@ static const struct dw__table *find_table(const struct dw_client *c,
   return NULL;
 }
 
+int dw_client_table_dim(const struct dw_client *c, const char *table) {
+  const struct dw__table *t = table ? find_table(c, table) : NULL;
+  return t ? (int)t->dim : CM_ENOENT;
+}
+
 int dw_client_declare_tables(struct dw_client *c, const struct dw_table *tables,
                              int n) {
   Psd__V1__Caller caller = dw__caller(c, -1);

@@ -12,6 +12,10 @@ int psc_declare_table(psc_client *c, const char *name, uint32_t dim,
   return dw_client_declare_tables(c->dw, &t, 1);
 }
 
+int psc_table_dim(const psc_client *c, const char *table) {
+  return dw_client_table_dim(c->dw, table);
+}
+
 int psc_pull_rows(psc_client *c, const char *table, const uint64_t *ids,
                   size_t n, float *rows, uint64_t min_version) {
   struct dw_rows r = {.table = table, .ids = ids, .n = n, .rows = rows};

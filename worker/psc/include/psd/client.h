@@ -220,6 +220,9 @@ int psc_clock(psc_client *c, uint64_t clock);
 int psc_declare_table(psc_client *c, const char *name, uint32_t dim,
                       uint64_t id_bound);
 
+/* The dim of a table this client declared, or PSC_ENOENT. */
+int psc_table_dim(const psc_client *c, const char *table);
+
 /* Pulls the rows of ids[0..n) into rows (n x dim floats, in ids' order);
  * ids may repeat. min_version > 0 (sync): once every shard committed that
  * many steps. */
