@@ -66,7 +66,18 @@ void psd_leave(struct pyclient *self);
  * Python's signal handlers; 1 when one raised (KeyboardInterrupt). */
 int psd_interrupted(void *arg);
 
-/* The Client's network methods (xfer.c). */
-extern PyMethodDef psd_xfer_methods[];
+/* The Client's network methods (xfer.c), listed in client.c's table. */
+PyObject *psd_pull(struct pyclient *self, PyObject *args, PyObject *kw);
+PyObject *psd_push(struct pyclient *self, PyObject *args, PyObject *kw);
+PyObject *psd_push_pull(struct pyclient *self, PyObject *args, PyObject *kw);
+PyObject *psd_pull_at(struct pyclient *self, PyObject *args, PyObject *kw);
+PyObject *psd_push_step(struct pyclient *self, PyObject *args, PyObject *kw);
+PyObject *psd_join(struct pyclient *self, PyObject *args, PyObject *kw);
+PyObject *psd_admit(struct pyclient *self, PyObject *args, PyObject *kw);
+PyObject *psd_restarted(struct pyclient *self, PyObject *unused);
+PyObject *psd_leave_job(struct pyclient *self, PyObject *args, PyObject *kw);
+PyObject *psd_clock(struct pyclient *self, PyObject *args, PyObject *kw);
+PyObject *psd_pull_rows(struct pyclient *self, PyObject *args, PyObject *kw);
+PyObject *psd_push_rows(struct pyclient *self, PyObject *args, PyObject *kw);
 
 #endif

@@ -1,0 +1,344 @@
+/* psd.Client's network calls (ext.h): each takes its buffers with the
+ * buffer protocol, releases the GIL for the call (Ctrl-C cancels it:
+ * psd_interrupted), and raises psd.Error naming the shard, the variable and
+ * the gRPC status when it fails. */
+#include "ext.h"
+
+#include <string.h>
+
+/* Runs expr with the GIL released and the client's lock held; sets rc. */
+#define NET_CALL(self, rc, expr)                                               \
+  do {                                                                         \
+    Py_BEGIN_ALLOW_THREADS(rc) = (expr);                                       \
+    Py_END_ALLOW_THREADS                                                       \
+  } while (0)
+
+/* After a call: the exception a signal handler raised (KeyboardInterrupt),
+ * else psd.Error for rc. Returns NULL. */
+static PyObject *failed(struct pyclient *self, int rc) {
+  if (PyErr_Occurred())
+    return NULL;
+  return psd_raise(self->c, rc);
+}
+
+/* What a dense call names: handles, and buffers of values and/or grads. */
+struct dense {
+  int *h;               /* owned: variable handles */
+  int n;                /* how many */
+  struct psd_bufs vals; /* pull destinations */
+  struct psd_bufs grads; /* push sources */
+};
+
+static void dense_free(struct dense *d) {
+  PyMem_Free(d->h);
+  psd_bufs_release(&d->vals);
+  psd_bufs_release(&d->grads);
+}
+
+/* Takes vars, and outs and/or grads (either may be NULL). */
+static int dense_take(struct pyclient *self, PyObject *vars, PyObject *outs,
+                      PyObject *grads, struct dense *d) {
+  memset(d, 0, sizeof *d);
+  if (!self->c) {
+    PyErr_SetString(PyExc_RuntimeError, "psd.Client is closed");
+    return -1;
+  }
+  if (psd_handles(self, vars, &d->h, &d->n) ||
+      (outs && psd_bufs_take(self, outs, d->h, d->n, 1, &d->vals)) ||
+      (grads && psd_bufs_take(self, grads, d->h, d->n, 0, &d->grads))) {
+    dense_free(d);
+    return -1;
+  }
+  return 0;
+}
+
+PyObject *psd_pull(struct pyclient *self, PyObject *args, PyObject *kw) {
+  static char *kwlist[] = {"vars", "outs", NULL};
+  PyObject *vars, *outs;
+  struct dense d;
+  int rc;
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "OO", kwlist, &vars, &outs) ||
+      dense_take(self, vars, outs, NULL, &d))
+    return NULL;
+  if (psd_enter(self)) {
+    dense_free(&d);
+    return NULL;
+  }
+  NET_CALL(self, rc, psc_pull(self->c, d.h, d.vals.ptrs, d.n));
+  psd_leave(self);
+  dense_free(&d);
+  if (rc)
+    return failed(self, rc);
+  Py_RETURN_NONE;
+}
+
+PyObject *psd_push(struct pyclient *self, PyObject *args, PyObject *kw) {
+  static char *kwlist[] = {"vars", "grads", "examples", NULL};
+  PyObject *vars, *grads;
+  unsigned int examples = 0;
+  struct dense d;
+  int rc;
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "OO|I", kwlist, &vars, &grads,
+                                   &examples) ||
+      dense_take(self, vars, NULL, grads, &d))
+    return NULL;
+  if (psd_enter(self)) {
+    dense_free(&d);
+    return NULL;
+  }
+  NET_CALL(self, rc,
+           psc_push(self->c, d.h, (const float *const *)d.grads.ptrs, d.n,
+                    examples));
+  psd_leave(self);
+  dense_free(&d);
+  if (rc)
+    return failed(self, rc);
+  Py_RETURN_NONE;
+}
+
+PyObject *psd_push_pull(struct pyclient *self, PyObject *args, PyObject *kw) {
+  static char *kwlist[] = {"vars", "grads", "outs", "examples", NULL};
+  PyObject *vars, *grads, *outs;
+  unsigned int examples = 0;
+  struct dense d;
+  int rc;
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "OOO|I", kwlist, &vars, &grads,
+                                   &outs, &examples) ||
+      dense_take(self, vars, outs, grads, &d))
+    return NULL;
+  if (psd_enter(self)) {
+    dense_free(&d);
+    return NULL;
+  }
+  NET_CALL(self, rc,
+           psc_push_pull(self->c, d.h, (const float *const *)d.grads.ptrs,
+                         d.vals.ptrs, d.n, examples));
+  psd_leave(self);
+  dense_free(&d);
+  if (rc)
+    return failed(self, rc);
+  Py_RETURN_NONE;
+}
+
+PyObject *psd_pull_at(struct pyclient *self, PyObject *args, PyObject *kw) {
+  static char *kwlist[] = {"vars", "outs", "min_version", NULL};
+  PyObject *vars, *outs;
+  unsigned long long min_version;
+  uint64_t version = 0;
+  struct dense d;
+  int rc;
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "OOK", kwlist, &vars, &outs,
+                                   &min_version) ||
+      dense_take(self, vars, outs, NULL, &d))
+    return NULL;
+  if (psd_enter(self)) {
+    dense_free(&d);
+    return NULL;
+  }
+  NET_CALL(self, rc,
+           psc_pull_at(self->c, d.h, d.vals.ptrs, d.n, min_version, &version));
+  psd_leave(self);
+  dense_free(&d);
+  if (rc)
+    return failed(self, rc);
+  return PyLong_FromUnsignedLongLong(version);
+}
+
+PyObject *psd_push_step(struct pyclient *self, PyObject *args, PyObject *kw) {
+  static char *kwlist[] = {"vars", "grads", "step", "examples", NULL};
+  PyObject *vars, *grads;
+  unsigned long long step;
+  unsigned int examples = 0;
+  int closed = 0, rc;
+  struct dense d;
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "OOK|I", kwlist, &vars, &grads,
+                                   &step, &examples) ||
+      dense_take(self, vars, NULL, grads, &d))
+    return NULL;
+  if (psd_enter(self)) {
+    dense_free(&d);
+    return NULL;
+  }
+  NET_CALL(self, rc,
+           psc_push_step(self->c, d.h, (const float *const *)d.grads.ptrs, d.n,
+                         examples, step, &closed));
+  psd_leave(self);
+  dense_free(&d);
+  if (rc)
+    return failed(self, rc);
+  return PyBool_FromLong(closed);
+}
+
+PyObject *psd_join(struct pyclient *self, PyObject *args, PyObject *kw) {
+  static char *kwlist[] = {"worker", NULL};
+  int worker = -1, rc;
+  uint64_t step = 0;
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "|i", kwlist, &worker) ||
+      psd_enter(self))
+    return NULL;
+  NET_CALL(self, rc, psc_join(self->c, worker, &step));
+  psd_leave(self);
+  if (rc)
+    return failed(self, rc);
+  return PyLong_FromUnsignedLongLong(step);
+}
+
+PyObject *psd_admit(struct pyclient *self, PyObject *args, PyObject *kw) {
+  static char *kwlist[] = {"step", NULL};
+  unsigned long long step;
+  uint64_t next = 0;
+  int admitted = 0, rc;
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "K", kwlist, &step) ||
+      psd_enter(self))
+    return NULL;
+  NET_CALL(self, rc, psc_admit(self->c, step, &admitted, &next));
+  psd_leave(self);
+  if (rc)
+    return failed(self, rc);
+  return Py_BuildValue("(NK)", PyBool_FromLong(admitted),
+                       (unsigned long long)next);
+}
+
+PyObject *psd_restarted(struct pyclient *self, PyObject *unused) {
+  uint64_t step = 0;
+  if (!self->c) {
+    PyErr_SetString(PyExc_RuntimeError, "psd.Client is closed");
+    return NULL;
+  }
+  if (!psc_restarted(self->c, &step))
+    Py_RETURN_NONE;
+  return PyLong_FromUnsignedLongLong(step);
+}
+
+PyObject *psd_leave_job(struct pyclient *self, PyObject *args, PyObject *kw) {
+  static char *kwlist[] = {"examples", "train_s", "ended_s_ago", NULL};
+  unsigned long long examples;
+  double train_s, ago = 0;
+  int rc;
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "Kd|d", kwlist, &examples,
+                                   &train_s, &ago) ||
+      psd_enter(self))
+    return NULL;
+  NET_CALL(self, rc, psc_leave(self->c, examples, train_s, ago));
+  psd_leave(self);
+  if (rc)
+    return failed(self, rc);
+  Py_RETURN_NONE;
+}
+
+PyObject *psd_clock(struct pyclient *self, PyObject *args, PyObject *kw) {
+  static char *kwlist[] = {"clock", NULL};
+  unsigned long long clock;
+  int rc;
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "K", kwlist, &clock) ||
+      psd_enter(self))
+    return NULL;
+  NET_CALL(self, rc, psc_clock(self->c, clock));
+  psd_leave(self);
+  if (rc)
+    return failed(self, rc);
+  Py_RETURN_NONE;
+}
+
+/* Whether a buffer's format is an 8-byte integer. */
+static int is_u64(const Py_buffer *v) {
+  const char *f = v->format ? v->format : "B";
+  if (*f == '<' || *f == '=' || *f == '@')
+    f++;
+  return v->itemsize == 8 && strlen(f) == 1 && strchr("qQlL", *f);
+}
+
+/* Takes a table's ids (1-D 8-byte integers) and its rows buffer (n x dim
+ * float32, writable for a pull). Returns 0 or -1 with ValueError. */
+static int rows_take(struct pyclient *self, const char *table, PyObject *ids,
+                     PyObject *rows, int writable, Py_buffer *iv,
+                     Py_buffer *rv) {
+  int dim = psc_table_dim(self->c, table);
+  if (dim < 0) {
+    PyErr_Format(PyExc_KeyError, "table '%s' was not declared", table);
+    return -1;
+  }
+  if (PyObject_GetBuffer(ids, iv, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0)
+    return -1;
+  if (!is_u64(iv)) {
+    PyErr_Format(PyExc_ValueError,
+                 "table '%s': ids of format '%s'; expected 8-byte integers "
+                 "(np.uint64)",
+                 table, iv->format ? iv->format : "B");
+    PyBuffer_Release(iv);
+    return -1;
+  }
+  Py_ssize_t n = iv->len / 8;
+  int flags = PyBUF_FORMAT | PyBUF_C_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0);
+  if (PyObject_GetBuffer(rows, rv, flags) < 0) {
+    PyBuffer_Release(iv);
+    return -1;
+  }
+  const char *f = rv->format ? rv->format : "B";
+  if (*f == '<' || *f == '=' || *f == '@')
+    f++;
+  if (strcmp(f, "f") || rv->len != n * dim * 4) {
+    PyErr_Format(PyExc_ValueError,
+                 "table '%s': rows buffer of %zd bytes, format '%s'; expected "
+                 "(%zd, %d) float32 for %zd ids; nothing was sent",
+                 table, rv->len, rv->format ? rv->format : "B", n, dim, n);
+    PyBuffer_Release(iv);
+    PyBuffer_Release(rv);
+    return -1;
+  }
+  return 0;
+}
+
+PyObject *psd_pull_rows(struct pyclient *self, PyObject *args, PyObject *kw) {
+  static char *kwlist[] = {"table", "ids", "out", "min_version", NULL};
+  const char *table;
+  PyObject *ids, *out;
+  unsigned long long min_version = 0;
+  Py_buffer iv, rv;
+  int rc;
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "sOO|K", kwlist, &table, &ids,
+                                   &out, &min_version))
+    return NULL;
+  if (psd_enter(self))
+    return NULL;
+  if (rows_take(self, table, ids, out, 1, &iv, &rv)) {
+    psd_leave(self);
+    return NULL;
+  }
+  NET_CALL(self, rc,
+           psc_pull_rows(self->c, table, iv.buf, (size_t)(iv.len / 8), rv.buf,
+                         min_version));
+  psd_leave(self);
+  PyBuffer_Release(&iv);
+  PyBuffer_Release(&rv);
+  if (rc)
+    return failed(self, rc);
+  Py_RETURN_NONE;
+}
+
+PyObject *psd_push_rows(struct pyclient *self, PyObject *args, PyObject *kw) {
+  static char *kwlist[] = {"table", "ids", "grads", "step", NULL};
+  const char *table;
+  PyObject *ids, *grads;
+  unsigned long long step = 0;
+  Py_buffer iv, rv;
+  int rc, closed = 0;
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "sOO|K", kwlist, &table, &ids,
+                                   &grads, &step))
+    return NULL;
+  if (psd_enter(self))
+    return NULL;
+  if (rows_take(self, table, ids, grads, 0, &iv, &rv)) {
+    psd_leave(self);
+    return NULL;
+  }
+  NET_CALL(self, rc,
+           psc_push_rows(self->c, table, iv.buf, (size_t)(iv.len / 8), rv.buf,
+                         step, &closed));
+  psd_leave(self);
+  PyBuffer_Release(&iv);
+  PyBuffer_Release(&rv);
+  if (rc)
+    return failed(self, rc);
+  return PyBool_FromLong(closed);
+}
