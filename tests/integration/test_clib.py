@@ -6,6 +6,7 @@
   psclient.pc and share/psd/ps.proto under TMP; the .pc names the install
   prefix, and with PKG_CONFIG_SYSROOT_DIR=TMP its flags point into TMP,
   never into the source or build tree.
+- man: psclient(3) is installed and covers every function of the header.
 - header: the installed header compiles alone with -std=c11 -Wall -Werror
   -pedantic (and as C++), including nothing but standard headers.
 - linreg: deploy/examples/c/linreg.c, built with `cc` and pkg-config's flags
@@ -174,6 +175,7 @@ class Installed:
             cls.libdir = os.path.join(cls.prefix, o["libdir"])
             cls.includedir = os.path.join(cls.prefix, o["includedir"])
             cls.datadir = os.path.join(cls.prefix, o["datadir"])
+            cls.mandir = os.path.join(cls.prefix, o["mandir"])
             cls.pcdir = dest + os.path.join(cls.libdir, "pkgconfig")
             cls.env = {"PKG_CONFIG_PATH": cls.pcdir, "PKG_CONFIG_LIBDIR": cls.pcdir + ":"
                        + ":".join(cls.system_pc_dirs()),
@@ -285,6 +287,21 @@ class InstallTest(unittest.TestCase):
             declared = set(re.findall(r"\b(psc_[a-z_]+)\(", f.read()))
         self.assertEqual(sorted(declared - set(syms)), [], "declared but not exported")
         self.assertEqual(sorted(set(syms) - declared), [], "exported but not declared")
+
+    def test_man_page_covers_the_header(self):
+        """psclient(3) is installed and shows every function of the header
+        in its synopsis and describes each one."""
+        i = self.i
+        with open(i.staged(os.path.join(i.mandir, "man3", "psclient.3"))) as f:
+            man = f.read()
+        with open(i.staged(os.path.join(i.includedir, "psd", "client.h"))) as f:
+            declared = set(re.findall(r"\b(psc_[a-z_]+)\(", f.read()))
+        synopsis = man.split(".SH SYNOPSIS")[1].split(".SH DESCRIPTION")[0]
+        described = man.split(".SH DESCRIPTION")[1]
+        for fn in sorted(declared):
+            self.assertTrue(re.search(r"\b%s\(" % fn, synopsis), fn + ": not in the synopsis")
+            self.assertTrue(re.search(r"(?m)^\.BR %s (\(\)|\"\(\), \")" % fn, described),
+                            fn + ": not described")
 
     def test_proto_installed(self):
         i = self.i
