@@ -224,6 +224,8 @@ void dw_client_set_interrupt(struct dw_client *c, int (*interrupted)(void *),
   c->interrupt_arg = arg;
   c->interrupted = 0;
   c->err[0] = 0;
+  c->last_status = GRPC_STATUS_OK;
+  c->last_details[0] = 0;
 }
 
 int dw_client_nvars(const struct dw_client *c) { return c->nvars; }

@@ -131,8 +131,8 @@ int dw_client_select(struct dw_client *c, const int *idx, int n);
 /* While a call waits on the network, interrupted(arg) is polled about every
  * 100 ms; once it returns nonzero the call's RPCs are cancelled and it
  * returns CM_ECANCELED ("interrupted"), retrying nothing. NULL: none.
- * Also clears the last error (dw_client_error): a binding calls it before
- * each call. */
+ * Also clears the last error (dw_client_error, dw_client_last_status): a
+ * binding calls it before each call. */
 void dw_client_set_interrupt(struct dw_client *c, int (*interrupted)(void *),
                              void *arg);
 

@@ -51,8 +51,13 @@ int psc_declare(psc_client *c, const char *name, int ndim,
   v.placement = DW_PLACE_NAME;
   if (o && o->placement == PSC_PLACE_SPLIT)
     v.placement = DW_PLACE_SPLIT;
-  else if (o && o->placement > 0)
+  else if (o && o->placement > 0 && o->placement <= c->spec->nps)
     v.placement = o->placement - 1; /* PSC_PLACE_SHARD(k) */
+  else if (o && o->placement > 0)
+    return psc__fail(c, PSC_EINVAL,
+                     "declare: variable '%s': PSC_PLACE_SHARD(%d), but the "
+                     "job has %d shards (0..%d)",
+                     name, o->placement - 1, c->spec->nps, c->spec->nps - 1);
   else if (o && o->placement != PSC_PLACE_AUTO)
     return psc__fail(c, PSC_EINVAL,
                      "declare: variable '%s': placement %d; expected "
@@ -69,6 +74,7 @@ int psc_declare(psc_client *c, const char *name, int ndim,
 int psc_find(const psc_client *c, const char *name) {
   return name ? dw_client_find(c->dw, name) : PSC_ENOENT;
 }
+
 
 int64_t psc_numel(const psc_client *c, int v) {
   const struct dw_var *var = dw_client_var(c->dw, v);

@@ -42,9 +42,17 @@ static int open_spec(psc_client **out, struct cm_spec *spec,
                      const struct psc_options *o, int unchecked, char *err,
                      size_t errlen) {
   struct dw_client_opts dopts = {0};
+  struct psc_options given;
   char buf[4096];
   int rc = 0;
   psc_client *c = calloc(1, sizeof *c);
+  /* A caller built against an older, shorter psc_options gets the
+   * defaults for the fields it does not know (size 0: this version's). */
+  psc_options_init(&given);
+  if (o)
+    memcpy(&given, o, o->size && o->size < sizeof given ? o->size
+                                                         : sizeof given);
+  o = &given;
   *out = NULL;
   if (!c) {
     cm_spec_free(spec);

@@ -150,7 +150,8 @@ struct psc_var_opts {
 int psc_declare(psc_client *c, const char *name, int ndim,
                 const int64_t *shape, const struct psc_var_opts *o);
 
-/* The handle of a declared variable, or PSC_ENOENT. */
+/* The handle of a declared variable, or PSC_ENOENT (psc_error is left as
+ * it is, as by psc_numel and psc_table_dim). */
 int psc_find(const psc_client *c, const char *name);
 
 /* Elements (floats) of variable v, or a negative code. */
