@@ -55,8 +55,10 @@ class Shards:
         self.procs = [h.start_psd(self.spec, i) for i in range(2)]
 
     def stop(self):
-        for p in self.procs:
-            p.stop()
+        try:
+            self.procs[0].stop()
+        finally:
+            self.procs[1].stop()
 
 
 class AsyncTest(unittest.TestCase):
@@ -347,8 +349,12 @@ class InterruptTest(unittest.TestCase):
         timer = threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT))
         t0 = time.monotonic()
         timer.start()
-        with self.assertRaises(KeyboardInterrupt):
-            c.pull_at(v, buf, 1)  # parked: no worker pushes step 0
+        try:
+            with self.assertRaises(KeyboardInterrupt):
+                c.pull_at(v, buf, 1)  # parked: no worker pushes step 0
+        finally:
+            timer.cancel()
+            timer.join()
         took = time.monotonic() - t0
         self.assertLess(took, 5.0, "the interrupt took %.1f s" % took)
         c.pull(v, buf)  # the client goes on

@@ -18,8 +18,16 @@ import os
 import sys
 import time
 
-import torch
-import torch.nn.functional as F
+# One compute thread per worker (PSD_TORCH_THREADS to change): the workers
+# and the shards share the host's cores, and idle OpenMP/OpenBLAS threads
+# spin (sched_yield) where they should sleep. Set before numpy and torch
+# load their thread pools.
+THREADS = os.environ.get("PSD_TORCH_THREADS", "1")
+for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(var, THREADS)
+
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import fmnist  # noqa: E402
@@ -29,7 +37,7 @@ import psd.torch  # noqa: E402
 
 
 def main():
-    torch.set_num_threads(int(os.environ.get("PSD_TORCH_THREADS", "1")))
+    torch.set_num_threads(int(THREADS))
     client = psd.Client()
     job = client.job
     index, count = client.task_index, client.num_workers
