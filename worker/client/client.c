@@ -152,6 +152,7 @@ void dw_client_free(struct dw_client *c) {
   free(c->var_names);
   free(c->vars);
   free(c->sel);
+  free(c->sel_push);
   cm_queue_free(c->cq);
   pthread_mutex_destroy(&c->lock);
   pthread_cond_destroy(&c->cond);
@@ -268,6 +269,24 @@ int dw_client_select(struct dw_client *c, const int *idx, int n) {
       return CM_ENOENT;
     c->nsel += !c->sel[idx[k]];
     c->sel[idx[k]] = 1;
+  }
+  return 0;
+}
+
+int dw_client_select_push(struct dw_client *c, const int *idx, int n) {
+  if (n < 0) {
+    free(c->sel_push);
+    c->sel_push = NULL;
+    return 0;
+  }
+  if (!c->sel_push &&
+      !(c->sel_push = calloc((size_t)(c->cap_vars ? c->cap_vars : 1), 1)))
+    return CM_ENOMEM;
+  memset(c->sel_push, 0, (size_t)c->nvars);
+  for (int k = 0; k < n; k++) {
+    if (idx[k] < 0 || idx[k] >= c->nvars)
+      return CM_ENOENT;
+    c->sel_push[idx[k]] = 1;
   }
   return 0;
 }

@@ -55,8 +55,10 @@ struct dw__msg {
   int lead;       /* 1: the first message to its shard (carries examples) */
   uint32_t chunk; /* its index among the messages to its shard (dedup) */
   /* Of the current transfer (dw_client_select): */
-  uint64_t sel_bytes; /* payload bytes of its selected pieces (0: not sent) */
-  int sel_lead;       /* 1: the first message sent to its shard */
+  uint64_t sel_bytes;  /* pull: payload bytes of its selected pieces (0:
+                          none pulled) */
+  uint64_t push_bytes; /* push: the same for the pieces pushed */
+  int sel_lead;        /* 1: the first message pushed to its shard */
 };
 
 struct dw_client {
@@ -80,6 +82,8 @@ struct dw_client {
   unsigned char *sel;         /* owned, per variable: 1 when the next
                                  transfers move it; NULL: every variable */
   int nsel;                   /* variables with sel set (all when !sel) */
+  unsigned char *sel_push;    /* owned, per variable: 1 when the next
+                                 transfers push it; NULL: as sel says */
   int (*interrupt)(void *);   /* dw_client_set_interrupt's poll, or NULL */
   void *interrupt_arg;        /* passed to interrupt */
   int interrupted;            /* interrupt said so during the current call */
@@ -190,6 +194,11 @@ int dw__plan(struct dw_client *c);
 /* Whether the current transfer moves variable i (dw_client_select). */
 static inline int dw__selected(const struct dw_client *c, int i) {
   return !c->sel || c->sel[i];
+}
+
+/* Whether the current transfer pushes variable i (dw_client_select_push). */
+static inline int dw__pushed(const struct dw_client *c, int i) {
+  return c->sel_push ? c->sel_push[i] : dw__selected(c, i);
 }
 
 /* Whether the client was interrupted during its current call; then c->err

@@ -185,6 +185,11 @@ static int keep_vars(struct dw_client *c, const struct dw_var *vars, int n,
       return CM_ENOMEM;
     if (sel)
       c->sel = sel;
+    unsigned char *sp = c->sel_push ? realloc(c->sel_push, (size_t)cap) : NULL;
+    if (c->sel_push && !sp)
+      return CM_ENOMEM;
+    if (sp)
+      c->sel_push = sp;
     c->cap_vars = cap;
   }
   for (int i = 0; i < n; i++) {
@@ -198,6 +203,8 @@ static int keep_vars(struct dw_client *c, const struct dw_var *vars, int n,
     c->vars[c->nvars].name = name;
     if (c->sel)
       c->sel[c->nvars] = 0;
+    if (c->sel_push)
+      c->sel_push[c->nvars] = 0;
     c->nvars++;
   }
   /* The bf16 staging buffer is sized for the variables: made again. */

@@ -128,6 +128,12 @@ int dw_client_bind(struct dw_client *c, int i, float *value,
  * are nonzero, and marks the start of the worker's step only then. */
 int dw_client_select(struct dw_client *c, const int *idx, int n);
 
+/* Pushes of the transfers that follow move the variables idx[0..n)
+ * instead of those dw_client_select chose (which the pulls keep moving):
+ * dw_client_push_pull can push some variables and pull others in one round
+ * trip. n < 0: pushes move what dw_client_select chose again. */
+int dw_client_select_push(struct dw_client *c, const int *idx, int n);
+
 /* While a call waits on the network, interrupted(arg) is polled about every
  * 100 ms; once it returns nonzero the call's RPCs are cancelled and it
  * returns CM_ECANCELED ("interrupted"), retrying nothing. NULL: none.

@@ -49,9 +49,10 @@ static void wait_refs(struct dw_client *c) {
 }
 
 /* Bytes of message m's tensor data on the wire (m->bytes counts f32s). */
-static uint64_t wire_bytes(const struct dw_client *c, const struct dw__msg *m) {
-  return c->wire_bf16 ? m->sel_bytes / sizeof(float) * CM_BF16_BYTES
-                      : m->sel_bytes;
+static uint64_t wire_bytes(const struct dw_client *c, const struct dw__msg *m,
+                           int push) {
+  uint64_t b = push ? m->push_bytes : m->sel_bytes;
+  return c->wire_bf16 ? b / sizeof(float) * CM_BF16_BYTES : b;
 }
 
 /* Settles which messages the current transfer sends (those holding a
@@ -60,14 +61,16 @@ static void select_msgs(struct dw_client *c) {
   int last_shard = -1;
   for (int i = 0; i < c->nmsgs; i++) {
     struct dw__msg *m = &c->msgs[i];
-    m->sel_bytes = 0;
+    m->sel_bytes = m->push_bytes = 0;
     for (int k = 0; k < m->npieces; k++) {
       const struct dw__piece *p = &c->pieces[m->first + k];
       if (dw__selected(c, p->var))
         m->sel_bytes += p->count * sizeof(float);
+      if (dw__pushed(c, p->var))
+        m->push_bytes += p->count * sizeof(float);
     }
     /* Messages are planned shard by shard. */
-    m->sel_lead = m->sel_bytes > 0 && m->shard != last_shard;
+    m->sel_lead = m->push_bytes > 0 && m->shard != last_shard;
     if (m->sel_lead)
       last_shard = m->shard;
   }
@@ -88,7 +91,7 @@ static int round_gradients(struct dw_client *c) {
       return CM_ENOMEM;
   }
   for (int i = 0; i < c->nvars; i++)
-    if (dw__selected(c, i))
+    if (dw__pushed(c, i))
       cm_bf16_from_f32(c->grad16 + c->grad16_at[i], c->vars[i].grad,
                      dw__numel(&c->vars[i]));
   return 0;
@@ -116,7 +119,7 @@ static grpc_byte_buffer *build_request(struct dw_client *c,
   for (int k = 0; k < m->npieces; k++) {
     const struct dw__piece *p = &c->pieces[m->first + k];
     const struct dw_var *v = &c->vars[p->var];
-    if (!dw__selected(c, p->var))
+    if (push ? !dw__pushed(c, p->var) : !dw__selected(c, p->var))
       continue;
     int i = nseg++;
     psd__v1__segment__init(&seg[i]);
@@ -220,11 +223,11 @@ static void on_pulled(struct cm_unary *u, void *ctx) {
     cm_unary_release(u);
     return;
   }
-  if (w.bulk_len != wire_bytes(c, m) && !rolled_back_answer(&w)) {
+  if (w.bulk_len != wire_bytes(c, m, 0) && !rolled_back_answer(&w)) {
     u->status = GRPC_STATUS_INTERNAL;
     snprintf(u->details, sizeof u->details,
              "pull answer holds %zu bytes; expected %llu (%s)", w.bulk_len,
-             (unsigned long long)wire_bytes(c, m),
+             (unsigned long long)wire_bytes(c, m, 0),
              c->wire_bf16 ? "bf16" : "f32");
   } else {
     size_t off = 0;
@@ -256,7 +259,7 @@ static void on_pulled(struct cm_unary *u, void *ctx) {
         off += p->count * sizeof(float);
       }
     }
-    c->pulled += wire_bytes(c, m);
+    c->pulled += wire_bytes(c, m, 0);
   }
   cm_wire_msg_release(&w);
   cm_unary_release(u);
@@ -293,7 +296,7 @@ static int check_finite(struct dw_client *c) {
     return 0;
   for (int i = 0; i < c->nvars; i++) {
     const struct dw_var *v = &c->vars[i];
-    if (!dw__selected(c, i))
+    if (!dw__pushed(c, i))
       continue;
     uint64_t n = dw__numel(v), k = cm_first_nonfinite(v->grad, n);
     if (k == n)
@@ -337,20 +340,21 @@ static int transfer(struct dw_client *c, int what) {
     return CM_ENOMEM;
   }
   for (int i = 0; i < c->nvars; i++)
-    if (dw__selected(c, i) && (((what & XFER_PULL) && !c->vars[i].value) ||
-                               ((what & XFER_PUSH) && !c->vars[i].grad))) {
+    if (((what & XFER_PULL) && dw__selected(c, i) && !c->vars[i].value) ||
+        ((what & XFER_PUSH) && dw__pushed(c, i) && !c->vars[i].grad)) {
       dw__seterr(c, "%s: variable '%s' has no %s buffer", name,
                  c->vars[i].name,
-                 (what & XFER_PULL) && !c->vars[i].value ? "value" : "gradient");
+                 (what & XFER_PULL) && dw__selected(c, i) && !c->vars[i].value
+                     ? "value"
+                     : "gradient");
       return CM_EINVAL;
     }
   select_msgs(c);
   if (what & XFER_PUSH)
     c->seq++;
   for (int i = 0; i < c->nmsgs; i++) {
-    int sent = c->msgs[i].sel_bytes > 0;
-    c->pending[2 * i] = sent && (what & XFER_PUSH) != 0;
-    c->pending[2 * i + 1] = sent && (what & XFER_PULL) != 0;
+    c->pending[2 * i] = c->msgs[i].push_bytes > 0 && (what & XFER_PUSH);
+    c->pending[2 * i + 1] = c->msgs[i].sel_bytes > 0 && (what & XFER_PULL);
     left += c->pending[2 * i] + c->pending[2 * i + 1];
   }
   for (int attempt = 0; left > 0; attempt++) {
@@ -393,7 +397,7 @@ static int transfer(struct dw_client *c, int what) {
       c->stats.calls++;
       if (u->status == GRPC_STATUS_OK) {
         if (push)
-          c->pushed += wire_bytes(c, m);
+          c->pushed += wire_bytes(c, m, 1);
         if (!down[m->shard])
           dw__shard_up(c, m->shard);
       } else if (push && c->sync_push && u->status == GRPC_STATUS_ABORTED) {

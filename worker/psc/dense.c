@@ -31,7 +31,7 @@ int psc__bind(psc_client *c, const int *vars, float *const *dst,
     dw_client_bind(c->dw, vars[k], dst ? dst[k] : NULL,
                    grads ? grads[k] : NULL);
   }
-  if (dw_client_select(c->dw, vars, n))
+  if (dw_client_select(c->dw, vars, n) || dw_client_select_push(c->dw, NULL, -1))
     return psc__fail(c, PSC_ENOMEM, "%s: out of memory", what);
   return 0;
 }
@@ -118,6 +118,27 @@ int psc_push_pull(psc_client *c, const int *vars, const float *const *grads,
     return rc;
   dw_client_set_examples(c->dw, examples);
   return n ? dw_client_push_pull(c->dw) : 0;
+}
+
+int psc_push_pull_sets(psc_client *c, const int *push_vars,
+                       const float *const *grads, int npush,
+                       const int *pull_vars, float *const *dst, int npull,
+                       uint32_t examples) {
+  int rc;
+  psc__begin(c);
+  if ((!grads && npush > 0) || (!dst && npull > 0))
+    return psc__fail(c, PSC_EINVAL, "push_pull: no buffers");
+  if ((rc = psc__bind(c, push_vars, NULL, grads, npush, "push_pull")))
+    return rc;
+  if ((rc = psc__bind(c, pull_vars, dst, NULL, npull, "push_pull")))
+    return rc;
+  /* psc__bind made the pushes follow the pulls' selection again. */
+  if (dw_client_select_push(c->dw, push_vars, npush))
+    return psc__fail(c, PSC_ENOMEM, "push_pull: out of memory");
+  dw_client_set_examples(c->dw, examples);
+  if (npush == 0 && npull == 0)
+    return 0;
+  return npush == 0 ? dw_client_pull(c->dw) : dw_client_push_pull(c->dw);
 }
 
 /* The worker index a coordinator call uses, or a failure. */

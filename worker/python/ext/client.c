@@ -285,6 +285,8 @@ static PyMethodDef client_methods[] = {
     {"push", KW(psd_push), "push(vars, grads, examples=0)"},
     {"push_pull", KW(psd_push_pull),
      "push_pull(vars, grads, outs, examples=0): both, one round trip"},
+    {"push_pull_sets", KW(psd_push_pull_sets),
+     "push_pull_sets(push_vars, grads, pull_vars, outs, examples=0)"},
     {"pull_at", KW(psd_pull_at),
      "pull_at(vars, outs, min_version) -> version (sync)"},
     {"push_step", KW(psd_push_step),

@@ -70,6 +70,8 @@ int psd_interrupted(void *arg);
 PyObject *psd_pull(struct pyclient *self, PyObject *args, PyObject *kw);
 PyObject *psd_push(struct pyclient *self, PyObject *args, PyObject *kw);
 PyObject *psd_push_pull(struct pyclient *self, PyObject *args, PyObject *kw);
+PyObject *psd_push_pull_sets(struct pyclient *self, PyObject *args,
+                             PyObject *kw);
 PyObject *psd_pull_at(struct pyclient *self, PyObject *args, PyObject *kw);
 PyObject *psd_push_step(struct pyclient *self, PyObject *args, PyObject *kw);
 PyObject *psd_join(struct pyclient *self, PyObject *args, PyObject *kw);

@@ -120,6 +120,39 @@ PyObject *psd_push_pull(struct pyclient *self, PyObject *args, PyObject *kw) {
   Py_RETURN_NONE;
 }
 
+PyObject *psd_push_pull_sets(struct pyclient *self, PyObject *args,
+                             PyObject *kw) {
+  static char *kwlist[] = {"push_vars", "grads", "pull_vars", "outs",
+                           "examples", NULL};
+  PyObject *pvars, *grads, *lvars, *outs;
+  unsigned int examples = 0;
+  struct dense push, pull;
+  int rc;
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOO|I", kwlist, &pvars, &grads,
+                                   &lvars, &outs, &examples) ||
+      dense_take(self, pvars, NULL, grads, &push))
+    return NULL;
+  if (dense_take(self, lvars, outs, NULL, &pull)) {
+    dense_free(&push);
+    return NULL;
+  }
+  if (psd_enter(self)) {
+    dense_free(&push);
+    dense_free(&pull);
+    return NULL;
+  }
+  NET_CALL(self, rc,
+           psc_push_pull_sets(self->c, push.h,
+                              (const float *const *)push.grads.ptrs, push.n,
+                              pull.h, pull.vals.ptrs, pull.n, examples));
+  psd_leave(self);
+  dense_free(&push);
+  dense_free(&pull);
+  if (rc)
+    return failed(self, rc);
+  Py_RETURN_NONE;
+}
+
 PyObject *psd_pull_at(struct pyclient *self, PyObject *args, PyObject *kw) {
   static char *kwlist[] = {"vars", "outs", "min_version", NULL};
   PyObject *vars, *outs;

@@ -178,6 +178,16 @@ class Client:
         self._c.push_pull(vs, self._grads(vs, grads), o, int(examples))
         return outs if outs is not None else o
 
+    def push_pull_sets(self, push_vars, grads, pull_vars, outs=None,
+                       examples=0):
+        """Pushes grads of push_vars and pulls pull_vars (into outs, or
+        new arrays, returned), in one round trip."""
+        pv, lv = _many(push_vars), _many(pull_vars)
+        o = self._outs(lv, outs)
+        self._c.push_pull_sets(pv, self._grads(pv, grads), lv, o,
+                               int(examples))
+        return outs if outs is not None else o
+
     # ---- synchronous steps and staleness
     def join(self, worker=None):
         """Joins the job's steps as this task's worker (or `worker`);

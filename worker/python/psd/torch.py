@@ -88,6 +88,10 @@ class DistributedOptimizer:
         self.examples = int(batch_size)
         self.sync = c.mode == "sync"
         self.ssp = not self.sync and c.staleness >= 0
+        # Async without a bound: a step's last push travels with the next
+        # values' pull, one round trip (as dworker's push_pull).
+        self.overlap = not self.sync and not self.ssp
+        self._final = None
         self.joined = c.task_index >= 0
         self.step_no = c.join() if self.joined else 0
         self.clock_no = 0
@@ -147,6 +151,11 @@ class DistributedOptimizer:
 
     def _send(self, batch):
         if self._error is not None:
+            return
+        if self.overlap and sum(self._sent) + len(batch) == len(self.params):
+            # The step's last gradients go with its pull, from step(), once
+            # backward has returned (so nothing still reads the values).
+            self._final = batch
             return
         hs = [self.handles[i] for i, _ in batch]
         gs = [g.numpy() for _, g in batch]
@@ -213,12 +222,19 @@ class DistributedOptimizer:
             self.step_no = max(nxt, self.step_no + 1)
         else:
             self.clock_no += 1
+        final, self._final = self._final, None
+        ex = self.examples if self._first_push else 0  # none pushed yet
         self._sent = [False] * len(self.params)
         self._closed = False
         self._first_push = True
         self.steps += 1
         self.examples_done += self.examples
-        self._pull()
+        if final is not None:
+            c.push_pull_sets([self.handles[i] for i, _ in final],
+                             [g.numpy() for _, g in final], self.handles,
+                             self.values, ex)
+        else:
+            self._pull()
         self.t_last = time.monotonic()
         return loss
 

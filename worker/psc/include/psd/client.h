@@ -174,6 +174,14 @@ int psc_push(psc_client *c, const int *vars, const float *const *grads, int n,
 int psc_push_pull(psc_client *c, const int *vars, const float *const *grads,
                   float *const *dst, int n, uint32_t examples);
 
+/* The same with a set of its own each way: pushes grads of
+ * push_vars[0..npush) and pulls pull_vars[0..npull) into dst, in one round
+ * trip (e.g. a step's last gradients, and every variable's new value). */
+int psc_push_pull_sets(psc_client *c, const int *push_vars,
+                       const float *const *grads, int npush,
+                       const int *pull_vars, float *const *dst, int npull,
+                       uint32_t examples);
+
 /* ---- synchronous training (job.sync.mode "sync") */
 
 /* Joins the job's steps as worker `worker` (-1: this client's task index)
