@@ -1,6 +1,7 @@
 /* Row partitioning: split ranges cover every row once, differ by at most
  * one row, handle more shards than rows; whole placement; auto placement
  * balances bytes deterministically. */
+#include <stdio.h>
 #include <check.h>
 #include <stdlib.h>
 
@@ -91,6 +92,32 @@ START_TEST(auto_balances_bytes) {
 }
 END_TEST
 
+START_TEST(by_name_ignores_order_and_others) {
+  /* The same name gets the same shard whatever else is declared. */
+  int a = cm_shard_by_name("layer1/bias", 1024, 4, 256 << 10);
+  ck_assert(a >= 0 && a < 4);
+  ck_assert_int_eq(cm_shard_by_name("layer1/bias", 1024, 4, 256 << 10), a);
+  /* Large, or one shard: split. */
+  ck_assert_int_eq(cm_shard_by_name("big", 256 << 10, 4, 256 << 10),
+                   CM_SHARD_SPLIT);
+  ck_assert_int_eq(cm_shard_by_name("small", 4, 1, 256 << 10),
+                   CM_SHARD_SPLIT);
+  /* FNV-1a of "a" is 0xaf63dc4c8601ec8c: shard 0 of 2, 2 of 3. */
+  ck_assert_int_eq(cm_shard_by_name("a", 4, 2, 256 << 10), 0);
+  ck_assert_int_eq(cm_shard_by_name("a", 4, 3, 256 << 10),
+                   (int)(0xaf63dc4c8601ec8cull % 3));
+  /* Spread: 64 names over 4 shards leave no shard empty. */
+  int seen[4] = {0};
+  char name[16];
+  for (int i = 0; i < 64; i++) {
+    snprintf(name, sizeof name, "v%d", i);
+    seen[cm_shard_by_name(name, 64, 4, 256 << 10)]++;
+  }
+  for (int s = 0; s < 4; s++)
+    ck_assert_int_gt(seen[s], 0);
+}
+END_TEST
+
 static Suite *shard_suite(void) {
   Suite *s = suite_create("shard");
   TCase *tc = tcase_create("rows");
@@ -98,6 +125,7 @@ static Suite *shard_suite(void) {
   tcase_add_test(tc, more_shards_than_rows);
   tcase_add_test(tc, whole_placement_and_bad_input);
   tcase_add_test(tc, auto_balances_bytes);
+  tcase_add_test(tc, by_name_ignores_order_and_others);
   suite_add_tcase(s, tc);
   return s;
 }
