@@ -22,6 +22,7 @@ Usage: test_clib.py BUILD_DIR [unittest args...]. Waits on the shards'
 ready lines, never a fixed sleep.
 """
 
+import glob
 import json
 import os
 import re
@@ -375,6 +376,36 @@ class ClientTest(h.ProcTest):
 
     def test_linreg_static(self):
         self.linreg(static=True)
+
+    def test_python_package_installed(self):
+        """The installed psd Python package, alone (no build tree on its
+        path, libpsclient linked in: no LD_LIBRARY_PATH), trains against
+        the shards."""
+        pkg = glob.glob(self.i.staged(os.path.join(self.i.prefix, "lib",
+                                                   "python3*", "*-packages")))
+        if not pkg:
+            self.skipTest("the psd Python package is not installed "
+                          "(python3-dev missing?)")
+        ext = glob.glob(os.path.join(pkg[0], "psd", "_psd*.so"))
+        self.assertEqual(len(ext), 1, pkg[0])
+        needed = checked(["readelf", "-d", ext[0]], "readelf")
+        self.assertNotIn("libpsclient", needed)
+        syms = checked(["nm", "-D", "--defined-only", ext[0]], "nm").split()
+        self.assertIn("PyInit__psd", syms)
+        self.assertFalse([x for x in syms if x.startswith(("psc_", "dw_", "cm_"))])
+        code = ("import numpy as np, psd, sys\n"
+                "assert psd.__file__.startswith(sys.argv[2]), psd.__file__\n"
+                "c = psd.Client(sys.argv[1], 'worker:0')\n"
+                "w = c.declare('py/w', (8,), optimizer={'type': 'sgd', 'lr': 0.5})\n"
+                "c.push(w, np.ones(8, np.float32))\n"
+                "print('pulled', c.pull(w).tolist())\n")
+        e = {k: v for k, v in os.environ.items()
+             if k not in ("PYTHONPATH", "LD_LIBRARY_PATH")}
+        e["PYTHONPATH"] = pkg[0]
+        r = subprocess.run(["/usr/bin/python3", "-c", code, self.spec, pkg[0]],
+                           capture_output=True, text=True, env=e, timeout=60)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertIn("pulled [-0.5, -0.5", r.stdout)
 
     def test_errors_and_declare_order(self):
         src = os.path.join(self.d, "errors.c")
