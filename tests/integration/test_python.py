@@ -328,6 +328,47 @@ class AsyncTest(unittest.TestCase):
             c.pull_rows("nope", ids)
 
 
+class StalenessTest(unittest.TestCase):
+    """clock() with job.sync.staleness 0: a worker one clock ahead waits
+    for the slowest, and goes on once it catches up."""
+
+    def setUp(self):
+        self.tmp = h.TempDir()
+        d = self.tmp.__enter__()
+        self.shards = Shards(d, {"name": "pyssp",
+                                 "sync": {"mode": "async", "staleness": 0}})
+
+    def tearDown(self):
+        self.shards.stop()
+        self.tmp.__exit__(None, None, None)
+
+    def test_clock_waits_for_the_slowest(self):
+        c0 = psd.Client(self.shards.spec, "worker:0")
+        c1 = psd.Client(self.shards.spec, "worker:1")
+        self.addCleanup(c0.close)
+        self.addCleanup(c1.close)
+        self.assertEqual((c0.mode, c0.staleness), ("async", 0))
+        c0.join()
+        c1.join()
+        done = threading.Event()
+        errors = []
+
+        def ahead():
+            try:
+                c0.clock(1)
+            except BaseException as e:  # reported below
+                errors.append(e)
+            done.set()
+
+        t = threading.Thread(target=ahead)
+        t.start()
+        self.assertFalse(done.wait(1.0), "clock(1) did not wait for worker 1")
+        c1.clock(1)
+        self.assertTrue(done.wait(30), "clock(1) still waits")
+        t.join()
+        self.assertEqual(errors, [])
+
+
 class InterruptTest(unittest.TestCase):
     """Ctrl-C during a pull that a sync shard parks: KeyboardInterrupt,
     the call cancelled, and the client still usable."""
