@@ -8,7 +8,7 @@ set -eu
 PKGS="meson ninja-build pkg-config gcc libc6-dev make python3 \
 libgrpc-dev protobuf-c-compiler libprotobuf-c-dev libuv1-dev libopenblas-dev \
 check openssl libjansson-dev libsystemd-dev zlib1g-dev dataset-fashion-mnist \
-python3-numpy clang"
+python3-numpy clang python3-dev"
 # Test-only: a stock gRPC client (tests/integration/test_psd.py) and PyTorch,
 # the baseline that bench train runs alongside psd (tests/bench/torch_baseline.py).
 TEST_PKGS="python3-grpcio python3-torch"

@@ -289,6 +289,9 @@ class AsyncTest(unittest.TestCase):
         c2 = psd.Client(tf_config=json.dumps(tf))
         self.addCleanup(c2.close)
         self.assertEqual(c2.task_index, 1)
+        c5 = psd.Client(json.dumps(tf))  # the text as the first argument
+        self.addCleanup(c5.close)
+        self.assertEqual((c5.task_index, c5.num_shards), (1, 2))
         c2.declare("open/w", (4,))
         np.testing.assert_array_equal(c2.pull("open/w"), want)
         c3 = psd.Client(addrs=self.shards.cfg["cluster"]["ps"], job="pyjob")

@@ -7,24 +7,25 @@
 #include <string.h>
 
 /* Client(kind, source, task=None, name=None, job=None, token_file=None,
- *        timeout_ms=0, retry_s=0.0): kind "spec" (source a path), "tf_config"
+ *        timeout_ms=0, retry_s=0.0, connect_timeout_ms=0): kind "spec" (source a path), "tf_config"
  * (a JSON text, None: the environment's) or "addrs" (a list of
  * "host:port"). */
 static int client_init(struct pyclient *self, PyObject *args, PyObject *kw) {
   static char *kwlist[] = {"kind",       "source",     "task",
                            "name",       "job",        "token_file",
-                           "timeout_ms", "retry_s",    NULL};
+                           "timeout_ms", "retry_s",    "connect_timeout_ms",
+                           NULL};
   const char *kind, *task = NULL, *name = NULL, *job = NULL, *token = NULL;
   PyObject *source = Py_None;
-  int timeout_ms = 0, rc;
+  int timeout_ms = 0, connect_ms = 0, rc;
   double retry_s = 0;
   char err[8192] = "";
   const char **addrs = NULL;
   struct psc_options o;
 
-  if (!PyArg_ParseTupleAndKeywords(args, kw, "sO|zzzzid", kwlist, &kind,
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "sO|zzzzidi", kwlist, &kind,
                                    &source, &task, &name, &job, &token,
-                                   &timeout_ms, &retry_s))
+                                   &timeout_ms, &retry_s, &connect_ms))
     return -1;
   if (self->c) {
     PyErr_SetString(PyExc_RuntimeError, "psd.Client is open already");
@@ -37,6 +38,7 @@ static int client_init(struct pyclient *self, PyObject *args, PyObject *kw) {
   o.token_file = token;
   o.timeout_ms = timeout_ms;
   o.retry_s = retry_s;
+  o.connect_timeout_ms = connect_ms;
   if (!strcmp(kind, "spec")) {
     if (!PyUnicode_Check(source)) {
       PyErr_SetString(PyExc_TypeError, "spec: expected a path (str)");
@@ -72,15 +74,7 @@ static int client_init(struct pyclient *self, PyObject *args, PyObject *kw) {
     return -1;
   }
   if (rc) {
-    PyObject *exc = PyObject_CallFunction(
-        psd_error, "s", err[0] ? err : psc_strerror(rc));
-    if (exc) {
-      PyObject_SetAttrString(exc, "code", PyLong_FromLong(rc));
-      PyObject_SetAttrString(exc, "grpc_status", PyLong_FromLong(0));
-      PyObject_SetAttrString(exc, "grpc_name", PyUnicode_FromString("OK"));
-      PyErr_SetObject(psd_error, exc);
-      Py_DECREF(exc);
-    }
+    psd_raise_text(err[0] ? err : psc_strerror(rc), rc, 0);
     self->c = NULL;
     return -1;
   }

@@ -37,6 +37,9 @@ extern PyObject *psd_error;
  * NULL. */
 PyObject *psd_raise(psc_client *c, int rc);
 
+/* The same for a message of one's own, code rc and gRPC status st. */
+PyObject *psd_raise_text(const char *msg, int rc, int st);
+
 /* Buffers of one call, taken with the buffer protocol and released by
  * psd_bufs_release. */
 struct psd_bufs {

@@ -14,20 +14,32 @@ static const char *const GRPC_NAMES[] = {
     "UNIMPLEMENTED", "INTERNAL",      "UNAVAILABLE",      "DATA_LOSS",
     "UNAUTHENTICATED"};
 
-PyObject *psd_raise(psc_client *c, int rc) {
-  int st = c ? psc_grpc_status(c) : 0;
-  const char *msg = c && psc_error(c)[0] ? psc_error(c) : psc_strerror(rc);
+/* Sets exc.name to value (a new reference, taken). */
+static void set_attr(PyObject *exc, const char *name, PyObject *value) {
+  if (value) {
+    PyObject_SetAttrString(exc, name, value);
+    Py_DECREF(value);
+  }
+}
+
+PyObject *psd_raise_text(const char *msg, int rc, int st) {
   PyObject *exc = PyObject_CallFunction(psd_error, "s", msg);
   if (!exc)
     return NULL;
-  PyObject_SetAttrString(exc, "code", PyLong_FromLong(rc));
-  PyObject_SetAttrString(exc, "grpc_status", PyLong_FromLong(st));
-  PyObject_SetAttrString(
-      exc, "grpc_name",
-      PyUnicode_FromString(st >= 0 && st <= 16 ? GRPC_NAMES[st] : "UNKNOWN"));
+  set_attr(exc, "code", PyLong_FromLong(rc));
+  set_attr(exc, "grpc_status", PyLong_FromLong(st));
+  set_attr(exc, "grpc_name",
+           PyUnicode_FromString(st >= 0 && st <= 16 ? GRPC_NAMES[st]
+                                                    : "UNKNOWN"));
   PyErr_SetObject(psd_error, exc);
   Py_DECREF(exc);
   return NULL;
+}
+
+PyObject *psd_raise(psc_client *c, int rc) {
+  int st = c ? psc_grpc_status(c) : 0;
+  const char *msg = c && psc_error(c)[0] ? psc_error(c) : psc_strerror(rc);
+  return psd_raise_text(msg, rc, st);
 }
 
 /* "(3, 4)" for a shape tuple or a Py_buffer's shape, into buf. */

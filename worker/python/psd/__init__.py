@@ -46,18 +46,23 @@ class Client:
     """A client of a psd job's shards.
 
     Client(spec=None, task=None, *, tf_config=None, addrs=None, job=None,
-           token_file=None, name=None, timeout_ms=0, retry_s=0.0)
+           token_file=None, name=None, timeout_ms=0, retry_s=0.0,
+           connect_timeout_ms=0)
 
-    spec: the job's cluster spec (a path); tf_config: a TF_CONFIG-shaped
-    JSON text; addrs: the shards' "host:port" list (then job names their
+    spec: the job's cluster spec (a path, or its JSON text); tf_config: a
+    TF_CONFIG-shaped JSON text; addrs: the shards' "host:port" list (then job names their
     job, token_file their token). With none of them: $PSD_SPEC (pslaunch
     sets it for a worker_command), else $TF_CONFIG. task: "worker:N", else
     the spec's or TF_CONFIG's task (or none: a client that does not join).
+    timeout_ms: each call's deadline (0: job.rpc_timeout_ms); retry_s: how
+    long a shard may stay unreachable while calls retry (0: job.retry_s);
+    connect_timeout_ms: how long a declare waits for the shards to start
+    (0: 60 s).
     """
 
     def __init__(self, spec=None, task=None, *, tf_config=None, addrs=None,
                  job=None, token_file=None, name=None, timeout_ms=0,
-                 retry_s=0.0):
+                 retry_s=0.0, connect_timeout_ms=0):
         if spec is None and tf_config is None and addrs is None:
             spec = os.environ.get("PSD_SPEC") or None
             if spec is None:
@@ -66,6 +71,8 @@ class Client:
                     raise ValueError(
                         "psd.Client: no spec, tf_config or addrs, and "
                         "neither PSD_SPEC nor TF_CONFIG is set")
+        if isinstance(spec, str) and spec.lstrip().startswith("{"):
+            spec, tf_config = None, spec  # a TF_CONFIG-shaped text
         if task is None and os.environ.get("PSD_TASK"):
             task = os.environ["PSD_TASK"]
         if addrs is not None:
@@ -75,7 +82,8 @@ class Client:
         else:
             kind, source = "spec", os.fspath(spec)
         self._c = _psd.Client(kind, source, task, name, job, token_file,
-                              int(timeout_ms), float(retry_s))
+                              int(timeout_ms), float(retry_s),
+                              int(connect_timeout_ms))
         self.job = {}
         self._tables = {}
         try:
@@ -137,8 +145,14 @@ class Client:
 
     def shape(self, var):
         """A declared variable's shape, by handle or name."""
-        h = var if isinstance(var, int) else self._c.names.index(var)
-        return self._c.shapes[h]
+        names = self._c.names
+        if isinstance(var, int):
+            if not 0 <= var < len(names):
+                raise KeyError(f"variable handle {var} was not declared")
+            return self._c.shapes[var]
+        if var not in names:
+            raise KeyError(f"variable '{var}' was not declared")
+        return self._c.shapes[names.index(var)]
 
     def _outs(self, vars, outs):
         if outs is None:
@@ -173,10 +187,13 @@ class Client:
     def push_pull(self, vars, grads, outs=None, examples=0):
         """push, then pull, in one round trip (the pull may or may not see
         this push)."""
+        single = not isinstance(vars, (list, tuple))
         vs = _many(vars)
         o = self._outs(vs, outs)
         self._c.push_pull(vs, self._grads(vs, grads), o, int(examples))
-        return outs if outs is not None else o
+        if outs is not None:
+            return outs
+        return o[0] if single else o
 
     def push_pull_sets(self, push_vars, grads, pull_vars, outs=None,
                        examples=0):
@@ -197,6 +214,9 @@ class Client:
     def pull_at(self, vars, outs, min_version):
         """Sync: pulls once every shard committed min_version steps;
         returns the steps committed."""
+        if outs is None:
+            raise ValueError("pull_at: outs are required (the buffers to "
+                             "pull into)")
         vs = _many(vars)
         return self._c.pull_at(vs, self._outs(vs, outs), int(min_version))
 

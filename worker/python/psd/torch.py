@@ -249,6 +249,9 @@ class DistributedOptimizer:
         self._pusher = None
         for h in self._hooks:
             h.remove()
+        if self._error is not None:  # a push after the last step() failed
+            e, self._error = self._error, None
+            raise e
         if self.joined and self.t_first is not None:
             end = self.t_last or time.monotonic()
             self.client.leave(self.examples_done, end - self.t_first,
