@@ -41,6 +41,17 @@ round; a ratio is taken within a round, then its median):
 (psd's lines add mode= and test_acc_workers=, every worker's test accuracy;
 test_accuracy is worker 0's, as the baselines' is rank 0's.)
 
+With a build directory it then measures the Python client against the C
+client (clients()): one psd shard, a 16 MiB variable (4M floats) split
+across it, 12 pushes and 12 pulls timed by `pstool roundtrip` (C,
+libpsclient) and by client_bench.py (psd.Client.push/.pull of preallocated
+numpy arrays), each a fresh process, alternated 5 times:
+
+  bench torch client=c bytes=16777216 shards=1 via=unix rounds=12 repeats=5
+        push_MBps=1823 pull_MBps=2033
+  bench torch client=python ... push_ratio_to_c=0.99 pull_ratio_to_c=0.98
+  bench torch goal python/c push=0.99 pull=0.98 (goal >= 0.9): met
+
 Run: /usr/bin/python3 tests/bench/bench_torch.py [--steps N] [--rounds R] [--nproc P]
      [--build BUILD_DIR] (or bench.py BUILD_DIR torch, which adds psd). Exit status 0, 1 on a failure (said on
 stderr), 2 on a bad command line, 77 when PyTorch or the data set is missing.
@@ -357,6 +368,77 @@ def run_psd(steps, nproc, build, tmpdir, timeout=TIMEOUT_S):
             "procs": nproc, "steps": steps, "mode": finals[0].get("mode", "?")}
 
 
+# ---- The Python client against the C client: one variable's bytes ----
+
+CLIENT_BYTES = 16 << 20  # the variable: 4M floats
+CLIENT_ROUNDS = 12       # timed pushes and pulls per measurement
+CLIENT_REPEATS = 5       # measurements of each client, alternated
+GOAL_PY_C = 0.9          # the Python client's MB/s over the C client's, the goal
+
+
+def _client_once(argv, env, prefix):
+    rc, out = _run_bounded(argv, env, 120)
+    got = [l for l in out.splitlines() if l.startswith(prefix)]
+    if rc != 0 or not got:
+        raise Failed("%s exited %d%s; its output ends:\n%s" % (
+            " ".join(argv), rc, "" if got else " with no %r line" % prefix, out[-2000:]))
+    kv = _kv(got[-1])
+    return float(kv["push_MBps"]), float(kv["pull_MBps"]), kv.get("via", "")
+
+
+def clients(build, tmpdir, nbytes=CLIENT_BYTES, nrounds=CLIENT_ROUNDS,
+            repeats=CLIENT_REPEATS, out=sys.stdout):
+    """One psd shard (sgd); a variable of nbytes split across it, pushed
+    and pulled nrounds times from C (`pstool roundtrip`, libpsclient) and
+    from Python (client_bench.py: psd.Client.push/.pull of preallocated
+    numpy arrays), each a fresh process, alternated `repeats` times (order
+    rotated); prints each client's median MB/s and the Python/C ratios
+    (within a repeat, then the median) against the goal."""
+    sys.path.insert(0, os.path.join(HERE, "..", "integration"))
+    import harness as h
+
+    spec = os.path.join(tmpdir, "bench-torch-client.json")
+    h.write_spec(spec, nps=1, nworker=1, job={"name": "bench-client",
+                                              "optimizer": {"type": "sgd", "lr": 0.01}})
+    env = _python_env(build)
+    c_argv = [os.path.join(build, "tests", "pstool"), "--cluster", spec, "--bytes",
+              str(nbytes), "--rounds", str(nrounds), "roundtrip"]
+    py_argv = ["/usr/bin/python3", os.path.join(HERE, "client_bench.py"), "--cluster", spec,
+               "--bytes", str(nbytes), "--rounds", str(nrounds)]
+    runs = [("c", lambda: _client_once(c_argv, env, "roundtrip")),
+            ("python", lambda: _client_once(py_argv, env, "pyclient"))]
+    shard = h.Proc([os.path.join(build, "ps-server", "psd"), "--cluster", spec,
+                    "--task", "ps:0"], env=env)
+    got = {"c": [], "python": []}
+    try:
+        try:
+            shard.wait_for("ready: listening on")
+        except AssertionError as e:
+            raise Failed("the client bench's psd did not get ready: %s" % e)
+        for i in range(repeats):
+            for name, fn in runs[i % 2:] + runs[:i % 2]:
+                got[name].append(fn())
+    finally:
+        rc = shard.stop()
+    if rc != 0:
+        raise Failed("the client bench's psd exited %s:\n%s" % (rc, shard.output()[-2000:]))
+    via = got["c"][0][2] or "?"
+    med = {n: (median([r[0] for r in got[n]]), median([r[1] for r in got[n]])) for n in got}
+    push_q = median([p[0] / c[0] for p, c in zip(got["python"], got["c"])])
+    pull_q = median([p[1] / c[1] for p, c in zip(got["python"], got["c"])])
+    for n in ("c", "python"):
+        out.write("bench torch client=%s bytes=%d shards=1 via=%s rounds=%d repeats=%d "
+                  "push_MBps=%.0f pull_MBps=%.0f%s\n"
+                  % (n, nbytes, via, nrounds, repeats, med[n][0], med[n][1],
+                     " push_ratio_to_c=%.2f pull_ratio_to_c=%.2f" % (push_q, pull_q)
+                     if n == "python" else ""))
+    worst = min(push_q, pull_q)
+    out.write("bench torch goal python/c push=%.2f pull=%.2f (goal >= %.1f): %s\n"
+              % (push_q, pull_q, GOAL_PY_C, "met" if worst >= GOAL_PY_C else "NOT met"))
+    out.flush()
+    return got
+
+
 def contenders(build=None, tmpdir=None):
     """The contenders: (name, function of (steps, nproc) returning run_*'s
     dict); psd only with a build directory (and a scratch directory)."""
@@ -440,6 +522,7 @@ def bench(d, b):
         raise b.BenchFailed("bench torch FAILED: %s (make bench installs it)" % why)
     try:
         rounds(contenders=contenders(b.h.BUILD, d))
+        clients(b.h.BUILD, d)
     except Failed as e:
         raise b.BenchFailed("bench torch FAILED: %s" % e)
 
@@ -461,6 +544,8 @@ def main():
     try:
         with tempfile.TemporaryDirectory(prefix="psd-bench-torch-") as d:
             rounds(args.steps, args.rounds, args.nproc, contenders(args.build, d))
+            if args.build:
+                clients(args.build, d)
     except Failed as e:
         sys.stderr.write("bench torch FAILED: %s\n" % e)
         return 1
