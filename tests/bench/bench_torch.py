@@ -43,11 +43,11 @@ test_accuracy is worker 0's, as the baselines' is rank 0's.)
 
 With a build directory it then measures the Python client against the C
 client (clients()): one psd shard, a 16 MiB variable (4M floats) split
-across it, 12 pushes and 12 pulls timed by `pstool roundtrip` (C,
+across it, 32 pushes and 32 pulls timed by `pstool roundtrip` (C,
 libpsclient) and by client_bench.py (psd.Client.push/.pull of preallocated
-numpy arrays), each a fresh process, alternated 5 times:
+numpy arrays), each a fresh process, alternated 7 times:
 
-  bench torch client=c bytes=16777216 shards=1 via=unix rounds=12 repeats=5
+  bench torch client=c bytes=16777216 shards=1 via=unix rounds=32 repeats=7
         push_MBps=1823 pull_MBps=2033
   bench torch client=python ... push_ratio_to_c=0.99 pull_ratio_to_c=0.98
   bench torch goal python/c push=0.99 pull=0.98 (goal >= 0.9): met
@@ -371,8 +371,8 @@ def run_psd(steps, nproc, build, tmpdir, timeout=TIMEOUT_S):
 # ---- The Python client against the C client: one variable's bytes ----
 
 CLIENT_BYTES = 16 << 20  # the variable: 4M floats
-CLIENT_ROUNDS = 12       # timed pushes and pulls per measurement
-CLIENT_REPEATS = 5       # measurements of each client, alternated
+CLIENT_ROUNDS = 32       # timed pushes and pulls per measurement
+CLIENT_REPEATS = 7       # measurements of each client, alternated
 GOAL_PY_C = 0.9          # the Python client's MB/s over the C client's, the goal
 
 
