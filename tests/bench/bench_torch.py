@@ -312,8 +312,11 @@ def _run_bounded(argv, env, timeout):
     """Runs argv to its end, at most timeout seconds (then SIGTERM to its
     PID, SIGKILL 20 s later: pslaunch stops its own children on SIGTERM);
     returns (exit status, merged output)."""
-    p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                         stdin=subprocess.DEVNULL, env=env, text=True)
+    try:
+        p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             stdin=subprocess.DEVNULL, env=env, text=True)
+    except OSError as e:
+        raise Failed("cannot run %s: %s" % (" ".join(argv), e))
     try:
         out, _ = p.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
