@@ -31,10 +31,12 @@
                    the same work in one process on psd's table code with no
                    network (sparse-mem); and the rows' memory overhead
 
-  bench torch:     the PyTorch baselines a psd Python client will be measured
-                   against: the demo MLP, a bounded number of steps, in one
-                   process and in DDP (gloo, 2 processes), alternated over 3
-                   rounds (tests/bench/bench_torch.py)
+  bench torch:     psd's Python client (psd.torch.DistributedOptimizer, pslaunch,
+                   2 shards and 2 workers, async) against PyTorch in one process
+                   and DDP (gloo, 2 processes), the demo MLP, 2,000 steps per
+                   process, alternated over 3 rounds; then psd.Client's push and
+                   pull of a 16 MiB variable against the C client's (pstool
+                   roundtrip), alternated (tests/bench/bench_torch.py)
 
   bench kernels:   GFLOP/s of each layer of the demo MLP and CNN, forward and
                    backward, on the CPU (and the GPU where one works), with the
