@@ -195,8 +195,8 @@ class DistributedOptimizer:
             c.pull(self.handles, self.values)
 
     def zero_grad(self, set_to_none=True):
-        """Clears the parameters' .grad (psd pushes from the hooks, so
-        .grad is only what a local optimizer of excluded ones uses)."""
+        """Clears the parameters' .grad (step() does it too: psd pushes
+        from the hooks, so .grad is not used)."""
         for p in self.params:
             p.grad = None
 
@@ -205,6 +205,10 @@ class DistributedOptimizer:
         step; then pulls the values the next forward uses."""
         loss = closure() if closure is not None else None
         self._wait_pushes()
+        # The shards hold the gradient: .grad is dropped, so that the next
+        # backward assigns it instead of adding into it.
+        for p in self.params:
+            p.grad = None
         c = self.client
         missing = [i for i, s in enumerate(self._sent) if not s]
         if missing and self.sync and not self._closed:
