@@ -121,6 +121,27 @@ class OptimizerTest(h.ProcTest):
         np.testing.assert_allclose(model[0].bias.detach().numpy(),
                                    (b0 - 0.5 * 4).numpy(), rtol=1e-6)
         self.assertEqual(opt.steps, 1)
+        self.assertEqual(opt.early_pushes, 0)  # one small bucket: at step()
+        opt.finish()
+
+    def test_buckets_pushed_during_backward(self):
+        """bucket_mb=0: every gradient is pushed by the pusher thread as
+        backward produces it; the values still follow the formula."""
+        import psd.torch as pt
+        model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Linear(4, 2))
+        c = psd.Client(self.spec, "worker:0")
+        self.addCleanup(c.close)
+        opt = pt.DistributedOptimizer(model.named_parameters(), c,
+                                      bucket_mb=0, prefix="b/")
+        before = [p.detach().clone() for p in model.parameters()]
+        model(torch.ones(4, 3)).sum().backward()
+        grads = [p.grad.detach().clone() for p in model.parameters()]
+        opt.step()
+        self.assertEqual(opt.early_pushes, 3)  # 4 gradients, the last at step()
+        for p, b, g in zip(model.parameters(), before, grads):
+            np.testing.assert_allclose(p.detach().numpy(), (b - 0.5 * g).numpy(),
+                                       rtol=1e-5, atol=1e-6)
+            self.assertIsNone(p.grad)
         opt.finish()
 
 

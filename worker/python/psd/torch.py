@@ -33,7 +33,7 @@ import psd
 
 class DistributedOptimizer:
     """DistributedOptimizer(named_parameters, client=None, *, optimizer=None,
-    exclude=(), prefix="", batch_size=None)
+    exclude=(), prefix="", batch_size=None, bucket_mb=4.0)
 
     named_parameters: a model's named_parameters(). client: a psd.Client
     (None: psd.Client() from the environment pslaunch sets). optimizer: a
@@ -42,6 +42,11 @@ class DistributedOptimizer:
     local. prefix: put before every name on the shards (two models in one
     job). batch_size: the examples each step reports (default the spec's
     job.batch_size, else 0); set .examples before backward for a short batch.
+    bucket_mb: gradients are pushed in buckets of about this many MiB as
+    backward fills them (DDP's bucket_cap_mb, Horovod's fusion buffer): a
+    push per bucket, while backward goes on; the last bucket goes from
+    step() (in async mode with the pull of the new values, one round trip).
+    0: every gradient alone, as soon as it is produced.
 
     The shards initialise each parameter with the distribution of its
     module's initial values: uniform in +-max|p| (PyTorch's default for
@@ -51,7 +56,7 @@ class DistributedOptimizer:
     """
 
     def __init__(self, named_parameters, client=None, *, optimizer=None,
-                 exclude=(), prefix="", batch_size=None):
+                 exclude=(), prefix="", batch_size=None, bucket_mb=4.0):
         self.client = client if client is not None else psd.Client()
         c = self.client
         self.params, self.names, self.handles, self.values = [], [], [], []
@@ -91,7 +96,9 @@ class DistributedOptimizer:
         # Async without a bound: a step's last push travels with the next
         # values' pull, one round trip (as dworker's push_pull).
         self.overlap = not self.sync and not self.ssp
-        self._final = None
+        self.bucket_bytes = int(float(bucket_mb) * (1 << 20))
+        self._bucket, self._bucket_bytes, self._queued = [], 0, 0
+        self.early_pushes = 0  # buckets pushed while backward went on
         self.joined = c.task_index >= 0
         self.step_no = c.join() if self.joined else 0
         self.clock_no = 0
@@ -120,42 +127,38 @@ class DistributedOptimizer:
         def hook(grad):
             if self.t_first is None:
                 self.t_first = time.monotonic()
-            with self._done:
-                self._pending += 1
-            self._ready.put((i, grad.detach().contiguous()))
+            g = grad.detach().contiguous()
+            self._bucket.append((i, g))
+            self._bucket_bytes += g.numel() * 4
+            self._queued += 1
+            # A full bucket goes now, on the pusher thread; the one that
+            # completes the step waits for step().
+            if (self._bucket_bytes >= self.bucket_bytes
+                    and self._queued < len(self.params)):
+                bucket, self._bucket, self._bucket_bytes = self._bucket, [], 0
+                with self._done:
+                    self._pending += len(bucket)
+                self._ready.put(bucket)
             return None
         return hook
 
     def _push_loop(self):
         while True:
-            item = self._ready.get()
-            if item is None:
+            bucket = self._ready.get()
+            if bucket is None:
                 return
-            batch = [item]
-            while True:  # whatever else is ready goes in the same call
-                try:
-                    nxt = self._ready.get_nowait()
-                except queue.Empty:
-                    break
-                if nxt is None:
-                    self._ready.put(None)
-                    break
-                batch.append(nxt)
             try:
-                self._send(batch)
+                self._send(bucket)
             except BaseException as e:  # raised again in step()
                 self._error = e
             with self._done:
-                self._pending -= len(batch)
+                self._pending -= len(bucket)
+                self.early_pushes += 1
                 self._done.notify_all()
 
     def _send(self, batch):
+        """Pushes one bucket (a sync step's: stages it)."""
         if self._error is not None:
-            return
-        if self.overlap and sum(self._sent) + len(batch) == len(self.params):
-            # The step's last gradients go with its pull, from step(), once
-            # backward has returned (so nothing still reads the values).
-            self._final = batch
             return
         hs = [self.handles[i] for i, _ in batch]
         gs = [g.numpy() for _, g in batch]
@@ -205,6 +208,11 @@ class DistributedOptimizer:
         step; then pulls the values the next forward uses."""
         loss = closure() if closure is not None else None
         self._wait_pushes()
+        last, self._bucket, self._bucket_bytes = self._bucket, [], 0
+        self._queued = 0
+        if last and not self.overlap:
+            self._send(last)  # sync or bounded staleness: staged or pushed
+            last = None
         # The shards hold the gradient: .grad is dropped, so that the next
         # backward assigns it instead of adding into it.
         for p in self.params:
@@ -226,14 +234,14 @@ class DistributedOptimizer:
             self.step_no = max(nxt, self.step_no + 1)
         else:
             self.clock_no += 1
-        final, self._final = self._final, None
+        final = last
         ex = self.examples if self._first_push else 0  # none pushed yet
         self._sent = [False] * len(self.params)
         self._closed = False
         self._first_push = True
         self.steps += 1
         self.examples_done += self.examples
-        if final is not None:
+        if final:
             c.push_pull_sets([self.handles[i] for i, _ in final],
                              [g.numpy() for _, g in final], self.handles,
                              self.values, ex)
