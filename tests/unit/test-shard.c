@@ -1,8 +1,8 @@
 /* Row partitioning: split ranges cover every row once, differ by at most
  * one row, handle more shards than rows; whole placement; auto placement
  * balances bytes deterministically. */
-#include <stdio.h>
 #include <check.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "shard.h"
@@ -100,8 +100,7 @@ START_TEST(by_name_ignores_order_and_others) {
   /* Large, or one shard: split. */
   ck_assert_int_eq(cm_shard_by_name("big", 256 << 10, 4, 256 << 10),
                    CM_SHARD_SPLIT);
-  ck_assert_int_eq(cm_shard_by_name("small", 4, 1, 256 << 10),
-                   CM_SHARD_SPLIT);
+  ck_assert_int_eq(cm_shard_by_name("small", 4, 1, 256 << 10), CM_SHARD_SPLIT);
   /* FNV-1a of "a" is 0xaf63dc4c8601ec8c: shard 0 of 2, 2 of 3. */
   ck_assert_int_eq(cm_shard_by_name("a", 4, 2, 256 << 10), 0);
   ck_assert_int_eq(cm_shard_by_name("a", 4, 3, 256 << 10),

@@ -133,9 +133,10 @@ static int check_vars(struct dw_client *c, struct dw_var *vars, int n,
         return CM_EINVAL;
       }
     if (vars[i].placement >= c->nshards || vars[i].placement < DW_PLACE_NAME) {
-      dw__seterr(c, "declare: variable '%s' placement %d; expected a shard "
-                 "0..%d or AUTO, NAME or SPLIT", vars[i].name,
-                 vars[i].placement, c->nshards - 1);
+      dw__seterr(c,
+                 "declare: variable '%s' placement %d; expected a shard "
+                 "0..%d or AUTO, NAME or SPLIT",
+                 vars[i].name, vars[i].placement, c->nshards - 1);
       return CM_EINVAL;
     }
     bytes[i] = dw__numel(&vars[i]) * sizeof(float);

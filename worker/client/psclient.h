@@ -28,10 +28,9 @@ enum dw_placement {
   DW_PLACE_NAME = -3, /* split when large, else whole on the shard the name
                          hashes to: the same whatever else is declared, in
                          any order (cm_shard_by_name) */
-  DW_PLACE_AUTO =
-      -2, /* split when large, else whole on the least-loaded shard after
-             the variables before it in the same declare (a list every
-             worker declares whole, in the same order) */
+  DW_PLACE_AUTO = -2, /* split when large, else whole on the least-loaded shard
+                         after the variables before it in the same declare (a
+                         list every worker declares whole, in the same order) */
   DW_PLACE_SPLIT =
       -1, /* contiguous row ranges on every shard, balanced by bytes */
   /* >= 0: whole on that shard */
@@ -70,11 +69,11 @@ struct dw_client_opts {
                              [60000] */
   size_t chunk_bytes;     /* largest tensor payload per message [2 MiB] */
   int inflight;           /* calls in flight per shard [4] */
-  uint64_t seed;  /* initializer seed sent with declare [spec job.seed] */
-  double retry_s; /* how long a shard may stay unreachable (UNAVAILABLE,
-                     DEADLINE_EXCEEDED or CANCELLED) while calls to it are
-                     retried before the call fails [spec job.retry_s]; < 0:
-                     never retry */
+  uint64_t seed;     /* initializer seed sent with declare [spec job.seed] */
+  double retry_s;    /* how long a shard may stay unreachable (UNAVAILABLE,
+                        DEADLINE_EXCEEDED or CANCELLED) while calls to it are
+                        retried before the call fails [spec job.retry_s]; < 0:
+                        never retry */
   int no_spec_check; /* 1: send no spec fingerprint, so the shards do not
                         check that this client's spec is theirs (a client
                         that knows only their addresses) */
@@ -119,8 +118,7 @@ int dw_client_find(const struct dw_client *c, const char *name);
 
 /* Points variable i's pull destination (value) and push source (grad) at
  * the caller's buffers of numel floats; NULL leaves one as it is. */
-int dw_client_bind(struct dw_client *c, int i, float *value,
-                   const float *grad);
+int dw_client_bind(struct dw_client *c, int i, float *value, const float *grad);
 
 /* Limits the pulls and pushes that follow (every transfer call, sync ones
  * included) to the variables idx[0..n); n < 0: every variable again. A

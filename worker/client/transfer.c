@@ -93,7 +93,7 @@ static int round_gradients(struct dw_client *c) {
   for (int i = 0; i < c->nvars; i++)
     if (dw__pushed(c, i))
       cm_bf16_from_f32(c->grad16 + c->grad16_at[i], c->vars[i].grad,
-                     dw__numel(&c->vars[i]));
+                       dw__numel(&c->vars[i]));
   return 0;
 }
 
@@ -342,8 +342,7 @@ static int transfer(struct dw_client *c, int what) {
   for (int i = 0; i < c->nvars; i++)
     if (((what & XFER_PULL) && dw__selected(c, i) && !c->vars[i].value) ||
         ((what & XFER_PUSH) && dw__pushed(c, i) && !c->vars[i].grad)) {
-      dw__seterr(c, "%s: variable '%s' has no %s buffer", name,
-                 c->vars[i].name,
+      dw__seterr(c, "%s: variable '%s' has no %s buffer", name, c->vars[i].name,
                  (what & XFER_PULL) && dw__selected(c, i) && !c->vars[i].value
                      ? "value"
                      : "gradient");

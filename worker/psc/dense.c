@@ -18,8 +18,8 @@ int psc__bind(psc_client *c, const int *vars, float *const *dst,
               const float *const *grads, int n, const char *what) {
   int nv = dw_client_nvars(c->dw);
   if (n < 0 || n > MAX_BATCH || (n > 0 && !vars))
-    return psc__fail(c, PSC_EINVAL, "%s: %d variables; expected 0..%d", what,
-                     n, MAX_BATCH);
+    return psc__fail(c, PSC_EINVAL, "%s: %d variables; expected 0..%d", what, n,
+                     MAX_BATCH);
   for (int k = 0; k < n; k++) {
     if (vars[k] < 0 || vars[k] >= nv)
       return psc__fail(c, PSC_ENOENT,
@@ -31,13 +31,14 @@ int psc__bind(psc_client *c, const int *vars, float *const *dst,
     dw_client_bind(c->dw, vars[k], dst ? dst[k] : NULL,
                    grads ? grads[k] : NULL);
   }
-  if (dw_client_select(c->dw, vars, n) || dw_client_select_push(c->dw, NULL, -1))
+  if (dw_client_select(c->dw, vars, n) ||
+      dw_client_select_push(c->dw, NULL, -1))
     return psc__fail(c, PSC_ENOMEM, "%s: out of memory", what);
   return 0;
 }
 
-int psc_declare(psc_client *c, const char *name, int ndim,
-                const int64_t *shape, const struct psc_var_opts *o) {
+int psc_declare(psc_client *c, const char *name, int ndim, const int64_t *shape,
+                const struct psc_var_opts *o) {
   struct dw_var v = {0};
   int rc;
   psc__begin(c);
@@ -74,7 +75,6 @@ int psc_declare(psc_client *c, const char *name, int ndim,
 int psc_find(const psc_client *c, const char *name) {
   return name ? dw_client_find(c->dw, name) : PSC_ENOENT;
 }
-
 
 int64_t psc_numel(const psc_client *c, int v) {
   const struct dw_var *var = dw_client_var(c->dw, v);

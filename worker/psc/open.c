@@ -50,8 +50,8 @@ static int open_spec(psc_client **out, struct cm_spec *spec,
    * defaults for the fields it does not know (size 0: this version's). */
   psc_options_init(&given);
   if (o)
-    memcpy(&given, o, o->size && o->size < sizeof given ? o->size
-                                                         : sizeof given);
+    memcpy(&given, o,
+           o->size && o->size < sizeof given ? o->size : sizeof given);
   o = &given;
   *out = NULL;
   if (!c) {
@@ -62,8 +62,8 @@ static int open_spec(psc_client **out, struct cm_spec *spec,
   c->task = -1;
   if ((o && o->task) || spec->task.type != CM_TASK_NONE ||
       tf_config_has_task()) {
-    if ((rc = cm_spec_resolve_task(spec, o ? o->task : NULL, buf,
-                                   sizeof buf))) {
+    if ((rc =
+             cm_spec_resolve_task(spec, o ? o->task : NULL, buf, sizeof buf))) {
       say(err, errlen, "%s", buf);
       goto out;
     }
@@ -130,12 +130,13 @@ int psc_open_tf_config(psc_client **out, const char *tf_config,
   if (!tf_config)
     tf_config = getenv("TF_CONFIG");
   if (!tf_config || !*tf_config) {
-    say(err, errlen, "TF_CONFIG: not set; expected the job's cluster spec "
-                     "as JSON");
+    say(err, errlen,
+        "TF_CONFIG: not set; expected the job's cluster spec "
+        "as JSON");
     return PSC_EINVAL;
   }
-  if ((rc = cm_spec_parse(tf_config, strlen(tf_config), "TF_CONFIG", &spec,
-                          buf, sizeof buf))) {
+  if ((rc = cm_spec_parse(tf_config, strlen(tf_config), "TF_CONFIG", &spec, buf,
+                          sizeof buf))) {
     say(err, errlen, "%s", buf);
     return rc;
   }
@@ -173,8 +174,8 @@ int psc_open_addrs(psc_client **out, const char *const *addrs, int n,
                         json_pack("{s:s}", "token_file", o->token_file));
   if (!(text = json_dumps(root, 0)))
     goto out;
-  if ((rc = cm_spec_parse(text, strlen(text), "the shard addresses", &spec,
-                          buf, sizeof buf))) {
+  if ((rc = cm_spec_parse(text, strlen(text), "the shard addresses", &spec, buf,
+                          sizeof buf))) {
     say(err, errlen, "%s", buf);
     goto out;
   }

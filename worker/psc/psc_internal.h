@@ -15,13 +15,13 @@
 #include "spec.h"
 
 struct psc_client {
-  struct cm_spec *spec; /* owned: the job's spec (or one made from the
-                           addresses) */
-  struct dw_client *dw; /* owned: the internal client */
-  int task;             /* this client's worker index, -1: none */
-  char name[64];        /* its identity in the shards' logs */
-  char err[1024];       /* psc_error when set here; else the client's */
-  int own_err;          /* 1: err holds the last error, not dw's */
+  struct cm_spec *spec;     /* owned: the job's spec (or one made from the
+                               addresses) */
+  struct dw_client *dw;     /* owned: the internal client */
+  int task;                 /* this client's worker index, -1: none */
+  char name[64];            /* its identity in the shards' logs */
+  char err[1024];           /* psc_error when set here; else the client's */
+  int own_err;              /* 1: err holds the last error, not dw's */
   int (*interrupt)(void *); /* psc_set_interrupt's poll, or NULL */
   void *interrupt_arg;      /* passed to interrupt */
 };

@@ -7,13 +7,13 @@
 #include <string.h>
 
 /* Client(kind, source, task=None, name=None, job=None, token_file=None,
- *        timeout_ms=0, retry_s=0.0, connect_timeout_ms=0): kind "spec" (source a path), "tf_config"
- * (a JSON text, None: the environment's) or "addrs" (a list of
- * "host:port"). */
+ *        timeout_ms=0, retry_s=0.0, connect_timeout_ms=0): kind "spec" (source
+ * a path), "tf_config" (a JSON text, None: the environment's) or "addrs" (a
+ * list of "host:port"). */
 static int client_init(struct pyclient *self, PyObject *args, PyObject *kw) {
-  static char *kwlist[] = {"kind",       "source",     "task",
-                           "name",       "job",        "token_file",
-                           "timeout_ms", "retry_s",    "connect_timeout_ms",
+  static char *kwlist[] = {"kind",       "source",  "task",
+                           "name",       "job",     "token_file",
+                           "timeout_ms", "retry_s", "connect_timeout_ms",
                            NULL};
   const char *kind, *task = NULL, *name = NULL, *job = NULL, *token = NULL;
   PyObject *source = Py_None;
@@ -118,8 +118,7 @@ static void client_dealloc(struct pyclient *self) {
 static PyObject *client_close(struct pyclient *self, PyObject *unused) {
   if (self->c) {
     Py_BEGIN_ALLOW_THREADS PyThread_acquire_lock(self->lock, WAIT_LOCK);
-    Py_END_ALLOW_THREADS
-    close_client(self);
+    Py_END_ALLOW_THREADS close_client(self);
     PyThread_release_lock(self->lock);
   }
   Py_RETURN_NONE;
@@ -129,7 +128,7 @@ static PyObject *client_close(struct pyclient *self, PyObject *unused) {
  * -> handle. */
 static PyObject *client_declare(struct pyclient *self, PyObject *args,
                                 PyObject *kw) {
-  static char *kwlist[] = {"name", "shape", "placement", "init",
+  static char *kwlist[] = {"name",       "shape",     "placement", "init",
                            "init_scale", "optimizer", NULL};
   const char *name, *optimizer = NULL;
   PyObject *shape;
@@ -170,8 +169,7 @@ static PyObject *client_declare(struct pyclient *self, PyObject *args,
     return NULL;
   }
   Py_BEGIN_ALLOW_THREADS rc = psc_declare(self->c, name, (int)nd, dims, &o);
-  Py_END_ALLOW_THREADS
-  psd_leave(self);
+  Py_END_ALLOW_THREADS psd_leave(self);
   if (rc < 0) {
     Py_DECREF(tup);
     return PyErr_Occurred() ? NULL : psd_raise(self->c, rc);
@@ -204,8 +202,7 @@ static PyObject *client_declare_table(struct pyclient *self, PyObject *args,
   if (psd_enter(self))
     return NULL;
   Py_BEGIN_ALLOW_THREADS rc = psc_declare_table(self->c, name, dim, bound);
-  Py_END_ALLOW_THREADS
-  psd_leave(self);
+  Py_END_ALLOW_THREADS psd_leave(self);
   if (rc)
     return PyErr_Occurred() ? NULL : psd_raise(self->c, rc);
   Py_RETURN_NONE;
@@ -248,8 +245,7 @@ static PyObject *get_shapes(struct pyclient *self, void *unused) {
 }
 
 static PyGetSetDef client_getset[] = {
-    {"num_shards", (getter)get_info, NULL, "shards in the job",
-     "num_shards"},
+    {"num_shards", (getter)get_info, NULL, "shards in the job", "num_shards"},
     {"num_workers", (getter)get_info, NULL, "workers in the job's spec",
      "num_workers"},
     {"task_index", (getter)get_info, NULL,
@@ -289,8 +285,7 @@ static PyMethodDef client_methods[] = {
     {"admit", KW(psd_admit), "admit(step) -> (admitted, next_step) (sync)"},
     {"restarted", (PyCFunction)psd_restarted, METH_NOARGS,
      "restarted() -> the step to go on from after a rollback, or None"},
-    {"leave", KW(psd_leave_job),
-     "leave(examples, train_s, ended_s_ago=0.0)"},
+    {"leave", KW(psd_leave_job), "leave(examples, train_s, ended_s_ago=0.0)"},
     {"clock", KW(psd_clock), "clock(n): bounded staleness"},
     {"pull_rows", KW(psd_pull_rows),
      "pull_rows(table, ids, out, min_version=0)"},

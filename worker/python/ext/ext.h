@@ -43,9 +43,9 @@ PyObject *psd_raise_text(const char *msg, int rc, int st);
 /* Buffers of one call, taken with the buffer protocol and released by
  * psd_bufs_release. */
 struct psd_bufs {
-  int n;             /* buffers taken */
-  Py_buffer *views;  /* owned: n views */
-  float **ptrs;      /* owned: n pointers into them */
+  int n;            /* buffers taken */
+  Py_buffer *views; /* owned: n views */
+  float **ptrs;     /* owned: n pointers into them */
 };
 
 /* Takes objs (a list or tuple of n objects) as C-contiguous float32

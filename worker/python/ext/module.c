@@ -7,12 +7,23 @@
 PyObject *psd_error;
 
 /* gRPC status codes by number, for Error.grpc_name. */
-static const char *const GRPC_NAMES[] = {
-    "OK",        "CANCELLED",         "UNKNOWN",          "INVALID_ARGUMENT",
-    "DEADLINE_EXCEEDED", "NOT_FOUND", "ALREADY_EXISTS",   "PERMISSION_DENIED",
-    "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION", "ABORTED", "OUT_OF_RANGE",
-    "UNIMPLEMENTED", "INTERNAL",      "UNAVAILABLE",      "DATA_LOSS",
-    "UNAUTHENTICATED"};
+static const char *const GRPC_NAMES[] = {"OK",
+                                         "CANCELLED",
+                                         "UNKNOWN",
+                                         "INVALID_ARGUMENT",
+                                         "DEADLINE_EXCEEDED",
+                                         "NOT_FOUND",
+                                         "ALREADY_EXISTS",
+                                         "PERMISSION_DENIED",
+                                         "RESOURCE_EXHAUSTED",
+                                         "FAILED_PRECONDITION",
+                                         "ABORTED",
+                                         "OUT_OF_RANGE",
+                                         "UNIMPLEMENTED",
+                                         "INTERNAL",
+                                         "UNAVAILABLE",
+                                         "DATA_LOSS",
+                                         "UNAUTHENTICATED"};
 
 /* Sets exc.name to value (a new reference, taken). */
 static void set_attr(PyObject *exc, const char *name, PyObject *value) {
@@ -28,9 +39,9 @@ PyObject *psd_raise_text(const char *msg, int rc, int st) {
     return NULL;
   set_attr(exc, "code", PyLong_FromLong(rc));
   set_attr(exc, "grpc_status", PyLong_FromLong(st));
-  set_attr(exc, "grpc_name",
-           PyUnicode_FromString(st >= 0 && st <= 16 ? GRPC_NAMES[st]
-                                                    : "UNKNOWN"));
+  set_attr(
+      exc, "grpc_name",
+      PyUnicode_FromString(st >= 0 && st <= 16 ? GRPC_NAMES[st] : "UNKNOWN"));
   PyErr_SetObject(psd_error, exc);
   Py_DECREF(exc);
   return NULL;
@@ -47,8 +58,8 @@ static void shape_text(char *buf, size_t len, const Py_ssize_t *shape,
                        int ndim) {
   size_t at = (size_t)snprintf(buf, len, "(");
   for (int d = 0; d < ndim && at < len; d++)
-    at += (size_t)snprintf(buf + at, len - at, "%s%zd", d ? ", " : "",
-                           shape[d]);
+    at +=
+        (size_t)snprintf(buf + at, len - at, "%s%zd", d ? ", " : "", shape[d]);
   if (at < len)
     snprintf(buf + at, len - at, ndim == 1 ? ",)" : ")");
 }
@@ -225,8 +236,7 @@ int psd_interrupted(void *arg) {
 
 static struct PyModuleDef psd_module = {
     PyModuleDef_HEAD_INIT, "_psd",
-    "psd's client, in C (libpsclient); use the psd package over it.", -1,
-    NULL};
+    "psd's client, in C (libpsclient); use the psd package over it.", -1, NULL};
 
 PyMODINIT_FUNC PyInit__psd(void) {
   PyObject *m = PyModule_Create(&psd_module);

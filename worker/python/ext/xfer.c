@@ -23,9 +23,9 @@ static PyObject *failed(struct pyclient *self, int rc) {
 
 /* What a dense call names: handles, and buffers of values and/or grads. */
 struct dense {
-  int *h;               /* owned: variable handles */
-  int n;                /* how many */
-  struct psd_bufs vals; /* pull destinations */
+  int *h;                /* owned: variable handles */
+  int n;                 /* how many */
+  struct psd_bufs vals;  /* pull destinations */
   struct psd_bufs grads; /* push sources */
 };
 
@@ -122,8 +122,8 @@ PyObject *psd_push_pull(struct pyclient *self, PyObject *args, PyObject *kw) {
 
 PyObject *psd_push_pull_sets(struct pyclient *self, PyObject *args,
                              PyObject *kw) {
-  static char *kwlist[] = {"push_vars", "grads", "pull_vars", "outs",
-                           "examples", NULL};
+  static char *kwlist[] = {"push_vars", "grads",    "pull_vars",
+                           "outs",      "examples", NULL};
   PyObject *pvars, *grads, *lvars, *outs;
   unsigned int examples = 0;
   struct dense push, pull;
@@ -302,7 +302,8 @@ static int rows_take(struct pyclient *self, const char *table, PyObject *ids,
     return -1;
   }
   Py_ssize_t n = iv->len / 8;
-  int flags = PyBUF_FORMAT | PyBUF_C_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0);
+  int flags =
+      PyBUF_FORMAT | PyBUF_C_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0);
   if (PyObject_GetBuffer(rows, rv, flags) < 0) {
     PyBuffer_Release(iv);
     return -1;

@@ -1,6 +1,7 @@
 /* libpsclient: psd's C client library, the public API (man 3 psclient).
  *
- *   #include <psd/client.h>      cc prog.c $(pkg-config --cflags --libs psclient)
+ *   #include <psd/client.h>      cc prog.c $(pkg-config --cflags --libs
+ * psclient)
  *
  * A psc_client connects to every shard of a job (psd processes) named by a
  * cluster spec file, a TF_CONFIG text, or a list of shard addresses; it
@@ -46,11 +47,12 @@ extern "C" {
 #define PSC_ECANCELED (-19) /* interrupted (psc_set_interrupt) */
 
 /* Placement of a declared variable (psc_var_opts.placement). */
-#define PSC_PLACE_AUTO 0 /* split across all shards when >= 256 KiB, else    \
-                            whole on the shard its name hashes to: the same  \
-                            for every client, whatever else it declares, in  \
-                            any order */
-#define PSC_PLACE_SPLIT (-1)          /* rows split across all shards */
+#define PSC_PLACE_AUTO                                                          \
+  0                          /* split across all shards when >= 256 KiB, else   \
+                                whole on the shard its name hashes to: the same \
+                                for every client, whatever else it declares, in \
+                                any order */
+#define PSC_PLACE_SPLIT (-1) /* rows split across all shards */
 #define PSC_PLACE_SHARD(k) ((k) + 1) /* whole on shard k */
 
 /* How a shard fills a variable when it creates it. */
@@ -71,11 +73,11 @@ struct psc_options {
                        job.rpc_timeout_ms (30000) */
   int connect_timeout_ms; /* how long a declare waits for the shards to come
                              up, 0: 60000 */
-  double retry_s;   /* how long a shard may stay unreachable while calls to
-                       it are retried, 0: the spec's job.retry_s; < 0: never
-                       retry */
-  const char *job;  /* psc_open_addrs only: the shards' job name ("job.name"
-                       of their spec), NULL: "psd-job" */
+  double retry_s;  /* how long a shard may stay unreachable while calls to
+                      it are retried, 0: the spec's job.retry_s; < 0: never
+                      retry */
+  const char *job; /* psc_open_addrs only: the shards' job name ("job.name"
+                      of their spec), NULL: "psd-job" */
   const char *token_file; /* psc_open_addrs only: a file holding the bearer
                              token the shards require (auth.token_file) */
 };
@@ -131,10 +133,10 @@ int psc_staleness(const psc_client *c);
 
 /* A declared variable's settings; zero fields take the defaults. */
 struct psc_var_opts {
-  int placement;        /* PSC_PLACE_AUTO (0), PSC_PLACE_SPLIT or
-                           PSC_PLACE_SHARD(k) */
-  int init;             /* PSC_INIT_* [ZEROS] */
-  float init_scale;     /* PSC_INIT_UNIFORM's bound */
+  int placement;         /* PSC_PLACE_AUTO (0), PSC_PLACE_SPLIT or
+                            PSC_PLACE_SHARD(k) */
+  int init;              /* PSC_INIT_* [ZEROS] */
+  float init_scale;      /* PSC_INIT_UNIFORM's bound */
   const char *optimizer; /* NULL: the spec's (job.optimizer and its
                             overrides); else a JSON object in job.optimizer's
                             form, {"type": "adam", "lr": 0.001}, which the
@@ -147,8 +149,8 @@ struct psc_var_opts {
  * waiting for shards that are still starting. o may be NULL. Returns the
  * variable's handle (>= 0) for the calls below; declaring the same name
  * again returns the same handle. */
-int psc_declare(psc_client *c, const char *name, int ndim,
-                const int64_t *shape, const struct psc_var_opts *o);
+int psc_declare(psc_client *c, const char *name, int ndim, const int64_t *shape,
+                const struct psc_var_opts *o);
 
 /* The handle of a declared variable, or PSC_ENOENT (psc_error is left as
  * it is, as by psc_numel and psc_table_dim). */
@@ -201,8 +203,7 @@ int psc_push_step(psc_client *c, const int *vars, const float *const *grads,
 
 /* Asks to count this worker's staged gradients in `step`; answered once the
  * step's set is decided. *next_step is the step now open. */
-int psc_admit(psc_client *c, uint64_t step, int *admitted,
-              uint64_t *next_step);
+int psc_admit(psc_client *c, uint64_t step, int *admitted, uint64_t *next_step);
 
 /* 1 (and *step, the step to go on from) when a call since the last check
  * learned that the job rolled back to a checkpoint or that the coordinator
@@ -250,8 +251,7 @@ int psc_push_rows(psc_client *c, const char *table, const uint64_t *ids,
  * 100 ms; once it returns nonzero, the call's RPCs are cancelled and it
  * returns PSC_ECANCELED. NULL: none. For a binding that must stop on
  * Ctrl-C. */
-void psc_set_interrupt(psc_client *c, int (*interrupted)(void *arg),
-                       void *arg);
+void psc_set_interrupt(psc_client *c, int (*interrupted)(void *arg), void *arg);
 
 /* Payload bytes this client pulled and pushed so far. */
 uint64_t psc_bytes_pulled(const psc_client *c);
