@@ -8,10 +8,11 @@ set -eu
 PKGS="meson ninja-build pkg-config gcc libc6-dev make python3 \
 libgrpc-dev protobuf-c-compiler libprotobuf-c-dev libuv1-dev libopenblas-dev \
 check openssl libjansson-dev libsystemd-dev zlib1g-dev dataset-fashion-mnist \
-python3-numpy clang python3-dev"
+python3-numpy clang python3-dev libmicrohttpd-dev"
 # Test-only: a stock gRPC client (tests/integration/test_psd.py) and PyTorch,
 # the baseline that bench train runs alongside psd (tests/bench/torch_baseline.py).
-TEST_PKGS="python3-grpcio python3-torch"
+TEST_PKGS="python3-grpcio python3-torch python3-prometheus-client slurmctld \
+slurmd slurm-client munge"
 if [ "${1:-}" = test ]; then
   PKGS="$PKGS $TEST_PKGS"
 fi
