@@ -19,6 +19,7 @@
 #include <sys/socket.h>
 
 #include "err.h"
+#include "task.h"
 
 int cm__parse_ipv6(const char *s, unsigned char bin[16]) {
   char tmp[INET6_ADDRSTRLEN + 1];
@@ -267,8 +268,49 @@ static void check_duplicates(struct cm__errs *e, const struct cm_spec *spec) {
   }
 }
 
+/* Kubeflow's cluster.chief: its tasks go first in the worker list (a chief
+ * runs as worker 0); cluster.evaluator is checked and noted, not used. A
+ * spec with a chief may have no cluster.worker. Returns 0 or a negative
+ * code (out of memory). */
+static int parse_kubeflow(struct cm__errs *e, json_t *cluster,
+                          struct cm_spec *spec) {
+  struct cm_addr *chief = NULL, *eval = NULL, *all;
+  int nchief = 0, neval = 0, rc = 0;
+  if (json_object_get(cluster, "evaluator")) {
+    if ((rc = parse_addrs(e, cluster, "evaluator", &eval, &neval)) < 0)
+      return rc;
+    free(eval);
+    if (neval > 0)
+      cm__spec_note(spec,
+                    "%s: cluster.evaluator (%d task%s) is not part of a psd "
+                    "job: ignored",
+                    e->source ? e->source : "the spec", neval,
+                    neval == 1 ? "" : "s");
+  }
+  if (!json_object_get(cluster, "chief"))
+    return 0;
+  if ((rc = parse_addrs(e, cluster, "chief", &chief, &nchief)) < 0)
+    return rc;
+  if (nchief == 0)
+    return 0;
+  all = calloc((size_t)nchief + (size_t)spec->nworker, sizeof *all);
+  if (!all) {
+    free(chief);
+    return CM_ENOMEM;
+  }
+  memcpy(all, chief, (size_t)nchief * sizeof *all);
+  if (spec->nworker)
+    memcpy(all + nchief, spec->worker, (size_t)spec->nworker * sizeof *all);
+  free(chief);
+  free(spec->worker);
+  spec->worker = all;
+  spec->nworker += nchief;
+  spec->nchief = nchief;
+  return 0;
+}
+
 int cm__parse_cluster(struct cm__errs *e, json_t *root, struct cm_spec *spec) {
-  static const char *const keys[] = {"ps", "worker"};
+  static const char *const keys[] = {"ps", "worker", "chief", "evaluator"};
   char got[CM__SPEC_QUOTE_MAX];
   json_t *cluster = json_object_get(root, "cluster");
   int rc;
@@ -290,8 +332,12 @@ int cm__parse_cluster(struct cm__errs *e, json_t *root, struct cm_spec *spec) {
   rc = parse_addrs(e, cluster, "ps", &spec->ps, &spec->nps);
   if (rc < 0)
     return rc;
-  rc = parse_addrs(e, cluster, "worker", &spec->worker, &spec->nworker);
+  /* With Kubeflow's chief, cluster.worker may be absent (a chief alone). */
+  if (json_object_get(cluster, "worker") || !json_object_get(cluster, "chief"))
+    rc = parse_addrs(e, cluster, "worker", &spec->worker, &spec->nworker);
   if (rc < 0)
+    return rc;
+  if ((rc = parse_kubeflow(e, cluster, spec)) < 0)
     return rc;
   check_duplicates(e, spec);
   return 0;

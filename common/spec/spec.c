@@ -28,7 +28,9 @@
 
 int cm_spec_parse(const char *json, size_t len, const char *source,
                   struct cm_spec **out, char *err, size_t errlen) {
-  static const char *const keys[] = {"cluster", "task", "job", "auth"};
+  /* "environment" is Kubeflow's TF_CONFIG ("cloud"): accepted, unused. */
+  static const char *const keys[] = {"cluster", "task", "job", "auth",
+                                     "environment"};
   char got[CM__SPEC_QUOTE_MAX];
   struct cm__errs e;
   struct cm_spec *spec = NULL;
@@ -69,9 +71,19 @@ int cm_spec_parse(const char *json, size_t len, const char *source,
   if (rc < 0)
     goto out;
   task = json_object_get(root, "task");
-  if (task && cm__parse_task_obj(&e, task, 1, &spec->task) &&
-      cm__task_count(spec, &spec->task) > 0)
-    cm__check_task_index(&e, spec, &spec->task, "task.index", "");
+  if (task) {
+    const char *unknown = NULL;
+    if (cm__parse_task_obj(&e, task, 1, &spec->task, &unknown)) {
+      cm__task_settle(spec, &spec->task);
+      if (unknown)
+        cm__spec_note(spec,
+                      "%s: task.type \"%.64s\" is not a psd task (ps, worker "
+                      "or chief): this spec names no task",
+                      source, unknown);
+      else if (cm__task_count(spec, &spec->task) > 0)
+        cm__check_task_index(&e, spec, &spec->task, "task.index", "");
+    }
+  }
   cm__parse_job(&e, root, spec->nworker, &spec->job);
   cm__parse_auth(&e, root, &spec->auth);
   if (e.count > 0) {

@@ -2,6 +2,9 @@
  *   {"cluster": {"ps": ["host:port", ...], "worker": ["host:port", ...]},
  *    "task": {"type": "worker", "index": 0},
  *    "job": {...training settings...}}
+ * Kubeflow's TFJob TF_CONFIG is accepted as it is: a "chief" runs as worker
+ * 0 (cluster.chief first in the worker list), "evaluator" entries and
+ * "environment" are noted and ignored.
  * Every mistake is reported with the file name, its JSON path and what was
  * expected; a spec with any mistake is refused whole (CM_ESPEC).
  *
@@ -23,7 +26,15 @@
 #define CM_SPEC_MAX_COMMAND 32 /* most strings in job.worker_command */
 #define CM_SPEC_MAX_ARG 1024   /* bytes of one of them, with its NUL */
 
-enum cm_task_type { CM_TASK_NONE = 0, CM_TASK_PS, CM_TASK_WORKER };
+/* CM_TASK_CHIEF is Kubeflow's "chief", which psd runs as a worker: the
+ * parser maps it to CM_TASK_WORKER (the chief is worker 0), so a settled
+ * task is never CM_TASK_CHIEF. */
+enum cm_task_type {
+  CM_TASK_NONE = 0,
+  CM_TASK_PS,
+  CM_TASK_WORKER,
+  CM_TASK_CHIEF
+};
 
 /* One task's network address, split from "host:port". */
 struct cm_addr {
@@ -191,6 +202,11 @@ struct cm_spec {
   struct cm_task task;    /* from "task", CM_TASK_NONE when absent */
   struct cm_job job;      /* from "job", defaults filled in */
   struct cm_auth auth;    /* from "auth"; all empty when absent */
+  int nchief;       /* entries of Kubeflow's cluster.chief: the first nchief of
+                       worker (a task "worker" index i is worker nchief + i) */
+  char notes[1024]; /* what was accepted and ignored (cluster.evaluator,
+                       an unknown task type), one line each, "" when
+                       nothing: the programs log it */
 };
 
 /* Parses the JSON text json[0..len) named `source` in messages. On success

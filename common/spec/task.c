@@ -5,6 +5,7 @@
 #include "task.h"
 
 #include <limits.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,7 +14,7 @@
 #include "jcheck.h"
 
 int cm__parse_task_obj(struct cm__errs *e, json_t *task, int strict,
-                       struct cm_task *out) {
+                       struct cm_task *out, const char **unknown) {
   static const char *const keys[] = {"type", "index"};
   char got[CM__SPEC_QUOTE_MAX];
   json_t *type, *index;
@@ -44,6 +45,14 @@ int cm__parse_task_obj(struct cm__errs *e, json_t *task, int strict,
   } else if (json_is_string(type) &&
              strcmp(json_string_value(type), "worker") == 0) {
     t.type = CM_TASK_WORKER;
+  } else if (json_is_string(type) &&
+             strcmp(json_string_value(type), "chief") == 0) {
+    t.type = CM_TASK_CHIEF; /* Kubeflow's: settled to worker 0 */
+  } else if (json_is_string(type) && unknown) {
+    /* Kubeflow's "evaluator", or a type of some other engine: not a psd
+     * task, noted by the caller rather than refused. */
+    *unknown = json_string_value(type);
+    t.type = CM_TASK_NONE;
   } else {
     cm__report(e, "task.type", "expected \"ps\" or \"worker\", got %s",
                cm__describe(got, sizeof got, type));
@@ -61,6 +70,30 @@ int cm__parse_task_obj(struct cm__errs *e, json_t *task, int strict,
   if (ok)
     *out = t;
   return ok;
+}
+
+void cm__task_settle(const struct cm_spec *spec, struct cm_task *t) {
+  if (t->type == CM_TASK_CHIEF) {
+    t->type = CM_TASK_WORKER;
+    t->index = 0; /* the chief is worker 0 */
+  } else if (t->type == CM_TASK_WORKER && t->index <= INT_MAX - spec->nchief) {
+    t->index += spec->nchief;
+  }
+}
+
+void cm__spec_note(struct cm_spec *spec, const char *fmt, ...) {
+  size_t at = strlen(spec->notes);
+  va_list ap;
+  if (at + 2 >= sizeof spec->notes)
+    return;
+  va_start(ap, fmt);
+  vsnprintf(spec->notes + at, sizeof spec->notes - at, fmt, ap);
+  va_end(ap);
+  at = strlen(spec->notes);
+  if (at + 1 < sizeof spec->notes) {
+    spec->notes[at] = '\n';
+    spec->notes[at + 1] = '\0';
+  }
 }
 
 int cm__task_count(const struct cm_spec *spec, const struct cm_task *t) {
@@ -109,10 +142,18 @@ int cm_task_parse(const char *text, struct cm_task *out, char *err,
     t.type = CM_TASK_PS;
   } else if (tlen == 6 && strncmp(text, "worker", 6) == 0) {
     t.type = CM_TASK_WORKER;
+  } else if (tlen == 5 && strncmp(text, "chief", 5) == 0) {
+    t.type = CM_TASK_WORKER; /* Kubeflow's chief is worker 0 */
+    if (strcmp(colon + 1, "0") != 0) {
+      cm__report(&e, NULL, "index %s; a job has one chief, chief:0",
+                 cm__quote(qi, sizeof qi, colon + 1));
+      rc = CM_EINVAL;
+      goto out;
+    }
   } else {
     char type[CM__SPEC_QUOTE_MAX];
     snprintf(type, sizeof type, "%.*s", tlen < 64 ? (int)tlen : 64, text);
-    cm__report(&e, NULL, "unknown type %s; expected ps or worker",
+    cm__report(&e, NULL, "unknown type %s; expected ps, worker or chief",
                cm__quote(qi, sizeof qi, type));
     rc = CM_EINVAL;
     goto out;
@@ -143,7 +184,9 @@ out:
  * Returns 1 when found, 0 when TF_CONFIG has no "task" (nothing reported),
  * or -1 after reporting a mistake. */
 static int task_from_tf_config(struct cm__errs *e, const char *tf,
-                               struct cm_task *t, int *rc) {
+                               struct cm_task *t, int *rc, char *unknown,
+                               size_t unknown_len) {
+  const char *type = NULL;
   char got[CM__SPEC_QUOTE_MAX];
   json_t *root, *task;
   int found = 0;
@@ -161,7 +204,12 @@ static int task_from_tf_config(struct cm__errs *e, const char *tf,
   task = json_object_get(root, "task");
   if (!task)
     goto out;
-  found = cm__parse_task_obj(e, task, 0, t) ? 1 : -1;
+  found = cm__parse_task_obj(e, task, 0, t, &type) ? 1 : -1;
+  if (found == 1 && t->type == CM_TASK_NONE) {
+    /* A task of a type psd does not run: the caller says so. */
+    snprintf(unknown, unknown_len, "%s", type ? type : "?");
+    found = 0;
+  }
 out:
   json_decref(root);
   return found;
@@ -173,6 +221,7 @@ int cm_spec_resolve_task(struct cm_spec *spec, const char *cli, char *err,
   struct cm__errs e;
   struct cm_task t = {CM_TASK_NONE, 0};
   const char *tf;
+  char unknown[80] = "";
   int rc = 0, found;
 
   cm__errs_init(&e, NULL, err, errlen);
@@ -202,10 +251,22 @@ int cm_spec_resolve_task(struct cm_spec *spec, const char *cli, char *err,
     }
   } else {
     tf = getenv("TF_CONFIG");
-    found = tf && *tf ? task_from_tf_config(&e, tf, &t, &rc) : 0;
+    found = tf && *tf
+                ? task_from_tf_config(&e, tf, &t, &rc, unknown, sizeof unknown)
+                : 0;
     if (found < 0) {
       if (rc == 0)
         rc = CM_ESPEC;
+      goto out;
+    }
+    if (found == 0 && unknown[0]) {
+      e.source = NULL;
+      cm__report(&e, NULL,
+                 "TF_CONFIG's task is of type %s, which is not a psd task "
+                 "(psd runs \"ps\", \"worker\" and Kubeflow's \"chief\"); "
+                 "pass --task TYPE:INDEX to run this process as one",
+                 cm__quote(q, sizeof q, unknown));
+      rc = CM_ESPEC;
       goto out;
     }
     if (found == 0) {
@@ -218,6 +279,7 @@ int cm_spec_resolve_task(struct cm_spec *spec, const char *cli, char *err,
       rc = CM_ESPEC;
       goto out;
     }
+    cm__task_settle(spec, &t); /* TF_CONFIG counts chief apart */
     /* The index is checked against this spec's cluster, not TF_CONFIG's. */
     if (!cm__check_task_index(&e, spec, &t, "task.index", "")) {
       rc = CM_ESPEC;
@@ -236,6 +298,8 @@ const char *cm_task_type_name(enum cm_task_type type) {
     return "ps";
   case CM_TASK_WORKER:
     return "worker";
+  case CM_TASK_CHIEF:
+    return "chief";
   case CM_TASK_NONE:
     return "none";
   }

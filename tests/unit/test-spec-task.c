@@ -20,7 +20,6 @@ START_TEST(test_task_in_spec) {
   has_line("t.json: task.index: 5 out of range; cluster.worker has 2 entries");
   parse_bad("{\"cluster\": {\"ps\": [\"h:1\"], \"worker\": [\"h:2\"]},"
             " \"task\": {\"type\": \"chief\", \"index\": -1, \"x\": 0}}");
-  has_line("t.json: task.type: expected \"ps\" or \"worker\", got \"chief\"");
   has_line("t.json: task.index: expected a non-negative integer, got -1");
   has_line("t.json: task.x: unknown key; expected one of type, index");
   parse_bad("{\"cluster\": {\"ps\": [\"h:1\"], \"worker\": [\"h:2\"]},"
@@ -43,9 +42,16 @@ START_TEST(test_task_parse) {
   ck_assert_int_eq(cm_task_parse("worker", &t, err, sizeof err), CM_EINVAL);
   ck_assert_str_eq(err, "--task \"worker\": expected TYPE:INDEX, e.g. "
                         "worker:0");
-  ck_assert_int_eq(cm_task_parse("chief:0", &t, err, sizeof err), CM_EINVAL);
-  ck_assert_str_eq(err, "--task \"chief:0\": unknown type \"chief\"; expected "
-                        "ps or worker");
+  /* Kubeflow's chief is worker 0. */
+  ck_assert_int_eq(cm_task_parse("chief:0", &t, err, sizeof err), 0);
+  ck_assert_int_eq(t.type, CM_TASK_WORKER);
+  ck_assert_int_eq(t.index, 0);
+  ck_assert_int_eq(cm_task_parse("chief:1", &t, err, sizeof err), CM_EINVAL);
+  ck_assert_str_eq(err, "--task \"chief:1\": index \"1\"; a job has one "
+                        "chief, chief:0");
+  ck_assert_int_eq(cm_task_parse("boss:0", &t, err, sizeof err), CM_EINVAL);
+  ck_assert_str_eq(err, "--task \"boss:0\": unknown type \"boss\"; expected "
+                        "ps, worker or chief");
   ck_assert_int_eq(cm_task_parse("ps:-1", &t, err, sizeof err), CM_EINVAL);
   ck_assert_str_eq(err, "--task \"ps:-1\": index \"-1\" is not a non-negative "
                         "integer");
@@ -130,10 +136,15 @@ START_TEST(test_resolve_errors) {
   ck_assert_str_eq(err, "TF_CONFIG: task.index: 2 out of range; "
                         "cluster.worker has 2 entries");
 
-  setenv("TF_CONFIG", "{\"task\": {\"type\": \"chief\", \"index\": 0}}", 1);
+  setenv("TF_CONFIG", "{\"task\": {\"type\": \"evaluator\", \"index\": 0}}", 1);
+  ck_assert_int_eq(cm_spec_resolve_task(spec, NULL, err, sizeof err), CM_ESPEC);
+  has_text("TF_CONFIG's task is of type \"evaluator\", which is not a psd "
+           "task");
+
+  setenv("TF_CONFIG", "{\"task\": {\"type\": 7, \"index\": 0}}", 1);
   ck_assert_int_eq(cm_spec_resolve_task(spec, NULL, err, sizeof err), CM_ESPEC);
   ck_assert_str_eq(err, "TF_CONFIG: task.type: expected \"ps\" or "
-                        "\"worker\", got \"chief\"");
+                        "\"worker\", got 7");
 
   setenv("TF_CONFIG", "{\"cluster\": {}}", 1);
   ck_assert_int_eq(cm_spec_resolve_task(spec, NULL, err, sizeof err), CM_ESPEC);

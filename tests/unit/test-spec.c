@@ -144,12 +144,13 @@ END_TEST
 
 START_TEST(test_unknown_keys) {
   parse_bad("{\"clustr\": {}, \"cluster\": {\"ps\": [\"h:1\"], \"worker\":"
-            " [\"h:2\"], \"chief\": [\"h:3\"]}, \"job\": {\"optimizr\": {},"
+            " [\"h:2\"], \"chef\": [\"h:3\"]}, \"job\": {\"optimizr\": {},"
             " \"optimizer\": {\"typ\": \"sgd\"}, \"sync\": {\"mode\":"
             " \"async\", \"stalenes\": 2, \"lag\": 1}, \"zzz\": 1}}");
   has_line("t.json: clustr: unknown key (did you mean cluster?); expected one "
-           "of cluster, task, job, auth");
-  has_line("t.json: cluster.chief: unknown key; expected one of ps, worker");
+           "of cluster, task, job, auth, environment");
+  has_line("t.json: cluster.chef: unknown key (did you mean chief?); expected "
+           "one of ps, worker, chief, evaluator");
   has_line("t.json: job.optimizr: unknown key (did you mean optimizer?); "
            "expected one of name, model, hidden, data_dir, epochs, "
            "batch_size, optimizer, sync, seed, log_every, rpc_timeout_ms, "
@@ -220,7 +221,8 @@ START_TEST(test_many_mistakes) {
             " \"task\": {\"type\": \"worker\", \"index\": 5},"
             " \"job\": {\"optimizr\": {}, \"epochs\": \"3\"}, \"extra\": 1}");
   has_line(
-      "t.json: extra: unknown key; expected one of cluster, task, job, auth");
+      "t.json: extra: unknown key; expected one of cluster, task, job, auth, "
+      "environment");
   has_line("t.json: cluster.ps[0]: \"127.0.0.1\" has no port; expected "
            "\"host:port\"");
   has_line("t.json: cluster.worker[0]: port 70000 out of range; expected "
@@ -408,6 +410,53 @@ START_TEST(test_fingerprint) {
 }
 END_TEST
 
+/* Kubeflow's TFJob TF_CONFIG, as it is: the chief first among the workers,
+ * the evaluator and "environment" noted and ignored. */
+START_TEST(test_kubeflow_tf_config) {
+  struct cm_spec *spec = NULL;
+  char err[2048];
+  const char *tf =
+      "{\"cluster\": {\"chief\": [\"c-0:2222\"], \"ps\": [\"p-0:2222\"],"
+      " \"worker\": [\"w-0:2222\", \"w-1:2222\"],"
+      " \"evaluator\": [\"e-0:2222\"]},"
+      " \"task\": {\"type\": \"worker\", \"index\": 1},"
+      " \"environment\": \"cloud\"}";
+  ck_assert_int_eq(
+      cm_spec_parse(tf, strlen(tf), "TF_CONFIG", &spec, err, sizeof err), 0);
+  ck_assert_int_eq(spec->nps, 1);
+  ck_assert_int_eq(spec->nworker, 3);
+  ck_assert_int_eq(spec->nchief, 1);
+  ck_assert_str_eq(spec->worker[0].text, "c-0:2222");
+  ck_assert_str_eq(spec->worker[2].text, "w-1:2222");
+  ck_assert_int_eq(spec->task.type, CM_TASK_WORKER);
+  ck_assert_int_eq(spec->task.index, 2); /* worker 1 after the chief */
+  ck_assert_ptr_nonnull(strstr(spec->notes, "cluster.evaluator (1 task)"));
+  cm_spec_free(spec);
+
+  const char *chief = "{\"cluster\": {\"chief\": [\"c-0:2222\"],"
+                      " \"ps\": [\"p-0:2222\"]},"
+                      " \"task\": {\"type\": \"chief\", \"index\": 0}}";
+  ck_assert_int_eq(
+      cm_spec_parse(chief, strlen(chief), "TF_CONFIG", &spec, err, sizeof err),
+      0);
+  ck_assert_int_eq(spec->nworker, 1);
+  ck_assert_int_eq(spec->task.type, CM_TASK_WORKER);
+  ck_assert_int_eq(spec->task.index, 0);
+  cm_spec_free(spec);
+
+  const char *eval = "{\"cluster\": {\"ps\": [\"p-0:2222\"],"
+                     " \"worker\": [\"w-0:2222\"],"
+                     " \"evaluator\": [\"e-0:2222\"]},"
+                     " \"task\": {\"type\": \"evaluator\", \"index\": 0}}";
+  ck_assert_int_eq(
+      cm_spec_parse(eval, strlen(eval), "TF_CONFIG", &spec, err, sizeof err),
+      0);
+  ck_assert_int_eq(spec->task.type, CM_TASK_NONE);
+  ck_assert_ptr_nonnull(strstr(spec->notes, "\"evaluator\" is not a psd"));
+  cm_spec_free(spec);
+}
+END_TEST
+
 static Suite *spec_suite(void) {
   Suite *s = suite_create("spec");
   TCase *tc;
@@ -416,6 +465,7 @@ static Suite *spec_suite(void) {
   tcase_add_test(tc, test_minimal_defaults);
   tcase_add_test(tc, test_full);
   tcase_add_test(tc, test_unknown_keys);
+  tcase_add_test(tc, test_kubeflow_tf_config);
   tcase_add_test(tc, test_wrong_types);
   tcase_add_test(tc, test_many_mistakes);
   tcase_add_test(tc, test_syntax_error);

@@ -28,11 +28,15 @@ static void say(char *err, size_t errlen, const char *fmt, ...) {
   va_end(ap);
 }
 
-/* Whether the environment's TF_CONFIG names a task. */
+/* Whether the environment's TF_CONFIG names a task psd runs (not
+ * Kubeflow's "evaluator", say: such a client has no task). */
 static int tf_config_has_task(void) {
   const char *tf = getenv("TF_CONFIG");
   json_t *root = tf && *tf ? json_loads(tf, 0, NULL) : NULL;
-  int has = root && json_object_get(root, "task");
+  const char *type =
+      json_string_value(json_object_get(json_object_get(root, "task"), "type"));
+  int has = type && (!strcmp(type, "ps") || !strcmp(type, "worker") ||
+                     !strcmp(type, "chief"));
   json_decref(root);
   return has;
 }
