@@ -448,7 +448,8 @@ void cm__parse_job(struct cm__errs *e, json_t *root, int nworker,
                                      "wire_dtype",
                                      "tables",
                                      "ctr",
-                                     "worker_command"};
+                                     "worker_command",
+                                     "tensorboard_dir"};
   static const char *const models[] = {"softmax", "mlp", "cnn", "ctr", NULL};
   static const char *const nonfinite[] = {"reject", "skip", "apply", NULL};
   static const char *const dtypes[] = {"f32", "bf16", NULL};
@@ -499,6 +500,8 @@ void cm__parse_job(struct cm__errs *e, json_t *root, int nworker,
   cm__parse_tables(e, job, out);
   cm__parse_ctr(e, job, out);
   parse_worker_command(e, job, out);
+  cm__opt_string(e, job, "job", "tensorboard_dir", out->tensorboard_dir,
+                 sizeof out->tensorboard_dir);
 }
 
 void cm__parse_auth(struct cm__errs *e, json_t *root, struct cm_auth *out) {

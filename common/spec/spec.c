@@ -131,6 +131,8 @@ static int resolve_paths(struct cm_spec *spec, const char *path, char *err,
     size_t cap;      /* its buffer */
   } paths[] = {
       {"job.checkpoint.dir", spec->job.ckpt_dir, sizeof spec->job.ckpt_dir},
+      {"job.tensorboard_dir", spec->job.tensorboard_dir,
+       sizeof spec->job.tensorboard_dir},
       {"auth.token_file", a->token_file, sizeof a->token_file},
       {"auth.tls.ca", a->ca, sizeof a->ca},
       {"auth.tls.cert", a->cert, sizeof a->cert},

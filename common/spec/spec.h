@@ -167,6 +167,11 @@ struct cm_job {
    * non-empty strings */
   char worker_command[CM_SPEC_MAX_COMMAND][CM_SPEC_MAX_ARG];
   int nworker_command; /* entries used in worker_command, 0 when not set */
+  /* "job.tensorboard_dir": where dworker writes TensorBoard event files of
+   * its progress (one file per worker; "" = none, the default);
+   * cm_spec_load makes a relative path relative to the spec file's
+   * directory */
+  char tensorboard_dir[1024];
 };
 
 /* Smallest job.max_message_mb: a 2 MiB chunk, its head and headroom. */

@@ -186,6 +186,26 @@ START_TEST(test_checkpoint_settings) {
 }
 END_TEST
 
+/* job.tensorboard_dir: parse keeps it as written (cm_spec_load resolves
+ * it, test-spec.c); a string, never empty. */
+START_TEST(test_tensorboard_dir) {
+  struct cm_spec *spec = NULL;
+
+  ck_assert_msg(parse(ONE_WORKER("\"tensorboard_dir\": \"runs/a\""), &spec) ==
+                    0,
+                "err: %s", err);
+  ck_assert_str_eq(spec->job.tensorboard_dir, "runs/a");
+  cm_spec_free(spec);
+
+  parse_bad(ONE_WORKER("\"tensorboard_dir\": \"\""));
+  ck_assert_str_eq(err, "t.json: job.tensorboard_dir: empty; expected a "
+                        "non-empty string");
+  parse_bad(ONE_WORKER("\"tensorboard_dir\": true"));
+  ck_assert_str_eq(err, "t.json: job.tensorboard_dir: expected a string, got "
+                        "true");
+}
+END_TEST
+
 START_TEST(test_retry_budget) {
   struct cm_spec *spec = NULL;
 
@@ -412,6 +432,7 @@ static Suite *spec_job_suite(void) {
 
   tc = tcase_create("faults");
   tcase_add_test(tc, test_retry_budget);
+  tcase_add_test(tc, test_tensorboard_dir);
   suite_add_tcase(s, tc);
   return s;
 }

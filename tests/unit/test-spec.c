@@ -76,6 +76,7 @@ START_TEST(test_minimal_defaults) {
   ck_assert_int_eq(spec->job.dead_after_ms, 5000);
   ck_assert_int_eq(spec->job.unix_sockets, 1);
   ck_assert_str_eq(spec->job.ckpt_dir, "");
+  ck_assert_str_eq(spec->job.tensorboard_dir, "");
   ck_assert_int_eq(spec->job.ckpt_every_steps, 0);
   ck_assert_double_eq(spec->job.ckpt_every_s, 0);
   ck_assert_int_eq(spec->job.ckpt_keep, 3);
@@ -156,7 +157,8 @@ START_TEST(test_unknown_keys) {
            "batch_size, optimizer, sync, seed, log_every, rpc_timeout_ms, "
            "max_steps, heartbeat_ms, dead_after_ms, unix_sockets, checkpoint, "
            "optimizer_overrides, channels, max_message_mb, nonfinite, "
-           "retry_s, socket_owner, wire_dtype, tables, ctr, worker_command");
+           "retry_s, socket_owner, wire_dtype, tables, ctr, worker_command, "
+           "tensorboard_dir");
   has_line("t.json: job.optimizer.typ: unknown key (did you mean type?); "
            "expected one of type, lr, momentum, weight_decay, beta1, beta2, "
            "eps, schedule, clip_norm");
@@ -337,10 +339,14 @@ START_TEST(test_checkpoint_dir_relative_to_spec) {
   ck_assert_ptr_nonnull(mkdtemp(dir));
   snprintf(path, sizeof path, "%s/job.json", dir);
   f = fopen(path, "w");
-  fputs(ONE_WORKER("\"checkpoint\": {\"dir\": \"state/ck\"}"), f);
+  fputs(ONE_WORKER("\"checkpoint\": {\"dir\": \"state/ck\"}, "
+                   "\"tensorboard_dir\": \"tb\""),
+        f);
   fclose(f);
   ck_assert_msg(cm_spec_load(path, &spec, err, sizeof err) == 0, "err: %s",
                 err);
+  snprintf(want, sizeof want, "%s/tb", dir);
+  ck_assert_str_eq(spec->job.tensorboard_dir, want);
   snprintf(want, sizeof want, "%s/state/ck", dir);
   ck_assert_str_eq(spec->job.ckpt_dir, want);
   cm_spec_free(spec);

@@ -130,6 +130,9 @@ int main(int argc, char **argv) {
   }
   if (!strcmp(w.spec->job.model, "ctr")) {
     /* The click-through-rate model runs its own loop over tables. */
+    if (w.spec->job.tensorboard_dir[0])
+      cm_warn("job.tensorboard_dir: job.model \"ctr\" writes no TensorBoard "
+              "events yet");
     if (!w.args.standalone) {
       cm_rpc_global_init();
       rpc_ready = 1;
@@ -138,6 +141,8 @@ int main(int argc, char **argv) {
       status = DW_EXIT_OK;
     goto out;
   }
+  if (dw_tb_open(&w) < 0)
+    goto out;
   if (dw_pick_device(&w) < 0)
     goto out;
   if (dw_load_data(&w) < 0)
@@ -158,6 +163,7 @@ int main(int argc, char **argv) {
     goto out;
   status = DW_EXIT_OK;
 out:
+  dw_tb_close(&w);
   dw_batches_free(&w);
   for (int i = 1; i < w.nfeeds; i++)
     dw_dataset_free(&w.emu_ds[i]);

@@ -10,6 +10,7 @@
  *   notify.c   what systemd is told
  *   finish.c   the result: evaluation and the final: (or done:) line
  *   ctr_run.c  job.model "ctr": the click-through-rate model over tables
+ *   tboard.c   TensorBoard event files (job.tensorboard_dir)
  *
  * Every function here returns 0 or a negative CM_E* code after logging
  * what went wrong, unless its comment says otherwise. */
@@ -24,6 +25,7 @@
 #include "model.h"
 #include "psclient.h"
 #include "spec.h"
+#include "tfevents.h"
 
 /* Most workers --emulate-workers stands in for. */
 #define DW_MAX_EMULATED 64
@@ -96,8 +98,11 @@ struct dw_worker {
   float *var_slots[DW_MODEL_MAX_VARS][CM_OPTIM_MAX_SLOTS];
   /* standalone: variable i's optimizer (borrowed from spec) */
   const struct cm_optim *var_opt[DW_MODEL_MAX_VARS];
-  long clipped;    /* steps whose gradient norm was above clip_norm */
-  double max_norm; /* the largest gradient norm seen (with clip_norm) */
+  long clipped;           /* steps whose gradient norm was above clip_norm */
+  double max_norm;        /* the largest gradient norm seen (with clip_norm) */
+  struct cm_tfevents *tb; /* owned: the TensorBoard event file, NULL when
+                             job.tensorboard_dir is not set (or a write
+                             failed) */
 };
 
 /* ---- cmdline.c ---- */
@@ -173,6 +178,24 @@ void dw_notify_step(struct dw_worker *w, long t);
 /* The whole run of job.model "ctr" (docs/ctr.md): data, model, training
  * against the shards' tables, and the result line. */
 int dw_ctr_run(struct dw_worker *w);
+
+/* ---- tboard.c: TensorBoard events; no-ops while w->tb is NULL ---- */
+
+/* With job.tensorboard_dir: creates this worker's event file there. */
+int dw_tb_open(struct dw_worker *w);
+
+/* The figures of the progress line after step `step` (steps counted from
+ * 1): mean loss and training accuracy over the interval, examples/s, mean
+ * step time; with a client, the bytes it has pulled and pushed so far.
+ * Never fails: a write error is logged once and ends the output. */
+void dw_tb_progress(struct dw_worker *w, long step, double loss, double acc,
+                    double examples_per_s, double step_ms);
+
+/* Worker 0's test-set figures of the final line, at step `step`. */
+void dw_tb_final(struct dw_worker *w, long step, double acc, double loss);
+
+/* Closes the event file (safe when none is open). */
+void dw_tb_close(struct dw_worker *w);
 
 /* ---- finish.c ---- */
 

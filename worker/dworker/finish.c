@@ -70,6 +70,7 @@ int dw_finish(struct dw_worker *w) {
   correct = dw_model_evaluate(w->model, w->test.x, w->test.y, w->test.n, &loss);
   cm_info("test set: %d of %d correct, mean loss %.4f", correct, w->test.n,
           loss);
+  dw_tb_final(w, w->total_steps, (double)correct / (double)w->test.n, loss);
   printf("final: test_accuracy=%.4f epochs=%ld examples=%llu "
          "worker_examples_per_s=%.0f wall_s=%.1f steps=%ld dropped=%ld",
          (double)correct / (double)w->test.n,

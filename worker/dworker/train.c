@@ -174,14 +174,15 @@ static void report_progress(struct dw_worker *w, struct dw_progress *p,
   long epochs = (w->total_steps + spe - 1) / spe;
   double now = cm_mono_s(), dt = now - p->since;
   double per_step = (now - start) / (double)(step - w->first_step + 1);
+  double loss = p->loss_sum / (double)p->steps;
+  double acc = (double)p->correct / (double)p->examples;
+  double rate = dt > 0 ? (double)p->examples / dt : 0.0;
 
   printf("epoch %ld/%ld step %ld/%ld loss %.4f acc %.4f ex/s %.0f eta %.1fs\n",
-         step / spe + 1, epochs, step % spe + 1, spe,
-         p->loss_sum / (double)p->steps,
-         (double)p->correct / (double)p->examples,
-         dt > 0 ? (double)p->examples / dt : 0.0,
+         step / spe + 1, epochs, step % spe + 1, spe, loss, acc, rate,
          per_step * (double)(w->total_steps - step - 1));
   fflush(stdout);
+  dw_tb_progress(w, step + 1, loss, acc, rate, dt * 1e3 / (double)p->steps);
   memset(p, 0, sizeof *p);
   p->since = now;
 }
