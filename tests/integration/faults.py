@@ -5,10 +5,10 @@ its own cleanups (namespaces, mounts)."""
 import json
 import os
 import re
-import subprocess
 import time
 
 import harness as h
+from netns import netns_argv
 
 DATA = "/usr/share/datasets/fashion-mnist"
 SOAK = os.environ.get("PSD_SOAK") == "1"
@@ -111,16 +111,16 @@ class Faults(h.ProcTest):
         self.procs.append(p)
         return p
 
-    def psd(self, spec, i, env=None):
-        p = self.proc([h.build_path("ps-server", "psd"), "--cluster", spec, "--task",
-                       "ps:%d" % i], env=env)
+    def psd(self, spec, i, env=None, netns=None):
+        p = self.proc(netns_argv(netns, [h.build_path("ps-server", "psd"), "--cluster",
+                                         spec, "--task", "ps:%d" % i]), env=env)
         p.wait_for("ready: listening on")
         return p
 
     def worker(self, spec, i, *extra, netns=None):
         argv = [h.build_path("worker", "dworker"), "--cluster", spec, "--task",
                 "worker:%d" % i] + list(extra)
-        return self.proc((["ip", "netns", "exec", netns] if netns else []) + argv)
+        return self.proc(netns_argv(netns, argv))
 
     def finish(self, ws, timeout=300):
         for w in ws:
@@ -130,7 +130,3 @@ class Faults(h.ProcTest):
         """SIGTERM every shard; each must exit 0 (its final checkpoint too)."""
         for p in ps:
             self.assertEqual(p.stop(), 0, p.output()[-3000:])
-
-
-def ip(*args, check=True):
-    return subprocess.run(["ip"] + list(args), capture_output=True, text=True, check=check)

@@ -11,8 +11,9 @@ import subprocess
 import unittest
 
 import harness as h
-from faults import (DATA, Faults, fields, ip, psctl, result, status, wait_any,
-                    wait_match, write_spec)
+from faults import (DATA, Faults, fields, psctl, result, status, wait_any, wait_match,
+                    write_spec)
+from netns import Net, ip
 
 
 
@@ -102,24 +103,13 @@ class NetnsTest(Faults):
 
     def setUp(self):
         super().setUp()
-        tag = "%d%02d" % (os.getpid() % 10000, random.randrange(100))
-        self.ns, self.vh, self.vn = "psdf" + tag, "pf%sh" % tag, "pf%sn" % tag
-        r = subprocess.run(["ip", "netns", "add", self.ns], capture_output=True, text=True)
-        if r.returncode != 0:
-            self.skipTest("ip netns add is not permitted here: " + r.stderr.strip())
-        self.cleanups.append(lambda: ip("netns", "del", self.ns, check=False))
-        # Deleting the namespace deletes its end of the pair and so the pair;
-        # the host end is removed too in case the move failed.
-        self.cleanups.append(lambda: ip("link", "del", self.vh, check=False))
+        net = Net(self, "psdf")
+        self.ns = net.netns()
+        self.vh = "pf%sh" % net.tag
         a, b = random.randrange(256), random.randrange(64) * 4
         self.host_ip, ns_ip = "10.213.%d.%d" % (a, b + 1), "10.213.%d.%d" % (a, b + 2)
-        ip("link", "add", self.vh, "type", "veth", "peer", "name", self.vn)
-        ip("link", "set", self.vn, "netns", self.ns)
-        ip("addr", "add", self.host_ip + "/30", "dev", self.vh)
-        ip("link", "set", self.vh, "up")
-        ip("netns", "exec", self.ns, "ip", "addr", "add", ns_ip + "/30", "dev", self.vn)
-        ip("netns", "exec", self.ns, "ip", "link", "set", self.vn, "up")
-        ip("netns", "exec", self.ns, "ip", "link", "set", "lo", "up")
+        net.veth(self.vh, "pf%sn" % net.tag, None, self.ns, self.host_ip + "/30",
+                 ns_ip + "/30")
 
     def test_cut_off_worker_rejoins(self):
         job = {"name": "netns", "epochs": 1, "batch_size": 64, "log_every": 20,

@@ -21,15 +21,16 @@ def openssl(*args, cwd):
     return r
 
 
-def make_certs(d):
-    """A CA, a shard certificate for 127.0.0.1 signed by it, a client
-    certificate signed by it, and a second CA that signed nothing of ours."""
+def make_certs(d, ips=("127.0.0.1",)):
+    """A CA, a shard certificate for the addresses ips (and localhost)
+    signed by it, a client certificate signed by it, and a second CA that
+    signed nothing of ours."""
     ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
     for ca in ("ca", "other-ca"):
         openssl("req", "-x509", *ec, "-keyout", ca + ".key", "-out", ca + ".pem",
                 "-days", "2", "-subj", "/CN=psd test " + ca, cwd=d)
     with open(os.path.join(d, "san.ext"), "w") as f:
-        f.write("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
+        f.write("subjectAltName=%s,DNS:localhost\n" % ",".join("IP:" + a for a in ips))
     for name, ext in (("server", ["-extfile", "san.ext"]), ("client", [])):
         openssl("req", *ec, "-keyout", name + ".key", "-out", name + ".csr",
                 "-subj", "/CN=psd test " + name, cwd=d)
