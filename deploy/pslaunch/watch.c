@@ -86,19 +86,21 @@ static void ask(uv_work_t *req) {
       pl_ask_status(l, PL_WATCH_DEADLINE_MS, &w->json, w->err, sizeof w->err);
 }
 
-/* What the coordinator's entry for a worker (NULL: none) says of it. */
-static enum pl_worker_state judge(const struct pl_launch *l, json_t *e) {
-  double quiet = 3.0 * l->spec->job.heartbeat_ms + 500;
-
-  if (!e || !json_is_true(json_object_get(e, "joined")))
-    return PL_W_NOT_JOINED;
-  if (json_is_true(json_object_get(e, "left")))
-    return json_number_value(json_object_get(e, "last_seen_ms")) >= quiet
-               ? PL_W_FINISHED
-               : PL_W_FINISHING;
-  if (json_is_true(json_object_get(e, "live")))
+/* What the coordinator's status says of worker i (dw_worker_judge). */
+static enum pl_worker_state judge(const struct pl_launch *l, json_t *root,
+                                  int i) {
+  switch (dw_worker_judge(root, i, l->spec->job.heartbeat_ms)) {
+  case DW_W_TRAINING:
     return PL_W_TRAINING;
-  return PL_W_DEAD;
+  case DW_W_FINISHING:
+    return PL_W_FINISHING;
+  case DW_W_FINISHED:
+    return PL_W_FINISHED;
+  case DW_W_DEAD:
+    return PL_W_DEAD;
+  default:
+    return PL_W_NOT_JOINED;
+  }
 }
 
 /* Reads ps:0's answer: says which workers finished or died since the last
@@ -119,7 +121,7 @@ static void take_answer(struct pl_launch *l, json_t *root) {
       if (json_integer_value(json_object_get(e, "worker")) == i)
         entry = e;
     }
-    s = is_mine(l, i) ? PL_W_MINE : judge(l, entry);
+    s = is_mine(l, i) ? PL_W_MINE : judge(l, root, i);
     if (s != w->state[i] && s == PL_W_FINISHED)
       pl_say("worker:%d finished (it left the job)", i);
     if (s != w->state[i] && s == PL_W_DEAD)

@@ -19,6 +19,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <jansson.h>
+
 #include "spec.h"
 
 #define DW_VAR_MAX_DIMS 4
@@ -305,6 +307,22 @@ uint64_t dw_client_gen(const struct dw_client *c);
  * `clock` times and waits until the slowest live worker allows it to
  * compute its next gradient. */
 int dw_client_clock(struct dw_client *c, uint64_t clock);
+
+/* A worker as the coordinator's status (dw_client_status of ps:0) sees it. */
+enum dw_worker_state {
+  DW_W_NOT_JOINED = 1, /* not joined yet: not started, or still loading */
+  DW_W_TRAINING,       /* joined and live */
+  DW_W_FINISHING,      /* left (Join leave) but still heard from: worker 0
+                          pulls the final parameters after leaving */
+  DW_W_FINISHED,       /* left and silent: its process let go of the job */
+  DW_W_DEAD,           /* declared dead (silent for job.dead_after_ms, not
+                          left) */
+};
+
+/* Judges worker `worker` from status, ps:0's status parsed (its "workers"
+ * entries), with the job's heartbeat_ms (workers.c). */
+enum dw_worker_state dw_worker_judge(json_t *status, int worker,
+                                     int heartbeat_ms);
 
 /* Fetches shard `shard`'s status as a JSON text (caller frees with free()):
  * StatusResponse's fields by their proto names ("vars", "workers",
