@@ -12,7 +12,7 @@ python3-numpy clang python3-dev libmicrohttpd-dev"
 # Test-only: a stock gRPC client (tests/integration/test_psd.py) and PyTorch,
 # the baseline that bench train runs alongside psd (tests/bench/torch_baseline.py).
 TEST_PKGS="python3-grpcio python3-torch python3-prometheus-client slurmctld \
-slurmd slurm-client munge"
+slurmd slurm-client munge python3-yaml"
 if [ "${1:-}" = test ]; then
   PKGS="$PKGS $TEST_PKGS"
 fi
