@@ -114,14 +114,18 @@ static json_t *read_job_file(struct cm__errs *e, const char *file,
   return root;
 }
 
-/* Expands the list in variable name with fn's sibling (hosts when counts is
- * NULL). Returns 0, or -1 after reporting it. */
+/* Expands the list in variable name into L: task counts when counts is
+ * set, else hosts. Returns 0, or -1 after reporting it. */
 static int read_list(struct cm__errs *e, char *const *envp, const char *name,
                      struct layout *L, int counts) {
   const char *v = env_get(envp, name);
   char why[256], q[CM__SPEC_QUOTE_MAX];
   int rc;
 
+  if (!v && strncmp(name, "SLURM_STEP_", 11) == 0) {
+    cm__report(e, NULL, "%s is not set, though SLURM_STEP_NODELIST is", name);
+    return -1;
+  }
   if (!v) {
     cm__report(e, NULL,
                "%s is not set: not inside a Slurm job (run under sbatch, "

@@ -260,7 +260,8 @@ START_TEST(test_env_mistakes) {
            "--distribution=block");
 
   derive_bad(NULL, step_no_tasks);
-  has_text("SLURM_STEP_TASKS_PER_NODE is not set");
+  has_line("SLURM_STEP_TASKS_PER_NODE is not set, though SLURM_STEP_NODELIST "
+           "is");
 }
 END_TEST
 
