@@ -302,7 +302,8 @@ int cm_slurm_spec(const char *file, char *const *envp, struct cm_spec **out,
     goto out;
   }
   if (!(doc = make_doc(&L, settings)) ||
-      !(text = json_dumps(doc, JSON_INDENT(2) | JSON_PRESERVE_ORDER))) {
+      !(text = json_dumps(doc, JSON_INDENT(2) | JSON_PRESERVE_ORDER |
+                                   JSON_REAL_PRECISION(16)))) {
     rc = CM_ENOMEM;
     goto out;
   }
