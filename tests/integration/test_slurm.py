@@ -72,6 +72,24 @@ class PrintSpecTest(unittest.TestCase):
         self.assertIn("pslaunch: SLURM_JOB_NODELIST=\"a[1-2\": unbalanced '[' "
                       "at character 2", r.stderr)
 
+    def test_psd_and_dworker_read_it_too(self):
+        env = {"SLURM_JOB_NODELIST": "a[1-2]", "SLURM_TASKS_PER_NODE": "1(x2)",
+               "SLURM_PROCID": "1"}
+        e = {k: v for k, v in os.environ.items()
+             if not k.startswith(("SLURM_", "PSD_SLURM_"))}
+        e.update(env)
+        r = subprocess.run([h.build_path("ps-server", "psd"), "--cluster", "slurm"],
+                           env=e, text=True, capture_output=True, timeout=30)
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("psd: task worker:0 is not a ps task", r.stderr)
+        del e["SLURM_PROCID"]
+        r = subprocess.run([h.build_path("worker", "dworker"), "--cluster",
+                            "slurm"], env=e, text=True, capture_output=True,
+                           timeout=30)
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("SLURM_PROCID is not set: not a task of a Slurm job",
+                      r.stderr)
+
 
 def free_run(n):
     """A port p such that p..p+n-1 are all free now."""
