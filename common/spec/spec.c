@@ -22,6 +22,8 @@
 #include "errs.h"
 #include "jcheck.h"
 #include "job.h"
+#include "load.h"
+#include "slurm.h"
 #include "task.h"
 
 #define SPEC_FILE_MAX (16u << 20) /* largest spec file read */
@@ -160,23 +162,17 @@ static int resolve_paths(struct cm_spec *spec, const char *path, char *err,
   return e.count ? CM_ESPEC : 0;
 }
 
-int cm_spec_load(const char *path, struct cm_spec **out, char *err,
-                 size_t errlen) {
+int cm__spec_read(const char *path, char **text, size_t *len, char *err,
+                  size_t errlen) {
   struct cm__errs e;
   FILE *f = NULL;
-  char *text = NULL, *grown;
-  size_t len = 0, cap = 0, got;
+  char *buf = NULL, *grown;
+  size_t n = 0, cap = 0, got;
   int rc = 0;
 
   cm__errs_init(&e, path, err, errlen);
-  if (out)
-    *out = NULL;
-  if (!path || !out) {
-    e.source = NULL;
-    cm__report(&e, NULL, "no spec path given");
-    rc = CM_EINVAL;
-    goto out;
-  }
+  *text = NULL;
+  *len = 0;
   f = fopen(path, "rb");
   if (!f) {
     rc = errno == ENOENT ? CM_ENOENT : CM_EIO;
@@ -184,7 +180,7 @@ int cm_spec_load(const char *path, struct cm_spec **out, char *err,
     goto out;
   }
   for (;;) {
-    if (len == cap) {
+    if (n == cap) {
       if (cap >= SPEC_FILE_MAX) {
         cm__report(&e, NULL,
                    "larger than %u MiB; a cluster spec is much smaller",
@@ -193,15 +189,15 @@ int cm_spec_load(const char *path, struct cm_spec **out, char *err,
         goto out;
       }
       cap = cap ? cap * 2 : 4096;
-      grown = realloc(text, cap);
+      grown = realloc(buf, cap);
       if (!grown) {
         rc = CM_ENOMEM;
         goto out;
       }
-      text = grown;
+      buf = grown;
     }
-    got = fread(text + len, 1, cap - len, f);
-    len += got;
+    got = fread(buf + n, 1, cap - n, f);
+    n += got;
     if (got == 0) {
       if (ferror(f)) {
         cm__report(&e, NULL, "%s", strerror(errno)); /* e.g. Is a directory */
@@ -211,19 +207,82 @@ int cm_spec_load(const char *path, struct cm_spec **out, char *err,
       break;
     }
   }
-  rc = cm_spec_parse(text, len, path, out, err, errlen);
-  /* cm_spec_parse wrote err itself; keep cm__errs_finish from touching it. */
-  e.buf = NULL;
-  if (rc == 0 && (rc = resolve_paths(*out, path, err, errlen)) < 0) {
-    cm_spec_free(*out);
-    *out = NULL;
-  }
+  *text = buf;
+  *len = n;
+  buf = NULL;
 out:
   cm__errs_finish(&e);
   if (f)
     fclose(f);
+  free(buf);
+  return rc;
+}
+
+int cm__spec_parse_at(const char *json, size_t len, const char *source,
+                      const char *path, struct cm_spec **out, char *err,
+                      size_t errlen) {
+  int rc = cm_spec_parse(json, len, source, out, err, errlen);
+
+  if (rc == 0 && path && (rc = resolve_paths(*out, path, err, errlen)) < 0) {
+    cm_spec_free(*out);
+    *out = NULL;
+  }
+  return rc;
+}
+
+int cm_spec_load(const char *path, struct cm_spec **out, char *err,
+                 size_t errlen) {
+  struct cm__errs e;
+  char *text = NULL;
+  size_t len = 0;
+  int rc;
+
+  if (out)
+    *out = NULL;
+  if (!path || !out) {
+    cm__errs_init(&e, NULL, err, errlen);
+    cm__report(&e, NULL, "no spec path given");
+    cm__errs_finish(&e);
+    return CM_EINVAL;
+  }
+  rc = cm__spec_read(path, &text, &len, err, errlen);
+  if (rc == 0)
+    rc = cm__spec_parse_at(text, len, path, path, out, err, errlen);
   free(text);
   return rc;
+}
+
+int cm_spec_is_slurm(const char *cluster) {
+  return cluster &&
+         (strcmp(cluster, "slurm") == 0 || strncmp(cluster, "slurm:", 6) == 0);
+}
+
+int cm_spec_open(const char *cluster, struct cm_spec **out, char **json,
+                 char *err, size_t errlen) {
+  char *text = NULL, *z = NULL;
+  size_t len = 0;
+  int rc;
+
+  if (json)
+    *json = NULL;
+  if (cm_spec_is_slurm(cluster))
+    return cm_slurm_spec(cluster[5] && cluster[6] ? cluster + 6 : NULL, NULL,
+                         out, json, err, errlen);
+  rc = cm_spec_load(cluster, out, err, errlen);
+  if (rc < 0 || !json)
+    return rc;
+  rc = cm__spec_read(cluster, &text, &len, err, errlen);
+  if (rc == 0 && !(z = realloc(text, len + 1)))
+    rc = CM_ENOMEM;
+  if (rc < 0) {
+    free(text);
+    cm_spec_free(*out);
+    *out = NULL;
+    return rc;
+  }
+  z[len] = '\0';
+  *json = z;
+  return 0;
 }
 
 void cm_spec_free(struct cm_spec *spec) {

@@ -12,7 +12,9 @@
  * addr.c (cluster), task.c (task, TF_CONFIG), job.c and job_optim.c (job,
  * auth), jcheck.c (typed JSON reads) and errs.c (the mistakes), whose
  * shared internals have headers of their own; addr_local.c says whether an
- * address is this host, fingerprint.c tells two specs' clusters apart. */
+ * address is this host, fingerprint.c tells two specs' clusters apart;
+ * slurm.c derives a spec from Slurm's environment (hostlist.c expands its
+ * lists). */
 #ifndef CM_SPEC_H
 #define CM_SPEC_H
 
@@ -226,6 +228,18 @@ int cm_spec_parse(const char *json, size_t len, const char *source,
  * reported in err with the path and strerror, returning CM_ENOENT or CM_EIO. */
 int cm_spec_load(const char *path, struct cm_spec **out, char *err,
                  size_t errlen);
+
+/* Opens the spec a --cluster argument names: "slurm" or "slurm:FILE"
+ * derive it from Slurm's environment with FILE's job settings (slurm.h,
+ * cm_slurm_spec), anything else is a spec file (cm_spec_load; "./slurm" is
+ * a file named slurm). With json not NULL, *json receives the spec's JSON
+ * text, NUL-terminated (free with free()): the derived one, or the file's
+ * own. Returns 0, or what those return with the mistakes in err. */
+int cm_spec_open(const char *cluster, struct cm_spec **out, char **json,
+                 char *err, size_t errlen);
+
+/* 1 when a --cluster argument asks for Slurm ("slurm" or "slurm:FILE"). */
+int cm_spec_is_slurm(const char *cluster);
 
 void cm_spec_free(struct cm_spec *spec);
 

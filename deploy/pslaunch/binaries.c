@@ -212,6 +212,14 @@ int pl_find_binaries(struct pl_launch *l, char *err, size_t errlen) {
   if (l->spec->job.nworker_command == 0)
     return find_binary(l->opt->dworker, "--dworker", dworker_rel, l->self,
                        l->dworker, sizeof l->dworker, err, errlen);
+  if (l->opt->slurm) {
+    snprintf(err, errlen,
+             "%s: job.worker_command: not supported with --cluster slurm; "
+             "run the worker program under srun yourself (its task: "
+             "SLURM_PROCID)",
+             l->opt->spec_path);
+    return CM_EINVAL;
+  }
   if (l->opt->dworker) {
     snprintf(err, errlen,
              "--dworker %s: %s sets job.worker_command, which the workers "

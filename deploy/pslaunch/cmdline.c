@@ -12,6 +12,7 @@
 
 static const char usage_text[] =
     "Usage: pslaunch [OPTIONS] FILE [-- DWORKER_ARGS...]\n"
+    "       pslaunch [OPTIONS] --cluster slurm[:FILE] [-- DWORKER_ARGS...]\n"
     "\n"
     "Start the tasks of the cluster spec FILE whose address is on this host:\n"
     "every ps task first (psd --cluster FILE --task ps:I), then every worker\n"
@@ -63,6 +64,16 @@ static const char usage_text[] =
     "worker stops. Their output after that is lost, and nobody sends SIGKILL\n"
     "to a task that ignores SIGTERM.\n"
     "\n"
+    "Under Slurm, --cluster slurm[:FILE] derives the cluster from the job\n"
+    "step's environment (psd-spec(5)): every task of the step is one task\n"
+    "of the cluster, the first PSD_SLURM_PS (or FILE's slurm.ps, default 1)\n"
+    "are ps tasks, the rest workers, ports from PSD_SLURM_PORT (or\n"
+    "slurm.port, default 7100) up on each host; FILE holds the job's\n"
+    "settings (\"job\", \"auth\", \"slurm\"). Run it once per task with\n"
+    "srun: each pslaunch starts the one task SLURM_PROCID names, and its\n"
+    "psd or dworker gets the same --cluster. deploy/slurm/psd-job.sbatch\n"
+    "is an example.\n"
+    "\n"
     "Before anything starts, each local ps task's port is tried: a port in\n"
     "use is reported (\"ps:0: cannot listen on 127.0.0.1:7100: Address\n"
     "already in use\") and nothing is started.\n"
@@ -75,6 +86,10 @@ static const char usage_text[] =
     "                       pslaunch); refused with job.worker_command\n"
     "  --only ps|worker     start only this host's ps tasks, or only its\n"
     "                       workers\n"
+    "  --cluster SPEC       the spec: a FILE, or slurm[:FILE] (above);\n"
+    "                       instead of FILE\n"
+    "  --print-spec         print the spec (JSON; with slurm, the one\n"
+    "                       derived) on stdout and exit 0, starting nothing\n"
     "  --stop-timeout SECS  wait this long after SIGTERM before SIGKILL\n"
     "                       (default 10)\n"
     "  -h, --help           show this help and exit\n"
@@ -85,6 +100,8 @@ static const char usage_text[] =
     "  pslaunch deploy/examples/local.json\n"
     "  pslaunch local.json -- --max-steps 100    # a short smoke run\n"
     "  pslaunch --only ps cluster.json           # this host serves shards\n"
+    "  srun pslaunch --cluster slurm:job.json    # one task per Slurm task\n"
+    "  pslaunch --cluster slurm:job.json --print-spec\n"
     "  pslaunch --psd build/ps-server/psd --dworker build/worker/dworker \\\n"
     "           local.json\n"
     "\n"
@@ -106,6 +123,8 @@ int pl_parse_args(int argc, char **argv, struct pl_options *o) {
       {"dworker", required_argument, NULL, 'd'},
       {"only", required_argument, NULL, 'o'},
       {"stop-timeout", required_argument, NULL, 't'},
+      {"cluster", required_argument, NULL, 'c'},
+      {"print-spec", no_argument, NULL, 'P'},
       {"help", no_argument, NULL, 'h'},
       {NULL, 0, NULL, 0}};
   int nopt = argc, c, i;
@@ -153,6 +172,12 @@ int pl_parse_args(int argc, char **argv, struct pl_options *o) {
         return PL_EXIT_USAGE;
       }
       break;
+    case 'c':
+      o->spec_path = optarg;
+      break;
+    case 'P':
+      o->print_spec = 1;
+      break;
     case 'h':
       pl_write_all(STDOUT_FILENO, usage_text, sizeof usage_text - 1);
       return PL_EXIT_OK;
@@ -163,6 +188,15 @@ int pl_parse_args(int argc, char **argv, struct pl_options *o) {
       pl_say("unknown option %s; try 'pslaunch --help'", argv[optind - 1]);
       return PL_EXIT_USAGE;
     }
+  }
+  if (o->spec_path) {
+    if (optind != nopt) {
+      pl_say("--cluster %s and a spec FILE %s: give one of them", o->spec_path,
+             argv[optind]);
+      return PL_EXIT_USAGE;
+    }
+    o->slurm = cm_spec_is_slurm(o->spec_path);
+    return -1;
   }
   if (optind != nopt - 1) {
     pl_say(optind >= nopt ? "no cluster spec FILE given; try 'pslaunch --help'"

@@ -32,7 +32,7 @@ int main(int argc, char **argv) {
   struct pl_options opt;
   struct cm_spec *spec = NULL;
   struct pl_launch *l = NULL;
-  char err[8192] = "", host[256] = "?";
+  char err[8192] = "", host[256] = "?", *json = NULL;
   int code, rc;
 
   /* A child on its way to becoming a task (exec_task.c): nothing else. */
@@ -48,9 +48,18 @@ int main(int argc, char **argv) {
     goto out;
 
   code = PL_EXIT_USAGE;
-  rc = cm_spec_load(opt.spec_path, &spec, err, sizeof err);
+  rc = cm_spec_open(opt.spec_path, &spec, opt.print_spec ? &json : NULL, err,
+                    sizeof err);
   if (rc < 0) {
     pl_say_lines(err[0] ? err : cm_strerror(rc));
+    goto out;
+  }
+  if (opt.print_spec) {
+    size_t n = strlen(json);
+    pl_write_all(STDOUT_FILENO, json, n);
+    if (n == 0 || json[n - 1] != '\n')
+      pl_write_all(STDOUT_FILENO, "\n", 1);
+    code = PL_EXIT_OK;
     goto out;
   }
   l = calloc(1, sizeof *l);
@@ -68,6 +77,12 @@ int main(int argc, char **argv) {
   }
   if (l->ntasks == 0) {
     gethostname(host, sizeof host - 1);
+    if (opt.slurm) {
+      pl_say("%s: task %s:%d (SLURM_PROCID) is not one --only %s starts",
+             opt.spec_path, cm_task_type_name(spec->task.type),
+             spec->task.index, opt.want_ps ? "ps" : "worker");
+      goto out;
+    }
     pl_say("%s: no %s task has its address on this host (%s); nothing to start",
            opt.spec_path,
            !opt.want_worker ? "ps"
@@ -90,6 +105,7 @@ out:
   if (l)
     free(l->tasks);
   free(l);
+  free(json);
   if (spec)
     cm_spec_free(spec);
   return code;

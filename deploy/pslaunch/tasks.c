@@ -12,6 +12,16 @@
 #include "err.h"
 #include "pslaunch_internal.h"
 
+/* 1 when task (type, i) is one this launcher starts: on this host, or
+ * under Slurm the one task this Slurm task is (the spec's, SLURM_PROCID's;
+ * every Slurm task runs a pslaunch of its own). */
+static int is_mine(const struct pl_launch *l, const struct cm_spec *spec,
+                   enum cm_task_type type, int i, const struct cm_addr *addr) {
+  if (l->opt->slurm)
+    return spec->task.type == type && spec->task.index == i;
+  return cm_addr_is_local(addr);
+}
+
 /* Fills l->tasks with the spec's tasks on this host that the options ask
  * for, ps tasks first, and counts the spec's workers it leaves to others.
  * Returns 0 or CM_ENOMEM. */
@@ -24,7 +34,7 @@ int pl_select_tasks(struct pl_launch *l, const struct cm_spec *spec) {
     goto out;
   }
   for (i = 0; l->opt->want_ps && i < spec->nps; i++) {
-    if (!cm_addr_is_local(&spec->ps[i]))
+    if (!is_mine(l, spec, CM_TASK_PS, i, &spec->ps[i]))
       continue;
     l->tasks[n].type = CM_TASK_PS;
     l->tasks[n].index = i;
@@ -34,7 +44,7 @@ int pl_select_tasks(struct pl_launch *l, const struct cm_spec *spec) {
     l->nps++;
   }
   for (i = 0; l->opt->want_worker && i < spec->nworker; i++) {
-    if (!cm_addr_is_local(&spec->worker[i]))
+    if (!is_mine(l, spec, CM_TASK_WORKER, i, &spec->worker[i]))
       continue;
     l->tasks[n].type = CM_TASK_WORKER;
     l->tasks[n].index = i;

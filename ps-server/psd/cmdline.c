@@ -28,6 +28,9 @@ static void usage(FILE *f) {
       "\n"
       "  --cluster FILE     the cluster spec (JSON, TF_CONFIG-shaped; see\n"
       "                     deploy/examples/local.json)\n"
+      "  --cluster slurm[:FILE]  the cluster from Slurm's environment (this\n"
+      "                     task: SLURM_PROCID), the job's settings from FILE\n"
+      "                     (\"job\", \"auth\", \"slurm\"); see psd-spec(5)\n"
       "  --task ps:I        which shard this is; else the spec's \"task\" or\n"
       "                     the TF_CONFIG environment variable\n"
       "  --listen HOST:PORT listen here instead of cluster.ps[I] (e.g.\n"
@@ -120,7 +123,7 @@ enum psd_config psd_server_configure(struct psd_server *srv, int argc,
     fprintf(stderr, "psd: --cluster FILE is required (see psd --help)\n");
     return PSD_CONFIG_BAD;
   }
-  if (cm_spec_load(cluster, &srv->spec, err, sizeof err) ||
+  if (cm_spec_open(cluster, &srv->spec, NULL, err, sizeof err) ||
       cm_spec_resolve_task(srv->spec, task, err, sizeof err)) {
     fprintf(stderr, "psd: %s\n", err);
     return PSD_CONFIG_BAD;

@@ -45,7 +45,7 @@ static int load_spec(struct dw_worker *w) {
   char err[8192];
   int rc;
 
-  rc = cm_spec_load(w->args.cluster, &w->spec, err, sizeof err);
+  rc = cm_spec_open(w->args.cluster, &w->spec, NULL, err, sizeof err);
   if (rc < 0)
     dw_print_spec_errors(err);
   return rc;

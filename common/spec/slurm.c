@@ -1,0 +1,326 @@
+/* The cluster spec derived from Slurm's environment (slurm.h): the job
+ * file's settings are read first, then the step's layout from the
+ * environment; the two make one spec document, which cm_spec_parse checks
+ * as it checks any file. Every mistake is reported at once: a variable's
+ * by its name and value, the file's by its JSON path. */
+#include "slurm.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "err.h"
+#include "errs.h"
+#include "hostlist.h"
+#include "jcheck.h"
+#include "load.h"
+
+extern char **environ;
+
+/* The job step's layout, from the environment. */
+struct layout {
+  const char *nodes_var; /* the host list's variable, for messages */
+  const char *tasks_var; /* the tasks per node's variable */
+  char **hosts;          /* owned, nhosts names in Slurm's order */
+  int nhosts;            /* entries in hosts */
+  int *per_node;         /* owned, tasks on each host (nper entries) */
+  int nper;              /* entries in per_node */
+  int ntasks;            /* tasks in all */
+  int procid;            /* SLURM_PROCID: this process's task */
+  int nps;               /* the first nps tasks are shards */
+  int port;              /* the first task's port on each host */
+};
+
+/* NAME's value in envp, or NULL. */
+static const char *env_get(char *const *envp, const char *name) {
+  size_t n = strlen(name);
+
+  for (; envp && *envp; envp++)
+    if (strncmp(*envp, name, n) == 0 && (*envp)[n] == '=')
+      return *envp + n + 1;
+  return NULL;
+}
+
+/* Reads variable name as an integer in [min, max] into *dst, when set.
+ * Returns 1 when set and valid, 0 when unset, -1 after reporting it. */
+static int env_int(struct cm__errs *e, char *const *envp, const char *name,
+                   long long min, long long max, int *dst) {
+  const char *v = env_get(envp, name);
+  char q[CM__SPEC_QUOTE_MAX], *end;
+  long long x;
+
+  if (!v)
+    return 0;
+  errno = 0;
+  x = strtoll(v, &end, 10);
+  if (errno || end == v || *end || x < min || x > max) {
+    cm__report(e, NULL, "%s=%s: expected an integer in %lld..%lld", name,
+               cm__quote(q, sizeof q, v), min, max);
+    return -1;
+  }
+  *dst = (int)x;
+  return 1;
+}
+
+/* Reads the job file into a JSON object holding its "job", "auth" and
+ * "slurm" (ps, port into L). Returns the object (a new reference), or NULL
+ * with *rc set after reporting why. */
+static json_t *read_job_file(struct cm__errs *e, const char *file,
+                             struct layout *L, char *err, size_t errlen,
+                             int *rc) {
+  static const char *const keys[] = {"job", "auth", "slurm"};
+  static const char *const slurm_keys[] = {"ps", "port"};
+  static const char *const given[] = {"cluster", "task"};
+  char got[CM__SPEC_QUOTE_MAX], *text = NULL;
+  json_t *root = NULL, *slurm;
+  size_t len = 0;
+
+  if (!file)
+    return json_object();
+  if ((*rc = cm__spec_read(file, &text, &len, err, errlen)) < 0)
+    return NULL;
+  /* cm__spec_read wrote nothing on success: keep collecting after it. */
+  root = cm__load_json(e, text, len, rc);
+  free(text);
+  if (!root)
+    return NULL;
+  if (!json_is_object(root)) {
+    cm__report(e, NULL, "expected a JSON object with \"job\", got %s",
+               cm__describe(got, sizeof got, root));
+    json_decref(root);
+    *rc = CM_ESPEC;
+    return NULL;
+  }
+  for (size_t i = 0; i < sizeof given / sizeof given[0]; i++) {
+    if (!json_object_get(root, given[i]))
+      continue;
+    cm__report(e, given[i],
+               "not allowed with --cluster slurm: Slurm's environment gives "
+               "it; remove it, or name the file without \"slurm:\"");
+    json_object_del(root, given[i]);
+  }
+  cm__check_keys(e, root, "", keys, sizeof keys / sizeof keys[0]);
+  slurm = cm__opt_object(e, root, "", "slurm",
+                         "an object with \"ps\" and \"port\"");
+  if (slurm) {
+    cm__check_keys(e, slurm, "slurm", slurm_keys, 2);
+    cm__opt_int(e, slurm, "slurm", "ps", 1, CM_HOSTLIST_MAX, &L->nps);
+    cm__opt_int(e, slurm, "slurm", "port", 1, 65535, &L->port);
+  }
+  json_object_del(root, "slurm");
+  return root;
+}
+
+/* Expands the list in variable name into L: task counts when counts is
+ * set, else hosts. Returns 0, or -1 after reporting it. */
+static int read_list(struct cm__errs *e, char *const *envp, const char *name,
+                     struct layout *L, int counts) {
+  const char *v = env_get(envp, name);
+  char why[256], q[CM__SPEC_QUOTE_MAX];
+  int rc;
+
+  if (!v && strncmp(name, "SLURM_STEP_", 11) == 0) {
+    cm__report(e, NULL, "%s is not set, though SLURM_STEP_NODELIST is", name);
+    return -1;
+  }
+  if (!v) {
+    cm__report(e, NULL,
+               "%s is not set: not inside a Slurm job (run under sbatch, "
+               "salloc or srun)",
+               name);
+    return -1;
+  }
+  rc = counts ? cm_hostlist_counts(v, &L->per_node, &L->nper, why, sizeof why)
+              : cm_hostlist_expand(v, &L->hosts, &L->nhosts, why, sizeof why);
+  if (rc == CM_ENOMEM) {
+    cm__report(e, NULL, "%s: out of memory", name);
+    return -1;
+  }
+  if (rc < 0) {
+    cm__report(e, NULL, "%s=%s: %s", name, cm__quote(q, sizeof q, v), why);
+    return -1;
+  }
+  return 0;
+}
+
+/* Task k's host index and its index among that host's tasks. */
+static void place(const struct layout *L, int k, int *node, int *local) {
+  int n = 0;
+
+  while (n < L->nper - 1 && k >= L->per_node[n])
+    k -= L->per_node[n++];
+  *node = n;
+  *local = k;
+}
+
+/* Reads the step's layout from the environment into L (whose nps and port
+ * hold the file's values or the defaults). Returns 0 or -1 after reporting
+ * every mistake. */
+static int read_layout(struct cm__errs *e, char *const *envp,
+                       struct layout *L) {
+  int before = e->count, in_step, node, local, v, bad = 0;
+
+  in_step = env_get(envp, "SLURM_STEP_NODELIST") != NULL;
+  L->nodes_var = in_step                               ? "SLURM_STEP_NODELIST"
+                 : env_get(envp, "SLURM_JOB_NODELIST") ? "SLURM_JOB_NODELIST"
+                 : env_get(envp, "SLURM_NODELIST")     ? "SLURM_NODELIST"
+                                                       : "SLURM_JOB_NODELIST";
+  L->tasks_var = in_step ? "SLURM_STEP_TASKS_PER_NODE" : "SLURM_TASKS_PER_NODE";
+  env_int(e, envp, "PSD_SLURM_PS", 1, CM_HOSTLIST_MAX, &L->nps);
+  env_int(e, envp, "PSD_SLURM_PORT", 1, 65535, &L->port);
+  bad |= read_list(e, envp, L->nodes_var, L, 0);
+  bad |= read_list(e, envp, L->tasks_var, L, 1);
+  if (env_int(e, envp, "SLURM_PROCID", 0, INT_MAX, &L->procid) == 0) {
+    cm__report(e, NULL,
+               "SLURM_PROCID is not set: not a task of a Slurm job "
+               "(run under sbatch or srun)");
+    bad = 1;
+  }
+  if (bad || e->count > before)
+    return -1;
+  if (L->nhosts != L->nper) {
+    cm__report(e, NULL, "%s names %d host%s but %s gives %d count%s",
+               L->nodes_var, L->nhosts, L->nhosts == 1 ? "" : "s", L->tasks_var,
+               L->nper, L->nper == 1 ? "" : "s");
+    return -1;
+  }
+  for (int i = 0; i < L->nper; i++)
+    L->ntasks += L->per_node[i];
+  if (L->ntasks > CM_HOSTLIST_MAX) {
+    cm__report(e, NULL, "%s: more than %d tasks", L->tasks_var,
+               CM_HOSTLIST_MAX);
+    return -1;
+  }
+  if (L->procid >= L->ntasks)
+    cm__report(e, NULL, "SLURM_PROCID=%d: out of range; %s gives %d tasks",
+               L->procid, L->tasks_var, L->ntasks);
+  if (L->nps >= L->ntasks)
+    cm__report(e, NULL,
+               "%d ps tasks (PSD_SLURM_PS or slurm.ps) leave no worker among "
+               "the %d tasks %s gives; expected 1..%d",
+               L->nps, L->ntasks, L->tasks_var, L->ntasks - 1);
+  for (int i = 0; i < L->nper; i++)
+    if (L->port + L->per_node[i] - 1 > 65535)
+      cm__report(e, NULL,
+                 "port %d (PSD_SLURM_PORT or slurm.port) + %d tasks on %s "
+                 "passes 65535",
+                 L->port, L->per_node[i], L->hosts[i]);
+  if (e->count > before)
+    return -1;
+  /* Tasks in blocks, as srun lays them out by default: a cyclic or plane
+   * distribution puts them elsewhere, and Slurm says so here. */
+  place(L, L->procid, &node, &local);
+  if (in_step && env_int(e, envp, "SLURM_NODEID", 0, INT_MAX, &v) > 0 &&
+      v != node)
+    cm__report(e, NULL,
+               "SLURM_NODEID=%d but task %d of %s is on node %d: the tasks "
+               "are not laid out in blocks; run srun with --distribution=block",
+               v, L->procid, L->tasks_var, node);
+  else if (in_step && env_int(e, envp, "SLURM_LOCALID", 0, INT_MAX, &v) > 0 &&
+           v != local)
+    cm__report(e, NULL,
+               "SLURM_LOCALID=%d but task %d of %s is task %d on its node: the "
+               "tasks are not laid out in blocks; run srun with "
+               "--distribution=block",
+               v, L->procid, L->tasks_var, local);
+  return e->count > before ? -1 : 0;
+}
+
+/* Makes the spec document: the cluster from L, the task, then what the job
+ * file holds (doc, whose job and auth it takes). Returns a new reference or
+ * NULL when out of memory. */
+static json_t *make_doc(const struct layout *L, json_t *file) {
+  json_t *doc = json_object(), *cluster = json_object(), *ps = json_array(),
+         *worker = json_array(), *task = json_object(), *v;
+  char addr[300];
+  int k = 0, bad = !doc || !cluster || !ps || !worker || !task;
+
+  for (int n = 0; n < L->nper && !bad; n++) {
+    for (int j = 0; j < L->per_node[n] && !bad; j++, k++) {
+      snprintf(addr, sizeof addr, "%s:%d", L->hosts[n], L->port + j);
+      bad |= json_array_append_new(k < L->nps ? ps : worker,
+                                   json_string(addr)) < 0;
+    }
+  }
+  bad = bad || json_object_set(cluster, "ps", ps) < 0 ||
+        json_object_set(cluster, "worker", worker) < 0 ||
+        json_object_set(doc, "cluster", cluster) < 0 ||
+        json_object_set_new(task, "type",
+                            json_string(L->procid < L->nps ? "ps" : "worker")) <
+            0 ||
+        json_object_set_new(
+            task, "index",
+            json_integer(L->procid < L->nps ? L->procid : L->procid - L->nps)) <
+            0 ||
+        json_object_set(doc, "task", task) < 0;
+  if (!bad && (v = json_object_get(file, "job")))
+    bad = json_object_set(doc, "job", v) < 0;
+  if (!bad && (v = json_object_get(file, "auth")))
+    bad = json_object_set(doc, "auth", v) < 0;
+  json_decref(ps);
+  json_decref(worker);
+  json_decref(cluster);
+  json_decref(task);
+  if (bad) {
+    json_decref(doc);
+    return NULL;
+  }
+  return doc;
+}
+
+int cm_slurm_spec(const char *file, char *const *envp, struct cm_spec **out,
+                  char **json, char *err, size_t errlen) {
+  struct layout L = {0};
+  struct cm__errs e;
+  json_t *settings = NULL, *doc = NULL;
+  char *text = NULL;
+  int rc = 0;
+
+  if (out)
+    *out = NULL;
+  if (json)
+    *json = NULL;
+  if (!envp)
+    envp = environ;
+  L.nps = CM_SLURM_DEFAULT_PS;
+  L.port = CM_SLURM_DEFAULT_PORT;
+  cm__errs_init(&e, file, err, errlen);
+  settings = read_job_file(&e, file, &L, err, errlen, &rc);
+  if (!settings && rc != CM_ESPEC) {
+    /* cm__spec_read wrote err itself (a missing or unreadable file). */
+    e.buf = NULL;
+    if (rc == 0)
+      rc = CM_ENOMEM;
+    goto out;
+  }
+  e.source = NULL; /* the environment's mistakes name their variable */
+  if (read_layout(&e, envp, &L) < 0 || e.count > 0 || !settings) {
+    rc = CM_ESPEC;
+    goto out;
+  }
+  if (!(doc = make_doc(&L, settings)) ||
+      !(text = json_dumps(doc, JSON_INDENT(2) | JSON_PRESERVE_ORDER |
+                                   JSON_REAL_PRECISION(16)))) {
+    rc = CM_ENOMEM;
+    goto out;
+  }
+  cm__errs_finish(&e);
+  e.buf = NULL;
+  rc = cm__spec_parse_at(text, strlen(text), file ? file : "slurm", file, out,
+                         err, errlen);
+  if (rc == 0 && json) {
+    *json = text;
+    text = NULL;
+  }
+out:
+  cm__errs_finish(&e);
+  json_decref(doc);
+  json_decref(settings);
+  cm_hostlist_free(L.hosts, L.nhosts);
+  free(L.per_node);
+  free(text);
+  return rc;
+}

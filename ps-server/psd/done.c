@@ -1,0 +1,110 @@
+/* psd_done_start (done.h): the shard watches the job's workers through
+ * ps:0's status, as pslaunch does for the ps tasks it launched
+ * (deploy/pslaunch/watch.c), and stops once none is left to serve. The
+ * status call blocks, so it runs on libuv's thread pool, one at a time,
+ * with a client of the shard's own; the loop thread reads the answer. */
+#include "done.h"
+
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "log.h"
+#include "psclient.h"
+#include "psd.h"
+
+/* How often ps:0 is asked, ms. */
+#define DONE_EVERY_MS 1000
+
+/* The watch's state, one per shard (srv->done). */
+struct psd_done {
+  struct psd_server *srv;  /* the shard */
+  struct dw_client *c;     /* owned client of the job's shards */
+  uv_timer_t timer;        /* asks every DONE_EVERY_MS */
+  uv_work_t work;          /* the ask in flight on the thread pool */
+  int busy;                /* 1 while work is queued */
+  char *json;              /* the answer (owned), NULL when it failed */
+  int said_waiting;        /* the wait was logged */
+};
+
+static void ask(uv_work_t *req) {
+  struct psd_done *d = req->data;
+  d->json = NULL;
+  if (dw_client_status(d->c, 0, &d->json))
+    d->json = NULL;
+}
+
+/* Whether every worker of the spec finished or is gone, at least one of
+ * them having joined. */
+static int all_done(struct psd_done *d, json_t *root) {
+  const struct cm_spec *spec = d->srv->spec;
+  int joined = 0;
+  for (int i = 0; i < spec->nworker; i++) {
+    enum dw_worker_state s =
+        dw_worker_judge(root, i, spec->job.heartbeat_ms);
+    if (s != DW_W_FINISHED && s != DW_W_DEAD)
+      return 0;
+    joined++;
+  }
+  return joined > 0;
+}
+
+static void asked(uv_work_t *req, int status) {
+  struct psd_done *d = req->data;
+  json_t *root = d->json ? json_loads(d->json, 0, NULL) : NULL;
+  d->busy = 0;
+  free(d->json);
+  d->json = NULL;
+  if (status == 0 && root && all_done(d, root)) {
+    cm_info("every worker of the job has finished or is gone "
+            "(job.exit_when_done): stopping");
+    d->srv->stop_signal = SIGTERM;
+    uv_stop(&d->srv->loop);
+  } else if (!d->said_waiting) {
+    cm_info("job.exit_when_done: this shard stops once every worker of the "
+            "job has finished");
+    d->said_waiting = 1;
+  }
+  json_decref(root);
+}
+
+static void on_timer(uv_timer_t *t) {
+  struct psd_done *d = t->data;
+  if (d->busy)
+    return;
+  d->busy = 1;
+  d->work.data = d;
+  if (uv_queue_work(&d->srv->loop, &d->work, ask, asked) != 0)
+    d->busy = 0;
+}
+
+int psd_done_start(struct psd_server *srv) {
+  struct dw_client_opts o = {.worker = "exit_when_done",
+                             .timeout_ms = 5000,
+                             .retry_s = -1};
+  struct psd_done *d = calloc(1, sizeof *d);
+  int rc;
+  if (!d)
+    return -1;
+  d->srv = srv;
+  if ((rc = dw_client_new(&d->c, srv->spec, &o))) {
+    free(d);
+    return rc;
+  }
+  uv_timer_init(&srv->loop, &d->timer);
+  d->timer.data = d;
+  uv_timer_start(&d->timer, on_timer, DONE_EVERY_MS, DONE_EVERY_MS);
+  srv->done = d;
+  return 0;
+}
+
+void psd_done_free(struct psd_server *srv) {
+  struct psd_done *d = srv->done;
+  if (!d)
+    return;
+  dw_client_free(d->c);
+  free(d);
+  srv->done = NULL;
+}
