@@ -35,9 +35,12 @@ struct psd_metrics {
                                   borrowed from the creds */
   char url[340];               /* where it serves, for the log */
   char lasterr[256];           /* libmicrohttpd's last complaint */
+  int started; /* 1 once serving: complaints are logged; before, a failed
+                  start reports the last one */
 };
 
-/* libmicrohttpd's own complaints: kept for a failed start, and logged. */
+/* libmicrohttpd's own complaints: kept for a failed start, logged once
+ * serving. */
 static void on_mhd_log(void *cls, const char *fmt, va_list ap) {
   struct psd_metrics *m = cls;
   int n;
@@ -45,7 +48,8 @@ static void on_mhd_log(void *cls, const char *fmt, va_list ap) {
   n = (int)strlen(m->lasterr);
   while (n > 0 && (m->lasterr[n - 1] == '\n' || m->lasterr[n - 1] == '\r'))
     m->lasterr[--n] = '\0';
-  cm_warn("metrics: %s", m->lasterr);
+  if (m->started)
+    cm_warn("metrics: %s", m->lasterr);
 }
 
 /* Renders the shard's metrics into *text (malloc'd). Returns 0, or a
@@ -249,6 +253,7 @@ int psd_metrics_start(struct psd_metrics **out,
              m->lasterr[0] ? m->lasterr : "libmicrohttpd failed to start");
     goto out;
   }
+  m->started = 1;
   *out = m;
   m = NULL;
 out:
