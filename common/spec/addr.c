@@ -53,10 +53,8 @@ static int valid_hostname(const char *host) {
   return p != host;
 }
 
-/* Parses one "host:port" entry of cluster.ps or cluster.worker into *out.
- * Returns 1 when valid; reports and returns 0 otherwise (out->port stays 0). */
-static int parse_addr(struct cm__errs *e, const json_t *v, const char *path,
-                      struct cm_addr *out) {
+int cm__parse_addr(struct cm__errs *e, const json_t *v, const char *path,
+                   struct cm_addr *out) {
   char q[CM__SPEC_QUOTE_MAX], qh[CM__SPEC_QUOTE_MAX], got[CM__SPEC_QUOTE_MAX];
   unsigned char bin[16];
   const char *s, *host, *close, *colon, *port, *p;
@@ -216,7 +214,7 @@ static int parse_addrs(struct cm__errs *e, json_t *cluster, const char *key,
   *n = (int)len;
   json_array_foreach(arr, i, v) {
     cm__path_index(epath, sizeof epath, path, i);
-    parse_addr(e, v, epath, &(*out)[i]);
+    cm__parse_addr(e, v, epath, &(*out)[i]);
   }
   return 0;
 }
@@ -307,6 +305,21 @@ static int parse_kubeflow(struct cm__errs *e, json_t *cluster,
   spec->nworker += nchief;
   spec->nchief = nchief;
   return 0;
+}
+
+int cm_addr_parse(const char *text, const char *what, struct cm_addr *out,
+                  char *err, size_t errlen) {
+  struct cm__errs e;
+  json_t *v = json_string(text);
+  memset(out, 0, sizeof *out);
+  cm__errs_init(&e, what, err, errlen);
+  if (!v)
+    cm__report(&e, NULL, "expected \"host:port\" (UTF-8 text)");
+  else
+    cm__parse_addr(&e, v, NULL, out);
+  cm__errs_finish(&e);
+  json_decref(v);
+  return e.count ? CM_EINVAL : 0;
 }
 
 int cm__parse_cluster(struct cm__errs *e, json_t *root, struct cm_spec *spec) {

@@ -13,6 +13,12 @@
 /* Whether s (without a zone) is an IPv6 literal; fills bin when it is. */
 int cm__parse_ipv6(const char *s, unsigned char bin[16]);
 
+/* Parses one "host:port" string v (cluster.ps[i], job.metrics_listen, ...)
+ * at JSON path `path` into *out. Returns 1 when valid; reports and returns
+ * 0 otherwise (out->port stays 0). */
+int cm__parse_addr(struct cm__errs *e, const json_t *v, const char *path,
+                   struct cm_addr *out);
+
 /* Parses root's "cluster" into spec->ps and spec->worker (new arrays owned
  * by spec, freed by cm_spec_free). Each list's length is set even when
  * entries are wrong, so that task.index can still be checked; wrong entries

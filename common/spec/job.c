@@ -449,7 +449,8 @@ void cm__parse_job(struct cm__errs *e, json_t *root, int nworker,
                                      "tables",
                                      "ctr",
                                      "worker_command",
-                                     "tensorboard_dir"};
+                                     "tensorboard_dir",
+                                     "metrics_listen"};
   static const char *const models[] = {"softmax", "mlp", "cnn", "ctr", NULL};
   static const char *const nonfinite[] = {"reject", "skip", "apply", NULL};
   static const char *const dtypes[] = {"f32", "bf16", NULL};

@@ -21,4 +21,8 @@ void cm__parse_job(struct cm__errs *e, json_t *root, int nworker,
  * refused: a spec is copied around and printed, a token file is not. */
 void cm__parse_auth(struct cm__errs *e, json_t *root, struct cm_auth *out);
 
+/* Parses "job.metrics_listen" into spec->metrics (job_metrics.c); needs
+ * spec->nps. Returns 0 or CM_ENOMEM; mistakes go to e. */
+int cm__parse_metrics(struct cm__errs *e, json_t *root, struct cm_spec *spec);
+
 #endif

@@ -3,7 +3,8 @@
  * path, what was expected) instead of stopping at the first one;
  * cm_spec_load reads the file and makes the paths it names relative to its
  * directory. The parts of a spec are parsed by addr.c (cluster), task.c
- * (task), job.c and job_optim.c (job, auth); errs.c collects the mistakes. */
+ * (task), job.c and job_optim.c (job, auth), job_metrics.c
+ * (job.metrics_listen); errs.c collects the mistakes. */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE /* realpath under -std=c11 */
 #endif
@@ -88,6 +89,8 @@ int cm_spec_parse(const char *json, size_t len, const char *source,
   }
   cm__parse_job(&e, root, spec->nworker, &spec->job);
   cm__parse_auth(&e, root, &spec->auth);
+  if ((rc = cm__parse_metrics(&e, root, spec)) < 0)
+    goto out;
   if (e.count > 0) {
     rc = CM_ESPEC;
     goto out;
@@ -290,5 +293,6 @@ void cm_spec_free(struct cm_spec *spec) {
     return;
   free(spec->ps);
   free(spec->worker);
+  free(spec->metrics);
   free(spec);
 }

@@ -214,6 +214,11 @@ struct cm_spec {
   char notes[1024]; /* what was accepted and ignored (cluster.evaluator,
                        an unknown task type), one line each, "" when
                        nothing: the programs log it */
+  /* "job.metrics_listen": owned array of nps addresses, shard i's HTTP
+   * endpoint for GET /metrics at metrics[i]; NULL when not set (off, the
+   * default). A "host:port" string gives shard i host:port+i, an array
+   * one address per shard (job_metrics.c). */
+  struct cm_addr *metrics;
 };
 
 /* Parses the JSON text json[0..len) named `source` in messages. On success
@@ -262,6 +267,12 @@ const char *cm_task_type_name(enum cm_task_type type);
  * (fingerprint.c). Never 0. Specs that differ only in other settings (the
  * task, training settings, auth) have the same one. */
 uint64_t cm_spec_fingerprint(const struct cm_spec *spec);
+
+/* Parses "host:port" text (IPv4, "[IPv6]", a host name; a port in
+ * 1..65535) into *out, as cluster.ps entries are. Returns 0, or CM_EINVAL
+ * with one line "what: ...: expected ..." in err. */
+int cm_addr_parse(const char *text, const char *what, struct cm_addr *out,
+                  char *err, size_t errlen);
 
 /* Returns 1 when the host names this machine (localhost, 127.0.0.0/8, ::1,
  * this host's name or one of its interface addresses), else 0. */

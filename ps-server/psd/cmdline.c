@@ -19,6 +19,7 @@ static void usage(FILE *f) {
       f,
       "usage: psd --cluster FILE [--task ps:I] [--listen HOST:PORT]\n"
       "           [--checkpoint-dir DIR] [--resume-step N]\n"
+      "           [--metrics-listen HOST:PORT]\n"
       "\n"
       "Runs shard I of a psd job: holds its slices of the job's variables\n"
       "in memory and applies the workers' pushes with each variable's\n"
@@ -43,6 +44,9 @@ static void usage(FILE *f) {
       "                     step N (sync: give every shard the same N when\n"
       "                     their newest differ); newer ones are renamed\n"
       "                     superseded-ckpt-*\n"
+      "  --metrics-listen HOST:PORT  serve Prometheus metrics (GET /metrics)\n"
+      "                     here instead of the spec's job.metrics_listen\n"
+      "                     for this shard; with neither, none are served\n"
       "  -h, --help         this text\n"
       "\n"
       "psd logs \"ready: listening on ...\" once it serves, after restoring\n"
@@ -67,9 +71,10 @@ enum psd_config psd_server_configure(struct psd_server *srv, int argc,
       {"listen", required_argument, 0, 'l'},
       {"checkpoint-dir", required_argument, 0, 'k'},
       {"resume-step", required_argument, 0, 'r'},
+      {"metrics-listen", required_argument, 0, 'm'},
       {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0}};
-  const char *cluster = NULL, *task = NULL, *listen = NULL;
+  const char *cluster = NULL, *task = NULL, *listen = NULL, *metrics = NULL;
   char err[8192];
   int c;
 
@@ -83,6 +88,9 @@ enum psd_config psd_server_configure(struct psd_server *srv, int argc,
       break;
     case 'l':
       listen = optarg;
+      break;
+    case 'm':
+      metrics = optarg;
       break;
     case 'k':
       if (!optarg[0] || strlen(optarg) >= sizeof srv->ckpt_root) {
@@ -138,6 +146,13 @@ enum psd_config psd_server_configure(struct psd_server *srv, int argc,
     return PSD_CONFIG_BAD;
   }
   srv->shard = srv->spec->task.index;
+  if (metrics && cm_addr_parse(metrics, "--metrics-listen", &srv->metrics_addr,
+                               err, sizeof err)) {
+    fprintf(stderr, "psd: %s\n", err);
+    return PSD_CONFIG_BAD;
+  }
+  if (!metrics && srv->spec->metrics)
+    srv->metrics_addr = srv->spec->metrics[srv->shard];
   snprintf(srv->listen, sizeof srv->listen, "%s",
            listen ? listen : srv->spec->ps[srv->shard].text);
   return PSD_CONFIG_RUN;

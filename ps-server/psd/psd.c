@@ -7,7 +7,8 @@
  * psd_server (psd.h), passed explicitly. gRPC's completion queue runs on
  * its own thread (common/rpc/rpc_server.c); libuv's loop on the main thread
  * carries what waits outside gRPC: signals, the periodic stats line and the
- * systemd watchdog. Its handlers are here.
+ * systemd watchdog. Its handlers are here. With job.metrics_listen,
+ * libmicrohttpd serves GET /metrics from a thread of its own (metrics.h).
  *
  * Checkpoints (ckpt.h, saver.h): the store, and in async mode the table of
  * applied pushes (dedup.h), are restored from the newest checkpoint before
@@ -216,6 +217,8 @@ static enum psd_exit shut_down(struct psd_server *srv) {
   cm_notify("STOPPING=1");
   psd_local_stop(srv->local);
   srv->local = NULL;
+  psd_metrics_stop(srv->metrics);
+  srv->metrics = NULL;
   cm_info("%s: stopping (calls in flight get up to %d ms; new calls are "
           "answered UNAVAILABLE, which clients retry)",
           strsignal(srv->stop_signal), PSD_STOP_GRACE_MS);
@@ -241,6 +244,7 @@ static enum psd_exit shut_down(struct psd_server *srv) {
 
 /* Frees what srv owns, however far startup got. */
 static void free_server(struct psd_server *srv) {
+  psd_metrics_stop(srv->metrics);
   cm_server_free(srv->rpc);
   psd_coord_free(srv->coord);
   psd_saver_free(srv->saver);
@@ -285,6 +289,9 @@ int main(int argc, char **argv) {
   if (rc)
     goto out;
   rc = psd_server_open(&srv);
+  if (rc)
+    goto out;
+  rc = psd_server_start_metrics(&srv);
   if (rc)
     goto out;
   start_loop(&srv);

@@ -13,6 +13,7 @@
 
 #include "auth.h"
 #include "ckpt.h"
+#include "metrics.h"
 #include "request.h"
 #include "rpc_server.h"
 #include "service.h"
@@ -41,6 +42,10 @@ struct psd_server {
   char listen[300];            /* address served */
   char unix_path[200];         /* Unix socket also served, "" when none */
   struct psd_local *local;     /* owned Unix socket listener, or NULL */
+  struct cm_addr metrics_addr; /* where GET /metrics is served (the spec's
+                                  job.metrics_listen or --metrics-listen);
+                                  port 0: not served */
+  struct psd_metrics *metrics; /* owned HTTP endpoint, or NULL */
   struct cm_creds creds;       /* owned: token and TLS from the spec auth */
   struct psd_store *store;     /* owned variables */
   struct psd_service *service; /* owned gRPC handlers */

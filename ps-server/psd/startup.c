@@ -14,6 +14,7 @@
 #include "err.h"
 #include "local.h"
 #include "log.h"
+#include "metrics.h"
 #include "rand.h"
 #include "saver.h"
 #include "spec.h"
@@ -252,6 +253,31 @@ void psd_server_start_local(struct psd_server *srv) {
     return;
   }
   snprintf(srv->unix_path, sizeof srv->unix_path, "%s", path);
+}
+
+enum psd_exit psd_server_start_metrics(struct psd_server *srv) {
+  struct psd_metrics_conf conf = {
+      .listen = &srv->metrics_addr,
+      .service = srv->service,
+      .job = srv->spec->job.name,
+      .shard = srv->shard,
+      .address = srv->spec->ps[srv->shard].text,
+      .creds = &srv->creds,
+  };
+  char err[600];
+  int rc;
+  if (!srv->metrics_addr.port)
+    return PSD_EXIT_OK;
+  if ((rc = psd_metrics_start(&srv->metrics, &conf, err, sizeof err))) {
+    cm_error("%s", err);
+    if (rc == CM_EADDRINUSE)
+      cm_error("is another program using that port? change "
+               "job.metrics_listen in the spec (or --metrics-listen)");
+    return PSD_EXIT_FAILED;
+  }
+  cm_info("metrics: serving %s%s", psd_metrics_url(srv->metrics),
+          srv->creds.token[0] ? " (bearer token required)" : "");
+  return PSD_EXIT_OK;
 }
 
 /* Says who may call this shard. */

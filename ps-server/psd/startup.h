@@ -1,6 +1,7 @@
 /* How psd starts serving (startup.c), in the order main calls it: restore
  * the store from the newest checkpoint, open the service, the coordinator
- * (shard 0) and the gRPC server, serve the job's Unix socket too, and say
+ * (shard 0) and the gRPC server, serve GET /metrics over HTTP when asked
+ * (metrics.h), serve the job's Unix socket too, and say
  * who may call, what is refused and that the shard is ready. Each failure
  * is logged where it happens, with the fix. */
 #ifndef PSD_STARTUP_H
@@ -25,6 +26,11 @@ enum psd_exit psd_server_open(struct psd_server *srv);
  * (common/rpc/endpoint.h), once srv->loop exists. Not being able to is a
  * warning: TCP serves. */
 void psd_server_start_local(struct psd_server *srv);
+
+/* Serves GET /metrics on srv->metrics_addr (metrics.h), when set, and says
+ * where. Returns PSD_EXIT_OK, or PSD_EXIT_FAILED when it cannot listen
+ * there (said). */
+enum psd_exit psd_server_start_metrics(struct psd_server *srv);
 
 /* Logs who may call this shard, what it refuses beyond the per-field
  * checks, and "ready: listening on ...", the line operators and tests wait

@@ -1,12 +1,14 @@
 /* Unit tests for common/spec/addr.c and local.c: cluster.ps and
  * cluster.worker missing or malformed, every kind of bad "host:port", an
  * address given to two tasks, and cm_addr_is_local on literals that send no
- * traffic. */
+ * traffic; job.metrics_listen (job_metrics.c) in both forms, and
+ * cm_addr_parse for a command line's address. */
 #include <check.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "err.h"
 #include "spec.h"
 #include "spec_fixture.h"
 #include "unit.h"
@@ -70,6 +72,83 @@ START_TEST(test_duplicates) {
 }
 END_TEST
 
+#define CLUSTER3                                                               \
+  "{\"cluster\": {\"ps\": [\"127.0.0.1:7100\", \"127.0.0.1:7101\", "           \
+  "\"127.0.0.1:7102\"], \"worker\": [\"127.0.0.1:7200\"]}, "
+
+START_TEST(test_metrics_listen) {
+  struct cm_spec *spec = NULL;
+
+  ck_assert_int_eq(parse(CLUSTER3 "\"job\": {}}", &spec), 0);
+  ck_assert_ptr_null(spec->metrics); /* off by default */
+  cm_spec_free(spec);
+  /* A base: shard i on port + i, each with its own text. */
+  ck_assert_int_eq(
+      parse(CLUSTER3 "\"job\": {\"metrics_listen\": \"[::1]:9100\"}}", &spec),
+      0);
+  ck_assert_ptr_nonnull(spec->metrics);
+  for (int i = 0; i < 3; i++) {
+    char want[32];
+    snprintf(want, sizeof want, "[::1]:%d", 9100 + i);
+    ck_assert_str_eq(spec->metrics[i].host, "::1");
+    ck_assert_int_eq(spec->metrics[i].port, 9100 + i);
+    ck_assert_str_eq(spec->metrics[i].text, want);
+  }
+  cm_spec_free(spec);
+  /* One per shard, as written. */
+  ck_assert_int_eq(parse(CLUSTER3
+                         "\"job\": {\"metrics_listen\": [\"10.0.0.1:9100\", "
+                         "\"10.0.0.2:9100\", \"localhost:80\"]}}",
+                         &spec),
+                   0);
+  ck_assert_str_eq(spec->metrics[1].text, "10.0.0.2:9100");
+  ck_assert_int_eq(spec->metrics[2].port, 80);
+  cm_spec_free(spec);
+}
+END_TEST
+
+START_TEST(test_metrics_listen_mistakes) {
+  parse_bad(CLUSTER3 "\"job\": {\"metrics_listen\": \"127.0.0.1:65534\"}}");
+  has_line("t.json: job.metrics_listen: \"127.0.0.1:65534\": shard 2 would "
+           "listen on port 65536; expected a base port of at most 65533 "
+           "(shard i listens on port + i)");
+  parse_bad(CLUSTER3 "\"job\": {\"metrics_listen\": [\"a:1\", \"b:1\"]}}");
+  has_line("t.json: job.metrics_listen: 2 addresses for 3 shards; expected "
+           "one \"host:port\" per entry of cluster.ps, or one \"host:port\" "
+           "string (shard i then listens on port + i)");
+  parse_bad(CLUSTER3 "\"job\": {\"metrics_listen\": [\"a:1\", \"a:0\", "
+                     "\"a:1\"]}}");
+  has_line("t.json: job.metrics_listen[1]: port 0 out of range; expected "
+           "1..65535");
+  has_line("t.json: job.metrics_listen[2]: \"a:1\" is also "
+           "job.metrics_listen[0]; expected one per shard");
+  ck_assert_int_eq(count_lines(err), 2);
+  parse_bad(CLUSTER3 "\"job\": {\"metrics_listen\": 9100}}");
+  has_line("t.json: job.metrics_listen: expected a \"host:port\" string or an "
+           "array of them (one per shard), got 9100");
+  parse_bad(CLUSTER3 "\"job\": {\"metrics_listen\": \"9100\"}}");
+  has_line("t.json: job.metrics_listen: \"9100\" has no port; expected "
+           "\"host:port\"");
+}
+END_TEST
+
+START_TEST(test_addr_parse) {
+  struct cm_addr a;
+  char e[256];
+
+  ck_assert_int_eq(cm_addr_parse("127.0.0.1:9100", "--x", &a, e, sizeof e), 0);
+  ck_assert_str_eq(a.host, "127.0.0.1");
+  ck_assert_int_eq(a.port, 9100);
+  ck_assert_int_eq(cm_addr_parse("[::1]:1", "--x", &a, e, sizeof e), 0);
+  ck_assert_str_eq(a.host, "::1");
+  ck_assert_int_eq(cm_addr_parse("host", "--x", &a, e, sizeof e), CM_EINVAL);
+  ck_assert_str_eq(e, "--x: \"host\" has no port; expected \"host:port\"");
+  ck_assert_int_eq(a.port, 0);
+  ck_assert_int_eq(cm_addr_parse("h:70000", "--x", &a, e, sizeof e), CM_EINVAL);
+  ck_assert_str_eq(e, "--x: port 70000 out of range; expected 1..65535");
+}
+END_TEST
+
 /* Builds an address the way the parser would, without a spec. */
 static int is_local(const char *host) {
   struct cm_addr a;
@@ -109,6 +188,9 @@ static Suite *spec_addr_suite(void) {
   tcase_add_test(tc, test_cluster_missing);
   tcase_add_test(tc, test_bad_addresses);
   tcase_add_test(tc, test_duplicates);
+  tcase_add_test(tc, test_metrics_listen);
+  tcase_add_test(tc, test_metrics_listen_mistakes);
+  tcase_add_test(tc, test_addr_parse);
   suite_add_tcase(s, tc);
 
   tc = tcase_create("local");

@@ -1,58 +1,21 @@
 /* dw_client_status (psclient.h): one shard's Admin/Status answer as a JSON
- * text, StatusResponse's fields under their proto names, for psctl and the
- * tests; histograms keep their bounds and per-bucket counts. */
+ * text, for psctl and the tests; the document itself is common/metrics'
+ * (status_json.h), which psd's metrics endpoint renders too. */
 #include "client_internal.h"
 
-#include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include <jansson.h>
 
 #include "err.h"
-
-/* {"name", "bounds", "counts", "sum", "count"}, as in the message. */
-static json_t *hist_json(const Psd__V1__Histogram *h) {
-  json_t *b = json_array(), *n = json_array();
-  for (size_t i = 0; i < h->n_bounds; i++)
-    json_array_append_new(b, json_real(h->bounds[i]));
-  for (size_t i = 0; i < h->n_counts; i++)
-    json_array_append_new(n, json_integer((json_int_t)h->counts[i]));
-  return json_pack("{s:s, s:o, s:o, s:f, s:I}", "name", h->name, "bounds", b,
-                   "counts", n, "sum", h->sum, "count", (json_int_t)h->count);
-}
-
-/* The shard's embedding tables, as TableStatus has them. */
-static json_t *tables_json(const Psd__V1__StatusResponse *resp) {
-  json_t *a = json_array();
-  for (size_t i = 0; a && i < resp->n_tables; i++) {
-    const Psd__V1__TableStatus *t = resp->tables[i];
-    json_t *state = json_array();
-    for (size_t k = 0; state && k < t->n_state; k++)
-      json_array_append_new(state, json_string(t->state[k]));
-    json_array_append_new(
-        a, json_pack("{s:s, s:i, s:I, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I, "
-                     "s:I, s:I, s:s, s:s, s:o}",
-                     "name", t->name, "dim", (int)t->dim, "id_bound",
-                     (json_int_t)t->id_bound, "optimizer", t->optimizer, "rows",
-                     (json_int_t)t->rows, "bytes", (json_int_t)t->bytes,
-                     "raw_bytes", (json_int_t)t->raw_bytes, "admitted",
-                     (json_int_t)t->admitted, "not_admitted",
-                     (json_int_t)t->not_admitted, "evicted",
-                     (json_int_t)t->evicted, "pending", (json_int_t)t->pending,
-                     "rows_pulled", (json_int_t)t->rows_pulled, "rows_pushed",
-                     (json_int_t)t->rows_pushed, "admission", t->admission,
-                     "eviction", t->eviction, "state", state));
-  }
-  return a;
-}
+#include "status_json.h"
 
 int dw_client_status(struct dw_client *c, int shard, char **json) {
   Psd__V1__Caller caller = dw__caller(c, -1);
   Psd__V1__StatusRequest req = PSD__V1__STATUS_REQUEST__INIT;
   Psd__V1__StatusResponse *resp = NULL;
   struct cm_unary u;
-  json_t *root = NULL, *vars;
+  json_t *root = NULL;
   int rc;
 
   *json = NULL;
@@ -73,123 +36,9 @@ int dw_client_status(struct dw_client *c, int shard, char **json) {
     rc = CM_EPROTO;
     goto out;
   }
-  root = json_pack("{s:i, s:i, s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:f, "
-                   "s:I}",
-                   "shard", resp->shard, "num_shards", resp->num_shards, "job",
-                   resp->job, "mode", resp->mode, "pulls",
-                   (json_int_t)resp->pulls, "pushes", (json_int_t)resp->pushes,
-                   "examples", (json_int_t)resp->examples, "bytes_in",
-                   (json_int_t)resp->bytes_in, "bytes_out",
-                   (json_int_t)resp->bytes_out, "errors",
-                   (json_int_t)resp->errors, "uptime_s", resp->uptime_s,
-                   "unauthenticated", (json_int_t)resp->unauthenticated);
-  if (root) { /* job.nonfinite: pushes with NaN or Inf, and the policy */
-    json_object_set_new(root, "nonfinite_pushes",
-                        json_integer((json_int_t)resp->nonfinite_pushes));
-    json_object_set_new(root, "nonfinite", json_string(resp->nonfinite));
-  }
-  vars = json_array();
-  for (size_t i = 0; root && i < resp->n_vars; i++) {
-    const Psd__V1__VarStatus *v = resp->vars[i];
-    json_t *shape = json_array(), *slots = json_array();
-    for (size_t d = 0; d < v->n_shape; d++)
-      json_array_append_new(shape, json_integer(v->shape[d]));
-    for (size_t k = 0; k < v->n_slots; k++)
-      json_array_append_new(slots, json_string(v->slots[k]));
-    json_array_append_new(
-        vars,
-        json_pack("{s:s, s:o, s:[I, I], s:I, s:I, s:s, s:i, s:o}", "name",
-                  v->name, "shape", shape, "rows", (json_int_t)v->row_begin,
-                  (json_int_t)v->row_end, "version", (json_int_t)v->version,
-                  "bytes", (json_int_t)v->bytes, "optimizer", v->optimizer,
-                  "placement", v->placement, "slots", slots));
-  }
-  if (!root) {
-    json_decref(vars);
+  if (!(root = cm_status_json(resp))) {
     rc = CM_ENOMEM;
     goto out;
-  }
-  json_object_set_new(root, "vars", vars);
-  json_object_set_new(root, "tables", tables_json(resp));
-  json_object_set_new(root, "step", json_integer((json_int_t)resp->step));
-  json_object_set_new(root, "duplicates",
-                      json_integer((json_int_t)resp->duplicates));
-  json_object_set_new(root, "rollbacks",
-                      json_integer((json_int_t)resp->rollbacks));
-  json_object_set_new(root, "rollback_step",
-                      json_integer((json_int_t)resp->rollback_step));
-  json_object_set_new(root, "resumed", json_boolean(resp->resumed));
-  { /* hex: JSON integers stop at 2^63 */
-    char boot[17];
-    snprintf(boot, sizeof boot, "%016llx", (unsigned long long)resp->boot);
-    json_object_set_new(root, "boot", json_string(boot));
-  }
-  json_object_set_new(root, "dedup_clients",
-                      json_integer((json_int_t)resp->dedup_clients));
-  json_object_set_new(root, "dedup_evicted",
-                      json_integer((json_int_t)resp->dedup_evicted));
-  json_object_set_new(root, "coordinator", json_boolean(resp->coordinator));
-  {
-    json_t *steps = json_array(), *workers = json_array();
-    for (size_t i = 0; i < resp->n_steps; i++) {
-      const Psd__V1__StepRecord *r = resp->steps[i];
-      json_t *a = json_array(), *d = json_array();
-      for (size_t k = 0; k < r->n_applied; k++)
-        json_array_append_new(a, json_integer(r->applied[k]));
-      for (size_t k = 0; k < r->n_dropped; k++)
-        json_array_append_new(d, json_integer(r->dropped[k]));
-      json_array_append_new(steps, json_pack("{s:I, s:o, s:o}", "step",
-                                             (json_int_t)r->step, "applied", a,
-                                             "dropped", d));
-    }
-    for (size_t i = 0; i < resp->n_workers; i++) {
-      const Psd__V1__WorkerStatus *w = resp->workers[i];
-      json_t *o =
-          json_pack("{s:i, s:b, s:b, s:I, s:I, s:I, s:f, s:i}", "worker",
-                    w->worker, "live", w->live, "joined", w->joined, "applied",
-                    (json_int_t)w->applied, "dropped", (json_int_t)w->dropped,
-                    "clock", (json_int_t)w->clock, "last_seen_ms",
-                    w->last_seen_ms, "joins", (int)w->joins);
-      json_object_set_new(o, "left", json_boolean(w->left));
-      json_object_set_new(o, "last_step", json_integer(w->last_step));
-      json_object_set_new(o, "pushes", json_integer(w->pushes));
-      json_object_set_new(o, "step_samples", json_integer(w->step_samples));
-      json_object_set_new(o, "step_p50_ms", json_real(w->step_p50_ms));
-      json_object_set_new(o, "step_p95_ms", json_real(w->step_p95_ms));
-      json_object_set_new(o, "lag_p50_ms", json_real(w->lag_p50_ms));
-      json_object_set_new(o, "lag_p95_ms", json_real(w->lag_p95_ms));
-      json_object_set_new(o, "examples", json_integer((json_int_t)w->examples));
-      json_object_set_new(o, "examples_per_s", json_real(w->examples_per_s));
-      if (w->step_time)
-        json_object_set_new(o, "step_time", hist_json(w->step_time));
-      json_array_append_new(workers, o);
-    }
-    json_t *hists = json_array();
-    for (size_t i = 0; i < resp->n_histograms; i++)
-      json_array_append_new(hists, hist_json(resp->histograms[i]));
-    json_object_set_new(root, "histograms", hists);
-    json_object_set_new(root, "steps", steps);
-    json_object_set_new(root, "workers", workers);
-    json_object_set_new(root, "max_clock_spread",
-                        json_integer((json_int_t)resp->max_clock_spread));
-    if (resp->job_rate)
-      json_object_set_new(root, "job_rate",
-                          json_pack("{s:i, s:I, s:f, s:f}", "workers",
-                                    (int)resp->job_rate->workers, "examples",
-                                    (json_int_t)resp->job_rate->examples,
-                                    "wall_s", resp->job_rate->wall_s,
-                                    "examples_per_s",
-                                    resp->job_rate->examples_per_s));
-  }
-  if (resp->checkpoint) {
-    const Psd__V1__CheckpointStatus *k = resp->checkpoint;
-    json_object_set_new(
-        root, "checkpoint",
-        json_pack("{s:s, s:I, s:I, s:I, s:s, s:I, s:f, s:s}", "dir", k->dir,
-                  "written", (json_int_t)k->written, "failed",
-                  (json_int_t)k->failed, "step", (json_int_t)k->step, "path",
-                  k->path, "bytes", (json_int_t)k->bytes, "ms", k->ms, "error",
-                  k->error));
   }
   *json = json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
   rc = *json ? 0 : CM_ENOMEM;
