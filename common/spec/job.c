@@ -450,7 +450,8 @@ void cm__parse_job(struct cm__errs *e, json_t *root, int nworker,
                                      "ctr",
                                      "worker_command",
                                      "tensorboard_dir",
-                                     "metrics_listen"};
+                                     "metrics_listen",
+                                     "exit_when_done"};
   static const char *const models[] = {"softmax", "mlp", "cnn", "ctr", NULL};
   static const char *const nonfinite[] = {"reject", "skip", "apply", NULL};
   static const char *const dtypes[] = {"f32", "bf16", NULL};
@@ -481,6 +482,7 @@ void cm__parse_job(struct cm__errs *e, json_t *root, int nworker,
   parse_liveness(e, job, out);
   parse_checkpoint(e, job, out);
   cm__opt_bool(e, job, "job", "unix_sockets", &out->unix_sockets);
+  cm__opt_bool(e, job, "job", "exit_when_done", &out->exit_when_done);
   parse_socket_owner(e, job, out);
   parse_channels(e, job, out);
   /* Settings of one model given with another are a mistake, not noise. */

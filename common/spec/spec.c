@@ -23,6 +23,7 @@
 #include "errs.h"
 #include "jcheck.h"
 #include "job.h"
+#include "k8s.h"
 #include "load.h"
 #include "slurm.h"
 #include "task.h"
@@ -260,6 +261,22 @@ int cm_spec_is_slurm(const char *cluster) {
          (strcmp(cluster, "slurm") == 0 || strncmp(cluster, "slurm:", 6) == 0);
 }
 
+void cm_spec_say_notes(const struct cm_spec *spec, const char *prog) {
+  const char *p = spec ? spec->notes : "";
+  while (*p) {
+    size_t n = strcspn(p, "\n");
+    fprintf(stderr, "%s: note: %.*s\n", prog, (int)n, p);
+    p += n + (p[n] == '\n');
+  }
+}
+
+int cm_spec_is_k8s(const char *cluster) {
+  return cluster &&
+         (strcmp(cluster, "k8s") == 0 || strncmp(cluster, "k8s:", 4) == 0 ||
+          strcmp(cluster, "tf_config") == 0 ||
+          strncmp(cluster, "tf_config:", 10) == 0);
+}
+
 int cm_spec_open(const char *cluster, struct cm_spec **out, char **json,
                  char *err, size_t errlen) {
   char *text = NULL, *z = NULL;
@@ -268,6 +285,13 @@ int cm_spec_open(const char *cluster, struct cm_spec **out, char **json,
 
   if (json)
     *json = NULL;
+  if (cluster &&
+      (!strcmp(cluster, "tf_config") || !strncmp(cluster, "tf_config:", 10)))
+    return cm_tf_config_spec(cluster[9] && cluster[10] ? cluster + 10 : NULL,
+                             NULL, out, json, err, errlen);
+  if (cm_spec_is_k8s(cluster))
+    return cm_k8s_spec(cluster[3] && cluster[4] ? cluster + 4 : NULL, NULL, out,
+                       json, err, errlen);
   if (cm_spec_is_slurm(cluster))
     return cm_slurm_spec(cluster[5] && cluster[6] ? cluster + 6 : NULL, NULL,
                          out, json, err, errlen);

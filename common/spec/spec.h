@@ -135,6 +135,11 @@ struct cm_job {
   /* "job.unix_sockets" (a JSON boolean), default 1: a client on the same
    * host as a shard dials the shard's Unix-domain socket instead of TCP */
   int unix_sockets;
+  /* "job.exit_when_done" (a JSON boolean), default 0: a shard stops by
+   * itself (final checkpoint, exit 0) once every worker of the job has
+   * finished, so an engine waiting for every process of the job (a
+   * Kubernetes Job, a TFJob) sees it complete */
+  int exit_when_done;
   /* "job.socket_owner": a user name or numeric uid (a JSON string, or an
    * integer 0..4294967294) whose same-host sockets clients trust besides
    * their own user's and root's (common/rpc/endpoint.h); "" = none */
@@ -236,7 +241,9 @@ int cm_spec_load(const char *path, struct cm_spec **out, char *err,
 
 /* Opens the spec a --cluster argument names: "slurm" or "slurm:FILE"
  * derive it from Slurm's environment with FILE's job settings (slurm.h,
- * cm_slurm_spec), anything else is a spec file (cm_spec_load; "./slurm" is
+ * cm_slurm_spec), "k8s" or "k8s:FILE" from a Kubernetes pod's, and
+ * "tf_config" or "tf_config:FILE" from a Kubeflow TFJob's TF_CONFIG (k8s.h),
+ * anything else is a spec file (cm_spec_load; "./slurm" is
  * a file named slurm). With json not NULL, *json receives the spec's JSON
  * text, NUL-terminated (free with free()): the derived one, or the file's
  * own. Returns 0, or what those return with the mistakes in err. */
@@ -245,6 +252,13 @@ int cm_spec_open(const char *cluster, struct cm_spec **out, char **json,
 
 /* 1 when a --cluster argument asks for Slurm ("slurm" or "slurm:FILE"). */
 int cm_spec_is_slurm(const char *cluster);
+
+/* Writes spec->notes to stderr, a line each as "prog: note: ...". */
+void cm_spec_say_notes(const struct cm_spec *spec, const char *prog);
+
+/* 1 when it asks for Kubernetes ("k8s" or "k8s:FILE", or Kubeflow's
+ * "tf_config" or "tf_config:FILE"; k8s.h). */
+int cm_spec_is_k8s(const char *cluster);
 
 void cm_spec_free(struct cm_spec *spec);
 

@@ -195,7 +195,8 @@ int pl_parse_args(int argc, char **argv, struct pl_options *o) {
              argv[optind]);
       return PL_EXIT_USAGE;
     }
-    o->slurm = cm_spec_is_slurm(o->spec_path);
+    /* Under an engine each process is one task of the cluster. */
+    o->slurm = cm_spec_is_slurm(o->spec_path) || cm_spec_is_k8s(o->spec_path);
     return -1;
   }
   if (optind != nopt - 1) {

@@ -54,6 +54,7 @@ int main(int argc, char **argv) {
     pl_say_lines(err[0] ? err : cm_strerror(rc));
     goto out;
   }
+  cm_spec_say_notes(spec, "pslaunch");
   if (opt.print_spec) {
     size_t n = strlen(json);
     pl_write_all(STDOUT_FILENO, json, n);

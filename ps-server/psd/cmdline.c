@@ -136,6 +136,7 @@ enum psd_config psd_server_configure(struct psd_server *srv, int argc,
     fprintf(stderr, "psd: %s\n", err);
     return PSD_CONFIG_BAD;
   }
+  cm_spec_say_notes(srv->spec, "psd");
   if (srv->spec->task.type != CM_TASK_PS) {
     fprintf(stderr, "psd: task %s:%d is not a ps task; psd runs ps:I\n",
             cm_task_type_name(srv->spec->task.type), srv->spec->task.index);

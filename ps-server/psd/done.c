@@ -20,13 +20,14 @@
 
 /* The watch's state, one per shard (srv->done). */
 struct psd_done {
-  struct psd_server *srv;  /* the shard */
-  struct dw_client *c;     /* owned client of the job's shards */
-  uv_timer_t timer;        /* asks every DONE_EVERY_MS */
-  uv_work_t work;          /* the ask in flight on the thread pool */
-  int busy;                /* 1 while work is queued */
-  char *json;              /* the answer (owned), NULL when it failed */
-  int said_waiting;        /* the wait was logged */
+  struct psd_server *srv; /* the shard */
+  struct dw_client *c;    /* owned client of the job's shards */
+  uv_timer_t timer;       /* asks every DONE_EVERY_MS */
+  uv_work_t work;         /* the ask in flight on the thread pool */
+  int busy;               /* 1 while work is queued */
+  char *json;             /* the answer (owned), NULL when it failed */
+  int said_waiting;       /* the wait was logged */
+  int all_left;           /* the last answer: every worker had left */
 };
 
 static void ask(uv_work_t *req) {
@@ -36,19 +37,26 @@ static void ask(uv_work_t *req) {
     d->json = NULL;
 }
 
-/* Whether every worker of the spec finished or is gone, at least one of
- * them having joined. */
+/* Whether every worker of the spec finished or is gone (1), or has at
+ * least left (2: worker 0 still pulls the final values), else 0. */
 static int all_done(struct psd_done *d, json_t *root) {
   const struct cm_spec *spec = d->srv->spec;
-  int joined = 0;
+  int done = 1;
   for (int i = 0; i < spec->nworker; i++) {
-    enum dw_worker_state s =
-        dw_worker_judge(root, i, spec->job.heartbeat_ms);
-    if (s != DW_W_FINISHED && s != DW_W_DEAD)
+    enum dw_worker_state s = dw_worker_judge(root, i, spec->job.heartbeat_ms);
+    if (s == DW_W_FINISHING)
+      done = 2;
+    else if (s != DW_W_FINISHED && s != DW_W_DEAD)
       return 0;
-    joined++;
   }
-  return joined > 0;
+  return spec->nworker > 0 ? done : 0;
+}
+
+/* Stops the shard as SIGTERM would. */
+static void stop(struct psd_done *d, const char *why) {
+  cm_info("%s (job.exit_when_done): stopping", why);
+  d->srv->stop_signal = SIGTERM;
+  uv_stop(&d->srv->loop);
 }
 
 static void asked(uv_work_t *req, int status) {
@@ -57,16 +65,20 @@ static void asked(uv_work_t *req, int status) {
   d->busy = 0;
   free(d->json);
   d->json = NULL;
-  if (status == 0 && root && all_done(d, root)) {
-    cm_info("every worker of the job has finished or is gone "
-            "(job.exit_when_done): stopping");
-    d->srv->stop_signal = SIGTERM;
-    uv_stop(&d->srv->loop);
+  int done = status == 0 && root ? all_done(d, root) : -1;
+  if (done == 1) {
+    stop(d, "every worker of the job has finished or is gone");
+  } else if (done < 0 && d->all_left) {
+    /* Every worker had left, and now ps:0 is gone: it stopped because the
+     * job is over (its own watch, or its launcher). */
+    stop(d, "every worker had left the job and ps:0 stopped");
   } else if (!d->said_waiting) {
     cm_info("job.exit_when_done: this shard stops once every worker of the "
             "job has finished");
     d->said_waiting = 1;
   }
+  if (done >= 0)
+    d->all_left = done > 0;
   json_decref(root);
 }
 
@@ -81,9 +93,8 @@ static void on_timer(uv_timer_t *t) {
 }
 
 int psd_done_start(struct psd_server *srv) {
-  struct dw_client_opts o = {.worker = "exit_when_done",
-                             .timeout_ms = 5000,
-                             .retry_s = -1};
+  struct dw_client_opts o = {
+      .worker = "exit_when_done", .timeout_ms = 5000, .retry_s = -1};
   struct psd_done *d = calloc(1, sizeof *d);
   int rc;
   if (!d)

@@ -27,6 +27,7 @@
 #include "cmdline.h"
 #include "coord.h"
 #include "dedup.h"
+#include "done.h"
 #include "local.h"
 #include "log.h"
 #include "notify.h"
@@ -143,6 +144,9 @@ static void start_loop(struct psd_server *srv) {
   srv->status_at = uv_now(&srv->loop);
   if (srv->coord)
     uv_timer_start(&srv->tick, on_tick, PSD_TICK_MS, PSD_TICK_MS);
+  if (srv->spec->job.exit_when_done && psd_done_start(srv) < 0)
+    cm_warn("job.exit_when_done: cannot watch the workers; this shard will "
+            "not stop by itself");
   if (wd_usec > 0)
     uv_timer_start(&srv->watchdog, on_watchdog, wd_usec / 2000, wd_usec / 2000);
   /* Only systemd reads STATUS=; elsewhere the timer would be wasted. */
@@ -244,6 +248,7 @@ static enum psd_exit shut_down(struct psd_server *srv) {
 
 /* Frees what srv owns, however far startup got. */
 static void free_server(struct psd_server *srv) {
+  psd_done_free(srv);
   psd_metrics_stop(srv->metrics);
   cm_server_free(srv->rpc);
   psd_coord_free(srv->coord);

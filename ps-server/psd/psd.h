@@ -75,6 +75,7 @@ struct psd_server {
   struct psd_dedup *dedup;       /* owned: the restored checkpoint's table of
                                     applied pushes, until the service takes it
                                     (then NULL) */
+  struct psd_done *done;         /* owned job.exit_when_done watch, or NULL */
   int has_resume_step;           /* --resume-step given */
   uint64_t resume_step;          /* its value */
 };

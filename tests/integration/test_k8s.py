@@ -87,7 +87,7 @@ class ManifestTest(unittest.TestCase):
         self.assertLessEqual(set(spec), {"job", "auth"})
         path = "/etc/psd/job.json"
         for c in (self.shard, self.worker):
-            self.assertIn(path, c["command"])
+            self.assertIn("k8s:" + path, c["command"])
             mounts = {m["name"]: m["mountPath"] for m in c["volumeMounts"]}
             self.assertEqual(mounts["job"], os.path.dirname(path))
         ck = spec["job"].get("checkpoint", {}).get("dir")
@@ -95,6 +95,124 @@ class ManifestTest(unittest.TestCase):
         self.assertEqual(mounts["checkpoints"], ck)
         claims = [c["metadata"]["name"] for c in self.sts["spec"]["volumeClaimTemplates"]]
         self.assertIn("checkpoints", claims)
+
+
+class ExitWhenDoneTest(h.ProcTest):
+    """job.exit_when_done (the manifests' ConfigMap sets it): real shards on
+    127.0.0.1 stop by themselves, exit 0, once both workers have finished,
+    so a Kubernetes Job of shards and workers would complete."""
+
+    def test_shards_exit_after_the_workers(self):
+        spec = os.path.join(self.d, "spec.json")
+        h.write_spec(spec, job={"name": "ewd", "epochs": 1, "max_steps": 60,
+                                "log_every": 20, "exit_when_done": True})
+        shards = [h.start_psd(spec, i) for i in range(2)]
+        self.procs += shards
+        for s in shards:
+            s.wait_for("job.exit_when_done: this shard stops once every worker")
+        workers = [h.Proc([h.build_path("worker", "dworker"), "--cluster", spec,
+                           "--task", "worker:%d" % i]) for i in range(2)]
+        self.procs += workers
+        for w in workers:
+            self.assertEqual(w.wait(120), 0, w.output())
+        for i, s in enumerate(shards):
+            self.assertEqual(s.wait(60), 0, s.output())
+            self.assertIn("(job.exit_when_done): stopping", s.output())
+            self.assertIn("stopped", s.output().splitlines()[-1])
+
+
+def print_spec(cluster, env, job_file):
+    """pslaunch --cluster CLUSTER:job_file --print-spec in exactly env."""
+    e = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+    e.update(env)
+    r = subprocess.run([h.build_path("deploy", "pslaunch"), "--cluster",
+                        cluster + ":" + job_file, "--print-spec"],
+                       capture_output=True, text=True, env=e, timeout=30)
+    return r
+
+
+@unittest.skipIf(yaml is None, "python3-yaml is not installed")
+class ResolverTest(unittest.TestCase):
+    """Each pod's environment, as the manifests give it, replayed against
+    the real resolver."""
+
+    def setUp(self):
+        self.tmp = h.TempDir()
+        self.d = self.tmp.__enter__()
+        cm = load("configmap.yaml")[0]
+        self.job = os.path.join(self.d, "job.json")
+        with open(self.job, "w") as f:
+            f.write(cm["data"]["job.json"])
+        sts = load("shards.yaml")[0]
+        self.env = {k: v for k, v in env_of(
+            sts["spec"]["template"]["spec"]["containers"][0]).items() if v}
+        self.env["POD_NAMESPACE"] = "ml"
+        self.nps = sts["spec"]["replicas"]
+        self.nworker = load("workers.yaml")[0]["spec"]["completions"]
+
+    def tearDown(self):
+        self.tmp.__exit__(None, None, None)
+
+    def derive(self, **extra):
+        r = print_spec("k8s", dict(self.env, **extra), self.job)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        return json.loads(r.stdout)
+
+    def test_shard_and_worker_pods(self):
+        for i in range(self.nps):
+            spec = self.derive(HOSTNAME="psd-%d" % i)
+            self.assertEqual(spec["task"], {"type": "ps", "index": i})
+        self.assertEqual(spec["cluster"]["ps"],
+                         ["psd-%d.psd.ml.svc:7100" % i for i in range(self.nps)])
+        self.assertEqual(spec["cluster"]["worker"],
+                         ["psd-worker-%d.psd.ml.svc:7200" % i
+                          for i in range(self.nworker)])
+        self.assertTrue(spec["job"]["exit_when_done"])
+        for i in range(self.nworker):
+            spec = self.derive(HOSTNAME="psd-worker-%d-abcde" % i,
+                               JOB_COMPLETION_INDEX=str(i))
+            self.assertEqual(spec["task"], {"type": "worker", "index": i})
+
+    def test_mistakes_name_the_variable(self):
+        r = print_spec("k8s", dict(self.env, HOSTNAME="web-0"), self.job)
+        self.assertEqual(r.returncode, 2)
+        self.assertIn('hostname "web-0" is not psd-I', r.stderr)
+        env = dict(self.env)
+        del env["PSD_K8S_WORKERS"]
+        r = print_spec("k8s", dict(env, HOSTNAME="psd-0"), self.job)
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("PSD_K8S_WORKERS: not set", r.stderr)
+        r = print_spec("k8s", dict(self.env, JOB_COMPLETION_INDEX="9"), self.job)
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("JOB_COMPLETION_INDEX=9", r.stderr)
+
+    def test_kubeflow_tf_config(self):
+        """TF_CONFIG as Kubeflow's TFJob injects it: the chief is worker 0,
+        the evaluator is noted, "environment" accepted."""
+        tf = {"cluster": {"chief": ["tj-chief-0.ns.svc:2222"],
+                          "ps": ["tj-ps-0.ns.svc:2222", "tj-ps-1.ns.svc:2222"],
+                          "worker": ["tj-worker-0.ns.svc:2222"],
+                          "evaluator": ["tj-evaluator-0.ns.svc:2222"]},
+              "environment": "cloud"}
+        want_workers = ["tj-chief-0.ns.svc:2222", "tj-worker-0.ns.svc:2222"]
+        cases = [({"type": "chief", "index": 0}, {"type": "worker", "index": 0}),
+                 ({"type": "worker", "index": 0}, {"type": "worker", "index": 1}),
+                 ({"type": "ps", "index": 1}, {"type": "ps", "index": 1})]
+        for task, want in cases:
+            r = print_spec("tf_config", {"TF_CONFIG": json.dumps(
+                dict(tf, task=task))}, self.job)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            spec = json.loads(r.stdout)
+            self.assertEqual(spec["cluster"]["worker"], want_workers)
+            self.assertEqual(len(spec["cluster"]["ps"]), 2)
+            self.assertEqual(spec["task"], want)
+            self.assertIn("cluster.evaluator (1 task) is not part of a psd job",
+                          r.stderr)
+        r = print_spec("tf_config", {"TF_CONFIG": json.dumps(
+            dict(tf, task={"type": "evaluator", "index": 0}))}, self.job)
+        self.assertEqual(r.returncode, 0, r.stderr)  # noted, not refused
+        self.assertNotIn("task", json.loads(r.stdout))
+        self.assertIn('"evaluator" is not a psd task', r.stderr)
 
 
 if __name__ == "__main__":

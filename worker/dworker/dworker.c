@@ -48,6 +48,8 @@ static int load_spec(struct dw_worker *w) {
   rc = cm_spec_open(w->args.cluster, &w->spec, NULL, err, sizeof err);
   if (rc < 0)
     dw_print_spec_errors(err);
+  else
+    cm_spec_say_notes(w->spec, "dworker");
   return rc;
 }
 

@@ -1,0 +1,369 @@
+/* The cluster spec derived from a Kubernetes pod's environment (k8s.h):
+ * the addresses the headless Service's DNS gives every pod, this pod's task,
+ * and the job file's settings make one spec document, which cm_spec_parse
+ * checks as it checks any file. */
+#include "k8s.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "err.h"
+#include "errs.h"
+#include "jcheck.h"
+#include "load.h"
+
+extern char **environ;
+
+/* Where a pod finds its namespace when POD_NAMESPACE is not set. */
+#define SA_NAMESPACE "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+
+/* The job's layout, from the environment. */
+struct layout {
+  int nps, nworker;       /* replica counts */
+  const char *service;    /* the headless Service */
+  const char *shard_set;  /* the shards' StatefulSet */
+  const char *worker_job; /* the workers' Indexed Job */
+  char ns[254];           /* the namespace */
+  int port, worker_port;  /* shard and worker ports */
+  const char *type;       /* this pod's task: "ps" or "worker" */
+  int index;              /* its index */
+};
+
+static const char *env_get(char *const *envp, const char *name) {
+  size_t n = strlen(name);
+  for (; envp && *envp; envp++)
+    if (strncmp(*envp, name, n) == 0 && (*envp)[n] == '=')
+      return *envp + n + 1;
+  return NULL;
+}
+
+/* Variable name as an integer in [min, max] into *dst (def when unset, or
+ * required). Returns 0, or -1 after reporting it. */
+static int env_int(struct cm__errs *e, char *const *envp, const char *name,
+                   int min, int max, int def, int *dst) {
+  const char *v = env_get(envp, name);
+  char *end;
+  long long x;
+  if (!v) {
+    if (def >= min) {
+      *dst = def;
+      return 0;
+    }
+    cm__report(e, NULL,
+               "%s: not set; expected an integer in %d..%d (deploy/k8s sets "
+               "it from the replica counts)",
+               name, min, max);
+    return -1;
+  }
+  errno = 0;
+  x = strtoll(v, &end, 10);
+  if (errno || end == v || *end || x < min || x > max) {
+    cm__report(e, NULL, "%s=%s: expected an integer in %d..%d", name, v, min,
+               max);
+    return -1;
+  }
+  *dst = (int)x;
+  return 0;
+}
+
+/* A DNS label: 1..63 of [a-z0-9-], not starting or ending with '-'. */
+static int dns_label(const char *s) {
+  size_t n = strlen(s);
+  if (n < 1 || n > 63 || s[0] == '-' || s[n - 1] == '-')
+    return 0;
+  for (; *s; s++)
+    if (!((*s >= 'a' && *s <= 'z') || (*s >= '0' && *s <= '9') || *s == '-'))
+      return 0;
+  return 1;
+}
+
+/* Variable name as a DNS label (def when unset) into *dst. */
+static void env_label(struct cm__errs *e, char *const *envp, const char *name,
+                      const char *def, const char **dst) {
+  const char *v = env_get(envp, name);
+  *dst = v ? v : def;
+  if (!dns_label(*dst))
+    cm__report(e, NULL,
+               "%s=%s: expected a DNS label (1..63 of a-z, 0-9 and '-', "
+               "as Kubernetes names a Service, StatefulSet or Job)",
+               name, *dst);
+}
+
+/* The namespace: POD_NAMESPACE, the service account's file, "default". */
+static void read_namespace(struct cm__errs *e, char *const *envp,
+                           struct layout *L) {
+  const char *v = env_get(envp, "POD_NAMESPACE");
+  FILE *f;
+  snprintf(L->ns, sizeof L->ns, "default");
+  if (v) {
+    snprintf(L->ns, sizeof L->ns, "%s", v);
+  } else if ((f = fopen(SA_NAMESPACE, "r"))) {
+    if (fgets(L->ns, sizeof L->ns, f))
+      L->ns[strcspn(L->ns, "\n")] = '\0';
+    fclose(f);
+  }
+  if (!dns_label(L->ns))
+    cm__report(e, NULL,
+               "namespace %s (POD_NAMESPACE or %s): expected a DNS "
+               "label",
+               L->ns, SA_NAMESPACE);
+}
+
+/* This pod's task: worker JOB_COMPLETION_INDEX, else ps:I from its hostname
+ * SET-I. */
+static void read_task(struct cm__errs *e, char *const *envp, struct layout *L) {
+  const char *job = env_get(envp, "JOB_COMPLETION_INDEX");
+  const char *host = env_get(envp, "HOSTNAME");
+  char name[256] = "", *end;
+  size_t n = strlen(L->shard_set);
+  long long x;
+  if (job) {
+    L->type = "worker";
+    if (env_int(e, envp, "JOB_COMPLETION_INDEX", 0, L->nworker - 1, -1,
+                &L->index) < 0)
+      cm__report(e, NULL,
+                 "JOB_COMPLETION_INDEX: this Indexed Job's pod "
+                 "must be one of the PSD_K8S_WORKERS=%d workers",
+                 L->nworker);
+    return;
+  }
+  if (host)
+    snprintf(name, sizeof name, "%s", host);
+  else if (gethostname(name, sizeof name) != 0)
+    name[0] = '\0';
+  name[strcspn(name, ".")] = '\0'; /* a FQDN's first label */
+  L->type = "ps";
+  errno = 0;
+  x = strncmp(name, L->shard_set, n) == 0 && name[n] == '-' && name[n + 1]
+          ? strtoll(name + n + 1, &end, 10)
+          : -1;
+  if (x < 0 || errno || *end || x >= L->nps) {
+    cm__report(e, NULL,
+               "this pod is neither a worker (no JOB_COMPLETION_INDEX) nor a "
+               "shard: its hostname \"%s\" is not %s-I for I in 0..%d "
+               "(PSD_K8S_SHARD_SET, PSD_K8S_SHARDS)",
+               name, L->shard_set, L->nps - 1);
+    return;
+  }
+  L->index = (int)x;
+}
+
+/* The job file: only "job" and "auth". Returns a new reference ({} without
+ * a file), or NULL with *rc set (CM_ESPEC after reporting). */
+static json_t *read_file(struct cm__errs *e, const char *file, char *err,
+                         size_t errlen, int *rc) {
+  static const char *const keys[] = {"job", "auth"};
+  char *text = NULL;
+  size_t len = 0;
+  json_t *root;
+  if (!file)
+    return json_object();
+  if ((*rc = cm__spec_read(file, &text, &len, err, errlen)) < 0)
+    return NULL;
+  root = cm__load_json(e, text, len, rc);
+  free(text);
+  if (!root) {
+    *rc = CM_ESPEC;
+    return NULL;
+  }
+  if (!json_is_object(root)) {
+    cm__report(e, NULL, "expected a JSON object with \"job\" (and \"auth\")");
+    json_decref(root);
+    *rc = CM_ESPEC;
+    return NULL;
+  }
+  if (json_object_get(root, "cluster") || json_object_get(root, "task"))
+    cm__report(e, json_object_get(root, "cluster") ? "cluster" : "task",
+               "not allowed with --cluster k8s, which derives it from the "
+               "pod's environment; keep only \"job\" and \"auth\"");
+  else
+    cm__check_keys(e, root, "", keys, sizeof keys / sizeof keys[0]);
+  return root;
+}
+
+/* The spec document: the cluster, the task, FILE's job and auth. */
+static json_t *make_doc(const struct layout *L, json_t *file) {
+  json_t *doc = json_object(), *cluster = json_object(), *ps = json_array(),
+         *worker = json_array(), *v;
+  char addr[600];
+  int bad = !doc || !cluster || !ps || !worker;
+  for (int i = 0; i < L->nps && !bad; i++) {
+    snprintf(addr, sizeof addr, "%s-%d.%s.%s.svc:%d", L->shard_set, i,
+             L->service, L->ns, L->port);
+    bad |= json_array_append_new(ps, json_string(addr)) < 0;
+  }
+  for (int i = 0; i < L->nworker && !bad; i++) {
+    snprintf(addr, sizeof addr, "%s-%d.%s.%s.svc:%d", L->worker_job, i,
+             L->service, L->ns, L->worker_port);
+    bad |= json_array_append_new(worker, json_string(addr)) < 0;
+  }
+  bad = bad || json_object_set(cluster, "ps", ps) < 0 ||
+        json_object_set(cluster, "worker", worker) < 0 ||
+        json_object_set(doc, "cluster", cluster) < 0 ||
+        json_object_set_new(
+            doc, "task",
+            json_pack("{s:s, s:i}", "type", L->type, "index", L->index)) < 0;
+  if (!bad && (v = json_object_get(file, "job")))
+    bad = json_object_set(doc, "job", v) < 0;
+  if (!bad && (v = json_object_get(file, "auth")))
+    bad = json_object_set(doc, "auth", v) < 0;
+  json_decref(ps);
+  json_decref(worker);
+  json_decref(cluster);
+  if (bad) {
+    json_decref(doc);
+    return NULL;
+  }
+  return doc;
+}
+
+int cm_k8s_spec(const char *file, char *const *envp, struct cm_spec **out,
+                char **json, char *err, size_t errlen) {
+  struct layout L = {0};
+  struct cm__errs e;
+  json_t *settings = NULL, *doc = NULL;
+  char *text = NULL;
+  int rc = 0;
+
+  if (out)
+    *out = NULL;
+  if (json)
+    *json = NULL;
+  if (!envp)
+    envp = environ;
+  cm__errs_init(&e, file, err, errlen);
+  settings = read_file(&e, file, err, errlen, &rc);
+  if (!settings && rc != CM_ESPEC) {
+    e.buf = NULL; /* cm__spec_read wrote err (a missing file) */
+    if (rc == 0)
+      rc = CM_ENOMEM;
+    goto out;
+  }
+  e.source = NULL; /* the environment's mistakes name their variable */
+  env_int(&e, envp, "PSD_K8S_SHARDS", 1, 4096, -1, &L.nps);
+  env_int(&e, envp, "PSD_K8S_WORKERS", 1, 65536, -1, &L.nworker);
+  env_int(&e, envp, "PSD_K8S_PORT", 1, 65535, 7100, &L.port);
+  env_int(&e, envp, "PSD_K8S_WORKER_PORT", 1, 65535, 7200, &L.worker_port);
+  env_label(&e, envp, "PSD_K8S_SERVICE", "psd", &L.service);
+  env_label(&e, envp, "PSD_K8S_SHARD_SET", "psd", &L.shard_set);
+  env_label(&e, envp, "PSD_K8S_WORKER_JOB", "psd-worker", &L.worker_job);
+  read_namespace(&e, envp, &L);
+  if (e.count == 0)
+    read_task(&e, envp, &L);
+  if (e.count > 0 || !settings) {
+    rc = CM_ESPEC;
+    goto out;
+  }
+  if (!(doc = make_doc(&L, settings)) ||
+      !(text = json_dumps(doc, JSON_INDENT(2) | JSON_PRESERVE_ORDER |
+                                   JSON_REAL_PRECISION(16)))) {
+    rc = CM_ENOMEM;
+    goto out;
+  }
+  cm__errs_finish(&e);
+  e.buf = NULL;
+  rc = cm__spec_parse_at(text, strlen(text), file ? file : "k8s", file, out,
+                         err, errlen);
+  if (rc == 0 && json) {
+    *json = text;
+    text = NULL;
+  }
+out:
+  cm__errs_finish(&e);
+  json_decref(doc);
+  json_decref(settings);
+  free(text);
+  return rc;
+}
+
+/* The spec psd runs, as text: Kubeflow's chief folded into the workers,
+ * the task counted as psd counts it, the evaluators gone; FILE's job and
+ * auth. NULL when out of memory. */
+static char *normalized(const struct cm_spec *spec, json_t *settings) {
+  json_t *doc = json_object(), *ps = json_array(), *worker = json_array(), *v;
+  char *text = NULL;
+  for (int i = 0; i < spec->nps; i++)
+    json_array_append_new(ps, json_string(spec->ps[i].text));
+  for (int i = 0; i < spec->nworker; i++)
+    json_array_append_new(worker, json_string(spec->worker[i].text));
+  json_object_set_new(doc, "cluster",
+                      json_pack("{s:o, s:o}", "ps", ps, "worker", worker));
+  if (spec->task.type != CM_TASK_NONE)
+    json_object_set_new(doc, "task",
+                        json_pack("{s:s, s:i}", "type",
+                                  cm_task_type_name(spec->task.type), "index",
+                                  spec->task.index));
+  if ((v = json_object_get(settings, "job")))
+    json_object_set(doc, "job", v);
+  if ((v = json_object_get(settings, "auth")))
+    json_object_set(doc, "auth", v);
+  text = json_dumps(doc, JSON_INDENT(2) | JSON_PRESERVE_ORDER |
+                             JSON_REAL_PRECISION(16));
+  json_decref(doc);
+  return text;
+}
+
+int cm_tf_config_spec(const char *file, const char *tf_config,
+                      struct cm_spec **out, char **json, char *err,
+                      size_t errlen) {
+  struct cm__errs e;
+  json_t *settings = NULL, *tf = NULL, *v;
+  char *text = NULL, source[512];
+  int rc = 0;
+
+  if (out)
+    *out = NULL;
+  if (json)
+    *json = NULL;
+  if (!tf_config)
+    tf_config = getenv("TF_CONFIG");
+  cm__errs_init(&e, file, err, errlen);
+  settings = read_file(&e, file, err, errlen, &rc);
+  if (!settings && rc != CM_ESPEC) {
+    e.buf = NULL;
+    if (rc == 0)
+      rc = CM_ENOMEM;
+    goto out;
+  }
+  e.source = "TF_CONFIG";
+  if (!tf_config || !*tf_config) {
+    cm__report(&e, NULL,
+               "not set; --cluster tf_config takes the cluster "
+               "and the task from it (Kubeflow's TFJob sets it)");
+  } else if ((tf = cm__load_json(&e, tf_config, strlen(tf_config), &rc)) &&
+             !json_is_object(tf)) {
+    cm__report(&e, NULL, "expected a JSON object with \"cluster\"");
+  }
+  if (e.count > 0 || !settings || !tf) {
+    rc = CM_ESPEC;
+    goto out;
+  }
+  /* TF_CONFIG as it is (cluster, task, environment), FILE's job and auth. */
+  if (((v = json_object_get(settings, "job")) &&
+       json_object_set(tf, "job", v) < 0) ||
+      ((v = json_object_get(settings, "auth")) &&
+       json_object_set(tf, "auth", v) < 0) ||
+      !(text = json_dumps(tf, JSON_INDENT(2) | JSON_PRESERVE_ORDER |
+                                  JSON_REAL_PRECISION(16)))) {
+    rc = CM_ENOMEM;
+    goto out;
+  }
+  cm__errs_finish(&e);
+  e.buf = NULL;
+  snprintf(source, sizeof source, "TF_CONFIG%s%.400s", file ? " with " : "",
+           file ? file : "");
+  rc = cm__spec_parse_at(text, strlen(text), source, file, out, err, errlen);
+  if (rc == 0 && json && !(*json = normalized(*out, settings)))
+    rc = CM_ENOMEM;
+out:
+  cm__errs_finish(&e);
+  json_decref(tf);
+  json_decref(settings);
+  free(text);
+  return rc;
+}
