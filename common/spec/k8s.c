@@ -34,13 +34,7 @@ struct layout {
   int index;              /* its index */
 };
 
-static const char *env_get(char *const *envp, const char *name) {
-  size_t n = strlen(name);
-  for (; envp && *envp; envp++)
-    if (strncmp(*envp, name, n) == 0 && (*envp)[n] == '=')
-      return *envp + n + 1;
-  return NULL;
-}
+#define env_get cm__env_get
 
 /* Variable name as an integer in [min, max] into *dst (def when unset, or
  * required). Returns 0, or -1 after reporting it. */
@@ -155,8 +149,8 @@ static void read_task(struct cm__errs *e, char *const *envp, struct layout *L) {
 
 /* The job file: only "job" and "auth". Returns a new reference ({} without
  * a file), or NULL with *rc set (CM_ESPEC after reporting). */
-static json_t *read_file(struct cm__errs *e, const char *file, char *err,
-                         size_t errlen, int *rc) {
+static json_t *read_file(struct cm__errs *e, const char *file, const char *how,
+                         char *err, size_t errlen, int *rc) {
   static const char *const keys[] = {"job", "auth"};
   char *text = NULL;
   size_t len = 0;
@@ -179,8 +173,9 @@ static json_t *read_file(struct cm__errs *e, const char *file, char *err,
   }
   if (json_object_get(root, "cluster") || json_object_get(root, "task"))
     cm__report(e, json_object_get(root, "cluster") ? "cluster" : "task",
-               "not allowed with --cluster k8s, which derives it from the "
-               "pod's environment; keep only \"job\" and \"auth\"");
+               "not allowed with --cluster %s, which derives it from the "
+               "pod's environment; keep only \"job\" and \"auth\"",
+               how);
   else
     cm__check_keys(e, root, "", keys, sizeof keys / sizeof keys[0]);
   return root;
@@ -227,7 +222,6 @@ int cm_k8s_spec(const char *file, char *const *envp, struct cm_spec **out,
   struct layout L = {0};
   struct cm__errs e;
   json_t *settings = NULL, *doc = NULL;
-  char *text = NULL;
   int rc = 0;
 
   if (out)
@@ -237,7 +231,7 @@ int cm_k8s_spec(const char *file, char *const *envp, struct cm_spec **out,
   if (!envp)
     envp = environ;
   cm__errs_init(&e, file, err, errlen);
-  settings = read_file(&e, file, err, errlen, &rc);
+  settings = read_file(&e, file, "k8s", err, errlen, &rc);
   if (!settings && rc != CM_ESPEC) {
     e.buf = NULL; /* cm__spec_read wrote err (a missing file) */
     if (rc == 0)
@@ -259,25 +253,18 @@ int cm_k8s_spec(const char *file, char *const *envp, struct cm_spec **out,
     rc = CM_ESPEC;
     goto out;
   }
-  if (!(doc = make_doc(&L, settings)) ||
-      !(text = json_dumps(doc, JSON_INDENT(2) | JSON_PRESERVE_ORDER |
-                                   JSON_REAL_PRECISION(16)))) {
+  if (!(doc = make_doc(&L, settings))) {
     rc = CM_ENOMEM;
     goto out;
   }
   cm__errs_finish(&e);
   e.buf = NULL;
-  rc = cm__spec_parse_at(text, strlen(text), file ? file : "k8s", file, out,
-                         err, errlen);
-  if (rc == 0 && json) {
-    *json = text;
-    text = NULL;
-  }
+  rc =
+      cm__spec_from_doc(doc, file ? file : "k8s", file, out, json, err, errlen);
 out:
   cm__errs_finish(&e);
   json_decref(doc);
   json_decref(settings);
-  free(text);
   return rc;
 }
 
@@ -313,7 +300,7 @@ int cm_tf_config_spec(const char *file, const char *tf_config,
                       size_t errlen) {
   struct cm__errs e;
   json_t *settings = NULL, *tf = NULL, *v;
-  char *text = NULL, source[512];
+  char source[512];
   int rc = 0;
 
   if (out)
@@ -323,7 +310,7 @@ int cm_tf_config_spec(const char *file, const char *tf_config,
   if (!tf_config)
     tf_config = getenv("TF_CONFIG");
   cm__errs_init(&e, file, err, errlen);
-  settings = read_file(&e, file, err, errlen, &rc);
+  settings = read_file(&e, file, "tf_config", err, errlen, &rc);
   if (!settings && rc != CM_ESPEC) {
     e.buf = NULL;
     if (rc == 0)
@@ -347,9 +334,7 @@ int cm_tf_config_spec(const char *file, const char *tf_config,
   if (((v = json_object_get(settings, "job")) &&
        json_object_set(tf, "job", v) < 0) ||
       ((v = json_object_get(settings, "auth")) &&
-       json_object_set(tf, "auth", v) < 0) ||
-      !(text = json_dumps(tf, JSON_INDENT(2) | JSON_PRESERVE_ORDER |
-                                  JSON_REAL_PRECISION(16)))) {
+       json_object_set(tf, "auth", v) < 0)) {
     rc = CM_ENOMEM;
     goto out;
   }
@@ -357,13 +342,12 @@ int cm_tf_config_spec(const char *file, const char *tf_config,
   e.buf = NULL;
   snprintf(source, sizeof source, "TF_CONFIG%s%.400s", file ? " with " : "",
            file ? file : "");
-  rc = cm__spec_parse_at(text, strlen(text), source, file, out, err, errlen);
+  rc = cm__spec_from_doc(tf, source, file, out, NULL, err, errlen);
   if (rc == 0 && json && !(*json = normalized(*out, settings)))
     rc = CM_ENOMEM;
 out:
   cm__errs_finish(&e);
   json_decref(tf);
   json_decref(settings);
-  free(text);
   return rc;
 }

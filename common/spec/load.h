@@ -7,6 +7,8 @@
 
 #include <stddef.h>
 
+#include <jansson.h>
+
 #include "spec.h"
 
 /* Reads the file at path whole into *text (caller frees with free(); not
@@ -22,5 +24,17 @@ int cm__spec_read(const char *path, char **text, size_t *len, char *err,
 int cm__spec_parse_at(const char *json, size_t len, const char *source,
                       const char *path, struct cm_spec **out, char *err,
                       size_t errlen);
+
+/* The last step of a spec derived from an engine's environment (slurm.c,
+ * k8s.c): dumps the document doc (indented), parses it with
+ * cm__spec_parse_at (source in messages, path for relative paths), and on
+ * success hands its text to *json when json is not NULL (free with
+ * free()). Returns 0, CM_ENOMEM, or what the parse returns. */
+int cm__spec_from_doc(json_t *doc, const char *source, const char *path,
+                      struct cm_spec **out, char **json, char *err,
+                      size_t errlen);
+
+/* NAME's value in envp (NULL-terminated "NAME=VALUE" strings), or NULL. */
+const char *cm__env_get(char *const *envp, const char *name);
 
 #endif

@@ -34,15 +34,7 @@ struct layout {
   int port;              /* the first task's port on each host */
 };
 
-/* NAME's value in envp, or NULL. */
-static const char *env_get(char *const *envp, const char *name) {
-  size_t n = strlen(name);
-
-  for (; envp && *envp; envp++)
-    if (strncmp(*envp, name, n) == 0 && (*envp)[n] == '=')
-      return *envp + n + 1;
-  return NULL;
-}
+#define env_get cm__env_get
 
 /* Reads variable name as an integer in [min, max] into *dst, when set.
  * Returns 1 when set and valid, 0 when unset, -1 after reporting it. */
@@ -276,7 +268,6 @@ int cm_slurm_spec(const char *file, char *const *envp, struct cm_spec **out,
   struct layout L = {0};
   struct cm__errs e;
   json_t *settings = NULL, *doc = NULL;
-  char *text = NULL;
   int rc = 0;
 
   if (out)
@@ -301,26 +292,19 @@ int cm_slurm_spec(const char *file, char *const *envp, struct cm_spec **out,
     rc = CM_ESPEC;
     goto out;
   }
-  if (!(doc = make_doc(&L, settings)) ||
-      !(text = json_dumps(doc, JSON_INDENT(2) | JSON_PRESERVE_ORDER |
-                                   JSON_REAL_PRECISION(16)))) {
+  if (!(doc = make_doc(&L, settings))) {
     rc = CM_ENOMEM;
     goto out;
   }
   cm__errs_finish(&e);
   e.buf = NULL;
-  rc = cm__spec_parse_at(text, strlen(text), file ? file : "slurm", file, out,
-                         err, errlen);
-  if (rc == 0 && json) {
-    *json = text;
-    text = NULL;
-  }
+  rc = cm__spec_from_doc(doc, file ? file : "slurm", file, out, json, err,
+                         errlen);
 out:
   cm__errs_finish(&e);
   json_decref(doc);
   json_decref(settings);
   cm_hostlist_free(L.hosts, L.nhosts);
   free(L.per_node);
-  free(text);
   return rc;
 }

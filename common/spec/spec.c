@@ -234,6 +234,31 @@ int cm__spec_parse_at(const char *json, size_t len, const char *source,
   return rc;
 }
 
+int cm__spec_from_doc(json_t *doc, const char *source, const char *path,
+                      struct cm_spec **out, char **json, char *err,
+                      size_t errlen) {
+  char *text = json_dumps(doc, JSON_INDENT(2) | JSON_PRESERVE_ORDER |
+                                   JSON_REAL_PRECISION(16));
+  int rc;
+  if (!text)
+    return CM_ENOMEM;
+  rc = cm__spec_parse_at(text, strlen(text), source, path, out, err, errlen);
+  if (rc == 0 && json) {
+    *json = text;
+    text = NULL;
+  }
+  free(text);
+  return rc;
+}
+
+const char *cm__env_get(char *const *envp, const char *name) {
+  size_t n = strlen(name);
+  for (; envp && *envp; envp++)
+    if (strncmp(*envp, name, n) == 0 && (*envp)[n] == '=')
+      return *envp + n + 1;
+  return NULL;
+}
+
 int cm_spec_load(const char *path, struct cm_spec **out, char *err,
                  size_t errlen) {
   struct cm__errs e;

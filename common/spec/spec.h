@@ -3,8 +3,8 @@
  *    "task": {"type": "worker", "index": 0},
  *    "job": {...training settings...}}
  * Kubeflow's TFJob TF_CONFIG is accepted as it is: a "chief" runs as worker
- * 0 (cluster.chief first in the worker list), "evaluator" entries and
- * "environment" are noted and ignored.
+ * 0 (cluster.chief first in the worker list), "evaluator" entries are noted
+ * and ignored, "environment" is accepted and ignored.
  * Every mistake is reported with the file name, its JSON path and what was
  * expected; a spec with any mistake is refused whole (CM_ESPEC).
  *

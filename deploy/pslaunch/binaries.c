@@ -214,9 +214,9 @@ int pl_find_binaries(struct pl_launch *l, char *err, size_t errlen) {
                        l->dworker, sizeof l->dworker, err, errlen);
   if (l->opt->slurm) {
     snprintf(err, errlen,
-             "%s: job.worker_command: not supported with --cluster slurm; "
-             "run the worker program under srun yourself (its task: "
-             "SLURM_PROCID)",
+             "%s: job.worker_command: not supported under an engine (--cluster "
+             "slurm, k8s or tf_config); run the worker program there yourself "
+             "(its task: SLURM_PROCID, or the pod's)",
              l->opt->spec_path);
     return CM_EINVAL;
   }

@@ -11,8 +11,9 @@ struct psd_server;
 
 /* Asks ps:0 (this shard's own coordinator, or over the network) every
  * second how the spec's workers stand (dw_worker_judge); once every one
- * has finished or been declared dead (and at least one joined), logs why
- * and stops the loop as SIGTERM would (the final checkpoint is written).
+ * has finished or been declared dead (a worker that never joined is
+ * waited for), or every one had left and ps:0 is gone, logs why and stops
+ * the loop as SIGTERM would (the final checkpoint is written).
  * Uses srv->loop; 0 or a negative code. */
 int psd_done_start(struct psd_server *srv);
 

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "err.h"
+#include "rpc.h"
 
 void psc_options_init(struct psc_options *o) {
   memset(o, 0, sizeof *o);
@@ -228,6 +229,10 @@ int psc_grpc_status(const psc_client *c) {
 }
 
 const char *psc_strerror(int rc) { return cm_strerror(rc); }
+
+const char *psc_grpc_status_name(int status) {
+  return cm_rpc_status_name((grpc_status_code)status);
+}
 
 int psc_num_shards(const psc_client *c) { return c->spec->nps; }
 int psc_num_workers(const psc_client *c) { return c->spec->nworker; }

@@ -6,25 +6,6 @@
 
 PyObject *psd_error;
 
-/* gRPC status codes by number, for Error.grpc_name. */
-static const char *const GRPC_NAMES[] = {"OK",
-                                         "CANCELLED",
-                                         "UNKNOWN",
-                                         "INVALID_ARGUMENT",
-                                         "DEADLINE_EXCEEDED",
-                                         "NOT_FOUND",
-                                         "ALREADY_EXISTS",
-                                         "PERMISSION_DENIED",
-                                         "RESOURCE_EXHAUSTED",
-                                         "FAILED_PRECONDITION",
-                                         "ABORTED",
-                                         "OUT_OF_RANGE",
-                                         "UNIMPLEMENTED",
-                                         "INTERNAL",
-                                         "UNAVAILABLE",
-                                         "DATA_LOSS",
-                                         "UNAUTHENTICATED"};
-
 /* Sets exc.name to value (a new reference, taken). */
 static void set_attr(PyObject *exc, const char *name, PyObject *value) {
   if (value) {
@@ -39,9 +20,7 @@ PyObject *psd_raise_text(const char *msg, int rc, int st) {
     return NULL;
   set_attr(exc, "code", PyLong_FromLong(rc));
   set_attr(exc, "grpc_status", PyLong_FromLong(st));
-  set_attr(
-      exc, "grpc_name",
-      PyUnicode_FromString(st >= 0 && st <= 16 ? GRPC_NAMES[st] : "UNKNOWN"));
+  set_attr(exc, "grpc_name", PyUnicode_FromString(psc_grpc_status_name(st)));
   PyErr_SetObject(psd_error, exc);
   Py_DECREF(exc);
   return NULL;

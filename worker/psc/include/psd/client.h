@@ -118,6 +118,9 @@ int psc_grpc_status(const psc_client *c);
 /* A code in words ("invalid argument"); never NULL. */
 const char *psc_strerror(int rc);
 
+/* A gRPC status code's name ("ALREADY_EXISTS"); never NULL. */
+const char *psc_grpc_status_name(int status);
+
 /* ---- the job, as the spec says */
 
 int psc_num_shards(const psc_client *c);
