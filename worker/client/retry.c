@@ -265,10 +265,14 @@ int dw__retry_wait(struct dw_client *c, const unsigned char *down, int ndown,
   if (ms > left)
     ms = left > 0 ? left : 0;
   /* Declaring: wake when the quiet start ends, so that an unreachable
-   * shard is said then, not a long backoff later. */
-  for (int s = 0; c->starting && s < ndown; s++) {
-    double say = c->wait_from + QUIET_START_MS - now;
-    if (down[s] && c->out[s].said <= 0 && say > 0 && ms > say)
+   * shard is said then, not a long backoff later. Likewise when an outage
+   * already said is due to be said again (every SAY_EVERY_MS), so that the
+   * line comes on time, not after the backoff that spans its moment. */
+  for (int s = 0; s < ndown; s++) {
+    double say = c->out[s].said > 0
+                     ? c->out[s].said + SAY_EVERY_MS - now
+                     : (c->starting ? c->wait_from + QUIET_START_MS - now : -1);
+    if (down[s] && say > 0 && ms > say)
       ms = say + 1;
   }
   /* In steps of at most 100 ms when an interrupt is polled. */
@@ -282,5 +286,6 @@ int dw__retry_wait(struct dw_client *c, const unsigned char *down, int ndown,
     if ((rc = dw__check_interrupt(c)))
       return rc;
   }
+  dw__say_waiting(c); /* what woke the wait may be a line due */
   return 0;
 }
