@@ -129,6 +129,42 @@ static int find_spec_dir(struct pl_launch *l, char *err, size_t errlen) {
   return 0;
 }
 
+/* Under an engine (--cluster slurm:FILE, k8s:FILE, tf_config:FILE) the
+ * spec exists only as derived text: it is written to a file of its own
+ * (under $TMPDIR, else /tmp; removed when pslaunch ends) for PSD_SPEC, and
+ * the command runs in FILE's directory (without FILE, the current one). */
+static int write_derived(struct pl_launch *l, char *err, size_t errlen) {
+  const char *tmp = getenv("TMPDIR"), *colon = strchr(l->opt->spec_path, ':');
+  size_t n = strlen(l->derived);
+  int fd;
+  snprintf(l->spec_tmp, sizeof l->spec_tmp, "%s/psd-spec-%s-XXXXXX.json",
+           tmp && *tmp ? tmp : "/tmp", l->spec->job.name);
+  if ((fd = mkstemps(l->spec_tmp, 5)) < 0) {
+    snprintf(err, errlen, "%s: cannot write the derived spec for PSD_SPEC: %s",
+             l->spec_tmp, strerror(errno));
+    l->spec_tmp[0] = '\0';
+    return CM_EIO;
+  }
+  if (write(fd, l->derived, n) != (ssize_t)n || close(fd) != 0) {
+    snprintf(err, errlen, "%s: cannot write the derived spec: %s", l->spec_tmp,
+             strerror(errno));
+    return CM_EIO;
+  }
+  snprintf(l->spec_abs, sizeof l->spec_abs, "%s", l->spec_tmp);
+  if (colon && colon[1]) {
+    if (!realpath(colon + 1, l->spec_dir)) {
+      snprintf(err, errlen, "%s: %s", colon + 1, strerror(errno));
+      return CM_ENOENT;
+    }
+    char *slash = strrchr(l->spec_dir, '/');
+    slash[slash == l->spec_dir ? 1 : 0] = '\0';
+  } else if (!getcwd(l->spec_dir, sizeof l->spec_dir)) {
+    snprintf(err, errlen, "the current directory: %s", strerror(errno));
+    return CM_EIO;
+  }
+  return 0;
+}
+
 /* Where the psd Python package is built, when pslaunch runs from a build
  * tree (BUILD/deploy/pslaunch, BUILD holding meson-info): BUILD/worker/python
  * if it exists; else "". An installed pslaunch adds nothing. */
@@ -212,14 +248,7 @@ int pl_find_binaries(struct pl_launch *l, char *err, size_t errlen) {
   if (l->spec->job.nworker_command == 0)
     return find_binary(l->opt->dworker, "--dworker", dworker_rel, l->self,
                        l->dworker, sizeof l->dworker, err, errlen);
-  if (l->opt->slurm) {
-    snprintf(err, errlen,
-             "%s: job.worker_command: not supported under an engine (--cluster "
-             "slurm, k8s or tf_config); run the worker program there yourself "
-             "(its task: SLURM_PROCID, or the pod's)",
-             l->opt->spec_path);
-    return CM_EINVAL;
-  }
+
   if (l->opt->dworker) {
     snprintf(err, errlen,
              "--dworker %s: %s sets job.worker_command, which the workers "
@@ -227,7 +256,8 @@ int pl_find_binaries(struct pl_launch *l, char *err, size_t errlen) {
              l->opt->dworker, l->opt->spec_path);
     return CM_EINVAL;
   }
-  rc = find_spec_dir(l, err, errlen);
+  rc = l->derived ? write_derived(l, err, errlen)
+                  : find_spec_dir(l, err, errlen);
   if (rc == 0)
     rc = find_command(l, err, errlen);
   if (rc == 0)

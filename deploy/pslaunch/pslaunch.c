@@ -48,8 +48,9 @@ int main(int argc, char **argv) {
     goto out;
 
   code = PL_EXIT_USAGE;
-  rc = cm_spec_open(opt.spec_path, &spec, opt.print_spec ? &json : NULL, err,
-                    sizeof err);
+  rc =
+      cm_spec_open(opt.spec_path, &spec,
+                   opt.print_spec || opt.slurm ? &json : NULL, err, sizeof err);
   if (rc < 0) {
     pl_say_lines(err[0] ? err : cm_strerror(rc));
     goto out;
@@ -71,6 +72,7 @@ int main(int argc, char **argv) {
   }
   l->opt = &opt;
   l->spec = spec;
+  l->derived = opt.slurm ? json : NULL;
   if (pl_select_tasks(l, spec) < 0) {
     pl_say("out of memory");
     code = PL_EXIT_FAILED;
@@ -78,8 +80,14 @@ int main(int argc, char **argv) {
   }
   if (l->ntasks == 0) {
     gethostname(host, sizeof host - 1);
+    if (opt.slurm && spec->task.type == CM_TASK_NONE) {
+      pl_say("%s: this process names no psd task (a task of another type, "
+             "noted above); nothing to start",
+             opt.spec_path);
+      goto out;
+    }
     if (opt.slurm) {
-      pl_say("%s: task %s:%d (SLURM_PROCID) is not one --only %s starts",
+      pl_say("%s: task %s:%d (the engine's) is not one --only %s starts",
              opt.spec_path, cm_task_type_name(spec->task.type),
              spec->task.index, opt.want_ps ? "ps" : "worker");
       goto out;
@@ -103,6 +111,8 @@ int main(int argc, char **argv) {
   }
   code = pl_launch_run(l);
 out:
+  if (l && l->spec_tmp[0])
+    unlink(l->spec_tmp);
   if (l)
     free(l->tasks);
   free(l);

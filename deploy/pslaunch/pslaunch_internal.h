@@ -147,6 +147,11 @@ struct pl_launch {
    * program, resolved, which each worker task runs instead of dworker */
   char command[PATH_MAX];
   char spec_abs[PATH_MAX];      /* the spec file's absolute path (PSD_SPEC) */
+  const char *derived;          /* under an engine (--cluster slurm, k8s,
+                                   tf_config): the derived spec's text, main's;
+                                   else NULL */
+  char spec_tmp[PATH_MAX];      /* the file it was written to for PSD_SPEC
+                                   (removed at the end), "" when none */
   char spec_dir[PATH_MAX];      /* its directory, the command's working one */
   char pythonpath[PATH_MAX];    /* BUILD/worker/python when pslaunch runs from a
                                    build tree and it exists, else "" */

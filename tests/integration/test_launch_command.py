@@ -107,6 +107,33 @@ class WorkerCommandTest(unittest.TestCase):
         return "--- rc %s\n--- stdout:\n%s\n--- stderr:\n%s" % (
             r.returncode, r.stdout, r.stderr)
 
+    def test_under_slurm_the_derived_spec_is_a_file(self):
+        """--cluster slurm:FILE: the spec exists only as derived text, so
+        pslaunch writes it to a file of its own for PSD_SPEC (removed at
+        the end), and the command runs in FILE's directory."""
+        script = os.path.join(self.job, "copy.py")
+        with open(script, "w") as f:
+            f.write("import os, shutil\n"
+                    "shutil.copy(os.environ['PSD_SPEC'], 'derived.json')\n"
+                    "open('psd_spec.txt', 'w').write(os.environ['PSD_SPEC'])\n")
+        with open(os.path.join(self.job, "job.json"), "w") as f:
+            json.dump({"job": {"name": "slurm-cmd-%d" % os.getpid(),
+                               "worker_command": ["/usr/bin/python3",
+                                                  "copy.py"]},
+                       "slurm": {"ps": 1, "port": h.free_ports(1)[0]}}, f)
+        env = {"SLURM_JOB_NODELIST": "localhost", "SLURM_TASKS_PER_NODE": "2",
+               "SLURM_PROCID": "1"}  # task 1 of 2, ps 1: worker:0
+        r = self.launch(["--cluster", "slurm:job/job.json"], env=env)
+        self.assertEqual(r.returncode, 0, self.dump(r))
+        with open(os.path.join(self.job, "derived.json")) as f:
+            derived = json.load(f)
+        self.assertEqual(derived["task"], {"type": "worker", "index": 0})
+        self.assertEqual(len(derived["cluster"]["ps"]), 1)
+        self.assertEqual(derived["job"]["worker_command"][1], "copy.py")
+        with open(os.path.join(self.job, "psd_spec.txt")) as f:
+            path = f.read()
+        self.assertFalse(os.path.exists(path), "%s was left behind" % path)
+
     def test_each_worker_runs_the_command(self):
         cluster = self.spec(["/usr/bin/python3", "worker.py", "two words"],
                             nps=2)
