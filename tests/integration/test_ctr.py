@@ -59,7 +59,8 @@ class CtrTest(unittest.TestCase):
         with tempfile.TemporaryDirectory(prefix="psd-test-") as tmp:
             spec = os.path.join(tmp, "ctr.json")
             h.write_spec(spec, nps=2, nworker=2,
-                         job=job("ctr-async", "data", 500000, 50000))
+                         job=job("ctr-async", "data", 500000, 50000,
+                                 {"tensorboard_dir": "tb"}))
             out, f = self.launch(spec)
             with open(os.path.join(tmp, "data", "truth.json")) as fh:
                 truth = json.load(fh)
@@ -68,6 +69,18 @@ class CtrTest(unittest.TestCase):
             self.assertLess(float(f["test_logloss"]), truth["true_logloss"] + 0.02, f)
             self.assertIn("auc=", out)  # the progress lines
             h.assert_job_accounting(self, out, epochs=2, workers=2, train_size=500000)
+            # TensorBoard: worker 0's events, read back with the checked
+            # reader, end with the final line's AUC and log loss.
+            import glob
+            from test_tensorboard import decode_event, read_records
+            files = sorted(glob.glob(os.path.join(tmp, "tb", "events.out.tfevents.*.0")))
+            self.assertEqual(len(files), 1, os.listdir(tmp))
+            events = [decode_event(d) for d in read_records(self, files[0])[1:]]
+            self.assertIn("train/auc", events[0]["scalars"])
+            test = events[-1]["scalars"]
+            self.assertAlmostEqual(test["test/auc"], float(f["test_auc"]), places=3)
+            self.assertAlmostEqual(test["test/logloss"], float(f["test_logloss"]),
+                                   places=3)
 
     def test_ssp_trains(self):
         with tempfile.TemporaryDirectory(prefix="psd-test-") as tmp:

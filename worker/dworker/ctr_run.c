@@ -419,11 +419,13 @@ int dw_ctr_run(struct dw_worker *w) {
     if ((t + 1) % job->log_every == 0 || t + 1 == total) {
       size_t m = r.nrecent < RECENT ? r.nrecent : RECENT;
       double rate = (double)w->examples_done / (cm_mono_s() - t0);
+      double auc_recent = dw_auc(r.recent, r.recent_y, m);
       printf("step %ld/%ld: logloss=%.4f auc=%.4f (last %zu examples) "
              "examples=%llu worker_examples_per_s=%.0f\n",
-             t + 1, total, r.loss_sum / (double)r.loss_n,
-             dw_auc(r.recent, r.recent_y, m), m,
+             t + 1, total, r.loss_sum / (double)r.loss_n, auc_recent, m,
              (unsigned long long)w->examples_done, rate);
+      dw_tb_ctr(w, t + 1, "train", r.loss_sum / (double)r.loss_n, auc_recent,
+                rate);
       fflush(stdout);
       r.loss_sum = 0;
       r.loss_n = 0;
@@ -450,6 +452,7 @@ int dw_ctr_run(struct dw_worker *w) {
     cm_error("evaluation: %s", dw_client_error(w->client));
     goto out;
   }
+  dw_tb_ctr(w, w->steps_done, "test", ll, auc, 0);
   printf("final: test_auc=%.4f test_logloss=%.4f true_auc=%.4f "
          "true_logloss=%.4f epochs=%ld examples=%llu "
          "worker_examples_per_s=%.0f wall_s=%.1f steps=%ld dropped=%ld\n",

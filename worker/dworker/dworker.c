@@ -132,9 +132,8 @@ int main(int argc, char **argv) {
   }
   if (!strcmp(w.spec->job.model, "ctr")) {
     /* The click-through-rate model runs its own loop over tables. */
-    if (w.spec->job.tensorboard_dir[0])
-      cm_warn("job.tensorboard_dir: job.model \"ctr\" writes no TensorBoard "
-              "events yet");
+    if (dw_tb_open(&w) < 0)
+      goto out;
     if (!w.args.standalone) {
       cm_rpc_global_init();
       rpc_ready = 1;

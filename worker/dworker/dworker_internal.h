@@ -195,6 +195,11 @@ void dw_tb_progress(struct dw_worker *w, long step, double loss, double acc,
 void dw_tb_final(struct dw_worker *w, long step, double acc, double loss);
 
 /* Closes the event file (safe when none is open). */
+/* The CTR model's event (ctr_run.c): split "train" (with examples_per_s
+ * > 0, and the bytes moved) or "test", its log loss and AUC. */
+void dw_tb_ctr(struct dw_worker *w, long step, const char *split,
+               double logloss, double auc, double examples_per_s);
+
 void dw_tb_close(struct dw_worker *w);
 
 /* ---- finish.c ---- */

@@ -1,7 +1,8 @@
 /* TensorBoard output (job.tensorboard_dir): each worker writes its own
  * event file (common/base/tfevents.h) in that directory, one event per
  * progress line with the line's figures and the bytes the client has
- * moved, and worker 0 one more with the test accuracy of the final line.
+ * moved, and worker 0 one more with the test accuracy of the final line
+ * (the CTR model: log loss and AUC, dw_tb_ctr).
  * The file is an aid, not the result: a write that fails is said once and
  * ends the output, never the training. */
 #include <errno.h>
@@ -70,6 +71,28 @@ void dw_tb_final(struct dw_worker *w, long step, double acc, double loss) {
   struct cm_tf_scalar v[2] = {{"test/accuracy", (float)acc},
                               {"test/loss", (float)loss}};
   write_event(w, step, v, 2);
+}
+
+void dw_tb_ctr(struct dw_worker *w, long step, const char *split,
+               double logloss, double auc, double examples_per_s) {
+  char tl[32], ta[32];
+  struct cm_tf_scalar v[5];
+  int n = 0;
+
+  snprintf(tl, sizeof tl, "%s/logloss", split);
+  snprintf(ta, sizeof ta, "%s/auc", split);
+  v[n++] = (struct cm_tf_scalar){tl, (float)logloss};
+  v[n++] = (struct cm_tf_scalar){ta, (float)auc};
+  if (examples_per_s > 0)
+    v[n++] =
+        (struct cm_tf_scalar){"train/examples_per_s", (float)examples_per_s};
+  if (w->client && examples_per_s > 0) {
+    v[n++] = (struct cm_tf_scalar){"net/bytes_pulled",
+                                   (float)dw_client_bytes_pulled(w->client)};
+    v[n++] = (struct cm_tf_scalar){"net/bytes_pushed",
+                                   (float)dw_client_bytes_pushed(w->client)};
+  }
+  write_event(w, step, v, n);
 }
 
 void dw_tb_close(struct dw_worker *w) {
