@@ -183,10 +183,9 @@ static json_t *read_file(struct cm__errs *e, const char *file, const char *how,
 
 /* The spec document: the cluster, the task, FILE's job and auth. */
 static json_t *make_doc(const struct layout *L, json_t *file) {
-  json_t *doc = json_object(), *cluster = json_object(), *ps = json_array(),
-         *worker = json_array(), *v;
+  json_t *ps = json_array(), *worker = json_array();
   char addr[600];
-  int bad = !doc || !cluster || !ps || !worker;
+  int bad = !ps || !worker;
   for (int i = 0; i < L->nps && !bad; i++) {
     snprintf(addr, sizeof addr, "%s-%d.%s.%s.svc:%d", L->shard_set, i,
              L->service, L->ns, L->port);
@@ -197,24 +196,12 @@ static json_t *make_doc(const struct layout *L, json_t *file) {
              L->service, L->ns, L->worker_port);
     bad |= json_array_append_new(worker, json_string(addr)) < 0;
   }
-  bad = bad || json_object_set(cluster, "ps", ps) < 0 ||
-        json_object_set(cluster, "worker", worker) < 0 ||
-        json_object_set(doc, "cluster", cluster) < 0 ||
-        json_object_set_new(
-            doc, "task",
-            json_pack("{s:s, s:i}", "type", L->type, "index", L->index)) < 0;
-  if (!bad && (v = json_object_get(file, "job")))
-    bad = json_object_set(doc, "job", v) < 0;
-  if (!bad && (v = json_object_get(file, "auth")))
-    bad = json_object_set(doc, "auth", v) < 0;
-  json_decref(ps);
-  json_decref(worker);
-  json_decref(cluster);
   if (bad) {
-    json_decref(doc);
+    json_decref(ps);
+    json_decref(worker);
     return NULL;
   }
-  return doc;
+  return cm__spec_doc(ps, worker, L->type, L->index, file);
 }
 
 int cm_k8s_spec(const char *file, char *const *envp, struct cm_spec **out,

@@ -34,6 +34,13 @@ int cm__spec_from_doc(json_t *doc, const char *source, const char *path,
                       struct cm_spec **out, char **json, char *err,
                       size_t errlen);
 
+/* A derived spec document: {"cluster": {"ps": ps, "worker": worker},
+ * "task": {"type": type, "index": index}, and file's "job" and "auth"}.
+ * Takes ps and worker (arrays of "host:port" strings; NULL: out of memory
+ * already). Returns a new reference, or NULL when out of memory. */
+json_t *cm__spec_doc(json_t *ps, json_t *worker, const char *type, int index,
+                     json_t *file);
+
 /* NAME's value in envp (NULL-terminated "NAME=VALUE" strings), or NULL. */
 const char *cm__env_get(char *const *envp, const char *name);
 

@@ -225,10 +225,9 @@ static int read_layout(struct cm__errs *e, char *const *envp,
  * file holds (doc, whose job and auth it takes). Returns a new reference or
  * NULL when out of memory. */
 static json_t *make_doc(const struct layout *L, json_t *file) {
-  json_t *doc = json_object(), *cluster = json_object(), *ps = json_array(),
-         *worker = json_array(), *task = json_object(), *v;
+  json_t *ps = json_array(), *worker = json_array();
   char addr[300];
-  int k = 0, bad = !doc || !cluster || !ps || !worker || !task;
+  int k = 0, bad = !ps || !worker;
 
   for (int n = 0; n < L->nper && !bad; n++) {
     for (int j = 0; j < L->per_node[n] && !bad; j++, k++) {
@@ -237,30 +236,14 @@ static json_t *make_doc(const struct layout *L, json_t *file) {
                                    json_string(addr)) < 0;
     }
   }
-  bad = bad || json_object_set(cluster, "ps", ps) < 0 ||
-        json_object_set(cluster, "worker", worker) < 0 ||
-        json_object_set(doc, "cluster", cluster) < 0 ||
-        json_object_set_new(task, "type",
-                            json_string(L->procid < L->nps ? "ps" : "worker")) <
-            0 ||
-        json_object_set_new(
-            task, "index",
-            json_integer(L->procid < L->nps ? L->procid : L->procid - L->nps)) <
-            0 ||
-        json_object_set(doc, "task", task) < 0;
-  if (!bad && (v = json_object_get(file, "job")))
-    bad = json_object_set(doc, "job", v) < 0;
-  if (!bad && (v = json_object_get(file, "auth")))
-    bad = json_object_set(doc, "auth", v) < 0;
-  json_decref(ps);
-  json_decref(worker);
-  json_decref(cluster);
-  json_decref(task);
   if (bad) {
-    json_decref(doc);
+    json_decref(ps);
+    json_decref(worker);
     return NULL;
   }
-  return doc;
+  return cm__spec_doc(ps, worker, L->procid < L->nps ? "ps" : "worker",
+                      L->procid < L->nps ? L->procid : L->procid - L->nps,
+                      file);
 }
 
 int cm_slurm_spec(const char *file, char *const *envp, struct cm_spec **out,

@@ -251,6 +251,28 @@ int cm__spec_from_doc(json_t *doc, const char *source, const char *path,
   return rc;
 }
 
+json_t *cm__spec_doc(json_t *ps, json_t *worker, const char *type, int index,
+                     json_t *file) {
+  json_t *doc = NULL, *v;
+  if (ps && worker)
+    doc = json_pack("{s:{s:O, s:O}, s:{s:s, s:i}}", "cluster", "ps", ps,
+                    "worker", worker, "task", "type", type, "index", index);
+  if (doc && (v = json_object_get(file, "job")) &&
+      json_object_set(doc, "job", v) < 0)
+    goto fail;
+  if (doc && (v = json_object_get(file, "auth")) &&
+      json_object_set(doc, "auth", v) < 0)
+    goto fail;
+  json_decref(ps);
+  json_decref(worker);
+  return doc;
+fail:
+  json_decref(doc);
+  json_decref(ps);
+  json_decref(worker);
+  return NULL;
+}
+
 const char *cm__env_get(char *const *envp, const char *name) {
   size_t n = strlen(name);
   for (; envp && *envp; envp++)
