@@ -7,35 +7,12 @@
 #endif
 
 #include "prom.h"
+#include "status_json.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static long long jint(json_t *o, const char *key) {
-  return json_integer_value(json_object_get(o, key));
-}
-
-static double jnum(json_t *o, const char *key) {
-  return json_number_value(json_object_get(o, key));
-}
-
-static const char *jstr(json_t *o, const char *key) {
-  const char *s = json_string_value(json_object_get(o, key));
-  return s ? s : "";
-}
-
-/* The element of list whose "name" is name, or NULL. */
-static json_t *find_named(json_t *list, const char *name) {
-  json_t *e;
-  size_t i;
-  json_array_foreach(list, i, e) {
-    if (strcmp(jstr(e, "name"), name) == 0)
-      return e;
-  }
-  return NULL;
-}
 
 /* Adds a metric family to `all`; returns its samples array (borrowed). */
 static json_t *family(json_t *all, const char *name, const char *type,
@@ -81,7 +58,8 @@ static void hist_samples(json_t *samples, const char *base, json_t *labels,
     sample(samples, name, l, json_integer(cum));
   }
   snprintf(name, sizeof name, "%s_sum", base);
-  sample(samples, name, json_deep_copy(labels), json_real(jnum(h, "sum")));
+  sample(samples, name, json_deep_copy(labels),
+         json_real(cm_status_num(h, "sum")));
   snprintf(name, sizeof name, "%s_count", base);
   sample(samples, name, json_deep_copy(labels), json_integer(cum));
 }
@@ -135,7 +113,7 @@ json_t *cm_prom_families(const struct cm_prom_shard *sh, int n) {
           sh[s].status ? json_object_get(sh[s].status, per_shard[k].key) : 0;
       /* Steps exist in sync jobs only. */
       if (x && !strcmp(per_shard[k].key, "step") &&
-          strcmp(jstr(sh[s].status, "mode"), "sync") != 0)
+          strcmp(cm_status_str(sh[s].status, "mode"), "sync") != 0)
         continue;
       if (x)
         sample(f, per_shard[k].name, shard_label(sh[s].index),
@@ -152,7 +130,7 @@ json_t *cm_prom_families(const struct cm_prom_shard *sh, int n) {
     size_t i;
     if (!vars)
       continue;
-    json_array_foreach(vars, i, x) bytes += jint(x, "bytes");
+    json_array_foreach(vars, i, x) bytes += cm_status_int(x, "bytes");
     sample(fv, "psd_variables", shard_label(sh[s].index),
            json_integer(json_array_size(vars)));
     sample(fb, "psd_held_bytes", shard_label(sh[s].index), json_integer(bytes));
@@ -173,11 +151,13 @@ json_t *cm_prom_families(const struct cm_prom_shard *sh, int n) {
         continue; /* no rows here */
       snprintf(v, sizeof v, "%d", sh[s].index);
       sample(fv, "psd_variable_version",
-             json_pack("{s:s, s:s}", "variable", jstr(x, "name"), "shard", v),
-             json_integer(jint(x, "version")));
+             json_pack("{s:s, s:s}", "variable", cm_status_str(x, "name"),
+                       "shard", v),
+             json_integer(cm_status_int(x, "version")));
       sample(fb, "psd_variable_held_bytes",
-             json_pack("{s:s, s:s}", "variable", jstr(x, "name"), "shard", v),
-             json_integer(jint(x, "bytes")));
+             json_pack("{s:s, s:s}", "variable", cm_status_str(x, "name"),
+                       "shard", v),
+             json_integer(cm_status_int(x, "bytes")));
     }
   }
   /* Embedding tables, per table and shard. */
@@ -209,8 +189,9 @@ json_t *cm_prom_families(const struct cm_prom_shard *sh, int n) {
       snprintf(v, sizeof v, "%d", sh[s].index);
       json_array_foreach(tl, i, x)
           sample(f, tab[k].name,
-                 json_pack("{s:s, s:s}", "table", jstr(x, "name"), "shard", v),
-                 json_integer(jint(x, tab[k].key)));
+                 json_pack("{s:s, s:s}", "table", cm_status_str(x, "name"),
+                           "shard", v),
+                 json_integer(cm_status_int(x, tab[k].key)));
     }
   }
   static const struct {
@@ -225,8 +206,8 @@ json_t *cm_prom_families(const struct cm_prom_shard *sh, int n) {
     f = family(all, hists[k].name, "histogram", hists[k].help);
     for (int s = 0; s < n; s++) {
       /* NULL too when the shard is down (no document). */
-      json_t *h =
-          find_named(json_object_get(sh[s].status, "histograms"), hists[k].key);
+      json_t *h = cm_status_find_named(
+          json_object_get(sh[s].status, "histograms"), hists[k].key);
       if (h) {
         json_t *l = shard_label(sh[s].index);
         hist_samples(f, hists[k].name, l, h);
@@ -253,19 +234,19 @@ json_t *cm_prom_families(const struct cm_prom_shard *sh, int n) {
                "its pushes to shard 0 (async).");
     size_t i;
     json_array_foreach(workers, i, w) {
-      snprintf(v, sizeof v, "%lld", jint(w, "worker"));
+      snprintf(v, sizeof v, "%lld", cm_status_int(w, "worker"));
       json_t *l = json_pack("{s:s}", "worker", v);
       sample(fl, "psd_worker_live", json_deep_copy(l),
              json_integer(json_is_true(json_object_get(w, "live"))));
       sample(fa, "psd_worker_applied_total", json_deep_copy(l),
-             json_integer(jint(w, "applied")));
+             json_integer(cm_status_int(w, "applied")));
       sample(fd, "psd_worker_dropped_total", json_deep_copy(l),
-             json_integer(jint(w, "dropped")));
+             json_integer(cm_status_int(w, "dropped")));
       sample(fp, "psd_worker_pushes_total", json_deep_copy(l),
-             json_integer(jint(w, "pushes")));
-      if (jnum(w, "last_seen_ms") >= 0)
+             json_integer(cm_status_int(w, "pushes")));
+      if (cm_status_num(w, "last_seen_ms") >= 0)
         sample(fs, "psd_worker_last_seen_seconds", json_deep_copy(l),
-               json_real(jnum(w, "last_seen_ms") / 1e3));
+               json_real(cm_status_num(w, "last_seen_ms") / 1e3));
       if (json_object_get(w, "step_time"))
         hist_samples(fh, "psd_worker_step_seconds", l,
                      json_object_get(w, "step_time"));
@@ -306,7 +287,7 @@ static void print_sample(FILE *o, json_t *s) {
   json_t *labels = json_object_get(s, "labels"), *lv;
   const char *key;
   int first = 1;
-  fprintf(o, "%s", jstr(s, "name"));
+  fprintf(o, "%s", cm_status_str(s, "name"));
   json_object_foreach(labels, key, lv) {
     fprintf(o, "%s%s=\"", first ? "{" : ",", key);
     print_label_value(o, json_string_value(lv));
@@ -328,8 +309,9 @@ char *cm_prom_text(json_t *families) {
   json_array_foreach(families, i, f) {
     if (json_array_size(json_object_get(f, "samples")) == 0)
       continue;
-    fprintf(o, "# HELP %s %s\n# TYPE %s %s\n", jstr(f, "name"), jstr(f, "help"),
-            jstr(f, "name"), jstr(f, "type"));
+    fprintf(o, "# HELP %s %s\n# TYPE %s %s\n", cm_status_str(f, "name"),
+            cm_status_str(f, "help"), cm_status_str(f, "name"),
+            cm_status_str(f, "type"));
     json_array_foreach(json_object_get(f, "samples"), k, s) print_sample(o, s);
   }
   if (fclose(o) != 0) {

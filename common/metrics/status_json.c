@@ -3,6 +3,8 @@
  * per-bucket counts. */
 #include "status_json.h"
 
+#include <string.h>
+
 #include <stdio.h>
 
 /* {"name", "bounds", "counts", "sum", "count"}, as in the message. */
@@ -162,4 +164,27 @@ json_t *cm_status_json(const Psd__V1__StatusResponse *resp) {
                   k->error));
   }
   return root;
+}
+
+long long cm_status_int(json_t *o, const char *key) {
+  return json_integer_value(json_object_get(o, key));
+}
+
+double cm_status_num(json_t *o, const char *key) {
+  return json_number_value(json_object_get(o, key));
+}
+
+const char *cm_status_str(json_t *o, const char *key) {
+  const char *s = json_string_value(json_object_get(o, key));
+  return s ? s : "";
+}
+
+json_t *cm_status_find_named(json_t *list, const char *name) {
+  json_t *e;
+  size_t i;
+  json_array_foreach(list, i, e) {
+    if (strcmp(cm_status_str(e, "name"), name) == 0)
+      return e;
+  }
+  return NULL;
 }

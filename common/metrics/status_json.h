@@ -15,4 +15,13 @@
  * memory. */
 json_t *cm_status_json(const Psd__V1__StatusResponse *resp);
 
+/* Reading such a document: the member key of o as an integer, a number (0
+ * when missing) or a string ("" when missing or not a string; borrowed
+ * from o), and the entry of list, an array of objects, whose "name" is
+ * name (a variable, a table, a histogram), or NULL (borrowed from list). */
+long long cm_status_int(json_t *o, const char *key);
+double cm_status_num(json_t *o, const char *key);
+const char *cm_status_str(json_t *o, const char *key);
+json_t *cm_status_find_named(json_t *list, const char *name);
+
 #endif

@@ -77,7 +77,7 @@ static int gather(const struct cm_spec *spec, json_t **st, struct evar **out) {
     json_t *v;
     size_t i;
     json_array_foreach(json_object_get(st[s], "vars"), i, v) {
-      const char *name = psctl_jstr(v, "name");
+      const char *name = cm_status_str(v, "name");
       json_t *shape = json_object_get(v, "shape");
       json_t *slots = json_object_get(v, "slots");
       json_t *rows = json_object_get(v, "rows");
@@ -143,7 +143,7 @@ static int gather(const struct cm_spec *spec, json_t **st, struct evar **out) {
           goto fail;
         }
         e->parts[e->nparts++] = (struct part){
-            s, row_begin, row_end, (uint64_t)psctl_jint(v, "version")};
+            s, row_begin, row_end, (uint64_t)cm_status_int(v, "version")};
       }
     }
   }
@@ -263,10 +263,10 @@ int psctl_cmd_export(struct psctl *p) {
   }
   snprintf(nshards, sizeof nshards, "%d", spec->nps);
   snprintf(step, sizeof step, "%llu",
-           (unsigned long long)psctl_jint(st[0], "step"));
+           (unsigned long long)cm_status_int(st[0], "step"));
   struct cm_st_meta meta[] = {{"format", "psd-export-1"},
                               {"job", spec->job.name},
-                              {"mode", psctl_jstr(st[0], "mode")},
+                              {"mode", cm_status_str(st[0], "mode")},
                               {"shards", nshards},
                               {"step", step}};
   fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);

@@ -27,8 +27,8 @@ static void print_missing(json_t *missing) {
     json_t *r = json_object_get(e, "rows");
     printf("# rows [%lld, %lld) missing: ps:%lld (%s) did not answer\n",
            json_integer_value(json_array_get(r, 0)),
-           json_integer_value(json_array_get(r, 1)), psctl_jint(e, "shard"),
-           psctl_jstr(e, "address"));
+           json_integer_value(json_array_get(r, 1)), cm_status_int(e, "shard"),
+           cm_status_str(e, "address"));
   }
 }
 

@@ -174,29 +174,6 @@ static void unknown_command(const char *name) {
 
 /* ---- reading status documents ---- */
 
-long long psctl_jint(json_t *o, const char *key) {
-  return json_integer_value(json_object_get(o, key));
-}
-
-double psctl_jnum(json_t *o, const char *key) {
-  return json_number_value(json_object_get(o, key));
-}
-
-const char *psctl_jstr(json_t *o, const char *key) {
-  const char *s = json_string_value(json_object_get(o, key));
-  return s ? s : "";
-}
-
-json_t *psctl_find_named(json_t *list, const char *name) {
-  json_t *e;
-  size_t i;
-  json_array_foreach(list, i, e) {
-    if (strcmp(psctl_jstr(e, "name"), name) == 0)
-      return e;
-  }
-  return NULL;
-}
-
 int psctl_status_doc(struct psctl *p, int s, json_t **doc) {
   char *text = NULL;
   int rc = dw_client_status(p->client, s, &text);

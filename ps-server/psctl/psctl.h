@@ -15,6 +15,7 @@
 
 #include "psclient.h"
 #include "spec.h"
+#include "status_json.h"
 
 /* Exit status of a bad command line (always 2, as for every psd program). */
 #define PSCTL_EXIT_USAGE 2
@@ -65,15 +66,8 @@ int psctl_table_export(struct psctl *p); /* tables.c */
 
 /* ---- reading status documents (psctl.c) ---- */
 
-/* A member of a JSON object: an integer, a number, a string ("" when
- * missing; borrowed from o). */
-long long psctl_jint(json_t *o, const char *key);
-double psctl_jnum(json_t *o, const char *key);
-const char *psctl_jstr(json_t *o, const char *key);
-
-/* The entry of `list`, a JSON array of objects, whose "name" is `name`
- * (a variable, a histogram), or NULL; borrowed from list. */
-json_t *psctl_find_named(json_t *list, const char *name);
+/* A status document's members and named entries: cm_status_int, _num,
+ * _str and cm_status_find_named (common/metrics/status_json.h). */
 
 /* Shard s's status document (*doc owned by the caller). Returns 0, or the
  * client's code with dw_client_error and dw_client_last_status saying why

@@ -16,28 +16,29 @@ static int print_job(const struct psctl *p, json_t *coord) {
   struct psctl_table t;
   size_t i, n;
   long long live = 0, dropped = 0;
-  int sync = strcmp(psctl_jstr(coord, "mode"), "sync") == 0, rc;
+  int sync = strcmp(cm_status_str(coord, "mode"), "sync") == 0, rc;
 
   json_array_foreach(workers, i, w) {
     live += json_is_true(json_object_get(w, "live"));
-    dropped += psctl_jint(w, "dropped");
+    dropped += cm_status_int(w, "dropped");
   }
-  printf("\nJOB %s  mode %s", p->spec->job.name, psctl_jstr(coord, "mode"));
+  printf("\nJOB %s  mode %s", p->spec->job.name, cm_status_str(coord, "mode"));
   if (sync)
-    printf("  step %lld", psctl_jint(coord, "step"));
-  if (sync && psctl_jint(coord, "rollbacks") > 0)
+    printf("  step %lld", cm_status_int(coord, "step"));
+  if (sync && cm_status_int(coord, "rollbacks") > 0)
     printf("  rollbacks %lld (last to step %lld)",
-           psctl_jint(coord, "rollbacks"), psctl_jint(coord, "rollback_step"));
+           cm_status_int(coord, "rollbacks"),
+           cm_status_int(coord, "rollback_step"));
   printf("  workers %lld/%zu live  dropped %lld\n", live,
          json_array_size(workers), dropped);
   /* The job's measured rate, once workers have finished and reported. */
   rate = json_object_get(coord, "job_rate");
-  if (psctl_jint(rate, "workers") > 0)
+  if (cm_status_int(rate, "workers") > 0)
     printf("rate: %lld examples by %lld of %zu workers in %.2f s (first step "
            "to last): %.0f/s\n",
-           psctl_jint(rate, "examples"), psctl_jint(rate, "workers"),
-           json_array_size(workers), psctl_jnum(rate, "wall_s"),
-           psctl_jnum(rate, "examples_per_s"));
+           cm_status_int(rate, "examples"), cm_status_int(rate, "workers"),
+           json_array_size(workers), cm_status_num(rate, "wall_s"),
+           cm_status_num(rate, "examples_per_s"));
   /* Sync: the gradients the coordinator counted in a step, and those it
    * left out. Async has no steps to count a gradient in (applied stays 0):
    * the honest figure is the pushes the worker made to ps:0, the only shard
@@ -49,24 +50,24 @@ static int print_job(const struct psctl *p, json_t *coord) {
     psctl_table_init(&t, 5, "WORKER", "STATE", ">JOINS", ">PUSHES TO PS:0",
                      ">LAST SEEN");
   json_array_foreach(workers, i, w) {
-    double seen = psctl_jnum(w, "last_seen_ms");
+    double seen = cm_status_num(w, "last_seen_ms");
     char ago[48] = "never", ms[32];
     if (seen >= 0) {
       cm_fmt_ms(seen, ms, sizeof ms);
       snprintf(ago, sizeof ago, "%s ago", ms);
     }
-    psctl_table_cell(&t, "worker:%lld", psctl_jint(w, "worker"));
+    psctl_table_cell(&t, "worker:%lld", cm_status_int(w, "worker"));
     psctl_table_cell(&t, "%s",
                      json_is_true(json_object_get(w, "live"))     ? "live"
                      : json_is_true(json_object_get(w, "left"))   ? "left"
                      : json_is_true(json_object_get(w, "joined")) ? "gone"
                                                                   : "-");
-    psctl_table_cell(&t, "%lld", psctl_jint(w, "joins"));
+    psctl_table_cell(&t, "%lld", cm_status_int(w, "joins"));
     if (sync) {
-      psctl_table_cell(&t, "%lld", psctl_jint(w, "applied"));
-      psctl_table_cell(&t, "%lld", psctl_jint(w, "dropped"));
+      psctl_table_cell(&t, "%lld", cm_status_int(w, "applied"));
+      psctl_table_cell(&t, "%lld", cm_status_int(w, "dropped"));
     } else {
-      psctl_table_cell(&t, "%lld", psctl_jint(w, "pushes"));
+      psctl_table_cell(&t, "%lld", cm_status_int(w, "pushes"));
     }
     psctl_table_cell(&t, "%s", ago);
   }
@@ -93,7 +94,7 @@ static int print_job(const struct psctl *p, json_t *coord) {
         ld += snprintf(d + ld, sizeof d - ld, "%s%lld", k ? "," : "",
                        json_integer_value(x));
     }
-    psctl_table_cell(&t, "%lld", psctl_jint(r, "step"));
+    psctl_table_cell(&t, "%lld", cm_status_int(r, "step"));
     psctl_table_cell(&t, "%s", a[0] ? a : "-");
     psctl_table_cell(&t, "%s", d[0] ? d : "-");
   }
@@ -104,7 +105,7 @@ static int print_job(const struct psctl *p, json_t *coord) {
 static void print_nonfinite(const struct psctl *p) {
   int first = 1;
   for (int s = 0; s < p->spec->nps; s++) {
-    long long n = p->st[s] ? psctl_jint(p->st[s], "nonfinite_pushes") : 0;
+    long long n = p->st[s] ? cm_status_int(p->st[s], "nonfinite_pushes") : 0;
     if (n <= 0)
       continue;
     if (first)
@@ -113,10 +114,11 @@ static void print_nonfinite(const struct psctl *p) {
     printf("ps:%d: %lld push%s with NaN or Inf in the gradient %s "
            "(job.nonfinite \"%s\")\n",
            s, n, n == 1 ? "" : "es",
-           !strcmp(psctl_jstr(p->st[s], "nonfinite"), "skip")    ? "skipped"
-           : !strcmp(psctl_jstr(p->st[s], "nonfinite"), "apply") ? "applied"
-                                                                 : "rejected",
-           psctl_jstr(p->st[s], "nonfinite"));
+           !strcmp(cm_status_str(p->st[s], "nonfinite"), "skip") ? "skipped"
+           : !strcmp(cm_status_str(p->st[s], "nonfinite"), "apply")
+               ? "applied"
+               : "rejected",
+           cm_status_str(p->st[s], "nonfinite"));
   }
 }
 
@@ -174,22 +176,22 @@ int psctl_cmd_status(struct psctl *p) {
       continue;
     }
     json_array_foreach(vars, i, v) {
-      bytes += psctl_jint(v, "bytes");
-      if (psctl_jint(v, "version") > version)
-        version = psctl_jint(v, "version");
+      bytes += cm_status_int(v, "bytes");
+      if (cm_status_int(v, "version") > version)
+        version = cm_status_int(v, "version");
     }
     /* Sync: steps committed; async: the most pushes any variable took. */
-    if (strcmp(psctl_jstr(st, "mode"), "sync") == 0)
-      version = psctl_jint(st, "step");
+    if (strcmp(cm_status_str(st, "mode"), "sync") == 0)
+      version = cm_status_int(st, "step");
     cm_fmt_bytes(bytes, held, sizeof held);
-    psctl_table_cell(&t, "%s", psctl_jstr(st, "mode"));
+    psctl_table_cell(&t, "%s", cm_status_str(st, "mode"));
     psctl_table_cell(&t, "%lld", version);
     psctl_table_cell(&t, "%zu", json_array_size(vars));
     psctl_table_cell(&t, "%s", held);
-    psctl_table_cell(&t, "%lld", psctl_jint(st, "pulls"));
-    psctl_table_cell(&t, "%lld", psctl_jint(st, "pushes"));
-    psctl_table_cell(&t, "%lld", psctl_jint(st, "examples"));
-    psctl_table_cell(&t, "%lld", psctl_jint(st, "errors"));
+    psctl_table_cell(&t, "%lld", cm_status_int(st, "pulls"));
+    psctl_table_cell(&t, "%lld", cm_status_int(st, "pushes"));
+    psctl_table_cell(&t, "%lld", cm_status_int(st, "examples"));
+    psctl_table_cell(&t, "%lld", cm_status_int(st, "errors"));
   }
   if ((rc = psctl_table_print(&t)))
     return psctl_finish(p, rc);
@@ -202,15 +204,15 @@ int psctl_cmd_status(struct psctl *p) {
     json_array_foreach(vars, i, v) {
       json_t *rows = json_object_get(v, "rows");
       psctl_shape_text(json_object_get(v, "shape"), shape, sizeof shape);
-      cm_fmt_bytes(psctl_jint(v, "bytes"), held, sizeof held);
-      psctl_table_cell(&t, "%s", psctl_jstr(v, "name"));
+      cm_fmt_bytes(cm_status_int(v, "bytes"), held, sizeof held);
+      psctl_table_cell(&t, "%s", cm_status_str(v, "name"));
       psctl_table_cell(&t, "%s", shape);
       psctl_table_cell(&t, "ps:%d", s);
       psctl_table_cell(&t, "[%lld, %lld)",
                        json_integer_value(json_array_get(rows, 0)),
                        json_integer_value(json_array_get(rows, 1)));
       psctl_table_cell(&t, "%s", held);
-      psctl_table_cell(&t, "%lld", psctl_jint(v, "version"));
+      psctl_table_cell(&t, "%lld", cm_status_int(v, "version"));
     }
   }
   rc = psctl_table_print(&t);

@@ -35,7 +35,7 @@ static json_t *table_entries(struct psctl *p, const char *name) {
     if (!p->st[s])
       continue;
     json_array_foreach(json_object_get(p->st[s], "tables"), i, t) {
-      if (name && strcmp(psctl_jstr(t, "name"), name))
+      if (name && strcmp(cm_status_str(t, "name"), name))
         continue;
       json_t *e = json_deep_copy(t);
       json_object_set_new(e, "shard", json_integer(s));
@@ -70,34 +70,34 @@ int psctl_cmd_tables(struct psctl *p) {
                    ">PENDING", "OPTIMIZER");
   json_array_foreach(all, i, t) {
     char held[32], raw[32];
-    long long h = psctl_jint(t, "bytes"), r = psctl_jint(t, "raw_bytes");
+    long long h = cm_status_int(t, "bytes"), r = cm_status_int(t, "raw_bytes");
     cm_fmt_bytes((double)h, held, sizeof held);
     cm_fmt_bytes((double)r, raw, sizeof raw);
-    psctl_table_cell(&tb, "%s", psctl_jstr(t, "name"));
-    psctl_table_cell(&tb, "%lld", psctl_jint(t, "dim"));
-    psctl_table_cell(&tb, "ps:%lld", psctl_jint(t, "shard"));
-    psctl_table_cell(&tb, "%lld", psctl_jint(t, "rows"));
+    psctl_table_cell(&tb, "%s", cm_status_str(t, "name"));
+    psctl_table_cell(&tb, "%lld", cm_status_int(t, "dim"));
+    psctl_table_cell(&tb, "ps:%lld", cm_status_int(t, "shard"));
+    psctl_table_cell(&tb, "%lld", cm_status_int(t, "rows"));
     psctl_table_cell(&tb, "%s", held);
     psctl_table_cell(&tb, "%s", raw);
     if (r > 0)
       psctl_table_cell(&tb, "%.2f", (double)h / (double)r);
     else
       psctl_table_cell(&tb, "-");
-    psctl_table_cell(&tb, "%lld", psctl_jint(t, "admitted"));
-    psctl_table_cell(&tb, "%lld", psctl_jint(t, "not_admitted"));
-    psctl_table_cell(&tb, "%lld", psctl_jint(t, "evicted"));
-    psctl_table_cell(&tb, "%lld", psctl_jint(t, "pending"));
-    psctl_table_cell(&tb, "%s", psctl_jstr(t, "optimizer"));
+    psctl_table_cell(&tb, "%lld", cm_status_int(t, "admitted"));
+    psctl_table_cell(&tb, "%lld", cm_status_int(t, "not_admitted"));
+    psctl_table_cell(&tb, "%lld", cm_status_int(t, "evicted"));
+    psctl_table_cell(&tb, "%lld", cm_status_int(t, "pending"));
+    psctl_table_cell(&tb, "%s", cm_status_str(t, "optimizer"));
   }
   rc = psctl_table_print(&tb);
   /* Admission and eviction once per table (every shard has the same). */
   const char *last = "";
   json_array_foreach(all, i, t) {
-    if (!strcmp(last, psctl_jstr(t, "name")))
+    if (!strcmp(last, cm_status_str(t, "name")))
       continue;
-    last = psctl_jstr(t, "name");
-    printf("%s: admission %s, eviction %s\n", last, psctl_jstr(t, "admission"),
-           psctl_jstr(t, "eviction"));
+    last = cm_status_str(t, "name");
+    printf("%s: admission %s, eviction %s\n", last,
+           cm_status_str(t, "admission"), cm_status_str(t, "eviction"));
   }
   psctl_print_down(p);
 out:
@@ -108,13 +108,15 @@ out:
 
 /* Prints one row of a Rows answer. */
 static void print_row(json_t *row, json_t *state_names, int shard) {
-  printf("id %llu (ps:%d): ", (unsigned long long)psctl_jint(row, "id"), shard);
+  printf("id %llu (ps:%d): ", (unsigned long long)cm_status_int(row, "id"),
+         shard);
   if (!json_is_true(json_object_get(row, "found"))) {
     printf("not stored (never pushed, not admitted yet, or evicted)\n");
     return;
   }
-  printf("count=%lld t=%lld last_step=%lld\n  value:", psctl_jint(row, "count"),
-         psctl_jint(row, "t"), psctl_jint(row, "last_step"));
+  printf(
+      "count=%lld t=%lld last_step=%lld\n  value:", cm_status_int(row, "count"),
+      cm_status_int(row, "t"), cm_status_int(row, "last_step"));
   json_t *v, *st = json_object_get(row, "state");
   size_t i, nst = json_array_size(st), parts = json_array_size(state_names);
   json_array_foreach(json_object_get(row, "value"), i, v)
@@ -186,11 +188,11 @@ int psctl_table_get(struct psctl *p) {
 /* Orders rows (JSON objects) by count, highest first, then by id. */
 static int cmp_hot(const void *a, const void *b) {
   json_t *x = *(json_t *const *)a, *y = *(json_t *const *)b;
-  long long cx = psctl_jint(x, "count"), cy = psctl_jint(y, "count");
+  long long cx = cm_status_int(x, "count"), cy = cm_status_int(y, "count");
   if (cx != cy)
     return cx > cy ? -1 : 1;
-  unsigned long long ix = (unsigned long long)psctl_jint(x, "id"),
-                     iy = (unsigned long long)psctl_jint(y, "id");
+  unsigned long long ix = (unsigned long long)cm_status_int(x, "id"),
+                     iy = (unsigned long long)cm_status_int(y, "id");
   return ix < iy ? -1 : ix > iy;
 }
 
@@ -247,9 +249,10 @@ int psctl_cmd_top(struct psctl *p) {
     psctl_table_init(&tb, 4, ">RANK", ">ID", ">PUSHES", "SHARD");
     for (int i = 0; v && i < nrows; i++) {
       psctl_table_cell(&tb, "%d", i + 1);
-      psctl_table_cell(&tb, "%llu", (unsigned long long)psctl_jint(v[i], "id"));
-      psctl_table_cell(&tb, "%lld", psctl_jint(v[i], "count"));
-      psctl_table_cell(&tb, "ps:%lld", psctl_jint(v[i], "shard"));
+      psctl_table_cell(&tb, "%llu",
+                       (unsigned long long)cm_status_int(v[i], "id"));
+      psctl_table_cell(&tb, "%lld", cm_status_int(v[i], "count"));
+      psctl_table_cell(&tb, "ps:%lld", cm_status_int(v[i], "shard"));
     }
     psctl_table_print(&tb);
     psctl_print_down(p);

@@ -18,7 +18,7 @@
 
 /* The variable's entry in one shard's status, or NULL. */
 static json_t *find_var(json_t *st, const char *name) {
-  return psctl_find_named(json_object_get(st, "vars"), name);
+  return cm_status_find_named(json_object_get(st, "vars"), name);
 }
 
 void psctl_map_free(struct psctl_var_map *m) {
@@ -44,13 +44,13 @@ int psctl_map_var(const struct psctl *p, const char *name,
     psctl_map_free(m);
     return CM_ENOMEM;
   }
-  m->name = psctl_jstr(first, "name");
+  m->name = cm_status_str(first, "name");
   m->shape = json_object_get(first, "shape");
   m->rows = json_integer_value(json_array_get(m->shape, 0));
   m->row_len = 1;
   for (size_t d = 1; d < json_array_size(m->shape); d++)
     m->row_len *= (uint64_t)json_integer_value(json_array_get(m->shape, d));
-  m->placement = (int)psctl_jint(first, "placement");
+  m->placement = (int)cm_status_int(first, "placement");
   for (int s = 0; s < n; s++) {
     json_t *v = p->st[s] ? find_var(p->st[s], name) : NULL;
     m->slice[s] = v;
@@ -76,7 +76,7 @@ int psctl_no_such_var(const struct psctl *p, const char *name) {
     fprintf(stderr, " on the shards that answered");
   fprintf(stderr, " (it has: ");
   json_array_foreach(json_object_get(st, "vars"), i, v) {
-    fprintf(stderr, "%s%s", i ? ", " : "", psctl_jstr(v, "name"));
+    fprintf(stderr, "%s%s", i ? ", " : "", cm_status_str(v, "name"));
   }
   fprintf(stderr, "%s)\n",
           json_array_size(json_object_get(st, "vars")) ? "" : "no variables");
@@ -104,8 +104,8 @@ int psctl_cmd_vars(struct psctl *p) {
     struct psctl_var_map m;
     json_t *shards = json_array(), *o;
     long long bytes = 0, vmin = -1, vmax = -1;
-    const char *opt = psctl_jstr(v, "optimizer");
-    if ((rc = psctl_map_var(p, psctl_jstr(v, "name"), &m)))
+    const char *opt = cm_status_str(v, "optimizer");
+    if ((rc = psctl_map_var(p, cm_status_str(v, "name"), &m)))
       break;
     for (int s = 0; s < spec->nps; s++) {
       json_t *sl = m.slice[s];
@@ -115,10 +115,11 @@ int psctl_cmd_vars(struct psctl *p) {
                             spec->ps[s].text, "up", sl != NULL, "rows",
                             (json_int_t)m.begin[s], (json_int_t)m.end[s]);
       if (sl) {
-        long long ver = psctl_jint(sl, "version");
-        json_object_set_new(e, "bytes", json_integer(psctl_jint(sl, "bytes")));
+        long long ver = cm_status_int(sl, "version");
+        json_object_set_new(e, "bytes",
+                            json_integer(cm_status_int(sl, "bytes")));
         json_object_set_new(e, "version", json_integer(ver));
-        bytes += psctl_jint(sl, "bytes");
+        bytes += cm_status_int(sl, "bytes");
         vmin = vmin < 0 || ver < vmin ? ver : vmin;
         vmax = ver > vmax ? ver : vmax;
       }
@@ -163,30 +164,30 @@ int psctl_cmd_vars(struct psctl *p) {
         int up = json_is_true(json_object_get(e, "up"));
         missing |= !up;
         if (n < sizeof map)
-          n +=
-              snprintf(map + n, sizeof map - n, "%sps:%lld%s [%lld, %lld)",
-                       k ? " " : "", psctl_jint(e, "shard"), up ? "" : "(down)",
-                       json_integer_value(json_array_get(r, 0)),
-                       json_integer_value(json_array_get(r, 1)));
+          n += snprintf(map + n, sizeof map - n, "%sps:%lld%s [%lld, %lld)",
+                        k ? " " : "", cm_status_int(e, "shard"),
+                        up ? "" : "(down)",
+                        json_integer_value(json_array_get(r, 0)),
+                        json_integer_value(json_array_get(r, 1)));
       }
       if (!map[0])
         snprintf(map, sizeof map, "no rows");
     }
-    cm_fmt_bytes(psctl_jint(v, "bytes"), held, sizeof held);
-    psctl_table_cell(&t, "%s", psctl_jstr(v, "name"));
+    cm_fmt_bytes(cm_status_int(v, "bytes"), held, sizeof held);
+    psctl_table_cell(&t, "%s", cm_status_str(v, "name"));
     psctl_table_cell(&t, "%s", shape);
     psctl_table_cell(&t, "f32");
     psctl_table_cell(&t, "%s", map);
     psctl_table_cell(&t, "%s%s", held, missing ? "+?" : "");
     if (json_is_null(json_object_get(v, "version")))
       psctl_table_cell(&t, "?");
-    else if (psctl_jint(v, "version_min") != psctl_jint(v, "version"))
-      psctl_table_cell(&t, "%lld-%lld", psctl_jint(v, "version_min"),
-                       psctl_jint(v, "version"));
+    else if (cm_status_int(v, "version_min") != cm_status_int(v, "version"))
+      psctl_table_cell(&t, "%lld-%lld", cm_status_int(v, "version_min"),
+                       cm_status_int(v, "version"));
     else
-      psctl_table_cell(&t, "%lld", psctl_jint(v, "version"));
+      psctl_table_cell(&t, "%lld", cm_status_int(v, "version"));
     if (!same_optim)
-      psctl_table_cell(&t, "%s", psctl_jstr(v, "optimizer"));
+      psctl_table_cell(&t, "%s", cm_status_str(v, "optimizer"));
   }
   rc = psctl_table_print(&t);
   if (!rc && optim && same_optim)

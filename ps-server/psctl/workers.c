@@ -26,12 +26,12 @@ static int cmp_double(const void *a, const void *b) {
 
 /* The p50 the straggler rule compares (see the help of `workers`). */
 static double rule_p50(json_t *w, int sync) {
-  return psctl_jnum(w, sync ? "lag_p50_ms" : "step_p50_ms");
+  return cm_status_num(w, sync ? "lag_p50_ms" : "step_p50_ms");
 }
 
 static int rule_eligible(json_t *w) {
   return json_is_true(json_object_get(w, "live")) &&
-         psctl_jint(w, "step_samples") >= STRAGGLER_SAMPLES;
+         cm_status_int(w, "step_samples") >= STRAGGLER_SAMPLES;
 }
 
 /* Median of the eligible workers' p50; sets *n to how many there are. */
@@ -71,7 +71,7 @@ int psctl_cmd_workers(struct psctl *p) {
     }
     return psctl_finish(p, rc ? rc : 1);
   }
-  sync = strcmp(psctl_jstr(coord, "mode"), "sync") == 0;
+  sync = strcmp(cm_status_str(coord, "mode"), "sync") == 0;
   workers = json_object_get(coord, "workers");
   med = rule_median(workers, sync, &n);
   list = json_array();
@@ -82,26 +82,27 @@ int psctl_cmd_workers(struct psctl *p) {
                     rule_p50(w, sync) - med >= STRAGGLER_MIN_MS;
     json_t *o = json_pack(
         "{s:I, s:s, s:b, s:I, s:I, s:I, s:I, s:f, s:f, s:I, s:I, s:f, s:b}",
-        "worker", (json_int_t)psctl_jint(w, "worker"), "state",
+        "worker", (json_int_t)cm_status_int(w, "worker"), "state",
         live                                         ? "live"
         : json_is_true(json_object_get(w, "left"))   ? "left"
         : json_is_true(json_object_get(w, "joined")) ? "gone"
                                                      : "never joined",
-        "live", live, "joins", (json_int_t)psctl_jint(w, "joins"), "last_step",
-        (json_int_t)psctl_jint(w, "last_step"), "pushes",
-        (json_int_t)psctl_jint(w, "pushes"), "clock",
-        (json_int_t)psctl_jint(w, "clock"), "step_p50_ms",
-        psctl_jnum(w, "step_p50_ms"), "step_p95_ms",
-        psctl_jnum(w, "step_p95_ms"), "step_samples",
-        (json_int_t)psctl_jint(w, "step_samples"), "applied",
-        (json_int_t)psctl_jint(w, "applied"), "last_seen_ms",
-        psctl_jnum(w, "last_seen_ms"), "straggler", straggler);
-    json_object_set_new(o, "dropped", json_integer(psctl_jint(w, "dropped")));
+        "live", live, "joins", (json_int_t)cm_status_int(w, "joins"),
+        "last_step", (json_int_t)cm_status_int(w, "last_step"), "pushes",
+        (json_int_t)cm_status_int(w, "pushes"), "clock",
+        (json_int_t)cm_status_int(w, "clock"), "step_p50_ms",
+        cm_status_num(w, "step_p50_ms"), "step_p95_ms",
+        cm_status_num(w, "step_p95_ms"), "step_samples",
+        (json_int_t)cm_status_int(w, "step_samples"), "applied",
+        (json_int_t)cm_status_int(w, "applied"), "last_seen_ms",
+        cm_status_num(w, "last_seen_ms"), "straggler", straggler);
+    json_object_set_new(o, "dropped",
+                        json_integer(cm_status_int(w, "dropped")));
     if (sync) {
       json_object_set_new(o, "lag_p50_ms",
-                          json_real(psctl_jnum(w, "lag_p50_ms")));
+                          json_real(cm_status_num(w, "lag_p50_ms")));
       json_object_set_new(o, "lag_p95_ms",
-                          json_real(psctl_jnum(w, "lag_p95_ms")));
+                          json_real(cm_status_num(w, "lag_p95_ms")));
     }
     json_array_append_new(list, o);
   }
@@ -113,7 +114,7 @@ int psctl_cmd_workers(struct psctl *p) {
              sync ? "lag" : "step", STRAGGLER_FACTOR, n, STRAGGLER_SAMPLES,
              STRAGGLER_MIN_MS);
     root = json_pack("{s:s, s:s, s:O, s:{s:s, s:f, s:i}, s:o}", "job",
-                     p->spec->job.name, "mode", psctl_jstr(coord, "mode"),
+                     p->spec->job.name, "mode", cm_status_str(coord, "mode"),
                      "workers", list, "straggler_rule", "text", rule,
                      "median_p50_ms", med, "compared", n, "down",
                      psctl_down_json(p));
@@ -133,32 +134,32 @@ int psctl_cmd_workers(struct psctl *p) {
                        ">STEP p95", ">DROPPED", ">LAST SEEN", "NOTE");
     json_array_foreach(list, i, w) {
       char t50[32] = "-", t95[32] = "-", lag[32] = "-", seen[48] = "never";
-      if (psctl_jint(w, "step_samples") > 0) {
-        cm_fmt_ms(psctl_jnum(w, "step_p50_ms"), t50, sizeof t50);
-        cm_fmt_ms(psctl_jnum(w, "step_p95_ms"), t95, sizeof t95);
+      if (cm_status_int(w, "step_samples") > 0) {
+        cm_fmt_ms(cm_status_num(w, "step_p50_ms"), t50, sizeof t50);
+        cm_fmt_ms(cm_status_num(w, "step_p95_ms"), t95, sizeof t95);
       }
-      if (sync && psctl_jnum(w, "lag_p50_ms") > 0)
-        cm_fmt_ms(psctl_jnum(w, "lag_p50_ms"), lag, sizeof lag);
-      if (psctl_jnum(w, "last_seen_ms") >= 0) {
+      if (sync && cm_status_num(w, "lag_p50_ms") > 0)
+        cm_fmt_ms(cm_status_num(w, "lag_p50_ms"), lag, sizeof lag);
+      if (cm_status_num(w, "last_seen_ms") >= 0) {
         char ms[32];
-        cm_fmt_ms(psctl_jnum(w, "last_seen_ms"), ms, sizeof ms);
+        cm_fmt_ms(cm_status_num(w, "last_seen_ms"), ms, sizeof ms);
         snprintf(seen, sizeof seen, "%s ago", ms);
       }
-      psctl_table_cell(&t, "worker:%lld", psctl_jint(w, "worker"));
-      psctl_table_cell(&t, "%s", psctl_jstr(w, "state"));
+      psctl_table_cell(&t, "worker:%lld", cm_status_int(w, "worker"));
+      psctl_table_cell(&t, "%s", cm_status_str(w, "state"));
       if (sync)
-        psctl_table_cell(&t, "%lld", psctl_jint(w, "last_step"));
+        psctl_table_cell(&t, "%lld", cm_status_int(w, "last_step"));
       else
-        psctl_table_cell(&t, "%lld", psctl_jint(w, "pushes"));
+        psctl_table_cell(&t, "%lld", cm_status_int(w, "pushes"));
       if (ssp && !sync)
-        psctl_table_cell(&t, "%lld", psctl_jint(w, "clock"));
+        psctl_table_cell(&t, "%lld", cm_status_int(w, "clock"));
       psctl_table_cell(&t, "%s", t50);
       psctl_table_cell(&t, "%s", t95);
       if (sync) {
         psctl_table_cell(&t, "%s", lag);
-        psctl_table_cell(&t, "%lld", psctl_jint(w, "applied"));
+        psctl_table_cell(&t, "%lld", cm_status_int(w, "applied"));
       }
-      psctl_table_cell(&t, "%lld", psctl_jint(w, "dropped"));
+      psctl_table_cell(&t, "%lld", cm_status_int(w, "dropped"));
       psctl_table_cell(&t, "%s", seen);
       psctl_table_cell(
           &t, "%s",

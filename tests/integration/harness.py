@@ -37,6 +37,39 @@ def free_ports(n):
     return ports
 
 
+def free_port_run(n, host="127.0.0.1"):
+    """A base port such that base .. base + n - 1 are free on host just
+    now (bound and let go), or None after 50 tries."""
+    for _ in range(50):
+        base = free_ports(1)[0]
+        if base + n > 65535:
+            continue
+        socks = []
+        try:
+            for p in range(base, base + n):
+                s = socket.socket()
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                socks.append(s)
+                s.bind((host, p))
+            return base
+        except OSError:
+            continue
+        finally:
+            for s in socks:
+                s.close()
+    return None
+
+
+def write_secret(directory, name, text):
+    """Writes text to directory/name, readable by its owner only (a token
+    or a key); returns the path."""
+    path = os.path.join(directory, name)
+    with open(path, "w") as f:
+        f.write(text)
+    os.chmod(path, 0o600)
+    return path
+
+
 def foreign_host():
     """A documentation-range IPv4 address (RFC 5737) that is not one of this
     host's (binding to it fails), for a task that runs "elsewhere". Test

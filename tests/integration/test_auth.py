@@ -61,11 +61,7 @@ class AuthTest(unittest.TestCase):
         return path
 
     def secret(self, name, text):
-        path = os.path.join(self.d, name)
-        with open(path, "w") as f:
-            f.write(text)
-        os.chmod(path, 0o600)
-        return path
+        return h.write_secret(self.d, name, text)
 
     def shards(self, spec):
         self.procs = [h.start_psd(spec, i) for i in range(2)]

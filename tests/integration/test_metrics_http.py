@@ -87,25 +87,6 @@ def listening(port):
     return found
 
 
-def consecutive_free_ports(n):
-    """A base port such that base .. base + n - 1 are free just now."""
-    for _ in range(50):
-        base = h.free_ports(1)[0]
-        socks = []
-        try:
-            for p in range(base, base + n):
-                s = socket.socket()
-                socks.append(s)
-                s.bind(("127.0.0.1", p))
-            return base
-        except OSError:
-            continue
-        finally:
-            for s in socks:
-                s.close()
-    raise unittest.SkipTest("no %d consecutive free ports" % n)
-
-
 class MetricsTest(unittest.TestCase):
     """Two shards with one metrics address each (the list form)."""
 
@@ -278,7 +259,9 @@ class MetricsModesTest(unittest.TestCase):
         return p
 
     def test_base_port_plus_shard_index(self):
-        base = consecutive_free_ports(2)
+        base = h.free_port_run(2)
+        if base is None:
+            raise unittest.SkipTest("no 2 consecutive free ports")
         spec = self.spec({"metrics_listen": "127.0.0.1:%d" % base})
         for i in range(2):
             self.start(spec, i)
@@ -339,11 +322,7 @@ class MetricsModesTest(unittest.TestCase):
         self.assertIn("metrics: cannot serve http://127.0.0.1:%d/metrics" % port, r.stderr)
 
     def secret(self, name, text):
-        path = os.path.join(self.d, name)
-        with open(path, "w") as f:
-            f.write(text)
-        os.chmod(path, 0o600)
-        return path
+        return h.write_secret(self.d, name, text)
 
     def test_token_required(self):
         self.secret("token", TOKEN + "\n")

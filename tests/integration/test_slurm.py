@@ -29,6 +29,14 @@ EPOCHS = 3  # the demo's MLP; worker 0 reaches 0.84 by then
 JOB_DEADLINE_S = 150  # sbatch to COMPLETED, on 2 shared cores
 
 
+def free_run(n):
+    """A port p such that p..p+n-1 are all free now (on every address)."""
+    base = h.free_port_run(n, "0.0.0.0")
+    if base is None:
+        raise AssertionError("no run of %d free ports" % n)
+    return base
+
+
 class PrintSpecTest(unittest.TestCase):
     """pslaunch --cluster slurm --print-spec, in recorded environments."""
 
@@ -89,28 +97,6 @@ class PrintSpecTest(unittest.TestCase):
         self.assertEqual(r.returncode, 2, r.stderr)
         self.assertIn("SLURM_PROCID is not set: not a task of a Slurm job",
                       r.stderr)
-
-
-def free_run(n):
-    """A port p such that p..p+n-1 are all free now."""
-    for _ in range(50):
-        base = h.free_ports(1)[0]
-        if base + n > 65535:
-            continue
-        socks = []
-        try:
-            for p in range(base, base + n):
-                s = socket.socket()
-                s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-                socks.append(s)
-                s.bind(("0.0.0.0", p))
-            return base
-        except OSError:
-            continue
-        finally:
-            for s in socks:
-                s.close()
-    raise AssertionError("no run of %d free ports" % n)
 
 
 def wait_until(what, check, timeout):

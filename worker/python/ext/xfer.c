@@ -52,6 +52,26 @@ static int dense_take(struct pyclient *self, PyObject *vars, PyObject *outs,
   return 0;
 }
 
+/* Enters a call on d's buffers: takes the client's lock (frees d and
+ * returns -1 with the exception set when it cannot). */
+static int dense_enter(struct pyclient *self, struct dense *d) {
+  if (!psd_enter(self))
+    return 0;
+  dense_free(d);
+  return -1;
+}
+
+/* Ends it: leaves the lock, frees d; 0, or -1 with the exception set for
+ * a failed call (rc). */
+static int dense_done(struct pyclient *self, struct dense *d, int rc) {
+  psd_leave(self);
+  dense_free(d);
+  if (!rc)
+    return 0;
+  failed(self, rc);
+  return -1;
+}
+
 PyObject *psd_pull(struct pyclient *self, PyObject *args, PyObject *kw) {
   static char *kwlist[] = {"vars", "outs", NULL};
   PyObject *vars, *outs;
@@ -60,15 +80,11 @@ PyObject *psd_pull(struct pyclient *self, PyObject *args, PyObject *kw) {
   if (!PyArg_ParseTupleAndKeywords(args, kw, "OO", kwlist, &vars, &outs) ||
       dense_take(self, vars, outs, NULL, &d))
     return NULL;
-  if (psd_enter(self)) {
-    dense_free(&d);
+  if (dense_enter(self, &d))
     return NULL;
-  }
   NET_CALL(self, rc, psc_pull(self->c, d.h, d.vals.ptrs, d.n));
-  psd_leave(self);
-  dense_free(&d);
-  if (rc)
-    return failed(self, rc);
+  if (dense_done(self, &d, rc))
+    return NULL;
   Py_RETURN_NONE;
 }
 
@@ -82,17 +98,13 @@ PyObject *psd_push(struct pyclient *self, PyObject *args, PyObject *kw) {
                                    &examples) ||
       dense_take(self, vars, NULL, grads, &d))
     return NULL;
-  if (psd_enter(self)) {
-    dense_free(&d);
+  if (dense_enter(self, &d))
     return NULL;
-  }
   NET_CALL(self, rc,
            psc_push(self->c, d.h, (const float *const *)d.grads.ptrs, d.n,
                     examples));
-  psd_leave(self);
-  dense_free(&d);
-  if (rc)
-    return failed(self, rc);
+  if (dense_done(self, &d, rc))
+    return NULL;
   Py_RETURN_NONE;
 }
 
@@ -106,17 +118,13 @@ PyObject *psd_push_pull(struct pyclient *self, PyObject *args, PyObject *kw) {
                                    &outs, &examples) ||
       dense_take(self, vars, outs, grads, &d))
     return NULL;
-  if (psd_enter(self)) {
-    dense_free(&d);
+  if (dense_enter(self, &d))
     return NULL;
-  }
   NET_CALL(self, rc,
            psc_push_pull(self->c, d.h, (const float *const *)d.grads.ptrs,
                          d.vals.ptrs, d.n, examples));
-  psd_leave(self);
-  dense_free(&d);
-  if (rc)
-    return failed(self, rc);
+  if (dense_done(self, &d, rc))
+    return NULL;
   Py_RETURN_NONE;
 }
 
@@ -164,16 +172,12 @@ PyObject *psd_pull_at(struct pyclient *self, PyObject *args, PyObject *kw) {
                                    &min_version) ||
       dense_take(self, vars, outs, NULL, &d))
     return NULL;
-  if (psd_enter(self)) {
-    dense_free(&d);
+  if (dense_enter(self, &d))
     return NULL;
-  }
   NET_CALL(self, rc,
            psc_pull_at(self->c, d.h, d.vals.ptrs, d.n, min_version, &version));
-  psd_leave(self);
-  dense_free(&d);
-  if (rc)
-    return failed(self, rc);
+  if (dense_done(self, &d, rc))
+    return NULL;
   return PyLong_FromUnsignedLongLong(version);
 }
 
@@ -188,17 +192,13 @@ PyObject *psd_push_step(struct pyclient *self, PyObject *args, PyObject *kw) {
                                    &step, &examples) ||
       dense_take(self, vars, NULL, grads, &d))
     return NULL;
-  if (psd_enter(self)) {
-    dense_free(&d);
+  if (dense_enter(self, &d))
     return NULL;
-  }
   NET_CALL(self, rc,
            psc_push_step(self->c, d.h, (const float *const *)d.grads.ptrs, d.n,
                          examples, step, &closed));
-  psd_leave(self);
-  dense_free(&d);
-  if (rc)
-    return failed(self, rc);
+  if (dense_done(self, &d, rc))
+    return NULL;
   return PyBool_FromLong(closed);
 }
 
