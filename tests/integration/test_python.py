@@ -1,18 +1,22 @@
 #!/usr/bin/python3
 """The psd Python package (worker/python: psd.Client over the _psd extension
 over libpsclient) against real psd shards on 127.0.0.1: the optimizer's
-formula seen through push and pull, zero copies into the caller's arrays,
-the GIL released during calls, every bad input refused with ValueError and
-nothing sent, psd.Error carrying the gRPC status, a closed client, no
-leaks over repeated clients, Ctrl-C during a parked pull, placement that
-does not depend on declaration order, TF_CONFIG and address lists, and
-embedding tables.
+formula seen through push and pull, zero copies into the caller's arrays
+(no 48 MiB pull makes room for its payload twice), the GIL released while
+a pull waits on a stopped shard, every bad input refused with ValueError
+and nothing sent, psd.Error carrying the gRPC status, spec file names that
+are not UTF-8, a closed client, no leak of a payload per call, Ctrl-C
+during a parked pull, placement that does not depend on declaration order,
+TF_CONFIG and address lists, and embedding tables.
 
 Run: /usr/bin/python3 test_python.py BUILD_DIR (the package is imported
 from BUILD_DIR/worker/python; the suite skips, exit 77, without it)."""
+import ctypes
 import json
 import os
+import shutil
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -44,6 +48,91 @@ def rss_kib():
             if line.startswith("VmRSS:"):
                 return int(line.split()[1])
     return 0
+
+
+class _MallInfo2(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_size_t) for n in "arena ordblks smblks hblks "
+                "hblkhd usmblks fsmblks uordblks fordblks keepcost".split()]
+
+
+def malloc_in_use():
+    """Bytes malloc has handed out and not had back, over every arena and
+    mmap (glibc's mallinfo2: uordblks + hblkhd): C's allocations, numpy's
+    arrays, and Python's objects above 512 bytes. None without it."""
+    f = getattr(ctypes.CDLL(None), "mallinfo2", None)
+    if f is None:
+        return None
+    f.restype = _MallInfo2
+    m = f()
+    return m.uordblks + m.hblkhd
+
+
+# Pulls a 48 MiB variable of one shard (argv: the package's directory, the
+# spec, the variable's name) and prints, for each of 8 pulls after 3 to warm
+# up, how far the peak RSS rose above the RSS before it (VmHWM, reset
+# through /proc/self/clear_refs) and the peak of Python's traced
+# allocations (tracemalloc: numpy's arrays included), both in KiB. 48 MiB
+# is above malloc's largest mmap threshold (32 MiB, which libpsclient sets:
+# cm_rpc_global_init), so a temporary of the payload's size is a fresh
+# mapping each time, never a heap kept from the last pull.
+PEAK_CHILD = r"""
+import json, sys, tracemalloc
+sys.path.insert(0, sys.argv[1])
+import numpy as np, psd
+def kib(key):
+    with open("/proc/self/status") as f:
+        return int([l for l in f if l.startswith(key + ":")][0].split()[1])
+c = psd.Client(sys.argv[2], "worker:0")
+n = 12 << 20
+v = c.declare(sys.argv[3], (n,), placement=0, init="uniform",
+              init_scale=0.5, optimizer={"type": "sgd", "lr": 0.1})
+a = np.ones(n, np.float32)
+for _ in range(3):
+    c.pull(v, a)
+tracemalloc.start()
+out = []
+for _ in range(8):
+    tracemalloc.reset_peak()
+    traced = tracemalloc.get_traced_memory()[0]
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
+    rss = kib("VmRSS")
+    c.pull(v, a)
+    out.append([kib("VmHWM") - rss,
+                (tracemalloc.get_traced_memory()[1] - traced) // 1024])
+c.close()
+print(json.dumps(out))
+"""
+
+# Opens clients from spec file names that are not UTF-8, in the directory
+# it runs in (argv: the package's directory, the shards' addresses joined
+# by commas), and prints for each case ["ok", what it saw] or [the
+# exception's type, its text], as JSON.
+FSNAME_CHILD = r"""
+import json, os, pathlib, sys
+sys.path.insert(0, sys.argv[1])
+import psd
+out = {}
+def attempt(key, f):
+    try:
+        out[key] = ["ok", f()]
+    except Exception as e:
+        out[key] = [type(e).__name__, str(e)]
+def use(name):
+    with psd.Client(name, "worker:0") as c:
+        v = c.declare("fs/w", (3,))
+        return [c.num_shards, c.pull(v).tolist()]
+real = os.fsdecode(b"real-\xfe.json")
+attempt("missing", lambda: psd.Client(os.fsdecode(b"spec-\xff.json"),
+                                      "worker:0"))
+attempt("str", lambda: use(real))
+attempt("bytes", lambda: use(os.fsencode(real)))
+attempt("path", lambda: use(pathlib.Path(real)))
+attempt("lone", lambda: psd.Client("spec-\ud800.json", "worker:0"))
+attempt("token", lambda: psd.Client(addrs=sys.argv[2].split(","),
+                                    token_file=os.fsdecode(b"tok-\xfd")))
+print(json.dumps(out))
+"""
 
 
 class Shards:
@@ -111,16 +200,19 @@ class AsyncTest(unittest.TestCase):
         np.testing.assert_array_equal(c.pull(s), ws - F32(0.5) * g)
 
     def test_zero_copy(self):
-        """A pull writes into the caller's own memory (numpy array or CPU
-        tensor) and the C side moves exactly the payload."""
+        """A pull lands in the caller's own memory: views of a numpy array
+        and of a CPU tensor, taken before the pull, see the pulled values;
+        the C side moves exactly the payload."""
         c = self.client()
         h_ = c.declare("z/w", (512, 256), init="uniform", init_scale=0.5)
         a = np.zeros((512, 256), F32)
-        addr, before = a.ctypes.data, c.bytes_pulled
+        view = a.reshape(-1)[::-1]  # the same memory, seen another way
+        before = c.bytes_pulled
         c.pull(h_, a)
-        self.assertEqual(a.ctypes.data, addr)
         self.assertEqual(c.bytes_pulled - before, a.nbytes)
-        self.assertGreater(float(np.abs(a).max()), 0.0)
+        self.assertGreater(float(np.abs(view).max()), 0.0)
+        np.testing.assert_array_equal(view[::-1].reshape(512, 256),
+                                      c.pull(h_))
         before = c.bytes_pushed
         c.push(h_, np.zeros_like(a))
         self.assertEqual(c.bytes_pushed - before, a.nbytes)
@@ -129,38 +221,89 @@ class AsyncTest(unittest.TestCase):
         except ImportError:
             return
         t = torch.zeros(512, 256)
-        ptr = t.data_ptr()
+        tview = t.numpy()  # shares the tensor's memory
         c.pull(h_, t)
-        self.assertEqual(t.data_ptr(), ptr)
-        np.testing.assert_array_equal(t.numpy(), a)
+        self.assertGreater(float(np.abs(tview).max()), 0.0)
+        np.testing.assert_array_equal(tview, a)
+
+    def test_zero_copy_peak(self):
+        """No pull makes room for its payload a second time: in a process
+        of its own, after 3 pulls of 48 MiB to warm up, the peak RSS of at
+        least one of 8 pulls rises less than 4 MiB above the RSS before it
+        (gRPC's messages: at most 4 of 2 MiB in flight, on a heap that is
+        reused), and Python's traced allocations stay under 1 MiB in every
+        pull. A pull into a temporary that is then copied (in C, or a numpy
+        copy) raises every pull's peak by 48 MiB."""
+        if not os.access("/proc/self/clear_refs", os.W_OK):
+            self.skipTest("/proc/self/clear_refs cannot reset the peak RSS")
+        r = subprocess.run(
+            [sys.executable, "-c", PEAK_CHILD,
+             h.build_path("worker", "python"), self.spec, "z/peak"],
+            capture_output=True, text=True, timeout=120)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        pulls = json.loads(r.stdout)
+        self.assertLess(min(p[0] for p in pulls), 4 * 1024,
+                        "every 48 MiB pull raised the peak RSS by 4 MiB or "
+                        "more (KiB, traced KiB): %r" % pulls)
+        self.assertLess(max(p[1] for p in pulls), 1024,
+                        "a 48 MiB pull allocated 1 MiB or more in Python "
+                        "(KiB, traced KiB): %r" % pulls)
 
     def test_gil_released(self):
-        """Two threads pulling at once, each with its own client, overlap
-        in time: neither holds the GIL while its call waits."""
-        c1, c2 = self.client(), self.client()
-        n = 4 << 20  # 16 MiB
-        v1 = c1.declare("gil/a", (n,))
-        v2 = c2.declare("gil/b", (n,))
-        spans = {0: [], 1: []}
+        """While a pull waits on a shard stopped with SIGSTOP, a pure-Python
+        thread counts on, and the pull has not returned; after SIGCONT the
+        pull completes with the shard's values. Were the GIL held through
+        the call, the counting thread (and this one) would stand still
+        until the pull gave up."""
+        c = self.client(timeout_ms=2000, retry_s=10)
+        v = c.declare("gil/w", (1000,), placement=1)  # on ps:1 alone
+        c.push(v, np.ones(1000, F32))
+        want = c.pull(v).copy()
+        self.assertTrue(np.all(want != 0))
+        shard = self.shards.procs[1].p
+        buf = np.zeros(1000, F32)
+        count = [0]
+        halt = threading.Event()
+        entered, returned = threading.Event(), threading.Event()
+        errors = []
 
-        def work(k, c, v):
-            buf = np.empty(n, F32)
-            for _ in range(6):
-                t0 = time.monotonic()
+        def counter():
+            while not halt.is_set():
+                count[0] += 1
+
+        def puller():
+            entered.set()
+            try:
                 c.pull(v, buf)
-                spans[k].append((t0, time.monotonic()))
+            except BaseException as e:  # reported below
+                errors.append(e)
+            returned.set()
 
-        ts = [threading.Thread(target=work, args=(0, c1, v1)),
-              threading.Thread(target=work, args=(1, c2, v2))]
-        for t in ts:
-            t.start()
-        for t in ts:
-            t.join(60)
-        overlap = sum(1 for a in spans[0] for b in spans[1]
-                      if a[0] < b[1] and b[0] < a[1])
-        self.assertEqual(len(spans[0]), 6)
-        self.assertEqual(len(spans[1]), 6)
-        self.assertGreater(overlap, 0, "no two pulls overlapped: %r" % spans)
+        os.kill(shard.pid, signal.SIGSTOP)
+        tc = threading.Thread(target=counter)
+        tp = threading.Thread(target=puller)
+        try:
+            tc.start()
+            tp.start()
+            self.assertTrue(entered.wait(30))
+            n0 = count[0]
+            returned.wait(1.0)  # a second of the pull waiting
+            n1 = count[0]
+            self.assertFalse(returned.is_set(),
+                             "the pull returned while its shard was "
+                             "stopped: %r" % errors)
+            self.assertGreater(n1 - n0, 1000,
+                               "a Python thread counted %d times in the "
+                               "second a pull waited" % (n1 - n0))
+        finally:
+            os.kill(shard.pid, signal.SIGCONT)
+            tp.join(60)
+            halt.set()
+            tc.join(10)
+        self.assertTrue(returned.is_set(), "the pull still waits after "
+                        "SIGCONT")
+        self.assertEqual(errors, [])
+        np.testing.assert_array_equal(buf, want)
 
     def test_bad_buffers(self):
         """Wrong size, dtype or contiguity: ValueError naming the variable
@@ -245,10 +388,28 @@ class AsyncTest(unittest.TestCase):
                 call()
 
     def test_no_leaks(self):
-        """Create, declare, pull, push, close, over and over: the RSS
-        stays flat."""
-        grad = np.ones(4096, F32)
-        buf = np.empty(4096, F32)
+        """Pulls and pushes of a 16 KiB payload, then whole client cycles
+        (open, declare, pull, push, close), over and over: the bytes malloc
+        holds grow by far less than a payload per call (under 1 KiB per
+        call, 4 KiB per cycle of two calls), and the RSS by under 8 KiB per
+        cycle."""
+        grad, buf = np.ones(4096, F32), np.empty(4096, F32)
+        if malloc_in_use() is None:
+            self.skipTest("no mallinfo2 (not glibc 2.33 or later)")
+
+        def calls(c, v, n):
+            for _ in range(n):
+                c.pull(v, buf)
+                c.push(v, grad)
+
+        c = self.client()
+        v = c.declare("leak/w", (4096,))
+        calls(c, v, 100)  # warm up: gRPC's and the allocator's own pools
+        before = malloc_in_use()
+        calls(c, v, 500)
+        grown = malloc_in_use() - before
+        self.assertLess(grown, 1000 * 1024, "malloc holds %d bytes more "
+                        "after 1000 calls of 16 KiB" % grown)
 
         def cycles(n):
             for _ in range(n):
@@ -258,12 +419,42 @@ class AsyncTest(unittest.TestCase):
                 c.push(v, grad)
                 c.close()
 
-        cycles(30)  # warm up: gRPC's and the allocator's own pools
-        before = rss_kib()
+        cycles(30)  # warm up
+        before, rss = malloc_in_use(), rss_kib()
         cycles(150)
-        grown = rss_kib() - before
-        self.assertLess(grown, 6 * 1024, "RSS grew %d KiB over 150 "
-                        "client cycles" % grown)
+        grown, rss_grown = malloc_in_use() - before, rss_kib() - rss
+        self.assertLess(grown, 150 * 4096, "malloc holds %d bytes more "
+                        "after 150 client cycles" % grown)
+        self.assertLess(rss_grown, 150 * 8, "RSS grew %d KiB over 150 "
+                        "client cycles" % rss_grown)
+
+    def test_spec_name_not_utf8(self):
+        """Spec file names of bytes that are not UTF-8, as os.fsdecode
+        gives them ("spec-\\udcff.json"), in a process of its own: a
+        missing one is psd.Error naming the file (the interpreter crashed
+        when the name was encoded with the GIL released); a real one opens,
+        as str, bytes or a Path; a name that no encoding makes bytes of, and
+        a token file whose name is not UTF-8, are ValueError naming them."""
+        dname = os.fsencode(self.d)
+        shutil.copy(self.spec, os.path.join(dname, b"real-\xfe.json"))
+        self.addCleanup(os.unlink, os.path.join(dname, b"real-\xfe.json"))
+        r = subprocess.run(
+            [sys.executable, "-c", FSNAME_CHILD,
+             h.build_path("worker", "python"),
+             ",".join(self.shards.cfg["cluster"]["ps"])],
+            capture_output=True, text=True, timeout=120, cwd=self.d)
+        self.assertEqual(r.returncode, 0, r.stderr)  # not -11, SIGSEGV
+        got = json.loads(r.stdout)
+        self.assertEqual(got["missing"][0], "Error", got)
+        self.assertIn("spec-\\xff.json", got["missing"][1])
+        for k in ("str", "bytes", "path"):
+            self.assertEqual(got[k], ["ok", [2, [0.0, 0.0, 0.0]]], k)
+        self.assertEqual(got["lone"][0], "ValueError", got)
+        self.assertIn("spec-\\ud800.json", got["lone"][1])
+        self.assertIn("surrogates not allowed", got["lone"][1])
+        self.assertEqual(got["token"][0], "ValueError", got)
+        self.assertIn("tok-\\udcfd", got["token"][1])
+        self.assertIn("UTF-8", got["token"][1])
 
     def test_placement_any_order(self):
         """Two clients declaring the same small variables in opposite

@@ -6,24 +6,59 @@
 
 #include <string.h>
 
+/* Encodes file name obj (str, bytes or os.PathLike) into *out (a new
+ * bytes object) as open() does: a str that os.fsdecode made of bytes
+ * undecodable in the locale (surrogate escapes) is those bytes again. None
+ * leaves *out NULL. what names the argument. Returns 0, or -1 with
+ * TypeError or ValueError naming it and the file. */
+static int fs_name(const char *what, PyObject *obj, PyObject **out) {
+  *out = NULL;
+  if (obj == Py_None || PyUnicode_FSConverter(obj, out))
+    return 0;
+  if (PyErr_ExceptionMatches(PyExc_TypeError)) {
+    PyErr_Clear();
+    PyErr_Format(PyExc_TypeError,
+                 "%s: expected a path (str, bytes or os.PathLike), not %s",
+                 what, Py_TYPE(obj)->tp_name);
+    return -1;
+  }
+  /* UnicodeEncodeError (a lone surrogate) or ValueError (a NUL byte) */
+#if PY_VERSION_HEX >= 0x030C0000
+  PyObject *value = PyErr_GetRaisedException();
+#else
+  PyObject *type, *value, *tb;
+  PyErr_Fetch(&type, &value, &tb);
+  PyErr_NormalizeException(&type, &value, &tb);
+  Py_XDECREF(type);
+  Py_XDECREF(tb);
+#endif
+  PyErr_Format(PyExc_ValueError, "%s %R: not a file name: %S", what, obj,
+               value ? value : Py_None);
+  Py_XDECREF(value);
+  return -1;
+}
+
 /* Client(kind, source, task=None, name=None, job=None, token_file=None,
  *        timeout_ms=0, retry_s=0.0, connect_timeout_ms=0): kind "spec" (source
  * a path), "tf_config" (a JSON text, None: the environment's) or "addrs" (a
- * list of "host:port"). */
+ * list of "host:port"). Paths are encoded with fs_name; the spec file is
+ * read with the GIL released, into a local client that self takes once the
+ * GIL is back. */
 static int client_init(struct pyclient *self, PyObject *args, PyObject *kw) {
   static char *kwlist[] = {"kind",       "source",  "task",
                            "name",       "job",     "token_file",
                            "timeout_ms", "retry_s", "connect_timeout_ms",
                            NULL};
-  const char *kind, *task = NULL, *name = NULL, *job = NULL, *token = NULL;
-  PyObject *source = Py_None;
-  int timeout_ms = 0, connect_ms = 0, rc;
+  const char *kind, *task = NULL, *name = NULL, *job = NULL;
+  PyObject *source = Py_None, *token = Py_None, *path = NULL, *tpath = NULL;
+  int timeout_ms = 0, connect_ms = 0, rc, ret = -1;
   double retry_s = 0;
   char err[8192] = "";
   const char **addrs = NULL;
+  psc_client *c = NULL;
   struct psc_options o;
 
-  if (!PyArg_ParseTupleAndKeywords(args, kw, "sO|zzzzidi", kwlist, &kind,
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "sO|zzzOidi", kwlist, &kind,
                                    &source, &task, &name, &job, &token,
                                    &timeout_ms, &retry_s, &connect_ms))
     return -1;
@@ -31,55 +66,81 @@ static int client_init(struct pyclient *self, PyObject *args, PyObject *kw) {
     PyErr_SetString(PyExc_RuntimeError, "psd.Client is open already");
     return -1;
   }
+  if (fs_name("token_file", token, &tpath))
+    goto out;
+  if (tpath) { /* psc_open_addrs passes it on in JSON (auth.token_file) */
+    PyObject *utf8 = PyUnicode_DecodeUTF8(PyBytes_AS_STRING(tpath),
+                                          PyBytes_GET_SIZE(tpath), "strict");
+    if (!utf8) {
+      PyErr_Format(PyExc_ValueError,
+                   "token_file %R: not a UTF-8 name, which a spec's "
+                   "auth.token_file must be (rename the file)",
+                   token);
+      goto out;
+    }
+    Py_DECREF(utf8);
+  }
   psc_options_init(&o);
   o.task = task;
   o.name = name;
   o.job = job;
-  o.token_file = token;
+  o.token_file = tpath ? PyBytes_AS_STRING(tpath) : NULL;
   o.timeout_ms = timeout_ms;
   o.retry_s = retry_s;
   o.connect_timeout_ms = connect_ms;
   if (!strcmp(kind, "spec")) {
-    if (!PyUnicode_Check(source)) {
-      PyErr_SetString(PyExc_TypeError, "spec: expected a path (str)");
-      return -1;
+    if (source == Py_None) {
+      PyErr_SetString(PyExc_TypeError, "spec: expected a path, not None");
+      goto out;
     }
-    Py_BEGIN_ALLOW_THREADS rc =
-        psc_open(&self->c, PyUnicode_AsUTF8(source), &o, err, sizeof err);
+    if (fs_name("spec", source, &path))
+      goto out;
+    const char *p = PyBytes_AS_STRING(path); /* path stays referenced */
+    Py_BEGIN_ALLOW_THREADS rc = psc_open(&c, p, &o, err, sizeof err);
     Py_END_ALLOW_THREADS
   } else if (!strcmp(kind, "tf_config")) {
     const char *text = source == Py_None ? NULL : PyUnicode_AsUTF8(source);
     if (source != Py_None && !text)
-      return -1;
-    rc = psc_open_tf_config(&self->c, text, &o, err, sizeof err);
+      goto out;
+    rc = psc_open_tf_config(&c, text, &o, err, sizeof err);
   } else if (!strcmp(kind, "addrs")) {
     PyObject *seq = PySequence_Fast(source, "addrs: expected a list of str");
     if (!seq)
-      return -1;
+      goto out;
     Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
     addrs = PyMem_Calloc((size_t)n + 1, sizeof *addrs);
     for (Py_ssize_t i = 0; addrs && i < n; i++)
       if (!(addrs[i] = PyUnicode_AsUTF8(PySequence_Fast_GET_ITEM(seq, i)))) {
         Py_DECREF(seq);
         PyMem_Free(addrs);
-        return -1;
+        goto out;
       }
-    rc = addrs ? psc_open_addrs(&self->c, addrs, (int)n, &o, err, sizeof err)
+    rc = addrs ? psc_open_addrs(&c, addrs, (int)n, &o, err, sizeof err)
                : PSC_ENOMEM;
     PyMem_Free(addrs);
     Py_DECREF(seq);
   } else {
     PyErr_Format(PyExc_ValueError,
                  "kind '%s'; expected 'spec', 'tf_config' or 'addrs'", kind);
-    return -1;
+    goto out;
   }
   if (rc) {
     psd_raise_text(err[0] ? err : psc_strerror(rc), rc, 0);
-    self->c = NULL;
-    return -1;
+    goto out;
   }
-  psc_set_interrupt(self->c, psd_interrupted, NULL);
-  return 0;
+  if (self->c) { /* another thread opened self while this one read */
+    PyErr_SetString(PyExc_RuntimeError, "psd.Client is open already");
+    Py_BEGIN_ALLOW_THREADS psc_close(c);
+    Py_END_ALLOW_THREADS
+  } else {
+    psc_set_interrupt(c, psd_interrupted, NULL);
+    self->c = c;
+    ret = 0;
+  }
+out:
+  Py_XDECREF(path);
+  Py_XDECREF(tpath);
+  return ret;
 }
 
 static PyObject *client_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
@@ -116,10 +177,11 @@ static void client_dealloc(struct pyclient *self) {
 }
 
 static PyObject *client_close(struct pyclient *self, PyObject *unused) {
+  PyThread_type_lock lock = self->lock; /* read with the GIL held */
   if (self->c) {
-    Py_BEGIN_ALLOW_THREADS PyThread_acquire_lock(self->lock, WAIT_LOCK);
+    Py_BEGIN_ALLOW_THREADS PyThread_acquire_lock(lock, WAIT_LOCK);
     Py_END_ALLOW_THREADS close_client(self);
-    PyThread_release_lock(self->lock);
+    PyThread_release_lock(lock);
   }
   Py_RETURN_NONE;
 }
@@ -202,9 +264,9 @@ static PyObject *client_declare_table(struct pyclient *self, PyObject *args,
   if (psd_enter(self))
     return NULL;
   Py_BEGIN_ALLOW_THREADS rc = psc_declare_table(self->c, name, dim, bound);
-  Py_END_ALLOW_THREADS psd_leave(self);
+  Py_END_ALLOW_THREADS rc = psd_leave_call(self, rc);
   if (rc)
-    return PyErr_Occurred() ? NULL : psd_raise(self->c, rc);
+    return NULL;
   Py_RETURN_NONE;
 }
 

@@ -61,9 +61,18 @@ void psd_bufs_release(struct psd_bufs *b);
 int psd_handles(struct pyclient *self, PyObject *vars, int **out, int *n);
 
 /* Enters a network call on self: fails (RuntimeError) when the client is
- * closed, else takes its lock with the GIL released. */
+ * closed, else takes its lock with the GIL released. Inside the call's
+ * Py_BEGIN_ALLOW_THREADS section only C memory is read: pointers taken
+ * before it (buffers, "s" arguments of the call's own tuple, encoded
+ * names) and self->c, which the lock keeps (close takes it). */
 int psd_enter(struct pyclient *self);
 void psd_leave(struct pyclient *self);
+
+/* Ends the call psd_enter began, which returned rc: for a failed one sets
+ * the exception a signal handler raised, else psd.Error from psc_error,
+ * before the lock goes (another thread's call would start by clearing
+ * that text). Returns 0, or -1 with the exception set. */
+int psd_leave_call(struct pyclient *self, int rc);
 
 /* psc_set_interrupt's poll: with the GIL taken back for a moment, runs
  * Python's signal handlers; 1 when one raised (KeyboardInterrupt). */

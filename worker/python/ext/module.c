@@ -15,7 +15,13 @@ static void set_attr(PyObject *exc, const char *name, PyObject *value) {
 }
 
 PyObject *psd_raise_text(const char *msg, int rc, int st) {
-  PyObject *exc = PyObject_CallFunction(psd_error, "s", msg);
+  /* A file name in msg may be bytes that are not UTF-8: \xff for those. */
+  PyObject *text =
+      PyUnicode_DecodeUTF8(msg, (Py_ssize_t)strlen(msg), "backslashreplace");
+  if (!text)
+    return NULL;
+  PyObject *exc = PyObject_CallOneArg(psd_error, text);
+  Py_DECREF(text);
   if (!exc)
     return NULL;
   set_attr(exc, "code", PyLong_FromLong(rc));
@@ -191,8 +197,9 @@ int psd_enter(struct pyclient *self) {
     PyErr_SetString(PyExc_RuntimeError, "psd.Client is closed");
     return -1;
   }
-  if (!PyThread_acquire_lock(self->lock, NOWAIT_LOCK)) {
-    Py_BEGIN_ALLOW_THREADS PyThread_acquire_lock(self->lock, WAIT_LOCK);
+  PyThread_type_lock lock = self->lock; /* read with the GIL held */
+  if (!PyThread_acquire_lock(lock, NOWAIT_LOCK)) {
+    Py_BEGIN_ALLOW_THREADS PyThread_acquire_lock(lock, WAIT_LOCK);
     Py_END_ALLOW_THREADS
   }
   if (!self->c) { /* closed while this call waited */
@@ -204,6 +211,13 @@ int psd_enter(struct pyclient *self) {
 }
 
 void psd_leave(struct pyclient *self) { PyThread_release_lock(self->lock); }
+
+int psd_leave_call(struct pyclient *self, int rc) {
+  if (rc && !PyErr_Occurred())
+    psd_raise(self->c, rc);
+  psd_leave(self);
+  return rc ? -1 : 0;
+}
 
 int psd_interrupted(void *arg) {
   (void)arg;

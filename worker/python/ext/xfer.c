@@ -6,20 +6,13 @@
 
 #include <string.h>
 
-/* Runs expr with the GIL released and the client's lock held; sets rc. */
+/* Runs expr with the GIL released and the client's lock held; sets rc.
+ * expr reads only C memory taken before (ext.h, psd_enter). */
 #define NET_CALL(self, rc, expr)                                               \
   do {                                                                         \
     Py_BEGIN_ALLOW_THREADS(rc) = (expr);                                       \
     Py_END_ALLOW_THREADS                                                       \
   } while (0)
-
-/* After a call: the exception a signal handler raised (KeyboardInterrupt),
- * else psd.Error for rc. Returns NULL. */
-static PyObject *failed(struct pyclient *self, int rc) {
-  if (PyErr_Occurred())
-    return NULL;
-  return psd_raise(self->c, rc);
-}
 
 /* What a dense call names: handles, and buffers of values and/or grads. */
 struct dense {
@@ -61,15 +54,12 @@ static int dense_enter(struct pyclient *self, struct dense *d) {
   return -1;
 }
 
-/* Ends it: leaves the lock, frees d; 0, or -1 with the exception set for
- * a failed call (rc). */
+/* Ends it: leaves the lock (psd_leave_call), frees d; 0, or -1 with the
+ * exception set for a failed call (rc). */
 static int dense_done(struct pyclient *self, struct dense *d, int rc) {
-  psd_leave(self);
+  int r = psd_leave_call(self, rc);
   dense_free(d);
-  if (!rc)
-    return 0;
-  failed(self, rc);
-  return -1;
+  return r;
 }
 
 PyObject *psd_pull(struct pyclient *self, PyObject *args, PyObject *kw) {
@@ -153,11 +143,11 @@ PyObject *psd_push_pull_sets(struct pyclient *self, PyObject *args,
            psc_push_pull_sets(self->c, push.h,
                               (const float *const *)push.grads.ptrs, push.n,
                               pull.h, pull.vals.ptrs, pull.n, examples));
-  psd_leave(self);
+  rc = psd_leave_call(self, rc);
   dense_free(&push);
   dense_free(&pull);
   if (rc)
-    return failed(self, rc);
+    return NULL;
   Py_RETURN_NONE;
 }
 
@@ -210,9 +200,8 @@ PyObject *psd_join(struct pyclient *self, PyObject *args, PyObject *kw) {
       psd_enter(self))
     return NULL;
   NET_CALL(self, rc, psc_join(self->c, worker, &step));
-  psd_leave(self);
-  if (rc)
-    return failed(self, rc);
+  if (psd_leave_call(self, rc))
+    return NULL;
   return PyLong_FromUnsignedLongLong(step);
 }
 
@@ -225,9 +214,8 @@ PyObject *psd_admit(struct pyclient *self, PyObject *args, PyObject *kw) {
       psd_enter(self))
     return NULL;
   NET_CALL(self, rc, psc_admit(self->c, step, &admitted, &next));
-  psd_leave(self);
-  if (rc)
-    return failed(self, rc);
+  if (psd_leave_call(self, rc))
+    return NULL;
   return Py_BuildValue("(NK)", PyBool_FromLong(admitted),
                        (unsigned long long)next);
 }
@@ -253,9 +241,8 @@ PyObject *psd_leave_job(struct pyclient *self, PyObject *args, PyObject *kw) {
       psd_enter(self))
     return NULL;
   NET_CALL(self, rc, psc_leave(self->c, examples, train_s, ago));
-  psd_leave(self);
-  if (rc)
-    return failed(self, rc);
+  if (psd_leave_call(self, rc))
+    return NULL;
   Py_RETURN_NONE;
 }
 
@@ -267,9 +254,8 @@ PyObject *psd_clock(struct pyclient *self, PyObject *args, PyObject *kw) {
       psd_enter(self))
     return NULL;
   NET_CALL(self, rc, psc_clock(self->c, clock));
-  psd_leave(self);
-  if (rc)
-    return failed(self, rc);
+  if (psd_leave_call(self, rc))
+    return NULL;
   Py_RETURN_NONE;
 }
 
@@ -342,11 +328,11 @@ PyObject *psd_pull_rows(struct pyclient *self, PyObject *args, PyObject *kw) {
   NET_CALL(self, rc,
            psc_pull_rows(self->c, table, iv.buf, (size_t)(iv.len / 8), rv.buf,
                          min_version));
-  psd_leave(self);
+  rc = psd_leave_call(self, rc);
   PyBuffer_Release(&iv);
   PyBuffer_Release(&rv);
   if (rc)
-    return failed(self, rc);
+    return NULL;
   Py_RETURN_NONE;
 }
 
@@ -369,10 +355,10 @@ PyObject *psd_push_rows(struct pyclient *self, PyObject *args, PyObject *kw) {
   NET_CALL(self, rc,
            psc_push_rows(self->c, table, iv.buf, (size_t)(iv.len / 8), rv.buf,
                          step, &closed));
-  psd_leave(self);
+  rc = psd_leave_call(self, rc);
   PyBuffer_Release(&iv);
   PyBuffer_Release(&rv);
   if (rc)
-    return failed(self, rc);
+    return NULL;
   return PyBool_FromLong(closed);
 }

@@ -51,7 +51,9 @@ class Client:
 
     spec: the job's cluster spec (a path, or its JSON text); tf_config: a
     TF_CONFIG-shaped JSON text; addrs: the shards' "host:port" list (then job names their
-    job, token_file their token). With none of them: $PSD_SPEC (pslaunch
+    job, token_file their token). Paths are str, bytes or os.PathLike, and
+    a str that os.fsdecode made of a name's undecodable bytes opens those
+    bytes, as open() does. With none of them: $PSD_SPEC (pslaunch
     sets it for a worker_command), else $TF_CONFIG. task: "worker:N", else
     the spec's or TF_CONFIG's task (or none: a client that does not join).
     timeout_ms: each call's deadline (0: job.rpc_timeout_ms); retry_s: how
