@@ -2,8 +2,9 @@
 127.0.0.1 that train deploy/examples/local-cnn.json (two conv + pool blocks
 and a dense head, momentum SGD with a cosine schedule, deterministic sync:
 the same result on every run on a given machine) on Fashion-MNIST for 10
-epochs; worker 0's final line must report a test accuracy of at least 0.90
-(0.9122 measured here, 0.9094 with OpenBLAS's Haswell kernels). About 2 to 3
+epochs, as shipped but for its ports; worker 0's final line must report the
+test accuracy README.md's example table states (test_examples.stated; 0.9122
+measured here, 0.9094 with OpenBLAS's Haswell kernels). About 2 to 3
 minutes on a loaded 2-core machine. Run:
 /usr/bin/python3 test_cnn.py BUILD_DIR"""
 import json
@@ -13,13 +14,14 @@ import time
 import unittest
 
 import harness as h
+from test_examples import stated
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
 DATA = "/usr/share/datasets/fashion-mnist"
 
 
 class CnnTest(unittest.TestCase):
-    def test_cnn_example_two_shards_two_workers_reach_090(self):
+    def test_cnn_example_two_shards_two_workers(self):
         if not os.path.isdir(DATA):
             self.skipTest("dataset-fashion-mnist is not installed")
         with open(os.path.join(ROOT, "deploy", "examples", "local-cnn.json")) as f:
@@ -52,7 +54,10 @@ class CnnTest(unittest.TestCase):
             acc = float(kv["test_accuracy"])
             print("\ncnn: test_accuracy=%.4f job examples_per_s=%s wall_s=%s "
                   "launch_wall_s=%.1f" % (acc, rate["examples_per_s"], rate["wall_s"], wall))
-            self.assertGreaterEqual(acc, 0.80 if sanitized else 0.90)
+            if sanitized:
+                self.assertGreaterEqual(acc, 0.80)
+            else:
+                stated("local-cnn.json").check(self, kv)
 
 
 if __name__ == "__main__":

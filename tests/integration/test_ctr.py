@@ -2,9 +2,12 @@
 shards and 2 dworkers training the wide & deep model over two embedding
 tables on a generated LIBSVM data set.
 
-- async: the held-out AUC comes within 0.01 of the true model's AUC (which
-  the generator wrote in truth.json), and the job: line's accounting adds
-  up (every worker's examples = epochs x the training set);
+- async: deploy/examples/ctr.json, as shipped but for its addresses and
+  data directory: the held-out AUC comes within 0.01 of the true model's
+  AUC (which the generator wrote in truth.json) and meets the figure
+  README.md's example table states (test_examples.stated), and the job:
+  line's accounting adds up (every worker's examples = epochs x the
+  training set);
 - bounded staleness (SSP) trains too;
 - sync, deterministic: two runs give identical tables, byte for byte: the
   sha256 of every shard's table files in the final checkpoint match, and so
@@ -19,6 +22,10 @@ import tempfile
 import unittest
 
 import harness as h
+from test_examples import SANITIZED, as_shipped, stated
+
+EXAMPLE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "deploy",
+                       "examples", "ctr.json")
 
 TABLES = [
     {"name": "emb", "dim": 8, "init": "uniform", "init_scale": 0.05,
@@ -55,20 +62,29 @@ class CtrTest(unittest.TestCase):
         self.assertIsNotNone(f, out[-4000:])
         return out, f
 
-    def test_async_reaches_the_true_models_auc(self):
+    def test_example_reaches_the_true_models_auc(self):
+        """deploy/examples/ctr.json as shipped, but for its addresses, its
+        data's place (a temporary directory) and job.tensorboard_dir added
+        (where events go; nothing of the training)."""
         with tempfile.TemporaryDirectory(prefix="psd-test-") as tmp:
             spec = os.path.join(tmp, "ctr.json")
-            h.write_spec(spec, nps=2, nworker=2,
-                         job=job("ctr-async", "data", 500000, 50000,
-                                 {"tensorboard_dir": "tb"}))
+            shipped = as_shipped(EXAMPLE, spec, data_dir="data")
+            shipped["job"]["tensorboard_dir"] = "tb"
+            with open(spec, "w") as fh:
+                json.dump(shipped, fh)
+            epochs = shipped["job"]["epochs"]
+            train = shipped["job"]["ctr"]["generate"]["train"]
             out, f = self.launch(spec)
             with open(os.path.join(tmp, "data", "truth.json")) as fh:
                 truth = json.load(fh)
             self.assertAlmostEqual(float(f["true_auc"]), truth["true_auc"], places=3)
+            print("\nctr.json: test_auc=%s true_auc=%s" % (f["test_auc"], f["true_auc"]))
             self.assertGreater(float(f["test_auc"]), truth["true_auc"] - 0.01, f)
+            if not SANITIZED:
+                stated("ctr.json").check(self, f)  # README's figure
             self.assertLess(float(f["test_logloss"]), truth["true_logloss"] + 0.02, f)
             self.assertIn("auc=", out)  # the progress lines
-            h.assert_job_accounting(self, out, epochs=2, workers=2, train_size=500000)
+            h.assert_job_accounting(self, out, epochs=epochs, workers=2, train_size=train)
             # TensorBoard: worker 0's events, read back with the checked
             # reader, end with the final line's AUC and log loss.
             import glob
