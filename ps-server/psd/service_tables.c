@@ -225,7 +225,8 @@ void psd__on_rows(struct cm_rpc_call *call, grpc_byte_buffer *bb, void *ctx) {
   if (req->top) {
     psd_table_top(t, want, ids, stats, &n);
   } else {
-    memcpy(ids, req->ids, want * sizeof *ids);
+    if (want) /* req->ids is NULL when it has none */
+      memcpy(ids, req->ids, want * sizeof *ids);
     n = want;
   }
   for (size_t i = 0; i < n; i++) {
