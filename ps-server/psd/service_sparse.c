@@ -50,7 +50,11 @@ struct psd_table *psd__find_table(struct psd_service *svc,
                                   struct cm_rpc_call *call, const char *name,
                                   const char *what) {
   struct psd_table *t = svc->tables ? psd_tables_find(svc->tables, name) : NULL;
-  if (!t)
+  if (!name || !name[0])
+    psd__fail(svc, call, GRPC_STATUS_INVALID_ARGUMENT,
+              "%s: the request names no table (its table field is empty)",
+              what);
+  else if (!t)
     psd__fail(svc, call, GRPC_STATUS_NOT_FOUND,
               "%s: shard %d has no table '%.200s'; declare it (Declare's "
               "tables) or name it in the spec's job.tables",
@@ -289,7 +293,7 @@ void psd__on_sparse_push(struct cm_rpc_call *call, grpc_byte_buffer *bb,
                 "SparsePush '%s': no ids, but data holds %zu bytes of "
                 "gradient; send one row of %u floats per id, or neither",
                 c->name, m.bulk_len, c->dim);
-    else if (m.bulk_len % (n * sizeof(float)) == 0)
+    else if (m.bulk_len && m.bulk_len % (n * sizeof(float)) == 0)
       psd__fail(svc, call, GRPC_STATUS_INVALID_ARGUMENT,
                 "SparsePush '%s': row gradients of width %llu; the table's "
                 "rows have width %u (dim)",
