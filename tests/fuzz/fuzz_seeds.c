@@ -2,9 +2,10 @@
  * a shard in the format of fuzz_input.h: every method alone (each of
  * fuzz_methods, async and sync), an async job (declare, push, pull, status,
  * checkpoint, the coordinator's calls), a push with NaN under each policy, a
- * sync step (join, stage, admit, commit, a parked pull, a late push), and
- * the embedding tables' calls in an async job and a sync step (admission,
- * eviction, rows, export). Built with the ordinary compiler, so the seeds
+ * sync step (join, stage, admit, commit, a parked pull, a late push), the
+ * embedding tables' calls in an async job and a sync step (admission,
+ * eviction, rows, export), and each method with each field of its request
+ * left out in turn. Built with the ordinary compiler, so the seeds
  * always match the current proto. */
 #include <errno.h>
 #include <math.h>
@@ -32,19 +33,82 @@ static int method_index(const char *path) {
   exit(1);
 }
 
+/* While set, add() leaves field drop_field of the request out; with
+ * only_caller, every field but the caller (field 1 of every request). */
+static uint32_t drop_field;
+static int only_caller;
+
+static uint64_t varint(const uint8_t *p, size_t n, size_t *at) {
+  uint64_t v = 0;
+  for (int sh = 0; *at < n && sh < 64; sh += 7) {
+    uint8_t c = p[(*at)++];
+    v |= (uint64_t)(c & 0x7f) << sh;
+    if (!(c & 0x80))
+      break;
+  }
+  return v;
+}
+
+/* Copies the top-level fields of p[0..n) that drop_field and only_caller
+ * keep to out; returns the bytes written. */
+static size_t keep_fields(const uint8_t *p, size_t n, uint8_t *out) {
+  size_t at = 0, w = 0;
+  while (at < n) {
+    size_t start = at;
+    uint64_t key = varint(p, n, &at);
+    switch (key & 7) {
+    case 0:
+      varint(p, n, &at);
+      break;
+    case 1:
+      at += 8;
+      break;
+    case 5:
+      at += 4;
+      break;
+    default: /* 2: what protobuf-c writes for the rest */
+      at += varint(p, n, &at);
+    }
+    uint32_t field = (uint32_t)(key >> 3);
+    if (field == drop_field || (only_caller && field != 1))
+      continue;
+    memcpy(out + w, p + start, at - start);
+    w += at - start;
+  }
+  return w;
+}
+
 /* Appends a record calling `path` with msg, its bytes cut by fuzz_cuts[cut]. */
 static void add(struct seed *s, const char *path, int cut,
                 const ProtobufCMessage *msg) {
+  static uint8_t whole[1 << 16];
   size_t n = protobuf_c_message_get_packed_size(msg);
   if (s->len + 3 + n > sizeof s->buf) {
     fprintf(stderr, "fuzz-seeds: seed too large\n");
     exit(1);
   }
+  protobuf_c_message_pack(msg, whole);
+  n = keep_fields(whole, n, s->buf + s->len + 3);
   s->buf[s->len++] = (uint8_t)(method_index(path) + FUZZ_NMETHODS * cut);
   s->buf[s->len++] = (uint8_t)(n & 0xff);
   s->buf[s->len++] = (uint8_t)(n >> 8);
-  protobuf_c_message_pack(msg, s->buf + s->len);
   s->len += n;
+}
+
+/* The request message of method path, from the proto's services. */
+static const ProtobufCMessageDescriptor *request_of(const char *path) {
+  static const ProtobufCServiceDescriptor *const svcs[] = {
+      &psd__v1__data__descriptor, &psd__v1__coord__descriptor,
+      &psd__v1__admin__descriptor};
+  for (int k = 0; k < 3; k++)
+    for (unsigned i = 0; i < svcs[k]->n_methods; i++) {
+      char p[128];
+      snprintf(p, sizeof p, "/%s/%s", svcs[k]->name, svcs[k]->methods[i].name);
+      if (!strcmp(p, path))
+        return svcs[k]->methods[i].input;
+    }
+  fprintf(stderr, "fuzz-seeds: %s is no rpc of proto/ps.proto\n", path);
+  exit(1);
 }
 
 static void write_seed(const char *dir, const char *name,
@@ -353,6 +417,25 @@ int main(int argc, char **argv) {
       s.buf[s.len++] = sync ? FUZZ_SYNC : 0;
       alone[k].write(&s);
       snprintf(name, sizeof name, "%s-one-%s", sync ? "sync" : "async",
+               strrchr(fuzz_methods[i], '/') + 1);
+      write_seed(argv[1], name, &s);
+
+      /* The same call with each field left out in turn, then with only its
+       * caller, after a Declare of the variables (tests/unit's
+       * service-empty sends these and more, checking every answer). */
+      const ProtobufCMessageDescriptor *d = request_of(fuzz_methods[i]);
+      s.len = 0;
+      s.buf[s.len++] = sync ? FUZZ_SYNC : 0;
+      declare(&s, 0);
+      for (unsigned f = 0; f < d->n_fields && f + 2 < FUZZ_MAX_CALLS; f++) {
+        drop_field = d->fields[f].id;
+        alone[k].write(&s);
+      }
+      drop_field = 0;
+      only_caller = 1;
+      alone[k].write(&s);
+      only_caller = 0;
+      snprintf(name, sizeof name, "%s-fields-%s", sync ? "sync" : "async",
                strrchr(fuzz_methods[i], '/') + 1);
       write_seed(argv[1], name, &s);
     }
