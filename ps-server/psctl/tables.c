@@ -354,10 +354,11 @@ static int read_shard(struct psctl *p, int s, const char *table,
       r->values = v;
       r->cap = cap;
     }
-    memcpy(r->ids + r->n, pg.ids, pg.n * sizeof *pg.ids);
-    memcpy(r->values + r->n * pg.dim, pg.values, pg.n * pg.dim * sizeof(float));
-    r->n += pg.n;
-    if (pg.n) {
+    if (pg.n) { /* r's arrays are NULL until a page brings rows */
+      memcpy(r->ids + r->n, pg.ids, pg.n * sizeof *pg.ids);
+      memcpy(r->values + r->n * pg.dim, pg.values,
+             pg.n * pg.dim * sizeof(float));
+      r->n += pg.n;
       after = pg.ids[pg.n - 1];
       has_after = 1;
     }

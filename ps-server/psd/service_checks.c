@@ -15,21 +15,26 @@
 int psd__check_name(struct psd_service *svc, struct cm_rpc_call *call,
                     const char *name, const char *what, size_t i) {
   size_t n = strlen(name);
+  /* Declare's tables (service_tables.c) are named as tables. */
+  int table = !strcmp(what, "Declare table");
+  const char *of = table                     ? "table"
+                   : strcmp(what, "Declare") ? "segment"
+                                             : "variable";
+  if (table)
+    what = "Declare";
   if (n == 0 || n > PSD_VAR_MAX_NAME) {
     psd__fail(svc, call, GRPC_STATUS_INVALID_ARGUMENT,
-              "%s: %s %zu: the variable name is %zu bytes long; expected 1..%d",
-              what, strcmp(what, "Declare") ? "segment" : "variable", i, n,
-              PSD_VAR_MAX_NAME);
+              "%s: %s %zu: the %s name is %zu bytes long; expected 1..%d", what,
+              of, i, table ? "table" : "variable", n, PSD_VAR_MAX_NAME);
     return -1;
   }
   for (size_t k = 0; k < n; k++) {
     unsigned char c = (unsigned char)name[k];
     if (c < 0x20 || c == 0x7f) {
-      psd__fail(
-          svc, call, GRPC_STATUS_INVALID_ARGUMENT,
-          "%s: %s %zu: the variable name has a control character (0x%02x) "
-          "at byte %zu",
-          what, strcmp(what, "Declare") ? "segment" : "variable", i, c, k);
+      psd__fail(svc, call, GRPC_STATUS_INVALID_ARGUMENT,
+                "%s: %s %zu: the %s name has a control character (0x%02x) at "
+                "byte %zu",
+                what, of, i, table ? "table" : "variable", c, k);
       return -1;
     }
   }

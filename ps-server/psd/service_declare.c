@@ -176,8 +176,22 @@ static int check_declare(struct psd_service *svc, struct cm_rpc_call *call,
     if (parse_own(svc, call, vs, &o->opts[i], &o->own[i]))
       goto out;
     if ((v = psd_store_find(svc->store, vs->name))) {
-      /* psd_store_declare compares the shape with what exists, and the
-       * optimizer again (a Declare may have created it meanwhile). */
+      /* psd_store_declare compares the shape with what exists again, and
+       * the optimizer (a Declare may have created it meanwhile); here, so
+       * that nothing of the request (a variable before it, its tables) is
+       * created when this one is refused. */
+      int same = v->ndim == (int)vs->n_shape && v->placement == vs->placement;
+      for (size_t d = 0; same && d < vs->n_shape; d++)
+        same = v->shape[d] == vs->shape[d];
+      if (!same) {
+        char have[128];
+        psd_shape_format(v->ndim, v->shape, have, sizeof have);
+        psd__fail(svc, call, GRPC_STATUS_ALREADY_EXISTS,
+                  "variable '%s' already exists with shape %s placement %d; "
+                  "this declaration asks for shape %s placement %d",
+                  vs->name, have, v->placement, shape, vs->placement);
+        goto out;
+      }
       const struct cm_optim *want =
           psd_store_want(svc->store, vs->name, o->own[i], NULL);
       if (!cm_optim_same(&v->opt, want)) {

@@ -100,7 +100,8 @@ struct psd_service {
 
 /* Checks a variable name sent in a request: 1..PSD_VAR_MAX_NAME bytes, no
  * control characters (names end up in logs, tables and checkpoint files).
- * `what` is the call ("Declare", "push"), i the name's position in it.
+ * `what` is the call ("Declare", "push"; "Declare table" for a table's
+ * name), i the name's position in it.
  * Returns 0 or answers the call and returns -1. */
 int psd__check_name(struct psd_service *svc, struct cm_rpc_call *call,
                     const char *name, const char *what, size_t i);

@@ -3,7 +3,8 @@
  * optimizer, store.h) or staged for its step (sync, steps.h; Commit in
  * service_commit.c applies it). A push goes through its steps in order, and
  * each step that stops it has answered the call:
- *   1. check the worker and, in sync mode, the generation;
+ *   1. check the worker and, in sync mode, the generation; a push of no
+ *      segments and no data is answered OK here, changing nothing;
  *   2. check every segment against its variable and the data field;
  *   3. take the apply gate (async) and claim the message's identity, so a
  *      retry of an applied message is acknowledged without effect;
@@ -145,6 +146,14 @@ static void refuse_length(struct push *p) {
   if (distinct > shown && len < sizeof names)
     snprintf(names + len, sizeof names - len, " and %zu more variable%s",
              distinct - shown, distinct - shown == 1 ? "" : "s");
+  if (!req->n_segments) {
+    psd__fail(p->svc, p->call, GRPC_STATUS_INVALID_ARGUMENT,
+              "push on shard %d: no segments, but the data field holds %zu "
+              "bytes; name the elements of each variable pushed in a "
+              "segment (or send neither)",
+              p->svc->shard, p->m.bulk_len);
+    return;
+  }
   psd__fail(p->svc, p->call, GRPC_STATUS_INVALID_ARGUMENT,
             "push to %s on shard %d: %s %zu segment%s describe%s %llu "
             "element%s, %llu bytes of %s gradient, but the data field "
@@ -415,8 +424,16 @@ void psd__on_push(struct cm_rpc_call *call, grpc_byte_buffer *bb, void *ctx) {
   if (!p.req ||
       psd__check_segment_count(p.svc, call, p.req->n_segments, "Push"))
     goto out;
-  if (check_worker_and_gen(&p) || check_segments(&p) || claim(&p) ||
-      read_gradient(&p) || apply_or_stage(&p))
+  if (check_worker_and_gen(&p))
+    goto out;
+  if (!p.req->n_segments && !p.m.bulk_len) {
+    /* An empty push: nothing to apply, stage, count or remember
+     * (docs/wire.md, "Bad input"). */
+    answer_versions(&p);
+    goto out;
+  }
+  if (check_segments(&p) || claim(&p) || read_gradient(&p) ||
+      apply_or_stage(&p))
     goto out;
   answer(&p);
 out:

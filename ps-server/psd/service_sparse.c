@@ -50,7 +50,11 @@ struct psd_table *psd__find_table(struct psd_service *svc,
                                   struct cm_rpc_call *call, const char *name,
                                   const char *what) {
   struct psd_table *t = svc->tables ? psd_tables_find(svc->tables, name) : NULL;
-  if (!t)
+  if (!name || !name[0])
+    psd__fail(svc, call, GRPC_STATUS_INVALID_ARGUMENT,
+              "%s: the request names no table (its table field is empty)",
+              what);
+  else if (!t)
     psd__fail(svc, call, GRPC_STATUS_NOT_FOUND,
               "%s: shard %d has no table '%.200s'; declare it (Declare's "
               "tables) or name it in the spec's job.tables",
@@ -79,10 +83,12 @@ static uint64_t *take_ids(struct psd_service *svc, struct cm_rpc_call *call,
     psd__fail(svc, call, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
     return NULL;
   }
-  if (whole)
-    memcpy(ids, whole, len);
-  else
+  /* A push's ids are a field of the head (whole; NULL when empty), a
+   * pull's the bulk field (m). */
+  if (m)
     cm_wire_bulk_read(m, 0, ids, len);
+  else if (len)
+    memcpy(ids, whole, len);
   for (size_t i = 0; i < *n; i++) {
     if (c->id_bound && ids[i] >= c->id_bound) {
       psd__fail(svc, call, GRPC_STATUS_INVALID_ARGUMENT,
@@ -282,7 +288,12 @@ void psd__on_sparse_push(struct cm_rpc_call *call, grpc_byte_buffer *bb,
     goto out;
   if (m.bulk_len != n * c->dim * sizeof(float)) {
     uint64_t width = n ? m.bulk_len / sizeof(float) / n : 0;
-    if (n && m.bulk_len % (n * sizeof(float)) == 0)
+    if (!n)
+      psd__fail(svc, call, GRPC_STATUS_INVALID_ARGUMENT,
+                "SparsePush '%s': no ids, but data holds %zu bytes of "
+                "gradient; send one row of %u floats per id, or neither",
+                c->name, m.bulk_len, c->dim);
+    else if (m.bulk_len && m.bulk_len % (n * sizeof(float)) == 0)
       psd__fail(svc, call, GRPC_STATUS_INVALID_ARGUMENT,
                 "SparsePush '%s': row gradients of width %llu; the table's "
                 "rows have width %u (dim)",
@@ -292,6 +303,13 @@ void psd__on_sparse_push(struct cm_rpc_call *call, grpc_byte_buffer *bb,
                 "SparsePush '%s': %zu ids need %zu bytes of gradient (dim "
                 "%u); data holds %zu",
                 c->name, n, n * c->dim * sizeof(float), c->dim, m.bulk_len);
+    goto out;
+  }
+  if (!n) { /* nothing to apply, stage or remember (docs/wire.md) */
+    struct psd_table_stats st;
+    psd_table_stats(t, &st);
+    answer_push(call,
+                svc->steps ? psd_steps_version(svc->steps) : st.rows_pushed);
     goto out;
   }
   if (!(g = malloc(m.bulk_len + 1))) {

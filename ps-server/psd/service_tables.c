@@ -43,7 +43,7 @@ int psd__declare_tables(struct psd_service *svc, struct cm_rpc_call *call,
   /* Every table is checked before any is created. */
   for (size_t i = 0; i < req->n_tables; i++) {
     const Psd__V1__TableSpec *ts = req->tables[i];
-    if (psd__check_name(svc, call, ts->name, "Declare", i))
+    if (psd__check_name(svc, call, ts->name, "Declare table", i))
       return -1;
     if (ts->dim < 1 || ts->dim > CM_TABLE_MAX_DIM) {
       psd__fail(svc, call, GRPC_STATUS_INVALID_ARGUMENT,
@@ -225,7 +225,8 @@ void psd__on_rows(struct cm_rpc_call *call, grpc_byte_buffer *bb, void *ctx) {
   if (req->top) {
     psd_table_top(t, want, ids, stats, &n);
   } else {
-    memcpy(ids, req->ids, want * sizeof *ids);
+    if (want) /* req->ids is NULL when it has none */
+      memcpy(ids, req->ids, want * sizeof *ids);
     n = want;
   }
   for (size_t i = 0; i < n; i++) {

@@ -75,8 +75,10 @@ int psd_sstage_put(struct psd_sstage *s, int worker, uint64_t step,
     free_runs(r);
     return CM_ENOMEM;
   }
-  memcpy(r->ids, ids, n * sizeof *ids);
-  memcpy(r->g, g, n * dim * sizeof *g);
+  if (n) { /* an empty run's ids and g may be NULL */
+    memcpy(r->ids, ids, n * sizeof *ids);
+    memcpy(r->g, g, n * dim * sizeof *g);
+  }
   r->t = t;
   r->n = n;
   pthread_mutex_lock(&s->lock);

@@ -322,7 +322,8 @@ int psd_steps_commit(struct psd_steps *s, uint64_t step, const int *applied,
     for (int k = 0; k < napplied; k++)
       r->applied[k] = (int16_t)order[k];
     int d[PSD_STEPS_MAX_WORKERS];
-    memcpy(d, dropped, ndropped * sizeof *d);
+    if (ndropped) /* dropped may be NULL when none are */
+      memcpy(d, dropped, ndropped * sizeof *d);
     qsort(d, ndropped, sizeof *d, cmp_int);
     r->ndropped = ndropped;
     for (int k = 0; k < ndropped; k++)

@@ -117,6 +117,8 @@ int psd_table_snapshot(struct psd_table *t, int delta,
       goto out;
     nev = 0;
     for (int i = 0; i < PSD__NSTRIPES; i++) {
+      if (!t->st[i].nev) /* evicted is NULL until a stripe first evicts */
+        continue;
       memcpy(s->evicted + nev, t->st[i].evicted,
              t->st[i].nev * sizeof *s->evicted);
       nev += t->st[i].nev;

@@ -1,9 +1,12 @@
 /* fuzz-seeds DIR: writes the fuzzer's seed corpus, valid conversations with
- * a shard in the format of fuzz_input.h: every method alone, an async job
- * (declare, push, pull, status, checkpoint, the coordinator's calls), a
- * push with NaN under each policy, and a sync step (join, stage, admit,
- * commit, a parked pull, a late push). Built with the ordinary compiler, so
- * the seeds always match the current proto. */
+ * a shard in the format of fuzz_input.h: every method alone (each of
+ * fuzz_methods, async and sync), an async job (declare, push, pull, status,
+ * checkpoint, the coordinator's calls), a push with NaN under each policy, a
+ * sync step (join, stage, admit, commit, a parked pull, a late push), the
+ * embedding tables' calls in an async job and a sync step (admission,
+ * eviction, rows, export), and each method with each field of its request
+ * left out in turn. Built with the ordinary compiler, so the seeds
+ * always match the current proto. */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -12,6 +15,7 @@
 
 #include "fuzz_input.h"
 #include "ps.pb-c.h"
+#include "rand.h"
 
 /* One seed being written. */
 struct seed {
@@ -29,19 +33,82 @@ static int method_index(const char *path) {
   exit(1);
 }
 
+/* While set, add() leaves field drop_field of the request out; with
+ * only_caller, every field but the caller (field 1 of every request). */
+static uint32_t drop_field;
+static int only_caller;
+
+static uint64_t varint(const uint8_t *p, size_t n, size_t *at) {
+  uint64_t v = 0;
+  for (int sh = 0; *at < n && sh < 64; sh += 7) {
+    uint8_t c = p[(*at)++];
+    v |= (uint64_t)(c & 0x7f) << sh;
+    if (!(c & 0x80))
+      break;
+  }
+  return v;
+}
+
+/* Copies the top-level fields of p[0..n) that drop_field and only_caller
+ * keep to out; returns the bytes written. */
+static size_t keep_fields(const uint8_t *p, size_t n, uint8_t *out) {
+  size_t at = 0, w = 0;
+  while (at < n) {
+    size_t start = at;
+    uint64_t key = varint(p, n, &at);
+    switch (key & 7) {
+    case 0:
+      varint(p, n, &at);
+      break;
+    case 1:
+      at += 8;
+      break;
+    case 5:
+      at += 4;
+      break;
+    default: /* 2: what protobuf-c writes for the rest */
+      at += varint(p, n, &at);
+    }
+    uint32_t field = (uint32_t)(key >> 3);
+    if (field == drop_field || (only_caller && field != 1))
+      continue;
+    memcpy(out + w, p + start, at - start);
+    w += at - start;
+  }
+  return w;
+}
+
 /* Appends a record calling `path` with msg, its bytes cut by fuzz_cuts[cut]. */
 static void add(struct seed *s, const char *path, int cut,
                 const ProtobufCMessage *msg) {
+  static uint8_t whole[1 << 16];
   size_t n = protobuf_c_message_get_packed_size(msg);
   if (s->len + 3 + n > sizeof s->buf) {
     fprintf(stderr, "fuzz-seeds: seed too large\n");
     exit(1);
   }
+  protobuf_c_message_pack(msg, whole);
+  n = keep_fields(whole, n, s->buf + s->len + 3);
   s->buf[s->len++] = (uint8_t)(method_index(path) + FUZZ_NMETHODS * cut);
   s->buf[s->len++] = (uint8_t)(n & 0xff);
   s->buf[s->len++] = (uint8_t)(n >> 8);
-  protobuf_c_message_pack(msg, s->buf + s->len);
   s->len += n;
+}
+
+/* The request message of method path, from the proto's services. */
+static const ProtobufCMessageDescriptor *request_of(const char *path) {
+  static const ProtobufCServiceDescriptor *const svcs[] = {
+      &psd__v1__data__descriptor, &psd__v1__coord__descriptor,
+      &psd__v1__admin__descriptor};
+  for (int k = 0; k < 3; k++)
+    for (unsigned i = 0; i < svcs[k]->n_methods; i++) {
+      char p[128];
+      snprintf(p, sizeof p, "/%s/%s", svcs[k]->name, svcs[k]->methods[i].name);
+      if (!strcmp(p, path))
+        return svcs[k]->methods[i].input;
+    }
+  fprintf(stderr, "fuzz-seeds: %s is no rpc of proto/ps.proto\n", path);
+  exit(1);
 }
 
 static void write_seed(const char *dir, const char *name,
@@ -179,6 +246,149 @@ static void rollback(struct seed *s, int cut, uint64_t step, uint64_t gen) {
   add(s, "/psd.v1.Data/Rollback", cut, &r.base);
 }
 
+/* The k-th id (from 0) that shard 0 of 2 holds (table.h: splitmix64(id) %
+ * shards). */
+static uint64_t mine(int k) {
+  for (uint64_t id = 0;; id++)
+    if (cm_splitmix64_at(id) % 2 == 0 && k-- == 0)
+      return id;
+}
+
+/* A Declare of the variables and of tables: "emb" as the spec has it, and
+ * "extra", which only this declares. */
+static void declare_tables(struct seed *s, int cut) {
+  Psd__V1__DeclareRequest r = PSD__V1__DECLARE_REQUEST__INIT;
+  Psd__V1__TableSpec emb = PSD__V1__TABLE_SPEC__INIT,
+                     extra = PSD__V1__TABLE_SPEC__INIT;
+  Psd__V1__TableSpec *t[2] = {&emb, &extra};
+  emb.name = "emb";
+  emb.dim = 2;
+  extra.name = "extra";
+  extra.dim = 2;
+  extra.id_bound = 100;
+  r.caller = &caller;
+  r.n_tables = 2;
+  r.tables = t;
+  add(s, "/psd.v1.Data/Declare", cut, &r.base);
+}
+
+/* The first n ids of shard 0 as SparsePull's or SparsePush's ids. */
+static uint64_t ids_buf[8];
+static ProtobufCBinaryData ids(int first, int n) {
+  for (int i = 0; i < n; i++)
+    ids_buf[i] = mine(first + i);
+  return (ProtobufCBinaryData){(size_t)n * sizeof(uint64_t),
+                               (uint8_t *)ids_buf};
+}
+
+static void sparse_pull(struct seed *s, int cut, const char *table, int first,
+                        int n, uint64_t min_version) {
+  Psd__V1__SparsePullRequest r = PSD__V1__SPARSE_PULL_REQUEST__INIT;
+  r.caller = &caller;
+  r.table = (char *)table;
+  r.min_version = min_version;
+  r.ids = ids(first, n);
+  add(s, "/psd.v1.Data/SparsePull", cut, &r.base);
+}
+
+/* A push of rows of width dim for ids first.. first + n, values from g. */
+static void sparse_push(struct seed *s, int cut, const char *table, int first,
+                        int n, int dim, const float *g, uint64_t step,
+                        int worker) {
+  Psd__V1__SparsePushRequest r = PSD__V1__SPARSE_PUSH_REQUEST__INIT;
+  r.caller = &caller;
+  r.table = (char *)table;
+  r.examples = 8;
+  r.step = step;
+  r.worker = worker;
+  r.has_worker = 1;
+  r.client_id = 77;
+  r.seq = (uint64_t)s->len; /* a new message each time */
+  r.ids = ids(first, n);
+  r.data.len = (size_t)n * dim * sizeof(float);
+  r.data.data = (uint8_t *)g;
+  add(s, "/psd.v1.Data/SparsePush", cut, &r.base);
+}
+
+static void rows(struct seed *s, int cut, const char *table, int first, int n,
+                 uint32_t top) {
+  Psd__V1__RowsRequest r = PSD__V1__ROWS_REQUEST__INIT;
+  uint64_t want[8];
+  for (int i = 0; i < n; i++)
+    want[i] = mine(first + i);
+  r.caller = &caller;
+  r.table = (char *)table;
+  r.n_ids = (size_t)n;
+  r.ids = want;
+  r.top = top;
+  add(s, "/psd.v1.Admin/Rows", cut, &r.base);
+}
+
+static void shrink(struct seed *s, int cut, const char *table) {
+  Psd__V1__ShrinkRequest r = PSD__V1__SHRINK_REQUEST__INIT;
+  r.caller = &caller;
+  r.table = (char *)table;
+  add(s, "/psd.v1.Admin/Shrink", cut, &r.base);
+}
+
+static void export_(struct seed *s, int cut, const char *table, int has_after,
+                    uint64_t after, uint32_t max_rows) {
+  Psd__V1__ExportRequest r = PSD__V1__EXPORT_REQUEST__INIT;
+  r.caller = &caller;
+  r.table = (char *)table;
+  r.has_after = has_after;
+  r.after = after;
+  r.max_rows = max_rows;
+  add(s, "/psd.v1.Admin/Export", cut, &r.base);
+}
+
+/* Each method alone, with the arguments a first call of it would have
+ * (fuzz_methods' order does not matter: looked up by path). */
+static const float g0[16] = {0.5f,  -1, 2, 0.25f, -0.125f, 3, 1, -2,
+                             0.75f, 1,  1, 1,     1,       1, 1, 1};
+static void one_declare(struct seed *s) { declare(s, 0); }
+static void one_pull(struct seed *s) { pull(s, 0, 0); }
+static void one_push(struct seed *s) { push(s, 0, 0, 0, g0); }
+static void one_commit(struct seed *s) { commit(s, 0, 0); }
+static void one_status(struct seed *s) { status(s, 0); }
+static void one_checkpoint(struct seed *s) { checkpoint(s, 0); }
+static void one_join(struct seed *s) { join(s, 0, 0); }
+static void one_heartbeat(struct seed *s) { heartbeat(s, 0, 0); }
+static void one_admit(struct seed *s) { admit(s, 0, 0, 0); }
+static void one_clock(struct seed *s) { clock_(s, 0, 0, 1); }
+static void one_rollback(struct seed *s) { rollback(s, 0, 0, 1); }
+static void one_sparse_pull(struct seed *s) {
+  sparse_pull(s, 0, "emb", 0, 3, 0);
+}
+static void one_sparse_push(struct seed *s) {
+  sparse_push(s, 0, "emb", 0, 3, 2, g0, 0, 0);
+}
+static void one_rows(struct seed *s) { rows(s, 0, "emb", 0, 2, 0); }
+static void one_shrink(struct seed *s) { shrink(s, 0, "adm"); }
+static void one_export(struct seed *s) { export_(s, 0, "emb", 0, 0, 0); }
+
+static const struct {
+  const char *path;             /* the method */
+  void (*write)(struct seed *); /* its call */
+} alone[] = {
+    {"/psd.v1.Data/Declare", one_declare},
+    {"/psd.v1.Data/Pull", one_pull},
+    {"/psd.v1.Data/Push", one_push},
+    {"/psd.v1.Data/Commit", one_commit},
+    {"/psd.v1.Data/Rollback", one_rollback},
+    {"/psd.v1.Data/SparsePull", one_sparse_pull},
+    {"/psd.v1.Data/SparsePush", one_sparse_push},
+    {"/psd.v1.Admin/Status", one_status},
+    {"/psd.v1.Admin/Checkpoint", one_checkpoint},
+    {"/psd.v1.Admin/Rows", one_rows},
+    {"/psd.v1.Admin/Shrink", one_shrink},
+    {"/psd.v1.Admin/Export", one_export},
+    {"/psd.v1.Coord/Join", one_join},
+    {"/psd.v1.Coord/Heartbeat", one_heartbeat},
+    {"/psd.v1.Coord/Admit", one_admit},
+    {"/psd.v1.Coord/Clock", one_clock},
+};
+
 int main(int argc, char **argv) {
   float g[9] = {0.5f, -1, 2, 0.25f, -0.125f, 3, 1, -2, 0.75f};
   struct seed s;
@@ -191,17 +401,44 @@ int main(int argc, char **argv) {
   caller.job = "f";
   caller.worker = "worker:0";
 
-  /* Every method alone, async and sync. */
-  for (int sync = 0; sync < 2; sync++) {
-    void (*one[])(struct seed *, int) = {declare, status, checkpoint};
-    for (int i = 0; i < 3; i++) {
+  /* Every method alone, async and sync: each of fuzz_methods (a method
+   * without a writer here is an error, as one fuzz_methods lacks is). */
+  for (int sync = 0; sync < 2; sync++)
+    for (int i = 0; i < FUZZ_NMETHODS; i++) {
+      size_t k = 0;
+      while (k < sizeof alone / sizeof alone[0] &&
+             strcmp(alone[k].path, fuzz_methods[i]))
+        k++;
+      if (k == sizeof alone / sizeof alone[0]) {
+        fprintf(stderr, "fuzz-seeds: no seed writer for %s\n", fuzz_methods[i]);
+        return 1;
+      }
       s.len = 0;
       s.buf[s.len++] = sync ? FUZZ_SYNC : 0;
-      one[i](&s, 0);
-      snprintf(name, sizeof name, "%s-one-%d", sync ? "sync" : "async", i);
+      alone[k].write(&s);
+      snprintf(name, sizeof name, "%s-one-%s", sync ? "sync" : "async",
+               strrchr(fuzz_methods[i], '/') + 1);
+      write_seed(argv[1], name, &s);
+
+      /* The same call with each field left out in turn, then with only its
+       * caller, after a Declare of the variables (tests/unit's
+       * service-empty sends these and more, checking every answer). */
+      const ProtobufCMessageDescriptor *d = request_of(fuzz_methods[i]);
+      s.len = 0;
+      s.buf[s.len++] = sync ? FUZZ_SYNC : 0;
+      declare(&s, 0);
+      for (unsigned f = 0; f < d->n_fields && f + 2 < FUZZ_MAX_CALLS; f++) {
+        drop_field = d->fields[f].id;
+        alone[k].write(&s);
+      }
+      drop_field = 0;
+      only_caller = 1;
+      alone[k].write(&s);
+      only_caller = 0;
+      snprintf(name, sizeof name, "%s-fields-%s", sync ? "sync" : "async",
+               strrchr(fuzz_methods[i], '/') + 1);
       write_seed(argv[1], name, &s);
     }
-  }
 
   /* Async: everything in one conversation, requests cut into slices. */
   s.len = 0;
@@ -269,5 +506,51 @@ int main(int argc, char **argv) {
   admit(&s, 0, 0, 0);
   status(&s, 0);
   write_seed(argv[1], "sync-rollback", &s);
+
+  /* Async tables: rows created, admitted by count (the second push) and by
+   * probability, trained by each row optimizer, read back, evicted by count
+   * and by age (the dense push moves the shard's step), exported in pages. */
+  s.len = 0;
+  s.buf[s.len++] = 0;
+  declare(&s, 0);
+  declare_tables(&s, 1);
+  sparse_pull(&s, 2, "emb", 0, 3, 0);
+  sparse_push(&s, 0, "emb", 0, 3, 2, g0, 0, 0);
+  sparse_push(&s, 3, "adm", 0, 2, 3, g0, 0, 0);
+  sparse_push(&s, 0, "adm", 0, 2, 3, g0, 0, 0);
+  sparse_push(&s, 0, "prob", 0, 4, 1, g0, 0, 0);
+  sparse_push(&s, 5, "row", 0, 2, 4, g0, 0, 0);
+  push(&s, 0, 0, 0, g);
+  push(&s, 0, 0, 0, g);
+  sparse_pull(&s, 0, "adm", 0, 3, 0);
+  rows(&s, 0, "adm", 0, 3, 0);
+  rows(&s, 0, "emb", 0, 0, 2);
+  shrink(&s, 0, "row");
+  export_(&s, 0, "emb", 0, 0, 2);
+  export_(&s, 7, "emb", 1, mine(1), 0);
+  write_seed(argv[1], "async-tables", &s);
+
+  /* Sync tables: both workers stage rows for step 0, the commit applies
+   * them; a pull of the committed step, one parked for the next, a late
+   * push, eviction and export after the step. */
+  s.len = 0;
+  s.buf[s.len++] = FUZZ_SYNC;
+  declare_tables(&s, 0);
+  join(&s, 0, 0);
+  join(&s, 0, 1);
+  sparse_push(&s, 0, "emb", 0, 3, 2, g0, 0, 0);
+  sparse_push(&s, 2, "emb", 1, 3, 2, g0, 0, 1);
+  sparse_push(&s, 0, "adm", 0, 1, 3, g0, 0, 0);
+  sparse_push(&s, 0, "adm", 0, 1, 3, g0, 0, 1);
+  admit(&s, 0, 0, 0);
+  commit(&s, 0, 0);
+  sparse_pull(&s, 0, "emb", 0, 4, 1);
+  sparse_pull(&s, 6, "emb", 0, 2, 2);
+  sparse_push(&s, 0, "emb", 0, 1, 2, g0, 0, 1);
+  rows(&s, 0, "adm", 0, 1, 0);
+  shrink(&s, 0, "adm");
+  export_(&s, 0, "emb", 0, 0, 0);
+  status(&s, 0);
+  write_seed(argv[1], "sync-tables", &s);
   return 0;
 }

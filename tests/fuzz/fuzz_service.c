@@ -1,11 +1,11 @@
 /* libFuzzer target: arbitrary bytes as requests to every method psd serves
- * (Data, Admin, Coord), decoded and dispatched by the real handlers through
- * cm_rpc_call_local, against a fresh in-memory shard per input (format:
- * fuzz_input.h). Besides the sanitizers' findings it checks what psd
- * promises about bad input: every call is answered exactly once (parked
- * ones at the latest when the shard stops), with a known status, and every
- * error carries a message. Built with clang -fsanitize=fuzzer (meson option
- * fuzz); `make fuzz` runs it. */
+ * (Data, Admin, Coord: every rpc of proto/ps.proto), decoded and dispatched
+ * by the real handlers through cm_rpc_call_local, against a fresh in-memory
+ * shard per input with the spec's embedding tables (format: fuzz_input.h).
+ * Besides the sanitizers' findings it checks what psd promises about bad input:
+ * every call is answered exactly once (parked ones at the latest when the shard
+ * stops), with a known status, and every error carries a message. Built with
+ * clang -fsanitize=fuzzer (meson option fuzz); `make fuzz` runs it. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,6 +25,7 @@
 #include "service.h"
 #include "spec.h"
 #include "store.h"
+#include "tables.h"
 
 /* The two specs (async with a staleness bound, sync), parsed once. */
 static struct cm_spec *specs[2];
@@ -32,13 +33,31 @@ static struct cm_spec *specs[2];
 /* FUZZ_VERBOSE=1 prints every answer (to see what an input does). */
 static int verbose;
 
+/* The spec's embedding tables: every row optimizer, admission by count
+ * and by probability, eviction by count and by age (the shard's step), so
+ * that sparse calls reach each path of the tables. */
+#define TABLES                                                                 \
+  "\"tables\": ["                                                              \
+  "{\"name\": \"emb\", \"dim\": 2, \"optimizer\": {\"type\": \"adagrad\"}}, "  \
+  "{\"name\": \"adm\", \"dim\": 3, \"id_bound\": 1000, "                       \
+  "\"optimizer\": {\"type\": \"ftrl\", \"l1\": 0.01}, "                        \
+  "\"admission\": {\"type\": \"count\", \"count\": 2}, "                       \
+  "\"eviction\": {\"min_count\": 2}}, "                                        \
+  "{\"name\": \"prob\", \"dim\": 1, \"init\": \"zeros\", "                     \
+  "\"optimizer\": {\"type\": \"adam\"}, "                                      \
+  "\"admission\": {\"type\": \"probability\", \"probability\": 0.5}}, "        \
+  "{\"name\": \"row\", \"dim\": 4, "                                           \
+  "\"optimizer\": {\"type\": \"rowwise_adagrad\"}, "                           \
+  "\"eviction\": {\"after_steps\": 2}}, "                                      \
+  "{\"name\": \"plain\", \"dim\": 1, \"optimizer\": {\"type\": \"sgd\"}}]"
+
 static const char *const spec_json[2] = {
     "{\"cluster\": {\"ps\": [\"127.0.0.1:1\", \"127.0.0.1:2\"], \"worker\": "
-    "[\"127.0.0.1:3\", \"127.0.0.1:4\"]}, \"job\": {\"name\": \"f\", "
-    "\"sync\": {\"mode\": \"async\", \"staleness\": 1}}}",
+    "[\"127.0.0.1:3\", \"127.0.0.1:4\"]}, \"job\": {\"name\": \"f\", " TABLES
+    ", \"sync\": {\"mode\": \"async\", \"staleness\": 1}}}",
     "{\"cluster\": {\"ps\": [\"127.0.0.1:1\", \"127.0.0.1:2\"], \"worker\": "
-    "[\"127.0.0.1:3\", \"127.0.0.1:4\"]}, \"job\": {\"name\": \"f\", "
-    "\"sync\": {\"mode\": \"sync\"}}}"};
+    "[\"127.0.0.1:3\", \"127.0.0.1:4\"]}, \"job\": {\"name\": \"f\", " TABLES
+    ", \"sync\": {\"mode\": \"sync\"}}}"};
 
 /* Variables the fuzzed shard may hold: small, so that each input runs fast
  * and a large declaration meets the limit instead of the RSS limit. */
@@ -89,6 +108,29 @@ static const struct cm_rpc_method *find(const struct cm_rpc_method *const *m,
   return NULL;
 }
 
+/* Every method the shard serves is one the method byte can pick: checked
+ * once, with the coordinator's methods among them, so that a handler added
+ * to psd without a place in fuzz_methods stops the fuzzer at once. */
+static void check_served(const struct cm_rpc_method *const *m, const int *n) {
+  static int checked;
+  if (checked || !m[1])
+    return;
+  for (int k = 0; k < 3; k++)
+    for (int i = 0; i < n[k]; i++) {
+      int j = 0;
+      while (j < FUZZ_NMETHODS && strcmp(fuzz_methods[j], m[k][i].path))
+        j++;
+      if (j == FUZZ_NMETHODS) {
+        fprintf(stderr,
+                "fuzz_service: psd serves %s, which fuzz_methods "
+                "(fuzz_input.h) lacks\n",
+                m[k][i].path);
+        abort();
+      }
+    }
+  checked = 1;
+}
+
 /* What psd promises of every answer; anything else is a bug worth a crash. */
 static void check_answer(const struct cm_rpc_answer *a, const char *path) {
   if (!a->answered) {
@@ -128,6 +170,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   struct psd_service *svc = NULL;
   struct psd_coord *coord = NULL;
   struct psd_saver *saver = NULL;
+  struct psd_tables *tables = NULL;
   int n[3], ncalls = 0;
   size_t off = 1;
 
@@ -140,10 +183,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   cm_optim_defaults(&opt.def);
   opt.def.type = cfg & FUZZ_MOMENTUM ? CM_OPT_MOMENTUM : CM_OPT_SGD;
   opt.def.lr = 0.5;
+  const struct cm_job *job = &specs[sync]->job;
+  char err[512];
   if (psd_store_new(&store, 0, 2, &opt) ||
       psd_service_new(&svc, store, 0, 2, 2, "f", sync ? "sync" : "async") ||
+      psd_tables_new(&tables, job->tables, job->ntables, job->seed, err,
+                     sizeof err) ||
       (uses_coord(data, size) && psd_coord_new(&coord, specs[sync])))
     abort();
+  psd_service_set_tables(svc, tables);
   psd_service_set_limits(
       svc, &(struct psd_limits){
                .max_message = cfg & FUZZ_SMALL ? 4u << 20 : 64u << 20,
@@ -173,6 +221,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   m[1] = coord ? psd_coord_methods(coord, &n[1]) : NULL;
   n[1] = coord ? n[1] : 0;
   m[2] = psd_saver_methods(saver, &n[2]);
+  check_served(m, n);
 
   while (off + 3 <= size && ncalls < FUZZ_MAX_CALLS) {
     uint8_t sel = data[off];
@@ -211,6 +260,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   psd_coord_free(coord);
   psd_saver_free(saver);
   psd_service_free(svc);
+  psd_tables_free(tables);
   psd_store_free(store);
   return 0;
 }

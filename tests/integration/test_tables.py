@@ -214,6 +214,31 @@ class TablesTest(unittest.TestCase):
         self.assertEqual(self.rows("emb", "pull", mine[:3]), before)
         self.assertIsNone(self.ps[0].p.poll(), "psd exited:\n" + self.ps[0].output())
 
+    @unittest.skipUnless(importlib.util.find_spec("grpc"), "python3-grpcio is not installed")
+    def test_empty_push_from_a_stock_client(self):
+        """A SparsePush with no ids (it once killed the shard with SIGSEGV):
+        OK and nothing applied without data; INVALID_ARGUMENT naming the
+        table with data. The shard lives on and the table is as it was."""
+        import grpc  # pylint: disable=import-outside-toplevel
+        mine = [i for i in range(2000) if shard_of(i, 2) == 0][10:13]
+        self.rows("emb", "push", mine, [0.5] * 12)
+        before = self.rows("emb", "pull", mine)
+        pushed = self.table_sum("emb", "rows_pushed")
+        with grpc.insecure_channel(self.addrs[0]) as ch:
+            push = ch.unary_unary("/psd.v1.Data/SparsePush")
+            head = pb.caller("tab") + pb.ld(2, "emb") + pb.uint(3, 32)
+            for body in (head, head + pb.ld(14, b""), head + pb.ld(15, b"")):
+                push(body, timeout=30)  # OK: raises nothing
+            for data in (struct.pack("<2f", 1.0, 2.0), struct.pack("<f", 1.0)):
+                with self.assertRaises(grpc.RpcError) as e:
+                    push(head + pb.ld(14, b"") + pb.ld(15, data), timeout=30)
+                self.assertEqual(e.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
+                self.assertIn("SparsePush 'emb': no ids, but data holds %d bytes"
+                              % len(data), e.exception.details())
+        self.assertIsNone(self.ps[0].p.poll(), "psd exited:\n" + self.ps[0].output())
+        self.assertEqual(self.rows("emb", "pull", mine), before)
+        self.assertEqual(self.table_sum("emb", "rows_pushed"), pushed)
+
     def psctl(self, *args):
         r = h.run([h.build_path("ps-server", "psctl"), "--cluster", self.spec] + list(args))
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)

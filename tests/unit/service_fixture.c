@@ -12,18 +12,30 @@
 #include "saver.h"
 #include "spec.h"
 #include "store.h"
+#include "tables.h"
 #include "wire.h"
 
 #define SPEC(mode)                                                             \
   "{\"cluster\": {\"ps\": [\"127.0.0.1:1\", \"127.0.0.1:2\"], \"worker\":"     \
   " [\"127.0.0.1:3\", \"127.0.0.1:4\"]}, \"job\": {\"name\": \"t\","           \
-  " \"optimizer\": {\"type\": \"sgd\", \"lr\": 1}, \"sync\": " mode "}}"
+  " \"optimizer\": {\"type\": \"sgd\", \"lr\": 1}, \"tables\": " TABLES ","    \
+  " \"sync\": " mode "}}"
+
+/* The spec's tables (service_fixture.h): emb, plain; adm, bounded, admitted
+ * by count and evicted by it. */
+#define TABLES                                                                 \
+  "[{\"name\": \"emb\", \"dim\": 2, \"init\": \"uniform\","                    \
+  " \"init_scale\": 0.5, \"optimizer\": {\"type\": \"sgd\", \"lr\": 1}},"      \
+  " {\"name\": \"adm\", \"dim\": 2, \"id_bound\": 1000, \"optimizer\":"        \
+  " {\"type\": \"adagrad\", \"lr\": 1}, \"admission\": {\"type\": \"count\","  \
+  " \"count\": 2}, \"eviction\": {\"min_count\": 2}}]"
 
 /* The shard under test: shard 0 of 2, two workers, sgd with lr 1. */
 static struct psd_store *store;
 struct psd_service *svc;
 static struct psd_coord *coord;
 static struct psd_saver *saver;
+static struct psd_tables *tables;
 static struct cm_spec *spec;
 Psd__V1__Caller caller = PSD__V1__CALLER__INIT;
 
@@ -37,6 +49,10 @@ static void start(const char *mode, const char *spec_mode) {
       cm_spec_parse(json, strlen(json), "t.json", &spec, err, sizeof err), 0);
   ck_assert_int_eq(psd_store_new(&store, 0, 2, &spec->job.optim), 0);
   ck_assert_int_eq(psd_service_new(&svc, store, 0, 2, 2, "t", mode), 0);
+  ck_assert_msg(psd_tables_new(&tables, spec->job.tables, spec->job.ntables,
+                               spec->job.seed, err, sizeof err) == 0,
+                "%s", err);
+  psd_service_set_tables(svc, tables);
   ck_assert_int_eq(psd_coord_new(&coord, spec), 0);
   psd_service_set_coord(svc, coord);
   struct psd_saver_opts so = {
@@ -61,6 +77,7 @@ void teardown(void) {
   psd_coord_free(coord);
   psd_service_free(svc);
   psd_saver_free(saver);
+  psd_tables_free(tables);
   psd_store_free(store);
   cm_spec_free(spec);
   cm_rpc_global_shutdown();
@@ -200,4 +217,64 @@ grpc_byte_buffer *raw(const void *p, size_t n) {
   grpc_byte_buffer *bb = grpc_raw_byte_buffer_create(&sl, 1);
   grpc_slice_unref(sl);
   return bb;
+}
+
+uint64_t shard0_id(int k) {
+  for (uint64_t id = 0;; id++)
+    if (psd_table_shard_of(id, 2) == 0 && k-- == 0)
+      return id;
+}
+
+grpc_byte_buffer *sparse_push_req(Psd__V1__SparsePushRequest *r,
+                                  const char *table, const uint64_t *ids,
+                                  size_t n, const float *g, size_t ng) {
+  uint8_t head[4096];
+  r->caller = r->caller ? r->caller : &caller;
+  r->table = (char *)table;
+  r->ids.data = (uint8_t *)ids;
+  r->ids.len = n * sizeof *ids;
+  if (!g)
+    return cm_rpc_pack(&r->base);
+  struct cm_wire_piece piece = {(const uint8_t *)g, ng * sizeof(float)};
+  size_t len = protobuf_c_message_get_packed_size(&r->base);
+  ck_assert_uint_lt(len, sizeof head);
+  protobuf_c_message_pack(&r->base, head);
+  return cm_wire_build(head, len, &piece, 1, NULL, NULL);
+}
+
+grpc_byte_buffer *sparse_pull_req(const char *table, const uint64_t *ids,
+                                  size_t n, uint64_t min_version) {
+  Psd__V1__SparsePullRequest r = PSD__V1__SPARSE_PULL_REQUEST__INIT;
+  r.caller = &caller;
+  r.table = (char *)table;
+  r.min_version = min_version;
+  r.ids.data = (uint8_t *)ids;
+  r.ids.len = n * sizeof *ids;
+  return cm_rpc_pack(&r.base);
+}
+
+void pull_rows(const char *table, const uint64_t *ids, size_t n, float *out) {
+  struct cm_rpc_answer ans;
+  struct cm_wire_msg m;
+  uint32_t dim = psd_table_conf(psd_tables_find(tables, table))->dim;
+  call_ans("/psd.v1.Data/SparsePull", sparse_pull_req(table, ids, n, 0),
+           GRPC_STATUS_OK, NULL, &ans);
+  ck_assert_int_eq(cm_wire_parse(&m, ans.response), 0);
+  ck_assert_uint_eq(m.bulk_len, n * dim * sizeof(float));
+  ck_assert_int_eq(cm_wire_bulk_read(&m, 0, out, m.bulk_len), 0);
+  cm_wire_msg_release(&m);
+  cm_rpc_answer_release(&ans);
+}
+
+struct psd_table_stats table_stats(const char *table) {
+  struct psd_table_stats st;
+  struct psd_table *t = psd_tables_find(tables, table);
+  ck_assert_ptr_nonnull(t);
+  psd_table_stats(t, &st);
+  return st;
+}
+
+void stop_shard(void) {
+  psd_coord_stop(coord);
+  psd_service_stop(svc);
 }

@@ -1,7 +1,10 @@
 /* The shard that the unit suites of psd's data service run against
  * (test-service.c, test-service-pull.c, test-service-push.c,
- * test-service-commit.c): shard 0 of 2 of job 't', two workers, sgd with lr 1,
- * with the coordinator's and the checkpoint saver's methods beside the
+ * test-service-commit.c, test-service-sparse.c, test-service-empty.c): shard
+ * 0 of 2 of job 't', two workers, sgd with lr 1, two embedding tables from
+ * the spec ("emb": dim 2, sgd with lr 1, uniform in [-0.5, 0.5); "adm": dim
+ * 2, id_bound 1000, adagrad, admitted after 2 pushes, evicted below 2), with
+ * the coordinator's and the checkpoint saver's methods beside the
  * service's. The handlers run as local calls (cm_rpc_call_local): the same
  * decoding and checks as over gRPC, without a network. Each test gets a fresh
  * shard (a checked fixture: setup_async or setup_sync, then teardown). */
@@ -15,6 +18,7 @@
 #include "ps.pb-c.h"
 #include "rpc_server.h"
 #include "service.h"
+#include "table.h"
 
 /* The service under test, made by setup_*, freed by teardown. */
 extern struct psd_service *svc;
@@ -65,10 +69,29 @@ grpc_byte_buffer *pull_req_max(Psd__V1__Segment *segs, int n,
 /* Bytes as they are, for messages protobuf-c would not write. */
 grpc_byte_buffer *raw(const void *p, size_t n);
 
+/* A sparse push to table of ids[0..n) (field 14) with gradient rows
+ * g[0..ng) (the bulk field 15; none at all when g is NULL); r's other fields
+ * are the caller's. ids and g must outlive the buffer. */
+grpc_byte_buffer *sparse_push_req(Psd__V1__SparsePushRequest *r,
+                                  const char *table, const uint64_t *ids,
+                                  size_t n, const float *g, size_t ng);
+/* A sparse pull of ids[0..n) of table for min_version. */
+grpc_byte_buffer *sparse_pull_req(const char *table, const uint64_t *ids,
+                                  size_t n, uint64_t min_version);
+/* The k-th id (from 0) that shard 0 of 2 holds. */
+uint64_t shard0_id(int k);
+
 /* ---- reads ---- */
 
 /* Pulls count elements of name from off into out. */
 void pull_values(const char *name, uint64_t off, uint64_t count, float *out);
+/* Pulls the rows of ids[0..n) of table into out (n x dim). */
+void pull_rows(const char *table, const uint64_t *ids, size_t n, float *out);
+/* A table's counters, read directly (not through a call). */
+struct psd_table_stats table_stats(const char *table);
+/* Stops the shard as psd does (coordinator, then service): every parked
+ * call is answered. Teardown still frees it. */
+void stop_shard(void);
 /* The shard's Status (free it with psd__v1__status_response__free_unpacked). */
 Psd__V1__StatusResponse *status(void);
 

@@ -22,10 +22,14 @@
 /* ---- callers ---- */
 
 static const char *const all_methods[] = {
-    "/psd.v1.Data/Declare",     "/psd.v1.Data/Pull",    "/psd.v1.Data/Push",
-    "/psd.v1.Data/Commit",      "/psd.v1.Admin/Status", "/psd.v1.Coord/Join",
-    "/psd.v1.Coord/Heartbeat",  "/psd.v1.Coord/Admit",  "/psd.v1.Coord/Clock",
-    "/psd.v1.Admin/Checkpoint", "/psd.v1.Data/Rollback"};
+    "/psd.v1.Data/Declare",    "/psd.v1.Data/Pull",
+    "/psd.v1.Data/Push",       "/psd.v1.Data/Commit",
+    "/psd.v1.Admin/Status",    "/psd.v1.Coord/Join",
+    "/psd.v1.Coord/Heartbeat", "/psd.v1.Coord/Admit",
+    "/psd.v1.Coord/Clock",     "/psd.v1.Admin/Checkpoint",
+    "/psd.v1.Data/Rollback",   "/psd.v1.Data/SparsePull",
+    "/psd.v1.Data/SparsePush", "/psd.v1.Admin/Rows",
+    "/psd.v1.Admin/Shrink",    "/psd.v1.Admin/Export"};
 
 /* Every method: an empty message has no caller; a caller of another job is
  * refused naming both jobs; bytes that are not protobuf are malformed. */
