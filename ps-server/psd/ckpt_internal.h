@@ -50,6 +50,8 @@ struct psd__tsnaps {
   struct psd_table_snap *snap[CM_TABLE_MAX]; /* owned */
   struct cm_table_conf conf[CM_TABLE_MAX];   /* each table's settings */
   int delta[CM_TABLE_MAX];                   /* 1: a delta snapshot */
+  uint64_t pushes[CM_TABLE_MAX];             /* each table's pushes applied
+                                                at the snapshot's instant */
 };
 
 struct psd_ckpt {
@@ -113,7 +115,8 @@ int psd__ckpt_tables_take(struct psd_ckpt *c, uint64_t step,
 
 /* Writes the snapshots into dir (table-<i>.bin each) and their manifest
  * entries into *out (a new JSON array: name, dim, id_bound, optimizer,
- * file, delta, rows, evicted, bytes and the chain of steps to restore).
+ * file, delta, rows, evicted, bytes, pushes and the chain of steps to
+ * restore).
  * Adds the files' sizes to *bytes. Returns 0, CM_EIO (err), CM_ENOMEM. */
 int psd__ckpt_tables_write(struct psd_ckpt *c, const struct psd__tsnaps *s,
                            const char *dir, uint64_t step, json_t **out,
@@ -126,7 +129,8 @@ void psd__ckpt_tables_done(struct psd_ckpt *c, struct psd__tsnaps *s,
 
 /* Restores the tables of checkpoint `step` (manifest m) into c->tables:
  * every file of every chain is read and verified first, then each table
- * (created when missing) gets its full snapshot and deltas in order.
+ * (created when missing) gets its full snapshot and deltas in order, and
+ * its count of pushes applied (0 from a manifest that has none).
  * Afterwards the next checkpoint's tables are full. Returns 0, CM_ENOMEM,
  * or another code with err naming the file or table. */
 int psd__ckpt_tables_load(struct psd_ckpt *c, json_t *m, uint64_t step,

@@ -56,6 +56,10 @@ int psd__ckpt_tables_take(struct psd_ckpt *c, uint64_t step,
     }
     if (psd_table_snapshot(t, delta, &s->snap[i]))
       return CM_ENOMEM;
+    /* The async version (table.h), from the same held instant. */
+    struct psd_table_stats ts;
+    psd_table_stats(t, &ts);
+    s->pushes[i] = ts.pushes;
     s->n = i + 1;
   }
   return 0;
@@ -87,14 +91,14 @@ int psd__ckpt_tables_write(struct psd_ckpt *c, const struct psd__tsnaps *s,
       json_array_append_new(chain, json_integer((json_int_t)ch->steps[k]));
     if (chain)
       json_array_append_new(chain, json_integer((json_int_t)step));
-    e = json_pack("{s:s, s:i, s:I, s:s, s:s, s:b, s:I, s:I, s:I, s:o}", "name",
-                  s->conf[i].name, "dim", (int)s->conf[i].dim, "id_bound",
-                  (json_int_t)s->conf[i].id_bound, "optimizer",
+    e = json_pack("{s:s, s:i, s:I, s:s, s:s, s:b, s:I, s:I, s:I, s:I, s:o}",
+                  "name", s->conf[i].name, "dim", (int)s->conf[i].dim,
+                  "id_bound", (json_int_t)s->conf[i].id_bound, "optimizer",
                   cm_rowopt_name(s->conf[i].opt.type), "file", file, "delta",
                   s->delta[i], "rows", (json_int_t)sn->nrows, "evicted",
                   (json_int_t)sn->nevicted, "bytes",
-                  (json_int_t)(stat(path, &st) == 0 ? st.st_size : 0), "chain",
-                  chain);
+                  (json_int_t)(stat(path, &st) == 0 ? st.st_size : 0), "pushes",
+                  (json_int_t)s->pushes[i], "chain", chain);
     if (!e || json_array_append_new(a, e)) {
       rc = CM_ENOMEM;
       goto out;
@@ -136,6 +140,8 @@ void psd__ckpt_tables_done(struct psd_ckpt *c, struct psd__tsnaps *s,
  * order. */
 struct loaded {
   struct cm_table_conf conf;                    /* its settings now */
+  uint64_t pushes;                              /* pushes applied (0: none
+                                                   recorded) */
   int n;                                        /* snapshots */
   struct psd_table_snap *snap[PSD__TCHAIN_MAX]; /* owned, chain order */
   uint64_t steps[PSD__TCHAIN_MAX];              /* their checkpoints */
@@ -174,6 +180,7 @@ int psd__ckpt_tables_load(struct psd_ckpt *c, json_t *m, uint64_t step,
     }
     psd_tables_conf_for(c->tables, name, (uint32_t)dim, (uint64_t)bound,
                         &l[i].conf);
+    l[i].pushes = (uint64_t)json_integer_value(json_object_get(e, "pushes"));
     struct psd_table *live = psd_tables_find(c->tables, name);
     if (live && psd_table_conf(live)->dim != (uint32_t)dim) {
       snprintf(err, errlen,
@@ -223,6 +230,7 @@ int psd__ckpt_tables_load(struct psd_ckpt *c, json_t *m, uint64_t step,
                  cm_strerror(rc));
         goto out;
       }
+    psd_table_set_pushes(t, l[i].pushes);
     cm_info("table '%s': restored from %d file%s (full at step %llu%s)",
             l[i].conf.name, l[i].n, l[i].n == 1 ? "" : "s",
             (unsigned long long)l[i].steps[0],

@@ -7,7 +7,10 @@
  * table's bound and this shard's share of the ids (table.h,
  * psd_table_shard_of), and a push's width against the table's dim, so a
  * refused call changes nothing. A sync pull for the step after the last
- * one closed is parked like a dense one (service_pull.c). */
+ * one closed is parked like a dense one (service_pull.c). The version
+ * either answer carries is, in sync mode, the steps committed; in async
+ * mode, the pushes applied to the table on this shard (table.h: a push is
+ * one SparsePush message, however many rows it names). */
 #include "service_internal.h"
 
 #include <math.h>
@@ -45,6 +48,13 @@ void psd__sparse_pull_free(struct psd__sparse_pull *sp) {
 }
 
 static void release_free(void *p) { free(p); }
+
+/* An async table's version: the pushes applied to it on this shard. */
+static uint64_t table_pushes(struct psd_table *t) {
+  struct psd_table_stats st;
+  psd_table_stats(t, &st);
+  return st.pushes;
+}
 
 struct psd_table *psd__find_table(struct psd_service *svc,
                                   struct cm_rpc_call *call, const char *name,
@@ -134,7 +144,6 @@ void psd__sparse_answer(struct psd_service *svc, struct cm_rpc_call *call,
   uint8_t head[HEAD_ROOM];
   float *rows = malloc(bytes + 1);
   int rc;
-  struct psd_table_stats st;
   if (!rows) {
     psd__fail(svc, call, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
     return;
@@ -146,8 +155,7 @@ void psd__sparse_answer(struct psd_service *svc, struct cm_rpc_call *call,
     pthread_rwlock_unlock(&svc->tables_gate);
   } else {
     rc = psd_table_pull(sp->t, sp->ids, sp->n, rows);
-    psd_table_stats(sp->t, &st);
-    resp.version = st.rows_pushed;
+    resp.version = table_pushes(sp->t);
   }
   if (rc) {
     free(rows);
@@ -329,7 +337,8 @@ void psd__on_sparse_push(struct cm_rpc_call *call, grpc_byte_buffer *bb,
       goto out;
     }
     if (svc->limits.nonfinite == PSD_NONFINITE_SKIP) {
-      answer_push(call, 0);
+      answer_push(call,
+                  svc->steps ? psd_steps_version(svc->steps) : table_pushes(t));
       goto out;
     }
   }
@@ -340,8 +349,9 @@ void psd__on_sparse_push(struct cm_rpc_call *call, grpc_byte_buffer *bb,
   }
   if (req->client_id) {
     int d = psd_dedup_claim(svc->dedup, req->client_id, req->seq, req->chunk);
-    if (d == 1) {
-      answer_push(call, 0); /* a retry of an applied message */
+    if (d == 1) { /* a retry of an applied message */
+      answer_push(call,
+                  svc->steps ? psd_steps_version(svc->steps) : table_pushes(t));
       goto out;
     }
     claimed = d == 0;
@@ -383,9 +393,7 @@ void psd__on_sparse_push(struct cm_rpc_call *call, grpc_byte_buffer *bb,
                 c->name, svc->shard);
       goto out;
     }
-    struct psd_table_stats st;
-    psd_table_stats(t, &st);
-    answer_push(call, st.rows_pushed);
+    answer_push(call, table_pushes(t));
     counted = 1;
   }
   atomic_fetch_add(&svc->sparse_pushes, 1);

@@ -98,26 +98,32 @@ int psd_sstage_put(struct psd_sstage *s, int worker, uint64_t step,
 }
 
 /* Applies the runs of table t staged for step by applied workers, in
- * ascending worker order and each worker's arrival order. */
+ * ascending worker order and each worker's arrival order: one update per
+ * row, each run counted as the push it was (psd_table_push_runs). */
 static int apply_table(struct psd_sstage *s, struct psd_table *t, uint64_t step,
                        const int *applied, int napplied) {
-  size_t n = 0, dim = psd_table_conf(t)->dim, at = 0;
+  size_t n = 0, dim = psd_table_conf(t)->dim, at = 0, nruns = 0;
   uint64_t *ids = NULL;
   float *g = NULL;
+  size_t *ends = NULL;
   int rc = 0;
   for (int k = 0; k < napplied; k++) {
     struct slot *sl = &s->slots[applied[k]];
     if (sl->step == step)
       for (struct run *r = sl->runs; r; r = r->next)
-        if (r->t == t)
+        if (r->t == t) {
           n += r->n;
+          nruns++;
+        }
   }
   if (!n)
     return 0;
-  if (!(ids = malloc(n * sizeof *ids)) || !(g = malloc(n * dim * sizeof *g))) {
+  if (!(ids = malloc(n * sizeof *ids)) || !(g = malloc(n * dim * sizeof *g)) ||
+      !(ends = malloc(nruns * sizeof *ends))) {
     rc = CM_ENOMEM;
     goto out;
   }
+  nruns = 0;
   for (int k = 0; k < napplied; k++) {
     struct slot *sl = &s->slots[applied[k]];
     if (sl->step != step)
@@ -127,12 +133,15 @@ static int apply_table(struct psd_sstage *s, struct psd_table *t, uint64_t step,
         memcpy(ids + at, r->ids, r->n * sizeof *ids);
         memcpy(g + at * dim, r->g, r->n * dim * sizeof *g);
         at += r->n;
+        ends[nruns++] = at;
       }
   }
-  rc = psd_table_push(t, ids, n, g, 1.0f / (float)napplied, step);
+  rc = psd_table_push_runs(t, ids, n, g, 1.0f / (float)napplied, step, ends,
+                           nruns);
 out:
   free(ids);
   free(g);
+  free(ends);
   return rc;
 }
 

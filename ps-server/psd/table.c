@@ -159,7 +159,7 @@ long psd__table_create(struct psd_table *t, struct stripe *s, uint64_t id) {
   r->live = 1;
   r->gen = t->gen;
   psd_table_init_row(&t->conf, t->seed, id, psd__rec_val(r));
-  cm_rowopt_init_state(&t->conf.opt, t->conf.dim,
+  cm_rowopt_init_state(&t->conf.opt, t->conf.dim, psd__rec_val(r),
                        psd__rec_val(r) + t->conf.dim);
   size_t m = s->icap - 1, i = (size_t)hash_id(id) & m;
   while (s->index[i])
@@ -332,8 +332,9 @@ struct pushed {
   uint64_t adm;     /* rows admitted */
 };
 
-/* Under s's lock: applies the summed gradient gs of id (pushed occ times in
- * this push), or counts it towards its admission. */
+/* Under s's lock: applies the summed gradient gs of id (carried by occ of
+ * the pushes applied together, each counted once however many times it
+ * names id), or counts it towards its admission. */
 static int apply_one(struct psd_table *t, struct stripe *s, uint64_t id,
                      const float *gs, uint32_t occ, uint64_t step,
                      struct pushed *c) {
@@ -386,27 +387,40 @@ static int apply_one(struct psd_table *t, struct stripe *s, uint64_t id,
 
 int psd_table_push(struct psd_table *t, const uint64_t *ids, size_t n,
                    const float *g, float scale, uint64_t step) {
+  return psd_table_push_runs(t, ids, n, g, scale, step, &n, 1);
+}
+
+int psd_table_push_runs(struct psd_table *t, const uint64_t *ids, size_t n,
+                        const float *g, float scale, uint64_t step,
+                        const size_t *ends, size_t nruns) {
   uint32_t dim = t->conf.dim;
-  /* Unique ids with their summed gradients, first occurrence order. */
-  size_t cap = 16;
+  /* Unique ids with their summed gradients, first occurrence order; occ
+   * counts the runs naming each, last the latest of them. */
+  size_t cap = 16, run = 0, pushes = 0;
   while (cap < 2 * n)
     cap *= 2;
   long *slot = malloc(cap * sizeof *slot);
   size_t *uniq = malloc((n + 1) * sizeof *uniq), nu = 0;
   uint32_t *occ = malloc((n + 1) * sizeof *occ);
+  size_t *last = malloc((n + 1) * sizeof *last);
   float *sum = malloc(((n + 1) * dim) * sizeof *sum);
   uint64_t *ids_u = malloc((n + 1) * sizeof *ids_u);
   uint32_t *ord = malloc((n + 1) * sizeof *ord);
   size_t first[PSD__NSTRIPES + 1];
   struct pushed c = {0};
   int rc = 0;
-  if (!slot || !uniq || !occ || !sum || !ids_u || !ord) {
+  if (!slot || !uniq || !occ || !last || !sum || !ids_u || !ord) {
     rc = CM_ENOMEM;
     goto out;
   }
   for (size_t i = 0; i < cap; i++)
     slot[i] = -1;
+  /* Runs that name ids: the pushes this call applies. */
+  for (size_t r = 0, from = 0; r < nruns; from = ends[r++])
+    pushes += ends[r] > from;
   for (size_t i = 0; i < n; i++) {
+    while (run < nruns && i >= ends[run])
+      run++;
     size_t h = (size_t)hash_id(ids[i]) & (cap - 1);
     while (slot[h] >= 0 && ids[uniq[slot[h]]] != ids[i])
       h = (h + 1) & (cap - 1);
@@ -414,11 +428,15 @@ int psd_table_push(struct psd_table *t, const uint64_t *ids, size_t n,
       slot[h] = (long)nu;
       uniq[nu] = i;
       occ[nu] = 1;
+      last[nu] = run;
       memcpy(sum + nu * dim, g + i * dim, dim * sizeof *sum);
       nu++;
     } else {
       size_t u = (size_t)slot[h];
-      occ[u]++;
+      if (last[u] != run) {
+        occ[u]++;
+        last[u] = run;
+      }
       for (uint32_t j = 0; j < dim; j++)
         sum[u * dim + j] += g[i * dim + j];
     }
@@ -454,6 +472,7 @@ int psd_table_push(struct psd_table *t, const uint64_t *ids, size_t n,
     goto out;
   pthread_mutex_lock(&t->stat_lock);
   t->rows_pushed += c.applied;
+  t->pushes += pushes;
   t->not_admitted += c.na;
   t->admitted += c.adm;
   pthread_mutex_unlock(&t->stat_lock);
@@ -461,6 +480,7 @@ out:
   free(slot);
   free(uniq);
   free(occ);
+  free(last);
   free(sum);
   free(ids_u);
   free(ord);
@@ -506,5 +526,12 @@ void psd_table_stats(struct psd_table *t, struct psd_table_stats *out) {
   out->evicted = t->evicted;
   out->rows_pulled = t->rows_pulled;
   out->rows_pushed = t->rows_pushed;
+  out->pushes = t->pushes;
+  pthread_mutex_unlock(&t->stat_lock);
+}
+
+void psd_table_set_pushes(struct psd_table *t, uint64_t pushes) {
+  pthread_mutex_lock(&t->stat_lock);
+  t->pushes = pushes;
   pthread_mutex_unlock(&t->stat_lock);
 }

@@ -37,8 +37,9 @@ struct psd_table;
 
 /* A row's statistics. */
 struct psd_row_stats {
-  uint32_t count;     /* pushes that touched the row (admission counts them
-                         before it is stored) */
+  uint32_t count;     /* pushes that named the row, each once however many
+                         times it named it (admission counts them before
+                         it is stored) */
   uint32_t t;         /* optimizer updates applied (Adam's t) */
   uint64_t last_step; /* the shard's step at the last push that touched it */
 };
@@ -57,6 +58,9 @@ struct psd_table_stats {
   uint64_t evicted;      /* rows evicted since creation */
   uint64_t rows_pulled;  /* ids answered by pulls */
   uint64_t rows_pushed;  /* unique ids applied by pushes */
+  uint64_t pushes;       /* pushes applied (each run of psd_table_push_runs
+                            naming at least one id), restored with a
+                            checkpoint: an async shard's table version */
 };
 
 /* The shard of id among nshards: splitmix64(id) % nshards. */
@@ -88,15 +92,26 @@ uint32_t psd_table_nstate(const struct psd_table *t);
 int psd_table_pull(struct psd_table *t, const uint64_t *ids, size_t n,
                    float *out);
 
-/* Sparse push: gradients g (n x dim floats) for ids[0..n). Duplicate ids
- * are summed (in array order), the sum multiplied by scale, and the
- * optimizer applied once per unique id; count += occurrences, last_step =
- * step. An id not admitted is counted towards its admission and, once
- * admitted by this push, created and updated. Thread-safe: concurrent
- * pushes and pulls of any ids, resizes included, are safe. Returns 0 or
- * CM_ENOMEM (the rows applied before it stay applied). */
+/* Sparse push: gradients g (n x dim floats) for ids[0..n), one push.
+ * Duplicate ids are summed (in array order), the sum multiplied by scale,
+ * and the optimizer applied once per unique id; count += 1 (a push names
+ * an id once however often it repeats it), last_step = step. An id not
+ * admitted is counted towards its admission and, once admitted by this
+ * push, created and updated. The table's pushes grow by 1 (by 0 when n is
+ * 0: an empty push changes nothing). Thread-safe: concurrent pushes and
+ * pulls of any ids, resizes included, are safe. Returns 0 or CM_ENOMEM
+ * (the rows applied before it stay applied). */
 int psd_table_push(struct psd_table *t, const uint64_t *ids, size_t n,
                    const float *g, float scale, uint64_t step);
+
+/* Several pushes applied as one (a sync step's, sstage.c): run k is
+ * ids[ends[k - 1]..ends[k]) (ends[-1] = 0; ends ascending, ends[nruns - 1]
+ * = n). As psd_table_push over the concatenation, except that each id's
+ * count grows by the number of runs naming it, and pushes by the number of
+ * non-empty runs. */
+int psd_table_push_runs(struct psd_table *t, const uint64_t *ids, size_t n,
+                        const float *g, float scale, uint64_t step,
+                        const size_t *ends, size_t nruns);
 
 /* Evicts, by conf's rules, the rows untouched for evict_after_steps steps
  * before now_step, and those pushed fewer than evict_min_count times.
@@ -116,6 +131,9 @@ int psd_table_top(struct psd_table *t, size_t k, uint64_t *ids,
                   struct psd_row_stats *stats, size_t *n);
 
 void psd_table_stats(struct psd_table *t, struct psd_table_stats *out);
+
+/* Sets the table's count of pushes applied (a checkpoint's, on restore). */
+void psd_table_set_pushes(struct psd_table *t, uint64_t pushes);
 
 /* ---- snapshots (checkpoints) ---- */
 

@@ -62,6 +62,7 @@ struct psd_table {
   struct stripe st[PSD__NSTRIPES]; /* by stripe_of(id) */
   pthread_mutex_t stat_lock;       /* guards the counters */
   uint64_t admitted, not_admitted, evicted, rows_pulled, rows_pushed;
+  uint64_t pushes; /* pushes applied (psd_table_stats) */
 };
 
 /* A hash of an id independent of the shard function (splitmix64). */

@@ -273,7 +273,9 @@ class TablesTest(unittest.TestCase):
     def test_psctl_top_export_and_tables(self):
         for _ in range(3):
             self.rows("hot", "push", [71], [1.0, 1.0])
+        # A push naming an id twice counts once: 72 is pushed twice.
         self.rows("hot", "push", [72, 72], [1.0, 1.0, 1.0, 1.0])
+        self.rows("hot", "push", [72], [1.0, 1.0])
         self.rows("hot", "push", [73], [1.0, 1.0])
         top = json.loads(self.psctl("--json", "top", "hot", "--top", "2"))["top"]
         self.assertEqual([(t["id"], t["count"]) for t in top], [(71, 3), (72, 2)])
@@ -306,13 +308,16 @@ class TablesTest(unittest.TestCase):
     def test_psctl_shrink_evicts_by_count(self):
         self.rows("evict", "push", [81], [1.0, 1.0])
         self.rows("evict", "push", [82, 82], [1.0, 1.0, 1.0, 1.0])
+        self.rows("evict", "push", [82], [1.0, 1.0])
+        self.rows("evict", "push", [83, 83], [1.0, 1.0, 1.0, 1.0])  # one push
         doc = json.loads(self.psctl("--json", "shrink", "evict"))
-        self.assertEqual(sum(s["evicted"] for s in doc["shards"]), 1)
+        self.assertEqual(sum(s["evicted"] for s in doc["shards"]), 2)
         self.assertEqual(sum(s["rows"] for s in doc["shards"]), 1)
-        rows = self.get_rows("evict", [81, 82])
+        rows = self.get_rows("evict", [81, 82, 83])
         self.assertFalse(rows[81]["found"])
         self.assertTrue(rows[82]["found"])
-        self.assertEqual(self.table_sum("evict", "evicted"), 1)
+        self.assertFalse(rows[83]["found"])  # named twice, pushed once
+        self.assertEqual(self.table_sum("evict", "evicted"), 2)
 
     def test_z_kill9_restores_full_and_delta_bit_for_bit(self):
         # Runs last (z): it restarts the shards.

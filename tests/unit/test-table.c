@@ -1,5 +1,8 @@
 /* A shard's embedding table (table.h): lookup and lazy creation, the shard
  * function's spread, initial rows independent of order, duplicates summed,
+ * pushes counted as pushes (an id named twice in one push counts once, for
+ * its count and its admission; a sync step's runs one each; an empty push
+ * nothing), FTRL's new rows consistent with their initial value,
  * concurrent pushes while stripes grow (every row's count and value exact),
  * admission by count and probability, eviction by age and count, top, the
  * memory bound, snapshot consistency under a concurrent writer (value and
@@ -68,9 +71,91 @@ START_TEST(duplicates_summed_and_scaled) {
   ck_assert_int_eq(psd_table_push(t, ids, 3, g, 0.5f, 11), 0);
   ck_assert_int_eq(psd_table_get(t, 7, v, NULL, &st), 0);
   ck_assert(v[0] == -0.5f * 0.5f * 4 && v[1] == -0.5f * 0.5f * 6);
-  ck_assert_uint_eq(st.count, 2);
+  ck_assert_uint_eq(st.count, 1); /* one push, however often it names 7 */
   ck_assert_uint_eq(st.t, 1);
   ck_assert_uint_eq(st.last_step, 11);
+  psd_table_free(t);
+}
+END_TEST
+
+START_TEST(pushes_counted_as_pushes_not_rows) {
+  /* The table's pushes (an async shard's version) count pushes: 4 pushes
+   * naming 13 rows make 4; an empty push changes nothing. A push naming an
+   * id twice counts once towards its count and its admission; a sync
+   * step's runs (psd_table_push_runs) count one each. */
+  struct cm_table_conf c;
+  struct psd_table *t = make(CM_ROWOPT_SGD, 1, &c);
+  uint64_t ids[13];
+  float g[13];
+  struct psd_table_stats ts;
+  struct psd_row_stats st;
+  for (int i = 0; i < 13; i++) {
+    ids[i] = 100 + (uint64_t)i;
+    g[i] = 1.0f;
+  }
+  ck_assert_int_eq(psd_table_push(t, ids, 4, g, 1, 1), 0);
+  ck_assert_int_eq(psd_table_push(t, ids + 4, 4, g, 1, 1), 0);
+  ck_assert_int_eq(psd_table_push(t, ids + 8, 3, g, 1, 1), 0);
+  ck_assert_int_eq(psd_table_push(t, ids + 11, 2, g, 1, 1), 0);
+  ck_assert_int_eq(psd_table_push(t, ids, 0, g, 1, 1), 0); /* empty */
+  psd_table_stats(t, &ts);
+  ck_assert_uint_eq(ts.pushes, 4);
+  ck_assert_uint_eq(ts.rows_pushed, 13);
+  ck_assert_uint_eq(ts.rows, 13);
+  /* runs {7, 8}, {7}, {}, {7, 7, 9}: 7 once in two and twice in a third
+   * counts 3; the empty run is no push */
+  uint64_t r[6] = {7, 8, 7, 7, 7, 9};
+  float rg[6] = {1, 1, 1, 1, 1, 1};
+  size_t ends[4] = {2, 3, 3, 6};
+  ck_assert_int_eq(psd_table_push_runs(t, r, 6, rg, 1, 2, ends, 4), 0);
+  ck_assert_int_eq(psd_table_get(t, 7, NULL, NULL, &st), 0);
+  ck_assert_uint_eq(st.count, 3);
+  ck_assert_uint_eq(st.t, 1);
+  ck_assert_int_eq(psd_table_get(t, 8, NULL, NULL, &st), 0);
+  ck_assert_uint_eq(st.count, 1);
+  psd_table_stats(t, &ts);
+  ck_assert_uint_eq(ts.pushes, 4 + 3);
+  psd_table_set_pushes(t, 40);
+  psd_table_stats(t, &ts);
+  ck_assert_uint_eq(ts.pushes, 40);
+  psd_table_free(t);
+  /* admission by count 2: one push naming an id twice does not admit it */
+  cm_table_conf_defaults(&c);
+  strcpy(c.name, "t");
+  c.dim = 1;
+  c.opt.type = CM_ROWOPT_SGD;
+  c.admit = CM_ADMIT_COUNT;
+  c.admit_count = 2;
+  char err[128];
+  ck_assert_int_eq(psd_table_new(&t, &c, 9, err, sizeof err), 0);
+  uint64_t twice[2] = {5, 5};
+  ck_assert_int_eq(psd_table_push(t, twice, 2, g, 1, 1), 0);
+  ck_assert_int_eq(psd_table_get(t, 5, NULL, NULL, NULL), CM_ENOENT);
+  psd_table_stats(t, &ts);
+  ck_assert_uint_eq(ts.pending, 1);
+  ck_assert_int_eq(psd_table_push(t, twice, 1, g, 1, 1), 0); /* the 2nd */
+  ck_assert_int_eq(psd_table_get(t, 5, NULL, NULL, &st), 0);
+  ck_assert_uint_eq(st.count, 2);
+  ck_assert_uint_eq(st.t, 1);
+  psd_table_free(t);
+}
+END_TEST
+
+START_TEST(ftrl_rows_start_consistent) {
+  /* A new FTRL row holds its initializer's value, and a z from which
+   * FTRL's formula gives that value back (rowopt.h). */
+  struct cm_table_conf c;
+  struct psd_table *t = make(CM_ROWOPT_FTRL, 8, &c);
+  uint64_t id = 77;
+  float v[8], st[16], w0[8], want[16];
+  ck_assert_int_eq(psd_table_pull(t, &id, 1, v), 0);
+  psd_table_init_row(&c, 9, id, w0);
+  ck_assert(!memcmp(v, w0, sizeof v));
+  ck_assert_int_eq(psd_table_get(t, id, NULL, st, NULL), 0);
+  cm_rowopt_init_state(&c.opt, 8, w0, want);
+  ck_assert(!memcmp(st, want, sizeof st));
+  for (int i = 0; i < 8; i++)
+    ck_assert(w0[i] == 0.0f ? st[i] == 0.0f : st[i] * w0[i] < 0.0f);
   psd_table_free(t);
 }
 END_TEST
@@ -262,7 +347,7 @@ START_TEST(snapshot_is_one_instant) {
       float v[4], st[4], g[4] = {0.5f, 0.5f, 0.5f, 0.5f};
       uint32_t tt = 0;
       psd_table_init_row(&c, 9, s->ids[r], v);
-      cm_rowopt_init_state(&c.opt, 4, st);
+      cm_rowopt_init_state(&c.opt, 4, v, st);
       for (uint32_t u = 0; u < s->stats[r].t; u++)
         cm_rowopt_apply(&c.opt, 4, v, st, &tt, g);
       ck_assert(!memcmp(v, s->values + r * 4, sizeof v));
@@ -351,6 +436,8 @@ static Suite *table_suite(void) {
   tcase_set_timeout(tc, 60);
   tcase_add_test(tc, lookup_create_and_spread);
   tcase_add_test(tc, duplicates_summed_and_scaled);
+  tcase_add_test(tc, pushes_counted_as_pushes_not_rows);
+  tcase_add_test(tc, ftrl_rows_start_consistent);
   tcase_add_test(tc, concurrent_pushes_while_growing);
   tcase_add_test(tc, admission_count_and_probability);
   tcase_add_test(tc, eviction_top_and_memory);
