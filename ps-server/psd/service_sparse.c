@@ -314,10 +314,8 @@ void psd__on_sparse_push(struct cm_rpc_call *call, grpc_byte_buffer *bb,
     goto out;
   }
   if (!n) { /* nothing to apply, stage or remember (docs/wire.md) */
-    struct psd_table_stats st;
-    psd_table_stats(t, &st);
     answer_push(call,
-                svc->steps ? psd_steps_version(svc->steps) : st.rows_pushed);
+                svc->steps ? psd_steps_version(svc->steps) : table_pushes(t));
     goto out;
   }
   if (!(g = malloc(m.bulk_len + 1))) {
