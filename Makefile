@@ -6,7 +6,7 @@ BUILD ?= build
 export PATH := $(PATH):/usr/local/cuda/bin
 PY := /usr/bin/python3
 
-.PHONY: all setup setup-test build demo test soak bench asan fuzz install clean
+.PHONY: all setup setup-test build demo test soak bench asan fuzz install image clean
 
 all: build
 
@@ -50,6 +50,15 @@ bench: build setup-test
 # docs/operating.md for what to run after it.
 install: build
 	meson install -C $(BUILD)
+
+# psd's container image, the manifests' psd:latest (docs/kubernetes.md, "The
+# image"): a Debian 12 base made by mmdebstrap from Debian's packages, kept
+# in $(BUILD)/image so that a second run reuses it, psd built there without
+# CUDA, and deploy/container/Containerfile over both, built by podman.
+# integration-image runs the job in its containers.
+IMAGE ?= psd:latest
+image: setup-test
+	sh deploy/container/build-image.sh $(BUILD)/image $(IMAGE)
 
 # The whole suite under AddressSanitizer + UBSan (c-ares' own leak suppressed);
 # the CNN job trains one epoch instead of ten (PSD_SANITIZED=1).

@@ -11,8 +11,11 @@ check openssl libjansson-dev libsystemd-dev zlib1g-dev dataset-fashion-mnist \
 python3-numpy clang python3-dev libmicrohttpd-dev"
 # Test-only: a stock gRPC client (tests/integration/test_psd.py) and PyTorch,
 # the baseline that bench train runs alongside psd (tests/bench/torch_baseline.py).
+# make image and integration-image: podman (runc where crun cannot run on a
+# host's cgroups), mmdebstrap for the base, and rootless podman's helpers.
 TEST_PKGS="python3-grpcio python3-torch python3-prometheus-client slurmctld \
-slurmd slurm-client munge python3-yaml"
+slurmd slurm-client munge python3-yaml podman buildah mmdebstrap uidmap \
+fuse-overlayfs slirp4netns runc"
 if [ "${1:-}" = test ]; then
   PKGS="$PKGS $TEST_PKGS"
 fi

@@ -26,7 +26,7 @@ extern char **environ;
 struct layout {
   int nps, nworker;       /* replica counts */
   const char *service;    /* the headless Service */
-  const char *shard_set;  /* the shards' StatefulSet */
+  const char *shard_set;  /* the shards' Indexed Job (or StatefulSet) */
   const char *worker_job; /* the workers' Indexed Job */
   char ns[254];           /* the namespace */
   int port, worker_port;  /* shard and worker ports */
@@ -84,7 +84,7 @@ static void env_label(struct cm__errs *e, char *const *envp, const char *name,
   if (!dns_label(*dst))
     cm__report(e, NULL,
                "%s=%s: expected a DNS label (1..63 of a-z, 0-9 and '-', "
-               "as Kubernetes names a Service, StatefulSet or Job)",
+               "as Kubernetes names a Service, Job or StatefulSet)",
                name, *dst);
 }
 
@@ -108,40 +108,76 @@ static void read_namespace(struct cm__errs *e, char *const *envp,
                L->ns, SA_NAMESPACE);
 }
 
-/* This pod's task: worker JOB_COMPLETION_INDEX, else ps:I from its hostname
- * SET-I. */
+/* The index in NAME when it is PREFIX-I, or PREFIX-I-SUFFIX (a pod's name,
+ * which adds a random suffix to its hostname): I, or -1 when NAME is not. */
+static long long name_index(const char *name, const char *prefix) {
+  size_t n = strlen(prefix);
+  const char *p = name + n + 1;
+  long long x = 0;
+  if (strncmp(name, prefix, n) != 0 || name[n] != '-' ||
+      !(*p >= '0' && *p <= '9'))
+    return -1;
+  for (; *p >= '0' && *p <= '9'; p++)
+    if ((x = x * 10 + (*p - '0')) > INT_MAX)
+      return -1;
+  return *p == '\0' || *p == '-' ? x : -1;
+}
+
+/* This pod's task, from its hostname (HOSTNAME, else gethostname(); a full
+ * name's first label): SET-I is ps:I and JOB-I worker:I, the hostnames an
+ * Indexed Job (and a StatefulSet) gives its pods. JOB_COMPLETION_INDEX,
+ * which Kubernetes sets in an Indexed Job's pods, must then agree. */
 static void read_task(struct cm__errs *e, char *const *envp, struct layout *L) {
   const char *job = env_get(envp, "JOB_COMPLETION_INDEX");
   const char *host = env_get(envp, "HOSTNAME");
-  char name[256] = "", *end;
-  size_t n = strlen(L->shard_set);
-  long long x;
-  if (job) {
-    L->type = "worker";
-    if (env_int(e, envp, "JOB_COMPLETION_INDEX", 0, L->nworker - 1, -1,
-                &L->index) < 0)
-      cm__report(e, NULL,
-                 "JOB_COMPLETION_INDEX: this Indexed Job's pod "
-                 "must be one of the PSD_K8S_WORKERS=%d workers",
-                 L->nworker);
-    return;
-  }
+  const char *what, *count_var;
+  char name[256] = "";
+  long long xs, xw, x;
+  int count, index;
   if (host)
     snprintf(name, sizeof name, "%s", host);
   else if (gethostname(name, sizeof name) != 0)
     name[0] = '\0';
   name[strcspn(name, ".")] = '\0'; /* a FQDN's first label */
-  L->type = "ps";
-  errno = 0;
-  x = strncmp(name, L->shard_set, n) == 0 && name[n] == '-' && name[n + 1]
-          ? strtoll(name + n + 1, &end, 10)
-          : -1;
-  if (x < 0 || errno || *end || x >= L->nps) {
+  xs = name_index(name, L->shard_set);
+  xw = name_index(name, L->worker_job);
+  /* Both match when one name extends the other ("psd", "psd-7"): the
+   * longer one is meant. */
+  if (xw >= 0 && (xs < 0 || strlen(L->worker_job) > strlen(L->shard_set))) {
+    L->type = "worker", what = "workers", count_var = "PSD_K8S_WORKERS";
+    count = L->nworker, x = xw;
+  } else if (xs >= 0) {
+    L->type = "ps", what = "shards", count_var = "PSD_K8S_SHARDS";
+    count = L->nps, x = xs;
+  } else {
     cm__report(e, NULL,
-               "this pod is neither a worker (no JOB_COMPLETION_INDEX) nor a "
-               "shard: its hostname \"%s\" is not %s-I for I in 0..%d "
-               "(PSD_K8S_SHARD_SET, PSD_K8S_SHARDS)",
-               name, L->shard_set, L->nps - 1);
+               "this pod is neither a shard nor a worker: its hostname \"%s\" "
+               "is neither %s-I for I in 0..%d (PSD_K8S_SHARD_SET, "
+               "PSD_K8S_SHARDS) nor %s-I for I in 0..%d (PSD_K8S_WORKER_JOB, "
+               "PSD_K8S_WORKERS)",
+               name, L->shard_set, L->nps - 1, L->worker_job, L->nworker - 1);
+    return;
+  }
+  if (job) {
+    if (env_int(e, envp, "JOB_COMPLETION_INDEX", 0, count - 1, -1, &index) <
+        0) {
+      cm__report(e, NULL,
+                 "JOB_COMPLETION_INDEX: this Indexed Job's pod must be one of "
+                 "the %s=%d %s",
+                 count_var, count, what);
+      return;
+    }
+    if (index != x) {
+      cm__report(e, NULL,
+                 "JOB_COMPLETION_INDEX=%d, but the hostname \"%s\" says %lld "
+                 "(an Indexed Job names its pod JOB-INDEX)",
+                 index, name, x);
+      return;
+    }
+  } else if (x >= count) {
+    cm__report(e, NULL,
+               "hostname \"%s\": %s:%lld is not one of the %s=%d %s (0..%d)",
+               name, L->type, x, count_var, count, what, count - 1);
     return;
   }
   L->index = (int)x;

@@ -1,18 +1,20 @@
 /* A cluster spec derived from a Kubernetes pod's environment
  * (--cluster k8s[:FILE]), for the manifests in deploy/k8s: the shards are
- * the pods of a StatefulSet (SET-0, SET-1, ...) and the workers those of an
- * Indexed Job (JOB-0, ...), all under one headless Service, so that shard i
- * is SET-i.SERVICE.NAMESPACE.svc:PORT and worker i
- * JOB-i.SERVICE.NAMESPACE.svc:WORKER_PORT. This pod's task: worker
- * JOB_COMPLETION_INDEX when Kubernetes set it (an Indexed Job's pod), else
- * ps:I from its hostname SET-I (a StatefulSet's pod).
+ * the pods of an Indexed Job SET (or of a StatefulSet SET: SET-0, SET-1,
+ * ...) and the workers those of an Indexed Job JOB (JOB-0, ...), all under
+ * one headless Service (the Jobs' subdomain), so that shard i is
+ * SET-i.SERVICE.NAMESPACE.svc:PORT and worker i
+ * JOB-i.SERVICE.NAMESPACE.svc:WORKER_PORT. This pod's task comes from its
+ * hostname: SET-I is ps:I, JOB-I worker:I; JOB_COMPLETION_INDEX, when
+ * Kubernetes set it (an Indexed Job's pod), must say the same I.
  *
  * The environment (the manifests in deploy/k8s set it): PSD_K8S_SHARDS and
  * PSD_K8S_WORKERS (the replica counts; required), PSD_K8S_SERVICE [psd],
  * PSD_K8S_SHARD_SET [psd], PSD_K8S_WORKER_JOB [psd-worker], PSD_K8S_PORT
  * [7100], PSD_K8S_WORKER_PORT [7200], POD_NAMESPACE (else the service
  * account's namespace file, else "default"), HOSTNAME (else
- * gethostname()). FILE holds the job's settings ("job" and "auth"). */
+ * gethostname()), JOB_COMPLETION_INDEX. FILE holds the job's settings ("job"
+ * and "auth"). */
 #ifndef CM_K8S_H
 #define CM_K8S_H
 

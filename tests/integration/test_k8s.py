@@ -1,124 +1,299 @@
 #!/usr/bin/python3
-"""Kubernetes, checked for shape: no cluster runs here (Debian has none), so
-the manifests in deploy/k8s are parsed (python3-yaml) and checked for what
---cluster k8s relies on: one headless Service whose name the pods' env
-gives, a StatefulSet of shards and an Indexed Job of workers whose replica
-counts equal the PSD_K8S_SHARDS / PSD_K8S_WORKERS their env gives, the same
-env in both, the ports, the ConfigMap's job.json a valid spec holding only
-"job" (and "auth"). Then each pod's environment is replayed against the real
+"""Kubernetes, checked for shape and replayed: no cluster runs here (Debian
+has none), so the manifests in deploy/k8s are parsed (python3-yaml) and
+checked for what --cluster k8s relies on: one headless Service that both
+Indexed Jobs (the shards', the workers') name as their pods' subdomain, the
+Jobs' counts equal to the PSD_K8S_SHARDS / PSD_K8S_WORKERS their env gives,
+the same env in both, no StatefulSet (a pod that exits is restarted), the
+ports, the ConfigMap's job.json a valid spec holding only "job" and "auth",
+the Secret's token and TLS (make-secret.sh) mounted where "auth" names them
+(the workers without the shards' key), the metrics port and Prometheus's
+scrape annotations. Each pod's environment is replayed against the real
 programs (`pslaunch --cluster k8s --print-spec`), which must derive the
-addresses the Service's DNS gives and the pod's own task; and Kubeflow's
-TFJob TF_CONFIG examples must parse into the spec psd runs.
+addresses the Service's DNS gives and the pod's own task, and Kubeflow's
+TFJob TF_CONFIG examples must parse into the spec psd runs. Then the job
+runs: every pod a process with the manifest's command, environment and
+volumes (k8s_pods.py), until both Jobs complete.
 
 Run: /usr/bin/python3 test_k8s.py BUILD_DIR"""
 import json
 import os
+import shutil
 import subprocess
 import unittest
 
 import harness as h
 
-REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
-K8S = os.path.join(REPO, "deploy", "k8s")
-
 try:
     import yaml
+    import k8s_pods as kp
 except ImportError:  # python3-yaml; deploy/setup.sh installs it
     yaml = None
 
 
-def load(name):
-    with open(os.path.join(K8S, name)) as f:
-        return list(yaml.safe_load_all(f))
-
-
-def env_of(container):
-    """A container's plain env entries as a dict (fieldRef ones as None)."""
-    return {e["name"]: e.get("value") for e in container.get("env", [])}
+def mounts_of(container):
+    return {m["name"]: m["mountPath"] for m in container.get("volumeMounts", [])}
 
 
 @unittest.skipIf(yaml is None, "python3-yaml is not installed")
 class ManifestTest(unittest.TestCase):
     def setUp(self):
-        self.svc = load("service.yaml")[0]
-        self.sts = load("shards.yaml")[0]
-        self.job = load("workers.yaml")[0]
-        self.cm = load("configmap.yaml")[0]
-        self.shard = self.sts["spec"]["template"]["spec"]["containers"][0]
-        self.worker = self.job["spec"]["template"]["spec"]["containers"][0]
+        self.m = kp.Manifests()
+        self.svc, self.cm = self.m.svc, self.m.cm
+        self.shard = self.m.container(self.m.shards)
+        self.worker = self.m.container(self.m.workers)
+        self.settings = json.loads(self.cm["data"]["job.json"])
 
     def test_kinds_and_names(self):
         self.assertEqual(self.svc["kind"], "Service")
         self.assertEqual(self.svc["spec"]["clusterIP"], "None")  # headless
-        self.assertEqual(self.sts["kind"], "StatefulSet")
-        self.assertEqual(self.job["kind"], "Job")
-        self.assertEqual(self.job["spec"]["completionMode"], "Indexed")
         self.assertEqual(self.cm["kind"], "ConfigMap")
         name = self.svc["metadata"]["name"]
-        self.assertEqual(self.sts["spec"]["serviceName"], name)
-        self.assertEqual(self.job["spec"]["template"]["spec"]["subdomain"], name)
+        for job in (self.m.shards, self.m.workers):
+            self.assertEqual(job["kind"], "Job")
+            self.assertEqual(job["spec"]["completionMode"], "Indexed")
+            self.assertEqual(self.m.pod_spec(job)["subdomain"], name)
         for c in (self.shard, self.worker):
-            e = env_of(c)
+            e = kp.env_of(c)
             self.assertEqual(e["PSD_K8S_SERVICE"], name)
-            self.assertEqual(e["PSD_K8S_SHARD_SET"], self.sts["metadata"]["name"])
-            self.assertEqual(e["PSD_K8S_WORKER_JOB"], self.job["metadata"]["name"])
+            self.assertEqual(e["PSD_K8S_SHARD_SET"], self.m.shards["metadata"]["name"])
+            self.assertEqual(e["PSD_K8S_WORKER_JOB"], self.m.workers["metadata"]["name"])
             names = [x["name"] for x in c["env"]]
             self.assertIn("POD_NAMESPACE", names)
 
+    def test_nothing_restarts_a_finished_shard(self):
+        """job.exit_when_done ends the shards with exit 0: in a Job that is
+        a completed pod; a StatefulSet (or restartPolicy Always) would start
+        it again, to wait for workers that never come."""
+        self.assertTrue(self.settings["job"]["exit_when_done"])
+        kinds = [d["kind"] for f in sorted(os.listdir(kp.K8S)) if f.endswith(".yaml")
+                 for d in kp.load(f)]
+        self.assertNotIn("StatefulSet", kinds)
+        self.assertNotIn("Deployment", kinds)
+        for job in (self.m.shards, self.m.workers):
+            self.assertIn(self.m.pod_spec(job)["restartPolicy"], ("OnFailure", "Never"))
+            # A bounded number of retries: a crash loop ends the Job.
+            self.assertLessEqual(job["spec"]["backoffLimit"], 10)
+
     def test_counts_and_ports(self):
-        se, we = env_of(self.shard), env_of(self.worker)
+        se, we = kp.env_of(self.shard), kp.env_of(self.worker)
         self.assertEqual(se, we, "shards and workers must derive one cluster")
-        self.assertEqual(int(se["PSD_K8S_SHARDS"]), self.sts["spec"]["replicas"])
-        self.assertEqual(int(we["PSD_K8S_WORKERS"]), self.job["spec"]["completions"])
-        self.assertEqual(self.job["spec"]["parallelism"], self.job["spec"]["completions"])
+        for job, var in ((self.m.shards, "PSD_K8S_SHARDS"),
+                         (self.m.workers, "PSD_K8S_WORKERS")):
+            self.assertEqual(int(se[var]), job["spec"]["completions"])
+            self.assertEqual(job["spec"]["parallelism"], job["spec"]["completions"])
         port = int(se["PSD_K8S_PORT"])
         self.assertIn(port, [p["port"] for p in self.svc["spec"]["ports"]])
         self.assertIn(port, [p["containerPort"] for p in self.shard["ports"]])
+        self.assertIn("0.0.0.0:%d" % port, self.shard["command"])
         # Every pod of the job is behind the Service (DNS for workers too).
         sel = self.svc["spec"]["selector"]
-        for tmpl in (self.sts["spec"]["template"], self.job["spec"]["template"]):
-            labels = tmpl["metadata"]["labels"]
+        for job in (self.m.shards, self.m.workers):
+            labels = job["spec"]["template"]["metadata"]["labels"]
             for k, v in sel.items():
                 self.assertEqual(labels.get(k), v)
 
+    def test_metrics_port_and_scrape_annotations(self):
+        """Each shard serves GET /metrics (psd --metrics-listen) on a port
+        its pod names, and Prometheus's pod discovery finds it by the
+        annotations: the port, the path, https since auth.tls is on."""
+        cmd = self.shard["command"]
+        self.assertIn("--metrics-listen", cmd)
+        listen = cmd[cmd.index("--metrics-listen") + 1]
+        self.assertTrue(listen.startswith("0.0.0.0:"), listen)
+        mport = int(listen.split(":")[1])
+        ports = {p["name"]: p["containerPort"] for p in self.shard["ports"]}
+        self.assertEqual(ports["metrics"], mport)
+        ann = self.m.shards["spec"]["template"]["metadata"]["annotations"]
+        self.assertEqual(ann["prometheus.io/scrape"], "true")
+        self.assertEqual(ann["prometheus.io/port"], str(mport))
+        self.assertEqual(ann["prometheus.io/path"], "/metrics")
+        self.assertEqual(ann["prometheus.io/scheme"],
+                         "https" if "tls" in self.settings["auth"] else "http")
+
+    def test_token_and_tls_from_the_secret(self):
+        """auth names the files of the Secret's volume: the shards hold the
+        token, the CA, their certificate and key; the workers the token and
+        the CA alone; no file is readable by others (mode 0440, group the
+        pods' fsGroup, the user psd the image runs as)."""
+        auth = self.settings["auth"]
+        files = [auth["token_file"]] + [auth["tls"][k] for k in ("ca", "cert", "key")]
+        _, doc = kp.make_secret()
+        self.assertEqual(doc["kind"], "Secret")
+        for job, need in ((self.m.shards, files),
+                          (self.m.workers, [auth["token_file"], auth["tls"]["ca"]])):
+            c, spec = self.m.container(job), self.m.pod_spec(job)
+            vol = [v for v in spec["volumes"] if "secret" in v]
+            self.assertEqual(len(vol), 1, job["metadata"]["name"])
+            sv = vol[0]["secret"]
+            self.assertEqual(sv["secretName"], doc["metadata"]["name"])
+            self.assertEqual(sv["defaultMode"] & 0o007, 0, oct(sv["defaultMode"]))
+            mount = mounts_of(c)[vol[0]["name"]]
+            keys = [i["key"] for i in sv["items"]] if "items" in sv else list(doc["data"])
+            for key in keys:
+                self.assertIn(key, doc["data"])
+            given = {os.path.join(mount, k) for k in keys}
+            self.assertLessEqual(set(need), given, job["metadata"]["name"])
+            if job is self.m.workers:  # never the shards' private key
+                self.assertNotIn(auth["tls"]["key"], given)
+            sc = spec["securityContext"]
+            self.assertTrue(sc["runAsNonRoot"])
+            self.assertEqual(sc["fsGroup"], sc["runAsGroup"])
+        # One certificate for every shard, whatever the namespace.
+        self.assertEqual(auth["tls"]["server_name"], "psd")
+
     def test_job_settings_and_volumes(self):
-        text = self.cm["data"]["job.json"]
-        spec = json.loads(text)
-        self.assertLessEqual(set(spec), {"job", "auth"})
+        self.assertLessEqual(set(self.settings), {"job", "auth"})
         path = "/etc/psd/job.json"
         for c in (self.shard, self.worker):
             self.assertIn("k8s:" + path, c["command"])
-            mounts = {m["name"]: m["mountPath"] for m in c["volumeMounts"]}
-            self.assertEqual(mounts["job"], os.path.dirname(path))
-        ck = spec["job"].get("checkpoint", {}).get("dir")
-        mounts = {m["name"]: m["mountPath"] for m in self.shard["volumeMounts"]}
-        self.assertEqual(mounts["checkpoints"], ck)
-        claims = [c["metadata"]["name"] for c in self.sts["spec"]["volumeClaimTemplates"]]
-        self.assertIn("checkpoints", claims)
+            self.assertEqual(mounts_of(c)["job"], os.path.dirname(path))
+        ck = self.settings["job"].get("checkpoint", {}).get("dir")
+        self.assertEqual(mounts_of(self.shard)["checkpoints"], ck)
+        self.assertIn("emptyDir", self.m.volume(self.m.shards, "checkpoints"))
 
 
-class ExitWhenDoneTest(h.ProcTest):
-    """job.exit_when_done (the manifests' ConfigMap sets it): real shards on
-    127.0.0.1 stop by themselves, exit 0, once both workers have finished,
-    so a Kubernetes Job of shards and workers would complete."""
+@unittest.skipIf(yaml is None, "python3-yaml is not installed")
+class SecretTest(unittest.TestCase):
+    """make-secret.sh's certificate: signed by its CA, naming the ConfigMap's
+    tls.server_name, with a key that is the certificate's."""
 
-    def test_shards_exit_after_the_workers(self):
-        spec = os.path.join(self.d, "spec.json")
-        h.write_spec(spec, job={"name": "ewd", "epochs": 1, "max_steps": 60,
-                                "log_every": 20, "exit_when_done": True})
-        shards = [h.start_psd(spec, i) for i in range(2)]
-        self.procs += shards
-        for s in shards:
-            s.wait_for("job.exit_when_done: this shard stops once every worker")
-        workers = [h.Proc([h.build_path("worker", "dworker"), "--cluster", spec,
-                           "--task", "worker:%d" % i]) for i in range(2)]
-        self.procs += workers
-        for w in workers:
-            self.assertEqual(w.wait(120), 0, w.output())
+    @unittest.skipUnless(shutil.which("openssl"), "the openssl command is not installed")
+    def test_certificate(self):
+        data, _ = kp.make_secret()
+        with h.TempDir() as d:
+            for k, v in data.items():
+                with open(os.path.join(d, k), "wb") as f:
+                    f.write(v)
+            r = subprocess.run(["openssl", "verify", "-CAfile", "ca.crt", "tls.crt"],
+                               cwd=d, capture_output=True, text=True)
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+            r = subprocess.run(["openssl", "x509", "-in", "tls.crt", "-noout", "-ext",
+                                "subjectAltName"], cwd=d, capture_output=True, text=True)
+            self.assertIn("DNS:psd", r.stdout)
+            pubs = [subprocess.run(["openssl"] + a, cwd=d, capture_output=True).stdout
+                    for a in (["x509", "-in", "tls.crt", "-noout", "-pubkey"],
+                              ["pkey", "-in", "tls.key", "-pubout"])]
+            self.assertEqual(pubs[0], pubs[1])
+        self.assertGreaterEqual(len(data["token"].strip()), 32)
+
+
+DATA = "/usr/share/datasets/fashion-mnist"
+
+
+def short_job(doc):
+    """The ConfigMap's job, shortened for the suite: 60 steps of one epoch."""
+    doc["job"].update(epochs=1, max_steps=60, log_every=20)
+
+
+@unittest.skipIf(yaml is None, "python3-yaml is not installed")
+class JobReplayTest(h.ProcTest):
+    """Both Jobs run to completion as the manifests write them, each pod a
+    process (k8s_pods.py): the manifest's command and environment, its
+    volumes (the ConfigMap's job.json, shortened to 60 steps; the Secret
+    from make-secret.sh, mode 0440, group the fsGroup; emptyDirs), a mount
+    namespace of its own whose /etc/hosts resolves the Service's names to
+    one loopback address per pod, and the pod's user (runAsUser). The
+    shards serve TLS and demand the token; Prometheus scrapes them as the
+    annotations say; a worker without the token is refused; once the
+    workers finish, every shard exits 0 by itself after its final
+    checkpoint, so both Jobs complete and no pod would be restarted
+    (restartPolicy OnFailure)."""
+
+    def setUp(self):
+        super().setUp()
+        if os.geteuid() != 0:
+            self.skipTest("needs root: each pod runs in a mount namespace of its "
+                          "own (unshare) whose /etc/hosts names the pods")
+        for tool in ("unshare", "setpriv", "openssl"):
+            if not shutil.which(tool):
+                self.skipTest("%s is not installed" % tool)
+        if not os.path.isdir(DATA):
+            self.skipTest("no %s (Debian's dataset-fashion-mnist)" % DATA)
+        self.m = kp.Manifests()
+        self.replay = kp.Replay(self.m, self.d)
+        self.secret, _ = kp.make_secret()
+        self.settings = json.loads(self.m.cm["data"]["job.json"])
+        for pod in self.replay.pods():
+            self.make(pod, short_job)
+
+    def make(self, pod, edit):
+        """The pod's volumes, its job.json's paths in its own directory."""
+        pod.make_volumes(self.m.cm["data"], self.secret, edit)
+        path = pod.host_path("/etc/psd/job.json")
+        with open(path) as f:
+            text = pod.rewrite(f.read())
+        with open(path, "w") as f:
+            f.write(text)
+
+    def as_user(self, pod):
+        """setpriv's arguments that run a command as the pod's user
+        (runAsUser, runAsGroup, fsGroup), or none where that user cannot
+        run the build's programs (a build tree in root's home)."""
+        sc = pod.spec.get("securityContext", {})
+        ids = [str(sc.get(k, 0)) for k in ("runAsUser", "runAsGroup", "fsGroup")]
+        user = ["setpriv", "--reuid", ids[0], "--regid", ids[1], "--groups", ids[2], "--"]
+        if subprocess.run(user + ["test", "-x", h.build_path("ps-server", "psd")]).returncode:
+            print("k8s: note: uid %s cannot run %s: the pods run as root" % (ids[0], h.BUILD))
+            return []
+        return user
+
+    def start(self, pod, extra=()):
+        user = self.as_user(pod)
+        env = dict(pod.env, GRPC_DNS_RESOLVER="native")
+        if "/tmp" in pod.mounts:
+            # The pod's own /tmp (an emptyDir) for psd's socket directory,
+            # which would be /tmp/psd-UID, shared by every pod of this host.
+            env["PSD_SOCKET_DIR"] = pod.host_path("/tmp") + "/psd"
+        programs = {"psd": h.build_path("ps-server", "psd"),
+                    "dworker": h.build_path("worker", "dworker")}
+        argv = (["unshare", "--mount", "--propagation", "private", "--", "sh", "-c",
+                 'mount --bind "$0" /etc/hosts && exec "$@"', self.replay.hosts]
+                + user + pod.argv(self.replay.port_map, programs.get, True) + list(extra))
+        p = h.Proc(argv, env=env)
+        self.procs.append(p)
+        return p
+
+    def test_both_jobs_complete(self):
+        auth = self.settings["auth"]
+        token = self.secret["token"].decode().splitlines()[0]
+        shards = [self.start(p) for p in self.replay.shards]
         for i, s in enumerate(shards):
+            line = s.wait_for("ready: listening on", timeout=60)
+            self.assertIn("shard %d of %d" % (i, len(shards)), line)
+            self.assertIn("bearer token required", s.output())
+
+        # Prometheus finds each shard by its annotations.
+        ann = self.m.shards["spec"]["template"]["metadata"]["annotations"]
+        self.assertEqual(ann["prometheus.io/scheme"], "https")
+        for pod in self.replay.shards:
+            where = (pod.addr, self.replay.port_map[int(ann["prometheus.io/port"])],
+                     ann["prometheus.io/path"], pod.host_path(auth["tls"]["ca"]),
+                     auth["tls"]["server_name"])
+            status, body = kp.scrape(*where, token=token)
+            self.assertEqual(status, 200, body)
+            self.assertIn('psd_up{shard="%d",address="%s.psd.ml.svc:' % (pod.index, pod.name), body)
+            self.assertEqual(kp.scrape(*where)[0], 401)
+
+        # Worker 0's pod with a job file that names no token: refused.
+        bad = kp.Pod(self.m.workers, "worker", 0, self.replay.workers[0].addr,
+                     os.path.join(self.d, "no-token"))
+        bad.env = dict(self.replay.workers[0].env)
+        self.make(bad, lambda doc: (short_job(doc), doc["auth"].pop("token_file")))
+        w = self.start(bad, ["--connect-timeout-ms", "5000"])
+        self.assertEqual(w.wait(120), 1, w.output())
+        self.assertIn("UNAUTHENTICATED", w.output())
+
+        workers = [self.start(p) for p in self.replay.workers]
+        for w in workers:
+            self.assertEqual(w.wait(300), 0, w.output())
+        for pod, s in zip(self.replay.shards, shards):
             self.assertEqual(s.wait(60), 0, s.output())
             self.assertIn("(job.exit_when_done): stopping", s.output())
             self.assertIn("stopped", s.output().splitlines()[-1])
+            ck = pod.host_path(self.settings["job"]["checkpoint"]["dir"])
+            self.assertTrue(os.listdir(ck), "no checkpoint in " + ck)
+
 
 
 def print_spec(cluster, env, job_file):
@@ -139,16 +314,16 @@ class ResolverTest(unittest.TestCase):
     def setUp(self):
         self.tmp = h.TempDir()
         self.d = self.tmp.__enter__()
-        cm = load("configmap.yaml")[0]
+        m = kp.Manifests()
         self.job = os.path.join(self.d, "job.json")
+        # Only "job": auth's files are the Secret's, not here.
+        settings = json.loads(m.cm["data"]["job.json"])
         with open(self.job, "w") as f:
-            f.write(cm["data"]["job.json"])
-        sts = load("shards.yaml")[0]
-        self.env = {k: v for k, v in env_of(
-            sts["spec"]["template"]["spec"]["containers"][0]).items() if v}
+            json.dump({"job": settings["job"]}, f)
+        self.env = {k: v for k, v in kp.env_of(m.container(m.shards)).items() if v}
         self.env["POD_NAMESPACE"] = "ml"
-        self.nps = sts["spec"]["replicas"]
-        self.nworker = load("workers.yaml")[0]["spec"]["completions"]
+        self.nps = m.shards["spec"]["completions"]
+        self.nworker = m.workers["spec"]["completions"]
 
     def tearDown(self):
         self.tmp.__exit__(None, None, None)
@@ -159,8 +334,9 @@ class ResolverTest(unittest.TestCase):
         return json.loads(r.stdout)
 
     def test_shard_and_worker_pods(self):
+        """The hostnames and indexes an Indexed Job gives its pods."""
         for i in range(self.nps):
-            spec = self.derive(HOSTNAME="psd-%d" % i)
+            spec = self.derive(HOSTNAME="psd-%d" % i, JOB_COMPLETION_INDEX=str(i))
             self.assertEqual(spec["task"], {"type": "ps", "index": i})
         self.assertEqual(spec["cluster"]["ps"],
                          ["psd-%d.psd.ml.svc:7100" % i for i in range(self.nps)])
@@ -169,20 +345,24 @@ class ResolverTest(unittest.TestCase):
                           for i in range(self.nworker)])
         self.assertTrue(spec["job"]["exit_when_done"])
         for i in range(self.nworker):
-            spec = self.derive(HOSTNAME="psd-worker-%d-abcde" % i,
+            spec = self.derive(HOSTNAME="psd-worker-%d" % i,
                                JOB_COMPLETION_INDEX=str(i))
             self.assertEqual(spec["task"], {"type": "worker", "index": i})
+        # A StatefulSet's shard (no index) still derives its task.
+        spec = self.derive(HOSTNAME="psd-1")
+        self.assertEqual(spec["task"], {"type": "ps", "index": 1})
 
     def test_mistakes_name_the_variable(self):
         r = print_spec("k8s", dict(self.env, HOSTNAME="web-0"), self.job)
         self.assertEqual(r.returncode, 2)
-        self.assertIn('hostname "web-0" is not psd-I', r.stderr)
+        self.assertIn('its hostname "web-0" is neither psd-I for I in 0..1', r.stderr)
         env = dict(self.env)
         del env["PSD_K8S_WORKERS"]
         r = print_spec("k8s", dict(env, HOSTNAME="psd-0"), self.job)
         self.assertEqual(r.returncode, 2)
         self.assertIn("PSD_K8S_WORKERS: not set", r.stderr)
-        r = print_spec("k8s", dict(self.env, JOB_COMPLETION_INDEX="9"), self.job)
+        r = print_spec("k8s", dict(self.env, HOSTNAME="psd-worker-9",
+                                   JOB_COMPLETION_INDEX="9"), self.job)
         self.assertEqual(r.returncode, 2)
         self.assertIn("JOB_COMPLETION_INDEX=9", r.stderr)
 
@@ -213,6 +393,8 @@ class ResolverTest(unittest.TestCase):
         self.assertEqual(r.returncode, 0, r.stderr)  # noted, not refused
         self.assertNotIn("task", json.loads(r.stdout))
         self.assertIn('"evaluator" is not a psd task', r.stderr)
+
+
 
 
 if __name__ == "__main__":

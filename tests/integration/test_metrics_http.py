@@ -33,6 +33,58 @@ DASHBOARD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
                          "deploy", "grafana", "psd-dashboard.json")
 
 
+# Families every shard counts alike, so that each is the job's value on any
+# one shard: a sum over the shards multiplies it by their number.
+PER_JOB = {
+    "psd_examples_total": "each step's examples are counted once on every shard",
+    "psd_step": "every shard commits every sync step",
+}
+
+
+def enclosing_aggregations(expr, name):
+    """[(function, by labels)] around each occurrence of the family name in
+    a PromQL expression, innermost last: 'sum by (shard) (rate(x[1m]))' and
+    'sum(rate(x[1m])) by (shard)' both give [('sum', ('shard',)), ('rate', ())]."""
+    found = []
+    for m in re.finditer(r"\b%s\b" % re.escape(name), expr):
+        chain, depth = [], 0
+        for p in range(m.start() - 1, -1, -1):
+            c = expr[p]
+            if c == ")":
+                depth += 1
+            elif c == "(":
+                if depth:
+                    depth -= 1
+                    continue
+                before = expr[:p].rstrip()
+                by = ()
+                clause = re.search(r"(\w+)\s+(?:by|without)\s*\(([^()]*)\)$", before)
+                if clause:  # sum by (labels) (...)
+                    op = clause.group(1)
+                    by = tuple(x.strip() for x in clause.group(2).split(",") if x.strip())
+                else:
+                    word = re.search(r"(\w*)$", before).group(1)
+                    op = word or "("
+                    close = matching_paren(expr, p)
+                    after = re.match(r"\s*(?:by|without)\s*\(([^()]*)\)", expr[close + 1:])
+                    if after:  # sum(...) by (labels)
+                        by = tuple(x.strip() for x in after.group(1).split(",") if x.strip())
+                if op != "(":
+                    chain.append((op, by))
+        found.extend(reversed(chain))
+    return found
+
+
+def matching_paren(expr, p):
+    """The index of the ')' that closes the '(' at p."""
+    depth = 0
+    for i in range(p, len(expr)):
+        depth += {"(": 1, ")": -1}.get(expr[i], 0)
+        if depth == 0:
+            return i
+    raise ValueError("unbalanced parentheses in %r" % expr)
+
+
 def need_parser():
     if text_string_to_metric_families is None:
         raise unittest.SkipTest("no prometheus_client (Debian's python3-prometheus-client)")
@@ -227,6 +279,31 @@ class MetricsTest(unittest.TestCase):
         # The dashboard shows this job's traffic: pushes, latency, bytes.
         for name in ("psd_pushes_total", "psd_push_seconds_bucket", "psd_received_bytes_total"):
             self.assertIn(name, used & scraped)
+        # A family every shard counts alike is the job's once, not once per
+        # shard: no panel sums it over the shards.
+        for e in exprs:
+            for name in PER_JOB:
+                for op, by in enclosing_aggregations(e, name):
+                    self.assertFalse(op == "sum" and "shard" not in by,
+                                     "%s sums %s over the shards (%s): %s"
+                                     % (e, name, PER_JOB[name], "take max"))
+
+class AggregationReaderTest(unittest.TestCase):
+    """The reader the dashboard check uses, on expressions of each form."""
+
+    def test_aggregation_reader(self):
+        """What the dashboard check reads in an expression: each
+        aggregation around a family, with its by labels, either form."""
+        f = enclosing_aggregations
+        self.assertEqual(f('sum(rate(psd_examples_total{job=~"$job"}[1m]))',
+                           "psd_examples_total"), [("sum", ()), ("rate", ())])
+        self.assertEqual(f("max(rate(psd_examples_total[1m]))", "psd_examples_total"),
+                         [("max", ()), ("rate", ())])
+        self.assertEqual(f("sum by (shard) (rate(psd_examples_total[1m]))",
+                           "psd_examples_total"), [("sum", ("shard",)), ("rate", ())])
+        self.assertEqual(f("sum(rate(psd_examples_total[1m])) by (job, shard)",
+                           "psd_examples_total"), [("sum", ("job", "shard")), ("rate", ())])
+        self.assertEqual(f("max(psd_step)", "psd_examples_total"), [])
 
 
 class MetricsModesTest(unittest.TestCase):
