@@ -33,12 +33,14 @@ import glob
 import json
 import os
 import pwd
+import queue
 import re
 import shutil
 import signal
 import socket
 import subprocess
 import tempfile
+import threading
 import time
 import unittest
 
@@ -376,23 +378,42 @@ class UnitSocketTest(h.ProcTest):
 
 
 class NotifySocket:
-    """An AF_UNIX datagram socket standing in for systemd's notify socket."""
+    """An AF_UNIX datagram socket standing in for systemd's notify socket.
+
+    A thread reads it all the time, as systemd does: a daemon's sd_notify
+    blocks once the socket's queue is full (net.unix.max_dgram_qlen, 10
+    without systemd's sysctl), and psd pings WATCHDOG=1 every 100 ms here,
+    so a socket left unread while a worker starts on a loaded machine
+    stalled psd's loop and with it the worker's Join."""
 
     def __init__(self, path):
         self.path = path
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         self.sock.bind(path)
         self.messages = []
+        self._closed = False
+        self._queue = queue.Queue()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self):
+        self.sock.settimeout(0.2)  # to see close() soon
+        while not self._closed:
+            try:
+                data = self.sock.recv(65536)
+            except socket.timeout:
+                continue
+            except OSError:
+                return
+            self._queue.put(data.decode())
 
     def next(self, timeout=TIMEOUT):
         """The next message (one datagram may carry several lines)."""
-        self.sock.settimeout(timeout)
         try:
-            data = self.sock.recv(65536)
-        except socket.timeout:
+            msg = self._queue.get(timeout=timeout)
+        except queue.Empty:
             raise AssertionError("no notify message within %ss; so far: %s"
                                  % (timeout, self.messages))
-        msg = data.decode()
         self.messages.append(msg)
         return msg
 
@@ -407,6 +428,8 @@ class NotifySocket:
                 return msg
 
     def close(self):
+        self._closed = True
+        self._reader.join()
         self.sock.close()
 
 
