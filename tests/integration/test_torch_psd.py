@@ -4,11 +4,17 @@
 spec's job.worker_command) in async and in sync mode, and each worker's
 final line says test accuracy >= 0.85; pslaunch's job line counts every
 worker's examples. Also psd.torch.DistributedOptimizer's own rules: an
-excluded parameter stays local, a constant nonzero one is refused by name,
-and the pushes of a step follow the spec's optimizer.
+excluded parameter stays local; the pushes of a step follow the spec's
+optimizer, or a torch optimizer's (SGD, momentum, nesterov, Adam, AdamW,
+Adagrad, param groups: the values match torch's own after three steps);
+what the shards cannot apply is refused by name, and so are a Module and
+param groups; Horovod's argument order and parameters() work; two backward
+passes are summed with backward_passes_per_step=2 and refused without;
+step() after finish() raises.
 
 Run: /usr/bin/python3 test_torch_psd.py BUILD_DIR (SKIP, exit 77, without
 python3-torch or the psd package)."""
+import copy
 import json
 import os
 import re
@@ -83,8 +89,9 @@ class ExampleTest(h.ProcTest):
         self.run_example("sync")
 
 
-class OptimizerTest(h.ProcTest):
-    """DistributedOptimizer against two shards of an async spec with SGD."""
+class ShardTest(h.ProcTest):
+    """DistributedOptimizer against two shards of an async spec with SGD
+    lr 0.5 as job.optimizer."""
 
     def setUp(self):
         super().setUp()
@@ -93,25 +100,24 @@ class OptimizerTest(h.ProcTest):
                                      "optimizer": {"type": "sgd", "lr": 0.5}})
         self.procs += [h.start_psd(self.spec, i) for i in range(2)]
 
+    def client(self, task=None):
+        c = psd.Client(self.spec, task)
+        self.addCleanup(c.close)
+        return c
+
+
+class OptimizerTest(ShardTest):
     def test_step_applies_the_shards_optimizer(self):
         import psd.torch as pt
         model = torch.nn.Sequential(torch.nn.Linear(3, 2),
                                     torch.nn.LayerNorm(2))
-        c = psd.Client(self.spec, "worker:0")
-        self.addCleanup(c.close)
-        with self.assertRaises(ValueError) as cm:
-            pt.DistributedOptimizer(model.named_parameters(), c)
-        self.assertIn("1.weight", str(cm.exception))  # LayerNorm's ones
+        c = self.client()
         opt = pt.DistributedOptimizer(model.named_parameters(), c,
                                       exclude=["1.*"])
         self.assertEqual(opt.local, ["1.weight", "1.bias"])
         self.assertEqual(opt.names, ["0.weight", "0.bias"])
         w0 = model[0].weight.detach().clone()
-        # The shards' values replaced the module's: uniform within the
-        # module's own bound (PyTorch's 1/sqrt(fan_in) for both).
         b0 = model[0].bias.detach().clone()
-        self.assertLessEqual(float(w0.abs().max()), 1 / 3 ** 0.5 + 1e-6)
-        self.assertLessEqual(float(b0.abs().max()), 1 / 3 ** 0.5 + 1e-6)
         x = torch.ones(4, 3)
         model[0](x).sum().backward()
         gw = torch.ones(2, 3) * 4  # d sum / dW = batch of ones
@@ -129,8 +135,7 @@ class OptimizerTest(h.ProcTest):
         backward produces it; the values still follow the formula."""
         import psd.torch as pt
         model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Linear(4, 2))
-        c = psd.Client(self.spec, "worker:0")
-        self.addCleanup(c.close)
+        c = self.client()
         opt = pt.DistributedOptimizer(model.named_parameters(), c,
                                       bucket_mb=0, prefix="b/")
         before = [p.detach().clone() for p in model.parameters()]
@@ -143,6 +148,184 @@ class OptimizerTest(h.ProcTest):
                                        rtol=1e-5, atol=1e-6)
             self.assertIsNone(p.grad)
         opt.finish()
+
+
+class TorchOptimizerTest(ShardTest):
+    """A torch optimizer's type and hyper-parameters become the shards'
+    optimizer: the values after three steps through psd are those torch's
+    own optimizer reaches from the same values with the same gradients."""
+
+    def against_torch(self, make, prefix, horovod=True):
+        import psd.torch as pt
+        torch.manual_seed(3)
+        model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Tanh(),
+                                    torch.nn.Linear(4, 2))
+        c = self.client()
+        if horovod:  # Horovod's order: the optimizer first
+            opt = pt.DistributedOptimizer(
+                make(model), named_parameters=model.named_parameters(),
+                client=c, prefix=prefix)
+        else:
+            opt = pt.DistributedOptimizer(model.named_parameters(), c,
+                                          optimizer=make(model), prefix=prefix)
+        ref = copy.deepcopy(model)
+        ropt = make(ref)
+        for _ in range(3):
+            x = torch.randn(4, 3)
+            model(x).square().sum().backward()
+            opt.step()
+            ropt.zero_grad()
+            ref(x).square().sum().backward()
+            ropt.step()
+        for (n, p), r in zip(model.named_parameters(), ref.parameters()):
+            np.testing.assert_allclose(p.detach().numpy(), r.detach().numpy(),
+                                       rtol=2e-5, atol=1e-6, err_msg=n)
+        opt.finish()
+
+    def test_sgd_momentum_nesterov_adam_adamw_adagrad(self):
+        optim = torch.optim
+        cases = {
+            "sgd": lambda m: optim.SGD(m.parameters(), lr=0.1,
+                                       weight_decay=0.01),
+            "momentum": lambda m: optim.SGD(m.parameters(), lr=0.05,
+                                            momentum=0.8),
+            "nesterov": lambda m: optim.SGD(m.parameters(), lr=0.05,
+                                            momentum=0.9, nesterov=True),
+            "adam": lambda m: optim.Adam(m.parameters(), lr=0.01,
+                                         betas=(0.8, 0.99), eps=1e-6,
+                                         weight_decay=0.001),
+            "adamw": lambda m: optim.AdamW(m.parameters(), lr=0.01),
+            "adagrad": lambda m: optim.Adagrad(m.parameters(), lr=0.1),
+        }
+        for name, make in cases.items():
+            with self.subTest(name):
+                self.against_torch(make, name + "/")
+        self.against_torch(cases["adam"], "kw/", horovod=False)
+
+    def test_param_groups_keep_their_own_lr(self):
+        def make(m):
+            return torch.optim.SGD([
+                {"params": m[0].parameters(), "lr": 0.01},
+                {"params": m[2].parameters()}], lr=0.2, momentum=0.5)
+        self.against_torch(make, "groups/")
+
+    def test_parameters_named_by_index(self):
+        import psd.torch as pt
+        model = torch.nn.Linear(3, 2)
+        opt = pt.DistributedOptimizer(model.parameters(), self.client())
+        self.assertEqual(opt.names, ["param.0", "param.1"])
+        w0 = model.weight.detach().clone()
+        model(torch.ones(4, 3)).sum().backward()
+        opt.step()
+        np.testing.assert_allclose(model.weight.detach().numpy(),
+                                   (w0 - 0.5 * 4).numpy(), rtol=1e-6)
+        opt.finish()
+        # Horovod's DistributedOptimizer(optimizer) alone, and an optimizer
+        # over part of the model: the rest is kept local.
+        m2 = torch.nn.Sequential(torch.nn.Linear(3, 2), torch.nn.Linear(2, 2))
+        o2 = pt.DistributedOptimizer(torch.optim.SGD(m2[1].parameters(), lr=1),
+                                     client=self.client(), prefix="h/")
+        self.assertEqual(o2.names, ["param.0", "param.1"])
+        o3 = pt.DistributedOptimizer(torch.optim.SGD(m2[1].parameters(), lr=1),
+                                     named_parameters=m2.named_parameters(),
+                                     client=self.client(), prefix="p/")
+        self.assertEqual(o3.names, ["1.weight", "1.bias"])
+        self.assertEqual(o3.local, ["0.weight", "0.bias"])
+
+    def test_what_the_shards_cannot_apply_is_refused_by_name(self):
+        import psd.torch as pt
+        model = torch.nn.Linear(3, 2)
+        c = self.client()
+        ps = model.parameters
+        refused = {
+            "amsgrad": torch.optim.Adam(ps(), amsgrad=True),
+            "dampening": torch.optim.SGD(ps(), lr=0.1, momentum=0.9,
+                                         dampening=0.5),
+            "maximize": torch.optim.SGD(ps(), lr=0.1, maximize=True),
+            "lr_decay": torch.optim.Adagrad(ps(), lr_decay=0.01),
+            "initial_accumulator_value": torch.optim.Adagrad(
+                ps(), initial_accumulator_value=0.1),
+            "RMSprop": torch.optim.RMSprop(ps()),
+        }
+        for word, topt in refused.items():
+            with self.subTest(word):
+                with self.assertRaises(ValueError) as cm:
+                    pt.DistributedOptimizer(topt, named_parameters=
+                                            model.named_parameters(), client=c)
+                self.assertIn(word, str(cm.exception))
+        with self.assertRaisesRegex(TypeError, r"named_parameters\(\)"):
+            pt.DistributedOptimizer(model, c)
+        with self.assertRaisesRegex(TypeError, "param groups"):
+            pt.DistributedOptimizer([{"params": list(ps())}], c)
+        with self.assertRaisesRegex(TypeError, "optimizer"):
+            pt.DistributedOptimizer(model.named_parameters(), c, optimizer=3)
+        with self.assertRaisesRegex(TypeError, "optimizer given twice"):
+            pt.DistributedOptimizer(torch.optim.SGD(ps(), lr=1), c,
+                                    optimizer={"type": "sgd"})
+
+    def test_an_lr_scheduler_is_refused_in_step(self):
+        import psd.torch as pt
+        model = torch.nn.Linear(3, 2)
+        topt = torch.optim.SGD(model.parameters(), lr=0.1)
+        sched = torch.optim.lr_scheduler.StepLR(topt, step_size=1, gamma=0.5)
+        topt.step()  # torch warns of a scheduler stepped before it
+        opt = pt.DistributedOptimizer(topt, model.named_parameters(),
+                                      self.client(), prefix="sched/")
+        model(torch.ones(1, 3)).sum().backward()
+        opt.step()
+        sched.step()
+        model(torch.ones(1, 3)).sum().backward()
+        with self.assertRaisesRegex(RuntimeError, "from 0.1 to 0.05"):
+            opt.step()
+
+
+class PassesTest(ShardTest):
+    """Two backward passes before step(): summed with
+    backward_passes_per_step=2, refused without; step() after finish()."""
+
+    def test_two_backward_passes_are_summed_or_refused(self):
+        import psd.torch as pt
+        model = torch.nn.Linear(3, 2)
+        opt = pt.DistributedOptimizer(model.named_parameters(), self.client(),
+                                      backward_passes_per_step=2)
+        w0 = model.weight.detach().clone()
+        x = torch.ones(4, 3)
+        g = torch.ones(2, 3) * 4
+        model(x).sum().backward()
+        model(x).sum().backward()
+        opt.step()
+        np.testing.assert_allclose(model.weight.detach().numpy(),
+                                   (w0 - 2 * 0.5 * g).numpy(), rtol=1e-6)
+        # One pass of two, then step(): the one gradient is pushed.
+        model(x).sum().backward()
+        opt.step()
+        np.testing.assert_allclose(model.weight.detach().numpy(),
+                                   (w0 - 3 * 0.5 * g).numpy(), rtol=1e-6)
+        with self.assertRaisesRegex(RuntimeError, "backward_passes_per_step=2"):
+            for _ in range(3):
+                model(x).sum().backward()
+        opt.finish()
+
+        m1 = torch.nn.Linear(3, 2)
+        o1 = pt.DistributedOptimizer(m1.named_parameters(), self.client(),
+                                     prefix="one/")
+        w1 = m1.weight.detach().clone()
+        m1(x).sum().backward()
+        with self.assertRaisesRegex(RuntimeError, "backward_passes_per_step"):
+            m1(x).sum().backward()
+        o1.step()  # the first pass's gradient, once
+        np.testing.assert_allclose(m1.weight.detach().numpy(),
+                                   (w1 - 0.5 * g).numpy(), rtol=1e-6)
+        o1.finish()
+
+    def test_step_after_finish_raises(self):
+        import psd.torch as pt
+        model = torch.nn.Linear(3, 2)
+        opt = pt.DistributedOptimizer(model.named_parameters(), self.client())
+        opt.finish()
+        model(torch.ones(1, 3)).sum().backward()
+        with self.assertRaisesRegex(RuntimeError, "after finish"):
+            opt.step()
 
 
 if __name__ == "__main__":
