@@ -16,6 +16,8 @@
 - values: psc_declare_values from two clients, one after the other and at
   once: every variable (whole, split, split past a message) holds one
   client's values, the first's, and both pull them.
+- late shard: a client whose declare started before its shard connects
+  within 1 s of the shard's readiness line.
 - errors: a small program of the test's own gets clear errors for a missing
   spec file, a variable of 0 dimensions and a handle never declared; two
   clients declaring the same variables (PSC_PLACE_AUTO) in opposite orders
@@ -33,6 +35,7 @@ import shlex
 import shutil
 import subprocess
 import tempfile
+import time
 import unittest
 
 import harness as h
@@ -190,6 +193,31 @@ int main(int argc, char **argv) {
   }
   psc_close(c);
   return 0;
+}
+"""
+
+# Declares one variable of LATE_SPEC's shards, started after it: prints
+# "declaring", then "declared rc=N" once the declare returned.
+LATE_C = r"""
+#include <stdio.h>
+
+#include <psd/client.h>
+
+int main(int argc, char **argv) {
+  char err[4096];
+  psc_client *c = NULL;
+  int64_t shape[1] = {4};
+  if (argc != 2 || psc_open(&c, argv[1], NULL, err, sizeof err)) {
+    fprintf(stderr, "late: %s\n", argc != 2 ? "usage" : err);
+    return 2;
+  }
+  printf("declaring\n");
+  fflush(stdout);
+  int v = psc_declare(c, "late/w", 1, shape, NULL);
+  printf("declared rc=%d err=%s\n", v < 0 ? v : 0, v < 0 ? psc_error(c) : "");
+  fflush(stdout);
+  psc_close(c);
+  return v < 0;
 }
 """
 
@@ -522,6 +550,30 @@ class ClientTest(h.ProcTest):
         for name, (rc, src) in a.items():
             self.assertEqual(rc, 0, outs)
             self.assertIn(src, ("zeros",) if name == "race/null" else ("a", "b"), outs)
+
+    def test_declare_connects_soon_after_the_shard_listens(self):
+        """A client started before its shard (declare waiting, its first
+        attempts refused) connects within ~100 ms of the shard's readiness
+        line, not after gRPC's reconnect backoff (it took 5-6.8 s): the
+        bound here is a generous 1 s."""
+        src = os.path.join(self.d, "late.c")
+        with open(src, "w") as f:
+            f.write(LATE_C)
+        exe = self.cc(src, os.path.join(self.d, "late"))
+        spec = os.path.join(self.d, "late.json")
+        h.write_spec(spec, nps=1, nworker=1, job={"name": "late"})
+        c = h.Proc([exe, spec], env=self.run_env)
+        self.procs.append(c)
+        c.wait_for("declaring")
+        # Refused for a while, so that gRPC's backoff has grown.
+        c.wait_for("not reachable: connection refused", timeout=10)
+        self.procs.append(h.start_psd(spec, 0))
+        ready = time.monotonic()
+        line = c.wait_for("declared rc=", timeout=30)
+        took = time.monotonic() - ready
+        self.assertIn("declared rc=0 ", line, c.output())
+        self.assertLess(took, 1.0, c.output())
+        self.assertEqual(c.wait(timeout=30), 0, c.output())
 
     def test_errors_and_declare_order(self):
         src = os.path.join(self.d, "errors.c")

@@ -407,6 +407,32 @@ class StalenessTest(unittest.TestCase):
         self.assertEqual(errors, [])
 
 
+class LateShardTest(h.ProcTest):
+    """A Python client whose declare starts before its shard."""
+
+    def test_declare_connects_soon_after_the_shard_listens(self):
+        """Its first attempts refused, the declare returns within ~100 ms of
+        the shard's readiness line (it took 5-6.8 s, gRPC's reconnect
+        backoff polled by nobody); the bound is a generous 1 s."""
+        spec = os.path.join(self.d, "late.json")
+        h.write_spec(spec, nps=1, nworker=1, job={"name": "late"})
+        code = ("import psd, sys\n"
+                "c = psd.Client(sys.argv[1])\n"
+                "print('declaring', flush=True)\n"
+                "c.declare('late/w', (4,))\n"
+                "print('declared', flush=True)\n")
+        c = h.Proc(["/usr/bin/python3", "-c", code, spec],
+                   env={"PYTHONPATH": h.build_path("worker", "python")})
+        self.procs.append(c)
+        c.wait_for("declaring")
+        c.wait_for("not reachable: connection refused", timeout=10)
+        self.procs.append(h.start_psd(spec, 0))
+        ready = time.monotonic()
+        c.wait_for("declared", timeout=30)
+        self.assertLess(time.monotonic() - ready, 1.0, c.output())
+        self.assertEqual(c.wait(timeout=30), 0, c.output())
+
+
 class InterruptTest(unittest.TestCase):
     """Ctrl-C during a pull that a sync shard parks: KeyboardInterrupt,
     the call cancelled, and the client still usable."""
