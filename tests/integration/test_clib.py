@@ -13,6 +13,11 @@
   alone, trains through 2 real shards: exits 0, its final loss below 1e-3
   of its first, bytes pulled > 0; the same built against libpsclient.a
   (pkg-config --static) needs no libpsclient.so and does the same.
+- values: psc_declare_values from two clients, one after the other and at
+  once: every variable (whole, split, split past a message) holds one
+  client's values, the first's, and both pull them.
+- late shard: a client whose declare started before its shard connects
+  within 1 s of the shard's readiness line.
 - errors: a small program of the test's own gets clear errors for a missing
   spec file, a variable of 0 dimensions and a handle never declared; two
   clients declaring the same variables (PSC_PLACE_AUTO) in opposite orders
@@ -30,6 +35,7 @@ import shlex
 import shutil
 import subprocess
 import tempfile
+import time
 import unittest
 
 import harness as h
@@ -139,6 +145,79 @@ int main(int argc, char **argv) {
   psc_close(a);
   psc_close(b);
   return 0;
+}
+"""
+
+# Declares variables with initial values of its own and says whose values
+# it pulls back: values SPEC WHO PREFIX, WHO "a" (values i + 1) or "b"
+# (-(i + 1)). One line per variable: "NAME rc=N from=a|b|mixed|zeros".
+VALUES_C = r"""
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <psd/client.h>
+
+int main(int argc, char **argv) {
+  static const char *names[4] = {"small", "split", "big", "null"};
+  static const int64_t shapes[4][2] = {{3, 4}, {1000, 300}, {3000, 1000},
+                                       {5, 2}};
+  char err[4096], name[128];
+  psc_client *c = NULL;
+  if (argc != 4 || psc_open(&c, argv[1], NULL, err, sizeof err)) {
+    fprintf(stderr, "values: %s\n", argc != 4 ? "usage" : err);
+    return 2;
+  }
+  float sign = strcmp(argv[2], "a") ? -1.0f : 1.0f;
+  for (int k = 0; k < 4; k++) {
+    size_t n = (size_t)(shapes[k][0] * shapes[k][1]);
+    float *mine = malloc(n * sizeof *mine), *got = malloc(n * sizeof *got);
+    for (size_t i = 0; i < n; i++)
+      mine[i] = sign * (float)(i + 1);
+    snprintf(name, sizeof name, "%s/%s", argv[3], names[k]);
+    /* "null": NULL values, as psc_declare. */
+    int v = psc_declare_values(c, name, 2, shapes[k], NULL,
+                               k == 3 ? NULL : mine);
+    int rc = v < 0 ? v : psc_pull(c, &v, &got, 1);
+    size_t a = 0, b = 0, z = 0;
+    for (size_t i = 0; i < n; i++) {
+      a += got[i] == (float)(i + 1);
+      b += got[i] == -(float)(i + 1);
+      z += got[i] == 0.0f;
+    }
+    printf("%s rc=%d from=%s err=%s\n", name, rc,
+           a == n ? "a" : b == n ? "b" : z == n ? "zeros" : "mixed",
+           rc ? psc_error(c) : "");
+    free(mine);
+    free(got);
+  }
+  psc_close(c);
+  return 0;
+}
+"""
+
+# Declares one variable of LATE_SPEC's shards, started after it: prints
+# "declaring", then "declared rc=N" once the declare returned.
+LATE_C = r"""
+#include <stdio.h>
+
+#include <psd/client.h>
+
+int main(int argc, char **argv) {
+  char err[4096];
+  psc_client *c = NULL;
+  int64_t shape[1] = {4};
+  if (argc != 2 || psc_open(&c, argv[1], NULL, err, sizeof err)) {
+    fprintf(stderr, "late: %s\n", argc != 2 ? "usage" : err);
+    return 2;
+  }
+  printf("declaring\n");
+  fflush(stdout);
+  int v = psc_declare(c, "late/w", 1, shape, NULL);
+  printf("declared rc=%d err=%s\n", v < 0 ? v : 0, v < 0 ? psc_error(c) : "");
+  fflush(stdout);
+  psc_close(c);
+  return v < 0;
 }
 """
 
@@ -271,7 +350,7 @@ class InstallTest(unittest.TestCase):
         lib = i.staged(os.path.join(i.libdir, "libpsclient.so"))
         self.assertTrue(os.path.islink(lib), "libpsclient.so is not the dev link")
         self.assertEqual(os.readlink(lib), "libpsclient.so.1")
-        self.assertTrue(os.path.isfile(i.staged(os.path.join(i.libdir, "libpsclient.so.1.0.0"))))
+        self.assertTrue(os.path.isfile(i.staged(os.path.join(i.libdir, "libpsclient.so.1.1.0"))))
         self.assertTrue(os.path.isfile(i.staged(os.path.join(i.libdir, "libpsclient.a"))))
         dyn = checked(["readelf", "-d", lib], "readelf")
         self.assertRegex(dyn, r"\(SONAME\)\s+Library soname: \[libpsclient\.so\.1\]")
@@ -281,6 +360,10 @@ class InstallTest(unittest.TestCase):
             parts = line.split()
             syms[parts[-1].split("@")[0]] = parts[-2]
         self.assertEqual(syms.pop("PSCLIENT_1", None), "A", "no version node PSCLIENT_1")
+        # Each minor version's additions have a node of their own.
+        self.assertEqual(syms.pop("PSCLIENT_1.1", None), "A", "no version node PSCLIENT_1.1")
+        self.assertRegex(out, r"\bpsc_declare_values@@PSCLIENT_1\.1\b")
+        self.assertRegex(out, r"\bpsc_declare@@PSCLIENT_1\b")
         bad = sorted(s for s in syms if not s.startswith("psc_"))
         self.assertEqual(bad, [], "exported beyond psc_*")
         # Every function of the header is exported, none of the library's own.
@@ -406,6 +489,91 @@ class ClientTest(h.ProcTest):
                            capture_output=True, text=True, env=e, timeout=60)
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
         self.assertIn("pulled [-0.5, -0.5", r.stdout)
+
+    def values_program(self):
+        src = os.path.join(self.d, "values.c")
+        with open(src, "w") as f:
+            f.write(VALUES_C)
+        return self.cc(src, os.path.join(self.d, "values"))
+
+    @staticmethod
+    def whose(out):
+        """{name: (rc, from)} of a values program's lines."""
+        got = {}
+        for line in out.splitlines():
+            m = re.match(r"(\S+) rc=(-?\d+) from=(\S+)", line)
+            if m:
+                got[m.group(1)] = (int(m.group(2)), m.group(3))
+        return got
+
+    def test_declare_values_first_client_wins(self):
+        """psc_declare_values: the first client's values are the
+        variable's, whole on one shard, split (each shard its rows) and
+        split past a message (staged over several Declares); a second
+        client with other values pulls the first's; NULL values are the
+        initializer's (zeros)."""
+        exe = self.values_program()
+        outs = {}
+        for who in ("a", "b"):
+            r = h.run([exe, self.spec, who, "v"], timeout=60, env=self.run_env)
+            outs[who] = r.stdout + r.stderr
+            self.assertEqual(r.returncode, 0, outs[who])
+        for who in ("a", "b"):
+            self.assertEqual(self.whose(outs[who]),
+                             {"v/small": (0, "a"), "v/split": (0, "a"),
+                              "v/big": (0, "a"), "v/null": (0, "zeros")}, outs[who])
+        # Where they went: small whole on one shard, the others on both.
+        r = h.run([h.build_path("ps-server", "psctl"), "--cluster", self.spec, "--json",
+                   "vars"], timeout=30)
+        held = {v["name"]: sorted(s["shard"] for s in v["shards"])
+                for v in json.loads(r.stdout)["vars"]}
+        self.assertEqual(len(held["v/small"]), 1, held)
+        self.assertEqual(held["v/split"], [0, 1], held)
+        self.assertEqual(held["v/big"], [0, 1], held)
+
+    def test_declare_values_at_once_one_client_wins_whole(self):
+        """Two clients declaring the same variables with different values
+        at the same moment: each variable holds one client's values, every
+        row of a split one, and both pull the same."""
+        exe = self.values_program()
+        env = dict(os.environ, **self.run_env)
+        procs = [subprocess.Popen([exe, self.spec, who, "race"], stdout=subprocess.PIPE,
+                                  stderr=subprocess.STDOUT, text=True, env=env)
+                 for who in ("a", "b")]
+        outs = [p.communicate(timeout=60)[0] for p in procs]
+        for p, out in zip(procs, outs):
+            self.assertEqual(p.returncode, 0, out)
+        a, b = self.whose(outs[0]), self.whose(outs[1])
+        self.assertEqual(sorted(a), ["race/big", "race/null", "race/small", "race/split"],
+                         outs[0])
+        self.assertEqual(a, b, outs)
+        for name, (rc, src) in a.items():
+            self.assertEqual(rc, 0, outs)
+            self.assertIn(src, ("zeros",) if name == "race/null" else ("a", "b"), outs)
+
+    def test_declare_connects_soon_after_the_shard_listens(self):
+        """A client started before its shard (declare waiting, its first
+        attempts refused) connects within ~100 ms of the shard's readiness
+        line, not after gRPC's reconnect backoff (it took 5-6.8 s): the
+        bound here is a generous 1 s."""
+        src = os.path.join(self.d, "late.c")
+        with open(src, "w") as f:
+            f.write(LATE_C)
+        exe = self.cc(src, os.path.join(self.d, "late"))
+        spec = os.path.join(self.d, "late.json")
+        h.write_spec(spec, nps=1, nworker=1, job={"name": "late"})
+        c = h.Proc([exe, spec], env=self.run_env)
+        self.procs.append(c)
+        c.wait_for("declaring")
+        # Refused for a while, so that gRPC's backoff has grown.
+        c.wait_for("not reachable: connection refused", timeout=10)
+        self.procs.append(h.start_psd(spec, 0))
+        ready = time.monotonic()
+        line = c.wait_for("declared rc=", timeout=30)
+        took = time.monotonic() - ready
+        self.assertIn("declared rc=0 ", line, c.output())
+        self.assertLess(took, 1.0, c.output())
+        self.assertEqual(c.wait(timeout=30), 0, c.output())
 
     def test_errors_and_declare_order(self):
         src = os.path.join(self.d, "errors.c")

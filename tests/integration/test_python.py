@@ -209,6 +209,41 @@ class AsyncTest(unittest.TestCase):
             c.push(v, torch.ones(6, 4).t())
         self.assertIn("C-contiguous", str(cm.exception))
 
+    def test_declare_values_first_client_wins(self):
+        """declare(..., values=...): the first client's values are the
+        variable's, whole or split (past a message: staged), and a second
+        client's are ignored: both pull the first's. values=None is init."""
+        a, b = self.client(), self.client("worker:1")
+        for name, shape in (("dv/w", (3, 4)), ("dv/big", (2000, 600))):
+            va = np.arange(np.prod(shape), dtype=F32).reshape(shape) + 1
+            ha = a.declare(name, shape, values=va)
+            hb = b.declare(name, shape, values=-va)
+            np.testing.assert_array_equal(a.pull(ha), va)
+            np.testing.assert_array_equal(b.pull(hb), va)
+        # Any shape of the right size; None: the initializer's zeros.
+        hf = a.declare("dv/flat", (2, 3), values=np.full(6, 2.5, F32))
+        np.testing.assert_array_equal(a.pull(hf), np.full((2, 3), 2.5, F32))
+        hn = a.declare("dv/none", (4,), values=None)
+        np.testing.assert_array_equal(a.pull(hn), np.zeros(4, F32))
+
+    def test_declare_values_bad_buffers(self):
+        """values of another dtype or size, or not a buffer: ValueError
+        naming the variable, and nothing is declared."""
+        c = self.client()
+        for bad, why in ((np.zeros(3, F32), "its size differs"),
+                         (np.zeros(4, np.float64), "its dtype is not float32"),
+                         (np.zeros((4, 2), F32)[:, 0], "is no C-contiguous buffer"),
+                         ("abcd", "is no C-contiguous buffer")):
+            with self.assertRaises(ValueError) as e:
+                c.declare("dvb/w", (4,), values=bad)
+            self.assertIn("variable 'dvb/w'", str(e.exception))
+            self.assertIn(why, str(e.exception))
+        with self.assertRaises(KeyError):
+            c.shape("dvb/w")
+        # Not created on the shards either: a good declare creates it now.
+        h_ = c.declare("dvb/w", (4,), values=np.full(4, 7, F32))
+        np.testing.assert_array_equal(c.pull(h_), np.full(4, 7, F32))
+
     def test_errors_carry_grpc_status(self):
         """A shard's refusal is psd.Error with the status and a message
         naming the variable and the shard."""
@@ -370,6 +405,32 @@ class StalenessTest(unittest.TestCase):
         self.assertTrue(done.wait(30), "clock(1) still waits")
         t.join()
         self.assertEqual(errors, [])
+
+
+class LateShardTest(h.ProcTest):
+    """A Python client whose declare starts before its shard."""
+
+    def test_declare_connects_soon_after_the_shard_listens(self):
+        """Its first attempts refused, the declare returns within ~100 ms of
+        the shard's readiness line (it took 5-6.8 s, gRPC's reconnect
+        backoff polled by nobody); the bound is a generous 1 s."""
+        spec = os.path.join(self.d, "late.json")
+        h.write_spec(spec, nps=1, nworker=1, job={"name": "late"})
+        code = ("import psd, sys\n"
+                "c = psd.Client(sys.argv[1])\n"
+                "print('declaring', flush=True)\n"
+                "c.declare('late/w', (4,))\n"
+                "print('declared', flush=True)\n")
+        c = h.Proc(["/usr/bin/python3", "-c", code, spec],
+                   env={"PYTHONPATH": h.build_path("worker", "python")})
+        self.procs.append(c)
+        c.wait_for("declaring")
+        c.wait_for("not reachable: connection refused", timeout=10)
+        self.procs.append(h.start_psd(spec, 0))
+        ready = time.monotonic()
+        c.wait_for("declared", timeout=30)
+        self.assertLess(time.monotonic() - ready, 1.0, c.output())
+        self.assertEqual(c.wait(timeout=30), 0, c.output())
 
 
 class InterruptTest(unittest.TestCase):

@@ -73,10 +73,9 @@ int dw_client_declare_tables(struct dw_client *c, const struct dw_table *tables,
   Psd__V1__DeclareRequest req = PSD__V1__DECLARE_REQUEST__INIT;
   Psd__V1__TableSpec *specs = calloc((size_t)n + 1, sizeof *specs);
   Psd__V1__TableSpec **ptrs = calloc((size_t)n + 1, sizeof *ptrs);
-  struct cm_unary *calls = calloc((size_t)c->nshards, sizeof *calls);
   struct dw__table *grown = NULL;
   int rc = 0;
-  if (!specs || !ptrs || !calls) {
+  if (!specs || !ptrs) {
     rc = CM_ENOMEM;
     goto out;
   }
@@ -104,7 +103,7 @@ int dw_client_declare_tables(struct dw_client *c, const struct dw_table *tables,
   req.caller = &caller;
   req.n_tables = (size_t)n;
   req.tables = ptrs;
-  if ((rc = dw__declare_everywhere(c, &req, calls)))
+  if ((rc = dw__declare_everywhere(c, &req)))
     goto out;
   if (!(grown = realloc(c->tables,
                         ((size_t)c->ntables + (size_t)n) * sizeof *grown))) {
@@ -124,9 +123,6 @@ int dw_client_declare_tables(struct dw_client *c, const struct dw_table *tables,
   if (!c->vars)
     rc = dw__use_unix_sockets(c);
 out:
-  for (int s = 0; calls && s < c->nshards; s++)
-    cm_unary_release(&calls[s]);
-  free(calls);
   free(specs);
   free(ptrs);
   if (rc && !c->err[0])

@@ -118,14 +118,17 @@ class Client:
 
     # ---- variables
     def declare(self, name, shape, *, placement="auto", init="zeros",
-                init_scale=0.0, optimizer=None):
+                init_scale=0.0, optimizer=None, values=None):
         """Declares an f32 variable on the shards (created, or checked:
         ALREADY_EXISTS when it exists with another shape or optimizer) and
         returns its handle. placement: "auto" (split when >= 256 KiB, else
         on the shard its name hashes to: any client, any order, agrees),
         "split", or a shard index. optimizer: None (the spec's), or a dict
         (or JSON text) in job.optimizer's form, e.g. {"type": "adam",
-        "lr": 1e-3}."""
+        "lr": 1e-3}. values: None (init fills it), or its initial values, a
+        C-contiguous float32 buffer of its size (a numpy array, a CPU
+        tensor), else ValueError naming the variable: the first client to
+        declare it supplies them, and every other pulls those."""
         if isinstance(placement, str):
             if placement not in _PLACEMENTS:
                 raise ValueError(f"variable '{name}': placement "
@@ -140,8 +143,10 @@ class Client:
         if isinstance(optimizer, dict):
             optimizer = json.dumps(optimizer)
         shape = tuple(int(d) for d in shape) or (1,)
+        if values is not None:
+            values = _buffer(values, f"variable '{name}'")
         return self._c.declare(name, shape, place, _INITS[init],
-                               float(init_scale), optimizer)
+                               float(init_scale), optimizer, values)
 
     def shape(self, var):
         """A declared variable's shape, by handle or name."""

@@ -30,7 +30,7 @@ extern "C" {
 #endif
 
 #define PSC_VERSION_MAJOR 1
-#define PSC_VERSION_MINOR 0
+#define PSC_VERSION_MINOR 1
 
 /* Error codes (psc_strerror names them). */
 #define PSC_EINVAL (-1)     /* a bad argument: psc_error says which */
@@ -154,6 +154,16 @@ struct psc_var_opts {
  * again returns the same handle. */
 int psc_declare(psc_client *c, const char *name, int ndim, const int64_t *shape,
                 const struct psc_var_opts *o);
+
+/* The same, with the variable's initial values: values[0..numel) floats,
+ * row-major (NULL: as psc_declare). The first client to declare the
+ * variable supplies its values, instead of o->init (each shard its own rows
+ * of a split variable, all from the same client); a shard that holds it
+ * already ignores them, and every client then pulls those values. values
+ * is read during the call alone. */
+int psc_declare_values(psc_client *c, const char *name, int ndim,
+                       const int64_t *shape, const struct psc_var_opts *o,
+                       const float *values);
 
 /* The handle of a declared variable, or PSC_ENOENT (psc_error is left as
  * it is, as by psc_numel and psc_table_dim). */
