@@ -3,8 +3,10 @@
 (2 psd shards, 2 Python workers running deploy/examples/torch/train.py as the
 spec's job.worker_command) in async and in sync mode, and each worker's
 final line says test accuracy >= 0.85; pslaunch's job line counts every
-worker's examples. Also psd.torch.DistributedOptimizer's own rules: an
-excluded parameter stays local; the pushes of a step follow the spec's
+worker's examples. Also psd.torch.DistributedOptimizer's own rules: every
+worker and the shards start from the first worker's values (a LayerNorm's
+ones and a split weight included); an excluded parameter stays local; the
+pushes of a step follow the spec's
 optimizer, or a torch optimizer's (SGD, momentum, nesterov, Adam, AdamW,
 Adagrad, param groups: the values match torch's own after three steps);
 what the shards cannot apply is refused by name, and so are a Module and
@@ -277,6 +279,58 @@ class TorchOptimizerTest(ShardTest):
         model(torch.ones(1, 3)).sum().backward()
         with self.assertRaisesRegex(RuntimeError, "from 0.1 to 0.05"):
             opt.step()
+
+
+class ValuesTest(ShardTest):
+    """The shards start from the first worker's values (Horovod's broadcast
+    of rank 0's): a model with known weights, a second worker's model with
+    other weights; both end up with the first one's, and so do the shards
+    (a third client pulls them). A LayerNorm's weight of ones, which the
+    shards' initializers cannot express, is among them, and so is a weight
+    of 360 KB that is split across both shards."""
+
+    def known_model(self, seed):
+        torch.manual_seed(seed)
+        m = torch.nn.Sequential(torch.nn.Linear(300, 300),
+                                torch.nn.LayerNorm(300),
+                                torch.nn.Linear(300, 3))
+        with torch.no_grad():
+            m[2].weight.copy_(torch.arange(900.0).reshape(3, 300) / 1000)
+            m[2].bias.copy_(torch.tensor([0.5, -2.0, 7.0]))
+        return m
+
+    def test_every_worker_and_shard_holds_the_first_workers_values(self):
+        import psd.torch as pt
+        m0 = self.known_model(7)
+        m1 = self.known_model(8)  # other random values
+        with torch.no_grad():
+            m1[1].weight.fill_(2.0)
+            m1[2].bias.zero_()
+        known = {n: p.detach().clone() for n, p in m0.named_parameters()}
+        self.assertFalse(torch.equal(known["0.weight"], m1[0].weight))
+        o0 = pt.DistributedOptimizer(m0.named_parameters(),
+                                     self.client("worker:0"))
+        o1 = pt.DistributedOptimizer(m1.named_parameters(),
+                                     self.client("worker:1"))
+        for who, m in (("worker 0", m0), ("worker 1", m1)):
+            for n, p in m.named_parameters():
+                np.testing.assert_array_equal(
+                    p.detach().numpy(), known[n].numpy(),
+                    err_msg="%s: %s" % (who, n))
+        third = self.client()
+        for n, p in known.items():
+            h = third.declare(n, tuple(p.shape))
+            np.testing.assert_array_equal(third.pull(h), p.numpy(),
+                                          err_msg="the shards: " + n)
+        # Training goes on from them: worker 0's step (sgd, lr 0.5, a
+        # batch of 2) reaches worker 1 at its next pull.
+        m0(torch.ones(2, 300)).sum().backward()
+        o0.step()
+        o1.step()  # pushes nothing, pulls
+        np.testing.assert_array_equal(m1[2].bias.detach().numpy(),
+                                      (known["2.bias"] - 1.0).numpy())
+        o0.finish()
+        o1.finish()
 
 
 class PassesTest(ShardTest):

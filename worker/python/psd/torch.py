@@ -288,16 +288,10 @@ class DistributedOptimizer:
             if not p.data.is_contiguous():
                 raise ValueError(f"parameter '{name}' is not contiguous; "
                                  "exclude it")
-            lo, hi = float(p.data.min()), float(p.data.max())
-            if lo == hi and lo != 0.0:
-                raise ValueError(
-                    f"parameter '{name}' starts as the constant {lo}, which "
-                    "the shards cannot initialise (zeros or uniform); "
-                    "exclude it")
-            scale = max(abs(lo), abs(hi))
+            # The module's own values: the first worker to declare it
+            # supplies them, every other pulls those below.
             h = c.declare(prefix + name, tuple(p.shape) or (1,),
-                          init="uniform" if scale > 0 else "zeros",
-                          init_scale=scale,
+                          values=p.data,
                           optimizer=group_opts[gi] if gi is not None
                           else optimizer)
             self.params.append(p)
