@@ -6,13 +6,13 @@ final line says test accuracy >= 0.85; pslaunch's job line counts every
 worker's examples. Also psd.torch.DistributedOptimizer's own rules: every
 worker and the shards start from the first worker's values (a LayerNorm's
 ones and a split weight included); an excluded parameter stays local; the
-pushes of a step follow the spec's
-optimizer, or a torch optimizer's (SGD, momentum, nesterov, Adam, AdamW,
-Adagrad, param groups: the values match torch's own after three steps);
-what the shards cannot apply is refused by name, and so are a Module and
-param groups; Horovod's argument order and parameters() work; two backward
-passes are summed with backward_passes_per_step=2 and refused without;
-step() after finish() raises.
+pushes of a step follow the spec's optimizer, or a torch optimizer's (SGD,
+momentum, nesterov, Adam, AdamW, Adagrad, param groups: the values match
+torch's own after three steps); what the shards cannot apply is refused by
+name, and so are a Module and param groups; Horovod's argument order and
+parameters() work; two backward passes are summed with
+backward_passes_per_step=2 and refused without; step() after finish()
+raises.
 
 Run: /usr/bin/python3 test_torch_psd.py BUILD_DIR (SKIP, exit 77, without
 python3-torch or the psd package)."""
