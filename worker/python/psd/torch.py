@@ -176,7 +176,7 @@ def _select(named, topt):
     """The parameters to train, each with its group's optimizer (None: the
     spec's or the dict given), and those left local: [(name, p, group)],
     [name]. With a torch optimizer, its parameters are the ones trained, in
-    named's order, named by named (by index without it)."""
+    its order, named by named (by index without it)."""
     if topt is None:
         if named is None:
             raise TypeError("DistributedOptimizer: no parameters; pass "
@@ -203,8 +203,7 @@ def _select(named, topt):
             f"{len(unnamed)} of the optimizer's parameters (shapes "
             f"{[tuple(p.shape) for p in unnamed[:4]]}); pass the "
             "named_parameters() of the model the optimizer trains")
-    train = [(n, p, groups[id(p)]) for n, p in
-             ((names[id(p)], p) for p in order)]
+    train = [(names[id(p)], p, groups[id(p)]) for p in order]
     kept = [n if n is not None else f"param.{i}"
             for i, (n, p) in enumerate(named)
             if id(p) not in groups and p.requires_grad]
