@@ -22,6 +22,7 @@ import os
 import re
 import sys
 import unittest
+from unittest import mock
 
 import numpy as np
 
@@ -214,6 +215,13 @@ class TorchOptimizerTest(ShardTest):
     def test_parameters_named_by_index(self):
         import psd.torch as pt
         model = torch.nn.Linear(3, 2)
+        # None in the client's place: psd.Client() from an environment
+        # that names no spec.
+        env = {k: v for k, v in os.environ.items()
+               if k not in ("PSD_SPEC", "TF_CONFIG")}
+        with mock.patch.dict(os.environ, env, clear=True), \
+                self.assertRaisesRegex(ValueError, "PSD_SPEC"):
+            pt.DistributedOptimizer(model.parameters(), None)
         opt = pt.DistributedOptimizer(model.parameters(), self.client())
         self.assertEqual(opt.names, ["param.0", "param.1"])
         w0 = model.weight.detach().clone()

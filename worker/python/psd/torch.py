@@ -157,6 +157,8 @@ def _sort_args(args, named_parameters, client, optimizer):
                         "arguments; expected at most named_parameters, "
                         "client and optimizer")
     for a in args:
+        if a is None:  # a default given in its place: DO(named, None)
+            continue
         if isinstance(a, torch.optim.Optimizer):
             key = "optimizer"
         elif isinstance(a, psd.Client):
