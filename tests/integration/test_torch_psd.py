@@ -133,6 +133,18 @@ class OptimizerTest(ShardTest):
         self.assertEqual(opt.early_pushes, 0)  # one small bucket: at step()
         opt.finish()
 
+    def test_a_scalar_parameter(self):
+        """A 0-d parameter is a variable of one element: declared with its
+        value, trained, pulled back into the 0-d tensor."""
+        import psd.torch as pt
+        p = torch.nn.Parameter(torch.tensor(3.0))
+        opt = pt.DistributedOptimizer([("s", p)], self.client())
+        self.assertEqual(float(p), 3.0)
+        (p * 2).backward()
+        opt.step()
+        self.assertEqual(float(p), 3.0 - 0.5 * 2)
+        opt.finish()
+
     def test_buckets_pushed_during_backward(self):
         """bucket_mb=0: every gradient is pushed by the pusher thread as
         backward produces it; the values still follow the formula."""

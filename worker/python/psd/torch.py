@@ -31,6 +31,7 @@ import queue
 import threading
 import time
 
+import numpy as np
 import torch
 
 import psd
@@ -298,7 +299,8 @@ class DistributedOptimizer:
             self.params.append(p)
             self.names.append(name)
             self.handles.append(h)
-            self.values.append(p.data.numpy())  # shares p's memory
+            # Flat (a 0-d parameter is a variable of 1), sharing p's memory.
+            self.values.append(p.data.view(-1).numpy())
         if batch_size is None:
             batch_size = int(c.job.get("batch_size", 0))
         self.examples = int(batch_size)
@@ -357,7 +359,7 @@ class DistributedOptimizer:
                 self._acc[i] = g.clone() if n == 1 else g  # not autograd's
                 return None
             self._acc[i] = None
-            self._add(i, g.contiguous())
+            self._add(i, g.contiguous().view(-1))
             return None
         return hook
 
@@ -463,7 +465,7 @@ class DistributedOptimizer:
         for i, g in enumerate(self._acc):
             if g is not None:
                 self._acc[i] = None
-                self._add(i, g.contiguous())
+                self._add(i, g.contiguous().view(-1))
         self._passes = [0] * len(self.params)
         self._wait_pushes()
         last, self._bucket, self._bucket_bytes = self._bucket, [], 0
@@ -479,7 +481,7 @@ class DistributedOptimizer:
         missing = [i for i, s in enumerate(self._sent) if not s]
         if missing and self.sync and not self._closed:
             # Parameters backward did not reach count as a zero gradient.
-            zs = [torch.zeros_like(self.params[i]).numpy() for i in missing]
+            zs = [np.zeros(self.values[i].size, np.float32) for i in missing]
             if c.push_step([self.handles[i] for i in missing], zs,
                            self.step_no, 0):
                 self._closed = True
