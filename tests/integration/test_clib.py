@@ -19,7 +19,10 @@
 - late shard: a client whose declare started before its shard connects
   within 1 s of the shard's readiness line.
 - errors: a small program of the test's own gets clear errors for a missing
-  spec file, a variable of 0 dimensions and a handle never declared; two
+  spec file, a variable of 0 dimensions and a handle never declared, and
+  one code per condition (another shape: PSC_EEXIST from this client or a
+  shard; a table never declared: PSC_ENOENT; an id at the bound:
+  PSC_ERANGE), naming no internal function; two
   clients declaring the same variables (PSC_PLACE_AUTO) in opposite orders
   both succeed against the same shards and see one variable each.
 
@@ -142,6 +145,32 @@ int main(int argc, char **argv) {
     same &= p64k[i] == -g64k[i];
   printf("pull_b_sees_a same=%d numel_big=%lld\n", same,
          (long long)psc_numel(b, wb));
+
+  /* One condition, one code, whoever finds it: another shape for a
+   * variable or table (this client, or a shard for another client), a
+   * table never declared, an id at the table's bound. */
+  int64_t four[1] = {4}, five[1] = {5};
+  rc = psc_declare(a, "err/x", 1, four, NULL);
+  printf("declare_x rc=%d\n", rc < 0 ? rc : 0);
+  rc = psc_declare(b, "err/x", 1, five, NULL);
+  printf("exists_other rc=%d grpc=%d err=%s\n", rc, psc_grpc_status(b),
+         flat(psc_error(b)));
+  rc = psc_declare(a, "err/x", 1, five, NULL);
+  printf("exists_same rc=%d grpc=%d err=%s\n", rc, psc_grpc_status(a),
+         flat(psc_error(a)));
+  rc = psc_declare_table(a, "err/t", 4, 10);
+  printf("table_t rc=%d err=%s\n", rc, flat(psc_error(a)));
+  rc = psc_declare_table(b, "err/t", 8, 10);
+  printf("table_exists_other rc=%d grpc=%d err=%s\n", rc, psc_grpc_status(b),
+         flat(psc_error(b)));
+  uint64_t ids[2] = {3, 10};
+  float rows[16];
+  rc = psc_pull_rows(a, "err/none", ids, 1, rows, 0);
+  printf("table_undeclared rc=%d grpc=%d err=%s\n", rc, psc_grpc_status(a),
+         flat(psc_error(a)));
+  rc = psc_push_rows(a, "err/t", ids, 2, rows, 0, NULL);
+  printf("id_past_bound rc=%d grpc=%d err=%s\n", rc, psc_grpc_status(a),
+         flat(psc_error(a)));
   psc_close(a);
   psc_close(b);
   return 0;
@@ -618,13 +647,33 @@ class ClientTest(h.ProcTest):
         self.assertEqual(rc("push_a"), 0, out)
         self.assertEqual(rc("pull_b"), 0, out)
         self.assertEqual(lines["pull_b_sees_a"][0], "same=1 numel_big=65536", out)
+        # One condition, one code (psclient(3), ERRORS): another shape is
+        # PSC_EEXIST (-10) whether a shard (ALREADY_EXISTS, 6) or this
+        # client found it; a table never declared PSC_ENOENT (-4); an id at
+        # the bound PSC_ERANGE (-11).
+        self.assertEqual(lines["declare_x"][0], "rc=0", out)
+        self.assertTrue(lines["exists_other"][0].startswith("rc=-10 grpc=6 "), out)
+        self.assertIn("'err/x'", lines["exists_other"][0])
+        self.assertTrue(lines["exists_same"][0].startswith("rc=-10 grpc=0 "), out)
+        self.assertIn("'err/x'", lines["exists_same"][0])
+        self.assertTrue(lines["table_t"][0].startswith("rc=0 "), out)
+        self.assertTrue(lines["table_exists_other"][0].startswith("rc=-10 grpc=6 "), out)
+        self.assertIn("err/t", lines["table_exists_other"][0])
+        self.assertEqual(lines["table_undeclared"][0],
+                         "rc=-4 grpc=0 err=pull rows of 'err/none': this client has "
+                         "declared no table 'err/none'; declare it first", out)
+        self.assertEqual(lines["id_past_bound"][0],
+                         "rc=-11 grpc=0 err=push rows of 'err/t': id 10 (position 1) is "
+                         "not below the table's id_bound 10", out)
+        # No message names a function of the library's insides.
+        self.assertNotRegex(out, r"\b(dw|cm|psd)_[a-z_]+\b", out)
         # Where the shards put them: split at 256 KiB and more (ord/big is
         # exactly 256 KiB), else whole on one shard; each variable once.
         r = h.run([h.build_path("ps-server", "psctl"), "--cluster", self.spec, "--json",
                    "vars"], timeout=30)
         self.assertEqual(r.returncode, 0, r.stderr)
         held = {v["name"]: sorted(s["shard"] for s in v["shards"])
-                for v in json.loads(r.stdout)["vars"]}
+                for v in json.loads(r.stdout)["vars"] if v["name"].startswith("ord/")}
         self.assertEqual(sorted(held), ["ord/big", "ord/matrix", "ord/mid", "ord/small"])
         self.assertEqual(held["ord/big"], [0, 1], held)
         self.assertEqual(held["ord/matrix"], [0, 1], held)

@@ -265,6 +265,41 @@ class AsyncTest(unittest.TestCase):
             psd.Client(os.path.join(self.d, "missing.json"))
         self.assertIn("missing.json", str(cm.exception))
 
+    def test_one_condition_one_code(self):
+        """The same condition gets the same code whoever finds it: another
+        shape for a variable or a table is psd.EEXIST from a shard
+        (ALREADY_EXISTS) and from this client; an id at a table's bound is
+        psd.ERANGE; a table never declared is KeyError, as a variable. No
+        message names a function of the library's insides."""
+        c1, c2 = self.client(), self.client("worker:1")
+        c1.declare("cc/w", (10,))
+        msgs = []
+        for c, want_status in ((c2, 6), (c1, 0)):
+            with self.assertRaises(psd.Error) as cm:
+                c.declare("cc/w", (11,))
+            self.assertEqual((cm.exception.code, cm.exception.grpc_status),
+                             (psd.EEXIST, want_status), str(cm.exception))
+            self.assertIn("'cc/w'", str(cm.exception))
+            msgs.append(str(cm.exception))
+        c1.declare_table("cc/t", 4, id_bound=10)
+        with self.assertRaises(psd.Error) as cm:
+            c2.declare_table("cc/t", 8, id_bound=10)
+        self.assertEqual((cm.exception.code, cm.exception.grpc_status),
+                         (psd.EEXIST, 6), str(cm.exception))
+        msgs.append(str(cm.exception))
+        ids = np.array([3, 10], np.uint64)
+        with self.assertRaises(psd.Error) as cm:
+            c1.push_rows("cc/t", ids, np.zeros((2, 4), F32))
+        self.assertEqual(cm.exception.code, psd.ERANGE, str(cm.exception))
+        self.assertIn("id 10 (position 1) is not below the table's id_bound 10",
+                      str(cm.exception))
+        msgs.append(str(cm.exception))
+        with self.assertRaises(KeyError) as cm:
+            c1.pull_rows("cc/none", ids, np.zeros((2, 4), F32))
+        self.assertIn("table 'cc/none' was not declared", str(cm.exception))
+        for m in msgs:
+            self.assertNotRegex(m, r"\b(dw|cm|psd)_[a-z_]+\b")
+
     def test_closed_client(self):
         """A closed client raises, never crashes; close twice is fine."""
         c = psd.Client(self.spec, "worker:0")

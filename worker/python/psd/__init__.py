@@ -22,6 +22,14 @@ from . import _psd
 
 Error = _psd.Error
 
+# libpsclient's codes, psd.Error.code (psclient(3), ERRORS): one condition,
+# one code, whether the client or a shard found it.
+EINVAL, ENOMEM, EIO, ENOENT, ESPEC, ERPC = (_psd.EINVAL, _psd.ENOMEM, _psd.EIO,
+                                            _psd.ENOENT, _psd.ESPEC, _psd.ERPC)
+ETIMEDOUT, ESHAPE, EEXIST, ERANGE = (_psd.ETIMEDOUT, _psd.ESHAPE, _psd.EEXIST,
+                                     _psd.ERANGE)
+EUNAVAIL, ECANCELED = _psd.EUNAVAIL, _psd.ECANCELED
+
 _PLACEMENTS = {"auto": 0, "split": -1}
 _INITS = {"zeros": 0, "uniform": 1}
 
@@ -281,4 +289,6 @@ class Client:
         return self._tables[table]
 
 
-__all__ = ["Client", "Error"]
+__all__ = ["Client", "Error", "EINVAL", "ENOMEM", "EIO", "ENOENT", "ESPEC",
+           "ERPC", "ETIMEDOUT", "ESHAPE", "EEXIST", "ERANGE", "EUNAVAIL",
+           "ECANCELED"]

@@ -15,10 +15,12 @@
  *
  * Conventions: every fallible function returns 0 (or a count or index >= 0)
  * or a negative PSC_E* code; psc_error says what failed in words, naming the
- * shard and the variable. Buffers are the caller's, borrowed for the call:
- * pulled bytes land in them directly and pushes are sent from them. A client
- * is used by one thread at a time; several clients may run at once in one
- * process. Nothing here exposes psd's internal types. */
+ * shard and the variable. One condition has one code, whether this client
+ * found it or a shard answered it (psc_grpc_status then gives the status).
+ * Buffers are the caller's, borrowed for the call: pulled bytes land in them
+ * directly and pushes are sent from them. A client is used by one thread at a
+ * time; several clients may run at once in one process. Nothing here exposes
+ * psd's internal types. */
 #ifndef PSD_CLIENT_H
 #define PSD_CLIENT_H
 
@@ -33,16 +35,22 @@ extern "C" {
 #define PSC_VERSION_MINOR 1
 
 /* Error codes (psc_strerror names them). */
-#define PSC_EINVAL (-1)     /* a bad argument: psc_error says which */
-#define PSC_ENOMEM (-2)     /* out of memory */
-#define PSC_EIO (-3)        /* a file could not be read */
-#define PSC_ENOENT (-4)     /* no such file, variable or table */
-#define PSC_ESPEC (-5)      /* the spec or TF_CONFIG has mistakes */
-#define PSC_ERPC (-7)       /* a shard refused the call (psc_grpc_status) */
-#define PSC_ETIMEDOUT (-8)  /* a deadline passed */
-#define PSC_ESHAPE (-9)     /* a buffer or shape does not fit */
-#define PSC_EEXIST (-10)    /* declared before with other settings */
-#define PSC_ERANGE (-11)    /* a value out of range (an id past the bound) */
+#define PSC_EINVAL (-1) /* a bad argument: psc_error says which */
+#define PSC_ENOMEM (-2) /* out of memory */
+#define PSC_EIO (-3)    /* a file could not be read */
+#define PSC_ENOENT (-4) /* no such file, variable or table */
+#define PSC_ESPEC (-5)  /* the spec or TF_CONFIG has mistakes */
+#define PSC_ERPC                                                               \
+  (-7)                     /* a shard refused the call, for a reason no other  \
+                              code names (psc_grpc_status) */
+#define PSC_ETIMEDOUT (-8) /* a deadline passed */
+#define PSC_ESHAPE (-9)    /* a buffer or shape does not fit */
+#define PSC_EEXIST                                                             \
+  (-10) /* declared before with other settings (a                              \
+           shard's ALREADY_EXISTS too) */
+#define PSC_ERANGE                                                             \
+  (-11)                     /* a value out of range (an id past the bound; a   \
+                               shard's OUT_OF_RANGE too) */
 #define PSC_EUNAVAIL (-17)  /* a shard stayed unreachable past the budget */
 #define PSC_ECANCELED (-19) /* interrupted (psc_set_interrupt) */
 
