@@ -18,6 +18,8 @@
   client's values, the first's, and both pull them.
 - late shard: a client whose declare started before its shard connects
   within 1 s of the shard's readiness line.
+- log: psc_set_log sends the library's lines to a callback, drops them
+  (PSC_LOG_OFF), or writes them to stderr again.
 - errors: a small program of the test's own gets clear errors for a missing
   spec file, a variable of 0 dimensions and a handle never declared, and
   one code per condition (another shape: PSC_EEXIST from this client or a
@@ -250,6 +252,52 @@ int main(int argc, char **argv) {
 }
 """
 
+# The library's log lines against a spec whose shard nobody runs (each
+# declare fails after 1.5 s, having said "not reachable" after 0.7 s): to a
+# callback at PSC_LOG_WARN, dropped at PSC_LOG_OFF, on stderr again with no
+# callback; each phase's start said on stderr.
+LOG_C = r"""
+#include <stdio.h>
+
+#include <psd/client.h>
+
+static void to_stdout(void *arg, int level, const char *line) {
+  printf("cb %s level=%d line=%s\n", (const char *)arg, level, line);
+  fflush(stdout);
+}
+
+static void declare(const char *spec) {
+  struct psc_options o;
+  char err[4096];
+  psc_client *c = NULL;
+  int64_t shape[1] = {4};
+  psc_options_init(&o);
+  o.connect_timeout_ms = 1500;
+  if (psc_open(&c, spec, &o, err, sizeof err)) {
+    printf("open failed: %s\n", err);
+    return;
+  }
+  printf("declare rc=%d\n", psc_declare(c, "log/w", 1, shape, NULL));
+  psc_close(c);
+}
+
+int main(int argc, char **argv) {
+  if (argc != 2)
+    return 2;
+  printf("bad_level rc=%d\n", psc_set_log(PSC_LOG_OFF + 1, NULL, NULL));
+  fprintf(stderr, "phase callback\n");
+  printf("set rc=%d\n", psc_set_log(PSC_LOG_WARN, to_stdout, "mine"));
+  declare(argv[1]);
+  fprintf(stderr, "phase off\n");
+  printf("set rc=%d\n", psc_set_log(PSC_LOG_OFF, NULL, NULL));
+  declare(argv[1]);
+  fprintf(stderr, "phase stderr\n");
+  printf("set rc=%d\n", psc_set_log(PSC_LOG_INFO, NULL, NULL));
+  declare(argv[1]);
+  return 0;
+}
+"""
+
 
 def build_options():
     out = subprocess.run(["meson", "introspect", "--buildoptions", h.BUILD],
@@ -392,6 +440,7 @@ class InstallTest(unittest.TestCase):
         # Each minor version's additions have a node of their own.
         self.assertEqual(syms.pop("PSCLIENT_1.1", None), "A", "no version node PSCLIENT_1.1")
         self.assertRegex(out, r"\bpsc_declare_values@@PSCLIENT_1\.1\b")
+        self.assertRegex(out, r"\bpsc_set_log@@PSCLIENT_1\.1\b")
         self.assertRegex(out, r"\bpsc_declare@@PSCLIENT_1\b")
         bad = sorted(s for s in syms if not s.startswith("psc_"))
         self.assertEqual(bad, [], "exported beyond psc_*")
@@ -603,6 +652,33 @@ class ClientTest(h.ProcTest):
         self.assertIn("declared rc=0 ", line, c.output())
         self.assertLess(took, 1.0, c.output())
         self.assertEqual(c.wait(timeout=30), 0, c.output())
+
+    def test_log_level_and_callback(self):
+        """psc_set_log: a callback gets the library's lines (level, the
+        message alone) and nothing reaches stderr; PSC_LOG_OFF drops them;
+        with no callback they are on stderr again, labelled psd."""
+        src = os.path.join(self.d, "log.c")
+        with open(src, "w") as f:
+            f.write(LOG_C)
+        exe = self.cc(src, os.path.join(self.d, "log"))
+        spec = os.path.join(self.d, "nobody.json")
+        addr = h.write_spec(spec, nps=1, nworker=1, job={"name": "log"})["cluster"]["ps"][0]
+        r = h.run([exe, spec], timeout=60, env=self.run_env)
+        out = r.stdout + r.stderr
+        self.assertEqual(r.returncode, 0, out)
+        self.assertIn("bad_level rc=-1", r.stdout)
+        self.assertEqual(r.stdout.count("set rc=0"), 3, out)
+        self.assertEqual(r.stdout.count("declare rc=-17"), 3, out)
+        line = ("ps:0 (%s) not reachable: connection refused (nothing listens "
+                "there?); waiting up to 2 s for it" % addr)
+        cb = [l for l in r.stdout.splitlines() if l.startswith("cb ")]
+        self.assertEqual(cb, ["cb mine level=2 line=" + line], out)
+        phases = re.split(r"(?m)^phase (\w+)\n", r.stderr)
+        self.assertEqual(phases[1::2], ["callback", "off", "stderr"], r.stderr)
+        self.assertEqual(phases[2], "", r.stderr)  # to the callback alone
+        self.assertEqual(phases[4], "", r.stderr)  # off
+        self.assertRegex(phases[6], r"(?m)^\d\d:\d\d:\d\d\.\d{3} psd warn: %s$"
+                         % re.escape(line))
 
     def test_errors_and_declare_order(self):
         src = os.path.join(self.d, "errors.c")

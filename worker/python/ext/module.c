@@ -213,9 +213,17 @@ int psd_interrupted(void *arg) {
   return r;
 }
 
+static PyMethodDef module_methods[] = {
+    {"set_log", psd_set_log, METH_VARARGS,
+     "set_log(level, callback): the library's log lines below level dropped "
+     "(level < 0: unchanged), the others to callback(level, line), None: "
+     "stderr"},
+    {NULL}};
+
 static struct PyModuleDef psd_module = {
     PyModuleDef_HEAD_INIT, "_psd",
-    "psd's client, in C (libpsclient); use the psd package over it.", -1, NULL};
+    "psd's client, in C (libpsclient); use the psd package over it.", -1,
+    module_methods};
 
 PyMODINIT_FUNC PyInit__psd(void) {
   PyObject *m = PyModule_Create(&psd_module);

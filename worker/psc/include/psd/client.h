@@ -274,6 +274,27 @@ int psc_push_rows(psc_client *c, const char *table, const uint64_t *ids,
  * Ctrl-C. */
 void psc_set_interrupt(psc_client *c, int (*interrupted)(void *arg), void *arg);
 
+/* Log levels (psc_set_log). */
+#define PSC_LOG_DEBUG 0
+#define PSC_LOG_INFO 1 /* the default */
+#define PSC_LOG_WARN 2
+#define PSC_LOG_ERROR 3
+#define PSC_LOG_OFF 4 /* nothing */
+
+/* The library's own log lines, process-wide (every client, and a client's
+ * heartbeat thread): what it waits for ("ps:0 (...) not reachable: ...;
+ * waiting up to 60 s for it"), a shard that is back, a worker rejoining.
+ * By default, lines of PSC_LOG_INFO and above go to stderr as
+ * "HH:MM:SS.mmm psd warn: <line>" (the PSD_LOG environment variable, debug,
+ * info, warn, error or off, sets the first level). Lines below level are
+ * dropped (PSC_LOG_OFF: all; < 0: the level stays as it is). cb not NULL
+ * gets each line instead, cb(arg, level, line), the line without time,
+ * name or newline, from the thread that logs, one call at a time; it must
+ * not call the library. NULL: stderr again. Returns 0, or PSC_EINVAL for a
+ * level past PSC_LOG_OFF. */
+int psc_set_log(int level, void (*cb)(void *arg, int level, const char *line),
+                void *arg);
+
 /* Payload bytes this client pulled and pushed so far. */
 uint64_t psc_bytes_pulled(const psc_client *c);
 uint64_t psc_bytes_pushed(const psc_client *c);
