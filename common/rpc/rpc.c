@@ -143,6 +143,8 @@ int cm_rpc_status_rc(grpc_status_code code) {
     return CM_EUNAVAIL;
   case GRPC_STATUS_NOT_FOUND:
     return CM_ENOENT;
+  case GRPC_STATUS_ALREADY_EXISTS:
+    return CM_EEXIST;
   case GRPC_STATUS_OUT_OF_RANGE:
     return CM_ERANGE;
   default:

@@ -18,8 +18,13 @@
   client's values, the first's, and both pull them.
 - late shard: a client whose declare started before its shard connects
   within 1 s of the shard's readiness line.
+- log: psc_set_log sends the library's lines to a callback, drops them
+  (PSC_LOG_OFF), or writes them to stderr again.
 - errors: a small program of the test's own gets clear errors for a missing
-  spec file, a variable of 0 dimensions and a handle never declared; two
+  spec file, a variable of 0 dimensions and a handle never declared, and
+  one code per condition (another shape: PSC_EEXIST from this client or a
+  shard; a table never declared: PSC_ENOENT; an id at the bound:
+  PSC_ERANGE), naming no internal function; two
   clients declaring the same variables (PSC_PLACE_AUTO) in opposite orders
   both succeed against the same shards and see one variable each.
 
@@ -142,6 +147,32 @@ int main(int argc, char **argv) {
     same &= p64k[i] == -g64k[i];
   printf("pull_b_sees_a same=%d numel_big=%lld\n", same,
          (long long)psc_numel(b, wb));
+
+  /* One condition, one code, whoever finds it: another shape for a
+   * variable or table (this client, or a shard for another client), a
+   * table never declared, an id at the table's bound. */
+  int64_t four[1] = {4}, five[1] = {5};
+  rc = psc_declare(a, "err/x", 1, four, NULL);
+  printf("declare_x rc=%d\n", rc < 0 ? rc : 0);
+  rc = psc_declare(b, "err/x", 1, five, NULL);
+  printf("exists_other rc=%d grpc=%d err=%s\n", rc, psc_grpc_status(b),
+         flat(psc_error(b)));
+  rc = psc_declare(a, "err/x", 1, five, NULL);
+  printf("exists_same rc=%d grpc=%d err=%s\n", rc, psc_grpc_status(a),
+         flat(psc_error(a)));
+  rc = psc_declare_table(a, "err/t", 4, 10);
+  printf("table_t rc=%d err=%s\n", rc, flat(psc_error(a)));
+  rc = psc_declare_table(b, "err/t", 8, 10);
+  printf("table_exists_other rc=%d grpc=%d err=%s\n", rc, psc_grpc_status(b),
+         flat(psc_error(b)));
+  uint64_t ids[2] = {3, 10};
+  float rows[16];
+  rc = psc_pull_rows(a, "err/none", ids, 1, rows, 0);
+  printf("table_undeclared rc=%d grpc=%d err=%s\n", rc, psc_grpc_status(a),
+         flat(psc_error(a)));
+  rc = psc_push_rows(a, "err/t", ids, 2, rows, 0, NULL);
+  printf("id_past_bound rc=%d grpc=%d err=%s\n", rc, psc_grpc_status(a),
+         flat(psc_error(a)));
   psc_close(a);
   psc_close(b);
   return 0;
@@ -218,6 +249,52 @@ int main(int argc, char **argv) {
   fflush(stdout);
   psc_close(c);
   return v < 0;
+}
+"""
+
+# The library's log lines against a spec whose shard nobody runs (each
+# declare fails after 1.5 s, having said "not reachable" after 0.7 s): to a
+# callback at PSC_LOG_WARN, dropped at PSC_LOG_OFF, on stderr again with no
+# callback; each phase's start said on stderr.
+LOG_C = r"""
+#include <stdio.h>
+
+#include <psd/client.h>
+
+static void to_stdout(void *arg, int level, const char *line) {
+  printf("cb %s level=%d line=%s\n", (const char *)arg, level, line);
+  fflush(stdout);
+}
+
+static void declare(const char *spec) {
+  struct psc_options o;
+  char err[4096];
+  psc_client *c = NULL;
+  int64_t shape[1] = {4};
+  psc_options_init(&o);
+  o.connect_timeout_ms = 1500;
+  if (psc_open(&c, spec, &o, err, sizeof err)) {
+    printf("open failed: %s\n", err);
+    return;
+  }
+  printf("declare rc=%d\n", psc_declare(c, "log/w", 1, shape, NULL));
+  psc_close(c);
+}
+
+int main(int argc, char **argv) {
+  if (argc != 2)
+    return 2;
+  printf("bad_level rc=%d\n", psc_set_log(PSC_LOG_OFF + 1, NULL, NULL));
+  fprintf(stderr, "phase callback\n");
+  printf("set rc=%d\n", psc_set_log(PSC_LOG_WARN, to_stdout, "mine"));
+  declare(argv[1]);
+  fprintf(stderr, "phase off\n");
+  printf("set rc=%d\n", psc_set_log(PSC_LOG_OFF, NULL, NULL));
+  declare(argv[1]);
+  fprintf(stderr, "phase stderr\n");
+  printf("set rc=%d\n", psc_set_log(PSC_LOG_INFO, NULL, NULL));
+  declare(argv[1]);
+  return 0;
 }
 """
 
@@ -363,6 +440,7 @@ class InstallTest(unittest.TestCase):
         # Each minor version's additions have a node of their own.
         self.assertEqual(syms.pop("PSCLIENT_1.1", None), "A", "no version node PSCLIENT_1.1")
         self.assertRegex(out, r"\bpsc_declare_values@@PSCLIENT_1\.1\b")
+        self.assertRegex(out, r"\bpsc_set_log@@PSCLIENT_1\.1\b")
         self.assertRegex(out, r"\bpsc_declare@@PSCLIENT_1\b")
         bad = sorted(s for s in syms if not s.startswith("psc_"))
         self.assertEqual(bad, [], "exported beyond psc_*")
@@ -575,6 +653,33 @@ class ClientTest(h.ProcTest):
         self.assertLess(took, 1.0, c.output())
         self.assertEqual(c.wait(timeout=30), 0, c.output())
 
+    def test_log_level_and_callback(self):
+        """psc_set_log: a callback gets the library's lines (level, the
+        message alone) and nothing reaches stderr; PSC_LOG_OFF drops them;
+        with no callback they are on stderr again, labelled psd."""
+        src = os.path.join(self.d, "log.c")
+        with open(src, "w") as f:
+            f.write(LOG_C)
+        exe = self.cc(src, os.path.join(self.d, "log"))
+        spec = os.path.join(self.d, "nobody.json")
+        addr = h.write_spec(spec, nps=1, nworker=1, job={"name": "log"})["cluster"]["ps"][0]
+        r = h.run([exe, spec], timeout=60, env=self.run_env)
+        out = r.stdout + r.stderr
+        self.assertEqual(r.returncode, 0, out)
+        self.assertIn("bad_level rc=-1", r.stdout)
+        self.assertEqual(r.stdout.count("set rc=0"), 3, out)
+        self.assertEqual(r.stdout.count("declare rc=-17"), 3, out)
+        line = ("ps:0 (%s) not reachable: connection refused (nothing listens "
+                "there?); waiting up to 2 s for it" % addr)
+        cb = [l for l in r.stdout.splitlines() if l.startswith("cb ")]
+        self.assertEqual(cb, ["cb mine level=2 line=" + line], out)
+        phases = re.split(r"(?m)^phase (\w+)\n", r.stderr)
+        self.assertEqual(phases[1::2], ["callback", "off", "stderr"], r.stderr)
+        self.assertEqual(phases[2], "", r.stderr)  # to the callback alone
+        self.assertEqual(phases[4], "", r.stderr)  # off
+        self.assertRegex(phases[6], r"(?m)^\d\d:\d\d:\d\d\.\d{3} psd warn: %s$"
+                         % re.escape(line))
+
     def test_errors_and_declare_order(self):
         src = os.path.join(self.d, "errors.c")
         with open(src, "w") as f:
@@ -618,13 +723,33 @@ class ClientTest(h.ProcTest):
         self.assertEqual(rc("push_a"), 0, out)
         self.assertEqual(rc("pull_b"), 0, out)
         self.assertEqual(lines["pull_b_sees_a"][0], "same=1 numel_big=65536", out)
+        # One condition, one code (psclient(3), ERRORS): another shape is
+        # PSC_EEXIST (-10) whether a shard (ALREADY_EXISTS, 6) or this
+        # client found it; a table never declared PSC_ENOENT (-4); an id at
+        # the bound PSC_ERANGE (-11).
+        self.assertEqual(lines["declare_x"][0], "rc=0", out)
+        self.assertTrue(lines["exists_other"][0].startswith("rc=-10 grpc=6 "), out)
+        self.assertIn("'err/x'", lines["exists_other"][0])
+        self.assertTrue(lines["exists_same"][0].startswith("rc=-10 grpc=0 "), out)
+        self.assertIn("'err/x'", lines["exists_same"][0])
+        self.assertTrue(lines["table_t"][0].startswith("rc=0 "), out)
+        self.assertTrue(lines["table_exists_other"][0].startswith("rc=-10 grpc=6 "), out)
+        self.assertIn("err/t", lines["table_exists_other"][0])
+        self.assertEqual(lines["table_undeclared"][0],
+                         "rc=-4 grpc=0 err=pull rows of 'err/none': this client has "
+                         "declared no table 'err/none'; declare it first", out)
+        self.assertEqual(lines["id_past_bound"][0],
+                         "rc=-11 grpc=0 err=push rows of 'err/t': id 10 (position 1) is "
+                         "not below the table's id_bound 10", out)
+        # No message names a function of the library's insides.
+        self.assertNotRegex(out, r"\b(dw|cm|psd)_[a-z_]+\b", out)
         # Where the shards put them: split at 256 KiB and more (ord/big is
         # exactly 256 KiB), else whole on one shard; each variable once.
         r = h.run([h.build_path("ps-server", "psctl"), "--cluster", self.spec, "--json",
                    "vars"], timeout=30)
         self.assertEqual(r.returncode, 0, r.stderr)
         held = {v["name"]: sorted(s["shard"] for s in v["shards"])
-                for v in json.loads(r.stdout)["vars"]}
+                for v in json.loads(r.stdout)["vars"] if v["name"].startswith("ord/")}
         self.assertEqual(sorted(held), ["ord/big", "ord/matrix", "ord/mid", "ord/small"])
         self.assertEqual(held["ord/big"], [0, 1], held)
         self.assertEqual(held["ord/matrix"], [0, 1], held)

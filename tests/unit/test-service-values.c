@@ -72,9 +72,9 @@ static int declared(grpc_byte_buffer *bb) {
 static int exists(const char *name) {
   Psd__V1__Segment s = seg(name, 0, 1, 0, NULL);
   struct cm_rpc_answer ans;
-  ck_assert_int_eq(
-      cm_rpc_call_local(method("/psd.v1.Data/Pull"), pull_req(&s, 1, 0), &ans),
-      0);
+  grpc_byte_buffer *bb = pull_req(&s, 1, 0);
+  ck_assert_int_eq(cm_rpc_call_local(method("/psd.v1.Data/Pull"), bb, &ans), 0);
+  grpc_byte_buffer_destroy(bb);
   int ok = ans.status == GRPC_STATUS_OK;
   cm_rpc_answer_release(&ans);
   return ok;

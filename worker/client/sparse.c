@@ -150,10 +150,10 @@ static int plan(struct scall *sc, int nr) {
     const struct dw__table *t = find_table(c, r->table);
     if (!t) {
       dw__seterr(c,
-                 "%s rows of '%s': declare the table first "
-                 "(dw_client_declare_tables)",
-                 sc->push ? "push" : "pull", r->table);
-      rc = CM_EINVAL;
+                 "%s rows of '%s': this client has declared no table '%s'; "
+                 "declare it first",
+                 sc->push ? "push" : "pull", r->table, r->table);
+      rc = CM_ENOENT;
       goto out;
     }
     for (size_t k = 0; k < r->n; k++)
@@ -164,7 +164,7 @@ static int plan(struct scall *sc, int nr) {
                    sc->push ? "push" : "pull", r->table,
                    (unsigned long long)r->ids[k], k,
                    (unsigned long long)t->id_bound);
-        rc = CM_EINVAL;
+        rc = CM_ERANGE;
         goto out;
       }
     size_t per = c->o.chunk_bytes / (t->dim * sizeof(float));
@@ -447,7 +447,10 @@ int dw_client_pull_rows_at(struct dw_client *c, struct dw_rows *r, int nr,
 int dw_client_push_rows_step(struct dw_client *c, const struct dw_rows *r,
                              int nr, uint64_t step, int *closed) {
   if (c->windex < 0) {
-    dw__seterr(c, "push rows: join the job first (dw_client_join)");
+    dw__seterr(c,
+               "push rows for step %llu: this client has not joined the "
+               "job's steps; join first",
+               (unsigned long long)step);
     return CM_EINVAL;
   }
   struct scall sc = {.c = c,
