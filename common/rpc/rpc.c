@@ -55,7 +55,8 @@ void cm__rpc_build_args(grpc_arg *a, size_t *n, int server) {
   } else {
     /* A shard that restarts is dialled again within a second of coming
      * back (gRPC's default backoff grows to 2 minutes, far beyond a
-     * restart, so a retrying worker would sit idle long after it). */
+     * restart, so a retrying worker would sit idle long after it); a
+     * client that waits for it dials every 50 ms (cm_channels_await). */
     a[k].type = GRPC_ARG_INTEGER;
     a[k].key = GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS;
     a[k++].value.integer = 100;
@@ -142,6 +143,8 @@ int cm_rpc_status_rc(grpc_status_code code) {
     return CM_EUNAVAIL;
   case GRPC_STATUS_NOT_FOUND:
     return CM_ENOENT;
+  case GRPC_STATUS_ALREADY_EXISTS:
+    return CM_EEXIST;
   case GRPC_STATUS_OUT_OF_RANGE:
     return CM_ERANGE;
   default:

@@ -56,8 +56,10 @@ cm_rpc_unpack(grpc_byte_buffer *bb,
 const char *cm_rpc_status_name(grpc_status_code code);
 
 /* The error code a call's status maps to: 0 for OK, CM_ETIMEDOUT,
- * CM_EUNAVAIL, CM_ENOENT (NOT_FOUND), CM_ERANGE (OUT_OF_RANGE), else
- * CM_ERPC. The one mapping of statuses to codes, for every client. */
+ * CM_EUNAVAIL, CM_ENOENT (NOT_FOUND), CM_EEXIST (ALREADY_EXISTS), CM_ERANGE
+ * (OUT_OF_RANGE), else CM_ERPC. The one mapping of statuses to codes, for
+ * every client: a condition a client finds itself gets the code a shard's
+ * answer would. */
 int cm_rpc_status_rc(grpc_status_code code);
 
 #endif

@@ -100,6 +100,55 @@ int cm_channel_connected(struct cm_channel *ch) {
                           GRPC_CHANNEL_READY;
 }
 
+/* How often cm_channels_await asks a channel that is not connected to
+ * dial again, its reconnect backoff reset, and how long it polls gRPC at a
+ * time, ms. */
+#define REDIAL_MS 50
+#define AWAIT_SLICE_MS 10
+
+int cm_channels_await(struct cm_channel *const *chs, const unsigned char *which,
+                      int n, grpc_completion_queue *cq, double ms) {
+  double end = cm_mono_ms() + ms, dial = 0;
+  unsigned char *watch = calloc((size_t)n + 1, 1);
+  int rc = 0;
+  /* A channel connected already (its server is slow, not gone) is no news
+   * when it is connected still: only those that are not now count. */
+  for (int k = 0; watch && k < n; k++)
+    watch[k] = (!which || which[k]) && chs[k] && !chs[k]->on_fd &&
+               grpc_channel_check_connectivity_state(chs[k]->channel, 0) !=
+                   GRPC_CHANNEL_READY;
+  for (double now; (now = cm_mono_ms()) < end && !rc;) {
+    for (int k = 0; watch && k < n && !rc; k++) {
+      if (!watch[k])
+        continue;
+      grpc_connectivity_state st =
+          grpc_channel_check_connectivity_state(chs[k]->channel, 0);
+      if (st == GRPC_CHANNEL_READY)
+        rc = 1;
+      else if (now >= dial) {
+        /* gRPC waits its backoff (up to a second here) after a failed
+         * connection before the next; a server that has just started
+         * listening is then found that much later. */
+        if (st == GRPC_CHANNEL_TRANSIENT_FAILURE)
+          grpc_channel_reset_connect_backoff(chs[k]->channel);
+        grpc_channel_check_connectivity_state(chs[k]->channel, 1);
+      }
+    }
+    if (now >= dial)
+      dial = now + REDIAL_MS;
+    if (rc)
+      break;
+    /* gRPC connects, and runs its timers, only while a thread polls. */
+    double slice = end - now < AWAIT_SLICE_MS ? end - now : AWAIT_SLICE_MS;
+    gpr_timespec until = gpr_time_add(
+        gpr_now(GPR_CLOCK_MONOTONIC),
+        gpr_time_from_micros((int64_t)(slice * 1000) + 1, GPR_TIMESPAN));
+    grpc_completion_queue_next(cq, until, NULL);
+  }
+  free(watch);
+  return rc;
+}
+
 /* How often cm_run_opts.interrupted is polled, ms. */
 #define POLL_MS 100
 

@@ -32,6 +32,17 @@ const char *cm_channel_target(const struct cm_channel *ch);
  * reached its server. */
 int cm_channel_connected(struct cm_channel *ch);
 
+/* Waits up to ms for one of the channels chs[0..n) flagged in which
+ * (NULL: all; NULL entries skipped) that is not connected now to connect,
+ * driving gRPC meanwhile on cq (a queue with nothing in flight, left so):
+ * gRPC dials, and runs its timers, only while some thread polls, and a
+ * client between two attempts of a call polls nothing. Every 50 ms each
+ * such channel is asked to connect with its reconnect backoff reset, so one
+ * whose server has started listening connects within about that long.
+ * Returns 1 as soon as one of them connected, 0 once ms passed. */
+int cm_channels_await(struct cm_channel *const *chs, const unsigned char *which,
+                      int n, grpc_completion_queue *cq, double ms);
+
 struct cm_unary;
 /* Called as each call completes, on the thread running cm_client_run. */
 typedef void (*cm_unary_done)(struct cm_unary *u, void *ctx);

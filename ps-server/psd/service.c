@@ -82,6 +82,7 @@ int psd_service_new(struct psd_service **out, struct psd_store *store,
   pthread_rwlock_init(&svc->tables_gate, NULL);
   /* Sync mode stages pushes for steps; svc->steps != NULL says so. */
   if (psd_dedup_new(&svc->dedup, PSD_DEDUP_CLIENTS) ||
+      psd_vstage_new(&svc->vstage) ||
       (strcmp(mode, "sync") == 0 &&
        (psd_steps_new(&svc->steps, store, nworkers) ||
         psd_sstage_new(&svc->sstage, nworkers)))) {
@@ -157,6 +158,7 @@ void psd_service_free(struct psd_service *svc) {
   psd_steps_free(svc->steps);
   psd_sstage_free(svc->sstage);
   psd_dedup_free(svc->dedup);
+  psd_vstage_free(svc->vstage);
   pthread_mutex_destroy(&svc->park_lock);
   pthread_rwlock_destroy(&svc->tables_gate);
   free(svc);

@@ -5,7 +5,9 @@
  * whether it agrees with an existing variable's, a name given twice, and
  * the memory the new variables need, so a refused Declare creates nothing;
  * a variable declared again with the same settings is the one that
- * exists. */
+ * exists. A variable is filled by its initializer, or from values the
+ * request carries (VarSpec.source, service_values.c), or waits for another
+ * client's Declare to create it. */
 #include "service_internal.h"
 
 #include <math.h>
@@ -14,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "clock.h"
 #include "err.h"
 #include "log.h"
 #include "optjson.h"
@@ -55,7 +58,8 @@ struct declare_optims {
  * the spec's for both when NULL). */
 static int same_spec(const Psd__V1__VarSpec *a, const Psd__V1__VarSpec *b,
                      const struct cm_optim *oa, const struct cm_optim *ob) {
-  if (a->n_shape != b->n_shape || a->placement != b->placement)
+  if (a->n_shape != b->n_shape || a->placement != b->placement ||
+      a->source != b->source)
     return 0;
   if ((oa == NULL) != (ob == NULL) || (oa && !cm_optim_same(oa, ob)))
     return 0;
@@ -104,7 +108,7 @@ static int parse_own(struct psd_service *svc, struct cm_rpc_call *call,
  * a refused Declare creates nothing. */
 static int check_declare(struct psd_service *svc, struct cm_rpc_call *call,
                          const Psd__V1__DeclareRequest *req,
-                         struct declare_optims *o) {
+                         struct declare_optims *o, struct psd__runs *runs) {
   char shape[128], a[32], b[32], c[32];
   uint64_t need = 0, held = 0;
   size_t *order = NULL;
@@ -173,6 +177,15 @@ static int check_declare(struct psd_service *svc, struct cm_rpc_call *call,
                 vs->name, vs->init_scale);
       goto out;
     }
+    if (vs->source != PSD__V1__SOURCE__SOURCE_INIT &&
+        vs->source != PSD__V1__SOURCE__SOURCE_VALUES &&
+        vs->source != PSD__V1__SOURCE__SOURCE_AWAIT) {
+      psd__fail(svc, call, GRPC_STATUS_INVALID_ARGUMENT,
+                "Declare '%s': source %d is not a Source value (0 init, 1 "
+                "values, 2 await)",
+                vs->name, (int)vs->source);
+      goto out;
+    }
     if (parse_own(svc, call, vs, &o->opts[i], &o->own[i]))
       goto out;
     if ((v = psd_store_find(svc->store, vs->name))) {
@@ -225,12 +238,16 @@ static int check_declare(struct psd_service *svc, struct cm_rpc_call *call,
         psd__fail(
             svc, call, GRPC_STATUS_INVALID_ARGUMENT,
             "Declare: '%s' is declared twice in one request with different "
-            "shapes, placements or optimizers",
+            "shapes, placements, optimizers or sources",
             x->name);
         goto out;
       }
     }
   }
+  if (psd__values_check(svc, call, req, runs))
+    goto out;
+  need += runs->stage_bytes;
+  held += psd_vstage_bytes(svc->vstage);
   int nvars = psd_store_count(svc->store);
   if (nnew > PSD_MAX_VARS - nvars) {
     psd__fail(
@@ -270,6 +287,75 @@ out:
   return rc;
 }
 
+/* Creates or checks vs (the request's i-th VarSpec, own optimizer own),
+ * into *v, or leaves *v NULL for one that waits for its values or for
+ * another client. Returns 0 or answers the call and returns -1. */
+static int declare_one(struct psd_service *svc, struct cm_rpc_call *call,
+                       const Psd__V1__DeclareRequest *req,
+                       const struct psd__runs *runs, const Psd__V1__VarSpec *vs,
+                       const struct cm_optim *own, struct psd_var **v,
+                       int *created) {
+  char err[768];
+  float *buf = NULL;
+  const float *values = NULL;
+  uint64_t begin, end;
+  int rc, exists = psd_store_find(svc->store, vs->name) != NULL;
+
+  *v = NULL;
+  *created = 0;
+  if (!exists && vs->source == PSD__V1__SOURCE__SOURCE_AWAIT)
+    return 0;
+  psd__values_rows(svc, vs, &begin, &end);
+  if (!exists && vs->source == PSD__V1__SOURCE__SOURCE_VALUES && begin < end) {
+    if (psd__values_for(svc, call, req, runs, vs, &buf, &values))
+      return -1;
+    if (!values)
+      return 0; /* staged: the request that completes them creates it */
+    rc = psd_store_declare_values(svc->store, vs->name, (int)vs->n_shape,
+                                  vs->shape, vs->placement, values, own, v,
+                                  created, err, sizeof err);
+  } else {
+    rc = psd_store_declare(
+        svc->store, vs->name, (int)vs->n_shape, vs->shape, vs->placement,
+        vs->init == PSD__V1__INIT__INIT_UNIFORM ? PSD_INIT_UNIFORM
+                                                : PSD_INIT_ZEROS,
+        vs->init_scale, vs->seed, own, v, created, err, sizeof err);
+  }
+  free(buf);
+  /* It exists now: no stage of it can create it any more. */
+  if (!rc)
+    psd_vstage_drop_name(svc->vstage, vs->name);
+  if (rc) {
+    psd__fail(svc, call,
+              rc == CM_EEXIST   ? GRPC_STATUS_ALREADY_EXISTS
+              : rc == CM_ENOMEM ? GRPC_STATUS_RESOURCE_EXHAUSTED
+                                : GRPC_STATUS_INVALID_ARGUMENT,
+              "%s", err);
+    return -1;
+  }
+  return 0;
+}
+
+/* Logs the creation of v by req's caller (values: from its declared
+ * values). */
+static void log_created(const Psd__V1__DeclareRequest *req,
+                        const struct psd_var *v, int values) {
+  char shape[128];
+  const char *who =
+      req->caller && req->caller->worker ? req->caller->worker : "?";
+  psd_shape_format(v->ndim, v->shape, shape, sizeof shape);
+  if (v->row_end > v->row_begin)
+    cm_info("created '%s' %s: rows [%lld, %lld) here (declared by %.64s%s)",
+            v->name, shape, (long long)v->row_begin, (long long)v->row_end, who,
+            values ? ", with its values" : "");
+  else
+    cm_info("created '%s' %s: no rows here, %s (declared by %.64s)", v->name,
+            shape,
+            v->placement >= 0 ? "placed whole on another shard"
+                              : "more shards than rows",
+            who);
+}
+
 void psd__on_declare(struct cm_rpc_call *call, grpc_byte_buffer *bb,
                      void *ctx) {
   struct psd_service *svc = ctx;
@@ -278,8 +364,11 @@ void psd__on_declare(struct cm_rpc_call *call, grpc_byte_buffer *bb,
   Psd__V1__DeclareResponse resp = PSD__V1__DECLARE_RESPONSE__INIT;
   Psd__V1__VarSlice *slices = NULL, **ptrs = NULL;
   struct declare_optims o = {NULL, NULL};
-  char err[768];
+  struct psd__runs runs = {0};
+  size_t n = 0;
 
+  /* Stages whose client went away. */
+  psd_vstage_expire(svc->vstage, cm_mono_s());
   req = (Psd__V1__DeclareRequest *)cm_request_open(
       &svc->host, call, bb, &psd__v1__declare_request__descriptor, "Declare",
       &m);
@@ -291,7 +380,8 @@ void psd__on_declare(struct cm_rpc_call *call, grpc_byte_buffer *bb,
     psd__fail(svc, call, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
     goto out;
   }
-  if (check_declare(svc, call, req, &o) || psd__declare_tables(svc, call, req))
+  if (check_declare(svc, call, req, &o, &runs) ||
+      psd__declare_tables(svc, call, req))
     goto out;
   slices = calloc(req->n_vars + 1, sizeof *slices);
   ptrs = calloc(req->n_vars + 1, sizeof *ptrs);
@@ -302,49 +392,28 @@ void psd__on_declare(struct cm_rpc_call *call, grpc_byte_buffer *bb,
   for (size_t i = 0; i < req->n_vars; i++) {
     const Psd__V1__VarSpec *vs = req->vars[i];
     struct psd_var *v;
-    int created = 0, rc;
-    rc = psd_store_declare(
-        svc->store, vs->name, (int)vs->n_shape, vs->shape, vs->placement,
-        vs->init == PSD__V1__INIT__INIT_UNIFORM ? PSD_INIT_UNIFORM
-                                                : PSD_INIT_ZEROS,
-        vs->init_scale, vs->seed, o.own[i], &v, &created, err, sizeof err);
-    if (rc) {
-      psd__fail(svc, call,
-                rc == CM_EEXIST   ? GRPC_STATUS_ALREADY_EXISTS
-                : rc == CM_ENOMEM ? GRPC_STATUS_RESOURCE_EXHAUSTED
-                                  : GRPC_STATUS_INVALID_ARGUMENT,
-                "%s", err);
+    int created;
+    if (declare_one(svc, call, req, &runs, vs, o.own[i], &v, &created))
       goto out;
-    }
-    if (created) {
-      char shape[128];
-      const char *who =
-          req->caller && req->caller->worker ? req->caller->worker : "?";
-      psd_shape_format(v->ndim, v->shape, shape, sizeof shape);
-      if (v->row_end > v->row_begin)
-        cm_info("created '%s' %s: rows [%lld, %lld) here (declared by %.64s)",
-                v->name, shape, (long long)v->row_begin, (long long)v->row_end,
-                who);
-      else
-        cm_info("created '%s' %s: no rows here, %s (declared by %.64s)",
-                v->name, shape,
-                v->placement >= 0 ? "placed whole on another shard"
-                                  : "more shards than rows",
-                who);
-    }
-    psd__v1__var_slice__init(&slices[i]);
-    slices[i].name = v->name;
-    slices[i].row_begin = v->row_begin;
-    slices[i].row_end = v->row_end;
-    slices[i].created = created;
-    ptrs[i] = &slices[i];
+    if (!v)
+      continue; /* not yet: no slice */
+    if (created)
+      log_created(req, v, vs->source == PSD__V1__SOURCE__SOURCE_VALUES);
+    psd__v1__var_slice__init(&slices[n]);
+    slices[n].name = v->name;
+    slices[n].row_begin = v->row_begin;
+    slices[n].row_end = v->row_end;
+    slices[n].created = created;
+    ptrs[n] = &slices[n];
+    n++;
   }
-  resp.n_slices = req->n_vars;
+  resp.n_slices = n;
   resp.slices = ptrs;
   /* The caller sends it back with every call (request.h, check_boot). */
   resp.boot = svc->host.self ? svc->host.self->boot : 0;
   cm_rpc_reply(call, cm_rpc_pack(&resp.base));
 out:
+  psd__values_free(&runs);
   free(o.opts);
   free(o.own);
   free(slices);

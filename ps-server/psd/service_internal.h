@@ -6,6 +6,8 @@
  *   service_checks.c   the field checks every handler shares (names,
  *                      segments)
  *   service_declare.c  Data/Declare: variables created on this shard
+ *   service_values.c   Declare's initial values: runs checked, gathered or
+ *                      staged (vstage.h)
  *   service_pull.c     Data/Pull: a pull answered, or parked until its step
  *                      commits
  *   service_push.c     Data/Push: a gradient applied (async) or staged (sync)
@@ -37,6 +39,7 @@
 #include "sstage.h"
 #include "store.h"
 #include "tables.h"
+#include "vstage.h"
 
 /* Methods psd serves (service.c). */
 #define PSD__NMETHODS 11
@@ -89,6 +92,7 @@ struct psd_service {
   pthread_rwlock_t tables_gate;
   atomic_uint_fast64_t sparse_pulls;  /* SparsePull calls answered */
   atomic_uint_fast64_t sparse_pushes; /* SparsePush calls applied or staged */
+  struct psd_vstage *vstage; /* owned: initial values staged by Declare */
 };
 
 /* Refuses a call with a formatted message, logged and counted (through the
@@ -131,6 +135,38 @@ struct psd_var *psd__segment_var(struct psd_service *svc,
 int psd__check_overlap(struct psd_service *svc, struct cm_rpc_call *call,
                        const Psd__V1__PushRequest *req,
                        struct psd_var *const *vars);
+
+/* ---- service_values.c: Declare's initial values ---- */
+
+/* A Declare's value runs, checked by psd__values_check. */
+struct psd__runs {
+  size_t *order;        /* owned: the runs' positions by name, then offset */
+  size_t n;             /* runs */
+  size_t *vorder;       /* owned: the VarSpecs' positions by name */
+  uint64_t stage_bytes; /* bytes the stages this request starts will take */
+};
+
+/* Checks req's value runs against its VarSpecs (sources checked before)
+ * and this shard's rows, and, without a stage, that those of each
+ * variable it creates cover its rows here. Returns 0 (r to be freed with
+ * psd__values_free) or answers the call and returns -1. */
+int psd__values_check(struct psd_service *svc, struct cm_rpc_call *call,
+                      const Psd__V1__DeclareRequest *req, struct psd__runs *r);
+
+/* The values of vs (SOURCE_VALUES, not held here yet, rows here) to create
+ * it from: *values points to this shard's rows of it, gathered into *buf
+ * (the caller frees it), or into its stage, where they stay until the
+ * caller drops the stage; NULL while the stage is incomplete. Returns 0, or
+ * answers the call and returns -1. */
+int psd__values_for(struct psd_service *svc, struct cm_rpc_call *call,
+                    const Psd__V1__DeclareRequest *req,
+                    const struct psd__runs *r, const Psd__V1__VarSpec *vs,
+                    float **buf, const float **values);
+void psd__values_free(struct psd__runs *r);
+
+/* This shard's elements [*begin, *end) of the variable vs declares. */
+void psd__values_rows(const struct psd_service *svc, const Psd__V1__VarSpec *vs,
+                      uint64_t *begin, uint64_t *end);
 
 /* ---- the handlers (cm_rpc_handler; ctx is the service) ---- */
 

@@ -101,7 +101,7 @@ static uint64_t *take_ids(struct psd_service *svc, struct cm_rpc_call *call,
     memcpy(ids, whole, len);
   for (size_t i = 0; i < *n; i++) {
     if (c->id_bound && ids[i] >= c->id_bound) {
-      psd__fail(svc, call, GRPC_STATUS_INVALID_ARGUMENT,
+      psd__fail(svc, call, GRPC_STATUS_OUT_OF_RANGE,
                 "%s '%s': id %llu (position %zu) is beyond the table's bound; "
                 "ids must be below id_bound %llu",
                 what, c->name, (unsigned long long)ids[i], i,

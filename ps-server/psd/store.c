@@ -186,11 +186,13 @@ static void init_values(struct psd_var *v, enum psd_init init, float scale,
                scale, seed, v->name);
 }
 
-int psd_store_declare(struct psd_store *s, const char *name, int ndim,
-                      const int64_t *shape, int placement, enum psd_init init,
-                      float init_scale, uint64_t seed,
-                      const struct cm_optim *own, struct psd_var **out,
-                      int *created, char *err, size_t errlen) {
+/* psd_store_declare and psd_store_declare_values: given, when not NULL,
+ * fills a variable this creates instead of init. */
+static int declare(struct psd_store *s, const char *name, int ndim,
+                   const int64_t *shape, int placement, enum psd_init init,
+                   float init_scale, uint64_t seed, const float *given,
+                   const struct cm_optim *own, struct psd_var **out,
+                   int *created, char *err, size_t errlen) {
   char want[128], have[128];
   struct psd_var *v = NULL;
   const struct cm_optim *opt;
@@ -308,7 +310,12 @@ int psd_store_declare(struct psd_store *s, const char *name, int ndim,
   else if (v->rule >= 0)
     cm_info("'%s': optimizer %s (job.optimizer_overrides[\"%s\"])", v->name,
             v->optim_desc, s->optims.rules[v->rule].pattern);
-  init_values(v, init, init_scale, seed);
+  /* Filled before the variable is in the table: no other thread (a pull, a
+   * checkpoint) sees it without its values. */
+  if (given)
+    memcpy(v->value, given, (v->elem_end - v->elem_begin) * sizeof(float));
+  else
+    init_values(v, init, init_scale, seed);
   pthread_mutex_init(&v->lock, NULL);
   v->index = s->nvars;
   s->vars[s->nvars] = v;
@@ -318,6 +325,24 @@ out:
   pthread_rwlock_unlock(&s->lock);
   *out = v;
   return rc;
+}
+
+int psd_store_declare(struct psd_store *s, const char *name, int ndim,
+                      const int64_t *shape, int placement, enum psd_init init,
+                      float init_scale, uint64_t seed,
+                      const struct cm_optim *own, struct psd_var **out,
+                      int *created, char *err, size_t errlen) {
+  return declare(s, name, ndim, shape, placement, init, init_scale, seed, NULL,
+                 own, out, created, err, errlen);
+}
+
+int psd_store_declare_values(struct psd_store *s, const char *name, int ndim,
+                             const int64_t *shape, int placement,
+                             const float *values, const struct cm_optim *own,
+                             struct psd_var **out, int *created, char *err,
+                             size_t errlen) {
+  return declare(s, name, ndim, shape, placement, PSD_INIT_ZEROS, 0, 0, values,
+                 own, out, created, err, errlen);
 }
 
 /* Runs v's update on elements [off, off + n) as update `step` (1-based). */

@@ -77,6 +77,15 @@ int psd_store_declare(struct psd_store *s, const char *name, int ndim,
                       const struct cm_optim *own, struct psd_var **out,
                       int *created, char *err, size_t errlen);
 
+/* The same, creating it with values (the caller's, copied: this shard's
+ * rows of it, elem_end - elem_begin floats as cm_shard_rows places them)
+ * instead of an initializer. An existing variable keeps its values. */
+int psd_store_declare_values(struct psd_store *s, const char *name, int ndim,
+                             const int64_t *shape, int placement,
+                             const float *values, const struct cm_optim *own,
+                             struct psd_var **out, int *created, char *err,
+                             size_t errlen);
+
 /* The optimizer a declaration of name with own (may be NULL) asks for:
  * own, else the job's set's pick. *rule (may be NULL) gets the rule's
  * index, -1 for job.optimizer or own. Borrowed from own or the store. */

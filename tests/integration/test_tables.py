@@ -197,7 +197,7 @@ class TablesTest(unittest.TestCase):
             far = [i for i in range(1000, 100000) if shard_of(i, 2) == 0][0]
             self.assertEqual(code(pull, pb.caller("tab") + pb.ld(2, "bounded") +
                                   pb.ld(15, ids([far])), "id %d" % far, "1000"),
-                             grpc.StatusCode.INVALID_ARGUMENT)
+                             grpc.StatusCode.OUT_OF_RANGE)
             self.assertEqual(code(pull, pb.caller("tab") + pb.ld(2, "emb") +
                                   pb.ld(15, ids([theirs[0]])), "shard 1"),
                              grpc.StatusCode.INVALID_ARGUMENT)

@@ -4,7 +4,11 @@
  *
  *   client.c     the client object: channels (and the move to a shard's Unix
  *                socket, and back to TCP), the plan, accessors
- *   declare.c    Data/Declare, then the plan and the Unix sockets
+ *   declare.c    dw_client_declare: the variables checked, declared, then
+ *                the plan and the Unix sockets
+ *   declare_rounds.c  the variables' Declare in two rounds, with their
+ *                values
+ *   declare_calls.c   Declare calls, waiting for the shards to start
  *   transfer.c   pull and push with retries
  *   retry.c      which failures are retried, outages, the backoff, and the
  *                lines that say what a wait is waiting for
@@ -205,14 +209,32 @@ static inline int dw__pushed(const struct dw_client *c, int i) {
  * says so and CM_ECANCELED is its result. */
 int dw__check_interrupt(struct dw_client *c);
 
-/* ---- declare.c */
+/* ---- declare_calls.c, declare_rounds.c */
 
-/* Declares req on every shard, again on those that cannot be reached yet,
- * until each has answered (its boot id recorded) or connect_timeout_ms has
- * passed. calls has an entry per shard. Returns 0 or an error in c->err. */
+/* One Declare call to one shard (dw__declare_calls). */
+struct dw__decl_call {
+  int shard;                          /* destination */
+  const Psd__V1__DeclareRequest *req; /* borrowed */
+  Psd__V1__DeclareResponse *resp;     /* its answer once it came (owned:
+                                         dw__decl_calls_free), else NULL */
+};
+
+/* Sends the calls dc[0..n) (any number per shard), again to shards that
+ * cannot be reached yet, until each is answered (the shard's boot id
+ * recorded) or connect_timeout_ms has passed. Returns 0 or an error in
+ * c->err; the answers that came are in dc either way. */
+int dw__declare_calls(struct dw_client *c, struct dw__decl_call *dc, int n);
+void dw__decl_calls_free(struct dw__decl_call *dc, int n);
+
+/* Declares req on every shard (dw__declare_calls). */
 int dw__declare_everywhere(struct dw_client *c,
-                           const Psd__V1__DeclareRequest *req,
-                           struct cm_unary *calls);
+                           const Psd__V1__DeclareRequest *req);
+
+/* Declares vars[0..n) but those flagged in skip (placements resolved) on
+ * their shards, with their values (dw_var.given): every shard holding rows
+ * of one has it when this returns 0. Else an error in c->err. */
+int dw__declare_vars(struct dw_client *c, const struct dw_var *vars, int n,
+                     const unsigned char *skip);
 
 /* Moves every shard on this host to its Unix socket, where it serves one. */
 int dw__use_unix_sockets(struct dw_client *c);

@@ -61,6 +61,12 @@ struct dw_var {
   const char *optimizer; /* NULL or "": the spec's optimizer for it; else a
                             JSON object in job.optimizer's form, which the
                             shards apply to this variable (VarSpec.optimizer) */
+  const float *given;    /* NULL: init fills it; else its initial values,
+                            numel floats row-major, the caller's (borrowed by
+                            dw_client_declare alone, not kept): the shards
+                            that create it take their rows of them, and every
+                            other client pulls those (docs/wire.md, "Initial
+                            values") */
 };
 
 /* Client settings; zero fields take the defaults in brackets. */

@@ -13,15 +13,15 @@
  *   ps:0 (127.0.0.1:1) back after 12.3 s
  *
  * A wait is bounded by a budget: connect_timeout_ms while declare waits for
- * the shards to start, job.retry_s afterwards. The cause in words comes
- * from the status and gRPC's message (gRPC puts the connect error of a call
- * made without wait_for_ready into its UNAVAILABLE details). */
+ * the shards to start, job.retry_s afterwards. A backoff ends as soon as
+ * the channel of a shard that could not be reached connects
+ * (cm_channels_await, which keeps it dialling every 50 ms meanwhile). The cause
+ * in words comes from the status and gRPC's message (gRPC puts the connect
+ * error of a call made without wait_for_ready into its UNAVAILABLE details). */
 #include "client_internal.h"
 
-#include <errno.h>
 #include <stdio.h>
 #include <string.h>
-#include <time.h>
 
 #include "clock.h"
 #include "err.h"
@@ -275,16 +275,17 @@ int dw__retry_wait(struct dw_client *c, const unsigned char *down, int ndown,
     if (down[s] && say > 0 && ms > say)
       ms = say + 1;
   }
-  /* In steps of at most 100 ms when an interrupt is polled. */
+  /* In steps of at most 100 ms when an interrupt is polled; over as soon
+   * as a shard that could not be reached connects (one started with its
+   * clients answers within ~50 ms of listening, not a backoff later). */
   for (double end = cm_mono_ms() + ms; (ms = end - cm_mono_ms()) > 0;) {
     if (c->interrupt && ms > 100)
       ms = 100;
-    struct timespec ts = {(time_t)(ms / 1000),
-                          (long)((ms - 1000 * (time_t)(ms / 1000)) * 1e6)};
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
-    }
+    int up = cm_channels_await(c->ch, down, ndown, c->cq, ms);
     if ((rc = dw__check_interrupt(c)))
       return rc;
+    if (up)
+      break;
   }
   dw__say_waiting(c); /* what woke the wait may be a line due */
   return 0;

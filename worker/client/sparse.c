@@ -73,10 +73,9 @@ int dw_client_declare_tables(struct dw_client *c, const struct dw_table *tables,
   Psd__V1__DeclareRequest req = PSD__V1__DECLARE_REQUEST__INIT;
   Psd__V1__TableSpec *specs = calloc((size_t)n + 1, sizeof *specs);
   Psd__V1__TableSpec **ptrs = calloc((size_t)n + 1, sizeof *ptrs);
-  struct cm_unary *calls = calloc((size_t)c->nshards, sizeof *calls);
   struct dw__table *grown = NULL;
   int rc = 0;
-  if (!specs || !ptrs || !calls) {
+  if (!specs || !ptrs) {
     rc = CM_ENOMEM;
     goto out;
   }
@@ -104,7 +103,7 @@ int dw_client_declare_tables(struct dw_client *c, const struct dw_table *tables,
   req.caller = &caller;
   req.n_tables = (size_t)n;
   req.tables = ptrs;
-  if ((rc = dw__declare_everywhere(c, &req, calls)))
+  if ((rc = dw__declare_everywhere(c, &req)))
     goto out;
   if (!(grown = realloc(c->tables,
                         ((size_t)c->ntables + (size_t)n) * sizeof *grown))) {
@@ -124,9 +123,6 @@ int dw_client_declare_tables(struct dw_client *c, const struct dw_table *tables,
   if (!c->vars)
     rc = dw__use_unix_sockets(c);
 out:
-  for (int s = 0; calls && s < c->nshards; s++)
-    cm_unary_release(&calls[s]);
-  free(calls);
   free(specs);
   free(ptrs);
   if (rc && !c->err[0])
@@ -154,10 +150,10 @@ static int plan(struct scall *sc, int nr) {
     const struct dw__table *t = find_table(c, r->table);
     if (!t) {
       dw__seterr(c,
-                 "%s rows of '%s': declare the table first "
-                 "(dw_client_declare_tables)",
-                 sc->push ? "push" : "pull", r->table);
-      rc = CM_EINVAL;
+                 "%s rows of '%s': this client has declared no table '%s'; "
+                 "declare it first",
+                 sc->push ? "push" : "pull", r->table, r->table);
+      rc = CM_ENOENT;
       goto out;
     }
     for (size_t k = 0; k < r->n; k++)
@@ -168,7 +164,7 @@ static int plan(struct scall *sc, int nr) {
                    sc->push ? "push" : "pull", r->table,
                    (unsigned long long)r->ids[k], k,
                    (unsigned long long)t->id_bound);
-        rc = CM_EINVAL;
+        rc = CM_ERANGE;
         goto out;
       }
     size_t per = c->o.chunk_bytes / (t->dim * sizeof(float));
@@ -451,7 +447,10 @@ int dw_client_pull_rows_at(struct dw_client *c, struct dw_rows *r, int nr,
 int dw_client_push_rows_step(struct dw_client *c, const struct dw_rows *r,
                              int nr, uint64_t step, int *closed) {
   if (c->windex < 0) {
-    dw__seterr(c, "push rows: join the job first (dw_client_join)");
+    dw__seterr(c,
+               "push rows for step %llu: this client has not joined the "
+               "job's steps; join first",
+               (unsigned long long)step);
     return CM_EINVAL;
   }
   struct scall sc = {.c = c,

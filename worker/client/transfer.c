@@ -462,7 +462,10 @@ int dw_client_pull_at(struct dw_client *c, uint64_t min_version,
 
 int dw_client_push_step(struct dw_client *c, uint64_t step, int *closed) {
   if (c->windex < 0) {
-    dw__seterr(c, "push: join the job first (dw_client_join)");
+    dw__seterr(c,
+               "push for step %llu: this client has not joined the job's "
+               "steps; join first",
+               (unsigned long long)step);
     return CM_EINVAL;
   }
   c->sync_push = 1;

@@ -37,8 +37,10 @@ int psc__bind(psc_client *c, const int *vars, float *const *dst,
   return 0;
 }
 
-int psc_declare(psc_client *c, const char *name, int ndim, const int64_t *shape,
-                const struct psc_var_opts *o) {
+/* psc_declare and psc_declare_values (values may be NULL). */
+static int declare(psc_client *c, const char *name, int ndim,
+                   const int64_t *shape, const struct psc_var_opts *o,
+                   const float *values) {
   struct dw_var v = {0};
   int rc;
   psc__begin(c);
@@ -67,9 +69,21 @@ int psc_declare(psc_client *c, const char *name, int ndim, const int64_t *shape,
   v.init = o && o->init == PSC_INIT_UNIFORM ? DW_INIT_UNIFORM : DW_INIT_ZEROS;
   v.init_scale = o ? o->init_scale : 0;
   v.optimizer = o ? o->optimizer : NULL;
+  v.given = values;
   if ((rc = dw_client_declare(c->dw, &v, 1)))
     return rc;
   return dw_client_find(c->dw, name);
+}
+
+int psc_declare(psc_client *c, const char *name, int ndim, const int64_t *shape,
+                const struct psc_var_opts *o) {
+  return declare(c, name, ndim, shape, o, NULL);
+}
+
+int psc_declare_values(psc_client *c, const char *name, int ndim,
+                       const int64_t *shape, const struct psc_var_opts *o,
+                       const float *values) {
+  return declare(c, name, ndim, shape, o, values);
 }
 
 int psc_find(const psc_client *c, const char *name) {

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "err.h"
+#include "log.h"
 #include "rpc.h"
 
 void psc_options_init(struct psc_options *o) {
@@ -245,6 +246,39 @@ void psc_set_interrupt(psc_client *c, int (*interrupted)(void *arg),
   c->interrupt = interrupted;
   c->interrupt_arg = arg;
   dw_client_set_interrupt(c->dw, interrupted, arg);
+}
+
+_Static_assert(PSC_LOG_DEBUG == (int)CM_LOG_DEBUG &&
+                   PSC_LOG_INFO == (int)CM_LOG_INFO &&
+                   PSC_LOG_WARN == (int)CM_LOG_WARN &&
+                   PSC_LOG_ERROR == (int)CM_LOG_ERROR &&
+                   PSC_LOG_OFF == (int)CM_LOG_OFF,
+               "psd/client.h's log levels are log.h's");
+
+/* psc_set_log's callback and its argument: read by trampoline() alone,
+ * which runs under log.c's lock while it is the sink, and written while it
+ * is not. */
+static void (*log_cb)(void *, int, const char *);
+static void *log_arg;
+
+static void trampoline(void *unused, enum cm_log_level level,
+                       const char *line) {
+  (void)unused;
+  log_cb(log_arg, (int)level, line);
+}
+
+int psc_set_log(int level, void (*cb)(void *arg, int level, const char *line),
+                void *arg) {
+  if (level > PSC_LOG_OFF)
+    return PSC_EINVAL;
+  if (level >= 0)
+    cm_log_set_level((enum cm_log_level)level);
+  cm_log_set_sink(NULL, NULL);
+  log_cb = cb;
+  log_arg = arg;
+  if (cb)
+    cm_log_set_sink(trampoline, NULL);
+  return 0;
 }
 
 uint64_t psc_bytes_pulled(const psc_client *c) {

@@ -6,9 +6,10 @@ pslaunch once per worker with PSD_SPEC, PSD_TASK and TF_CONFIG set.
 
 Each worker trains an ordinary nn.Module (fmnist.MLP or fmnist.CNN, as
 job.model says) on its share of the data; psd.torch.DistributedOptimizer
-declares its parameters on the shards (which apply the spec's
-job.optimizer), pushes each gradient as backward produces it and pulls the
-new values in step(). Sync, async or bounded staleness: the spec's job.sync.
+declares its parameters on the shards with the model's own initial values
+(the first worker to declare one supplies them; every worker starts from
+them), the shards apply the spec's job.optimizer, it pushes each gradient
+as backward produces it and pulls the new values in step(). Sync, async or bounded staleness: the spec's job.sync.
 Prints a progress line every job.log_every steps and a final line:
 
   final: worker=0 test_acc=0.8683 steps=2345 examples=150000 train_s=9.98

@@ -186,20 +186,56 @@ static PyObject *client_close(struct pyclient *self, PyObject *unused) {
   Py_RETURN_NONE;
 }
 
-/* declare(name, shape, placement=0, init=0, init_scale=0.0, optimizer=None)
- * -> handle. */
+/* Takes values (not None) as variable name's initial values into *view:
+ * a C-contiguous float32 buffer of numel elements, any shape. Returns 0,
+ * or -1 with ValueError naming the variable. */
+static int take_values(PyObject *values, const char *name, long long numel,
+                       Py_buffer *view) {
+  const char *fmt, *why = NULL;
+  if (PyObject_GetBuffer(values, view, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0) {
+    PyErr_Clear();
+    PyErr_Format(PyExc_ValueError,
+                 "variable '%s': values: a %s is no C-contiguous buffer; "
+                 "expected %lld float32 (a numpy array, or a CPU tensor's "
+                 ".numpy())",
+                 name, Py_TYPE(values)->tp_name, numel);
+    return -1;
+  }
+  fmt = view->format ? view->format : "B";
+  if (*fmt == '<' || *fmt == '=' || *fmt == '@')
+    fmt++;
+  if (strcmp(fmt, "f") || view->itemsize != 4)
+    why = "its dtype is not float32";
+  else if (view->len != numel * 4)
+    why = "its size differs";
+  if (!why)
+    return 0;
+  PyErr_Format(PyExc_ValueError,
+               "variable '%s': values of %zd elements and format '%s' do not "
+               "fit its %lld float32: %s; nothing was declared",
+               name, view->itemsize ? view->len / view->itemsize : view->len,
+               view->format ? view->format : "B", numel, why);
+  PyBuffer_Release(view);
+  return -1;
+}
+
+/* declare(name, shape, placement=0, init=0, init_scale=0.0, optimizer=None,
+ * values=None) -> handle. */
 static PyObject *client_declare(struct pyclient *self, PyObject *args,
                                 PyObject *kw) {
   static char *kwlist[] = {"name",       "shape",     "placement", "init",
-                           "init_scale", "optimizer", NULL};
+                           "init_scale", "optimizer", "values",    NULL};
   const char *name, *optimizer = NULL;
-  PyObject *shape;
+  PyObject *shape, *values = Py_None;
+  Py_buffer view = {0};
   int placement = PSC_PLACE_AUTO, init = PSC_INIT_ZEROS, rc;
   float scale = 0;
   int64_t dims[4];
+  long long numel = 1;
   struct psc_var_opts o;
-  if (!PyArg_ParseTupleAndKeywords(args, kw, "sO|iifz", kwlist, &name, &shape,
-                                   &placement, &init, &scale, &optimizer))
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "sO|iifzO", kwlist, &name, &shape,
+                                   &placement, &init, &scale, &optimizer,
+                                   &values))
     return NULL;
   PyObject *tup = PySequence_Tuple(shape);
   if (!tup)
@@ -224,17 +260,34 @@ static PyObject *client_declare(struct pyclient *self, PyObject *args,
       Py_DECREF(tup);
       return NULL;
     }
+    numel *= dims[d];
   }
   o = (struct psc_var_opts){placement, init, scale, optimizer};
-  if (psd_enter(self)) {
+  if (values != Py_None && take_values(values, name, numel, &view)) {
     Py_DECREF(tup);
     return NULL;
   }
-  Py_BEGIN_ALLOW_THREADS rc = psc_declare(self->c, name, (int)nd, dims, &o);
-  Py_END_ALLOW_THREADS psd_leave(self);
+  if (psd_enter(self)) {
+    if (view.obj)
+      PyBuffer_Release(&view);
+    Py_DECREF(tup);
+    return NULL;
+  }
+  /* The view keeps values' memory alive and unmoved through the call. */
+  const float *vals = view.obj ? (const float *)view.buf : NULL;
+  Py_BEGIN_ALLOW_THREADS rc =
+      psc_declare_values(self->c, name, (int)nd, dims, &o, vals);
+  Py_END_ALLOW_THREADS;
+  /* The error is read before the lock goes: another thread's call would
+   * clear psc_error. */
+  if (rc < 0 && !PyErr_Occurred())
+    psd_raise(self->c, rc);
+  psd_leave(self);
+  if (view.obj)
+    PyBuffer_Release(&view);
   if (rc < 0) {
     Py_DECREF(tup);
-    return PyErr_Occurred() ? NULL : psd_raise(self->c, rc);
+    return NULL;
   }
   if (rc == PyList_Size(self->names)) {
     PyObject *pyname = PyUnicode_FromString(name);
@@ -329,7 +382,7 @@ static PyMethodDef client_methods[] = {
     {"declare", (PyCFunction)(void (*)(void))client_declare,
      METH_VARARGS | METH_KEYWORDS,
      "declare(name, shape, placement=0, init=0, init_scale=0.0, "
-     "optimizer=None) -> handle"},
+     "optimizer=None, values=None) -> handle"},
     {"declare_table", (PyCFunction)(void (*)(void))client_declare_table,
      METH_VARARGS | METH_KEYWORDS, "declare_table(name, dim, id_bound=0)"},
 #define KW(f) (PyCFunction)(void (*)(void))(f), METH_VARARGS | METH_KEYWORDS

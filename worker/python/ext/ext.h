@@ -5,6 +5,7 @@
  *             and the checks that turn Python buffers into float pointers
  *   client.c  the Client type: opening, declaring, its settings, closing
  *   xfer.c    its network calls: pulls, pushes, sync steps, clock, rows
+ *   log.c     set_log: the library's log lines to a Python callable
  *
  * Every network call releases the GIL and polls for signals (Ctrl-C) about
  * every 100 ms through psc_set_interrupt; buffers are taken with the buffer
@@ -93,5 +94,9 @@ PyObject *psd_leave_job(struct pyclient *self, PyObject *args, PyObject *kw);
 PyObject *psd_clock(struct pyclient *self, PyObject *args, PyObject *kw);
 PyObject *psd_pull_rows(struct pyclient *self, PyObject *args, PyObject *kw);
 PyObject *psd_push_rows(struct pyclient *self, PyObject *args, PyObject *kw);
+
+/* _psd.set_log(level, callback): psc_set_log, lines to callback(level,
+ * line) (None: stderr); level < 0 leaves the level as it is (log.c). */
+PyObject *psd_set_log(PyObject *mod, PyObject *args);
 
 #endif

@@ -227,9 +227,17 @@ int psd_interrupted(void *arg) {
   return r;
 }
 
+static PyMethodDef module_methods[] = {
+    {"set_log", psd_set_log, METH_VARARGS,
+     "set_log(level, callback): the library's log lines below level dropped "
+     "(level < 0: unchanged), the others to callback(level, line), None: "
+     "stderr"},
+    {NULL}};
+
 static struct PyModuleDef psd_module = {
     PyModuleDef_HEAD_INIT, "_psd",
-    "psd's client, in C (libpsclient); use the psd package over it.", -1, NULL};
+    "psd's client, in C (libpsclient); use the psd package over it.", -1,
+    module_methods};
 
 PyMODINIT_FUNC PyInit__psd(void) {
   PyObject *m = PyModule_Create(&psd_module);
@@ -252,6 +260,18 @@ PyMODINIT_FUNC PyInit__psd(void) {
     goto fail;
   PyModule_AddIntConstant(m, "PLACE_AUTO", PSC_PLACE_AUTO);
   PyModule_AddIntConstant(m, "PLACE_SPLIT", PSC_PLACE_SPLIT);
+  /* libpsclient's codes, psd.Error.code (psclient(3), ERRORS). */
+  PyModule_AddIntConstant(m, "EINVAL", PSC_EINVAL);
+  PyModule_AddIntConstant(m, "ENOMEM", PSC_ENOMEM);
+  PyModule_AddIntConstant(m, "EIO", PSC_EIO);
+  PyModule_AddIntConstant(m, "ENOENT", PSC_ENOENT);
+  PyModule_AddIntConstant(m, "ESPEC", PSC_ESPEC);
+  PyModule_AddIntConstant(m, "ERPC", PSC_ERPC);
+  PyModule_AddIntConstant(m, "ETIMEDOUT", PSC_ETIMEDOUT);
+  PyModule_AddIntConstant(m, "ESHAPE", PSC_ESHAPE);
+  PyModule_AddIntConstant(m, "EEXIST", PSC_EEXIST);
+  PyModule_AddIntConstant(m, "ERANGE", PSC_ERANGE);
+  PyModule_AddIntConstant(m, "EUNAVAIL", PSC_EUNAVAIL);
   PyModule_AddIntConstant(m, "ECANCELED", PSC_ECANCELED);
   return m;
 fail:

@@ -22,6 +22,14 @@ from . import _psd
 
 Error = _psd.Error
 
+# libpsclient's codes, psd.Error.code (psclient(3), ERRORS): one condition,
+# one code, whether the client or a shard found it.
+EINVAL, ENOMEM, EIO, ENOENT, ESPEC, ERPC = (_psd.EINVAL, _psd.ENOMEM, _psd.EIO,
+                                            _psd.ENOENT, _psd.ESPEC, _psd.ERPC)
+ETIMEDOUT, ESHAPE, EEXIST, ERANGE = (_psd.ETIMEDOUT, _psd.ESHAPE, _psd.EEXIST,
+                                     _psd.ERANGE)
+EUNAVAIL, ECANCELED = _psd.EUNAVAIL, _psd.ECANCELED
+
 _PLACEMENTS = {"auto": 0, "split": -1}
 _INITS = {"zeros": 0, "uniform": 1}
 
@@ -40,6 +48,67 @@ def _buffer(x, what):
 
 def _many(x):
     return list(x) if isinstance(x, (list, tuple)) else [x]
+
+
+# ---- the library's log lines (psc_set_log), process-wide
+_LOG_LEVELS = {"debug": 0, "info": 1, "warning": 2, "warn": 2, "error": 3,
+               "off": 4}
+# psc's levels as the logging module's.
+_TO_LOGGING = (10, 20, 30, 40)
+_log_callback = [None]
+
+
+def _log_level(level):
+    """psc's level for 'debug'..'off', or a logging level (logging.WARNING);
+    ValueError for anything else."""
+    if isinstance(level, str) and level.lower() in _LOG_LEVELS:
+        return _LOG_LEVELS[level.lower()]
+    if isinstance(level, int) and not isinstance(level, bool) and level >= 0:
+        for k, at in enumerate(_TO_LOGGING):
+            if level <= at:
+                return k
+        return _LOG_LEVELS["off"]
+    raise ValueError(f"log level {level!r}; expected 'debug', 'info', "
+                     "'warning', 'error', 'off' or a logging level")
+
+
+def _forward(level, line):
+    cb = _log_callback[0]
+    if cb is not None:
+        cb(_TO_LOGGING[level], line)
+
+
+def set_log_level(level):
+    """Drops the library's log lines below level: 'debug', 'info' (the
+    default, or $PSD_LOG's), 'warning', 'error', 'off' (none), or a logging
+    level (logging.WARNING). Process-wide: every client."""
+    _psd.set_log(_log_level(level), _forward if _log_callback[0] else None)
+
+
+def set_log_callback(callback):
+    """Sends the library's log lines to callback(level, line) instead of
+    stderr ("HH:MM:SS.mmm psd warn: ..."): level a logging level
+    (logging.WARNING), line the message alone. It runs in the thread that
+    logs (a client's call, or its heartbeat thread), with the GIL, and must
+    not call a psd.Client. None: stderr again. Process-wide."""
+    if callback is not None and not callable(callback):
+        raise TypeError(f"set_log_callback: a {type(callback).__name__}; "
+                        "expected a callable(level, line) or None")
+    first = _log_callback[0] is None and callback is not None
+    _log_callback[0] = callback
+    _psd.set_log(-1, _forward if callback is not None else None)
+    if first:
+        import atexit
+        # Lines after the interpreter's end go to stderr, not to Python.
+        atexit.register(lambda: _psd.set_log(-1, None))
+
+
+def log_to_logging(logger="psd"):
+    """Sends the library's log lines to a logging.Logger (or its name) at
+    their levels: psd.log_to_logging() and the 'psd' logger has them."""
+    import logging
+    log = logging.getLogger(logger) if isinstance(logger, str) else logger
+    set_log_callback(log.log)
 
 
 class Client:
@@ -120,14 +189,17 @@ class Client:
 
     # ---- variables
     def declare(self, name, shape, *, placement="auto", init="zeros",
-                init_scale=0.0, optimizer=None):
+                init_scale=0.0, optimizer=None, values=None):
         """Declares an f32 variable on the shards (created, or checked:
         ALREADY_EXISTS when it exists with another shape or optimizer) and
         returns its handle. placement: "auto" (split when >= 256 KiB, else
         on the shard its name hashes to: any client, any order, agrees),
         "split", or a shard index. optimizer: None (the spec's), or a dict
         (or JSON text) in job.optimizer's form, e.g. {"type": "adam",
-        "lr": 1e-3}."""
+        "lr": 1e-3}. values: None (init fills it), or its initial values, a
+        C-contiguous float32 buffer of its size (a numpy array, a CPU
+        tensor), else ValueError naming the variable: the first client to
+        declare it supplies them, and every other pulls those."""
         if isinstance(placement, str):
             if placement not in _PLACEMENTS:
                 raise ValueError(f"variable '{name}': placement "
@@ -142,8 +214,10 @@ class Client:
         if isinstance(optimizer, dict):
             optimizer = json.dumps(optimizer)
         shape = tuple(int(d) for d in shape) or (1,)
+        if values is not None:
+            values = _buffer(values, f"variable '{name}'")
         return self._c.declare(name, shape, place, _INITS[init],
-                               float(init_scale), optimizer)
+                               float(init_scale), optimizer, values)
 
     def shape(self, var):
         """A declared variable's shape, by handle or name."""
@@ -278,4 +352,7 @@ class Client:
         return self._tables[table]
 
 
-__all__ = ["Client", "Error"]
+__all__ = ["Client", "Error", "set_log_level", "set_log_callback",
+           "log_to_logging", "EINVAL", "ENOMEM", "EIO", "ENOENT", "ESPEC",
+           "ERPC", "ETIMEDOUT", "ESHAPE", "EEXIST", "ERANGE", "EUNAVAIL",
+           "ECANCELED"]

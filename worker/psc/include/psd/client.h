@@ -15,10 +15,12 @@
  *
  * Conventions: every fallible function returns 0 (or a count or index >= 0)
  * or a negative PSC_E* code; psc_error says what failed in words, naming the
- * shard and the variable. Buffers are the caller's, borrowed for the call:
- * pulled bytes land in them directly and pushes are sent from them. A client
- * is used by one thread at a time; several clients may run at once in one
- * process. Nothing here exposes psd's internal types. */
+ * shard and the variable. One condition has one code, whether this client
+ * found it or a shard answered it (psc_grpc_status then gives the status).
+ * Buffers are the caller's, borrowed for the call: pulled bytes land in them
+ * directly and pushes are sent from them. A client is used by one thread at a
+ * time; several clients may run at once in one process. Nothing here exposes
+ * psd's internal types. */
 #ifndef PSD_CLIENT_H
 #define PSD_CLIENT_H
 
@@ -30,19 +32,25 @@ extern "C" {
 #endif
 
 #define PSC_VERSION_MAJOR 1
-#define PSC_VERSION_MINOR 0
+#define PSC_VERSION_MINOR 1
 
 /* Error codes (psc_strerror names them). */
-#define PSC_EINVAL (-1)     /* a bad argument: psc_error says which */
-#define PSC_ENOMEM (-2)     /* out of memory */
-#define PSC_EIO (-3)        /* a file could not be read */
-#define PSC_ENOENT (-4)     /* no such file, variable or table */
-#define PSC_ESPEC (-5)      /* the spec or TF_CONFIG has mistakes */
-#define PSC_ERPC (-7)       /* a shard refused the call (psc_grpc_status) */
-#define PSC_ETIMEDOUT (-8)  /* a deadline passed */
-#define PSC_ESHAPE (-9)     /* a buffer or shape does not fit */
-#define PSC_EEXIST (-10)    /* declared before with other settings */
-#define PSC_ERANGE (-11)    /* a value out of range (an id past the bound) */
+#define PSC_EINVAL (-1) /* a bad argument: psc_error says which */
+#define PSC_ENOMEM (-2) /* out of memory */
+#define PSC_EIO (-3)    /* a file could not be read */
+#define PSC_ENOENT (-4) /* no such file, variable or table */
+#define PSC_ESPEC (-5)  /* the spec or TF_CONFIG has mistakes */
+#define PSC_ERPC                                                               \
+  (-7)                     /* a shard refused the call, for a reason no other  \
+                              code names (psc_grpc_status) */
+#define PSC_ETIMEDOUT (-8) /* a deadline passed */
+#define PSC_ESHAPE (-9)    /* a buffer or shape does not fit */
+#define PSC_EEXIST                                                             \
+  (-10) /* declared before with other settings (a                              \
+           shard's ALREADY_EXISTS too) */
+#define PSC_ERANGE                                                             \
+  (-11)                     /* a value out of range (an id past the bound; a   \
+                               shard's OUT_OF_RANGE too) */
 #define PSC_EUNAVAIL (-17)  /* a shard stayed unreachable past the budget */
 #define PSC_ECANCELED (-19) /* interrupted (psc_set_interrupt) */
 
@@ -155,6 +163,16 @@ struct psc_var_opts {
 int psc_declare(psc_client *c, const char *name, int ndim, const int64_t *shape,
                 const struct psc_var_opts *o);
 
+/* The same, with the variable's initial values: values[0..numel) floats,
+ * row-major (NULL: as psc_declare). The first client to declare the
+ * variable supplies its values, instead of o->init (each shard its own rows
+ * of a split variable, all from the same client); a shard that holds it
+ * already ignores them, and every client then pulls those values. values
+ * is read during the call alone. */
+int psc_declare_values(psc_client *c, const char *name, int ndim,
+                       const int64_t *shape, const struct psc_var_opts *o,
+                       const float *values);
+
 /* The handle of a declared variable, or PSC_ENOENT (psc_error is left as
  * it is, as by psc_numel and psc_table_dim). */
 int psc_find(const psc_client *c, const char *name);
@@ -255,6 +273,27 @@ int psc_push_rows(psc_client *c, const char *table, const uint64_t *ids,
  * returns PSC_ECANCELED. NULL: none. For a binding that must stop on
  * Ctrl-C. */
 void psc_set_interrupt(psc_client *c, int (*interrupted)(void *arg), void *arg);
+
+/* Log levels (psc_set_log). */
+#define PSC_LOG_DEBUG 0
+#define PSC_LOG_INFO 1 /* the default */
+#define PSC_LOG_WARN 2
+#define PSC_LOG_ERROR 3
+#define PSC_LOG_OFF 4 /* nothing */
+
+/* The library's own log lines, process-wide (every client, and a client's
+ * heartbeat thread): what it waits for ("ps:0 (...) not reachable: ...;
+ * waiting up to 60 s for it"), a shard that is back, a worker rejoining.
+ * By default, lines of PSC_LOG_INFO and above go to stderr as
+ * "HH:MM:SS.mmm psd warn: <line>" (the PSD_LOG environment variable, debug,
+ * info, warn, error or off, sets the first level). Lines below level are
+ * dropped (PSC_LOG_OFF: all; < 0: the level stays as it is). cb not NULL
+ * gets each line instead, cb(arg, level, line), the line without time,
+ * name or newline, from the thread that logs, one call at a time; it must
+ * not call the library. NULL: stderr again. Returns 0, or PSC_EINVAL for a
+ * level past PSC_LOG_OFF. */
+int psc_set_log(int level, void (*cb)(void *arg, int level, const char *line),
+                void *arg);
 
 /* Payload bytes this client pulled and pushed so far. */
 uint64_t psc_bytes_pulled(const psc_client *c);
