@@ -4,9 +4,10 @@
  * checkpoint, the coordinator's calls), a push with NaN under each policy, a
  * sync step (join, stage, admit, commit, a parked pull, a late push), the
  * embedding tables' calls in an async job and a sync step (admission,
- * eviction, rows, export), and each method with each field of its request
- * left out in turn. Built with the ordinary compiler, so the seeds
- * always match the current proto. */
+ * eviction, rows, export), each method with each field of its request
+ * left out in turn, and Declare's initial values (fuzz_seeds_values.c).
+ * Built with the ordinary compiler, so the seeds always match the current
+ * proto. */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -14,16 +15,11 @@
 #include <string.h>
 
 #include "fuzz_input.h"
+#include "fuzz_seeds.h"
 #include "ps.pb-c.h"
 #include "rand.h"
 
-/* One seed being written. */
-struct seed {
-  uint8_t buf[1 << 16]; /* the input */
-  size_t len;           /* bytes used */
-};
-
-static Psd__V1__Caller caller = PSD__V1__CALLER__INIT;
+Psd__V1__Caller fseed_caller = PSD__V1__CALLER__INIT;
 
 static int method_index(const char *path) {
   for (int i = 0; i < FUZZ_NMETHODS; i++)
@@ -33,9 +29,9 @@ static int method_index(const char *path) {
   exit(1);
 }
 
-/* While set, add() leaves field drop_field of the request out; with
- * only_caller, every field but the caller (field 1 of every request). */
-static uint32_t drop_field;
+uint32_t fseed_drop_field;
+/* While set, fseed_add() leaves every field but the caller (field 1 of
+ * every request) out. */
 static int only_caller;
 
 static uint64_t varint(const uint8_t *p, size_t n, size_t *at) {
@@ -49,7 +45,7 @@ static uint64_t varint(const uint8_t *p, size_t n, size_t *at) {
   return v;
 }
 
-/* Copies the top-level fields of p[0..n) that drop_field and only_caller
+/* Copies the top-level fields of p[0..n) that fseed_drop_field and only_caller
  * keep to out; returns the bytes written. */
 static size_t keep_fields(const uint8_t *p, size_t n, uint8_t *out) {
   size_t at = 0, w = 0;
@@ -70,7 +66,7 @@ static size_t keep_fields(const uint8_t *p, size_t n, uint8_t *out) {
       at += varint(p, n, &at);
     }
     uint32_t field = (uint32_t)(key >> 3);
-    if (field == drop_field || (only_caller && field != 1))
+    if (field == fseed_drop_field || (only_caller && field != 1))
       continue;
     memcpy(out + w, p + start, at - start);
     w += at - start;
@@ -78,9 +74,8 @@ static size_t keep_fields(const uint8_t *p, size_t n, uint8_t *out) {
   return w;
 }
 
-/* Appends a record calling `path` with msg, its bytes cut by fuzz_cuts[cut]. */
-static void add(struct seed *s, const char *path, int cut,
-                const ProtobufCMessage *msg) {
+void fseed_add(struct seed *s, const char *path, int cut,
+               const ProtobufCMessage *msg) {
   static uint8_t whole[1 << 16];
   size_t n = protobuf_c_message_get_packed_size(msg);
   if (s->len + 3 + n > sizeof s->buf) {
@@ -111,8 +106,7 @@ static const ProtobufCMessageDescriptor *request_of(const char *path) {
   exit(1);
 }
 
-static void write_seed(const char *dir, const char *name,
-                       const struct seed *s) {
+void fseed_write(const char *dir, const char *name, const struct seed *s) {
   char path[4096];
   snprintf(path, sizeof path, "%s/%s", dir, name);
   FILE *f = fopen(path, "wb");
@@ -139,10 +133,10 @@ static void declare(struct seed *s, int cut) {
   b.n_shape = 1;
   b.shape = shape_b;
   b.placement = 0;
-  r.caller = &caller;
+  r.caller = &fseed_caller;
   r.n_vars = 2;
   r.vars = v;
-  add(s, "/psd.v1.Data/Declare", cut, &r.base);
+  fseed_add(s, "/psd.v1.Data/Declare", cut, &r.base);
 }
 
 /* A push of w's rows on shard 0 ([0, 6)) and all of b, values g[0..9). */
@@ -159,7 +153,7 @@ static void push(struct seed *s, int cut, uint64_t step, int worker,
   b.count = 3;
   b.n_shape = 1;
   b.shape = shape_b;
-  r.caller = &caller;
+  r.caller = &fseed_caller;
   r.n_segments = 2;
   r.segments = sg;
   r.examples = 32;
@@ -169,7 +163,7 @@ static void push(struct seed *s, int cut, uint64_t step, int worker,
   r.first = 1;
   r.data.len = 9 * sizeof(float);
   r.data.data = (uint8_t *)g;
-  add(s, "/psd.v1.Data/Push", cut, &r.base);
+  fseed_add(s, "/psd.v1.Data/Push", cut, &r.base);
 }
 
 static void pull(struct seed *s, int cut, uint64_t min_version) {
@@ -178,72 +172,72 @@ static void pull(struct seed *s, int cut, uint64_t min_version) {
   w.name = "w";
   w.offset = 3;
   w.count = 3;
-  r.caller = &caller;
+  r.caller = &fseed_caller;
   r.n_segments = 1;
   r.segments = sg;
   r.min_version = min_version;
-  add(s, "/psd.v1.Data/Pull", cut, &r.base);
+  fseed_add(s, "/psd.v1.Data/Pull", cut, &r.base);
 }
 
 static void status(struct seed *s, int cut) {
   Psd__V1__StatusRequest r = PSD__V1__STATUS_REQUEST__INIT;
-  r.caller = &caller;
-  add(s, "/psd.v1.Admin/Status", cut, &r.base);
+  r.caller = &fseed_caller;
+  fseed_add(s, "/psd.v1.Admin/Status", cut, &r.base);
 }
 
 static void checkpoint(struct seed *s, int cut) {
   Psd__V1__CheckpointRequest r = PSD__V1__CHECKPOINT_REQUEST__INIT;
-  r.caller = &caller;
+  r.caller = &fseed_caller;
   r.wait = 1;
-  add(s, "/psd.v1.Admin/Checkpoint", cut, &r.base);
+  fseed_add(s, "/psd.v1.Admin/Checkpoint", cut, &r.base);
 }
 
 static void join(struct seed *s, int cut, int worker) {
   Psd__V1__JoinRequest r = PSD__V1__JOIN_REQUEST__INIT;
-  r.caller = &caller;
+  r.caller = &fseed_caller;
   r.worker = worker;
-  add(s, "/psd.v1.Coord/Join", cut, &r.base);
+  fseed_add(s, "/psd.v1.Coord/Join", cut, &r.base);
 }
 
 static void heartbeat(struct seed *s, int cut, int worker) {
   Psd__V1__HeartbeatRequest r = PSD__V1__HEARTBEAT_REQUEST__INIT;
-  r.caller = &caller;
+  r.caller = &fseed_caller;
   r.worker = worker;
-  add(s, "/psd.v1.Coord/Heartbeat", cut, &r.base);
+  fseed_add(s, "/psd.v1.Coord/Heartbeat", cut, &r.base);
 }
 
 static void admit(struct seed *s, int cut, int worker, uint64_t step) {
   Psd__V1__AdmitRequest r = PSD__V1__ADMIT_REQUEST__INIT;
-  r.caller = &caller;
+  r.caller = &fseed_caller;
   r.worker = worker;
   r.step = step;
-  add(s, "/psd.v1.Coord/Admit", cut, &r.base);
+  fseed_add(s, "/psd.v1.Coord/Admit", cut, &r.base);
 }
 
 static void clock_(struct seed *s, int cut, int worker, uint64_t clock) {
   Psd__V1__ClockRequest r = PSD__V1__CLOCK_REQUEST__INIT;
-  r.caller = &caller;
+  r.caller = &fseed_caller;
   r.worker = worker;
   r.clock = clock;
-  add(s, "/psd.v1.Coord/Clock", cut, &r.base);
+  fseed_add(s, "/psd.v1.Coord/Clock", cut, &r.base);
 }
 
 static void commit(struct seed *s, int cut, uint64_t step) {
   Psd__V1__CommitRequest r = PSD__V1__COMMIT_REQUEST__INIT;
   int32_t applied[2] = {0, 1};
-  r.caller = &caller;
+  r.caller = &fseed_caller;
   r.step = step;
   r.n_applied = 2;
   r.applied = applied;
-  add(s, "/psd.v1.Data/Commit", cut, &r.base);
+  fseed_add(s, "/psd.v1.Data/Commit", cut, &r.base);
 }
 
 static void rollback(struct seed *s, int cut, uint64_t step, uint64_t gen) {
   Psd__V1__RollbackRequest r = PSD__V1__ROLLBACK_REQUEST__INIT;
-  r.caller = &caller;
+  r.caller = &fseed_caller;
   r.step = step;
   r.gen = gen;
-  add(s, "/psd.v1.Data/Rollback", cut, &r.base);
+  fseed_add(s, "/psd.v1.Data/Rollback", cut, &r.base);
 }
 
 /* The k-th id (from 0) that shard 0 of 2 holds (table.h: splitmix64(id) %
@@ -266,10 +260,10 @@ static void declare_tables(struct seed *s, int cut) {
   extra.name = "extra";
   extra.dim = 2;
   extra.id_bound = 100;
-  r.caller = &caller;
+  r.caller = &fseed_caller;
   r.n_tables = 2;
   r.tables = t;
-  add(s, "/psd.v1.Data/Declare", cut, &r.base);
+  fseed_add(s, "/psd.v1.Data/Declare", cut, &r.base);
 }
 
 /* The first n ids of shard 0 as SparsePull's or SparsePush's ids. */
@@ -284,11 +278,11 @@ static ProtobufCBinaryData ids(int first, int n) {
 static void sparse_pull(struct seed *s, int cut, const char *table, int first,
                         int n, uint64_t min_version) {
   Psd__V1__SparsePullRequest r = PSD__V1__SPARSE_PULL_REQUEST__INIT;
-  r.caller = &caller;
+  r.caller = &fseed_caller;
   r.table = (char *)table;
   r.min_version = min_version;
   r.ids = ids(first, n);
-  add(s, "/psd.v1.Data/SparsePull", cut, &r.base);
+  fseed_add(s, "/psd.v1.Data/SparsePull", cut, &r.base);
 }
 
 /* A push of rows of width dim for ids first.. first + n, values from g. */
@@ -296,7 +290,7 @@ static void sparse_push(struct seed *s, int cut, const char *table, int first,
                         int n, int dim, const float *g, uint64_t step,
                         int worker) {
   Psd__V1__SparsePushRequest r = PSD__V1__SPARSE_PUSH_REQUEST__INIT;
-  r.caller = &caller;
+  r.caller = &fseed_caller;
   r.table = (char *)table;
   r.examples = 8;
   r.step = step;
@@ -307,7 +301,7 @@ static void sparse_push(struct seed *s, int cut, const char *table, int first,
   r.ids = ids(first, n);
   r.data.len = (size_t)n * dim * sizeof(float);
   r.data.data = (uint8_t *)g;
-  add(s, "/psd.v1.Data/SparsePush", cut, &r.base);
+  fseed_add(s, "/psd.v1.Data/SparsePush", cut, &r.base);
 }
 
 static void rows(struct seed *s, int cut, const char *table, int first, int n,
@@ -316,30 +310,30 @@ static void rows(struct seed *s, int cut, const char *table, int first, int n,
   uint64_t want[8];
   for (int i = 0; i < n; i++)
     want[i] = mine(first + i);
-  r.caller = &caller;
+  r.caller = &fseed_caller;
   r.table = (char *)table;
   r.n_ids = (size_t)n;
   r.ids = want;
   r.top = top;
-  add(s, "/psd.v1.Admin/Rows", cut, &r.base);
+  fseed_add(s, "/psd.v1.Admin/Rows", cut, &r.base);
 }
 
 static void shrink(struct seed *s, int cut, const char *table) {
   Psd__V1__ShrinkRequest r = PSD__V1__SHRINK_REQUEST__INIT;
-  r.caller = &caller;
+  r.caller = &fseed_caller;
   r.table = (char *)table;
-  add(s, "/psd.v1.Admin/Shrink", cut, &r.base);
+  fseed_add(s, "/psd.v1.Admin/Shrink", cut, &r.base);
 }
 
 static void export_(struct seed *s, int cut, const char *table, int has_after,
                     uint64_t after, uint32_t max_rows) {
   Psd__V1__ExportRequest r = PSD__V1__EXPORT_REQUEST__INIT;
-  r.caller = &caller;
+  r.caller = &fseed_caller;
   r.table = (char *)table;
   r.has_after = has_after;
   r.after = after;
   r.max_rows = max_rows;
-  add(s, "/psd.v1.Admin/Export", cut, &r.base);
+  fseed_add(s, "/psd.v1.Admin/Export", cut, &r.base);
 }
 
 /* Each method alone, with the arguments a first call of it would have
@@ -398,8 +392,8 @@ int main(int argc, char **argv) {
     fprintf(stderr, "usage: fuzz-seeds DIR\n");
     return 2;
   }
-  caller.job = "f";
-  caller.worker = "worker:0";
+  fseed_caller.job = "f";
+  fseed_caller.worker = "worker:0";
 
   /* Every method alone, async and sync: each of fuzz_methods (a method
    * without a writer here is an error, as one fuzz_methods lacks is). */
@@ -418,7 +412,7 @@ int main(int argc, char **argv) {
       alone[k].write(&s);
       snprintf(name, sizeof name, "%s-one-%s", sync ? "sync" : "async",
                strrchr(fuzz_methods[i], '/') + 1);
-      write_seed(argv[1], name, &s);
+      fseed_write(argv[1], name, &s);
 
       /* The same call with each field left out in turn, then with only its
        * caller, after a Declare of the variables (tests/unit's
@@ -428,16 +422,16 @@ int main(int argc, char **argv) {
       s.buf[s.len++] = sync ? FUZZ_SYNC : 0;
       declare(&s, 0);
       for (unsigned f = 0; f < d->n_fields && f + 2 < FUZZ_MAX_CALLS; f++) {
-        drop_field = d->fields[f].id;
+        fseed_drop_field = d->fields[f].id;
         alone[k].write(&s);
       }
-      drop_field = 0;
+      fseed_drop_field = 0;
       only_caller = 1;
       alone[k].write(&s);
       only_caller = 0;
       snprintf(name, sizeof name, "%s-fields-%s", sync ? "sync" : "async",
                strrchr(fuzz_methods[i], '/') + 1);
-      write_seed(argv[1], name, &s);
+      fseed_write(argv[1], name, &s);
     }
 
   /* Async: everything in one conversation, requests cut into slices. */
@@ -455,7 +449,7 @@ int main(int argc, char **argv) {
   clock_(&s, 0, 1, 3);
   commit(&s, 0, 0);
   admit(&s, 0, 0, 0);
-  write_seed(argv[1], "async-conversation", &s);
+  fseed_write(argv[1], "async-conversation", &s);
 
   /* NaN in a push, rejected, skipped and applied. */
   static const uint8_t policy[3] = {0, FUZZ_SKIP, FUZZ_APPLY};
@@ -471,7 +465,7 @@ int main(int argc, char **argv) {
     pull(&s, 0, 0);
     status(&s, 0);
     snprintf(name, sizeof name, "nonfinite-%s", policy_name[k]);
-    write_seed(argv[1], name, &s);
+    fseed_write(argv[1], name, &s);
   }
 
   /* Sync: a step staged by both workers, admitted, committed; a pull that
@@ -490,7 +484,7 @@ int main(int argc, char **argv) {
   pull(&s, 0, 2);
   push(&s, 0, 0, 1, g);
   status(&s, 0);
-  write_seed(argv[1], "sync-step", &s);
+  fseed_write(argv[1], "sync-step", &s);
 
   /* Sync: a rollback (this shard keeps no checkpoints: refused), a retry
    * of one at the step it is at, and calls of an older and a newer
@@ -505,7 +499,7 @@ int main(int argc, char **argv) {
   push(&s, 0, 0, 0, g);
   admit(&s, 0, 0, 0);
   status(&s, 0);
-  write_seed(argv[1], "sync-rollback", &s);
+  fseed_write(argv[1], "sync-rollback", &s);
 
   /* Async tables: rows created, admitted by count (the second push) and by
    * probability, trained by each row optimizer, read back, evicted by count
@@ -528,7 +522,7 @@ int main(int argc, char **argv) {
   shrink(&s, 0, "row");
   export_(&s, 0, "emb", 0, 0, 2);
   export_(&s, 7, "emb", 1, mine(1), 0);
-  write_seed(argv[1], "async-tables", &s);
+  fseed_write(argv[1], "async-tables", &s);
 
   /* Sync tables: both workers stage rows for step 0, the commit applies
    * them; a pull of the committed step, one parked for the next, a late
@@ -551,6 +545,9 @@ int main(int argc, char **argv) {
   shrink(&s, 0, "adm");
   export_(&s, 0, "emb", 0, 0, 0);
   status(&s, 0);
-  write_seed(argv[1], "sync-tables", &s);
+  fseed_write(argv[1], "sync-tables", &s);
+
+  /* Declare's initial values (fuzz_seeds_values.c). */
+  fseed_values(argv[1]);
   return 0;
 }

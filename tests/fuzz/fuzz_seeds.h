@@ -1,0 +1,37 @@
+/* What the seed writer's files share (fuzz_seeds.c, the main and every
+ * method's calls; fuzz_seeds_values.c, Declare's initial values): a seed
+ * being written in the format of fuzz_input.h, a record appended to it,
+ * and the seed written to a file. */
+#ifndef FUZZ_SEEDS_H
+#define FUZZ_SEEDS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ps.pb-c.h"
+
+/* One seed being written. */
+struct seed {
+  uint8_t buf[1 << 16]; /* the input */
+  size_t len;           /* bytes used */
+};
+
+/* The caller of every request (job "f", worker:0). */
+extern Psd__V1__Caller fseed_caller;
+
+/* While non-zero, fseed_add() leaves this field of the request out. */
+extern uint32_t fseed_drop_field;
+
+/* Appends a record calling `path` with msg, its bytes cut by
+ * fuzz_cuts[cut]; exits when the seed would grow past its buffer. */
+void fseed_add(struct seed *s, const char *path, int cut,
+               const ProtobufCMessage *msg);
+
+/* Writes s to DIR/name; exits when it cannot. */
+void fseed_write(const char *dir, const char *name, const struct seed *s);
+
+/* Writes the seeds of Declare's initial values (VarSpec.source,
+ * DeclareRequest.values and stage) to dir. */
+void fseed_values(const char *dir);
+
+#endif
