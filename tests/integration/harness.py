@@ -24,6 +24,16 @@ def build_path(*parts):
     return os.path.join(BUILD, *parts)
 
 
+def sanitizer_cflags():
+    """The -fsanitize flag the build was made with (meson's b_sanitize,
+    from its introspection files), or []: a program a test builds against
+    the sanitized libpsclient.a must link the sanitizers' runtime too."""
+    with open(build_path("meson-info", "intro-buildoptions.json")) as f:
+        opts = {o["name"]: o["value"] for o in json.load(f)}
+    san = opts.get("b_sanitize", "none")
+    return [] if san == "none" else ["-fsanitize=" + san]
+
+
 def free_ports(n):
     """Ports the kernel handed out just now and that nobody listens on."""
     socks, ports = [], []

@@ -247,6 +247,9 @@ class AsyncTest(unittest.TestCase):
     def test_no_leaks(self):
         """Create, declare, pull, push, close, over and over: the RSS
         stays flat."""
+        if h.sanitizer_cflags():
+            self.skipTest("ASan's quarantine holds freed memory, so RSS says "
+                          "nothing of leaks here (the plain build checks it)")
         grad = np.ones(4096, F32)
         buf = np.empty(4096, F32)
 
