@@ -160,7 +160,7 @@ class RestartLoadTest(Faults):
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
         tab = table_totals(spec)
         print("load with %d graceful restarts: %s dense and %s table pushes, %s calls, "
-              "%s failed and %s retried, %s and %s mismatches; %d checkpoints asked "
+              "%s failed and %s retried, %s and %s mismatches; %d checkpoints written "
               "(%d refused while a shard restarted), since the last restarts table rows "
               "admitted %d, evicted %d"
               % (rounds, res["pushes"], res["row_pushes"], res["calls"],
