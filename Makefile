@@ -61,15 +61,21 @@ image: setup-test
 	sh deploy/container/build-image.sh $(BUILD)/image $(IMAGE)
 
 # The whole suite under AddressSanitizer + UBSan (c-ares' own leak suppressed);
-# the CNN job trains one epoch instead of ten (PSD_SANITIZED=1).
-asan: setup
+# the CNN job trains one epoch instead of ten (PSD_SANITIZED=1). The suites
+# that load libpsclient into python3 or a program of their own get the
+# sanitizers' runtime preloaded (tests/meson.build). ASAN_TESTS names some
+# suites to run alone (make asan ASAN_TESTS="integration-python unit/table").
+# .ci/run runs it after make test.
+ASAN_TESTS ?=
+asan: setup setup-test
 	[ -f $(BUILD)-asan/build.ninja ] || meson setup $(BUILD)-asan -Dcuda=disabled \
 	  -Db_sanitize=address,undefined -Dbuildtype=debug
 	ninja -C $(BUILD)-asan
 	LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp GRPC_DNS_RESOLVER=native \
 	  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	  PSD_SANITIZED=1 meson test -C $(BUILD)-asan --print-errorlogs --num-processes 2 \
-	  --timeout-multiplier 3
+	  --timeout-multiplier 3 $(ASAN_TESTS); \
+	  rc=$$?; $(PY) tests/summary.py $(BUILD)-asan; exit $$rc
 
 # The libFuzzer target over every call's decoding and dispatch
 # (CONTRIBUTING.md, "Fuzzing"): replays tests/fuzz/corpus and regressions, then fuzzes for

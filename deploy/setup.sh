@@ -3,6 +3,8 @@
 # second run does nothing. Run as root (make demo / make test call it).
 # `setup.sh test` also installs what only the tests use (make test, soak and
 # bench call it that way), so that they run in CI rather than skip.
+# `setup.sh list` prints every package of both lists, one a line, and
+# installs nothing (tests/integration/test_setup.py reads it).
 set -eu
 
 PKGS="meson ninja-build pkg-config gcc libc6-dev make python3 \
@@ -16,8 +18,14 @@ python3-numpy clang python3-dev libmicrohttpd-dev"
 TEST_PKGS="python3-grpcio python3-torch python3-prometheus-client slurmctld \
 slurmd slurm-client munge python3-yaml podman buildah mmdebstrap uidmap \
 fuse-overlayfs slirp4netns runc"
-if [ "${1:-}" = test ]; then
+# ip(8), for the network namespaces of integration-netns and integration-faults.
+TEST_PKGS="$TEST_PKGS iproute2"
+if [ "${1:-}" = test ] || [ "${1:-}" = list ]; then
   PKGS="$PKGS $TEST_PKGS"
+fi
+if [ "${1:-}" = list ]; then
+  printf '%s\n' $PKGS
+  exit 0
 fi
 
 missing=""

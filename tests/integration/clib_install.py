@@ -119,7 +119,8 @@ class ClientCase(h.ProcTest):
         for f in cflags:
             self.assertFalse(f.startswith("-I") and (f[2:].startswith(SRC) or h.BUILD in f),
                              "cflags reach into the tree: %s" % f)
-        checked(["cc", "-std=c11", "-Wall", "-Werror", src, "-o", out] + cflags + libs,
+        checked(["cc", "-std=c11", "-Wall", "-Werror", src, "-o", out] + cflags + libs
+                + h.sanitizer_cflags(),
                 "cc " + os.path.basename(src))
         needed = re.findall(r"\(NEEDED\)\s+Shared library: \[(\S+)\]",
                             checked(["readelf", "-d", out], "readelf"))

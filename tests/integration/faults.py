@@ -5,6 +5,7 @@ its own cleanups (namespaces, mounts)."""
 import json
 import os
 import re
+import threading
 import time
 
 import harness as h
@@ -27,6 +28,16 @@ ACC_JOB = {"name": "faults", "epochs": 3, "batch_size": 64, "log_every": 50,
            "checkpoint": {"dir": "ck", "every_steps": 100}}
 
 
+# The table the load tests load beside their dense variables (pstool load,
+# tests/tools/pstool_rowload.c): sgd from zeros, so every update is exact;
+# a row is stored on its second push (admission by count) and evicted at a
+# checkpoint while pushed fewer than 3 times.
+LOAD_TABLE = {"name": "rows", "dim": 8, "init": "zeros",
+              "optimizer": {"type": "sgd", "lr": 0.5},
+              "admission": {"type": "count", "count": 2},
+              "eviction": {"min_count": 3}}
+
+
 def psctl(spec, *args, timeout=60):
     return h.run([h.build_path("ps-server", "psctl"), "--cluster", spec] + list(args),
                  timeout=timeout)
@@ -36,6 +47,50 @@ def status(spec):
     r = psctl(spec, "--json", "status")
     assert r.returncode == 0, r.stdout + r.stderr
     return json.loads(r.stdout)["shards"]
+
+
+def table_totals(spec, name="rows"):
+    """A table's Status counters (rows, admitted, not_admitted, evicted,
+    pending), summed over the shards."""
+    keys = ("rows", "admitted", "not_admitted", "evicted", "pending")
+    out = dict.fromkeys(keys, 0)
+    for shard in status(spec):
+        for t in shard.get("tables", []):
+            if t["name"] == name:
+                for k in keys:
+                    out[k] += t[k]
+    return out
+
+
+class Checkpointer:
+    """Asks the shards for a checkpoint (psctl checkpoint --wait) again and
+    again, every `every` seconds, from a thread of its own until stop():
+    checkpoints taken under a load, each running the tables' eviction.
+    Counts the answers that every shard wrote and those that failed (a shard
+    restarting)."""
+
+    def __init__(self, spec, every=1.0):
+        self.spec, self.every = spec, every
+        self.written, self.failed, self.errors = 0, 0, []
+        self.done = threading.Event()
+        self.t = threading.Thread(target=self._run, daemon=True)
+        self.t.start()
+
+    def _run(self):
+        while not self.done.wait(self.every):
+            r = psctl(self.spec, "--json", "checkpoint", "--wait", timeout=120)
+            ok = r.returncode == 0 and all(
+                s["written"] for s in json.loads(r.stdout)["shards"])
+            if ok:
+                self.written += 1
+            else:
+                self.failed += 1
+                self.errors.append(r.stdout + r.stderr)
+
+    def stop(self):
+        self.done.set()
+        self.t.join()
+        return self
 
 
 def result(p):

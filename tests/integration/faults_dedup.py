@@ -10,7 +10,8 @@ import threading
 import time
 
 import harness as h
-from faults import SOAK, Faults, fields, psctl, status, write_spec
+from faults import (LOAD_TABLE, SOAK, Checkpointer, Faults, fields, psctl, status,
+                    table_totals, write_spec)
 
 
 
@@ -111,15 +112,23 @@ def rss_bytes(pid):
 
 
 class LoadTest(Faults):
+    """Clients pushing and pulling for a while, dense variables and rows of
+    a table (pstool load): no call fails, every dense update and every hot
+    row is exact at every pull and at the end, the table admits and evicts
+    rows under checkpoints taken throughout (psctl checkpoint), and psd's
+    resident memory stays flat."""
+
     def test_load_no_failed_calls_flat_memory(self):
         clients, seconds = (64, 60) if SOAK else (16, 10)
         spec = write_spec(self.d, {"name": "load", "optimizer": {"type": "sgd", "lr": 0.5},
-                                   "unix_sockets": False}, nworker=1)
+                                   "unix_sockets": False, "checkpoint": {"dir": "ck"},
+                                   "tables": [LOAD_TABLE]}, nworker=1)
         ps = [self.psd(spec, i) for i in range(2)]
         c = self.proc([h.build_path("tests", "pstool"), "--cluster", spec, "--clients",
                        str(clients), "--seconds", str(seconds), "load"])
         c.wait_for("load started", timeout=120)
         t0 = time.monotonic()
+        ck = Checkpointer(spec)
         samples, stop = [], threading.Event()
 
         def sample():
@@ -133,8 +142,13 @@ class LoadTest(Faults):
         finally:
             stop.set()
             th.join()
+            ck.stop()
         self.assertEqual(rc, 0, c.output()[-3000:])
         res = fields(c.lines[-1])
+        # The last checkpoint evicts what the last rounds left below min_count.
+        r = psctl(spec, "checkpoint", "--wait", timeout=120)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        tab = table_totals(spec)
         # After the first quarter (warm-up), the first and the last quarter
         # of what is left: the most each shard held in each.
         after = [s for t, s in samples if t >= seconds / 4 and t <= seconds]
@@ -142,14 +156,28 @@ class LoadTest(Faults):
         first = [max(s[i] for s in after[:q]) for i in range(2)]
         last = [max(s[i] for s in after[-q:]) for i in range(2)]
         print("load: %d clients x %.0f s against 2 shards on loopback TCP: %s calls "
-              "(%s/s), %s failed, %s retried; psd RSS after warm-up, first quarter %s, "
-              "last quarter %s"
+              "(%s/s), %s failed, %s retried; %s dense pushes, %s table pushes, "
+              "%s checkpoints, table rows admitted %d, not admitted %d, evicted %d, "
+              "left %d; psd RSS after warm-up, first quarter %s, last quarter %s"
               % (clients, float(res["seconds"]), res["calls"], res["calls_per_s"],
-                 res["failed_calls"], res["retries"],
+                 res["failed_calls"], res["retries"], res["pushes"], res["row_pushes"],
+                 ck.written, tab["admitted"], tab["not_admitted"], tab["evicted"],
+                 tab["rows"],
                  " ".join("%.1f MiB" % (b / 2**20) for b in first),
                  " ".join("%.1f MiB" % (b / 2**20) for b in last)))
-        self.assertEqual((res["failed_calls"], res["mismatches"]), ("0", "0"), c.lines[-1])
+        self.assertEqual((res["failed_calls"], res["mismatches"], res["row_mismatches"]),
+                         ("0", "0", "0"), c.lines[-1])
         self.assertGreater(int(res["pushes"]), clients)
+        self.assertGreater(int(res["row_pushes"]), clients)
+        self.assertEqual((ck.failed, ck.errors), (0, []))
+        self.assertGreater(ck.written, 0)
+        # Admission and eviction ran: ids only counted, rows stored, rows
+        # evicted; what is left is bounded by the clients' ids (8 hot and
+        # 512 cold each).
+        self.assertGreater(tab["not_admitted"], 0, tab)
+        self.assertGreater(tab["admitted"], clients * 8, tab)
+        self.assertGreater(tab["evicted"], 0, tab)
+        self.assertLessEqual(tab["rows"], clients * (8 + 512), tab)
         st = status(spec)
         self.assertEqual(sum(s["duplicates"] for s in st), 0)
         for i in range(2):

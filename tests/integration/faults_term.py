@@ -9,8 +9,8 @@ import signal
 import unittest
 
 import harness as h
-from faults import (ACC_JOB, DATA, SOAK, Faults, fields, psctl, result, status,
-                    write_spec)
+from faults import (ACC_JOB, DATA, LOAD_TABLE, SOAK, Checkpointer, Faults, fields,
+                    psctl, result, status, table_totals, write_spec)
 from faults_kill import SYNC_JOB
 
 SSP_JOB = dict(ACC_JOB, name="sspterm", sync={"mode": "async", "staleness": 2})
@@ -127,32 +127,49 @@ class CutTest(Faults):
 
 class RestartLoadTest(Faults):
     """Rounds of graceful restarts (SIGTERM, then start again) of a random
-    shard while clients push and pull: every push is applied exactly once
-    (pstool load checks every element), none is given up on. make soak runs
-    more rounds for longer."""
+    shard while clients push and pull dense variables and rows of a table
+    (with admission, eviction and checkpoints between the restarts, psctl
+    checkpoint): every push is applied exactly once (pstool load checks every
+    dense element, and every hot row at every pull, across the restarts),
+    none is given up on. make soak runs more rounds for longer."""
 
     def test_graceful_restarts_under_load_lose_nothing(self):
         rounds, seconds = (8, 60) if SOAK else (2, 10)
         spec = write_spec(self.d, {"name": "rload", "optimizer": {"type": "sgd", "lr": 0.5},
-                                   "retry_s": 30, "checkpoint": {"dir": "ck"}}, nworker=1)
+                                   "retry_s": 30, "checkpoint": {"dir": "ck"},
+                                   "tables": [LOAD_TABLE]}, nworker=1)
         ps = [self.psd(spec, i) for i in range(2)]
         c = self.proc([h.build_path("tests", "pstool"), "--cluster", spec, "--clients", "8",
                        "--seconds", str(seconds), "--faults", "load"])
         c.wait_for("load started", timeout=120)
+        ck = Checkpointer(spec)
         rng = random.Random(13)
-        for r in range(rounds):
-            c.wait_for("load t=", new=True, timeout=60)
-            i = rng.randrange(2)
-            ps[i].p.send_signal(signal.SIGTERM)
-            self.assertEqual(ps[i].wait(), 0, ps[i].output()[-3000:])
-            ps[i] = self.psd(spec, i)
-            ps[i].wait_for("resumed from step ")
-        self.assertEqual(c.wait(timeout=seconds + 300), 0, c.output()[-3000:])
+        try:
+            for r in range(rounds):
+                c.wait_for("load t=", new=True, timeout=60)
+                i = rng.randrange(2)
+                ps[i].p.send_signal(signal.SIGTERM)
+                self.assertEqual(ps[i].wait(), 0, ps[i].output()[-3000:])
+                ps[i] = self.psd(spec, i)
+                ps[i].wait_for("resumed from step ")
+            self.assertEqual(c.wait(timeout=seconds + 300), 0, c.output()[-3000:])
+        finally:
+            ck.stop()
         res = fields(c.lines[-1])
-        print("load with %d graceful restarts: %s pushes, %s calls, %s failed and %s "
-              "retried, %s mismatches" % (rounds, res["pushes"], res["calls"],
-                                          res["failed_calls"], res["retries"],
-                                          res["mismatches"]))
-        self.assertEqual(res["mismatches"], "0", c.lines[-1])
+        r = psctl(spec, "checkpoint", "--wait", timeout=120)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        tab = table_totals(spec)
+        print("load with %d graceful restarts: %s dense and %s table pushes, %s calls, "
+              "%s failed and %s retried, %s and %s mismatches; %d checkpoints written "
+              "(%d refused while a shard restarted), since the last restarts table rows "
+              "admitted %d, evicted %d"
+              % (rounds, res["pushes"], res["row_pushes"], res["calls"],
+                 res["failed_calls"], res["retries"], res["mismatches"],
+                 res["row_mismatches"], ck.written, ck.failed, tab["admitted"],
+                 tab["evicted"]))
+        self.assertEqual((res["mismatches"], res["row_mismatches"]), ("0", "0"), c.lines[-1])
         self.assertGreater(int(res["pushes"]), 8)
+        self.assertGreater(int(res["row_pushes"]), 8)
+        self.assertGreater(ck.written, 0, ck.errors)
+        self.assertGreater(tab["evicted"], 0, tab)
         self.stop_all(ps)

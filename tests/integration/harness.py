@@ -17,11 +17,23 @@ import threading
 import time
 import unittest
 
+import hostsys
+
 BUILD = None  # set by each test module's main from argv[1]
 
 
 def build_path(*parts):
     return os.path.join(BUILD, *parts)
+
+
+def sanitizer_cflags():
+    """The -fsanitize flag the build was made with (meson's b_sanitize,
+    from its introspection files), or []: a program a test builds against
+    the sanitized libpsclient.a must link the sanitizers' runtime too."""
+    with open(build_path("meson-info", "intro-buildoptions.json")) as f:
+        opts = {o["name"]: o["value"] for o in json.load(f)}
+    san = opts.get("b_sanitize", "none")
+    return [] if san == "none" else ["-fsanitize=" + san]
 
 
 def free_ports(n):
@@ -271,39 +283,24 @@ def need_root(test):
         test.skipTest("this system has no user nobody")
 
 
-WMEM_MAX = "/proc/sys/net/core/wmem_max"
-
-
 def set_wmem_max(test, value, why):
-    """Sets net.core.wmem_max to value for one test (restored by its
-    cleanup); a test that cannot (not root) is skipped, saying why it
-    needed to."""
-    with open(WMEM_MAX) as f:
-        old = f.read().strip()
-    if int(old) == value:
-        return
-    try:
-        with open(WMEM_MAX, "w") as f:
-            f.write(str(value))
-    except OSError as e:
-        test.skipTest("net.core.wmem_max is %s and cannot be set to %d (%s): %s"
-                      % (old, value, e, why))
-
-    def restore():
-        with open(WMEM_MAX, "w") as f:
-            f.write(old)
-    test.addCleanup(restore)
+    """Sets net.core.wmem_max to value for one test, under the host lock
+    that every psd test shares (hostsys.py): restored by its cleanup, and
+    no other test changes it meanwhile. A test that cannot (not root) is
+    skipped, saying why it needed to."""
+    hostsys.set_for(test, "net.core.wmem_max", value, why)
 
 
 def need_socket_buffers(test):
     """Makes sure psd serves its Unix socket: the kernel must grant 1 MiB
-    socket buffers (net.core.wmem_max; common/rpc/endpoint.h). Stock
-    Debian grants 208 KiB; as root the limit is raised to 4 MiB for the
-    test (what deploy/sysctl/60-psd.conf sets) and restored by its
+    socket buffers (net.core.wmem_max; common/rpc/endpoint.h). Holds the
+    host lock for the test so that no other test lowers the limit under
+    it. Stock Debian grants 208 KiB; as root the limit is raised to 4 MiB
+    for the test (what deploy/systemd/psd.sysctl sets) and restored by its
     cleanup; else the test is skipped."""
-    with open(WMEM_MAX) as f:
-        if int(f.read()) >= (1 << 20):
-            return
+    hostsys.hold_for(test)
+    if int(hostsys.read("net.core.wmem_max")) >= (1 << 20):
+        return
     set_wmem_max(test, 4 << 20, "psd serves no Unix socket here")
 
 

@@ -18,8 +18,12 @@ are broken on purpose while they work.
 - a push sent twice with the same (client, seq, chunk) is applied once, also
   when the shard was checkpointed and killed (kill -9) between the two: the
   restored table of applied pushes makes the retry a duplicate;
-- 16 clients (PSD_SOAK=1: 64) pushing and pulling against 2 shards for 10 s
-  (60 s): no failed call, every update exact, psd's resident memory flat.
+- 16 clients (PSD_SOAK=1: 64) pushing and pulling dense variables and the
+  rows of a table (admission and eviction running, a checkpoint every
+  second) against 2 shards for 10 s (60 s): no failed call, every update
+  exact, psd's resident memory flat; and 8 clients doing the same while a
+  random shard is stopped (SIGTERM) and started again, 2 times (8): every
+  push, dense or sparse, applied exactly once.
 
 Run: /usr/bin/python3 test_faults.py BUILD_DIR [TEST...]; exit 77 when every
 test was skipped. The cases live in faults_kill.py, faults_outage.py and

@@ -53,7 +53,10 @@
  *     variable as count does; prints "load t=..." every second and a last
  *     line with pushes, pulls, calls and failed calls; a failed call fails
  *     it unless --faults (shards are restarted meanwhile: only a call given
- *     up on, or an update lost or applied twice, fails it).
+ *     up on, or an update lost or applied twice, fails it). When the spec
+ *     names a table, each round also pushes and pulls rows of job.tables[0]
+ *     (pstool_rowload.c): hot rows of each client's own, checked exactly at
+ *     every pull, and cold ones left to admission and eviction.
  *
  * This file parses the options and loads the spec; pstool.h says which file
  * holds each subcommand. */

@@ -7,6 +7,7 @@
  *                   refusal of a NaN gradient
  *   pstool_bench.c  roundtrip, syncload, tcp: timings for the benchmarks
  *   pstool_count.c  count, load: pushes applied exactly once through faults
+ *   pstool_rowload.c the table part of load: rows pushed and pulled, checked
  *   pstool_rows.c   rows: sparse pulls and pushes of an embedding table
  *   pstool_sparse.c sparse: the embedding-table benchmark
  *
@@ -90,5 +91,51 @@ int pstool_count(struct cm_spec *spec, const struct pstool_args *a);
 /* load: a->clients clients pushing and pulling for a->seconds, then
  * checked as count is. */
 int pstool_load(struct cm_spec *spec, const struct pstool_args *a);
+
+/* ---- pstool_rowload.c */
+
+struct dw_client;
+
+/* Hot ids per load client: pushed every round, checked exactly. */
+#define ROWLOAD_HOT 8
+/* Cold ids per load client: each pushed in two rounds running, then left
+ * to admission and eviction. */
+#define ROWLOAD_COLD 512
+
+/* One load client's rows of the spec's first table. */
+struct rowload {
+  const struct cm_table_conf *conf; /* the spec's job.tables[0] */
+  char who[32];                     /* "load:N", for messages */
+  uint64_t ids[ROWLOAD_HOT + 2];    /* the hot ids, then a round's 2 cold */
+  uint64_t cold_base;               /* the first cold id of the pool */
+  float *rows;                      /* pull destination, (HOT + 2) x dim */
+  float *grad;                      /* 2^-10 everywhere, (HOT + 2) x dim */
+  float *want;                      /* the hot rows as pushed, HOT x dim */
+  uint64_t hot_pushes;              /* pushes of each hot id (warm-up too) */
+  uint64_t rounds;                  /* rounds done */
+  uint64_t pushes;                  /* sparse pushes that succeeded */
+  uint64_t pulls;                   /* sparse pulls that succeeded */
+  int64_t bad;                      /* hot elements found wrong so far */
+};
+
+/* 1 when load should load the spec's first table, 0 when the spec has no
+ * table, -1 (with *why) when the table cannot be checked exactly: it must
+ * be sgd, admit always or by count, evict by count only, dim <= 64. */
+int pstool_rowload_usable(const struct cm_spec *spec, const char **why);
+
+/* Declares the table, pulls the hot rows' start and warms them up (past
+ * admission and min_count); 0, or 1 with the error printed. */
+int pstool_rowload_open(struct rowload *r, struct dw_client *cl,
+                        const struct cm_spec *spec, int client);
+
+/* One round: pushes and pulls the hot ids and 2 cold ones, checking the
+ * hot rows; 0, or 1 when a call failed (printed). */
+int pstool_rowload_round(struct rowload *r, struct dw_client *cl);
+
+/* The final pull: the hot elements wrong over the whole run, or -1 when the
+ * pull failed. */
+int64_t pstool_rowload_check(struct rowload *r, struct dw_client *cl);
+
+void pstool_rowload_free(struct rowload *r);
 
 #endif

@@ -156,14 +156,17 @@ out:
   return rc;
 }
 
-/* One load client: its own libpsclient client and variable. */
+/* One load client: its own libpsclient client and variable, and its rows of
+ * the spec's first table when it names one. */
 struct loader {
   struct dw_client *cl;  /* owned */
   struct counted c;      /* its variable */
+  struct rowload rl;     /* its table rows, when has_rows */
+  int has_rows;          /* the spec names a table: rounds load it too */
   double until;          /* cm_mono_s() at which it stops */
   int64_t bad;           /* elements wrong at the end, -1: final pull failed */
   int failed;            /* a push or pull failed */
-  _Atomic uint64_t done; /* pushes + pulls so far, for the progress line */
+  _Atomic uint64_t done; /* calls so far, for the progress line */
 };
 
 static void *load_thread(void *arg) {
@@ -184,6 +187,13 @@ static void *load_thread(void *arg) {
     }
     l->c.pulls++;
     atomic_fetch_add(&l->done, 2);
+    if (l->has_rows) {
+      if (pstool_rowload_round(&l->rl, l->cl)) {
+        l->failed = 1;
+        break;
+      }
+      atomic_fetch_add(&l->done, 2);
+    }
   }
   return NULL;
 }
@@ -194,8 +204,12 @@ int pstool_load(struct cm_spec *spec, const struct pstool_args *a) {
   pthread_t *th = calloc(n, sizeof *th);
   int started = 0, rc = 1;
   char name[64], who[32];
+  const char *why = NULL;
+  int rows = pstool_rowload_usable(spec, &why);
 
-  if (need_sgd(spec, "load")) {
+  if (need_sgd(spec, "load") || rows < 0) {
+    if (rows < 0)
+      fprintf(stderr, "pstool load: cannot check the spec's table: %s\n", why);
     free(l);
     free(th);
     return 2;
@@ -213,6 +227,9 @@ int pstool_load(struct cm_spec *spec, const struct pstool_args *a) {
       goto out;
     }
     if (counted_open(l[i].cl, &l[i].c, name, a->bytes ? a->bytes : 65536))
+      goto out;
+    l[i].has_rows = rows;
+    if (rows && pstool_rowload_open(&l[i].rl, l[i].cl, spec, i))
       goto out;
   }
   double t0 = cm_mono_s(), until = t0 + (a->seconds > 0 ? a->seconds : 10);
@@ -243,30 +260,42 @@ int pstool_load(struct cm_spec *spec, const struct pstool_args *a) {
     pthread_join(th[i], NULL);
   double t1 = cm_mono_s();
   uint64_t pushes = 0, pulls = 0, calls = 0, failed = 0, retries = 0;
-  int64_t bad = 0;
+  uint64_t row_pushes = 0, row_pulls = 0;
+  int64_t bad = 0, row_bad = 0;
   int broken = started < n;
   for (int i = 0; i < started; i++) {
     struct dw_client_stats st;
     int64_t b = counted_check(l[i].cl, &l[i].c, (float)spec->job.optim.def.lr);
+    int64_t rb = rows ? pstool_rowload_check(&l[i].rl, l[i].cl) : 0;
     dw_client_stats(l[i].cl, &st);
     pushes += l[i].c.pushes;
     pulls += l[i].c.pulls;
+    row_pushes += l[i].rl.pushes;
+    row_pulls += l[i].rl.pulls;
     calls += st.calls;
     failed += st.failed;
     retries += st.retries;
-    broken |= l[i].failed || b < 0;
+    broken |= l[i].failed || b < 0 || rb < 0;
     bad += b > 0 ? b : 0;
+    row_bad += rb > 0 ? rb : 0;
   }
-  printf("load clients=%d seconds=%.1f pushes=%llu pulls=%llu calls=%llu "
-         "failed_calls=%llu retries=%llu mismatches=%lld calls_per_s=%.0f\n",
+  printf("load clients=%d seconds=%.1f pushes=%llu pulls=%llu "
+         "row_pushes=%llu row_pulls=%llu calls=%llu failed_calls=%llu "
+         "retries=%llu mismatches=%lld row_mismatches=%lld "
+         "calls_per_s=%.0f\n",
          n, t1 - t0, (unsigned long long)pushes, (unsigned long long)pulls,
+         (unsigned long long)row_pushes, (unsigned long long)row_pulls,
          (unsigned long long)calls, (unsigned long long)failed,
-         (unsigned long long)retries, (long long)bad, calls / (t1 - t0));
-  rc = !broken && bad == 0 && (failed == 0 || a->faults) ? 0 : 1;
+         (unsigned long long)retries, (long long)bad, (long long)row_bad,
+         calls / (t1 - t0));
+  rc =
+      !broken && bad == 0 && row_bad == 0 && (failed == 0 || a->faults) ? 0 : 1;
 out:
   for (int i = 0; l && i < n; i++) {
     dw_client_free(l[i].cl);
     counted_free(&l[i].c);
+    if (l[i].has_rows)
+      pstool_rowload_free(&l[i].rl);
   }
   free(l);
   free(th);

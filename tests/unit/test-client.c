@@ -66,6 +66,15 @@ START_TEST(causes_in_words) {
                    "error:0A000086:SSL routines::certificate verify failed",
                    0),
              "TLS handshake failed"));
+  /* A TCP connect gRPC abandoned is not TLS (it said so on a job without
+   * TLS when a shard restarted). */
+  ck_assert_str_eq(cause(GRPC_STATUS_UNAVAILABLE,
+                         "failed to connect to all addresses; last error: "
+                         "UNKNOWN: ipv4:127.0.0.1:40339: tcp handshaker "
+                         "shutdown",
+                         0),
+                   "connection attempt abandoned (the shard stopped or is "
+                   "restarting)");
   ck_assert_ptr_nonnull(
       strstr(cause(GRPC_STATUS_UNAVAILABLE,
                    "DNS resolution failed for nonexistent.invalid:7000: "

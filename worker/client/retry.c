@@ -64,6 +64,10 @@ static const struct {
     {"dns resolution failed", "its host name does not resolve"},
     {"connection timed out", "connection timed out (is the host up? a "
                              "firewall may drop the packets)"},
+    /* gRPC's own name for a connection attempt it gave up on (a shard
+     * that stopped while it was dialled), not TLS. */
+    {"tcp handshaker shutdown", "connection attempt abandoned (the shard "
+                                "stopped or is restarting)"},
     {"handshake", "TLS handshake failed (do this client's and the shard's "
                   "auth.tls settings agree: the CA that signed the shard's "
                   "certificate, TLS on both sides, a client certificate "
