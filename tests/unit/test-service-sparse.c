@@ -186,7 +186,7 @@ START_TEST(push_checks_before_applying) {
        "holds 20");
   uint64_t two[2] = {ids[0], far};
   call(PUSH, sparse_push_req(&r, "adm", two, 2, g, 4),
-       GRPC_STATUS_INVALID_ARGUMENT, "ids must be below id_bound 1000");
+       GRPC_STATUS_OUT_OF_RANGE, "ids must be below id_bound 1000");
   call(PUSH, sparse_push_req(&r, "nope", ids, 1, g, 2), GRPC_STATUS_NOT_FOUND,
        "no table 'nope'");
   hold(&after, mine);
