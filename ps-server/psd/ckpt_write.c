@@ -211,7 +211,8 @@ static int write_shard(struct psd_ckpt *c, struct psd_store *store,
     if (lock_vars)
       pthread_mutex_lock(&v->lock);
     double t0 = cm_mono_ms();
-    if (copied) {
+    if (copied && len) { /* len 0: a variable of no rows here, and dst
+                            may be NULL (no buffer taken yet) */
       memcpy(dst, v->value, len);
       for (int k = 0; k < v->nslots; k++)
         memcpy(dst + (size_t)(1 + k) * len, v->slots[k], len);
