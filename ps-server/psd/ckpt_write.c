@@ -211,11 +211,10 @@ static int write_shard(struct psd_ckpt *c, struct psd_store *store,
     if (lock_vars)
       pthread_mutex_lock(&v->lock);
     double t0 = cm_mono_ms();
-    if (copied && len) { /* len 0: a variable of no rows here, and dst
-                            may be NULL (no buffer taken yet) */
-      memcpy(dst, v->value, len);
-      for (int k = 0; k < v->nslots; k++)
-        memcpy(dst + (size_t)(1 + k) * len, v->slots[k], len);
+    if (copied) {
+      /* len 0 (no rows of it here): dst may be NULL, no buffer taken yet */
+      for (int k = 0; len && k <= v->nslots; k++)
+        memcpy(dst + (size_t)k * len, k ? v->slots[k - 1] : v->value, len);
     } else {
       rc = cm_st_writer_write(w, v->value, len, err, errlen);
       for (int k = 0; !rc && k < v->nslots; k++)
@@ -229,7 +228,7 @@ static int write_shard(struct psd_ckpt *c, struct psd_store *store,
       res->hold_ms = cm_mono_ms() - t0;
     if (whole)
       at += all;
-    else if (copied)
+    else if (copied && all)
       rc = cm_st_writer_write(w, copy, all, err, errlen);
     if (rc)
       goto out;
