@@ -257,6 +257,34 @@ class ProcTest(unittest.TestCase):
         self.tmp.__exit__(None, None, None)
 
 
+class ShardsTest(unittest.TestCase):
+    """A test class with shards of its own, started once for the class: NPS
+    psd processes of a spec (cls.spec, addresses cls.addrs, processes
+    cls.ps) whose job is cls.job(), which may name files under cls.tmp;
+    each shard must exit 0 on SIGTERM at the end."""
+
+    NPS = 2  # shards
+    JOB = {"name": "t"}  # the spec's job, unless job() says otherwise
+
+    @classmethod
+    def job(cls):
+        return dict(cls.JOB)
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory(prefix="psd-test-")
+        cls.spec = os.path.join(cls.tmp.name, "spec.json")
+        spec = write_spec(cls.spec, nps=cls.NPS, nworker=1, job=cls.job())
+        cls.addrs = spec["cluster"]["ps"]
+        cls.ps = [start_psd(cls.spec, i) for i in range(cls.NPS)]
+
+    @classmethod
+    def tearDownClass(cls):
+        rcs = [p.stop(signal.SIGTERM) for p in cls.ps]
+        cls.tmp.cleanup()
+        assert rcs == [0] * cls.NPS, "psd did not exit 0 on SIGTERM: %s" % rcs
+
+
 def nobody_argv(argv, umask=None):
     """argv run as user nobody, through setpriv: another local user in the
     tests of who may own a Unix socket, or a stand-in for the units' user

@@ -6,10 +6,7 @@ push of the wrong length are refused by name, and the shard serves on.
 Run: /usr/bin/python3 test_bf16.py BUILD_DIR"""
 import importlib.util
 import json
-import os
-import signal
 import struct
-import tempfile
 import unittest
 
 import harness as h
@@ -21,20 +18,9 @@ LR, MU = 0.1, 0.9
 f32 = h.f32
 
 
-class Bf16WireTest(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.tmp = tempfile.TemporaryDirectory(prefix="psd-test-")
-        cls.spec = os.path.join(cls.tmp.name, "spec.json")
-        h.write_spec(cls.spec, nps=1, nworker=1,
-                     job={"name": "t", "optimizer": {"type": "momentum", "lr": LR, "momentum": MU}})
-        cls.ps = [h.start_psd(cls.spec, 0)]
-
-    @classmethod
-    def tearDownClass(cls):
-        rcs = [p.stop(signal.SIGTERM) for p in cls.ps]
-        cls.tmp.cleanup()
-        assert rcs == [0], "psd did not exit 0 on SIGTERM: %s" % rcs
+class Bf16WireTest(h.ShardsTest):
+    NPS = 1
+    JOB = {"name": "t", "optimizer": {"type": "momentum", "lr": LR, "momentum": MU}}
 
     def ok(self, *args):
         r = h.pstool(self.spec, "--shard", "0", *args)

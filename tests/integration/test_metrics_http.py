@@ -139,21 +139,19 @@ def listening(port):
     return found
 
 
-class MetricsTest(unittest.TestCase):
+class MetricsTest(h.ShardsTest):
     """Two shards with one metrics address each (the list form)."""
+
+    @classmethod
+    def job(cls):
+        return {"name": "mh", "optimizer": {"type": "sgd", "lr": 1.0},
+                "metrics_listen": ["127.0.0.1:%d" % p for p in cls.mports]}
 
     @classmethod
     def setUpClass(cls):
         need_parser()
-        cls.tmp = tempfile.TemporaryDirectory(prefix="psd-test-")
-        cls.spec = os.path.join(cls.tmp.name, "spec.json")
         cls.mports = h.free_ports(2)
-        h.write_spec(cls.spec, nps=2, nworker=1,
-                     job={"name": "mh", "optimizer": {"type": "sgd", "lr": 1.0},
-                          "metrics_listen": ["127.0.0.1:%d" % p for p in cls.mports]})
-        with open(cls.spec) as f:
-            cls.addrs = json.load(f)["cluster"]["ps"]
-        cls.ps = [h.start_psd(cls.spec, i) for i in range(2)]
+        super().setUpClass()
         cls.url = ["http://127.0.0.1:%d/metrics" % p for p in cls.mports]
         # 'm' (4, 2) split by rows over both shards: 3 pushes to shard 0, 2 to 1.
         for s, n in ((0, 3), (1, 2)):
@@ -166,12 +164,6 @@ class MetricsTest(unittest.TestCase):
         r = h.pstool(cls.spec, "--shard", str(shard), *args)
         assert r.returncode == 0, r.stdout + r.stderr
         return r.stdout
-
-    @classmethod
-    def tearDownClass(cls):
-        rcs = [p.stop(signal.SIGTERM) for p in cls.ps]
-        cls.tmp.cleanup()
-        assert rcs == [0, 0], "psd did not exit 0 on SIGTERM: %s" % rcs
 
     def scrape(self, shard):
         status, headers, body = fetch(self.url[shard])

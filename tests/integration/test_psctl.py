@@ -8,7 +8,6 @@ import math
 import os
 import re
 import signal
-import tempfile
 import unittest
 
 import harness as h
@@ -166,17 +165,15 @@ BIG_SPOTS = {0: [1.0, 2.0, 3.0], 524284: [-1.0, 2.5, 3.25, -4.0, 5.0, -6.5, 7.0,
              614397: [9.0, -10.0, 11.0]}
 
 
-class PsctlTest(unittest.TestCase):
+class PsctlTest(h.ShardsTest):
     """One async job; variables filled by pstool; a joined pstool client."""
+
+    JOB = {"name": "ctl", "optimizer": {"type": "sgd", "lr": 1.0},
+           "heartbeat_ms": 200, "nonfinite": "apply"}  # W holds a NaN
 
     @classmethod
     def setUpClass(cls):
-        cls.tmp = tempfile.TemporaryDirectory(prefix="psd-test-")
-        cls.spec = os.path.join(cls.tmp.name, "spec.json")
-        h.write_spec(cls.spec, nps=2, nworker=1,
-                     job={"name": "ctl", "optimizer": {"type": "sgd", "lr": 1.0},
-                          "heartbeat_ms": 200, "nonfinite": "apply"})  # W holds a NaN
-        cls.ps = [h.start_psd(cls.spec, i) for i in range(2)]
+        super().setUpClass()
         for s in range(2):
             cls.tool("declare", "w", "6,4", "-1", shard=s)   # rows [0,3) and [3,6)
             cls.tool("declare", "b", "5", "1", shard=s)      # whole on shard 1
@@ -193,12 +190,6 @@ class PsctlTest(unittest.TestCase):
         r = h.pstool(cls.spec, "--join", "--worker", "0", "--bytes", "4096", "--rounds", "30",
                      "roundtrip")
         assert r.returncode == 0, r.stdout + r.stderr
-
-    @classmethod
-    def tearDownClass(cls):
-        rcs = [p.stop(signal.SIGTERM) for p in cls.ps]
-        cls.tmp.cleanup()
-        assert rcs == [0, 0], "psd exit codes %s" % rcs
 
     @classmethod
     def tool(cls, *args, shard=0):

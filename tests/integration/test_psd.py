@@ -34,20 +34,8 @@ def pulled(out):
     return [float(v) for v in vals.split(",")] if vals else []
 
 
-class PsdTest(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.tmp = tempfile.TemporaryDirectory(prefix="psd-test-")
-        cls.spec = os.path.join(cls.tmp.name, "spec.json")
-        h.write_spec(cls.spec, nps=2, nworker=1,
-                     job={"name": "t", "optimizer": {"type": "momentum", "lr": LR, "momentum": MU}})
-        cls.ps = [h.start_psd(cls.spec, i) for i in range(2)]
-
-    @classmethod
-    def tearDownClass(cls):
-        rcs = [p.stop(signal.SIGTERM) for p in cls.ps]
-        cls.tmp.cleanup()
-        assert rcs == [0, 0], "psd did not exit 0 on SIGTERM: %s" % rcs
+class PsdTest(h.ShardsTest):
+    JOB = {"name": "t", "optimizer": {"type": "momentum", "lr": LR, "momentum": MU}}
 
     def tool(self, *args, shard=0):
         return h.pstool(self.spec, "--shard", str(shard), *args)

@@ -29,7 +29,6 @@ import os
 import signal
 import struct
 import sys
-import tempfile
 import unittest
 
 import harness as h
@@ -175,23 +174,11 @@ def grads(k, n, dim):
     return [((7 * k + 3 * r + 5 * j) % 23 - 11) / 64.0 for r in range(n) for j in range(dim)]
 
 
-class TableOptimTest(unittest.TestCase):
+class TableOptimTest(h.ShardsTest):
     @classmethod
-    def setUpClass(cls):
-        cls.tmp = tempfile.TemporaryDirectory(prefix="psd-test-")
-        cls.spec = os.path.join(cls.tmp.name, "spec.json")
-        h.write_spec(cls.spec, nps=2, nworker=1,
-                     job={"name": "topt", "seed": SEED, "tables": OPT + OTHER,
-                          "checkpoint": {"dir": os.path.join(cls.tmp.name, "ckpt")}})
-        with open(cls.spec) as fh:
-            cls.addrs = json.load(fh)["cluster"]["ps"]
-        cls.ps = [h.start_psd(cls.spec, i) for i in range(2)]
-
-    @classmethod
-    def tearDownClass(cls):
-        rcs = [p.stop(signal.SIGTERM) for p in cls.ps]
-        cls.tmp.cleanup()
-        assert rcs == [0, 0], "psd did not exit 0 on SIGTERM: %s" % rcs
+    def job(cls):
+        return {"name": "topt", "seed": SEED, "tables": OPT + OTHER,
+                "checkpoint": {"dir": os.path.join(cls.tmp.name, "ckpt")}}
 
     def rows(self, table, op, ids, g=None):
         args = ["rows", table["name"], str(table["dim"]), op, ",".join(str(i) for i in ids)]

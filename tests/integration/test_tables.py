@@ -27,7 +27,6 @@ import os
 import signal
 import struct
 import sys
-import tempfile
 import unittest
 
 import harness as h
@@ -65,23 +64,11 @@ DIMS = {t["name"]: "%d%s" % (t["dim"], ":%d" % t["id_bound"] if "id_bound" in t 
         for t in TABLES}
 
 
-class TablesTest(unittest.TestCase):
+class TablesTest(h.ShardsTest):
     @classmethod
-    def setUpClass(cls):
-        cls.tmp = tempfile.TemporaryDirectory(prefix="psd-test-")
-        cls.spec = os.path.join(cls.tmp.name, "spec.json")
-        h.write_spec(cls.spec, nps=2, nworker=1,
-                     job={"name": "tab", "tables": TABLES,
-                          "checkpoint": {"dir": os.path.join(cls.tmp.name, "ckpt")}})
-        with open(cls.spec) as f:
-            cls.addrs = json.load(f)["cluster"]["ps"]
-        cls.ps = [h.start_psd(cls.spec, i) for i in range(2)]
-
-    @classmethod
-    def tearDownClass(cls):
-        rcs = [p.stop(signal.SIGTERM) for p in cls.ps]
-        cls.tmp.cleanup()
-        assert rcs == [0, 0], "psd did not exit 0 on SIGTERM: %s" % rcs
+    def job(cls):
+        return {"name": "tab", "tables": TABLES,
+                "checkpoint": {"dir": os.path.join(cls.tmp.name, "ckpt")}}
 
     def rows(self, table, op, ids, grads=None):
         args = ["rows", table, DIMS[table], op, ",".join(str(i) for i in ids)]
