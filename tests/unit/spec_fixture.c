@@ -46,3 +46,15 @@ int count_lines(const char *s) {
     n += *s == '\n';
   return n;
 }
+
+const char *addrs(const struct cm_addr *list, int n) {
+  static char buf[4096];
+
+  buf[0] = '\0';
+  for (int i = 0; i < n; i++) {
+    if (i)
+      strcat(buf, " ");
+    strcat(buf, list[i].text);
+  }
+  return buf;
+}

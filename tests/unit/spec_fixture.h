@@ -36,4 +36,9 @@ void has_text(const char *text);
 /* Lines in s ("" has none). */
 int count_lines(const char *s);
 
+/* The addresses of list[0..n) joined by spaces, in a static buffer (the
+ * derived specs' clusters, as the Slurm and Kubernetes suites compare
+ * them). */
+const char *addrs(const struct cm_addr *list, int n);
+
 #endif

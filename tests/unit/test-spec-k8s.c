@@ -29,19 +29,6 @@ static void teardown(void) {
   spec = NULL;
 }
 
-/* The addresses of list[0..n) joined by spaces. */
-static const char *addrs(const struct cm_addr *list, int n) {
-  static char buf[4096];
-
-  buf[0] = '\0';
-  for (int i = 0; i < n; i++) {
-    if (i)
-      strcat(buf, " ");
-    strcat(buf, list[i].text);
-  }
-  return buf;
-}
-
 /* Derives from env, expecting CM_ESPEC and no spec. */
 static void derive_bad(char *const *env) {
   err[0] = '\0';

@@ -51,19 +51,6 @@ static void teardown(void) {
   json = NULL;
 }
 
-/* The addresses of list[0..n) joined by spaces. */
-static const char *addrs(const struct cm_addr *list, int n) {
-  static char buf[4096];
-
-  buf[0] = '\0';
-  for (int i = 0; i < n; i++) {
-    if (i)
-      strcat(buf, " ");
-    strcat(buf, list[i].text);
-  }
-  return buf;
-}
-
 /* Writes text into a file of a new temporary directory; returns its path. */
 static const char *job_file(const char *text) {
   static char path[256];
