@@ -132,6 +132,20 @@ class OptimizerTest(ShardTest):
         self.assertEqual(opt.early_pushes, 0)  # one small bucket: at step()
         opt.finish()
 
+    def test_clip_norm_is_said_not_ignored(self):
+        """The spec's clip_norm is dworker's; here it is warned of."""
+        import psd.torch as pt
+        spec = os.path.join(self.d, "clip.json")
+        h.write_spec(spec, job={"name": "clip", "optimizer": {
+            "type": "sgd", "lr": 0.5, "clip_norm": 1.5}})
+        self.procs += [h.start_psd(spec, i) for i in range(2)]
+        c = psd.Client(spec)
+        self.addCleanup(c.close)
+        model = torch.nn.Linear(3, 2)
+        with self.assertWarnsRegex(UserWarning, "clip_norm 1.5.*unclipped"):
+            opt = pt.DistributedOptimizer(model.named_parameters(), c)
+        opt.finish()
+
     def test_a_scalar_parameter(self):
         """A 0-d parameter is a variable of one element: declared with its
         value, trained, pulled back into the 0-d tensor."""

@@ -30,6 +30,7 @@ import math
 import queue
 import threading
 import time
+import warnings
 
 import numpy as np
 import torch
@@ -213,6 +214,20 @@ def _select(named, topt):
     return train, kept
 
 
+def _warn_clip(c):
+    """The spec's job.optimizer.clip_norm is done by dworker before it
+    pushes; these pushes leave as backward makes each gradient, so nothing
+    clips them: said, not done silently. (A clip_norm in the optimizer
+    passed here is refused by the shards: clipping is per job.)"""
+    o = c.job.get("optimizer")
+    if isinstance(o, dict) and o.get("clip_norm"):
+        warnings.warn(
+            f"the spec's job.optimizer has clip_norm {o['clip_norm']}, which "
+            "dworker applies before pushing; DistributedOptimizer pushes each "
+            "gradient unclipped as backward makes it (clip in a tensor hook "
+            "of your own, or drop clip_norm)", stacklevel=3)
+
+
 class DistributedOptimizer:
     """DistributedOptimizer(named_parameters, client=None, *, optimizer=None,
     exclude=(), prefix="", batch_size=None, bucket_mb=4.0,
@@ -303,6 +318,7 @@ class DistributedOptimizer:
             self.values.append(p.data.view(-1).numpy())
         if batch_size is None:
             batch_size = int(c.job.get("batch_size", 0))
+        _warn_clip(c)
         self.examples = int(batch_size)
         self.passes_per_step = passes
         self.sync = c.mode == "sync"
