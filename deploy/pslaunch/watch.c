@@ -57,22 +57,22 @@ static int is_mine(const struct pl_launch *l, int i) {
 
 int pl_ask_status(const struct pl_launch *l, int timeout_ms, char **json,
                   char *err, size_t len) {
-  struct dw_client_opts o = {
+  struct psc__client_opts o = {
       .worker = "pslaunch", .timeout_ms = timeout_ms, .retry_s = -1};
-  struct dw_client *c = NULL;
+  struct psc__client *c = NULL;
   int rc;
 
   *json = NULL;
   err[0] = '\0';
-  rc = dw_client_new(&c, l->spec, &o);
+  rc = psc__client_new(&c, l->spec, &o);
   if (rc == 0)
-    rc = dw_client_status(c, 0, json);
-  if (rc < 0 && c && *dw_client_error(c))
-    snprintf(err, len, "%s", dw_client_error(c));
+    rc = psc__client_status(c, 0, json);
+  if (rc < 0 && c && *psc__client_error(c))
+    snprintf(err, len, "%s", psc__client_error(c));
   else if (rc < 0)
     snprintf(err, len, "status to ps:0 (%s) failed: %s", l->spec->ps[0].text,
              cm_strerror(rc));
-  dw_client_free(c);
+  psc__client_free(c);
   return rc;
 }
 
@@ -86,17 +86,17 @@ static void ask(uv_work_t *req) {
       pl_ask_status(l, PL_WATCH_DEADLINE_MS, &w->json, w->err, sizeof w->err);
 }
 
-/* What the coordinator's status says of worker i (dw_worker_judge). */
+/* What the coordinator's status says of worker i (psc__worker_judge). */
 static enum pl_worker_state judge(const struct pl_launch *l, json_t *root,
                                   int i) {
-  switch (dw_worker_judge(root, i, l->spec->job.heartbeat_ms)) {
-  case DW_W_TRAINING:
+  switch (psc__worker_judge(root, i, l->spec->job.heartbeat_ms)) {
+  case PSC__W_TRAINING:
     return PL_W_TRAINING;
-  case DW_W_FINISHING:
+  case PSC__W_FINISHING:
     return PL_W_FINISHING;
-  case DW_W_FINISHED:
+  case PSC__W_FINISHED:
     return PL_W_FINISHED;
-  case DW_W_DEAD:
+  case PSC__W_DEAD:
     return PL_W_DEAD;
   default:
     return PL_W_NOT_JOINED;
@@ -233,7 +233,7 @@ static void on_timer(uv_timer_t *h) {
 
 int pl_watch_start(struct pl_launch *l) {
   struct pl_watch *w = &l->watch;
-  struct dw_client *c = NULL;
+  struct psc__client *c = NULL;
   int rc;
 
   if (w->active)
@@ -245,12 +245,12 @@ int pl_watch_start(struct pl_launch *l) {
   }
   /* A client that cannot be made now (credentials) never will be: say so
    * once, here, rather than at every ask. */
-  if ((rc = dw_client_new(&c, l->spec, NULL)) < 0) {
+  if ((rc = psc__client_new(&c, l->spec, NULL)) < 0) {
     pl_say("cannot ask ps:0 (%s) about the cluster's other workers: %s",
            l->spec->ps[0].text, cm_strerror(rc));
     return rc;
   }
-  dw_client_free(c);
+  psc__client_free(c);
   /* gRPC stays initialised between the asks' clients. */
   cm_rpc_global_init();
   uv_timer_init(&l->loop, &w->timer);

@@ -1,5 +1,5 @@
 /* psctl checkpoint: asks every shard at once to write a checkpoint
- * (Admin.Checkpoint, through dw_client_checkpoint) and prints what each
+ * (Admin.Checkpoint, through psc__client_checkpoint) and prints what each
  * answered, a shard that is down or failed included; exit status 1 names
  * them. Also the CHECKPOINTS table of psctl status. */
 #include <stdio.h>
@@ -27,7 +27,7 @@ static const char *status_name(int status) {
 /* Says on stderr why shard s failed: the cause in words where the client
  * found one (not reached, a wrong token), then the status and message. */
 static void say_failure(const struct psctl *p, int s,
-                        const struct dw_checkpoint *k) {
+                        const struct psc__checkpoint *k) {
   const char *down = is_down(k->status) ? " is down" : "";
   if (k->cause[0])
     fprintf(stderr, "psctl: ps:%d (%s)%s: %s [%s: %s]\n", s,
@@ -40,7 +40,7 @@ static void say_failure(const struct psctl *p, int s,
 
 /* The answers as one JSON document. */
 static int print_answers_json(const struct psctl *p,
-                              const struct dw_checkpoint *k) {
+                              const struct psc__checkpoint *k) {
   json_t *root = json_object(), *shards = json_array();
   int rc;
   for (int s = 0; s < p->spec->nps; s++) {
@@ -66,7 +66,7 @@ static int print_answers_json(const struct psctl *p,
 
 /* The answers as a table, a line per shard. */
 static void print_answers(const struct psctl *p,
-                          const struct dw_checkpoint *k) {
+                          const struct psc__checkpoint *k) {
   printf("%-6s %-22s %-8s %10s %10s %9s  %s\n", "SHARD", "ADDRESS", "RESULT",
          "STEP", "SIZE", "TIME", "PATH");
   for (int s = 0; s < p->spec->nps; s++) {
@@ -91,14 +91,14 @@ static void print_answers(const struct psctl *p,
 
 int psctl_cmd_checkpoint(struct psctl *p) {
   const struct cm_spec *spec = p->spec;
-  struct dw_checkpoint *k = NULL;
+  struct psc__checkpoint *k = NULL;
   int rc = psctl_no_operands(p, "checkpoint"), bad = 0;
 
   if (rc)
     return rc;
   rc = 1;
   if (!(k = calloc(spec->nps, sizeof *k)) ||
-      dw_client_checkpoint(p->client, p->wait, k) == CM_ENOMEM) {
+      psc__client_checkpoint(p->client, p->wait, k) == CM_ENOMEM) {
     fprintf(stderr, "psctl: out of memory\n");
     goto out;
   }

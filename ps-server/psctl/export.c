@@ -1,5 +1,5 @@
 /* psctl export: reads every variable's rows from the shards that hold them
- * (their live values, with Data.Pull through dw_client_read; with --slots,
+ * (their live values, with Data.Pull through psc__client_read; with --slots,
  * each variable's optimizer slots too, as "<name>/<slot>":
  * "<name>/momentum", "<name>/m", "<name>/v", ...) and writes them as one
  * safetensors file, each tensor with the variable's whole shape, so that
@@ -58,7 +58,7 @@ static int statuses(struct psctl *p, json_t **st) {
     int status;
     if (psctl_status_doc(p, s, &st[s]) == 0)
       continue;
-    status = dw_client_last_status(p->client, &details);
+    status = psc__client_last_status(p->client, &details);
     fprintf(stderr, "psctl: ps:%d (%s) is down: %s: %s\n", s,
             p->spec->ps[s].text, cm_rpc_status_name((grpc_status_code)status),
             details);
@@ -176,7 +176,7 @@ fail:
  * with slot >= 0 that slot) from shard and writes them to w, a window of
  * PSCTL_EXPORT_WINDOW messages at a time (buf holds one window), each
  * window in order whatever order its messages completed in. */
-static int pull_part(struct dw_client *c, int shard, const char *name,
+static int pull_part(struct psc__client *c, int shard, const char *name,
                      uint64_t first, uint64_t count, int slot,
                      struct cm_st_writer *w, float *buf, char *err,
                      size_t errlen) {
@@ -185,21 +185,21 @@ static int pull_part(struct dw_client *c, int shard, const char *name,
   int rc = 0;
 
   while (done < count && !rc) {
-    struct dw_read r = {.shard = shard,
-                        .name = name,
-                        .offset = first + done,
-                        .count = count - done < per ? count - done : per,
-                        .dst = buf,
-                        .slots = slot >= 0,
-                        .slot = slot >= 0 ? (uint32_t)slot : 0};
-    if ((rc = dw_client_read(c, &r, 1)) && r.rc) {
+    struct psc__read r = {.shard = shard,
+                          .name = name,
+                          .offset = first + done,
+                          .count = count - done < per ? count - done : per,
+                          .dst = buf,
+                          .slots = slot >= 0,
+                          .slot = slot >= 0 ? (uint32_t)slot : 0};
+    if ((rc = psc__client_read(c, &r, 1)) && r.rc) {
       const char *details = "";
-      int status = dw_client_last_status(c, &details);
+      int status = psc__client_last_status(c, &details);
       snprintf(err, errlen, "pull of '%s' from %s: %s: %s", name,
-               dw_client_target(c, shard),
+               psc__client_target(c, shard),
                cm_rpc_status_name((grpc_status_code)status), details);
     } else if (rc) {
-      snprintf(err, errlen, "%s", dw_client_error(c));
+      snprintf(err, errlen, "%s", psc__client_error(c));
     } else {
       rc = cm_st_writer_write(w, buf, r.count * sizeof *buf, err, errlen);
     }

@@ -1,5 +1,5 @@
 /* psctl get: a variable's values, read from every shard that holds the
- * rows asked for (dw_client_read, all shards at once) and assembled in
+ * rows asked for (psc__client_read, all shards at once) and assembled in
  * row order; or, with --stats, their count, min, max, mean, L2 norm and
  * NaNs. Rows of a shard that is down are named as missing. */
 #include <errno.h>
@@ -109,7 +109,7 @@ static void stats_add(struct stats *st, const float *x, uint64_t n) {
 int psctl_cmd_get(struct psctl *p) {
   const struct cm_spec *spec = p->spec;
   struct psctl_var_map m = {0};
-  struct dw_read *reads = NULL;
+  struct psc__read *reads = NULL;
   unsigned char *have = NULL; /* per row in [a, b): it arrived */
   float *x = NULL;
   json_t *root = NULL, *missing;
@@ -161,15 +161,15 @@ int psctl_cmd_get(struct psctl *p) {
     if (lo >= hi || !m.slice[s])
       continue;
     reads[nreads++] =
-        (struct dw_read){.shard = s,
-                         .name = m.name,
-                         .offset = (uint64_t)lo * m.row_len,
-                         .count = (uint64_t)(hi - lo) * m.row_len,
-                         .dst = x + (uint64_t)(lo - a) * m.row_len};
+        (struct psc__read){.shard = s,
+                           .name = m.name,
+                           .offset = (uint64_t)lo * m.row_len,
+                           .count = (uint64_t)(hi - lo) * m.row_len,
+                           .dst = x + (uint64_t)(lo - a) * m.row_len};
   }
-  dw_client_read(p->client, reads, nreads);
+  psc__client_read(p->client, reads, nreads);
   for (int i = 0; i < nreads; i++) {
-    const struct dw_read *r = &reads[i];
+    const struct psc__read *r = &reads[i];
     int64_t lo = (int64_t)(r->offset / m.row_len);
     if (r->rc) {
       fprintf(stderr, "psctl: %s\n", r->err);

@@ -176,7 +176,7 @@ static void unknown_command(const char *name) {
 
 int psctl_status_doc(struct psctl *p, int s, json_t **doc) {
   char *text = NULL;
-  int rc = dw_client_status(p->client, s, &text);
+  int rc = psc__client_status(p->client, s, &text);
   *doc = NULL;
   if (rc == 0 && !(*doc = json_loads(text, 0, NULL)))
     rc = CM_ENOMEM;
@@ -194,8 +194,9 @@ static int fetch_status(struct psctl *p) {
     int rc = psctl_status_doc(p, s, &p->st[s]);
     if (rc == 0)
       continue;
-    p->why[s] = strdup(*dw_client_error(p->client) ? dw_client_error(p->client)
-                                                   : cm_strerror(rc));
+    p->why[s] =
+        strdup(*psc__client_error(p->client) ? psc__client_error(p->client)
+                                             : cm_strerror(rc));
     fprintf(stderr, "psctl: ps:%d (%s) is down: %s\n", s, p->spec->ps[s].text,
             p->why[s] ? p->why[s] : cm_strerror(rc));
     p->down++;
@@ -275,11 +276,11 @@ int psctl_no_operands(const struct psctl *p, const char *cmd) {
  * 5 s, or 10 min for a call that waits for the shards to write (checkpoint
  * --wait) or for every variable's values (export); export's pulls travel in
  * its own chunks, PSCTL_EXPORT_WINDOW of them in flight per shard. */
-static struct dw_client_opts client_opts(const struct command *cmd,
-                                         const struct psctl *p, int timeout) {
+static struct psc__client_opts client_opts(const struct command *cmd,
+                                           const struct psctl *p, int timeout) {
   int export = cmd->run == psctl_cmd_export;
   int long_wait = export || (cmd->run == psctl_cmd_checkpoint && p->wait);
-  struct dw_client_opts o = {.worker = "psctl"};
+  struct psc__client_opts o = {.worker = "psctl"};
   o.timeout_ms = timeout > 0 ? timeout : long_wait ? 600000 : 5000;
   if (export) {
     o.chunk_bytes = PSCTL_EXPORT_CHUNK_BYTES;
@@ -407,8 +408,8 @@ int main(int argc, char **argv) {
   p.spec = spec;
   cm_rpc_global_init();
   cm_rpc_set_max_message((long long)spec->job.max_message_mb << 20);
-  struct dw_client_opts o = client_opts(cmd, &p, timeout);
-  if ((rc = dw_client_new(&p.client, spec, &o)) ||
+  struct psc__client_opts o = client_opts(cmd, &p, timeout);
+  if ((rc = psc__client_new(&p.client, spec, &o)) ||
       (cmd->needs_status && (rc = fetch_status(&p)))) {
     fprintf(stderr, "psctl: %s\n", cm_strerror(rc));
     rc = 1;
@@ -428,7 +429,7 @@ out:
   free(p.st);
   free(p.why);
   free(p.idv);
-  dw_client_free(p.client);
+  psc__client_free(p.client);
   cm_spec_free(spec);
   cm_rpc_global_shutdown();
   return rc;

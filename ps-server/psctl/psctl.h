@@ -28,7 +28,7 @@
 /* What every command works with. */
 struct psctl {
   const struct cm_spec *spec; /* borrowed: the cluster spec */
-  struct dw_client *client;   /* borrowed: channels to every shard */
+  struct psc__client *client; /* borrowed: channels to every shard */
   int json;                   /* --json: one JSON document on stdout */
   json_t **st;      /* per shard: its status (owned), NULL when it is down;
                        NULL for a command that does not ask (checkpoint,
@@ -70,7 +70,7 @@ int psctl_table_export(struct psctl *p); /* tables.c */
  * _str and cm_status_find_named (common/metrics/status_json.h). */
 
 /* Shard s's status document (*doc owned by the caller). Returns 0, or the
- * client's code with dw_client_error and dw_client_last_status saying why
+ * client's code with psc__client_error and psc__client_last_status saying why
  * (CM_ENOMEM when the document could not be parsed). */
 int psctl_status_doc(struct psctl *p, int s, json_t **doc);
 

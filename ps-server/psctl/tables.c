@@ -146,7 +146,7 @@ int psctl_table_get(struct psctl *p) {
   /* Every id is asked of its home shard; one that cannot be answered is
    * said (and makes the exit status 1) without hiding the others. */
   for (size_t i = 0; i < p->nids; i++) {
-    int s = dw_client_shard_of(p->client, p->idv[i]);
+    int s = psc__client_shard_of(p->client, p->idv[i]);
     char *text = NULL;
     if (!p->st[s]) {
       fprintf(stderr, "psctl: id %llu: its shard ps:%d is down (%s)\n",
@@ -155,9 +155,9 @@ int psctl_table_get(struct psctl *p) {
       rc = 1;
       continue;
     }
-    if (dw_client_rows(p->client, s, p->argv[0], &p->idv[i], 1, 0, &text)) {
+    if (psc__client_rows(p->client, s, p->argv[0], &p->idv[i], 1, 0, &text)) {
       fprintf(stderr, "psctl: id %llu: %s\n", (unsigned long long)p->idv[i],
-              dw_client_error(p->client));
+              psc__client_error(p->client));
       rc = 1;
       continue;
     }
@@ -211,8 +211,9 @@ int psctl_cmd_top(struct psctl *p) {
     char *text = NULL;
     if (!p->st[s])
       continue;
-    if (dw_client_rows(p->client, s, p->argv[0], NULL, 0, (uint32_t)k, &text)) {
-      fprintf(stderr, "psctl: %s\n", dw_client_error(p->client));
+    if (psc__client_rows(p->client, s, p->argv[0], NULL, 0, (uint32_t)k,
+                         &text)) {
+      fprintf(stderr, "psctl: %s\n", psc__client_error(p->client));
       rc = 1;
       continue;
     }
@@ -276,8 +277,8 @@ int psctl_cmd_shrink(struct psctl *p) {
     uint64_t ev = 0, rows = 0;
     if (!p->st[s])
       continue;
-    if (dw_client_shrink(p->client, s, p->argv[0], &ev, &rows)) {
-      fprintf(stderr, "psctl: %s\n", dw_client_error(p->client));
+    if (psc__client_shrink(p->client, s, p->argv[0], &ev, &rows)) {
+      fprintf(stderr, "psctl: %s\n", psc__client_error(p->client));
       rc = 1;
       continue;
     }
@@ -314,9 +315,9 @@ static int read_shard(struct psctl *p, int s, const char *table,
   int has_after = 0;
   uint64_t after = 0;
   for (;;) {
-    struct dw_table_page pg;
-    if (dw_client_export_page(p->client, s, table, has_after, after, &pg)) {
-      fprintf(stderr, "psctl: %s\n", dw_client_error(p->client));
+    struct psc__table_page pg;
+    if (psc__client_export_page(p->client, s, table, has_after, after, &pg)) {
+      fprintf(stderr, "psctl: %s\n", psc__client_error(p->client));
       return 1;
     }
     size_t bad = psctl_ids_unordered(pg.ids, pg.n, has_after, after);

@@ -21,7 +21,7 @@
 /* The watch's state, one per shard (srv->done). */
 struct psd_done {
   struct psd_server *srv; /* the shard */
-  struct dw_client *c;    /* owned client of the job's shards */
+  struct psc__client *c;  /* owned client of the job's shards */
   uv_timer_t timer;       /* asks every DONE_EVERY_MS */
   uv_work_t work;         /* the ask in flight on the thread pool */
   int busy;               /* 1 while work is queued */
@@ -33,7 +33,7 @@ struct psd_done {
 static void ask(uv_work_t *req) {
   struct psd_done *d = req->data;
   d->json = NULL;
-  if (dw_client_status(d->c, 0, &d->json))
+  if (psc__client_status(d->c, 0, &d->json))
     d->json = NULL;
 }
 
@@ -43,10 +43,11 @@ static int all_done(struct psd_done *d, json_t *root) {
   const struct cm_spec *spec = d->srv->spec;
   int done = 1;
   for (int i = 0; i < spec->nworker; i++) {
-    enum dw_worker_state s = dw_worker_judge(root, i, spec->job.heartbeat_ms);
-    if (s == DW_W_FINISHING)
+    enum psc__worker_state s =
+        psc__worker_judge(root, i, spec->job.heartbeat_ms);
+    if (s == PSC__W_FINISHING)
       done = 2;
-    else if (s != DW_W_FINISHED && s != DW_W_DEAD)
+    else if (s != PSC__W_FINISHED && s != PSC__W_DEAD)
       return 0;
   }
   return spec->nworker > 0 ? done : 0;
@@ -93,14 +94,14 @@ static void on_timer(uv_timer_t *t) {
 }
 
 int psd_done_start(struct psd_server *srv) {
-  struct dw_client_opts o = {
+  struct psc__client_opts o = {
       .worker = "exit_when_done", .timeout_ms = 5000, .retry_s = -1};
   struct psd_done *d = calloc(1, sizeof *d);
   int rc;
   if (!d)
     return -1;
   d->srv = srv;
-  if ((rc = dw_client_new(&d->c, srv->spec, &o))) {
+  if ((rc = psc__client_new(&d->c, srv->spec, &o))) {
     free(d);
     return rc;
   }
@@ -115,7 +116,7 @@ void psd_done_free(struct psd_server *srv) {
   struct psd_done *d = srv->done;
   if (!d)
     return;
-  dw_client_free(d->c);
+  psc__client_free(d->c);
   free(d);
   srv->done = NULL;
 }

@@ -94,7 +94,7 @@ int pstool_load(struct cm_spec *spec, const struct pstool_args *a);
 
 /* ---- pstool_rowload.c */
 
-struct dw_client;
+struct psc__client;
 
 /* Hot ids per load client: pushed every round, checked exactly. */
 #define ROWLOAD_HOT 8
@@ -125,16 +125,16 @@ int pstool_rowload_usable(const struct cm_spec *spec, const char **why);
 
 /* Declares the table, pulls the hot rows' start and warms them up (past
  * admission and min_count); 0, or 1 with the error printed. */
-int pstool_rowload_open(struct rowload *r, struct dw_client *cl,
+int pstool_rowload_open(struct rowload *r, struct psc__client *cl,
                         const struct cm_spec *spec, int client);
 
 /* One round: pushes and pulls the hot ids and 2 cold ones, checking the
  * hot rows; 0, or 1 when a call failed (printed). */
-int pstool_rowload_round(struct rowload *r, struct dw_client *cl);
+int pstool_rowload_round(struct rowload *r, struct psc__client *cl);
 
 /* The final pull: the hot elements wrong over the whole run, or -1 when the
  * pull failed. */
-int64_t pstool_rowload_check(struct rowload *r, struct dw_client *cl);
+int64_t pstool_rowload_check(struct rowload *r, struct psc__client *cl);
 
 void pstool_rowload_free(struct rowload *r);
 

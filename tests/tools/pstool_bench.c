@@ -30,11 +30,11 @@ static double quantile(double *t, int n, double q) {
 }
 
 int pstool_roundtrip(struct cm_spec *spec, const struct pstool_args *a) {
-  struct dw_client_opts o = {.worker = "pstool",
-                             .timeout_ms = a->timeout,
-                             .chunk_bytes = a->chunk,
-                             .inflight = a->inflight};
-  struct dw_client *c = NULL;
+  struct psc__client_opts o = {.worker = "pstool",
+                               .timeout_ms = a->timeout,
+                               .chunk_bytes = a->chunk,
+                               .inflight = a->inflight};
+  struct psc__client *c = NULL;
   uint64_t n = a->bytes / sizeof(float);
   float *value = NULL, *grad = NULL;
   char name[64];
@@ -55,26 +55,26 @@ int pstool_roundtrip(struct cm_spec *spec, const struct pstool_args *a) {
   /* --worker tells concurrent clients' variables apart. */
   snprintf(name, sizeof name, "roundtrip/%llu/%d", (unsigned long long)a->bytes,
            a->worker);
-  struct dw_var v = {
+  struct psc__var v = {
       .name = name,
       .ndim = 2,
       .shape = {(int64_t)(n % 256 == 0 ? n / 256 : n), n % 256 == 0 ? 256 : 1},
-      .placement = DW_PLACE_SPLIT,
-      .init = DW_INIT_ZEROS,
+      .placement = PSC__PLACE_SPLIT,
+      .init = PSC__INIT_ZEROS,
       .value = value,
       .grad = grad};
   uint64_t step;
-  if (dw_client_new(&c, spec, &o) ||
-      (a->join && dw_client_join(c, a->worker, 500, &step)) ||
-      dw_client_declare(c, &v, 1) || dw_client_pull(c)) {
-    fprintf(stderr, "pstool: %s\n", c ? dw_client_error(c) : "no client");
+  if (psc__client_new(&c, spec, &o) ||
+      (a->join && psc__client_join(c, a->worker, 500, &step)) ||
+      psc__client_declare(c, &v, 1) || psc__client_pull(c)) {
+    fprintf(stderr, "pstool: %s\n", c ? psc__client_error(c) : "no client");
     goto out;
   }
   /* The variable is fresh only the first time; check against what it held. */
   float *before = malloc(n * sizeof(float));
   memcpy(before, value, n * sizeof(float));
-  if (dw_client_push(c) || dw_client_pull(c)) {
-    fprintf(stderr, "pstool: %s\n", dw_client_error(c));
+  if (psc__client_push(c) || psc__client_pull(c)) {
+    fprintf(stderr, "pstool: %s\n", psc__client_error(c));
     free(before);
     goto out;
   }
@@ -102,15 +102,15 @@ int pstool_roundtrip(struct cm_spec *spec, const struct pstool_args *a) {
     lr = (float)cm_schedule_lr(&opt->schedule, opt->lr, 1);
     float *mid = malloc(n * sizeof(float));
     memcpy(before, value, n * sizeof(float));
-    if (!mid || dw_client_push_pull(c)) {
-      fprintf(stderr, "pstool: %s\n", mid ? dw_client_error(c) : "no memory");
+    if (!mid || psc__client_push_pull(c)) {
+      fprintf(stderr, "pstool: %s\n", mid ? psc__client_error(c) : "no memory");
       free(mid);
       free(before);
       goto out;
     }
     memcpy(mid, value, n * sizeof(float));
-    if (dw_client_pull(c)) {
-      fprintf(stderr, "pstool: %s\n", dw_client_error(c));
+    if (psc__client_pull(c)) {
+      fprintf(stderr, "pstool: %s\n", psc__client_error(c));
       free(mid);
       free(before);
       goto out;
@@ -144,8 +144,8 @@ int pstool_roundtrip(struct cm_spec *spec, const struct pstool_args *a) {
       npull = a->only == 1 ? 0 : a->rounds;
   double t0 = cm_mono_s(), t = t0;
   for (int r = 0; r < npush; r++) {
-    if (dw_client_push(c)) {
-      fprintf(stderr, "pstool: %s\n", dw_client_error(c));
+    if (psc__client_push(c)) {
+      fprintf(stderr, "pstool: %s\n", psc__client_error(c));
       free(tp);
       free(tl);
       goto out;
@@ -156,8 +156,8 @@ int pstool_roundtrip(struct cm_spec *spec, const struct pstool_args *a) {
   }
   double t1 = t;
   for (int r = 0; r < npull; r++) {
-    if (dw_client_pull(c)) {
-      fprintf(stderr, "pstool: %s\n", dw_client_error(c));
+    if (psc__client_pull(c)) {
+      fprintf(stderr, "pstool: %s\n", psc__client_error(c));
       free(tp);
       free(tl);
       goto out;
@@ -175,21 +175,22 @@ int pstool_roundtrip(struct cm_spec *spec, const struct pstool_args *a) {
          "push_us=%.0f pull_us=%.0f push_p50_us=%.0f push_p99_us=%.0f "
          "pull_p50_us=%.0f pull_p99_us=%.0f\n",
          (unsigned long long)a->bytes, fresh ? "verified" : "reused",
-         strncmp(dw_client_target(c, 0), "unix:", 5) ? "tcp" : "unix", mbp / sp,
-         mbl / sl, npush ? sp / npush * 1e6 : 0, npull ? sl / npull * 1e6 : 0,
-         quantile(tp, npush, 0.5) * 1e6, quantile(tp, npush, 0.99) * 1e6,
-         quantile(tl, npull, 0.5) * 1e6, quantile(tl, npull, 0.99) * 1e6);
+         strncmp(psc__client_target(c, 0), "unix:", 5) ? "tcp" : "unix",
+         mbp / sp, mbl / sl, npush ? sp / npush * 1e6 : 0,
+         npull ? sl / npull * 1e6 : 0, quantile(tp, npush, 0.5) * 1e6,
+         quantile(tp, npush, 0.99) * 1e6, quantile(tl, npull, 0.5) * 1e6,
+         quantile(tl, npull, 0.99) * 1e6);
   free(tp);
   free(tl);
   /* A joined client reports each timed push as one example, so that the
    * coordinator's job rate can be checked (test_psctl.py). */
-  rc = a->join
-           ? (dw_client_leave(c, (uint64_t)a->rounds, t1 - t0, cm_mono_s() - t1)
-                  ? 1
-                  : 0)
-           : 0;
+  rc = a->join ? (psc__client_leave(c, (uint64_t)a->rounds, t1 - t0,
+                                    cm_mono_s() - t1)
+                      ? 1
+                      : 0)
+               : 0;
 out:
-  dw_client_free(c);
+  psc__client_free(c);
   free(value);
   free(grad);
   return rc;
@@ -202,9 +203,9 @@ int pstool_syncload(struct cm_spec *spec, const struct pstool_args *a) {
   static const char *names[6] = {"dense0/kernel", "dense0/bias",
                                  "dense1/kernel", "dense1/bias",
                                  "dense2/kernel", "dense2/bias"};
-  struct dw_client_opts o = {.worker = NULL, .timeout_ms = a->timeout};
-  struct dw_client *c = NULL;
-  struct dw_var v[6];
+  struct psc__client_opts o = {.worker = NULL, .timeout_ms = a->timeout};
+  struct psc__client *c = NULL;
+  struct psc__var v[6];
   float *buf[6] = {0}, *grad[6] = {0};
   char who[32];
   uint64_t step = 0;
@@ -219,17 +220,17 @@ int pstool_syncload(struct cm_spec *spec, const struct pstool_args *a) {
     grad[i] = calloc(n, sizeof(float));
     if (!buf[i] || !grad[i])
       goto out;
-    v[i] = (struct dw_var){.name = names[i],
-                           .ndim = shapes[i][1] == 1 ? 1 : 2,
-                           .shape = {shapes[i][0], shapes[i][1]},
-                           .placement = DW_PLACE_AUTO,
-                           .init = DW_INIT_ZEROS,
-                           .value = buf[i],
-                           .grad = grad[i]};
+    v[i] = (struct psc__var){.name = names[i],
+                             .ndim = shapes[i][1] == 1 ? 1 : 2,
+                             .shape = {shapes[i][0], shapes[i][1]},
+                             .placement = PSC__PLACE_AUTO,
+                             .init = PSC__INIT_ZEROS,
+                             .value = buf[i],
+                             .grad = grad[i]};
   }
-  if (dw_client_new(&c, spec, &o) || dw_client_declare(c, v, 6) ||
-      dw_client_join(c, a->worker, spec->job.heartbeat_ms, &step)) {
-    fprintf(stderr, "pstool: %s\n", c ? dw_client_error(c) : "no client");
+  if (psc__client_new(&c, spec, &o) || psc__client_declare(c, v, 6) ||
+      psc__client_join(c, a->worker, spec->job.heartbeat_ms, &step)) {
+    fprintf(stderr, "pstool: %s\n", c ? psc__client_error(c) : "no client");
     goto out;
   }
   double t0 = cm_mono_s();
@@ -237,22 +238,22 @@ int pstool_syncload(struct cm_spec *spec, const struct pstool_args *a) {
   for (int r = 0; r < a->rounds; r++) {
     uint64_t version, next = step + 1;
     int closed = 0, admitted = 0;
-    if (dw_client_pull_at(c, step, &version) ||
-        dw_client_push_step(c, version, &closed) ||
-        (!closed && dw_client_admit(c, version, &admitted, &next))) {
-      fprintf(stderr, "pstool: %s\n", dw_client_error(c));
+    if (psc__client_pull_at(c, step, &version) ||
+        psc__client_push_step(c, version, &closed) ||
+        (!closed && psc__client_admit(c, version, &admitted, &next))) {
+      fprintf(stderr, "pstool: %s\n", psc__client_error(c));
       goto out;
     }
     dropped += !admitted;
     step = next > version ? next : version + 1;
   }
   double t1 = cm_mono_s();
-  dw_client_leave(c, 0, 0, 0);
+  psc__client_leave(c, 0, 0, 0);
   printf("syncload worker=%d steps=%d wall_s=%.3f dropped=%d\n", a->worker,
          a->rounds, t1 - t0, dropped);
   rc = 0;
 out:
-  dw_client_free(c);
+  psc__client_free(c);
   for (int i = 0; i < 6; i++) {
     free(buf[i]);
     free(grad[i]);

@@ -21,18 +21,18 @@
 /* One variable of n floats split across the shards, with the start values
  * (pulled), for count and load. */
 struct counted {
-  struct dw_var v; /* declared */
-  float *value;    /* pull destination */
-  float *grad;     /* COUNT_GRAD everywhere */
-  float *start;    /* values before the first push */
-  char name[64];   /* v.name */
-  uint64_t n;      /* elements */
-  uint64_t pushes; /* logical pushes that succeeded */
-  uint64_t pulls;  /* pulls that succeeded */
+  struct psc__var v; /* declared */
+  float *value;      /* pull destination */
+  float *grad;       /* COUNT_GRAD everywhere */
+  float *start;      /* values before the first push */
+  char name[64];     /* v.name */
+  uint64_t n;        /* elements */
+  uint64_t pushes;   /* logical pushes that succeeded */
+  uint64_t pulls;    /* pulls that succeeded */
 };
 
 /* Declares and pulls c's variable; returns 0 or prints why and returns 1. */
-static int counted_open(struct dw_client *cl, struct counted *c,
+static int counted_open(struct psc__client *cl, struct counted *c,
                         const char *name, uint64_t bytes) {
   c->n = bytes / sizeof(float);
   if (c->n == 0)
@@ -47,17 +47,17 @@ static int counted_open(struct dw_client *cl, struct counted *c,
   }
   for (uint64_t i = 0; i < c->n; i++)
     c->grad[i] = COUNT_GRAD;
-  c->v =
-      (struct dw_var){.name = c->name,
-                      .ndim = 2,
-                      .shape = {(int64_t)(c->n % 256 == 0 ? c->n / 256 : c->n),
-                                c->n % 256 == 0 ? 256 : 1},
-                      .placement = DW_PLACE_SPLIT,
-                      .init = DW_INIT_ZEROS,
-                      .value = c->value,
-                      .grad = c->grad};
-  if (dw_client_declare(cl, &c->v, 1) || dw_client_pull(cl)) {
-    fprintf(stderr, "pstool: %s: %s\n", name, dw_client_error(cl));
+  c->v = (struct psc__var){
+      .name = c->name,
+      .ndim = 2,
+      .shape = {(int64_t)(c->n % 256 == 0 ? c->n / 256 : c->n),
+                c->n % 256 == 0 ? 256 : 1},
+      .placement = PSC__PLACE_SPLIT,
+      .init = PSC__INIT_ZEROS,
+      .value = c->value,
+      .grad = c->grad};
+  if (psc__client_declare(cl, &c->v, 1) || psc__client_pull(cl)) {
+    fprintf(stderr, "pstool: %s: %s\n", name, psc__client_error(cl));
     return 1;
   }
   memcpy(c->start, c->value, c->n * sizeof(float));
@@ -67,12 +67,12 @@ static int counted_open(struct dw_client *cl, struct counted *c,
 /* Pulls c's variable and counts the elements that are not exactly their
  * start minus pushes x lr x COUNT_GRAD (f32, as psd's sgd computes it);
  * returns that count, or -1 when the pull failed. */
-static int64_t counted_check(struct dw_client *cl, struct counted *c,
+static int64_t counted_check(struct psc__client *cl, struct counted *c,
                              float lr) {
   int64_t bad = 0;
-  if (dw_client_pull(cl)) {
+  if (psc__client_pull(cl)) {
     fprintf(stderr, "pstool: final pull of %s: %s\n", c->name,
-            dw_client_error(cl));
+            psc__client_error(cl));
     return -1;
   }
   float want = 0;
@@ -111,10 +111,10 @@ static int need_sgd(const struct cm_spec *spec, const char *cmd) {
 }
 
 int pstool_count(struct cm_spec *spec, const struct pstool_args *a) {
-  struct dw_client_opts o = {
+  struct psc__client_opts o = {
       .worker = "pstool", .timeout_ms = a->timeout, .chunk_bytes = a->chunk};
-  struct dw_client *cl = NULL;
-  struct dw_client_stats st;
+  struct psc__client *cl = NULL;
+  struct psc__client_stats st;
   struct counted c;
   char name[64];
   int rc = 1;
@@ -123,15 +123,15 @@ int pstool_count(struct cm_spec *spec, const struct pstool_args *a) {
   if (need_sgd(spec, "count"))
     return 2;
   snprintf(name, sizeof name, "count/%d", a->worker);
-  if (dw_client_new(&cl, spec, &o)) {
+  if (psc__client_new(&cl, spec, &o)) {
     fprintf(stderr, "pstool: no client\n");
     goto out;
   }
   if (counted_open(cl, &c, name, a->bytes ? a->bytes : 4096))
     goto out;
   for (int r = 0; r < a->rounds; r++) {
-    if (dw_client_push(cl)) {
-      fprintf(stderr, "pstool: push %d: %s\n", r + 1, dw_client_error(cl));
+    if (psc__client_push(cl)) {
+      fprintf(stderr, "pstool: push %d: %s\n", r + 1, psc__client_error(cl));
       goto out;
     }
     c.pushes++;
@@ -141,17 +141,18 @@ int pstool_count(struct cm_spec *spec, const struct pstool_args *a) {
     }
   }
   int64_t bad = counted_check(cl, &c, (float)spec->job.optim.def.lr);
-  dw_client_stats(cl, &st);
+  psc__client_stats(cl, &st);
   printf("count pushes=%llu elements=%llu value0=%.9g mismatches=%lld "
          "calls=%llu failed_calls=%llu retries=%llu outages=%llu "
          "client_id=%016llx\n",
          (unsigned long long)c.pushes, (unsigned long long)c.n, c.value[0],
          (long long)bad, (unsigned long long)st.calls,
          (unsigned long long)st.failed, (unsigned long long)st.retries,
-         (unsigned long long)st.outages, (unsigned long long)dw_client_id(cl));
+         (unsigned long long)st.outages,
+         (unsigned long long)psc__client_id(cl));
   rc = bad == 0 ? 0 : 1;
 out:
-  dw_client_free(cl);
+  psc__client_free(cl);
   counted_free(&c);
   return rc;
 }
@@ -159,29 +160,29 @@ out:
 /* One load client: its own libpsclient client and variable, and its rows of
  * the spec's first table when it names one. */
 struct loader {
-  struct dw_client *cl;  /* owned */
-  struct counted c;      /* its variable */
-  struct rowload rl;     /* its table rows, when has_rows */
-  int has_rows;          /* the spec names a table: rounds load it too */
-  double until;          /* cm_mono_s() at which it stops */
-  int64_t bad;           /* elements wrong at the end, -1: final pull failed */
-  int failed;            /* a push or pull failed */
-  _Atomic uint64_t done; /* calls so far, for the progress line */
+  struct psc__client *cl; /* owned */
+  struct counted c;       /* its variable */
+  struct rowload rl;      /* its table rows, when has_rows */
+  int has_rows;           /* the spec names a table: rounds load it too */
+  double until;           /* cm_mono_s() at which it stops */
+  int64_t bad;            /* elements wrong at the end, -1: final pull failed */
+  int failed;             /* a push or pull failed */
+  _Atomic uint64_t done;  /* calls so far, for the progress line */
 };
 
 static void *load_thread(void *arg) {
   struct loader *l = arg;
   while (cm_mono_s() < l->until) {
-    if (dw_client_push(l->cl)) {
+    if (psc__client_push(l->cl)) {
       fprintf(stderr, "pstool: %s push: %s\n", l->c.name,
-              dw_client_error(l->cl));
+              psc__client_error(l->cl));
       l->failed = 1;
       break;
     }
     l->c.pushes++;
-    if (dw_client_pull(l->cl)) {
+    if (psc__client_pull(l->cl)) {
       fprintf(stderr, "pstool: %s pull: %s\n", l->c.name,
-              dw_client_error(l->cl));
+              psc__client_error(l->cl));
       l->failed = 1;
       break;
     }
@@ -220,9 +221,9 @@ int pstool_load(struct cm_spec *spec, const struct pstool_args *a) {
   }
   for (int i = 0; i < n; i++) {
     snprintf(who, sizeof who, "load:%d", i);
-    struct dw_client_opts o = {.worker = who, .timeout_ms = a->timeout};
+    struct psc__client_opts o = {.worker = who, .timeout_ms = a->timeout};
     snprintf(name, sizeof name, "load/%d", i);
-    if (dw_client_new(&l[i].cl, spec, &o)) {
+    if (psc__client_new(&l[i].cl, spec, &o)) {
       fprintf(stderr, "pstool: no client\n");
       goto out;
     }
@@ -264,10 +265,10 @@ int pstool_load(struct cm_spec *spec, const struct pstool_args *a) {
   int64_t bad = 0, row_bad = 0;
   int broken = started < n;
   for (int i = 0; i < started; i++) {
-    struct dw_client_stats st;
+    struct psc__client_stats st;
     int64_t b = counted_check(l[i].cl, &l[i].c, (float)spec->job.optim.def.lr);
     int64_t rb = rows ? pstool_rowload_check(&l[i].rl, l[i].cl) : 0;
-    dw_client_stats(l[i].cl, &st);
+    psc__client_stats(l[i].cl, &st);
     pushes += l[i].c.pushes;
     pulls += l[i].c.pulls;
     row_pushes += l[i].rl.pushes;
@@ -292,7 +293,7 @@ int pstool_load(struct cm_spec *spec, const struct pstool_args *a) {
       !broken && bad == 0 && row_bad == 0 && (failed == 0 || a->faults) ? 0 : 1;
 out:
   for (int i = 0; l && i < n; i++) {
-    dw_client_free(l[i].cl);
+    psc__client_free(l[i].cl);
     counted_free(&l[i].c);
     if (l[i].has_rows)
       pstool_rowload_free(&l[i].rl);

@@ -198,8 +198,8 @@ out:
  * element that did (exit 1). */
 int pstool_nanpush(struct cm_spec *spec, const struct pstool_args *a,
                    uint64_t at) {
-  struct dw_client_opts o = {.worker = "pstool", .timeout_ms = a->timeout};
-  struct dw_client *c = NULL;
+  struct psc__client_opts o = {.worker = "pstool", .timeout_ms = a->timeout};
+  struct psc__client *c = NULL;
   uint64_t n = a->bytes / sizeof(float);
   float *value = NULL, *grad = NULL, *before = NULL;
   int rc = 1;
@@ -219,26 +219,26 @@ int pstool_nanpush(struct cm_spec *spec, const struct pstool_args *a,
   for (uint64_t i = 0; i < n; i++)
     grad[i] = 1.0f;
   grad[at] = NAN;
-  struct dw_var v = {.name = "nanpush",
-                     .ndim = 1,
-                     .shape = {(int64_t)n},
-                     .placement = DW_PLACE_SPLIT,
-                     .init = DW_INIT_ZEROS,
-                     .value = value,
-                     .grad = grad};
-  if (dw_client_new(&c, spec, &o) || dw_client_declare(c, &v, 1) ||
-      dw_client_pull(c)) {
-    fprintf(stderr, "pstool: %s\n", c ? dw_client_error(c) : "no client");
+  struct psc__var v = {.name = "nanpush",
+                       .ndim = 1,
+                       .shape = {(int64_t)n},
+                       .placement = PSC__PLACE_SPLIT,
+                       .init = PSC__INIT_ZEROS,
+                       .value = value,
+                       .grad = grad};
+  if (psc__client_new(&c, spec, &o) || psc__client_declare(c, &v, 1) ||
+      psc__client_pull(c)) {
+    fprintf(stderr, "pstool: %s\n", c ? psc__client_error(c) : "no client");
     goto out;
   }
   memcpy(before, value, n * sizeof(float));
-  if (dw_client_push(c) == 0) {
+  if (psc__client_push(c) == 0) {
     printf("pushed: the client sent a gradient holding NaN\n");
     goto out;
   }
-  printf("refused: %s\n", dw_client_error(c));
-  if (dw_client_pull(c)) {
-    fprintf(stderr, "pstool: %s\n", dw_client_error(c));
+  printf("refused: %s\n", psc__client_error(c));
+  if (psc__client_pull(c)) {
+    fprintf(stderr, "pstool: %s\n", psc__client_error(c));
     goto out;
   }
   for (uint64_t i = 0; i < n; i++)
@@ -250,7 +250,7 @@ int pstool_nanpush(struct cm_spec *spec, const struct pstool_args *a,
   printf("OK unchanged\n");
   rc = 0;
 out:
-  dw_client_free(c);
+  psc__client_free(c);
   free(value);
   free(grad);
   free(before);

@@ -61,11 +61,11 @@ static void round_ids(struct rowload *r) {
 }
 
 /* Pulls the round's rows; 0, or 1 with the error printed. */
-static int pull(struct rowload *r, struct dw_client *cl, size_t n) {
-  struct dw_rows q = {r->conf->name, r->ids, n, r->rows, NULL};
-  if (dw_client_pull_rows(cl, &q, 1)) {
+static int pull(struct rowload *r, struct psc__client *cl, size_t n) {
+  struct psc__rows q = {r->conf->name, r->ids, n, r->rows, NULL};
+  if (psc__client_pull_rows(cl, &q, 1)) {
     fprintf(stderr, "pstool: %s pull of table %s: %s\n", r->who, r->conf->name,
-            dw_client_error(cl));
+            psc__client_error(cl));
     return 1;
   }
   r->pulls++;
@@ -73,11 +73,11 @@ static int pull(struct rowload *r, struct dw_client *cl, size_t n) {
 }
 
 /* Pushes ROWLOAD_GRAD to ids[0..n); 0, or 1 with the error printed. */
-static int push(struct rowload *r, struct dw_client *cl, size_t n) {
-  struct dw_rows q = {r->conf->name, r->ids, n, NULL, r->grad};
-  if (dw_client_push_rows(cl, &q, 1)) {
+static int push(struct rowload *r, struct psc__client *cl, size_t n) {
+  struct psc__rows q = {r->conf->name, r->ids, n, NULL, r->grad};
+  if (psc__client_push_rows(cl, &q, 1)) {
     fprintf(stderr, "pstool: %s push to table %s: %s\n", r->who, r->conf->name,
-            dw_client_error(cl));
+            psc__client_error(cl));
     return 1;
   }
   r->pushes++;
@@ -106,7 +106,7 @@ static int64_t compare(struct rowload *r, const char *when) {
   return bad;
 }
 
-int pstool_rowload_open(struct rowload *r, struct dw_client *cl,
+int pstool_rowload_open(struct rowload *r, struct psc__client *cl,
                         const struct cm_spec *spec, int client) {
   memset(r, 0, sizeof *r);
   r->conf = &spec->job.tables[0];
@@ -126,10 +126,10 @@ int pstool_rowload_open(struct rowload *r, struct dw_client *cl,
   for (int k = 0; k < ROWLOAD_HOT; k++)
     r->ids[k] = base + (uint64_t)k;
   r->cold_base = base + (1u << 20);
-  struct dw_table t = {r->conf->name, dim, r->conf->id_bound};
-  if (dw_client_declare_tables(cl, &t, 1)) {
+  struct psc__table t = {r->conf->name, dim, r->conf->id_bound};
+  if (psc__client_declare_tables(cl, &t, 1)) {
     fprintf(stderr, "pstool: %s: table %s: %s\n", r->who, t.name,
-            dw_client_error(cl));
+            psc__client_error(cl));
     return 1;
   }
   /* The start: a pull of ids never pushed answers their initial rows. */
@@ -150,7 +150,7 @@ int pstool_rowload_open(struct rowload *r, struct dw_client *cl,
   return 0;
 }
 
-int pstool_rowload_round(struct rowload *r, struct dw_client *cl) {
+int pstool_rowload_round(struct rowload *r, struct psc__client *cl) {
   round_ids(r);
   if (push(r, cl, ROWLOAD_HOT + 2) || pull(r, cl, ROWLOAD_HOT + 2))
     return 1;
@@ -159,7 +159,7 @@ int pstool_rowload_round(struct rowload *r, struct dw_client *cl) {
   return 0;
 }
 
-int64_t pstool_rowload_check(struct rowload *r, struct dw_client *cl) {
+int64_t pstool_rowload_check(struct rowload *r, struct psc__client *cl) {
   if (pull(r, cl, ROWLOAD_HOT))
     return -1;
   return r->bad + compare(r, "at the end");

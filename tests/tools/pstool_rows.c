@@ -47,8 +47,8 @@ static long parse_list(const char *s, uint64_t **ids, float **vals) {
 
 int pstool_rows(struct cm_spec *spec, const struct pstool_args *a, int argc,
                 char **argv) {
-  struct dw_client *c = NULL;
-  struct dw_client_opts o = {.worker = "pstool", .timeout_ms = a->timeout};
+  struct psc__client *c = NULL;
+  struct psc__client_opts o = {.worker = "pstool", .timeout_ms = a->timeout};
   uint64_t *ids = NULL;
   float *vals = NULL, *rows = NULL;
   long n = 0;
@@ -59,7 +59,7 @@ int pstool_rows(struct cm_spec *spec, const struct pstool_args *a, int argc,
                     "GRADS\n");
     return 2;
   }
-  struct dw_table t = {argv[1], (uint32_t)strtoul(argv[2], NULL, 10), 0};
+  struct psc__table t = {argv[1], (uint32_t)strtoul(argv[2], NULL, 10), 0};
   const char *colon = strchr(argv[2], ':');
   if (colon)
     t.id_bound = strtoull(colon + 1, NULL, 10);
@@ -67,16 +67,16 @@ int pstool_rows(struct cm_spec *spec, const struct pstool_args *a, int argc,
     fprintf(stderr, "pstool: bad id list '%s'\n", argv[4]);
     goto out;
   }
-  if (dw_client_new(&c, spec, &o) || dw_client_declare_tables(c, &t, 1)) {
-    printf("ERROR %s\n", c ? dw_client_error(c) : "no client");
+  if (psc__client_new(&c, spec, &o) || psc__client_declare_tables(c, &t, 1)) {
+    printf("ERROR %s\n", c ? psc__client_error(c) : "no client");
     goto out;
   }
-  struct dw_rows r = {t.name, ids, (size_t)n, NULL, NULL};
+  struct psc__rows r = {t.name, ids, (size_t)n, NULL, NULL};
   if (!strcmp(argv[3], "pull")) {
     rows = calloc((size_t)n * t.dim + 1, sizeof *rows);
     r.rows = rows;
-    if (dw_client_pull_rows(c, &r, 1)) {
-      printf("ERROR %s\n", dw_client_error(c));
+    if (psc__client_pull_rows(c, &r, 1)) {
+      printf("ERROR %s\n", psc__client_error(c));
       goto out;
     }
     printf("OK rows=%ld\n", n);
@@ -94,15 +94,15 @@ int pstool_rows(struct cm_spec *spec, const struct pstool_args *a, int argc,
       goto out;
     }
     r.grads = vals;
-    if (dw_client_push_rows(c, &r, 1)) {
-      printf("ERROR %s\n", dw_client_error(c));
+    if (psc__client_push_rows(c, &r, 1)) {
+      printf("ERROR %s\n", psc__client_error(c));
       goto out;
     }
     printf("OK pushed=%ld\n", n);
   }
   rc = 0;
 out:
-  dw_client_free(c);
+  psc__client_free(c);
   free(ids);
   free(vals);
   free(rows);

@@ -36,19 +36,21 @@ struct worker {
 static void *run(void *arg) {
   struct worker *w = arg;
   const struct pstool_args *a = w->a;
-  struct dw_client_opts o = {.worker = "pstool", .timeout_ms = a->timeout};
-  struct dw_client *c = NULL;
+  struct psc__client_opts o = {.worker = "pstool", .timeout_ms = a->timeout};
+  struct psc__client *c = NULL;
   size_t batch = w->phase == 0 ? 8192 : (size_t)(a->chunk ? a->chunk : 1024);
   uint64_t *ids = malloc(batch * sizeof *ids), state = 0x5eed + w->index;
   float *rows = malloc(batch * w->dim * sizeof *rows);
-  struct dw_table t = {w->table, w->dim, 0};
+  struct psc__table t = {w->table, w->dim, 0};
   w->rc = 1;
   if (!ids || !rows)
     goto out;
   for (size_t i = 0; i < batch * w->dim; i++)
     rows[i] = 1e-3f * (float)((i % 7) + 1);
-  if (dw_client_new(&c, w->spec, &o) || dw_client_declare_tables(c, &t, 1)) {
-    snprintf(w->err, sizeof w->err, "%s", c ? dw_client_error(c) : "no client");
+  if (psc__client_new(&c, w->spec, &o) ||
+      psc__client_declare_tables(c, &t, 1)) {
+    snprintf(w->err, sizeof w->err, "%s",
+             c ? psc__client_error(c) : "no client");
     goto out;
   }
   w->start = cm_mono_ms();
@@ -59,8 +61,8 @@ static void *run(void *arg) {
       size_t n = 0;
       for (; n < batch && r <= nr; r += (uint64_t)a->clients)
         ids[n++] = zipf_id(r);
-      struct dw_rows q = {w->table, ids, n, rows, NULL};
-      if (dw_client_pull_rows(c, &q, 1))
+      struct psc__rows q = {w->table, ids, n, rows, NULL};
+      if (psc__client_pull_rows(c, &q, 1))
         goto fail;
       w->rows += n;
     }
@@ -74,9 +76,9 @@ static void *run(void *arg) {
     while (cm_mono_ms() < until) {
       for (size_t i = 0; i < batch; i++, at++)
         ids[i] = pool[at % ZIPF_POOL];
-      struct dw_rows q = {w->table, ids, batch, rows, rows};
-      if (w->phase == 1 ? dw_client_pull_rows(c, &q, 1)
-                        : dw_client_push_rows(c, &q, 1)) {
+      struct psc__rows q = {w->table, ids, batch, rows, rows};
+      if (w->phase == 1 ? psc__client_pull_rows(c, &q, 1)
+                        : psc__client_push_rows(c, &q, 1)) {
         free(pool);
         goto fail;
       }
@@ -88,9 +90,9 @@ static void *run(void *arg) {
   w->rc = 0;
   goto out;
 fail:
-  snprintf(w->err, sizeof w->err, "%s", dw_client_error(c));
+  snprintf(w->err, sizeof w->err, "%s", psc__client_error(c));
 out:
-  dw_client_free(c);
+  psc__client_free(c);
   free(ids);
   free(rows);
   return NULL;

@@ -1,4 +1,4 @@
-/* Unit tests for libpsclient's retries (worker/client/retry.c, with
+/* Unit tests for libpsclient's retries (worker/psclient/retry.c, with
  * transfer.c and declare.c) against a stand-in shard served in this
  * process: which statuses are sent again (CANCELLED too: a stopping shard
  * cancels the calls it never took, and this client cancels none of its
@@ -29,14 +29,14 @@
 #define N 4
 
 START_TEST(retried_statuses) {
-  ck_assert(dw__retryable(GRPC_STATUS_UNAVAILABLE));
-  ck_assert(dw__retryable(GRPC_STATUS_DEADLINE_EXCEEDED));
-  ck_assert(dw__retryable(GRPC_STATUS_CANCELLED));
-  ck_assert(!dw__retryable(GRPC_STATUS_OK));
-  ck_assert(!dw__retryable(GRPC_STATUS_FAILED_PRECONDITION));
-  ck_assert(!dw__retryable(GRPC_STATUS_UNAUTHENTICATED));
-  ck_assert(!dw__retryable(GRPC_STATUS_NOT_FOUND));
-  ck_assert(!dw__retryable(GRPC_STATUS_INVALID_ARGUMENT));
+  ck_assert(psc__retryable(GRPC_STATUS_UNAVAILABLE));
+  ck_assert(psc__retryable(GRPC_STATUS_DEADLINE_EXCEEDED));
+  ck_assert(psc__retryable(GRPC_STATUS_CANCELLED));
+  ck_assert(!psc__retryable(GRPC_STATUS_OK));
+  ck_assert(!psc__retryable(GRPC_STATUS_FAILED_PRECONDITION));
+  ck_assert(!psc__retryable(GRPC_STATUS_UNAUTHENTICATED));
+  ck_assert(!psc__retryable(GRPC_STATUS_NOT_FOUND));
+  ck_assert(!psc__retryable(GRPC_STATUS_INVALID_ARGUMENT));
 }
 END_TEST
 
@@ -45,7 +45,7 @@ static const char *cause(grpc_status_code st, const char *details,
                          int connected) {
   static char buf[512];
   buf[0] = 0;
-  if (!dw__reach_cause(st, details, connected, 1.5, buf, sizeof buf))
+  if (!psc__reach_cause(st, details, connected, 1.5, buf, sizeof buf))
     return NULL;
   return buf;
 }
@@ -197,23 +197,23 @@ static void unserve(void) {
 }
 
 /* A client that declared one variable of N floats on the stand-in. */
-static struct dw_client *client(struct dw_var *v, float *value) {
-  struct dw_client *c = NULL;
-  struct dw_client_opts o = {.worker = "worker:0"};
-  *v = (struct dw_var){.name = "v", .ndim = 1, .shape = {N}, .value = value};
-  ck_assert_int_eq(dw_client_new(&c, spec, &o), 0);
-  ck_assert_msg(dw_client_declare(c, v, 1) == 0, "%s", dw_client_error(c));
+static struct psc__client *client(struct psc__var *v, float *value) {
+  struct psc__client *c = NULL;
+  struct psc__client_opts o = {.worker = "worker:0"};
+  *v = (struct psc__var){.name = "v", .ndim = 1, .shape = {N}, .value = value};
+  ck_assert_int_eq(psc__client_new(&c, spec, &o), 0);
+  ck_assert_msg(psc__client_declare(c, v, 1) == 0, "%s", psc__client_error(c));
   return c;
 }
 
 START_TEST(cancelled_then_unavailable_pull_is_retried) {
-  struct dw_var v;
-  struct dw_client_stats st;
+  struct psc__var v;
+  struct psc__client_stats st;
   float got[N] = {0};
-  struct dw_client *c = client(&v, got);
-  ck_assert_msg(dw_client_pull(c) == 0, "%s", dw_client_error(c));
+  struct psc__client *c = client(&v, got);
+  ck_assert_msg(psc__client_pull(c) == 0, "%s", psc__client_error(c));
   ck_assert_mem_eq(got, values, sizeof values);
-  dw_client_stats(c, &st);
+  psc__client_stats(c, &st);
   ck_assert_int_eq(atomic_load(&shard.pulls), 3);
   ck_assert_uint_eq(st.retries, 2);
   ck_assert_uint_eq(st.outages, 1);
@@ -222,22 +222,22 @@ START_TEST(cancelled_then_unavailable_pull_is_retried) {
   ck_assert_uint_eq(atomic_load(&shard.boot), BOOT);
   ck_assert_int_eq(atomic_load(&shard.ps), 1);
   ck_assert_int_eq(atomic_load(&shard.workers), 2);
-  dw_client_free(c);
+  psc__client_free(c);
 }
 END_TEST
 
 START_TEST(refusal_is_not_retried) {
-  struct dw_var v;
+  struct psc__var v;
   float got[N] = {0};
-  struct dw_client *c = client(&v, got);
+  struct psc__client *c = client(&v, got);
   atomic_store(&shard.fail_as, GRPC_STATUS_FAILED_PRECONDITION);
-  ck_assert_int_eq(dw_client_pull(c), CM_ERPC);
+  ck_assert_int_eq(psc__client_pull(c), CM_ERPC);
   ck_assert_int_eq(atomic_load(&shard.pulls), 1);
-  ck_assert_msg(strstr(dw_client_error(c), "pull to ps:0 (127.0.0.1:") &&
-                    strstr(dw_client_error(c),
+  ck_assert_msg(strstr(psc__client_error(c), "pull to ps:0 (127.0.0.1:") &&
+                    strstr(psc__client_error(c),
                            "failed: FAILED_PRECONDITION: refused by the test"),
-                "%s", dw_client_error(c));
-  dw_client_free(c);
+                "%s", psc__client_error(c));
+  psc__client_free(c);
 }
 END_TEST
 

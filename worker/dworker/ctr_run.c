@@ -38,9 +38,9 @@ struct run {
   struct dw_svm train, test;    /* this worker's share; the test set */
   struct dw_ctr *m;             /* the model */
   int dim;                      /* the embedding table's dim */
-  struct dw_var vars[2 * DW_CTR_MAX_LAYERS]; /* the MLP's variables */
-  char names[2 * DW_CTR_MAX_LAYERS][32];     /* their names */
-  int nvars;                                 /* entries in vars */
+  struct psc__var vars[2 * DW_CTR_MAX_LAYERS]; /* the MLP's variables */
+  char names[2 * DW_CTR_MAX_LAYERS][32];       /* their names */
+  int nvars;                                   /* entries in vars */
   int cap; /* examples per batch (scratch size) */
   /* One batch's scratch, sized for cap examples. */
   int *field;                       /* per feature */
@@ -165,24 +165,24 @@ static int build(struct run *r) {
       !r->wide || !r->gwide || !r->logit)
     return CM_ENOMEM;
   for (int l = 0; l < r->m->nlayers; l++) {
-    struct dw_var *w = &r->vars[r->nvars], *b = &r->vars[r->nvars + 1];
+    struct psc__var *w = &r->vars[r->nvars], *b = &r->vars[r->nvars + 1];
     snprintf(r->names[r->nvars], sizeof r->names[0], "ctr/w%d", l);
     snprintf(r->names[r->nvars + 1], sizeof r->names[0], "ctr/b%d", l);
-    *w = (struct dw_var){.name = r->names[r->nvars],
-                         .ndim = 2,
-                         .shape = {r->m->width[l], r->m->width[l + 1]},
-                         .placement = DW_PLACE_AUTO,
-                         .init = DW_INIT_UNIFORM,
-                         .init_scale = dw_ctr_init_scale(r->m, l),
-                         .value = r->m->w[l],
-                         .grad = r->m->gw[l]};
-    *b = (struct dw_var){.name = r->names[r->nvars + 1],
-                         .ndim = 1,
-                         .shape = {r->m->width[l + 1]},
-                         .placement = DW_PLACE_AUTO,
-                         .init = DW_INIT_ZEROS,
-                         .value = r->m->b[l],
-                         .grad = r->m->gb[l]};
+    *w = (struct psc__var){.name = r->names[r->nvars],
+                           .ndim = 2,
+                           .shape = {r->m->width[l], r->m->width[l + 1]},
+                           .placement = PSC__PLACE_AUTO,
+                           .init = PSC__INIT_UNIFORM,
+                           .init_scale = dw_ctr_init_scale(r->m, l),
+                           .value = r->m->w[l],
+                           .grad = r->m->gw[l]};
+    *b = (struct psc__var){.name = r->names[r->nvars + 1],
+                           .ndim = 1,
+                           .shape = {r->m->width[l + 1]},
+                           .placement = PSC__PLACE_AUTO,
+                           .init = PSC__INIT_ZEROS,
+                           .value = r->m->b[l],
+                           .grad = r->m->gb[l]};
     r->nvars += 2;
   }
   return 0;
@@ -222,18 +222,18 @@ static void gather(struct run *r, const struct dw_svm *d, size_t from, int n,
 
 /* Rows of the batch's unique ids, both tables, in one call. */
 static int pull_rows(struct run *r, int nu, int sync) {
-  struct dw_rows q[2] = {
+  struct psc__rows q[2] = {
       {r->c->emb_table, r->uniq, (size_t)nu, r->emb, NULL},
       {r->c->wide_table, r->uniq, (size_t)nu, r->wide, NULL}};
-  return sync ? dw_client_pull_rows_at(r->w->client, q, 2, r->w->step)
-              : dw_client_pull_rows(r->w->client, q, 2);
+  return sync ? psc__client_pull_rows_at(r->w->client, q, 2, r->w->step)
+              : psc__client_pull_rows(r->w->client, q, 2);
 }
 
 /* Sync: goes on from the step a rollback or a rejoin named. */
 static int moved(struct run *r) {
   uint64_t step;
-  if (dw_client_rolled_back(r->w->client, &step) ||
-      dw_client_rejoined(r->w->client, &step)) {
+  if (psc__client_rolled_back(r->w->client, &step) ||
+      psc__client_rejoined(r->w->client, &step)) {
     cm_warn("the job went back to step %llu; going on from there",
             (unsigned long long)step);
     r->w->step = step;
@@ -250,17 +250,17 @@ static int train_step(struct run *r, size_t from, int n, size_t *start,
   float loss = 0;
   int rc;
   gather(r, &r->train, from, n, &b, start, y, val);
-  if (w->ssp && (rc = dw_client_clock(w->client, w->clock)))
+  if (w->ssp && (rc = psc__client_clock(w->client, w->clock)))
     return rc;
   if (w->sync) {
     uint64_t version;
     do
-      rc = dw_client_pull_at(w->client, w->step, &version);
+      rc = psc__client_pull_at(w->client, w->step, &version);
     while (rc == 0 && moved(r));
     if (rc == 0)
       rc = pull_rows(r, b.nrows, 1);
   } else {
-    rc = dw_client_pull(w->client);
+    rc = psc__client_pull(w->client);
     if (rc == 0)
       rc = pull_rows(r, b.nrows, 0);
   }
@@ -276,27 +276,27 @@ static int train_step(struct run *r, size_t from, int n, size_t *start,
   }
   r->loss_sum += loss;
   r->loss_n++;
-  struct dw_rows q[2] = {
+  struct psc__rows q[2] = {
       {r->c->emb_table, r->uniq, (size_t)b.nrows, NULL, r->gemb},
       {r->c->wide_table, r->uniq, (size_t)b.nrows, NULL, r->gwide}};
-  dw_client_set_examples(w->client, (uint32_t)n);
+  psc__client_set_examples(w->client, (uint32_t)n);
   if (w->sync) {
     int closed = 0, admitted = 0;
     uint64_t next = w->step + 1;
-    rc = dw_client_push_rows_step(w->client, q, 2, w->step, &closed);
+    rc = psc__client_push_rows_step(w->client, q, 2, w->step, &closed);
     if (rc == 0 && !closed && !moved(r))
-      rc = dw_client_push_step(w->client, w->step, &closed);
+      rc = psc__client_push_step(w->client, w->step, &closed);
     if (rc == 0 && !closed && !moved(r))
-      rc = dw_client_admit(w->client, w->step, &admitted, &next);
+      rc = psc__client_admit(w->client, w->step, &admitted, &next);
     if (rc == 0 && moved(r))
       return 0;
     if (rc == 0 && !admitted)
       w->dropped++;
     w->step = next > w->step ? next : w->step + 1;
   } else {
-    rc = dw_client_push_rows(w->client, q, 2);
+    rc = psc__client_push_rows(w->client, q, 2);
     if (rc == 0)
-      rc = dw_client_push(w->client);
+      rc = psc__client_push(w->client);
     w->clock++;
   }
   return rc;
@@ -354,8 +354,8 @@ static void free_run(struct run *r) {
 int dw_ctr_run(struct dw_worker *w) {
   const struct cm_job *job = &w->spec->job;
   struct run r = {.w = w, .c = &job->ctr};
-  struct dw_client_opts o = {.worker = w->name,
-                             .connect_timeout_ms = w->args.connect_timeout_ms};
+  struct psc__client_opts o = {
+      .worker = w->name, .connect_timeout_ms = w->args.connect_timeout_ms};
   size_t *start = NULL;
   uint8_t *y = NULL;
   float *val = NULL;
@@ -375,14 +375,14 @@ int dw_ctr_run(struct dw_worker *w) {
     rc = CM_EFORMAT;
     goto out;
   }
-  struct dw_table tables[2] = {{r.c->emb_table, (uint32_t)r.dim, 0},
-                               {r.c->wide_table, 1, 0}};
+  struct psc__table tables[2] = {{r.c->emb_table, (uint32_t)r.dim, 0},
+                                 {r.c->wide_table, 1, 0}};
   uint64_t step = 0;
-  if ((rc = dw_client_new(&w->client, w->spec, &o)) ||
-      (rc = dw_client_declare(w->client, r.vars, r.nvars)) ||
-      (rc = dw_client_declare_tables(w->client, tables, 2)) ||
-      (rc = dw_client_join(w->client, w->index, job->heartbeat_ms, &step))) {
-    cm_error("%s", w->client ? dw_client_error(w->client) : "no client");
+  if ((rc = psc__client_new(&w->client, w->spec, &o)) ||
+      (rc = psc__client_declare(w->client, r.vars, r.nvars)) ||
+      (rc = psc__client_declare_tables(w->client, tables, 2)) ||
+      (rc = psc__client_join(w->client, w->index, job->heartbeat_ms, &step))) {
+    cm_error("%s", w->client ? psc__client_error(w->client) : "no client");
     goto out;
   }
   w->step = step;
@@ -410,7 +410,7 @@ int dw_ctr_run(struct dw_worker *w) {
     size_t from = (size_t)(k % per_epoch) * (size_t)bsz;
     int n = (size_t)bsz < r.train.n - from ? bsz : (int)(r.train.n - from);
     if ((rc = train_step(&r, from, n, start, y, val))) {
-      cm_error("step %ld: %s", t, dw_client_error(w->client));
+      cm_error("step %ld: %s", t, psc__client_error(w->client));
       goto out;
     }
     w->steps_done++;
@@ -434,8 +434,8 @@ int dw_ctr_run(struct dw_worker *w) {
   w->train_end = cm_mono_s();
   w->train_s = w->train_end - t0;
   double rate = w->train_s > 0 ? (double)w->examples_done / w->train_s : 0;
-  if (dw_client_leave(w->client, w->examples_done, w->train_s, 0.0) < 0)
-    cm_warn("leave: %s", dw_client_error(w->client));
+  if (psc__client_leave(w->client, w->examples_done, w->train_s, 0.0) < 0)
+    cm_warn("leave: %s", psc__client_error(w->client));
   if (w->index != 0) {
     printf("done: steps=%ld examples=%llu worker_examples_per_s=%.0f "
            "wall_s=%.1f dropped=%ld\n",
@@ -446,10 +446,10 @@ int dw_ctr_run(struct dw_worker *w) {
   }
   double auc = 0, ll = 0;
   uint64_t version;
-  if ((rc = w->sync ? dw_client_pull_at(w->client, w->step, &version)
-                    : dw_client_pull(w->client)) ||
+  if ((rc = w->sync ? psc__client_pull_at(w->client, w->step, &version)
+                    : psc__client_pull(w->client)) ||
       (rc = evaluate(&r, &auc, &ll))) {
-    cm_error("evaluation: %s", dw_client_error(w->client));
+    cm_error("evaluation: %s", psc__client_error(w->client));
     goto out;
   }
   dw_tb_ctr(w, w->steps_done, "test", ll, auc, 0);

@@ -168,7 +168,7 @@ out:
   dw_batches_free(&w);
   for (int i = 1; i < w.nfeeds; i++)
     dw_dataset_free(&w.emu_ds[i]);
-  dw_client_free(w.client);
+  psc__client_free(w.client);
   if (rpc_ready)
     cm_rpc_global_shutdown();
   free(w.slots);

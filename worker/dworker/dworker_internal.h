@@ -58,32 +58,32 @@ struct dw_worker {
   struct dw_dataset train; /* owned: this worker's training share */
   struct dw_dataset test;  /* owned: the test set (worker 0 only) */
   struct dw_model *model;  /* owned: the model, params and grads */
-  struct dw_var vars[DW_MODEL_MAX_VARS]; /* views into model */
-  int nvars;                             /* entries used in vars */
-  struct dw_client *client; /* owned: the parameter-server client, or NULL */
-  float *slots;             /* owned: optimizer slots (standalone only) */
-  struct dw_feeder feed;    /* the read-ahead */
-  long first_step;          /* the first step's index (sync: the step the job
-                               was at when this run joined it), which picks
-                               the first batch; 0 for a fresh job */
-  long total_steps;         /* one past the last step's index: this run
-                               takes steps first_step..total_steps - 1 */
-  long steps_done;          /* steps taken */
-  uint64_t examples_done;   /* training examples consumed */
-  double train_s;           /* wall time of the training loop: its first
-                               step's start to its last step's end */
-  double train_end;         /* cm_mono_s() at the training loop's end */
-  int sync;                 /* job.sync.mode is "sync" */
-  int ssp;                  /* async with a staleness bound */
-  uint64_t step;            /* sync: the step being computed */
-  uint64_t clock;           /* async: pushes completed */
-  int prefetched;           /* async: the last push also pulled the next
-                               step's parameters */
-  long dropped;             /* sync: gradients the coordinator dropped */
-  uint64_t rollbacks;       /* sync: the job's rollbacks said in the log */
-  long redone;              /* sync: steps this worker computed that a
-                               rollback undid (and that it takes again) */
-  int nfeeds;               /* feeders: 1, or N with --emulate-workers N */
+  struct psc__var vars[DW_MODEL_MAX_VARS]; /* views into model */
+  int nvars;                               /* entries used in vars */
+  struct psc__client *client; /* owned: the parameter-server client, or NULL */
+  float *slots;               /* owned: optimizer slots (standalone only) */
+  struct dw_feeder feed;      /* the read-ahead */
+  long first_step;            /* the first step's index (sync: the step the job
+                                 was at when this run joined it), which picks
+                                 the first batch; 0 for a fresh job */
+  long total_steps;           /* one past the last step's index: this run
+                                 takes steps first_step..total_steps - 1 */
+  long steps_done;            /* steps taken */
+  uint64_t examples_done;     /* training examples consumed */
+  double train_s;             /* wall time of the training loop: its first
+                                 step's start to its last step's end */
+  double train_end;           /* cm_mono_s() at the training loop's end */
+  int sync;                   /* job.sync.mode is "sync" */
+  int ssp;                    /* async with a staleness bound */
+  uint64_t step;              /* sync: the step being computed */
+  uint64_t clock;             /* async: pushes completed */
+  int prefetched;             /* async: the last push also pulled the next
+                                 step's parameters */
+  long dropped;               /* sync: gradients the coordinator dropped */
+  uint64_t rollbacks;         /* sync: the job's rollbacks said in the log */
+  long redone;                /* sync: steps this worker computed that a
+                                 rollback undid (and that it takes again) */
+  int nfeeds;                 /* feeders: 1, or N with --emulate-workers N */
   struct dw_dataset emu_ds[DW_MAX_EMULATED];  /* owned: shares 1..N-1 */
   struct dw_feeder emu_feed[DW_MAX_EMULATED]; /* feeders of shares 1..N-1 */
   float *batch_x;           /* owned with N > 1: the concatenated batch */
@@ -154,7 +154,7 @@ int dw_build_model(struct dw_worker *w);
 int dw_setup_params(struct dw_worker *w);
 
 /* Elements of variable v. */
-size_t dw_var_numel(const struct dw_var *v);
+size_t dw_var_numel(const struct psc__var *v);
 
 /* ---- train.c ---- */
 
@@ -162,7 +162,7 @@ size_t dw_var_numel(const struct dw_var *v);
 int dw_train(struct dw_worker *w);
 
 /* Sync: pulls the parameters of step w->step (see train.c). Logs nothing:
- * the caller says which pull failed, with dw_client_error. */
+ * the caller says which pull failed, with psc__client_error. */
 int dw_pull_step(struct dw_worker *w);
 
 /* ---- notify.c: systemd; no-ops without libsystemd or outside a unit ---- */

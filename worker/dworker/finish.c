@@ -18,17 +18,17 @@
 int dw_finish(struct dw_worker *w) {
   long spe = w->feed.steps_per_epoch;
   /* This worker's own rate; the job's is measured by the coordinator from
-   * every worker's report (dw_client_leave) and printed by pslaunch. */
+   * every worker's report (psc__client_leave) and printed by pslaunch. */
   double rate = w->train_s > 0 ? (double)w->examples_done / w->train_s : 0.0;
   float loss = 0.0f;
   int rc = 0, correct;
 
   if (w->client) {
     /* Stop counting in the job's n before the final pull and evaluation. */
-    rc = dw_client_leave(w->client, w->examples_done, w->train_s,
-                         cm_mono_s() - w->train_end);
+    rc = psc__client_leave(w->client, w->examples_done, w->train_s,
+                           cm_mono_s() - w->train_end);
     if (rc < 0)
-      cm_warn("leave: %s", dw_client_error(w->client));
+      cm_warn("leave: %s", psc__client_error(w->client));
     rc = 0;
   }
   if (w->index != 0) {
@@ -44,9 +44,9 @@ int dw_finish(struct dw_worker *w) {
   }
   if (w->client) {
     /* Sync: wait for the last step's commit, so the result is the job's. */
-    rc = w->sync ? dw_pull_step(w) : dw_client_pull(w->client);
+    rc = w->sync ? dw_pull_step(w) : psc__client_pull(w->client);
     if (rc < 0) {
-      cm_error("final pull: %s", dw_client_error(w->client));
+      cm_error("final pull: %s", psc__client_error(w->client));
       goto out;
     }
   }

@@ -122,14 +122,14 @@ int dw_build_model(struct dw_worker *w) {
   }
   for (int i = 0; i < w->model->nvars; i++) {
     const struct dw_model_var *mv = &w->model->vars[i];
-    struct dw_var *v = &w->vars[i];
+    struct psc__var *v = &w->vars[i];
 
     memset(v, 0, sizeof *v);
     v->name = mv->name;
     v->ndim = mv->ndim;
     memcpy(v->shape, mv->shape, sizeof mv->shape);
-    v->placement = DW_PLACE_AUTO;
-    v->init = mv->scale > 0 ? DW_INIT_UNIFORM : DW_INIT_ZEROS;
+    v->placement = PSC__PLACE_AUTO;
+    v->init = mv->scale > 0 ? PSC__INIT_UNIFORM : PSC__INIT_ZEROS;
     v->init_scale = mv->scale;
     v->value = mv->value;
     v->grad = mv->grad;
@@ -144,7 +144,7 @@ out:
 }
 
 /* Elements of variable v. */
-size_t dw_var_numel(const struct dw_var *v) {
+size_t dw_var_numel(const struct psc__var *v) {
   size_t n = 1;
   for (int d = 0; d < v->ndim; d++)
     n *= (size_t)v->shape[d];
@@ -199,7 +199,7 @@ static void say_async_start(struct dw_worker *w) {
   long long pushes = -1, others = 0;
   size_t i;
 
-  if (dw_client_status(w->client, 0, &text) < 0 ||
+  if (psc__client_status(w->client, 0, &text) < 0 ||
       !(doc = json_loads(text, 0, NULL)))
     goto out;
   json_array_foreach(json_object_get(doc, "vars"), i, e) {
@@ -233,7 +233,7 @@ out:
 /* Connects to the parameter servers, declares the variables and joins the
  * job; or, with --standalone, initialises the parameters here. */
 int dw_setup_params(struct dw_worker *w) {
-  struct dw_client_opts opts = {0};
+  struct psc__client_opts opts = {0};
   int rc = 0;
 
   if (w->args.standalone) {
@@ -244,24 +244,24 @@ int dw_setup_params(struct dw_worker *w) {
   }
   opts.worker = w->name;
   opts.connect_timeout_ms = w->args.connect_timeout_ms;
-  rc = dw_client_new(&w->client, w->spec, &opts);
+  rc = psc__client_new(&w->client, w->spec, &opts);
   if (rc < 0) {
     cm_error("cannot create the parameter-server client: %s",
-             w->client && *dw_client_error(w->client)
-                 ? dw_client_error(w->client)
+             w->client && *psc__client_error(w->client)
+                 ? psc__client_error(w->client)
                  : cm_strerror(rc));
     goto out;
   }
-  rc = dw_client_declare(w->client, w->vars, w->nvars);
+  rc = psc__client_declare(w->client, w->vars, w->nvars);
   if (rc < 0) {
-    cm_error("declare: %s", *dw_client_error(w->client)
-                                ? dw_client_error(w->client)
+    cm_error("declare: %s", *psc__client_error(w->client)
+                                ? psc__client_error(w->client)
                                 : cm_strerror(rc));
     goto out;
   }
   cm_info("declared %d variables on %d shards", w->nvars, w->spec->nps);
   for (int s = 0; s < w->spec->nps; s++) {
-    const char *t = dw_client_target(w->client, s);
+    const char *t = psc__client_target(w->client, s);
     if (!strncmp(t, "unix:", 5))
       cm_info("shard %d (%s) runs on this host: using %s", s,
               w->spec->ps[s].text, t);
@@ -270,10 +270,11 @@ int dw_setup_params(struct dw_worker *w) {
   }
   /* Every worker joins the coordinator: membership and heartbeats for
    * status, steps in sync mode, clocks with a staleness bound. */
-  rc = dw_client_join(w->client, w->index, w->spec->job.heartbeat_ms, &w->step);
+  rc = psc__client_join(w->client, w->index, w->spec->job.heartbeat_ms,
+                        &w->step);
   if (rc < 0) {
-    cm_error("join: %s", *dw_client_error(w->client)
-                             ? dw_client_error(w->client)
+    cm_error("join: %s", *psc__client_error(w->client)
+                             ? psc__client_error(w->client)
                              : cm_strerror(rc));
     goto out;
   }

@@ -60,9 +60,9 @@ void dw_tb_progress(struct dw_worker *w, long step, double loss, double acc,
 
   if (w->client) { /* --standalone moves no bytes */
     v[n++] = (struct cm_tf_scalar){"net/bytes_pulled",
-                                   (float)dw_client_bytes_pulled(w->client)};
+                                   (float)psc__client_bytes_pulled(w->client)};
     v[n++] = (struct cm_tf_scalar){"net/bytes_pushed",
-                                   (float)dw_client_bytes_pushed(w->client)};
+                                   (float)psc__client_bytes_pushed(w->client)};
   }
   write_event(w, step, v, n);
 }
@@ -88,9 +88,9 @@ void dw_tb_ctr(struct dw_worker *w, long step, const char *split,
         (struct cm_tf_scalar){"train/examples_per_s", (float)examples_per_s};
   if (w->client && examples_per_s > 0) {
     v[n++] = (struct cm_tf_scalar){"net/bytes_pulled",
-                                   (float)dw_client_bytes_pulled(w->client)};
+                                   (float)psc__client_bytes_pulled(w->client)};
     v[n++] = (struct cm_tf_scalar){"net/bytes_pushed",
-                                   (float)dw_client_bytes_pushed(w->client)};
+                                   (float)psc__client_bytes_pushed(w->client)};
   }
   write_event(w, step, v, n);
 }

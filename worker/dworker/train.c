@@ -48,23 +48,23 @@ static void go_back(struct dw_worker *w, uint64_t step) {
  * else 0. */
 static int rolled_back(struct dw_worker *w) {
   uint64_t step;
-  if (dw_client_rejoined(w->client, &step)) {
+  if (psc__client_rejoined(w->client, &step)) {
     /* Said once: a restarted coordinator asks each worker once. */
     cm_warn("the coordinator restarted: joined the job again at step %llu "
             "(generation %llu); going on from there (this worker was at step "
             "%llu)",
             (unsigned long long)step,
-            (unsigned long long)dw_client_gen(w->client),
+            (unsigned long long)psc__client_gen(w->client),
             (unsigned long long)w->step);
-    if (dw_client_gen(w->client) > w->rollbacks)
-      w->rollbacks = dw_client_gen(w->client);
+    if (psc__client_gen(w->client) > w->rollbacks)
+      w->rollbacks = psc__client_gen(w->client);
     go_back(w, step);
     return 1;
   }
-  if (!dw_client_rolled_back(w->client, &step))
+  if (!psc__client_rolled_back(w->client, &step))
     return 0;
-  if (dw_client_gen(w->client) > w->rollbacks) {
-    w->rollbacks = dw_client_gen(w->client);
+  if (psc__client_gen(w->client) > w->rollbacks) {
+    w->rollbacks = psc__client_gen(w->client);
     cm_warn("the job rolled back to step %llu (a shard restarted from its "
             "checkpoint); going on from there (this worker was at step %llu)",
             (unsigned long long)step, (unsigned long long)w->step);
@@ -80,7 +80,7 @@ int dw_pull_step(struct dw_worker *w) {
   uint64_t version = 0;
   int rc;
   do
-    rc = dw_client_pull_at(w->client, w->step, &version);
+    rc = psc__client_pull_at(w->client, w->step, &version);
   while (rc == 0 && rolled_back(w));
   if (rc == 0 && version > w->step)
     w->step = version; /* we fell behind: start at the newest step */
@@ -101,34 +101,34 @@ static int apply_grads(struct dw_worker *w, int examples, int more) {
                      dw_var_numel(&w->vars[i]));
     goto out;
   }
-  dw_client_set_examples(w->client, (uint32_t)examples);
+  psc__client_set_examples(w->client, (uint32_t)examples);
   if (w->sync) {
     int closed = 0, admitted = 0;
     uint64_t next = w->step + 1;
     /* Stage on every shard first, then ask to be counted: a worker that
      * dies in between can never leave the shards with different sets. */
-    rc = dw_client_push_step(w->client, w->step, &closed);
+    rc = psc__client_push_step(w->client, w->step, &closed);
     if (rc == 0 && rolled_back(w))
       goto out; /* the gradient is dropped: redo from the step rolled to */
     if (rc == 0 && !closed)
-      rc = dw_client_admit(w->client, w->step, &admitted, &next);
+      rc = psc__client_admit(w->client, w->step, &admitted, &next);
     if (rc == 0 && rolled_back(w))
       goto out;
     if (rc == 0 && !admitted)
       w->dropped++;
     w->step = next > w->step ? next : w->step + 1;
   } else if (more && !w->ssp && !w->args.no_overlap) {
-    rc = dw_client_push_pull(w->client);
+    rc = psc__client_push_pull(w->client);
     w->prefetched = rc == 0;
     w->clock++;
   } else {
-    rc = dw_client_push(w->client);
+    rc = psc__client_push(w->client);
     w->clock++;
   }
   if (rc < 0)
     cm_error("push at step %ld: %s", w->steps_done,
-             *dw_client_error(w->client) ? dw_client_error(w->client)
-                                         : cm_strerror(rc));
+             *psc__client_error(w->client) ? psc__client_error(w->client)
+                                           : cm_strerror(rc));
 out:
   return rc;
 }
@@ -148,22 +148,22 @@ static int pull_params(struct dw_worker *w) {
   }
   if (w->ssp) {
     /* Wait here until the slowest live worker is close enough. */
-    rc = dw_client_clock(w->client, w->clock);
+    rc = psc__client_clock(w->client, w->clock);
     if (rc < 0) {
       cm_error("clock %llu: %s", (unsigned long long)w->clock,
-               dw_client_error(w->client));
+               psc__client_error(w->client));
       return rc;
     }
   }
   if (w->sync) {
     rc = dw_pull_step(w);
   } else {
-    rc = dw_client_pull(w->client);
+    rc = psc__client_pull(w->client);
   }
   if (rc < 0)
     cm_error("pull at step %ld: %s", w->steps_done,
-             *dw_client_error(w->client) ? dw_client_error(w->client)
-                                         : cm_strerror(rc));
+             *psc__client_error(w->client) ? psc__client_error(w->client)
+                                           : cm_strerror(rc));
   return rc;
 }
 

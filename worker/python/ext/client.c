@@ -125,7 +125,7 @@ static int client_init(struct pyclient *self, PyObject *args, PyObject *kw) {
     goto out;
   }
   if (rc) {
-    psd_raise_text(err[0] ? err : psc_strerror(rc), rc, 0);
+    pyx_raise_text(err[0] ? err : psc_strerror(rc), rc, 0);
     goto out;
   }
   if (self->c) { /* another thread opened self while this one read */
@@ -133,7 +133,7 @@ static int client_init(struct pyclient *self, PyObject *args, PyObject *kw) {
     Py_BEGIN_ALLOW_THREADS psc_close(c);
     Py_END_ALLOW_THREADS
   } else {
-    psc_set_interrupt(c, psd_interrupted, NULL);
+    psc_set_interrupt(c, pyx_interrupted, NULL);
     self->c = c;
     ret = 0;
   }
@@ -267,7 +267,7 @@ static PyObject *client_declare(struct pyclient *self, PyObject *args,
     Py_DECREF(tup);
     return NULL;
   }
-  if (psd_enter(self)) {
+  if (pyx_enter(self)) {
     if (view.obj)
       PyBuffer_Release(&view);
     Py_DECREF(tup);
@@ -281,8 +281,8 @@ static PyObject *client_declare(struct pyclient *self, PyObject *args,
   /* The error is read before the lock goes: another thread's call would
    * clear psc_error. */
   if (rc < 0 && !PyErr_Occurred())
-    psd_raise(self->c, rc);
-  psd_leave(self);
+    pyx_raise(self->c, rc);
+  pyx_leave(self);
   if (view.obj)
     PyBuffer_Release(&view);
   if (rc < 0) {
@@ -314,10 +314,10 @@ static PyObject *client_declare_table(struct pyclient *self, PyObject *args,
   if (!PyArg_ParseTupleAndKeywords(args, kw, "sI|K", kwlist, &name, &dim,
                                    &bound))
     return NULL;
-  if (psd_enter(self))
+  if (pyx_enter(self))
     return NULL;
   Py_BEGIN_ALLOW_THREADS rc = psc_declare_table(self->c, name, dim, bound);
-  Py_END_ALLOW_THREADS rc = psd_leave_call(self, rc);
+  Py_END_ALLOW_THREADS rc = pyx_leave_call(self, rc);
   if (rc)
     return NULL;
   Py_RETURN_NONE;
@@ -386,32 +386,32 @@ static PyMethodDef client_methods[] = {
     {"declare_table", (PyCFunction)(void (*)(void))client_declare_table,
      METH_VARARGS | METH_KEYWORDS, "declare_table(name, dim, id_bound=0)"},
 #define KW(f) (PyCFunction)(void (*)(void))(f), METH_VARARGS | METH_KEYWORDS
-    {"pull", KW(psd_pull), "pull(vars, outs): pull into the buffers"},
-    {"push", KW(psd_push), "push(vars, grads, examples=0)"},
-    {"push_pull", KW(psd_push_pull),
+    {"pull", KW(pyx_pull), "pull(vars, outs): pull into the buffers"},
+    {"push", KW(pyx_push), "push(vars, grads, examples=0)"},
+    {"push_pull", KW(pyx_push_pull),
      "push_pull(vars, grads, outs, examples=0): both, one round trip"},
-    {"push_pull_sets", KW(psd_push_pull_sets),
+    {"push_pull_sets", KW(pyx_push_pull_sets),
      "push_pull_sets(push_vars, grads, pull_vars, outs, examples=0)"},
-    {"pull_at", KW(psd_pull_at),
+    {"pull_at", KW(pyx_pull_at),
      "pull_at(vars, outs, min_version) -> version (sync)"},
-    {"push_step", KW(psd_push_step),
+    {"push_step", KW(pyx_push_step),
      "push_step(vars, grads, step, examples=0) -> closed (sync)"},
-    {"join", KW(psd_join), "join(worker=-1) -> step"},
-    {"admit", KW(psd_admit), "admit(step) -> (admitted, next_step) (sync)"},
-    {"restarted", (PyCFunction)psd_restarted, METH_NOARGS,
+    {"join", KW(pyx_join), "join(worker=-1) -> step"},
+    {"admit", KW(pyx_admit), "admit(step) -> (admitted, next_step) (sync)"},
+    {"restarted", (PyCFunction)pyx_restarted, METH_NOARGS,
      "restarted() -> the step to go on from after a rollback, or None"},
-    {"leave", KW(psd_leave_job), "leave(examples, train_s, ended_s_ago=0.0)"},
-    {"clock", KW(psd_clock), "clock(n): bounded staleness"},
-    {"pull_rows", KW(psd_pull_rows),
+    {"leave", KW(pyx_leave_job), "leave(examples, train_s, ended_s_ago=0.0)"},
+    {"clock", KW(pyx_clock), "clock(n): bounded staleness"},
+    {"pull_rows", KW(pyx_pull_rows),
      "pull_rows(table, ids, out, min_version=0)"},
-    {"push_rows", KW(psd_push_rows),
+    {"push_rows", KW(pyx_push_rows),
      "push_rows(table, ids, grads, step=0) -> closed"},
 #undef KW
     {"close", (PyCFunction)client_close, METH_NOARGS,
      "close(): stops the heartbeat and closes the channels"},
     {NULL}};
 
-PyTypeObject psd_client_type = {
+PyTypeObject pyx_client_type = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "psd._psd.Client",
     .tp_doc = "A client of a psd job's shards (libpsclient).",
     .tp_basicsize = sizeof(struct pyclient),

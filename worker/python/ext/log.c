@@ -37,7 +37,7 @@ static void to_python(void *arg, int level, const char *line) {
   PyGILState_Release(g);
 }
 
-PyObject *psd_set_log(PyObject *mod, PyObject *args) {
+PyObject *pyx_set_log(PyObject *mod, PyObject *args) {
   int level, rc;
   PyObject *cb, *old = log_callable;
   (void)mod;
@@ -63,6 +63,6 @@ PyObject *psd_set_log(PyObject *mod, PyObject *args) {
       psc_set_log(level, log_callable ? to_python : NULL, NULL);
   Py_END_ALLOW_THREADS Py_XDECREF(old);
   if (rc)
-    return psd_raise_text(psc_strerror(rc), rc, 0);
+    return pyx_raise_text(psc_strerror(rc), rc, 0);
   Py_RETURN_NONE;
 }

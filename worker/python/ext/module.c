@@ -4,7 +4,7 @@
 
 #include <string.h>
 
-PyObject *psd_error;
+PyObject *pyx_error;
 
 /* Sets exc.name to value (a new reference, taken). */
 static void set_attr(PyObject *exc, const char *name, PyObject *value) {
@@ -14,28 +14,28 @@ static void set_attr(PyObject *exc, const char *name, PyObject *value) {
   }
 }
 
-PyObject *psd_raise_text(const char *msg, int rc, int st) {
+PyObject *pyx_raise_text(const char *msg, int rc, int st) {
   /* A file name in msg may be bytes that are not UTF-8: \xff for those. */
   PyObject *text =
       PyUnicode_DecodeUTF8(msg, (Py_ssize_t)strlen(msg), "backslashreplace");
   if (!text)
     return NULL;
-  PyObject *exc = PyObject_CallOneArg(psd_error, text);
+  PyObject *exc = PyObject_CallOneArg(pyx_error, text);
   Py_DECREF(text);
   if (!exc)
     return NULL;
   set_attr(exc, "code", PyLong_FromLong(rc));
   set_attr(exc, "grpc_status", PyLong_FromLong(st));
   set_attr(exc, "grpc_name", PyUnicode_FromString(psc_grpc_status_name(st)));
-  PyErr_SetObject(psd_error, exc);
+  PyErr_SetObject(pyx_error, exc);
   Py_DECREF(exc);
   return NULL;
 }
 
-PyObject *psd_raise(psc_client *c, int rc) {
+PyObject *pyx_raise(psc_client *c, int rc) {
   int st = c ? psc_grpc_status(c) : 0;
   const char *msg = c && psc_error(c)[0] ? psc_error(c) : psc_strerror(rc);
-  return psd_raise_text(msg, rc, st);
+  return pyx_raise_text(msg, rc, st);
 }
 
 /* "(3, 4)" for a shape tuple or a Py_buffer's shape, into buf. */
@@ -108,8 +108,8 @@ static int take_one(struct pyclient *self, PyObject *obj, int h, int writable,
   return -1;
 }
 
-int psd_bufs_take(struct pyclient *self, PyObject *objs, const int *handles,
-                  int n, int writable, struct psd_bufs *out) {
+int pyx_bufs_take(struct pyclient *self, PyObject *objs, const int *handles,
+                  int n, int writable, struct pyx_bufs *out) {
   memset(out, 0, sizeof *out);
   PyObject *seq = PySequence_Fast(objs, "expected a list of buffers");
   if (!seq)
@@ -124,7 +124,7 @@ int psd_bufs_take(struct pyclient *self, PyObject *objs, const int *handles,
   out->ptrs = PyMem_Calloc((size_t)n + 1, sizeof *out->ptrs);
   if (!out->views || !out->ptrs) {
     Py_DECREF(seq);
-    psd_bufs_release(out);
+    pyx_bufs_release(out);
     PyErr_NoMemory();
     return -1;
   }
@@ -132,7 +132,7 @@ int psd_bufs_take(struct pyclient *self, PyObject *objs, const int *handles,
     if (take_one(self, PySequence_Fast_GET_ITEM(seq, i), handles[i], writable,
                  &out->views[i])) {
       Py_DECREF(seq);
-      psd_bufs_release(out);
+      pyx_bufs_release(out);
       return -1;
     }
     out->ptrs[i] = out->views[i].buf;
@@ -142,7 +142,7 @@ int psd_bufs_take(struct pyclient *self, PyObject *objs, const int *handles,
   return 0;
 }
 
-void psd_bufs_release(struct psd_bufs *b) {
+void pyx_bufs_release(struct pyx_bufs *b) {
   for (int i = 0; i < b->n; i++)
     PyBuffer_Release(&b->views[i]);
   PyMem_Free(b->views);
@@ -150,7 +150,7 @@ void psd_bufs_release(struct psd_bufs *b) {
   memset(b, 0, sizeof *b);
 }
 
-int psd_handles(struct pyclient *self, PyObject *vars, int **out, int *n) {
+int pyx_handles(struct pyclient *self, PyObject *vars, int **out, int *n) {
   PyObject *seq = PySequence_Fast(vars, "expected a list of variables");
   if (!seq)
     return -1;
@@ -192,7 +192,7 @@ fail:
   return -1;
 }
 
-int psd_enter(struct pyclient *self) {
+int pyx_enter(struct pyclient *self) {
   if (!self->c) {
     PyErr_SetString(PyExc_RuntimeError, "psd.Client is closed");
     return -1;
@@ -210,16 +210,16 @@ int psd_enter(struct pyclient *self) {
   return 0;
 }
 
-void psd_leave(struct pyclient *self) { PyThread_release_lock(self->lock); }
+void pyx_leave(struct pyclient *self) { PyThread_release_lock(self->lock); }
 
-int psd_leave_call(struct pyclient *self, int rc) {
+int pyx_leave_call(struct pyclient *self, int rc) {
   if (rc && !PyErr_Occurred())
-    psd_raise(self->c, rc);
-  psd_leave(self);
+    pyx_raise(self->c, rc);
+  pyx_leave(self);
   return rc ? -1 : 0;
 }
 
-int psd_interrupted(void *arg) {
+int pyx_interrupted(void *arg) {
   (void)arg;
   PyGILState_STATE g = PyGILState_Ensure();
   int r = PyErr_CheckSignals() < 0;
@@ -228,51 +228,45 @@ int psd_interrupted(void *arg) {
 }
 
 static PyMethodDef module_methods[] = {
-    {"set_log", psd_set_log, METH_VARARGS,
+    {"set_log", pyx_set_log, METH_VARARGS,
      "set_log(level, callback): the library's log lines below level dropped "
      "(level < 0: unchanged), the others to callback(level, line), None: "
      "stderr"},
     {NULL}};
 
-static struct PyModuleDef psd_module = {
+static struct PyModuleDef pyx_module = {
     PyModuleDef_HEAD_INIT, "_psd",
     "psd's client, in C (libpsclient); use the psd package over it.", -1,
     module_methods};
 
 PyMODINIT_FUNC PyInit__psd(void) {
-  PyObject *m = PyModule_Create(&psd_module);
+  PyObject *m = PyModule_Create(&pyx_module);
   if (!m)
     return NULL;
-  if (PyType_Ready(&psd_client_type) < 0)
+  if (PyType_Ready(&pyx_client_type) < 0)
     goto fail;
-  psd_error = PyErr_NewExceptionWithDoc(
+  pyx_error = PyErr_NewExceptionWithDoc(
       "psd.Error",
       "A psd call failed: str() says what and where (the shard, the "
       "variable); .code is libpsclient's code (negative), .grpc_status and "
       ".grpc_name the gRPC status a shard answered (0, 'OK' when none did).",
       PyExc_RuntimeError, NULL);
-  if (!psd_error)
+  if (!pyx_error)
     goto fail;
-  Py_INCREF(psd_error);
-  Py_INCREF(&psd_client_type);
-  if (PyModule_AddObject(m, "Error", psd_error) < 0 ||
-      PyModule_AddObject(m, "Client", (PyObject *)&psd_client_type) < 0)
+  Py_INCREF(pyx_error);
+  Py_INCREF(&pyx_client_type);
+  if (PyModule_AddObject(m, "Error", pyx_error) < 0 ||
+      PyModule_AddObject(m, "Client", (PyObject *)&pyx_client_type) < 0)
     goto fail;
   PyModule_AddIntConstant(m, "PLACE_AUTO", PSC_PLACE_AUTO);
   PyModule_AddIntConstant(m, "PLACE_SPLIT", PSC_PLACE_SPLIT);
-  /* libpsclient's codes, psd.Error.code (psclient(3), ERRORS). */
-  PyModule_AddIntConstant(m, "EINVAL", PSC_EINVAL);
-  PyModule_AddIntConstant(m, "ENOMEM", PSC_ENOMEM);
-  PyModule_AddIntConstant(m, "EIO", PSC_EIO);
-  PyModule_AddIntConstant(m, "ENOENT", PSC_ENOENT);
-  PyModule_AddIntConstant(m, "ESPEC", PSC_ESPEC);
-  PyModule_AddIntConstant(m, "ERPC", PSC_ERPC);
-  PyModule_AddIntConstant(m, "ETIMEDOUT", PSC_ETIMEDOUT);
-  PyModule_AddIntConstant(m, "ESHAPE", PSC_ESHAPE);
-  PyModule_AddIntConstant(m, "EEXIST", PSC_EEXIST);
-  PyModule_AddIntConstant(m, "ERANGE", PSC_ERANGE);
-  PyModule_AddIntConstant(m, "EUNAVAIL", PSC_EUNAVAIL);
-  PyModule_AddIntConstant(m, "ECANCELED", PSC_ECANCELED);
+  /* libpsclient's codes, psd.Error.code: every one psd/client.h lists
+   * (psclient(3), ERRORS). */
+#define PYX_ERRNO_CONST_(name, value, words)                                   \
+  if (PyModule_AddIntConstant(m, #name, PSC_##name) < 0)                       \
+    goto fail;
+  PSC_ERRNO_MAP(PYX_ERRNO_CONST_)
+#undef PYX_ERRNO_CONST_
   return m;
 fail:
   Py_DECREF(m);

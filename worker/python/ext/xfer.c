@@ -1,13 +1,13 @@
 /* psd.Client's network calls (ext.h): each takes its buffers with the
  * buffer protocol, releases the GIL for the call (Ctrl-C cancels it:
- * psd_interrupted), and raises psd.Error naming the shard, the variable and
+ * pyx_interrupted), and raises psd.Error naming the shard, the variable and
  * the gRPC status when it fails. */
 #include "ext.h"
 
 #include <string.h>
 
 /* Runs expr with the GIL released and the client's lock held; sets rc.
- * expr reads only C memory taken before (ext.h, psd_enter). */
+ * expr reads only C memory taken before (ext.h, pyx_enter). */
 #define NET_CALL(self, rc, expr)                                               \
   do {                                                                         \
     Py_BEGIN_ALLOW_THREADS(rc) = (expr);                                       \
@@ -18,14 +18,14 @@
 struct dense {
   int *h;                /* owned: variable handles */
   int n;                 /* how many */
-  struct psd_bufs vals;  /* pull destinations */
-  struct psd_bufs grads; /* push sources */
+  struct pyx_bufs vals;  /* pull destinations */
+  struct pyx_bufs grads; /* push sources */
 };
 
 static void dense_free(struct dense *d) {
   PyMem_Free(d->h);
-  psd_bufs_release(&d->vals);
-  psd_bufs_release(&d->grads);
+  pyx_bufs_release(&d->vals);
+  pyx_bufs_release(&d->grads);
 }
 
 /* Takes vars, and outs and/or grads (either may be NULL). */
@@ -36,9 +36,9 @@ static int dense_take(struct pyclient *self, PyObject *vars, PyObject *outs,
     PyErr_SetString(PyExc_RuntimeError, "psd.Client is closed");
     return -1;
   }
-  if (psd_handles(self, vars, &d->h, &d->n) ||
-      (outs && psd_bufs_take(self, outs, d->h, d->n, 1, &d->vals)) ||
-      (grads && psd_bufs_take(self, grads, d->h, d->n, 0, &d->grads))) {
+  if (pyx_handles(self, vars, &d->h, &d->n) ||
+      (outs && pyx_bufs_take(self, outs, d->h, d->n, 1, &d->vals)) ||
+      (grads && pyx_bufs_take(self, grads, d->h, d->n, 0, &d->grads))) {
     dense_free(d);
     return -1;
   }
@@ -48,21 +48,21 @@ static int dense_take(struct pyclient *self, PyObject *vars, PyObject *outs,
 /* Enters a call on d's buffers: takes the client's lock (frees d and
  * returns -1 with the exception set when it cannot). */
 static int dense_enter(struct pyclient *self, struct dense *d) {
-  if (!psd_enter(self))
+  if (!pyx_enter(self))
     return 0;
   dense_free(d);
   return -1;
 }
 
-/* Ends it: leaves the lock (psd_leave_call), frees d; 0, or -1 with the
+/* Ends it: leaves the lock (pyx_leave_call), frees d; 0, or -1 with the
  * exception set for a failed call (rc). */
 static int dense_done(struct pyclient *self, struct dense *d, int rc) {
-  int r = psd_leave_call(self, rc);
+  int r = pyx_leave_call(self, rc);
   dense_free(d);
   return r;
 }
 
-PyObject *psd_pull(struct pyclient *self, PyObject *args, PyObject *kw) {
+PyObject *pyx_pull(struct pyclient *self, PyObject *args, PyObject *kw) {
   static char *kwlist[] = {"vars", "outs", NULL};
   PyObject *vars, *outs;
   struct dense d;
@@ -78,7 +78,7 @@ PyObject *psd_pull(struct pyclient *self, PyObject *args, PyObject *kw) {
   Py_RETURN_NONE;
 }
 
-PyObject *psd_push(struct pyclient *self, PyObject *args, PyObject *kw) {
+PyObject *pyx_push(struct pyclient *self, PyObject *args, PyObject *kw) {
   static char *kwlist[] = {"vars", "grads", "examples", NULL};
   PyObject *vars, *grads;
   unsigned int examples = 0;
@@ -98,7 +98,7 @@ PyObject *psd_push(struct pyclient *self, PyObject *args, PyObject *kw) {
   Py_RETURN_NONE;
 }
 
-PyObject *psd_push_pull(struct pyclient *self, PyObject *args, PyObject *kw) {
+PyObject *pyx_push_pull(struct pyclient *self, PyObject *args, PyObject *kw) {
   static char *kwlist[] = {"vars", "grads", "outs", "examples", NULL};
   PyObject *vars, *grads, *outs;
   unsigned int examples = 0;
@@ -118,7 +118,7 @@ PyObject *psd_push_pull(struct pyclient *self, PyObject *args, PyObject *kw) {
   Py_RETURN_NONE;
 }
 
-PyObject *psd_push_pull_sets(struct pyclient *self, PyObject *args,
+PyObject *pyx_push_pull_sets(struct pyclient *self, PyObject *args,
                              PyObject *kw) {
   static char *kwlist[] = {"push_vars", "grads",    "pull_vars",
                            "outs",      "examples", NULL};
@@ -134,7 +134,7 @@ PyObject *psd_push_pull_sets(struct pyclient *self, PyObject *args,
     dense_free(&push);
     return NULL;
   }
-  if (psd_enter(self)) {
+  if (pyx_enter(self)) {
     dense_free(&push);
     dense_free(&pull);
     return NULL;
@@ -143,7 +143,7 @@ PyObject *psd_push_pull_sets(struct pyclient *self, PyObject *args,
            psc_push_pull_sets(self->c, push.h,
                               (const float *const *)push.grads.ptrs, push.n,
                               pull.h, pull.vals.ptrs, pull.n, examples));
-  rc = psd_leave_call(self, rc);
+  rc = pyx_leave_call(self, rc);
   dense_free(&push);
   dense_free(&pull);
   if (rc)
@@ -151,7 +151,7 @@ PyObject *psd_push_pull_sets(struct pyclient *self, PyObject *args,
   Py_RETURN_NONE;
 }
 
-PyObject *psd_pull_at(struct pyclient *self, PyObject *args, PyObject *kw) {
+PyObject *pyx_pull_at(struct pyclient *self, PyObject *args, PyObject *kw) {
   static char *kwlist[] = {"vars", "outs", "min_version", NULL};
   PyObject *vars, *outs;
   unsigned long long min_version;
@@ -171,7 +171,7 @@ PyObject *psd_pull_at(struct pyclient *self, PyObject *args, PyObject *kw) {
   return PyLong_FromUnsignedLongLong(version);
 }
 
-PyObject *psd_push_step(struct pyclient *self, PyObject *args, PyObject *kw) {
+PyObject *pyx_push_step(struct pyclient *self, PyObject *args, PyObject *kw) {
   static char *kwlist[] = {"vars", "grads", "step", "examples", NULL};
   PyObject *vars, *grads;
   unsigned long long step;
@@ -192,35 +192,35 @@ PyObject *psd_push_step(struct pyclient *self, PyObject *args, PyObject *kw) {
   return PyBool_FromLong(closed);
 }
 
-PyObject *psd_join(struct pyclient *self, PyObject *args, PyObject *kw) {
+PyObject *pyx_join(struct pyclient *self, PyObject *args, PyObject *kw) {
   static char *kwlist[] = {"worker", NULL};
   int worker = -1, rc;
   uint64_t step = 0;
   if (!PyArg_ParseTupleAndKeywords(args, kw, "|i", kwlist, &worker) ||
-      psd_enter(self))
+      pyx_enter(self))
     return NULL;
   NET_CALL(self, rc, psc_join(self->c, worker, &step));
-  if (psd_leave_call(self, rc))
+  if (pyx_leave_call(self, rc))
     return NULL;
   return PyLong_FromUnsignedLongLong(step);
 }
 
-PyObject *psd_admit(struct pyclient *self, PyObject *args, PyObject *kw) {
+PyObject *pyx_admit(struct pyclient *self, PyObject *args, PyObject *kw) {
   static char *kwlist[] = {"step", NULL};
   unsigned long long step;
   uint64_t next = 0;
   int admitted = 0, rc;
   if (!PyArg_ParseTupleAndKeywords(args, kw, "K", kwlist, &step) ||
-      psd_enter(self))
+      pyx_enter(self))
     return NULL;
   NET_CALL(self, rc, psc_admit(self->c, step, &admitted, &next));
-  if (psd_leave_call(self, rc))
+  if (pyx_leave_call(self, rc))
     return NULL;
   return Py_BuildValue("(NK)", PyBool_FromLong(admitted),
                        (unsigned long long)next);
 }
 
-PyObject *psd_restarted(struct pyclient *self, PyObject *unused) {
+PyObject *pyx_restarted(struct pyclient *self, PyObject *unused) {
   uint64_t step = 0;
   if (!self->c) {
     PyErr_SetString(PyExc_RuntimeError, "psd.Client is closed");
@@ -231,30 +231,30 @@ PyObject *psd_restarted(struct pyclient *self, PyObject *unused) {
   return PyLong_FromUnsignedLongLong(step);
 }
 
-PyObject *psd_leave_job(struct pyclient *self, PyObject *args, PyObject *kw) {
+PyObject *pyx_leave_job(struct pyclient *self, PyObject *args, PyObject *kw) {
   static char *kwlist[] = {"examples", "train_s", "ended_s_ago", NULL};
   unsigned long long examples;
   double train_s, ago = 0;
   int rc;
   if (!PyArg_ParseTupleAndKeywords(args, kw, "Kd|d", kwlist, &examples,
                                    &train_s, &ago) ||
-      psd_enter(self))
+      pyx_enter(self))
     return NULL;
   NET_CALL(self, rc, psc_leave(self->c, examples, train_s, ago));
-  if (psd_leave_call(self, rc))
+  if (pyx_leave_call(self, rc))
     return NULL;
   Py_RETURN_NONE;
 }
 
-PyObject *psd_clock(struct pyclient *self, PyObject *args, PyObject *kw) {
+PyObject *pyx_clock(struct pyclient *self, PyObject *args, PyObject *kw) {
   static char *kwlist[] = {"clock", NULL};
   unsigned long long clock;
   int rc;
   if (!PyArg_ParseTupleAndKeywords(args, kw, "K", kwlist, &clock) ||
-      psd_enter(self))
+      pyx_enter(self))
     return NULL;
   NET_CALL(self, rc, psc_clock(self->c, clock));
-  if (psd_leave_call(self, rc))
+  if (pyx_leave_call(self, rc))
     return NULL;
   Py_RETURN_NONE;
 }
@@ -309,7 +309,7 @@ static int rows_take(struct pyclient *self, const char *table, PyObject *ids,
   return 0;
 }
 
-PyObject *psd_pull_rows(struct pyclient *self, PyObject *args, PyObject *kw) {
+PyObject *pyx_pull_rows(struct pyclient *self, PyObject *args, PyObject *kw) {
   static char *kwlist[] = {"table", "ids", "out", "min_version", NULL};
   const char *table;
   PyObject *ids, *out;
@@ -319,16 +319,16 @@ PyObject *psd_pull_rows(struct pyclient *self, PyObject *args, PyObject *kw) {
   if (!PyArg_ParseTupleAndKeywords(args, kw, "sOO|K", kwlist, &table, &ids,
                                    &out, &min_version))
     return NULL;
-  if (psd_enter(self))
+  if (pyx_enter(self))
     return NULL;
   if (rows_take(self, table, ids, out, 1, &iv, &rv)) {
-    psd_leave(self);
+    pyx_leave(self);
     return NULL;
   }
   NET_CALL(self, rc,
            psc_pull_rows(self->c, table, iv.buf, (size_t)(iv.len / 8), rv.buf,
                          min_version));
-  rc = psd_leave_call(self, rc);
+  rc = pyx_leave_call(self, rc);
   PyBuffer_Release(&iv);
   PyBuffer_Release(&rv);
   if (rc)
@@ -336,7 +336,7 @@ PyObject *psd_pull_rows(struct pyclient *self, PyObject *args, PyObject *kw) {
   Py_RETURN_NONE;
 }
 
-PyObject *psd_push_rows(struct pyclient *self, PyObject *args, PyObject *kw) {
+PyObject *pyx_push_rows(struct pyclient *self, PyObject *args, PyObject *kw) {
   static char *kwlist[] = {"table", "ids", "grads", "step", NULL};
   const char *table;
   PyObject *ids, *grads;
@@ -346,16 +346,16 @@ PyObject *psd_push_rows(struct pyclient *self, PyObject *args, PyObject *kw) {
   if (!PyArg_ParseTupleAndKeywords(args, kw, "sOO|K", kwlist, &table, &ids,
                                    &grads, &step))
     return NULL;
-  if (psd_enter(self))
+  if (pyx_enter(self))
     return NULL;
   if (rows_take(self, table, ids, grads, 0, &iv, &rv)) {
-    psd_leave(self);
+    pyx_leave(self);
     return NULL;
   }
   NET_CALL(self, rc,
            psc_push_rows(self->c, table, iv.buf, (size_t)(iv.len / 8), rv.buf,
                          step, &closed));
-  rc = psd_leave_call(self, rc);
+  rc = pyx_leave_call(self, rc);
   PyBuffer_Release(&iv);
   PyBuffer_Release(&rv);
   if (rc)

@@ -1,5 +1,5 @@
-/* dw_client_declare (psclient.h): checks the caller's variables, resolves
- * DW_PLACE_AUTO, and declares them on the shards that hold them
+/* psc__client_declare (psclient.h): checks the caller's variables, resolves
+ * PSC__PLACE_AUTO, and declares them on the shards that hold them
  * (declare_rounds.c, over declare_calls.c, which waits for shards that are
  * still starting). Once every shard has answered, the client plans its
  * traffic and moves to the Unix sockets of the shards on this host
@@ -16,7 +16,7 @@
 #define AUTO_SPLIT_BYTES (256u << 10)
 
 /* Whether a and b have the same shape. */
-static int same_shape(const struct dw_var *a, const struct dw_var *b) {
+static int same_shape(const struct psc__var *a, const struct psc__var *b) {
   if (a->ndim != b->ndim)
     return 0;
   for (int d = 0; d < a->ndim; d++)
@@ -28,43 +28,44 @@ static int same_shape(const struct dw_var *a, const struct dw_var *b) {
 /* Checks vars[0..n) and resolves their placements into vars. skip[i] is set
  * for a variable this client declared already (same shape; a different one
  * is CM_EEXIST). */
-static int check_vars(struct dw_client *c, struct dw_var *vars, int n,
+static int check_vars(struct psc__client *c, struct psc__var *vars, int n,
                       unsigned char *skip, uint64_t *bytes, int *place) {
   for (int i = 0; i < n; i++) {
     if (!vars[i].name || !vars[i].name[0] || strlen(vars[i].name) > 200) {
-      dw__seterr(c, "declare: variable %d has %s name; expected 1..200 bytes",
-                 i, vars[i].name && vars[i].name[0] ? "a too long" : "no");
+      psc__seterr(c, "declare: variable %d has %s name; expected 1..200 bytes",
+                  i, vars[i].name && vars[i].name[0] ? "a too long" : "no");
       return CM_EINVAL;
     }
-    if (vars[i].ndim < 1 || vars[i].ndim > DW_VAR_MAX_DIMS) {
-      dw__seterr(c, "declare: variable '%s' has %d dimensions; expected 1..%d",
-                 vars[i].name, vars[i].ndim, DW_VAR_MAX_DIMS);
+    if (vars[i].ndim < 1 || vars[i].ndim > PSC__VAR_MAX_DIMS) {
+      psc__seterr(c, "declare: variable '%s' has %d dimensions; expected 1..%d",
+                  vars[i].name, vars[i].ndim, PSC__VAR_MAX_DIMS);
       return CM_EINVAL;
     }
     for (int d = 0; d < vars[i].ndim; d++)
       if (vars[i].shape[d] <= 0) {
-        dw__seterr(c,
-                   "declare: variable '%s' dimension %d is %lld; expected > 0",
-                   vars[i].name, d, (long long)vars[i].shape[d]);
+        psc__seterr(c,
+                    "declare: variable '%s' dimension %d is %lld; expected > 0",
+                    vars[i].name, d, (long long)vars[i].shape[d]);
         return CM_EINVAL;
       }
-    if (vars[i].placement >= c->nshards || vars[i].placement < DW_PLACE_NAME) {
-      dw__seterr(c,
-                 "declare: variable '%s' placement %d; expected a shard "
-                 "0..%d or AUTO, NAME or SPLIT",
-                 vars[i].name, vars[i].placement, c->nshards - 1);
+    if (vars[i].placement >= c->nshards ||
+        vars[i].placement < PSC__PLACE_NAME) {
+      psc__seterr(c,
+                  "declare: variable '%s' placement %d; expected a shard "
+                  "0..%d or AUTO, NAME or SPLIT",
+                  vars[i].name, vars[i].placement, c->nshards - 1);
       return CM_EINVAL;
     }
-    bytes[i] = dw__numel(&vars[i]) * sizeof(float);
-    int k = dw_client_find(c, vars[i].name);
+    bytes[i] = psc__numel(&vars[i]) * sizeof(float);
+    int k = psc__client_find(c, vars[i].name);
     if (k >= 0) {
       if (!same_shape(&c->vars[k], &vars[i])) {
-        dw__seterr(c,
-                   "declare: variable '%s' was declared by this client with "
-                   "%d dimensions [%lld, ...], now with %d [%lld, ...]",
-                   vars[i].name, c->vars[k].ndim,
-                   (long long)c->vars[k].shape[0], vars[i].ndim,
-                   (long long)vars[i].shape[0]);
+        psc__seterr(c,
+                    "declare: variable '%s' was declared by this client with "
+                    "%d dimensions [%lld, ...], now with %d [%lld, ...]",
+                    vars[i].name, c->vars[k].ndim,
+                    (long long)c->vars[k].shape[0], vars[i].ndim,
+                    (long long)vars[i].shape[0]);
         return CM_EEXIST;
       }
       skip[i] = 1;
@@ -73,9 +74,9 @@ static int check_vars(struct dw_client *c, struct dw_var *vars, int n,
   }
   cm_shard_auto(bytes, n, c->nshards, AUTO_SPLIT_BYTES, place);
   for (int i = 0; i < n; i++) {
-    if (vars[i].placement == DW_PLACE_AUTO)
+    if (vars[i].placement == PSC__PLACE_AUTO)
       vars[i].placement = place[i];
-    else if (vars[i].placement == DW_PLACE_NAME)
+    else if (vars[i].placement == PSC__PLACE_NAME)
       vars[i].placement = cm_shard_by_name(vars[i].name, bytes[i], c->nshards,
                                            AUTO_SPLIT_BYTES);
   }
@@ -83,13 +84,13 @@ static int check_vars(struct dw_client *c, struct dw_var *vars, int n,
 }
 
 /* Appends copies of the variables of vars[0..n) not in skip to c->vars. */
-static int keep_vars(struct dw_client *c, const struct dw_var *vars, int n,
+static int keep_vars(struct psc__client *c, const struct psc__var *vars, int n,
                      const unsigned char *skip) {
   if (c->nvars + n > c->cap_vars) {
     int cap = c->cap_vars ? c->cap_vars : 8;
     while (cap < c->nvars + n)
       cap *= 2;
-    struct dw_var *v = realloc(c->vars, (size_t)cap * sizeof *v);
+    struct psc__var *v = realloc(c->vars, (size_t)cap * sizeof *v);
     if (!v)
       return CM_ENOMEM;
     c->vars = v;
@@ -133,14 +134,14 @@ static int keep_vars(struct dw_client *c, const struct dw_var *vars, int n,
   return 0;
 }
 
-int dw_client_declare(struct dw_client *c, struct dw_var *vars, int n) {
+int psc__client_declare(struct psc__client *c, struct psc__var *vars, int n) {
   uint64_t *bytes = NULL;
   unsigned char *skip = NULL;
   int *place = NULL, rc = 0, nnew = 0;
 
   c->err[0] = 0;
   if (n < 0 || (n > 0 && !vars)) {
-    dw__seterr(c, "declare: no variables");
+    psc__seterr(c, "declare: no variables");
     return CM_EINVAL;
   }
   bytes = calloc(n + 1, sizeof *bytes);
@@ -157,18 +158,18 @@ int dw_client_declare(struct dw_client *c, struct dw_var *vars, int n) {
   if (nnew == 0)
     goto out;
   /* Shards may still be starting: wait for them, within the deadline. */
-  if ((rc = dw__declare_vars(c, vars, n, skip)))
+  if ((rc = psc__declare_vars(c, vars, n, skip)))
     goto out;
   if ((rc = keep_vars(c, vars, n, skip)))
     goto out;
-  rc = dw__plan(c);
+  rc = psc__plan(c);
   if (!rc)
-    rc = dw__use_unix_sockets(c);
+    rc = psc__use_unix_sockets(c);
 out:
   free(bytes);
   free(place);
   free(skip);
   if (rc && !c->err[0])
-    dw__seterr(c, "declare: %s", cm_strerror(rc));
+    psc__seterr(c, "declare: %s", cm_strerror(rc));
   return rc;
 }

@@ -1,10 +1,10 @@
 /* Variables through the public API (psd/client.h): declare, and pulls and
  * pushes of any subset of them from and into the caller's buffers, async,
  * sync and with bounded staleness. Each call binds the caller's buffers to
- * the internal client's variables and selects them (dw_client_select), so
+ * the internal client's variables and selects them (psc__client_select), so
  * the bytes move between the wire and the caller's memory with no copy of
  * ours in between. */
-#include "psc_internal.h"
+#include "api_internal.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -16,7 +16,7 @@
 
 int psc__bind(psc_client *c, const int *vars, float *const *dst,
               const float *const *grads, int n, const char *what) {
-  int nv = dw_client_nvars(c->dw);
+  int nv = psc__client_nvars(c->cl);
   if (n < 0 || n > MAX_BATCH || (n > 0 && !vars))
     return psc__fail(c, PSC_EINVAL, "%s: %d variables; expected 0..%d", what, n,
                      MAX_BATCH);
@@ -27,12 +27,12 @@ int psc__bind(psc_client *c, const int *vars, float *const *dst,
                        vars[k], nv);
     if ((dst && !dst[k]) || (grads && !grads[k]))
       return psc__fail(c, PSC_EINVAL, "%s: variable '%s' has a NULL buffer",
-                       what, dw_client_var(c->dw, vars[k])->name);
-    dw_client_bind(c->dw, vars[k], dst ? dst[k] : NULL,
-                   grads ? grads[k] : NULL);
+                       what, psc__client_var(c->cl, vars[k])->name);
+    psc__client_bind(c->cl, vars[k], dst ? dst[k] : NULL,
+                     grads ? grads[k] : NULL);
   }
-  if (dw_client_select(c->dw, vars, n) ||
-      dw_client_select_push(c->dw, NULL, -1))
+  if (psc__client_select(c->cl, vars, n) ||
+      psc__client_select_push(c->cl, NULL, -1))
     return psc__fail(c, PSC_ENOMEM, "%s: out of memory", what);
   return 0;
 }
@@ -41,19 +41,19 @@ int psc__bind(psc_client *c, const int *vars, float *const *dst,
 static int declare(psc_client *c, const char *name, int ndim,
                    const int64_t *shape, const struct psc_var_opts *o,
                    const float *values) {
-  struct dw_var v = {0};
+  struct psc__var v = {0};
   int rc;
   psc__begin(c);
-  if (!name || !shape || ndim < 1 || ndim > DW_VAR_MAX_DIMS)
+  if (!name || !shape || ndim < 1 || ndim > PSC__VAR_MAX_DIMS)
     return psc__fail(c, PSC_EINVAL,
                      "declare: variable '%s': %d dimensions; expected 1..%d",
-                     name ? name : "(null)", ndim, DW_VAR_MAX_DIMS);
+                     name ? name : "(null)", ndim, PSC__VAR_MAX_DIMS);
   v.name = name;
   v.ndim = ndim;
   memcpy(v.shape, shape, (size_t)ndim * sizeof *shape);
-  v.placement = DW_PLACE_NAME;
+  v.placement = PSC__PLACE_NAME;
   if (o && o->placement == PSC_PLACE_SPLIT)
-    v.placement = DW_PLACE_SPLIT;
+    v.placement = PSC__PLACE_SPLIT;
   else if (o && o->placement > 0 && o->placement <= c->spec->nps)
     v.placement = o->placement - 1; /* PSC_PLACE_SHARD(k) */
   else if (o && o->placement > 0)
@@ -66,13 +66,14 @@ static int declare(psc_client *c, const char *name, int ndim,
                      "declare: variable '%s': placement %d; expected "
                      "PSC_PLACE_AUTO, PSC_PLACE_SPLIT or PSC_PLACE_SHARD(k)",
                      name, o->placement);
-  v.init = o && o->init == PSC_INIT_UNIFORM ? DW_INIT_UNIFORM : DW_INIT_ZEROS;
+  v.init =
+      o && o->init == PSC_INIT_UNIFORM ? PSC__INIT_UNIFORM : PSC__INIT_ZEROS;
   v.init_scale = o ? o->init_scale : 0;
   v.optimizer = o ? o->optimizer : NULL;
   v.given = values;
-  if ((rc = dw_client_declare(c->dw, &v, 1)))
+  if ((rc = psc__client_declare(c->cl, &v, 1)))
     return rc;
-  return dw_client_find(c->dw, name);
+  return psc__client_find(c->cl, name);
 }
 
 int psc_declare(psc_client *c, const char *name, int ndim, const int64_t *shape,
@@ -87,11 +88,11 @@ int psc_declare_values(psc_client *c, const char *name, int ndim,
 }
 
 int psc_find(const psc_client *c, const char *name) {
-  return name ? dw_client_find(c->dw, name) : PSC_ENOENT;
+  return name ? psc__client_find(c->cl, name) : PSC_ENOENT;
 }
 
 int64_t psc_numel(const psc_client *c, int v) {
-  const struct dw_var *var = dw_client_var(c->dw, v);
+  const struct psc__var *var = psc__client_var(c->cl, v);
   if (!var)
     return PSC_ENOENT;
   int64_t n = 1;
@@ -107,7 +108,7 @@ int psc_pull(psc_client *c, const int *vars, float *const *dst, int n) {
     return psc__fail(c, PSC_EINVAL, "pull: no destination buffers");
   if ((rc = psc__bind(c, vars, dst, NULL, n, "pull")))
     return rc;
-  return n ? dw_client_pull(c->dw) : 0;
+  return n ? psc__client_pull(c->cl) : 0;
 }
 
 int psc_push(psc_client *c, const int *vars, const float *const *grads, int n,
@@ -118,8 +119,8 @@ int psc_push(psc_client *c, const int *vars, const float *const *grads, int n,
     return psc__fail(c, PSC_EINVAL, "push: no gradient buffers");
   if ((rc = psc__bind(c, vars, NULL, grads, n, "push")))
     return rc;
-  dw_client_set_examples(c->dw, examples);
-  return n ? dw_client_push(c->dw) : 0;
+  psc__client_set_examples(c->cl, examples);
+  return n ? psc__client_push(c->cl) : 0;
 }
 
 int psc_push_pull(psc_client *c, const int *vars, const float *const *grads,
@@ -130,8 +131,8 @@ int psc_push_pull(psc_client *c, const int *vars, const float *const *grads,
     return psc__fail(c, PSC_EINVAL, "push_pull: no buffers");
   if ((rc = psc__bind(c, vars, dst, grads, n, "push_pull")))
     return rc;
-  dw_client_set_examples(c->dw, examples);
-  return n ? dw_client_push_pull(c->dw) : 0;
+  psc__client_set_examples(c->cl, examples);
+  return n ? psc__client_push_pull(c->cl) : 0;
 }
 
 int psc_push_pull_sets(psc_client *c, const int *push_vars,
@@ -147,12 +148,12 @@ int psc_push_pull_sets(psc_client *c, const int *push_vars,
   if ((rc = psc__bind(c, pull_vars, dst, NULL, npull, "push_pull")))
     return rc;
   /* psc__bind made the pushes follow the pulls' selection again. */
-  if (dw_client_select_push(c->dw, push_vars, npush))
+  if (psc__client_select_push(c->cl, push_vars, npush))
     return psc__fail(c, PSC_ENOMEM, "push_pull: out of memory");
-  dw_client_set_examples(c->dw, examples);
+  psc__client_set_examples(c->cl, examples);
   if (npush == 0 && npull == 0)
     return 0;
-  return npush == 0 ? dw_client_pull(c->dw) : dw_client_push_pull(c->dw);
+  return npush == 0 ? psc__client_pull(c->cl) : psc__client_push_pull(c->cl);
 }
 
 /* The worker index a coordinator call uses, or a failure. */
@@ -179,7 +180,7 @@ int psc_join(psc_client *c, int worker, uint64_t *step) {
     return psc__fail(c, PSC_EINVAL,
                      "join: worker %d; the job has %d workers (0..%d)", worker,
                      c->spec->nworker, c->spec->nworker - 1);
-  int rc = dw_client_join(c->dw, worker, c->spec->job.heartbeat_ms, &s);
+  int rc = psc__client_join(c->cl, worker, c->spec->job.heartbeat_ms, &s);
   if (step)
     *step = s;
   return rc;
@@ -194,7 +195,7 @@ int psc_pull_at(psc_client *c, const int *vars, float *const *dst, int n,
     return psc__fail(c, PSC_EINVAL, "pull: no destination buffers");
   if ((rc = psc__bind(c, vars, dst, NULL, n, "pull")))
     return rc;
-  rc = n ? dw_client_pull_at(c->dw, min_version, &v) : 0;
+  rc = n ? psc__client_pull_at(c->cl, min_version, &v) : 0;
   if (version)
     *version = v;
   return rc;
@@ -208,8 +209,8 @@ int psc_push_step(psc_client *c, const int *vars, const float *const *grads,
     return psc__fail(c, PSC_EINVAL, "push: no gradient buffers");
   if ((rc = psc__bind(c, vars, NULL, grads, n, "push")))
     return rc;
-  dw_client_set_examples(c->dw, examples);
-  rc = n ? dw_client_push_step(c->dw, step, &cl) : 0;
+  psc__client_set_examples(c->cl, examples);
+  rc = n ? psc__client_push_step(c->cl, step, &cl) : 0;
   if (closed)
     *closed = cl;
   return rc;
@@ -220,7 +221,7 @@ int psc_admit(psc_client *c, uint64_t step, int *admitted,
   int a = 0;
   uint64_t next = 0;
   psc__begin(c);
-  int rc = dw_client_admit(c->dw, step, &a, &next);
+  int rc = psc__client_admit(c->cl, step, &a, &next);
   if (admitted)
     *admitted = a;
   if (next_step)
@@ -230,7 +231,7 @@ int psc_admit(psc_client *c, uint64_t step, int *admitted,
 
 int psc_restarted(psc_client *c, uint64_t *step) {
   uint64_t s = 0;
-  int r = dw_client_rolled_back(c->dw, &s) || dw_client_rejoined(c->dw, &s);
+  int r = psc__client_rolled_back(c->cl, &s) || psc__client_rejoined(c->cl, &s);
   if (r && step)
     *step = s;
   return r;
@@ -239,10 +240,10 @@ int psc_restarted(psc_client *c, uint64_t *step) {
 int psc_leave(psc_client *c, uint64_t examples, double train_s,
               double ended_s_ago) {
   psc__begin(c);
-  return dw_client_leave(c->dw, examples, train_s, ended_s_ago);
+  return psc__client_leave(c->cl, examples, train_s, ended_s_ago);
 }
 
 int psc_clock(psc_client *c, uint64_t clock) {
   psc__begin(c);
-  return dw_client_clock(c->dw, clock);
+  return psc__client_clock(c->cl, clock);
 }

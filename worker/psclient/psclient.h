@@ -1,8 +1,11 @@
-/* libpsclient: a C client for psd. Connects to every shard of a cluster
+/* libpsclient's own API (psc__*), the one client of psd that every program
+ * in this tree links: dworker, psctl, pslaunch, psd (done.c), the test
+ * tools; the public API (include/psd/client.h, psc_*) is a layer over it.
+ * Connects to every shard of a cluster
  * spec, declares variables (idempotently), and pulls and pushes them with
  * the calls to all shards in flight at once, each call with a deadline.
  * Large variables travel in chunks (docs/wire.md), so no gRPC message
- * limit is ever hit. One dw_client is used by one thread at a time.
+ * limit is ever hit. One psc__client is used by one thread at a time.
  *
  * Pulls, pushes and the coordinator calls (join, leave, admit, clock)
  * survive a shard that restarts, stops or is cut off: a call that fails
@@ -13,8 +16,8 @@
  * the boot id of the shard's process: a shard started from another spec, or
  * restarted without a checkpoint, refuses it (FAILED_PRECONDITION, not
  * retried). */
-#ifndef DW_PSCLIENT_H
-#define DW_PSCLIENT_H
+#ifndef PSC__PSCLIENT_H
+#define PSC__PSCLIENT_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -23,54 +26,55 @@
 
 #include "spec.h"
 
-#define DW_VAR_MAX_DIMS 4
+#define PSC__VAR_MAX_DIMS 4
 
 /* Where a variable lives. */
-enum dw_placement {
-  DW_PLACE_NAME = -3, /* split when large, else whole on the shard the name
+enum psc__placement {
+  PSC__PLACE_NAME = -3, /* split when large, else whole on the shard the name
                          hashes to: the same whatever else is declared, in
                          any order (cm_shard_by_name) */
-  DW_PLACE_AUTO = -2, /* split when large, else whole on the least-loaded shard
-                         after the variables before it in the same declare (a
-                         list every worker declares whole, in the same order) */
-  DW_PLACE_SPLIT =
+  PSC__PLACE_AUTO =
+      -2, /* split when large, else whole on the least-loaded shard
+           after the variables before it in the same declare (a
+           list every worker declares whole, in the same order) */
+  PSC__PLACE_SPLIT =
       -1, /* contiguous row ranges on every shard, balanced by bytes */
   /* >= 0: whole on that shard */
 };
 
 /* How psd fills a variable when it first creates it. */
-enum dw_init {
-  DW_INIT_ZEROS = 0,   /* all zero */
-  DW_INIT_UNIFORM = 1, /* uniform in [-init_scale, init_scale], seeded */
+enum psc__init {
+  PSC__INIT_ZEROS = 0,   /* all zero */
+  PSC__INIT_UNIFORM = 1, /* uniform in [-init_scale, init_scale], seeded */
 };
 
-/* One variable as the worker sees it. dw_client_declare copies the array
+/* One variable as the worker sees it. psc__client_declare copies the array
  * (and the names); the buffers `value` and `grad` point to stay the
- * caller's, alive and unmoved until dw_client_free or dw_client_bind
+ * caller's, alive and unmoved until psc__client_free or psc__client_bind
  * points elsewhere. */
-struct dw_var {
-  const char *name;               /* unique in the job, at most 200 bytes */
-  int ndim;                       /* 1..DW_VAR_MAX_DIMS */
-  int64_t shape[DW_VAR_MAX_DIMS]; /* rows are shape[0]; f32 elements */
-  int placement;     /* enum dw_placement or a shard index; AUTO is resolved in
-                        place by declare */
-  enum dw_init init; /* initializer psd uses on creation */
-  float init_scale;  /* bound of DW_INIT_UNIFORM */
-  float *value;      /* caller-owned pull destination, numel floats */
-  const float *grad; /* caller-owned push source, numel floats */
+struct psc__var {
+  const char *name;                 /* unique in the job, at most 200 bytes */
+  int ndim;                         /* 1..PSC__VAR_MAX_DIMS */
+  int64_t shape[PSC__VAR_MAX_DIMS]; /* rows are shape[0]; f32 elements */
+  int placement; /* enum psc__placement or a shard index; AUTO is resolved in
+                    place by declare */
+  enum psc__init init;   /* initializer psd uses on creation */
+  float init_scale;      /* bound of PSC__INIT_UNIFORM */
+  float *value;          /* caller-owned pull destination, numel floats */
+  const float *grad;     /* caller-owned push source, numel floats */
   const char *optimizer; /* NULL or "": the spec's optimizer for it; else a
                             JSON object in job.optimizer's form, which the
                             shards apply to this variable (VarSpec.optimizer) */
   const float *given;    /* NULL: init fills it; else its initial values,
                             numel floats row-major, the caller's (borrowed by
-                            dw_client_declare alone, not kept): the shards
+                            psc__client_declare alone, not kept): the shards
                             that create it take their rows of them, and every
                             other client pulls those (docs/wire.md, "Initial
                             values") */
 };
 
 /* Client settings; zero fields take the defaults in brackets. */
-struct dw_client_opts {
+struct psc__client_opts {
   const char *worker;     /* identity sent with each call ["client"] */
   int timeout_ms;         /* deadline of each call [spec job.rpc_timeout_ms] */
   int connect_timeout_ms; /* how long declare waits for shards to come up
@@ -87,8 +91,8 @@ struct dw_client_opts {
                         that knows only their addresses) */
 };
 
-/* What a client's calls met so far (dw_client_stats). */
-struct dw_client_stats {
+/* What a client's calls met so far (psc__client_stats). */
+struct psc__client_stats {
   uint64_t calls;   /* calls completed, each attempt counted */
   uint64_t failed;  /* of them, those that did not end OK (a sync push to a
                        closed step, ABORTED, is not a failure) */
@@ -97,13 +101,13 @@ struct dw_client_stats {
   uint64_t outages; /* times a shard became unreachable */
 };
 
-struct dw_client;
+struct psc__client;
 
 /* Opens channels to every shard in spec (nothing is sent yet). spec must
  * outlive the client. */
-int dw_client_new(struct dw_client **out, const struct cm_spec *spec,
-                  const struct dw_client_opts *opts);
-void dw_client_free(struct dw_client *c);
+int psc__client_new(struct psc__client **out, const struct cm_spec *spec,
+                    const struct psc__client_opts *opts);
+void psc__client_free(struct psc__client *c);
 
 /* Declares vars[0..n) on the shards that hold them, waiting for the shards
  * to come up (connect_timeout_ms; a shard not reached is logged with the
@@ -112,94 +116,95 @@ void dw_client_free(struct dw_client *c);
  * join the earlier ones; one declared again with the same shape is left
  * as it is). Placements AUTO and NAME are resolved in vars. Returns 0, or
  * CM_EEXIST when a shard (or this client) holds a variable of that name
- * with another shape, or CM_ERPC/CM_ETIMEDOUT; dw_client_error says which
+ * with another shape, or CM_ERPC/CM_ETIMEDOUT; psc__client_error says which
  * variable and shard. */
-int dw_client_declare(struct dw_client *c, struct dw_var *vars, int n);
+int psc__client_declare(struct psc__client *c, struct psc__var *vars, int n);
 
 /* Variables declared so far, and the i-th of them (declaration order;
  * owned by the client). */
-int dw_client_nvars(const struct dw_client *c);
-const struct dw_var *dw_client_var(const struct dw_client *c, int i);
+int psc__client_nvars(const struct psc__client *c);
+const struct psc__var *psc__client_var(const struct psc__client *c, int i);
 
 /* The index of the declared variable called name, or CM_ENOENT. */
-int dw_client_find(const struct dw_client *c, const char *name);
+int psc__client_find(const struct psc__client *c, const char *name);
 
 /* Points variable i's pull destination (value) and push source (grad) at
  * the caller's buffers of numel floats; NULL leaves one as it is. */
-int dw_client_bind(struct dw_client *c, int i, float *value, const float *grad);
+int psc__client_bind(struct psc__client *c, int i, float *value,
+                     const float *grad);
 
 /* Limits the pulls and pushes that follow (every transfer call, sync ones
  * included) to the variables idx[0..n); n < 0: every variable again. A
- * push of a subset carries the examples (dw_client_set_examples) when they
+ * push of a subset carries the examples (psc__client_set_examples) when they
  * are nonzero, and marks the start of the worker's step only then. */
-int dw_client_select(struct dw_client *c, const int *idx, int n);
+int psc__client_select(struct psc__client *c, const int *idx, int n);
 
 /* Pushes of the transfers that follow move the variables idx[0..n)
- * instead of those dw_client_select chose (which the pulls keep moving):
- * dw_client_push_pull can push some variables and pull others in one round
- * trip. n < 0: pushes move what dw_client_select chose again. */
-int dw_client_select_push(struct dw_client *c, const int *idx, int n);
+ * instead of those psc__client_select chose (which the pulls keep moving):
+ * psc__client_push_pull can push some variables and pull others in one round
+ * trip. n < 0: pushes move what psc__client_select chose again. */
+int psc__client_select_push(struct psc__client *c, const int *idx, int n);
 
 /* While a call waits on the network, interrupted(arg) is polled about every
  * 100 ms; once it returns nonzero the call's RPCs are cancelled and it
  * returns CM_ECANCELED ("interrupted"), retrying nothing. NULL: none.
- * Also clears the last error (dw_client_error, dw_client_last_status): a
+ * Also clears the last error (psc__client_error, psc__client_last_status): a
  * binding calls it before each call. */
-void dw_client_set_interrupt(struct dw_client *c, int (*interrupted)(void *),
-                             void *arg);
+void psc__client_set_interrupt(struct psc__client *c,
+                               int (*interrupted)(void *), void *arg);
 
 /* What the client dials for shard: the spec's "host:port", or after
  * declare, "unix:/path" when the shard runs on this host and serves its Unix
  * socket (common/rpc/endpoint.h; job.unix_sockets). Owned by the client. */
-const char *dw_client_target(const struct dw_client *c, int shard);
+const char *psc__client_target(const struct psc__client *c, int shard);
 
 /* Pulls every declared variable's current value into its `value` buffer. */
-int dw_client_pull(struct dw_client *c);
+int psc__client_pull(struct psc__client *c);
 
 /* Pushes every declared variable's `grad`; each shard applies its
  * optimizer on arrival. */
-int dw_client_push(struct dw_client *c);
+int psc__client_push(struct psc__client *c);
 
 /* Both at once, for asynchronous training: each shard gets this push and
  * the next pull together, so the pull may or may not see this push (at
  * most one step of the worker's own staleness) and a step pays one round
  * trip instead of two. `grad` and `value` must not overlap. */
-int dw_client_push_pull(struct dw_client *c);
+int psc__client_push_pull(struct psc__client *c);
 
 /* Sets the number of examples reported with each later push (psd counts
  * them for its status and the job's examples/s). */
-void dw_client_set_examples(struct dw_client *c, uint32_t examples);
+void psc__client_set_examples(struct psc__client *c, uint32_t examples);
 
 /* ---- embedding tables (docs/tables.md) ---- */
 
 /* A table as a client declares it; the rest of its settings (optimizer,
  * initializer, admission, eviction) come from the spec's job.tables entry of
  * that name, or the defaults. */
-struct dw_table {
+struct psc__table {
   const char *name;  /* unique among tables and variables, <= 200 bytes */
   uint32_t dim;      /* floats per row, 1..1024 */
   uint64_t id_bound; /* 0: any u64 id; else ids must be < id_bound */
 };
 
 /* Declares tables[0..n) on every shard (each holds the ids that hash to it,
- * dw_client_shard_of), waiting for the shards like dw_client_declare.
- * May be called before or after dw_client_declare; the client copies what
+ * psc__client_shard_of), waiting for the shards like psc__client_declare.
+ * May be called before or after psc__client_declare; the client copies what
  * it needs. Returns 0, CM_EEXIST when a shard holds the table with another
- * dim or bound (dw_client_error names both), CM_ERPC, CM_ETIMEDOUT. */
-int dw_client_declare_tables(struct dw_client *c, const struct dw_table *tables,
-                             int n);
+ * dim or bound (psc__client_error names both), CM_ERPC, CM_ETIMEDOUT. */
+int psc__client_declare_tables(struct psc__client *c,
+                               const struct psc__table *tables, int n);
 
 /* The dim of a table this client declared, or CM_ENOENT. */
-int dw_client_table_dim(const struct dw_client *c, const char *table);
+int psc__client_table_dim(const struct psc__client *c, const char *table);
 
 /* The shard that holds id among the client's shards: splitmix64(id) %
  * shards (the function psd uses). */
-int dw_client_shard_of(const struct dw_client *c, uint64_t id);
+int psc__client_shard_of(const struct psc__client *c, uint64_t id);
 
 /* One table's part of a sparse call: ids in, rows out (pull) or row
  * gradients in (push). Ids may repeat: a pull answers each occurrence, a
  * push sums them. All buffers are the caller's, borrowed for the call. */
-struct dw_rows {
+struct psc__rows {
   const char *table;   /* a declared table */
   const uint64_t *ids; /* n ids */
   size_t n;            /* ids in this call */
@@ -210,25 +215,26 @@ struct dw_rows {
 /* Pulls the rows of r[0..nr) (each table's ids split by shard, cut into
  * messages that fit job.max_message_mb, every shard's first message in
  * flight at once, one per shard and table at a time). Retries like
- * dw_client_pull. Returns 0 or an error (dw_client_error names the shard
+ * psc__client_pull. Returns 0 or an error (psc__client_error names the shard
  * and table: a bound exceeded, a wrong dim). */
-int dw_client_pull_rows(struct dw_client *c, struct dw_rows *r, int nr);
+int psc__client_pull_rows(struct psc__client *c, struct psc__rows *r, int nr);
 
 /* Pushes the row gradients of r[0..nr); each shard applies its table's
  * per-row optimizer on arrival to the rows touched. Sparse pushes carry no
  * examples (SparsePushRequest.examples 0): a step's dense push counts them,
  * so they are not counted twice. */
-int dw_client_push_rows(struct dw_client *c, const struct dw_rows *r, int nr);
+int psc__client_push_rows(struct psc__client *c, const struct psc__rows *r,
+                          int nr);
 
 /* Sync: pulls once every shard has committed min_version steps. */
-int dw_client_pull_rows_at(struct dw_client *c, struct dw_rows *r, int nr,
-                           uint64_t min_version);
+int psc__client_pull_rows_at(struct psc__client *c, struct psc__rows *r, int nr,
+                             uint64_t min_version);
 
 /* Sync: stages the row gradients for `step` (applied at the step's commit
  * with the dense gradients of the same workers: call it before
- * dw_client_admit). *closed as dw_client_push_step. */
-int dw_client_push_rows_step(struct dw_client *c, const struct dw_rows *r,
-                             int nr, uint64_t step, int *closed);
+ * psc__client_admit). *closed as psc__client_push_step. */
+int psc__client_push_rows_step(struct psc__client *c, const struct psc__rows *r,
+                               int nr, uint64_t step, int *closed);
 
 /* ---- embedding tables, for psctl (admin_tables.c) ---- */
 
@@ -236,16 +242,16 @@ int dw_client_push_rows_step(struct dw_client *c, const struct dw_rows *r,
  * with top > 0 its `top` rows with the most pushes. *json (caller frees
  * with free()) gets {"dim", "state": [part names], "rows": [{"id",
  * "found", "value": [...], "state": [...], "count", "t", "last_step"}]}. */
-int dw_client_rows(struct dw_client *c, int shard, const char *table,
-                   const uint64_t *ids, size_t n, uint32_t top, char **json);
+int psc__client_rows(struct psc__client *c, int shard, const char *table,
+                     const uint64_t *ids, size_t n, uint32_t top, char **json);
 
 /* Admin/Shrink to shard `shard`: evicts by the table's rules; *evicted
  * and *rows (left) are set. */
-int dw_client_shrink(struct dw_client *c, int shard, const char *table,
-                     uint64_t *evicted, uint64_t *rows);
+int psc__client_shrink(struct psc__client *c, int shard, const char *table,
+                       uint64_t *evicted, uint64_t *rows);
 
-/* One page of a table's rows from one shard (dw_client_export_page). */
-struct dw_table_page {
+/* One page of a table's rows from one shard (psc__client_export_page). */
+struct psc__table_page {
   uint32_t dim;  /* floats per row */
   size_t n;      /* rows in the page */
   int done;      /* 1: no rows follow */
@@ -256,88 +262,88 @@ struct dw_table_page {
 /* Admin/Export to shard `shard`: its stored rows with ids above `after`
  * (every id without has_after), the smallest first, as many as fit a
  * message. */
-int dw_client_export_page(struct dw_client *c, int shard, const char *table,
-                          int has_after, uint64_t after,
-                          struct dw_table_page *page);
+int psc__client_export_page(struct psc__client *c, int shard, const char *table,
+                            int has_after, uint64_t after,
+                            struct psc__table_page *page);
 
 /* ---- synchronous steps and clocks (DESIGN.md, "One synchronous step t") */
 
 /* Tells the coordinator (shard 0) that worker `worker` takes part, and
  * starts a thread that sends it a heartbeat every heartbeat_ms until
- * dw_client_free. *step is the step now open. */
-int dw_client_join(struct dw_client *c, int worker, int heartbeat_ms,
-                   uint64_t *step);
+ * psc__client_free. *step is the step now open. */
+int psc__client_join(struct psc__client *c, int worker, int heartbeat_ms,
+                     uint64_t *step);
 
 /* Tells the coordinator the worker has finished (it no longer counts), and
  * what it did, for the job's rate (psctl status, pslaunch's job: line):
  * its training examples, its training time from its first step's start to
  * its last step's end (train_s), and how long ago that end was
  * (ended_s_ago). train_s 0 reports nothing. */
-int dw_client_leave(struct dw_client *c, uint64_t examples, double train_s,
-                    double ended_s_ago);
+int psc__client_leave(struct psc__client *c, uint64_t examples, double train_s,
+                      double ended_s_ago);
 
 /* Pulls every variable once every shard has committed min_version steps;
  * a shard parks the pull until then. *version is the lowest number of
  * steps committed among the answers. */
-int dw_client_pull_at(struct dw_client *c, uint64_t min_version,
-                      uint64_t *version);
+int psc__client_pull_at(struct psc__client *c, uint64_t min_version,
+                        uint64_t *version);
 
 /* Stages this worker's gradients for `step` on every shard. *closed is
  * set to 1 when a shard has already committed the step (the gradient is
  * dropped; go on with the next step), else 0. */
-int dw_client_push_step(struct dw_client *c, uint64_t step, int *closed);
+int psc__client_push_step(struct psc__client *c, uint64_t step, int *closed);
 
 /* Asks the coordinator to count the staged gradient in `step`; answered
  * when the step's set is decided. *admitted says whether it was counted,
  * *next_step is the step now open. */
-int dw_client_admit(struct dw_client *c, uint64_t step, int *admitted,
-                    uint64_t *next_step);
+int psc__client_admit(struct psc__client *c, uint64_t step, int *admitted,
+                      uint64_t *next_step);
 
 /* Sync: 1 when an answer since the last call said the job rolled back to a
  * common checkpoint (a shard restarted from it), with *step the step to go
  * on from (pull it, then compute and push it again); 0 otherwise. The call
  * that got such an answer returned 0: a pull's values are then not usable,
  * a push's gradient was dropped, an Admit did not count it. */
-int dw_client_rolled_back(struct dw_client *c, uint64_t *step);
+int psc__client_rolled_back(struct psc__client *c, uint64_t *step);
 
 /* Sync: 1 when an Admit since the last call said the coordinator had
  * restarted since this worker joined, and the client has joined it again
- * (dw_client_admit did, learning the generation), with *step the step to
+ * (psc__client_admit did, learning the generation), with *step the step to
  * go on from (the Admit did not count the gradient); 0 otherwise. */
-int dw_client_rejoined(struct dw_client *c, uint64_t *step);
+int psc__client_rejoined(struct psc__client *c, uint64_t *step);
 
 /* Sync: the rollbacks this client knows of (the job's generation). */
-uint64_t dw_client_gen(const struct dw_client *c);
+uint64_t psc__client_gen(const struct psc__client *c);
 
 /* Async with a staleness bound: reports that the worker has pushed
  * `clock` times and waits until the slowest live worker allows it to
  * compute its next gradient. */
-int dw_client_clock(struct dw_client *c, uint64_t clock);
+int psc__client_clock(struct psc__client *c, uint64_t clock);
 
-/* A worker as the coordinator's status (dw_client_status of ps:0) sees it. */
-enum dw_worker_state {
-  DW_W_NOT_JOINED = 1, /* not joined yet: not started, or still loading */
-  DW_W_TRAINING,       /* joined and live */
-  DW_W_FINISHING,      /* left (Join leave) but still heard from: worker 0
+/* A worker as the coordinator's status (psc__client_status of ps:0) sees it. */
+enum psc__worker_state {
+  PSC__W_NOT_JOINED = 1, /* not joined yet: not started, or still loading */
+  PSC__W_TRAINING,       /* joined and live */
+  PSC__W_FINISHING,      /* left (Join leave) but still heard from: worker 0
                           pulls the final parameters after leaving */
-  DW_W_FINISHED,       /* left and silent: its process let go of the job */
-  DW_W_DEAD,           /* declared dead (silent for job.dead_after_ms, not
+  PSC__W_FINISHED,       /* left and silent: its process let go of the job */
+  PSC__W_DEAD,           /* declared dead (silent for job.dead_after_ms, not
                           left) */
 };
 
 /* Judges worker `worker` from status, ps:0's status parsed (its "workers"
  * entries), with the job's heartbeat_ms (workers.c). */
-enum dw_worker_state dw_worker_judge(json_t *status, int worker,
-                                     int heartbeat_ms);
+enum psc__worker_state psc__worker_judge(json_t *status, int worker,
+                                         int heartbeat_ms);
 
 /* Fetches shard `shard`'s status as a JSON text (caller frees with free()):
  * StatusResponse's fields by their proto names ("vars", "workers",
  * "histograms" with bounds, per-bucket counts, sum and count, ...). */
-int dw_client_status(struct dw_client *c, int shard, char **json);
+int psc__client_status(struct psc__client *c, int shard, char **json);
 
-/* One run of a variable's elements to read from one shard (dw_client_read).
- * The caller fills the first block; dw_client_read fills rc and err. */
-struct dw_read {
+/* One run of a variable's elements to read from one shard (psc__client_read).
+ * The caller fills the first block; psc__client_read fills rc and err. */
+struct psc__read {
   int shard;        /* the shard that holds the run */
   const char *name; /* the variable; borrowed for the call */
   uint64_t offset;  /* first element, in the variable's global numbering */
@@ -355,26 +361,27 @@ struct dw_read {
  * shard at once. Returns 0 when every run arrived whole, else the first
  * failed run's code; each run's rc and err say how it went, so the caller
  * can use the runs that did arrive. */
-int dw_client_read(struct dw_client *c, struct dw_read *reads, int n);
+int psc__client_read(struct psc__client *c, struct psc__read *reads, int n);
 
 /* Counters of the client's calls so far. */
-void dw_client_stats(const struct dw_client *c, struct dw_client_stats *out);
+void psc__client_stats(const struct psc__client *c,
+                       struct psc__client_stats *out);
 
 /* The random id this client's pushes carry (PushRequest.client_id). */
-uint64_t dw_client_id(const struct dw_client *c);
+uint64_t psc__client_id(const struct psc__client *c);
 
 /* The last error in words, naming the shard and variable; "" when none. */
-const char *dw_client_error(const struct dw_client *c);
+const char *psc__client_error(const struct psc__client *c);
 
 /* Bytes moved by this client so far (payload only), for progress lines. */
-uint64_t dw_client_bytes_pulled(const struct dw_client *c);
-uint64_t dw_client_bytes_pushed(const struct dw_client *c);
+uint64_t psc__client_bytes_pulled(const struct psc__client *c);
+uint64_t psc__client_bytes_pushed(const struct psc__client *c);
 
 /* ---- admin calls (psctl) ---- */
 
-/* What one shard answered Admin.Checkpoint (dw_client_checkpoint). The
+/* What one shard answered Admin.Checkpoint (psc__client_checkpoint). The
  * fields after details are set only when status is 0 (it answered). */
-struct dw_checkpoint {
+struct psc__checkpoint {
   int status;        /* the call's gRPC status (grpc_status_code), 0: OK;
                         INTERNAL "malformed answer" when it was unreadable */
   char details[512]; /* the status message, "" when none */
@@ -397,9 +404,9 @@ struct dw_checkpoint {
  * shard s of the spec (out is caller-owned, one entry per shard), so the
  * caller sees each shard's outcome. Returns 0 when every shard answered;
  * CM_ENOMEM when nothing was sent (out is then all zero); else the code of
- * a shard that did not, with dw_client_error naming that shard. */
-int dw_client_checkpoint(struct dw_client *c, int wait,
-                         struct dw_checkpoint *out);
+ * a shard that did not, with psc__client_error naming that shard. */
+int psc__client_checkpoint(struct psc__client *c, int wait,
+                           struct psc__checkpoint *out);
 
 /* The gRPC status (grpc_status_code) of the client's last batch of calls:
  * that of its first call that failed, in the order the calls were made,
@@ -407,8 +414,8 @@ int dw_client_checkpoint(struct dw_client *c, int wait,
  * (INTERNAL); an answer found unreadable after the batch (a malformed
  * Status) leaves 0. *details (when details is not NULL) gets that call's
  * status message, "" when none; owned by the client, valid until its next
- * call. For a caller that words an error itself (dw_client_error says it
+ * call. For a caller that words an error itself (psc__client_error says it
  * in a sentence). */
-int dw_client_last_status(const struct dw_client *c, const char **details);
+int psc__client_last_status(const struct psc__client *c, const char **details);
 
 #endif

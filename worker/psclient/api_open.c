@@ -1,7 +1,7 @@
 /* psc_open, psc_open_tf_config, psc_open_addrs (psd/client.h): a spec from
  * a file, a TF_CONFIG text or a list of addresses, the task this client is,
  * and the internal client over it; errors and the job's settings. */
-#include "psc_internal.h"
+#include "api_internal.h"
 
 #include <jansson.h>
 #include <stdarg.h>
@@ -47,7 +47,7 @@ static int tf_config_has_task(void) {
 static int open_spec(psc_client **out, struct cm_spec *spec,
                      const struct psc_options *o, int unchecked, char *err,
                      size_t errlen) {
-  struct dw_client_opts dopts = {0};
+  struct psc__client_opts dopts = {0};
   struct psc_options given;
   char buf[4096];
   int rc = 0;
@@ -96,7 +96,7 @@ static int open_spec(psc_client **out, struct cm_spec *spec,
     dopts.retry_s = o->retry_s;
   }
   dopts.no_spec_check = unchecked;
-  if ((rc = dw_client_new(&c->dw, spec, &dopts))) {
+  if ((rc = psc__client_new(&c->cl, spec, &dopts))) {
     say(err, errlen, "cannot open a client for %s: %s", spec->source,
         cm_strerror(rc));
     goto out;
@@ -201,7 +201,7 @@ out:
 void psc_close(psc_client *c) {
   if (!c)
     return;
-  dw_client_free(c->dw);
+  psc__client_free(c->cl);
   cm_spec_free(c->spec);
   free(c);
 }
@@ -209,7 +209,7 @@ void psc_close(psc_client *c) {
 void psc__begin(psc_client *c) {
   c->own_err = 0;
   c->err[0] = 0;
-  dw_client_set_interrupt(c->dw, c->interrupt, c->interrupt_arg);
+  psc__client_set_interrupt(c->cl, c->interrupt, c->interrupt_arg);
 }
 
 int psc__fail(psc_client *c, int rc, const char *fmt, ...) {
@@ -222,14 +222,12 @@ int psc__fail(psc_client *c, int rc, const char *fmt, ...) {
 }
 
 const char *psc_error(const psc_client *c) {
-  return c->own_err ? c->err : dw_client_error(c->dw);
+  return c->own_err ? c->err : psc__client_error(c->cl);
 }
 
 int psc_grpc_status(const psc_client *c) {
-  return c->own_err ? 0 : dw_client_last_status(c->dw, NULL);
+  return c->own_err ? 0 : psc__client_last_status(c->cl, NULL);
 }
-
-const char *psc_strerror(int rc) { return cm_strerror(rc); }
 
 const char *psc_grpc_status_name(int status) {
   return cm_rpc_status_name((grpc_status_code)status);
@@ -245,7 +243,7 @@ void psc_set_interrupt(psc_client *c, int (*interrupted)(void *arg),
                        void *arg) {
   c->interrupt = interrupted;
   c->interrupt_arg = arg;
-  dw_client_set_interrupt(c->dw, interrupted, arg);
+  psc__client_set_interrupt(c->cl, interrupted, arg);
 }
 
 _Static_assert(PSC_LOG_DEBUG == (int)CM_LOG_DEBUG &&
@@ -282,9 +280,9 @@ int psc_set_log(int level, void (*cb)(void *arg, int level, const char *line),
 }
 
 uint64_t psc_bytes_pulled(const psc_client *c) {
-  return dw_client_bytes_pulled(c->dw);
+  return psc__client_bytes_pulled(c->cl);
 }
 
 uint64_t psc_bytes_pushed(const psc_client *c) {
-  return dw_client_bytes_pushed(c->dw);
+  return psc__client_bytes_pushed(c->cl);
 }

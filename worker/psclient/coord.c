@@ -1,10 +1,10 @@
 /* The coordinator's calls (psclient.h, "synchronous steps and clocks"):
  * Join, Leave, Admit and Clock to shard 0, each retried like a transfer's
  * calls while the coordinator is unreachable (it may be restarting), and
- * the heartbeat thread that dw_client_join starts, on a channel of its own,
+ * the heartbeat thread that psc__client_join starts, on a channel of its own,
  * which joins again when the coordinator says it does not count this
  * worker. Here too the sync rollback and rejoin state that answers leave
- * for dw_client_rolled_back and dw_client_rejoined. */
+ * for psc__client_rolled_back and psc__client_rejoined. */
 #include "client_internal.h"
 
 #include <errno.h>
@@ -17,8 +17,8 @@
 #include "log.h"
 
 /* An answer said the job rolled back to `step`, generation gen: remembered
- * for dw_client_rolled_back (the newest generation wins). */
-void dw__saw_rollback(struct dw_client *c, uint64_t gen, uint64_t step) {
+ * for psc__client_rolled_back (the newest generation wins). */
+void psc__saw_rollback(struct psc__client *c, uint64_t gen, uint64_t step) {
   if (gen < c->gen)
     return;
   if (gen > c->gen || !c->rolled_back) {
@@ -33,7 +33,7 @@ void dw__saw_rollback(struct dw_client *c, uint64_t gen, uint64_t step) {
  * answer into *out (NULL to ignore it). Sent without wait_for_ready, so
  * that a coordinator that cannot be reached is said at once, with the
  * cause, rather than after the call's deadline. */
-static int coord_call(struct dw_client *c, const char *method,
+static int coord_call(struct psc__client *c, const char *method,
                       const ProtobufCMessage *req, int timeout_ms,
                       const ProtobufCMessageDescriptor *desc,
                       ProtobufCMessage **out) {
@@ -48,25 +48,25 @@ static int coord_call(struct dw_client *c, const char *method,
     u.request = cm_rpc_pack(req);
     if (attempt > 0)
       c->stats.retries++;
-    rc = dw__run(c, &u, 1, what, timeout_ms, 0, NULL, NULL);
+    rc = psc__run(c, &u, 1, what, timeout_ms, 0, NULL, NULL);
     c->stats.calls++;
     if (!rc) {
-      dw__shard_up(c, 0);
+      psc__shard_up(c, 0);
       break;
     }
     c->stats.failed++;
-    if (!dw__retryable(u.status))
+    if (!psc__retryable(u.status))
       break;
-    dw__shard_down(c, 0, &u);
-    dw__back_to_tcp(c, &u, 1);
+    psc__shard_down(c, 0, &u);
+    psc__back_to_tcp(c, &u, 1);
     cm_unary_release(&u);
     memset(&u, 0, sizeof u);
-    if ((rc = dw__retry_wait(c, down, 1, attempt + 1, what)))
+    if ((rc = psc__retry_wait(c, down, 1, attempt + 1, what)))
       break;
   }
   if (!rc && out) {
     if (!(*out = cm_rpc_unpack(u.response, desc))) {
-      dw__seterr(c, "%s: malformed answer from ps:0", method);
+      psc__seterr(c, "%s: malformed answer from ps:0", method);
       rc = CM_EPROTO;
     }
   }
@@ -94,8 +94,8 @@ static ProtobufCMessage *call_once(struct cm_channel *ch, const char *method,
 
 /* Joins again on the heartbeat thread's channel, when the coordinator said
  * it does not count this worker (it restarted, or declared it dead). */
-static void rejoin(struct dw_client *c, struct cm_channel *ch) {
-  Psd__V1__Caller caller = dw__caller(c, 0);
+static void rejoin(struct psc__client *c, struct cm_channel *ch) {
+  Psd__V1__Caller caller = psc__caller(c, 0);
   Psd__V1__JoinRequest req = PSD__V1__JOIN_REQUEST__INIT;
   Psd__V1__JoinResponse *resp;
   struct cm_unary u;
@@ -117,13 +117,13 @@ static void rejoin(struct dw_client *c, struct cm_channel *ch) {
   cm_unary_release(&u);
 }
 
-/* Sends heartbeats until dw_client_free; a missed one is only logged by
+/* Sends heartbeats until psc__client_free; a missed one is only logged by
  * the coordinator's silence timer, never fatal here. An answer that says
  * the coordinator does not count this worker makes it join again. */
 static void *heartbeat_thread(void *arg) {
-  struct dw_client *c = arg;
+  struct psc__client *c = arg;
   struct cm_channel *ch = NULL;
-  Psd__V1__Caller caller = dw__caller(c, 0);
+  Psd__V1__Caller caller = psc__caller(c, 0);
   Psd__V1__HeartbeatRequest req = PSD__V1__HEARTBEAT_REQUEST__INIT;
   req.caller = &caller;
   req.worker = c->windex;
@@ -137,7 +137,7 @@ static void *heartbeat_thread(void *arg) {
         ch, "/psd.v1.Coord/Heartbeat", &req.base, c->hb_ms * 2,
         &psd__v1__heartbeat_response__descriptor, &u);
     /* A sync worker joins a restarted coordinator from its training
-     * thread, at its next Admit (dw_client_admit), to learn the step and
+     * thread, at its next Admit (psc__client_admit), to learn the step and
      * generation to go on from; joining here would count it in steps it
      * is not in yet. */
     if (resp && resp->rejoin &&
@@ -162,9 +162,9 @@ static void *heartbeat_thread(void *arg) {
   return NULL;
 }
 
-int dw_client_join(struct dw_client *c, int worker, int heartbeat_ms,
-                   uint64_t *step) {
-  Psd__V1__Caller caller = dw__caller(c, 0);
+int psc__client_join(struct psc__client *c, int worker, int heartbeat_ms,
+                     uint64_t *step) {
+  Psd__V1__Caller caller = psc__caller(c, 0);
   Psd__V1__JoinRequest req = PSD__V1__JOIN_REQUEST__INIT;
   Psd__V1__JoinResponse *resp = NULL;
   int rc;
@@ -189,12 +189,12 @@ int dw_client_join(struct dw_client *c, int worker, int heartbeat_ms,
   return 0;
 }
 
-int dw_client_leave(struct dw_client *c, uint64_t examples, double train_s,
-                    double ended_s_ago) {
+int psc__client_leave(struct psc__client *c, uint64_t examples, double train_s,
+                      double ended_s_ago) {
   pthread_mutex_lock(&c->lock);
   c->left = 1; /* the heartbeat thread must not join again */
   pthread_mutex_unlock(&c->lock);
-  Psd__V1__Caller caller = dw__caller(c, 0);
+  Psd__V1__Caller caller = psc__caller(c, 0);
   Psd__V1__JoinRequest req = PSD__V1__JOIN_REQUEST__INIT;
   req.caller = &caller;
   req.worker = c->windex;
@@ -206,9 +206,9 @@ int dw_client_leave(struct dw_client *c, uint64_t examples, double train_s,
                     NULL);
 }
 
-int dw_client_admit(struct dw_client *c, uint64_t step, int *admitted,
-                    uint64_t *next_step) {
-  Psd__V1__Caller caller = dw__caller(c, 0);
+int psc__client_admit(struct psc__client *c, uint64_t step, int *admitted,
+                      uint64_t *next_step) {
+  Psd__V1__Caller caller = psc__caller(c, 0);
   Psd__V1__AdmitRequest req = PSD__V1__ADMIT_REQUEST__INIT;
   Psd__V1__AdmitResponse *resp = NULL;
   req.caller = &caller;
@@ -223,7 +223,7 @@ int dw_client_admit(struct dw_client *c, uint64_t step, int *admitted,
   *admitted = resp->admitted;
   *next_step = resp->next_step;
   if (resp->rolled_back)
-    dw__saw_rollback(c, resp->gen, resp->next_step);
+    psc__saw_rollback(c, resp->gen, resp->next_step);
   if (resp->rejoin) {
     /* The coordinator restarted since this worker joined: join again and
      * go on from the step it opens, in its generation. */
@@ -249,7 +249,7 @@ int dw_client_admit(struct dw_client *c, uint64_t step, int *admitted,
   return rc;
 }
 
-int dw_client_rejoined(struct dw_client *c, uint64_t *step) {
+int psc__client_rejoined(struct psc__client *c, uint64_t *step) {
   if (!c->rejoined)
     return 0;
   c->rejoined = 0;
@@ -257,7 +257,7 @@ int dw_client_rejoined(struct dw_client *c, uint64_t *step) {
   return 1;
 }
 
-int dw_client_rolled_back(struct dw_client *c, uint64_t *step) {
+int psc__client_rolled_back(struct psc__client *c, uint64_t *step) {
   if (!c->rolled_back)
     return 0;
   c->rolled_back = 0;
@@ -265,10 +265,10 @@ int dw_client_rolled_back(struct dw_client *c, uint64_t *step) {
   return 1;
 }
 
-uint64_t dw_client_gen(const struct dw_client *c) { return c->gen; }
+uint64_t psc__client_gen(const struct psc__client *c) { return c->gen; }
 
-int dw_client_clock(struct dw_client *c, uint64_t clock) {
-  Psd__V1__Caller caller = dw__caller(c, 0);
+int psc__client_clock(struct psc__client *c, uint64_t clock) {
+  Psd__V1__Caller caller = psc__caller(c, 0);
   Psd__V1__ClockRequest req = PSD__V1__CLOCK_REQUEST__INIT;
   req.caller = &caller;
   req.worker = c->windex;

@@ -1,10 +1,10 @@
-/* dw_worker_judge (psclient.h): what the coordinator's Status answer says
+/* psc__worker_judge (psclient.h): what the coordinator's Status answer says
  * of one worker, for the programs that wait for a job's workers to finish
  * (pslaunch's watch, psd --exit-when-done). */
 #include "psclient.h"
 
-enum dw_worker_state dw_worker_judge(json_t *status, int worker,
-                                     int heartbeat_ms) {
+enum psc__worker_state psc__worker_judge(json_t *status, int worker,
+                                         int heartbeat_ms) {
   json_t *workers = json_object_get(status, "workers"), *e, *entry = NULL;
   size_t k;
   /* Three missed heartbeats after leaving: its process let go of the job. */
@@ -15,12 +15,12 @@ enum dw_worker_state dw_worker_judge(json_t *status, int worker,
       entry = e;
   }
   if (!entry || !json_is_true(json_object_get(entry, "joined")))
-    return DW_W_NOT_JOINED;
+    return PSC__W_NOT_JOINED;
   if (json_is_true(json_object_get(entry, "left")))
     return json_number_value(json_object_get(entry, "last_seen_ms")) >= quiet
-               ? DW_W_FINISHED
-               : DW_W_FINISHING;
+               ? PSC__W_FINISHED
+               : PSC__W_FINISHING;
   if (json_is_true(json_object_get(entry, "live")))
-    return DW_W_TRAINING;
-  return DW_W_DEAD;
+    return PSC__W_TRAINING;
+  return PSC__W_DEAD;
 }

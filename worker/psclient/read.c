@@ -1,4 +1,4 @@
-/* dw_client_read (psclient.h): reads runs of variables the client did not
+/* psc__client_read (psclient.h): reads runs of variables the client did not
  * declare, as an admin tool does (psctl get), with Data/Pull. Each run is
  * cut into messages of at most chunk_bytes, sent all at once across the
  * shards, and each run reports on its own, so that the runs that arrived can
@@ -11,11 +11,11 @@
 #include "err.h"
 #include "wire.h"
 
-/* One message of a dw_client_read run. */
+/* One message of a psc__client_read run. */
 struct read_part {
-  struct dw_read *r; /* the run it belongs to */
-  uint64_t count;    /* elements in this message */
-  float *dst;        /* where they go */
+  struct psc__read *r; /* the run it belongs to */
+  uint64_t count;      /* elements in this message */
+  float *dst;          /* where they go */
 };
 
 /* Checks one read answer and copies its bytes out. */
@@ -38,8 +38,8 @@ static void on_read(struct cm_unary *u, void *ctx) {
   cm_unary_release(u);
 }
 
-int dw_client_read(struct dw_client *c, struct dw_read *reads, int n) {
-  Psd__V1__Caller caller = dw__caller(c, -1);
+int psc__client_read(struct psc__client *c, struct psc__read *reads, int n) {
+  Psd__V1__Caller caller = psc__caller(c, -1);
   uint64_t per = c->o.chunk_bytes / sizeof(float);
   struct cm_unary *calls = NULL;
   struct read_part *parts = NULL;
@@ -49,15 +49,15 @@ int dw_client_read(struct dw_client *c, struct dw_read *reads, int n) {
     reads[i].rc = 0;
     reads[i].err[0] = 0;
     if (reads[i].shard < 0 || reads[i].shard >= c->nshards) {
-      dw__seterr(c, "read '%s': no shard %d; the cluster has %d", reads[i].name,
-                 reads[i].shard, c->nshards);
+      psc__seterr(c, "read '%s': no shard %d; the cluster has %d",
+                  reads[i].name, reads[i].shard, c->nshards);
       return CM_EINVAL;
     }
     ncalls += (int)((reads[i].count + per - 1) / per);
   }
   if (!(calls = calloc(ncalls + 1, sizeof *calls)) ||
       !(parts = calloc(ncalls + 1, sizeof *parts))) {
-    dw__seterr(c, "read: out of memory");
+    psc__seterr(c, "read: out of memory");
     rc = CM_ENOMEM;
     goto out;
   }
@@ -82,22 +82,22 @@ int dw_client_read(struct dw_client *c, struct dw_read *reads, int n) {
       calls[k].method = "/psd.v1.Data/Pull";
       calls[k].user = &parts[k];
       if (!(calls[k].request = cm_rpc_pack(&req.base))) {
-        dw__seterr(c, "read: out of memory");
+        psc__seterr(c, "read: out of memory");
         rc = CM_ENOMEM;
         goto out;
       }
     }
   }
-  rc = dw__run(c, calls, ncalls, "read", c->o.timeout_ms, 0, on_read, NULL);
+  rc = psc__run(c, calls, ncalls, "read", c->o.timeout_ms, 0, on_read, NULL);
   for (int i = 0; i < ncalls; i++) {
-    struct dw_read *r = parts[i].r;
+    struct psc__read *r = parts[i].r;
     if (calls[i].status == GRPC_STATUS_OK || r->rc)
       continue;
     char cause[512];
     r->rc = cm_rpc_status_rc(calls[i].status);
-    if (dw__reach_cause(calls[i].status, calls[i].details,
-                        cm_channel_connected(calls[i].channel),
-                        c->o.timeout_ms / 1000.0, cause, sizeof cause))
+    if (psc__reach_cause(calls[i].status, calls[i].details,
+                         cm_channel_connected(calls[i].channel),
+                         c->o.timeout_ms / 1000.0, cause, sizeof cause))
       snprintf(r->err, sizeof r->err,
                "read of '%s' from ps:%d (%s) failed: %s [%s: %s]", r->name,
                r->shard, cm_channel_target(calls[i].channel), cause,

@@ -1,5 +1,5 @@
 /* The variables' Declare, in two rounds (client_internal.h,
- * dw__declare_vars; docs/wire.md, "Initial values"), so that a variable
+ * psc__declare_vars; docs/wire.md, "Initial values"), so that a variable
  * split across shards gets all its rows from one client, whoever declares
  * it at the same time:
  *
@@ -11,7 +11,7 @@
  *            initializer), awaited by every other (VarSpec SOURCE_AWAIT,
  *            sent again until it exists there)
  *
- * A variable declared with values (dw_var.given) carries each shard's rows
+ * A variable declared with values (psc__var.given) carries each shard's rows
  * of them in its Declare (ValueRun). When a shard's share passes
  * chunk_bytes it travels in several Declares with one random stage id,
  * chunk_bytes each, and the shard creates the variable from them once they
@@ -31,11 +31,11 @@
 
 /* One variable of the declare, as the rounds see it. */
 struct want {
-  const struct dw_var *v; /* the caller's, resolved placement */
-  uint64_t row;           /* elements per row */
-  int first;              /* the first shard holding rows of it, -1: none */
-  int multi;              /* 1: rows on more than one shard */
-  int won;                /* 1: this client created it on `first` */
+  const struct psc__var *v; /* the caller's, resolved placement */
+  uint64_t row;             /* elements per row */
+  int first;                /* the first shard holding rows of it, -1: none */
+  int multi;                /* 1: rows on more than one shard */
+  int won;                  /* 1: this client created it on `first` */
 };
 
 /* One variable to one shard in a round, and what came of it. */
@@ -50,7 +50,7 @@ struct pair {
 };
 
 /* The elements shard s holds of w's variable, into *begin, *end. */
-static void rows_of(const struct dw_client *c, const struct want *w, int s,
+static void rows_of(const struct psc__client *c, const struct want *w, int s,
                     uint64_t *begin, uint64_t *end) {
   int64_t rb, re;
   cm_shard_rows(w->v->shape[0], w->v->placement, c->nshards, s, &rb, &re);
@@ -66,7 +66,7 @@ struct pass {
   Psd__V1__ValueRun *runs;       /* the values, cut into runs, by shard */
   Psd__V1__ValueRun **runp;      /* pointers to them */
   Psd__V1__DeclareRequest *reqs; /* the requests */
-  struct dw__decl_call *dc;      /* one per request */
+  struct psc__decl_call *dc;     /* one per request */
   int *spec0;                    /* per request: its shard's first spec */
   int nreqs;                     /* entries in reqs and dc */
 };
@@ -85,7 +85,7 @@ static void pass_free(struct pass *p) {
 
 /* Builds the requests for the pending pairs of pairs[0..n) (grouped by
  * shard). */
-static int pass_build(struct dw_client *c, struct pass *p, struct pair *pairs,
+static int pass_build(struct psc__client *c, struct pass *p, struct pair *pairs,
                       int n, Psd__V1__Caller *caller) {
   uint64_t chunk = c->o.chunk_bytes / sizeof(float);
   size_t nruns = 0;
@@ -119,7 +119,7 @@ static int pass_build(struct dw_client *c, struct pass *p, struct pair *pairs,
     uint64_t bytes = 0;
     for (; k < n && pairs[k].shard == s; k++) {
       struct pair *pr = &pairs[k];
-      const struct dw_var *v = pr->w->v;
+      const struct psc__var *v = pr->w->v;
       Psd__V1__VarSpec *sp = &p->specs[nspecs];
       if (pr->done)
         continue;
@@ -128,8 +128,8 @@ static int pass_build(struct dw_client *c, struct pass *p, struct pair *pairs,
       sp->n_shape = v->ndim;
       sp->shape = (int64_t *)v->shape;
       sp->placement = v->placement;
-      sp->init = v->init == DW_INIT_UNIFORM ? PSD__V1__INIT__INIT_UNIFORM
-                                            : PSD__V1__INIT__INIT_ZEROS;
+      sp->init = v->init == PSC__INIT_UNIFORM ? PSD__V1__INIT__INIT_UNIFORM
+                                              : PSD__V1__INIT__INIT_ZEROS;
       sp->init_scale = v->init_scale;
       sp->seed = c->o.seed;
       if (v->optimizer)
@@ -171,7 +171,7 @@ static int pass_build(struct dw_client *c, struct pass *p, struct pair *pairs,
         in += p->runp[r++]->data.len;
         q->n_values++;
       }
-      p->dc[p->nreqs] = (struct dw__decl_call){s, q, NULL};
+      p->dc[p->nreqs] = (struct psc__decl_call){s, q, NULL};
       p->spec0[p->nreqs++] = s0;
     } while (r < nruns);
   }
@@ -205,14 +205,14 @@ static void pass_take(struct pass *p) {
 }
 
 /* Waits ms, or less when interrupted. */
-static int pause_ms(struct dw_client *c, double ms) {
+static int pause_ms(struct psc__client *c, double ms) {
   for (double end = cm_mono_ms() + ms; (ms = end - cm_mono_ms()) > 0;) {
     if (ms > 100)
       ms = 100;
     struct timespec ts = {0, (long)(ms * 1e6)};
     while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
     }
-    int rc = dw__check_interrupt(c);
+    int rc = psc__check_interrupt(c);
     if (rc)
       return rc;
   }
@@ -222,19 +222,19 @@ static int pause_ms(struct dw_client *c, double ms) {
 /* Sends pairs[0..n) (grouped by shard) until each has its slice: a pair
  * awaiting another client, or whose staged values did not all arrive, is
  * sent again, within connect_timeout_ms from t0. */
-static int run_round(struct dw_client *c, struct pair *pairs, int n,
+static int run_round(struct psc__client *c, struct pair *pairs, int n,
                      Psd__V1__Caller *caller, double t0) {
   struct pass p;
   int rc = 0;
   for (int attempt = 0;; attempt++) {
     if ((rc = pass_build(c, &p, pairs, n, caller)) ||
-        (rc = dw__declare_calls(c, p.dc, p.nreqs))) {
-      dw__decl_calls_free(p.dc, p.nreqs);
+        (rc = psc__declare_calls(c, p.dc, p.nreqs))) {
+      psc__decl_calls_free(p.dc, p.nreqs);
       pass_free(&p);
       return rc;
     }
     pass_take(&p);
-    dw__decl_calls_free(p.dc, p.nreqs);
+    psc__decl_calls_free(p.dc, p.nreqs);
     pass_free(&p);
     const struct pair *left = NULL;
     for (int k = 0; k < n && !left; k++)
@@ -244,21 +244,22 @@ static int run_round(struct dw_client *c, struct pair *pairs, int n,
       return 0;
     double waited = (cm_mono_ms() - t0) / 1000;
     if (waited * 1000 >= c->o.connect_timeout_ms) {
-      const struct dw_var *v = left->w->v;
+      const struct psc__var *v = left->w->v;
       if (left->source == PSD__V1__SOURCE__SOURCE_AWAIT)
-        dw__seterr(c,
-                   "declare: variable '%s' exists on ps:%d but not on ps:%d "
-                   "after %.1f s; the client that created it on ps:%d puts "
-                   "it there (did that client stop? did ps:%d restart "
-                   "without it?)",
-                   v->name, left->w->first, left->shard, waited, left->w->first,
-                   left->shard);
+        psc__seterr(c,
+                    "declare: variable '%s' exists on ps:%d but not on ps:%d "
+                    "after %.1f s; the client that created it on ps:%d puts "
+                    "it there (did that client stop? did ps:%d restart "
+                    "without it?)",
+                    v->name, left->w->first, left->shard, waited,
+                    left->w->first, left->shard);
       else
-        dw__seterr(c,
-                   "declare: ps:%d (%s) did not create variable '%s' from "
-                   "its values within %.1f s (did it restart while they "
-                   "were sent?)",
-                   left->shard, c->spec->ps[left->shard].text, v->name, waited);
+        psc__seterr(c,
+                    "declare: ps:%d (%s) did not create variable '%s' from "
+                    "its values within %.1f s (did it restart while they "
+                    "were sent?)",
+                    left->shard, c->spec->ps[left->shard].text, v->name,
+                    waited);
       return CM_ETIMEDOUT;
     }
     /* The other client is usually a round trip behind. */
@@ -268,9 +269,9 @@ static int run_round(struct dw_client *c, struct pair *pairs, int n,
   }
 }
 
-int dw__declare_vars(struct dw_client *c, const struct dw_var *vars, int n,
-                     const unsigned char *skip) {
-  Psd__V1__Caller caller = dw__caller(c, -1);
+int psc__declare_vars(struct psc__client *c, const struct psc__var *vars, int n,
+                      const unsigned char *skip) {
+  Psd__V1__Caller caller = psc__caller(c, -1);
   struct want *wants = calloc((size_t)n + 1, sizeof *wants);
   struct pair *pairs = calloc((size_t)n * c->nshards + 1, sizeof *pairs);
   double t0 = cm_mono_ms();

@@ -1,4 +1,4 @@
-/* Pull and push (psclient.h: dw_client_pull, push, push_pull, pull_at,
+/* Pull and push (psclient.h: psc__client_pull, push, push_pull, pull_at,
  * push_step): one transfer sends every message of the client's plan
  * (client.c), each shard's messages up to `inflight` at once and all shards
  * in parallel, and copies pulled bytes into the caller's value buffers.
@@ -30,7 +30,7 @@
 /* gRPC is done with one gradient slice (psclient.h: the caller's gradient
  * must not change while gRPC may still read it). */
 static void release_ref(void *arg) {
-  struct dw_client *c = arg;
+  struct psc__client *c = arg;
   pthread_mutex_lock(&c->lock);
   if (--c->refs == 0)
     pthread_cond_broadcast(&c->cond);
@@ -39,7 +39,7 @@ static void release_ref(void *arg) {
 
 /* Waits until gRPC has let go of every gradient slice; it does so as each
  * call completes, so this wait is short or nothing. */
-static void wait_refs(struct dw_client *c) {
+static void wait_refs(struct psc__client *c) {
   struct timespec until = cm_abstime_after_ms(10000);
   pthread_mutex_lock(&c->lock);
   while (c->refs > 0)
@@ -49,24 +49,24 @@ static void wait_refs(struct dw_client *c) {
 }
 
 /* Bytes of message m's tensor data on the wire (m->bytes counts f32s). */
-static uint64_t wire_bytes(const struct dw_client *c, const struct dw__msg *m,
-                           int push) {
+static uint64_t wire_bytes(const struct psc__client *c,
+                           const struct psc__msg *m, int push) {
   uint64_t b = push ? m->push_bytes : m->sel_bytes;
   return c->wire_bf16 ? b / sizeof(float) * CM_BF16_BYTES : b;
 }
 
 /* Settles which messages the current transfer sends (those holding a
- * selected piece, dw_client_select), their bytes, and each shard's first. */
-static void select_msgs(struct dw_client *c) {
+ * selected piece, psc__client_select), their bytes, and each shard's first. */
+static void select_msgs(struct psc__client *c) {
   int last_shard = -1;
   for (int i = 0; i < c->nmsgs; i++) {
-    struct dw__msg *m = &c->msgs[i];
+    struct psc__msg *m = &c->msgs[i];
     m->sel_bytes = m->push_bytes = 0;
     for (int k = 0; k < m->npieces; k++) {
-      const struct dw__piece *p = &c->pieces[m->first + k];
-      if (dw__selected(c, p->var))
+      const struct psc__piece *p = &c->pieces[m->first + k];
+      if (psc__selected(c, p->var))
         m->sel_bytes += p->count * sizeof(float);
-      if (dw__pushed(c, p->var))
+      if (psc__pushed(c, p->var))
         m->push_bytes += p->count * sizeof(float);
     }
     /* Messages are planned shard by shard. */
@@ -78,30 +78,30 @@ static void select_msgs(struct dw_client *c) {
 
 /* job.wire_dtype "bf16": rounds every gradient into c->grad16 (one pass),
  * which the push messages then point into. */
-static int round_gradients(struct dw_client *c) {
+static int round_gradients(struct psc__client *c) {
   if (!c->grad16) {
     uint64_t total = 0;
     if (!(c->grad16_at = calloc((size_t)c->nvars + 1, sizeof *c->grad16_at)))
       return CM_ENOMEM;
     for (int i = 0; i < c->nvars; i++) {
       c->grad16_at[i] = total;
-      total += dw__numel(&c->vars[i]);
+      total += psc__numel(&c->vars[i]);
     }
     if (!(c->grad16 = malloc((total ? total : 1) * sizeof *c->grad16)))
       return CM_ENOMEM;
   }
   for (int i = 0; i < c->nvars; i++)
-    if (dw__pushed(c, i))
+    if (psc__pushed(c, i))
       cm_bf16_from_f32(c->grad16 + c->grad16_at[i], c->vars[i].grad,
-                       dw__numel(&c->vars[i]));
+                       psc__numel(&c->vars[i]));
   return 0;
 }
 
 /* Packs the caller and segments of message m as a Pull or Push head. */
-static grpc_byte_buffer *build_request(struct dw_client *c,
-                                       const struct dw__msg *m, int push) {
+static grpc_byte_buffer *build_request(struct psc__client *c,
+                                       const struct psc__msg *m, int push) {
   int first_of_shard = m->sel_lead;
-  Psd__V1__Caller caller = dw__caller(c, m->shard);
+  Psd__V1__Caller caller = psc__caller(c, m->shard);
   Psd__V1__Segment segs[64], *sp[64], **ptrs = sp, *seg = segs;
   uint8_t stack[4096], *head = stack;
   grpc_byte_buffer *bb = NULL;
@@ -117,9 +117,9 @@ static grpc_byte_buffer *build_request(struct dw_client *c,
       goto out;
   }
   for (int k = 0; k < m->npieces; k++) {
-    const struct dw__piece *p = &c->pieces[m->first + k];
-    const struct dw_var *v = &c->vars[p->var];
-    if (push ? !dw__pushed(c, p->var) : !dw__selected(c, p->var))
+    const struct psc__piece *p = &c->pieces[m->first + k];
+    const struct psc__var *v = &c->vars[p->var];
+    if (push ? !psc__pushed(c, p->var) : !psc__selected(c, p->var))
       continue;
     int i = nseg++;
     psd__v1__segment__init(&seg[i]);
@@ -212,8 +212,8 @@ static int rolled_back_answer(const struct cm_wire_msg *w) {
 
 /* Checks a pull answer and copies its bytes into the variables. */
 static void on_pulled(struct cm_unary *u, void *ctx) {
-  struct dw_client *c = ctx;
-  const struct dw__msg *m = u->user;
+  struct psc__client *c = ctx;
+  const struct psc__msg *m = u->user;
   struct cm_wire_msg w;
   if (u->status != GRPC_STATUS_OK)
     return;
@@ -235,7 +235,7 @@ static void on_pulled(struct cm_unary *u, void *ctx) {
         psd__v1__pull_response__unpack(NULL, w.head_len, w.head);
     if (pr && pr->rolled_back) {
       /* No data: the job rolled back; the caller pulls that step again. */
-      dw__saw_rollback(c, pr->gen, pr->rollback_step);
+      psc__saw_rollback(c, pr->gen, pr->rollback_step);
       psd__v1__pull_response__free_unpacked(pr, NULL);
       cm_wire_msg_release(&w);
       cm_unary_release(u);
@@ -247,8 +247,8 @@ static void on_pulled(struct cm_unary *u, void *ctx) {
       psd__v1__pull_response__free_unpacked(pr, NULL);
     }
     for (int i = 0; i < m->npieces; i++) {
-      const struct dw__piece *p = &c->pieces[m->first + i];
-      if (!dw__selected(c, p->var))
+      const struct psc__piece *p = &c->pieces[m->first + i];
+      if (!psc__selected(c, p->var))
         continue;
       float *dst = c->vars[p->var].value + p->offset;
       if (c->wire_bf16) {
@@ -273,14 +273,14 @@ static const char PUSH_METHOD[] = "/psd.v1.Data/Push";
 /* on_pulled for the pull calls of a transfer; a sync push's answer may say
  * the job rolled back (async push answers are not read). */
 static void on_done(struct cm_unary *u, void *ctx) {
-  struct dw_client *c = ctx;
+  struct psc__client *c = ctx;
   if (u->method == PULL_METHOD) {
     on_pulled(u, ctx);
   } else if (c->sync_push && u->status == GRPC_STATUS_OK) {
     Psd__V1__PushResponse *r = (Psd__V1__PushResponse *)cm_rpc_unpack(
         u->response, &psd__v1__push_response__descriptor);
     if (r && r->rolled_back)
-      dw__saw_rollback(c, r->gen, r->rollback_step);
+      psc__saw_rollback(c, r->gen, r->rollback_step);
     if (r)
       psd__v1__push_response__free_unpacked(r, NULL);
   }
@@ -291,17 +291,17 @@ static void on_done(struct cm_unary *u, void *ctx) {
  * gets, so one shard would refuse its part while the others applied theirs.
  * The shards' own scan (finite.h), about a fifth of the time a push spends
  * copying the gradient into its messages. */
-static int check_finite(struct dw_client *c) {
+static int check_finite(struct psc__client *c) {
   if (strcmp(c->spec->job.nonfinite, "reject") != 0)
     return 0;
   for (int i = 0; i < c->nvars; i++) {
-    const struct dw_var *v = &c->vars[i];
-    if (!dw__pushed(c, i))
+    const struct psc__var *v = &c->vars[i];
+    if (!psc__pushed(c, i))
       continue;
-    uint64_t n = dw__numel(v), k = cm_first_nonfinite(v->grad, n);
+    uint64_t n = psc__numel(v), k = cm_first_nonfinite(v->grad, n);
     if (k == n)
       continue;
-    dw__seterr(
+    psc__seterr(
         c,
         "push: gradient of '%s' element %llu is %s; nothing of this push "
         "was sent (job.nonfinite is \"reject\")",
@@ -319,33 +319,34 @@ static int check_finite(struct dw_client *c) {
  * calls that failed retryably, again, until all are answered or a shard
  * stays unreachable past the retry budget. A push is one logical push
  * (one seq) however often its messages are sent. */
-static int transfer(struct dw_client *c, int what) {
+static int transfer(struct psc__client *c, int what) {
   const char *name = what == XFER_PUSH   ? "push"
                      : what == XFER_PULL ? "pull"
                                          : "push and pull";
   unsigned char down[256];
   int rc = 0, left = 0, rolled_before = c->rolled_back;
   if (!c->vars) {
-    dw__seterr(c, "%s: declare the variables first", name);
+    psc__seterr(c, "%s: declare the variables first", name);
     return CM_EINVAL;
   }
   if (c->nshards > (int)sizeof down) {
-    dw__seterr(c, "%s: more than %zu shards", name, sizeof down);
+    psc__seterr(c, "%s: more than %zu shards", name, sizeof down);
     return CM_EINVAL;
   }
   if ((what & XFER_PUSH) && (rc = check_finite(c)))
     return rc;
   if ((what & XFER_PUSH) && c->wire_bf16 && round_gradients(c)) {
-    dw__seterr(c, "%s: out of memory", name);
+    psc__seterr(c, "%s: out of memory", name);
     return CM_ENOMEM;
   }
   for (int i = 0; i < c->nvars; i++)
-    if (((what & XFER_PULL) && dw__selected(c, i) && !c->vars[i].value) ||
-        ((what & XFER_PUSH) && dw__pushed(c, i) && !c->vars[i].grad)) {
-      dw__seterr(c, "%s: variable '%s' has no %s buffer", name, c->vars[i].name,
-                 (what & XFER_PULL) && dw__selected(c, i) && !c->vars[i].value
-                     ? "value"
-                     : "gradient");
+    if (((what & XFER_PULL) && psc__selected(c, i) && !c->vars[i].value) ||
+        ((what & XFER_PUSH) && psc__pushed(c, i) && !c->vars[i].grad)) {
+      psc__seterr(c, "%s: variable '%s' has no %s buffer", name,
+                  c->vars[i].name,
+                  (what & XFER_PULL) && psc__selected(c, i) && !c->vars[i].value
+                      ? "value"
+                      : "gradient");
       return CM_EINVAL;
     }
   select_msgs(c);
@@ -361,7 +362,7 @@ static int transfer(struct dw_client *c, int what) {
     for (int p = 0; p < 2 * c->nmsgs; p++) {
       if (!c->pending[p])
         continue;
-      const struct dw__msg *m = &c->msgs[p / 2];
+      const struct psc__msg *m = &c->msgs[p / 2];
       int push = p % 2 == 0;
       struct cm_unary *u = &c->calls[n];
       memset(u, 0, sizeof *u);
@@ -371,7 +372,7 @@ static int transfer(struct dw_client *c, int what) {
       u->request = build_request(c, m, push);
       c->call_pair[n++] = p;
       if (!u->request) {
-        dw__seterr(c, "%s: out of memory", name);
+        psc__seterr(c, "%s: out of memory", name);
         for (int k = 0; k < n - 1; k++)
           cm_unary_release(&c->calls[k]);
         rc = CM_ENOMEM;
@@ -380,49 +381,49 @@ static int transfer(struct dw_client *c, int what) {
     }
     if (attempt > 0)
       c->stats.retries += (uint64_t)n;
-    rc = dw__run(c, c->calls, n, name, c->o.timeout_ms, 0,
-                 (what & XFER_PULL) || c->sync_push ? on_done : NULL, c);
+    rc = psc__run(c, c->calls, n, name, c->o.timeout_ms, 0,
+                  (what & XFER_PULL) || c->sync_push ? on_done : NULL, c);
     memset(down, 0, (size_t)c->nshards);
     /* A shard with any call to retry is still out, whatever else it
      * answered. */
     for (int k = 0; k < n; k++)
-      if (dw__retryable(c->calls[k].status))
-        down[((const struct dw__msg *)c->calls[k].user)->shard] = 1;
+      if (psc__retryable(c->calls[k].status))
+        down[((const struct psc__msg *)c->calls[k].user)->shard] = 1;
     /* on_pulled may have turned an OK into a failure: statuses decide. */
     for (int k = 0; k < n; k++) {
       const struct cm_unary *u = &c->calls[k];
-      const struct dw__msg *m = u->user;
+      const struct psc__msg *m = u->user;
       int p = c->call_pair[k], push = p % 2 == 0;
       c->stats.calls++;
       if (u->status == GRPC_STATUS_OK) {
         if (push)
           c->pushed += wire_bytes(c, m, 1);
         if (!down[m->shard])
-          dw__shard_up(c, m->shard);
+          psc__shard_up(c, m->shard);
       } else if (push && c->sync_push && u->status == GRPC_STATUS_ABORTED) {
         c->closed = 1; /* the step closed without us: not an error */
       } else {
         c->stats.failed++;
-        if (!dw__retryable(u->status)) {
+        if (!psc__retryable(u->status)) {
           if (!fatal)
-            dw__call_error(c, push ? "push" : "pull", u);
+            psc__call_error(c, push ? "push" : "pull", u);
           fatal = 1;
           continue;
         }
-        dw__shard_down(c, m->shard, u);
+        psc__shard_down(c, m->shard, u);
         continue;
       }
       c->pending[p] = 0;
       left--;
     }
     /* A Unix socket never reconnects: the retry goes over TCP. */
-    dw__back_to_tcp(c, c->calls, n);
+    psc__back_to_tcp(c, c->calls, n);
     for (int k = 0; k < n; k++)
       cm_unary_release(&c->calls[k]);
     /* Sync: a shard answered that the job rolled back. The calls left to
      * send are of the old generation's step; resent, they would carry the
      * new generation with that step, which a shard refuses. The caller
-     * goes back to the step rolled to (dw_client_rolled_back) instead. */
+     * goes back to the step rolled to (psc__client_rolled_back) instead. */
     if (c->rolled_back && !rolled_before) {
       rc = 0;
       break;
@@ -433,7 +434,7 @@ static int transfer(struct dw_client *c, int what) {
     }
     rc = 0;
     if (left > 0 &&
-        (rc = dw__retry_wait(c, down, c->nshards, attempt + 1, name)))
+        (rc = psc__retry_wait(c, down, c->nshards, attempt + 1, name)))
       break;
   }
 out:
@@ -442,16 +443,16 @@ out:
   return rc;
 }
 
-int dw_client_pull(struct dw_client *c) { return transfer(c, XFER_PULL); }
+int psc__client_pull(struct psc__client *c) { return transfer(c, XFER_PULL); }
 
-int dw_client_push(struct dw_client *c) { return transfer(c, XFER_PUSH); }
+int psc__client_push(struct psc__client *c) { return transfer(c, XFER_PUSH); }
 
-int dw_client_push_pull(struct dw_client *c) {
+int psc__client_push_pull(struct psc__client *c) {
   return transfer(c, XFER_PUSH | XFER_PULL);
 }
 
-int dw_client_pull_at(struct dw_client *c, uint64_t min_version,
-                      uint64_t *version) {
+int psc__client_pull_at(struct psc__client *c, uint64_t min_version,
+                        uint64_t *version) {
   c->min_version = min_version;
   c->pulled_step = UINT64_MAX;
   int rc = transfer(c, XFER_PULL);
@@ -460,12 +461,12 @@ int dw_client_pull_at(struct dw_client *c, uint64_t min_version,
   return rc;
 }
 
-int dw_client_push_step(struct dw_client *c, uint64_t step, int *closed) {
+int psc__client_push_step(struct psc__client *c, uint64_t step, int *closed) {
   if (c->windex < 0) {
-    dw__seterr(c,
-               "push for step %llu: this client has not joined the job's "
-               "steps; join first",
-               (unsigned long long)step);
+    psc__seterr(c,
+                "push for step %llu: this client has not joined the job's "
+                "steps; join first",
+                (unsigned long long)step);
     return CM_EINVAL;
   }
   c->sync_push = 1;

@@ -45,7 +45,7 @@
  * (CANCELLED: gRPC cancels the calls a stopping server never took; this
  * client never cancels its own). Every other status is the shard's
  * answer. */
-int dw__retryable(grpc_status_code st) {
+int psc__retryable(grpc_status_code st) {
   return st == GRPC_STATUS_UNAVAILABLE || st == GRPC_STATUS_DEADLINE_EXCEEDED ||
          st == GRPC_STATUS_CANCELLED;
 }
@@ -89,8 +89,8 @@ static const struct {
     {"goaway", "connection closed (the shard stopped or is restarting)"},
 };
 
-int dw__reach_cause(grpc_status_code st, const char *details, int connected,
-                    double timeout_s, char *buf, size_t len) {
+int psc__reach_cause(grpc_status_code st, const char *details, int connected,
+                     double timeout_s, char *buf, size_t len) {
   switch (st) {
   case GRPC_STATUS_UNAVAILABLE:
     for (size_t i = 0; i < sizeof causes / sizeof causes[0]; i++)
@@ -139,26 +139,26 @@ int dw__reach_cause(grpc_status_code st, const char *details, int connected,
 
 /* The budget of the wait under way, ms: declare's wait for the shards to
  * start, else the retry budget. */
-static double budget_ms(const struct dw_client *c) {
+static double budget_ms(const struct psc__client *c) {
   return c->starting ? c->o.connect_timeout_ms : c->retry_ms;
 }
 
 /* Records u's failure as shard s's cause, in words. */
-static void note_cause(struct dw_client *c, int s, const struct cm_unary *u) {
-  struct dw__outage *o = &c->out[s];
+static void note_cause(struct psc__client *c, int s, const struct cm_unary *u) {
+  struct psc__outage *o = &c->out[s];
   o->status = u->status;
   snprintf(o->details, sizeof o->details, "%s", u->details);
-  dw__reach_cause(u->status, u->details, cm_channel_connected(u->channel),
-                  (u->timeout_ms > 0 ? u->timeout_ms : c->call_timeout_ms) /
-                      1000.0,
-                  o->cause, sizeof o->cause);
+  psc__reach_cause(u->status, u->details, cm_channel_connected(u->channel),
+                   (u->timeout_ms > 0 ? u->timeout_ms : c->call_timeout_ms) /
+                       1000.0,
+                   o->cause, sizeof o->cause);
 }
 
 /* A call to shard s failed retryably: the outage starts now unless it is
  * already on, and is said at once; while declaring, once the shard has had
- * QUIET_START_MS to come up (dw__say_waiting). */
-void dw__shard_down(struct dw_client *c, int s, const struct cm_unary *u) {
-  struct dw__outage *o = &c->out[s];
+ * QUIET_START_MS to come up (psc__say_waiting). */
+void psc__shard_down(struct psc__client *c, int s, const struct cm_unary *u) {
+  struct psc__outage *o = &c->out[s];
   if (c->interrupted)
     return; /* cancelled here, not a shard that is down */
   note_cause(c, s, u);
@@ -170,7 +170,7 @@ void dw__shard_down(struct dw_client *c, int s, const struct cm_unary *u) {
   if (budget_ms(c) <= 0)
     return; /* no wait: the caller's error says it all */
   if (c->starting) {
-    dw__say_waiting(c);
+    psc__say_waiting(c);
     return;
   }
   o->said = o->since;
@@ -182,8 +182,8 @@ void dw__shard_down(struct dw_client *c, int s, const struct cm_unary *u) {
 
 /* A call to shard s succeeded: an outage ends, and is said so when it was
  * said to begin. */
-void dw__shard_up(struct dw_client *c, int s) {
-  struct dw__outage *o = &c->out[s];
+void psc__shard_up(struct psc__client *c, int s) {
+  struct psc__outage *o = &c->out[s];
   if (o->since <= 0)
     return;
   if (budget_ms(c) > 0 && o->said > 0)
@@ -193,13 +193,13 @@ void dw__shard_up(struct dw_client *c, int s) {
   o->since = 0;
 }
 
-void dw__say_waiting(void *ctx) {
-  struct dw_client *c = ctx;
+void psc__say_waiting(void *ctx) {
+  struct psc__client *c = ctx;
   double now = cm_mono_ms();
   if (budget_ms(c) <= 0)
     return;
   for (int s = 0; s < c->nshards; s++) {
-    struct dw__outage *o = &c->out[s];
+    struct psc__outage *o = &c->out[s];
     if (o->since <= 0)
       continue;
     if (o->said <= 0) { /* declare's first line */
@@ -224,14 +224,14 @@ void dw__say_waiting(void *ctx) {
  * is within the budget; else CM_ETIMEDOUT or CM_EUNAVAIL (by the shard's
  * last failure) with c->err naming the shard, what, how long, and the
  * cause. */
-int dw__retry_wait(struct dw_client *c, const unsigned char *down, int ndown,
-                   int attempt, const char *what) {
+int psc__retry_wait(struct psc__client *c, const unsigned char *down, int ndown,
+                    int attempt, const char *what) {
   double now = cm_mono_ms(), budget = budget_ms(c), left = BACKOFF_MAX_MS;
-  int rc = dw__check_interrupt(c);
+  int rc = psc__check_interrupt(c);
   if (rc)
     return rc;
   for (int s = 0; s < ndown; s++) {
-    const struct dw__outage *o = &c->out[s];
+    const struct psc__outage *o = &c->out[s];
     if (down[s] && budget > 0 && now - o->since < budget) {
       if (budget - (now - o->since) < left)
         left = budget - (now - o->since);
@@ -240,25 +240,26 @@ int dw__retry_wait(struct dw_client *c, const unsigned char *down, int ndown,
     if (!down[s])
       continue;
     if (budget > 0 && c->starting)
-      dw__seterr(c,
-                 "%s to ps:%d (%s) failed: not reachable for %.1f s, the time "
-                 "a client waits for the shards to start (%.0f s): %s [%s: "
-                 "%s]; is ps:%d running, at that address?",
-                 what, s, c->spec->ps[s].text, (now - o->since) / 1000,
-                 budget / 1000, o->cause, cm_rpc_status_name(o->status),
-                 o->details[0] ? o->details : "no message", s);
+      psc__seterr(c,
+                  "%s to ps:%d (%s) failed: not reachable for %.1f s, the time "
+                  "a client waits for the shards to start (%.0f s): %s [%s: "
+                  "%s]; is ps:%d running, at that address?",
+                  what, s, c->spec->ps[s].text, (now - o->since) / 1000,
+                  budget / 1000, o->cause, cm_rpc_status_name(o->status),
+                  o->details[0] ? o->details : "no message", s);
     else if (budget > 0)
-      dw__seterr(c,
-                 "%s to ps:%d (%s) failed: %s: %s; unreachable for %.1f s, the "
-                 "retry budget (job.retry_s %.0f s): %s",
-                 what, s, c->spec->ps[s].text, cm_rpc_status_name(o->status),
-                 o->details[0] ? o->details : "(no message)",
-                 (now - o->since) / 1000, budget / 1000, o->cause);
-    /* else dw__run() described the failure already */
+      psc__seterr(
+          c,
+          "%s to ps:%d (%s) failed: %s: %s; unreachable for %.1f s, the "
+          "retry budget (job.retry_s %.0f s): %s",
+          what, s, c->spec->ps[s].text, cm_rpc_status_name(o->status),
+          o->details[0] ? o->details : "(no message)", (now - o->since) / 1000,
+          budget / 1000, o->cause);
+    /* else psc__run() described the failure already */
     return o->status == GRPC_STATUS_DEADLINE_EXCEEDED ? CM_ETIMEDOUT
                                                       : CM_EUNAVAIL;
   }
-  dw__say_waiting(c);
+  psc__say_waiting(c);
   int shift = attempt - 1 < 5 ? attempt - 1 : 5;
   double ms = (double)BACKOFF_MS * (1 << shift);
   if (ms > BACKOFF_MAX_MS)
@@ -286,11 +287,11 @@ int dw__retry_wait(struct dw_client *c, const unsigned char *down, int ndown,
     if (c->interrupt && ms > 100)
       ms = 100;
     int up = cm_channels_await(c->ch, down, ndown, c->cq, ms);
-    if ((rc = dw__check_interrupt(c)))
+    if ((rc = psc__check_interrupt(c)))
       return rc;
     if (up)
       break;
   }
-  dw__say_waiting(c); /* what woke the wait may be a line due */
+  psc__say_waiting(c); /* what woke the wait may be a line due */
   return 0;
 }

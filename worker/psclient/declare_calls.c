@@ -1,5 +1,5 @@
 /* Declare calls to the shards, waiting for shards that are still starting
- * (client_internal.h: dw__declare_calls, dw__declare_everywhere): the
+ * (client_internal.h: psc__declare_calls, psc__declare_everywhere): the
  * variables' and tables' declares send their requests through here, any
  * number per shard (a variable's values may take several, docs/wire.md),
  * each sent again until its shard answers it or connect_timeout_ms has
@@ -13,7 +13,7 @@
  * started beside its workers, as pslaunch does, is usually up by then) and
  * every 10 s, and sent again until it answers or connect_timeout_ms has
  * passed; the backoff between attempts ends as soon as the shard's channel
- * connects (dw__retry_wait). A shard's answer carries its process's boot
+ * connects (psc__retry_wait). A shard's answer carries its process's boot
  * id, sent back with every later call to it (a shard that restarted without
  * a checkpoint refuses the old one). */
 #include "client_internal.h"
@@ -30,7 +30,7 @@
  * take hundreds of messages, packed only when their turn comes. */
 #define BATCH_PER_SHARD 8
 
-void dw__decl_calls_free(struct dw__decl_call *dc, int n) {
+void psc__decl_calls_free(struct psc__decl_call *dc, int n) {
   for (int k = 0; dc && k < n; k++)
     if (dc[k].resp) {
       psd__v1__declare_response__free_unpacked(dc[k].resp, NULL);
@@ -41,7 +41,7 @@ void dw__decl_calls_free(struct dw__decl_call *dc, int n) {
 /* Records call u's outcome for dc (its shard s): the answer, or why not.
  * Sets *fatal to the first failure that is not worth a retry, down[s] for
  * a shard that could not be reached. */
-static void take_answer(struct dw_client *c, struct dw__decl_call *dc,
+static void take_answer(struct psc__client *c, struct psc__decl_call *dc,
                         struct cm_unary *u, unsigned char *down, int *fatal) {
   int s = dc->shard;
   if (u->status == GRPC_STATUS_OK) {
@@ -49,18 +49,18 @@ static void take_answer(struct dw_client *c, struct dw__decl_call *dc,
         u->response, &psd__v1__declare_response__descriptor);
     if (!r) {
       if (!*fatal) {
-        dw__seterr(c, "declare: ps:%d (%s) sent a malformed answer", s,
-                   c->spec->ps[s].text);
+        psc__seterr(c, "declare: ps:%d (%s) sent a malformed answer", s,
+                    c->spec->ps[s].text);
         *fatal = CM_EPROTO;
       }
       return;
     }
     c->boot[s] = r->boot;
     dc->resp = r;
-    dw__shard_up(c, s);
-  } else if (!dw__retryable(u->status)) {
+    psc__shard_up(c, s);
+  } else if (!psc__retryable(u->status)) {
     if (!*fatal) {
-      dw__call_error(c, "declare", u);
+      psc__call_error(c, "declare", u);
       *fatal = cm_rpc_status_rc(u->status);
     }
   } else if (u->status == GRPC_STATUS_DEADLINE_EXCEEDED && u->timeout_ms > 0 &&
@@ -68,12 +68,13 @@ static void take_answer(struct dw_client *c, struct dw__decl_call *dc,
     /* It connected, and is creating variables: no outage, the next
      * Declare (idempotent) gets the whole wait. */
   } else {
-    dw__shard_down(c, s, u);
+    psc__shard_down(c, s, u);
     down[s] = 1;
   }
 }
 
-int dw__declare_calls(struct dw_client *c, struct dw__decl_call *dc, int n) {
+int psc__declare_calls(struct psc__client *c, struct psc__decl_call *dc,
+                       int n) {
   unsigned char *down = calloc(c->nshards, 1);
   int *per = calloc(c->nshards, sizeof *per);
   int *idx = calloc((size_t)n + 1, sizeof *idx);
@@ -103,7 +104,7 @@ int dw__declare_calls(struct dw_client *c, struct dw__decl_call *dc, int n) {
         calls[m].timeout_ms = PROBE_MS;
       idx[m++] = k;
     }
-    dw__run(c, calls, m, "declare", c->o.connect_timeout_ms, 0, NULL, NULL);
+    psc__run(c, calls, m, "declare", c->o.connect_timeout_ms, 0, NULL, NULL);
     memset(down, 0, c->nshards);
     for (int j = 0; j < m; j++) {
       take_answer(c, &dc[idx[j]], &calls[j], down, &fatal);
@@ -117,7 +118,7 @@ int dw__declare_calls(struct dw_client *c, struct dw__decl_call *dc, int n) {
       any_down |= down[s];
     /* Another batch goes at once; a shard not reached, after a backoff. */
     if (left > 0 && any_down &&
-        (rc = dw__retry_wait(c, down, c->nshards, ++attempt, "declare")))
+        (rc = psc__retry_wait(c, down, c->nshards, ++attempt, "declare")))
       break;
   }
 out:
@@ -131,16 +132,16 @@ out:
   return rc;
 }
 
-int dw__declare_everywhere(struct dw_client *c,
-                           const Psd__V1__DeclareRequest *req) {
-  struct dw__decl_call *dc = calloc(c->nshards, sizeof *dc);
+int psc__declare_everywhere(struct psc__client *c,
+                            const Psd__V1__DeclareRequest *req) {
+  struct psc__decl_call *dc = calloc(c->nshards, sizeof *dc);
   int rc;
   if (!dc)
     return CM_ENOMEM;
   for (int s = 0; s < c->nshards; s++)
-    dc[s] = (struct dw__decl_call){s, req, NULL};
-  rc = dw__declare_calls(c, dc, c->nshards);
-  dw__decl_calls_free(dc, c->nshards);
+    dc[s] = (struct psc__decl_call){s, req, NULL};
+  rc = psc__declare_calls(c, dc, c->nshards);
+  psc__decl_calls_free(dc, c->nshards);
   free(dc);
   return rc;
 }

@@ -1,10 +1,10 @@
-/* libpsclient's insides, shared by its files and by nothing else (the
- * public API is psclient.h): struct dw_client, the plan of its traffic, and
- * the dw__ helpers one file lends another.
+/* libpsclient's insides, shared by its files and by nothing else (their API is
+ * psclient.h): struct psc__client, the plan of its traffic, and the psc__
+ * helpers one file lends another.
  *
  *   client.c     the client object: channels (and the move to a shard's Unix
  *                socket, and back to TCP), the plan, accessors
- *   declare.c    dw_client_declare: the variables checked, declared, then
+ *   declare.c    psc__client_declare: the variables checked, declared, then
  *                the plan and the Unix sockets
  *   declare_rounds.c  the variables' Declare in two rounds, with their
  *                values
@@ -12,7 +12,7 @@
  *   transfer.c   pull and push with retries
  *   retry.c      which failures are retried, outages, the backoff, and the
  *                lines that say what a wait is waiting for
- *   read.c       dw_client_read: an admin tool's chunked reads
+ *   read.c       psc__client_read: an admin tool's chunked reads
  *   coord.c      the coordinator's calls and the heartbeat thread
  *   status.c     Admin/Status as JSON
  *   admin.c      Admin/Checkpoint, and the last call's status for a tool
@@ -20,8 +20,8 @@
  *
  * Each file's own block says how its part works: client.c the plan of
  * the traffic, transfer.c and retry.c the retries. */
-#ifndef DW_CLIENT_INTERNAL_H
-#define DW_CLIENT_INTERNAL_H
+#ifndef PSC__CLIENT_INTERNAL_H
+#define PSC__CLIENT_INTERNAL_H
 
 #include <pthread.h>
 #include <stdint.h>
@@ -33,41 +33,41 @@
 #include "rpc_client.h"
 
 /* A run of one variable's elements inside one message. */
-struct dw__piece {
+struct psc__piece {
   int var;         /* index into vars */
   uint64_t offset; /* first element, global numbering */
   uint64_t count;  /* elements */
 };
 
 /* What the client knows of one shard's reachability (retry.c). */
-struct dw__outage {
+struct psc__outage {
   double since;            /* cm_mono_ms() when it became unreachable, 0
                               while it answers */
   double said;             /* cm_mono_ms() when the wait was last said, 0:
                               not yet */
   grpc_status_code status; /* its last failure's status */
   char details[512];       /* that failure's message from gRPC */
-  char cause[512];         /* that failure in words (dw__reach_cause) */
+  char cause[512];         /* that failure in words (psc__reach_cause) */
 };
 
 /* One planned message to one shard. */
-struct dw__msg {
+struct psc__msg {
   int shard;      /* destination */
   int first;      /* index of its first piece */
   int npieces;    /* pieces in it */
   uint64_t bytes; /* payload bytes */
   int lead;       /* 1: the first message to its shard (carries examples) */
   uint32_t chunk; /* its index among the messages to its shard (dedup) */
-  /* Of the current transfer (dw_client_select): */
+  /* Of the current transfer (psc__client_select): */
   uint64_t sel_bytes;  /* pull: payload bytes of its selected pieces (0:
                           none pulled) */
   uint64_t push_bytes; /* push: the same for the pieces pushed */
   int sel_lead;        /* 1: the first message pushed to its shard */
 };
 
-struct dw_client {
+struct psc__client {
   const struct cm_spec *spec; /* borrowed */
-  struct dw_client_opts o;    /* settings with defaults filled in */
+  struct psc__client_opts o;  /* settings with defaults filled in */
   char worker[64];            /* caller identity */
   uint64_t spec_fp;           /* cm_spec_fingerprint(spec), sent with every
                                  call */
@@ -78,8 +78,8 @@ struct dw_client {
   unsigned char *on_unix;     /* owned: 1 where ch[s] is a Unix socket */
   struct cm_creds creds;      /* owned: token and TLS from the spec's auth */
   int nshards;                /* entries in ch */
-  struct dw_var *vars;        /* owned copies of the declared variables, in
-                                 declaration order (names in var_names) */
+  struct psc__var *vars;      /* owned copies of the declared variables, in
+                               declaration order (names in var_names) */
   char **var_names;           /* owned: each variable's name (vars[i].name) */
   int nvars;                  /* entries in vars */
   int cap_vars;               /* entries allocated in vars and var_names */
@@ -88,12 +88,12 @@ struct dw_client {
   int nsel;                   /* variables with sel set (all when !sel) */
   unsigned char *sel_push;    /* owned, per variable: 1 when the next
                                  transfers push it; NULL: as sel says */
-  int (*interrupt)(void *);   /* dw_client_set_interrupt's poll, or NULL */
+  int (*interrupt)(void *);   /* psc__client_set_interrupt's poll, or NULL */
   void *interrupt_arg;        /* passed to interrupt */
   int interrupted;            /* interrupt said so during the current call */
-  struct dw__piece *pieces;   /* owned plan: all pieces, grouped by msg */
+  struct psc__piece *pieces;  /* owned plan: all pieces, grouped by msg */
   int npieces;                /* entries in pieces */
-  struct dw__msg *msgs;       /* owned plan: the messages */
+  struct psc__msg *msgs;      /* owned plan: the messages */
   int nmsgs;                  /* entries in msgs */
   struct cm_unary *calls; /* owned, 2 * nmsgs call slots reused per transfer */
   uint32_t examples;      /* examples reported with each push */
@@ -113,34 +113,34 @@ struct dw_client {
   pthread_cond_t cond;       /* signalled when refs drops to 0 */
   int refs;                  /* gradient slices gRPC still holds */
   char err[1024];            /* last error */
-  grpc_status_code last_status; /* dw_client_last_status: of the last run */
+  grpc_status_code last_status; /* psc__client_last_status: of the last run */
   char last_details[512];       /* its status message */
 
   /* Faults: retries and idempotent pushes. */
-  int *call_pair;         /* owned, 2 * nmsgs: the pair each call carries,
-                             2 * message + (0 push, 1 pull) */
-  unsigned char *pending; /* owned, 2 * nmsgs: 1 while a pair awaits an OK */
-  uint64_t client_id;     /* random, nonzero: names this client's pushes */
-  uint64_t seq;           /* logical pushes so far; the current one's number */
-  double retry_ms;        /* retry budget per outage, ms; <= 0: no retries */
-  struct dw__outage *out; /* owned, per shard: its outage, if any */
-  int starting;           /* 1 while declare waits for the shards to come up
-                             (budget connect_timeout_ms, not retry_ms) */
-  double wait_from;       /* starting: cm_mono_ms() when declare began */
-  int call_timeout_ms;    /* the deadline of dw__run's calls under way */
-  uint64_t rng;           /* jitter generator state */
-  struct dw_client_stats stats; /* calls, failures, retries, outages */
-  int left; /* dw_client_leave was called: no rejoining (under lock) */
+  int *call_pair;          /* owned, 2 * nmsgs: the pair each call carries,
+                              2 * message + (0 push, 1 pull) */
+  unsigned char *pending;  /* owned, 2 * nmsgs: 1 while a pair awaits an OK */
+  uint64_t client_id;      /* random, nonzero: names this client's pushes */
+  uint64_t seq;            /* logical pushes so far; the current one's number */
+  double retry_ms;         /* retry budget per outage, ms; <= 0: no retries */
+  struct psc__outage *out; /* owned, per shard: its outage, if any */
+  int starting;            /* 1 while declare waits for the shards to come up
+                              (budget connect_timeout_ms, not retry_ms) */
+  double wait_from;        /* starting: cm_mono_ms() when declare began */
+  int call_timeout_ms;     /* the deadline of psc__run's calls under way */
+  uint64_t rng;            /* jitter generator state */
+  struct psc__client_stats stats; /* calls, failures, retries, outages */
+  int left; /* psc__client_leave was called: no rejoining (under lock) */
 
   /* Sync rollbacks (the coordinator's generation). */
   uint64_t gen;           /* rollbacks this client knows of, sent with every
                              sync pull, push and Admit */
   int rolled_back;        /* an answer said the job rolled back (cleared by
-                             dw_client_rolled_back) */
+                             psc__client_rolled_back) */
   uint64_t rollback_step; /* the step it rolled back to */
   int rejoined;           /* sync: an Admit said the coordinator restarted
                              and this client joined it again (cleared by
-                             dw_client_rejoined) */
+                             psc__client_rejoined) */
   uint64_t rejoin_step;   /* the step that Join answered */
 
   /* job.wire_dtype "bf16": tensors travel as bfloat16 (common/base/bf16.h). */
@@ -151,13 +151,13 @@ struct dw_client {
   uint64_t *grad16_at; /* owned, per variable: its first element in grad16 */
 
   /* Embedding tables (sparse.c). */
-  struct dw__table *tables; /* owned, declared tables */
-  int ntables;              /* entries in tables */
-  uint64_t sparse_seq;      /* sparse pushes so far (their dedup seq) */
+  struct psc__table_state *tables; /* owned, declared tables */
+  int ntables;                     /* entries in tables */
+  uint64_t sparse_seq;             /* sparse pushes so far (their dedup seq) */
 };
 
 /* A declared table, as the client knows it. */
-struct dw__table {
+struct psc__table_state {
   char name[201];    /* its name */
   uint32_t dim;      /* floats per row */
   uint64_t id_bound; /* 0: any id */
@@ -165,89 +165,90 @@ struct dw__table {
 
 /* ---- client.c */
 
-/* Sets c->err, the text dw_client_error returns. */
-void dw__seterr(struct dw_client *c, const char *fmt, ...)
+/* Sets c->err, the text psc__client_error returns. */
+void psc__seterr(struct psc__client *c, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
 /* Elements of v. */
-uint64_t dw__numel(const struct dw_var *v);
+uint64_t psc__numel(const struct psc__var *v);
 
 /* The identity every request carries: the job, this worker, the spec's
  * fingerprint and counts, and, for a call to shard `shard` (-1: none in
  * particular), the boot id that shard's Declare answered. Points into c, so
  * it lives as long as the client. */
-Psd__V1__Caller dw__caller(const struct dw_client *c, int shard);
+Psd__V1__Caller psc__caller(const struct psc__client *c, int shard);
 
 /* Describes call u's failure into c->err, with its cause in words when it
- * is about reaching the shard (dw__reach_cause). */
-void dw__call_error(struct dw_client *c, const char *what,
-                    const struct cm_unary *u);
+ * is about reaching the shard (psc__reach_cause). */
+void psc__call_error(struct psc__client *c, const char *what,
+                     const struct cm_unary *u);
 
 /* Runs calls[0..n) (borrowed) on c's queue, up to `inflight` at once;
  * done(u, ctx) sees each answer. On failure names the first failed call in
  * c->err. Returns cm_client_run's code. */
-int dw__run(struct dw_client *c, struct cm_unary *calls, int n,
-            const char *what, int timeout_ms, int wait_for_ready,
-            cm_unary_done done, void *ctx);
+int psc__run(struct psc__client *c, struct cm_unary *calls, int n,
+             const char *what, int timeout_ms, int wait_for_ready,
+             cm_unary_done done, void *ctx);
 
 /* Cuts every declared variable's slice on every shard into messages
  * (c->pieces, c->msgs) and allocates the call slots a transfer reuses;
  * an earlier plan is dropped first. */
-int dw__plan(struct dw_client *c);
+int psc__plan(struct psc__client *c);
 
-/* Whether the current transfer moves variable i (dw_client_select). */
-static inline int dw__selected(const struct dw_client *c, int i) {
+/* Whether the current transfer moves variable i (psc__client_select). */
+static inline int psc__selected(const struct psc__client *c, int i) {
   return !c->sel || c->sel[i];
 }
 
-/* Whether the current transfer pushes variable i (dw_client_select_push). */
-static inline int dw__pushed(const struct dw_client *c, int i) {
-  return c->sel_push ? c->sel_push[i] : dw__selected(c, i);
+/* Whether the current transfer pushes variable i (psc__client_select_push). */
+static inline int psc__pushed(const struct psc__client *c, int i) {
+  return c->sel_push ? c->sel_push[i] : psc__selected(c, i);
 }
 
 /* Whether the client was interrupted during its current call; then c->err
  * says so and CM_ECANCELED is its result. */
-int dw__check_interrupt(struct dw_client *c);
+int psc__check_interrupt(struct psc__client *c);
 
 /* ---- declare_calls.c, declare_rounds.c */
 
-/* One Declare call to one shard (dw__declare_calls). */
-struct dw__decl_call {
+/* One Declare call to one shard (psc__declare_calls). */
+struct psc__decl_call {
   int shard;                          /* destination */
   const Psd__V1__DeclareRequest *req; /* borrowed */
   Psd__V1__DeclareResponse *resp;     /* its answer once it came (owned:
-                                         dw__decl_calls_free), else NULL */
+                                         psc__decl_calls_free), else NULL */
 };
 
 /* Sends the calls dc[0..n) (any number per shard), again to shards that
  * cannot be reached yet, until each is answered (the shard's boot id
  * recorded) or connect_timeout_ms has passed. Returns 0 or an error in
  * c->err; the answers that came are in dc either way. */
-int dw__declare_calls(struct dw_client *c, struct dw__decl_call *dc, int n);
-void dw__decl_calls_free(struct dw__decl_call *dc, int n);
+int psc__declare_calls(struct psc__client *c, struct psc__decl_call *dc, int n);
+void psc__decl_calls_free(struct psc__decl_call *dc, int n);
 
-/* Declares req on every shard (dw__declare_calls). */
-int dw__declare_everywhere(struct dw_client *c,
-                           const Psd__V1__DeclareRequest *req);
+/* Declares req on every shard (psc__declare_calls). */
+int psc__declare_everywhere(struct psc__client *c,
+                            const Psd__V1__DeclareRequest *req);
 
 /* Declares vars[0..n) but those flagged in skip (placements resolved) on
- * their shards, with their values (dw_var.given): every shard holding rows
+ * their shards, with their values (psc__var.given): every shard holding rows
  * of one has it when this returns 0. Else an error in c->err. */
-int dw__declare_vars(struct dw_client *c, const struct dw_var *vars, int n,
-                     const unsigned char *skip);
+int psc__declare_vars(struct psc__client *c, const struct psc__var *vars, int n,
+                      const unsigned char *skip);
 
 /* Moves every shard on this host to its Unix socket, where it serves one. */
-int dw__use_unix_sockets(struct dw_client *c);
+int psc__use_unix_sockets(struct psc__client *c);
 
 /* Dials over TCP again every shard whose call in calls[0..n) failed
  * UNAVAILABLE on a Unix socket. */
-void dw__back_to_tcp(struct dw_client *c, const struct cm_unary *calls, int n);
+void psc__back_to_tcp(struct psc__client *c, const struct cm_unary *calls,
+                      int n);
 
 /* ---- retry.c: retries, shared by every call that waits for a shard */
 
 /* Whether a call that ended with st may succeed when sent again
  * (UNAVAILABLE, DEADLINE_EXCEEDED, CANCELLED). */
-int dw__retryable(grpc_status_code st);
+int psc__retryable(grpc_status_code st);
 
 /* A failure of status st with gRPC's message details in words, into
  * buf[0..len): "connection refused (nothing listens there?)", "TLS
@@ -255,29 +256,29 @@ int dw__retryable(grpc_status_code st);
  * s (...)". connected says whether the call's channel is connected now,
  * timeout_s is its deadline. Returns 1 when the failure is about reaching
  * the shard, 0 when the shard answered (buf is then untouched). */
-int dw__reach_cause(grpc_status_code st, const char *details, int connected,
-                    double timeout_s, char *buf, size_t len);
+int psc__reach_cause(grpc_status_code st, const char *details, int connected,
+                     double timeout_s, char *buf, size_t len);
 
 /* A call to shard s failed retryably (u says how): an outage begins, said
  * at once, or goes on with u's cause. */
-void dw__shard_down(struct dw_client *c, int s, const struct cm_unary *u);
+void psc__shard_down(struct psc__client *c, int s, const struct cm_unary *u);
 
 /* A call to shard s succeeded: an outage ends. */
-void dw__shard_up(struct dw_client *c, int s);
+void psc__shard_up(struct psc__client *c, int s);
 
 /* Says again, every 10 s, each outage still under way (ctx is the client;
  * cm_run_opts.tick while calls are in flight, and before each backoff). */
-void dw__say_waiting(void *ctx);
+void psc__say_waiting(void *ctx);
 
 /* The backoff before attempt number `attempt` at the shards flagged in
  * down[0..ndown) (borrowed); 0, or the error once one is past its budget
  * (connect_timeout_ms while starting, else the retry budget). */
-int dw__retry_wait(struct dw_client *c, const unsigned char *down, int ndown,
-                   int attempt, const char *what);
+int psc__retry_wait(struct psc__client *c, const unsigned char *down, int ndown,
+                    int attempt, const char *what);
 
 /* ---- coord.c: sync rollbacks, shared with the transfers */
 
 /* An answer said the job rolled back to `step`, generation gen. */
-void dw__saw_rollback(struct dw_client *c, uint64_t gen, uint64_t step);
+void psc__saw_rollback(struct psc__client *c, uint64_t gen, uint64_t step);
 
 #endif

@@ -11,9 +11,9 @@
 
 /* Sync: asks the coordinator (ps:0) to name the step of a cut (*at). On
  * failure every out[s] carries the coordinator's answer. */
-static int name_cut(struct dw_client *c, uint64_t *at,
-                    struct dw_checkpoint *out) {
-  Psd__V1__Caller caller = dw__caller(c, 0);
+static int name_cut(struct psc__client *c, uint64_t *at,
+                    struct psc__checkpoint *out) {
+  Psd__V1__Caller caller = psc__caller(c, 0);
   Psd__V1__CheckpointRequest req = PSD__V1__CHECKPOINT_REQUEST__INIT;
   Psd__V1__CheckpointResponse *resp = NULL;
   struct cm_unary call;
@@ -25,12 +25,12 @@ static int name_cut(struct dw_client *c, uint64_t *at,
   call.channel = c->ch[0];
   call.method = "/psd.v1.Admin/Checkpoint";
   call.request = cm_rpc_pack(&req.base);
-  rc = dw__run(c, &call, 1, "checkpoint cut", c->o.timeout_ms, 0, NULL, NULL);
+  rc = psc__run(c, &call, 1, "checkpoint cut", c->o.timeout_ms, 0, NULL, NULL);
   if (!rc && !(resp = (Psd__V1__CheckpointResponse *)cm_rpc_unpack(
                    call.response, &psd__v1__checkpoint_response__descriptor))) {
     call.status = GRPC_STATUS_INTERNAL;
     snprintf(call.details, sizeof call.details, "malformed answer");
-    dw__seterr(c, "checkpoint cut from ps:0: malformed answer");
+    psc__seterr(c, "checkpoint cut from ps:0: malformed answer");
     rc = CM_EPROTO;
   }
   if (resp) {
@@ -42,7 +42,7 @@ static int name_cut(struct dw_client *c, uint64_t *at,
       snprintf(out[s].details, sizeof out[s].details,
                "the coordinator (ps:0) named no step for the cut: %.400s",
                call.details);
-      dw__reach_cause(
+      psc__reach_cause(
           call.status, call.details, cm_channel_connected(call.channel),
           c->o.timeout_ms / 1000.0, out[s].cause, sizeof out[s].cause);
     }
@@ -51,16 +51,16 @@ static int name_cut(struct dw_client *c, uint64_t *at,
   return rc;
 }
 
-int dw_client_checkpoint(struct dw_client *c, int wait,
-                         struct dw_checkpoint *out) {
-  Psd__V1__Caller caller = dw__caller(c, -1);
+int psc__client_checkpoint(struct psc__client *c, int wait,
+                           struct psc__checkpoint *out) {
+  Psd__V1__Caller caller = psc__caller(c, -1);
   Psd__V1__CheckpointRequest req = PSD__V1__CHECKPOINT_REQUEST__INIT;
   struct cm_unary *calls = calloc(c->nshards, sizeof *calls);
   int rc;
 
   memset(out, 0, c->nshards * sizeof *out);
   if (!calls) {
-    dw__seterr(c, "checkpoint: out of memory");
+    psc__seterr(c, "checkpoint: out of memory");
     return CM_ENOMEM;
   }
   req.caller = &caller;
@@ -76,24 +76,24 @@ int dw_client_checkpoint(struct dw_client *c, int wait,
     calls[s].request = cm_rpc_pack(&req.base);
   }
   /* All shards at once: each writes its own slice in parallel. */
-  rc = dw__run(c, calls, c->nshards, "checkpoint", c->o.timeout_ms, 0, NULL,
-               NULL);
+  rc = psc__run(c, calls, c->nshards, "checkpoint", c->o.timeout_ms, 0, NULL,
+                NULL);
   for (int s = 0; s < c->nshards; s++) {
-    struct dw_checkpoint *k = &out[s];
+    struct psc__checkpoint *k = &out[s];
     Psd__V1__CheckpointResponse *resp = NULL;
     if (calls[s].status == GRPC_STATUS_OK)
       resp = (Psd__V1__CheckpointResponse *)cm_rpc_unpack(
           calls[s].response, &psd__v1__checkpoint_response__descriptor);
     k->status = calls[s].status;
     snprintf(k->details, sizeof k->details, "%s", calls[s].details);
-    dw__reach_cause(calls[s].status, calls[s].details,
-                    cm_channel_connected(calls[s].channel),
-                    c->o.timeout_ms / 1000.0, k->cause, sizeof k->cause);
+    psc__reach_cause(calls[s].status, calls[s].details,
+                     cm_channel_connected(calls[s].channel),
+                     c->o.timeout_ms / 1000.0, k->cause, sizeof k->cause);
     if (k->status == GRPC_STATUS_OK && !resp) {
       k->status = GRPC_STATUS_INTERNAL;
       snprintf(k->details, sizeof k->details, "malformed answer");
       if (!rc) {
-        dw__seterr(c, "checkpoint from ps:%d: malformed answer", s);
+        psc__seterr(c, "checkpoint from ps:%d: malformed answer", s);
         rc = CM_EPROTO;
       }
     }
@@ -111,7 +111,7 @@ int dw_client_checkpoint(struct dw_client *c, int wait,
   return rc;
 }
 
-int dw_client_last_status(const struct dw_client *c, const char **details) {
+int psc__client_last_status(const struct psc__client *c, const char **details) {
   if (details)
     *details = c->last_details;
   return c->last_status;

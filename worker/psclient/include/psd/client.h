@@ -34,25 +34,56 @@ extern "C" {
 #define PSC_VERSION_MAJOR 1
 #define PSC_VERSION_MINOR 1
 
-/* Error codes (psc_strerror names them). */
-#define PSC_EINVAL (-1) /* a bad argument: psc_error says which */
-#define PSC_ENOMEM (-2) /* out of memory */
-#define PSC_EIO (-3)    /* a file could not be read */
-#define PSC_ENOENT (-4) /* no such file, variable or table */
-#define PSC_ESPEC (-5)  /* the spec or TF_CONFIG has mistakes */
-#define PSC_ERPC                                                               \
-  (-7)                     /* a shard refused the call, for a reason no other  \
-                              code names (psc_grpc_status) */
-#define PSC_ETIMEDOUT (-8) /* a deadline passed */
-#define PSC_ESHAPE (-9)    /* a buffer or shape does not fit */
-#define PSC_EEXIST                                                             \
-  (-10) /* declared before with other settings (a                              \
-           shard's ALREADY_EXISTS too) */
-#define PSC_ERANGE                                                             \
-  (-11)                     /* a value out of range (an id past the bound; a   \
-                               shard's OUT_OF_RANGE too) */
-#define PSC_EUNAVAIL (-17)  /* a shard stayed unreachable past the budget */
-#define PSC_ECANCELED (-19) /* interrupted (psc_set_interrupt) */
+/* Error codes: every code a psc_* call returns, with the words psc_strerror
+ * gives for it (libuv's UV_ERRNO_MAP pattern: XX(name, value, words)). The
+ * client's codes and psd's own programs' are one table: the library checks at
+ * compile time that each value here is the internal one and that none is
+ * missing, so a code cannot reach a caller without a name here.
+ *   EINVAL     a bad argument: psc_error says which
+ *   ENOMEM     out of memory
+ *   EIO        a file could not be read
+ *   ENOENT     no such file, variable or table
+ *   ESPEC      the spec or TF_CONFIG has mistakes
+ *   EPROTO     a shard's answer could not be decoded
+ *   ERPC       a shard refused the call, for a reason no other code names
+ *              (psc_grpc_status)
+ *   ETIMEDOUT  a deadline passed
+ *   ESHAPE     a buffer or shape does not fit
+ *   EEXIST     declared before with other settings (a shard's ALREADY_EXISTS)
+ *   ERANGE     a value out of range (an id past the bound; a shard's
+ *              OUT_OF_RANGE)
+ *   EADDRINUSE, ENODEV, ECUDA, EFORMAT, ETRUNC
+ *              psd's own programs' (binding, devices, files)
+ *   EUNAVAIL   a shard stayed unreachable past the budget
+ *   ESYS       a system call failed (psc_error names it)
+ *   ECANCELED  interrupted (psc_set_interrupt) */
+#define PSC_ERRNO_MAP(XX)                                                      \
+  XX(EINVAL, -1, "invalid argument")                                           \
+  XX(ENOMEM, -2, "out of memory")                                              \
+  XX(EIO, -3, "input/output error")                                            \
+  XX(ENOENT, -4, "no such file, variable or entry")                            \
+  XX(ESPEC, -5, "invalid cluster spec")                                        \
+  XX(EPROTO, -6, "malformed message")                                          \
+  XX(ERPC, -7, "remote call failed")                                           \
+  XX(ETIMEDOUT, -8, "deadline exceeded")                                       \
+  XX(ESHAPE, -9, "shape mismatch")                                             \
+  XX(EEXIST, -10, "already exists with different settings")                    \
+  XX(ERANGE, -11, "out of range")                                              \
+  XX(EADDRINUSE, -12, "address already in use")                                \
+  XX(ENODEV, -13, "no usable device")                                          \
+  XX(ECUDA, -14, "CUDA or cuBLAS call failed")                                 \
+  XX(EFORMAT, -15, "bad file format")                                          \
+  XX(ETRUNC, -16, "file truncated")                                            \
+  XX(EUNAVAIL, -17, "service unavailable")                                     \
+  XX(ESYS, -18, "system call failed")                                          \
+  XX(ECANCELED, -19, "interrupted")
+
+/* The codes as constants: PSC_EINVAL, PSC_ENOMEM, ... */
+enum psc_errno {
+#define PSC_ERRNO_ENUM_(name, value, words) PSC_##name = (value),
+  PSC_ERRNO_MAP(PSC_ERRNO_ENUM_)
+#undef PSC_ERRNO_ENUM_
+};
 
 /* Placement of a declared variable (psc_var_opts.placement). */
 #define PSC_PLACE_AUTO                                                          \

@@ -1,4 +1,4 @@
-/* libpsclient's client object (psclient.h): dw_client_new opens a channel
+/* libpsclient's client object (psclient.h): psc__client_new opens a channel
  * to every shard; after declare the client plans its traffic once: per
  * shard, the declared variables' slices cut into segments and grouped into
  * messages of at most chunk_bytes. A pull or push then sends every planned
@@ -34,34 +34,39 @@
  * message than as 4 (docs/wire.md, "Tensors and chunks"). */
 #define MIN_SPLIT (1024u << 10)
 
-void dw__seterr(struct dw_client *c, const char *fmt, ...) {
+void psc__seterr(struct psc__client *c, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(c->err, sizeof c->err, fmt, ap);
   va_end(ap);
 }
 
-const char *dw_client_error(const struct dw_client *c) { return c->err; }
-uint64_t dw_client_bytes_pulled(const struct dw_client *c) { return c->pulled; }
-uint64_t dw_client_bytes_pushed(const struct dw_client *c) { return c->pushed; }
+const char *psc__client_error(const struct psc__client *c) { return c->err; }
+uint64_t psc__client_bytes_pulled(const struct psc__client *c) {
+  return c->pulled;
+}
+uint64_t psc__client_bytes_pushed(const struct psc__client *c) {
+  return c->pushed;
+}
 
-uint64_t dw_client_id(const struct dw_client *c) { return c->client_id; }
+uint64_t psc__client_id(const struct psc__client *c) { return c->client_id; }
 
-void dw_client_stats(const struct dw_client *c, struct dw_client_stats *out) {
+void psc__client_stats(const struct psc__client *c,
+                       struct psc__client_stats *out) {
   *out = c->stats;
 }
 
-void dw_client_set_examples(struct dw_client *c, uint32_t examples) {
+void psc__client_set_examples(struct psc__client *c, uint32_t examples) {
   c->examples = examples;
 }
 
-int dw_client_new(struct dw_client **out, const struct cm_spec *spec,
-                  const struct dw_client_opts *opts) {
-  struct dw_client *c = calloc(1, sizeof *c);
+int psc__client_new(struct psc__client **out, const struct cm_spec *spec,
+                    const struct psc__client_opts *opts) {
+  struct psc__client *c = calloc(1, sizeof *c);
   int rc = 0;
   if (!c)
     return CM_ENOMEM;
-  cm_rpc_global_init(); /* reference-counted: balanced in dw_client_free */
+  cm_rpc_global_init(); /* reference-counted: balanced in psc__client_free */
   /* The channels take the job's message limit when made. */
   cm_rpc_set_max_message((long long)spec->job.max_message_mb << 20);
   c->spec = spec;
@@ -115,14 +120,14 @@ int dw_client_new(struct dw_client **out, const struct cm_spec *spec,
       goto out;
 out:
   if (rc) {
-    dw_client_free(c);
+    psc__client_free(c);
     c = NULL;
   }
   *out = c;
   return rc;
 }
 
-void dw_client_free(struct dw_client *c) {
+void psc__client_free(struct psc__client *c) {
   if (!c)
     return;
   if (c->hb_running) {
@@ -160,7 +165,7 @@ void dw_client_free(struct dw_client *c) {
   cm_rpc_global_shutdown();
 }
 
-uint64_t dw__numel(const struct dw_var *v) {
+uint64_t psc__numel(const struct psc__var *v) {
   uint64_t n = 1;
   for (int d = 0; d < v->ndim; d++)
     n *= (uint64_t)v->shape[d];
@@ -168,7 +173,7 @@ uint64_t dw__numel(const struct dw_var *v) {
 }
 
 /* The identity every request carries (client_internal.h). */
-Psd__V1__Caller dw__caller(const struct dw_client *c, int shard) {
+Psd__V1__Caller psc__caller(const struct psc__client *c, int shard) {
   Psd__V1__Caller caller = PSD__V1__CALLER__INIT;
   caller.job = (char *)c->spec->job.name;
   caller.worker = (char *)c->worker;
@@ -181,46 +186,46 @@ Psd__V1__Caller dw__caller(const struct dw_client *c, int shard) {
 
 /* Describes call u's failure into c->err: the shard answered (its status
  * and message), or was not reached (the cause in words first). */
-void dw__call_error(struct dw_client *c, const char *what,
-                    const struct cm_unary *u) {
+void psc__call_error(struct psc__client *c, const char *what,
+                     const struct cm_unary *u) {
   char cause[512];
   int s = 0;
   for (; s < c->nshards; s++)
     if (c->ch[s] == u->channel)
       break;
-  if (dw__reach_cause(u->status, u->details, cm_channel_connected(u->channel),
-                      (u->timeout_ms > 0 ? u->timeout_ms : c->call_timeout_ms) /
-                          1000.0,
-                      cause, sizeof cause))
-    dw__seterr(c, "%s to ps:%d (%s) failed: %s [%s: %s]", what, s,
-               cm_channel_target(u->channel), cause,
-               cm_rpc_status_name(u->status),
-               u->details[0] ? u->details : "no message");
+  if (psc__reach_cause(
+          u->status, u->details, cm_channel_connected(u->channel),
+          (u->timeout_ms > 0 ? u->timeout_ms : c->call_timeout_ms) / 1000.0,
+          cause, sizeof cause))
+    psc__seterr(c, "%s to ps:%d (%s) failed: %s [%s: %s]", what, s,
+                cm_channel_target(u->channel), cause,
+                cm_rpc_status_name(u->status),
+                u->details[0] ? u->details : "no message");
   else
-    dw__seterr(c, "%s to ps:%d (%s) failed: %s: %s", what, s,
-               cm_channel_target(u->channel), cm_rpc_status_name(u->status),
-               u->details[0] ? u->details : "(no message)");
+    psc__seterr(c, "%s to ps:%d (%s) failed: %s: %s", what, s,
+                cm_channel_target(u->channel), cm_rpc_status_name(u->status),
+                u->details[0] ? u->details : "(no message)");
 }
 
 /* Runs calls; on failure names the first failed call. */
 /* cm_run_opts.interrupted: the caller's poll, remembered. */
 static int run_interrupted(void *ctx) {
-  struct dw_client *c = ctx;
+  struct psc__client *c = ctx;
   if (!c->interrupted && c->interrupt(c->interrupt_arg))
     c->interrupted = 1;
   return c->interrupted;
 }
 
-int dw__check_interrupt(struct dw_client *c) {
+int psc__check_interrupt(struct psc__client *c) {
   if (!c->interrupted && (!c->interrupt || !c->interrupt(c->interrupt_arg)))
     return 0;
   c->interrupted = 1;
-  dw__seterr(c, "interrupted: the calls in flight were cancelled");
+  psc__seterr(c, "interrupted: the calls in flight were cancelled");
   return CM_ECANCELED;
 }
 
-void dw_client_set_interrupt(struct dw_client *c, int (*interrupted)(void *),
-                             void *arg) {
+void psc__client_set_interrupt(struct psc__client *c,
+                               int (*interrupted)(void *), void *arg) {
   c->interrupt = interrupted;
   c->interrupt_arg = arg;
   c->interrupted = 0;
@@ -229,21 +234,21 @@ void dw_client_set_interrupt(struct dw_client *c, int (*interrupted)(void *),
   c->last_details[0] = 0;
 }
 
-int dw_client_nvars(const struct dw_client *c) { return c->nvars; }
+int psc__client_nvars(const struct psc__client *c) { return c->nvars; }
 
-const struct dw_var *dw_client_var(const struct dw_client *c, int i) {
+const struct psc__var *psc__client_var(const struct psc__client *c, int i) {
   return i >= 0 && i < c->nvars ? &c->vars[i] : NULL;
 }
 
-int dw_client_find(const struct dw_client *c, const char *name) {
+int psc__client_find(const struct psc__client *c, const char *name) {
   for (int i = 0; i < c->nvars; i++)
     if (strcmp(c->vars[i].name, name) == 0)
       return i;
   return CM_ENOENT;
 }
 
-int dw_client_bind(struct dw_client *c, int i, float *value,
-                   const float *grad) {
+int psc__client_bind(struct psc__client *c, int i, float *value,
+                     const float *grad) {
   if (i < 0 || i >= c->nvars)
     return CM_ENOENT;
   if (value)
@@ -253,7 +258,7 @@ int dw_client_bind(struct dw_client *c, int i, float *value,
   return 0;
 }
 
-int dw_client_select(struct dw_client *c, const int *idx, int n) {
+int psc__client_select(struct psc__client *c, const int *idx, int n) {
   if (n < 0) {
     free(c->sel);
     c->sel = NULL;
@@ -273,7 +278,7 @@ int dw_client_select(struct dw_client *c, const int *idx, int n) {
   return 0;
 }
 
-int dw_client_select_push(struct dw_client *c, const int *idx, int n) {
+int psc__client_select_push(struct psc__client *c, const int *idx, int n) {
   if (n < 0) {
     free(c->sel_push);
     c->sel_push = NULL;
@@ -291,9 +296,9 @@ int dw_client_select_push(struct dw_client *c, const int *idx, int n) {
   return 0;
 }
 
-int dw__run(struct dw_client *c, struct cm_unary *calls, int n,
-            const char *what, int timeout_ms, int wait_for_ready,
-            cm_unary_done done, void *ctx) {
+int psc__run(struct psc__client *c, struct cm_unary *calls, int n,
+             const char *what, int timeout_ms, int wait_for_ready,
+             cm_unary_done done, void *ctx) {
   struct cm_run_opts o = {.interrupted = c->interrupt ? run_interrupted : NULL,
                           .interrupt_ctx = c,
                           .timeout_ms = timeout_ms,
@@ -303,7 +308,7 @@ int dw__run(struct dw_client *c, struct cm_unary *calls, int n,
                           .ctx = ctx,
                           .cq = c->cq,
                           .tick_ms = 1000,
-                          .tick = dw__say_waiting,
+                          .tick = psc__say_waiting,
                           .tick_ctx = c};
   c->call_timeout_ms = timeout_ms;
   int rc = cm_client_run(calls, n, &o);
@@ -319,7 +324,7 @@ int dw__run(struct dw_client *c, struct cm_unary *calls, int n,
   if (rc) {
     for (int i = 0; i < n; i++)
       if (calls[i].status != GRPC_STATUS_OK) {
-        dw__call_error(c, what, &calls[i]);
+        psc__call_error(c, what, &calls[i]);
         break;
       }
   }
@@ -327,7 +332,7 @@ int dw__run(struct dw_client *c, struct cm_unary *calls, int n,
 }
 
 /* Cuts every variable's slice on every shard into messages. */
-int dw__plan(struct dw_client *c) {
+int psc__plan(struct psc__client *c) {
   int cap_p = 16, cap_m = 16;
   free(c->pieces);
   free(c->msgs);
@@ -343,7 +348,7 @@ int dw__plan(struct dw_client *c) {
   if (!c->pieces || !c->msgs)
     return CM_ENOMEM;
   for (int s = 0; s < c->nshards; s++) {
-    struct dw__msg *cur = NULL;
+    struct psc__msg *cur = NULL;
     uint64_t total = 0, chunk;
     uint32_t nshard = 0; /* messages to shard s so far */
     for (int i = 0; i < c->nvars; i++) {
@@ -351,7 +356,7 @@ int dw__plan(struct dw_client *c) {
       cm_shard_rows(c->vars[i].shape[0], c->vars[i].placement, c->nshards, s,
                     &rb, &re);
       total += (uint64_t)(re - rb) *
-               (dw__numel(&c->vars[i]) / (uint64_t)c->vars[i].shape[0]);
+               (psc__numel(&c->vars[i]) / (uint64_t)c->vars[i].shape[0]);
     }
     /* At least `inflight` messages once a shard's share is worth it, so
      * a transfer of a few MiB is pipelined too; never above chunk_bytes. */
@@ -361,32 +366,32 @@ int dw__plan(struct dw_client *c) {
     if (chunk > c->o.chunk_bytes / sizeof(float))
       chunk = c->o.chunk_bytes / sizeof(float);
     for (int i = 0; i < c->nvars; i++) {
-      const struct dw_var *v = &c->vars[i];
+      const struct psc__var *v = &c->vars[i];
       int64_t rb, re;
-      uint64_t row = dw__numel(v) / (uint64_t)v->shape[0];
+      uint64_t row = psc__numel(v) / (uint64_t)v->shape[0];
       cm_shard_rows(v->shape[0], v->placement, c->nshards, s, &rb, &re);
       uint64_t off = (uint64_t)rb * row, end = (uint64_t)re * row;
       while (off < end) {
         if (!cur || cur->bytes / sizeof(float) >= chunk) {
           if (c->nmsgs == cap_m) {
-            struct dw__msg *m = realloc(c->msgs, (cap_m *= 2) * sizeof *m);
+            struct psc__msg *m = realloc(c->msgs, (cap_m *= 2) * sizeof *m);
             if (!m)
               return CM_ENOMEM;
             c->msgs = m;
           }
           cur = &c->msgs[c->nmsgs++];
-          *cur = (struct dw__msg){s, c->npieces, 0, 0, nshard == 0, nshard};
+          *cur = (struct psc__msg){s, c->npieces, 0, 0, nshard == 0, nshard};
           nshard++;
         }
         uint64_t room = chunk - cur->bytes / sizeof(float);
         uint64_t k = end - off < room ? end - off : room;
         if (c->npieces == cap_p) {
-          struct dw__piece *p = realloc(c->pieces, (cap_p *= 2) * sizeof *p);
+          struct psc__piece *p = realloc(c->pieces, (cap_p *= 2) * sizeof *p);
           if (!p)
             return CM_ENOMEM;
           c->pieces = p;
         }
-        c->pieces[c->npieces++] = (struct dw__piece){i, off, k};
+        c->pieces[c->npieces++] = (struct psc__piece){i, off, k};
         cur->npieces++;
         cur->bytes += k * sizeof(float);
         off += k;
@@ -404,7 +409,7 @@ int dw__plan(struct dw_client *c) {
  * shard that was still starting has created its socket by now. A shard
  * whose socket cannot be used stays on TCP; one that belongs to a user the
  * client does not trust is also reported. */
-int dw__use_unix_sockets(struct dw_client *c) {
+int psc__use_unix_sockets(struct psc__client *c) {
   char path[200], target[210], why[1024];
   for (int s = 0; s < c->nshards; s++) {
     struct cm_channel *ch;
@@ -438,7 +443,8 @@ int dw__use_unix_sockets(struct dw_client *c) {
 /* A Unix socket connection never reconnects (cm_channel_new_fd): after a
  * call to shard s failed UNAVAILABLE on one, the shard is dialled over TCP
  * from now on, so that a retry can reach a restarted shard. */
-void dw__back_to_tcp(struct dw_client *c, const struct cm_unary *calls, int n) {
+void psc__back_to_tcp(struct psc__client *c, const struct cm_unary *calls,
+                      int n) {
   for (int i = 0; i < n; i++) {
     int s = -1;
     for (int k = 0; k < c->nshards; k++)
@@ -455,6 +461,6 @@ void dw__back_to_tcp(struct dw_client *c, const struct cm_unary *calls, int n) {
   }
 }
 
-const char *dw_client_target(const struct dw_client *c, int shard) {
+const char *psc__client_target(const struct psc__client *c, int shard) {
   return cm_channel_target(c->ch[shard]);
 }

@@ -1,4 +1,4 @@
-/* dw_client_status (psclient.h): one shard's Admin/Status answer as a JSON
+/* psc__client_status (psclient.h): one shard's Admin/Status answer as a JSON
  * text, for psctl and the tests; the document itself is common/metrics'
  * (status_json.h), which psd's metrics endpoint renders too. */
 #include "client_internal.h"
@@ -10,8 +10,8 @@
 #include "err.h"
 #include "status_json.h"
 
-int dw_client_status(struct dw_client *c, int shard, char **json) {
-  Psd__V1__Caller caller = dw__caller(c, -1);
+int psc__client_status(struct psc__client *c, int shard, char **json) {
+  Psd__V1__Caller caller = psc__caller(c, -1);
   Psd__V1__StatusRequest req = PSD__V1__STATUS_REQUEST__INIT;
   Psd__V1__StatusResponse *resp = NULL;
   struct cm_unary u;
@@ -20,7 +20,8 @@ int dw_client_status(struct dw_client *c, int shard, char **json) {
 
   *json = NULL;
   if (shard < 0 || shard >= c->nshards) {
-    dw__seterr(c, "status: no shard %d; the cluster has %d", shard, c->nshards);
+    psc__seterr(c, "status: no shard %d; the cluster has %d", shard,
+                c->nshards);
     return CM_EINVAL;
   }
   req.caller = &caller;
@@ -28,11 +29,11 @@ int dw_client_status(struct dw_client *c, int shard, char **json) {
   u.channel = c->ch[shard];
   u.method = "/psd.v1.Admin/Status";
   u.request = cm_rpc_pack(&req.base);
-  if ((rc = dw__run(c, &u, 1, "status", c->o.timeout_ms, 0, NULL, NULL)))
+  if ((rc = psc__run(c, &u, 1, "status", c->o.timeout_ms, 0, NULL, NULL)))
     goto out;
   if (!(resp = (Psd__V1__StatusResponse *)cm_rpc_unpack(
             u.response, &psd__v1__status_response__descriptor))) {
-    dw__seterr(c, "status from ps:%d: malformed answer", shard);
+    psc__seterr(c, "status from ps:%d: malformed answer", shard);
     rc = CM_EPROTO;
     goto out;
   }

@@ -1,7 +1,7 @@
 /* The embedding tables' admin calls (psclient.h, "tables, for psctl"):
  * Admin/Rows, Admin/Shrink and Admin/Export to one shard each, one call at
  * a time, the answer returned as plain data (Rows as a JSON text, like
- * dw_client_status). */
+ * psc__client_status). */
 #include "client_internal.h"
 
 #include <stdio.h>
@@ -14,18 +14,18 @@
 #include "wire.h"
 
 /* Sends one request to shard s and waits for its answer (u->response). */
-static int one_call(struct dw_client *c, int s, const char *method,
+static int one_call(struct psc__client *c, int s, const char *method,
                     const ProtobufCMessage *req, struct cm_unary *u,
                     const char *what) {
   memset(u, 0, sizeof *u);
   if (s < 0 || s >= c->nshards) {
-    dw__seterr(c, "%s: no shard %d; the cluster has %d", what, s, c->nshards);
+    psc__seterr(c, "%s: no shard %d; the cluster has %d", what, s, c->nshards);
     return CM_EINVAL;
   }
   u->channel = c->ch[s];
   u->method = method;
   u->request = cm_rpc_pack(req);
-  return dw__run(c, u, 1, what, c->o.timeout_ms, 0, NULL, NULL);
+  return psc__run(c, u, 1, what, c->o.timeout_ms, 0, NULL, NULL);
 }
 
 static json_t *floats(const float *v, size_t n) {
@@ -35,9 +35,9 @@ static json_t *floats(const float *v, size_t n) {
   return a;
 }
 
-int dw_client_rows(struct dw_client *c, int shard, const char *table,
-                   const uint64_t *ids, size_t n, uint32_t top, char **json) {
-  Psd__V1__Caller caller = dw__caller(c, -1);
+int psc__client_rows(struct psc__client *c, int shard, const char *table,
+                     const uint64_t *ids, size_t n, uint32_t top, char **json) {
+  Psd__V1__Caller caller = psc__caller(c, -1);
   Psd__V1__RowsRequest req = PSD__V1__ROWS_REQUEST__INIT;
   Psd__V1__RowsResponse *r = NULL;
   struct cm_unary u;
@@ -53,7 +53,7 @@ int dw_client_rows(struct dw_client *c, int shard, const char *table,
     goto out;
   if (!(r = (Psd__V1__RowsResponse *)cm_rpc_unpack(
             u.response, &psd__v1__rows_response__descriptor))) {
-    dw__seterr(c, "rows from ps:%d: malformed answer", shard);
+    psc__seterr(c, "rows from ps:%d: malformed answer", shard);
     rc = CM_EPROTO;
     goto out;
   }
@@ -74,7 +74,7 @@ int dw_client_rows(struct dw_client *c, int shard, const char *table,
   root = json_pack("{s:i, s:o, s:o}", "dim", (int)r->dim, "state", state,
                    "rows", rows);
   if (!root || !(*json = json_dumps(root, JSON_COMPACT))) {
-    dw__seterr(c, "rows: out of memory");
+    psc__seterr(c, "rows: out of memory");
     rc = CM_ENOMEM;
   }
 out:
@@ -85,9 +85,9 @@ out:
   return rc;
 }
 
-int dw_client_shrink(struct dw_client *c, int shard, const char *table,
-                     uint64_t *evicted, uint64_t *rows) {
-  Psd__V1__Caller caller = dw__caller(c, -1);
+int psc__client_shrink(struct psc__client *c, int shard, const char *table,
+                       uint64_t *evicted, uint64_t *rows) {
+  Psd__V1__Caller caller = psc__caller(c, -1);
   Psd__V1__ShrinkRequest req = PSD__V1__SHRINK_REQUEST__INIT;
   Psd__V1__ShrinkResponse *r = NULL;
   struct cm_unary u;
@@ -99,7 +99,7 @@ int dw_client_shrink(struct dw_client *c, int shard, const char *table,
     goto out;
   if (!(r = (Psd__V1__ShrinkResponse *)cm_rpc_unpack(
             u.response, &psd__v1__shrink_response__descriptor))) {
-    dw__seterr(c, "shrink from ps:%d: malformed answer", shard);
+    psc__seterr(c, "shrink from ps:%d: malformed answer", shard);
     rc = CM_EPROTO;
     goto out;
   }
@@ -112,10 +112,10 @@ out:
   return rc;
 }
 
-int dw_client_export_page(struct dw_client *c, int shard, const char *table,
-                          int has_after, uint64_t after,
-                          struct dw_table_page *page) {
-  Psd__V1__Caller caller = dw__caller(c, -1);
+int psc__client_export_page(struct psc__client *c, int shard, const char *table,
+                            int has_after, uint64_t after,
+                            struct psc__table_page *page) {
+  Psd__V1__Caller caller = psc__caller(c, -1);
   Psd__V1__ExportRequest req = PSD__V1__EXPORT_REQUEST__INIT;
   Psd__V1__ExportResponse *r = NULL;
   struct cm_wire_msg w = {0};
@@ -134,7 +134,7 @@ int dw_client_export_page(struct dw_client *c, int shard, const char *table,
       !(r = psd__v1__export_response__unpack(NULL, w.head_len, w.head)) ||
       r->ids.len != r->rows * sizeof(uint64_t) ||
       w.bulk_len != r->rows * r->dim * sizeof(float)) {
-    dw__seterr(c, "export from ps:%d: malformed answer", shard);
+    psc__seterr(c, "export from ps:%d: malformed answer", shard);
     rc = CM_EPROTO;
     goto out;
   }
@@ -147,7 +147,7 @@ int dw_client_export_page(struct dw_client *c, int shard, const char *table,
     free(page->ids);
     free(page->values);
     memset(page, 0, sizeof *page);
-    dw__seterr(c, "export: out of memory");
+    psc__seterr(c, "export: out of memory");
     rc = CM_ENOMEM;
     goto out;
   }

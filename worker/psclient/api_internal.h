@@ -1,14 +1,14 @@
 /* libpsclient's public layer (include/psd/client.h) over the internal client
- * (worker/client/psclient.h), shared by its files and by nothing else:
+ * (worker/psclient/psclient.h), shared by its files and by nothing else:
  *
- *   open.c    psc_open*, the options, close, errors, the job's settings
- *   dense.c   variables: declare, pull, push, the sync and staleness calls
- *   rows.c    embedding tables
+ *   api_open.c    psc_open*, the options, close, errors, the job's settings
+ *   api_dense.c   variables: declare, pull, push, the sync and staleness calls
+ *   api_rows.c    embedding tables
  *
  * The public layer owns the spec the internal client borrows, and names
  * variables by handle (their declaration index in the internal client). */
-#ifndef PSC_INTERNAL_H
-#define PSC_INTERNAL_H
+#ifndef PSC_API_INTERNAL_H
+#define PSC_API_INTERNAL_H
 
 #include "psclient.h"
 #include "psd/client.h"
@@ -17,11 +17,11 @@
 struct psc_client {
   struct cm_spec *spec;     /* owned: the job's spec (or one made from the
                                addresses) */
-  struct dw_client *dw;     /* owned: the internal client */
+  struct psc__client *cl;   /* owned: the internal client */
   int task;                 /* this client's worker index, -1: none */
   char name[64];            /* its identity in the shards' logs */
   char err[1024];           /* psc_error when set here; else the client's */
-  int own_err;              /* 1: err holds the last error, not dw's */
+  int own_err;              /* 1: err holds the last error, not cl's */
   int (*interrupt)(void *); /* psc_set_interrupt's poll, or NULL */
   void *interrupt_arg;      /* passed to interrupt */
 };

@@ -25,7 +25,7 @@ static const char PUSH_METHOD[] = "/psd.v1.Data/SparsePush";
 
 /* One message of a sparse call: some ids of one table for one shard. */
 struct smsg {
-  int r;          /* index into the call's dw_rows */
+  int r;          /* index into the call's psc__rows */
   int shard;      /* destination */
   size_t *pos;    /* positions in r's ids (borrowed from the plan) */
   size_t n;       /* ids in it */
@@ -36,44 +36,44 @@ struct smsg {
 
 /* A sparse call in progress. */
 struct scall {
-  struct dw_client *c;
-  int push;             /* 1: push, 0: pull */
-  struct dw_rows *rows; /* the caller's (const for a push) */
-  int sync;             /* sync: min_version/step and gen are sent */
-  uint64_t min_version; /* pull: the version to wait for */
-  uint64_t step;        /* push: the step staged for */
-  uint64_t seq;         /* push: this push's dedup seq */
-  int closed;           /* push: a shard said the step is closed */
-  struct smsg *msgs;    /* owned */
-  int nmsgs;            /* entries in msgs */
-  size_t *pos;          /* owned: every message's positions, back to back */
+  struct psc__client *c;
+  int push;               /* 1: push, 0: pull */
+  struct psc__rows *rows; /* the caller's (const for a push) */
+  int sync;               /* sync: min_version/step and gen are sent */
+  uint64_t min_version;   /* pull: the version to wait for */
+  uint64_t step;          /* push: the step staged for */
+  uint64_t seq;           /* push: this push's dedup seq */
+  int closed;             /* push: a shard said the step is closed */
+  struct smsg *msgs;      /* owned */
+  int nmsgs;              /* entries in msgs */
+  size_t *pos;            /* owned: every message's positions, back to back */
 };
 
-int dw_client_shard_of(const struct dw_client *c, uint64_t id) {
+int psc__client_shard_of(const struct psc__client *c, uint64_t id) {
   return (int)(cm_splitmix64_at(id) % (uint64_t)c->nshards);
 }
 
 /* The declared table called name, or NULL. */
-static const struct dw__table *find_table(const struct dw_client *c,
-                                          const char *name) {
+static const struct psc__table_state *find_table(const struct psc__client *c,
+                                                 const char *name) {
   for (int i = 0; i < c->ntables; i++)
     if (!strcmp(c->tables[i].name, name))
       return &c->tables[i];
   return NULL;
 }
 
-int dw_client_table_dim(const struct dw_client *c, const char *table) {
-  const struct dw__table *t = table ? find_table(c, table) : NULL;
+int psc__client_table_dim(const struct psc__client *c, const char *table) {
+  const struct psc__table_state *t = table ? find_table(c, table) : NULL;
   return t ? (int)t->dim : CM_ENOENT;
 }
 
-int dw_client_declare_tables(struct dw_client *c, const struct dw_table *tables,
-                             int n) {
-  Psd__V1__Caller caller = dw__caller(c, -1);
+int psc__client_declare_tables(struct psc__client *c,
+                               const struct psc__table *tables, int n) {
+  Psd__V1__Caller caller = psc__caller(c, -1);
   Psd__V1__DeclareRequest req = PSD__V1__DECLARE_REQUEST__INIT;
   Psd__V1__TableSpec *specs = calloc((size_t)n + 1, sizeof *specs);
   Psd__V1__TableSpec **ptrs = calloc((size_t)n + 1, sizeof *ptrs);
-  struct dw__table *grown = NULL;
+  struct psc__table_state *grown = NULL;
   int rc = 0;
   if (!specs || !ptrs) {
     rc = CM_ENOMEM;
@@ -81,16 +81,16 @@ int dw_client_declare_tables(struct dw_client *c, const struct dw_table *tables,
   }
   for (int i = 0; i < n; i++) {
     if (!tables[i].name || !tables[i].name[0] || strlen(tables[i].name) > 200) {
-      dw__seterr(c,
-                 "declare tables: table %d has no name, or one longer "
-                 "than 200 bytes",
-                 i);
+      psc__seterr(c,
+                  "declare tables: table %d has no name, or one longer "
+                  "than 200 bytes",
+                  i);
       rc = CM_EINVAL;
       goto out;
     }
     if (tables[i].dim < 1 || tables[i].dim > CM_TABLE_MAX_DIM) {
-      dw__seterr(c, "declare tables: table '%s' has dim %u; expected 1..%d",
-                 tables[i].name, tables[i].dim, CM_TABLE_MAX_DIM);
+      psc__seterr(c, "declare tables: table '%s' has dim %u; expected 1..%d",
+                  tables[i].name, tables[i].dim, CM_TABLE_MAX_DIM);
       rc = CM_EINVAL;
       goto out;
     }
@@ -103,7 +103,7 @@ int dw_client_declare_tables(struct dw_client *c, const struct dw_table *tables,
   req.caller = &caller;
   req.n_tables = (size_t)n;
   req.tables = ptrs;
-  if ((rc = dw__declare_everywhere(c, &req)))
+  if ((rc = psc__declare_everywhere(c, &req)))
     goto out;
   if (!(grown = realloc(c->tables,
                         ((size_t)c->ntables + (size_t)n) * sizeof *grown))) {
@@ -114,26 +114,26 @@ int dw_client_declare_tables(struct dw_client *c, const struct dw_table *tables,
   for (int i = 0; i < n; i++) {
     if (find_table(c, tables[i].name))
       continue;
-    struct dw__table *t = &c->tables[c->ntables++];
+    struct psc__table_state *t = &c->tables[c->ntables++];
     snprintf(t->name, sizeof t->name, "%s", tables[i].name);
     t->dim = tables[i].dim;
     t->id_bound = tables[i].id_bound;
   }
   /* A client of tables alone moves to the shards' Unix sockets here. */
   if (!c->vars)
-    rc = dw__use_unix_sockets(c);
+    rc = psc__use_unix_sockets(c);
 out:
   free(specs);
   free(ptrs);
   if (rc && !c->err[0])
-    dw__seterr(c, "declare tables: %s", cm_strerror(rc));
+    psc__seterr(c, "declare tables: %s", cm_strerror(rc));
   return rc;
 }
 
-/* Splits every dw_rows's ids by shard into messages of at most chunk_bytes
+/* Splits every psc__rows's ids by shard into messages of at most chunk_bytes
  * of rows. Returns 0, or an error in c->err. */
 static int plan(struct scall *sc, int nr) {
-  struct dw_client *c = sc->c;
+  struct psc__client *c = sc->c;
   size_t total = 0, at = 0;
   int *count = calloc((size_t)c->nshards, sizeof *count);
   uint32_t *chunks = calloc((size_t)c->nshards, sizeof *chunks);
@@ -146,24 +146,24 @@ static int plan(struct scall *sc, int nr) {
   if (!count || !chunks || !shard)
     goto nomem;
   for (int i = 0; i < nr; i++) {
-    const struct dw_rows *r = &sc->rows[i];
-    const struct dw__table *t = find_table(c, r->table);
+    const struct psc__rows *r = &sc->rows[i];
+    const struct psc__table_state *t = find_table(c, r->table);
     if (!t) {
-      dw__seterr(c,
-                 "%s rows of '%s': this client has declared no table '%s'; "
-                 "declare it first",
-                 sc->push ? "push" : "pull", r->table, r->table);
+      psc__seterr(c,
+                  "%s rows of '%s': this client has declared no table '%s'; "
+                  "declare it first",
+                  sc->push ? "push" : "pull", r->table, r->table);
       rc = CM_ENOENT;
       goto out;
     }
     for (size_t k = 0; k < r->n; k++)
       if (t->id_bound && r->ids[k] >= t->id_bound) {
-        dw__seterr(c,
-                   "%s rows of '%s': id %llu (position %zu) is not below "
-                   "the table's id_bound %llu",
-                   sc->push ? "push" : "pull", r->table,
-                   (unsigned long long)r->ids[k], k,
-                   (unsigned long long)t->id_bound);
+        psc__seterr(c,
+                    "%s rows of '%s': id %llu (position %zu) is not below "
+                    "the table's id_bound %llu",
+                    sc->push ? "push" : "pull", r->table,
+                    (unsigned long long)r->ids[k], k,
+                    (unsigned long long)t->id_bound);
         rc = CM_ERANGE;
         goto out;
       }
@@ -171,7 +171,7 @@ static int plan(struct scall *sc, int nr) {
     per = per ? per : 1;
     memset(count, 0, (size_t)c->nshards * sizeof *count);
     for (size_t k = 0; k < r->n; k++)
-      count[shard[total + k] = dw_client_shard_of(c, r->ids[k])]++;
+      count[shard[total + k] = psc__client_shard_of(c, r->ids[k])]++;
     for (int s = 0; s < c->nshards; s++)
       sc->nmsgs += (int)((count[s] + per - 1) / per);
     total += r->n;
@@ -182,8 +182,8 @@ static int plan(struct scall *sc, int nr) {
     goto nomem;
   sc->nmsgs = 0;
   for (int i = 0; i < nr; i++) {
-    const struct dw_rows *r = &sc->rows[i];
-    const struct dw__table *t = find_table(c, r->table);
+    const struct psc__rows *r = &sc->rows[i];
+    const struct psc__table_state *t = find_table(c, r->table);
     size_t per = c->o.chunk_bytes / (t->dim * sizeof(float));
     per = per ? per : 1;
     for (int s = 0; s < c->nshards; s++) {
@@ -203,7 +203,7 @@ static int plan(struct scall *sc, int nr) {
   }
   goto out;
 nomem:
-  dw__seterr(c, "%s rows: out of memory", sc->push ? "push" : "pull");
+  psc__seterr(c, "%s rows: out of memory", sc->push ? "push" : "pull");
   rc = CM_ENOMEM;
 out:
   free(count);
@@ -217,9 +217,9 @@ static void release_free(void *p) { free(p); }
 /* Builds message m's request: ids (and a push's rows) gathered into
  * buffers the message owns. NULL when out of memory. */
 static grpc_byte_buffer *build(struct scall *sc, const struct smsg *m) {
-  struct dw_client *c = sc->c;
-  const struct dw_rows *r = &sc->rows[m->r];
-  Psd__V1__Caller caller = dw__caller(c, m->shard);
+  struct psc__client *c = sc->c;
+  const struct psc__rows *r = &sc->rows[m->r];
+  Psd__V1__Caller caller = psc__caller(c, m->shard);
   uint64_t *ids = malloc(m->n * sizeof *ids + 1);
   grpc_byte_buffer *bb = NULL;
   uint8_t *head = NULL;
@@ -293,7 +293,7 @@ static void on_done(struct cm_unary *u, void *ctx) {
         (Psd__V1__SparsePushResponse *)cm_rpc_unpack(
             u->response, &psd__v1__sparse_push_response__descriptor);
     if (r && r->rolled_back)
-      dw__saw_rollback(sc->c, r->gen, r->rollback_step);
+      psc__saw_rollback(sc->c, r->gen, r->rollback_step);
     if (r)
       psd__v1__sparse_push_response__free_unpacked(r, NULL);
     return;
@@ -310,7 +310,7 @@ static void on_done(struct cm_unary *u, void *ctx) {
   Psd__V1__SparsePullResponse *pr =
       psd__v1__sparse_pull_response__unpack(NULL, w.head_len, w.head);
   if (pr && pr->rolled_back) {
-    dw__saw_rollback(sc->c, pr->gen, pr->rollback_step);
+    psc__saw_rollback(sc->c, pr->gen, pr->rollback_step);
   } else if (w.bulk_len != m->n * row) {
     u->status = GRPC_STATUS_INTERNAL;
     snprintf(u->details, sizeof u->details,
@@ -333,14 +333,14 @@ static void on_done(struct cm_unary *u, void *ctx) {
  * retryable failures again, until all are answered or a shard stays
  * unreachable past the retry budget. */
 static int run(struct scall *sc) {
-  struct dw_client *c = sc->c;
+  struct psc__client *c = sc->c;
   const char *name = sc->push ? "push rows" : "pull rows";
   unsigned char *down = calloc((size_t)c->nshards, 1);
   struct cm_unary *calls = calloc((size_t)sc->nmsgs + 1, sizeof *calls);
   int *which = calloc((size_t)sc->nmsgs + 1, sizeof *which);
   int rc = 0, left = sc->nmsgs, rolled_before = c->rolled_back;
   if (!down || !calls || !which) {
-    dw__seterr(c, "%s: out of memory", name);
+    psc__seterr(c, "%s: out of memory", name);
     rc = CM_ENOMEM;
     goto out;
   }
@@ -356,7 +356,7 @@ static int run(struct scall *sc) {
       calls[n].user = m;
       which[n] = i;
       if (!(calls[n++].request = build(sc, m))) {
-        dw__seterr(c, "%s: out of memory", name);
+        psc__seterr(c, "%s: out of memory", name);
         for (int k = 0; k < n - 1; k++)
           cm_unary_release(&calls[k]);
         rc = CM_ENOMEM;
@@ -365,10 +365,10 @@ static int run(struct scall *sc) {
     }
     if (attempt > 0)
       c->stats.retries += (uint64_t)n;
-    dw__run(c, calls, n, name, c->o.timeout_ms, 0, on_done, sc);
+    psc__run(c, calls, n, name, c->o.timeout_ms, 0, on_done, sc);
     memset(down, 0, (size_t)c->nshards);
     for (int k = 0; k < n; k++)
-      if (dw__retryable(calls[k].status))
+      if (psc__retryable(calls[k].status))
         down[sc->msgs[which[k]].shard] = 1;
     for (int k = 0; k < n; k++) {
       struct cm_unary *u = &calls[k];
@@ -378,24 +378,24 @@ static int run(struct scall *sc) {
         if (sc->push)
           c->pushed += m->n * m->dim * sizeof(float);
         if (!down[m->shard])
-          dw__shard_up(c, m->shard);
+          psc__shard_up(c, m->shard);
       } else if (sc->push && sc->sync && u->status == GRPC_STATUS_ABORTED) {
         sc->closed = 1; /* the step closed without us: not an error */
       } else {
         c->stats.failed++;
-        if (!dw__retryable(u->status)) {
+        if (!psc__retryable(u->status)) {
           if (!fatal)
-            dw__call_error(c, name, u);
+            psc__call_error(c, name, u);
           fatal = 1;
           continue;
         }
-        dw__shard_down(c, m->shard, u);
+        psc__shard_down(c, m->shard, u);
         continue;
       }
       m->pending = 0;
       left--;
     }
-    dw__back_to_tcp(c, calls, n);
+    psc__back_to_tcp(c, calls, n);
     for (int k = 0; k < n; k++)
       cm_unary_release(&calls[k]);
     if (c->rolled_back && !rolled_before) {
@@ -407,7 +407,7 @@ static int run(struct scall *sc) {
       break;
     }
     if (left > 0 &&
-        (rc = dw__retry_wait(c, down, c->nshards, attempt + 1, name)))
+        (rc = psc__retry_wait(c, down, c->nshards, attempt + 1, name)))
       break;
   }
 out:
@@ -427,35 +427,36 @@ static int sparse_call(struct scall *sc, int nr) {
   return rc;
 }
 
-int dw_client_pull_rows(struct dw_client *c, struct dw_rows *r, int nr) {
+int psc__client_pull_rows(struct psc__client *c, struct psc__rows *r, int nr) {
   struct scall sc = {.c = c, .rows = r};
   return sparse_call(&sc, nr);
 }
 
-int dw_client_push_rows(struct dw_client *c, const struct dw_rows *r, int nr) {
+int psc__client_push_rows(struct psc__client *c, const struct psc__rows *r,
+                          int nr) {
   struct scall sc = {
-      .c = c, .push = 1, .rows = (struct dw_rows *)r, .seq = ++c->sparse_seq};
+      .c = c, .push = 1, .rows = (struct psc__rows *)r, .seq = ++c->sparse_seq};
   return sparse_call(&sc, nr);
 }
 
-int dw_client_pull_rows_at(struct dw_client *c, struct dw_rows *r, int nr,
-                           uint64_t min_version) {
+int psc__client_pull_rows_at(struct psc__client *c, struct psc__rows *r, int nr,
+                             uint64_t min_version) {
   struct scall sc = {.c = c, .rows = r, .sync = 1, .min_version = min_version};
   return sparse_call(&sc, nr);
 }
 
-int dw_client_push_rows_step(struct dw_client *c, const struct dw_rows *r,
-                             int nr, uint64_t step, int *closed) {
+int psc__client_push_rows_step(struct psc__client *c, const struct psc__rows *r,
+                               int nr, uint64_t step, int *closed) {
   if (c->windex < 0) {
-    dw__seterr(c,
-               "push rows for step %llu: this client has not joined the "
-               "job's steps; join first",
-               (unsigned long long)step);
+    psc__seterr(c,
+                "push rows for step %llu: this client has not joined the "
+                "job's steps; join first",
+                (unsigned long long)step);
     return CM_EINVAL;
   }
   struct scall sc = {.c = c,
                      .push = 1,
-                     .rows = (struct dw_rows *)r,
+                     .rows = (struct psc__rows *)r,
                      .sync = 1,
                      .step = step,
                      .seq = ++c->sparse_seq};
