@@ -2,7 +2,8 @@
  * client's declare): its name, row width, id bound, initializer, per-row
  * optimizer, admission and eviction. Plain data shared by the spec parser,
  * psd's tables (ps-server/psd/table.h), libpsclient and psctl. The per-row
- * update rules themselves are common/vars/rowopt.h. */
+ * update rules themselves are kernels/rowopt.h (common/vars/optstep.h
+ * applies a cm_rowopt with them). */
 #ifndef CM_TABCONF_H
 #define CM_TABCONF_H
 

@@ -9,8 +9,8 @@
 #include <string.h>
 
 #include "err.h"
+#include "optstep.h"
 #include "rand.h"
-#include "rowopt.h"
 #include "table_internal.h"
 
 int psd_table_shard_of(uint64_t id, int nshards) {

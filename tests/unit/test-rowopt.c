@@ -1,8 +1,8 @@
-/* The per-row optimizers (rowopt.h) against a double-precision
- * transcription of each published formula, with the hyper-parameters as
- * configured (doubles, not rounded to float), over several steps of random
- * gradients from a random initial row. Each float weight and state element
- * stays within 2e-6 of the double one relative to the sum of the
+/* The per-row optimizers (kernels/rowopt.h, through optstep.h) against a
+ * double-precision transcription of each published formula, with the
+ * hyper-parameters as configured (doubles, not rounded to float), over several
+ * steps of random gradients from a random initial row. Each float weight and
+ * state element stays within 2e-6 of the double one relative to the sum of the
  * magnitudes of the terms that made it (about 30 float roundings' worth:
  * float rounds every operation, and a cancellation cannot be more exact
  * than its terms). That bound is tight enough to refuse Adam's 1 - b
@@ -15,8 +15,8 @@
 #include <math.h>
 #include <string.h>
 
+#include "optstep.h"
 #include "rand.h"
-#include "rowopt.h"
 #include "unit.h"
 
 #define DIM 7

@@ -17,7 +17,7 @@
 #include <unistd.h>
 
 #include "err.h"
-#include "rowopt.h"
+#include "optstep.h"
 #include "table.h"
 #include "unit.h"
 
@@ -143,7 +143,7 @@ END_TEST
 
 START_TEST(ftrl_rows_start_consistent) {
   /* A new FTRL row holds its initializer's value, and a z from which
-   * FTRL's formula gives that value back (rowopt.h). */
+   * FTRL's formula gives that value back (kernels/rowopt.h). */
   struct cm_table_conf c;
   struct psd_table *t = make(CM_ROWOPT_FTRL, 8, &c);
   uint64_t id = 77;
