@@ -1,7 +1,8 @@
 """Shared by the fault tests (test_faults.py runs them all): the helpers that
-start, stop, wait on and read psd, dworker and pstool processes, the spec
-writer, and the Faults base class that kills what a test left running before
+start, stop, wait on and read psd, dworker and pstool processes (the spec
+is harness.spec_in's), and the Faults base class that kills what a test left running before
 its own cleanups (namespaces, mounts)."""
+import functools
 import json
 import os
 import re
@@ -38,9 +39,8 @@ LOAD_TABLE = {"name": "rows", "dim": 8, "init": "zeros",
               "eviction": {"min_count": 3}}
 
 
-def psctl(spec, *args, timeout=60):
-    return h.run([h.build_path("ps-server", "psctl"), "--cluster", spec] + list(args),
-                 timeout=timeout)
+# psctl waits 60 s at most here unless told otherwise.
+psctl = functools.partial(h.psctl, timeout=60)
 
 
 def status(spec):
@@ -132,18 +132,6 @@ def wait_any(ps, pattern, timeout=60):
                                  "outputs:\n%s" % (pattern, len(ps), "\n----\n".join(
                                      p.output()[-2000:] for p in ps)))
         time.sleep(0.05)
-
-
-def write_spec(d, job, nps=2, nworker=2, ps_host=None):
-    """A spec in d; with ps_host the shards listen there (ports free on
-    127.0.0.1 then, which is what an address of this host offers too)."""
-    spec = os.path.join(d, "spec.json")
-    s = h.write_spec(spec, nps=nps, nworker=nworker, job=job)
-    if ps_host:
-        s["cluster"]["ps"] = [a.replace("127.0.0.1", ps_host) for a in s["cluster"]["ps"]]
-        with open(spec, "w") as f:
-            json.dump(s, f, indent=2)
-    return spec
 
 
 class Faults(h.ProcTest):

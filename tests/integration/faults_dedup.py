@@ -11,7 +11,7 @@ import time
 
 import harness as h
 from faults import (LOAD_TABLE, SOAK, Checkpointer, Faults, fields, psctl, status,
-                    table_totals, write_spec)
+                    table_totals)
 
 
 
@@ -30,8 +30,8 @@ class DedupTest(Faults):
         return int(m.group(1)), vals[0]
 
     def test_same_push_twice_is_applied_once(self):
-        spec = write_spec(self.d, {"name": "dedup", "optimizer": {"type": "sgd", "lr": 0.5}},
-                          nps=1, nworker=1)
+        spec = h.spec_in(self.d, {"name": "dedup", "optimizer": {"type": "sgd", "lr": 0.5}},
+                         nps=1, nworker=1)
         p = self.psd(spec, 0, env={"PSD_LOG": "debug"})
         r = h.pstool(spec, "declare", "w", "4,3")
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
@@ -68,9 +68,9 @@ class DedupTest(Faults):
         restarted shard's table was empty and the retry was applied again
         (version 2, value -1.0, no duplicate counted)."""
         root = os.path.join(self.d, "ck")
-        spec = write_spec(self.d, {"name": "dedupck",
-                                   "optimizer": {"type": "sgd", "lr": 0.5},
-                                   "checkpoint": {"dir": root}}, nps=1, nworker=1)
+        spec = h.spec_in(self.d, {"name": "dedupck",
+                                  "optimizer": {"type": "sgd", "lr": 0.5},
+                                  "checkpoint": {"dir": root}}, nps=1, nworker=1)
         p = self.psd(spec, 0)
         r = h.pstool(spec, "declare", "w", "4,3")
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
@@ -120,9 +120,9 @@ class LoadTest(Faults):
 
     def test_load_no_failed_calls_flat_memory(self):
         clients, seconds = (64, 60) if SOAK else (16, 10)
-        spec = write_spec(self.d, {"name": "load", "optimizer": {"type": "sgd", "lr": 0.5},
-                                   "unix_sockets": False, "checkpoint": {"dir": "ck"},
-                                   "tables": [LOAD_TABLE]}, nworker=1)
+        spec = h.spec_in(self.d, {"name": "load", "optimizer": {"type": "sgd", "lr": 0.5},
+                                  "unix_sockets": False, "checkpoint": {"dir": "ck"},
+                                  "tables": [LOAD_TABLE]}, nworker=1)
         ps = [self.psd(spec, i) for i in range(2)]
         c = self.proc([h.build_path("tests", "pstool"), "--cluster", spec, "--clients",
                        str(clients), "--seconds", str(seconds), "load"])

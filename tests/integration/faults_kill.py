@@ -7,7 +7,8 @@ import re
 import signal
 import unittest
 
-from faults import ACC_JOB, DATA, Faults, result, status, write_spec
+import harness as h
+from faults import ACC_JOB, DATA, Faults, result, status
 
 
 
@@ -19,7 +20,7 @@ class KillPsdTest(Faults):
     def run_job(self, kill):
         d = os.path.join(self.d, "kill" if kill else "base")
         os.makedirs(d)
-        spec = write_spec(d, ACC_JOB)
+        spec = h.spec_in(d, ACC_JOB)
         ps = [self.psd(spec, i) for i in range(2)]
         ws = [self.worker(spec, i) for i in range(2)]
         resumed = None
@@ -87,7 +88,7 @@ class KillPsdSyncTest(Faults):
         past step 150 and it has written a checkpoint; None: no fault."""
         d = os.path.join(self.d, "base" if kill is None else "kill%d" % kill)
         os.makedirs(d)
-        spec = write_spec(d, SYNC_JOB)
+        spec = h.spec_in(d, SYNC_JOB)
         ps = [self.psd(spec, i) for i in range(2)]
         ws = [self.worker(spec, i) for i in range(2)]
         resumed = None
@@ -185,7 +186,7 @@ class KillWorkerTest(Faults):
         if sync:
             job["sync"] = {"mode": "sync", "replicas_to_aggregate": 3, "min_replicas": 2,
                            "deadline": {"multiple": 3.0, "floor_ms": 300}}
-        spec = write_spec(self.d, job, nworker=3)
+        spec = h.spec_in(self.d, job, nworker=3)
         ps = [self.psd(spec, i) for i in range(2)]
         ws = [self.worker(spec, i, "--max-steps", "200") for i in range(3)]
         for w in ws[:2]:

@@ -11,16 +11,15 @@ import subprocess
 import unittest
 
 import harness as h
-from faults import (DATA, Faults, fields, psctl, result, status, wait_any, wait_match,
-                    write_spec)
+from faults import DATA, Faults, fields, psctl, result, status, wait_any, wait_match
 from netns import Net, ip
 
 
 
 class StopTest(Faults):
     def test_sigstop_past_deadline_push_applied_exactly_once(self):
-        spec = write_spec(self.d, {"name": "stop", "optimizer": {"type": "sgd", "lr": 0.5},
-                                   "rpc_timeout_ms": 300, "retry_s": 30}, nworker=1)
+        spec = h.spec_in(self.d, {"name": "stop", "optimizer": {"type": "sgd", "lr": 0.5},
+                                 "rpc_timeout_ms": 300, "retry_s": 30}, nworker=1)
         ps = [self.psd(spec, i) for i in range(2)]
         # 4 MiB split over 2 shards in 256 KiB messages: 8 per shard per push.
         rounds, per_shard = 300, 8
@@ -64,7 +63,7 @@ class StopTest(Faults):
         for stop in (False, True):
             d = os.path.join(self.d, "stop" if stop else "base")
             os.makedirs(d)
-            spec = write_spec(d, job)
+            spec = h.spec_in(d, job)
             ps = [self.psd(spec, i) for i in range(2)]
             out = os.path.join(d, "params.bin")
             ws = [self.worker(spec, 0, "--max-steps", "120", "--save-params", out),
@@ -117,7 +116,7 @@ class NetnsTest(Faults):
                "sync": {"mode": "sync", "deadline": {"multiple": 3.0, "floor_ms": 300}},
                "heartbeat_ms": 100, "dead_after_ms": 1000, "rpc_timeout_ms": 1000,
                "retry_s": 60}
-        spec = write_spec(self.d, job, ps_host=self.host_ip)
+        spec = h.spec_in(self.d, job, ps_host=self.host_ip)
         ps = [self.psd(spec, i) for i in range(2)]
         ws = [self.worker(spec, 0), self.worker(spec, 1, "--max-steps", "300", netns=self.ns)]
         self.assertIn("using TCP to %s:" % self.host_ip, ws[1].wait_for("shard 1: using"))
@@ -160,8 +159,8 @@ class DiskTest(Faults):
         if r.returncode != 0:
             self.skipTest("cannot mount a tmpfs here: " + r.stderr.strip())
         self.cleanups.append(lambda: subprocess.run(["umount", "-l", root]))
-        spec = write_spec(self.d, {"name": "disk", "optimizer": {"type": "sgd", "lr": 0.5},
-                                   "checkpoint": {"dir": root}}, nps=1, nworker=1)
+        spec = h.spec_in(self.d, {"name": "disk", "optimizer": {"type": "sgd", "lr": 0.5},
+                                 "checkpoint": {"dir": root}}, nps=1, nworker=1)
         p = self.psd(spec, 0)
         self.tool(spec, "declare", "w", "64,256")  # 64 KiB
         self.tool(spec, "push", "w", "64,256", "0", ",".join(["1"] * 8))

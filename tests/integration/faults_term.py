@@ -10,7 +10,7 @@ import unittest
 
 import harness as h
 from faults import (ACC_JOB, DATA, LOAD_TABLE, SOAK, Checkpointer, Faults, fields,
-                    psctl, result, status, table_totals, write_spec)
+                    psctl, result, status, table_totals)
 from faults_kill import SYNC_JOB
 
 SSP_JOB = dict(ACC_JOB, name="sspterm", sync={"mode": "async", "staleness": 2})
@@ -25,7 +25,7 @@ class TermPsdTest(Faults):
         status)."""
         d = os.path.join(self.d, "base" if stop is None else "term%d" % stop)
         os.makedirs(d)
-        spec = write_spec(d, job)
+        spec = h.spec_in(d, job)
         ps = [self.psd(spec, i) for i in range(2)]
         ws = [self.worker(spec, i) for i in range(2)]
         if stop is not None:
@@ -88,7 +88,7 @@ class CutTest(Faults):
         past step 100: (spec, shards, workers)."""
         d = os.path.join(self.d, name)
         os.makedirs(d)
-        spec = write_spec(d, dict(base, name=name, epochs=1, checkpoint={"dir": "ck"}))
+        spec = h.spec_in(d, dict(base, name=name, epochs=1, checkpoint={"dir": "ck"}))
         ps = [self.psd(spec, i) for i in range(2)]
         ws = [self.worker(spec, i) for i in range(2)]
         for w in ws:
@@ -135,9 +135,9 @@ class RestartLoadTest(Faults):
 
     def test_graceful_restarts_under_load_lose_nothing(self):
         rounds, seconds = (8, 60) if SOAK else (2, 10)
-        spec = write_spec(self.d, {"name": "rload", "optimizer": {"type": "sgd", "lr": 0.5},
-                                   "retry_s": 30, "checkpoint": {"dir": "ck"},
-                                   "tables": [LOAD_TABLE]}, nworker=1)
+        spec = h.spec_in(self.d, {"name": "rload", "optimizer": {"type": "sgd", "lr": 0.5},
+                                 "retry_s": 30, "checkpoint": {"dir": "ck"},
+                                 "tables": [LOAD_TABLE]}, nworker=1)
         ps = [self.psd(spec, i) for i in range(2)]
         c = self.proc([h.build_path("tests", "pstool"), "--cluster", spec, "--clients", "8",
                        "--seconds", str(seconds), "--faults", "load"])

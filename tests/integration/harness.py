@@ -95,11 +95,15 @@ def foreign_host():
     raise unittest.SkipTest("every candidate address is local")
 
 
-def write_spec(path, nps=2, nworker=2, job=None, extra=None):
+def write_spec(path, nps=2, nworker=2, job=None, extra=None, ps_host=None):
+    """Writes a spec of nps shards and nworker workers on ports free just
+    now, with job and the top-level keys of extra, to path; returns it as a
+    dict. With ps_host the shards listen there (ports free on 127.0.0.1
+    then, which is what an address of this host offers too)."""
     ports = free_ports(nps + nworker)
     spec = {
         "cluster": {
-            "ps": ["127.0.0.1:%d" % p for p in ports[:nps]],
+            "ps": ["%s:%d" % (ps_host or "127.0.0.1", p) for p in ports[:nps]],
             "worker": ["127.0.0.1:%d" % p for p in ports[nps:]],
         },
         "job": job or {},
@@ -109,6 +113,13 @@ def write_spec(path, nps=2, nworker=2, job=None, extra=None):
     with open(path, "w") as f:
         json.dump(spec, f, indent=2)
     return spec
+
+
+def spec_in(d, job=None, nps=2, nworker=2, ps_host=None):
+    """write_spec to d/spec.json; returns that path."""
+    path = os.path.join(d, "spec.json")
+    write_spec(path, nps=nps, nworker=nworker, job=job, ps_host=ps_host)
+    return path
 
 
 class Proc:
@@ -201,6 +212,11 @@ def pstool(spec_path, *args, timeout=120):
     return run([build_path("tests", "pstool"), "--cluster", spec_path] + list(args), timeout=timeout)
 
 
+def psctl(spec_path, *args, timeout=120):
+    return run([build_path("ps-server", "psctl"), "--cluster", spec_path] + list(args),
+               timeout=timeout)
+
+
 PR_SET_CHILD_SUBREAPER = 36
 
 
@@ -258,12 +274,15 @@ class ProcTest(unittest.TestCase):
 
 
 class ShardsTest(unittest.TestCase):
-    """A test class with shards of its own, started once for the class: NPS
-    psd processes of a spec (cls.spec, addresses cls.addrs, processes
-    cls.ps) whose job is cls.job(), which may name files under cls.tmp;
-    each shard must exit 0 on SIGTERM at the end."""
+    """A test class with shards of its own, started once for the class: the
+    NPS psd processes of a spec (cls.spec, addresses cls.addrs, processes
+    cls.ps) whose job is cls.job(), which may name files under cls.tmp, or
+    with SHARD that one shard alone (cls.ps is then its process); each
+    shard started must exit 0 on SIGTERM at the end."""
 
-    NPS = 2  # shards
+    NPS = 2  # shards in the spec
+    NWORKER = 1  # workers in the spec
+    SHARD = None  # the one shard to start, or None for all NPS
     JOB = {"name": "t"}  # the spec's job, unless job() says otherwise
 
     @classmethod
@@ -274,15 +293,25 @@ class ShardsTest(unittest.TestCase):
     def setUpClass(cls):
         cls.tmp = tempfile.TemporaryDirectory(prefix="psd-test-")
         cls.spec = os.path.join(cls.tmp.name, "spec.json")
-        spec = write_spec(cls.spec, nps=cls.NPS, nworker=1, job=cls.job())
+        spec = write_spec(cls.spec, nps=cls.NPS, nworker=cls.NWORKER, job=cls.job())
         cls.addrs = spec["cluster"]["ps"]
-        cls.ps = [start_psd(cls.spec, i) for i in range(cls.NPS)]
+        if cls.SHARD is None:
+            cls.ps = [start_psd(cls.spec, i) for i in range(cls.NPS)]
+        else:
+            cls.ps = start_psd(cls.spec, cls.SHARD)
 
     @classmethod
     def tearDownClass(cls):
-        rcs = [p.stop(signal.SIGTERM) for p in cls.ps]
+        # cls.ps, as a test may have replaced it (a shard restarted)
+        rcs = [p.stop(signal.SIGTERM) for p in (cls.ps if cls.SHARD is None else [cls.ps])]
         cls.tmp.cleanup()
-        assert rcs == [0] * cls.NPS, "psd did not exit 0 on SIGTERM: %s" % rcs
+        assert rcs == [0] * len(rcs), "psd did not exit 0 on SIGTERM: %s" % rcs
+
+    def psctl(self, *args):
+        """psctl's output on the class's spec; the call must exit 0."""
+        r = psctl(self.spec, *args)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        return r.stdout
 
 
 def nobody_argv(argv, umask=None):

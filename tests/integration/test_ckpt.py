@@ -20,6 +20,7 @@ import unittest
 import numpy as np
 
 import harness as h
+from harness import psctl
 
 DATA = "/usr/share/datasets/fashion-mnist"
 LR, MU = 0.1, 0.9
@@ -51,11 +52,6 @@ def pulled(out):
     return np.array([float(v) for v in vals.split(",")] if vals else [], dtype=np.float32)
 
 
-def psctl(spec, *args, timeout=120):
-    return h.run([h.build_path("ps-server", "psctl"), "--cluster", spec] + list(args),
-                 timeout=timeout)
-
-
 def start(spec, i, *args, env=None, wrapper=None, ready=True):
     argv = [h.build_path("ps-server", "psd"), "--cluster", spec, "--task", "ps:%d" % i]
     p = h.Proc((wrapper or []) + argv + list(args), env=env)
@@ -64,14 +60,14 @@ def start(spec, i, *args, env=None, wrapper=None, ready=True):
     return p
 
 
-def write_spec(d, nps=1, nworker=1, name="ck", checkpoint=None, **job):
-    spec = os.path.join(d, "spec.json")
+def ck_spec(d, nps=1, nworker=1, name="ck", checkpoint=None, **job):
+    """d/spec.json (h.spec_in) of job name with momentum at LR and MU,
+    checkpoint and the other job keys given; returns its path."""
     j = {"name": name, "optimizer": {"type": "momentum", "lr": LR, "momentum": MU}}
     if checkpoint is not None:
         j["checkpoint"] = checkpoint
     j.update(job)
-    h.write_spec(spec, nps=nps, nworker=nworker, job=j)
-    return spec
+    return h.spec_in(d, job=j, nps=nps, nworker=nworker)
 
 
 def ckpt_dirs(root, job="ck", shard=0):
@@ -98,7 +94,7 @@ class AsyncCkptTest(h.ProcTest):
 
     def test_sigterm_writes_one_and_restart_is_bit_identical(self):
         root = os.path.join(self.d, "ck")
-        spec = write_spec(self.d, nps=2, checkpoint={"dir": "ck"})
+        spec = ck_spec(self.d, nps=2, checkpoint={"dir": "ck"})
         ps = [self.psd(spec, i) for i in range(2)]
         # 'w' (4, 3) split: rows [0, 2) on ps:0, [2, 4) on ps:1; 'b' whole on ps:1.
         for s in range(2):
@@ -160,7 +156,7 @@ class AsyncCkptTest(h.ProcTest):
 
     def test_export_equals_live_pulls_and_checkpoint_files(self):
         root = os.path.join(self.d, "ck")
-        spec = write_spec(self.d, nps=2, checkpoint={"dir": root})
+        spec = ck_spec(self.d, nps=2, checkpoint={"dir": root})
         for i in range(2):
             self.psd(spec, i)
         for s in range(2):
@@ -221,7 +217,7 @@ class AsyncCkptTest(h.ProcTest):
 
     def test_corrupt_or_truncated_newest_falls_back(self):
         root = os.path.join(self.d, "ck")
-        spec = write_spec(self.d, checkpoint={"dir": root, "keep": 5})
+        spec = ck_spec(self.d, checkpoint={"dir": root, "keep": 5})
         p = self.psd(spec, 0)
         self.tool(spec, "declare", "w", "4,3")
         values = {}
@@ -268,7 +264,7 @@ class AsyncCkptTest(h.ProcTest):
 
     def test_kill9_between_checkpoints_loads_the_previous(self):
         root = os.path.join(self.d, "ck")
-        spec = write_spec(self.d, checkpoint={"dir": root, "every_steps": 3})
+        spec = ck_spec(self.d, checkpoint={"dir": root, "every_steps": 3})
         p = self.psd(spec, 0)
         self.tool(spec, "declare", "w", "4,3")
         for k in range(3):
@@ -293,7 +289,7 @@ class AsyncCkptTest(h.ProcTest):
 
     def test_prune_keeps_exactly_k(self):
         root = os.path.join(self.d, "ck")
-        spec = write_spec(self.d, checkpoint={"dir": root, "keep": 2})
+        spec = ck_spec(self.d, checkpoint={"dir": root, "keep": 2})
         p = self.psd(spec, 0)
         self.tool(spec, "declare", "w", "4,3")
         for k in range(1, 6):
@@ -309,7 +305,7 @@ class AsyncCkptTest(h.ProcTest):
 
     def test_every_s(self):
         root = os.path.join(self.d, "ck")
-        spec = write_spec(self.d, checkpoint={"dir": root, "every_s": 0.2})
+        spec = ck_spec(self.d, checkpoint={"dir": root, "every_s": 0.2})
         p = self.psd(spec, 0)
         self.tool(spec, "declare", "w", "4,3")
         self.push(spec, [1.0] * 12)
@@ -319,7 +315,7 @@ class AsyncCkptTest(h.ProcTest):
 
     def test_failed_write_is_reported_and_the_shard_keeps_serving(self):
         root = os.path.join(self.d, "ck")
-        spec = write_spec(self.d, checkpoint={"dir": root})
+        spec = ck_spec(self.d, checkpoint={"dir": root})
         # A 3 MiB file size limit stands in for a full disk (root ignores
         # permissions; mounting a small filesystem is not allowed here).
         limit = 3 << 20
@@ -368,7 +364,7 @@ class AsyncCkptTest(h.ProcTest):
 
     def test_psctl_checkpoint_names_a_shard_that_is_down(self):
         root = os.path.join(self.d, "ck")
-        spec = write_spec(self.d, nps=2, checkpoint={"dir": root})
+        spec = ck_spec(self.d, nps=2, checkpoint={"dir": root})
         ps = [self.psd(spec, i) for i in range(2)]
         ps[1].stop(signal.SIGKILL)
         r = psctl(spec, "checkpoint", "--wait")
@@ -388,7 +384,7 @@ class AsyncCkptTest(h.ProcTest):
         self.assertEqual(r.returncode, 1)
 
     def test_checkpoints_off(self):
-        spec = write_spec(self.d)
+        spec = ck_spec(self.d)
         env = {"STATE_DIRECTORY": ""}
         p = self.psd(spec, 0, env=env)
         self.tool(spec, "declare", "w", "4,3")
@@ -407,13 +403,13 @@ class AsyncCkptTest(h.ProcTest):
 
     def test_dir_from_state_directory_and_flag(self):
         state = os.path.join(self.d, "state")
-        spec = write_spec(self.d)
+        spec = ck_spec(self.d)
         p = self.psd(spec, 0, env={"STATE_DIRECTORY": state + ":/elsewhere"})
         self.assertIn("from STATE_DIRECTORY", p.wait_for("checkpoints in %s/ck/ps-0" % state))
         self.assertEqual(p.stop(signal.SIGTERM), 0)
         self.assertEqual(ckpt_dirs(state), ["ckpt-0000000000"])
         # --checkpoint-dir wins over the spec and STATE_DIRECTORY.
-        spec = write_spec(self.d, checkpoint={"dir": "from-spec"})
+        spec = ck_spec(self.d, checkpoint={"dir": "from-spec"})
         flag = os.path.join(self.d, "flag")
         p = self.psd(spec, 0, "--checkpoint-dir", flag, env={"STATE_DIRECTORY": state})
         p.wait_for("checkpoints in %s/ck/ps-0 (from --checkpoint-dir)" % flag)
@@ -427,7 +423,7 @@ class AsyncCkptTest(h.ProcTest):
         # Sent before psd serves (it has just found its directory): held
         # until the loop watches signals, then a normal stop.
         root = os.path.join(self.d, "ck")
-        spec = write_spec(self.d, checkpoint={"dir": root})
+        spec = ck_spec(self.d, checkpoint={"dir": root})
         p = self.psd(spec, 0, ready=False)
         p.wait_for("checkpoints in ")
         p.p.send_signal(signal.SIGTERM)
@@ -442,7 +438,7 @@ class AsyncCkptTest(h.ProcTest):
                  ({"every_s": "10"}, "job.checkpoint.every_s: expected a number of seconds"),
                  ({"evry_s": 1}, "job.checkpoint.evry_s: unknown key (did you mean every_s?)")]
         for ck, needle in cases:
-            spec = write_spec(self.d, checkpoint=ck)
+            spec = ck_spec(self.d, checkpoint=ck)
             r = h.run([h.build_path("ps-server", "psd"), "--cluster", spec, "--task", "ps:0"],
                       timeout=30)
             self.assertEqual(r.returncode, 2, r.stderr)
@@ -450,7 +446,7 @@ class AsyncCkptTest(h.ProcTest):
         # A directory that cannot be one: exit 1, naming it.
         blocker = os.path.join(self.d, "file")
         open(blocker, "w").close()
-        spec = write_spec(self.d, checkpoint={"dir": blocker})
+        spec = ck_spec(self.d, checkpoint={"dir": blocker})
         r = h.run([h.build_path("ps-server", "psd"), "--cluster", spec, "--task", "ps:0"],
                   timeout=30)
         self.assertEqual(r.returncode, 1, r.stderr)
@@ -464,9 +460,9 @@ class SyncStepsTest(unittest.TestCase):
     def test_shards_at_different_steps_then_resume_step(self):
         with h.TempDir() as d:
             root = os.path.join(d, "ck")
-            spec = write_spec(d, nps=2, nworker=1, name="steps",
-                              checkpoint={"dir": root, "every_steps": 2, "keep": 5},
-                              sync={"mode": "sync"}, heartbeat_ms=100, dead_after_ms=5000)
+            spec = ck_spec(d, nps=2, nworker=1, name="steps",
+                           checkpoint={"dir": root, "every_steps": 2, "keep": 5},
+                           sync={"mode": "sync"}, heartbeat_ms=100, dead_after_ms=5000)
             ps = [start(spec, i) for i in range(2)]
             try:
                 r = h.pstool(spec, "--rounds", "4", "--worker", "0", "syncload")
@@ -506,10 +502,10 @@ class SyncCkptTest(unittest.TestCase):
     def test_sigterm_and_restart_resume_at_the_saved_step(self):
         with h.TempDir() as d:
             root = os.path.join(d, "ck")
-            spec = write_spec(d, nps=2, nworker=2, name="sync-ck", epochs=1, log_every=5,
-                              checkpoint={"dir": root, "every_steps": 5, "keep": 3},
-                              sync={"mode": "sync", "deterministic": True},
-                              heartbeat_ms=100, dead_after_ms=20000)
+            spec = ck_spec(d, nps=2, nworker=2, name="sync-ck", epochs=1, log_every=5,
+                           checkpoint={"dir": root, "every_steps": 5, "keep": 3},
+                           sync={"mode": "sync", "deterministic": True},
+                           heartbeat_ms=100, dead_after_ms=20000)
             ps = [start(spec, i) for i in range(2)]
             try:
                 ws = [h.Proc([h.build_path("worker", "dworker"), "--cluster", spec, "--task",

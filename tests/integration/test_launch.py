@@ -87,20 +87,6 @@ exit 0
 PREFIX = re.compile(r"^((?:ps|worker):\d+) *\| (.*)$")
 
 
-def free_ports(n):
-    """n distinct loopback ports that were free a moment ago."""
-    socks = []
-    try:
-        for _ in range(n):
-            s = socket.socket()
-            s.bind(("127.0.0.1", 0))
-            socks.append(s)
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
-
-
 def pid_alive(pid):
     try:
         os.kill(pid, 0)
@@ -203,7 +189,7 @@ class LaunchTest(unittest.TestCase):
         """Writes a cluster spec; by default 2 ps and 2 workers on loopback."""
         if text is None:
             if ps is None or worker is None:
-                ports = free_ports(4)
+                ports = harness.free_ports(4)
                 ps = ps if ps is not None else [
                     "127.0.0.1:%d" % p for p in ports[:2]]
                 worker = worker if worker is not None else [
@@ -382,7 +368,7 @@ class LaunchTest(unittest.TestCase):
                             "%s got no SIGTERM" % task)
 
     def test_port_in_use(self):
-        ports = free_ports(3)
+        ports = harness.free_ports(3)
         with socket.socket() as held:
             held.bind(("127.0.0.1", ports[0]))
             held.listen()

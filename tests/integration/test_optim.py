@@ -19,6 +19,7 @@ import unittest
 import numpy as np
 
 import harness as h
+from harness import psctl
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
 DATA = "/usr/share/datasets/fashion-mnist"
@@ -44,11 +45,6 @@ def pulled(out):
     line = out.strip().splitlines()[-1]
     assert line.startswith("OK "), line
     return np.array([float(v) for v in line.split("values=", 1)[1].split(",")])
-
-
-def psctl(spec, *args, timeout=120):
-    return h.run([h.build_path("ps-server", "psctl"), "--cluster", spec] + list(args),
-                 timeout=timeout)
 
 
 def adam(w, grads, lrs, wd=0.0, decoupled=False):

@@ -3,6 +3,7 @@ JSON with exact values (variables filled by pstool pushes of known values),
 straggler marks on a dworker slowed with --inject-delay-ms (async and sync),
 the Prometheus exposition, and a stopped shard named by every command.
 Run: /usr/bin/python3 test_psctl.py BUILD_DIR"""
+import functools
 import json
 import math
 import os
@@ -18,9 +19,8 @@ DATA = "/usr/share/datasets/fashion-mnist"
 f32 = h.f32
 
 
-def psctl(spec, *args, timeout=60):
-    return h.run([h.build_path("ps-server", "psctl"), "--cluster", spec] + list(args),
-                 timeout=timeout)
+# psctl waits 60 s at most here unless told otherwise.
+psctl = functools.partial(h.psctl, timeout=60)
 
 
 def pulled(out):

@@ -10,11 +10,9 @@ import importlib.util
 import json
 import os
 import re
-import signal
 import socket
 import struct
 import subprocess
-import tempfile
 import unittest
 
 import harness as h
@@ -344,23 +342,13 @@ class PsdTest(h.ShardsTest):
         self.assertRegex(r.stdout, r"ps:1\s+127\.0\.0\.1:\d+\s+up")
 
 
-class PsdLimitsTest(unittest.TestCase):
+class PsdLimitsTest(h.ShardsTest):
     """A shard with the smallest message limit and job.nonfinite "skip"."""
 
-    @classmethod
-    def setUpClass(cls):
-        cls.tmp = tempfile.TemporaryDirectory(prefix="psd-test-")
-        cls.spec = os.path.join(cls.tmp.name, "spec.json")
-        h.write_spec(cls.spec, nps=1, nworker=1,
-                     job={"name": "lim", "optimizer": {"type": "sgd", "lr": 1.0},
-                          "max_message_mb": 4, "nonfinite": "skip"})
-        cls.ps = h.start_psd(cls.spec, 0)
-
-    @classmethod
-    def tearDownClass(cls):
-        rc = cls.ps.stop(signal.SIGTERM)
-        cls.tmp.cleanup()
-        assert rc == 0, "psd did not exit 0 on SIGTERM: %s" % rc
+    NPS = 1
+    SHARD = 0
+    JOB = {"name": "lim", "optimizer": {"type": "sgd", "lr": 1.0},
+           "max_message_mb": 4, "nonfinite": "skip"}
 
     def tool(self, *args):
         return h.pstool(self.spec, *args)
@@ -423,23 +411,12 @@ class PsdLimitsTest(unittest.TestCase):
         self.ps.wait_for("skipped a push from")
 
 
-class PsdSyncBadInputTest(unittest.TestCase):
+class PsdSyncBadInputTest(h.ShardsTest):
     """A sync shard (shard 1, not the coordinator) given commits by hand."""
 
-    @classmethod
-    def setUpClass(cls):
-        cls.tmp = tempfile.TemporaryDirectory(prefix="psd-test-")
-        cls.spec = os.path.join(cls.tmp.name, "spec.json")
-        h.write_spec(cls.spec, nps=2, nworker=2,
-                     job={"name": "sy", "optimizer": {"type": "sgd", "lr": 1.0},
-                          "sync": {"mode": "sync"}})
-        cls.ps = h.start_psd(cls.spec, 1)
-
-    @classmethod
-    def tearDownClass(cls):
-        rc = cls.ps.stop(signal.SIGTERM)
-        cls.tmp.cleanup()
-        assert rc == 0, "psd did not exit 0 on SIGTERM: %s" % rc
+    NWORKER = 2
+    SHARD = 1
+    JOB = {"name": "sy", "optimizer": {"type": "sgd", "lr": 1.0}, "sync": {"mode": "sync"}}
 
     def tool(self, *args):
         return h.pstool(self.spec, "--shard", "1", *args)

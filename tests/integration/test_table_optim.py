@@ -194,11 +194,6 @@ class TableOptimTest(h.ShardsTest):
             out[int(parts[0])] = [f(float(x)) for x in parts[1:]]
         return [out[i] for i in ids]
 
-    def psctl(self, *args):
-        r = h.run([h.build_path("ps-server", "psctl"), "--cluster", self.spec] + list(args))
-        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
-        return r.stdout
-
     def get(self, name, ids):
         doc = json.loads(self.psctl("--json", "get", name, "--ids",
                                     ",".join(str(i) for i in ids)))

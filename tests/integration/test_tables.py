@@ -226,11 +226,6 @@ class TablesTest(h.ShardsTest):
         self.assertEqual(self.rows("emb", "pull", mine), before)
         self.assertEqual(self.table_sum("emb", "rows_pushed"), pushed)
 
-    def psctl(self, *args):
-        r = h.run([h.build_path("ps-server", "psctl"), "--cluster", self.spec] + list(args))
-        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
-        return r.stdout
-
     def get_rows(self, table, ids):
         doc = json.loads(self.psctl("--json", "get", table, "--ids",
                                     ",".join(str(i) for i in ids)))

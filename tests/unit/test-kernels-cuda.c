@@ -35,6 +35,7 @@ int main(void) { return tu_skip("built without CUDA support"); }
 #include "conv_cuda.h"
 #include "dense.h"
 #include "dense_cuda.h"
+#include "frand.h"
 #include "optim.h"
 #include "optim_cuda.h"
 
@@ -72,24 +73,6 @@ static void teardown(void) {
   ctx = NULL;
 }
 
-/* Uniform in [-1, 1) from a 32-bit xorshift; deterministic per seed. */
-static float frand(unsigned *s) {
-  *s ^= *s << 13;
-  *s ^= *s >> 17;
-  *s ^= *s << 5;
-  return (float)(*s >> 8) / (float)(1 << 23) - 1.0f;
-}
-
-/* Array of n random floats (never NULL, even for n == 0); caller frees. */
-static float *frandv(size_t n, unsigned seed) {
-  float *v = malloc((n ? n : 1) * sizeof *v);
-
-  ck_assert_ptr_nonnull(v);
-  for (size_t i = 0; i < n; i++)
-    v[i] = frand(&seed);
-  return v;
-}
-
 /* A device copy of n floats from host src; caller kn_cuda_free()s it. */
 static float *to_gpu(const float *src, size_t n) {
   void *d = NULL;
@@ -119,9 +102,11 @@ START_TEST(test_dense) {
   struct shape s = shapes[_i];
   size_t nx = (size_t)s.B * s.in, nw = (size_t)s.out * s.in;
   size_t ny = (size_t)s.B * s.out;
-  float *x = frandv(nx, 1), *w = frandv(nw, 2), *b = frandv(s.out, 3);
-  float *dy = frandv(ny, 4), *y = frandv(ny, 5), *dx = frandv(nx, 6);
-  float *dw = frandv(nw, 7), *db = frandv(s.out, 8);
+  float *x = tu_frandv(nx, 1, 0), *w = tu_frandv(nw, 2, 0),
+        *b = tu_frandv(s.out, 3, 0);
+  float *dy = tu_frandv(ny, 4, 0), *y = tu_frandv(ny, 5, 0),
+        *dx = tu_frandv(nx, 6, 0);
+  float *dw = tu_frandv(nw, 7, 0), *db = tu_frandv(s.out, 8, 0);
   float *gx = to_gpu(x, nx), *gw = to_gpu(w, nw), *gb = to_gpu(b, s.out);
   float *gdy = to_gpu(dy, ny), *gy = to_gpu(y, ny), *gdx = to_gpu(dx, nx);
   float *gdw = to_gpu(dw, nw), *gdb = to_gpu(db, s.out);
@@ -153,8 +138,9 @@ END_TEST
 
 START_TEST(test_relu) {
   size_t n = sizes[_i];
-  float *x = frandv(n, 9), *dy = frandv(n, 10), *y = frandv(n, 11);
-  float *dx = frandv(n, 12);
+  float *x = tu_frandv(n, 9, 0), *dy = tu_frandv(n, 10, 0),
+        *y = tu_frandv(n, 11, 0);
+  float *dx = tu_frandv(n, 12, 0);
   float *gx = to_gpu(x, n), *gdy = to_gpu(dy, n), *gy = to_gpu(y, n);
   float *gdx = to_gpu(dx, n);
 
@@ -181,7 +167,8 @@ START_TEST(test_xent) {
   enum { C = 10 };
   int B = batches[_i], correct = -1, gcorrect = -2;
   size_t n = (size_t)B * C;
-  float *logits = frandv(n, 13), *d = frandv(n, 14), loss, gloss = -1.0f;
+  float *logits = tu_frandv(n, 13, 0), *d = tu_frandv(n, 14, 0), loss,
+        gloss = -1.0f;
   uint8_t *labels = malloc(B);
   float *glogits, *gd = to_gpu(d, n);
   void *glabels = NULL;
@@ -211,7 +198,8 @@ END_TEST
 
 START_TEST(test_updates) {
   size_t n = sizes[_i];
-  float *w = frandv(n, 15), *v = frandv(n, 16), *g = frandv(n, 17);
+  float *w = tu_frandv(n, 15, 0), *v = tu_frandv(n, 16, 0),
+        *g = tu_frandv(n, 17, 0);
   float *gw = to_gpu(w, n), *gv = to_gpu(v, n), *gg = to_gpu(g, n);
 
   kn_sgd_update(w, g, n, 0.05f);
@@ -240,8 +228,8 @@ START_TEST(test_optim_updates) {
   char what[64];
 
   for (int decay = 0; decay < 2; decay++) {
-    float *w = frandv(n, 21), *s0 = frandv(n, 22), *s1 = frandv(n, 23),
-          *g = frandv(n, 24);
+    float *w = tu_frandv(n, 21, 0), *s0 = tu_frandv(n, 22, 0),
+          *s1 = tu_frandv(n, 23, 0), *g = tu_frandv(n, 24, 0);
     struct kn_optim_hp hp = {.lr = 0.01f,
                              .momentum = 0.9f,
                              .beta1 = 0.9,
@@ -302,7 +290,7 @@ END_TEST
  * clipping to it. */
 START_TEST(test_clip) {
   size_t n = sizes[_i];
-  float *g = frandv(n, 31), *gg = to_gpu(g, n);
+  float *g = tu_frandv(n, 31, 0), *gg = to_gpu(g, n);
   double cpu, gpu = -1.0, norm = -1.0;
 
   cpu = kn_sumsq(g, n);
@@ -324,8 +312,9 @@ END_TEST
 
 START_TEST(test_smooth) {
   size_t n = sizes[_i];
-  float *x = frandv(n, 21), *dy = frandv(n, 22), *y = frandv(n, 23);
-  float *dx = frandv(n, 24);
+  float *x = tu_frandv(n, 21, 0), *dy = tu_frandv(n, 22, 0),
+        *y = tu_frandv(n, 23, 0);
+  float *dx = tu_frandv(n, 24, 0);
   float *gx = to_gpu(x, n), *gdy = to_gpu(dy, n), *gy = to_gpu(y, n);
   float *gdx = to_gpu(dx, n);
 
@@ -363,9 +352,12 @@ START_TEST(test_conv) {
   size_t nw = (size_t)s->OC * s->C * s->K * s->K;
   size_t ny = (size_t)s->B * s->OC * kn_conv_oh(s) * kn_conv_ow(s);
   size_t ncol = kn_conv_col_floats(s);
-  float *x = frandv(nx, 31), *w = frandv(nw, 32), *b = frandv(s->OC, 33);
-  float *y = frandv(ny, 34), *dy = frandv(ny, 35), *col = frandv(ncol, 36);
-  float *dx = frandv(nx, 37), *dw = frandv(nw, 38), *db = frandv(s->OC, 39);
+  float *x = tu_frandv(nx, 31, 0), *w = tu_frandv(nw, 32, 0),
+        *b = tu_frandv(s->OC, 33, 0);
+  float *y = tu_frandv(ny, 34, 0), *dy = tu_frandv(ny, 35, 0),
+        *col = tu_frandv(ncol, 36, 0);
+  float *dx = tu_frandv(nx, 37, 0), *dw = tu_frandv(nw, 38, 0),
+        *db = tu_frandv(s->OC, 39, 0);
   float *gx = to_gpu(x, nx), *gw = to_gpu(w, nw), *gb = to_gpu(b, s->OC);
   float *gy = to_gpu(y, ny), *gdy = to_gpu(dy, ny), *gcol = to_gpu(col, ncol);
   float *gdx = to_gpu(dx, nx), *gdw = to_gpu(dw, nw), *gdb = to_gpu(db, s->OC);
@@ -393,8 +385,9 @@ START_TEST(test_pool) {
   const int *c = cases[_i];
   int planes = c[0], H = c[1], W = c[2], P = c[3];
   size_t nx = (size_t)planes * H * W, ny = (size_t)planes * (H / P) * (W / P);
-  float *x = frandv(nx, 41), *y = frandv(ny, 42), *dy = frandv(ny, 43);
-  float *dx = frandv(nx, 44);
+  float *x = tu_frandv(nx, 41, 0), *y = tu_frandv(ny, 42, 0),
+        *dy = tu_frandv(ny, 43, 0);
+  float *dx = tu_frandv(nx, 44, 0);
   int32_t *idx = malloc(ny * sizeof *idx), *gidx_host = malloc(ny * 4);
   float *gx = to_gpu(x, nx), *gy = to_gpu(y, ny), *gdy = to_gpu(dy, ny);
   float *gdx = to_gpu(dx, nx);

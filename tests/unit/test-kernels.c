@@ -9,6 +9,7 @@
 #include "blas.h"
 #include "conv.h"
 #include "dense.h"
+#include "frand.h"
 #include "unit.h"
 
 #include <check.h>
@@ -31,24 +32,6 @@ static const struct shape shapes[] = {
 
 int openblas_get_num_threads(void);
 
-/* Uniform in [-1, 1) from a 32-bit xorshift; deterministic per seed. */
-static float frand(unsigned *s) {
-  *s ^= *s << 13;
-  *s ^= *s >> 17;
-  *s ^= *s << 5;
-  return (float)(*s >> 8) / (float)(1 << 23) - 1.0f;
-}
-
-/* Array of n random floats (never NULL, even for n == 0); caller frees. */
-static float *frandv(size_t n, unsigned seed) {
-  float *v = malloc((n ? n : 1) * sizeof *v);
-
-  ck_assert_ptr_nonnull(v);
-  for (size_t i = 0; i < n; i++)
-    v[i] = frand(&seed);
-  return v;
-}
-
 /* Asserts |got - want| <= rel * (|want| + floor) for each of n elements.
  * One ck_assert for the lot: check logs every assertion it evaluates. */
 static void assert_close(const float *got, const double *want, size_t n,
@@ -64,9 +47,10 @@ static void assert_close(const float *got, const double *want, size_t n,
 START_TEST(test_dense_forward) {
   struct shape s = shapes[_i];
   size_t ny = (size_t)s.B * s.out;
-  float *x = frandv((size_t)s.B * s.in, 1),
-        *w = frandv((size_t)s.out * s.in, 2);
-  float *b = frandv(s.out, 3), *y = frandv(ny, 4), *y0 = frandv(ny, 4);
+  float *x = tu_frandv((size_t)s.B * s.in, 1, 0),
+        *w = tu_frandv((size_t)s.out * s.in, 2, 0);
+  float *b = tu_frandv(s.out, 3, 0), *y = tu_frandv(ny, 4, 0),
+        *y0 = tu_frandv(ny, 4, 0);
   double *ref = calloc(ny + 1, sizeof *ref);
 
   for (int r = 0; r < s.B; r++)
@@ -90,9 +74,10 @@ END_TEST
 START_TEST(test_dense_backward) {
   struct shape s = shapes[_i];
   size_t nx = (size_t)s.B * s.in, nw = (size_t)s.out * s.in;
-  float *x = frandv(nx, 5), *w = frandv(nw, 6);
-  float *dy = frandv((size_t)s.B * s.out, 7);
-  float *dx = frandv(nx, 8), *dw = frandv(nw, 9), *db = frandv(s.out, 10);
+  float *x = tu_frandv(nx, 5, 0), *w = tu_frandv(nw, 6, 0);
+  float *dy = tu_frandv((size_t)s.B * s.out, 7, 0);
+  float *dx = tu_frandv(nx, 8, 0), *dw = tu_frandv(nw, 9, 0),
+        *db = tu_frandv(s.out, 10, 0);
   double *rdx = calloc(nx + 1, sizeof *rdx), *rdw = calloc(nw + 1, sizeof *rdw);
   double *rdb = calloc(s.out + 1, sizeof *rdb);
 
@@ -124,8 +109,9 @@ static const size_t sizes[] = {0, 1, 7, 8, 1000003};
 
 START_TEST(test_relu) {
   size_t n = sizes[_i], i;
-  float *x = frandv(n, 11), *dy = frandv(n, 12), *y = frandv(n, 13);
-  float *dx = frandv(n, 14);
+  float *x = tu_frandv(n, 11, 0), *dy = tu_frandv(n, 12, 0),
+        *y = tu_frandv(n, 13, 0);
+  float *dx = tu_frandv(n, 14, 0);
 
   if (n > 2)
     x[2] = 0.0f;
@@ -152,7 +138,7 @@ END_TEST
  * formula on the output and against central differences of the forward. */
 START_TEST(test_smooth_activations) {
   enum { N = 1001 };
-  float *x = frandv(N, 31), *dy = frandv(N, 32), y[N], dx[N];
+  float *x = tu_frandv(N, 31, 0), *dy = tu_frandv(N, 32, 0), y[N], dx[N];
 
   for (int i = 0; i < N; i++)
     x[i] *= 6.0f;
@@ -230,8 +216,10 @@ START_TEST(test_conv_forward) {
   size_t nx = (size_t)s->B * s->C * s->H * s->W;
   size_t nw = (size_t)s->OC * s->C * s->K * s->K;
   size_t ny = (size_t)s->B * s->OC * kn_conv_oh(s) * kn_conv_ow(s);
-  float *x = frandv(nx, 41), *w = frandv(nw, 42), *b = frandv(s->OC, 43);
-  float *y = frandv(ny, 44), *col = frandv(kn_conv_col_floats(s), 45);
+  float *x = tu_frandv(nx, 41, 0), *w = tu_frandv(nw, 42, 0),
+        *b = tu_frandv(s->OC, 43, 0);
+  float *y = tu_frandv(ny, 44, 0),
+        *col = tu_frandv(kn_conv_col_floats(s), 45, 0);
   double *ref = calloc(ny + 1, sizeof *ref);
 
   conv_ref(ref, s, x, w, b);
@@ -286,10 +274,13 @@ START_TEST(test_conv_backward) {
   size_t nx = (size_t)s->B * s->C * s->H * s->W;
   size_t nw = (size_t)s->OC * s->C * s->K * s->K;
   size_t ny = (size_t)s->B * s->OC * kn_conv_oh(s) * kn_conv_ow(s);
-  float *x = frandv(nx, 51), *w = frandv(nw, 52), *b = frandv(s->OC, 53);
-  float *r = frandv(ny, 54), *col = frandv(kn_conv_col_floats(s), 55);
-  float *dx = frandv(nx, 56), *dw = frandv(nw, 57), *db = frandv(s->OC, 58);
-  float *dw2 = frandv(nw, 59), *db2 = frandv(s->OC, 60);
+  float *x = tu_frandv(nx, 51, 0), *w = tu_frandv(nw, 52, 0),
+        *b = tu_frandv(s->OC, 53, 0);
+  float *r = tu_frandv(ny, 54, 0),
+        *col = tu_frandv(kn_conv_col_floats(s), 55, 0);
+  float *dx = tu_frandv(nx, 56, 0), *dw = tu_frandv(nw, 57, 0),
+        *db = tu_frandv(s->OC, 58, 0);
+  float *dw2 = tu_frandv(nw, 59, 0), *db2 = tu_frandv(s->OC, 60, 0);
 
   kn_conv2d_backward(s, dx, dw, db, r, x, w, col);
   fd_check(s, x, w, b, r, ny, x, nx, dx, "conv dx");
@@ -315,8 +306,9 @@ START_TEST(test_maxpool) {
   const int *c = cases[_i];
   int planes = c[0], H = c[1], W = c[2], P = c[3], oh = H / P, ow = W / P;
   size_t nx = (size_t)planes * H * W, ny = (size_t)planes * oh * ow;
-  float *x = frandv(nx, 61), *y = frandv(ny, 62), *dy = frandv(ny, 63);
-  float *dx = frandv(nx, 64);
+  float *x = tu_frandv(nx, 61, 0), *y = tu_frandv(ny, 62, 0),
+        *dy = tu_frandv(ny, 63, 0);
+  float *dx = tu_frandv(nx, 64, 0);
   int32_t *idx = malloc(ny * sizeof *idx);
 
   x[0] = x[1]; /* a tie: the first position wins */
@@ -370,7 +362,7 @@ static double xent_ref(const float *logits, const uint8_t *labels, int B,
 
 START_TEST(test_xent_values) {
   enum { B = 50, C = 10 };
-  float *logits = frandv(B * C, 15), d[B * C];
+  float *logits = tu_frandv(B * C, 15, 0), d[B * C];
   uint8_t labels[B];
   int correct, hits = 0;
 
@@ -402,7 +394,7 @@ END_TEST
 
 START_TEST(test_xent_finite_diff) {
   enum { B = 3, C = 5 };
-  float *logits = frandv(B * C, 17), d[B * C];
+  float *logits = tu_frandv(B * C, 17, 0), d[B * C];
   const uint8_t labels[B] = {0, 4, 2};
   const float eps = 1e-2f;
 
@@ -448,7 +440,8 @@ END_TEST
 
 START_TEST(test_sgd) {
   size_t n = sizes[_i];
-  float *w = frandv(n, 18), *g = frandv(n, 19), *ref = frandv(n, 18);
+  float *w = tu_frandv(n, 18, 0), *g = tu_frandv(n, 19, 0),
+        *ref = tu_frandv(n, 18, 0);
   const float lr = 0.05f;
   double *want = malloc((n ? n : 1) * sizeof *want);
 
@@ -464,8 +457,9 @@ END_TEST
 
 START_TEST(test_momentum) {
   size_t n = sizes[_i];
-  float *w = frandv(n, 20), *v = frandv(n, 21), *g = frandv(n, 22);
-  float *rw = frandv(n, 20), *rv = frandv(n, 21);
+  float *w = tu_frandv(n, 20, 0), *v = tu_frandv(n, 21, 0),
+        *g = tu_frandv(n, 22, 0);
+  float *rw = tu_frandv(n, 20, 0), *rv = tu_frandv(n, 21, 0);
   const float lr = 0.05f, mu = 0.9f;
   double *want_w = malloc((n ? n : 1) * sizeof *want_w);
   double *want_v = malloc((n ? n : 1) * sizeof *want_v);

@@ -14,6 +14,7 @@
  *   - clipping by global norm, and the sum of squares it uses;
  *   - cm_optim_apply: the spec's optimizer at update k is the kernel with
  *     lr from the schedule at k and t = k + 1. */
+#include "frand.h"
 #include "optconf.h"
 #include "optim.h"
 #include "optstep.h"
@@ -26,27 +27,6 @@
 #include <string.h>
 
 static const size_t sizes[] = {0, 1, 7, 8, 1000003};
-
-/* Uniform in [-1, 1) from a 32-bit xorshift; deterministic per seed. */
-static float frand(unsigned *s) {
-  *s ^= *s << 13;
-  *s ^= *s >> 17;
-  *s ^= *s << 5;
-  return (float)(*s >> 8) / (float)(1 << 23) - 1.0f;
-}
-
-/* n random floats in [-1, 1) (in [0, 1) with positive), never NULL. */
-static float *frandv(size_t n, unsigned seed, int positive) {
-  float *v = malloc((n ? n : 1) * sizeof *v);
-
-  ck_assert_ptr_nonnull(v);
-  for (size_t i = 0; i < n; i++) {
-    v[i] = frand(&seed);
-    if (positive)
-      v[i] = fabsf(v[i]);
-  }
-  return v;
-}
 
 static float *copyv(const float *x, size_t n) {
   float *v = malloc((n ? n : 1) * sizeof *v);
@@ -141,9 +121,9 @@ START_TEST(test_kernel_vs_loop) {
   enum kind k = (enum kind)(_i / (2 * nsizes));
   int decay = (_i / nsizes) % 2;
   size_t n = sizes[_i % nsizes];
-  float *w = frandv(n, 1, 0),
-        *s0 = frandv(n, 2, k != MOMENTUM && k != NESTEROV),
-        *s1 = frandv(n, 3, 1), *g = frandv(n, 4, 0);
+  float *w = tu_frandv(n, 1, 0),
+        *s0 = tu_frandv(n, 2, k != MOMENTUM && k != NESTEROV),
+        *s1 = tu_frandv(n, 3, 1), *g = tu_frandv(n, 4, 0);
   float *rw = copyv(w, n), *rs0 = copyv(s0, n), *rs1 = copyv(s1, n);
   struct kn_optim_hp hp = {.lr = 0.01f,
                            .momentum = 0.9f,
@@ -325,7 +305,7 @@ END_TEST
 START_TEST(test_clip) {
   float g[2] = {3.0f, 4.0f}, h[2] = {0.3f, 0.4f};
   size_t n = 1000003;
-  float *x = frandv(n, 9, 0), *y;
+  float *x = tu_frandv(n, 9, 0), *y;
   double want = 0.0, norm;
 
   /* Above the bound: scaled to it. */
@@ -375,8 +355,8 @@ START_TEST(test_apply) {
   for (int type = 0; type < CM_OPT_NTYPES; type++) {
     struct cm_optim o;
     struct kn_optim_hp hp;
-    float *w = frandv(n, 1, 0), *s0 = frandv(n, 2, 1), *s1 = frandv(n, 3, 1),
-          *g = frandv(n, 4, 0);
+    float *w = tu_frandv(n, 1, 0), *s0 = tu_frandv(n, 2, 1),
+          *s1 = tu_frandv(n, 3, 1), *g = tu_frandv(n, 4, 0);
     float *rw = copyv(w, n), *rs0 = copyv(s0, n), *rs1 = copyv(s1, n);
     float *slots[2] = {s0, s1};
 
