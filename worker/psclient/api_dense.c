@@ -101,18 +101,19 @@ int64_t psc_numel(const psc_client *c, int v) {
   return n;
 }
 
-int psc_pull(psc_client *c, const int *vars, float *const *dst, int n) {
-  int rc;
+/* Starts a pull (psc_pull, psc_pull_at) into dst[0..n): 0 or the error. */
+static int begin_pull(psc_client *c, const int *vars, float *const *dst,
+                      int n) {
   psc__begin(c);
   if (!dst && n > 0)
     return psc__fail(c, PSC_EINVAL, "pull: no destination buffers");
-  if ((rc = psc__bind(c, vars, dst, NULL, n, "pull")))
-    return rc;
-  return n ? psc__client_pull(c->cl) : 0;
+  return psc__bind(c, vars, dst, NULL, n, "pull");
 }
 
-int psc_push(psc_client *c, const int *vars, const float *const *grads, int n,
-             uint32_t examples) {
+/* Starts a push (psc_push, psc_push_step) of grads[0..n) counting examples:
+ * 0 or the error. */
+static int begin_push(psc_client *c, const int *vars, const float *const *grads,
+                      int n, uint32_t examples) {
   int rc;
   psc__begin(c);
   if (!grads && n > 0)
@@ -120,6 +121,21 @@ int psc_push(psc_client *c, const int *vars, const float *const *grads, int n,
   if ((rc = psc__bind(c, vars, NULL, grads, n, "push")))
     return rc;
   psc__client_set_examples(c->cl, examples);
+  return 0;
+}
+
+int psc_pull(psc_client *c, const int *vars, float *const *dst, int n) {
+  int rc = begin_pull(c, vars, dst, n);
+  if (rc)
+    return rc;
+  return n ? psc__client_pull(c->cl) : 0;
+}
+
+int psc_push(psc_client *c, const int *vars, const float *const *grads, int n,
+             uint32_t examples) {
+  int rc = begin_push(c, vars, grads, n, examples);
+  if (rc)
+    return rc;
   return n ? psc__client_push(c->cl) : 0;
 }
 
@@ -189,11 +205,8 @@ int psc_join(psc_client *c, int worker, uint64_t *step) {
 int psc_pull_at(psc_client *c, const int *vars, float *const *dst, int n,
                 uint64_t min_version, uint64_t *version) {
   uint64_t v = 0;
-  int rc;
-  psc__begin(c);
-  if (!dst && n > 0)
-    return psc__fail(c, PSC_EINVAL, "pull: no destination buffers");
-  if ((rc = psc__bind(c, vars, dst, NULL, n, "pull")))
+  int rc = begin_pull(c, vars, dst, n);
+  if (rc)
     return rc;
   rc = n ? psc__client_pull_at(c->cl, min_version, &v) : 0;
   if (version)
@@ -203,13 +216,10 @@ int psc_pull_at(psc_client *c, const int *vars, float *const *dst, int n,
 
 int psc_push_step(psc_client *c, const int *vars, const float *const *grads,
                   int n, uint32_t examples, uint64_t step, int *closed) {
-  int rc, cl = 0;
-  psc__begin(c);
-  if (!grads && n > 0)
-    return psc__fail(c, PSC_EINVAL, "push: no gradient buffers");
-  if ((rc = psc__bind(c, vars, NULL, grads, n, "push")))
+  int cl = 0;
+  int rc = begin_push(c, vars, grads, n, examples);
+  if (rc)
     return rc;
-  psc__client_set_examples(c->cl, examples);
   rc = n ? psc__client_push_step(c->cl, step, &cl) : 0;
   if (closed)
     *closed = cl;
