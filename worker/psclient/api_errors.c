@@ -1,33 +1,22 @@
-/* The public error codes (psd/client.h's PSC_ERRNO_MAP) and their words:
- * one map, tied at compile time to the internal one (common/base/err.h's
- * CM_ERRNO_MAP), so the codes a call can return and the codes the header
- * names cannot drift apart. */
+/* The public error codes (psd/client.h's PSC_ERRNO_MAP), tied at compile time
+ * to the internal ones (common/base/err.h's CM_ERRNO_MAP, which holds their
+ * words), so the codes a call can return and the codes the header names
+ * cannot drift apart. */
 #include "api_internal.h"
 
 #include "err.h"
 
 /* Each public code is the internal code of the same name... */
-#define PSC_SAME_(name, value, words)                                          \
+#define PSC_SAME_(name, value)                                                 \
   _Static_assert((int)PSC_##name == (int)CM_##name,                            \
                  "PSC_" #name " is not CM_" #name);
 PSC_ERRNO_MAP(PSC_SAME_)
 #undef PSC_SAME_
 
 /* ...and no internal code is missing from the public map. */
-#define PSC_ONE_(name, value, words) +1
+#define PSC_ONE_(...) +1
 _Static_assert(0 PSC_ERRNO_MAP(PSC_ONE_) == 0 CM_ERRNO_MAP(PSC_ONE_),
                "CM_ERRNO_MAP has a code PSC_ERRNO_MAP does not list");
 #undef PSC_ONE_
 
-const char *psc_strerror(int rc) {
-  switch (rc) {
-  case 0:
-    return "success";
-#define PSC_WORDS_(name, value, words)                                         \
-  case value:                                                                  \
-    return words;
-    PSC_ERRNO_MAP(PSC_WORDS_)
-#undef PSC_WORDS_
-  }
-  return "unknown error";
-}
+const char *psc_strerror(int rc) { return cm_strerror(rc); }

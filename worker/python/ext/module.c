@@ -262,7 +262,7 @@ PyMODINIT_FUNC PyInit__psd(void) {
   PyModule_AddIntConstant(m, "PLACE_SPLIT", PSC_PLACE_SPLIT);
   /* libpsclient's codes, psd.Error.code: every one psd/client.h lists
    * (psclient(3), ERRORS). */
-#define PYX_ERRNO_CONST_(name, value, words)                                   \
+#define PYX_ERRNO_CONST_(name, value)                                          \
   if (PyModule_AddIntConstant(m, #name, PSC_##name) < 0)                       \
     goto fail;
   PSC_ERRNO_MAP(PYX_ERRNO_CONST_)

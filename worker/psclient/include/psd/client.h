@@ -34,11 +34,11 @@ extern "C" {
 #define PSC_VERSION_MAJOR 1
 #define PSC_VERSION_MINOR 1
 
-/* Error codes: every code a psc_* call returns, with the words psc_strerror
- * gives for it (libuv's UV_ERRNO_MAP pattern: XX(name, value, words)). The
- * client's codes and psd's own programs' are one table: the library checks at
- * compile time that each value here is the internal one and that none is
- * missing, so a code cannot reach a caller without a name here.
+/* Error codes: every code a psc_* call returns (libuv's UV_ERRNO_MAP pattern:
+ * XX(name, value)); psc_strerror says each in words. The client's codes and
+ * psd's own programs' are one table: the library checks at compile time that
+ * each value here is the internal one and that none is missing, so a code
+ * cannot reach a caller without a name here.
  *   EINVAL     a bad argument: psc_error says which
  *   ENOMEM     out of memory
  *   EIO        a file could not be read
@@ -58,29 +58,29 @@ extern "C" {
  *   ESYS       a system call failed (psc_error names it)
  *   ECANCELED  interrupted (psc_set_interrupt) */
 #define PSC_ERRNO_MAP(XX)                                                      \
-  XX(EINVAL, -1, "invalid argument")                                           \
-  XX(ENOMEM, -2, "out of memory")                                              \
-  XX(EIO, -3, "input/output error")                                            \
-  XX(ENOENT, -4, "no such file, variable or entry")                            \
-  XX(ESPEC, -5, "invalid cluster spec")                                        \
-  XX(EPROTO, -6, "malformed message")                                          \
-  XX(ERPC, -7, "remote call failed")                                           \
-  XX(ETIMEDOUT, -8, "deadline exceeded")                                       \
-  XX(ESHAPE, -9, "shape mismatch")                                             \
-  XX(EEXIST, -10, "already exists with different settings")                    \
-  XX(ERANGE, -11, "out of range")                                              \
-  XX(EADDRINUSE, -12, "address already in use")                                \
-  XX(ENODEV, -13, "no usable device")                                          \
-  XX(ECUDA, -14, "CUDA or cuBLAS call failed")                                 \
-  XX(EFORMAT, -15, "bad file format")                                          \
-  XX(ETRUNC, -16, "file truncated")                                            \
-  XX(EUNAVAIL, -17, "service unavailable")                                     \
-  XX(ESYS, -18, "system call failed")                                          \
-  XX(ECANCELED, -19, "interrupted")
+  XX(EINVAL, -1)                                                               \
+  XX(ENOMEM, -2)                                                               \
+  XX(EIO, -3)                                                                  \
+  XX(ENOENT, -4)                                                               \
+  XX(ESPEC, -5)                                                                \
+  XX(EPROTO, -6)                                                               \
+  XX(ERPC, -7)                                                                 \
+  XX(ETIMEDOUT, -8)                                                            \
+  XX(ESHAPE, -9)                                                               \
+  XX(EEXIST, -10)                                                              \
+  XX(ERANGE, -11)                                                              \
+  XX(EADDRINUSE, -12)                                                          \
+  XX(ENODEV, -13)                                                              \
+  XX(ECUDA, -14)                                                               \
+  XX(EFORMAT, -15)                                                             \
+  XX(ETRUNC, -16)                                                              \
+  XX(EUNAVAIL, -17)                                                            \
+  XX(ESYS, -18)                                                                \
+  XX(ECANCELED, -19)
 
 /* The codes as constants: PSC_EINVAL, PSC_ENOMEM, ... */
 enum psc_errno {
-#define PSC_ERRNO_ENUM_(name, value, words) PSC_##name = (value),
+#define PSC_ERRNO_ENUM_(name, value) PSC_##name = (value),
   PSC_ERRNO_MAP(PSC_ERRNO_ENUM_)
 #undef PSC_ERRNO_ENUM_
 };
