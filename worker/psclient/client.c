@@ -41,6 +41,16 @@ void psc__seterr(struct psc__client *c, const char *fmt, ...) {
   va_end(ap);
 }
 
+int psc__need_joined(struct psc__client *c, const char *what, uint64_t step) {
+  if (c->windex >= 0)
+    return 0;
+  psc__seterr(c,
+              "%s for step %llu: this client has not joined the job's steps; "
+              "join first",
+              what, (unsigned long long)step);
+  return CM_EINVAL;
+}
+
 const char *psc__client_error(const struct psc__client *c) { return c->err; }
 uint64_t psc__client_bytes_pulled(const struct psc__client *c) {
   return c->pulled;

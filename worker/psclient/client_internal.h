@@ -169,6 +169,10 @@ struct psc__table_state {
 void psc__seterr(struct psc__client *c, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
+/* 0 when c has joined the job's steps; else CM_EINVAL with an error saying
+ * that what ("push", "push rows") for step needs a join first. */
+int psc__need_joined(struct psc__client *c, const char *what, uint64_t step);
+
 /* Elements of v. */
 uint64_t psc__numel(const struct psc__var *v);
 

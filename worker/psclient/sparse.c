@@ -447,20 +447,16 @@ int psc__client_pull_rows_at(struct psc__client *c, struct psc__rows *r, int nr,
 
 int psc__client_push_rows_step(struct psc__client *c, const struct psc__rows *r,
                                int nr, uint64_t step, int *closed) {
-  if (c->windex < 0) {
-    psc__seterr(c,
-                "push rows for step %llu: this client has not joined the "
-                "job's steps; join first",
-                (unsigned long long)step);
-    return CM_EINVAL;
-  }
+  int rc = psc__need_joined(c, "push rows", step);
+  if (rc)
+    return rc;
   struct scall sc = {.c = c,
                      .push = 1,
                      .rows = (struct psc__rows *)r,
                      .sync = 1,
                      .step = step,
                      .seq = ++c->sparse_seq};
-  int rc = sparse_call(&sc, nr);
+  rc = sparse_call(&sc, nr);
   *closed = sc.closed;
   return rc;
 }

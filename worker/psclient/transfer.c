@@ -462,17 +462,13 @@ int psc__client_pull_at(struct psc__client *c, uint64_t min_version,
 }
 
 int psc__client_push_step(struct psc__client *c, uint64_t step, int *closed) {
-  if (c->windex < 0) {
-    psc__seterr(c,
-                "push for step %llu: this client has not joined the job's "
-                "steps; join first",
-                (unsigned long long)step);
-    return CM_EINVAL;
-  }
+  int rc = psc__need_joined(c, "push", step);
+  if (rc)
+    return rc;
   c->sync_push = 1;
   c->push_step = step;
   c->closed = 0;
-  int rc = transfer(c, XFER_PUSH);
+  rc = transfer(c, XFER_PUSH);
   c->sync_push = 0;
   *closed = c->closed;
   return rc;
