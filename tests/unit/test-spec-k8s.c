@@ -6,15 +6,10 @@
  * hostname, a missing count. Then what the frame of resolve.c does for
  * k8s and TF_CONFIG: the derived text, the job file's mistakes reported with
  * the environment's, and the --cluster words that name an engine. */
-#ifndef _GNU_SOURCE
-#define _GNU_SOURCE /* mkdtemp under -std=c11 */
-#endif
-
 #include <check.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "err.h"
 #include "k8s.h"
@@ -37,29 +32,6 @@ static void teardown(void) {
   spec = NULL;
   free(json);
   json = NULL;
-}
-
-/* Writes text into job.json of a new temporary directory; returns its
- * path. */
-static const char *job_file(const char *text) {
-  static char path[256];
-  char dir[] = "/tmp/test-k8s-XXXXXX";
-  FILE *f;
-
-  ck_assert_ptr_nonnull(mkdtemp(dir));
-  snprintf(path, sizeof path, "%s/job.json", dir);
-  ck_assert_ptr_nonnull(f = fopen(path, "w"));
-  fputs(text, f);
-  fclose(f);
-  return path;
-}
-
-static void remove_job_file(const char *path) {
-  char dir[256];
-
-  unlink(path);
-  snprintf(dir, sizeof dir, "%.*s", (int)(strrchr(path, '/') - path), path);
-  rmdir(dir);
 }
 
 /* Derives from env, expecting CM_ESPEC and no spec. */
@@ -153,7 +125,7 @@ END_TEST
 START_TEST(test_derived_text) {
   /* The first of a name is the one read: one worker. */
   char *const shard0[] = {"PSD_K8S_WORKERS=1", POD_ENV, "HOSTNAME=psd-0", NULL};
-  const char *path = job_file("{\"job\": {\"epochs\": 2}}");
+  const char *path = job_file("k8s", "{\"job\": {\"epochs\": 2}}");
 
   ck_assert_int_eq(cm_k8s_spec(path, shard0, &spec, &json, err, sizeof err), 0);
   ck_assert_str_eq(json, "{\n"
@@ -183,7 +155,7 @@ END_TEST
 /* The job file's mistakes come with the environment's, all at once. */
 START_TEST(test_job_file_mistakes) {
   char *const no_count[] = {"PSD_K8S_SHARDS=2", "HOSTNAME=psd-0", NULL};
-  const char *path = job_file("{\"cluster\": {}, \"job\": {}}");
+  const char *path = job_file("k8s", "{\"cluster\": {}, \"job\": {}}");
   char line[512];
 
   err[0] = '\0';
@@ -201,7 +173,7 @@ START_TEST(test_job_file_mistakes) {
   ck_assert_int_eq(count_lines(err), 2);
   remove_job_file(path);
 
-  path = job_file("[1]");
+  path = job_file("k8s", "[1]");
   ck_assert_int_eq(cm_k8s_spec(path, no_count, &spec, NULL, err, sizeof err),
                    CM_ESPEC);
   snprintf(line, sizeof line,
@@ -222,7 +194,8 @@ START_TEST(test_tf_config) {
   const char *tf = "{\"cluster\": {\"chief\": [\"c:1\"], \"ps\": [\"p:1\"], "
                    "\"worker\": [\"w:1\"]}, \"task\": {\"type\": \"worker\", "
                    "\"index\": 0}, \"environment\": \"cloud\"}";
-  const char *path = job_file("{\"job\": {\"epochs\": 2}, \"task\": {}}");
+  const char *path =
+      job_file("k8s", "{\"job\": {\"epochs\": 2}, \"task\": {}}");
   char line[512];
 
   err[0] = '\0';
@@ -235,7 +208,7 @@ START_TEST(test_tf_config) {
   has_line(line);
   remove_job_file(path);
 
-  path = job_file("{\"job\": {\"epochs\": 2}}");
+  path = job_file("k8s", "{\"job\": {\"epochs\": 2}}");
   ck_assert_int_eq(cm_tf_config_spec(path, tf, &spec, &json, err, sizeof err),
                    0);
   snprintf(line, sizeof line, "TF_CONFIG with %s", path);
