@@ -4,6 +4,7 @@
 #include "jcheck.h"
 
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -167,6 +168,25 @@ json_t *cm__opt_object(struct cm__errs *e, json_t *obj, const char *parent,
     return v;
   cm__path_key(path, sizeof path, parent, key);
   cm__report(e, path, "expected %s, got %s", expect,
+             cm__describe(got, sizeof got, v));
+  return NULL;
+}
+
+json_t *cm__opt_array(struct cm__errs *e, json_t *obj, const char *parent,
+                      const char *key, size_t min, size_t max,
+                      const char *expect, ...) {
+  char path[CM__SPEC_PATH_MAX], got[CM__SPEC_QUOTE_MAX], what[256];
+  json_t *v = json_object_get(obj, key);
+  va_list ap;
+
+  if (!v || (json_is_array(v) && json_array_size(v) >= min &&
+             json_array_size(v) <= max))
+    return v;
+  va_start(ap, expect);
+  vsnprintf(what, sizeof what, expect, ap);
+  va_end(ap);
+  cm__path_key(path, sizeof path, parent, key);
+  cm__report(e, path, "expected %s, got %s", what,
              cm__describe(got, sizeof got, v));
   return NULL;
 }

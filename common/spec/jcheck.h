@@ -54,4 +54,12 @@ void cm__opt_number(struct cm__errs *e, json_t *obj, const char *parent,
 json_t *cm__opt_object(struct cm__errs *e, json_t *obj, const char *parent,
                        const char *key, const char *expect);
 
+/* Returns the member obj.key (borrowed from obj) when it is an array of
+ * min..max entries; reports "expected EXPECT, got ..." (expect formatted as
+ * printf does) and returns NULL when it is present but something else. */
+json_t *cm__opt_array(struct cm__errs *e, json_t *obj, const char *parent,
+                      const char *key, size_t min, size_t max,
+                      const char *expect, ...)
+    __attribute__((format(printf, 7, 8)));
+
 #endif

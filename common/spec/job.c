@@ -8,6 +8,7 @@
 
 #include <limits.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,44 +20,67 @@
 #define SPEC_LAYER_MAX (1 << 20) /* widest hidden layer accepted */
 #define SPEC_CHANNELS_MAX 1024   /* most channels of a CNN convolution */
 
-static void parse_hidden(struct cm__errs *e, json_t *job, struct cm_job *out) {
-  char path[CM__SPEC_PATH_MAX], got[CM__SPEC_QUOTE_MAX];
-  int widths[CM_SPEC_MAX_LAYERS];
-  json_t *arr = json_object_get(job, "hidden");
+/* Checks one entry of an array setting at path and stores it as entry i of
+ * dst. Returns 1 when it is good, 0 after reporting. */
+typedef int entry_fn(struct cm__errs *e, json_t *v, const char *path, size_t i,
+                     void *dst);
+
+/* Checks every entry of the array arr, the setting key, with entry (which
+ * stores it in dst); more than max entries is a mistake. Returns 1 when
+ * every entry is good, 0 after reporting, so that a setting is taken whole
+ * or not at all. */
+static int each_entry(struct cm__errs *e, json_t *arr, const char *key,
+                      size_t max, entry_fn *entry, void *dst) {
+  char path[CM__SPEC_PATH_MAX];
+  size_t i, n = json_array_size(arr);
   json_t *v;
-  size_t i, n;
-  long long x;
   int ok = 1;
+
+  if (n > max) {
+    cm__report(e, key, "%zu entries; expected at most %zu", n, max);
+    return 0;
+  }
+  json_array_foreach(arr, i, v) {
+    cm__path_index(path, sizeof path, key, i);
+    ok &= entry(e, v, path, i, dst);
+  }
+  return ok;
+}
+
+/* Where int_entry stores integers in 1..max. */
+struct ints {
+  int *v;        /* the entries */
+  long long max; /* the largest accepted */
+};
+
+/* An entry_fn for an integer in 1..max (dst is a struct ints). */
+static int int_entry(struct cm__errs *e, json_t *v, const char *path, size_t i,
+                     void *dst) {
+  struct ints *d = dst;
+  long long x;
+
+  if (!cm__want_int(e, v, path, 1, d->max, &x))
+    return 0;
+  d->v[i] = (int)x;
+  return 1;
+}
+
+static void parse_hidden(struct cm__errs *e, json_t *job, struct cm_job *out) {
+  int widths[CM_SPEC_MAX_LAYERS];
+  struct ints d = {widths, SPEC_LAYER_MAX};
+  json_t *arr = cm__opt_array(
+      e, job, "job", "hidden", 0, SIZE_MAX,
+      "an array of 1..%d positive integers (layer widths)", CM_SPEC_MAX_LAYERS);
+  size_t n = json_array_size(arr);
 
   if (!arr)
     return;
-  if (!json_is_array(arr)) {
-    cm__report(
-        e, "job.hidden",
-        "expected an array of 1..%d positive integers (layer widths), got "
-        "%s",
-        CM_SPEC_MAX_LAYERS, cm__describe(got, sizeof got, arr));
-    return;
-  }
-  n = json_array_size(arr);
   if (n == 0) {
     cm__report(e, "job.hidden", "empty; expected 1..%d positive integers",
                CM_SPEC_MAX_LAYERS);
     return;
   }
-  if (n > CM_SPEC_MAX_LAYERS) {
-    cm__report(e, "job.hidden", "%zu entries; expected at most %d", n,
-               CM_SPEC_MAX_LAYERS);
-    return;
-  }
-  json_array_foreach(arr, i, v) {
-    cm__path_index(path, sizeof path, "job.hidden", i);
-    if (cm__want_int(e, v, path, 1, SPEC_LAYER_MAX, &x))
-      widths[i] = (int)x;
-    else
-      ok = 0;
-  }
-  if (!ok)
+  if (!each_entry(e, arr, "job.hidden", CM_SPEC_MAX_LAYERS, int_entry, &d))
     return;
   memcpy(out->hidden, widths, n * sizeof widths[0]);
   out->nhidden = (int)n;
@@ -65,32 +89,14 @@ static void parse_hidden(struct cm__errs *e, json_t *job, struct cm_job *out) {
 /* job.channels: exactly two channel counts, the CNN's convolutions. */
 static void parse_channels(struct cm__errs *e, json_t *job,
                            struct cm_job *out) {
-  char path[CM__SPEC_PATH_MAX], got[CM__SPEC_QUOTE_MAX];
-  json_t *arr = json_object_get(job, "channels");
   int ch[2];
-  json_t *v;
-  size_t i;
-  long long x;
-  int ok = 1;
+  struct ints d = {ch, SPEC_CHANNELS_MAX};
+  json_t *arr = cm__opt_array(e, job, "job", "channels", 2, 2,
+                              "an array of 2 integers in 1..%d (the channels "
+                              "of the two convolutions)",
+                              SPEC_CHANNELS_MAX);
 
-  if (!arr)
-    return;
-  if (!json_is_array(arr) || json_array_size(arr) != 2) {
-    cm__report(
-        e, "job.channels",
-        "expected an array of 2 integers in 1..%d (the channels of the two "
-        "convolutions), got %s",
-        SPEC_CHANNELS_MAX, cm__describe(got, sizeof got, arr));
-    return;
-  }
-  json_array_foreach(arr, i, v) {
-    cm__path_index(path, sizeof path, "job.channels", i);
-    if (cm__want_int(e, v, path, 1, SPEC_CHANNELS_MAX, &x))
-      ch[i] = (int)x;
-    else
-      ok = 0;
-  }
-  if (ok)
+  if (arr && each_entry(e, arr, "job.channels", 2, int_entry, &d))
     memcpy(out->channels, ch, sizeof ch);
 }
 
@@ -166,16 +172,38 @@ static void not_a_string(struct cm__errs *e, const char *path,
              cm__describe(got, sizeof got, v), kind);
 }
 
+/* An entry_fn for an argument of job.worker_command (dst is the array of
+ * them). */
+static int arg_entry(struct cm__errs *e, json_t *v, const char *path, size_t i,
+                     void *dst) {
+  char(*args)[CM_SPEC_MAX_ARG] = dst;
+  size_t len;
+
+  if (!json_is_string(v)) {
+    not_a_string(e, path, v);
+    return 0;
+  }
+  if ((len = json_string_length(v)) == 0) {
+    cm__report(e, path, "empty; expected a non-empty string");
+    return 0;
+  }
+  if (len >= CM_SPEC_MAX_ARG) {
+    cm__report(e, path, "%zu bytes long; expected at most %d", len,
+               CM_SPEC_MAX_ARG - 1);
+    return 0;
+  }
+  memcpy(args[i], json_string_value(v), len + 1);
+  return 1;
+}
+
 /* job.worker_command: the program pslaunch runs for each worker task
  * instead of dworker, and its arguments, as an array of strings (never one
  * string to split: no shell is involved, so nothing is quoted). */
 static void parse_worker_command(struct cm__errs *e, json_t *job,
                                  struct cm_job *out) {
-  char path[CM__SPEC_PATH_MAX], got[CM__SPEC_QUOTE_MAX];
+  char got[CM__SPEC_QUOTE_MAX];
   json_t *arr = json_object_get(job, "worker_command");
-  json_t *v;
-  size_t i, n, len;
-  int ok = 1;
+  size_t n;
 
   if (!arr)
     return;
@@ -190,28 +218,9 @@ static void parse_worker_command(struct cm__errs *e, json_t *job,
                CM_SPEC_MAX_COMMAND);
     return;
   }
-  if (n > CM_SPEC_MAX_COMMAND) {
-    cm__report(e, "job.worker_command", "%zu entries; expected at most %d", n,
-               CM_SPEC_MAX_COMMAND);
-    return;
-  }
-  json_array_foreach(arr, i, v) {
-    cm__path_index(path, sizeof path, "job.worker_command", i);
-    if (!json_is_string(v)) {
-      not_a_string(e, path, v);
-      ok = 0;
-    } else if ((len = json_string_length(v)) == 0) {
-      cm__report(e, path, "empty; expected a non-empty string");
-      ok = 0;
-    } else if (len >= CM_SPEC_MAX_ARG) {
-      cm__report(e, path, "%zu bytes long; expected at most %d", len,
-                 CM_SPEC_MAX_ARG - 1);
-      ok = 0;
-    } else {
-      memcpy(out->worker_command[i], json_string_value(v), len + 1);
-    }
-  }
-  out->nworker_command = ok ? (int)n : 0;
+  if (each_entry(e, arr, "job.worker_command", CM_SPEC_MAX_COMMAND, arg_entry,
+                 out->worker_command))
+    out->nworker_command = (int)n;
 }
 
 void cm__job_defaults(struct cm_job *job) {

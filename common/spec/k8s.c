@@ -1,10 +1,10 @@
-/* The cluster spec derived from a Kubernetes pod's environment (k8s.h):
- * the addresses the headless Service's DNS gives every pod, this pod's task,
- * and the job file's settings make one spec document, which cm_spec_parse
- * checks as it checks any file. */
+/* The cluster spec derived from a Kubernetes pod's environment (k8s.h), or
+ * from a Kubeflow TFJob's TF_CONFIG: what is their own in the frame of
+ * resolve.h. For k8s, the addresses the headless Service's DNS gives every
+ * pod and this pod's task from its hostname; for TF_CONFIG, the document
+ * the variable holds. Both take only "job" and "auth" from the job file. */
 #include "k8s.h"
 
-#include <errno.h>
 #include <jansson.h>
 #include <limits.h>
 #include <stdio.h>
@@ -12,12 +12,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "err.h"
 #include "errs.h"
 #include "jcheck.h"
-#include "load.h"
-
-extern char **environ;
+#include "resolve.h"
 
 /* Where a pod finds its namespace when POD_NAMESPACE is not set. */
 #define SA_NAMESPACE "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
@@ -40,29 +37,19 @@ struct layout {
  * required). Returns 0, or -1 after reporting it. */
 static int env_int(struct cm__errs *e, char *const *envp, const char *name,
                    int min, int max, int def, int *dst) {
-  const char *v = env_get(envp, name);
-  char *end;
-  long long x;
-  if (!v) {
-    if (def >= min) {
-      *dst = def;
-      return 0;
-    }
-    cm__report(e, NULL,
-               "%s: not set; expected an integer in %d..%d (deploy/k8s sets "
-               "it from the replica counts)",
-               name, min, max);
-    return -1;
+  int got = cm__env_int(e, envp, name, min, max, 0, dst);
+
+  if (got != 0)
+    return got < 0 ? -1 : 0;
+  if (def >= min) {
+    *dst = def;
+    return 0;
   }
-  errno = 0;
-  x = strtoll(v, &end, 10);
-  if (errno || end == v || *end || x < min || x > max) {
-    cm__report(e, NULL, "%s=%s: expected an integer in %d..%d", name, v, min,
-               max);
-    return -1;
-  }
-  *dst = (int)x;
-  return 0;
+  cm__report(e, NULL,
+             "%s: not set; expected an integer in %d..%d (deploy/k8s sets "
+             "it from the replica counts)",
+             name, min, max);
+  return -1;
 }
 
 /* A DNS label: 1..63 of [a-z0-9-], not starting or ending with '-'. */
@@ -183,137 +170,122 @@ static void read_task(struct cm__errs *e, char *const *envp, struct layout *L) {
   L->index = (int)x;
 }
 
-/* The job file: only "job" and "auth". Returns a new reference ({} without
- * a file), or NULL with *rc set (CM_ESPEC after reporting). */
-static json_t *read_file(struct cm__errs *e, const char *file, const char *how,
-                         char *err, size_t errlen, int *rc) {
+/* Checks the job file's value root: an object with only "job" and
+ * "auth". Returns 0, or -1 when root is not an object. */
+static int check_file(struct cm__errs *e, json_t *root, const char *word,
+                      void *ctx) {
   static const char *const keys[] = {"job", "auth"};
-  char *text = NULL;
-  size_t len = 0;
-  json_t *root;
-  if (!file)
-    return json_object();
-  if ((*rc = cm__spec_read(file, &text, &len, err, errlen)) < 0)
-    return NULL;
-  root = cm__load_json(e, text, len, rc);
-  free(text);
-  if (!root) {
-    *rc = CM_ESPEC;
-    return NULL;
-  }
+
+  (void)ctx;
   if (!json_is_object(root)) {
     cm__report(e, NULL, "expected a JSON object with \"job\" (and \"auth\")");
-    json_decref(root);
-    *rc = CM_ESPEC;
-    return NULL;
+    return -1;
   }
   if (json_object_get(root, "cluster") || json_object_get(root, "task"))
     cm__report(e, json_object_get(root, "cluster") ? "cluster" : "task",
                "not allowed with --cluster %s, which derives it from the "
                "pod's environment; keep only \"job\" and \"auth\"",
-               how);
+               word);
   else
     cm__check_keys(e, root, "", keys, sizeof keys / sizeof keys[0]);
-  return root;
+  return 0;
 }
 
-/* The spec document: the cluster, the task, FILE's job and auth. */
-static json_t *make_doc(const struct layout *L, json_t *file) {
+/* Reads the pod's layout from envp into the layout ctx. Returns 0; the
+ * mistakes are reported. */
+static int read_layout(struct cm__errs *e, char *const *envp, void *ctx) {
+  struct layout *L = ctx;
+
+  env_int(e, envp, "PSD_K8S_SHARDS", 1, 4096, -1, &L->nps);
+  env_int(e, envp, "PSD_K8S_WORKERS", 1, 65536, -1, &L->nworker);
+  env_int(e, envp, "PSD_K8S_PORT", 1, 65535, 7100, &L->port);
+  env_int(e, envp, "PSD_K8S_WORKER_PORT", 1, 65535, 7200, &L->worker_port);
+  env_label(e, envp, "PSD_K8S_SERVICE", "psd", &L->service);
+  env_label(e, envp, "PSD_K8S_SHARD_SET", "psd", &L->shard_set);
+  env_label(e, envp, "PSD_K8S_WORKER_JOB", "psd-worker", &L->worker_job);
+  read_namespace(e, envp, L);
+  if (e->count == 0)
+    read_task(e, envp, L);
+  return 0;
+}
+
+/* The spec document: the cluster from the layout ctx, the task, the job
+ * file's settings. */
+static json_t *make_doc(void *ctx, json_t *settings) {
+  const struct layout *L = ctx;
   json_t *ps = json_array(), *worker = json_array();
-  char addr[600];
-  int bad = !ps || !worker;
-  for (int i = 0; i < L->nps && !bad; i++) {
-    snprintf(addr, sizeof addr, "%s-%d.%s.%s.svc:%d", L->shard_set, i,
-             L->service, L->ns, L->port);
-    bad |= json_array_append_new(ps, json_string(addr)) < 0;
-  }
-  for (int i = 0; i < L->nworker && !bad; i++) {
-    snprintf(addr, sizeof addr, "%s-%d.%s.%s.svc:%d", L->worker_job, i,
-             L->service, L->ns, L->worker_port);
-    bad |= json_array_append_new(worker, json_string(addr)) < 0;
-  }
-  if (bad) {
-    json_decref(ps);
-    json_decref(worker);
-    return NULL;
-  }
-  return cm__spec_doc(ps, worker, L->type, L->index, file);
+
+  for (int i = 0; i < L->nps; i++)
+    cm__spec_add(&ps, "%s-%d.%s.%s.svc:%d", L->shard_set, i, L->service, L->ns,
+                 L->port);
+  for (int i = 0; i < L->nworker; i++)
+    cm__spec_add(&worker, "%s-%d.%s.%s.svc:%d", L->worker_job, i, L->service,
+                 L->ns, L->worker_port);
+  return cm__spec_doc(ps, worker, L->type, L->index, settings);
 }
 
 int cm_k8s_spec(const char *file, char *const *envp, struct cm_spec **out,
                 char **json, char *err, size_t errlen) {
+  static const struct cm__resolver k8s = {
+      .word = "k8s",
+      .check_file = check_file,
+      .read_env = read_layout,
+      .make_doc = make_doc,
+  };
   struct layout L = {0};
-  struct cm__errs e;
-  json_t *settings = NULL, *doc = NULL;
-  int rc = 0;
 
-  if (out)
-    *out = NULL;
-  if (json)
-    *json = NULL;
-  if (!envp)
-    envp = environ;
-  cm__errs_init(&e, file, err, errlen);
-  settings = read_file(&e, file, "k8s", err, errlen, &rc);
-  if (!settings && rc != CM_ESPEC) {
-    e.buf = NULL; /* cm__spec_read wrote err (a missing file) */
-    if (rc == 0)
-      rc = CM_ENOMEM;
-    goto out;
+  return cm__resolve(&k8s, &L, file, envp, out, json, err, errlen);
+}
+
+/* A TFJob pod's environment: the TF_CONFIG text, then the document. */
+struct tf_config {
+  const char *text; /* the variable's value, NULL: envp's */
+  json_t *doc;      /* owned: the text parsed, NULL until then */
+};
+
+/* Parses TF_CONFIG (ctx's text, else envp's) into ctx's doc. Returns 0, or
+ * -1 after reporting why there is none. */
+static int read_tf_config(struct cm__errs *e, char *const *envp, void *ctx) {
+  struct tf_config *t = ctx;
+  const char *text = t->text ? t->text : cm__env_get(envp, "TF_CONFIG");
+  int rc;
+
+  if (!text || !*text) {
+    cm__report(e, NULL,
+               "not set; --cluster tf_config takes the cluster "
+               "and the task from it (Kubeflow's TFJob sets it)");
+  } else if ((t->doc = cm__load_json(e, text, strlen(text), &rc)) &&
+             !json_is_object(t->doc)) {
+    cm__report(e, NULL, "expected a JSON object with \"cluster\"");
   }
-  e.source = NULL; /* the environment's mistakes name their variable */
-  env_int(&e, envp, "PSD_K8S_SHARDS", 1, 4096, -1, &L.nps);
-  env_int(&e, envp, "PSD_K8S_WORKERS", 1, 65536, -1, &L.nworker);
-  env_int(&e, envp, "PSD_K8S_PORT", 1, 65535, 7100, &L.port);
-  env_int(&e, envp, "PSD_K8S_WORKER_PORT", 1, 65535, 7200, &L.worker_port);
-  env_label(&e, envp, "PSD_K8S_SERVICE", "psd", &L.service);
-  env_label(&e, envp, "PSD_K8S_SHARD_SET", "psd", &L.shard_set);
-  env_label(&e, envp, "PSD_K8S_WORKER_JOB", "psd-worker", &L.worker_job);
-  read_namespace(&e, envp, &L);
-  if (e.count == 0)
-    read_task(&e, envp, &L);
-  if (e.count > 0 || !settings) {
-    rc = CM_ESPEC;
-    goto out;
-  }
-  if (!(doc = make_doc(&L, settings))) {
-    rc = CM_ENOMEM;
-    goto out;
-  }
-  cm__errs_finish(&e);
-  e.buf = NULL;
-  rc =
-      cm__spec_from_doc(doc, file ? file : "k8s", file, out, json, err, errlen);
-out:
-  cm__errs_finish(&e);
-  json_decref(doc);
-  json_decref(settings);
-  return rc;
+  return t->doc ? 0 : -1;
+}
+
+/* TF_CONFIG as it is (cluster, task, environment), FILE's job and auth. */
+static json_t *tf_config_doc(void *ctx, json_t *settings) {
+  struct tf_config *t = ctx;
+
+  return cm__spec_settings(t->doc, settings) < 0 ? NULL : json_incref(t->doc);
 }
 
 /* The spec psd runs, as text: Kubeflow's chief folded into the workers,
  * the task counted as psd counts it, the evaluators gone; FILE's job and
  * auth. NULL when out of memory. */
 static char *normalized(const struct cm_spec *spec, json_t *settings) {
-  json_t *doc = json_object(), *ps = json_array(), *worker = json_array(), *v;
+  json_t *ps = json_array(), *worker = json_array(), *doc;
   char *text = NULL;
+
   for (int i = 0; i < spec->nps; i++)
-    json_array_append_new(ps, json_string(spec->ps[i].text));
+    cm__spec_add(&ps, "%s", spec->ps[i].text);
   for (int i = 0; i < spec->nworker; i++)
-    json_array_append_new(worker, json_string(spec->worker[i].text));
-  json_object_set_new(doc, "cluster",
-                      json_pack("{s:o, s:o}", "ps", ps, "worker", worker));
-  if (spec->task.type != CM_TASK_NONE)
-    json_object_set_new(doc, "task",
-                        json_pack("{s:s, s:i}", "type",
-                                  cm_task_type_name(spec->task.type), "index",
-                                  spec->task.index));
-  if ((v = json_object_get(settings, "job")))
-    json_object_set(doc, "job", v);
-  if ((v = json_object_get(settings, "auth")))
-    json_object_set(doc, "auth", v);
-  text = json_dumps(doc, JSON_INDENT(2) | JSON_PRESERVE_ORDER |
-                             JSON_REAL_PRECISION(16));
+    cm__spec_add(&worker, "%s", spec->worker[i].text);
+  doc = cm__spec_doc(ps, worker,
+                     spec->task.type != CM_TASK_NONE
+                         ? cm_task_type_name(spec->task.type)
+                         : NULL,
+                     spec->task.index, settings);
+  if (doc)
+    text = json_dumps(doc, CM__SPEC_DUMP_FLAGS);
   json_decref(doc);
   return text;
 }
@@ -321,56 +293,17 @@ static char *normalized(const struct cm_spec *spec, json_t *settings) {
 int cm_tf_config_spec(const char *file, const char *tf_config,
                       struct cm_spec **out, char **json, char *err,
                       size_t errlen) {
-  struct cm__errs e;
-  json_t *settings = NULL, *tf = NULL, *v;
-  char source[512];
-  int rc = 0;
+  static const struct cm__resolver tf = {
+      .word = "tf_config",
+      .env = "TF_CONFIG",
+      .check_file = check_file,
+      .read_env = read_tf_config,
+      .make_doc = tf_config_doc,
+      .text = normalized,
+  };
+  struct tf_config t = {.text = tf_config};
+  int rc = cm__resolve(&tf, &t, file, NULL, out, json, err, errlen);
 
-  if (out)
-    *out = NULL;
-  if (json)
-    *json = NULL;
-  if (!tf_config)
-    tf_config = getenv("TF_CONFIG");
-  cm__errs_init(&e, file, err, errlen);
-  settings = read_file(&e, file, "tf_config", err, errlen, &rc);
-  if (!settings && rc != CM_ESPEC) {
-    e.buf = NULL;
-    if (rc == 0)
-      rc = CM_ENOMEM;
-    goto out;
-  }
-  e.source = "TF_CONFIG";
-  if (!tf_config || !*tf_config) {
-    cm__report(&e, NULL,
-               "not set; --cluster tf_config takes the cluster "
-               "and the task from it (Kubeflow's TFJob sets it)");
-  } else if ((tf = cm__load_json(&e, tf_config, strlen(tf_config), &rc)) &&
-             !json_is_object(tf)) {
-    cm__report(&e, NULL, "expected a JSON object with \"cluster\"");
-  }
-  if (e.count > 0 || !settings || !tf) {
-    rc = CM_ESPEC;
-    goto out;
-  }
-  /* TF_CONFIG as it is (cluster, task, environment), FILE's job and auth. */
-  if (((v = json_object_get(settings, "job")) &&
-       json_object_set(tf, "job", v) < 0) ||
-      ((v = json_object_get(settings, "auth")) &&
-       json_object_set(tf, "auth", v) < 0)) {
-    rc = CM_ENOMEM;
-    goto out;
-  }
-  cm__errs_finish(&e);
-  e.buf = NULL;
-  snprintf(source, sizeof source, "TF_CONFIG%s%.400s", file ? " with " : "",
-           file ? file : "");
-  rc = cm__spec_from_doc(tf, source, file, out, NULL, err, errlen);
-  if (rc == 0 && json && !(*json = normalized(*out, settings)))
-    rc = CM_ENOMEM;
-out:
-  cm__errs_finish(&e);
-  json_decref(tf);
-  json_decref(settings);
+  json_decref(t.doc);
   return rc;
 }

@@ -1,14 +1,10 @@
-/* The cluster spec derived from Slurm's environment (slurm.h): the job
- * file's settings are read first, then the step's layout from the
- * environment; the two make one spec document, which cm_spec_parse checks
- * as it checks any file. Every mistake is reported at once: a variable's
- * by its name and value, the file's by its JSON path. */
+/* The cluster spec derived from Slurm's environment (slurm.h): what is
+ * Slurm's own in the frame of resolve.h, the job file's "slurm" settings,
+ * the step's layout from the environment, and each task's address. */
 #include "slurm.h"
 
-#include <errno.h>
 #include <jansson.h>
 #include <limits.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -16,9 +12,7 @@
 #include "errs.h"
 #include "hostlist.h"
 #include "jcheck.h"
-#include "load.h"
-
-extern char **environ;
+#include "resolve.h"
 
 /* The job step's layout, from the environment. */
 struct layout {
@@ -40,58 +34,33 @@ struct layout {
  * Returns 1 when set and valid, 0 when unset, -1 after reporting it. */
 static int env_int(struct cm__errs *e, char *const *envp, const char *name,
                    long long min, long long max, int *dst) {
-  const char *v = env_get(envp, name);
-  char q[CM__SPEC_QUOTE_MAX], *end;
-  long long x;
-
-  if (!v)
-    return 0;
-  errno = 0;
-  x = strtoll(v, &end, 10);
-  if (errno || end == v || *end || x < min || x > max) {
-    cm__report(e, NULL, "%s=%s: expected an integer in %lld..%lld", name,
-               cm__quote(q, sizeof q, v), min, max);
-    return -1;
-  }
-  *dst = (int)x;
-  return 1;
+  return cm__env_int(e, envp, name, min, max, 1, dst);
 }
 
-/* Reads the job file into a JSON object holding its "job", "auth" and
- * "slurm" (ps, port into L). Returns the object (a new reference), or NULL
- * with *rc set after reporting why. */
-static json_t *read_job_file(struct cm__errs *e, const char *file,
-                             struct layout *L, char *err, size_t errlen,
-                             int *rc) {
+/* Checks the job file's value root: an object holding "job", "auth" and
+ * "slurm", whose ps and port it takes into the layout ctx and deletes.
+ * Returns 0, or -1 when root is not an object. */
+static int check_file(struct cm__errs *e, json_t *root, const char *word,
+                      void *ctx) {
   static const char *const keys[] = {"job", "auth", "slurm"};
   static const char *const slurm_keys[] = {"ps", "port"};
   static const char *const given[] = {"cluster", "task"};
-  char got[CM__SPEC_QUOTE_MAX], *text = NULL;
-  json_t *root = NULL, *slurm;
-  size_t len = 0;
+  struct layout *L = ctx;
+  char got[CM__SPEC_QUOTE_MAX];
+  json_t *slurm;
 
-  if (!file)
-    return json_object();
-  if ((*rc = cm__spec_read(file, &text, &len, err, errlen)) < 0)
-    return NULL;
-  /* cm__spec_read wrote nothing on success: keep collecting after it. */
-  root = cm__load_json(e, text, len, rc);
-  free(text);
-  if (!root)
-    return NULL;
   if (!json_is_object(root)) {
     cm__report(e, NULL, "expected a JSON object with \"job\", got %s",
                cm__describe(got, sizeof got, root));
-    json_decref(root);
-    *rc = CM_ESPEC;
-    return NULL;
+    return -1;
   }
   for (size_t i = 0; i < sizeof given / sizeof given[0]; i++) {
     if (!json_object_get(root, given[i]))
       continue;
     cm__report(e, given[i],
-               "not allowed with --cluster slurm: Slurm's environment gives "
-               "it; remove it, or name the file without \"slurm:\"");
+               "not allowed with --cluster %s: Slurm's environment gives "
+               "it; remove it, or name the file without \"%s:\"",
+               word, word);
     json_object_del(root, given[i]);
   }
   cm__check_keys(e, root, "", keys, sizeof keys / sizeof keys[0]);
@@ -103,7 +72,7 @@ static json_t *read_job_file(struct cm__errs *e, const char *file,
     cm__opt_int(e, slurm, "slurm", "port", 1, 65535, &L->port);
   }
   json_object_del(root, "slurm");
-  return root;
+  return 0;
 }
 
 /* Expands the list in variable name into L: task counts when counts is
@@ -148,11 +117,11 @@ static void place(const struct layout *L, int k, int *node, int *local) {
   *local = k;
 }
 
-/* Reads the step's layout from the environment into L (whose nps and port
- * hold the file's values or the defaults). Returns 0 or -1 after reporting
- * every mistake. */
-static int read_layout(struct cm__errs *e, char *const *envp,
-                       struct layout *L) {
+/* Reads the step's layout from the environment into the layout ctx (whose
+ * nps and port hold the file's values or the defaults). Returns 0 or -1
+ * after reporting every mistake. */
+static int read_layout(struct cm__errs *e, char *const *envp, void *ctx) {
+  struct layout *L = ctx;
   int before = e->count, in_step, node, local, v, bad = 0;
 
   in_step = env_get(envp, "SLURM_STEP_NODELIST") != NULL;
@@ -221,72 +190,34 @@ static int read_layout(struct cm__errs *e, char *const *envp,
   return e->count > before ? -1 : 0;
 }
 
-/* Makes the spec document: the cluster from L, the task, then what the job
- * file holds (doc, whose job and auth it takes). Returns a new reference or
- * NULL when out of memory. */
-static json_t *make_doc(const struct layout *L, json_t *file) {
+/* Makes the spec document: the cluster from the layout ctx, the task,
+ * then the job file's settings. Returns a new reference or NULL when out of
+ * memory. */
+static json_t *make_doc(void *ctx, json_t *settings) {
+  const struct layout *L = ctx;
   json_t *ps = json_array(), *worker = json_array();
-  char addr[300];
-  int k = 0, bad = !ps || !worker;
+  int k = 0;
 
-  for (int n = 0; n < L->nper && !bad; n++) {
-    for (int j = 0; j < L->per_node[n] && !bad; j++, k++) {
-      snprintf(addr, sizeof addr, "%s:%d", L->hosts[n], L->port + j);
-      bad |= json_array_append_new(k < L->nps ? ps : worker,
-                                   json_string(addr)) < 0;
-    }
-  }
-  if (bad) {
-    json_decref(ps);
-    json_decref(worker);
-    return NULL;
-  }
+  for (int n = 0; n < L->nper; n++)
+    for (int j = 0; j < L->per_node[n]; j++, k++)
+      cm__spec_add(k < L->nps ? &ps : &worker, "%s:%d", L->hosts[n],
+                   L->port + j);
   return cm__spec_doc(ps, worker, L->procid < L->nps ? "ps" : "worker",
                       L->procid < L->nps ? L->procid : L->procid - L->nps,
-                      file);
+                      settings);
 }
 
 int cm_slurm_spec(const char *file, char *const *envp, struct cm_spec **out,
                   char **json, char *err, size_t errlen) {
-  struct layout L = {0};
-  struct cm__errs e;
-  json_t *settings = NULL, *doc = NULL;
-  int rc = 0;
+  static const struct cm__resolver slurm = {
+      .word = "slurm",
+      .check_file = check_file,
+      .read_env = read_layout,
+      .make_doc = make_doc,
+  };
+  struct layout L = {.nps = CM_SLURM_DEFAULT_PS, .port = CM_SLURM_DEFAULT_PORT};
+  int rc = cm__resolve(&slurm, &L, file, envp, out, json, err, errlen);
 
-  if (out)
-    *out = NULL;
-  if (json)
-    *json = NULL;
-  if (!envp)
-    envp = environ;
-  L.nps = CM_SLURM_DEFAULT_PS;
-  L.port = CM_SLURM_DEFAULT_PORT;
-  cm__errs_init(&e, file, err, errlen);
-  settings = read_job_file(&e, file, &L, err, errlen, &rc);
-  if (!settings && rc != CM_ESPEC) {
-    /* cm__spec_read wrote err itself (a missing or unreadable file). */
-    e.buf = NULL;
-    if (rc == 0)
-      rc = CM_ENOMEM;
-    goto out;
-  }
-  e.source = NULL; /* the environment's mistakes name their variable */
-  if (read_layout(&e, envp, &L) < 0 || e.count > 0 || !settings) {
-    rc = CM_ESPEC;
-    goto out;
-  }
-  if (!(doc = make_doc(&L, settings))) {
-    rc = CM_ENOMEM;
-    goto out;
-  }
-  cm__errs_finish(&e);
-  e.buf = NULL;
-  rc = cm__spec_from_doc(doc, file ? file : "slurm", file, out, json, err,
-                         errlen);
-out:
-  cm__errs_finish(&e);
-  json_decref(doc);
-  json_decref(settings);
   cm_hostlist_free(L.hosts, L.nhosts);
   free(L.per_node);
   return rc;

@@ -234,53 +234,6 @@ int cm__spec_parse_at(const char *json, size_t len, const char *source,
   return rc;
 }
 
-int cm__spec_from_doc(json_t *doc, const char *source, const char *path,
-                      struct cm_spec **out, char **json, char *err,
-                      size_t errlen) {
-  char *text = json_dumps(doc, JSON_INDENT(2) | JSON_PRESERVE_ORDER |
-                                   JSON_REAL_PRECISION(16));
-  int rc;
-  if (!text)
-    return CM_ENOMEM;
-  rc = cm__spec_parse_at(text, strlen(text), source, path, out, err, errlen);
-  if (rc == 0 && json) {
-    *json = text;
-    text = NULL;
-  }
-  free(text);
-  return rc;
-}
-
-json_t *cm__spec_doc(json_t *ps, json_t *worker, const char *type, int index,
-                     json_t *file) {
-  json_t *doc = NULL, *v;
-  if (ps && worker)
-    doc = json_pack("{s:{s:O, s:O}, s:{s:s, s:i}}", "cluster", "ps", ps,
-                    "worker", worker, "task", "type", type, "index", index);
-  if (doc && (v = json_object_get(file, "job")) &&
-      json_object_set(doc, "job", v) < 0)
-    goto fail;
-  if (doc && (v = json_object_get(file, "auth")) &&
-      json_object_set(doc, "auth", v) < 0)
-    goto fail;
-  json_decref(ps);
-  json_decref(worker);
-  return doc;
-fail:
-  json_decref(doc);
-  json_decref(ps);
-  json_decref(worker);
-  return NULL;
-}
-
-const char *cm__env_get(char *const *envp, const char *name) {
-  size_t n = strlen(name);
-  for (; envp && *envp; envp++)
-    if (strncmp(*envp, name, n) == 0 && (*envp)[n] == '=')
-      return *envp + n + 1;
-  return NULL;
-}
-
 int cm_spec_load(const char *path, struct cm_spec **out, char *err,
                  size_t errlen) {
   struct cm__errs e;
@@ -303,9 +256,31 @@ int cm_spec_load(const char *path, struct cm_spec **out, char *err,
   return rc;
 }
 
+/* 1 when the --cluster argument cluster is WORD or WORD:FILE, with *file
+ * FILE (NULL for none); 0 otherwise. */
+static int names_engine(const char *cluster, const char *word,
+                        const char **file) {
+  size_t n = strlen(word);
+
+  if (!cluster || strncmp(cluster, word, n) != 0 ||
+      (cluster[n] != '\0' && cluster[n] != ':'))
+    return 0;
+  *file = cluster[n] && cluster[n + 1] ? cluster + n + 1 : NULL;
+  return 1;
+}
+
 int cm_spec_is_slurm(const char *cluster) {
-  return cluster &&
-         (strcmp(cluster, "slurm") == 0 || strncmp(cluster, "slurm:", 6) == 0);
+  const char *file;
+
+  return names_engine(cluster, "slurm", &file);
+}
+
+int cm_spec_is_engine(const char *cluster) {
+  const char *file;
+
+  return names_engine(cluster, "slurm", &file) ||
+         names_engine(cluster, "k8s", &file) ||
+         names_engine(cluster, "tf_config", &file);
 }
 
 void cm_spec_say_notes(const struct cm_spec *spec, const char *prog) {
@@ -317,31 +292,21 @@ void cm_spec_say_notes(const struct cm_spec *spec, const char *prog) {
   }
 }
 
-int cm_spec_is_k8s(const char *cluster) {
-  return cluster &&
-         (strcmp(cluster, "k8s") == 0 || strncmp(cluster, "k8s:", 4) == 0 ||
-          strcmp(cluster, "tf_config") == 0 ||
-          strncmp(cluster, "tf_config:", 10) == 0);
-}
-
 int cm_spec_open(const char *cluster, struct cm_spec **out, char **json,
                  char *err, size_t errlen) {
+  const char *file;
   char *text = NULL, *z = NULL;
   size_t len = 0;
   int rc;
 
   if (json)
     *json = NULL;
-  if (cluster &&
-      (!strcmp(cluster, "tf_config") || !strncmp(cluster, "tf_config:", 10)))
-    return cm_tf_config_spec(cluster[9] && cluster[10] ? cluster + 10 : NULL,
-                             NULL, out, json, err, errlen);
-  if (cm_spec_is_k8s(cluster))
-    return cm_k8s_spec(cluster[3] && cluster[4] ? cluster + 4 : NULL, NULL, out,
-                       json, err, errlen);
-  if (cm_spec_is_slurm(cluster))
-    return cm_slurm_spec(cluster[5] && cluster[6] ? cluster + 6 : NULL, NULL,
-                         out, json, err, errlen);
+  if (names_engine(cluster, "tf_config", &file))
+    return cm_tf_config_spec(file, NULL, out, json, err, errlen);
+  if (names_engine(cluster, "k8s", &file))
+    return cm_k8s_spec(file, NULL, out, json, err, errlen);
+  if (names_engine(cluster, "slurm", &file))
+    return cm_slurm_spec(file, NULL, out, json, err, errlen);
   rc = cm_spec_load(cluster, out, err, errlen);
   if (rc < 0 || !json)
     return rc;

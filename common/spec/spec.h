@@ -14,7 +14,8 @@
  * shared internals have headers of their own; addr_local.c says whether an
  * address is this host, fingerprint.c tells two specs' clusters apart;
  * slurm.c derives a spec from Slurm's environment (hostlist.c expands its
- * lists). */
+ * lists), k8s.c from a Kubernetes pod's or TF_CONFIG, both in the frame of
+ * resolve.c. */
 #ifndef CM_SPEC_H
 #define CM_SPEC_H
 
@@ -256,9 +257,10 @@ int cm_spec_is_slurm(const char *cluster);
 /* Writes spec->notes to stderr, a line each as "prog: note: ...". */
 void cm_spec_say_notes(const struct cm_spec *spec, const char *prog);
 
-/* 1 when it asks for Kubernetes ("k8s" or "k8s:FILE", or Kubeflow's
- * "tf_config" or "tf_config:FILE"; k8s.h). */
-int cm_spec_is_k8s(const char *cluster);
+/* 1 when a --cluster argument names an engine whose environment gives the
+ * cluster and this process's task: "slurm", "k8s" or "tf_config", each
+ * alone or with ":FILE" (cm_spec_open derives the spec). */
+int cm_spec_is_engine(const char *cluster);
 
 void cm_spec_free(struct cm_spec *spec);
 

@@ -202,7 +202,7 @@ int pl_parse_args(int argc, char **argv, struct pl_options *o) {
       return PL_EXIT_USAGE;
     }
     /* Under an engine each process is one task of the cluster. */
-    o->slurm = cm_spec_is_slurm(o->spec_path) || cm_spec_is_k8s(o->spec_path);
+    o->engine = cm_spec_is_engine(o->spec_path);
     return -1;
   }
   if (optind != nopt - 1) {

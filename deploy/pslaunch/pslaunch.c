@@ -48,9 +48,9 @@ int main(int argc, char **argv) {
     goto out;
 
   code = PL_EXIT_USAGE;
-  rc =
-      cm_spec_open(opt.spec_path, &spec,
-                   opt.print_spec || opt.slurm ? &json : NULL, err, sizeof err);
+  rc = cm_spec_open(opt.spec_path, &spec,
+                    opt.print_spec || opt.engine ? &json : NULL, err,
+                    sizeof err);
   if (rc < 0) {
     pl_say_lines(err[0] ? err : cm_strerror(rc));
     goto out;
@@ -72,7 +72,7 @@ int main(int argc, char **argv) {
   }
   l->opt = &opt;
   l->spec = spec;
-  l->derived = opt.slurm ? json : NULL;
+  l->derived = opt.engine ? json : NULL;
   if (pl_select_tasks(l, spec) < 0) {
     pl_say("out of memory");
     code = PL_EXIT_FAILED;
@@ -80,13 +80,13 @@ int main(int argc, char **argv) {
   }
   if (l->ntasks == 0) {
     gethostname(host, sizeof host - 1);
-    if (opt.slurm && spec->task.type == CM_TASK_NONE) {
+    if (opt.engine && spec->task.type == CM_TASK_NONE) {
       pl_say("%s: this process names no psd task (a task of another type, "
              "noted above); nothing to start",
              opt.spec_path);
       goto out;
     }
-    if (opt.slurm) {
+    if (opt.engine) {
       pl_say("%s: task %s:%d (the engine's) is not one --only %s starts",
              opt.spec_path, cm_task_type_name(spec->task.type),
              spec->task.index, opt.want_ps ? "ps" : "worker");

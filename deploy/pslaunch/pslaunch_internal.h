@@ -51,9 +51,10 @@ enum { PL_EXIT_OK = 0, PL_EXIT_FAILED = 1, PL_EXIT_USAGE = 2 };
 
 /* What the command line asked for. Strings point into argv. */
 struct pl_options {
-  const char *spec_path; /* FILE, or --cluster's "slurm[:FILE]" */
-  int slurm;             /* spec_path asks for Slurm's environment: start
-                            only the task SLURM_PROCID names */
+  const char *spec_path; /* FILE, or --cluster's "slurm[:FILE]" (or k8s,
+                            tf_config) */
+  int engine;            /* spec_path names an engine (cm_spec_is_engine):
+                            start only the task its environment names */
   int print_spec;        /* --print-spec: print the spec, start nothing */
   const char *psd;       /* --psd, NULL for the default */
   const char *dworker;   /* --dworker, NULL for the default */

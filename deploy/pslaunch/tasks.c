@@ -13,11 +13,11 @@
 #include "pslaunch_internal.h"
 
 /* 1 when task (type, i) is one this launcher starts: on this host, or
- * under Slurm the one task this Slurm task is (the spec's, SLURM_PROCID's;
- * every Slurm task runs a pslaunch of its own). */
+ * under an engine the one task this process is (the spec's, SLURM_PROCID's
+ * or the pod's; every Slurm task or pod runs a pslaunch of its own). */
 static int is_mine(const struct pl_launch *l, const struct cm_spec *spec,
                    enum cm_task_type type, int i, const struct cm_addr *addr) {
-  if (l->opt->slurm)
+  if (l->opt->engine)
     return spec->task.type == type && spec->task.index == i;
   return cm_addr_is_local(addr);
 }

@@ -11,9 +11,9 @@
 #include <jansson.h>
 
 #include "err.h"
+#include "grid.h"
 #include "psclient.h"
 #include "psctl.h"
-#include "table.h"
 
 /* `get` fits its value lines into this many columns (at least one value). */
 #define LINE_WIDTH 80
@@ -207,18 +207,18 @@ int psctl_cmd_get(struct psctl *p) {
                   finite ? num_json(st.sum / finite) : json_null(), "l2",
                   num_json(sqrt(st.sumsq))));
     if (!p->json) {
-      struct psctl_table t;
-      psctl_table_init(&t, 8, "VARIABLE", "ROWS", ">ELEMENTS", ">MIN", ">MAX",
-                       ">MEAN", ">L2 NORM", ">NAN");
-      psctl_table_cell(&t, "%s", m.name);
-      psctl_table_cell(&t, "[%lld, %lld)", (long long)a, (long long)b);
-      psctl_table_cell(&t, "%llu", (unsigned long long)st.elements);
-      psctl_table_cell(&t, "%.9g", finite ? st.min : NAN);
-      psctl_table_cell(&t, "%.9g", finite ? st.max : NAN);
-      psctl_table_cell(&t, "%.9g", finite ? st.sum / finite : NAN);
-      psctl_table_cell(&t, "%.9g", sqrt(st.sumsq));
-      psctl_table_cell(&t, "%llu", (unsigned long long)st.nan);
-      rc = psctl_table_print(&t);
+      struct psctl_grid t;
+      psctl_grid_init(&t, 8, "VARIABLE", "ROWS", ">ELEMENTS", ">MIN", ">MAX",
+                      ">MEAN", ">L2 NORM", ">NAN");
+      psctl_grid_cell(&t, "%s", m.name);
+      psctl_grid_cell(&t, "[%lld, %lld)", (long long)a, (long long)b);
+      psctl_grid_cell(&t, "%llu", (unsigned long long)st.elements);
+      psctl_grid_cell(&t, "%.9g", finite ? st.min : NAN);
+      psctl_grid_cell(&t, "%.9g", finite ? st.max : NAN);
+      psctl_grid_cell(&t, "%.9g", finite ? st.sum / finite : NAN);
+      psctl_grid_cell(&t, "%.9g", sqrt(st.sumsq));
+      psctl_grid_cell(&t, "%llu", (unsigned long long)st.nan);
+      rc = psctl_grid_print(&t);
       print_missing(missing);
     }
   } else if (p->json) {

@@ -6,14 +6,14 @@
 
 #include <jansson.h>
 
+#include "grid.h"
 #include "psctl.h"
-#include "table.h"
 #include "units.h"
 
 /* The coordinator's view: workers, and in sync mode the last steps. */
 static int print_job(const struct psctl *p, json_t *coord) {
   json_t *workers = json_object_get(coord, "workers"), *w, *steps, *r, *rate;
-  struct psctl_table t;
+  struct psctl_grid t;
   size_t i, n;
   long long live = 0, dropped = 0;
   int sync = strcmp(cm_status_str(coord, "mode"), "sync") == 0, rc;
@@ -44,11 +44,11 @@ static int print_job(const struct psctl *p, json_t *coord) {
    * the honest figure is the pushes the worker made to ps:0, the only shard
    * that times them (a worker with no rows there makes none). */
   if (sync)
-    psctl_table_init(&t, 6, "WORKER", "STATE", ">JOINS", ">APPLIED", ">DROPPED",
-                     ">LAST SEEN");
+    psctl_grid_init(&t, 6, "WORKER", "STATE", ">JOINS", ">APPLIED", ">DROPPED",
+                    ">LAST SEEN");
   else
-    psctl_table_init(&t, 5, "WORKER", "STATE", ">JOINS", ">PUSHES TO PS:0",
-                     ">LAST SEEN");
+    psctl_grid_init(&t, 5, "WORKER", "STATE", ">JOINS", ">PUSHES TO PS:0",
+                    ">LAST SEEN");
   json_array_foreach(workers, i, w) {
     double seen = cm_status_num(w, "last_seen_ms");
     char ago[48] = "never", ms[32];
@@ -56,29 +56,29 @@ static int print_job(const struct psctl *p, json_t *coord) {
       cm_fmt_ms(seen, ms, sizeof ms);
       snprintf(ago, sizeof ago, "%s ago", ms);
     }
-    psctl_table_cell(&t, "worker:%lld", cm_status_int(w, "worker"));
-    psctl_table_cell(&t, "%s",
-                     json_is_true(json_object_get(w, "live"))     ? "live"
-                     : json_is_true(json_object_get(w, "left"))   ? "left"
-                     : json_is_true(json_object_get(w, "joined")) ? "gone"
-                                                                  : "-");
-    psctl_table_cell(&t, "%lld", cm_status_int(w, "joins"));
+    psctl_grid_cell(&t, "worker:%lld", cm_status_int(w, "worker"));
+    psctl_grid_cell(&t, "%s",
+                    json_is_true(json_object_get(w, "live"))     ? "live"
+                    : json_is_true(json_object_get(w, "left"))   ? "left"
+                    : json_is_true(json_object_get(w, "joined")) ? "gone"
+                                                                 : "-");
+    psctl_grid_cell(&t, "%lld", cm_status_int(w, "joins"));
     if (sync) {
-      psctl_table_cell(&t, "%lld", cm_status_int(w, "applied"));
-      psctl_table_cell(&t, "%lld", cm_status_int(w, "dropped"));
+      psctl_grid_cell(&t, "%lld", cm_status_int(w, "applied"));
+      psctl_grid_cell(&t, "%lld", cm_status_int(w, "dropped"));
     } else {
-      psctl_table_cell(&t, "%lld", cm_status_int(w, "pushes"));
+      psctl_grid_cell(&t, "%lld", cm_status_int(w, "pushes"));
     }
-    psctl_table_cell(&t, "%s", ago);
+    psctl_grid_cell(&t, "%s", ago);
   }
-  if ((rc = psctl_table_print(&t)))
+  if ((rc = psctl_grid_print(&t)))
     return rc;
   steps = json_object_get(coord, "steps");
   n = json_array_size(steps);
   if (n == 0)
     return 0;
   printf("\n");
-  psctl_table_init(&t, 3, ">STEP", "APPLIED", "DROPPED");
+  psctl_grid_init(&t, 3, ">STEP", "APPLIED", "DROPPED");
   for (i = n > 5 ? n - 5 : 0; i < n; i++) {
     char a[128] = "", d[128] = "";
     size_t k, la = 0, ld = 0;
@@ -94,11 +94,11 @@ static int print_job(const struct psctl *p, json_t *coord) {
         ld += snprintf(d + ld, sizeof d - ld, "%s%lld", k ? "," : "",
                        json_integer_value(x));
     }
-    psctl_table_cell(&t, "%lld", cm_status_int(r, "step"));
-    psctl_table_cell(&t, "%s", a[0] ? a : "-");
-    psctl_table_cell(&t, "%s", d[0] ? d : "-");
+    psctl_grid_cell(&t, "%lld", cm_status_int(r, "step"));
+    psctl_grid_cell(&t, "%s", a[0] ? a : "-");
+    psctl_grid_cell(&t, "%s", d[0] ? d : "-");
   }
-  return psctl_table_print(&t);
+  return psctl_grid_print(&t);
 }
 
 /* A line per shard that has seen pushes with NaN or Inf (none: nothing). */
@@ -135,7 +135,7 @@ static void drop_slots(json_t *st) {
 int psctl_cmd_status(struct psctl *p) {
   const struct cm_spec *spec = p->spec;
   char held[32], shape[64];
-  struct psctl_table t;
+  struct psctl_grid t;
   int rc;
 
   if ((rc = psctl_no_operands(p, "status")))
@@ -159,20 +159,20 @@ int psctl_cmd_status(struct psctl *p) {
     json_decref(root);
     return psctl_finish(p, rc);
   }
-  psctl_table_init(&t, 11, "SHARD", "ADDRESS", "STATE", "MODE", ">VERSION",
-                   ">VARS", ">HELD", ">PULLS", ">PUSHES", ">EXAMPLES",
-                   ">ERRORS");
+  psctl_grid_init(&t, 11, "SHARD", "ADDRESS", "STATE", "MODE", ">VERSION",
+                  ">VARS", ">HELD", ">PULLS", ">PUSHES", ">EXAMPLES",
+                  ">ERRORS");
   for (int s = 0; s < spec->nps; s++) {
     json_t *st = p->st[s], *vars = json_object_get(st, "vars"), *v;
     size_t i;
     double bytes = 0;
     long long version = 0;
-    psctl_table_cell(&t, "ps:%d", s);
-    psctl_table_cell(&t, "%s", spec->ps[s].text);
-    psctl_table_cell(&t, "%s", st ? "up" : "down");
+    psctl_grid_cell(&t, "ps:%d", s);
+    psctl_grid_cell(&t, "%s", spec->ps[s].text);
+    psctl_grid_cell(&t, "%s", st ? "up" : "down");
     if (!st) {
       for (int c = 3; c < t.ncols; c++)
-        psctl_table_cell(&t, "-");
+        psctl_grid_cell(&t, "-");
       continue;
     }
     json_array_foreach(vars, i, v) {
@@ -184,20 +184,20 @@ int psctl_cmd_status(struct psctl *p) {
     if (strcmp(cm_status_str(st, "mode"), "sync") == 0)
       version = cm_status_int(st, "step");
     cm_fmt_bytes(bytes, held, sizeof held);
-    psctl_table_cell(&t, "%s", cm_status_str(st, "mode"));
-    psctl_table_cell(&t, "%lld", version);
-    psctl_table_cell(&t, "%zu", json_array_size(vars));
-    psctl_table_cell(&t, "%s", held);
-    psctl_table_cell(&t, "%lld", cm_status_int(st, "pulls"));
-    psctl_table_cell(&t, "%lld", cm_status_int(st, "pushes"));
-    psctl_table_cell(&t, "%lld", cm_status_int(st, "examples"));
-    psctl_table_cell(&t, "%lld", cm_status_int(st, "errors"));
+    psctl_grid_cell(&t, "%s", cm_status_str(st, "mode"));
+    psctl_grid_cell(&t, "%lld", version);
+    psctl_grid_cell(&t, "%zu", json_array_size(vars));
+    psctl_grid_cell(&t, "%s", held);
+    psctl_grid_cell(&t, "%lld", cm_status_int(st, "pulls"));
+    psctl_grid_cell(&t, "%lld", cm_status_int(st, "pushes"));
+    psctl_grid_cell(&t, "%lld", cm_status_int(st, "examples"));
+    psctl_grid_cell(&t, "%lld", cm_status_int(st, "errors"));
   }
-  if ((rc = psctl_table_print(&t)))
+  if ((rc = psctl_grid_print(&t)))
     return psctl_finish(p, rc);
   printf("\n");
-  psctl_table_init(&t, 6, "VARIABLE", "SHAPE", "SHARD", "ROWS", ">HELD",
-                   ">VERSION");
+  psctl_grid_init(&t, 6, "VARIABLE", "SHAPE", "SHARD", "ROWS", ">HELD",
+                  ">VERSION");
   for (int s = 0; s < spec->nps; s++) {
     json_t *vars = p->st[s] ? json_object_get(p->st[s], "vars") : NULL, *v;
     size_t i;
@@ -205,17 +205,17 @@ int psctl_cmd_status(struct psctl *p) {
       json_t *rows = json_object_get(v, "rows");
       psctl_shape_text(json_object_get(v, "shape"), shape, sizeof shape);
       cm_fmt_bytes(cm_status_int(v, "bytes"), held, sizeof held);
-      psctl_table_cell(&t, "%s", cm_status_str(v, "name"));
-      psctl_table_cell(&t, "%s", shape);
-      psctl_table_cell(&t, "ps:%d", s);
-      psctl_table_cell(&t, "[%lld, %lld)",
-                       json_integer_value(json_array_get(rows, 0)),
-                       json_integer_value(json_array_get(rows, 1)));
-      psctl_table_cell(&t, "%s", held);
-      psctl_table_cell(&t, "%lld", cm_status_int(v, "version"));
+      psctl_grid_cell(&t, "%s", cm_status_str(v, "name"));
+      psctl_grid_cell(&t, "%s", shape);
+      psctl_grid_cell(&t, "ps:%d", s);
+      psctl_grid_cell(&t, "[%lld, %lld)",
+                      json_integer_value(json_array_get(rows, 0)),
+                      json_integer_value(json_array_get(rows, 1)));
+      psctl_grid_cell(&t, "%s", held);
+      psctl_grid_cell(&t, "%lld", cm_status_int(v, "version"));
     }
   }
-  rc = psctl_table_print(&t);
+  rc = psctl_grid_print(&t);
   if (!rc && p->st[0] && json_is_true(json_object_get(p->st[0], "coordinator")))
     rc = print_job(p, p->st[0]);
   else if (!rc && !p->st[0])

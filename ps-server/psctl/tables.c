@@ -19,10 +19,10 @@
 
 #include "clock.h"
 #include "err.h"
+#include "grid.h"
 #include "psctl.h"
 #include "rowids.h"
 #include "safetensors.h"
-#include "table.h"
 #include "units.h"
 
 /* The table's entries in every shard's status (down shards skipped), as
@@ -53,7 +53,7 @@ static json_t *table_entries(struct psctl *p, const char *name) {
 
 int psctl_cmd_tables(struct psctl *p) {
   json_t *all = NULL, *root = NULL, *t;
-  struct psctl_table tb;
+  struct psctl_grid tb;
   size_t i;
   int rc;
   if ((rc = psctl_no_operands(p, "tables")))
@@ -65,31 +65,31 @@ int psctl_cmd_tables(struct psctl *p) {
     rc = psctl_print_json(root);
     goto out;
   }
-  psctl_table_init(&tb, 12, "TABLE", ">DIM", "SHARD", ">ROWS", ">HELD", ">RAW",
-                   ">RATIO", ">ADMITTED", ">NOT ADMITTED", ">EVICTED",
-                   ">PENDING", "OPTIMIZER");
+  psctl_grid_init(&tb, 12, "TABLE", ">DIM", "SHARD", ">ROWS", ">HELD", ">RAW",
+                  ">RATIO", ">ADMITTED", ">NOT ADMITTED", ">EVICTED",
+                  ">PENDING", "OPTIMIZER");
   json_array_foreach(all, i, t) {
     char held[32], raw[32];
     long long h = cm_status_int(t, "bytes"), r = cm_status_int(t, "raw_bytes");
     cm_fmt_bytes((double)h, held, sizeof held);
     cm_fmt_bytes((double)r, raw, sizeof raw);
-    psctl_table_cell(&tb, "%s", cm_status_str(t, "name"));
-    psctl_table_cell(&tb, "%lld", cm_status_int(t, "dim"));
-    psctl_table_cell(&tb, "ps:%lld", cm_status_int(t, "shard"));
-    psctl_table_cell(&tb, "%lld", cm_status_int(t, "rows"));
-    psctl_table_cell(&tb, "%s", held);
-    psctl_table_cell(&tb, "%s", raw);
+    psctl_grid_cell(&tb, "%s", cm_status_str(t, "name"));
+    psctl_grid_cell(&tb, "%lld", cm_status_int(t, "dim"));
+    psctl_grid_cell(&tb, "ps:%lld", cm_status_int(t, "shard"));
+    psctl_grid_cell(&tb, "%lld", cm_status_int(t, "rows"));
+    psctl_grid_cell(&tb, "%s", held);
+    psctl_grid_cell(&tb, "%s", raw);
     if (r > 0)
-      psctl_table_cell(&tb, "%.2f", (double)h / (double)r);
+      psctl_grid_cell(&tb, "%.2f", (double)h / (double)r);
     else
-      psctl_table_cell(&tb, "-");
-    psctl_table_cell(&tb, "%lld", cm_status_int(t, "admitted"));
-    psctl_table_cell(&tb, "%lld", cm_status_int(t, "not_admitted"));
-    psctl_table_cell(&tb, "%lld", cm_status_int(t, "evicted"));
-    psctl_table_cell(&tb, "%lld", cm_status_int(t, "pending"));
-    psctl_table_cell(&tb, "%s", cm_status_str(t, "optimizer"));
+      psctl_grid_cell(&tb, "-");
+    psctl_grid_cell(&tb, "%lld", cm_status_int(t, "admitted"));
+    psctl_grid_cell(&tb, "%lld", cm_status_int(t, "not_admitted"));
+    psctl_grid_cell(&tb, "%lld", cm_status_int(t, "evicted"));
+    psctl_grid_cell(&tb, "%lld", cm_status_int(t, "pending"));
+    psctl_grid_cell(&tb, "%s", cm_status_str(t, "optimizer"));
   }
-  rc = psctl_table_print(&tb);
+  rc = psctl_grid_print(&tb);
   /* Admission and eviction once per table (every shard has the same). */
   const char *last = "";
   json_array_foreach(all, i, t) {
@@ -246,16 +246,16 @@ int psctl_cmd_top(struct psctl *p) {
     psctl_print_json(root);
     json_decref(root);
   } else {
-    struct psctl_table tb;
-    psctl_table_init(&tb, 4, ">RANK", ">ID", ">PUSHES", "SHARD");
+    struct psctl_grid tb;
+    psctl_grid_init(&tb, 4, ">RANK", ">ID", ">PUSHES", "SHARD");
     for (int i = 0; v && i < nrows; i++) {
-      psctl_table_cell(&tb, "%d", i + 1);
-      psctl_table_cell(&tb, "%llu",
-                       (unsigned long long)cm_status_int(v[i], "id"));
-      psctl_table_cell(&tb, "%lld", cm_status_int(v[i], "count"));
-      psctl_table_cell(&tb, "ps:%lld", cm_status_int(v[i], "shard"));
+      psctl_grid_cell(&tb, "%d", i + 1);
+      psctl_grid_cell(&tb, "%llu",
+                      (unsigned long long)cm_status_int(v[i], "id"));
+      psctl_grid_cell(&tb, "%lld", cm_status_int(v[i], "count"));
+      psctl_grid_cell(&tb, "ps:%lld", cm_status_int(v[i], "shard"));
     }
-    psctl_table_print(&tb);
+    psctl_grid_print(&tb);
     psctl_print_down(p);
   }
   free(v);

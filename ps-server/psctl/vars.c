@@ -9,9 +9,9 @@
 #include <jansson.h>
 
 #include "err.h"
+#include "grid.h"
 #include "psctl.h"
 #include "shard.h"
-#include "table.h"
 #include "units.h"
 
 /* ---- the shard map ---- */
@@ -90,7 +90,7 @@ int psctl_cmd_vars(struct psctl *p) {
   json_t *names = NULL, *root = NULL, *list = NULL, *v;
   const char *optim = NULL;
   int same_optim = 1, rc = 0;
-  struct psctl_table t;
+  struct psctl_grid t;
   size_t i;
 
   if ((rc = psctl_no_operands(p, "vars")))
@@ -146,8 +146,8 @@ int psctl_cmd_vars(struct psctl *p) {
     rc = psctl_print_json(root);
     goto out;
   }
-  psctl_table_init(&t, same_optim ? 6 : 7, "VARIABLE", "SHAPE", "DTYPE",
-                   "SHARDS (ROWS)", ">HELD", ">VERSION", "OPTIMIZER");
+  psctl_grid_init(&t, same_optim ? 6 : 7, "VARIABLE", "SHAPE", "DTYPE",
+                  "SHARDS (ROWS)", ">HELD", ">VERSION", "OPTIMIZER");
   json_array_foreach(list, i, v) {
     char shape[64], map[256], held[32];
     size_t k, n = 0;
@@ -174,22 +174,22 @@ int psctl_cmd_vars(struct psctl *p) {
         snprintf(map, sizeof map, "no rows");
     }
     cm_fmt_bytes(cm_status_int(v, "bytes"), held, sizeof held);
-    psctl_table_cell(&t, "%s", cm_status_str(v, "name"));
-    psctl_table_cell(&t, "%s", shape);
-    psctl_table_cell(&t, "f32");
-    psctl_table_cell(&t, "%s", map);
-    psctl_table_cell(&t, "%s%s", held, missing ? "+?" : "");
+    psctl_grid_cell(&t, "%s", cm_status_str(v, "name"));
+    psctl_grid_cell(&t, "%s", shape);
+    psctl_grid_cell(&t, "f32");
+    psctl_grid_cell(&t, "%s", map);
+    psctl_grid_cell(&t, "%s%s", held, missing ? "+?" : "");
     if (json_is_null(json_object_get(v, "version")))
-      psctl_table_cell(&t, "?");
+      psctl_grid_cell(&t, "?");
     else if (cm_status_int(v, "version_min") != cm_status_int(v, "version"))
-      psctl_table_cell(&t, "%lld-%lld", cm_status_int(v, "version_min"),
-                       cm_status_int(v, "version"));
+      psctl_grid_cell(&t, "%lld-%lld", cm_status_int(v, "version_min"),
+                      cm_status_int(v, "version"));
     else
-      psctl_table_cell(&t, "%lld", cm_status_int(v, "version"));
+      psctl_grid_cell(&t, "%lld", cm_status_int(v, "version"));
     if (!same_optim)
-      psctl_table_cell(&t, "%s", cm_status_str(v, "optimizer"));
+      psctl_grid_cell(&t, "%s", cm_status_str(v, "optimizer"));
   }
-  rc = psctl_table_print(&t);
+  rc = psctl_grid_print(&t);
   if (!rc && optim && same_optim)
     printf("optimizer (every variable): %s\n", optim);
   psctl_print_down(p);

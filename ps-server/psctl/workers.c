@@ -8,8 +8,8 @@
 
 #include <jansson.h>
 
+#include "grid.h"
 #include "psctl.h"
-#include "table.h"
 #include "units.h"
 
 /* Straggler rule (workers): p50 above this multiple of the live workers'
@@ -120,18 +120,18 @@ int psctl_cmd_workers(struct psctl *p) {
                      psctl_down_json(p));
     rc = psctl_print_json(root);
   } else {
-    struct psctl_table t;
+    struct psctl_grid t;
     if (sync)
-      psctl_table_init(&t, 10, "WORKER", "STATE", ">STEP", ">STEP p50",
-                       ">STEP p95", ">LAG p50", ">APPLIED", ">DROPPED",
-                       ">LAST SEEN", "NOTE");
+      psctl_grid_init(&t, 10, "WORKER", "STATE", ">STEP", ">STEP p50",
+                      ">STEP p95", ">LAG p50", ">APPLIED", ">DROPPED",
+                      ">LAST SEEN", "NOTE");
     else if (ssp)
-      psctl_table_init(&t, 9, "WORKER", "STATE", ">PUSHES", ">CLOCK",
-                       ">STEP p50", ">STEP p95", ">DROPPED", ">LAST SEEN",
-                       "NOTE");
+      psctl_grid_init(&t, 9, "WORKER", "STATE", ">PUSHES", ">CLOCK",
+                      ">STEP p50", ">STEP p95", ">DROPPED", ">LAST SEEN",
+                      "NOTE");
     else
-      psctl_table_init(&t, 8, "WORKER", "STATE", ">PUSHES", ">STEP p50",
-                       ">STEP p95", ">DROPPED", ">LAST SEEN", "NOTE");
+      psctl_grid_init(&t, 8, "WORKER", "STATE", ">PUSHES", ">STEP p50",
+                      ">STEP p95", ">DROPPED", ">LAST SEEN", "NOTE");
     json_array_foreach(list, i, w) {
       char t50[32] = "-", t95[32] = "-", lag[32] = "-", seen[48] = "never";
       if (cm_status_int(w, "step_samples") > 0) {
@@ -145,27 +145,27 @@ int psctl_cmd_workers(struct psctl *p) {
         cm_fmt_ms(cm_status_num(w, "last_seen_ms"), ms, sizeof ms);
         snprintf(seen, sizeof seen, "%s ago", ms);
       }
-      psctl_table_cell(&t, "worker:%lld", cm_status_int(w, "worker"));
-      psctl_table_cell(&t, "%s", cm_status_str(w, "state"));
+      psctl_grid_cell(&t, "worker:%lld", cm_status_int(w, "worker"));
+      psctl_grid_cell(&t, "%s", cm_status_str(w, "state"));
       if (sync)
-        psctl_table_cell(&t, "%lld", cm_status_int(w, "last_step"));
+        psctl_grid_cell(&t, "%lld", cm_status_int(w, "last_step"));
       else
-        psctl_table_cell(&t, "%lld", cm_status_int(w, "pushes"));
+        psctl_grid_cell(&t, "%lld", cm_status_int(w, "pushes"));
       if (ssp && !sync)
-        psctl_table_cell(&t, "%lld", cm_status_int(w, "clock"));
-      psctl_table_cell(&t, "%s", t50);
-      psctl_table_cell(&t, "%s", t95);
+        psctl_grid_cell(&t, "%lld", cm_status_int(w, "clock"));
+      psctl_grid_cell(&t, "%s", t50);
+      psctl_grid_cell(&t, "%s", t95);
       if (sync) {
-        psctl_table_cell(&t, "%s", lag);
-        psctl_table_cell(&t, "%lld", cm_status_int(w, "applied"));
+        psctl_grid_cell(&t, "%s", lag);
+        psctl_grid_cell(&t, "%lld", cm_status_int(w, "applied"));
       }
-      psctl_table_cell(&t, "%lld", cm_status_int(w, "dropped"));
-      psctl_table_cell(&t, "%s", seen);
-      psctl_table_cell(
+      psctl_grid_cell(&t, "%lld", cm_status_int(w, "dropped"));
+      psctl_grid_cell(&t, "%s", seen);
+      psctl_grid_cell(
           &t, "%s",
           json_is_true(json_object_get(w, "straggler")) ? "straggler" : "");
     }
-    rc = psctl_table_print(&t);
+    rc = psctl_grid_print(&t);
     if (!rc) {
       char m[32];
       cm_fmt_ms(med, m, sizeof m);

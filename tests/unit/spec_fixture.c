@@ -1,9 +1,16 @@
 /* What the spec suites (tests/unit/test-spec*.c) share: parse helpers and
  * assertions on the mistakes a parse reported (spec_fixture.h). */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* mkdtemp under -std=c11 */
+#endif
+
 #include "spec_fixture.h"
 
 #include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "err.h"
 
@@ -57,4 +64,27 @@ const char *addrs(const struct cm_addr *list, int n) {
     strcat(buf, list[i].text);
   }
   return buf;
+}
+
+const char *job_file(const char *tag, const char *text) {
+  static char path[256];
+  char dir[128];
+  FILE *f;
+
+  snprintf(dir, sizeof dir, "/tmp/test-%s-XXXXXX", tag);
+  ck_assert_ptr_nonnull(mkdtemp(dir));
+  snprintf(path, sizeof path, "%s/job.json", dir);
+  f = fopen(path, "w");
+  ck_assert_ptr_nonnull(f);
+  fputs(text, f);
+  fclose(f);
+  return path;
+}
+
+void remove_job_file(const char *path) {
+  char dir[256];
+
+  unlink(path);
+  snprintf(dir, sizeof dir, "%.*s", (int)(strrchr(path, '/') - path), path);
+  rmdir(dir);
 }

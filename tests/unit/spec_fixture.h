@@ -41,4 +41,12 @@ int count_lines(const char *s);
  * them). */
 const char *addrs(const struct cm_addr *list, int n);
 
+/* Writes text into job.json of a new directory /tmp/test-TAG-XXXXXX (the
+ * job files of the derived specs' suites); returns its path, in a static
+ * buffer. */
+const char *job_file(const char *tag, const char *text);
+
+/* Removes the file job_file made and its directory. */
+void remove_job_file(const char *path);
+
 #endif

@@ -56,6 +56,32 @@ START_TEST(test_models) {
 }
 END_TEST
 
+/* job.hidden: 1..16 widths, each at its own path; a list with any mistake
+ * is refused whole. */
+START_TEST(test_hidden) {
+  struct cm_spec *spec = NULL;
+
+  ck_assert_int_eq(parse(ONE_WORKER("\"hidden\": [5, 6, 7]"), &spec), 0);
+  ck_assert_int_eq(spec->job.nhidden, 3);
+  ck_assert_int_eq(spec->job.hidden[2], 7);
+  cm_spec_free(spec);
+
+  parse_bad(ONE_WORKER("\"hidden\": 5"));
+  has_line("t.json: job.hidden: expected an array of 1..16 positive integers "
+           "(layer widths), got 5");
+  parse_bad(ONE_WORKER("\"hidden\": []"));
+  has_line("t.json: job.hidden: empty; expected 1..16 positive integers");
+  parse_bad(ONE_WORKER("\"hidden\": [1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, "
+                       "1, 1, 1, 1]"));
+  has_line("t.json: job.hidden: 17 entries; expected at most 16");
+  ck_assert_int_eq(count_lines(err), 1);
+  parse_bad(ONE_WORKER("\"hidden\": [0, 8, \"x\"]"));
+  has_line("t.json: job.hidden[0]: expected a positive integer, got 0");
+  has_line("t.json: job.hidden[2]: expected a positive integer, got \"x\"");
+  ck_assert_int_eq(count_lines(err), 2);
+}
+END_TEST
+
 /* job.unix_sockets: a JSON boolean, nothing else. */
 START_TEST(test_unix_sockets) {
   struct cm_spec *spec = NULL;
@@ -417,6 +443,7 @@ static Suite *spec_job_suite(void) {
 
   tc = tcase_create("parse");
   tcase_add_test(tc, test_models);
+  tcase_add_test(tc, test_hidden);
   tcase_add_test(tc, test_wire_dtype);
   tcase_add_test(tc, test_unix_sockets);
   tcase_add_test(tc, test_socket_owner);

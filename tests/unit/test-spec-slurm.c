@@ -4,7 +4,7 @@
  * the mistakes of each: missing and malformed variables named with their
  * value, a cyclic layout, a job file that gives the cluster. */
 #ifndef _GNU_SOURCE
-#define _GNU_SOURCE /* setenv, mkdtemp under -std=c11 */
+#define _GNU_SOURCE /* setenv under -std=c11 */
 #endif
 
 #include <check.h>
@@ -49,29 +49,6 @@ static void teardown(void) {
   spec = NULL;
   free(json);
   json = NULL;
-}
-
-/* Writes text into a file of a new temporary directory; returns its path. */
-static const char *job_file(const char *text) {
-  static char path[256];
-  char dir[] = "/tmp/test-slurm-XXXXXX";
-  FILE *f;
-
-  ck_assert_ptr_nonnull(mkdtemp(dir));
-  snprintf(path, sizeof path, "%s/job.json", dir);
-  f = fopen(path, "w");
-  ck_assert_ptr_nonnull(f);
-  fputs(text, f);
-  fclose(f);
-  return path;
-}
-
-static void remove_job_file(const char *path) {
-  char dir[256];
-
-  unlink(path);
-  snprintf(dir, sizeof dir, "%.*s", (int)(strrchr(path, '/') - path), path);
-  rmdir(dir);
 }
 
 /* Derives with envp and file, expecting CM_ESPEC and no spec. */
@@ -122,6 +99,7 @@ END_TEST
 
 START_TEST(test_job_file) {
   const char *path = job_file(
+      "slurm",
       "{\"job\": {\"name\": \"slurm-mlp\", \"epochs\": 2, \"checkpoint\": "
       "{\"dir\": \"ck\"}}, \"slurm\": {\"ps\": 1, \"port\": 9000}}");
   char *const env[] = {"SLURM_JOB_NODELIST=a[1-2],b5",
@@ -151,6 +129,7 @@ END_TEST
 
 START_TEST(test_file_mistakes) {
   const char *path = job_file(
+      "slurm",
       "{\"cluster\": {\"ps\": [\"h:1\"]}, \"task\": {}, \"jbo\": {}, "
       "\"slurm\": {\"ps\": \"two\", \"prot\": 1}, \"job\": {\"epochs\": 0}}");
   char *const env[] = {"SLURM_JOB_NODELIST=a1", "SLURM_TASKS_PER_NODE=2",
@@ -176,7 +155,7 @@ START_TEST(test_file_mistakes) {
   remove_job_file(path);
 
   /* The job's own mistakes come with the file and their path, as ever. */
-  path = job_file("{\"job\": {\"epochs\": 0}}");
+  path = job_file("slurm", "{\"job\": {\"epochs\": 0}}");
   derive_bad(path, env);
   snprintf(line, sizeof line, "%s: job.epochs:", path);
   has_text(line);

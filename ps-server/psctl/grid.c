@@ -1,5 +1,5 @@
-/* psctl's aligned tables (table.h). */
-#include "table.h"
+/* psctl's text grids, its aligned output tables (grid.h). */
+#include "grid.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -8,10 +8,10 @@
 
 #include "err.h"
 
-void psctl_table_init(struct psctl_table *t, int ncols, ...) {
+void psctl_grid_init(struct psctl_grid *t, int ncols, ...) {
   va_list ap;
   memset(t, 0, sizeof *t);
-  t->ncols = ncols < PSCTL_TABLE_COLS ? ncols : PSCTL_TABLE_COLS;
+  t->ncols = ncols < PSCTL_GRID_COLS ? ncols : PSCTL_GRID_COLS;
   va_start(ap, ncols);
   for (int i = 0; i < t->ncols; i++) {
     const char *h = va_arg(ap, const char *);
@@ -21,7 +21,7 @@ void psctl_table_init(struct psctl_table *t, int ncols, ...) {
   va_end(ap);
 }
 
-void psctl_table_cell(struct psctl_table *t, const char *fmt, ...) {
+void psctl_grid_cell(struct psctl_grid *t, const char *fmt, ...) {
   va_list ap;
   char *s = NULL;
   if (t->ncells == t->cap) {
@@ -43,8 +43,8 @@ void psctl_table_cell(struct psctl_table *t, const char *fmt, ...) {
   t->cells[t->ncells++] = s;
 }
 
-int psctl_table_print(struct psctl_table *t) {
-  int w[PSCTL_TABLE_COLS] = {0}, rc = t->nomem ? CM_ENOMEM : 0;
+int psctl_grid_print(struct psctl_grid *t) {
+  int w[PSCTL_GRID_COLS] = {0}, rc = t->nomem ? CM_ENOMEM : 0;
   for (int c = 0; c < t->ncols; c++)
     w[c] = (int)strlen(t->head[c]);
   for (int i = 0; i < t->ncells; i++) {
