@@ -161,10 +161,7 @@ void dw_client_free(struct dw_client *c) {
 }
 
 uint64_t dw__numel(const struct dw_var *v) {
-  uint64_t n = 1;
-  for (int d = 0; d < v->ndim; d++)
-    n *= (uint64_t)v->shape[d];
-  return n;
+  return cm_numel(v->ndim, v->shape, UINT64_MAX, NULL);
 }
 
 /* The identity every request carries (client_internal.h). */
