@@ -68,7 +68,7 @@ int psd__coord_pause(struct psd_coord *c, int ms) {
 
 int psd__coord_call_until_all(struct psd_coord *c, struct cm_unary *calls,
                               int *done, const char *method,
-                              const ProtobufCMessage *msg,
+                              const ProtobufCMessage *msg, const char *what,
                               psd__coord_judge judge, void *arg, int *left) {
   int stop = 0;
   *left = 0;
@@ -84,6 +84,9 @@ int psd__coord_call_until_all(struct psd_coord *c, struct cm_unary *calls,
         (*left)--;
       } else if (judge(arg, s, &calls[i], attempt)) {
         stop = 1;
+      } else if (attempt % 10 == 0) {
+        cm_warn("%s ps:%d failed: %s: %s; retrying", what, s,
+                cm_rpc_status_name(calls[i].status), calls[i].details);
       }
       cm_unary_release(&calls[i]);
     }
@@ -112,10 +115,6 @@ static int commit_refused(void *arg, int s, const struct cm_unary *call,
               (unsigned long long)r->step, s, call->details);
     return 1;
   }
-  if (attempt % 10 == 0)
-    cm_warn("commit of step %llu to ps:%d failed: %s: %s; retrying",
-            (unsigned long long)r->step, s, cm_rpc_status_name(call->status),
-            call->details);
   return 0;
 }
 
@@ -163,12 +162,16 @@ void *psd__coord_commit_thread(void *arg) {
     req.checkpoint = cm->checkpoint;
     memset(done, 0, c->spec->nps * sizeof *done);
     struct commit_round r = {.step = cm->step, .behind = -1};
+    char what[64];
     int left;
+    snprintf(what, sizeof what, "commit of step %llu to",
+             (unsigned long long)cm->step);
     for (;;) {
       /* Done when every shard has it, or psd stops; a shard that refused
        * it is asked for its step after the usual wait. */
       if (psd__coord_call_until_all(c, calls, done, "/psd.v1.Data/Commit",
-                                    &req.base, commit_refused, &r, &left) ||
+                                    &req.base, what, commit_refused, &r,
+                                    &left) ||
           r.behind < 0 || psd__coord_pause(c, PSD__COORD_RETRY_MS))
         break;
       uint64_t st, g;

@@ -265,9 +265,8 @@ static uint64_t common_step(struct psd_coord *c, struct cm_unary *calls,
   return best;
 }
 
-/* A rollback being sent: what its judge needs and finds. */
+/* A rollback being sent: what its judge finds. */
 struct rollback_round {
-  uint64_t step; /* the step rolled back to */
   int failed;    /* the first shard that cannot roll back, or -1 */
   char why[512]; /* its answer's details */
 };
@@ -286,10 +285,6 @@ static int rollback_refused(void *arg, int s, const struct cm_unary *call,
     }
     return 1;
   }
-  if (attempt % 10 == 0)
-    cm_warn("rollback to step %llu on ps:%d failed: %s: %s; retrying",
-            (unsigned long long)r->step, s, cm_rpc_status_name(call->status),
-            call->details);
   return 0;
 }
 
@@ -309,7 +304,6 @@ void psd__coord_rollback(struct psd_coord *c, struct cm_unary *calls, int *done,
   struct rollback_round r = {.failed = -1};
 
   step = common_step(c, calls, done, step);
-  r.step = step;
   pthread_mutex_lock(&c->lock);
   if (c->open > from)
     from = c->open;
@@ -336,9 +330,12 @@ void psd__coord_rollback(struct psd_coord *c, struct cm_unary *calls, int *done,
   req.caller = &caller;
   req.step = step;
   memset(done, 0, c->spec->nps * sizeof *done);
+  char what[64];
   int left;
+  snprintf(what, sizeof what, "rollback to step %llu on",
+           (unsigned long long)step);
   if (psd__coord_call_until_all(c, calls, done, "/psd.v1.Data/Rollback",
-                                &req.base, rollback_refused, &r, &left))
+                                &req.base, what, rollback_refused, &r, &left))
     return;
 
   pthread_mutex_lock(&c->lock);
