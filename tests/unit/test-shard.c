@@ -92,31 +92,6 @@ START_TEST(auto_balances_bytes) {
 }
 END_TEST
 
-START_TEST(by_name_ignores_order_and_others) {
-  /* The same name gets the same shard whatever else is declared. */
-  int a = cm_shard_by_name("layer1/bias", 1024, 4, 256 << 10);
-  ck_assert(a >= 0 && a < 4);
-  ck_assert_int_eq(cm_shard_by_name("layer1/bias", 1024, 4, 256 << 10), a);
-  /* Large, or one shard: split. */
-  ck_assert_int_eq(cm_shard_by_name("big", 256 << 10, 4, 256 << 10),
-                   CM_SHARD_SPLIT);
-  ck_assert_int_eq(cm_shard_by_name("small", 4, 1, 256 << 10), CM_SHARD_SPLIT);
-  /* FNV-1a of "a" is 0xaf63dc4c8601ec8c: shard 0 of 2, 2 of 3. */
-  ck_assert_int_eq(cm_shard_by_name("a", 4, 2, 256 << 10), 0);
-  ck_assert_int_eq(cm_shard_by_name("a", 4, 3, 256 << 10),
-                   (int)(0xaf63dc4c8601ec8cull % 3));
-  /* Spread: 64 names over 4 shards leave no shard empty. */
-  int seen[4] = {0};
-  char name[16];
-  for (int i = 0; i < 64; i++) {
-    snprintf(name, sizeof name, "v%d", i);
-    seen[cm_shard_by_name(name, 64, 4, 256 << 10)]++;
-  }
-  for (int s = 0; s < 4; s++)
-    ck_assert_int_gt(seen[s], 0);
-}
-END_TEST
-
 /* cm_numel: the product, 1 for no dimensions, and 0 naming the first
  * dimension at fault: not positive, or where the count passes max. */
 START_TEST(numel_counts_and_bounds) {
@@ -141,6 +116,31 @@ START_TEST(numel_counts_and_bounds) {
   int64_t huge[2] = {1LL << 32, 1LL << 32};
   ck_assert_uint_eq(cm_numel(2, huge, UINT64_MAX, &at), 0);
   ck_assert_int_eq(at, 1);
+}
+END_TEST
+
+START_TEST(by_name_ignores_order_and_others) {
+  /* The same name gets the same shard whatever else is declared. */
+  int a = cm_shard_by_name("layer1/bias", 1024, 4, 256 << 10);
+  ck_assert(a >= 0 && a < 4);
+  ck_assert_int_eq(cm_shard_by_name("layer1/bias", 1024, 4, 256 << 10), a);
+  /* Large, or one shard: split. */
+  ck_assert_int_eq(cm_shard_by_name("big", 256 << 10, 4, 256 << 10),
+                   CM_SHARD_SPLIT);
+  ck_assert_int_eq(cm_shard_by_name("small", 4, 1, 256 << 10), CM_SHARD_SPLIT);
+  /* FNV-1a of "a" is 0xaf63dc4c8601ec8c: shard 0 of 2, 2 of 3. */
+  ck_assert_int_eq(cm_shard_by_name("a", 4, 2, 256 << 10), 0);
+  ck_assert_int_eq(cm_shard_by_name("a", 4, 3, 256 << 10),
+                   (int)(0xaf63dc4c8601ec8cull % 3));
+  /* Spread: 64 names over 4 shards leave no shard empty. */
+  int seen[4] = {0};
+  char name[16];
+  for (int i = 0; i < 64; i++) {
+    snprintf(name, sizeof name, "v%d", i);
+    seen[cm_shard_by_name(name, 64, 4, 256 << 10)]++;
+  }
+  for (int s = 0; s < 4; s++)
+    ck_assert_int_gt(seen[s], 0);
 }
 END_TEST
 
