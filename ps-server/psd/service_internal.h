@@ -12,8 +12,11 @@
  *                      commits
  *   service_push.c     Data/Push and Data/SparsePush: the one push
  *                      pipeline, a gradient applied (async) or staged
- *                      (sync), with two payloads:
- *   service_push_dense.c  a dense push's segments of variables (store.h)
+ *                      (sync); its payload is a dense push's segments
+ *                      (service_push_dense.c) or a sparse push's rows
+ *                      (service_sparse.c)
+ *   service_push_dense.c  the dense payload: segments of variables
+ *                      (store.h), staged in sync mode (steps.h)
  *   service_commit.c   Data/Commit and Data/Rollback: the step the
  *                      coordinator closed (coord_barrier.c) is applied here
  *   service_status.c   Admin/Status: what the shard reports to psctl
