@@ -1,5 +1,20 @@
-/* Row partitioning of variables across shards (see shard.h). */
+/* Row partitioning of variables across shards, and their element counts
+ * (see shard.h). */
 #include "shard.h"
+
+uint64_t cm_numel(int ndim, const int64_t *shape, uint64_t max, int *bad) {
+  uint64_t n = 1;
+  for (int d = 0; d < ndim; d++) {
+    /* n * shape[d] <= max without overflowing. */
+    if (shape[d] <= 0 || (uint64_t)shape[d] > max / n) {
+      if (bad)
+        *bad = d;
+      return 0;
+    }
+    n *= (uint64_t)shape[d];
+  }
+  return n;
+}
 
 void cm_shard_rows(int64_t rows, int placement, int nshards, int shard,
                    int64_t *begin, int64_t *end) {

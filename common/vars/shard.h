@@ -2,12 +2,21 @@
  * either split into contiguous row ranges across all shards (balanced: every
  * shard's range differs by at most one row) or placed whole on one shard.
  * Every worker and every shard computes the same map from (rows, placement,
- * number of shards) alone, so the map never travels. */
+ * number of shards) alone, so the map never travels. Beside it, how many
+ * elements a variable's shape makes (cm_numel). */
 #ifndef CM_SHARD_H
 #define CM_SHARD_H
 
 #include <stddef.h>
 #include <stdint.h>
+
+/* The elements of a tensor of shape[0..ndim) (1 when ndim is 0; a row's:
+ * the shape past its first dimension), the one count of a variable's
+ * elements that shards, the client and workers all use. 0 when a dimension
+ * is not positive or the count would pass max (UINT64_MAX: no bound);
+ * *bad (when not NULL) is then that dimension's index, the first one at
+ * fault in order. */
+uint64_t cm_numel(int ndim, const int64_t *shape, uint64_t max, int *bad);
 
 /* Placement value meaning "rows split across all shards". */
 #define CM_SHARD_SPLIT (-1)

@@ -4,7 +4,8 @@
  * wait for psd to stop. A shard that refuses a commit because it restarted
  * from an older checkpoint, or one found behind while the thread is idle,
  * makes the job roll back (coord_rollback.c). It runs on a thread of its own
- * so that no handler ever waits on the network. */
+ * so that no handler ever waits on the network. Calling every shard until
+ * all answer (psd__coord_call_until_all) is here, for the rollback too. */
 #include <errno.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -65,6 +66,58 @@ int psd__coord_pause(struct psd_coord *c, int ms) {
   return stop;
 }
 
+int psd__coord_call_until_all(struct psd_coord *c, struct cm_unary *calls,
+                              int *done, const char *method,
+                              const ProtobufCMessage *msg, const char *what,
+                              psd__coord_judge judge, void *arg, int *left) {
+  int stop = 0;
+  *left = 0;
+  for (int s = 0; s < c->spec->nps; s++)
+    *left += !done[s];
+  for (int attempt = 0; *left > 0 && !stop; attempt++) {
+    int n = psd__coord_call_all(c, calls, done, method, msg,
+                                c->spec->job.timeout_ms, 1);
+    for (int i = 0; i < n; i++) {
+      int s = (int)(intptr_t)calls[i].user;
+      if (calls[i].status == GRPC_STATUS_OK) {
+        done[s] = 1;
+        (*left)--;
+      } else if (judge(arg, s, &calls[i], attempt)) {
+        stop = 1;
+      } else if (attempt % 10 == 0) {
+        cm_warn("%s ps:%d failed: %s: %s; retrying", what, s,
+                cm_rpc_status_name(calls[i].status), calls[i].details);
+      }
+      cm_unary_release(&calls[i]);
+    }
+    if (psd__coord_pause(c, *left > 0 && !stop ? PSD__COORD_RETRY_MS : 0))
+      return 1;
+  }
+  return 0;
+}
+
+/* A commit being sent: what its judge needs and finds. */
+struct commit_round {
+  uint64_t step; /* the step being committed */
+  int behind;    /* the first shard that refused it, or -1 */
+};
+
+/* A shard that refuses the commit (FAILED_PRECONDITION) restarted from an
+ * older checkpoint, or at this step without the gradients staged before:
+ * the round stops there to find out. Any other failure is retried. */
+static int commit_refused(void *arg, int s, const struct cm_unary *call,
+                          int attempt) {
+  struct commit_round *r = arg;
+  if (call->status == GRPC_STATUS_FAILED_PRECONDITION && r->behind < 0) {
+    r->behind = s;
+    if (attempt % 10 == 0)
+      cm_warn("commit of step %llu to ps:%d refused: %s",
+              (unsigned long long)r->step, s, call->details);
+    return 1;
+  }
+  return 0;
+}
+
 /* Sends each decided step to every shard, retrying a shard that does not
  * answer (it may be restarting) until it does or psd stops. */
 void *psd__coord_commit_thread(void *arg) {
@@ -108,50 +161,36 @@ void *psd__coord_commit_thread(void *arg) {
     req.dropped = d;
     req.checkpoint = cm->checkpoint;
     memset(done, 0, c->spec->nps * sizeof *done);
-    int behind = -1, left = c->spec->nps;
-    for (int attempt = 0; left > 0 && behind < 0; attempt++) {
-      int n = psd__coord_call_all(c, calls, done, "/psd.v1.Data/Commit",
-                                  &req.base, c->spec->job.timeout_ms, 1);
-      for (int i = 0; i < n; i++) {
-        int s = (int)(intptr_t)calls[i].user;
-        if (calls[i].status == GRPC_STATUS_OK) {
-          done[s] = 1;
-          left--;
-        } else if (calls[i].status == GRPC_STATUS_FAILED_PRECONDITION &&
-                   behind < 0) {
-          /* Refused: a shard that restarted from an older checkpoint, or
-           * at this step without the gradients staged before. */
-          behind = s;
-          if (attempt % 10 == 0)
-            cm_warn("commit of step %llu to ps:%d refused: %s",
-                    (unsigned long long)cm->step, s, calls[i].details);
-        } else if (attempt % 10 == 0) {
-          cm_warn("commit of step %llu to ps:%d failed: %s: %s; retrying",
-                  (unsigned long long)cm->step, s,
-                  cm_rpc_status_name(calls[i].status), calls[i].details);
-        }
-        cm_unary_release(&calls[i]);
-      }
-      if (psd__coord_pause(c, left > 0 ? PSD__COORD_RETRY_MS : 0))
+    struct commit_round r = {.step = cm->step, .behind = -1};
+    char what[64];
+    int left;
+    snprintf(what, sizeof what, "commit of step %llu to",
+             (unsigned long long)cm->step);
+    for (;;) {
+      /* Done when every shard has it, or psd stops; a shard that refused
+       * it is asked for its step after the usual wait. */
+      if (psd__coord_call_until_all(c, calls, done, "/psd.v1.Data/Commit",
+                                    &req.base, what, commit_refused, &r,
+                                    &left) ||
+          r.behind < 0 || psd__coord_pause(c, PSD__COORD_RETRY_MS))
         break;
-      if (behind >= 0) {
-        uint64_t st, g;
-        struct cm_unary one;
-        memset(&one, 0, sizeof one);
-        if (psd__coord_shard_step(c, &one, behind, c->spec->job.timeout_ms, &st,
-                                  &g) ||
-            st > cm->step)
-          behind = -1; /* not a restart: retried as before */
-        else {
-          char who[96];
-          snprintf(who, sizeof who,
-                   "ps:%d restarted from its checkpoint of step %llu", behind,
-                   (unsigned long long)st);
-          psd__coord_rollback(c, calls, done, st, 0, who);
-        }
+      uint64_t st, g;
+      struct cm_unary one;
+      memset(&one, 0, sizeof one);
+      if (psd__coord_shard_step(c, &one, r.behind, c->spec->job.timeout_ms, &st,
+                                &g) ||
+          st > cm->step) {
+        r.behind = -1; /* not a restart: retried as before */
+        continue;
       }
+      char who[96];
+      snprintf(who, sizeof who,
+               "ps:%d restarted from its checkpoint of step %llu", r.behind,
+               (unsigned long long)st);
+      psd__coord_rollback(c, calls, done, st, 0, who);
+      break;
     }
-    if (behind < 0 && left == 0) {
+    if (r.behind < 0 && left == 0) {
       pthread_mutex_lock(&c->lock);
       c->committed = cm->step + 1;
       pthread_mutex_unlock(&c->lock);

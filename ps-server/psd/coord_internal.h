@@ -6,7 +6,8 @@
  *                     (Admit, the deadline), SSP clocks (Clock), and
  *                     psd_coord_tick, which acts on time
  *   coord_commit.c    the commit thread: sends each closed step to every
- *                     shard (Data/Commit)
+ *                     shard (Data/Commit), a call retried until every
+ *                     shard answers (as a rollback is)
  *   coord_rollback.c  the shards' steps checked at the start and watched
  *                     while idle, and the job rolled back (Data/Rollback)
  * All state is guarded by one mutex: calls arrive on the gRPC queue thread,
@@ -175,6 +176,26 @@ int psd__coord_call_all(struct psd_coord *c, struct cm_unary *calls,
  * stopping, woken early by a stop. Returns whether psd is stopping. Called
  * without the lock. */
 int psd__coord_pause(struct psd_coord *c, int ms);
+
+/* Judges one shard's answer that is not OK in a round of
+ * psd__coord_call_until_all (attempt counts the rounds from 0): returns 1
+ * to stop after this round (having logged what it must), or 0 to send it
+ * again, logged as a failure every 10th round. */
+typedef int (*psd__coord_judge)(void *arg, int shard,
+                                const struct cm_unary *call, int attempt);
+
+/* Sends method carrying msg to every shard not yet done[s] (the caller
+ * clears done), each within the job's timeout, and again every
+ * PSD__COORD_RETRY_MS to those that did not answer OK, until every shard
+ * has, judge stops it, or psd stops; done[s] is set for each shard that
+ * answered OK, *left counts the others. what names the call in the log
+ * ("commit of step 7 to": "... ps:1 failed: UNAVAILABLE: ...; retrying").
+ * Returns whether psd is stopping. Called on the commit thread, without
+ * the lock. */
+int psd__coord_call_until_all(struct psd_coord *c, struct cm_unary *calls,
+                              int *done, const char *method,
+                              const ProtobufCMessage *msg, const char *what,
+                              psd__coord_judge judge, void *arg, int *left);
 
 /* ---- coord_rollback.c: on the commit thread, without the lock; calls and
  * done have an entry per shard (the commit thread's, reused). */

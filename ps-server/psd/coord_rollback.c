@@ -265,6 +265,29 @@ static uint64_t common_step(struct psd_coord *c, struct cm_unary *calls,
   return best;
 }
 
+/* A rollback being sent: what its judge finds. */
+struct rollback_round {
+  int failed;    /* the first shard that cannot roll back, or -1 */
+  char why[512]; /* its answer's details */
+};
+
+/* A shard that refuses the rollback (FAILED_PRECONDITION, INVALID_ARGUMENT:
+ * it has no usable checkpoint of the step) stops the round; any other
+ * failure is retried. */
+static int rollback_refused(void *arg, int s, const struct cm_unary *call,
+                            int attempt) {
+  struct rollback_round *r = arg;
+  if (call->status == GRPC_STATUS_FAILED_PRECONDITION ||
+      call->status == GRPC_STATUS_INVALID_ARGUMENT) {
+    if (r->failed < 0) {
+      r->failed = s;
+      snprintf(r->why, sizeof r->why, "%s", call->details);
+    }
+    return 1;
+  }
+  return 0;
+}
+
 /* Rolls the whole job back to `step`, the checkpoint a shard restarted
  * from: every shard reloads its own checkpoint of that step and
  * drops its staged gradients (Data/Rollback, retried while a shard is
@@ -278,8 +301,7 @@ void psd__coord_rollback(struct psd_coord *c, struct cm_unary *calls, int *done,
                          uint64_t step, uint64_t from, const char *who) {
   Psd__V1__Caller caller = psd__coord_caller(c);
   Psd__V1__RollbackRequest req = PSD__V1__ROLLBACK_REQUEST__INIT;
-  int failed = -1;
-  char why[512] = "";
+  struct rollback_round r = {.failed = -1};
 
   step = common_step(c, calls, done, step);
   pthread_mutex_lock(&c->lock);
@@ -308,41 +330,23 @@ void psd__coord_rollback(struct psd_coord *c, struct cm_unary *calls, int *done,
   req.caller = &caller;
   req.step = step;
   memset(done, 0, c->spec->nps * sizeof *done);
-  for (int attempt = 0, left = c->spec->nps; left > 0 && failed < 0;
-       attempt++) {
-    int n = psd__coord_call_all(c, calls, done, "/psd.v1.Data/Rollback",
-                                &req.base, c->spec->job.timeout_ms, 1);
-    for (int i = 0; i < n; i++) {
-      int s = (int)(intptr_t)calls[i].user;
-      if (calls[i].status == GRPC_STATUS_OK) {
-        done[s] = 1;
-        left--;
-      } else if (calls[i].status == GRPC_STATUS_FAILED_PRECONDITION ||
-                 calls[i].status == GRPC_STATUS_INVALID_ARGUMENT) {
-        if (failed < 0) {
-          failed = s;
-          snprintf(why, sizeof why, "%s", calls[i].details);
-        }
-      } else if (attempt % 10 == 0) {
-        cm_warn("rollback to step %llu on ps:%d failed: %s: %s; retrying",
-                (unsigned long long)step, s,
-                cm_rpc_status_name(calls[i].status), calls[i].details);
-      }
-      cm_unary_release(&calls[i]);
-    }
-    if (psd__coord_pause(c, left > 0 && failed < 0 ? PSD__COORD_RETRY_MS : 0))
-      return;
-  }
+  char what[64];
+  int left;
+  snprintf(what, sizeof what, "rollback to step %llu on",
+           (unsigned long long)step);
+  if (psd__coord_call_until_all(c, calls, done, "/psd.v1.Data/Rollback",
+                                &req.base, what, rollback_refused, &r, &left))
+    return;
 
   pthread_mutex_lock(&c->lock);
   c->rolling = 0;
-  if (failed >= 0) {
+  if (r.failed >= 0) {
     snprintf(c->bad, sizeof c->bad,
              "cannot roll the job back to step %llu (%s): ps:%d has no usable "
              "checkpoint of step %llu (%s); restart every shard with "
              "--resume-step N, N the newest step all of them have",
-             (unsigned long long)step, who, failed, (unsigned long long)step,
-             why);
+             (unsigned long long)step, who, r.failed, (unsigned long long)step,
+             r.why);
     cm_error("%s", c->bad);
   } else {
     c->gen = req.gen;
@@ -358,7 +362,7 @@ void psd__coord_rollback(struct psd_coord *c, struct cm_unary *calls, int *done,
   while (c->admits) {
     struct psd__coord_parked *p = c->admits;
     c->admits = p->next;
-    if (failed >= 0)
+    if (r.failed >= 0)
       cm_rpc_fail(p->call, GRPC_STATUS_FAILED_PRECONDITION, "%s", c->bad);
     else
       psd__coord_reply_redirect(c, p->call, p->value, 0);

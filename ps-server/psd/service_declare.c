@@ -123,8 +123,9 @@ static int check_declare(struct psd_service *svc, struct cm_rpc_call *call,
   for (size_t i = 0; i < req->n_vars; i++) {
     const Psd__V1__VarSpec *vs = req->vars[i];
     const struct psd_var *v;
-    uint64_t numel = 1, row_elems = 1;
+    uint64_t numel, row_elems;
     int64_t rb, re;
+    int bad;
     if (psd__check_name(svc, call, vs->name, "Declare", i))
       goto out;
     if (vs->n_shape < 1 || vs->n_shape > PSD_VAR_MAX_DIMS) {
@@ -134,27 +135,22 @@ static int check_declare(struct psd_service *svc, struct cm_rpc_call *call,
       goto out;
     }
     psd_shape_format((int)vs->n_shape, vs->shape, shape, sizeof shape);
-    for (size_t d = 0; d < vs->n_shape; d++) {
-      if (vs->shape[d] <= 0) {
-        psd__fail(svc, call, GRPC_STATUS_INVALID_ARGUMENT,
-                  "Declare '%s': shape %s: dimension %zu is %lld; expected a "
-                  "positive size",
-                  vs->name, shape, d, (long long)vs->shape[d]);
-        goto out;
-      }
-      /* numel * shape[d] <= 2^40 without overflowing. */
-      if ((uint64_t)vs->shape[d] > PSD_VAR_MAX_ELEMS / numel) {
-        psd__fail(
-            svc, call, GRPC_STATUS_INVALID_ARGUMENT,
-            "Declare '%s': shape %s has more than 2^40 elements, the most a "
-            "variable may have",
-            vs->name, shape);
-        goto out;
-      }
-      numel *= (uint64_t)vs->shape[d];
-      if (d > 0)
-        row_elems *= (uint64_t)vs->shape[d];
+    numel = cm_numel((int)vs->n_shape, vs->shape, PSD_VAR_MAX_ELEMS, &bad);
+    if (!numel && vs->shape[bad] <= 0) {
+      psd__fail(svc, call, GRPC_STATUS_INVALID_ARGUMENT,
+                "Declare '%s': shape %s: dimension %d is %lld; expected a "
+                "positive size",
+                vs->name, shape, bad, (long long)vs->shape[bad]);
+      goto out;
     }
+    if (!numel) {
+      psd__fail(svc, call, GRPC_STATUS_INVALID_ARGUMENT,
+                "Declare '%s': shape %s has more than 2^40 elements, the most "
+                "a variable may have",
+                vs->name, shape);
+      goto out;
+    }
+    row_elems = cm_numel((int)vs->n_shape - 1, vs->shape + 1, UINT64_MAX, NULL);
     if (vs->placement < -1 || vs->placement >= svc->nshards) {
       psd__fail(
           svc, call, GRPC_STATUS_INVALID_ARGUMENT,

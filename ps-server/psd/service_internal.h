@@ -10,13 +10,19 @@
  *                      staged (vstage.h)
  *   service_pull.c     Data/Pull: a pull answered, or parked until its step
  *                      commits
- *   service_push.c     Data/Push: a gradient applied (async) or staged (sync)
+ *   service_push.c     Data/Push and Data/SparsePush: the one push
+ *                      pipeline, a gradient applied (async) or staged
+ *                      (sync); its payload is a dense push's segments
+ *                      (service_push_dense.c) or a sparse push's rows
+ *                      (service_sparse.c)
+ *   service_push_dense.c  the dense payload: segments of variables
+ *                      (store.h), staged in sync mode (steps.h)
  *   service_commit.c   Data/Commit and Data/Rollback: the step the
  *                      coordinator closed (coord_barrier.c) is applied here
  *   service_status.c   Admin/Status: what the shard reports to psctl
- *   service_sparse.c   Data/SparsePull and Data/SparsePush: rows of the
- *                      embedding tables (tables.h), staged in sync mode
- *                      (sstage.h)
+ *   service_sparse.c   Data/SparsePull, and a SparsePush's payload: rows
+ *                      of the embedding tables (tables.h), staged in sync
+ *                      mode (sstage.h)
  *   service_tables.c   the tables' part of Declare and Status, and
  *                      Admin/Rows, Admin/Shrink, Admin/Export
  * The public interface is service.h. Each handler checks the whole request
@@ -37,6 +43,7 @@
 #include "rpc_server.h"
 #include "service.h"
 #include "sstage.h"
+#include "steps.h"
 #include "store.h"
 #include "tables.h"
 #include "vstage.h"
@@ -168,6 +175,98 @@ void psd__values_free(struct psd__runs *r);
 void psd__values_rows(const struct psd_service *svc, const Psd__V1__VarSpec *vs,
                       uint64_t *begin, uint64_t *end);
 
+/* ---- service_push.c: one push, dense or sparse, through six steps ---- */
+
+struct psd__push;
+
+/* What a push's payload does at the pipeline's steps (service_push.c says
+ * them): a dense push's segments of variables (psd__push_dense,
+ * service_push_dense.c) or a sparse push's rows of a table
+ * (psd__push_sparse, service_sparse.c). Each function that answers the
+ * call says so; one that refuses a claimed push gives the claim back
+ * (psd__push_give_back). */
+struct psd__push_payload {
+  const char *call; /* the call, as messages name it: "Push", "SparsePush" */
+  const char *gen_what; /* a push of a newer generation, as its refusal
+                           names it: "push", "SparsePush" */
+  const char *reject;   /* job.nonfinite "reject": the refusal, a format
+                           taking the element's description */
+  /* Step 2: checks the payload against this shard's variables or table and
+   * the data field, and sets total and wire. Returns 0 to go on, 1 for a
+   * push of nothing (answered with the current versions, changing
+   * nothing), -1 once the call is answered. */
+  int (*check)(struct psd__push *p);
+  /* Step 4: describes the gradient's element bad, NaN or an infinity
+   * ("push to 'w': gradient element 3 (segment 0) is NaN"). */
+  void (*describe)(const struct psd__push *p, size_t bad, char *what,
+                   size_t len);
+  /* Step 5: applies (async) or stages (sync) the gradient, nothing when
+   * skip is set, and records the versions the answer carries. Returns 0,
+   * or -1 once the call is answered. */
+  int (*apply)(struct psd__push *p);
+  /* Records the current versions without changing anything (a push of
+   * nothing, a retry of an applied message). */
+  void (*current)(struct psd__push *p);
+  /* Answers the call with the versions recorded, or, when p->rolled is
+   * set, that the job rolled back. */
+  void (*answer)(struct psd__push *p);
+};
+
+extern const struct psd__push_payload psd__push_dense;  /* Data/Push */
+extern const struct psd__push_payload psd__push_sparse; /* Data/SparsePush */
+
+/* One push in progress, dense or sparse: what its steps share. */
+struct psd__push {
+  struct psd_service *svc;                /* the service (ctx) */
+  struct cm_rpc_call *call;               /* answered once, by the step that
+                                             stops */
+  const struct psd__push_payload *kind;   /* its payload's steps */
+  ProtobufCMessage *msg;                  /* owned: the unpacked request */
+  const Psd__V1__PushRequest *dense;      /* msg of a dense push, or NULL */
+  const Psd__V1__SparsePushRequest *rows; /* msg of a sparse one, or NULL */
+  struct cm_wire_msg m; /* the message; its bulk field is the gradient */
+  /* What both requests carry, named alike (ps.proto). */
+  int32_t worker;     /* the pushing worker's index */
+  int has_worker;     /* async: worker is set */
+  uint64_t step, gen; /* sync: the step and the rollbacks the worker knows */
+  uint64_t client_id; /* idempotent pushes: the client (0: none), */
+  uint64_t seq;       /* its logical push */
+  uint32_t chunk;     /* and this message of it */
+  uint32_t examples;  /* examples behind this gradient */
+  int first;          /* dense: the first message of one push to this shard */
+  /* A dense push's segments. */
+  struct psd_var **vars; /* owned: segment i's variable (the store's) */
+  uint64_t *versions;    /* owned: segment i's version, for the answer */
+  /* A sparse push's rows. */
+  struct psd_table *table; /* borrowed: tables live as long as psd */
+  uint64_t *ids;           /* owned: the rows' ids, nids of them */
+  size_t nids;             /* ids pushed */
+  uint64_t version;        /* the table's version, for the answer */
+  /* Both. */
+  uint64_t total; /* gradient bytes the payload describes, f32 */
+  uint64_t wire;  /* bytes the data field holds: total, or half of it when
+                     the push is bf16 */
+  int bf16;       /* the data field holds bfloat16s (a dense push's dtype) */
+  float *grad;    /* owned copy of the gradient */
+  double start;   /* cm_mono_ms() when handling began */
+  int skip;       /* NaN or Inf under job.nonfinite "skip": acknowledged */
+  int claimed;    /* this message's dedup claim is ours to give back */
+  int gated;      /* async: we hold the dedup table's apply gate */
+  /* Sync: the steps' state when the push's generation is one the job has
+   * rolled back from (nothing was staged; the answer says so), else NULL. */
+  const struct psd_steps_state *rolled;
+};
+
+/* Gives back this message's dedup claim when the push is refused after it:
+ * not applied, so neither a retry nor a checkpoint may take it for applied
+ * (a retry is judged again). */
+void psd__push_give_back(struct psd__push *p);
+
+/* Sync: answers a push of a generation the job has rolled back from (st:
+ * the steps' state now): nothing was staged. */
+void psd__push_answer_rolled_back(struct psd__push *p,
+                                  const struct psd_steps_state *st);
+
 /* ---- the handlers (cm_rpc_handler; ctx is the service) ---- */
 
 void psd__on_declare(struct cm_rpc_call *call, grpc_byte_buffer *bb,
@@ -176,6 +275,8 @@ void psd__on_pull(struct cm_rpc_call *call, grpc_byte_buffer *bb,
                   void *ctx); /* service_pull.c */
 void psd__on_push(struct cm_rpc_call *call, grpc_byte_buffer *bb,
                   void *ctx); /* service_push.c */
+void psd__on_sparse_push(struct cm_rpc_call *call, grpc_byte_buffer *bb,
+                         void *ctx); /* service_push.c */
 void psd__on_commit(struct cm_rpc_call *call, grpc_byte_buffer *bb,
                     void *ctx); /* service_commit.c */
 void psd__on_rollback(struct cm_rpc_call *call, grpc_byte_buffer *bb,
@@ -186,8 +287,6 @@ void psd__on_status(struct cm_rpc_call *call, grpc_byte_buffer *bb,
 /* ---- service_sparse.c ---- */
 
 void psd__on_sparse_pull(struct cm_rpc_call *call, grpc_byte_buffer *bb,
-                         void *ctx);
-void psd__on_sparse_push(struct cm_rpc_call *call, grpc_byte_buffer *bb,
                          void *ctx);
 
 /* A sparse pull waiting for its version (parked, service_pull.c). */

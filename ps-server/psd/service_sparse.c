@@ -1,10 +1,11 @@
-/* psd.v1.Data/SparsePull and Data/SparsePush (service_internal.h): rows of
- * an embedding table (tables.h, table.h) by id. Ids arrive as the bulk
- * field, raw u64 little-endian, read out of the received slices once; a
- * pull's rows leave as the answer's bulk field from one buffer; a push's
- * gradients (field 15) are read once into a buffer and applied, or staged
- * for a sync step (sstage.h). Every id is checked first, against the
- * table's bound and this shard's share of the ids (table.h,
+/* psd.v1.Data/SparsePull, and Data/SparsePush's payload (psd__push_sparse;
+ * the push's pipeline is service_push.c's, as a dense push's): rows of an
+ * embedding table (tables.h, table.h) by id. Ids arrive as the bulk field
+ * (a pull) or a field of the head (a push), raw u64 little-endian, read
+ * once; a pull's rows leave as the answer's bulk field from one buffer; a
+ * push's gradients (field 15) are read once into a buffer and applied, or
+ * staged for a sync step (sstage.h). Every id is checked first, against
+ * the table's bound and this shard's share of the ids (table.h,
  * psd_table_shard_of), and a push's width against the table's dim, so a
  * refused call changes nothing. A sync pull for the step after the last
  * one closed is parked like a dense one (service_pull.c). The version
@@ -21,11 +22,7 @@
 #include <string.h>
 
 #include "clock.h"
-#include "dedup.h"
 #include "err.h"
-#include "finite.h"
-#include "log.h"
-#include "saver.h"
 #include "steps.h"
 #include "wire.h"
 
@@ -229,79 +226,52 @@ out:
   cm_request_free((ProtobufCMessage *)req);
 }
 
-/* Answers a sparse push. */
-static void answer_push(struct cm_rpc_call *call, uint64_t version) {
+/* ---- a sparse push's payload (psd__push_sparse): rows of a table by
+ * id; the pipeline is service_push.c's ---- */
+
+/* The table's version now: the steps committed (sync), or the pushes
+ * applied to it (async). */
+static void current_version(struct psd__push *p) {
+  p->version =
+      p->svc->steps ? psd_steps_version(p->svc->steps) : table_pushes(p->table);
+}
+
+/* Answers a sparse push with the version recorded, or, when the job
+ * rolled back from its generation, with the steps' state. */
+static void answer_push(struct psd__push *p) {
   Psd__V1__SparsePushResponse r = PSD__V1__SPARSE_PUSH_RESPONSE__INIT;
-  r.version = version;
-  cm_rpc_reply(call, cm_rpc_pack(&r.base));
-}
-
-/* Checks a sparse push's worker and, in sync mode, its generation and
- * step. Returns 0, or -1 once the call is answered. */
-static int check_push_step(struct psd_service *svc, struct cm_rpc_call *call,
-                           const Psd__V1__SparsePushRequest *req) {
-  if ((svc->steps || req->has_worker) &&
-      (req->worker < 0 || req->worker >= svc->nworkers)) {
-    psd__fail(svc, call, GRPC_STATUS_INVALID_ARGUMENT,
-              "SparsePush: worker %d out of range; cluster.worker has %d "
-              "entries",
-              req->worker, svc->nworkers);
-    return -1;
-  }
-  if (!svc->steps)
-    return 0;
-  struct psd_steps_state st;
-  psd_steps_state(svc->steps, &st);
-  if (req->gen < st.gen) {
-    Psd__V1__SparsePushResponse r = PSD__V1__SPARSE_PUSH_RESPONSE__INIT;
+  r.version = p->rolled ? p->rolled->version : p->version;
+  if (p->rolled) {
     r.rolled_back = 1;
-    r.rollback_step = st.rollback_step;
-    r.gen = st.gen;
-    r.version = st.version;
-    cm_rpc_reply(call, cm_rpc_pack(&r.base));
-    return -1;
+    r.rollback_step = p->rolled->rollback_step;
+    r.gen = p->rolled->gen;
   }
-  if (req->gen > st.gen) {
-    psd__fail(svc, call, GRPC_STATUS_UNAVAILABLE,
-              "SparsePush for step %llu of generation %llu: shard %d has not "
-              "rolled back to it yet (it is at generation %llu); retry",
-              (unsigned long long)req->step, (unsigned long long)req->gen,
-              svc->shard, (unsigned long long)st.gen);
-    return -1;
-  }
-  return 0;
+  cm_rpc_reply(p->call, cm_rpc_pack(&r.base));
 }
 
-void psd__on_sparse_push(struct cm_rpc_call *call, grpc_byte_buffer *bb,
-                         void *ctx) {
-  struct psd_service *svc = ctx;
-  double start = cm_mono_ms();
-  struct cm_wire_msg m;
-  uint64_t *ids = NULL;
-  float *g = NULL;
-  size_t n = 0;
-  int gated = 0, claimed = 0, counted = 0;
-  Psd__V1__SparsePushRequest *req =
-      (Psd__V1__SparsePushRequest *)cm_request_open(
-          &svc->host, call, bb, &psd__v1__sparse_push_request__descriptor,
-          "SparsePush", &m);
-  if (!req || check_push_step(svc, call, req))
-    goto out;
-  struct psd_table *t = psd__find_table(svc, call, req->table, "SparsePush");
-  if (!t)
-    goto out;
-  const struct cm_table_conf *c = psd_table_conf(t);
-  if (!(ids = take_ids(svc, call, t, req->ids.data, NULL, req->ids.len, &n,
-                       "SparsePush")))
-    goto out;
-  if (m.bulk_len != n * c->dim * sizeof(float)) {
-    uint64_t width = n ? m.bulk_len / sizeof(float) / n : 0;
+/* Step 2: the table, every id (take_ids) and the rows' width against the
+ * data field; sets p->table, p->ids, p->total. Returns 0, 1 for a push of
+ * no ids and no data, or -1 once the call is answered. */
+static int check_rows(struct psd__push *p) {
+  struct psd_service *svc = p->svc;
+  const Psd__V1__SparsePushRequest *req = p->rows;
+  struct cm_rpc_call *call = p->call;
+  size_t n, bulk = p->m.bulk_len;
+  if (!(p->table = psd__find_table(svc, call, req->table, "SparsePush")))
+    return -1;
+  const struct cm_table_conf *c = psd_table_conf(p->table);
+  if (!(p->ids = take_ids(svc, call, p->table, req->ids.data, NULL,
+                          req->ids.len, &p->nids, "SparsePush")))
+    return -1;
+  n = p->nids;
+  if (bulk != n * c->dim * sizeof(float)) {
+    uint64_t width = n ? bulk / sizeof(float) / n : 0;
     if (!n)
       psd__fail(svc, call, GRPC_STATUS_INVALID_ARGUMENT,
                 "SparsePush '%s': no ids, but data holds %zu bytes of "
                 "gradient; send one row of %u floats per id, or neither",
-                c->name, m.bulk_len, c->dim);
-    else if (m.bulk_len && m.bulk_len % (n * sizeof(float)) == 0)
+                c->name, bulk, c->dim);
+    else if (bulk && bulk % (n * sizeof(float)) == 0)
       psd__fail(svc, call, GRPC_STATUS_INVALID_ARGUMENT,
                 "SparsePush '%s': row gradients of width %llu; the table's "
                 "rows have width %u (dim)",
@@ -310,106 +280,86 @@ void psd__on_sparse_push(struct cm_rpc_call *call, grpc_byte_buffer *bb,
       psd__fail(svc, call, GRPC_STATUS_INVALID_ARGUMENT,
                 "SparsePush '%s': %zu ids need %zu bytes of gradient (dim "
                 "%u); data holds %zu",
-                c->name, n, n * c->dim * sizeof(float), c->dim, m.bulk_len);
-    goto out;
+                c->name, n, n * c->dim * sizeof(float), c->dim, bulk);
+    return -1;
   }
-  if (!n) { /* nothing to apply, stage or remember (docs/wire.md) */
-    answer_push(call,
-                svc->steps ? psd_steps_version(svc->steps) : table_pushes(t));
-    goto out;
-  }
-  if (!(g = malloc(m.bulk_len + 1))) {
-    psd__fail(svc, call, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
-    goto out;
-  }
-  cm_wire_bulk_read(&m, 0, g, m.bulk_len);
-  size_t nf = n * c->dim, bad = cm_first_nonfinite(g, nf);
-  if (bad < nf) {
-    atomic_fetch_add(&svc->nonfinite, 1);
-    if (svc->limits.nonfinite == PSD_NONFINITE_REJECT) {
-      psd__fail(svc, call, GRPC_STATUS_INVALID_ARGUMENT,
-                "SparsePush '%s': the gradient of id %llu holds %s "
-                "(job.nonfinite is \"reject\": nothing applied)",
-                c->name, (unsigned long long)ids[bad / c->dim],
-                isnan(g[bad]) ? "NaN" : "an infinity");
-      goto out;
-    }
-    if (svc->limits.nonfinite == PSD_NONFINITE_SKIP) {
-      answer_push(call,
-                  svc->steps ? psd_steps_version(svc->steps) : table_pushes(t));
-      goto out;
-    }
+  if (!n)
+    return 1;
+  p->total = p->wire = bulk;
+  return 0;
+}
+
+/* Step 4: names element bad of the gradient by the table and its row's
+ * id. */
+static void describe_row(const struct psd__push *p, size_t bad, char *what,
+                         size_t len) {
+  const struct cm_table_conf *c = psd_table_conf(p->table);
+  snprintf(what, len, "SparsePush '%s': the gradient of id %llu holds %s",
+           c->name, (unsigned long long)p->ids[bad / c->dim],
+           isnan(p->grad[bad]) ? "NaN" : "an infinity");
+}
+
+/* Step 5: applies the rows (async) or stages them for the push's step
+ * (sync). Returns 0, or -1 once the call is answered. */
+static int apply_rows(struct psd__push *p) {
+  struct psd_service *svc = p->svc;
+  const char *name = psd_table_conf(p->table)->name;
+  if (p->skip) {
+    current_version(p);
+    return 0;
   }
   if (!svc->steps) {
-    /* Async: the apply gate, so a checkpoint is one instant (dedup.h). */
-    psd_dedup_apply_begin(svc->dedup);
-    gated = 1;
-  }
-  if (req->client_id) {
-    int d = psd_dedup_claim(svc->dedup, req->client_id, req->seq, req->chunk);
-    if (d == 1) { /* a retry of an applied message */
-      answer_push(call,
-                  svc->steps ? psd_steps_version(svc->steps) : table_pushes(t));
-      goto out;
-    }
-    claimed = d == 0;
-  }
-  if (svc->steps) {
-    pthread_rwlock_rdlock(&svc->tables_gate);
-    uint64_t version = psd_steps_version(svc->steps);
-    int rc = 0;
-    if (req->step < version)
-      rc = CM_ERANGE;
-    else if (req->step > version)
-      rc = CM_EINVAL;
-    else
-      rc = psd_sstage_put(svc->sstage, req->worker, req->step, t, ids, n, g);
-    pthread_rwlock_unlock(&svc->tables_gate);
-    if (rc) {
-      if (claimed)
-        psd_dedup_unclaim(svc->dedup, req->client_id, req->seq, req->chunk);
-      psd__fail(svc, call,
-                rc == CM_ERANGE   ? GRPC_STATUS_ABORTED
-                : rc == CM_EINVAL ? GRPC_STATUS_FAILED_PRECONDITION
-                                  : GRPC_STATUS_RESOURCE_EXHAUSTED,
-                rc == CM_ERANGE
-                    ? "SparsePush '%s': step %llu is closed on shard %d (it "
-                      "has committed %llu steps); the gradient is dropped"
-                    : "SparsePush '%s': step %llu is not open on shard %d (it "
-                      "has committed %llu steps)",
-                c->name, (unsigned long long)req->step, svc->shard,
-                (unsigned long long)version);
-      goto out;
-    }
-    answer_push(call, version);
-  } else {
-    if (psd_table_push(t, ids, n, g, 1.0f, psd__shard_step(svc))) {
-      if (claimed)
-        psd_dedup_unclaim(svc->dedup, req->client_id, req->seq, req->chunk);
-      psd__fail(svc, call, GRPC_STATUS_RESOURCE_EXHAUSTED,
+    if (psd_table_push(p->table, p->ids, p->nids, p->grad, 1.0f,
+                       psd__shard_step(svc))) {
+      psd__push_give_back(p);
+      psd__fail(svc, p->call, GRPC_STATUS_RESOURCE_EXHAUSTED,
                 "SparsePush '%s': out of memory on shard %d; nothing applied",
-                c->name, svc->shard);
-      goto out;
+                name, svc->shard);
+      return -1;
     }
-    answer_push(call, table_pushes(t));
-    counted = 1;
+    p->version = table_pushes(p->table);
+    return 0;
   }
-  atomic_fetch_add(&svc->sparse_pushes, 1);
-  atomic_fetch_add(&svc->examples, req->examples);
-  atomic_fetch_add(&svc->bytes_in, m.bulk_len);
-  psd_hist_observe(&svc->push_time, (cm_mono_ms() - start) / 1e3);
-out:
-  if (gated)
-    psd_dedup_apply_end(svc->dedup);
-  /* Async: the saver counts applied pushes, sparse ones too, as the
-   * shard's step (saver.h), once the gate is let go. */
-  if (counted && svc->saver)
-    psd_saver_pushed(svc->saver);
-  free(ids);
-  free(g);
-  cm_wire_msg_release(&m);
-  cm_request_free((ProtobufCMessage *)req);
+  pthread_rwlock_rdlock(&svc->tables_gate);
+  uint64_t version = psd_steps_version(svc->steps);
+  int rc = 0;
+  if (p->step < version)
+    rc = CM_ERANGE;
+  else if (p->step > version)
+    rc = CM_EINVAL;
+  else
+    rc = psd_sstage_put(svc->sstage, p->worker, p->step, p->table, p->ids,
+                        p->nids, p->grad);
+  pthread_rwlock_unlock(&svc->tables_gate);
+  if (rc) {
+    psd__push_give_back(p);
+    psd__fail(svc, p->call,
+              rc == CM_ERANGE   ? GRPC_STATUS_ABORTED
+              : rc == CM_EINVAL ? GRPC_STATUS_FAILED_PRECONDITION
+                                : GRPC_STATUS_RESOURCE_EXHAUSTED,
+              rc == CM_ERANGE
+                  ? "SparsePush '%s': step %llu is closed on shard %d (it "
+                    "has committed %llu steps); the gradient is dropped"
+                  : "SparsePush '%s': step %llu is not open on shard %d (it "
+                    "has committed %llu steps)",
+              name, (unsigned long long)p->step, svc->shard,
+              (unsigned long long)version);
+    return -1;
+  }
+  p->version = version;
+  return 0;
 }
+
+const struct psd__push_payload psd__push_sparse = {
+    .call = "SparsePush",
+    .gen_what = "SparsePush",
+    .reject = "%s (job.nonfinite is \"reject\": nothing applied)",
+    .check = check_rows,
+    .describe = describe_row,
+    .apply = apply_rows,
+    .current = current_version,
+    .answer = answer_push,
+};
 
 int psd__sparse_commit(struct psd_service *svc, uint64_t step,
                        const int *applied, int napplied) {

@@ -14,6 +14,16 @@
 #include "saver.h"
 #include "steps.h"
 
+/* The fields of a worker's Status that are psd_worker_info's as they are
+ * (fill_worker computes the rest). Laid out by hand: clang-format would
+ * indent each line further as if continuing a statement. */
+// clang-format off
+#define WORKER_FIELDS(X)                                                       \
+  X(worker) X(live) X(joined) X(applied) X(dropped) X(clock) X(last_seen_ms)   \
+  X(joins) X(left) X(examples) X(last_step) X(pushes) X(step_samples)          \
+  X(step_p50_ms) X(step_p95_ms) X(lag_p50_ms) X(lag_p95_ms)
+// clang-format on
+
 /* Points h at counts (PSD_HIST_BOUNDS + 1 entries, borrowed until the
  * message is packed) and the shared bounds. */
 static void fill_hist(Psd__V1__Histogram *h, const char *name, uint64_t *counts,
@@ -28,6 +38,19 @@ static void fill_hist(Psd__V1__Histogram *h, const char *name, uint64_t *counts,
   h->count = 0;
   for (int i = 0; i <= PSD_HIST_BOUNDS; i++)
     h->count += counts[i];
+}
+
+/* A worker's Status from the coordinator's w; its step times go to h
+ * (both borrow from w until the message is packed). */
+static void fill_worker(Psd__V1__WorkerStatus *ws, struct psd_worker_info *w,
+                        Psd__V1__Histogram *h) {
+  psd__v1__worker_status__init(ws);
+#define COPY(f) ws->f = w->f;
+  WORKER_FIELDS(COPY)
+#undef COPY
+  ws->examples_per_s = w->train_s > 0 ? (double)w->examples / w->train_s : 0.0;
+  fill_hist(h, "step_seconds", w->step_counts, w->step_sum);
+  ws->step_time = h;
 }
 
 void psd__on_status(struct cm_rpc_call *call, grpc_byte_buffer *bb, void *ctx) {
@@ -162,30 +185,7 @@ void psd__on_status(struct cm_rpc_call *call, grpc_byte_buffer *bb, void *ctx) {
     }
     psd_coord_workers(svc->coord, winfo, nw);
     for (int i = 0; i < nw; i++) {
-      psd__v1__worker_status__init(&ws[i]);
-      ws[i].worker = winfo[i].worker;
-      ws[i].live = winfo[i].live;
-      ws[i].joined = winfo[i].joined;
-      ws[i].applied = winfo[i].applied;
-      ws[i].dropped = winfo[i].dropped;
-      ws[i].clock = winfo[i].clock;
-      ws[i].last_seen_ms = winfo[i].last_seen_ms;
-      ws[i].joins = winfo[i].joins;
-      ws[i].left = winfo[i].left;
-      ws[i].examples = winfo[i].examples;
-      ws[i].examples_per_s = winfo[i].train_s > 0
-                                 ? (double)winfo[i].examples / winfo[i].train_s
-                                 : 0.0;
-      ws[i].last_step = winfo[i].last_step;
-      ws[i].pushes = winfo[i].pushes;
-      ws[i].step_samples = winfo[i].step_samples;
-      ws[i].step_p50_ms = winfo[i].step_p50_ms;
-      ws[i].step_p95_ms = winfo[i].step_p95_ms;
-      ws[i].lag_p50_ms = winfo[i].lag_p50_ms;
-      ws[i].lag_p95_ms = winfo[i].lag_p95_ms;
-      fill_hist(&wh[i], "step_seconds", winfo[i].step_counts,
-                winfo[i].step_sum);
-      ws[i].step_time = &wh[i];
+      fill_worker(&ws[i], &winfo[i], &wh[i]);
       wsp[i] = &ws[i];
     }
     resp.n_workers = nw;

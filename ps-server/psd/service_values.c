@@ -55,10 +55,9 @@ static const Psd__V1__VarSpec *spec_named(const Psd__V1__DeclareRequest *req,
 
 void psd__values_rows(const struct psd_service *svc, const Psd__V1__VarSpec *vs,
                       uint64_t *begin, uint64_t *end) {
-  uint64_t row = 1;
+  uint64_t row =
+      cm_numel((int)vs->n_shape - 1, vs->shape + 1, UINT64_MAX, NULL);
   int64_t rb, re;
-  for (size_t d = 1; d < vs->n_shape; d++)
-    row *= (uint64_t)vs->shape[d];
   cm_shard_rows(vs->shape[0], vs->placement, svc->nshards, svc->shard, &rb,
                 &re);
   *begin = (uint64_t)rb * row;

@@ -196,8 +196,8 @@ static int declare(struct psd_store *s, const char *name, int ndim,
   char want[128], have[128];
   struct psd_var *v = NULL;
   const struct cm_optim *opt;
-  int rule;
-  uint64_t numel = 1, row_elems = 1;
+  int rule, bad;
+  uint64_t numel, row_elems;
   int rc = 0;
 
   *created = 0;
@@ -212,19 +212,15 @@ static int declare(struct psd_store *s, const char *name, int ndim,
              ndim, PSD_VAR_MAX_DIMS);
     return CM_EINVAL;
   }
-  for (int i = 0; i < ndim; i++) {
-    if (shape[i] <= 0 || (uint64_t)shape[i] > (1ULL << 40) / numel) {
-      psd_shape_format(ndim, shape, want, sizeof want);
-      snprintf(err, errlen,
-               "variable '%s': shape %s: dimension %d must be positive and the "
-               "total under 2^40 elements",
-               name, want, i);
-      return CM_EINVAL;
-    }
-    numel *= (uint64_t)shape[i];
-    if (i > 0)
-      row_elems *= (uint64_t)shape[i];
+  if (!(numel = cm_numel(ndim, shape, PSD_VAR_MAX_ELEMS, &bad))) {
+    psd_shape_format(ndim, shape, want, sizeof want);
+    snprintf(err, errlen,
+             "variable '%s': shape %s: dimension %d must be positive and the "
+             "total under 2^40 elements",
+             name, want, bad);
+    return CM_EINVAL;
   }
+  row_elems = cm_numel(ndim - 1, shape + 1, UINT64_MAX, NULL);
   if (placement < -1 || placement >= s->nshards) {
     snprintf(err, errlen,
              "variable '%s': placement %d; expected -1 (split) or a shard "

@@ -1,16 +1,20 @@
 /* Unit tests for psd.v1.Data/SparsePull and Data/SparsePush
- * (ps-server/psd/service_sparse.c) and their table (table.c): a push with
+ * (ps-server/psd/service_sparse.c; a push goes through service_push.c's
+ * pipeline, as a dense one does) and their table (table.c): a push with
  * no ids is answered OK and changes nothing (once it killed the shard), one
  * with no ids but gradient bytes is refused naming the table; a push's
- * ids and widths are checked before anything is applied; an empty pull is
- * an empty answer. Async and sync. The shard and the calls are
+ * ids and widths are checked before anything is applied; a gradient with NaN
+ * or an infinity is judged, logged and counted as a dense push's is; an
+ * empty pull is an empty answer. Async and sync. The shard and the calls are
  * service_fixture.h's. */
 #include <check.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "log.h"
 #include "ps.pb-c.h"
 #include "rpc.h"
 #include "rpc_server.h"
@@ -185,12 +189,84 @@ START_TEST(push_checks_before_applying) {
        "SparsePush 'emb': 2 ids need 16 bytes of gradient (dim 2); data "
        "holds 20");
   uint64_t two[2] = {ids[0], far};
-  call(PUSH, sparse_push_req(&r, "adm", two, 2, g, 4),
-       GRPC_STATUS_OUT_OF_RANGE, "ids must be below id_bound 1000");
+  call(PUSH, sparse_push_req(&r, "adm", two, 2, g, 4), GRPC_STATUS_OUT_OF_RANGE,
+       "ids must be below id_bound 1000");
   call(PUSH, sparse_push_req(&r, "nope", ids, 1, g, 2), GRPC_STATUS_NOT_FOUND,
        "no table 'nope'");
   hold(&after, mine);
   same(&before, &after);
+}
+END_TEST
+
+/* The lines the shard logged at warn level and above, while a test has
+ * set keep_line as the log's sink. */
+static char logged[8192];
+
+static void keep_line(void *arg, enum cm_log_level level, const char *msg) {
+  size_t n = strlen(logged);
+  (void)arg;
+  if (level >= CM_LOG_WARN && n < sizeof logged)
+    snprintf(logged + n, sizeof logged - n, "%s\n", msg);
+}
+
+/* Asserts that a line logged holds want. */
+static void assert_logged(const char *want) {
+  ck_assert_msg(strstr(logged, want), "no log line holds \"%s\"; logged:\n%s",
+                want, logged);
+}
+
+/* A gradient with NaN or an infinity is judged as a dense push's is
+ * (job.nonfinite): rejected naming the table and the id, or skipped
+ * (nothing applied or counted) or applied, and then logged the way a dense
+ * one is; counted in nonfinite_pushes whatever was done with it. */
+START_TEST(nonfinite_push_judged_and_logged) {
+  uint64_t mine[3] = {shard0_id(0), shard0_id(1), shard0_id(2)};
+  float g[6] = {1, 2, NAN, 4, 5, 6};
+  char want[256];
+  struct held before, after;
+  Psd__V1__SparsePushRequest r = PSD__V1__SPARSE_PUSH_REQUEST__INIT;
+  hold(&before, mine);
+  logged[0] = 0;
+  cm_log_set_sink(keep_line, NULL);
+  snprintf(want, sizeof want,
+           "SparsePush 'emb': the gradient of id %llu holds NaN "
+           "(job.nonfinite is \"reject\": nothing applied)",
+           (unsigned long long)mine[1]);
+  call(PUSH, sparse_push_req(&r, "emb", mine, 3, g, 6),
+       GRPC_STATUS_INVALID_ARGUMENT, want);
+  psd_service_set_limits(svc,
+                         &(struct psd_limits){.max_message = 64 << 20,
+                                              .nonfinite = PSD_NONFINITE_SKIP});
+  logged[0] = 0;
+  push_version(sparse_push_req(&r, "emb", mine, 3, g, 6));
+  snprintf(want, sizeof want,
+           ": SparsePush 'emb': the gradient of id %llu holds NaN; "
+           "job.nonfinite is \"skip\" (2 such pushes so far)",
+           (unsigned long long)mine[1]);
+  assert_logged("skipped a push from ");
+  assert_logged(want);
+  hold(&after, mine);
+  same(&before, &after); /* skipped: the rows and counters as they were */
+  g[2] = 3;
+  g[5] = -INFINITY;
+  psd_service_set_limits(
+      svc, &(struct psd_limits){.max_message = 64 << 20,
+                                .nonfinite = PSD_NONFINITE_APPLY});
+  logged[0] = 0;
+  push_version(sparse_push_req(&r, "emb", mine, 3, g, 6));
+  snprintf(want, sizeof want,
+           ": SparsePush 'emb': the gradient of id %llu holds an infinity; "
+           "job.nonfinite is \"apply\" (3 such pushes so far)",
+           (unsigned long long)mine[2]);
+  assert_logged("applied a push from ");
+  assert_logged(want);
+  cm_log_set_sink(NULL, NULL);
+  Psd__V1__StatusResponse *st = status();
+  ck_assert_uint_eq(st->nonfinite_pushes, 3);
+  ck_assert_str_eq(st->nonfinite, "apply");
+  psd__v1__status_response__free_unpacked(st, NULL);
+  hold(&after, mine); /* the one applied is counted */
+  ck_assert_uint_eq(after.c.bytes_in, before.c.bytes_in + sizeof g);
 }
 END_TEST
 
@@ -202,6 +278,7 @@ static Suite *sparse_suite(void) {
     tcase_add_test(tc, empty_push_changes_nothing);
     tcase_add_test(tc, empty_pull_is_an_empty_answer);
     tcase_add_test(tc, push_checks_before_applying);
+    tcase_add_test(tc, nonfinite_push_judged_and_logged);
   }
   return s;
 }

@@ -1,6 +1,6 @@
 /* Row partitioning: split ranges cover every row once, differ by at most
  * one row, handle more shards than rows; whole placement; auto placement
- * balances bytes deterministically. */
+ * balances bytes deterministically. A shape's element count, bounded. */
 #include <check.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -92,6 +92,33 @@ START_TEST(auto_balances_bytes) {
 }
 END_TEST
 
+/* cm_numel: the product, 1 for no dimensions, and 0 naming the first
+ * dimension at fault: not positive, or where the count passes max. */
+START_TEST(numel_counts_and_bounds) {
+  int64_t shape[3] = {4, 3, 2}, big[2] = {1 << 20, 1 << 20};
+  int64_t bad[3] = {4, 0, -1}, neg[2] = {-3, 2};
+  int at = -1;
+  ck_assert_uint_eq(cm_numel(3, shape, UINT64_MAX, NULL), 24);
+  ck_assert_uint_eq(cm_numel(2, shape + 1, UINT64_MAX, NULL), 6); /* a row */
+  ck_assert_uint_eq(cm_numel(0, shape, UINT64_MAX, NULL), 1);
+  ck_assert_uint_eq(cm_numel(3, shape, 24, &at), 24); /* max itself is fine */
+  ck_assert_int_eq(at, -1);
+  ck_assert_uint_eq(cm_numel(3, shape, 23, &at), 0);
+  ck_assert_int_eq(at, 2);
+  ck_assert_uint_eq(cm_numel(2, big, 1ULL << 40, &at), 1ULL << 40);
+  ck_assert_uint_eq(cm_numel(2, big, (1ULL << 40) - 1, &at), 0);
+  ck_assert_int_eq(at, 1);
+  ck_assert_uint_eq(cm_numel(3, bad, UINT64_MAX, &at), 0);
+  ck_assert_int_eq(at, 1);
+  ck_assert_uint_eq(cm_numel(2, neg, UINT64_MAX, &at), 0);
+  ck_assert_int_eq(at, 0);
+  /* No wrap past UINT64_MAX: 2^32 x 2^32 is refused, not 0 elements. */
+  int64_t huge[2] = {1LL << 32, 1LL << 32};
+  ck_assert_uint_eq(cm_numel(2, huge, UINT64_MAX, &at), 0);
+  ck_assert_int_eq(at, 1);
+}
+END_TEST
+
 START_TEST(by_name_ignores_order_and_others) {
   /* The same name gets the same shard whatever else is declared. */
   int a = cm_shard_by_name("layer1/bias", 1024, 4, 256 << 10);
@@ -125,6 +152,7 @@ static Suite *shard_suite(void) {
   tcase_add_test(tc, whole_placement_and_bad_input);
   tcase_add_test(tc, auto_balances_bytes);
   tcase_add_test(tc, by_name_ignores_order_and_others);
+  tcase_add_test(tc, numel_counts_and_bounds);
   suite_add_tcase(s, tc);
   return s;
 }

@@ -16,6 +16,7 @@
 #include "dworker_internal.h"
 #include "err.h"
 #include "log.h"
+#include "shard.h"
 
 /* The classes of Fashion-MNIST, the width of the model's head. */
 #define DW_CLASSES 10
@@ -145,10 +146,7 @@ out:
 
 /* Elements of variable v. */
 size_t dw_var_numel(const struct psc__var *v) {
-  size_t n = 1;
-  for (int d = 0; d < v->ndim; d++)
-    n *= (size_t)v->shape[d];
-  return n;
+  return (size_t)cm_numel(v->ndim, v->shape, UINT64_MAX, NULL);
 }
 
 /* Standalone: gives each variable the optimizer psd would give it (the

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "err.h"
+#include "shard.h"
 
 /* Handles in one call at most (a job's variables). */
 #define MAX_BATCH 4096
@@ -95,10 +96,7 @@ int64_t psc_numel(const psc_client *c, int v) {
   const struct psc__var *var = psc__client_var(c->cl, v);
   if (!var)
     return PSC_ENOENT;
-  int64_t n = 1;
-  for (int d = 0; d < var->ndim; d++)
-    n *= var->shape[d];
-  return n;
+  return (int64_t)cm_numel(var->ndim, var->shape, UINT64_MAX, NULL);
 }
 
 /* Starts a pull (psc_pull, psc_pull_at) into dst[0..n): 0 or the error. */

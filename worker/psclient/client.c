@@ -176,10 +176,7 @@ void psc__client_free(struct psc__client *c) {
 }
 
 uint64_t psc__numel(const struct psc__var *v) {
-  uint64_t n = 1;
-  for (int d = 0; d < v->ndim; d++)
-    n *= (uint64_t)v->shape[d];
-  return n;
+  return cm_numel(v->ndim, v->shape, UINT64_MAX, NULL);
 }
 
 /* The identity every request carries (client_internal.h). */
