@@ -1,7 +1,13 @@
 /* Human units (units.h). */
 #include "units.h"
 
+#include <ctype.h>
+#include <errno.h>
+#include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
+
+#include "err.h"
 
 const char *cm_fmt_bytes(double bytes, char *buf, size_t len) {
   static const char *const unit[] = {"B", "KiB", "MiB", "GiB", "TiB"};
@@ -34,4 +40,28 @@ const char *cm_fmt_count(double n, char *buf, size_t len) {
   else
     snprintf(buf, len, "%.0f", n);
   return buf;
+}
+
+int cm_parse_int(const char *text, long long lo, long long hi, long long *out) {
+  char *end;
+  if (!text || !*text || isspace((unsigned char)*text))
+    return CM_EINVAL;
+  errno = 0;
+  long long v = strtoll(text, &end, 10);
+  if (errno || *end || v < lo || v > hi)
+    return CM_EINVAL;
+  *out = v;
+  return 0;
+}
+
+int cm_parse_double(const char *text, double *out) {
+  char *end;
+  if (!text || !*text || isspace((unsigned char)*text))
+    return CM_EINVAL;
+  errno = 0;
+  double v = strtod(text, &end);
+  if (errno || *end || !isfinite(v))
+    return CM_EINVAL;
+  *out = v;
+  return 0;
 }

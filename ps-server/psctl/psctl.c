@@ -7,6 +7,7 @@
  * main, the command table and usage, and what the commands share: the
  * status documents and the way results are printed and end. */
 #include <getopt.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +20,7 @@
 #include "rowids.h"
 #include "rpc.h"
 #include "spec.h"
+#include "units.h"
 
 /* One command of psctl. */
 struct command {
@@ -317,6 +319,7 @@ int main(int argc, char **argv) {
   struct psctl p = {0};
   char err[8192];
   int timeout = 0, ch, rc = 0;
+  long long n;
 
   while ((ch = getopt_long(argc, argv, "ho:", opts, NULL)) != -1) {
     switch (ch) {
@@ -327,7 +330,12 @@ int main(int argc, char **argv) {
       p.json = 1;
       break;
     case 't':
-      timeout = atoi(optarg);
+      if (cm_parse_int(optarg, 0, INT_MAX, &n)) {
+        fprintf(stderr, "psctl: --timeout takes milliseconds >= 0, not '%s'\n",
+                optarg);
+        return PSCTL_EXIT_USAGE;
+      }
+      timeout = (int)n;
       break;
     case OPT_ROWS:
       p.rows = optarg;
@@ -349,11 +357,11 @@ int main(int argc, char **argv) {
       p.ids = optarg;
       break;
     case OPT_TOP:
-      p.top = atoi(optarg);
-      if (p.top < 1) {
+      if (cm_parse_int(optarg, 1, INT_MAX, &n)) {
         fprintf(stderr, "psctl: --top takes a count >= 1, not '%s'\n", optarg);
         return PSCTL_EXIT_USAGE;
       }
+      p.top = (int)n;
       break;
     case 'h':
       usage(stdout);

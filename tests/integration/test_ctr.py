@@ -53,6 +53,28 @@ def final(out):
     return None
 
 
+class CtrgenUsageTest(unittest.TestCase):
+    """psd-ctrgen's numbers are read whole: a typo is named, exit 2."""
+
+    def test_bad_numbers_are_named(self):
+        with h.TempDir() as d:
+            gen = h.build_path("worker", "psd-ctrgen")
+            for args, said in [(["--train", "5k"], "--train takes a whole number >= 0, not '5k'"),
+                               (["--test", "-1"], "--test takes a whole number >= 0, not '-1'"),
+                               (["--seed", "1e3"], "--seed takes a whole number >= 0, not '1e3'"),
+                               (["--fields", "65"], "--fields takes a whole number 1..64, not '65'"),
+                               (["--zipf", "x"], "--zipf takes a number above 1, not 'x'")]:
+                r = h.run([gen, "--out", d] + args, timeout=30)
+                self.assertEqual(r.returncode, 2, (args, r.stderr))
+                self.assertEqual(r.stderr.strip(), "psd-ctrgen: " + said)
+                self.assertEqual(os.listdir(d), [])
+            r = h.run([gen, "--out", d, "--train", "50", "--test", "20", "--fields", "2",
+                       "--zipf", "1.3", "--seed", "3"], timeout=60)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertIn("wrote %s: 50 training and 20 held-out examples, 2 fields" % d,
+                          r.stdout)
+
+
 class CtrTest(unittest.TestCase):
     def launch(self, spec):
         r = h.run([h.build_path("deploy", "pslaunch"), spec], timeout=600)

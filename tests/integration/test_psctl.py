@@ -460,6 +460,19 @@ def worker(spec, i, *extra):
 class PsctlUsageTest(unittest.TestCase):
     """Command-line mistakes: exit 2 before any shard is asked."""
 
+    def test_numbers_are_read_whole(self):
+        with h.TempDir() as d:
+            spec = os.path.join(d, "spec.json")
+            h.write_spec(spec, nps=1, nworker=1, job={"name": "usage"})  # nothing listens
+            for args, said in [(["--timeout", "5s"], "--timeout takes milliseconds >= 0, not '5s'"),
+                               (["--timeout", "-1"], "--timeout takes milliseconds >= 0, not '-1'"),
+                               (["--top", "0"], "--top takes a count >= 1, not '0'"),
+                               (["--top", "3x"], "--top takes a count >= 1, not '3x'")]:
+                r = psctl(spec, *(args + ["status"]), timeout=10)
+                self.assertEqual(r.returncode, 2, (args, r.stdout, r.stderr))
+                self.assertEqual(r.stderr.strip(), "psctl: " + said)
+                self.assertEqual(r.stdout, "")
+
     def test_a_mistyped_command_suggests_the_nearest(self):
         with h.TempDir() as d:
             spec = os.path.join(d, "spec.json")

@@ -4,11 +4,13 @@
  * loss). dworker generates the same files itself when job.model "ctr"
  * finds none; this tool makes them ahead, or of other sizes. */
 #include <getopt.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/stat.h>
 
 #include "ctrgen.h"
+#include "units.h"
 
 static void usage(FILE *f) {
   fprintf(f,
@@ -37,6 +39,14 @@ static void progress(const char *file, double done) {
   fprintf(stderr, "psd-ctrgen: %s: %.0f%%\n", file, 100.0 * done);
 }
 
+/* The long name of the option whose value is ch. */
+static const char *name_of(const struct option *opts, int ch) {
+  for (; opts->name; opts++)
+    if (opts->val == ch)
+      return opts->name;
+  return "?";
+}
+
 int main(int argc, char **argv) {
   static const struct option opts[] = {{"out", required_argument, 0, 'o'},
                                        {"train", required_argument, 0, 'n'},
@@ -49,33 +59,47 @@ int main(int argc, char **argv) {
   struct dw_ctrgen_opts o = {8, 500000, 50000, 7, 1.6};
   struct dw_ctrgen_truth t;
   const char *out = NULL;
-  char err[2048], *end;
+  char err[2048];
   int ch;
   while ((ch = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+    long long n = 0;
+    const char *bad = NULL;
     switch (ch) {
     case 'o':
       out = optarg;
       break;
     case 'n':
-      o.train = strtoull(optarg, &end, 10);
-      break;
     case 'm':
-      o.test = strtoull(optarg, &end, 10);
+    case 's':
+      if (cm_parse_int(optarg, 0, LLONG_MAX, &n))
+        bad = "a whole number >= 0";
+      else if (ch == 'n')
+        o.train = (uint64_t)n;
+      else if (ch == 'm')
+        o.test = (uint64_t)n;
+      else
+        o.seed = (uint64_t)n;
       break;
     case 'f':
-      o.fields = atoi(optarg);
-      break;
-    case 's':
-      o.seed = strtoull(optarg, &end, 10);
+      if (cm_parse_int(optarg, 1, 64, &n))
+        bad = "a whole number 1..64";
+      else
+        o.fields = (int)n;
       break;
     case 'z':
-      o.zipf = atof(optarg);
+      if (cm_parse_double(optarg, &o.zipf))
+        bad = "a number above 1";
       break;
     case 'h':
       usage(stdout);
       return 0;
     default:
       usage(stderr);
+      return 2;
+    }
+    if (bad) {
+      fprintf(stderr, "psd-ctrgen: --%s takes %s, not '%s'\n",
+              name_of(opts, ch), bad, optarg);
       return 2;
     }
   }
