@@ -170,9 +170,13 @@ static int pull_params(struct dw_worker *w, struct dw_rows *q, int nq) {
     }
   }
   if (w->sync) {
-    rc = dw_pull_step(w);
-    if (rc == 0 && nq > 0)
-      rc = dw_client_pull_rows_at(w->client, q, nq, w->step);
+    /* The rows too are the step's; a rollback meanwhile makes both
+     * unusable: pulled again at the step rolled back to. */
+    do {
+      rc = dw_pull_step(w);
+      if (rc == 0 && nq > 0)
+        rc = dw_client_pull_rows_at(w->client, q, nq, w->step);
+    } while (rc == 0 && nq > 0 && rolled_back(w));
   } else {
     rc = dw_client_pull(w->client);
     if (rc == 0 && nq > 0)
