@@ -234,8 +234,10 @@ static int ctr_tables(struct dw_worker *w, struct dw_rows *q, int max) {
   struct run *r = w->mctx;
   size_t nu = (size_t)r->b.nrows;
 
-  if (max < 2)
+  if (max < 2) {
+    cm_error("job.model \"ctr\" pulls 2 tables a step; the loop takes %d", max);
     return CM_EINVAL;
+  }
   q[0] = (struct dw_rows){r->c->emb_table, r->uniq, nu, r->emb, r->gemb};
   q[1] = (struct dw_rows){r->c->wide_table, r->uniq, nu, r->wide, r->gwide};
   return 2;

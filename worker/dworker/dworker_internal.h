@@ -108,38 +108,29 @@ struct dw_worker {
   struct dw_client *client; /* owned: the parameter-server client, or NULL */
   float *slots;             /* owned: optimizer slots (standalone only) */
   struct dw_feeder feed;    /* the read-ahead */
-  const struct dw_trainer *trainer; /* the model's side of the loop; NULL
-                                       until a model is set up */
-  void *mctx;             /* owned (trainer->free): the model's state */
-  float *grads;           /* the dense gradients as one buffer, which
-                             job.optimizer.clip_norm clips; NULL when
-                             the model has none (CTR: not clipped) */
-  size_t ngrads;          /* floats in grads */
-  long steps_per_epoch;   /* this worker's steps in one pass over its
-                             share (trainer->start) */
-  long first_step;        /* the first step's index (sync: the step the job
-                             was at when this run joined it), which picks
-                             the first batch; 0 for a fresh job */
-  long total_steps;       /* one past the last step's index: this run
-                             takes steps first_step..total_steps - 1 */
-  long steps_done;        /* steps taken */
-  uint64_t examples_done; /* training examples consumed */
-  double train_start;     /* cm_mono_s() at the training loop's start */
-  double train_s;         /* wall time of the training loop: its first
-                             step's start to its last step's end */
-  double train_end;       /* cm_mono_s() at the training loop's end */
-  int sync;               /* job.sync.mode is "sync" */
-  int ssp;                /* async with a staleness bound */
-  uint64_t step;          /* sync: the step being computed */
-  uint64_t clock;         /* async: pushes completed */
-  int prefetched;         /* async: the last push also pulled the next
-                             step's parameters */
-  long dropped;           /* sync: gradients the coordinator dropped */
-  uint64_t rollbacks;     /* sync: the job's rollbacks (its generation)
-                             said in the log */
-  long redone;            /* sync: steps this worker computed that a
-                             rollback undid (and that it takes again) */
-  int nfeeds;             /* feeders: 1, or N with --emulate-workers N */
+  long first_step;          /* the first step's index (sync: the step the job
+                               was at when this run joined it), which picks
+                               the first batch; 0 for a fresh job */
+  long total_steps;         /* one past the last step's index: this run
+                               takes steps first_step..total_steps - 1 */
+  long steps_done;          /* steps taken */
+  uint64_t examples_done;   /* training examples consumed */
+  double train_start;       /* cm_mono_s() at the training loop's start */
+  double train_s;           /* wall time of the training loop: its first
+                               step's start to its last step's end */
+  double train_end;         /* cm_mono_s() at the training loop's end */
+  int sync;                 /* job.sync.mode is "sync" */
+  int ssp;                  /* async with a staleness bound */
+  uint64_t step;            /* sync: the step being computed */
+  uint64_t clock;           /* async: pushes completed */
+  int prefetched;           /* async: the last push also pulled the next
+                               step's parameters */
+  long dropped;             /* sync: gradients the coordinator dropped */
+  uint64_t rollbacks;       /* sync: the job's rollbacks (its generation)
+                               said in the log */
+  long redone;              /* sync: steps this worker computed that a
+                               rollback undid (and that it takes again) */
+  int nfeeds;               /* feeders: 1, or N with --emulate-workers N */
   struct dw_dataset emu_ds[DW_MAX_EMULATED];  /* owned: shares 1..N-1 */
   struct dw_feeder emu_feed[DW_MAX_EMULATED]; /* feeders of shares 1..N-1 */
   float *batch_x;           /* owned with N > 1: the concatenated batch */
@@ -159,6 +150,18 @@ struct dw_worker {
   struct cm_tfevents *tb; /* owned: the TensorBoard event file, NULL when
                              job.tensorboard_dir is not set (or a write
                              failed) */
+  /* the model's side of the loop (train.c, finish.c); NULL until a model
+   * is set up */
+  const struct dw_trainer *trainer;
+  /* owned (trainer->free): the model's own state */
+  void *mctx;
+  /* the dense gradients as one buffer, which job.optimizer.clip_norm
+   * clips; NULL when the model has none (CTR: not clipped) */
+  float *grads;
+  /* floats in grads */
+  size_t ngrads;
+  /* this worker's steps in one pass over its share (trainer->start) */
+  long steps_per_epoch;
 };
 
 /* ---- cmdline.c ---- */

@@ -279,6 +279,10 @@ int dw_train(struct dw_worker *w) {
       goto out;
     }
     nq = tr->tables ? tr->tables(w, q, DW_MAX_STEP_TABLES) : 0;
+    if (nq < 0) {
+      rc = nq;
+      goto out;
+    }
     if (tr->queue && t + 1 < w->total_steps) {
       rc = tr->queue(w, t + 1);
       if (rc < 0)
