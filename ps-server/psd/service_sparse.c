@@ -236,6 +236,18 @@ static void answer_push(struct cm_rpc_call *call, uint64_t version) {
   cm_rpc_reply(call, cm_rpc_pack(&r.base));
 }
 
+/* Answers a sync sparse push of a generation the job has rolled back from:
+ * nothing was staged; the step to go on from and the generation. */
+static void answer_push_rolled_back(struct cm_rpc_call *call,
+                                    const struct psd_steps_state *st) {
+  Psd__V1__SparsePushResponse r = PSD__V1__SPARSE_PUSH_RESPONSE__INIT;
+  r.rolled_back = 1;
+  r.rollback_step = st->rollback_step;
+  r.gen = st->gen;
+  r.version = st->version;
+  cm_rpc_reply(call, cm_rpc_pack(&r.base));
+}
+
 /* Checks a sparse push's worker and, in sync mode, its generation and
  * step. Returns 0, or -1 once the call is answered. */
 static int check_push_step(struct psd_service *svc, struct cm_rpc_call *call,
@@ -253,12 +265,7 @@ static int check_push_step(struct psd_service *svc, struct cm_rpc_call *call,
   struct psd_steps_state st;
   psd_steps_state(svc->steps, &st);
   if (req->gen < st.gen) {
-    Psd__V1__SparsePushResponse r = PSD__V1__SPARSE_PUSH_RESPONSE__INIT;
-    r.rolled_back = 1;
-    r.rollback_step = st.rollback_step;
-    r.gen = st.gen;
-    r.version = st.version;
-    cm_rpc_reply(call, cm_rpc_pack(&r.base));
+    answer_push_rolled_back(call, &st);
     return -1;
   }
   if (req->gen > st.gen) {
@@ -366,12 +373,25 @@ void psd__on_sparse_push(struct cm_rpc_call *call, grpc_byte_buffer *bb,
       rc = psd_sstage_put(svc->sstage, req->worker, req->step, t, ids, n, g);
     pthread_rwlock_unlock(&svc->tables_gate);
     if (rc) {
+      struct psd_steps_state st;
+      psd_steps_state(svc->steps, &st);
       if (claimed)
         psd_dedup_unclaim(svc->dedup, req->client_id, req->seq, req->chunk);
+      if (st.gen > req->gen) {
+        /* A rollback came in since check_push_step: as a dense push's
+         * stage_segment answers (service_push.c). */
+        answer_push_rolled_back(call, &st);
+        goto out;
+      }
+      /* As a dense push's: a step beyond this shard's, after it restarted
+       * from an older checkpoint, is retried until the coordinator rolls
+       * back. */
       psd__fail(svc, call,
-                rc == CM_ERANGE   ? GRPC_STATUS_ABORTED
-                : rc == CM_EINVAL ? GRPC_STATUS_FAILED_PRECONDITION
-                                  : GRPC_STATUS_RESOURCE_EXHAUSTED,
+                rc == CM_ERANGE ? GRPC_STATUS_ABORTED
+                : rc == CM_EINVAL
+                    ? (st.resumed ? GRPC_STATUS_UNAVAILABLE
+                                  : GRPC_STATUS_FAILED_PRECONDITION)
+                    : GRPC_STATUS_RESOURCE_EXHAUSTED,
                 rc == CM_ERANGE
                     ? "SparsePush '%s': step %llu is closed on shard %d (it "
                       "has committed %llu steps); the gradient is dropped"

@@ -3,8 +3,9 @@
  * no ids is answered OK and changes nothing (once it killed the shard), one
  * with no ids but gradient bytes is refused naming the table; a push's
  * ids and widths are checked before anything is applied; an empty pull is
- * an empty answer. Async and sync. The shard and the calls are
- * service_fixture.h's. */
+ * an empty answer. Async and sync. Sync: a push for a step beyond a shard
+ * that resumed from its checkpoint is retried (UNAVAILABLE), as a dense
+ * push's. The shard and the calls are service_fixture.h's. */
 #include <check.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -16,6 +17,7 @@
 #include "rpc_server.h"
 #include "service.h"
 #include "service_fixture.h"
+#include "steps.h"
 #include "unit.h"
 #include "wire.h"
 
@@ -185,12 +187,35 @@ START_TEST(push_checks_before_applying) {
        "SparsePush 'emb': 2 ids need 16 bytes of gradient (dim 2); data "
        "holds 20");
   uint64_t two[2] = {ids[0], far};
-  call(PUSH, sparse_push_req(&r, "adm", two, 2, g, 4),
-       GRPC_STATUS_OUT_OF_RANGE, "ids must be below id_bound 1000");
+  call(PUSH, sparse_push_req(&r, "adm", two, 2, g, 4), GRPC_STATUS_OUT_OF_RANGE,
+       "ids must be below id_bound 1000");
   call(PUSH, sparse_push_req(&r, "nope", ids, 1, g, 2), GRPC_STATUS_NOT_FOUND,
        "no table 'nope'");
   hold(&after, mine);
   same(&before, &after);
+}
+END_TEST
+
+/* Sync: a push for a step beyond this shard's is refused
+ * (FAILED_PRECONDITION); after the shard resumed from a checkpoint, one
+ * beyond it is UNAVAILABLE, retried until the coordinator rolls the job
+ * back to that checkpoint, as a dense push's (service_push.c). Nothing is
+ * staged either way. */
+START_TEST(sync_push_beyond_a_resumed_shard_is_retried) {
+  uint64_t ids[1] = {shard0_id(0)};
+  float g[2] = {1, 2};
+  Psd__V1__SparsePushRequest r = PSD__V1__SPARSE_PUSH_REQUEST__INIT;
+  r.step = 5;
+  call(PUSH, sparse_push_req(&r, "emb", ids, 1, g, 2),
+       GRPC_STATUS_FAILED_PRECONDITION,
+       "SparsePush 'emb': step 5 is not open on shard 0 (it has committed 0 "
+       "steps)");
+  psd_steps_resume(psd_service_steps(svc), 3);
+  call(PUSH, sparse_push_req(&r, "emb", ids, 1, g, 2), GRPC_STATUS_UNAVAILABLE,
+       "SparsePush 'emb': step 5 is not open on shard 0 (it has committed 3 "
+       "steps)");
+  r.step = 3;
+  ck_assert_uint_eq(push_version(sparse_push_req(&r, "emb", ids, 1, g, 2)), 3);
 }
 END_TEST
 
@@ -202,6 +227,8 @@ static Suite *sparse_suite(void) {
     tcase_add_test(tc, empty_push_changes_nothing);
     tcase_add_test(tc, empty_pull_is_an_empty_answer);
     tcase_add_test(tc, push_checks_before_applying);
+    if (i == 1)
+      tcase_add_test(tc, sync_push_beyond_a_resumed_shard_is_retried);
   }
   return s;
 }
