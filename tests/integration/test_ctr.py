@@ -18,15 +18,16 @@ tables on a generated LIBSVM data set.
 Run: /usr/bin/python3 test_ctr.py BUILD_DIR"""
 import glob
 import hashlib
-import re
-import signal
 import json
 import os
+import re
+import signal
 import sys
 import tempfile
 import unittest
 
 import harness as h
+from faults import result
 from test_examples import SANITIZED, as_shipped, stated
 
 EXAMPLE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "deploy",
@@ -140,14 +141,6 @@ class CtrTest(unittest.TestCase):
                                  (2 * 20000, 2), job_)
         self.assertEqual(aucs[0], aucs[1])
         self.assertEqual(digests[0], digests[1])
-
-
-def result(p):
-    """The key=value pairs of a dworker's final: or done: line."""
-    for line in reversed(p.lines):
-        if line.startswith(("final:", "done:")):
-            return dict(re.findall(r"(\w+)=([-\w.]+)", line))
-    raise AssertionError("no result line:\n" + p.output()[-3000:])
 
 
 class CtrSyncRestartTest(h.ProcTest):
