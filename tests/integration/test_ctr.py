@@ -11,17 +11,23 @@ tables on a generated LIBSVM data set.
 - bounded staleness (SSP) trains too;
 - sync, deterministic: two runs give identical tables, byte for byte: the
   sha256 of every shard's table files in the final checkpoint match, and so
-  do the final lines' AUC.
+  do the final lines' AUC;
+- sync, a shard killed (kill -9) and restarted from its checkpoint: the job
+  rolls back, and each worker's end-of-run line counts the steps it redid
+  (redone=N, steps = the job's steps + N), as the image models' lines do.
 Run: /usr/bin/python3 test_ctr.py BUILD_DIR"""
 import glob
 import hashlib
 import json
 import os
+import re
+import signal
 import sys
 import tempfile
 import unittest
 
 import harness as h
+from faults import result
 from test_examples import SANITIZED, as_shipped, stated
 
 EXAMPLE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "deploy",
@@ -157,6 +163,65 @@ class CtrTest(unittest.TestCase):
                                  (2 * 20000, 2), job_)
         self.assertEqual(aucs[0], aucs[1])
         self.assertEqual(digests[0], digests[1])
+
+
+class CtrSyncRestartTest(h.ProcTest):
+    """A sync CTR job survives kill -9 + restart of ps:1: the coordinator
+    rolls the job back to ps:1's checkpoint, and the workers take the undone
+    steps again and count them in their end-of-run lines."""
+
+    # 2 x 16000 examples of 32: 500 steps an epoch per worker, 1000 in all,
+    # long enough to kill ps:1 well past its checkpoint of step 200.
+    TRAIN, TEST, BATCH = 32000, 2000, 32
+
+    def test_shard_restart_rolls_back_and_end_of_run_lines_count_redone_steps(self):
+        data = os.path.join(self.d, "data")
+        r = h.run([h.build_path("worker", "psd-ctrgen"), "--out", data, "--train",
+                   str(self.TRAIN), "--test", str(self.TEST), "--fields", "8",
+                   "--seed", "7", "--zipf", "1.6"])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        spec = os.path.join(self.d, "ctr.json")
+        h.write_spec(spec, nps=2, nworker=2,
+                     job=job("ctr-rollback", "data", self.TRAIN, self.TEST,
+                             {"sync": {"mode": "sync"}, "batch_size": self.BATCH,
+                              "log_every": 10, "heartbeat_ms": 100,
+                              "dead_after_ms": 1500, "rpc_timeout_ms": 2000,
+                              "retry_s": 60,
+                              "checkpoint": {"dir": "ck", "every_steps": 200}}))
+        ps = [h.start_psd(spec, i) for i in range(2)]
+        self.procs.extend(ps)
+        ws = [h.Proc([h.build_path("worker", "dworker"), "--cluster", spec, "--task",
+                      "worker:%d" % i]) for i in range(2)]
+        self.procs.extend(ws)
+        ps[1].wait_for("checkpoint (every_steps) at step 200 ", timeout=120)
+        for w in ws:
+            w.wait_for("step 250/", timeout=120)
+        ps[1].p.send_signal(signal.SIGKILL)
+        self.assertEqual(ps[1].wait(), -signal.SIGKILL)
+        ps[1] = h.start_psd(spec, 1)
+        self.procs.append(ps[1])
+        ps[1].wait_for("resumed from step 200")
+        m = re.search(r"rolled the job back to step 200: ps:1 restarted from its "
+                      r"checkpoint of step 200 while the others were at step (\d+); "
+                      r"(\d+) steps are redone",
+                      ps[0].wait_for("rolled the job back to step", timeout=60))
+        self.assertTrue(m, ps[0].output()[-3000:])
+        for w in ws:
+            self.assertEqual(w.wait(timeout=300), 0, w.output()[-3000:])
+        total = 2 * (self.TRAIN // 2 // self.BATCH)
+        print("\nctr sync: ps:1 restarted from step 200, the job was at step %s; the "
+              "workers redid %s steps" % (m.group(1), " and ".join(
+                  result(w).get("redone", "0") for w in ws)))
+        for w in ws:
+            r = result(w)
+            self.assertGreater(int(r.get("redone", 0)), 0, r)
+            self.assertEqual(int(r["steps"]), total + int(r["redone"]), r)
+            # Said once: the rollback's generation is counted.
+            self.assertEqual(len(re.findall("the job rolled back to step 200",
+                                            w.output())), 1, w.output()[-3000:])
+        self.assertIn("test_auc", result(ws[0]))
+        for p in ps:
+            self.assertEqual(p.stop(), 0, p.output()[-3000:])
 
 
 if __name__ == "__main__":

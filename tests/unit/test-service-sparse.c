@@ -5,8 +5,9 @@
  * with no ids but gradient bytes is refused naming the table; a push's
  * ids and widths are checked before anything is applied; a gradient with NaN
  * or an infinity is judged, logged and counted as a dense push's is; an
- * empty pull is an empty answer. Async and sync. The shard and the calls are
- * service_fixture.h's. */
+ * empty pull is an empty answer. Async and sync. Sync: a push for a step
+ * beyond a shard that resumed from its checkpoint is retried (UNAVAILABLE),
+ * as a dense push's. The shard and the calls are service_fixture.h's. */
 #include <check.h>
 #include <math.h>
 #include <stdint.h>
@@ -20,6 +21,7 @@
 #include "rpc_server.h"
 #include "service.h"
 #include "service_fixture.h"
+#include "steps.h"
 #include "unit.h"
 #include "wire.h"
 
@@ -270,6 +272,29 @@ START_TEST(nonfinite_push_judged_and_logged) {
 }
 END_TEST
 
+/* Sync: a push for a step beyond this shard's is refused
+ * (FAILED_PRECONDITION); after the shard resumed from a checkpoint, one
+ * beyond it is UNAVAILABLE, retried until the coordinator rolls the job
+ * back to that checkpoint, as a dense push's (service_push.c). Nothing is
+ * staged either way. */
+START_TEST(sync_push_beyond_a_resumed_shard_is_retried) {
+  uint64_t ids[1] = {shard0_id(0)};
+  float g[2] = {1, 2};
+  Psd__V1__SparsePushRequest r = PSD__V1__SPARSE_PUSH_REQUEST__INIT;
+  r.step = 5;
+  call(PUSH, sparse_push_req(&r, "emb", ids, 1, g, 2),
+       GRPC_STATUS_FAILED_PRECONDITION,
+       "SparsePush 'emb': step 5 is not open on shard 0 (it has committed 0 "
+       "steps)");
+  psd_steps_resume(psd_service_steps(svc), 3);
+  call(PUSH, sparse_push_req(&r, "emb", ids, 1, g, 2), GRPC_STATUS_UNAVAILABLE,
+       "SparsePush 'emb': step 5 is not open on shard 0 (it has committed 3 "
+       "steps)");
+  r.step = 3;
+  ck_assert_uint_eq(push_version(sparse_push_req(&r, "emb", ids, 1, g, 2)), 3);
+}
+END_TEST
+
 static Suite *sparse_suite(void) {
   Suite *s = suite_create("sparse");
   const char *modes[2] = {"async", "sync"};
@@ -279,6 +304,8 @@ static Suite *sparse_suite(void) {
     tcase_add_test(tc, empty_pull_is_an_empty_answer);
     tcase_add_test(tc, push_checks_before_applying);
     tcase_add_test(tc, nonfinite_push_judged_and_logged);
+    if (i == 1)
+      tcase_add_test(tc, sync_push_beyond_a_resumed_shard_is_retried);
   }
   return s;
 }

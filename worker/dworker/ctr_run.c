@@ -1,12 +1,13 @@
 /* dworker's click-through-rate job (job.model "ctr", docs/ctr.md): the
  * data set (generated into job.data_dir when missing), the model
- * (worker/model/ctr.h), and its loop over the shards: per batch, the batch's
- * unique ids' rows of the embedding and wide tables and the dense MLP are
- * pulled, the gradients computed, and the rows' and the MLP's gradients
- * pushed, in async, bounded-staleness or sync mode (in sync mode the rows
- * are staged for the step with the dense gradients before the worker asks
- * to be admitted). Worker 0 then scores the held-out set: the final: line's
- * test_auc and test_logloss, beside the true model's. */
+ * (worker/model/ctr.h), and its side of the one training loop (struct
+ * dw_trainer; train.c runs it): per batch, the batch's unique ids are the
+ * rows of the embedding and wide tables the loop pulls with the dense MLP
+ * and pushes the gradients of, in async, bounded-staleness or sync mode
+ * (in sync mode the rows are staged for the step with the dense gradients
+ * before the worker asks to be admitted). Worker 0 then scores the
+ * held-out set: the final: line's test_auc and test_logloss, beside the
+ * true model's (finish.c prints the line). */
 #include <errno.h>
 #include <libgen.h>
 #include <math.h>
@@ -43,6 +44,10 @@ struct run {
   int nvars;                                   /* entries in vars */
   int cap; /* examples per batch (scratch size) */
   /* One batch's scratch, sized for cap examples. */
+  struct dw_ctr_batch b;            /* the current training batch */
+  size_t *start;                    /* per example: its first feature */
+  uint8_t *y;                       /* per example: its label */
+  float *val;                       /* per feature: its value */
   int *field;                       /* per feature */
   uint32_t *row;                    /* per feature: its unique row */
   uint64_t *uniq;                   /* unique ids */
@@ -161,8 +166,11 @@ static int build(struct run *r) {
   r->wide = malloc(feats * sizeof *r->wide);
   r->gwide = malloc(feats * sizeof *r->gwide);
   r->logit = malloc((size_t)r->cap * sizeof *r->logit);
+  r->start = malloc(((size_t)r->cap + 1) * sizeof *r->start);
+  r->y = malloc((size_t)r->cap + 1);
+  r->val = malloc(feats * sizeof *r->val);
   if (!r->field || !r->row || !r->uniq || !r->slot || !r->emb || !r->gemb ||
-      !r->wide || !r->gwide || !r->logit)
+      !r->wide || !r->gwide || !r->logit || !r->start || !r->y || !r->val)
     return CM_ENOMEM;
   for (int l = 0; l < r->m->nlayers; l++) {
     struct psc__var *w = &r->vars[r->nvars], *b = &r->vars[r->nvars + 1];
@@ -220,103 +228,118 @@ static void gather(struct run *r, const struct dw_svm *d, size_t from, int n,
   *b = (struct dw_ctr_batch){n, start, r->field, val, r->row, nu, y};
 }
 
-/* Rows of the batch's unique ids, both tables, in one call. */
-static int pull_rows(struct run *r, int nu, int sync) {
-  struct psc__rows q[2] = {
-      {r->c->emb_table, r->uniq, (size_t)nu, r->emb, NULL},
-      {r->c->wide_table, r->uniq, (size_t)nu, r->wide, NULL}};
-  return sync ? psc__client_pull_rows_at(r->w->client, q, 2, r->w->step)
-              : psc__client_pull_rows(r->w->client, q, 2);
+/* Rows of the current batch's unique ids, both tables: where the pull
+ * writes, and the gradients the push sends. */
+static int ctr_tables(struct dw_worker *w, struct psc__rows *q, int max) {
+  struct run *r = w->mctx;
+  size_t nu = (size_t)r->b.nrows;
+
+  if (max < 2) {
+    cm_error("job.model \"ctr\" pulls 2 tables a step; the loop takes %d", max);
+    return CM_EINVAL;
+  }
+  q[0] = (struct psc__rows){r->c->emb_table, r->uniq, nu, r->emb, r->gemb};
+  q[1] = (struct psc__rows){r->c->wide_table, r->uniq, nu, r->wide, r->gwide};
+  return 2;
 }
 
-/* Sync: goes on from the step a rollback or a rejoin named. */
-static int moved(struct run *r) {
-  uint64_t step;
-  if (psc__client_rolled_back(r->w->client, &step) ||
-      psc__client_rejoined(r->w->client, &step)) {
-    cm_warn("the job went back to step %llu; going on from there",
-            (unsigned long long)step);
-    r->w->step = step;
-    return 1;
-  }
+/* Steps in one pass over this worker's share. */
+static int ctr_start(struct dw_worker *w) {
+  struct run *r = w->mctx;
+  size_t bsz = (size_t)w->spec->job.batch_size;
+
+  w->steps_per_epoch = (long)((r->train.n + bsz - 1) / bsz);
   return 0;
 }
 
-/* One training step on examples [from, from + n) of the share. */
-static int train_step(struct run *r, size_t from, int n, size_t *start,
-                      uint8_t *y, float *val) {
-  struct dw_worker *w = r->w;
-  struct dw_ctr_batch b;
-  float loss = 0;
+static void ctr_say_plan(struct dw_worker *w) {
+  struct run *r = w->mctx;
+
+  cm_info("training: %zu examples here, %ld steps of %d, %d fields, tables "
+          "'%s' (dim %d) and '%s'; the true model's held-out AUC is %.4f",
+          r->train.n, w->total_steps, w->spec->job.batch_size, r->c->fields,
+          r->c->emb_table, r->dim, r->c->wide_table, r->truth.auc);
+}
+
+/* Gathers step t's batch from the share; in sync mode the batch of the
+ * job's step, so a run is reproducible. */
+static int ctr_batch(struct dw_worker *w, long t) {
+  struct run *r = w->mctx;
+  int bsz = w->spec->job.batch_size;
+  long k = w->sync ? (long)w->step : t;
+  size_t from = (size_t)(k % w->steps_per_epoch) * (size_t)bsz;
+  int n = (size_t)bsz < r->train.n - from ? bsz : (int)(r->train.n - from);
+
+  gather(r, &r->train, from, n, &r->b, r->start, r->y, r->val);
+  return n;
+}
+
+/* Forward and backward over the current batch with the pulled rows; keeps
+ * its predictions for the progress lines' AUC. */
+static int ctr_compute(struct dw_worker *w, float *loss) {
+  struct run *r = w->mctx;
   int rc;
-  gather(r, &r->train, from, n, &b, start, y, val);
-  if (w->ssp && (rc = psc__client_clock(w->client, w->clock)))
-    return rc;
-  if (w->sync) {
-    uint64_t version;
-    do
-      rc = psc__client_pull_at(w->client, w->step, &version);
-    while (rc == 0 && moved(r));
-    if (rc == 0)
-      rc = pull_rows(r, b.nrows, 1);
-  } else {
-    rc = psc__client_pull(w->client);
-    if (rc == 0)
-      rc = pull_rows(r, b.nrows, 0);
+
+  *loss = 0;
+  rc = dw_ctr_step(r->m, &r->b, r->emb, r->wide, r->logit, loss, r->gemb,
+                   r->gwide);
+  if (rc < 0) {
+    cm_error("step %ld: the CTR model: %s", w->steps_done, cm_strerror(rc));
+    goto out;
   }
-  if (rc)
-    return rc;
-  if ((rc = dw_ctr_step(r->m, &b, r->emb, r->wide, r->logit, &loss, r->gemb,
-                        r->gwide)))
-    return rc;
-  for (int i = 0; i < n; i++) {
+  for (int i = 0; i < r->b.n; i++) {
     size_t at = r->nrecent++ % RECENT;
     r->recent[at] = r->logit[i];
-    r->recent_y[at] = y[i];
+    r->recent_y[at] = r->y[i];
   }
+out:
+  return rc;
+}
+
+/* Every job.log_every steps and after the last: the mean log loss since
+ * the last line, the AUC of the last predictions, and the rate. */
+static void ctr_progress(struct dw_worker *w, long t, float loss, int n) {
+  const struct cm_job *job = &w->spec->job;
+  struct run *r = w->mctx;
+  size_t m = r->nrecent < RECENT ? r->nrecent : RECENT;
+  double rate, auc_recent;
+
+  (void)n;
   r->loss_sum += loss;
   r->loss_n++;
-  struct psc__rows q[2] = {
-      {r->c->emb_table, r->uniq, (size_t)b.nrows, NULL, r->gemb},
-      {r->c->wide_table, r->uniq, (size_t)b.nrows, NULL, r->gwide}};
-  psc__client_set_examples(w->client, (uint32_t)n);
-  if (w->sync) {
-    int closed = 0, admitted = 0;
-    uint64_t next = w->step + 1;
-    rc = psc__client_push_rows_step(w->client, q, 2, w->step, &closed);
-    if (rc == 0 && !closed && !moved(r))
-      rc = psc__client_push_step(w->client, w->step, &closed);
-    if (rc == 0 && !closed && !moved(r))
-      rc = psc__client_admit(w->client, w->step, &admitted, &next);
-    if (rc == 0 && moved(r))
-      return 0;
-    if (rc == 0 && !admitted)
-      w->dropped++;
-    w->step = next > w->step ? next : w->step + 1;
-  } else {
-    rc = psc__client_push_rows(w->client, q, 2);
-    if (rc == 0)
-      rc = psc__client_push(w->client);
-    w->clock++;
-  }
-  return rc;
+  if (!((job->log_every > 0 && (t + 1) % job->log_every == 0) ||
+        t + 1 == w->total_steps))
+    return;
+  rate = (double)w->examples_done / (cm_mono_s() - w->train_start);
+  auc_recent = dw_auc(r->recent, r->recent_y, m);
+  printf("step %ld/%ld: logloss=%.4f auc=%.4f (last %zu examples) "
+         "examples=%llu worker_examples_per_s=%.0f\n",
+         t + 1, w->total_steps, r->loss_sum / (double)r->loss_n, auc_recent, m,
+         (unsigned long long)w->examples_done, rate);
+  dw_tb_ctr(w, t + 1, "train", r->loss_sum / (double)r->loss_n, auc_recent,
+            rate);
+  fflush(stdout);
+  r->loss_sum = 0;
+  r->loss_n = 0;
 }
 
 /* Scores the test set with the shards' current values. */
 static int evaluate(struct run *r, double *auc, double *logloss) {
-  size_t n = r->test.n, feats = (size_t)r->cap * 64 + 1;
-  float *score = malloc((n + 1) * sizeof *score), *val = malloc(feats * 4);
-  size_t *start = malloc(((size_t)r->cap + 1) * sizeof *start);
-  uint8_t *y = malloc((size_t)r->cap + 1);
+  size_t n = r->test.n;
+  float *score = calloc(n + 1, sizeof *score);
   double ll = 0;
   int rc = CM_ENOMEM;
-  if (!score || !val || !start || !y)
+  if (!score)
     goto out;
   for (size_t at = 0; at < n; at += EVAL_BATCH) {
     int k = n - at < EVAL_BATCH ? (int)(n - at) : EVAL_BATCH;
     struct dw_ctr_batch b;
-    gather(r, &r->test, at, k, &b, start, y, val);
-    if ((rc = pull_rows(r, b.nrows, 0)))
+    /* The training batch's scratch: training is over. */
+    gather(r, &r->test, at, k, &b, r->start, r->y, r->val);
+    struct psc__rows q[2] = {
+        {r->c->emb_table, r->uniq, (size_t)b.nrows, r->emb, NULL},
+        {r->c->wide_table, r->uniq, (size_t)b.nrows, r->wide, NULL}};
+    if ((rc = psc__client_pull_rows(r->w->client, q, 2)))
       goto out;
     b.y = NULL;
     dw_ctr_step(r->m, &b, r->emb, r->wide, score + at, NULL, NULL, NULL);
@@ -330,13 +353,34 @@ static int evaluate(struct run *r, double *auc, double *logloss) {
   rc = 0;
 out:
   free(score);
-  free(val);
-  free(start);
-  free(y);
   return rc;
 }
 
-static void free_run(struct run *r) {
+/* Worker 0, the final parameters pulled: scores the held-out set. */
+static int ctr_evaluate(struct dw_worker *w, char *figures, size_t size) {
+  struct run *r = w->mctx;
+  double auc = 0, ll = 0;
+  int rc;
+
+  rc = evaluate(r, &auc, &ll);
+  if (rc) {
+    cm_error("evaluation: %s", psc__client_error(w->client));
+    goto out;
+  }
+  dw_tb_ctr(w, w->steps_done, "test", ll, auc, 0);
+  snprintf(figures, size,
+           "test_auc=%.4f test_logloss=%.4f true_auc=%.4f true_logloss=%.4f",
+           auc, ll, r->truth.auc, r->truth.logloss);
+out:
+  return rc;
+}
+
+/* Frees the run (safe on a partly built one, and on none). */
+static void ctr_free(struct dw_worker *w) {
+  struct run *r = w->mctx;
+
+  if (!r)
+    return;
   dw_svm_free(&r->train);
   dw_svm_free(&r->test);
   dw_ctr_free(r->m);
@@ -349,122 +393,67 @@ static void free_run(struct run *r) {
   free(r->wide);
   free(r->gwide);
   free(r->logit);
+  free(r->start);
+  free(r->y);
+  free(r->val);
+  free(r);
+  w->mctx = NULL;
 }
 
-int dw_ctr_run(struct dw_worker *w) {
+static const struct dw_trainer ctr_trainer = {
+    .start = ctr_start,
+    .say_plan = ctr_say_plan,
+    .queue = NULL,
+    .batch = ctr_batch,
+    .tables = ctr_tables,
+    .compute = ctr_compute,
+    .progress = ctr_progress,
+    .evaluate = ctr_evaluate,
+    .free = ctr_free,
+};
+
+int dw_ctr_setup(struct dw_worker *w) {
   const struct cm_job *job = &w->spec->job;
-  struct run r = {.w = w, .c = &job->ctr};
   struct psc__client_opts o = {
       .worker = w->name, .connect_timeout_ms = w->args.connect_timeout_ms};
-  size_t *start = NULL;
-  uint8_t *y = NULL;
-  float *val = NULL;
+  struct run *r;
+  uint64_t step = 0;
   int rc;
+
   if (w->args.standalone) {
     cm_error("job.model \"ctr\" trains against shards only: its tables live "
              "there (drop --standalone)");
-    return CM_EINVAL;
-  }
-  if ((rc = prepare_data(&r)) || (rc = build(&r)) ||
-      (rc = load_set(&r, "train.svm", w->index, w->nworkers, &r.train)) ||
-      (w->index == 0 && (rc = load_set(&r, "test.svm", 0, 1, &r.test))))
+    rc = CM_EINVAL;
     goto out;
-  if (!r.train.n) {
-    cm_error("%s/train.svm: no examples for worker %d of %d", r.dir, w->index,
+  }
+  if (!(r = calloc(1, sizeof *r))) {
+    rc = CM_ENOMEM;
+    cm_error("job.model \"ctr\": %s", cm_strerror(rc));
+    goto out;
+  }
+  *r = (struct run){.w = w, .c = &job->ctr};
+  w->mctx = r;
+  w->trainer = &ctr_trainer;
+  if ((rc = prepare_data(r)) || (rc = build(r)) ||
+      (rc = load_set(r, "train.svm", w->index, w->nworkers, &r->train)) ||
+      (w->index == 0 && (rc = load_set(r, "test.svm", 0, 1, &r->test))))
+    goto out;
+  if (!r->train.n) {
+    cm_error("%s/train.svm: no examples for worker %d of %d", r->dir, w->index,
              w->nworkers);
     rc = CM_EFORMAT;
     goto out;
   }
-  struct psc__table tables[2] = {{r.c->emb_table, (uint32_t)r.dim, 0},
-                                 {r.c->wide_table, 1, 0}};
-  uint64_t step = 0;
+  struct psc__table tables[2] = {{r->c->emb_table, (uint32_t)r->dim, 0},
+                                 {r->c->wide_table, 1, 0}};
   if ((rc = psc__client_new(&w->client, w->spec, &o)) ||
-      (rc = psc__client_declare(w->client, r.vars, r.nvars)) ||
+      (rc = psc__client_declare(w->client, r->vars, r->nvars)) ||
       (rc = psc__client_declare_tables(w->client, tables, 2)) ||
       (rc = psc__client_join(w->client, w->index, job->heartbeat_ms, &step))) {
     cm_error("%s", w->client ? psc__client_error(w->client) : "no client");
     goto out;
   }
   w->step = step;
-  dw_notify_ready(w);
-  int bsz = job->batch_size;
-  long per_epoch = (long)((r.train.n + (size_t)bsz - 1) / (size_t)bsz);
-  long total = per_epoch * job->epochs;
-  if (job->max_steps > 0 && job->max_steps < total)
-    total = job->max_steps;
-  start = malloc(((size_t)r.cap + 1) * sizeof *start);
-  y = malloc((size_t)r.cap + 1);
-  val = malloc(((size_t)r.cap * 64 + 1) * sizeof *val);
-  if (!start || !y || !val) {
-    rc = CM_ENOMEM;
-    goto out;
-  }
-  cm_info("training: %zu examples here, %ld steps of %d, %d fields, tables "
-          "'%s' (dim %d) and '%s'; the true model's held-out AUC is %.4f",
-          r.train.n, total, bsz, r.c->fields, r.c->emb_table, r.dim,
-          r.c->wide_table, r.truth.auc);
-  double t0 = cm_mono_s();
-  for (long t = 0; t < total; t++) {
-    /* Sync: the batch of the job's step, so a run is reproducible. */
-    long k = w->sync ? (long)w->step : t;
-    size_t from = (size_t)(k % per_epoch) * (size_t)bsz;
-    int n = (size_t)bsz < r.train.n - from ? bsz : (int)(r.train.n - from);
-    if ((rc = train_step(&r, from, n, start, y, val))) {
-      cm_error("step %ld: %s", t, psc__client_error(w->client));
-      goto out;
-    }
-    w->steps_done++;
-    w->examples_done += (uint64_t)n;
-    dw_notify_step(w, t);
-    if ((t + 1) % job->log_every == 0 || t + 1 == total) {
-      size_t m = r.nrecent < RECENT ? r.nrecent : RECENT;
-      double rate = (double)w->examples_done / (cm_mono_s() - t0);
-      double auc_recent = dw_auc(r.recent, r.recent_y, m);
-      printf("step %ld/%ld: logloss=%.4f auc=%.4f (last %zu examples) "
-             "examples=%llu worker_examples_per_s=%.0f\n",
-             t + 1, total, r.loss_sum / (double)r.loss_n, auc_recent, m,
-             (unsigned long long)w->examples_done, rate);
-      dw_tb_ctr(w, t + 1, "train", r.loss_sum / (double)r.loss_n, auc_recent,
-                rate);
-      fflush(stdout);
-      r.loss_sum = 0;
-      r.loss_n = 0;
-    }
-  }
-  w->train_end = cm_mono_s();
-  w->train_s = w->train_end - t0;
-  double rate = w->train_s > 0 ? (double)w->examples_done / w->train_s : 0;
-  if (psc__client_leave(w->client, w->examples_done, w->train_s, 0.0) < 0)
-    cm_warn("leave: %s", psc__client_error(w->client));
-  if (w->index != 0) {
-    printf("done: steps=%ld examples=%llu worker_examples_per_s=%.0f "
-           "wall_s=%.1f dropped=%ld\n",
-           w->steps_done, (unsigned long long)w->examples_done, rate,
-           w->train_s, w->dropped);
-    fflush(stdout);
-    goto out;
-  }
-  double auc = 0, ll = 0;
-  uint64_t version;
-  if ((rc = w->sync ? psc__client_pull_at(w->client, w->step, &version)
-                    : psc__client_pull(w->client)) ||
-      (rc = evaluate(&r, &auc, &ll))) {
-    cm_error("evaluation: %s", psc__client_error(w->client));
-    goto out;
-  }
-  dw_tb_ctr(w, w->steps_done, "test", ll, auc, 0);
-  printf("final: test_auc=%.4f test_logloss=%.4f true_auc=%.4f "
-         "true_logloss=%.4f epochs=%ld examples=%llu "
-         "worker_examples_per_s=%.0f wall_s=%.1f steps=%ld dropped=%ld\n",
-         auc, ll, r.truth.auc, r.truth.logloss,
-         (w->steps_done + per_epoch - 1) / per_epoch,
-         (unsigned long long)w->examples_done, rate, w->train_s, w->steps_done,
-         w->dropped);
-  fflush(stdout);
 out:
-  free(start);
-  free(y);
-  free(val);
-  free_run(&r);
   return rc;
 }

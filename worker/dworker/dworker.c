@@ -3,13 +3,14 @@
  * main reads top to bottom: parse the command line, pick the BLAS kernels,
  * load and check the cluster spec, settle which worker this is, pick the
  * device, load this worker's 1/n share of Fashion-MNIST (worker 0 also the
- * test set), build the spec's model (softmax, MLP or CNN), declare its
- * variables on the parameter servers, then loop pull, compute, push; at the
- * end worker 0 pulls the final parameters and evaluates them on the test
- * set. With --standalone there is no parameter server: the same model, data
- * and batch size are trained in this process with the spec's optimizer
- * applied locally (the single-process baseline the distributed runs are
- * compared with). Each step of that story lives in a file of its own
+ * test set), build the spec's model (softmax, MLP or CNN; or the CTR model
+ * over tables, ctr_run.c), declare its variables on the parameter servers,
+ * then loop pull, compute, push (train.c, one loop for every model); at
+ * the end worker 0 pulls the final parameters and evaluates them on the
+ * test set (finish.c). With --standalone there is no parameter server: the same
+ * model, data and batch size are trained in this process with the spec's
+ * optimizer applied locally (the single-process baseline the distributed runs
+ * are compared with). Each step of that story lives in a file of its own
  * (dworker_internal.h lists them); the batches come from feeder.c.
  *
  * stdout carries only the progress and result lines documented in --help
@@ -103,6 +104,28 @@ out:
   return rc;
 }
 
+/* Sets up the spec's model and its parameters: the image models' device,
+ * data and model (setup.c), the CTR model's data, model and tables
+ * (ctr_run.c); then the variables declared on the parameter servers and
+ * the job joined (or, with --standalone, the parameters initialised here).
+ * Either way w->trainer is the model's side of the one training loop.
+ * Sets *rpc_ready once gRPC is initialised (there is none standalone). */
+static int setup(struct dw_worker *w, int *rpc_ready) {
+  int ctr = !strcmp(w->spec->job.model, "ctr");
+  int rc = 0;
+
+  if (!ctr && ((rc = dw_pick_device(w)) < 0 || (rc = dw_load_data(w)) < 0 ||
+               (rc = dw_build_model(w)) < 0))
+    goto out;
+  if (!w->args.standalone) {
+    cm_rpc_global_init(); /* before any gRPC use, as rpc.h asks */
+    *rpc_ready = 1;
+  }
+  rc = ctr ? dw_ctr_setup(w) : dw_setup_params(w);
+out:
+  return rc;
+}
+
 int main(int argc, char **argv) {
   struct dw_worker w;
   char blas[256];
@@ -130,31 +153,9 @@ int main(int argc, char **argv) {
     status = DW_EXIT_USAGE;
     goto out;
   }
-  if (!strcmp(w.spec->job.model, "ctr")) {
-    /* The click-through-rate model runs its own loop over tables. */
-    if (dw_tb_open(&w) < 0)
-      goto out;
-    if (!w.args.standalone) {
-      cm_rpc_global_init();
-      rpc_ready = 1;
-    }
-    if (dw_ctr_run(&w) == 0)
-      status = DW_EXIT_OK;
-    goto out;
-  }
   if (dw_tb_open(&w) < 0)
     goto out;
-  if (dw_pick_device(&w) < 0)
-    goto out;
-  if (dw_load_data(&w) < 0)
-    goto out;
-  if (dw_build_model(&w) < 0)
-    goto out;
-  if (!w.args.standalone) {
-    cm_rpc_global_init(); /* before any gRPC use, as rpc.h asks */
-    rpc_ready = 1;
-  }
-  if (dw_setup_params(&w) < 0)
+  if (setup(&w, &rpc_ready) < 0)
     goto out;
   dw_notify_ready(&w);
   if (dw_train(&w) < 0)
@@ -164,6 +165,8 @@ int main(int argc, char **argv) {
     goto out;
   status = DW_EXIT_OK;
 out:
+  if (w.trainer)
+    w.trainer->free(&w);
   dw_tb_close(&w);
   dw_batches_free(&w);
   for (int i = 1; i < w.nfeeds; i++)

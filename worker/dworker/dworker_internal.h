@@ -6,10 +6,12 @@
  *   cmdline.c  the command line and --help
  *   feeder.c   where each training batch comes from (feeder.h)
  *   setup.c    the device, the data, the model, the parameters
- *   train.c    the pull-compute-push loop, and rollbacks in sync mode
+ *   image.c    the image models' side of the loop (struct dw_trainer)
+ *   train.c    the one pull-compute-push loop, and rollbacks in sync mode
  *   notify.c   what systemd is told
- *   finish.c   the result: evaluation and the final: (or done:) line
- *   ctr_run.c  job.model "ctr": the click-through-rate model over tables
+ *   finish.c   the one result: evaluation and the final: (or done:) line
+ *   ctr_run.c  job.model "ctr": the click-through-rate model over tables,
+ *              its setup and its side of the loop (struct dw_trainer)
  *   tboard.c   TensorBoard event files (job.tensorboard_dir)
  *
  * Every function here returns 0 or a negative CM_E* code after logging
@@ -29,6 +31,49 @@
 
 /* Most workers --emulate-workers stands in for. */
 #define DW_MAX_EMULATED 64
+/* Most tables one step pulls rows of and pushes row gradients to. */
+#define DW_MAX_STEP_TABLES 4
+
+struct dw_worker;
+
+/* What a model gives the one training loop (train.c) and the one
+ * end-of-run report (finish.c): its batches, its forward and backward, the
+ * rows of tables a step pulls and pushes, its progress line and its
+ * test-set figures. The loop owns the rest: the steps and their count, the
+ * pulls and pushes of the dense variables (w->vars), the sync protocol
+ * (push at the step, admit, pull at the version, rollbacks), and the
+ * counts the result line gives (steps, dropped, redone). A model's own
+ * state hangs on w->mctx. Hooks that return int return 0 (or what they
+ * say) or a negative CM_E* code after logging what went wrong. */
+struct dw_trainer {
+  /* Before the first step: sets up the batches and w->steps_per_epoch
+   * (this worker's steps in one pass over its share). */
+  int (*start)(struct dw_worker *w);
+  /* Logs the "training: ..." line, once w->total_steps is known. */
+  void (*say_plan)(struct dw_worker *w);
+  /* Starts gathering step t's batch ahead of its step (on a thread pool);
+   * NULL when batch does all the work. */
+  int (*queue)(struct dw_worker *w, long t);
+  /* Makes step t's batch the current one; returns its examples (> 0). */
+  int (*batch)(struct dw_worker *w, long t);
+  /* The current batch's rows of each table: q[i].rows is where the pull
+   * writes, q[i].grads what the push sends. Returns the tables filled
+   * (<= max); NULL for a model without tables. */
+  int (*tables)(struct dw_worker *w, struct psc__rows *q, int max);
+  /* Forward and backward over the current batch with the pulled values:
+   * overwrites the gradients of w->vars (and of the tables' rows); *loss
+   * gets the batch's mean loss. */
+  int (*compute)(struct dw_worker *w, float *loss);
+  /* After step t (counted in w->steps_done) of n examples with mean loss
+   * `loss`: sums the figures, and prints the progress line when due. */
+  void (*progress)(struct dw_worker *w, long t, float loss, int n);
+  /* Worker 0, the final parameters pulled: evaluates them on the test set
+   * and writes the final: line's leading figures ("test_accuracy=0.8712")
+   * into figures. */
+  int (*evaluate)(struct dw_worker *w, char *figures, size_t size);
+  /* Frees w->mctx (safe on a model that was never set up). */
+  void (*free)(struct dw_worker *w);
+};
 
 /* What the command line asked for. */
 struct dw_args {
@@ -70,6 +115,7 @@ struct dw_worker {
                                  takes steps first_step..total_steps - 1 */
   long steps_done;            /* steps taken */
   uint64_t examples_done;     /* training examples consumed */
+  double train_start;         /* cm_mono_s() at the training loop's start */
   double train_s;             /* wall time of the training loop: its first
                                  step's start to its last step's end */
   double train_end;           /* cm_mono_s() at the training loop's end */
@@ -80,7 +126,8 @@ struct dw_worker {
   int prefetched;             /* async: the last push also pulled the next
                                  step's parameters */
   long dropped;               /* sync: gradients the coordinator dropped */
-  uint64_t rollbacks;         /* sync: the job's rollbacks said in the log */
+  uint64_t rollbacks;         /* sync: the job's rollbacks (its generation)
+                                 said in the log */
   long redone;                /* sync: steps this worker computed that a
                                  rollback undid (and that it takes again) */
   int nfeeds;                 /* feeders: 1, or N with --emulate-workers N */
@@ -103,6 +150,18 @@ struct dw_worker {
   struct cm_tfevents *tb; /* owned: the TensorBoard event file, NULL when
                              job.tensorboard_dir is not set (or a write
                              failed) */
+  /* the model's side of the loop (train.c, finish.c); NULL until a model
+   * is set up */
+  const struct dw_trainer *trainer;
+  /* owned (trainer->free): the model's own state */
+  void *mctx;
+  /* the dense gradients as one buffer, which job.optimizer.clip_norm
+   * clips; NULL when the model has none (CTR: not clipped) */
+  float *grads;
+  /* floats in grads */
+  size_t ngrads;
+  /* this worker's steps in one pass over its share (trainer->start) */
+  long steps_per_epoch;
 };
 
 /* ---- cmdline.c ---- */
@@ -156,9 +215,16 @@ int dw_setup_params(struct dw_worker *w);
 /* Elements of variable v. */
 size_t dw_var_numel(const struct psc__var *v);
 
+/* ---- image.c ---- */
+
+/* The image models' side of the loop (softmax, MLP, CNN over w->model and
+ * the feeders); dw_build_model sets w->trainer to it. */
+extern const struct dw_trainer dw_image_trainer;
+
 /* ---- train.c ---- */
 
-/* The training loop: runs every step, then sets w->train_s. */
+/* The training loop, for every model (w->trainer): runs every step, then
+ * sets w->train_s. */
 int dw_train(struct dw_worker *w);
 
 /* Sync: pulls the parameters of step w->step (see train.c). Logs nothing:
@@ -175,9 +241,10 @@ void dw_notify_step(struct dw_worker *w, long t);
 
 /* ---- ctr_run.c ---- */
 
-/* The whole run of job.model "ctr" (docs/ctr.md): data, model, training
- * against the shards' tables, and the result line. */
-int dw_ctr_run(struct dw_worker *w);
+/* Sets up job.model "ctr" (docs/ctr.md): its data, its model, the
+ * variables and tables declared on the shards and the job joined; sets
+ * w->trainer to its side of the loop, which dw_train and dw_finish run. */
+int dw_ctr_setup(struct dw_worker *w);
 
 /* ---- tboard.c: TensorBoard events; no-ops while w->tb is NULL ---- */
 
@@ -194,17 +261,18 @@ void dw_tb_progress(struct dw_worker *w, long step, double loss, double acc,
 /* Worker 0's test-set figures of the final line, at step `step`. */
 void dw_tb_final(struct dw_worker *w, long step, double acc, double loss);
 
-/* Closes the event file (safe when none is open). */
 /* The CTR model's event (ctr_run.c): split "train" (with examples_per_s
  * > 0, and the bytes moved) or "test", its log loss and AUC. */
 void dw_tb_ctr(struct dw_worker *w, long step, const char *split,
                double logloss, double auc, double examples_per_s);
 
+/* Closes the event file (safe when none is open). */
 void dw_tb_close(struct dw_worker *w);
 
 /* ---- finish.c ---- */
 
-/* Leaves the job and prints the result line (see finish.c). */
+/* Leaves the job and prints the result line, for every model (see
+ * finish.c). */
 int dw_finish(struct dw_worker *w);
 
 #endif

@@ -136,6 +136,7 @@ int dw_build_model(struct dw_worker *w) {
     v->grad = mv->grad;
   }
   w->nvars = w->model->nvars;
+  w->trainer = &dw_image_trainer;
   cm_info("model: %s, %zu parameters in %d variables, %d replica%s on %s",
           job->model, w->model->nparams, w->nvars, w->model->replicas,
           w->model->replicas == 1 ? "" : "s",

@@ -1,9 +1,10 @@
-/* The training loop: for each step, take the batch the feeder gathered,
- * pull the parameters, compute the gradient (clipped with
- * job.optimizer.clip_norm), and push it to the parameter servers (or, with
- * --standalone, apply it here), with the next batch gathered on the thread
- * pool meanwhile. A progress line goes to stdout every job.log_every
- * steps.
+/* The training loop, one for every model (the model's side is its
+ * struct dw_trainer, w->trainer): for each step, take the batch (the image
+ * models' feeder gathered it on the thread pool meanwhile), pull the
+ * parameters and the batch's rows of the model's tables, compute the
+ * gradient (clipped with job.optimizer.clip_norm where the model has one
+ * buffer of them), and push it to the parameter servers (or, with
+ * --standalone, apply it here). The model prints its progress line.
  *
  * In sync mode the job may roll back (a shard restarted from its
  * checkpoint) or its coordinator restart; any pull or push may say so, and
@@ -20,15 +21,6 @@
 #include "log.h"
 #include "optim.h"
 #include "optstep.h"
-
-/* Running sums behind one progress line. */
-struct dw_progress {
-  double loss_sum; /* sum of step losses since the last line */
-  long correct;    /* correct predictions since the last line */
-  long examples;   /* examples since the last line */
-  long steps;      /* steps since the last line */
-  double since;    /* monotonic time of the last line (or the start) */
-};
 
 /* Goes on from `step`, below the step this worker was at: the steps
  * between were undone, so the run takes that many more (with its next
@@ -87,10 +79,42 @@ int dw_pull_step(struct dw_worker *w) {
   return rc;
 }
 
+/* Sync: stages this step's gradient (the tables' rows q[0..nq), then the
+ * dense variables) on every shard, then asks to be counted in the step:
+ * a worker that dies in between can never leave the shards with different
+ * sets. Goes on from the step rolled back to when an answer says so. */
+static int push_step(struct dw_worker *w, const struct psc__rows *q, int nq) {
+  int closed = 0, admitted = 0, rc = 0;
+  uint64_t next = w->step + 1;
+
+  if (nq > 0) {
+    rc = psc__client_push_rows_step(w->client, q, nq, w->step, &closed);
+    if (rc == 0 && rolled_back(w))
+      goto out; /* the gradient is dropped: redo from the step rolled to */
+  }
+  if (rc == 0 && !closed) {
+    rc = psc__client_push_step(w->client, w->step, &closed);
+    if (rc == 0 && rolled_back(w))
+      goto out;
+  }
+  if (rc == 0 && !closed)
+    rc = psc__client_admit(w->client, w->step, &admitted, &next);
+  if (rc == 0 && rolled_back(w))
+    goto out;
+  if (rc == 0 && !admitted)
+    w->dropped++;
+  w->step = next > w->step ? next : w->step + 1;
+out:
+  return rc;
+}
+
 /* Applies this step's gradient: locally with --standalone, else by pushing
- * it to the parameter servers. more: another step follows, whose pull may
- * travel with this push (async without a staleness bound). */
-static int apply_grads(struct dw_worker *w, int examples, int more) {
+ * it (the rows of q[0..nq) first) to the parameter servers. more: another
+ * step follows, whose dense pull may travel with this push (async without
+ * a staleness bound, for a model without tables: one with tables pulls its
+ * next batch's rows anyway). */
+static int apply_grads(struct dw_worker *w, int examples, int more,
+                       const struct psc__rows *q, int nq) {
   int rc = 0;
 
   if (w->args.standalone) {
@@ -103,26 +127,16 @@ static int apply_grads(struct dw_worker *w, int examples, int more) {
   }
   psc__client_set_examples(w->client, (uint32_t)examples);
   if (w->sync) {
-    int closed = 0, admitted = 0;
-    uint64_t next = w->step + 1;
-    /* Stage on every shard first, then ask to be counted: a worker that
-     * dies in between can never leave the shards with different sets. */
-    rc = psc__client_push_step(w->client, w->step, &closed);
-    if (rc == 0 && rolled_back(w))
-      goto out; /* the gradient is dropped: redo from the step rolled to */
-    if (rc == 0 && !closed)
-      rc = psc__client_admit(w->client, w->step, &admitted, &next);
-    if (rc == 0 && rolled_back(w))
-      goto out;
-    if (rc == 0 && !admitted)
-      w->dropped++;
-    w->step = next > w->step ? next : w->step + 1;
-  } else if (more && !w->ssp && !w->args.no_overlap) {
-    rc = psc__client_push_pull(w->client);
-    w->prefetched = rc == 0;
-    w->clock++;
+    rc = push_step(w, q, nq);
   } else {
-    rc = psc__client_push(w->client);
+    if (nq > 0)
+      rc = psc__client_push_rows(w->client, q, nq);
+    if (rc == 0 && more && !nq && !w->ssp && !w->args.no_overlap) {
+      rc = psc__client_push_pull(w->client);
+      w->prefetched = rc == 0;
+    } else if (rc == 0) {
+      rc = psc__client_push(w->client);
+    }
     w->clock++;
   }
   if (rc < 0)
@@ -136,8 +150,8 @@ out:
 /* Gets this step's parameters: nothing to do with --standalone or when the
  * last push brought them back; else, with a staleness bound, first waits
  * until the slowest worker is close enough, then pulls (in sync mode the
- * parameters of this step). */
-static int pull_params(struct dw_worker *w) {
+ * parameters of this step), then the rows of q[0..nq). */
+static int pull_params(struct dw_worker *w, struct psc__rows *q, int nq) {
   int rc = 0;
 
   if (w->args.standalone)
@@ -156,9 +170,17 @@ static int pull_params(struct dw_worker *w) {
     }
   }
   if (w->sync) {
-    rc = dw_pull_step(w);
+    /* The rows too are the step's; a rollback meanwhile makes both
+     * unusable: pulled again at the step rolled back to. */
+    do {
+      rc = dw_pull_step(w);
+      if (rc == 0 && nq > 0)
+        rc = psc__client_pull_rows_at(w->client, q, nq, w->step);
+    } while (rc == 0 && nq > 0 && rolled_back(w));
   } else {
     rc = psc__client_pull(w->client);
+    if (rc == 0 && nq > 0)
+      rc = psc__client_pull_rows(w->client, q, nq);
   }
   if (rc < 0)
     cm_error("pull at step %ld: %s", w->steps_done,
@@ -167,34 +189,13 @@ static int pull_params(struct dw_worker *w) {
   return rc;
 }
 
-/* Prints one progress line and starts the next interval. */
-static void report_progress(struct dw_worker *w, struct dw_progress *p,
-                            long step, double start) {
-  long spe = w->feed.steps_per_epoch;
-  long epochs = (w->total_steps + spe - 1) / spe;
-  double now = cm_mono_s(), dt = now - p->since;
-  double per_step = (now - start) / (double)(step - w->first_step + 1);
-  double loss = p->loss_sum / (double)p->steps;
-  double acc = (double)p->correct / (double)p->examples;
-  double rate = dt > 0 ? (double)p->examples / dt : 0.0;
-
-  printf("epoch %ld/%ld step %ld/%ld loss %.4f acc %.4f ex/s %.0f eta %.1fs\n",
-         step / spe + 1, epochs, step % spe + 1, spe, loss, acc, rate,
-         per_step * (double)(w->total_steps - step - 1));
-  fflush(stdout);
-  dw_tb_progress(w, step + 1, loss, acc, rate, dt * 1e3 / (double)p->steps);
-  memset(p, 0, sizeof *p);
-  p->since = now;
-}
-
 /* Clips this step's whole gradient (every variable: grads is one buffer) to
  * global L2 norm max_norm, before it is pushed or applied. Done here
  * because a shard sees only its slice of the gradient, and the global norm
  * is over all of it; the shards then apply an already clipped gradient. In
  * sync mode each worker clips its own gradient before the average. */
 static void clip_grads(struct dw_worker *w, double max_norm) {
-  double norm =
-      kn_clip_global_norm(w->model->grads, w->model->nparams, max_norm);
+  double norm = kn_clip_global_norm(w->grads, w->ngrads, max_norm);
 
   if (norm > max_norm)
     w->clipped++;
@@ -215,7 +216,7 @@ static void plan_resume(struct dw_worker *w) {
   long at = (long)w->step, len = w->total_steps;
   /* What set the length (dw_train): job.max_steps when it cut the epochs
    * short (a --max-steps N > 0 is handled apart). */
-  const char *by = len < (long)job->epochs * w->feed.steps_per_epoch
+  const char *by = len < (long)job->epochs * w->steps_per_epoch
                        ? "job.max_steps"
                        : "job.epochs";
 
@@ -242,77 +243,78 @@ static void plan_resume(struct dw_worker *w) {
           at, len, len - at, at);
 }
 
-/* The training loop: pull, compute, push (or update locally), with the next
- * batch gathered on the thread pool meanwhile. */
+/* The training loop: pull, compute, push (or update locally), with the
+ * next batch gathered on the thread pool meanwhile where the model does
+ * that (w->trainer->queue). */
 int dw_train(struct dw_worker *w) {
   const struct cm_job *job = &w->spec->job;
-  struct dw_progress prog = {0};
+  const struct dw_trainer *tr = w->trainer;
+  struct psc__rows q[DW_MAX_STEP_TABLES];
   long spe, limit, t;
-  double start = cm_mono_s();
   int rc;
 
-  rc = dw_batches_init(w);
-  if (rc < 0) {
-    cm_error("cannot set up the batch read-ahead: %s", cm_strerror(rc));
+  w->train_start = cm_mono_s();
+  rc = tr->start(w);
+  if (rc < 0)
     goto out;
-  }
-  spe = w->feed.steps_per_epoch;
+  spe = w->steps_per_epoch;
   w->total_steps = (long)job->epochs * spe;
   limit = w->args.max_steps >= 0 ? w->args.max_steps : job->max_steps;
   if (limit > 0 && limit < w->total_steps)
     w->total_steps = limit;
-  cm_info("training: %d epochs of %ld steps of %d examples, %ld steps in all",
-          job->epochs, spe, job->batch_size, w->total_steps);
+  tr->say_plan(w);
   plan_resume(w);
 
-  start = cm_mono_s();
-  prog.since = start;
-  if (w->first_step < w->total_steps &&
-      (rc = dw_batches_queue(w, w->first_step)) < 0)
+  w->train_start = cm_mono_s();
+  if (tr->queue && w->first_step < w->total_steps &&
+      (rc = tr->queue(w, w->first_step)) < 0)
     goto out;
   for (t = w->first_step; t < w->total_steps; t++) {
     int queued = 0; /* step t + 1's batch is being gathered */
-    const float *x;
-    const uint8_t *y;
-    int n = dw_batches_wait(w, t, &x, &y);
+    int n = tr->batch(w, t), nq;
     float loss;
-    int correct = 0;
 
-    if (t + 1 < w->total_steps) {
-      rc = dw_batches_queue(w, t + 1);
+    if (n < 0) {
+      rc = n;
+      goto out;
+    }
+    nq = tr->tables ? tr->tables(w, q, DW_MAX_STEP_TABLES) : 0;
+    if (nq < 0) {
+      rc = nq;
+      goto out;
+    }
+    if (tr->queue && t + 1 < w->total_steps) {
+      rc = tr->queue(w, t + 1);
       if (rc < 0)
         goto out;
       queued = 1;
     }
-    rc = pull_params(w);
+    rc = pull_params(w, q, nq);
     if (rc < 0)
       goto out;
-    loss = dw_model_train_step(w->model, x, y, n, &correct);
-    if (job->clip_norm > 0)
+    rc = tr->compute(w, &loss);
+    if (rc < 0)
+      goto out;
+    if (job->clip_norm > 0 && w->grads)
       clip_grads(w, job->clip_norm);
     if (w->args.inject_delay_ms > 0)
       cm_sleep_ms(w->args.inject_delay_ms);
-    rc = apply_grads(w, n, t + 1 < w->total_steps);
+    rc = apply_grads(w, n, t + 1 < w->total_steps, q, nq);
     if (rc < 0)
       goto out;
     /* A rollback during the last step lengthened the run. */
-    if (!queued && t + 1 < w->total_steps &&
-        (rc = dw_batches_queue(w, t + 1)) < 0)
+    if (tr->queue && !queued && t + 1 < w->total_steps &&
+        (rc = tr->queue(w, t + 1)) < 0)
       goto out;
     w->steps_done++;
     w->examples_done += (uint64_t)n;
-    prog.loss_sum += loss;
-    prog.correct += correct;
-    prog.examples += n;
-    prog.steps++;
-    if (job->log_every > 0 && (t + 1) % job->log_every == 0)
-      report_progress(w, &prog, t, start);
+    tr->progress(w, t, loss, n);
     dw_notify_step(w, t);
   }
 out:
   w->train_end = cm_mono_s();
-  w->train_s = w->train_end - start;
-  if (job->clip_norm > 0)
+  w->train_s = w->train_end - w->train_start;
+  if (job->clip_norm > 0 && w->grads)
     cm_info("gradient clipping at global norm %g: %ld of %ld steps clipped, "
             "largest norm %.4g",
             job->clip_norm, w->clipped, w->steps_done, w->max_norm);
