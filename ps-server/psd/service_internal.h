@@ -267,6 +267,15 @@ void psd__push_give_back(struct psd__push *p);
 void psd__push_answer_rolled_back(struct psd__push *p,
                                   const struct psd_steps_state *st);
 
+/* Sync: refuses a push whose gradient could not be staged (rc, the stage's
+ * code; msg, its words), dense or sparse alike: that the job rolled back,
+ * when a rollback came in since the generation's check; else ABORTED for a
+ * step already closed (CM_ERANGE), RESOURCE_EXHAUSTED for CM_ENOMEM, and for
+ * a step not open here UNAVAILABLE when this shard resumed from a checkpoint
+ * (retried until the coordinator rolls back), else FAILED_PRECONDITION. Gives
+ * the push's claim back. Returns -1: the call is answered. */
+int psd__push_refuse_stage(struct psd__push *p, int rc, const char *msg);
+
 /* ---- the handlers (cm_rpc_handler; ctx is the service) ---- */
 
 void psd__on_declare(struct cm_rpc_call *call, grpc_byte_buffer *bb,

@@ -23,6 +23,7 @@
 #include <stdlib.h>
 
 #include "clock.h"
+#include "err.h"
 #include "coord.h"
 #include "dedup.h"
 #include "finite.h"
@@ -42,6 +43,27 @@ void psd__push_answer_rolled_back(struct psd__push *p,
   p->rolled = st;
   p->kind->answer(p);
   p->rolled = NULL;
+}
+
+int psd__push_refuse_stage(struct psd__push *p, int rc, const char *msg) {
+  struct psd_steps_state st;
+  psd_steps_state(p->svc->steps, &st);
+  psd__push_give_back(p);
+  if (st.gen > p->gen) {
+    /* A rollback came in since the generation's check. */
+    psd__push_answer_rolled_back(p, &st);
+    return -1;
+  }
+  /* A late gradient is ABORTED: the worker drops it and moves on. A step
+   * beyond this shard's, after it restarted from an older checkpoint, is
+   * retried until the coordinator rolls back. */
+  psd__fail(p->svc, p->call,
+            rc == CM_ERANGE   ? GRPC_STATUS_ABORTED
+            : rc == CM_ENOMEM ? GRPC_STATUS_RESOURCE_EXHAUSTED
+            : st.resumed      ? GRPC_STATUS_UNAVAILABLE
+                              : GRPC_STATUS_FAILED_PRECONDITION,
+            "%s", msg);
+  return -1;
 }
 
 static void refuse_nomem(struct psd__push *p) {

@@ -180,25 +180,8 @@ static int stage_segment(struct psd__push *p, size_t i, const float *g) {
                    : psd_steps_stage(svc->steps, p->worker, p->step, v,
                                      seg->offset - v->elem_begin, g, seg->count,
                                      err, sizeof err);
-  if (rc) {
-    struct psd_steps_state st;
-    psd_steps_state(svc->steps, &st);
-    psd__push_give_back(p);
-    if (st.gen > p->gen) {
-      /* A rollback came in since the check above. */
-      psd__push_answer_rolled_back(p, &st);
-      return -1;
-    }
-    /* A late gradient is ABORTED: the worker drops it and moves on. A
-     * step beyond this shard's, after it restarted from an older
-     * checkpoint, is retried until the coordinator rolls back. */
-    psd__fail(svc, p->call,
-              rc == CM_ERANGE ? GRPC_STATUS_ABORTED
-              : st.resumed    ? GRPC_STATUS_UNAVAILABLE
-                              : GRPC_STATUS_FAILED_PRECONDITION,
-              "%s", err);
-    return -1;
-  }
+  if (rc)
+    return psd__push_refuse_stage(p, rc, err);
   p->versions[i] = psd_steps_version(svc->steps);
   return 0;
 }

@@ -332,30 +332,21 @@ static int apply_rows(struct psd__push *p) {
                         p->nids, p->grad);
   pthread_rwlock_unlock(&svc->tables_gate);
   if (rc) {
-    struct psd_steps_state st;
-    psd_steps_state(svc->steps, &st);
-    psd__push_give_back(p);
-    if (st.gen > p->gen) {
-      /* A rollback came in since the pipeline's check: as a dense push's
-       * stage_segment answers (service_push_dense.c). */
-      psd__push_answer_rolled_back(p, &st);
-      return -1;
-    }
-    /* As a dense push's: a step beyond this shard's, after it restarted from
-     * an older checkpoint, is retried until the coordinator rolls back. */
-    psd__fail(svc, p->call,
-              rc == CM_ERANGE   ? GRPC_STATUS_ABORTED
-              : rc == CM_EINVAL ? (st.resumed ? GRPC_STATUS_UNAVAILABLE
-                                              : GRPC_STATUS_FAILED_PRECONDITION)
-                                : GRPC_STATUS_RESOURCE_EXHAUSTED,
-              rc == CM_ERANGE
-                  ? "SparsePush '%s': step %llu is closed on shard %d (it "
-                    "has committed %llu steps); the gradient is dropped"
-                  : "SparsePush '%s': step %llu is not open on shard %d (it "
-                    "has committed %llu steps)",
-              name, (unsigned long long)p->step, svc->shard,
-              (unsigned long long)version);
-    return -1;
+    char msg[512];
+    if (rc == CM_ENOMEM)
+      snprintf(msg, sizeof msg,
+               "SparsePush '%s': out of memory staging %zu rows", name,
+               p->nids);
+    else
+      snprintf(msg, sizeof msg,
+               rc == CM_ERANGE
+                   ? "SparsePush '%s': step %llu is closed on shard %d (it "
+                     "has committed %llu steps); the gradient is dropped"
+                   : "SparsePush '%s': step %llu is not open on shard %d (it "
+                     "has committed %llu steps)",
+               name, (unsigned long long)p->step, svc->shard,
+               (unsigned long long)version);
+    return psd__push_refuse_stage(p, rc, msg);
   }
   p->version = version;
   return 0;

@@ -90,12 +90,9 @@ int main(int argc, char **argv) {
       if (cm_parse_double(optarg, &o.zipf))
         bad = "a number above 1";
       break;
-    case 'h':
-      usage(stdout);
-      return 0;
     default:
-      usage(stderr);
-      return 2;
+      usage(ch == 'h' ? stdout : stderr);
+      return ch == 'h' ? 0 : 2;
     }
     if (bad) {
       fprintf(stderr, "psd-ctrgen: --%s takes %s, not '%s'\n",
