@@ -73,18 +73,30 @@ __global__ void kn__bias_planes(float *y, const float *b, int OC, int P,
   KN__FOR(i, n) { y[i] = b ? b[(i / P) % OC] : 0.0f; }
 }
 
-// dy is (B, OC, P), db is (OC): db[o] = sum over n and p; one thread per o
+// dy is (B, OC, P), db is (OC): db[o] = sum over n and p. One block per o
+// (KN__THREADS threads, a power of two): each thread sums a stride of every
+// plane n (reads of neighbouring threads are neighbours), then the block adds
+// its threads' sums as a tree in shared memory: the same order on every run.
+// (One thread per o read the B*P values of its plane one by one: 16 threads
+// for the CNN's first layer, 2% of its sgemm's speed on an H200.)
 __global__ void kn__plane_sums(float *db, const float *dy, int B, int OC,
                                int P) {
-  int o = blockIdx.x * blockDim.x + threadIdx.x;
+  __shared__ float part[KN__THREADS];
+  int o = blockIdx.x;
   float s = 0.0f;
 
-  if (o >= OC)
-    return;
   for (int n = 0; n < B; n++)
-    for (int p = 0; p < P; p++)
+    for (int p = threadIdx.x; p < P; p += blockDim.x)
       s += dy[((size_t)n * OC + o) * P + p];
-  db[o] = s;
+  part[threadIdx.x] = s;
+  __syncthreads();
+  for (int h = blockDim.x / 2; h > 0; h >>= 1) {
+    if (threadIdx.x < h)
+      part[threadIdx.x] += part[threadIdx.x + h];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0)
+    db[o] = part[0];
 }
 
 int kn_conv2d_forward_cuda(struct kn_cuda *ctx, const struct kn_conv_shape *s,
@@ -136,8 +148,8 @@ int kn_conv2d_backward_cuda(struct kn_cuda *ctx, const struct kn_conv_shape *s,
       KN__TRY(cudaMemsetAsync(dx, 0, sizeof(float) * nx, ctx->stream));
     goto out;
   }
-  kn__plane_sums<<<(s->OC + KN__THREADS - 1) / KN__THREADS, KN__THREADS, 0,
-                   ctx->stream>>>(db, dy, s->B, s->OC, g.P);
+  kn__plane_sums<<<s->OC, KN__THREADS, 0, ctx->stream>>>(db, dy, s->B, s->OC,
+                                                         g.P);
   KN__TRY(cudaGetLastError());
   kn__im2col<<<kn__blocks(ncol), KN__THREADS, 0, ctx->stream>>>(col, x, g,
                                                                 ncol);
