@@ -99,6 +99,17 @@ __global__ void kn__plane_sums(float *db, const float *dy, int B, int OC,
     db[o] = part[0];
 }
 
+// part is (B, n): dw[i] = the sum of part[b][i] over b, in order of b.
+__global__ void kn__sum_batches(float *dw, const float *part, int B,
+                                size_t n) {
+  KN__FOR(i, n) {
+    float s = 0.0f;
+    for (int b = 0; b < B; b++)
+      s += part[(size_t)b * n + i];
+    dw[i] = s;
+  }
+}
+
 int kn_conv2d_forward_cuda(struct kn_cuda *ctx, const struct kn_conv_shape *s,
                            float *y, const float *x, const float *w,
                            const float *b, float *col) {
@@ -135,6 +146,7 @@ int kn_conv2d_backward_cuda(struct kn_cuda *ctx, const struct kn_conv_shape *s,
   struct kn__geom g = kn__geom_of(s);
   size_t ncol = kn_conv_col_floats(s);
   size_t nx = (size_t)(s->B > 0 ? s->B : 0) * s->C * s->H * s->W;
+  size_t ndw = (size_t)(s->OC > 0 ? s->OC : 0) * (g.ckk > 0 ? g.ckk : 0);
   const float one = 1.0f, zero = 0.0f;
   int rc = 0;
 
@@ -154,12 +166,20 @@ int kn_conv2d_backward_cuda(struct kn_cuda *ctx, const struct kn_conv_shape *s,
   kn__im2col<<<kn__blocks(ncol), KN__THREADS, 0, ctx->stream>>>(col, x, g,
                                                                 ncol);
   KN__TRY(cudaGetLastError());
-  /* dw (OC, ckk) = sum over n of dy[n] (OC, P) col[n]^T (P, ckk) */
-  for (int n = 0; n < s->B; n++)
-    if ((rc = kn__gemm(ctx, 0, 1, s->OC, g.ckk, g.P,
-                       dy + (size_t)n * s->OC * g.P,
-                       col + (size_t)n * g.ckk * g.P, n ? 1.0f : 0.0f, dw)) < 0)
-      goto out;
+  /* dw (OC, ckk) = sum over n of dy[n] (OC, P) col[n]^T (P, ckk): every
+   * example's product in one batched call, into scratch part (B, OC, ckk),
+   * then summed over n in order (one small cuBLAS call per example cost
+   * 64 launches a step). Row-major part[n] = dy[n] col[n]^T, asked of
+   * column-major cuBLAS as part[n]^T = col[n] dy[n]^T. */
+  if ((rc = kn__cuda_scratch(ctx, sizeof(float) * ndw * s->B)) < 0)
+    goto out;
+  KN__TRY(cublasSgemmStridedBatched(
+      ctx->blas, CUBLAS_OP_T, CUBLAS_OP_N, g.ckk, s->OC, g.P, &one, col, g.P,
+      (long long)g.ckk * g.P, dy, g.P, (long long)s->OC * g.P, &zero,
+      (float *)ctx->scratch, g.ckk, (long long)ndw, s->B));
+  kn__sum_batches<<<kn__blocks(ndw), KN__THREADS, 0, ctx->stream>>>(
+      dw, (const float *)ctx->scratch, s->B, ndw);
+  KN__TRY(cudaGetLastError());
   if (!dx)
     goto out;
   /* Row-major dcol[n] (ckk, P) = w^T (ckk, OC) dy[n] (OC, P), into col;
