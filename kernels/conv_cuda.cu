@@ -100,8 +100,7 @@ __global__ void kn__plane_sums(float *db, const float *dy, int B, int OC,
 }
 
 // part is (B, n): dw[i] = the sum of part[b][i] over b, in order of b.
-__global__ void kn__sum_batches(float *dw, const float *part, int B,
-                                size_t n) {
+__global__ void kn__sum_batches(float *dw, const float *part, int B, size_t n) {
   KN__FOR(i, n) {
     float s = 0.0f;
     for (int b = 0; b < B; b++)

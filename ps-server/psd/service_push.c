@@ -23,9 +23,9 @@
 #include <stdlib.h>
 
 #include "clock.h"
-#include "err.h"
 #include "coord.h"
 #include "dedup.h"
+#include "err.h"
 #include "finite.h"
 #include "log.h"
 #include "saver.h"

@@ -212,9 +212,6 @@ int dw_build_model(struct dw_worker *w);
  * optimizers here. */
 int dw_setup_params(struct dw_worker *w);
 
-/* Elements of variable v. */
-size_t dw_var_numel(const struct psc__var *v);
-
 /* ---- image.c ---- */
 
 /* The image models' side of the loop (softmax, MLP, CNN over w->model and

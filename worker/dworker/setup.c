@@ -16,7 +16,6 @@
 #include "dworker_internal.h"
 #include "err.h"
 #include "log.h"
-#include "shard.h"
 
 /* The classes of Fashion-MNIST, the width of the model's head. */
 #define DW_CLASSES 10
@@ -145,11 +144,6 @@ out:
   return rc;
 }
 
-/* Elements of variable v. */
-size_t dw_var_numel(const struct psc__var *v) {
-  return (size_t)cm_numel(v->ndim, v->shape, UINT64_MAX, NULL);
-}
-
 /* Standalone: gives each variable the optimizer psd would give it (the
  * spec's job.optimizer, or its job.optimizer_overrides entry) and zeroed
  * slots, as psd does. */
@@ -162,8 +156,8 @@ static int setup_local_optim(struct dw_worker *w) {
 
   for (int i = 0; i < w->nvars; i++) {
     w->var_opt[i] = cm_optim_pick(set, w->vars[i].name, &rule);
-    total += (size_t)cm_optim_nslots(w->var_opt[i]->type) *
-             dw_var_numel(&w->vars[i]);
+    total +=
+        (size_t)cm_optim_nslots(w->var_opt[i]->type) * psc__numel(&w->vars[i]);
     if (rule >= 0) {
       cm_optim_describe(w->var_opt[i], desc, sizeof desc);
       cm_info("'%s': optimizer %s (job.optimizer_overrides[\"%s\"])",
@@ -178,7 +172,7 @@ static int setup_local_optim(struct dw_worker *w) {
   for (int i = 0; i < w->nvars; i++)
     for (int k = 0; k < cm_optim_nslots(w->var_opt[i]->type); k++) {
       w->var_slots[i][k] = p;
-      p += dw_var_numel(&w->vars[i]);
+      p += psc__numel(&w->vars[i]);
     }
   cm_optim_describe(&set->def, desc, sizeof desc);
   cm_info("optimizer %s, applied here", desc);

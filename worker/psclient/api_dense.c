@@ -10,7 +10,6 @@
 #include <string.h>
 
 #include "err.h"
-#include "shard.h"
 
 /* Handles in one call at most (a job's variables). */
 #define MAX_BATCH 4096
@@ -96,7 +95,7 @@ int64_t psc_numel(const psc_client *c, int v) {
   const struct psc__var *var = psc__client_var(c->cl, v);
   if (!var)
     return PSC_ENOENT;
-  return (int64_t)cm_numel(var->ndim, var->shape, UINT64_MAX, NULL);
+  return (int64_t)psc__numel(var);
 }
 
 /* Starts a pull (psc_pull, psc_pull_at) into dst[0..n): 0 or the error. */

@@ -173,9 +173,6 @@ void psc__seterr(struct psc__client *c, const char *fmt, ...)
  * that what ("push", "push rows") for step needs a join first. */
 int psc__need_joined(struct psc__client *c, const char *what, uint64_t step);
 
-/* Elements of v. */
-uint64_t psc__numel(const struct psc__var *v);
-
 /* The identity every request carries: the job, this worker, the spec's
  * fingerprint and counts, and, for a call to shard `shard` (-1: none in
  * particular), the boot id that shard's Declare answered. Points into c, so

@@ -73,6 +73,9 @@ struct psc__var {
                             values") */
 };
 
+/* Elements of v: the product of its shape. */
+uint64_t psc__numel(const struct psc__var *v);
+
 /* Client settings; zero fields take the defaults in brackets. */
 struct psc__client_opts {
   const char *worker;     /* identity sent with each call ["client"] */
