@@ -121,8 +121,7 @@ static int apply_grads(struct dw_worker *w, int examples, int more,
     /* Update k = steps_done, as psd's sync step of the same number. */
     for (int i = 0; i < w->nvars; i++)
       cm_optim_apply(w->var_opt[i], (uint64_t)w->steps_done, w->vars[i].value,
-                     w->var_slots[i], w->vars[i].grad,
-                     psc__numel(&w->vars[i]));
+                     w->var_slots[i], w->vars[i].grad, psc__numel(&w->vars[i]));
     goto out;
   }
   psc__client_set_examples(w->client, (uint32_t)examples);
