@@ -4,8 +4,10 @@
  *    "optimizer": {"type": "adagrad", "lr": 0.05, ...},
  *    "admission": {"type": "count", "count": 3},
  *    "eviction": {"after_steps": 10000, "min_count": 2}}
- * Every mistake names its JSON path (job.tables[1].dim). docs/tables.md
- * says what each setting does. */
+ * and job.table_defaults, the same settings without name, dim and id_bound:
+ * where a table entry leaves a setting out, and for every table a client
+ * declares that job.tables does not list. Every mistake names its JSON path
+ * (job.tables[1].dim). docs/tables.md says what each setting does. */
 #include "job_tables.h"
 
 #include <limits.h>
@@ -123,14 +125,67 @@ static void parse_name(struct cm__errs *e, json_t *t, const char *path,
   }
 }
 
+/* Parses what a table entry and job.table_defaults share: init,
+ * init_scale, optimizer, admission, eviction. */
+static void parse_settings(struct cm__errs *e, json_t *t, const char *path,
+                           struct cm_table_conf *c) {
+  static const char *const inits[] = {"zeros", "uniform", NULL};
+  char init[16] = "";
+  cm__opt_choice(e, t, path, "init", inits, init, sizeof init);
+  if (init[0])
+    c->init =
+        !strcmp(init, "zeros") ? CM_TABLE_INIT_ZEROS : CM_TABLE_INIT_UNIFORM;
+  double scale = c->init_scale;
+  cm__opt_number(e, t, path, "init_scale", 0, 1, 1e9, "a number >= 0", &scale);
+  c->init_scale = (float)scale;
+  /* An object given replaces the default's whole: an entry's optimizer
+   * takes nothing from job.table_defaults' optimizer. */
+  struct cm_table_conf base;
+  cm_table_conf_defaults(&base);
+  if (json_object_get(t, "optimizer"))
+    c->opt = base.opt;
+  if (json_object_get(t, "admission")) {
+    c->admit = base.admit;
+    c->admit_count = base.admit_count;
+    c->admit_prob = base.admit_prob;
+  }
+  if (json_object_get(t, "eviction")) {
+    c->evict_after_steps = base.evict_after_steps;
+    c->evict_min_count = base.evict_min_count;
+  }
+  parse_rowopt(e, t, path, &c->opt);
+  parse_admit_evict(e, t, path, c);
+}
+
+/* job.table_defaults: the settings of every table a client declares that
+ * job.tables does not list. */
+static void parse_defaults(struct cm__errs *e, json_t *job,
+                           struct cm_job *out) {
+  static const char *const keys[] = {"init", "init_scale", "optimizer",
+                                     "admission", "eviction"};
+  const char *path = "job.table_defaults";
+  json_t *d = json_object_get(job, "table_defaults");
+  cm_table_conf_defaults(&out->table_defaults);
+  if (!d)
+    return;
+  if (!json_is_object(d)) {
+    cm__report(e, path,
+               "expected an object like {\"optimizer\": {\"type\": "
+               "\"adagrad\", \"lr\": 0.05}}");
+    return;
+  }
+  cm__check_keys(e, d, path, keys, sizeof keys / sizeof keys[0]);
+  parse_settings(e, d, path, &out->table_defaults);
+}
+
 void cm__parse_tables(struct cm__errs *e, json_t *job, struct cm_job *out) {
   static const char *const keys[] = {"name",      "dim",        "id_bound",
                                      "init",      "init_scale", "optimizer",
                                      "admission", "eviction"};
-  static const char *const inits[] = {"zeros", "uniform", NULL};
   json_t *list = json_object_get(job, "tables"), *t;
   size_t i;
   out->ntables = 0;
+  parse_defaults(e, job, out);
   if (!list)
     return;
   if (!json_is_array(list)) {
@@ -146,10 +201,10 @@ void cm__parse_tables(struct cm__errs *e, json_t *job, struct cm_job *out) {
   }
   json_array_foreach(list, i, t) {
     struct cm_table_conf *c = &out->tables[i];
-    char path[64], init[16] = "";
+    char path[64];
     long long x;
     snprintf(path, sizeof path, "job.tables[%zu]", i);
-    cm_table_conf_defaults(c);
+    *c = out->table_defaults;
     if (!json_is_object(t)) {
       cm__report(e, path,
                  "expected an object like {\"name\": \"emb\", "
@@ -170,16 +225,7 @@ void cm__parse_tables(struct cm__errs *e, json_t *job, struct cm_job *out) {
     snprintf(dp, sizeof dp, "%s.id_bound", path);
     if (b && cm__want_int(e, b, dp, 0, LLONG_MAX, &x))
       c->id_bound = (uint64_t)x;
-    cm__opt_choice(e, t, path, "init", inits, init, sizeof init);
-    if (init[0])
-      c->init =
-          !strcmp(init, "zeros") ? CM_TABLE_INIT_ZEROS : CM_TABLE_INIT_UNIFORM;
-    double scale = c->init_scale;
-    cm__opt_number(e, t, path, "init_scale", 0, 1, 1e9, "a number >= 0",
-                   &scale);
-    c->init_scale = (float)scale;
-    parse_rowopt(e, t, path, &c->opt);
-    parse_admit_evict(e, t, path, c);
+    parse_settings(e, t, path, c);
     for (size_t k = 0; k < i; k++)
       if (c->name[0] && !strcmp(out->tables[k].name, c->name))
         cm__report(e, path,

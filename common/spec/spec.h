@@ -167,7 +167,12 @@ struct cm_job {
   /* "job.tables": the job's embedding tables (docs/tables.md), each a
    * cm_table_conf; psd creates them when it starts */
   struct cm_table_conf tables[CM_TABLE_MAX];
-  int ntables;            /* entries used in tables */
+  int ntables; /* entries used in tables */
+  /* "job.table_defaults": the settings (init, init_scale, optimizer,
+   * admission, eviction; name, dim and id_bound unused) of a table a client
+   * declares that job.tables does not list, and of what a job.tables entry
+   * leaves out; cm_table_conf_defaults' where the spec gives none */
+  struct cm_table_conf table_defaults;
   struct cm_ctr_conf ctr; /* "job.ctr", with job.model "ctr" */
   /* "job.worker_command": the program (worker_command[0]) and arguments
    * pslaunch runs for each worker task instead of dworker, as written (a

@@ -64,8 +64,8 @@ enum psd_exit psd_server_restore(struct psd_server *srv) {
           psd_ckpt_dir(srv->ckpt), from, job->ckpt_every_steps,
           job->ckpt_every_s, job->ckpt_keep);
   /* The spec's tables, which the checkpoint's rows go into. */
-  if ((rc = psd_tables_new(&srv->tables, job->tables, job->ntables, job->seed,
-                           err, sizeof err))) {
+  if ((rc = psd_tables_new(&srv->tables, job->tables, job->ntables,
+                           &job->table_defaults, job->seed, err, sizeof err))) {
     cm_error("job.tables: %s", err);
     return PSD_EXIT_FAILED;
   }
@@ -149,8 +149,8 @@ enum psd_exit psd_server_open(struct psd_server *srv) {
   fill_self(srv);
   /* The spec's tables, unless a checkpoint brought them already. */
   if (!srv->tables &&
-      (rc = psd_tables_new(&srv->tables, job->tables, job->ntables, job->seed,
-                           err, sizeof err))) {
+      (rc = psd_tables_new(&srv->tables, job->tables, job->ntables,
+                           &job->table_defaults, job->seed, err, sizeof err))) {
     cm_error("job.tables: %s", err);
     return PSD_EXIT_FAILED;
   }

@@ -14,6 +14,7 @@ struct psd_tables {
   uint64_t seed;                           /* the job's */
   int nspec;                               /* entries in spec */
   struct cm_table_conf spec[CM_TABLE_MAX]; /* the spec's job.tables */
+  struct cm_table_conf defaults;           /* any other table's settings */
   int n;                                   /* tables in t */
   struct psd_table *t[CM_TABLE_MAX];       /* owned, in creation order */
 };
@@ -21,7 +22,7 @@ struct psd_tables {
 void psd_tables_conf_for(const struct psd_tables *ts, const char *name,
                          uint32_t dim, uint64_t id_bound,
                          struct cm_table_conf *out) {
-  cm_table_conf_defaults(out);
+  *out = ts->defaults;
   for (int i = 0; i < ts->nspec; i++)
     if (!strcmp(ts->spec[i].name, name)) {
       *out = ts->spec[i];
@@ -33,7 +34,8 @@ void psd_tables_conf_for(const struct psd_tables *ts, const char *name,
 }
 
 int psd_tables_new(struct psd_tables **out, const struct cm_table_conf *spec,
-                   int nspec, uint64_t seed, char *err, size_t errlen) {
+                   int nspec, const struct cm_table_conf *defaults,
+                   uint64_t seed, char *err, size_t errlen) {
   struct psd_tables *ts = calloc(1, sizeof *ts);
   int rc = 0;
   if (!ts)
@@ -45,6 +47,10 @@ int psd_tables_new(struct psd_tables **out, const struct cm_table_conf *spec,
   }
   pthread_rwlock_init(&ts->lock, NULL);
   ts->seed = seed;
+  if (defaults)
+    ts->defaults = *defaults;
+  else
+    cm_table_conf_defaults(&ts->defaults);
   ts->nspec = nspec;
   if (nspec)
     memcpy(ts->spec, spec, (size_t)nspec * sizeof *spec);

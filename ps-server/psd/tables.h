@@ -1,8 +1,8 @@
 /* A shard's embedding tables by name (table.h holds one table's rows).
  * Tables come from the spec's job.tables, created when psd starts, and
  * from clients' Declare (DeclareRequest.tables): a table the spec names
- * takes its settings from there, any other the defaults
- * (cm_table_conf_defaults) with the declared dim and bound. The list only
+ * takes its settings from there, any other the spec's job.table_defaults
+ * with the declared dim and bound. The list only
  * grows; tables live until psd_tables_free. */
 #ifndef PSD_TABLES_H
 #define PSD_TABLES_H
@@ -15,10 +15,13 @@
 
 struct psd_tables;
 
-/* spec[0..nspec) (copied) are the spec's tables, created now; seed is the
- * job's. Returns 0, CM_EINVAL (err names the table and field), CM_ENOMEM. */
+/* spec[0..nspec) (copied) are the spec's tables, created now; defaults
+ * (copied; NULL: cm_table_conf_defaults) the settings of any other table;
+ * seed is the job's. Returns 0, CM_EINVAL (err names the table and field),
+ * CM_ENOMEM. */
 int psd_tables_new(struct psd_tables **out, const struct cm_table_conf *spec,
-                   int nspec, uint64_t seed, char *err, size_t errlen);
+                   int nspec, const struct cm_table_conf *defaults,
+                   uint64_t seed, char *err, size_t errlen);
 void psd_tables_free(struct psd_tables *ts);
 
 /* Creates table `name` or checks the one that exists: *out gets it

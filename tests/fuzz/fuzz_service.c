@@ -187,8 +187,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   char err[512];
   if (psd_store_new(&store, 0, 2, &opt) ||
       psd_service_new(&svc, store, 0, 2, 2, "f", sync ? "sync" : "async") ||
-      psd_tables_new(&tables, job->tables, job->ntables, job->seed, err,
-                     sizeof err) ||
+      psd_tables_new(&tables, job->tables, job->ntables, &job->table_defaults,
+                     job->seed, err, sizeof err) ||
       (uses_coord(data, size) && psd_coord_new(&coord, specs[sync])))
     abort();
   psd_service_set_tables(svc, tables);

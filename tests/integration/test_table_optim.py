@@ -162,10 +162,14 @@ OPT = [
      "optimizer": {"type": "ftrl", "lr": 0.1, "l1": 0.5, "l2": 0.01, "beta": 1}},
 ]
 OTHER = [
-    {"name": "ver", "dim": 2, "optimizer": {"type": "sgd", "lr": 1.0}},
+    {"name": "ver", "dim": 2, "init_scale": 0.01, "optimizer": {"type": "sgd", "lr": 1.0}},
     {"name": "cnt", "dim": 1, "init": "zeros", "optimizer": {"type": "sgd", "lr": 1.0},
      "admission": {"type": "count", "count": 2}},
 ]
+# job.table_defaults: the settings of a table a client declares that
+# job.tables does not list (every entry above gives its own).
+DEFAULTS = {"init_scale": 0.125, "optimizer": {"type": "adagrad", "lr": 0.25, "eps": 1e-8,
+                                               "initial_accumulator": 0.5}}
 IDS = [3, 17, 29, 1000003, 2**40 + 9, 2**64 - 2]
 
 
@@ -178,6 +182,7 @@ class TableOptimTest(h.ShardsTest):
     @classmethod
     def job(cls):
         return {"name": "topt", "seed": SEED, "tables": OPT + OTHER,
+                "table_defaults": DEFAULTS,
                 "checkpoint": {"dir": os.path.join(cls.tmp.name, "ckpt")}}
 
     def rows(self, table, op, ids, g=None):
@@ -321,6 +326,19 @@ class TableOptimTest(h.ShardsTest):
             pull = ch.unary_unary("/psd.v1.Data/SparsePull")
             self.assertEqual(version(pull, pb.caller("topt") + pb.ld(2, "ver") +
                                      pb.ld(15, ids(mine[:1]))), base + 4)
+
+    def test_a_declared_table_takes_table_defaults(self):
+        # pstool declares "declared" (not in job.tables): its rows start
+        # from job.table_defaults' init_scale and train by its optimizer.
+        table = dict(DEFAULTS, name="declared", dim=3)
+        ids = [5, 77, 2**50 + 1]
+        want = {i: Row(table, initial_row(SEED, table, i)) for i in ids}
+        self.assertEqual(self.rows(table, "pull", ids), [want[i].w for i in ids])
+        self.push(table, ids, grads(1, len(ids), 3), want)
+        self.push(table, ids[:2], grads(2, 2, 3), want)
+        self.check(table, want, "table_defaults")
+        out = self.psctl("tables")
+        self.assertIn("adagrad(lr=0.25", out)
 
     def test_found_and_an_id_named_twice(self):
         ver, cnt = OTHER

@@ -50,7 +50,8 @@ static void start(const char *mode, const char *spec_mode) {
   ck_assert_int_eq(psd_store_new(&store, 0, 2, &spec->job.optim), 0);
   ck_assert_int_eq(psd_service_new(&svc, store, 0, 2, 2, "t", mode), 0);
   ck_assert_msg(psd_tables_new(&tables, spec->job.tables, spec->job.ntables,
-                               spec->job.seed, err, sizeof err) == 0,
+                               &spec->job.table_defaults, spec->job.seed, err,
+                               sizeof err) == 0,
                 "%s", err);
   psd_service_set_tables(svc, tables);
   ck_assert_int_eq(psd_coord_new(&coord, spec), 0);

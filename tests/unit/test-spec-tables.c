@@ -348,6 +348,68 @@ START_TEST(test_admission_eviction_mistakes) {
 }
 END_TEST
 
+/* job.table_defaults: the settings of every table a client declares that
+ * job.tables does not list, and what an entry leaves out; an entry's own
+ * keys win. */
+START_TEST(test_table_defaults) {
+  struct cm_spec *spec = NULL;
+  struct cm_table_conf def;
+  const struct cm_table_conf *d, *a, *b;
+
+  ck_assert_msg(
+      parse(ONE_WORKER("\"table_defaults\": {\"init\": \"zeros\","
+                       " \"optimizer\": {\"type\": \"sgd\", \"lr\": 0.5,"
+                       " \"initial_accumulator\": 0.7},"
+                       " \"admission\": {\"type\": \"count\", \"count\": 2}},"
+                       " \"tables\": [{\"name\": \"a\", \"dim\": 4},"
+                       " {\"name\": \"b\", \"dim\": 8, \"init\": \"uniform\","
+                       " \"optimizer\": {\"type\": \"adam\", \"lr\": 0.01}}]"),
+            &spec) == 0,
+      "err: %s", err);
+  d = &spec->job.table_defaults;
+  a = &spec->job.tables[0];
+  b = &spec->job.tables[1];
+  ck_assert_int_eq(d->init, CM_TABLE_INIT_ZEROS);
+  ck_assert_int_eq(d->opt.type, CM_ROWOPT_SGD);
+  ck_assert_double_eq(d->opt.lr, 0.5);
+  ck_assert_int_eq(d->admit, CM_ADMIT_COUNT);
+  ck_assert_uint_eq(d->admit_count, 2);
+  /* An entry leaving them out takes them. */
+  ck_assert_int_eq(a->init, CM_TABLE_INIT_ZEROS);
+  ck_assert_int_eq(a->opt.type, CM_ROWOPT_SGD);
+  ck_assert_double_eq(a->opt.lr, 0.5);
+  ck_assert_uint_eq(a->admit_count, 2);
+  /* An entry's own win. */
+  ck_assert_int_eq(b->init, CM_TABLE_INIT_UNIFORM);
+  ck_assert_int_eq(b->opt.type, CM_ROWOPT_ADAM);
+  ck_assert_double_eq(b->opt.lr, 0.01);
+  /* ... whole: nothing of the default's optimizer object. */
+  ck_assert_double_eq(a->opt.initial_accumulator, 0.7);
+  ck_assert_double_eq(b->opt.initial_accumulator, 0.1);
+  cm_spec_free(spec);
+  spec = NULL;
+
+  /* None given: cm_table_conf_defaults. */
+  ck_assert_int_eq(parse(ONE_WORKER("\"name\": \"j\""), &spec), 0);
+  cm_table_conf_defaults(&def);
+  ck_assert_int_eq(memcmp(&def, &spec->job.table_defaults, sizeof def), 0);
+  cm_spec_free(spec);
+
+  /* Mistakes at their paths; a table's name, dim and bound are not
+   * defaults. */
+  parse_bad(ONE_WORKER("\"table_defaults\": {\"dim\": 4, \"init\": \"normal\","
+                       " \"optimizer\": {\"type\": \"sgd\", \"lr\": -1}}"));
+  has_text("t.json: job.table_defaults.dim: unknown key");
+  has_line("t.json: job.table_defaults.init: expected \"zeros\" or "
+           "\"uniform\", got \"normal\"");
+  has_text("t.json: job.table_defaults.optimizer.lr: expected a number > 0");
+  ck_assert_int_eq(count_lines(err), 3);
+  parse_bad(ONE_WORKER("\"table_defaults\": [1]"));
+  has_text("t.json: job.table_defaults: expected an object like");
+  ck_assert_int_eq(count_lines(err), 1);
+}
+END_TEST
+
 static Suite *spec_tables_suite(void) {
   Suite *s = suite_create("spec-tables");
   TCase *tc;
@@ -356,6 +418,7 @@ static Suite *spec_tables_suite(void) {
   tcase_add_test(tc, test_defaults);
   tcase_add_test(tc, test_every_key);
   tcase_add_test(tc, test_optimizer_types);
+  tcase_add_test(tc, test_table_defaults);
   suite_add_tcase(s, tc);
   tc = tcase_create("bad");
   tcase_add_test(tc, test_names);
