@@ -157,7 +157,8 @@ START_TEST(test_unknown_keys) {
            "batch_size, optimizer, sync, seed, log_every, rpc_timeout_ms, "
            "max_steps, heartbeat_ms, dead_after_ms, unix_sockets, checkpoint, "
            "optimizer_overrides, channels, max_message_mb, nonfinite, "
-           "retry_s, socket_owner, wire_dtype, tables, ctr, worker_command, "
+           "retry_s, socket_owner, wire_dtype, tables, table_defaults, ctr, "
+           "worker_command, "
            "tensorboard_dir, metrics_listen, exit_when_done");
   has_line("t.json: job.optimizer.typ: unknown key (did you mean type?); "
            "expected one of type, lr, momentum, weight_decay, beta1, beta2, "
