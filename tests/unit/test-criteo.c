@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -244,6 +245,68 @@ START_TEST(truncated_gzip) {
 }
 END_TEST
 
+/* Reads a whole file: adds its examples, its labels' sum and a checksum of
+ * its ids to *n, *pos and *sum. */
+static void scan(const char *file, size_t *n, double *pos, uint64_t *sum) {
+  static float label[512], dense[512 * 13];
+  static uint64_t ids[512 * 26];
+  struct dw_criteo *r;
+  char err[512];
+  size_t got;
+  ck_assert_int_eq(dw_criteo_open(file, 0, 1, &r, err, sizeof err), 0);
+  do {
+    ck_assert_msg(dw_criteo_read(r, 512, dw_criteo_bounds, label, dense, NULL,
+                                 ids, &got, err, sizeof err) == 0,
+                  "%s", err);
+    for (size_t i = 0; i < got; i++) {
+      *pos += label[i];
+      for (int c = 0; c < 26; c++) {
+        ck_assert_uint_lt(ids[26 * i + c], dw_criteo_bounds[c]);
+        *sum = *sum * 31 + ids[26 * i + c];
+      }
+    }
+    *n += got;
+  } while (got);
+  dw_criteo_close(r);
+}
+
+/* psd-ctrgen --format criteo: files the reader takes, the same bytes from
+ * the same settings (plain or gzip), truth.json found again. */
+START_TEST(generator_round_trip) {
+  char dir[64], cmd[256], err[512], train[1100], test[1100];
+  struct dw_ctrgen_criteo_opts o = {3000, 1000, 11, 0};
+  struct dw_ctrgen_truth t, t2;
+  size_t n[2] = {0, 0};
+  double pos[2] = {0, 0}, tpos;
+  uint64_t sum[2] = {0, 0};
+  snprintf(dir, sizeof dir, "/tmp/psd-test-cgen-%d", (int)getpid());
+  for (int gz = 0; gz < 2; gz++) {
+    o.gzip = gz;
+    ck_assert_int_eq(mkdir(dir, 0700), 0);
+    ck_assert_int_eq(dw_ctrgen_criteo_write(dir, &o, &t, NULL, err, sizeof err),
+                     0);
+    ck_assert(t.auc > 0.7 && t.auc < 0.95 && t.ctr > 0.1 && t.ctr < 0.4);
+    ck_assert(t.dense_auc > 0.5 && t.dense_auc < t.auc - 0.1);
+    ck_assert(dw_ctrgen_criteo_present(dir, &o, &t2) && t2.auc == t.auc);
+    o.seed++;
+    ck_assert(!dw_ctrgen_criteo_present(dir, &o, &t2));
+    o.seed--;
+    dw_ctrgen_criteo_names(&o, dir, train, test, sizeof train);
+    scan(train, &n[gz], &pos[gz], &sum[gz]);
+    ck_assert_uint_eq(n[gz], 3000);
+    tpos = pos[gz];
+    scan(test, &n[gz], &pos[gz], &sum[gz]);
+    ck_assert_uint_eq(n[gz], 4000);
+    ck_assert(fabs((pos[gz] - tpos) / 1000 - t.ctr) < 1e-9);
+    unlink(test);
+    ck_assert(!dw_ctrgen_criteo_present(dir, &o, &t2));
+    snprintf(cmd, sizeof cmd, "rm -r %s", dir);
+    ck_assert_int_eq(system(cmd), 0);
+  }
+  ck_assert(sum[0] == sum[1] && pos[0] == pos[1]); /* the same lines */
+}
+END_TEST
+
 static Suite *suite(void) {
   Suite *s = suite_create("criteo");
   TCase *t = tcase_create("reader");
@@ -256,6 +319,7 @@ static Suite *suite(void) {
   tcase_add_test(t, as_ctr_features);
   tcase_add_test(t, names_mistakes);
   tcase_add_test(t, truncated_gzip);
+  tcase_add_test(t, generator_round_trip);
   suite_add_tcase(s, t);
   return s;
 }
