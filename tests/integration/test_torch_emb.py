@@ -228,6 +228,8 @@ class RestartTest(Shards):
         for _ in range(5):  # rides out the outage: retried, not raised
             step()
         restart.join()
+        self.assertEqual(len(self.procs), 3, "ps:1 did not start again")
+        self.procs[2].wait_for("resumed from step ")
         self.assertTrue(np.isfinite(c.pull_rows(
             "r", np.arange(50, dtype=np.uint64))).all())
         opt.finish()
@@ -259,14 +261,18 @@ class SyncTest(Shards):
         except BaseException as e:
             out[k] = e
 
-    def test_two_workers_equal_one_step_of_the_mean(self):
+    def test_two_workers_equal_steps_of_the_mean(self):
+        """Two sync workers, two steps: the rows of one process taking
+        torch's SGD steps on the mean of both workers' losses (the dense
+        layer too)."""
         gen = torch.Generator().manual_seed(5)
-        b = [torch.randint(0, 50, (6, 1), generator=gen) for _ in range(2)]
+        b = [[torch.randint(0, 50, (6, 1), generator=gen) for _ in range(2)]
+             for _ in range(2)]  # b[worker][step]
         c = self.client()
         pt.EmbeddingBag(50, 4, table="s", client=c)
         W = self.weight(c, "s").requires_grad_(True)
         out = {}
-        ts = [threading.Thread(target=self.worker, args=(k, "s", [b[k]], out))
+        ts = [threading.Thread(target=self.worker, args=(k, "s", b[k], out))
               for k in range(2)]
         for t in ts:
             t.start()
@@ -276,12 +282,16 @@ class SyncTest(Shards):
             self.assertNotIsInstance(out[k], BaseException, out[k])
         torch.manual_seed(0)
         lin = torch.nn.Linear(4, 1)
-        loss = 0
-        for k in range(2):
-            o = F.embedding_bag(b[k], W, mode="sum")
-            loss = loss + (o.pow(2).sum() + lin(o).sum()) / 2
-        loss.backward()
-        want = (W - LR * W.grad).detach().numpy()
+        ref = torch.optim.SGD([W] + list(lin.parameters()), lr=LR)
+        for step in range(2):
+            ref.zero_grad()
+            loss = 0
+            for k in range(2):
+                o = F.embedding_bag(b[k][step], W, mode="sum")
+                loss = loss + (o.pow(2).sum() + lin(o).sum()) / 2
+            loss.backward()
+            ref.step()
+        want = W.detach().numpy()
         np.testing.assert_allclose(out[0], want, rtol=1e-5, atol=1e-6)
         np.testing.assert_allclose(out[1], want, rtol=1e-5, atol=1e-6)
 
