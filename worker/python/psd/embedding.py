@@ -206,9 +206,12 @@ class _Rows:
         self._prefetched.append((key, plan, (entry, self._submit(run))))
 
     def take(self, key):
-        """The prefetched (plan, rows) for key, or None (a prefetch for
-        another batch is dropped)."""
-        while self._prefetched:
+        """The prefetched (plan, rows) for key, or None. Prefetches queued
+        before key's are dropped (their batches were not run); with no
+        prefetch of key (another batch, an evaluation), the queue stays."""
+        if all(k is not key for k, _, _ in self._prefetched):
+            return None
+        while True:
             k, plan, job = self._prefetched.pop(0)
             if isinstance(job, tuple):  # sync
                 entry, job = job
@@ -223,7 +226,6 @@ class _Rows:
                 rows = job.wait()
             if k is key:
                 return plan, rows
-        return None
 
     def push(self, plan, grad):
         """A lookup's leaf gradient (flat, summed per unique id) to the
@@ -240,7 +242,13 @@ class _Rows:
             self.client.push_rows_many(plan.tables, plan.uids, grads)
         job = self._submit(run)
         with self._lock:
-            self._pushes.append(job)
+            # Those done are dropped (a loop without DistributedOptimizer
+            # never waits); a failed one raises here.
+            done = [j for j in self._pushes if j.done.is_set()]
+            self._pushes = [j for j in self._pushes
+                            if not j.done.is_set()] + [job]
+        for j in done:
+            j.wait()
 
     def close(self):
         if self._thread is not None:
@@ -430,9 +438,25 @@ class EmbeddingBag(torch.nn.Module):
         self.table = table if table is not None else f"emb.{next(_unnamed)}"
         self.client = client if client is not None else default_client()
         self.client.declare_table(self.table, self.embedding_dim,
-                                  self.num_embeddings)
+                                  self._id_bound())
         self._rows = _Rows(self.client)
         self._rows._names = [self.table]
+
+    def _id_bound(self):
+        """num_embeddings, unless the spec's job.tables entry of this table
+        sets another bound: its shards then hold the table from their start
+        with the entry's id_bound (0, none, when it has none), which the
+        declare must name; num_embeddings is checked here either way."""
+        for t in (getattr(self.client, "job", None) or {}).get("tables", []):
+            if isinstance(t, dict) and t.get("name") == self.table:
+                bound = int(t.get("id_bound", 0))
+                if bound and bound != self.num_embeddings:
+                    raise ValueError(
+                        f"table '{self.table}': num_embeddings "
+                        f"{self.num_embeddings}, but the spec's job.tables "
+                        f"entry has id_bound {bound}")
+                return bound
+        return self.num_embeddings
 
     def extra_repr(self):
         return (f"{self.num_embeddings}, {self.embedding_dim}, "
