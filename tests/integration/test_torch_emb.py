@@ -23,6 +23,7 @@ import harness as h
 
 psd = torch = F = pt = None
 LR = 0.5  # the tables' SGD
+_seed_lock = threading.Lock()
 
 
 def setUpModule():
@@ -245,8 +246,9 @@ class SyncTest(Shards):
     def worker(self, k, table, batches, out, prefetch=False, wait=None):
         try:
             c = self.client("worker:%d" % k)
-            torch.manual_seed(0)
-            lin = torch.nn.Linear(4, 1)
+            with _seed_lock:  # torch's generator is the process's
+                torch.manual_seed(0)
+                lin = torch.nn.Linear(4, 1)
             ebc = pt.EmbeddingBagCollection(
                 [pt.EmbeddingBag(50, 4, table=table, client=c)])
             opt = pt.DistributedOptimizer(lin.named_parameters(), c,
