@@ -88,8 +88,9 @@ class _Rows:
     staging DistributedOptimizer drives (attach, before_admit,
     after_step)."""
 
-    def __init__(self, client):
+    def __init__(self, client, names):
         self.client = client
+        self.names = names  # its tables, for messages
         self.mode = _mode_of(client)
         self.opt = None  # the DistributedOptimizer that steps it (attach)
         self.calls = {"pull": 0, "push": 0}  # multi-table calls made
@@ -97,7 +98,7 @@ class _Rows:
         self._thread = None
         self._pushes = []  # async/SSP pushes not yet waited for
         self._staged = []  # sync: (tables, ids, grads) for the next step
-        self._prefetched = []  # FIFO of (key, _Job or plan) from prefetch
+        self._prefetched = []  # FIFO of (key, _Job; sync: (entry, _Job))
         self._cv = threading.Condition()
         self._stepped = 0  # step() calls seen (after_step)
         self._lock = threading.Lock()  # _pushes, _staged
@@ -121,18 +122,15 @@ class _Rows:
 
     # ---- the optimizer's hooks
     def attach(self, opt):
-        if self.opt is not None and self.opt is not opt:
+        if self.opt not in (None, opt) and not self.opt._finished:
             raise ValueError("an embedding module is registered with two "
                              "DistributedOptimizers")
         if self.mode == "sync" and opt.client is not self.client:
             raise ValueError(
-                f"embedding tables {self.table_names()}: their client is "
+                f"embedding tables {self.names}: their client is "
                 "not the DistributedOptimizer's; in sync mode they must be "
                 "one client (pass client= to both, or neither)")
         self.opt = opt
-
-    def table_names(self):
-        return getattr(self, "_names", [])
 
     def wait_pushes(self):
         """Waits for the async/SSP pushes handed to the thread so far."""
@@ -167,7 +165,7 @@ class _Rows:
             return 0
         if self.opt is None:
             raise RuntimeError(
-                f"embedding tables {self.table_names()}: sync mode needs a "
+                f"embedding tables {self.names}: sync mode needs a "
                 "DistributedOptimizer to step them; pass "
                 "DistributedOptimizer(..., sparse=[module])")
         return self.opt.step_no
@@ -183,49 +181,52 @@ class _Rows:
                                    min_version=version)
         return buf
 
-    def prefetch(self, key, plan):
-        """Starts the pull of a later batch's rows on the thread. Sync: it
-        waits for the step() that opens the batch's step, unless forward
-        claims it first (then forward pulls at the current step)."""
+    def prefetch(self, key, make_plan):
+        """Plans a later batch (make_plan(): its unique ids) and pulls its
+        rows, both on the thread. Sync: the pull waits for the step() that
+        opens the batch's step, unless forward claims it first (then
+        forward pulls at the current step)."""
         if self.mode != "sync":
-            self._prefetched.append((key, plan, self._submit(
-                lambda: self.fetch(plan, 0))))
+            def run_async():
+                plan = make_plan()
+                return plan, self.fetch(plan, 0)
+            self._prefetched.append((key, self._submit(run_async)))
             return
         entry = {"claimed": False}
         with self._cv:
             seen = self._stepped
 
         def run():
+            plan = make_plan()
             with self._cv:
                 while self._stepped == seen and not entry["claimed"]:
                     self._cv.wait()
                 if entry["claimed"]:
-                    return None
+                    return plan, None
                 entry["claimed"] = True
-            return self.fetch(plan, self.version())
-        self._prefetched.append((key, plan, (entry, self._submit(run))))
+            return plan, self.fetch(plan, self.version())
+        self._prefetched.append((key, (entry, self._submit(run))))
 
     def take(self, key):
-        """The prefetched (plan, rows) for key, or None. Prefetches queued
-        before key's are dropped (their batches were not run); with no
-        prefetch of key (another batch, an evaluation), the queue stays."""
-        if all(k is not key for k, _, _ in self._prefetched):
+        """The prefetched (plan, rows) for key (rows None: pull them now),
+        or None. Prefetches queued before key's are dropped (their batches
+        were not run); with no prefetch of key (another batch, an
+        evaluation), the queue stays."""
+        if all(k is not key for k, _ in self._prefetched):
             return None
         while True:
-            k, plan, job = self._prefetched.pop(0)
+            k, job = self._prefetched.pop(0)
             if isinstance(job, tuple):  # sync
                 entry, job = job
                 with self._cv:
-                    mine = not entry["claimed"]
                     entry["claimed"] = True
                     self._cv.notify_all()
-                rows = job.wait()
-                if mine:
-                    rows = None  # no step came between: pull it now
-            else:
-                rows = job.wait()
             if k is key:
-                return plan, rows
+                return job.wait()
+            try:
+                job.wait()
+            except Exception:
+                pass  # a batch not run: its errors do not matter
 
     def push(self, plan, grad):
         """A lookup's leaf gradient (flat, summed per unique id) to the
@@ -396,10 +397,8 @@ def lookup(rows, feats, key=None):
     pulled in one call (or prefetched for key), the gradient pushed in one
     call when backward reaches the leaf."""
     got = rows.take(key) if key is not None else None
-    if got is not None and got[1] is not None:
-        plan, buf = got
-    else:
-        plan = got[0] if got is not None else plan_lookup(feats)
+    plan, buf = got if got is not None else (plan_lookup(feats), None)
+    if buf is None:
         buf = rows.fetch(plan, rows.version())
     leaf = torch.from_numpy(buf)
     if torch.is_grad_enabled():
@@ -439,8 +438,7 @@ class EmbeddingBag(torch.nn.Module):
         self.client = client if client is not None else default_client()
         self.client.declare_table(self.table, self.embedding_dim,
                                   self._id_bound())
-        self._rows = _Rows(self.client)
-        self._rows._names = [self.table]
+        self._rows = _Rows(self.client, [self.table])
 
     def _id_bound(self):
         """num_embeddings, unless the spec's job.tables entry of this table
@@ -517,8 +515,7 @@ class EmbeddingBagCollection(torch.nn.Module):
                 raise ValueError(f"feature '{name}' (table '{b.table}'): "
                                  "its bag has another client; a collection's "
                                  "bags share one")
-        self._rows = _Rows(self.client)
-        self._rows._names = sorted({b.table for b in self._mods})
+        self._rows = _Rows(self.client, sorted({b.table for b in self._mods}))
 
     def _feats(self, features):
         if isinstance(features, torch.Tensor):
@@ -548,10 +545,10 @@ class EmbeddingBagCollection(torch.nn.Module):
         return out
 
     def prefetch(self, next_features):
-        """Plans the batch next_features (unique ids) now and pulls its rows
+        """Plans the batch next_features (its unique ids) and pulls its rows
         on the background thread (sync: once step() opened its step)."""
-        self._rows.prefetch(next_features,
-                            plan_lookup(self._feats(next_features)))
+        self._rows.prefetch(
+            next_features, lambda: plan_lookup(self._feats(next_features)))
 
     def forward(self, features):
         return lookup(self._rows, self._feats(features), key=features)
