@@ -236,6 +236,44 @@ class RestartTest(Shards):
         opt.finish()
 
 
+class StalenessTest(Shards):
+    """Bounded staleness (job.sync.staleness 0), one worker: its steps are
+    sequential SGD, rows and dense layer, as torch's."""
+
+    def setUp(self):
+        super().setUp()
+        self.shards({"name": "embssp",
+                     "sync": {"mode": "async", "staleness": 0},
+                     "optimizer": {"type": "sgd", "lr": LR},
+                     "tables": sgd_tables("q")})
+
+    def test_steps_equal_torch_sgd(self):
+        c = self.client("worker:0")
+        self.assertEqual((c.mode, c.staleness), ("async", 0))
+        bag = pt.EmbeddingBag(50, 4, table="q", client=c)
+        W = self.weight(c, "q").requires_grad_(True)
+        torch.manual_seed(0)
+        lin = torch.nn.Linear(4, 1)
+        ref_lin = torch.nn.Linear(4, 1)
+        ref_lin.load_state_dict(lin.state_dict())
+        opt = pt.DistributedOptimizer(lin.named_parameters(), client=c,
+                                      sparse=bag)
+        ref = torch.optim.SGD([W] + list(ref_lin.parameters()), lr=LR)
+        gen = torch.Generator().manual_seed(2)
+        for _ in range(3):
+            x = torch.randint(0, 50, (6, 2), generator=gen)
+            o = bag(x)
+            (o.pow(2).sum() + lin(o).sum()).backward()
+            opt.step()
+            ref.zero_grad()
+            o = F.embedding_bag(x, W, mode="sum")
+            (o.pow(2).sum() + ref_lin(o).sum()).backward()
+            ref.step()
+        opt.finish()
+        np.testing.assert_allclose(self.weight(c, "q").numpy(),
+                                   W.detach().numpy(), rtol=1e-5, atol=1e-6)
+
+
 class SyncTest(Shards):
     def setUp(self):
         super().setUp()
@@ -262,6 +300,13 @@ class SyncTest(Shards):
             out[k] = c.pull_rows(table, np.arange(50, dtype=np.uint64))
         except BaseException as e:
             out[k] = e
+
+    def test_without_an_optimizer_forward_says_what_to_do(self):
+        c = self.client("worker:0")
+        bag = pt.EmbeddingBag(50, 4, table="s", client=c)
+        with self.assertRaisesRegex(RuntimeError, r"\['s'\]: sync mode needs "
+                                    r"a DistributedOptimizer"):
+            bag(torch.tensor([[1, 2]]))
 
     def test_two_workers_equal_steps_of_the_mean(self):
         """Two sync workers, two steps: the rows of one process taking
