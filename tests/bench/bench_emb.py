@@ -6,7 +6,8 @@ computes), alternated over rounds, medians (docs/python.md, "Pipelining").
 Against 2 shards of its own (loopback), one worker: 26 categorical features
 (Criteo's count; ids drawn Zipf-like from 1M-row tables, dim 16, adagrad
 rows), a batch of 1,024, a small MLP (416 -> 128 -> 1) over the pooled
-features (SGD through DistributedOptimizer), in async mode and in sync mode. Prints, per mode:
+features (SGD through DistributedOptimizer), in async mode and in sync
+mode. Prints, per mode:
 
   bench emb mode=async steps=N plain_step_ms=.. pipelined_step_ms=..
         speedup=.. plain_rows_per_s=.. pipelined_rows_per_s=..

@@ -1,7 +1,7 @@
-"""Embedding modules over psd's tables (docs/python.md, "Embedding modules"),
-re-exported by psd.torch:
+"""Embedding modules over psd's tables (docs/python.md, "PyTorch
+embeddings"), re-exported by psd.torch:
 
-    emb = psd.torch.EmbeddingBag(1000000, 16, mode="sum")   # was nn.EmbeddingBag
+    emb = psd.torch.EmbeddingBag(1000000, 16, mode="sum")  # nn.EmbeddingBag
     ebc = psd.torch.EmbeddingBagCollection({"C1": ..., "C2": ...})
     opt = psd.torch.DistributedOptimizer(torch.optim.Adagrad(...),
                                          named_parameters=..., sparse=[ebc])
