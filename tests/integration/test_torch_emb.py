@@ -296,6 +296,42 @@ class StalenessTest(Shards):
                                    W.detach().numpy(), rtol=1e-5, atol=1e-6)
 
 
+class StragglerRowsTest(Shards):
+    """Sync with 2 workers and replicas_to_aggregate 1: a worker's rows
+    pushed for the first step (step 0) are staged as its own, so a worker
+    the step did not admit changes no row."""
+
+    def setUp(self):
+        super().setUp()
+        self.shards({"name": "embk1", "sync": {"mode": "sync",
+                                              "replicas_to_aggregate": 1},
+                     "optimizer": {"type": "sgd", "lr": LR},
+                     "tables": sgd_tables("k")})
+
+    def test_an_unadmitted_workers_step0_rows_are_dropped(self):
+        c0, c1 = self.client("worker:0"), self.client("worker:1")
+        for c in (c0, c1):
+            c.declare_table("k", 4, 50)
+        s0, s1 = c0.join(), c1.join()
+        self.assertEqual((s0, s1), (0, 0))
+        ids = np.array([7], np.uint64)
+        w0 = c0.pull_rows("k", ids).copy()
+        g0 = np.full((1, 4), 0.5, np.float32)
+        g1 = np.full((1, 4), 8.0, np.float32)
+        self.assertFalse(c1.push_rows("k", ids, g1, step=0))
+        self.assertFalse(c0.push_rows("k", ids, g0, step=0))
+        self.assertEqual(c0.admit(0), (True, 1))
+        self.assertFalse(c1.admit(0)[0])  # the step had its one replica
+        got = c0.pull_rows("k", ids, min_version=1)
+        np.testing.assert_array_equal(got, (w0 - np.float32(LR) * g0)
+                                      .astype(np.float32))
+        # A client that did not join cannot stage rows.
+        c2 = self.client()
+        c2.declare_table("k", 4, 50)
+        with self.assertRaisesRegex(psd.Error, "not joined"):
+            c2.push_rows("k", ids, g1, step=0)
+
+
 class SyncTest(Shards):
     def setUp(self):
         super().setUp()

@@ -4,6 +4,7 @@
 #include "api_internal.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 #include "err.h"
 
@@ -30,6 +31,13 @@ int psc_pull_rows(psc_client *c, const char *table, const uint64_t *ids,
                      : psc__client_pull_rows(c->cl, &r, 1);
 }
 
+/* Whether a push of rows is staged for its step: always in a sync job,
+ * whose first step is 0 (the shards stage every row push there, and only a
+ * staged push carries the worker, step and generation they need). */
+static int staged(const psc_client *c) {
+  return !strcmp(c->spec->job.mode, "sync");
+}
+
 int psc_push_rows(psc_client *c, const char *table, const uint64_t *ids,
                   size_t n, const float *grads, uint64_t step, int *closed) {
   struct psc__rows r = {.table = table, .ids = ids, .n = n, .grads = grads};
@@ -39,8 +47,8 @@ int psc_push_rows(psc_client *c, const char *table, const uint64_t *ids,
     return psc__fail(c, PSC_EINVAL, "push_rows: no table, ids or gradients");
   if (n == 0)
     return 0;
-  rc = step ? psc__client_push_rows_step(c->cl, &r, 1, step, &cl)
-            : psc__client_push_rows(c->cl, &r, 1);
+  rc = staged(c) ? psc__client_push_rows_step(c->cl, &r, 1, step, &cl)
+                 : psc__client_push_rows(c->cl, &r, 1);
   if (closed)
     *closed = cl;
   return rc;
@@ -101,8 +109,8 @@ int psc_push_rows_many(psc_client *c, const struct psc_rows *r, int n,
   psc__begin(c);
   if ((rc = many_take(c, r, n, 1, &in)))
     return rc;
-  rc = step ? psc__client_push_rows_step(c->cl, in, n, step, &cl)
-            : psc__client_push_rows(c->cl, in, n);
+  rc = staged(c) ? psc__client_push_rows_step(c->cl, in, n, step, &cl)
+                 : psc__client_push_rows(c->cl, in, n);
   free(in);
   if (closed)
     *closed = cl;

@@ -341,7 +341,8 @@ class Client:
 
     def push_rows(self, table, ids, grads, step=0):
         """Pushes row gradients ((n, dim) float32) of ids; repeats are
-        summed. step > 0 (sync): staged for that step; True when closed."""
+        summed. In a sync job: staged for `step` (0 included, the first
+        step; the client must have joined); True when closed."""
         return self._c.push_rows(table, _buffer(ids, f"table '{table}'"),
                                  _buffer(grads, f"table '{table}'"),
                                  int(step))
@@ -367,8 +368,8 @@ class Client:
         return outs
 
     def push_rows_many(self, tables, ids_list, grads_list, step=0):
-        """push_rows of many tables in one run; step > 0 (sync): staged for
-        that step; True when a shard had closed it."""
+        """push_rows of many tables in one run; in a sync job staged for
+        `step` (0 included); True when a shard had closed it."""
         tables = list(tables)
         return self._c.push_rows_many(
             tables, [_buffer(i, f"table '{t}'")

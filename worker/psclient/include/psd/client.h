@@ -292,8 +292,9 @@ int psc_pull_rows(psc_client *c, const char *table, const uint64_t *ids,
                   size_t n, float *rows, uint64_t min_version);
 
 /* Pushes row gradients grads (n x dim floats) of ids[0..n) (repeats are
- * summed). step > 0 (sync): staged for that step like psc_push_step, and
- * *closed set when closed is not NULL. */
+ * summed). In a sync job (psc_mode "sync") they are staged for `step` (0
+ * included: a sync job's first step) like psc_push_step, by a client that
+ * joined, and *closed is set when closed is not NULL; else step is 0. */
 int psc_push_rows(psc_client *c, const char *table, const uint64_t *ids,
                   size_t n, const float *grads, uint64_t step, int *closed);
 
@@ -314,8 +315,8 @@ struct psc_rows {
 int psc_pull_rows_many(psc_client *c, struct psc_rows *r, int n,
                        uint64_t min_version);
 
-/* psc_push_rows for r[0..n) at once, in one run; step > 0 (sync): staged
- * for that step, *closed as psc_push_rows. */
+/* psc_push_rows for r[0..n) at once, in one run; in a sync job staged for
+ * `step`, *closed as psc_push_rows. */
 int psc_push_rows_many(psc_client *c, const struct psc_rows *r, int n,
                        uint64_t step, int *closed);
 
