@@ -47,7 +47,7 @@ def build(client, args, seed):
     init under the job's seed (the shards keep the first worker's)."""
     torch.manual_seed(seed)
     bags = {name: psd.torch.EmbeddingBag(card, args.dim, mode="sum", table=name, client=client)
-            for name, card in zip(dm.FEATURES, dm.cardinalities())}
+            for name, card in zip(dm.FEATURES, dm.cardinalities(args.max_rows))}
     emb = psd.torch.EmbeddingBagCollection(bags, client=client)
     return dm.DLRM(emb, args.dim, args.bottom, args.top), emb
 
@@ -74,7 +74,7 @@ def main(argv=None):
     dense = [(n, p) for n, p in model.named_parameters() if not n.startswith("embeddings.")]
     opt = psd.torch.DistributedOptimizer(dense, client, sparse=[emb])
     if args.predict_only:
-        p, _ = dm.predict(model, dm.data_file(d, "test"))
+        p, _ = dm.predict(model, dm.data_file(d, "test"), args.max_rows)
         np.save(args.predictions, p.astype(np.float32))
         print("predict: %d test predictions written to %s" % (len(p), args.predictions),
               flush=True)
@@ -92,7 +92,7 @@ def main(argv=None):
     loss_sum, t_log, examples, pulled = 0.0, time.monotonic(), 0, 0
     done = False
     for epoch in range(epochs):
-        it = dm.batches(dm.data_file(d, "train"), batch, index, count)
+        it = dm.batches(dm.data_file(d, "train"), batch, index, count, args.max_rows)
         nxt = next(it, None)
         while nxt is not None:
             xd, xs, y = nxt
@@ -126,7 +126,7 @@ def main(argv=None):
     pulled, pushed = got if got is not None else (pulled, pulled)
     extra = " steps=%d mode=%s dropped=%d" % (opt.steps, client.mode, opt.dropped)
     if index == 0:
-        p, y = dm.predict(model, dm.data_file(d, "test"))
+        p, y = dm.predict(model, dm.data_file(d, "test"), args.max_rows)
         if args.predictions:
             np.save(args.predictions, p.astype(np.float32))
         line = dm.final_line("worker=%d" % index, p, y, truth, opt.examples_done, train_s,

@@ -61,7 +61,7 @@ def build(job, args, cards=None):
     seed = int(job.get("seed", 1))
     torch.manual_seed(seed)
     conf = dm.table_settings(job, dm.FEATURES[0])
-    bags = dm.Bags(cards or dm.cardinalities(), args.dim, sparse=True)
+    bags = dm.Bags(cards or dm.cardinalities(args.max_rows), args.dim, sparse=True)
     if conf["init"] == "zeros":
         for b in bags.bags.values():
             torch.nn.init.zeros_(b.weight)
@@ -93,7 +93,7 @@ def main(argv=None):
     loss_sum, t_first, t_last, t_log = 0.0, None, None, time.monotonic()
     done = False
     for epoch in range(epochs):
-        for xd, xs, y in dm.batches(dm.data_file(d, "train"), batch):
+        for xd, xs, y in dm.batches(dm.data_file(d, "train"), batch, cap=args.max_rows):
             if t_first is None:
                 t_first = time.monotonic()
             for o in opts:
@@ -117,7 +117,7 @@ def main(argv=None):
         if done:
             break
     train_s = (t_last or 0) - (t_first or 0)
-    p, y = dm.predict(model, dm.data_file(d, "test"))
+    p, y = dm.predict(model, dm.data_file(d, "test"), args.max_rows)
     if args.predictions:
         np.save(args.predictions, p.astype(np.float32))
     print(dm.final_line("local", p, y, truth, examples, train_s,

@@ -104,14 +104,17 @@ def init_bags(bags, scale, seed):
 def parse_args(argv=None, prog=None):
     ap = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n")[0])
     ap.add_argument("--spec", help="the job spec (default $PSD_SPEC)")
-    ap.add_argument("--train", type=int, default=2_000_000,
-                    help="training examples to generate when data_dir has none")
-    ap.add_argument("--test", type=int, default=200_000,
-                    help="held-out examples to generate when data_dir has none")
+    ap.add_argument("--train", type=int,
+                    help="training examples to generate (default psd-ctrgen's, 4M)")
+    ap.add_argument("--test", type=int,
+                    help="held-out examples to generate (default psd-ctrgen's, 100k)")
     ap.add_argument("--data-seed", type=int, default=7, help="the data's seed")
     ap.add_argument("--dim", type=int, default=16, help="embedding width")
     ap.add_argument("--bottom", default="64", help="bottom MLP hidden widths")
     ap.add_argument("--top", default="128,64", help="top MLP hidden widths")
+    ap.add_argument("--max-rows", type=int, default=0,
+                    help="cap each table at this many rows (ids %% min(cardinality, cap)); "
+                    "0: psd.criteo.CARDINALITIES")
     ap.add_argument("--max-examples", type=int, default=0,
                     help="stop after this many training examples per worker (0: all)")
     ap.add_argument("--predictions", help="write the test set's predictions (float32 .npy)")
@@ -180,17 +183,18 @@ def ensure_data(d, train, test, seed, who="dlrm"):
     d.lock), the others wait for it. Returns truth.json's dict."""
     import fcntl
 
-    want = {"train": train, "test": test, "seed": seed}
+    want = {k: v for k, v in (("train", train), ("test", test), ("seed", seed))
+            if v is not None}
     os.makedirs(os.path.dirname(os.path.abspath(d)) or ".", exist_ok=True)
     with open(d.rstrip("/") + ".lock", "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         truth = read_truth(d)
         if truth is not None and all(truth_setting(truth, k) == v for k, v in want.items()):
             return truth
-        argv = [ctrgen_program(), "--format", "criteo", "--out", d, "--train", str(train),
-                "--test", str(test), "--seed", str(seed)]
-        print("%s: generating %d training and %d held-out examples in %s"
-              % (who, train, test, d), flush=True)
+        argv = [ctrgen_program(), "--format", "criteo", "--out", d]
+        for k, v in want.items():
+            argv += ["--" + k, str(v)]
+        print("%s: generating the data in %s: %s" % (who, d, " ".join(argv)), flush=True)
         t0 = time.monotonic()
         subprocess.run(argv, check=True, stdout=subprocess.DEVNULL)
         truth = read_truth(d)
@@ -222,16 +226,17 @@ def data_file(d, split):
     return os.path.join(d, split + ".tsv")
 
 
-def cardinalities():
+def cardinalities(cap=0):
+    """The tables' rows: psd.criteo.CARDINALITIES, each at most cap (> 0)."""
     import psd.criteo
-    return [int(c) for c in psd.criteo.CARDINALITIES]
+    return [min(int(c), cap) if cap > 0 else int(c) for c in psd.criteo.CARDINALITIES]
 
 
-def batches(path, batch, share=0, nshares=1):
+def batches(path, batch, share=0, nshares=1, cap=0):
     """(dense [B, 13] f32, ids [B, 26] i64, labels [B] f32) tensors of
-    path's lines i with i % nshares == share, ids % CARDINALITIES."""
+    path's lines i with i % nshares == share, ids % cardinalities(cap)."""
     import psd.criteo
-    for dense, sparse, labels in psd.criteo.Criteo(path, batch, bounds=cardinalities(),
+    for dense, sparse, labels in psd.criteo.Criteo(path, batch, bounds=cardinalities(cap),
                                                    share=share, nshares=nshares):
         yield torch.from_numpy(dense), torch.from_numpy(sparse), torch.from_numpy(labels)
 
@@ -242,11 +247,11 @@ def train_loss(model, dense, ids, labels):
 
 # ---- the test metrics
 
-def predict(model, path, batch=8192):
+def predict(model, path, cap=0, batch=8192):
     """sigmoid(logit) of every test example, and the labels (numpy)."""
     ps, ys = [], []
     with torch.no_grad():
-        for dense, ids, labels in batches(path, batch):
+        for dense, ids, labels in batches(path, batch, cap=cap):
             ps.append(torch.sigmoid(model(dense, ids)).numpy())
             ys.append(labels.numpy())
     return np.concatenate(ps), np.concatenate(ys)
@@ -297,3 +302,11 @@ def unique_rows(ids):
     a = ids.numpy()
     s = np.sort(a, axis=0)
     return int(a.shape[1] + (s[1:] != s[:-1]).sum()) if a.shape[0] else 0
+
+
+def capped_tables(job, cap):
+    """job.tables with each of the 26 tables' id_bound min(cardinality, cap),
+    its other settings kept: the spec of a run with --max-rows cap."""
+    cards = dict(zip(FEATURES, cardinalities(cap)))
+    return [dict(t, id_bound=cards[t["name"]]) if t.get("name") in cards else t
+            for t in job.get("tables", [])]
