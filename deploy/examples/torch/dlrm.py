@@ -52,13 +52,6 @@ def build(client, args, seed):
     return dm.DLRM(emb, args.dim, args.bottom, args.top), emb
 
 
-def rows_counted(emb):
-    """The collection's own counts of rows pulled and pushed, when it keeps
-    them."""
-    got = [getattr(emb, k, None) for k in ("rows_pulled", "rows_pushed")]
-    return got if None not in got else None
-
-
 def main(argv=None):
     args = dm.parse_args(argv, "dlrm.py")
     torch.set_num_threads(args.threads)
@@ -84,29 +77,20 @@ def main(argv=None):
     epochs, batch = int(job.get("epochs", 1)), int(job.get("batch_size", 1024))
     log_every = int(job.get("log_every", 100))
     max_steps = int(job.get("max_steps", 0))
-    prefetch = getattr(emb, "prefetch", None)
-    counted = rows_counted(emb) is not None
     print("%s: DLRM dim %d bottom %s top %s through %d shards, %s, %d epochs of batch %d"
           % (who, args.dim, args.bottom, args.top, client.num_shards, client.mode, epochs,
              batch), flush=True)
-    loss_sum, t_log, examples, pulled = 0.0, time.monotonic(), 0, 0
+    loss_sum, t_log, pulled = 0.0, time.monotonic(), 0
     done = False
     for epoch in range(epochs):
-        it = dm.batches(dm.data_file(d, "train"), batch, index, count, args.max_rows)
-        nxt = next(it, None)
-        while nxt is not None:
-            xd, xs, y = nxt
-            nxt = next(it, None)
+        data = dm.batches(dm.data_file(d, "train"), batch, index, count, args.max_rows)
+        # Each next batch's rows are pulled while this one computes.
+        for xd, xs, y in psd.torch.pipeline(data, emb, key=lambda b: b[1]):
             opt.examples = y.shape[0]
-            logit = model(xd, xs)
-            if prefetch is not None and nxt is not None:
-                prefetch(nxt[1])  # the next batch's rows, while this one computes
-            loss = torch.nn.functional.binary_cross_entropy_with_logits(logit, y)
+            loss = dm.train_loss(model, xd, xs, y)
             loss.backward()
             opt.step()
-            if not counted:
-                pulled += dm.unique_rows(xs)
-            examples += y.shape[0]
+            pulled += dm.unique_rows(xs)
             loss_sum += float(loss)
             if opt.steps % log_every == 0:
                 now = time.monotonic()
@@ -115,15 +99,14 @@ def main(argv=None):
                          log_every * batch / (now - t_log)), flush=True)
                 loss_sum, t_log = 0.0, now
             if (max_steps and opt.steps >= max_steps) or \
-                    (args.max_examples and examples >= args.max_examples):
+                    (args.max_examples and opt.examples_done >= args.max_examples):
                 done = True
                 break
         if done:
             break
     opt.finish()
     train_s = (opt.t_last or time.monotonic()) - (opt.t_first or 0)
-    got = rows_counted(emb)
-    pulled, pushed = got if got is not None else (pulled, pulled)
+    pushed = pulled  # one row pushed per unique id pulled
     extra = " steps=%d mode=%s dropped=%d" % (opt.steps, client.mode, opt.dropped)
     if index == 0:
         p, y = dm.predict(model, dm.data_file(d, "test"), args.max_rows)
