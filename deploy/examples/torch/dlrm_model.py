@@ -108,7 +108,7 @@ def parse_args(argv=None, prog=None):
                     help="training examples to generate (default psd-ctrgen's, 4M)")
     ap.add_argument("--test", type=int,
                     help="held-out examples to generate (default psd-ctrgen's, 100k)")
-    ap.add_argument("--data-seed", type=int, default=7, help="the data's seed")
+    ap.add_argument("--data-seed", type=int, help="the data's seed (default psd-ctrgen's, 7)")
     ap.add_argument("--dim", type=int, default=16, help="embedding width")
     ap.add_argument("--bottom", default="64", help="bottom MLP hidden widths")
     ap.add_argument("--top", default="128,64", help="top MLP hidden widths")
@@ -189,7 +189,8 @@ def ensure_data(d, train, test, seed, who="dlrm"):
     with open(d.rstrip("/") + ".lock", "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         truth = read_truth(d)
-        if truth is not None and all(truth_setting(truth, k) == v for k, v in want.items()):
+        if truth is not None and all(truth_setting(truth, k) in (None, v)
+                                     for k, v in want.items()):
             return truth
         argv = [ctrgen_program(), "--format", "criteo", "--out", d]
         for k, v in want.items():
