@@ -65,7 +65,11 @@ def main(argv=None):
     truth = dm.ensure_data(d, args.train, args.test, args.data_seed, who)
     model, emb = build(client, args, seed)
     dense = [(n, p) for n, p in model.named_parameters() if not n.startswith("embeddings.")]
+    b0 = client.bytes_pulled
     opt = psd.torch.DistributedOptimizer(dense, client, sparse=[emb])
+    # A step pulls the dense values (as the constructor did once) and
+    # pushes their gradients; the rest of its bytes are rows of dim floats.
+    dense_bytes = client.bytes_pulled - b0
     if args.predict_only:
         p, _ = dm.predict(model, dm.data_file(d, "test"), args.max_rows)
         np.save(args.predictions, p.astype(np.float32))
@@ -80,7 +84,8 @@ def main(argv=None):
     print("%s: DLRM dim %d bottom %s top %s through %d shards, %s, %d epochs of batch %d"
           % (who, args.dim, args.bottom, args.top, client.num_shards, client.mode, epochs,
              batch), flush=True)
-    loss_sum, t_log, pulled = 0.0, time.monotonic(), 0
+    loss_sum, t_log = 0.0, time.monotonic()
+    pulled0, pushed0 = client.bytes_pulled, client.bytes_pushed
     done = False
     for epoch in range(epochs):
         data = dm.batches(dm.data_file(d, "train"), batch, index, count, args.max_rows)
@@ -90,7 +95,6 @@ def main(argv=None):
             loss = dm.train_loss(model, xd, xs, y)
             loss.backward()
             opt.step()
-            pulled += dm.unique_rows(xs)
             loss_sum += float(loss)
             if opt.steps % log_every == 0:
                 now = time.monotonic()
@@ -106,7 +110,9 @@ def main(argv=None):
             break
     opt.finish()
     train_s = (opt.t_last or time.monotonic()) - (opt.t_first or 0)
-    pushed = pulled  # one row pushed per unique id pulled
+    row = 4 * args.dim
+    pulled = (client.bytes_pulled - pulled0 - opt.steps * dense_bytes) // row
+    pushed = (client.bytes_pushed - pushed0 - opt.steps * dense_bytes) // row
     extra = " steps=%d mode=%s dropped=%d" % (opt.steps, client.mode, opt.dropped)
     if index == 0:
         p, y = dm.predict(model, dm.data_file(d, "test"), args.max_rows)

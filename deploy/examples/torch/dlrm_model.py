@@ -56,14 +56,14 @@ class DLRM(nn.Module):
         self.bottom = mlp([NUM_DENSE] + list(bottom) + [dim], last_relu=True)
         n = NUM_SPARSE + 1
         li, lj = torch.tril_indices(n, n, offset=-1)
-        self.register_buffer("li", li, persistent=False)
-        self.register_buffer("lj", lj, persistent=False)
+        # z[b, i, j] for i > j, as indices into z[b] flattened
+        self.register_buffer("pairs", li * n + lj, persistent=False)
         self.top = mlp([dim + len(li)] + list(top) + [1], last_relu=False)
 
     def forward(self, dense, sparse):
         x = self.bottom(torch.log1p(torch.clamp(dense, min=0)))
         t = torch.stack([x] + list(self.embeddings(sparse)), dim=1)
-        z = torch.bmm(t, t.transpose(1, 2))[:, self.li, self.lj]
+        z = torch.bmm(t, t.transpose(1, 2)).flatten(1).index_select(1, self.pairs)
         return self.top(torch.cat([x, z], dim=1)).squeeze(1)
 
 
