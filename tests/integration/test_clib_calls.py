@@ -155,6 +155,27 @@ int main(int argc, char **argv) {
   rc = psc_push_rows(a, "err/t", ids, 2, rows, 0, NULL);
   printf("id_past_bound rc=%d grpc=%d err=%s\n", rc, psc_grpc_status(a),
          flat(psc_error(a)));
+  /* Many tables in one call: the same rows as one table at a time, and an
+   * error names the table at fault. */
+  rc = psc_declare_table(a, "err/u", 2, 0);
+  uint64_t uids[3] = {7, 123456789, 7};
+  float one_t[8], one_u[6], many_t[8], many_u[6], gt[8] = {0}, gu[6] = {0};
+  struct psc_rows mr[2] = {{"err/t", ids, 1, many_t, gt},
+                           {"err/u", uids, 3, many_u, gu}};
+  rc = psc_pull_rows(a, "err/t", ids, 1, one_t, 0) ||
+       psc_pull_rows(a, "err/u", uids, 3, one_u, 0);
+  int rc2 = psc_pull_rows_many(a, mr, 2, 0);
+  int rc3 = psc_push_rows_many(a, mr, 2, 0, NULL);
+  printf("many rc=%d rc2=%d rc3=%d same=%d\n", rc, rc2, rc3,
+         !memcmp(one_t, many_t, 4 * sizeof(float)) &&
+             !memcmp(one_u, many_u, sizeof one_u));
+  mr[0].n = 2; /* id 10 of err/t is past its bound */
+  rc = psc_pull_rows_many(a, mr, 2, 0);
+  printf("many_past_bound rc=%d err=%s\n", rc, flat(psc_error(a)));
+  mr[0].n = 1;
+  mr[1].table = "err/none";
+  rc = psc_push_rows_many(a, mr, 2, 0, NULL);
+  printf("many_undeclared rc=%d err=%s\n", rc, flat(psc_error(a)));
   psc_close(a);
   psc_close(b);
   return 0;
@@ -461,6 +482,15 @@ class CallsTest(ci.ClientCase):
         self.assertEqual(lines["id_past_bound"][0],
                          "rc=-11 grpc=0 err=push rows of 'err/t': id 10 (position 1) is "
                          "not below the table's id_bound 10", out)
+        # Many tables in one call: the rows of one table at a time, and the
+        # table at fault named.
+        self.assertEqual(lines["many"][0], "rc=0 rc2=0 rc3=0 same=1", out)
+        self.assertEqual(lines["many_past_bound"][0],
+                         "rc=-11 err=pull rows of 'err/t': id 10 (position 1) is "
+                         "not below the table's id_bound 10", out)
+        self.assertEqual(lines["many_undeclared"][0],
+                         "rc=-4 err=push rows of 'err/none': this client has "
+                         "declared no table 'err/none'; declare it first", out)
         # No message names a function of the library's insides.
         self.assertNotRegex(out, r"\b(dw|cm|psd)_[a-z_]+\b", out)
         # Where the shards put them: split at 256 KiB and more (ord/big is

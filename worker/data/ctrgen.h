@@ -34,9 +34,11 @@ struct dw_ctrgen_opts {
 
 /* What the true model scores on the held-out set. */
 struct dw_ctrgen_truth {
-  double auc;     /* area under the ROC curve of the true probabilities */
-  double logloss; /* mean log loss of the true probabilities */
-  double ctr;     /* the held-out set's share of positive labels */
+  double auc;       /* area under the ROC curve of the true probabilities */
+  double logloss;   /* mean log loss of the true probabilities */
+  double ctr;       /* the held-out set's share of positive labels */
+  double dense_auc; /* Criteo format: the AUC of the true model's integer
+                       term alone (what no categorical value adds) */
 };
 
 /* Writes dir/train.svm, dir/test.svm and dir/truth.json (each to a
@@ -54,6 +56,40 @@ int dw_ctrgen_write(const char *dir, const struct dw_ctrgen_opts *o,
  * when it does. */
 int dw_ctrgen_present(const char *dir, const struct dw_ctrgen_opts *o,
                       struct dw_ctrgen_truth *truth);
+
+/* The Criteo format (ctrgen_criteo.c, docs/ctr.md): what to generate. */
+struct dw_ctrgen_criteo_opts {
+  uint64_t train; /* training examples */
+  uint64_t test;  /* held-out examples */
+  uint64_t seed;  /* the data's seed */
+  int gzip;       /* 1: train.tsv.gz and test.tsv.gz, else .tsv */
+};
+
+/* The Criteo format's defaults: the bench's size, at which the DLRM's
+ * tables (ids % dw_criteo_bounds) hold more than 10M rows after an epoch. */
+#define DW_CRITEO_TRAIN 5000000
+#define DW_CRITEO_TEST 100000
+/* The share of uniform draws (the long tail) in the fields of millions. */
+#define DW_CRITEO_TAIL 0.6
+
+/* Writes dir/train.tsv[.gz], dir/test.tsv[.gz] (criteo.h's layout) and
+ * dir/truth.json, as dw_ctrgen_write does; truth->dense_auc too. */
+int dw_ctrgen_criteo_write(const char *dir,
+                           const struct dw_ctrgen_criteo_opts *o,
+                           struct dw_ctrgen_truth *truth,
+                           void (*progress)(const char *file, double done),
+                           char *err, size_t errlen);
+
+/* Whether dir holds Criteo data generated with exactly o (as
+ * dw_ctrgen_present). */
+int dw_ctrgen_criteo_present(const char *dir,
+                             const struct dw_ctrgen_criteo_opts *o,
+                             struct dw_ctrgen_truth *truth);
+
+/* The training and test files' paths for o in dir. */
+void dw_ctrgen_criteo_names(const struct dw_ctrgen_criteo_opts *o,
+                            const char *dir, char *train, char *test,
+                            size_t size);
 
 /* The AUC of scores s[0..n) against 0/1 labels y (ties count half), by
  * sorting; 0.5 when one class is absent. */

@@ -1,21 +1,30 @@
 /* psd-ctrgen: writes the click-through-rate example's data set (ctrgen.h,
- * docs/ctr.md) into a directory: train.svm, test.svm (LIBSVM) and
+ * docs/ctr.md) into a directory: train.svm, test.svm (LIBSVM) or, with
+ * --format criteo, train.tsv and test.tsv (Criteo's layout, criteo.h), and
  * truth.json (the settings and the true model's held-out AUC and log
  * loss). dworker generates the same files itself when job.model "ctr"
- * finds none; this tool makes them ahead, or of other sizes. */
+ * finds none; this tool makes them ahead, or of other sizes. --count FILE
+ * prints a Criteo file's distinct ids % the DLRM's bounds per field: the
+ * rows its tables hold after an epoch. */
 #include <getopt.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/stat.h>
 
+#include "criteo.h"
 #include "ctrgen.h"
+#include "err.h"
 #include "units.h"
 
 static void usage(FILE *f) {
   fprintf(f,
           "usage: psd-ctrgen --out DIR [--train N] [--test N] [--fields F]\n"
           "                  [--seed S] [--zipf Z]\n"
+          "       psd-ctrgen --format criteo --out DIR [--train N] [--test N]\n"
+          "                  [--seed S] [--gzip]\n"
+          "       psd-ctrgen --count FILE\n"
           "\n"
           "Writes DIR/train.svm and DIR/test.svm, LIBSVM lines `label id:1 "
           "...`\n"
@@ -24,10 +33,16 @@ static void usage(FILE *f) {
           "DIR/truth.json with the settings and that true model's AUC and "
           "log\n"
           "loss on test.svm. The same settings always give the same bytes.\n"
+          "--format criteo writes DIR/train.tsv and DIR/test.tsv in Criteo's\n"
+          "layout (label, 13 integers, 26 hex categorical values, tabs) with\n"
+          "Criteo Kaggle's cardinalities (docs/ctr.md); --count FILE prints\n"
+          "such a file's distinct ids %% psd.criteo.CARDINALITIES per field.\n"
           "\n"
+          "  --format F    libsvm (default) or criteo\n"
+          "  --gzip        criteo: train.tsv.gz and test.tsv.gz\n"
           "  --out DIR     the directory (created when missing)\n"
-          "  --train N     training examples (default 500000)\n"
-          "  --test N      held-out examples (default 50000)\n"
+          "  --train N     training examples (default 500000; criteo 5000000)\n"
+          "  --test N      held-out examples (default 50000; criteo 100000)\n"
           "  --fields F    categorical fields per example, 1..64 (default 8)\n"
           "  --seed S      the data's seed (default 7)\n"
           "  --zipf Z      the ids' Zipf exponent, > 1 (default 1.6)\n"
@@ -37,6 +52,61 @@ static void usage(FILE *f) {
 
 static void progress(const char *file, double done) {
   fprintf(stderr, "psd-ctrgen: %s: %.0f%%\n", file, 100.0 * done);
+}
+
+/* --count: a bitmap per field of the ids % bound seen. */
+static int count(const char *path) {
+  enum { B = 8192 };
+  static float label[B], dense[B * DW_CRITEO_INTS];
+  static uint64_t ids[B * DW_CRITEO_CATS];
+  uint8_t *seen[DW_CRITEO_CATS] = {0};
+  uint64_t distinct[DW_CRITEO_CATS] = {0}, total = 0, lines = 0;
+  struct dw_criteo *r = NULL;
+  char err[2048];
+  size_t got;
+  int rc = 1;
+  for (int f = 0; f < DW_CRITEO_CATS; f++)
+    if (!(seen[f] = calloc(dw_criteo_bounds[f] / 8 + 1, 1))) {
+      fprintf(stderr, "psd-ctrgen: out of memory\n");
+      goto out;
+    }
+  if (dw_criteo_open(path, 0, 1, &r, err, sizeof err))
+    goto fail;
+  while (!dw_criteo_read(r, B, dw_criteo_bounds, label, dense, NULL, ids, &got,
+                         err, sizeof err)) {
+    if (!got) {
+      rc = 0;
+      break;
+    }
+    lines += got;
+    for (size_t k = 0; k < got * DW_CRITEO_CATS; k++) {
+      int f = (int)(k % DW_CRITEO_CATS);
+      uint64_t id = ids[k];
+      if (!(seen[f][id / 8] & (1u << (id % 8)))) {
+        seen[f][id / 8] |= (uint8_t)(1u << (id % 8));
+        distinct[f]++;
+      }
+    }
+  }
+fail:
+  if (rc) {
+    fprintf(stderr, "psd-ctrgen: %s\n", err);
+    goto out;
+  }
+  printf("%s: %llu lines\nfield  bound     distinct\n", path,
+         (unsigned long long)lines);
+  for (int f = 0; f < DW_CRITEO_CATS; f++) {
+    printf("C%-4d  %-8llu  %llu\n", f + 1,
+           (unsigned long long)dw_criteo_bounds[f],
+           (unsigned long long)distinct[f]);
+    total += distinct[f];
+  }
+  printf("total  rows      %llu\n", (unsigned long long)total);
+out:
+  dw_criteo_close(r);
+  for (int f = 0; f < DW_CRITEO_CATS; f++)
+    free(seen[f]);
+  return rc;
 }
 
 /* The long name of the option whose value is ch. */
@@ -54,13 +124,17 @@ int main(int argc, char **argv) {
                                        {"fields", required_argument, 0, 'f'},
                                        {"seed", required_argument, 0, 's'},
                                        {"zipf", required_argument, 0, 'z'},
+                                       {"format", required_argument, 0, 'F'},
+                                       {"gzip", no_argument, 0, 'g'},
+                                       {"count", required_argument, 0, 'c'},
                                        {"help", no_argument, 0, 'h'},
                                        {0, 0, 0, 0}};
   struct dw_ctrgen_opts o = {8, 500000, 50000, 7, 1.6};
   struct dw_ctrgen_truth t;
+  struct dw_ctrgen_criteo_opts co = {DW_CRITEO_TRAIN, DW_CRITEO_TEST, 7, 0};
   const char *out = NULL;
   char err[2048];
-  int ch;
+  int ch, criteo = 0, libsvm_only = 0;
   while ((ch = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
     long long n = 0;
     const char *bad = NULL;
@@ -68,27 +142,39 @@ int main(int argc, char **argv) {
     case 'o':
       out = optarg;
       break;
+    case 'F':
+      if (strcmp(optarg, "libsvm") && strcmp(optarg, "criteo"))
+        bad = "libsvm or criteo";
+      criteo = !strcmp(optarg, "criteo");
+      break;
+    case 'g':
+      co.gzip = 1;
+      break;
+    case 'c':
+      return count(optarg);
     case 'n':
     case 'm':
     case 's':
       if (cm_parse_int(optarg, 0, LLONG_MAX, &n))
         bad = "a whole number >= 0";
       else if (ch == 'n')
-        o.train = (uint64_t)n;
+        o.train = co.train = (uint64_t)n;
       else if (ch == 'm')
-        o.test = (uint64_t)n;
+        o.test = co.test = (uint64_t)n;
       else
-        o.seed = (uint64_t)n;
+        o.seed = co.seed = (uint64_t)n;
       break;
     case 'f':
       if (cm_parse_int(optarg, 1, 64, &n))
         bad = "a whole number 1..64";
       else
         o.fields = (int)n;
+      libsvm_only = 1;
       break;
     case 'z':
       if (cm_parse_double(optarg, &o.zipf))
         bad = "a number above 1";
+      libsvm_only = 1;
       break;
     default:
       usage(ch == 'h' ? stdout : stderr);
@@ -108,7 +194,28 @@ int main(int argc, char **argv) {
                    "--test at least 1");
     return 2;
   }
+  if (criteo && libsvm_only) {
+    fprintf(stderr, "psd-ctrgen: --fields and --zipf are the LIBSVM format's; "
+                    "--format criteo has 26 fields of its own\n");
+    return 2;
+  }
+  if (!criteo && co.gzip) {
+    fprintf(stderr, "psd-ctrgen: --gzip is for --format criteo\n");
+    return 2;
+  }
   mkdir(out, 0755);
+  if (criteo) {
+    if (dw_ctrgen_criteo_write(out, &co, &t, progress, err, sizeof err)) {
+      fprintf(stderr, "psd-ctrgen: %s\n", err);
+      return 1;
+    }
+    printf("wrote %s: %llu training and %llu held-out examples in Criteo's "
+           "layout; the true model's held-out AUC is %.4f, log loss %.4f "
+           "(%.1f%% positive); its integer term alone %.4f\n",
+           out, (unsigned long long)co.train, (unsigned long long)co.test,
+           t.auc, t.logloss, 100.0 * t.ctr, t.dense_auc);
+    return 0;
+  }
   if (dw_ctrgen_write(out, &o, &t, progress, err, sizeof err)) {
     fprintf(stderr, "psd-ctrgen: %s\n", err);
     return 1;

@@ -1,7 +1,9 @@
 /* Embedding tables through the public API (psd/client.h): declare, and
- * sparse pulls and pushes of one table's rows, async or staged for a sync
- * step. */
+ * sparse pulls and pushes of rows, one table's or many tables' in one run,
+ * async or staged for a sync step. */
 #include "api_internal.h"
+
+#include <stdlib.h>
 
 #include "err.h"
 
@@ -39,6 +41,69 @@ int psc_push_rows(psc_client *c, const char *table, const uint64_t *ids,
     return 0;
   rc = step ? psc__client_push_rows_step(c->cl, &r, 1, step, &cl)
             : psc__client_push_rows(c->cl, &r, 1);
+  if (closed)
+    *closed = cl;
+  return rc;
+}
+
+/* The public psc_rows as the internal client's (the same fields), into
+ * *out, a fresh array (caller frees), after checking each entry. Returns 0,
+ * or PSC_EINVAL naming the entry missing a table, ids or its rows. */
+static int many_take(psc_client *c, const struct psc_rows *r, int n, int push,
+                     struct psc__rows **out) {
+  const char *what = push ? "push_rows_many" : "pull_rows_many";
+  struct psc__rows *in;
+  *out = NULL;
+  if (n < 0 || (n > 0 && !r))
+    return psc__fail(c, PSC_EINVAL, "%s: %d tables and no psc_rows", what, n);
+  if (!(in = calloc((size_t)n + 1, sizeof *in)))
+    return psc__fail(c, PSC_ENOMEM, "%s: out of memory", what);
+  for (int i = 0; i < n; i++) {
+    if (!r[i].table ||
+        (r[i].n > 0 && (!r[i].ids || !(push ? (const void *)r[i].grads
+                                            : (const void *)r[i].rows)))) {
+      psc__fail(c, PSC_EINVAL, "%s: entry %d ('%s') has no %s", what, i,
+                r[i].table ? r[i].table : "(null)",
+                !r[i].table ? "table"
+                : !r[i].ids ? "ids"
+                : push      ? "gradients"
+                            : "rows");
+      free(in);
+      return PSC_EINVAL;
+    }
+    in[i] = (struct psc__rows){.table = r[i].table,
+                               .ids = r[i].ids,
+                               .n = r[i].n,
+                               .rows = r[i].rows,
+                               .grads = r[i].grads};
+  }
+  *out = in;
+  return 0;
+}
+
+int psc_pull_rows_many(psc_client *c, struct psc_rows *r, int n,
+                       uint64_t min_version) {
+  struct psc__rows *in;
+  int rc;
+  psc__begin(c);
+  if ((rc = many_take(c, r, n, 0, &in)))
+    return rc;
+  rc = min_version ? psc__client_pull_rows_at(c->cl, in, n, min_version)
+                   : psc__client_pull_rows(c->cl, in, n);
+  free(in);
+  return rc;
+}
+
+int psc_push_rows_many(psc_client *c, const struct psc_rows *r, int n,
+                       uint64_t step, int *closed) {
+  struct psc__rows *in;
+  int cl = 0, rc;
+  psc__begin(c);
+  if ((rc = many_take(c, r, n, 1, &in)))
+    return rc;
+  rc = step ? psc__client_push_rows_step(c->cl, in, n, step, &cl)
+            : psc__client_push_rows(c->cl, in, n);
+  free(in);
   if (closed)
     *closed = cl;
   return rc;

@@ -406,6 +406,10 @@ static PyMethodDef client_methods[] = {
      "pull_rows(table, ids, out, min_version=0)"},
     {"push_rows", KW(pyx_push_rows),
      "push_rows(table, ids, grads, step=0) -> closed"},
+    {"pull_rows_many", KW(pyx_pull_rows_many),
+     "pull_rows_many(tables, ids, outs, min_version=0): one run"},
+    {"push_rows_many", KW(pyx_push_rows_many),
+     "push_rows_many(tables, ids, grads, step=0) -> closed: one run"},
 #undef KW
     {"close", (PyCFunction)client_close, METH_NOARGS,
      "close(): stops the heartbeat and closes the channels"},

@@ -4,7 +4,8 @@
  *   module.c  the module, psd.Error (with the psc code and gRPC status),
  *             and the checks that turn Python buffers into float pointers
  *   client.c  the Client type: opening, declaring, its settings, closing
- *   xfer.c    its network calls: pulls, pushes, sync steps, clock, rows
+ *   xfer.c    its network calls: pulls, pushes, sync steps, clock
+ *   rows.c    its row calls: one table's or many tables' in one run
  *   log.c     set_log: the library's log lines to a Python callable
  *
  * Every network call releases the GIL and polls for signals (Ctrl-C) about
@@ -79,7 +80,7 @@ int pyx_leave_call(struct pyclient *self, int rc);
  * Python's signal handlers; 1 when one raised (KeyboardInterrupt). */
 int pyx_interrupted(void *arg);
 
-/* The Client's network methods (xfer.c), listed in client.c's table. */
+/* The Client's network methods (xfer.c, rows.c), listed in client.c's table. */
 PyObject *pyx_pull(struct pyclient *self, PyObject *args, PyObject *kw);
 PyObject *pyx_push(struct pyclient *self, PyObject *args, PyObject *kw);
 PyObject *pyx_push_pull(struct pyclient *self, PyObject *args, PyObject *kw);
@@ -94,6 +95,10 @@ PyObject *pyx_leave_job(struct pyclient *self, PyObject *args, PyObject *kw);
 PyObject *pyx_clock(struct pyclient *self, PyObject *args, PyObject *kw);
 PyObject *pyx_pull_rows(struct pyclient *self, PyObject *args, PyObject *kw);
 PyObject *pyx_push_rows(struct pyclient *self, PyObject *args, PyObject *kw);
+PyObject *pyx_pull_rows_many(struct pyclient *self, PyObject *args,
+                             PyObject *kw);
+PyObject *pyx_push_rows_many(struct pyclient *self, PyObject *args,
+                             PyObject *kw);
 
 /* _psd.set_log(level, callback): psc_set_log, lines to callback(level,
  * line) (None: stderr); level < 0 leaves the level as it is (log.c). */

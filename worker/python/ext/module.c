@@ -239,6 +239,8 @@ static struct PyModuleDef pyx_module = {
     "psd's client, in C (libpsclient); use the psd package over it.", -1,
     module_methods};
 
+int pyx_criteo_add(PyObject *m); /* criteo.c: psd.criteo's reader */
+
 PyMODINIT_FUNC PyInit__psd(void) {
   PyObject *m = PyModule_Create(&pyx_module);
   if (!m)
@@ -257,6 +259,8 @@ PyMODINIT_FUNC PyInit__psd(void) {
   Py_INCREF(&pyx_client_type);
   if (PyModule_AddObject(m, "Error", pyx_error) < 0 ||
       PyModule_AddObject(m, "Client", (PyObject *)&pyx_client_type) < 0)
+    goto fail;
+  if (pyx_criteo_add(m) < 0)
     goto fail;
   PyModule_AddIntConstant(m, "PLACE_AUTO", PSC_PLACE_AUTO);
   PyModule_AddIntConstant(m, "PLACE_SPLIT", PSC_PLACE_SPLIT);

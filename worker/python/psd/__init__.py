@@ -346,6 +346,36 @@ class Client:
                                  _buffer(grads, f"table '{table}'"),
                                  int(step))
 
+    def pull_rows_many(self, tables, ids_list, outs=None, min_version=0):
+        """pull_rows of many tables in one run: every table's and shard's
+        messages at once (one round trip for a batch's rows). tables: a
+        list of names; ids_list: each table's ids (np.uint64); outs: each
+        table's (n, dim) float32 buffer, written in place, or None (new
+        arrays). Returns the outs. An error names the table."""
+        tables = list(tables)
+        ids_list = list(ids_list)
+        if outs is None:
+            import numpy as np
+            outs = [np.empty((len(i), self._dim(t)), np.float32)
+                    for t, i in zip(tables, ids_list)]
+        outs = list(outs)
+        self._c.pull_rows_many(
+            tables, [_buffer(i, f"table '{t}'")
+                     for t, i in zip(tables, ids_list)],
+            [_buffer(o, f"table '{t}'") for t, o in zip(tables, outs)],
+            int(min_version))
+        return outs
+
+    def push_rows_many(self, tables, ids_list, grads_list, step=0):
+        """push_rows of many tables in one run; step > 0 (sync): staged for
+        that step; True when a shard had closed it."""
+        tables = list(tables)
+        return self._c.push_rows_many(
+            tables, [_buffer(i, f"table '{t}'")
+                     for t, i in zip(tables, ids_list)],
+            [_buffer(g, f"table '{t}'") for t, g in zip(tables, grads_list)],
+            int(step))
+
     def _dim(self, table):
         if table not in self._tables:
             raise KeyError(f"table '{table}' was not declared")

@@ -24,6 +24,11 @@ param.data's numpy view). Sync, async and bounded staleness follow the
 spec's job.sync. A parameter the shards should not hold (BatchNorm's running
 statistics are buffers, not parameters, and are never sent; exclude others
 by name with `exclude`) stays local and is not trained by psd.
+
+Embedding tables: psd.torch.EmbeddingBag, Embedding and
+EmbeddingBagCollection (psd/embedding.py) hold their rows in psd tables;
+DistributedOptimizer(..., sparse=[model or modules]) steps them with the
+dense part (sync: their row gradients staged with the step).
 """
 import fnmatch
 import math
@@ -36,6 +41,9 @@ import numpy as np
 import torch
 
 import psd
+from psd.embedding import (Embedding, EmbeddingBag,  # noqa: F401 (re-export)
+                           EmbeddingBagCollection, default_client, pipeline,
+                           rows_of)
 
 # The shards' optimizer types (docs/training.md) a torch optimizer maps to.
 _SHARD_TYPES = "sgd, momentum, nesterov, adagrad, adam, adamw"
@@ -231,7 +239,7 @@ def _warn_clip(c):
 class DistributedOptimizer:
     """DistributedOptimizer(named_parameters, client=None, *, optimizer=None,
     exclude=(), prefix="", batch_size=None, bucket_mb=4.0,
-    backward_passes_per_step=1)
+    backward_passes_per_step=1, sparse=None)
     DistributedOptimizer(optimizer, named_parameters=None, client=None, ...)
 
     The positional arguments are told apart by type, so psd's order and
@@ -256,7 +264,12 @@ class DistributedOptimizer:
     the pull of the new values, one round trip). 0: every gradient alone,
     as soon as it is produced. backward_passes_per_step: the backward passes
     summed locally into each step's one push (Horovod's); one more before
-    step() raises RuntimeError.
+    step() raises RuntimeError. sparse: psd embedding modules (EmbeddingBag,
+    Embedding, EmbeddingBagCollection), or a model holding them, or a list:
+    step() waits for their row pushes (async, SSP) or stages their row
+    gradients for the step before it asks to be admitted (sync), and their
+    pulls wait for the step's version; in sync mode they must use this
+    optimizer's client.
 
     The shards start each parameter from the module's own values: the first
     worker to declare it supplies them, and every worker then pulls the same
@@ -265,7 +278,7 @@ class DistributedOptimizer:
 
     def __init__(self, *args, named_parameters=None, client=None,
                  optimizer=None, exclude=(), prefix="", batch_size=None,
-                 bucket_mb=4.0, backward_passes_per_step=1):
+                 bucket_mb=4.0, backward_passes_per_step=1, sparse=None):
         named, client, optimizer = _sort_args(args, named_parameters, client,
                                               optimizer)
         named = _param_list(named) if named is not None else None
@@ -284,7 +297,7 @@ class DistributedOptimizer:
         group_opts = ([_shard_optimizer(topt, gi)
                        for gi in range(len(topt.param_groups))]
                       if topt is not None else [])
-        self.client = client if client is not None else psd.Client()
+        self.client = client if client is not None else default_client()
         c = self.client
         self.params, self.names, self.handles, self.values = [], [], [], []
         self.torch_optimizer = topt
@@ -352,6 +365,9 @@ class DistributedOptimizer:
         self._pusher.start()
         self._hooks = [p.register_hook(self._hook(i))
                        for i, p in enumerate(self.params)]
+        self.sparse = rows_of(sparse) if sparse is not None else []
+        for r in self.sparse:
+            r.attach(self)
         self._pull()
 
     # ---- the pushes, as backward produces the gradients
@@ -484,6 +500,9 @@ class DistributedOptimizer:
                 self._add(i, g.contiguous().view(-1))
         self._passes = [0] * len(self.params)
         self._wait_pushes()
+        for r in self.sparse:  # sync: staged for the step; else pushed
+            if r.before_admit(self.step_no):
+                self._closed = True
         last, self._bucket, self._bucket_bytes = self._bucket, [], 0
         self._queued = 0
         if last and not self.overlap:
@@ -510,6 +529,8 @@ class DistributedOptimizer:
             self.step_no = max(nxt, self.step_no + 1)
         else:
             self.clock_no += 1
+        for r in self.sparse:  # sync: a prefetch may pull the new step now
+            r.after_step()
         final = last
         ex = self.examples if self._first_push else 0  # none pushed yet
         self._sent = [False] * len(self.params)

@@ -32,7 +32,7 @@ extern "C" {
 #endif
 
 #define PSC_VERSION_MAJOR 1
-#define PSC_VERSION_MINOR 1
+#define PSC_VERSION_MINOR 2
 
 /* Error codes: every code a psc_* call returns (libuv's UV_ERRNO_MAP pattern:
  * XX(name, value)); psc_strerror says each in words. The client's codes and
@@ -296,6 +296,28 @@ int psc_pull_rows(psc_client *c, const char *table, const uint64_t *ids,
  * *closed set when closed is not NULL. */
 int psc_push_rows(psc_client *c, const char *table, const uint64_t *ids,
                   size_t n, const float *grads, uint64_t step, int *closed);
+
+/* One table's part of a multi-table row call (psc_pull_rows_many,
+ * psc_push_rows_many); every buffer is the caller's, borrowed for the
+ * call. */
+struct psc_rows {
+  const char *table;   /* a declared table */
+  const uint64_t *ids; /* n ids (may repeat) */
+  size_t n;            /* how many */
+  float *rows;         /* pull: n x dim floats written, in ids' order */
+  const float *grads;  /* push: n x dim floats read, in ids' order */
+};
+
+/* psc_pull_rows for r[0..n) at once: every table's and shard's messages go
+ * in one run (one round trip for a batch's rows of many tables). An error
+ * names the table. */
+int psc_pull_rows_many(psc_client *c, struct psc_rows *r, int n,
+                       uint64_t min_version);
+
+/* psc_push_rows for r[0..n) at once, in one run; step > 0 (sync): staged
+ * for that step, *closed as psc_push_rows. */
+int psc_push_rows_many(psc_client *c, const struct psc_rows *r, int n,
+                       uint64_t step, int *closed);
 
 /* ---- the rest */
 
