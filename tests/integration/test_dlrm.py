@@ -5,8 +5,9 @@ workers (`pslaunch --only worker` on shards this test starts) on a
 CAP rows (--max-rows), against the one-process baseline (dlrm_local.py:
 nn.EmbeddingBag(sparse=True), torch.optim.Adagrad) on the same data.
 
-  - the psd job's test AUC is within AUC_VS_BASELINE of the baseline's and
-    within AUC_VS_TRUTH of truth.json's true_auc (the generator's model);
+  - the psd job's test AUC is within AUC_VS_BASELINE of the baseline's,
+    within AUC_VS_TRUTH of truth.json's true_auc (the generator's model)
+    and AUC_OVER_DENSE above its integer term's alone (dense_true_auc);
     every training example was trained on once (the final: lines)
   - `psctl export` of the 26 tables and of the dense variables, loaded by
     psd.export into the plain torch model (nn.EmbeddingBag), predicts the
@@ -41,7 +42,15 @@ TRAIN = 300_000         # training examples generated (one epoch)
 TEST = 30_000           # held-out examples
 CAP = 100_000           # rows per table at most (--max-rows)
 AUC_VS_BASELINE = 0.015  # |psd's test AUC - the one-process baseline's| at most
-AUC_VS_TRUTH = 0.06      # true_auc - psd's test AUC at most (a short run)
+# true_auc - the test AUC at most. One pass over 300,000 examples of
+# psd-ctrgen's Criteo data takes this model (and any setting of its
+# optimizers tried: row lr 0.01-0.2, dense lr 0.001-0.003, batch 256-4096)
+# to 0.730-0.732 of a true AUC of 0.820: the tail ids are seen too rarely
+# (5M examples: 0.759 of 0.824; more epochs overfit).
+AUC_VS_TRUTH = 0.12
+# and above the AUC of the true model's integer term alone (dense_true_auc,
+# 0.60 here) by at least this: the embeddings learned
+AUC_OVER_DENSE = 0.08
 TIMEOUT_S = 300
 
 
@@ -145,8 +154,9 @@ class DlrmTest(unittest.TestCase):
         cls.unstored = {}
         with psd.Client(cls.spec) as c:
             for name, card in zip(("C3", "C12"), (cls.cap("C3"), cls.cap("C12"))):
-                have = set(psd.export.read_safetensors(cls.exports[name])["ids"].tolist())
-                ids = np.array([i for i in range(0, card, 997) if i not in have][:200], np.uint64)
+                have = psd.export.read_safetensors(cls.exports[name])["ids"]
+                ids = np.ascontiguousarray(
+                    np.setdiff1d(np.arange(card, dtype=np.uint64), have)[::37][:200])
                 c.declare_table(name, 16, card)
                 cls.unstored[name] = (ids, c.pull_rows(name, ids))
 
@@ -179,6 +189,7 @@ class DlrmTest(unittest.TestCase):
                         "psd %.4f, one process %.4f" % (psd_auc, local_auc))
         self.assertGreater(psd_auc, true_auc - AUC_VS_TRUTH)
         self.assertGreater(local_auc, true_auc - AUC_VS_TRUTH)
+        self.assertGreater(psd_auc, float(self.truth["dense_true_auc"]) + AUC_OVER_DENSE)
 
     def test_exported_model_predicts_as_the_psd_model(self):
         import psd.export
