@@ -11,8 +11,10 @@ nn.EmbeddingBag(sparse=True), torch.optim.Adagrad) on the same data.
     every training example was trained on once (the final: lines)
   - `psctl export` of the 26 tables and of the dense variables, loaded by
     psd.export into the plain torch model (nn.EmbeddingBag), predicts the
-    test set as the psd-trained model does (dlrm.py --predict-only, after
-    training, on the same shards): equal to float32 rounding
+    test set (every other line with 5 fields' values never seen: rows
+    never stored) as the psd-trained model does (dlrm.py --predict-only,
+    after training and the export, on the same shards): equal to float32
+    rounding
   - rows never stored (not in the export) are filled with docs/tables.md's
     initial row: equal bit for bit to what a pull from the shards answers
 
@@ -130,14 +132,6 @@ class DlrmTest(unittest.TestCase):
                                          [l for l in r.stdout.splitlines() if "final:" in l]))
         lines = r.stdout.splitlines()
         cls.finals = [final(lines, "worker=%d" % i) for i in range(2)]
-        # The psd-trained model's predictions: a client that does not join
-        # pulls the shards' model once training is over.
-        pred = os.path.join(d, "psd.npy")
-        r = h.run(["/usr/bin/python3", os.path.join(TORCH_DIR, "dlrm.py"), "--spec", cls.spec,
-                   "--max-rows", cap, "--predict-only", "--predictions", pred],
-                  timeout=TIMEOUT_S, env=dict(cls.env, PSD_TASK=""))
-        assert r.returncode == 0, r.stdout + r.stderr
-        cls.psd_pred = np.load(pred)
         cls.exports = {}
         for name in cls.dm.FEATURES:
             out = os.path.join(d, name + ".safetensors")
@@ -147,6 +141,30 @@ class DlrmTest(unittest.TestCase):
         cls.dense = os.path.join(d, "dense.safetensors")
         r = h.psctl(cls.spec, "export", "--out", cls.dense)
         assert r.returncode == 0, r.stdout + r.stderr
+        # The psd-trained model's predictions: a client that does not join
+        # pulls the shards' model once training is over. After the export:
+        # a pull stores the rows it touches, so the test set's ids that
+        # training never saw are in the export only as initial rows.
+        # The data it predicts: the test set with, on every other line, the
+        # values of 5 large fields replaced by values never seen (their rows
+        # are then initial rows, not in the export).
+        cls.probe = os.path.join(d, "probe.tsv")
+        fresh = np.random.default_rng(5).integers(0, 1 << 32, size=(TEST, 5))
+        with open(cls.dm.data_file(cls.job["data_dir"], "test")) as f, \
+                open(cls.probe, "w") as out:
+            for i, line in enumerate(f):
+                p = line.rstrip("\n").split("\t")
+                if i % 2:
+                    for k, field in enumerate((3, 4, 12, 16, 21)):
+                        p[13 + field] = "%08x" % fresh[i, k]
+                out.write("\t".join(p) + "\n")
+        pred = os.path.join(d, "psd.npy")
+        r = h.run(["/usr/bin/python3", os.path.join(TORCH_DIR, "dlrm.py"), "--spec", cls.spec,
+                   "--max-rows", cap, "--predict-only", "--predict-data", cls.probe,
+                   "--predictions", pred],
+                  timeout=TIMEOUT_S, env=dict(cls.env, PSD_TASK=""))
+        assert r.returncode == 0, r.stdout + r.stderr
+        cls.psd_pred = np.load(pred)
         # Rows the export lacks, as the shards answer them (a pull stores
         # them, so after the export).
         import psd
@@ -203,7 +221,7 @@ class DlrmTest(unittest.TestCase):
         loaded = psd.export.load_dense(model, self.dense, skip=("embeddings.",))
         self.assertEqual(len(loaded), len([n for n, _ in model.named_parameters()
                                            if not n.startswith("embeddings.")]))
-        p, y = dm.predict(model, dm.data_file(self.job["data_dir"], "test"), CAP)
+        p, y = dm.predict(model, self.probe, CAP)
         self.assertEqual(p.shape, (TEST,))
         self.assertEqual(self.psd_pred.shape, (TEST,))
         diff = float(np.abs(p - self.psd_pred).max())
@@ -211,6 +229,14 @@ class DlrmTest(unittest.TestCase):
         np.testing.assert_allclose(p, self.psd_pred, rtol=1e-6, atol=1e-7)
         # and the export is not the initial model: it learned
         self.assertGreater(dm.auc(p, y), 0.6)
+        # many of the probe's rows were not in the export (initial rows)
+        ids = torch.cat([b[1] for b in dm.batches(self.probe, 8192, cap=CAP)]).numpy()
+        fresh = 0
+        for f in (3, 4, 12, 16, 21):
+            have = psd.export.read_safetensors(self.exports["C%d" % f])["ids"]
+            fresh += int((~np.isin(ids[1::2, f - 1].astype(np.uint64), have)).sum())
+        print("probe rows not in the export: %d" % fresh)
+        self.assertGreater(fresh, 1000)
 
     def test_rows_never_stored_are_their_initial_value(self):
         import psd.export

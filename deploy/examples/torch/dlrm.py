@@ -22,7 +22,8 @@ when data_dir has none. A progress line every job.log_every steps, and:
 
 (worker 0 scores the test set; the other workers' lines have no test_*.)
 With --predict-only it trains nothing: a client that does not join pulls
-the shards' model and writes its test-set predictions (--predictions).
+the shards' model and writes its predictions of the test set (or of
+--predict-data FILE) to --predictions FILE (.npy).
 """
 import os
 import sys
@@ -71,7 +72,7 @@ def main(argv=None):
     # pushes their gradients; the rest of its bytes are rows of dim floats.
     dense_bytes = client.bytes_pulled - b0
     if args.predict_only:
-        p, _ = dm.predict(model, dm.data_file(d, "test"), args.max_rows)
+        p, _ = dm.predict(model, args.predict_data or dm.data_file(d, "test"), args.max_rows)
         np.save(args.predictions, p.astype(np.float32))
         print("predict: %d test predictions written to %s" % (len(p), args.predictions),
               flush=True)

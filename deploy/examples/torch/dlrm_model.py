@@ -120,6 +120,8 @@ def parse_args(argv=None, prog=None):
     ap.add_argument("--predictions", help="write the test set's predictions (float32 .npy)")
     ap.add_argument("--predict-only", action="store_true",
                     help="(dlrm.py) no training: the shards' model predicts the test set")
+    ap.add_argument("--predict-data", help="with --predict-only: this Criteo file, not the "
+                    "test set")
     ap.add_argument("--threads", type=int,
                     default=int(os.environ.get("PSD_TORCH_THREADS", "1")))
     a = ap.parse_args(argv)
