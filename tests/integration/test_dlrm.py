@@ -5,7 +5,8 @@ workers (`pslaunch --only worker` on shards this test starts) on a
 CAP rows (--max-rows), against the one-process baseline (dlrm_local.py:
 nn.EmbeddingBag(sparse=True), torch.optim.Adagrad) on the same data.
 
-  - the psd job's test AUC is within AUC_VS_BASELINE of the baseline's,
+  - the psd job's test AUC is README.md's figure for torch-dlrm.json,
+    within AUC_VS_BASELINE of the baseline's,
     within AUC_VS_TRUTH of truth.json's true_auc (the generator's model)
     and AUC_OVER_DENSE above its integer term's alone (dense_true_auc);
     every training example was trained on once (the final: lines)
@@ -28,6 +29,7 @@ import time
 import unittest
 
 import harness as h
+from test_examples import stated
 
 try:
     import numpy as np
@@ -208,6 +210,7 @@ class DlrmTest(unittest.TestCase):
         self.assertGreater(psd_auc, true_auc - AUC_VS_TRUTH)
         self.assertGreater(local_auc, true_auc - AUC_VS_TRUTH)
         self.assertGreater(psd_auc, float(self.truth["dense_true_auc"]) + AUC_OVER_DENSE)
+        stated("torch-dlrm.json").check(self, self.finals[0])  # README's figure
 
     def test_exported_model_predicts_as_the_psd_model(self):
         import psd.export
