@@ -1,5 +1,6 @@
 /* job.ctr (job_tables.h): the click-through-rate model's settings
- *   {"fields": 8, "pooling": "sum", "embedding_table": "emb",
+ *   {"format": "libsvm", "fields": 8, "pooling": "sum",
+ *    "embedding_table": "emb",
  *    "wide_table": "wide",
  *    "generate": {"train": 500000, "test": 50000, "seed": 7, "zipf": 1.6}}
  * docs/ctr.md says what each does. */
@@ -11,13 +12,16 @@
 #include "job_tables.h"
 
 void cm__parse_ctr(struct cm__errs *e, json_t *job, struct cm_job *out) {
-  static const char *const keys[] = {"fields", "pooling", "embedding_table",
+  static const char *const keys[] = {"format",     "fields",
+                                     "pooling",    "embedding_table",
                                      "wide_table", "generate"};
+  static const char *const formats[] = {"libsvm", "criteo", NULL};
   static const char *const gkeys[] = {"train", "test", "seed", "zipf"};
   static const char *const poolings[] = {"sum", "mean", NULL};
   struct cm_ctr_conf *c = &out->ctr;
   long long x;
   c->fields = 8;
+  snprintf(c->format, sizeof c->format, "libsvm");
   snprintf(c->pooling, sizeof c->pooling, "sum");
   snprintf(c->emb_table, sizeof c->emb_table, "emb");
   snprintf(c->wide_table, sizeof c->wide_table, "wide");
@@ -36,7 +40,20 @@ void cm__parse_ctr(struct cm__errs *e, json_t *job, struct cm_job *out) {
     return;
   }
   cm__check_keys(e, o, "job.ctr", keys, sizeof keys / sizeof keys[0]);
-  cm__opt_int(e, o, "job.ctr", "fields", 1, 64, &c->fields);
+  cm__opt_choice(e, o, "job.ctr", "format", formats, c->format,
+                 sizeof c->format);
+  int criteo = !strcmp(c->format, "criteo");
+  if (criteo) { /* 26 categorical and 13 integer features */
+    c->fields = 39;
+    c->train = 5000000;
+    c->test = 100000;
+  }
+  if (criteo && json_object_get(o, "fields"))
+    cm__report(e, "job.ctr.fields",
+               "not with format \"criteo\" (its 39 fields are 26 "
+               "categorical and 13 integer features)");
+  else
+    cm__opt_int(e, o, "job.ctr", "fields", 1, 64, &c->fields);
   cm__opt_choice(e, o, "job.ctr", "pooling", poolings, c->pooling,
                  sizeof c->pooling);
   cm__opt_string(e, o, "job.ctr", "embedding_table", c->emb_table,
@@ -51,6 +68,10 @@ void cm__parse_ctr(struct cm__errs *e, json_t *job, struct cm_job *out) {
   cm__check_keys(e, g, "job.ctr.generate", gkeys,
                  sizeof gkeys / sizeof gkeys[0]);
   json_t *v;
+  if (criteo && json_object_get(g, "zipf"))
+    cm__report(e, "job.ctr.generate.zipf",
+               "only for format \"libsvm\" (the Criteo format's draws are "
+               "its own: docs/ctr.md)");
   if ((v = json_object_get(g, "train")) &&
       cm__want_int(e, v, "job.ctr.generate.train", 1, 1LL << 32, &x))
     c->train = x;

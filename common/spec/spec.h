@@ -55,8 +55,12 @@ struct cm_task {
 /* The click-through-rate model's settings (job.model "ctr", job.ctr;
  * docs/ctr.md). */
 struct cm_ctr_conf {
+  char format[8];       /* "format": the data's, "libsvm" (default:
+                           train.svm, test.svm) or "criteo" (train.tsv[.gz],
+                           test.tsv[.gz]: 26 categorical and 13 integer
+                           features, 39 fields) */
   int fields;           /* "fields": categorical fields per example, 1..64,
-                           default 8 */
+                           default 8; 39 with format "criteo" */
   char pooling[8];      /* "pooling": "sum" (default) or "mean" of a field's
                            embeddings */
   char emb_table[201];  /* "embedding_table": default "emb" */

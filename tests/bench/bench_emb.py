@@ -6,7 +6,8 @@ computes), alternated over rounds, medians (docs/python.md, "Pipelining").
 Against 2 shards of its own (loopback), one worker: 26 categorical features
 (Criteo's count; ids drawn Zipf-like from 1M-row tables, dim 16, adagrad
 rows), a batch of 1,024, a small MLP (416 -> 128 -> 1) over the pooled
-features (SGD through DistributedOptimizer), in async mode and in sync mode. Prints, per mode:
+features (SGD through DistributedOptimizer), in async mode and in sync
+mode. Prints, per mode:
 
   bench emb mode=async steps=N plain_step_ms=.. pipelined_step_ms=..
         speedup=.. plain_rows_per_s=.. pipelined_rows_per_s=..
@@ -41,7 +42,8 @@ def batches(torch, n, seed):
 
 def train(pt, torch, ebc, mlp, opt, data, pipelined):
     """Seconds for the steps over data, and the unique rows pulled."""
-    rows = 0
+    rows = sum(int(torch.unique(ids[:, f]).numel())
+               for ids, _ in data for f in range(FEATURES))
     it = pt.pipeline(data, ebc, key=lambda b: b[0]) if pipelined else data
     t0 = time.perf_counter()
     for ids, y in it:
@@ -50,8 +52,6 @@ def train(pt, torch, ebc, mlp, opt, data, pipelined):
             mlp(pooled), y)
         loss.backward()
         opt.step()
-        rows += sum(int(torch.unique(ids[:, f]).numel())
-                    for f in range(FEATURES))
     return time.perf_counter() - t0, rows
 
 

@@ -162,6 +162,18 @@ class ReaderTest(unittest.TestCase):
             kept = list(criteo.Criteo(plain, 300, bounds=b, share=k, nshares=3,
                                       drop_last=True))
             self.assertEqual(sum(len(x[2]) for x in kept), len(want[k::3]) // 300 * 300)
+        # Under a torch DataLoader's 2 processes each reads half of the share.
+        try:
+            import torch.utils.data as tud
+        except ImportError:
+            tud = None
+        if tud is not None:
+            ds = criteo.Criteo(plain, 100, bounds=b, share=1, nshares=2)
+            self.assertIsInstance(ds, tud.IterableDataset)
+            got = np.concatenate([x[1].numpy() for x in
+                                  tud.DataLoader(ds, batch_size=None, num_workers=2)])
+            self.assertEqual(sorted(map(tuple, got.tolist())),
+                             sorted(map(tuple, want[1::2].tolist())))
         gzipped = os.path.join(self.d, "g--gzip", "train.tsv.gz")
         np.testing.assert_array_equal(read_all(gzipped, 700, bounds=b)[1], want)
         with open(os.path.join(self.d, "g", "truth.json")) as f:

@@ -14,7 +14,10 @@ tables on a generated LIBSVM data set.
   do the final lines' AUC;
 - sync, a shard killed (kill -9) and restarted from its checkpoint: the job
   rolls back, and each worker's end-of-run line counts the steps it redid
-  (redone=N, steps = the job's steps + N), as the image models' lines do.
+  (redone=N, steps = the job's steps + N), as the image models' lines do;
+- job.ctr.format "criteo": the same model on generated Criteo TSV (26
+  categorical fields, 13 integer ones) comes within 0.02 of the true AUC,
+  and reads Criteo files without a truth.json (gzip too) as they are.
 Run: /usr/bin/python3 test_ctr.py BUILD_DIR"""
 import glob
 import hashlib
@@ -163,6 +166,65 @@ class CtrTest(unittest.TestCase):
                                  (2 * 20000, 2), job_)
         self.assertEqual(aucs[0], aucs[1])
         self.assertEqual(digests[0], digests[1])
+
+
+class CtrCriteoTest(unittest.TestCase):
+    """job.ctr.format "criteo" (docs/ctr.md): generated when absent, then
+    trained; Criteo's own files (no truth.json) are read as they are."""
+
+    def spec(self, tmp, name, train, test, epochs=2):
+        spec = os.path.join(tmp, name + ".json")
+        h.write_spec(spec, nps=2, nworker=2,
+                     job=job(name, "data", train, test,
+                             {"ctr": {"format": "criteo",
+                                      "generate": {"train": train, "test": test,
+                                                   "seed": 7}},
+                              "epochs": epochs}))
+        return spec
+
+    def test_criteo_format_reaches_the_true_auc(self):
+        with tempfile.TemporaryDirectory(prefix="psd-test-") as tmp:
+            r = h.run([h.build_path("deploy", "pslaunch"),
+                       self.spec(tmp, "ctr-criteo", 200000, 20000)], timeout=600)
+            out = r.stdout + r.stderr
+            self.assertEqual(r.returncode, 0, out[-4000:])
+            f = final(out)
+            with open(os.path.join(tmp, "data", "truth.json")) as fh:
+                truth = json.load(fh)
+            self.assertEqual(truth["settings"]["format"], "criteo")
+            self.assertTrue(os.path.exists(os.path.join(tmp, "data", "train.tsv")))
+            print("\nctr criteo: test_auc=%s true_auc=%s (integer term alone %.4f)"
+                  % (f["test_auc"], f["true_auc"], truth["dense_true_auc"]))
+            self.assertAlmostEqual(float(f["true_auc"]), truth["true_auc"], places=3)
+            self.assertGreater(float(f["test_auc"]), truth["true_auc"] - 0.02, f)
+            self.assertGreater(float(f["test_auc"]), truth["dense_true_auc"] + 0.1, f)
+            h.assert_job_accounting(self, out, epochs=2, workers=2, train_size=200000)
+
+    def test_criteo_files_without_truth_gzip_and_a_mistake(self):
+        with tempfile.TemporaryDirectory(prefix="psd-test-") as tmp:
+            data = os.path.join(tmp, "data")
+            r = h.run([h.build_path("worker", "psd-ctrgen"), "--format", "criteo",
+                       "--out", data, "--train", "4000", "--test", "1000", "--gzip"])
+            self.assertEqual(r.returncode, 0, r.stderr)
+            os.unlink(os.path.join(data, "truth.json"))  # as Criteo's own files
+            r = h.run([h.build_path("deploy", "pslaunch"),
+                       self.spec(tmp, "ctr-criteo-own", 1000, 10, epochs=1)], timeout=300)
+            out = r.stdout + r.stderr
+            self.assertEqual(r.returncode, 0, out[-4000:])
+            self.assertIn("without truth.json: no true model", out)
+            f = final(out)
+            self.assertEqual(f["true_auc"], "nan", f)
+            h.assert_job_accounting(self, out, epochs=1, workers=2, train_size=4000)
+            # A bad line is named by file and line, and the job fails.
+            import gzip
+            with gzip.open(os.path.join(data, "train.tsv.gz"), "ab") as fh:
+                fh.write(b"1\tx\n")
+            r = h.run([h.build_path("deploy", "pslaunch"),
+                       self.spec(tmp, "ctr-criteo-bad", 1000, 10, epochs=1)], timeout=300)
+            out = r.stdout + r.stderr
+            self.assertNotEqual(r.returncode, 0, out[-4000:])
+            self.assertIn("%s/train.tsv.gz:4001: 2 tab-separated fields, want 40" % data,
+                          out)
 
 
 class CtrSyncRestartTest(h.ProcTest):

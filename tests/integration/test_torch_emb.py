@@ -1,13 +1,15 @@
 #!/usr/bin/python3
-"""psd.torch's embedding modules (worker/python/psd/embedding.py) against real
-shards: EmbeddingBag (sum, mean, per_sample_weights, 2-D bags) and Embedding
-give torch's F.embedding_bag / F.embedding over the pulled rows; one step
-with a table of SGD moves each row by the gradient summed over its repeats,
-one row per unique id pushed; a collection makes one multi-table pull and
-one push per step; two sync workers give the rows of one step of the mean
-loss; ids past id_bound, negative ids and a table of another dim raise
-naming the table; a shard killed and restarted mid-training is survived;
-prefetch (pipeline) in sync mode gives the rows of no prefetch.
+"""psd.torch's embedding modules (worker/python/psd/embedding.py) against
+real shards: Client.pull_rows_many / push_rows_many (outs written in place,
+each table's SGD); EmbeddingBag (sum, mean, per_sample_weights, 2-D bags)
+and Embedding give torch's F.embedding_bag / F.embedding over the pulled
+rows; one step with a table of SGD moves each row by the gradient summed
+over its repeats, one row per unique id pushed; a collection makes one
+multi-table pull and one push per step; bounded staleness steps are torch's
+SGD; two sync workers give the rows of two steps on the mean loss; ids past
+id_bound, negative ids and a table of another dim raise naming the table; a
+shard killed and restarted mid-training is survived; prefetch (pipeline) in
+sync mode gives the rows of no prefetch.
 
 Run: /usr/bin/python3 test_torch_emb.py BUILD_DIR [Case.test] (SKIP, exit 77,
 without python3-torch or the psd package)."""
@@ -177,6 +179,26 @@ class AsyncTest(Shards):
         self.assertEqual(c.calls["pull_rows_many"] - before["pull_rows_many"], 1)
         opt.finish()
 
+    def test_client_many_tables_in_one_call(self):
+        """pull_rows_many writes the outs given (no copy) with the rows
+        pull_rows gives; push_rows_many applies each table's SGD."""
+        c = self.client()
+        c.declare_table("t", 4, 50)
+        c.declare_table("w", 4, 50)
+        ids = [np.array([1, 7, 1], np.uint64), np.array([49], np.uint64)]
+        outs = [np.zeros((3, 4), np.float32), np.zeros((1, 4), np.float32)]
+        got = c.pull_rows_many(["t", "w"], ids, outs)
+        self.assertIs(got[0], outs[0])
+        self.assertIs(got[1], outs[1])
+        np.testing.assert_array_equal(outs[0], c.pull_rows("t", ids[0]))
+        np.testing.assert_array_equal(outs[1], c.pull_rows("w", ids[1]))
+        g = [np.ones((3, 4), np.float32), np.full((1, 4), 2, np.float32)]
+        self.assertFalse(c.push_rows_many(["t", "w"], ids, g))
+        after = c.pull_rows_many(["t", "w"], ids)
+        np.testing.assert_allclose(after[0][0], outs[0][0] - LR * 2, rtol=1e-6)
+        np.testing.assert_allclose(after[0][1], outs[0][1] - LR, rtol=1e-6)
+        np.testing.assert_allclose(after[1][0], outs[1][0] - LR * 2, rtol=1e-6)
+
     def test_errors_name_the_table(self):
         c = self.client()
         bag = pt.EmbeddingBag(50, 4, table="f", client=c)
@@ -236,6 +258,44 @@ class RestartTest(Shards):
         opt.finish()
 
 
+class StalenessTest(Shards):
+    """Bounded staleness (job.sync.staleness 0), one worker: its steps are
+    sequential SGD, rows and dense layer, as torch's."""
+
+    def setUp(self):
+        super().setUp()
+        self.shards({"name": "embssp",
+                     "sync": {"mode": "async", "staleness": 0},
+                     "optimizer": {"type": "sgd", "lr": LR},
+                     "tables": sgd_tables("q")})
+
+    def test_steps_equal_torch_sgd(self):
+        c = self.client("worker:0")
+        self.assertEqual((c.mode, c.staleness), ("async", 0))
+        bag = pt.EmbeddingBag(50, 4, table="q", client=c)
+        W = self.weight(c, "q").requires_grad_(True)
+        torch.manual_seed(0)
+        lin = torch.nn.Linear(4, 1)
+        ref_lin = torch.nn.Linear(4, 1)
+        ref_lin.load_state_dict(lin.state_dict())
+        opt = pt.DistributedOptimizer(lin.named_parameters(), client=c,
+                                      sparse=bag)
+        ref = torch.optim.SGD([W] + list(ref_lin.parameters()), lr=LR)
+        gen = torch.Generator().manual_seed(2)
+        for _ in range(3):
+            x = torch.randint(0, 50, (6, 2), generator=gen)
+            o = bag(x)
+            (o.pow(2).sum() + lin(o).sum()).backward()
+            opt.step()
+            ref.zero_grad()
+            o = F.embedding_bag(x, W, mode="sum")
+            (o.pow(2).sum() + ref_lin(o).sum()).backward()
+            ref.step()
+        opt.finish()
+        np.testing.assert_allclose(self.weight(c, "q").numpy(),
+                                   W.detach().numpy(), rtol=1e-5, atol=1e-6)
+
+
 class SyncTest(Shards):
     def setUp(self):
         super().setUp()
@@ -262,6 +322,13 @@ class SyncTest(Shards):
             out[k] = c.pull_rows(table, np.arange(50, dtype=np.uint64))
         except BaseException as e:
             out[k] = e
+
+    def test_without_an_optimizer_forward_says_what_to_do(self):
+        c = self.client("worker:0")
+        bag = pt.EmbeddingBag(50, 4, table="s", client=c)
+        with self.assertRaisesRegex(RuntimeError, r"\['s'\]: sync mode needs "
+                                    r"a DistributedOptimizer"):
+            bag(torch.tensor([[1, 2]]))
 
     def test_two_workers_equal_steps_of_the_mean(self):
         """Two sync workers, two steps: the rows of one process taking

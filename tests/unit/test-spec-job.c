@@ -56,6 +56,48 @@ START_TEST(test_models) {
 }
 END_TEST
 
+/* job.ctr.format: "libsvm" by default; "criteo" takes 39 fields and its
+ * own sizes, and refuses fields and generate.zipf. */
+START_TEST(test_ctr_format) {
+  struct cm_spec *spec = NULL;
+#define CTR(ctr)                                                               \
+  "{\"cluster\": {\"ps\": [\"h:1\"], \"worker\": [\"h:2\"]},"                  \
+  " \"job\": {\"model\": \"ctr\", \"ctr\": " ctr "}}"
+
+  ck_assert_int_eq(parse(CTR("{}"), &spec), 0);
+  ck_assert_str_eq(spec->job.ctr.format, "libsvm");
+  ck_assert_int_eq(spec->job.ctr.fields, 8);
+  ck_assert_int_eq(spec->job.ctr.train, 500000);
+  cm_spec_free(spec);
+  spec = NULL;
+  ck_assert_int_eq(parse(CTR("{\"format\": \"criteo\"}"), &spec), 0);
+  ck_assert_str_eq(spec->job.ctr.format, "criteo");
+  ck_assert_int_eq(spec->job.ctr.fields, 39);
+  ck_assert_int_eq(spec->job.ctr.train, 5000000);
+  ck_assert_int_eq(spec->job.ctr.test, 100000);
+  cm_spec_free(spec);
+  spec = NULL;
+  ck_assert_int_eq(parse(CTR("{\"format\": \"criteo\", \"generate\": "
+                             "{\"train\": 200000, \"seed\": 3}}"),
+                         &spec),
+                   0);
+  ck_assert_int_eq(spec->job.ctr.train, 200000);
+  ck_assert_uint_eq(spec->job.ctr.data_seed, 3);
+  cm_spec_free(spec);
+  parse_bad(CTR("{\"format\": \"csv\"}"));
+  has_text("t.json: job.ctr.format:");
+  has_text("\"csv\"");
+  parse_bad(CTR("{\"format\": \"criteo\", \"fields\": 26, \"generate\": "
+                "{\"zipf\": 1.2}}"));
+  has_line("t.json: job.ctr.fields: not with format \"criteo\" (its 39 fields "
+           "are 26 categorical and 13 integer features)");
+  has_line("t.json: job.ctr.generate.zipf: only for format \"libsvm\" (the "
+           "Criteo format's draws are its own: docs/ctr.md)");
+  ck_assert_int_eq(count_lines(err), 2);
+#undef CTR
+}
+END_TEST
+
 /* job.hidden: 1..16 widths, each at its own path; a list with any mistake
  * is refused whole. */
 START_TEST(test_hidden) {
@@ -443,6 +485,7 @@ static Suite *spec_job_suite(void) {
 
   tc = tcase_create("parse");
   tcase_add_test(tc, test_models);
+  tcase_add_test(tc, test_ctr_format);
   tcase_add_test(tc, test_hidden);
   tcase_add_test(tc, test_wire_dtype);
   tcase_add_test(tc, test_unix_sockets);

@@ -13,7 +13,10 @@
  * little signal, so what a model can learn from the data decides the
  * label: the learned model can come within 0.01 of the true model's AUC);
  * label ~ Bernoulli(sigmoid(logit)), b = -1, sw = 0.5, sv = 0.25. Nothing of
- * size 10^9 is stored. */
+ * size 10^9 is stored.
+ *
+ * The Criteo format (dw_ctrgen_criteo_*, ctrgen_criteo.c) writes Criteo's
+ * TSV layout (criteo.h) with Criteo Kaggle's cardinalities instead. */
 #ifndef DW_CTRGEN_H
 #define DW_CTRGEN_H
 

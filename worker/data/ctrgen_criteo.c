@@ -36,9 +36,9 @@
 #include "rand.h"
 
 #define K 4         /* the true interaction vectors' width */
-#define HOT 200     /* ranks past this carry a twentieth of the signal */
-#define SW 0.3      /* the categorical weights' scale */
-#define SV 0.2      /* the interaction vectors' scale */
+#define HOT 10      /* ranks past this carry a twentieth of the signal */
+#define SW 0.5      /* the categorical weights' scale */
+#define SV 0.12     /* the interaction vectors' scale */
 #define SA 0.15     /* the integer terms' scale */
 #define BIAS (-1.6) /* the true model's bias */
 #define VERSION 1   /* truth.json's settings.version: these rules */

@@ -47,7 +47,8 @@ static void usage(FILE *f) {
           "  --seed S      the data's seed (default 7)\n"
           "  --zipf Z      the ids' Zipf exponent, > 1 (default 1.6)\n"
           "\n"
-          "Exit status: 0 written, 1 a write failed, 2 usage.\n");
+          "Exit status: 0 written (or counted), 1 a write or read failed, 2 "
+          "usage.\n");
 }
 
 static void progress(const char *file, double done) {

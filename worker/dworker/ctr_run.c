@@ -15,8 +15,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "clock.h"
+#include "criteo.h"
 #include "ctr.h"
 #include "ctrgen.h"
 #include "dworker_internal.h"
@@ -32,13 +34,15 @@
 
 /* What the run holds. */
 struct run {
-  struct dw_worker *w;          /* the worker */
-  const struct cm_ctr_conf *c;  /* job.ctr */
-  char dir[1024];               /* the data's directory */
-  struct dw_ctrgen_truth truth; /* the true model's scores */
-  struct dw_svm train, test;    /* this worker's share; the test set */
-  struct dw_ctr *m;             /* the model */
-  int dim;                      /* the embedding table's dim */
+  struct dw_worker *w;                /* the worker */
+  const struct cm_ctr_conf *c;        /* job.ctr */
+  char dir[1024];                     /* the data's directory */
+  int criteo;                         /* job.ctr.format "criteo" */
+  char train_name[16], test_name[16]; /* the files' names in dir */
+  struct dw_ctrgen_truth truth;       /* the true model's scores */
+  struct dw_svm train, test;          /* this worker's share; the test set */
+  struct dw_ctr *m;                   /* the model */
+  int dim;                            /* the embedding table's dim */
   struct psc__var vars[2 * DW_CTR_MAX_LAYERS]; /* the MLP's variables */
   char names[2 * DW_CTR_MAX_LAYERS][32];       /* their names */
   int nvars;                                   /* entries in vars */
@@ -69,17 +73,60 @@ static void say_progress(const char *file, double done) {
 /* The data directory: job.data_dir, relative to the spec file's directory
  * when relative; generated there when missing or made with other settings.
  */
+/* Criteo files: the generator's when truth.json says these settings; else
+ * train.tsv[.gz] and test.tsv[.gz] without a truth.json (Criteo's own
+ * data: no true model, its scores NaN); else 0 (generate them). */
+static int criteo_present(struct run *r,
+                          const struct dw_ctrgen_criteo_opts *o) {
+  char p[1100];
+  int found = 0;
+  snprintf(r->train_name, sizeof r->train_name, "train.tsv");
+  snprintf(r->test_name, sizeof r->test_name, "test.tsv");
+  if (dw_ctrgen_criteo_present(r->dir, o, &r->truth))
+    return 1;
+  snprintf(p, sizeof p, "%s/truth.json", r->dir);
+  if (access(p, F_OK) == 0)
+    return 0; /* the generator's, other settings */
+  for (int k = 0; k < 2; k++) {
+    char *name = k ? r->test_name : r->train_name;
+    snprintf(p, sizeof p, "%s/%s", r->dir, name);
+    if (access(p, R_OK) != 0) {
+      strcat(name, ".gz");
+      snprintf(p, sizeof p, "%s/%s", r->dir, name);
+    }
+    found += access(p, R_OK) == 0;
+  }
+  if (found == 2) {
+    r->truth.auc = r->truth.logloss = r->truth.ctr = NAN;
+    cm_info("%s: Criteo files %s and %s without truth.json: no true model to "
+            "compare with",
+            r->dir, r->train_name, r->test_name);
+    return 1;
+  }
+  snprintf(r->train_name, sizeof r->train_name, "train.tsv");
+  snprintf(r->test_name, sizeof r->test_name, "test.tsv");
+  return 0;
+}
+
 static int prepare_data(struct run *r) {
   const struct cm_job *job = &r->w->spec->job;
   char spec_dir[1024], err[1024];
   struct dw_ctrgen_opts o = {r->c->fields, (uint64_t)r->c->train,
                              (uint64_t)r->c->test, r->c->data_seed, r->c->zipf};
+  struct dw_ctrgen_criteo_opts co = {(uint64_t)r->c->train,
+                                     (uint64_t)r->c->test, r->c->data_seed, 0};
   snprintf(spec_dir, sizeof spec_dir, "%s", r->w->args.cluster);
   if (job->data_dir[0] == '/')
     snprintf(r->dir, sizeof r->dir, "%s", job->data_dir);
   else
     snprintf(r->dir, sizeof r->dir, "%s/%s", dirname(spec_dir), job->data_dir);
-  if (dw_ctrgen_present(r->dir, &o, &r->truth))
+  r->criteo = !strcmp(r->c->format, "criteo");
+  if (!r->criteo) {
+    snprintf(r->train_name, sizeof r->train_name, "train.svm");
+    snprintf(r->test_name, sizeof r->test_name, "test.svm");
+  }
+  if (r->criteo ? criteo_present(r, &co)
+                : dw_ctrgen_present(r->dir, &o, &r->truth))
     return 0;
   char p[1100];
   for (char *s = r->dir + 1;; s++) { /* mkdir -p */
@@ -93,13 +140,15 @@ static int prepare_data(struct run *r) {
     if (!*s)
       break;
   }
-  cm_info("generating the CTR data set in %s: %llu training and %llu "
+  cm_info("generating the CTR data set in %s (%s): %llu training and %llu "
           "held-out examples, %d fields, seed %llu",
-          r->dir, (unsigned long long)o.train, (unsigned long long)o.test,
-          o.fields, (unsigned long long)o.seed);
+          r->dir, r->c->format, (unsigned long long)o.train,
+          (unsigned long long)o.test, o.fields, (unsigned long long)o.seed);
   double t0 = cm_mono_s();
-  int rc =
-      dw_ctrgen_write(r->dir, &o, &r->truth, say_progress, err, sizeof err);
+  int rc = r->criteo ? dw_ctrgen_criteo_write(r->dir, &co, &r->truth,
+                                              say_progress, err, sizeof err)
+                     : dw_ctrgen_write(r->dir, &o, &r->truth, say_progress, err,
+                                       sizeof err);
   if (rc)
     cm_error("generating the data set: %s", err);
   else
@@ -114,7 +163,9 @@ static int load_set(struct run *r, const char *name, int share, int nshares,
                     struct dw_svm *out) {
   char path[1100], err[1200];
   snprintf(path, sizeof path, "%s/%s", r->dir, name);
-  int rc = dw_svm_load(path, share, nshares, out, err, sizeof err);
+  int rc = r->criteo
+               ? dw_criteo_load_svm(path, share, nshares, out, err, sizeof err)
+               : dw_svm_load(path, share, nshares, out, err, sizeof err);
   if (rc) {
     cm_error("%s", err);
     return rc;
@@ -435,12 +486,12 @@ int dw_ctr_setup(struct dw_worker *w) {
   w->mctx = r;
   w->trainer = &ctr_trainer;
   if ((rc = prepare_data(r)) || (rc = build(r)) ||
-      (rc = load_set(r, "train.svm", w->index, w->nworkers, &r->train)) ||
-      (w->index == 0 && (rc = load_set(r, "test.svm", 0, 1, &r->test))))
+      (rc = load_set(r, r->train_name, w->index, w->nworkers, &r->train)) ||
+      (w->index == 0 && (rc = load_set(r, r->test_name, 0, 1, &r->test))))
     goto out;
   if (!r->train.n) {
-    cm_error("%s/train.svm: no examples for worker %d of %d", r->dir, w->index,
-             w->nworkers);
+    cm_error("%s/%s: no examples for worker %d of %d", r->dir, r->train_name,
+             w->index, w->nworkers);
     rc = CM_EFORMAT;
     goto out;
   }

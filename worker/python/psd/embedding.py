@@ -1,7 +1,7 @@
-"""Embedding modules over psd's tables (docs/python.md, "Embedding modules"),
-re-exported by psd.torch:
+"""Embedding modules over psd's tables (docs/python.md, "PyTorch
+embeddings"), re-exported by psd.torch:
 
-    emb = psd.torch.EmbeddingBag(1000000, 16, mode="sum")   # was nn.EmbeddingBag
+    emb = psd.torch.EmbeddingBag(1000000, 16, mode="sum")  # nn.EmbeddingBag
     ebc = psd.torch.EmbeddingBagCollection({"C1": ..., "C2": ...})
     opt = psd.torch.DistributedOptimizer(torch.optim.Adagrad(...),
                                          named_parameters=..., sparse=[ebc])
@@ -28,7 +28,6 @@ to (started once step() admitted the previous one), so the rows are exactly
 those a pull in forward gets.
 """
 import itertools
-import queue
 import threading
 
 import numpy as np
@@ -36,6 +35,7 @@ import torch
 import torch.nn.functional as F
 
 import psd
+from psd._rows import Rows
 
 _default_client = [None]
 _default_lock = threading.Lock()
@@ -50,222 +50,6 @@ def default_client():
         if _default_client[0] is None or _default_client[0].closed:
             _default_client[0] = psd.Client()
         return _default_client[0]
-
-
-def _mode_of(client):
-    if client.mode == "sync":
-        return "sync"
-    return "ssp" if client.staleness >= 0 else "async"
-
-
-class _Job:
-    """A background task of a _Rows: a pull (prefetch) or a push."""
-
-    def __init__(self, fn):
-        self.fn = fn
-        self.done = threading.Event()
-        self.result = None
-        self.error = None
-
-    def run(self):
-        try:
-            self.result = self.fn()
-        except BaseException as e:  # raised again by whoever waits
-            self.error = e
-        self.done.set()
-
-    def wait(self):
-        self.done.wait()
-        if self.error is not None:
-            raise self.error
-        return self.result
-
-
-class _Rows:
-    """The pulls and pushes of a set of tables on one client: the lookup of
-    a batch (plan, fetch, pool) and its gradient's way to the shards, with a
-    background thread (pushes in async/SSP, prefetches) and the sync
-    staging DistributedOptimizer drives (attach, before_admit,
-    after_step)."""
-
-    def __init__(self, client):
-        self.client = client
-        self.mode = _mode_of(client)
-        self.opt = None  # the DistributedOptimizer that steps it (attach)
-        self.calls = {"pull": 0, "push": 0}  # multi-table calls made
-        self._jobs = queue.Queue()
-        self._thread = None
-        self._pushes = []  # async/SSP pushes not yet waited for
-        self._staged = []  # sync: (tables, ids, grads) for the next step
-        self._prefetched = []  # FIFO of (key, _Job or plan) from prefetch
-        self._cv = threading.Condition()
-        self._stepped = 0  # step() calls seen (after_step)
-        self._lock = threading.Lock()  # _pushes, _staged
-
-    # ---- the background thread
-    def _submit(self, fn):
-        job = _Job(fn)
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._loop, daemon=True,
-                                            name="psd-rows")
-            self._thread.start()
-        self._jobs.put(job)
-        return job
-
-    def _loop(self):
-        while True:
-            job = self._jobs.get()
-            if job is None:
-                return
-            job.run()
-
-    # ---- the optimizer's hooks
-    def attach(self, opt):
-        if self.opt is not None and self.opt is not opt:
-            raise ValueError("an embedding module is registered with two "
-                             "DistributedOptimizers")
-        if self.mode == "sync" and opt.client is not self.client:
-            raise ValueError(
-                f"embedding tables {self.table_names()}: their client is "
-                "not the DistributedOptimizer's; in sync mode they must be "
-                "one client (pass client= to both, or neither)")
-        self.opt = opt
-
-    def table_names(self):
-        return getattr(self, "_names", [])
-
-    def wait_pushes(self):
-        """Waits for the async/SSP pushes handed to the thread so far."""
-        with self._lock:
-            jobs, self._pushes = self._pushes, []
-        for j in jobs:
-            j.wait()
-
-    def before_admit(self, step):
-        """Sync: stages this step's row gradients (one call); True when a
-        shard had closed the step. Async/SSP: waits for the pushes."""
-        if self.mode != "sync":
-            self.wait_pushes()
-            return False
-        with self._lock:
-            staged, self._staged = self._staged, []
-        if not staged:
-            return False
-        tables, ids, grads = _merge(staged)
-        self.calls["push"] += 1
-        return bool(self.client.push_rows_many(tables, ids, grads, step=step))
-
-    def after_step(self):
-        """step() is done (sync: admitted, step_no the next step's)."""
-        with self._cv:
-            self._stepped += 1
-            self._cv.notify_all()
-
-    def version(self):
-        """The min_version a pull now waits for (sync), else 0."""
-        if self.mode != "sync":
-            return 0
-        if self.opt is None:
-            raise RuntimeError(
-                f"embedding tables {self.table_names()}: sync mode needs a "
-                "DistributedOptimizer to step them; pass "
-                "DistributedOptimizer(..., sparse=[module])")
-        return self.opt.step_no
-
-    # ---- a lookup
-    def fetch(self, plan, version):
-        """Pulls a plan's unique rows into one flat float32 array."""
-        buf = np.empty(plan.total, np.float32)
-        outs = [buf[a:b].reshape(-1, d)
-                for (a, b), d in zip(plan.spans, plan.dims)]
-        self.calls["pull"] += 1
-        self.client.pull_rows_many(plan.tables, plan.uids, outs,
-                                   min_version=version)
-        return buf
-
-    def prefetch(self, key, plan):
-        """Starts the pull of a later batch's rows on the thread. Sync: it
-        waits for the step() that opens the batch's step, unless forward
-        claims it first (then forward pulls at the current step)."""
-        if self.mode != "sync":
-            self._prefetched.append((key, plan, self._submit(
-                lambda: self.fetch(plan, 0))))
-            return
-        entry = {"claimed": False}
-        with self._cv:
-            seen = self._stepped
-
-        def run():
-            with self._cv:
-                while self._stepped == seen and not entry["claimed"]:
-                    self._cv.wait()
-                if entry["claimed"]:
-                    return None
-                entry["claimed"] = True
-            return self.fetch(plan, self.version())
-        self._prefetched.append((key, plan, (entry, self._submit(run))))
-
-    def take(self, key):
-        """The prefetched (plan, rows) for key, or None. Prefetches queued
-        before key's are dropped (their batches were not run); with no
-        prefetch of key (another batch, an evaluation), the queue stays."""
-        if all(k is not key for k, _, _ in self._prefetched):
-            return None
-        while True:
-            k, plan, job = self._prefetched.pop(0)
-            if isinstance(job, tuple):  # sync
-                entry, job = job
-                with self._cv:
-                    mine = not entry["claimed"]
-                    entry["claimed"] = True
-                    self._cv.notify_all()
-                rows = job.wait()
-                if mine:
-                    rows = None  # no step came between: pull it now
-            else:
-                rows = job.wait()
-            if k is key:
-                return plan, rows
-
-    def push(self, plan, grad):
-        """A lookup's leaf gradient (flat, summed per unique id) to the
-        shards: sync staged for step(), else on the thread now."""
-        grads = [grad[a:b].view(-1, d).numpy()
-                 for (a, b), d in zip(plan.spans, plan.dims)]
-        if self.mode == "sync":
-            with self._lock:
-                self._staged.append((plan.tables, plan.uids, grads))
-            return
-
-        def run():
-            self.calls["push"] += 1
-            self.client.push_rows_many(plan.tables, plan.uids, grads)
-        job = self._submit(run)
-        with self._lock:
-            # Those done are dropped (a loop without DistributedOptimizer
-            # never waits); a failed one raises here.
-            done = [j for j in self._pushes if j.done.is_set()]
-            self._pushes = [j for j in self._pushes
-                            if not j.done.is_set()] + [job]
-        for j in done:
-            j.wait()
-
-    def close(self):
-        if self._thread is not None:
-            self._jobs.put(None)
-            self._thread.join()
-            self._thread = None
-
-
-def _merge(staged):
-    """Several lookups' gradients in one call's lists (a table may repeat:
-    the shards sum repeats)."""
-    tables, ids, grads = [], [], []
-    for t, i, g in staged:
-        tables += t
-        ids += i
-        grads += g
-    return tables, ids, grads
 
 
 class _Plan:
@@ -396,10 +180,8 @@ def lookup(rows, feats, key=None):
     pulled in one call (or prefetched for key), the gradient pushed in one
     call when backward reaches the leaf."""
     got = rows.take(key) if key is not None else None
-    if got is not None and got[1] is not None:
-        plan, buf = got
-    else:
-        plan = got[0] if got is not None else plan_lookup(feats)
+    plan, buf = got if got is not None else (plan_lookup(feats), None)
+    if buf is None:
         buf = rows.fetch(plan, rows.version())
     leaf = torch.from_numpy(buf)
     if torch.is_grad_enabled():
@@ -439,8 +221,7 @@ class EmbeddingBag(torch.nn.Module):
         self.client = client if client is not None else default_client()
         self.client.declare_table(self.table, self.embedding_dim,
                                   self._id_bound())
-        self._rows = _Rows(self.client)
-        self._rows._names = [self.table]
+        self._rows = Rows(self.client, [self.table])
 
     def _id_bound(self):
         """num_embeddings, unless the spec's job.tables entry of this table
@@ -517,8 +298,7 @@ class EmbeddingBagCollection(torch.nn.Module):
                 raise ValueError(f"feature '{name}' (table '{b.table}'): "
                                  "its bag has another client; a collection's "
                                  "bags share one")
-        self._rows = _Rows(self.client)
-        self._rows._names = sorted({b.table for b in self._mods})
+        self._rows = Rows(self.client, sorted({b.table for b in self._mods}))
 
     def _feats(self, features):
         if isinstance(features, torch.Tensor):
@@ -548,10 +328,10 @@ class EmbeddingBagCollection(torch.nn.Module):
         return out
 
     def prefetch(self, next_features):
-        """Plans the batch next_features (unique ids) now and pulls its rows
+        """Plans the batch next_features (its unique ids) and pulls its rows
         on the background thread (sync: once step() opened its step)."""
-        self._rows.prefetch(next_features,
-                            plan_lookup(self._feats(next_features)))
+        self._rows.prefetch(
+            next_features, lambda: plan_lookup(self._feats(next_features)))
 
     def forward(self, features):
         return lookup(self._rows, self._feats(features), key=features)
@@ -583,7 +363,7 @@ def pipeline(loader, collection, key=None):
 
 
 def rows_of(modules):
-    """The _Rows of every psd embedding module in modules (a module, a
+    """The Rows of every psd embedding module in modules (a module, a
     model holding them, or a list), for DistributedOptimizer(sparse=...)."""
     if isinstance(modules, torch.nn.Module):
         modules = [modules]
@@ -594,7 +374,7 @@ def rows_of(modules):
                             "embedding modules (or a model holding them)")
         for m in top.modules():
             r = getattr(m, "_rows", None)
-            if isinstance(r, _Rows) and all(r is not o for o in out):
+            if isinstance(r, Rows) and all(r is not o for o in out):
                 out.append(r)
     if not out:
         raise ValueError("sparse: no psd.torch.EmbeddingBag, Embedding or "

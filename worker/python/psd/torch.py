@@ -41,9 +41,11 @@ import numpy as np
 import torch
 
 import psd
-from psd.embedding import (Embedding, EmbeddingBag,  # noqa: F401 (re-export)
-                           EmbeddingBagCollection, default_client, pipeline,
-                           rows_of)
+from psd.embedding import (Embedding, EmbeddingBag, EmbeddingBagCollection,
+                           default_client, pipeline, rows_of)
+
+__all__ = ["DistributedOptimizer", "EmbeddingBag", "Embedding",
+           "EmbeddingBagCollection", "pipeline", "default_client"]
 
 # The shards' optimizer types (docs/training.md) a torch optimizer maps to.
 _SHARD_TYPES = "sgd, momentum, nesterov, adagrad, adam, adamw"
