@@ -10,7 +10,7 @@ the same model in one PyTorch process (docs/performance.md).
 Both train one epoch of the same `psd-ctrgen --format criteo` set (its
 defaults: 4M training and 100k held-out examples, in torch-dlrm.json's
 data_dir, made once and kept) with the spec's batch, optimizers and tables
-(all of psd.criteo.CARDINALITIES' rows), alternating over ROUNDS rounds,
+(all of psd.criteo.CARDINALITIES' rows), alternating over ROUNDS (3) rounds,
 the order rotated. A rate is counted examples over wall time: the
 baseline's from its first step to its last (its final: line), psd's
 pslaunch's job: line (every worker's examples over the first step of any
@@ -22,7 +22,7 @@ workers' (unique ids per step and table) added up. Test AUC: each run's
         examples_per_s=24969 test_auc=0.7801
   bench dlrm round=1 contender=psd examples=4000000 seconds=...
         examples_per_s=... test_auc=... rows_pulled_per_s=... rows_pushed_per_s=...
-  bench dlrm contender=psd ... ratio_to_local=1.31
+  bench dlrm contender=psd ... ratio_to_local=1.31 round_ratios=1.29,1.31,1.40
   bench dlrm goal psd/local=1.31 (goal >= 1.2): met; auc psd-local=-0.0012
         (goal |.| <= 0.005): met; true_auc-psd=0.0100 (goal <= 0.02): met
 
@@ -39,7 +39,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 EXAMPLES = os.path.normpath(os.path.join(HERE, "..", "..", "deploy", "examples"))
 TRAIN = int(os.environ.get("PSD_BENCH_DLRM_TRAIN", "0"))  # 0: psd-ctrgen's default
 MAX_ROWS = int(os.environ.get("PSD_BENCH_DLRM_MAX_ROWS", "0"))  # 0: CARDINALITIES
-ROUNDS = int(os.environ.get("PSD_BENCH_DLRM_ROUNDS", "2"))
+ROUNDS = int(os.environ.get("PSD_BENCH_DLRM_ROUNDS", "3"))
 TIMEOUT_S = 1800  # one run, data generation included
 GOAL_RATE, GOAL_AUC_LOCAL, GOAL_AUC_TRUE = 1.2, 0.005, 0.02
 
@@ -148,7 +148,8 @@ def dlrm(d, b):
                 line += " rows_pulled_per_s=%.0f rows_pushed_per_s=%.0f" % (res["pulled"],
                                                                             res["pushed"])
             print(line, flush=True)
-    ratio = b.median([p["rate"] / l["rate"] for p, l in zip(got["psd"], got["local"])])
+    ratios = [p["rate"] / l["rate"] for p, l in zip(got["psd"], got["local"])]
+    ratio = b.median(ratios)
     dauc = b.median([p["auc"] - l["auc"] for p, l in zip(got["psd"], got["local"])])
     true_gap = b.median([p["true_auc"] - p["auc"] for p in got["psd"]])
     for name in ("local", "psd"):
@@ -161,8 +162,10 @@ def dlrm(d, b):
                    rs[0]["true_auc"]))
         if name == "psd":
             line += (" rows_pulled_per_s=%.0f rows_pushed_per_s=%.0f ratio_to_local=%.2f"
+                     " round_ratios=%s"
                      % (b.median([r["pulled"] for r in rs]),
-                        b.median([r["pushed"] for r in rs]), ratio))
+                        b.median([r["pushed"] for r in rs]), ratio,
+                        ",".join("%.2f" % q for q in ratios)))
         print(line, flush=True)
     print("bench dlrm goal psd/local=%.2f (goal >= %.1f): %s; auc psd-local=%+.4f "
           "(goal |.| <= %.3f): %s; true_auc-psd=%.4f (goal <= %.2f): %s"
