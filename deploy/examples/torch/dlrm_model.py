@@ -17,7 +17,6 @@ an exported model (psd.export) is the same Bags.
 """
 import argparse
 import json
-import math
 import os
 import shutil
 import subprocess
@@ -297,14 +296,6 @@ def final_line(who, p, y, truth, examples, train_s, pulled=None, pushed=None, ex
         line += (" rows_pulled=%d rows_pushed=%d rows_pulled_per_s=%.0f rows_pushed_per_s=%.0f"
                  % (pulled, pushed, pulled / max(train_s, 1e-9), pushed / max(train_s, 1e-9)))
     return line + extra
-
-
-def unique_rows(ids):
-    """The rows a batch touches: per feature, its distinct ids, summed (what
-    one pull fetches and one push updates)."""
-    a = ids.numpy()
-    s = np.sort(a, axis=0)
-    return int(a.shape[1] + (s[1:] != s[:-1]).sum()) if a.shape[0] else 0
 
 
 def capped_tables(job, cap):
