@@ -38,13 +38,19 @@
                    pull of a 16 MiB variable against the C client's (pstool
                    roundtrip), alternated (tests/bench/bench_torch.py)
 
+  bench dlrm:      deploy/examples/torch-dlrm.json (pslaunch: 2 shards, 2 workers)
+                   against the same DLRM in one PyTorch process (nn.EmbeddingBag,
+                   sparse Adagrad), one epoch of psd-ctrgen's Criteo-format set,
+                   alternated; examples/s, the ratio, rows pulled and pushed per
+                   second, test AUCs against the goals (tests/bench/bench_dlrm.py)
+
   bench kernels:   GFLOP/s of each layer of the demo MLP and CNN, forward and
                    backward, on the CPU (and the GPU where one works), with the
                    ratio to a plain sgemm of the same (M, N, K) timed in the
                    same run (tests/bench/kernel_bench.c)
 
 
-Run: /usr/bin/python3 tests/bench/bench.py BUILD_DIR [transport|aggregate|memory|train|sync|scale|optim|kernels|sparse|torch ...]
+Run: /usr/bin/python3 tests/bench/bench.py BUILD_DIR [transport|aggregate|memory|train|sync|scale|optim|kernels|sparse|torch|dlrm ...]
 (docs/performance.md says how to read each figure)
 
 Exit status: 0 when every part ran; 1 when any failed (a process that exited
@@ -66,6 +72,7 @@ import traceback
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "integration"))
 import harness as h  # noqa: E402
+import bench_dlrm  # noqa: E402
 import bench_sparse  # noqa: E402
 import bench_torch  # noqa: E402
 
@@ -541,7 +548,8 @@ def main():
     parts = {"transport": transport, "aggregate": aggregate, "memory": memory,
              "train": train, "sync": sync, "scale": scale, "optim": optim,
              "kernels": kernels, "sparse": lambda d: bench_sparse.sparse(d, sys.modules[__name__]),
-             "torch": lambda d: bench_torch.bench(d, sys.modules[__name__])}
+             "torch": lambda d: bench_torch.bench(d, sys.modules[__name__]),
+             "dlrm": lambda d: bench_dlrm.dlrm(d, sys.modules[__name__])}
     if len(sys.argv) < 2:
         sys.stderr.write("usage: bench.py BUILD_DIR [%s ...]\n" % "|".join(parts))
         return 2
