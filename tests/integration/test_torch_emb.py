@@ -102,6 +102,7 @@ class AsyncTest(Shards):
         x = torch.tensor([3, 7, 3, 49, 0, 7], dtype=torch.int64)
         offs = torch.tensor([0, 2, 2, 5])  # an empty bag too
         psw = torch.tensor([0.5, 2.0, -1.0, 3.0, 1.5, 0.25])
+        one = torch.arange(6)
         with torch.no_grad():
             for got, want in (
                     (bag(x, offs), F.embedding_bag(x, W, offs, mode="sum")),
@@ -110,7 +111,11 @@ class AsyncTest(Shards):
                         x, W, offs, mode="sum", per_sample_weights=psw)),
                     (bag(x.view(2, 3)), F.embedding_bag(x.view(2, 3), W,
                                                          mode="sum")),
-                    (emb(x.view(3, 2)), F.embedding(x.view(3, 2), W))):
+                    (emb(x.view(3, 2)), F.embedding(x.view(3, 2), W)),
+                    # bags of one id each: a row gather, not embedding_bag
+                    (bag(x, one, psw), F.embedding_bag(
+                        x, W, one, mode="sum", per_sample_weights=psw)),
+                    (mean(x, one), F.embedding_bag(x, W, one, mode="mean"))):
                 self.assertEqual(got.shape, want.shape)
                 np.testing.assert_allclose(got.numpy(), want.numpy(),
                                            rtol=1e-6, atol=1e-7)
