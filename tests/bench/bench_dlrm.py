@@ -44,13 +44,6 @@ TIMEOUT_S = 1800  # one run, data generation included
 GOAL_RATE, GOAL_AUC_LOCAL, GOAL_AUC_TRUE = 1.2, 0.005, 0.02
 
 
-def env(build):
-    e = {"PYTHONPATH": os.path.join(build, "worker", "python"), "PSD_TORCH_THREADS": "1",
-         "PSD_CTRGEN": os.path.join(build, "worker", "psd-ctrgen")}
-    for k in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
-        e[k] = "1"
-    return e
-
 
 def final_kv(b, argv, out, who):
     for line in out.splitlines():
@@ -119,7 +112,7 @@ def run_psd(b, path, e):
 
 def dlrm(d, b):
     """bench.py's part dlrm (d: its scratch directory, b: bench.py's module)."""
-    e = env(h.BUILD)
+    e = h.torch_env(h.BUILD)
     path, job, extra = spec(d, h.BUILD)
     t0 = time.monotonic()
     # The data, made once (the first run would make it inside its timing

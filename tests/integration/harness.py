@@ -72,6 +72,16 @@ def free_port_run(n, host="127.0.0.1"):
     return None
 
 
+def torch_env(build):
+    """The environment of a Python worker on the build's psd package, one
+    compute thread per process (the DLRM's test and bench)."""
+    e = {"PYTHONPATH": os.path.join(build, "worker", "python"), "PSD_TORCH_THREADS": "1",
+         "PSD_CTRGEN": os.path.join(build, "worker", "psd-ctrgen")}
+    for k in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        e[k] = "1"
+    return e
+
+
 def write_secret(directory, name, text):
     """Writes text to directory/name, readable by its owner only (a token
     or a key); returns the path."""

@@ -24,29 +24,12 @@ import unittest
 import numpy as np
 
 import harness as h
+from hashes import fnv1a64, splitmix64_at
 import pyshards
 
 psd = None  # imported in setUpModule from the build tree
 criteo = None
 
-M64 = (1 << 64) - 1
-
-
-def mix64(z):
-    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & M64
-    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & M64
-    return z ^ (z >> 31)
-
-
-def splitmix64_at(x):
-    return mix64((x + 0x9E3779B97F4A7C15) & M64)
-
-
-def fnv1a64(b):
-    h_ = 0xCBF29CE484222325
-    for c in b:
-        h_ = ((h_ ^ c) * 0x100000001B3) & M64
-    return h_
 
 
 def criteo_id(field, value):

@@ -57,14 +57,6 @@ AUC_OVER_DENSE = 0.08
 TIMEOUT_S = 300
 
 
-def env(build):
-    """The psd package of the build, one compute thread per process."""
-    e = {"PYTHONPATH": os.path.join(build, "worker", "python"), "PSD_TORCH_THREADS": "1",
-         "PSD_CTRGEN": os.path.join(build, "worker", "psd-ctrgen")}
-    for k in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
-        e[k] = "1"
-    return e
-
 
 def final(lines, who):
     """The key=value pairs of the final: line starting with who."""
@@ -82,7 +74,7 @@ class DlrmTest(unittest.TestCase):
         cls.dm = dm
         cls.tmp = tempfile.TemporaryDirectory(prefix="psd-dlrm-")
         d = cls.d = cls.tmp.name
-        cls.env = env(h.BUILD)
+        cls.env = h.torch_env(h.BUILD)
         with open(os.path.join(ROOT, "deploy", "examples", "torch-dlrm.json")) as f:
             base = json.load(f)["job"]
         cap = str(CAP)

@@ -15,17 +15,8 @@ import tempfile
 import unittest
 
 import harness as h
+from hashes import shard_of
 
-GAMMA = 0x9E3779B97F4A7C15
-M64 = (1 << 64) - 1
-
-
-def shard_of(i, nshards):
-    """splitmix64(i) % shards, the partition of table.h."""
-    z = (i + GAMMA) & M64
-    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & M64
-    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & M64
-    return (z ^ (z >> 31)) % nshards
 
 
 class PsctlTablesTest(unittest.TestCase):

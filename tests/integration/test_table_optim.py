@@ -33,33 +33,14 @@ import unittest
 
 import harness as h
 import pb
+from hashes import M64, fnv1a64, mix64, shard_of, splitmix64_at
 
 f = h.f32
-M64 = (1 << 64) - 1
 SEED = 12345
 
 # ---- docs/tables.md, "Where rows live" and "Per-row optimizers" ----
 
 
-def mix64(z):
-    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & M64
-    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & M64
-    return z ^ (z >> 31)
-
-
-def splitmix64_at(x):
-    return mix64((x + 0x9E3779B97F4A7C15) & M64)
-
-
-def fnv1a64(name):
-    v = 0xCBF29CE484222325
-    for b in name.encode():
-        v = ((v ^ b) * 0x100000001B3) & M64
-    return v
-
-
-def shard_of(i, nshards):
-    return splitmix64_at(i) % nshards
 
 
 def initial_row(seed, table, i):

@@ -30,22 +30,10 @@ import sys
 import unittest
 
 import harness as h
+from hashes import shard_of
 import pb
 
 f32 = h.f32
-GAMMA = 0x9E3779B97F4A7C15
-M64 = (1 << 64) - 1
-
-
-def mix64(z):
-    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & M64
-    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & M64
-    return z ^ (z >> 31)
-
-
-def shard_of(i, nshards):
-    """The shard that holds id i: splitmix64(i) % shards (table.h)."""
-    return mix64((i + GAMMA) & M64) % nshards
 
 
 TABLES = [

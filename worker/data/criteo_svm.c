@@ -11,21 +11,6 @@
 #include "ctrgen.h"
 #include "err.h"
 
-/* Grows *p (of *cap elements of size sz) to hold at least need. */
-static int grow(void **p, size_t *cap, size_t need, size_t sz) {
-  if (need <= *cap)
-    return 0;
-  size_t c = *cap ? *cap : 1024;
-  while (c < need)
-    c *= 2;
-  void *q = realloc(*p, c * sz);
-  if (!q)
-    return CM_ENOMEM;
-  *p = q;
-  *cap = c;
-  return 0;
-}
-
 int dw_criteo_load_svm(const char *path, int share, int nshares,
                        struct dw_svm *out, char *err, size_t errlen) {
   enum { B = 4096 };
@@ -41,20 +26,20 @@ int dw_criteo_load_svm(const char *path, int share, int nshares,
     goto out;
   rc = CM_ENOMEM;
   if (!label || !dense || !present || !ids ||
-      grow((void **)&out->start, &scap, 1, sizeof *out->start))
+      dw_svm_grow((void **)&out->start, &scap, 1, sizeof *out->start))
     goto nomem;
   out->start[0] = 0;
   while (!(rc = dw_criteo_read(r, B, NULL, label, dense, present, ids, &got,
                                err, errlen)) &&
          got) {
     size_t most = DW_CRITEO_CATS + DW_CRITEO_INTS;
-    if (grow((void **)&out->y, &ncap, out->n + got, 1) ||
-        grow((void **)&out->start, &scap, out->n + got + 1,
-             sizeof *out->start) ||
-        grow((void **)&out->idx, &fcap, out->nnz + got * most,
-             sizeof *out->idx) ||
-        grow((void **)&out->val, &vcap, out->nnz + got * most,
-             sizeof *out->val))
+    if (dw_svm_grow((void **)&out->y, &ncap, out->n + got, 1) ||
+        dw_svm_grow((void **)&out->start, &scap, out->n + got + 1,
+                    sizeof *out->start) ||
+        dw_svm_grow((void **)&out->idx, &fcap, out->nnz + got * most,
+                    sizeof *out->idx) ||
+        dw_svm_grow((void **)&out->val, &vcap, out->nnz + got * most,
+                    sizeof *out->val))
       goto nomem;
     for (size_t i = 0; i < got; i++) {
       for (int c = 0; c < DW_CRITEO_CATS; c++) {

@@ -18,8 +18,7 @@ void dw_svm_free(struct dw_svm *d) {
   memset(d, 0, sizeof *d);
 }
 
-/* Grows *p (of *cap elements of size sz) to hold at least need. */
-static int grow(void **p, size_t *cap, size_t need, size_t sz) {
+int dw_svm_grow(void **p, size_t *cap, size_t need, size_t sz) {
   if (need <= *cap)
     return 0;
   size_t c = *cap ? *cap : 1024;
@@ -45,7 +44,7 @@ int dw_svm_load(const char *path, int share, int nshares, struct dw_svm *out,
     snprintf(err, errlen, "cannot open %s: %s", path, strerror(errno));
     return errno == ENOENT ? CM_ENOENT : CM_EIO;
   }
-  if (grow((void **)&out->start, &scap, 1, sizeof *out->start))
+  if (dw_svm_grow((void **)&out->start, &scap, 1, sizeof *out->start))
     goto nomem;
   out->start[0] = 0;
   while (getline(&line, &linecap, f) >= 0) {
@@ -67,8 +66,9 @@ int dw_svm_load(const char *path, int share, int nshares, struct dw_svm *out,
     }
     if (!mine)
       continue;
-    if (grow((void **)&out->y, &ncap, out->n + 1, 1) ||
-        grow((void **)&out->start, &scap, out->n + 2, sizeof *out->start))
+    if (dw_svm_grow((void **)&out->y, &ncap, out->n + 1, 1) ||
+        dw_svm_grow((void **)&out->start, &scap, out->n + 2,
+                    sizeof *out->start))
       goto nomem;
     out->y[out->n] = label == 1;
     p = end;
@@ -103,8 +103,10 @@ int dw_svm_load(const char *path, int share, int nshares, struct dw_svm *out,
         goto out;
       }
       p = end;
-      if (grow((void **)&out->idx, &fcap, out->nnz + 1, sizeof *out->idx) ||
-          grow((void **)&out->val, &vcap, out->nnz + 1, sizeof *out->val))
+      if (dw_svm_grow((void **)&out->idx, &fcap, out->nnz + 1,
+                      sizeof *out->idx) ||
+          dw_svm_grow((void **)&out->val, &vcap, out->nnz + 1,
+                      sizeof *out->val))
         goto nomem;
       out->idx[out->nnz] = idx;
       out->val[out->nnz++] = v;

@@ -28,4 +28,9 @@ int dw_svm_load(const char *path, int share, int nshares, struct dw_svm *out,
 
 void dw_svm_free(struct dw_svm *d);
 
+/* Grows *p (an array of *cap elements of sz bytes; NULL and 0 at first) to
+ * hold at least need, doubling: 0, or CM_ENOMEM (*p kept). For the loaders
+ * of a struct dw_svm (libsvm.c, criteo_svm.c). */
+int dw_svm_grow(void **p, size_t *cap, size_t need, size_t sz);
+
 #endif
