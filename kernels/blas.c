@@ -9,6 +9,7 @@
  * PSD_OPENBLAS_CORETYPE forces a core type whatever the CPU. */
 #include "blas.h"
 
+#include "cpu.h"
 #include "err.h"
 
 #include <cblas.h>
@@ -30,39 +31,6 @@ int openblas_get_num_threads(void);
 char *openblas_get_config(void);
 char *openblas_get_corename(void);
 
-/* How wide a vector ISA an OpenBLAS core type's kernels use: 2 for AVX2,
- * 3 for AVX-512, 0 for anything older or unknown. */
-static int kn__level(const char *core) {
-  static const struct {
-    const char *name; /* OpenBLAS's name for the core type */
-    int level;        /* its ISA, as kn__level returns it */
-  } known[] = {{"Haswell", 2},
-               {"Zen", 2},
-               {"SkylakeX", 3},
-               {"Cooperlake", 3},
-               {"SapphireRapids", 3}};
-
-  for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
-    if (core && !strcmp(core, known[i].name))
-      return known[i].level;
-  return 0;
-}
-
-/* The OpenBLAS core type for this CPU, or NULL to leave OpenBLAS's choice.
- * SkylakeX asks for the AVX-512 subsets Skylake-X has, not just avx512f,
- * so a Xeon Phi does not get kernels it cannot run. */
-static const char *kn__pick_core(void) {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-      __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl"))
-    return "SkylakeX";
-  if (__builtin_cpu_supports("avx2"))
-    return "Haswell";
-#endif
-  return NULL;
-}
-
 /* Valgrind preloads its vgpreload_*.so; re-executing /proc/self/exe there
  * would run the program outside the tool, so it keeps OpenBLAS's choice. */
 static int kn__under_valgrind(void) {
@@ -83,8 +51,9 @@ int kn_blas_init(char **argv, int threads) {
     } else {
       /* An inherited OPENBLAS_CORETYPE (some images set one globally) is
        * replaced too when it leaves vector width unused. */
-      core = kn__pick_core();
-      if (core && kn__level(openblas_get_corename()) >= kn__level(core))
+      core = cm_cpu_blas_core();
+      if (core &&
+          cm_cpu_blas_level(openblas_get_corename()) >= cm_cpu_blas_level(core))
         core = NULL;
     }
   }

@@ -9,6 +9,11 @@
  *   PSD_TASK    "worker:I"
  *   PYTHONPATH  BUILD/worker/python first, when pslaunch runs from a build
  *               tree where it exists (binaries.c), then what it was
+ *   OPENBLAS_CORETYPE  the OpenBLAS kernels this CPU runs fastest (cpu.h),
+ *               as psd's own programs pick them: PSD_OPENBLAS_CORETYPE
+ *               when set, else SkylakeX or Haswell from CPUID when the
+ *               inherited value is unset or narrower (PyTorch's OpenBLAS
+ *               would otherwise fall back to its generic kernels here)
  *
  * A value pslaunch was given for any of them is replaced, never merged
  * (PYTHONPATH aside). */
@@ -17,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cpu.h"
 #include "err.h"
 #include "pslaunch_internal.h"
 
@@ -72,6 +78,8 @@ out:
 int pl_command_env(const struct pl_launch *l, const struct pl_task *t,
                    char ***env) {
   const char *old_pythonpath = getenv("PYTHONPATH");
+  const char *blas = cm_cpu_blas_env(getenv("OPENBLAS_CORETYPE"),
+                                     getenv("PSD_OPENBLAS_CORETYPE"));
   char **vars = NULL, *text = NULL, *pythonpath = NULL, task[32];
   size_t n = 0, cap = 0, i, k;
   int rc = CM_ENOMEM;
@@ -79,7 +87,7 @@ int pl_command_env(const struct pl_launch *l, const struct pl_task *t,
   *env = NULL;
   for (i = 0; environ[i]; i++)
     cap++;
-  vars = calloc(cap + NSET + 1, sizeof *vars);
+  vars = calloc(cap + NSET + 2, sizeof *vars);
   if (!vars)
     goto out;
   for (i = 0; environ[i]; i++) {
@@ -89,6 +97,8 @@ int pl_command_env(const struct pl_launch *l, const struct pl_task *t,
     /* PYTHONPATH is only replaced when pslaunch has something to add. */
     if (mine && !(sets(environ[i], "PYTHONPATH") && !l->pythonpath[0]))
       continue;
+    if (blas && sets(environ[i], "OPENBLAS_CORETYPE"))
+      continue;
     if (!(vars[n++] = strdup(environ[i])))
       goto out;
   }
@@ -96,7 +106,8 @@ int pl_command_env(const struct pl_launch *l, const struct pl_task *t,
   if (!(text = tf_config(l->spec, t->index)) ||
       !(vars[n++] = var("TF_CONFIG", text)) ||
       !(vars[n++] = var("PSD_SPEC", l->spec_abs)) ||
-      !(vars[n++] = var("PSD_TASK", task)))
+      !(vars[n++] = var("PSD_TASK", task)) ||
+      (blas && !(vars[n++] = var("OPENBLAS_CORETYPE", blas))))
     goto out;
   if (l->pythonpath[0]) {
     size_t len = strlen(l->pythonpath) +

@@ -554,6 +554,14 @@ def main():
         sys.stderr.write("usage: bench.py BUILD_DIR [%s ...]\n" % "|".join(parts))
         return 2
     h.BUILD = os.path.abspath(sys.argv[1])
+    # Every contender on this CPU's OpenBLAS kernels: psd and dworker pick
+    # them themselves and pslaunch gives them to a worker_command, but the
+    # PyTorch baselines would run Debian's generic fallback (common/base/
+    # cpu.h: about a fifth of the sgemm speed here).
+    core = h.blas_core()
+    if core and not os.environ.get("OPENBLAS_CORETYPE"):
+        os.environ["OPENBLAS_CORETYPE"] = core
+        print("bench: OPENBLAS_CORETYPE=%s for every contender" % core, flush=True)
     chosen = sys.argv[2:] or list(parts)
     unknown = [p for p in chosen if p not in parts]
     if unknown:

@@ -72,11 +72,30 @@ def free_port_run(n, host="127.0.0.1"):
     return None
 
 
+def blas_core():
+    """The OPENBLAS_CORETYPE pslaunch gives a worker_command when none is
+    set (common/base/cpu.c, from the CPU's flags): "SkylakeX", "Haswell" or
+    None. A baseline run beside psd gets it too, so both use the same
+    kernels."""
+    flags = set()
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("flags"):
+                flags = set(line.split(":", 1)[1].split())
+                break
+    if {"avx512f", "avx512bw", "avx512dq", "avx512vl"} <= flags:
+        return "SkylakeX"
+    return "Haswell" if "avx2" in flags else None
+
+
 def torch_env(build):
     """The environment of a Python worker on the build's psd package, one
-    compute thread per process (the DLRM's test and bench)."""
+    compute thread per process, this CPU's OpenBLAS kernels (the DLRM's test
+    and bench)."""
     e = {"PYTHONPATH": os.path.join(build, "worker", "python"), "PSD_TORCH_THREADS": "1",
          "PSD_CTRGEN": os.path.join(build, "worker", "psd-ctrgen")}
+    if blas_core() and not os.environ.get("OPENBLAS_CORETYPE"):
+        e["OPENBLAS_CORETYPE"] = blas_core()
     for k in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
         e[k] = "1"
     return e

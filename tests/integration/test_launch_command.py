@@ -35,6 +35,7 @@ seen = {
     "PSD_SPEC": os.environ.get("PSD_SPEC"),
     "PSD_TASK": task,
     "PYTHONPATH": os.environ.get("PYTHONPATH"),
+    "OPENBLAS_CORETYPE": os.environ.get("OPENBLAS_CORETYPE"),
     "cwd": os.getcwd(),
     "argv": sys.argv[1:],
 }
@@ -133,6 +134,22 @@ class WorkerCommandTest(unittest.TestCase):
         with open(os.path.join(self.job, "psd_spec.txt")) as f:
             path = f.read()
         self.assertFalse(os.path.exists(path), "%s was left behind" % path)
+
+    def test_the_command_gets_this_cpus_blas_kernels(self):
+        """OPENBLAS_CORETYPE as psd's programs pick it from CPUID (PyTorch's
+        OpenBLAS falls back to generic kernels here without it): set when
+        unset or narrower, kept when as wide, PSD_OPENBLAS_CORETYPE wins."""
+        best = h.blas_core()
+        self.spec(["/usr/bin/python3", "worker.py"])
+        for env, want in (({"OPENBLAS_CORETYPE": ""}, best),
+                          ({"OPENBLAS_CORETYPE": "Prescott"}, best or "Prescott"),
+                          ({"OPENBLAS_CORETYPE": "Cooperlake"}, "Cooperlake"),
+                          ({"PSD_OPENBLAS_CORETYPE": "Haswell",
+                            "OPENBLAS_CORETYPE": "SkylakeX"}, "Haswell")):
+            r = self.launch(["--psd", self.psd, "job/spec.json"], env=env)
+            self.assertEqual(r.returncode, 0, self.dump(r))
+            got = self.seen("worker:1")["OPENBLAS_CORETYPE"]
+            self.assertEqual(got or None, want, env)
 
     def test_each_worker_runs_the_command(self):
         cluster = self.spec(["/usr/bin/python3", "worker.py", "two words"],
