@@ -15,12 +15,17 @@
  *
  * The label is Bernoulli(sigmoid(logit)) of a factorization machine over
  * the categorical values plus a term on the integers:
- *   logit = b + sum_f w(f, r_f) + sum_{f<g} <v(f, r_f), v(g, r_g)>
+ *   logit = BIAS + sum_f w(f, b_f) + sum_{f<g} <v(f, b_f), v(g, b_g)>
  *           + sum_j a_j (log(1 + max(x_j, 0)) - mu_j) / sig_j
- * w ~ N(0, SW^2), v ~ N(0, SV^2 I_4), a_j ~ N(0, SA^2), each drawn from a
- * hash of (seed, field, rank); a missing value is rank 0, a value of its
- * own. Ranks past HOT carry a twentieth of the signal: what a model sees
- * often enough to learn decides the labels. */
+ * w ~ N(0, SW^2), v ~ N(0, SV^2 I_4), a_j ~ N(0, SA^2). A value's w and v
+ * are drawn from a hash of (seed, field, b_f), its row: the row its id
+ * takes in the DLRM's bounded table, dw_criteo_id % dw_criteo_bounds[f], so
+ * values that share a row share their parameters and a model of bounded tables
+ * can hold the truth (version 1 drew them per rank: a small field's values
+ * collide in N_f rows, which capped such a DLRM 0.03 under the truth). A
+ * missing value (rank 0) is the empty value, hashed as any other. The rows of
+ * ranks 0..HOT carry the signal; every other row a twentieth of it: what a
+ * model sees often enough to learn decides the labels. */
 #include <errno.h>
 #include <jansson.h>
 #include <math.h>
@@ -36,7 +41,7 @@
 #include "rand.h"
 
 #define K 4         /* the true interaction vectors' width */
-#define HOT 10      /* ranks past this carry a twentieth of the signal */
+#define HOT 10      /* rows but those of ranks 0..HOT: a twentieth */
 #define SW 0.5      /* the categorical weights' scale */
 #define SV 0.12     /* the interaction vectors' scale */
 #define SA 0.15     /* the integer terms' scale */
