@@ -15,12 +15,17 @@
  *
  * The label is Bernoulli(sigmoid(logit)) of a factorization machine over
  * the categorical values plus a term on the integers:
- *   logit = b + sum_f w(f, r_f) + sum_{f<g} <v(f, r_f), v(g, r_g)>
+ *   logit = BIAS + sum_f w(f, b_f) + sum_{f<g} <v(f, b_f), v(g, b_g)>
  *           + sum_j a_j (log(1 + max(x_j, 0)) - mu_j) / sig_j
- * w ~ N(0, SW^2), v ~ N(0, SV^2 I_4), a_j ~ N(0, SA^2), each drawn from a
- * hash of (seed, field, rank); a missing value is rank 0, a value of its
- * own. Ranks past HOT carry a twentieth of the signal: what a model sees
- * often enough to learn decides the labels. */
+ * w ~ N(0, SW^2), v ~ N(0, SV^2 I_4), a_j ~ N(0, SA^2). A value's w and v
+ * are drawn from a hash of (seed, field, b_f), its row: the row its id
+ * takes in the DLRM's bounded table, dw_criteo_id % dw_criteo_bounds[f], so
+ * values that share a row share their parameters and a model of bounded tables
+ * can hold the truth (version 1 drew them per rank: a small field's values
+ * collide in N_f rows, which capped such a DLRM 0.03 under the truth). A
+ * missing value (rank 0) is the empty value, hashed as any other. The rows of
+ * ranks 0..HOT carry the signal; every other row a twentieth of it: what a
+ * model sees often enough to learn decides the labels. */
 #include <errno.h>
 #include <jansson.h>
 #include <math.h>
@@ -36,12 +41,12 @@
 #include "rand.h"
 
 #define K 4         /* the true interaction vectors' width */
-#define HOT 10      /* ranks past this carry a twentieth of the signal */
+#define HOT 10      /* rows but those of ranks 0..HOT: a twentieth */
 #define SW 0.5      /* the categorical weights' scale */
 #define SV 0.12     /* the interaction vectors' scale */
 #define SA 0.15     /* the integer terms' scale */
 #define BIAS (-1.6) /* the true model's bias */
-#define VERSION 1   /* truth.json's settings.version: these rules */
+#define VERSION 2   /* truth.json's settings.version: these rules */
 
 /* Categorical fields' missing rates (Criteo Kaggle's, rounded). */
 static const double miss[DW_CRITEO_CATS] = {
@@ -77,11 +82,11 @@ static double normal(uint64_t h) {
   return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
 }
 
-/* The true parameters of (field, rank): w and v[K]. */
-static void params(uint64_t seed, int f, uint64_t r, double *w, double *v) {
+/* The true parameters of (field, row b), at scale: w and v[K]. */
+static void params(uint64_t seed, int f, uint64_t b, double scale, double *w,
+                   double *v) {
   uint64_t key = cm_mix64(cm_splitmix64_at(seed ^ 0x637269746556ull) ^
-                          ((uint64_t)f << 56) ^ r);
-  double scale = r <= HOT ? 1.0 : 0.05;
+                          ((uint64_t)f << 56) ^ b);
   *w = SW * scale * normal(cm_splitmix64_at(key));
   for (int k = 0; k < K; k++)
     v[k] = SV * scale * normal(cm_splitmix64_at(key + 1 + (uint64_t)k));
@@ -90,20 +95,41 @@ static void params(uint64_t seed, int f, uint64_t r, double *w, double *v) {
 /* The generator's tables: the hot ranks' parameters, per-field draws. */
 struct gen {
   uint64_t seed;                         /* the data's seed */
-  double hw[DW_CRITEO_CATS][HOT + 1];    /* w of ranks 0..HOT */
-  double hv[DW_CRITEO_CATS][HOT + 1][K]; /* v of ranks 0..HOT */
+  uint64_t hb[DW_CRITEO_CATS][HOT + 1];  /* the rows of ranks 0..HOT */
+  double hw[DW_CRITEO_CATS][HOT + 1];    /* w of those rows */
+  double hv[DW_CRITEO_CATS][HOT + 1][K]; /* v of those rows */
   double a[DW_CRITEO_INTS];              /* the integer terms' weights */
   double top[DW_CRITEO_CATS];            /* (N_f + 1)^(1 - s_f) */
   uint32_t salt[DW_CRITEO_CATS];         /* the values' salts */
 };
 
+/* Rank r's value, eight hex digits (none for rank 0, missing), at o;
+ * returns its length. */
+static size_t value_of(const struct gen *g, int f, uint64_t r, char *o) {
+  static const char hex[] = "0123456789abcdef";
+  if (!r)
+    return 0;
+  uint32_t v = (uint32_t)r * 2654435761u ^ g->salt[f];
+  for (int k = 7; k >= 0; k--)
+    *o++ = hex[(v >> (4 * k)) & 15];
+  return 8;
+}
+
+/* The row of a value (len bytes at s) in field f's bounded table. */
+static uint64_t row_of(int f, const char *s, size_t len) {
+  return dw_criteo_id(f, s, len) % dw_criteo_bounds[f];
+}
+
 static void gen_init(struct gen *g, uint64_t seed) {
   g->seed = seed;
   for (int f = 0; f < DW_CRITEO_CATS; f++) {
-    for (uint64_t r = 0; r <= HOT; r++)
-      params(seed, f, r, &g->hw[f][r], g->hv[f][r]);
     g->top[f] = pow((double)dw_criteo_bounds[f] + 1.0, 1.0 - zipf_of(f));
     g->salt[f] = (uint32_t)cm_splitmix64_at(seed * 31 + (uint64_t)f);
+    for (uint64_t r = 0; r <= HOT; r++) {
+      char s[8];
+      g->hb[f][r] = row_of(f, s, value_of(g, f, r, s));
+      params(seed, f, g->hb[f][r], 1.0, &g->hw[f][r], g->hv[f][r]);
+    }
   }
   for (int j = 0; j < DW_CRITEO_INTS; j++)
     g->a[j] = SA * normal(cm_splitmix64_at(seed ^ (0x696e74ull + (uint64_t)j)));
@@ -127,8 +153,9 @@ static uint64_t draw_rank(const struct gen *g, int f, uint64_t *st) {
  * probability in *p and the dense term alone in *dense_logit. */
 static size_t example(const struct gen *g, uint64_t *st, char *buf, double *p,
                       double *dense_logit, int *label) {
-  static const char hex[] = "0123456789abcdef";
   uint64_t r[DW_CRITEO_CATS];
+  char val[DW_CRITEO_CATS][8];
+  size_t vlen[DW_CRITEO_CATS];
   double logit = BIAS, dl = 0, sum[K] = {0}, sq = 0;
   long long x[DW_CRITEO_INTS];
   int have[DW_CRITEO_INTS];
@@ -144,11 +171,16 @@ static size_t example(const struct gen *g, uint64_t *st, char *buf, double *p,
   for (int f = 0; f < DW_CRITEO_CATS; f++) {
     double w, v[K], *pv = v;
     r[f] = draw_rank(g, f, st);
-    if (r[f] <= HOT) {
-      w = g->hw[f][r[f]];
-      pv = (double *)g->hv[f][r[f]];
+    vlen[f] = value_of(g, f, r[f], val[f]);
+    uint64_t b = row_of(f, val[f], vlen[f]);
+    int h = 0;
+    while (h <= HOT && g->hb[f][h] != b)
+      h++;
+    if (h <= HOT) {
+      w = g->hw[f][h];
+      pv = (double *)g->hv[f][h];
     } else {
-      params(g->seed, f, r[f], &w, v);
+      params(g->seed, f, b, 0.05, &w, v);
     }
     logit += w;
     for (int k = 0; k < K; k++) {
@@ -171,11 +203,8 @@ static size_t example(const struct gen *g, uint64_t *st, char *buf, double *p,
   }
   for (int f = 0; f < DW_CRITEO_CATS; f++) {
     *o++ = '\t';
-    if (!r[f])
-      continue;
-    uint32_t v = (uint32_t)r[f] * 2654435761u ^ g->salt[f];
-    for (int k = 7; k >= 0; k--)
-      *o++ = hex[(v >> (4 * k)) & 15];
+    memcpy(o, val[f], vlen[f]);
+    o += vlen[f];
   }
   *o++ = '\n';
   return (size_t)(o - buf);
