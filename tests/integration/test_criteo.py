@@ -218,6 +218,36 @@ class ReaderTest(unittest.TestCase):
 
 
 class CtrgenCriteoUsageTest(unittest.TestCase):
+    def test_keep_regenerates_only_other_settings_or_versions(self):
+        gen = h.build_path("worker", "psd-ctrgen")
+        tmp = tempfile.TemporaryDirectory(prefix="psd-test-")
+        self.addCleanup(tmp.cleanup)
+        out = os.path.join(tmp.name, "keep")
+        argv = [gen, "--format", "criteo", "--out", out, "--train", "500",
+                "--test", "100", "--keep"]
+        r = h.run(argv, timeout=60)
+        self.assertTrue(r.stdout.startswith("wrote"), r.stdout + r.stderr)
+        train = os.path.join(out, "train.tsv")
+        with open(train, "ab") as f:
+            f.write(b"")  # a marker the next run must keep: the mtime
+        os.utime(train, (1, 1))
+        r = h.run(argv, timeout=60)
+        self.assertTrue(r.stdout.startswith("kept %s" % out), r.stdout + r.stderr)
+        self.assertEqual(os.stat(train).st_mtime, 1)
+        # Another size, or truth.json of another generator version: written.
+        for change in ("size", "version"):
+            if change == "size":
+                r = h.run(argv[:-3] + ["200", "--keep"], timeout=60)
+            else:
+                path = os.path.join(out, "truth.json")
+                with open(path) as f:
+                    t = json.load(f)
+                t["settings"]["version"] = t["settings"]["version"] - 1
+                with open(path, "w") as f:
+                    json.dump(t, f)
+                r = h.run(argv, timeout=60)
+            self.assertTrue(r.stdout.startswith("wrote"), (change, r.stdout, r.stderr))
+
     def test_usage_errors(self):
         gen = h.build_path("worker", "psd-ctrgen")
         with tempfile.TemporaryDirectory(prefix="psd-test-") as d:

@@ -19,36 +19,40 @@
 #include "units.h"
 
 static void usage(FILE *f) {
-  fprintf(f,
-          "usage: psd-ctrgen --out DIR [--train N] [--test N] [--fields F]\n"
-          "                  [--seed S] [--zipf Z]\n"
-          "       psd-ctrgen --format criteo --out DIR [--train N] [--test N]\n"
-          "                  [--seed S] [--gzip]\n"
-          "       psd-ctrgen --count FILE\n"
-          "\n"
-          "Writes DIR/train.svm and DIR/test.svm, LIBSVM lines `label id:1 "
-          "...`\n"
-          "(one id per field; field f's ids are f * 10^9 + 0..10^9-1, drawn\n"
-          "Zipf-distributed), labelled by a known factorization machine, and\n"
-          "DIR/truth.json with the settings and that true model's AUC and "
-          "log\n"
-          "loss on test.svm. The same settings always give the same bytes.\n"
-          "--format criteo writes DIR/train.tsv and DIR/test.tsv in Criteo's\n"
-          "layout (label, 13 integers, 26 hex categorical values, tabs) with\n"
-          "Criteo Kaggle's cardinalities (docs/ctr.md); --count FILE prints\n"
-          "such a file's distinct ids %% psd.criteo.CARDINALITIES per field.\n"
-          "\n"
-          "  --format F    libsvm (default) or criteo\n"
-          "  --gzip        criteo: train.tsv.gz and test.tsv.gz\n"
-          "  --out DIR     the directory (created when missing)\n"
-          "  --train N     training examples (default 500000; criteo 5000000)\n"
-          "  --test N      held-out examples (default 50000; criteo 100000)\n"
-          "  --fields F    categorical fields per example, 1..64 (default 8)\n"
-          "  --seed S      the data's seed (default 7)\n"
-          "  --zipf Z      the ids' Zipf exponent, > 1 (default 1.6)\n"
-          "\n"
-          "Exit status: 0 written (or counted), 1 a write or read failed, 2 "
-          "usage.\n");
+  fprintf(
+      f,
+      "usage: psd-ctrgen --out DIR [--train N] [--test N] [--fields F]\n"
+      "                  [--seed S] [--zipf Z]\n"
+      "       psd-ctrgen --format criteo --out DIR [--train N] [--test N]\n"
+      "                  [--seed S] [--gzip] [--keep]\n"
+      "       psd-ctrgen --count FILE\n"
+      "\n"
+      "Writes DIR/train.svm and DIR/test.svm, LIBSVM lines `label id:1 "
+      "...`\n"
+      "(one id per field; field f's ids are f * 10^9 + 0..10^9-1, drawn\n"
+      "Zipf-distributed), labelled by a known factorization machine, and\n"
+      "DIR/truth.json with the settings and that true model's AUC and "
+      "log\n"
+      "loss on test.svm. The same settings always give the same bytes.\n"
+      "--format criteo writes DIR/train.tsv and DIR/test.tsv in Criteo's\n"
+      "layout (label, 13 integers, 26 hex categorical values, tabs) with\n"
+      "Criteo Kaggle's cardinalities (docs/ctr.md); --count FILE prints\n"
+      "such a file's distinct ids %% psd.criteo.CARDINALITIES per field.\n"
+      "\n"
+      "  --format F    libsvm (default) or criteo\n"
+      "  --gzip        criteo: train.tsv.gz and test.tsv.gz\n"
+      "  --keep        leave DIR as it is when its truth.json says it holds\n"
+      "                the data of exactly these settings (the generator's\n"
+      "                version included)\n"
+      "  --out DIR     the directory (created when missing)\n"
+      "  --train N     training examples (default 500000; criteo 5000000)\n"
+      "  --test N      held-out examples (default 50000; criteo 100000)\n"
+      "  --fields F    categorical fields per example, 1..64 (default 8)\n"
+      "  --seed S      the data's seed (default 7)\n"
+      "  --zipf Z      the ids' Zipf exponent, > 1 (default 1.6)\n"
+      "\n"
+      "Exit status: 0 written (or counted), 1 a write or read failed, 2 "
+      "usage.\n");
 }
 
 static void progress(const char *file, double done) {
@@ -128,6 +132,7 @@ int main(int argc, char **argv) {
                                        {"format", required_argument, 0, 'F'},
                                        {"gzip", no_argument, 0, 'g'},
                                        {"count", required_argument, 0, 'c'},
+                                       {"keep", no_argument, 0, 'k'},
                                        {"help", no_argument, 0, 'h'},
                                        {0, 0, 0, 0}};
   struct dw_ctrgen_opts o = {8, 500000, 50000, 7, 1.6};
@@ -135,7 +140,7 @@ int main(int argc, char **argv) {
   struct dw_ctrgen_criteo_opts co = {DW_CRITEO_TRAIN, DW_CRITEO_TEST, 7, 0};
   const char *out = NULL;
   char err[2048];
-  int ch, criteo = 0, libsvm_only = 0;
+  int ch, criteo = 0, libsvm_only = 0, keep = 0;
   while ((ch = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
     long long n = 0;
     const char *bad = NULL;
@@ -150,6 +155,9 @@ int main(int argc, char **argv) {
       break;
     case 'g':
       co.gzip = 1;
+      break;
+    case 'k':
+      keep = 1;
       break;
     case 'c':
       return count(optarg);
@@ -205,6 +213,13 @@ int main(int argc, char **argv) {
     return 2;
   }
   mkdir(out, 0755);
+  if (keep && (criteo ? dw_ctrgen_criteo_present(out, &co, &t)
+                      : dw_ctrgen_present(out, &o, &t))) {
+    printf("kept %s: it holds the data of these settings; the true model's "
+           "held-out AUC is %.4f\n",
+           out, t.auc);
+    return 0;
+  }
   if (criteo) {
     if (dw_ctrgen_criteo_write(out, &co, &t, progress, err, sizeof err)) {
       fprintf(stderr, "psd-ctrgen: %s\n", err);
