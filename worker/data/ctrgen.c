@@ -141,11 +141,42 @@ static json_t *settings(const struct dw_ctrgen_opts *o) {
                    "seed", (json_int_t)o->seed, "zipf", o->zipf, "format", 1);
 }
 
+void dw_ctrgen_score(const float *prob, const uint8_t *y, uint64_t n,
+                     struct dw_ctrgen_truth *truth) {
+  double ll = 0, pos = 0;
+  for (uint64_t i = 0; i < n; i++) {
+    double p = prob[i] < 1e-7f       ? 1e-7
+               : prob[i] > 1 - 1e-7f ? 1 - 1e-7
+                                     : prob[i];
+    ll -= y[i] ? log(p) : log(1 - p);
+    pos += y[i];
+  }
+  truth->auc = dw_auc(prob, y, n);
+  truth->logloss = n ? ll / (double)n : 0;
+  truth->ctr = n ? pos / (double)n : 0;
+}
+
+int dw_ctrgen_put_truth(const char *dir, json_t *j, char *err, size_t errlen) {
+  char path[1100], tmp[1200];
+  int rc = 0;
+  snprintf(path, sizeof path, "%s/truth.json", dir);
+  snprintf(tmp, sizeof tmp, "%s.tmp-%d", path, (int)getpid());
+  if (!j || json_dump_file(j, tmp, JSON_INDENT(1)) != 0 ||
+      rename(tmp, path) != 0) {
+    snprintf(err, errlen, "cannot write %s: %s", path,
+             j ? strerror(errno) : "out of memory");
+    unlink(tmp);
+    rc = CM_EIO;
+  }
+  json_decref(j);
+  return rc;
+}
+
 int dw_ctrgen_write(const char *dir, const struct dw_ctrgen_opts *o,
                     struct dw_ctrgen_truth *truth,
                     void (*progress)(const char *file, double done), char *err,
                     size_t errlen) {
-  char path[1100], tmp[1200];
+  char path[1100];
   float *prob = malloc((o->test + 1) * sizeof *prob);
   uint8_t *y = malloc(o->test + 1);
   uint64_t st = cm_splitmix64_at(o->seed ^ 0x747261696eull);
@@ -160,29 +191,12 @@ int dw_ctrgen_write(const char *dir, const struct dw_ctrgen_opts *o,
   snprintf(path, sizeof path, "%s/test.svm", dir);
   if ((rc = write_set(path, o, o->test, &st, prob, y, progress, err, errlen)))
     goto out;
-  double ll = 0, pos = 0;
-  for (uint64_t i = 0; i < o->test; i++) {
-    double p = prob[i] < 1e-7f       ? 1e-7
-               : prob[i] > 1 - 1e-7f ? 1 - 1e-7
-                                     : prob[i];
-    ll -= y[i] ? log(p) : log(1 - p);
-    pos += y[i];
-  }
-  truth->auc = dw_auc(prob, y, o->test);
-  truth->logloss = ll / (double)o->test;
-  truth->ctr = pos / (double)o->test;
-  json_t *j =
+  dw_ctrgen_score(prob, y, o->test, truth);
+  rc = dw_ctrgen_put_truth(
+      dir,
       json_pack("{s:o, s:f, s:f, s:f}", "settings", settings(o), "true_auc",
-                truth->auc, "true_logloss", truth->logloss, "ctr", truth->ctr);
-  snprintf(path, sizeof path, "%s/truth.json", dir);
-  snprintf(tmp, sizeof tmp, "%s.tmp-%d", path, (int)getpid());
-  if (!j || json_dump_file(j, tmp, JSON_INDENT(1)) != 0 ||
-      rename(tmp, path) != 0) {
-    snprintf(err, errlen, "cannot write %s: %s", path, strerror(errno));
-    unlink(tmp);
-    rc = CM_EIO;
-  }
-  json_decref(j);
+                truth->auc, "true_logloss", truth->logloss, "ctr", truth->ctr),
+      err, errlen);
 out:
   if (rc == CM_ENOMEM)
     snprintf(err, errlen, "out of memory (or fields not in 1..64)");

@@ -20,6 +20,7 @@
 #ifndef DW_CTRGEN_H
 #define DW_CTRGEN_H
 
+#include <jansson.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -93,6 +94,17 @@ int dw_ctrgen_criteo_present(const char *dir,
 void dw_ctrgen_criteo_names(const struct dw_ctrgen_criteo_opts *o,
                             const char *dir, char *train, char *test,
                             size_t size);
+
+/* The true model's scores of a held-out set: truth's auc, logloss (the
+ * probabilities clamped to [1e-7, 1 - 1e-7]) and ctr of prob[0..n) against
+ * the 0/1 labels y. */
+void dw_ctrgen_score(const float *prob, const uint8_t *y, uint64_t n,
+                     struct dw_ctrgen_truth *truth);
+
+/* Writes j (taken: freed here; NULL reads as out of memory) as
+ * dir/truth.json through a temporary name. Returns 0, or CM_EIO with err
+ * naming the file. */
+int dw_ctrgen_put_truth(const char *dir, json_t *j, char *err, size_t errlen);
 
 /* The AUC of scores s[0..n) against 0/1 labels y (ties count half), by
  * sorting; 0.5 when one class is absent. */

@@ -287,13 +287,12 @@ int dw_ctrgen_criteo_write(const char *dir,
                            struct dw_ctrgen_truth *truth,
                            void (*progress)(const char *file, double done),
                            char *err, size_t errlen) {
-  char train[1100], test[1100], path[1100], tmp[1200];
+  char train[1100], test[1100];
   float *prob = malloc((o->test + 1) * sizeof *prob);
   float *dense = malloc((o->test + 1) * sizeof *dense);
   uint8_t *y = malloc(o->test + 1);
   struct gen *g = malloc(sizeof *g);
   uint64_t st = cm_splitmix64_at(o->seed ^ 0x747261696eull);
-  json_t *j = NULL;
   int rc = CM_ENOMEM;
   if (!prob || !dense || !y || !g) {
     snprintf(err, errlen, "out of memory");
@@ -308,31 +307,15 @@ int dw_ctrgen_criteo_write(const char *dir,
   if ((rc = write_set(test, o->gzip, g, o->test, &st, prob, dense, y, progress,
                       err, errlen)))
     goto out;
-  double ll = 0, pos = 0;
-  for (uint64_t i = 0; i < o->test; i++) {
-    double p = prob[i] < 1e-7f       ? 1e-7
-               : prob[i] > 1 - 1e-7f ? 1 - 1e-7
-                                     : prob[i];
-    ll -= y[i] ? log(p) : log(1 - p);
-    pos += y[i];
-  }
-  truth->auc = dw_auc(prob, y, o->test);
-  truth->logloss = ll / (double)o->test;
-  truth->ctr = pos / (double)o->test;
+  dw_ctrgen_score(prob, y, o->test, truth);
   truth->dense_auc = dw_auc(dense, y, o->test);
-  j = json_pack("{s:o, s:f, s:f, s:f, s:f}", "settings", settings(o),
+  rc = dw_ctrgen_put_truth(
+      dir,
+      json_pack("{s:o, s:f, s:f, s:f, s:f}", "settings", settings(o),
                 "true_auc", truth->auc, "true_logloss", truth->logloss, "ctr",
-                truth->ctr, "dense_true_auc", truth->dense_auc);
-  snprintf(path, sizeof path, "%s/truth.json", dir);
-  snprintf(tmp, sizeof tmp, "%s.tmp-%d", path, (int)getpid());
-  if (!j || json_dump_file(j, tmp, JSON_INDENT(1)) != 0 ||
-      rename(tmp, path) != 0) {
-    snprintf(err, errlen, "cannot write %s: %s", path, strerror(errno));
-    unlink(tmp);
-    rc = CM_EIO;
-  }
+                truth->ctr, "dense_true_auc", truth->dense_auc),
+      err, errlen);
 out:
-  json_decref(j);
   free(prob);
   free(dense);
   free(y);
