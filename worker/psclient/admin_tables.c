@@ -151,7 +151,8 @@ int psc__client_export_page(struct psc__client *c, int shard, const char *table,
     rc = CM_ENOMEM;
     goto out;
   }
-  memcpy(page->ids, r->ids.data, r->ids.len);
+  if (r->ids.len) /* an empty page's ids.data is NULL */
+    memcpy(page->ids, r->ids.data, r->ids.len);
   cm_wire_bulk_read(&w, 0, page->values, w.bulk_len);
 out:
   if (r)
