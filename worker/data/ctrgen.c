@@ -205,23 +205,29 @@ out:
   return rc;
 }
 
-int dw_ctrgen_present(const char *dir, const struct dw_ctrgen_opts *o,
-                      struct dw_ctrgen_truth *truth) {
+int dw_ctrgen_get_truth(const char *dir, json_t *want, const char *train,
+                        const char *test, struct dw_ctrgen_truth *truth) {
   char path[1100];
   json_error_t jerr;
   snprintf(path, sizeof path, "%s/truth.json", dir);
-  json_t *j = json_load_file(path, 0, &jerr), *want = settings(o);
+  json_t *j = json_load_file(path, 0, &jerr);
   int ok = j && want && json_equal(json_object_get(j, "settings"), want);
   if (ok) {
     truth->auc = json_real_value(json_object_get(j, "true_auc"));
     truth->logloss = json_real_value(json_object_get(j, "true_logloss"));
     truth->ctr = json_real_value(json_object_get(j, "ctr"));
-    snprintf(path, sizeof path, "%s/train.svm", dir);
-    ok = access(path, R_OK) == 0;
-    snprintf(path, sizeof path, "%s/test.svm", dir);
-    ok = ok && access(path, R_OK) == 0;
+    truth->dense_auc = json_real_value(json_object_get(j, "dense_true_auc"));
+    ok = access(train, R_OK) == 0 && access(test, R_OK) == 0;
   }
   json_decref(j);
   json_decref(want);
   return ok;
+}
+
+int dw_ctrgen_present(const char *dir, const struct dw_ctrgen_opts *o,
+                      struct dw_ctrgen_truth *truth) {
+  char train[1100], test[1100];
+  snprintf(train, sizeof train, "%s/train.svm", dir);
+  snprintf(test, sizeof test, "%s/test.svm", dir);
+  return dw_ctrgen_get_truth(dir, settings(o), train, test, truth);
 }

@@ -106,6 +106,12 @@ void dw_ctrgen_score(const float *prob, const uint8_t *y, uint64_t n,
  * naming the file. */
 int dw_ctrgen_put_truth(const char *dir, json_t *j, char *err, size_t errlen);
 
+/* Whether dir/truth.json's "settings" equal want (taken: freed here) and
+ * the files train and test are readable; *truth then gets its scores (a
+ * missing dense_true_auc reads 0). */
+int dw_ctrgen_get_truth(const char *dir, json_t *want, const char *train,
+                        const char *test, struct dw_ctrgen_truth *truth);
+
 /* The AUC of scores s[0..n) against 0/1 labels y (ties count half), by
  * sorting; 0.5 when one class is absent. */
 double dw_auc(const float *s, const uint8_t *y, size_t n);

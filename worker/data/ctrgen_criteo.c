@@ -326,20 +326,7 @@ out:
 int dw_ctrgen_criteo_present(const char *dir,
                              const struct dw_ctrgen_criteo_opts *o,
                              struct dw_ctrgen_truth *truth) {
-  char path[1100], train[1100], test[1100];
-  json_error_t jerr;
-  snprintf(path, sizeof path, "%s/truth.json", dir);
-  json_t *j = json_load_file(path, 0, &jerr), *want = settings(o);
-  int ok = j && want && json_equal(json_object_get(j, "settings"), want);
-  if (ok) {
-    truth->auc = json_real_value(json_object_get(j, "true_auc"));
-    truth->logloss = json_real_value(json_object_get(j, "true_logloss"));
-    truth->ctr = json_real_value(json_object_get(j, "ctr"));
-    truth->dense_auc = json_real_value(json_object_get(j, "dense_true_auc"));
-    dw_ctrgen_criteo_names(o, dir, train, test, sizeof train);
-    ok = access(train, R_OK) == 0 && access(test, R_OK) == 0;
-  }
-  json_decref(j);
-  json_decref(want);
-  return ok;
+  char train[1100], test[1100];
+  dw_ctrgen_criteo_names(o, dir, train, test, sizeof train);
+  return dw_ctrgen_get_truth(dir, settings(o), train, test, truth);
 }
