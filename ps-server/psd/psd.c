@@ -14,6 +14,7 @@
  * applied pushes (dedup.h), are restored from the newest checkpoint before
  * psd listens, a thread of the saver's writes the periodic and asked-for
  * ones, and teardown writes a last one once no call is in flight. */
+#include <errno.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -38,18 +39,24 @@
 #include "service.h"
 #include "spec.h"
 #include "startup.h"
+#include "stopsig.h"
 #include "store.h"
 #include "tables.h"
 #include "units.h"
 
-static void on_signal(uv_signal_t *h, int signum) {
+/* The stop signals' pipe is readable (stopsig.h): SIGHUP is only logged;
+ * SIGTERM or SIGINT stops the loop, the first time. */
+static void on_signal(uv_poll_t *h, int status, int events) {
   struct psd_server *srv = h->data;
-  if (signum == SIGHUP) {
+  int hups, signum = psd_stopsig_take(&hups);
+  (void)status;
+  (void)events;
+  if (hups)
     cm_info("SIGHUP: nothing to reload (the spec is read at start)");
-    return;
+  if (signum && !srv->stop_signal) {
+    srv->stop_signal = signum;
+    uv_stop(&srv->loop);
   }
-  srv->stop_signal = signum;
-  uv_stop(&srv->loop);
 }
 
 static void on_stats(uv_timer_t *t) {
@@ -124,13 +131,11 @@ static void on_tick(uv_timer_t *t) {
 static void start_loop(struct psd_server *srv) {
   uint64_t wd_usec = cm_notify_watchdog_usec();
   uv_loop_init(&srv->loop);
-  uv_signal_t *sigs[] = {&srv->sigterm, &srv->sigint, &srv->sighup};
-  int signums[] = {SIGTERM, SIGINT, SIGHUP};
-  for (int i = 0; i < 3; i++) {
-    uv_signal_init(&srv->loop, sigs[i]);
-    sigs[i]->data = srv;
-    uv_signal_start(sigs[i], on_signal, signums[i]);
-  }
+  /* A signal that came before the loop ran waits in the pipe: the loop's
+   * first turn stops gracefully (final checkpoint included). */
+  uv_poll_init(&srv->loop, &srv->signals, psd_stopsig_fd());
+  srv->signals.data = srv;
+  uv_poll_start(&srv->signals, UV_READABLE, on_signal);
   uv_timer_init(&srv->loop, &srv->stats);
   srv->stats.data = srv;
   uv_timer_start(&srv->stats, on_stats, PSD_STATS_PERIOD_MS,
@@ -153,31 +158,6 @@ static void start_loop(struct psd_server *srv) {
   if (cm_notify_listening())
     uv_timer_start(&srv->status, on_status_timer, PSD_STATUS_PERIOD_MS,
                    PSD_STATUS_PERIOD_MS);
-}
-
-/* A stop signal that came before the loop watched for signals (a handler
- * may only set a flag; the loop acts on it). */
-static volatile sig_atomic_t early_stop;
-
-static void on_early_stop(int signum) { early_stop = signum; }
-
-/* Until the loop watches SIGTERM and SIGINT, catches them in a flag, so
- * that one sent as soon as psd logs "ready" stops it gracefully (with its
- * final checkpoint) instead of killing it, whichever thread it reaches
- * (OpenBLAS and gRPC start some before the loop). With watch set, hands a
- * caught one to the loop, whose handlers replaced these. */
-static void catch_early_stop(int watch) {
-  if (watch) {
-    if (early_stop)
-      raise(early_stop);
-    return;
-  }
-  struct sigaction sa;
-  memset(&sa, 0, sizeof sa);
-  sa.sa_handler = on_early_stop;
-  sigemptyset(&sa.sa_mask);
-  sigaction(SIGTERM, &sa, NULL);
-  sigaction(SIGINT, &sa, NULL);
 }
 
 static void close_cb(uv_handle_t *h, void *arg) {
@@ -274,7 +254,10 @@ int main(int argc, char **argv) {
   /* A closed stdout or stderr (a launcher or pipe that went away) must not
    * kill the shard: writes then fail, and are ignored. */
   signal(SIGPIPE, SIG_IGN);
-  catch_early_stop(0);
+  if (psd_stopsig_init() < 0) {
+    cm_error("cannot catch stop signals: %s", strerror(errno));
+    return PSD_EXIT_FAILED;
+  }
   memset(&srv, 0, sizeof srv);
   cm_log_set_name("psd");
 
@@ -300,7 +283,6 @@ int main(int argc, char **argv) {
   if (rc)
     goto out;
   start_loop(&srv);
-  catch_early_stop(1);
   psd_server_start_local(&srv);
   psd_server_log_ready(&srv);
 

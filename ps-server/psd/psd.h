@@ -51,21 +51,21 @@ struct psd_server {
   struct psd_service *service; /* owned gRPC handlers */
   struct psd_coord *coord;     /* owned coordinator, shard 0 only */
   struct psd_tables *tables;   /* owned embedding tables */
-  struct cm_rpc_method methods[32];    /* served: data, admin, coordinator */
-  struct cm_server *rpc;               /* owned gRPC server */
-  uv_loop_t loop;                      /* signals and timers */
-  uv_signal_t sigterm, sigint, sighup; /* signal watchers */
-  uv_timer_t stats;                    /* periodic stats line */
-  uv_timer_t watchdog;                 /* systemd watchdog pings */
-  uv_timer_t tick;                     /* coordinator deadlines, heartbeats */
-  uv_timer_t status;                   /* systemd STATUS= refreshes */
-  struct psd_counters last;            /* counters at the previous stats line */
-  struct psd_counters status_last;     /* counters at the previous STATUS= */
-  uint64_t status_at;                  /* uv_now() of the previous STATUS= */
-  int stop_signal;             /* the signal that asked us to stop, or 0 */
-  struct cm_request_self self; /* who this process is (its spec's
-                                  fingerprint, its random boot id, whether it
-                                  resumed), checked against every caller */
+  struct cm_rpc_method methods[32]; /* served: data, admin, coordinator */
+  struct cm_server *rpc;            /* owned gRPC server */
+  uv_loop_t loop;                   /* signals and timers */
+  uv_poll_t signals;                /* stop signals' pipe (stopsig.h) */
+  uv_timer_t stats;                 /* periodic stats line */
+  uv_timer_t watchdog;              /* systemd watchdog pings */
+  uv_timer_t tick;                  /* coordinator deadlines, heartbeats */
+  uv_timer_t status;                /* systemd STATUS= refreshes */
+  struct psd_counters last;         /* counters at the previous stats line */
+  struct psd_counters status_last;  /* counters at the previous STATUS= */
+  uint64_t status_at;               /* uv_now() of the previous STATUS= */
+  int stop_signal;                  /* the signal that asked us to stop, or 0 */
+  struct cm_request_self self;      /* who this process is (its spec's
+                                       fingerprint, its random boot id, whether it
+                                       resumed), checked against every caller */
 
   /* Checkpoints. */
   char ckpt_root[1024];          /* --checkpoint-dir, "" when not given */

@@ -15,6 +15,7 @@ import os
 import shutil
 import signal
 import struct
+import time
 import unittest
 
 import numpy as np
@@ -430,6 +431,33 @@ class AsyncCkptTest(h.ProcTest):
         self.assertEqual(p.wait(timeout=30), 0, p.output())
         self.assertIn("checkpoint (at exit) at step 0 written", p.output())
         self.assertEqual(ckpt_dirs(root), ["ckpt-0000000000"])
+
+    def test_sigterm_repeated_while_stopping_is_still_graceful(self):
+        # A launcher killed by SIGKILL can make the kernel send its tasks
+        # the parent-death SIGTERM more than once (once per thread of the
+        # launcher as each exits). Every one after the first, at any point
+        # of the stop, must leave the stop graceful: exit 0, the final
+        # checkpoint, the Unix socket removed. Signals are sent until psd
+        # is gone (bounded: 20,000 at most).
+        root = os.path.join(self.d, "ck")
+        spec = ck_spec(self.d, checkpoint={"dir": root})
+        p = self.psd(spec, 0)
+        # SIGHUP is only logged.
+        p.p.send_signal(signal.SIGHUP)
+        p.wait_for("SIGHUP: nothing to reload")
+        self.assertIsNone(p.p.poll(), p.output())
+        sent = 0
+        while p.p.poll() is None and sent < 20000:
+            try:
+                os.kill(p.p.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                break
+            sent += 1
+            time.sleep(0.0002)
+        self.assertEqual(p.wait(timeout=30), 0,
+                         "after %d SIGTERMs\n%s" % (sent, p.output()))
+        self.assertIn("checkpoint (at exit) at step 0 written", p.output())
+        self.assertIn("stopped", p.lines[-1], p.output())
 
     def test_bad_settings_exit_2_with_the_json_path(self):
         cases = [({"dir": ""}, "job.checkpoint.dir: empty"),
