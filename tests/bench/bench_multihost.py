@@ -35,11 +35,12 @@ Lines (key=value, one per run, then one summary per link speed):
   bench multihost link=1gbit run=ddp wire=fp16 ... (or SKIP: the reason)
   bench multihost link=1gbit best_psd=bf16 psd_examples_per_s=...
       psd_test_accuracy=... best_ddp=fp32 ddp_examples_per_s=...
-      ddp_test_accuracy=... ratio=... goal=1.5 goal_met=yes|no
+      ddp_test_accuracy=... ratio=... goal=1.5 goal_met=yes|no fp32_ratio=...
 
 A side's best is its fastest run that reached test accuracy 0.85 (its
 fastest run when none did); ratio is psd's best over DDP's best, and the
-goal is met when it is >= 1.5 with both bests at test accuracy >= 0.85.
+goal is met when it is >= 1.5 with both bests at test accuracy >= 0.85;
+fp32_ratio is psd fp32 over DDP fp32, the same bytes on the wire.
 
 Everything made is deleted by name at the end, whatever happens (a failed
 run, an exception, SIGTERM), and checked to be gone: a namespace left
@@ -448,9 +449,11 @@ def bench(d, b, speeds=SPEEDS_MBIT, rounds=ROUNDS, max_steps=None, epochs=None, 
             met = ratio >= GOAL_RATIO and min(p["acc"], q["acc"]) >= GOAL_ACCURACY
             say("bench multihost link=%s best_psd=%s psd_examples_per_s=%.0f "
                 "psd_test_accuracy=%.4f best_ddp=%s ddp_examples_per_s=%.0f "
-                "ddp_test_accuracy=%.4f ratio=%.2f goal=%.1f goal_met=%s"
+                "ddp_test_accuracy=%.4f ratio=%.2f goal=%.1f goal_met=%s%s"
                 % (link, pw, p["rate"], p["acc"], dw, q["rate"], q["acc"], ratio, GOAL_RATIO,
-                   "yes" if met else "no"))
+                   "yes" if met else "no",
+                   " fp32_ratio=%.2f" % (med["psd"]["fp32"]["rate"] / med["ddp"]["fp32"]["rate"])
+                   if "fp32" in med["psd"] and "fp32" in med["ddp"] else ""))
     return links
 
 

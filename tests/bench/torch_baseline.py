@@ -281,7 +281,8 @@ def print_result(mode, nprocs, threads, reports, comm_hook=None):
     print("torch: mode=%s procs=%d threads=%d epochs=%d examples=%d wall_s=%.2f "
           "examples_per_s=%.0f test_accuracy=%.4f steps=%d"
           % (mode, nprocs, threads, reports[0]["epochs"], examples, wall, examples / wall,
-             acc[0], sum(r["steps"] for r in reports)) + (" comm_hook=%s" % comm_hook if comm_hook else ""), flush=True)
+             acc[0], sum(r["steps"] for r in reports))
+          + (" comm_hook=%s" % comm_hook if comm_hook else ""), flush=True)
 
 
 # ---- DDP: one child process per rank ----

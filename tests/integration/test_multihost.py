@@ -9,9 +9,7 @@ root and iproute2 (else exit 77), python3-torch and the dataset. Run:
 /usr/bin/python3 test_multihost.py BUILD_DIR"""
 import importlib.util
 import os
-import re
 import signal
-import subprocess
 import sys
 import tempfile
 import unittest
@@ -95,6 +93,9 @@ class MultihostTest(unittest.TestCase):
         self.assertAlmostEqual(float(s["ratio"]), float(s["psd_examples_per_s"])
                                / float(s["ddp_examples_per_s"]), delta=0.01)
         self.assertIn(s["goal_met"], ("yes", "no"))
+        self.assertAlmostEqual(float(s["fp32_ratio"]),
+                               float(runs[("psd", "fp32")]["examples_per_s"])
+                               / float(runs[("ddp", "fp32")]["examples_per_s"]), delta=0.01)
 
     def test_sigterm_deletes_everything(self):
         argv = [sys.executable, os.path.join(os.path.dirname(mh.__file__),
