@@ -382,6 +382,16 @@ def run_ddp(b, d, links, job, wire, want, max_steps):
                 examples=int(t["examples"]), steps=steps, wall_s=float(t["wall_s"]))
 
 
+def examples(train_size, epochs, batch, max_steps, workers=2):
+    """The examples the workers (or ranks) train on together: each its
+    share of the training set, epochs times, or its first max_steps
+    batches (an epoch's last batch holds what is left)."""
+    share = train_size // workers
+    spe = (share + batch - 1) // batch
+    steps = epochs * spe if not max_steps else min(max_steps, epochs * spe)
+    return workers * ((steps // spe) * share + min((steps % spe) * batch, share))
+
+
 def best(results):
     """The fastest of results ({wire: result}) that reached the accuracy
     goal, or the fastest when none did: (wire, result)."""
@@ -401,10 +411,8 @@ def bench(d, b, speeds=SPEEDS_MBIT, rounds=ROUNDS, max_steps=None, epochs=None, 
         job = dict(json.load(f)["job"], log_every=100000)
     if epochs:
         job["epochs"] = epochs
-    if max_steps:
-        want = 2 * max_steps * job["batch_size"]
-    else:
-        want = job["epochs"] * b.training_set_size(job["data_dir"])
+    want = examples(b.training_set_size(job["data_dir"]), job["epochs"], job["batch_size"],
+                    max_steps)
     skipped = {}  # (run, wire): why it cannot run here
     with Links() as links:
         for mbit in speeds:
