@@ -49,8 +49,15 @@
                    ratio to a plain sgemm of the same (M, N, K) timed in the
                    same run (tests/bench/kernel_bench.c)
 
+  bench multihost: the demo job (2 shards, 2 workers) and PyTorch DDP (gloo,
+                   2 ranks), each process in its own network namespace with a
+                   tbf-shaped link, at 1 and 10 Gbit/s: examples/s, test
+                   accuracy, the bytes the links counted per step, psd's best
+                   over DDP's (tests/bench/bench_multihost.py; a SKIP line
+                   where namespaces cannot be made)
 
-Run: /usr/bin/python3 tests/bench/bench.py BUILD_DIR [transport|aggregate|memory|train|sync|scale|optim|kernels|sparse|torch|dlrm ...]
+
+Run: /usr/bin/python3 tests/bench/bench.py BUILD_DIR [transport|aggregate|memory|train|sync|scale|optim|kernels|sparse|torch|dlrm|multihost ...]
 (docs/performance.md says how to read each figure)
 
 Exit status: 0 when every part ran; 1 when any failed (a process that exited
@@ -73,6 +80,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "integration"))
 import harness as h  # noqa: E402
 import bench_dlrm  # noqa: E402
+import bench_multihost  # noqa: E402
 import bench_sparse  # noqa: E402
 import bench_torch  # noqa: E402
 
@@ -549,7 +557,8 @@ def main():
              "train": train, "sync": sync, "scale": scale, "optim": optim,
              "kernels": kernels, "sparse": lambda d: bench_sparse.sparse(d, sys.modules[__name__]),
              "torch": lambda d: bench_torch.bench(d, sys.modules[__name__]),
-             "dlrm": lambda d: bench_dlrm.dlrm(d, sys.modules[__name__])}
+             "dlrm": lambda d: bench_dlrm.dlrm(d, sys.modules[__name__]),
+             "multihost": lambda d: bench_multihost.multihost(d, sys.modules[__name__])}
     if len(sys.argv) < 2:
         sys.stderr.write("usage: bench.py BUILD_DIR [%s ...]\n" % "|".join(parts))
         return 2

@@ -10,6 +10,14 @@ values, data order and epochs as dworker, in one process or in DDP.
                  (examples i with i % procs == rank, worker `rank`'s shuffle,
                  as each dworker of a job does) with the spec's batch per
                  process; DDP averages the gradients every step.
+                 Between hosts (bench multihost): --master ADDR is where
+                 rank 0 holds the rendezvous (default 127.0.0.1), --ifname
+                 IF the interface gloo binds its sockets to (default lo),
+                 --netns NS (once per rank) runs rank i in network namespace
+                 NS_i (`ip netns exec`, as root), and --comm-hook fp16
+                 compresses the gradients to float16 for the all-reduce
+                 (DDP's fp16_compress_hook; the line then says
+                 comm_hook=fp16).
 
 What is the same as dworker (read from worker/model/mlp.c, kernels/,
 common/vars/init.c, worker/data/idx.c, worker/dworker/feeder.c): the layers
@@ -36,7 +44,9 @@ shuffles (computed before the first step) and the test evaluation are not
 in it, as in dworker's wall_s. One stdout line:
 
   torch: mode=ddp procs=2 threads=1 epochs=5 examples=300000 wall_s=16.8
-         examples_per_s=17902 test_accuracy=0.8650     (one line)
+         examples_per_s=17902 test_accuracy=0.8650 steps=4690     (one line)
+
+(steps: every process's steps added up.)
 
 Exit status 0 on success, 1 on any failure (said on stderr), 2 on a bad
 command line. Every wait is bounded (--timeout); a DDP process that fails or
@@ -190,7 +200,7 @@ def epoch_order(np, n, seed, epoch, worker):
 
 # ---- Training ----
 
-def train(job, rank, nprocs, threads, max_steps, save_params):
+def train(job, rank, nprocs, threads, max_steps, save_params, comm_hook=None):
     """Trains this process's share; returns its report (first and last step
     times, examples, and on rank 0 the test accuracy)."""
     import numpy as np
@@ -217,6 +227,9 @@ def train(job, rank, nprocs, threads, max_steps, save_params):
     net = model
     if nprocs > 1:
         net = torch.nn.parallel.DistributedDataParallel(model)
+        if comm_hook == "fp16":
+            from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+            net.register_comm_hook(None, default_hooks.fp16_compress_hook)
     opt = torch.optim.SGD(model.parameters(), lr=job["lr"], momentum=job["momentum"])
 
     B, n = job["batch"], x.shape[0]
@@ -257,7 +270,7 @@ def train(job, rank, nprocs, threads, max_steps, save_params):
     return report
 
 
-def print_result(mode, nprocs, threads, reports):
+def print_result(mode, nprocs, threads, reports, comm_hook=None):
     """The one stdout line: every process's examples over the span from the
     first step of any to the last step of any."""
     examples = sum(r["examples"] for r in reports)
@@ -266,9 +279,10 @@ def print_result(mode, nprocs, threads, reports):
     if wall <= 0 or not acc:
         raise Failed("no usable report: %s" % reports)
     print("torch: mode=%s procs=%d threads=%d epochs=%d examples=%d wall_s=%.2f "
-          "examples_per_s=%.0f test_accuracy=%.4f"
+          "examples_per_s=%.0f test_accuracy=%.4f steps=%d"
           % (mode, nprocs, threads, reports[0]["epochs"], examples, wall, examples / wall,
-             acc[0]), flush=True)
+             acc[0], sum(r["steps"] for r in reports))
+          + (" comm_hook=%s" % comm_hook if comm_hook else ""), flush=True)
 
 
 # ---- DDP: one child process per rank ----
@@ -283,12 +297,12 @@ def ddp_child(args, job):
     libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     if os.getppid() != args.parent:
         raise Failed("rank %d: the launcher is gone" % args.rank)
-    dist.init_process_group("gloo", init_method="tcp://127.0.0.1:%d" % args.port,
+    dist.init_process_group("gloo", init_method="tcp://%s:%d" % (args.master, args.port),
                             rank=args.rank, world_size=args.procs,
                             timeout=timedelta(seconds=args.timeout))
     try:
         rep = train(job, args.rank, args.procs, args.threads, args.max_steps,
-                    args.save_params)
+                    args.save_params, args.comm_hook)
         dist.barrier()
     finally:
         dist.destroy_process_group()
@@ -315,7 +329,12 @@ def ddp(args, job):
                         "--spec", args.spec, "--epochs", str(job["epochs"]),
                         "--procs", str(args.procs), "--threads", str(args.threads),
                         "--timeout", str(args.timeout), "--rank", str(rank),
-                        "--port", str(port), "--parent", str(os.getpid())]
+                        "--port", str(port), "--parent", str(os.getpid()),
+                        "--master", args.master, "--ifname", args.ifname]
+                if args.comm_hook:
+                    argv += ["--comm-hook", args.comm_hook]
+                if args.netns:
+                    argv = ["ip", "netns", "exec", args.netns[rank]] + argv
                 if args.max_steps is not None:
                     argv += ["--max-steps", str(args.max_steps)]
                 if args.save_params and rank == 0:
@@ -342,7 +361,7 @@ def ddp(args, job):
                 if not lines:
                     raise Failed("rank %d printed no report" % i)
                 reports.append(json.loads(lines[-1][len("report: "):]))
-            print_result("ddp", args.procs, args.threads, reports)
+            print_result("ddp", args.procs, args.threads, reports, args.comm_hook)
         except Failed as e:
             for p, _ in procs:
                 if p.poll() is None:
@@ -361,11 +380,12 @@ def ddp(args, job):
 
 def thread_env(args):
     """The environment of a process that imports torch: OpenMP, OpenBLAS and
-    MKL limited to --threads, gloo on the loopback interface."""
+    MKL limited to --threads, gloo on --ifname (the loopback interface by
+    default)."""
     e = dict(os.environ)
     for k in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
         e[k] = str(args.threads)
-    e["GLOO_SOCKET_IFNAME"] = "lo"
+    e["GLOO_SOCKET_IFNAME"] = args.ifname
     return e
 
 
@@ -384,6 +404,14 @@ def main():
     ap.add_argument("--max-steps", type=int, help="stop each process after N steps")
     ap.add_argument("--save-params", help="rank 0 writes its final parameters here "
                     "(dworker --save-params's layout)")
+    ap.add_argument("--master", default="127.0.0.1",
+                    help="DDP: the address of rank 0's rendezvous (default 127.0.0.1)")
+    ap.add_argument("--ifname", default="lo",
+                    help="DDP: the interface gloo binds to (default lo)")
+    ap.add_argument("--netns", action="append",
+                    help="DDP: run the next rank in this network namespace (once per rank)")
+    ap.add_argument("--comm-hook", choices=("fp16",),
+                    help="DDP: compress gradients to float16 for the all-reduce")
     # A DDP rank, started by the launcher above.
     ap.add_argument("--rank", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--port", type=int, help=argparse.SUPPRESS)
@@ -393,6 +421,9 @@ def main():
             or (args.epochs is not None and args.epochs < 1) \
             or (args.max_steps is not None and args.max_steps < 1):
         ap.error("--procs, --threads, --timeout, --epochs and --max-steps take integers >= 1")
+    if args.netns and len(args.netns) != args.procs and args.rank is None:
+        ap.error("--netns is given %d times; give it once per rank (--procs %d)"
+                 % (len(args.netns), args.procs))
     try:
         job = read_job(args.spec, args.epochs)
         if args.rank is not None:

@@ -9,6 +9,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 
 
 def ip(*args, check=True):
@@ -73,3 +74,55 @@ class Net:
 def netns_argv(ns, argv):
     """argv run in network namespace ns (None: here)."""
     return (["ip", "netns", "exec", ns] if ns else []) + list(argv)
+
+
+# ---- Outside a test case (tests/bench/bench_multihost.py) ----
+
+def why_no_netns():
+    """Why network namespaces cannot be made here (not root, no `ip`, `ip
+    netns add` refused), or None when they can: the try's namespace is
+    deleted at once."""
+    if os.geteuid() != 0:
+        return "needs root for network namespaces"
+    if not shutil.which("ip"):
+        return "the ip command (iproute2) is not installed"
+    if not shutil.which("tc"):
+        return "the tc command (iproute2) is not installed"
+    name = "psdtry%d%02d" % (os.getpid() % 10000, random.randrange(100))
+    r = ip("netns", "add", name, check=False)
+    if r.returncode != 0:
+        return "ip netns add is not permitted here: " + r.stderr.strip()
+    ip("netns", "del", name, check=False)
+    return None
+
+
+def netns_names():
+    """The names `ip netns list` shows (each line's first word)."""
+    return {l.split()[0] for l in ip("netns", "list").stdout.splitlines() if l.strip()}
+
+
+def netns_delete(name, timeout=10):
+    """Ends the processes still in namespace name (SIGKILL, by the PIDs `ip
+    netns pids` names: a caller's own, started in its own namespace), then
+    deletes it by name; with the namespace go the veth ends in it (so their
+    pairs) and their qdiscs. Returns what is still there, if anything."""
+    if name not in netns_names():
+        return None
+    deadline = time.monotonic() + timeout
+    while True:
+        r = ip("netns", "pids", name, check=False)
+        pids = [int(p) for p in r.stdout.split()]
+        if not pids or time.monotonic() > deadline:
+            break
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        time.sleep(0.05)
+    r = ip("netns", "del", name, check=False)
+    if name in netns_names():
+        return "namespace %s is still there (ip netns del: %s)" % (name, r.stderr.strip())
+    if pids:
+        return "namespace %s still held processes %s" % (name, pids)
+    return None
