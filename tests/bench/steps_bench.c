@@ -1,13 +1,15 @@
 /* A shard's sync staging and commit alone (steps.h), per push, as the
  * number of workers grows: each round every one of n workers stages its
- * gradient for the demo MLP's slice on one shard (the push handler's
- * buffer, hot, copied into the worker's slot) and the step commits (the
+ * gradient for a slice the size of one shard's share of the demo MLP when
+ * 2 shards hold it (117,573 floats, 459 KiB; the push handler's buffer,
+ * hot, copied into the worker's slot) and the step commits (the
  * sum of the n slots in ascending order, the momentum update). A shard's
  * cost per push that grows with n shows here without the network, the
  * clients or the other processes on the machine (tests/bench/scale_curve.py
  * measures the whole job).
  *
- * Run: build/tests/steps-bench [N ...] (default 8 64); the counts are timed
+ * Run: build/tests/steps-bench [-e ELEMS] [N ...] (default 8 64; -e sets the
+ * slice's floats); the counts are timed
  * in turn, round after round (interleaved), and each line gives the median
  * CPU µs per push over the repeats, in all and for the staging alone (the rest
  * is the commit). */
@@ -20,9 +22,10 @@
 #include "steps.h"
 #include "store.h"
 
-/* The demo MLP's dense0/kernel: the largest slice a shard holds there. */
-#define ELEMS (256 * 784)
 #define REPEATS 7
+
+/* The slice's floats (-e). */
+static int ELEMS = 117573;
 
 /* This thread's CPU seconds: the machines it runs on are shared, and time
  * spent waiting for a core is not the code's. */
@@ -87,14 +90,21 @@ out:
 int main(int argc, char **argv) {
   int ns[16] = {8, 64}, nn = 2;
   double t[16][REPEATS], ts[16][REPEATS];
-  float *g = calloc(ELEMS, sizeof *g);
-  if (!g)
-    return 1;
-  if (argc > 1) {
-    nn = 0;
-    for (int i = 1; i < argc && nn < 16; i++)
-      ns[nn++] = atoi(argv[i]);
+  float *g;
+  int a = 1;
+  if (a + 1 < argc && !strcmp(argv[a], "-e")) {
+    ELEMS = atoi(argv[a + 1]);
+    a += 2;
   }
+  if (ELEMS < 1)
+    return 2;
+  if (a < argc) {
+    nn = 0;
+    for (; a < argc && nn < 16; a++)
+      ns[nn++] = atoi(argv[a]);
+  }
+  if (!(g = calloc(ELEMS, sizeof *g)))
+    return 1;
   for (int i = 0; i < ELEMS; i++)
     g[i] = 1e-3f * (float)(i % 97);
   for (int r = 0; r < REPEATS; r++)
