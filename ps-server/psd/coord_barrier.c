@@ -309,6 +309,8 @@ static void on_heartbeat(struct cm_rpc_call *call, grpc_byte_buffer *bb,
                (!c->w[req->worker].joined || c->w[req->worker].must_rejoin);
   if (seen(c, call, req->worker, "Heartbeat") == 0) {
     Psd__V1__HeartbeatResponse r = PSD__V1__HEARTBEAT_RESPONSE__INIT;
+    cm_debug("heartbeat from worker:%d%s", req->worker,
+             rejoin ? ", answered \"join again\"" : "");
     r.step = c->open;
     r.rejoin = rejoin;
     r.restarted = rejoin && !c->w[req->worker].joined;
@@ -353,7 +355,10 @@ static void on_admit(struct cm_rpc_call *call, grpc_byte_buffer *bb,
       *p = (struct psd__coord_parked){call, req->worker, req->step, 1,
                                       c->admits};
       c->admits = p;
-    } else if (!w->joined) {
+    } else if (!w->joined || w->must_rejoin) {
+      /* Restarted since it joined, or declared dead since (a sync worker's
+       * heartbeats leave the join to its training thread: psclient's
+       * coord.c): it joins again, and goes on from the step Join says. */
       psd__coord_reply_redirect(c, call, req->step, 1);
     } else if (!w->live) {
       cm_rpc_fail(call, GRPC_STATUS_FAILED_PRECONDITION,

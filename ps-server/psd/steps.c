@@ -12,6 +12,10 @@
 
 #include "err.h"
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
 /* One worker's staged gradient for one variable. */
 struct slot {
   float *g;      /* owned, the variable's slice size; NULL until first used */
@@ -45,6 +49,9 @@ struct psd_steps {
   uint64_t rollback_step;       /* the step of the last one, 0 when none */
   struct psd_steps_snap *snap;  /* the latest snapshot (one reference), or
                                    NULL */
+  uint64_t slot_bytes;          /* bytes of every slot allocated: what a
+                                   step's commit reads once every worker has
+                                   staged (PSD_STEPS_STREAM_BYTES) */
 };
 
 int psd_steps_new(struct psd_steps **out, struct psd_store *store,
@@ -136,6 +143,36 @@ static int grow(struct psd_steps *s, int n) {
   return 0;
 }
 
+/* Whether the slots are too many to stay in the caches from a worker's
+ * stage to the step's commit (steps.h). Caller holds the lock. */
+static int streaming(const struct psd_steps *s) {
+  return s->slot_bytes > PSD_STEPS_STREAM_BYTES;
+}
+
+/* dst = src[0..n), staging a gradient. With stream, and where there are
+ * (x86-64), with non-temporal stores, which write it to memory without
+ * first reading dst's old contents into the caches: with many workers the
+ * commit finds it in memory anyway. */
+static void copy_stage(float *dst, const float *src, size_t n, int stream) {
+#if defined(__x86_64__)
+  size_t i = 0;
+  if (!stream) {
+    memcpy(dst, src, n * sizeof(float));
+    return;
+  }
+  while (i < n && ((uintptr_t)(dst + i) & 15))
+    dst[i] = src[i], i++;
+  for (; i + 4 <= n; i += 4)
+    _mm_stream_ps(dst + i, _mm_loadu_ps(src + i));
+  for (; i < n; i++)
+    dst[i] = src[i];
+  _mm_sfence();
+#else
+  (void)stream;
+  memcpy(dst, src, n * sizeof(float));
+#endif
+}
+
 int psd_steps_stage(struct psd_steps *s, int worker, uint64_t step,
                     struct psd_var *v, uint64_t off, const float *g, size_t n,
                     char *err, size_t errlen) {
@@ -173,9 +210,12 @@ int psd_steps_stage(struct psd_steps *s, int worker, uint64_t step,
   if ((rc = grow(s, v->index + 1)))
     goto out;
   struct slot *sl = &s->slots[worker][v->index];
-  if (!sl->g && !(sl->g = malloc((len ? len : 1) * sizeof(float)))) {
-    rc = CM_ENOMEM;
-    goto out;
+  if (!sl->g) {
+    if (!(sl->g = malloc((len ? len : 1) * sizeof(float)))) {
+      rc = CM_ENOMEM;
+      goto out;
+    }
+    s->slot_bytes += len * sizeof(float);
   }
   if (!sl->staged || sl->step != step) {
     /* First chunk of this step: parts not pushed count as zero. Only what
@@ -186,7 +226,7 @@ int psd_steps_stage(struct psd_steps *s, int worker, uint64_t step,
     sl->step = step;
     sl->staged = 1;
   }
-  memcpy(sl->g + off, g, n * sizeof(float));
+  copy_stage(sl->g + off, g, n, streaming(s));
 out:
   pthread_mutex_unlock(&s->lock);
   return rc;
@@ -202,16 +242,39 @@ static int cmp_int(const void *a, const void *b) {
  * at -O2 (whose cost model vectorizes no loop that needs a scalar tail). */
 #define SUM_BLOCK 2048
 
-/* acc and g are (SUM_BLOCK): acc = acc + g, element by element. */
-static void add_block(float *restrict acc, const float *restrict g) {
-  for (int e = 0; e < SUM_BLOCK; e++)
-    acc[e] += g[e];
+/* Floats in a cache line. */
+#define LINE_FLOATS 16
+
+/* acc and g are (SUM_BLOCK): acc = acc + g, element by element. next, the
+ * block added after this one (NULL for none), is fetched meanwhile, a line
+ * for each line added. */
+static void add_block(float *restrict acc, const float *restrict g,
+                      const float *next) {
+  if (!next) {
+    for (int e = 0; e < SUM_BLOCK; e++)
+      acc[e] += g[e];
+    return;
+  }
+  for (int e = 0; e < SUM_BLOCK; e += LINE_FLOATS) {
+    __builtin_prefetch(next + e);
+    for (int j = 0; j < LINE_FLOATS; j++)
+      acc[e + j] += g[e + j];
+  }
 }
 
-/* acc is (SUM_BLOCK): acc = acc * scale. */
-static void scale_block(float *restrict acc, float scale) {
-  for (int e = 0; e < SUM_BLOCK; e++)
-    acc[e] *= scale;
+/* acc is (SUM_BLOCK): acc = acc * scale; next is fetched meanwhile, as
+ * add_block's is. */
+static void scale_block(float *restrict acc, float scale, const float *next) {
+  if (!next) {
+    for (int e = 0; e < SUM_BLOCK; e++)
+      acc[e] *= scale;
+    return;
+  }
+  for (int e = 0; e < SUM_BLOCK; e += LINE_FLOATS) {
+    __builtin_prefetch(next + e);
+    for (int j = 0; j < LINE_FLOATS; j++)
+      acc[e + j] *= scale;
+  }
 }
 
 /* Averages variable i's gradients staged for `step` by the workers of
@@ -225,6 +288,7 @@ static float *average(struct psd_steps *s, int i, uint64_t step,
                       const int *order, int napplied, uint64_t len) {
   const float *src[PSD_STEPS_MAX_WORKERS];
   float *acc = NULL, scale = 1.0f / (float)napplied;
+  int stream = streaming(s);
   uint64_t b = 0;
   int nsrc = 0;
   for (int k = 0; k < napplied; k++) {
@@ -239,9 +303,16 @@ static float *average(struct psd_steps *s, int i, uint64_t step,
   if (!acc)
     return NULL;
   for (; b + SUM_BLOCK <= len; b += SUM_BLOCK) {
+    /* Each block is fetched while the one before it is added: the next
+     * worker's, and after the last worker's the sum's next block, then
+     * (while scaling) the first worker's next block. */
+    int more = stream && b + 2 * SUM_BLOCK <= len;
     for (int k = 0; k < nsrc; k++)
-      add_block(acc + b, src[k] + b);
-    scale_block(acc + b, scale);
+      add_block(acc + b, src[k] + b,
+                stream && k + 1 < nsrc ? src[k + 1] + b
+                : more                 ? acc + b + SUM_BLOCK
+                                       : NULL);
+    scale_block(acc + b, scale, more && nsrc ? src[0] + b + SUM_BLOCK : NULL);
   }
   for (int k = 0; k < nsrc; k++)
     for (uint64_t e = b; e < len; e++)

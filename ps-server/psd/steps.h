@@ -17,6 +17,17 @@
 #define PSD_STEPS_HISTORY 4096
 #define PSD_STEPS_MAX_WORKERS 256
 
+/* Staging slots of more bytes than this in all (every worker's, every
+ * variable's: what a step's commit reads) no longer stay in the caches from
+ * a worker's stage to the commit, which comes after every other worker's
+ * (with 64 workers of the demo MLP, 30 MB a shard). Past it a gradient is
+ * staged with non-temporal stores (no read of the slot's old contents) and
+ * the commit fetches each block of the sum ahead of its add: the same
+ * arithmetic in the same order, at about 0.7x the CPU per push at 64 workers
+ * (tests/bench/steps_bench.c); below it both would cost more than they save,
+ * the slots being in the caches. */
+#define PSD_STEPS_STREAM_BYTES (16u << 20)
+
 /* One committed step, as status reports it. */
 struct psd_step_record {
   uint64_t step;                          /* the step */

@@ -335,7 +335,8 @@ def scale(d):
     grows to 64, and pushes applied per second as a ratio to those at 8
     workers (the issue's 32 / 8 figure). On a machine with few cores the
     clients compete with the shards for them: tests/bench/scale_curve.py
-    splits the CPU between the two."""
+    splits the CPU between the two, and steps-bench's lines give a shard's
+    own staging and commit per push, in CPU time."""
     steps = 100
     base = None
     at8 = None
@@ -368,6 +369,12 @@ def scale(d):
               % (n, step_ms, step_ms / base, pushes / wall,
                  " pushes_ratio_to_8=%.2f" % (pushes / wall / at8) if at8 else ""),
               flush=True)
+    # A shard's staging and commit alone, in CPU time (steps-bench): its cost
+    # per push at 64 workers against at 8, without the clients or the network.
+    r = run_ok("scale", [h.build_path("tests", "steps-bench"), "8", "64"])
+    for line in r.stdout.splitlines():
+        if line.startswith("bench steps"):
+            print(line, flush=True)
 
 
 def final_line(out):

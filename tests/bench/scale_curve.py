@@ -11,8 +11,9 @@ Run: /usr/bin/python3 tests/bench/scale_curve.py BUILD_DIR [--repeats R]
   N ...      the worker counts (default 1 2 4 8 16 32 64)
   --base B   alternate, at every point, with the psd of build B (the same
              clients): a baseline measured in the same run
-  --perf N   at n = N, record each shard with `perf record -g` for the run
-             (profiles psd0-N.data, psd1-N.data: perf report --stdio -i ...)
+  --perf N   at n = N, record each shard and client 0 with `perf record -g`
+             for the run (profiles psd0-N.data, psd1-N.data, client-N.data:
+             perf report --stdio -i ...)
              and print each busy shard thread's CPU, time waiting for a CPU
              and context switches
 
@@ -94,7 +95,10 @@ def one(d, n, steps, perf, psd):
                                      "-p", str(p.p.pid)],
                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
                    for i, p in enumerate(ps)]
-        procs = [h.Proc([h.build_path("tests", "pstool"), "--cluster", spec, "--worker",
+        # With --perf, client 0 runs under perf record too (client-N.data).
+        procs = [h.Proc((["perf", "record", "-g", "-q", "-o", "client-%d.data" % n, "--"]
+                         if perf and i == 0 else []) +
+                        [h.build_path("tests", "pstool"), "--cluster", spec, "--worker",
                          str(i), "--rounds", str(steps), "--timeout", "120000", "syncload"])
                  for i in range(n)]
         walls, dropped = [], 0

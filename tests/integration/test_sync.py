@@ -182,6 +182,74 @@ class SyncTest(unittest.TestCase):
 
 
 @unittest.skipUnless(os.path.isdir(DATA), "dataset-fashion-mnist is not installed")
+class HeartbeatTest(unittest.TestCase):
+    def test_sync_worker_admitting_sends_no_heartbeats(self):
+        """A sync worker's Admit tells the coordinator it is alive, so while it
+        admits a step at least every heartbeat_ms it sends no heartbeat (with
+        n workers they would grow as n x the step time); one is sent once it
+        is quiet for heartbeat_ms, as after it leaves. Counted from ps:0's
+        debug lines (PSD_LOG=debug)."""
+        with h.TempDir() as d:
+            spec = os.path.join(d, "hb.json")
+            h.write_spec(spec, nps=1, nworker=1,
+                         job={"name": "hb-test", "optimizer": {"type": "momentum"},
+                              "sync": {"mode": "sync"}, "heartbeat_ms": 200,
+                              "dead_after_ms": 5000})
+            ps = h.start_psd(spec, 0, env={"PSD_LOG": "debug"})
+            try:
+                w = h.Proc([h.build_path("tests", "pstool"), "--cluster", spec, "--worker",
+                            "0", "--rounds", "1000", "--timeout", "60000", "syncload"])
+                self.assertEqual(w.wait(timeout=300), 0, w.output()[-3000:])
+                r = dict(re.findall(r"(\w+)=([\d.]+)",
+                                    [l for l in w.lines if l.startswith("syncload")][-1]))
+                wall = float(r["wall_s"])
+                # The process has exited: its last heartbeats have come.
+                ps.wait_for("left the job")
+            finally:
+                rc = ps.stop()
+            beats = [l for l in ps.lines if "heartbeat from worker:0" in l]
+            # Beating every 200 ms would send 1 + wall / 0.2 (over 1000
+            # steps); one at the join, before the first Admit, and a few
+            # where a step took longer than 200 ms on a loaded machine.
+            self.assertGreaterEqual(wall, 0.4)
+            self.assertLessEqual(len(beats), 1 + wall / 0.2 / 4,
+                                 "%d heartbeats in %.2f s of steps:\n%s"
+                                 % (len(beats), wall, "\n".join(beats[:20])))
+            self.assertEqual(rc, 0)
+
+
+    def test_sync_worker_declared_dead_rejoins_at_its_admit(self):
+        """A sync worker stopped past dead_after_ms is declared dead; once it
+        goes on, its heartbeats are answered "join again" but a sync worker's
+        heartbeat thread leaves the join to its training thread, whose next
+        Admit is answered "join again" too: it joins (joins 2) and finishes."""
+        with h.TempDir() as d:
+            spec = os.path.join(d, "dead.json")
+            h.write_spec(spec, nps=1, nworker=2,
+                         job={"name": "hb-dead", "optimizer": {"type": "momentum"},
+                              "sync": {"mode": "sync"}, "heartbeat_ms": 100,
+                              "dead_after_ms": 600})
+            ps = h.start_psd(spec, 0)
+            try:
+                ws = [h.Proc([h.build_path("tests", "pstool"), "--cluster", spec, "--worker",
+                              str(i), "--rounds", "300", "--timeout", "60000", "syncload"])
+                      for i in range(2)]
+                ps.wait_for("worker:1 joined at step")
+                ws[1].p.send_signal(signal.SIGSTOP)
+                try:
+                    ps.wait_for("worker:1 declared dead", timeout=30)
+                finally:
+                    ws[1].p.send_signal(signal.SIGCONT)
+                ps.wait_for("worker:1 rejoined at step", timeout=30)
+                for w in ws:
+                    self.assertEqual(w.wait(timeout=300), 0, w.output()[-3000:])
+                st = status(spec)
+            finally:
+                rc = ps.stop()
+            self.assertEqual(rc, 0)
+            self.assertEqual([w["joins"] for w in st[0]["workers"]], [1, 2])
+
+
 class StalenessTest(unittest.TestCase):
     def test_ssp_spread_never_exceeds_the_bound(self):
         with h.TempDir() as d:

@@ -245,7 +245,11 @@ int pstool_syncload(struct cm_spec *spec, const struct pstool_args *a) {
       goto out;
     }
     dropped += !admitted;
-    step = next > version ? next : version + 1;
+    uint64_t back;
+    if (psc__client_rolled_back(c, &back) || psc__client_rejoined(c, &back))
+      step = back; /* go on from the step the job went back to, or joined */
+    else
+      step = next > version ? next : version + 1;
   }
   double t1 = cm_mono_s();
   psc__client_leave(c, 0, 0, 0);

@@ -4,7 +4,8 @@
  * (CM_ERANGE) and one beyond the open step too (CM_EINVAL); a repeated
  * commit of the last step changes nothing; after a restart, a commit of the
  * resumed step whose set holds a worker that staged nothing since is
- * refused. A commit's sum is a plain loop's bit for bit; a step's pulls
+ * refused. A commit's sum is a plain loop's bit for bit, past the
+ * threshold where staging streams too; a step's pulls
  * share one snapshot of its values. */
 #include <check.h>
 #include <stdlib.h>
@@ -224,6 +225,71 @@ START_TEST(commit_sums_in_worker_order_bit_for_bit) {
 }
 END_TEST
 
+/* Past PSD_STEPS_STREAM_BYTES of slots, staging writes around the caches
+ * and the commit fetches ahead: the result is still a plain loop's bit for
+ * bit, with chunks that start and end off the stores' 16-byte alignment
+ * (staged once the slots are past the threshold), a retried chunk, a slice
+ * that is not a whole number of the sum's blocks, and a worker that pushed
+ * nothing. */
+START_TEST(commit_past_stream_threshold_bit_for_bit) {
+  enum { W = 6 };
+  /* Four workers' slots pass the threshold. */
+  const int n = (int)(PSD_STEPS_STREAM_BYTES / 4 / sizeof(float)) + 1003;
+  struct psd_var *v;
+  struct psd_store *store = store_with_len(&v, n);
+  struct psd_steps *st = NULL;
+  float *g = malloc((size_t)W * n * sizeof *g),
+        *want = malloc(n * sizeof *want);
+  int applied[W - 1] = {4, 1, 0, 3, 2}, none[1] = {5};
+  char err[256];
+  ck_assert_ptr_nonnull(g);
+  ck_assert_ptr_nonnull(want);
+  for (int64_t i = 0; i < (int64_t)W * n; i++)
+    g[i] = (float)((i * 37) % 101) / 7.0f - 6.0f;
+  ck_assert_int_eq(psd_steps_new(&st, store, W), 0);
+  for (int w = 0; w < 4; w++)
+    ck_assert_int_eq(
+        psd_steps_stage(st, w, 0, v, 0, g + (int64_t)w * n, n, err, sizeof err),
+        0);
+  /* Worker 4: chunks [1, 7) (shorter than one store), [7, n - 5) and
+   * [n - 5, n - 2), element 0 and the last two never pushed (zero). */
+  const float *g4 = g + 4 * (int64_t)n;
+  ck_assert_int_eq(
+      psd_steps_stage(st, 4, 0, v, 7, g4 + 7, n - 12, err, sizeof err), 0);
+  ck_assert_int_eq(psd_steps_stage(st, 4, 0, v, 1, g4 + 1, 6, err, sizeof err),
+                   0);
+  ck_assert_int_eq(
+      psd_steps_stage(st, 4, 0, v, n - 5, g4 + n - 5, 3, err, sizeof err), 0);
+  /* Worker 0 retries a chunk that starts off alignment, with other values
+   * (the later one wins); worker 5 stages a gradient left out of the step. */
+  const float *g5 = g + 5 * (int64_t)n;
+  ck_assert_int_eq(
+      psd_steps_stage(st, 0, 0, v, 3, g5 + 3, 4099, err, sizeof err), 0);
+  ck_assert_int_eq(psd_steps_stage(st, 5, 0, v, 0, g5, n, err, sizeof err), 0);
+  for (int e = 0; e < n; e++) {
+    float w0 = e >= 3 && e < 3 + 4099 ? g5[e] : g[e];
+    float w4 = e >= 1 && e < n - 2 ? g4[e] : 0.0f;
+    float acc = w0;
+    acc += g[n + e];
+    acc += g[2 * (int64_t)n + e];
+    acc += g[3 * (int64_t)n + e];
+    acc += w4;
+    acc *= 1.0f / (float)(W - 1);
+    want[e] = -0.5f * acc;
+  }
+  ck_assert_int_eq(
+      psd_steps_commit(st, 0, applied, W - 1, none, 1, err, sizeof err), 0);
+  for (int e = 0; e < n; e++)
+    if (memcmp(&v->value[e], &want[e], sizeof *want))
+      ck_abort_msg("element %d: %a, a plain loop gives %a", e, v->value[e],
+                   want[e]);
+  free(g);
+  free(want);
+  psd_steps_free(st);
+  psd_store_free(store);
+}
+END_TEST
+
 /* Every pull of a step shares one snapshot of the values; a commit makes
  * the next pull take a new one, while answers still holding the old one
  * keep reading the old values. */
@@ -278,6 +344,7 @@ static Suite *steps_suite(void) {
   tcase_add_test(tc, resumed_step_needs_every_applied_gradient);
   tcase_add_test(tc, rollback_drops_staged_and_history);
   tcase_add_test(tc, commit_sums_in_worker_order_bit_for_bit);
+  tcase_add_test(tc, commit_past_stream_threshold_bit_for_bit);
   tcase_add_test(tc, snapshot_is_shared_per_step);
   suite_add_tcase(s, tc);
   return s;

@@ -41,10 +41,11 @@ static void go_back(struct dw_worker *w, uint64_t step) {
 static int rolled_back(struct dw_worker *w) {
   uint64_t step;
   if (psc__client_rejoined(w->client, &step)) {
-    /* Said once: a restarted coordinator asks each worker once. */
-    cm_warn("the coordinator restarted: joined the job again at step %llu "
-            "(generation %llu); going on from there (this worker was at step "
-            "%llu)",
+    /* Said once: a restarted coordinator asks each worker once, and one
+     * that declared this worker dead asks once too. */
+    cm_warn("joined the job again at step %llu (generation %llu; the "
+            "coordinator restarted, or declared this worker dead); going on "
+            "from there (this worker was at step %llu)",
             (unsigned long long)step,
             (unsigned long long)psc__client_gen(w->client),
             (unsigned long long)w->step);

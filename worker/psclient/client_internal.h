@@ -107,6 +107,10 @@ struct psc__client {
   int hb_running;         /* hb_thread must be joined */
   int hb_stop;            /* asks hb_thread to stop (under lock) */
   int hb_ms;              /* heartbeat period */
+  double hb_heard;        /* cm_mono_ms when the last Admit answered was sent
+                             (under lock): the coordinator heard from this
+                             worker then, so no heartbeat is due until hb_ms
+                             after it (coord.c) */
   grpc_completion_queue *cq; /* reused by every call from the client's thread */
   uint64_t pulled, pushed;   /* payload bytes moved */
   pthread_mutex_t lock;      /* guards refs, hb_stop and left */

@@ -119,7 +119,13 @@ static void rejoin(struct psc__client *c, struct cm_channel *ch) {
 
 /* Sends heartbeats until psc__client_free; a missed one is only logged by
  * the coordinator's silence timer, never fatal here. An answer that says
- * the coordinator does not count this worker makes it join again. */
+ * the coordinator does not count this worker makes it join again. A sync
+ * worker's Admit tells the coordinator that it is alive as a heartbeat does
+ * (and its answer says "join again" where a heartbeat's would), so while
+ * Admits come at least every hb_ms the heartbeat is not sent: with n
+ * workers a step's heartbeats would grow as n times the step time, itself
+ * growing with n. One is sent hb_ms after the last Admit sent, as while an
+ * Admit waits for the other workers, and after Leave. */
 static void *heartbeat_thread(void *arg) {
   struct psc__client *c = arg;
   struct cm_channel *ch = NULL;
@@ -131,17 +137,27 @@ static void *heartbeat_thread(void *arg) {
     return NULL;
   pthread_mutex_lock(&c->lock);
   while (!c->hb_stop) {
+    double due = c->hb_heard + c->hb_ms;
+    if (c->hb_heard > 0 && cm_mono_ms() < due) {
+      /* Heard from at an Admit: wait until a heartbeat is due after it. */
+      struct timespec until =
+          cm_abstime_after_ms((long)(due - cm_mono_ms()) + 1);
+      while (!c->hb_stop &&
+             pthread_cond_timedwait(&c->cond, &c->lock, &until) != ETIMEDOUT) {
+      }
+      continue;
+    }
     pthread_mutex_unlock(&c->lock);
     struct cm_unary u;
     Psd__V1__HeartbeatResponse *resp = (Psd__V1__HeartbeatResponse *)call_once(
         ch, "/psd.v1.Coord/Heartbeat", &req.base, c->hb_ms * 2,
         &psd__v1__heartbeat_response__descriptor, &u);
-    /* A sync worker joins a restarted coordinator from its training
-     * thread, at its next Admit (psc__client_admit), to learn the step and
-     * generation to go on from; joining here would count it in steps it
-     * is not in yet. */
-    if (resp && resp->rejoin &&
-        !(resp->restarted && !strcmp(c->spec->job.mode, "sync"))) {
+    /* A sync worker joins again from its training thread, at its next
+     * Admit (psc__client_admit), whether the coordinator restarted or
+     * declared it dead: to learn the step and generation to go on from
+     * (joining here would count it in steps it is not in yet), and since
+     * while it admits steps it sends no heartbeats. */
+    if (resp && resp->rejoin && strcmp(c->spec->job.mode, "sync") != 0) {
       pthread_mutex_lock(&c->lock);
       int go = !c->left && !c->hb_stop;
       pthread_mutex_unlock(&c->lock);
@@ -215,18 +231,26 @@ int psc__client_admit(struct psc__client *c, uint64_t step, int *admitted,
   req.worker = c->windex;
   req.step = step;
   req.gen = c->gen;
+  double sent = cm_mono_ms();
   int rc = coord_call(c, "/psd.v1.Coord/Admit", &req.base, c->o.timeout_ms,
                       &psd__v1__admit_response__descriptor,
                       (ProtobufCMessage **)&resp);
   if (rc)
     return rc;
+  if (!resp->rejoin) {
+    /* It arrived at `sent` or later: the heartbeat waits from then. */
+    pthread_mutex_lock(&c->lock);
+    c->hb_heard = sent;
+    pthread_mutex_unlock(&c->lock);
+  }
   *admitted = resp->admitted;
   *next_step = resp->next_step;
   if (resp->rolled_back)
     psc__saw_rollback(c, resp->gen, resp->next_step);
   if (resp->rejoin) {
-    /* The coordinator restarted since this worker joined: join again and
-     * go on from the step it opens, in its generation. */
+    /* The coordinator restarted since this worker joined, or declared it
+     * dead since: join again and go on from the step it opens, in its
+     * generation. */
     Psd__V1__JoinRequest jreq = PSD__V1__JOIN_REQUEST__INIT;
     Psd__V1__JoinResponse *j = NULL;
     *admitted = 0;
