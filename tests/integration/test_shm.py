@@ -8,7 +8,9 @@ the shard, graceful shard restarts under load survived (the clients
 register again, nothing lost or applied twice), the hello's checks (wrong
 token, wrong job, a memfd without seals or smaller than claimed, another
 user), bad ranges and unknown keys refused by name, a NaN in the arena
-refused, and an arena dropped when its client's connection ends.
+refused, an arena dropped when its client's connection ends, and a sync
+pull through the arena that is always one committed step while a worker
+commits steps.
 Run: /usr/bin/python3 test_shm.py BUILD_DIR"""
 import fcntl
 import json
@@ -246,6 +248,60 @@ class ShmTest(h.ProcTest):
         res = kv(c.lines[-1])
         self.assertEqual(res["mismatches"], "0", c.lines[-1])
         self.assertGreater(int(res["pushes"]), 4)
+
+    # ---- sync
+
+    def test_sync_pull_never_sees_half_a_commit(self):
+        import pyshards
+        psd = pyshards.import_psd()
+        import numpy as np
+        import threading
+        spec = self.spec(nps=2, sync={"mode": "sync"}, retry_s=10)
+        ps = [self.psd(spec, i) for i in range(2)]
+        steps, n = 150, 200000  # 800 KB: one message, one version
+        w = psd.Client(spec, "worker:0")
+        r = psd.Client(spec, "worker:0")
+        self.addCleanup(w.close)
+        self.addCleanup(r.close)
+        opt = {"type": "sgd", "lr": 1.0}
+        v = w.declare("v", (n,), placement=0, optimizer=opt)
+        rv = r.declare("v", (n,), placement=0, optimizer=opt)
+        errors = []
+
+        def write():
+            try:
+                step = w.join()
+                mine = np.empty(n, np.float32)
+                for i in range(steps):
+                    w.pull_at(v, mine, step)  # as a worker does, each step
+                    w.push_step(v, np.full(n, float(i + 1), np.float32), step)
+                    _, step = w.admit(step)
+            except Exception as e:  # reported by the main thread
+                errors.append(repr(e))
+
+        t = threading.Thread(target=write)
+        t.start()
+        out = np.empty(n, np.float32)
+        seen = set()
+        first = r.pull_at(rv, out, 1)
+        while t.is_alive():
+            try:
+                r.pull_at(rv, out, first)
+            except psd.Error as e:
+                t.join()
+                self.fail("pull_at: %s; the writer: %s" % (e, errors))
+            # After m commits every element is -(1 + 2 + ... + m): one value
+            # across the message, never part of one step and part of another.
+            vals = np.unique(out)
+            self.assertEqual(len(vals), 1, "a pull saw %d values: %s" % (len(vals), vals[:5]))
+            m = int(round((-1 + (1 - 8 * float(vals[0])) ** 0.5) / 2))
+            self.assertEqual(float(vals[0]), -m * (m + 1) / 2)
+            self.assertGreaterEqual(m, first)
+            seen.add(m)
+        t.join()
+        self.assertEqual(errors, [])
+        self.assertGreater(len(seen), 10)
+        self.assertGreater(mappings(ps[0].p.pid), 1, "the clients used no shared memory")
 
     # ---- the hello
 
