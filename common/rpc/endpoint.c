@@ -256,10 +256,8 @@ static int owner_uid(const char *owner, uid_t *uid) {
   return 0;
 }
 
-/* 0 when uid may own the socket a client connects to: its own user, root,
- * or the spec's owner. Else CM_EEXIST with why saying whose `what` is. */
-static int check_owner(const char *what, uid_t uid, const char *owner,
-                       char *why, size_t len) {
+int cm_endpoint_check_owner(const char *what, uid_t uid, const char *owner,
+                            char *why, size_t len) {
   uid_t me = geteuid(), named;
   char got[80], hint[160];
 
@@ -296,7 +294,7 @@ int cm_endpoint_unix_connect(const char *path, const char *owner, int *fd,
   if (lstat(path, &st) || !S_ISSOCK(st.st_mode))
     return CM_EUNAVAIL;
   snprintf(what, sizeof what, "the socket file %s", path);
-  if ((rc = check_owner(what, st.st_uid, owner, why, len)))
+  if ((rc = cm_endpoint_check_owner(what, st.st_uid, owner, why, len)))
     return rc;
   s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (s < 0)
@@ -312,7 +310,7 @@ int cm_endpoint_unix_connect(const char *path, const char *owner, int *fd,
     rc = CM_ESYS;
     goto out;
   }
-  if ((rc = check_owner(what, cred.uid, owner, why, len)))
+  if ((rc = cm_endpoint_check_owner(what, cred.uid, owner, why, len)))
     goto out;
   if ((rc = cm_endpoint_tune(s)))
     goto out;

@@ -24,6 +24,7 @@
 #define CM_ENDPOINT_H
 
 #include <stddef.h>
+#include <sys/types.h>
 
 struct cm_addr;
 
@@ -84,6 +85,13 @@ int cm_endpoint_unix_listen(const char *path, int *fd, char *why, size_t len);
  * with nothing to report. */
 int cm_endpoint_unix_connect(const char *path, const char *owner, int *fd,
                              char *why, size_t len);
+
+/* 0 when uid may own a same-host socket (or, at a shard, connect to its
+ * .shm socket): this process's own user, root, or `owner` (the spec's
+ * job.socket_owner, "" or NULL for none). Else CM_EEXIST, with why saying
+ * whose `what` is. */
+int cm_endpoint_check_owner(const char *what, uid_t uid, const char *owner,
+                            char *why, size_t len);
 
 /* Whether a client should try the Unix socket of shard: allowed
  * (use_unix), a socket exists at the path, and the shard's host is this

@@ -251,6 +251,7 @@ void cm__job_defaults(struct cm_job *job) {
   job->timeout_ms = 30000;
   job->max_steps = 0;
   job->unix_sockets = 1;
+  job->shared_memory = 1;
   job->ckpt_keep = 3;
   job->max_message_mb = 64;
   snprintf(job->nonfinite, sizeof job->nonfinite, "reject");
@@ -447,6 +448,7 @@ void cm__parse_job(struct cm__errs *e, json_t *root, int nworker,
                                      "heartbeat_ms",
                                      "dead_after_ms",
                                      "unix_sockets",
+                                     "shared_memory",
                                      "checkpoint",
                                      "optimizer_overrides",
                                      "channels",
@@ -492,6 +494,7 @@ void cm__parse_job(struct cm__errs *e, json_t *root, int nworker,
   parse_liveness(e, job, out);
   parse_checkpoint(e, job, out);
   cm__opt_bool(e, job, "job", "unix_sockets", &out->unix_sockets);
+  cm__opt_bool(e, job, "job", "shared_memory", &out->shared_memory);
   cm__opt_bool(e, job, "job", "exit_when_done", &out->exit_when_done);
   parse_socket_owner(e, job, out);
   parse_channels(e, job, out);

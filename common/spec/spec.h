@@ -140,6 +140,10 @@ struct cm_job {
   /* "job.unix_sockets" (a JSON boolean), default 1: a client on the same
    * host as a shard dials the shard's Unix-domain socket instead of TCP */
   int unix_sockets;
+  /* "job.shared_memory" (a JSON boolean), default 1: where a client uses a
+   * shard's Unix socket, tensor bytes go through a memfd arena it hands the
+   * shard (common/rpc/shm.h), gRPC carrying only the control messages */
+  int shared_memory;
   /* "job.exit_when_done" (a JSON boolean), default 0: a shard stops by
    * itself (final checkpoint, exit 0) once every worker of the job has
    * finished, so an engine waiting for every process of the job (a

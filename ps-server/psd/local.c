@@ -1,4 +1,5 @@
-/* The shard's Unix socket, watched by the libuv loop (local.h). */
+/* The shard's Unix socket, watched by the libuv loop (local.h); stopping it
+ * stops the shared-memory arenas' socket beside it (shm_arena.h). */
 #include "local.h"
 
 #include <errno.h>
@@ -12,6 +13,7 @@
 #include "endpoint.h"
 #include "err.h"
 #include "log.h"
+#include "shm_arena.h"
 
 struct psd_local {
   uv_poll_t poll;           /* readable: connections to accept */
@@ -102,6 +104,8 @@ static void on_closed(uv_handle_t *h) {
 void psd_local_stop(struct psd_local *l) {
   if (!l)
     return;
+  /* The arenas' socket and thread go with the socket they sit beside. */
+  psd_shm_stop();
   remove_file(l);
   uv_poll_stop(&l->poll);
   uv_close((uv_handle_t *)&l->poll, on_closed);

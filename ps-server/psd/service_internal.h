@@ -248,6 +248,9 @@ struct psd__push {
                      the push is bf16 */
   int bf16;       /* the data field holds bfloat16s (a dense push's dtype) */
   float *grad;    /* owned copy of the gradient */
+  int from_shm;   /* grad was copied out of a shared-memory arena, scanned
+                     in the same pass (service_push_dense.c) */
+  size_t shm_bad; /* from_shm: grad's first NaN or infinity (n: none) */
   double start;   /* cm_mono_ms() when handling began */
   int skip;       /* NaN or Inf under job.nonfinite "skip": acknowledged */
   int claimed;    /* this message's dedup claim is ours to give back */

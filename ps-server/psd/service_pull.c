@@ -7,7 +7,8 @@
  * chunk is exactly the version it says. No answer exceeds the caller's
  * receive limit (PullRequest.max_answer_bytes, else gRPC's default 4 MiB)
  * or this shard's (job.max_message_mb): one that would is cut short and
- * marked partial, and the caller asks again for the rest. */
+ * marked partial, and the caller asks again for the rest. A same-host
+ * caller may name a range of its shared-memory arena instead (answer_shm). */
 #include "service_internal.h"
 
 #include <pthread.h>
@@ -17,6 +18,8 @@
 
 #include "bf16.h"
 #include "clock.h"
+#include "err.h"
+#include "shm_arena.h"
 #include "steps.h"
 #include "wire.h"
 
@@ -84,6 +87,79 @@ static void copy_out(uint8_t *dst, const float *src, uint64_t n, int bf16) {
     memcpy(dst, src, n * sizeof(float));
 }
 
+/* Answers a pull whose caller named a range of its shared-memory arena
+ * (PullRequest.shm, shm_arena.h): the values are written there, whole (the
+ * range must hold them all), and the answer carries only the versions and
+ * in_shm. Async values are copied as they are, as the byte path sends
+ * them; sync ones from the step's snapshot (or under each variable's lock),
+ * so the range holds exactly the version the answer says. */
+static void answer_shm(struct psd_service *svc, struct cm_rpc_call *call,
+                       const Psd__V1__PullRequest *req, struct psd_var **vars,
+                       uint64_t *versions, uint64_t total,
+                       Psd__V1__PullResponse *resp, double start) {
+  const Psd__V1__ShmRef *ref = req->shm;
+  struct psd_steps_snap *snap = NULL;
+  struct psd_shm_arena *a = NULL;
+  uint8_t *dst;
+  char why[300];
+  int rc;
+
+  if (req->dtype != PSD__V1__WIRE_DTYPE__F32) {
+    psd__fail(svc, call, GRPC_STATUS_INVALID_ARGUMENT,
+              "pull from shard %d: shm answers are f32; ask for BF16 without "
+              "shm",
+              svc->shard);
+    return;
+  }
+  rc = psd_shm_range(ref->key_hi, ref->key_lo, ref->offset, ref->length, total,
+                     &a, &dst, why, sizeof why);
+  if (rc == CM_ENOENT) {
+    psd__fail(svc, call, GRPC_STATUS_FAILED_PRECONDITION,
+              "pull from shard %d: shared memory arena unknown (shm.key); "
+              "register it again or ask for the bytes",
+              svc->shard);
+    return;
+  }
+  if (rc) {
+    psd__fail(svc, call, GRPC_STATUS_INVALID_ARGUMENT, "pull from shard %d: %s",
+              svc->shard, why);
+    return;
+  }
+  if (svc->steps && !req->slots)
+    snap = psd_steps_snap_get(svc->steps);
+  for (size_t i = 0; i < req->n_segments; i++) {
+    const Psd__V1__Segment *seg = req->segments[i];
+    struct psd_var *v = vars[i];
+    uint64_t len = seg->count * sizeof(float), at = seg->offset - v->elem_begin;
+    if (snap) {
+      const float *val = psd_steps_snap_values(snap, v, &versions[i]);
+      memcpy(dst, val + at, len);
+    } else {
+      const float *src = req->slots ? v->slots[req->slot] : v->value;
+      /* Async without the lock, as the byte path reads (floats are never
+       * torn); sync under it, so the range is one version. */
+      if (svc->steps)
+        pthread_mutex_lock(&v->lock);
+      memcpy(dst, src + at, len);
+      if (!svc->steps)
+        pthread_mutex_lock(&v->lock);
+      versions[i] = v->version;
+      pthread_mutex_unlock(&v->lock);
+    }
+    dst += len;
+  }
+  psd_steps_snap_release(snap);
+  psd_shm_put(a);
+  resp->n_versions = req->n_segments;
+  resp->versions = versions;
+  resp->elements = total / sizeof(float);
+  resp->in_shm = 1;
+  atomic_fetch_add(&svc->pulls, 1);
+  atomic_fetch_add(&svc->bytes_out, total);
+  cm_rpc_reply(call, cm_rpc_pack(&resp->base));
+  psd_hist_observe(&svc->pull_time, (cm_mono_ms() - start) / 1e3);
+}
+
 /* Answers a pull whose version exists; `start` (cm_mono_ms) is when its
  * handling began, for the pull histogram. An answer that would not fit in
  * one message carries the first elements only (PullResponse.partial). */
@@ -120,6 +196,10 @@ static void answer_pull(struct psd_service *svc, struct cm_rpc_call *call,
   }
   if (svc->steps)
     resp.step = psd_steps_version(svc->steps);
+  if (req->shm) {
+    answer_shm(svc, call, req, vars, versions, total, &resp, start);
+    goto out;
+  }
   resp.dtype = req->dtype;
   send = answer_room(&resp, versions, req->n_segments, total,
                      answer_cap(svc, req), esize);

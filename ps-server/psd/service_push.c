@@ -159,15 +159,20 @@ static void log_nonfinite(struct psd_service *svc, struct cm_rpc_call *call,
 static int read_gradient(struct psd__push *p) {
   struct psd_service *svc = p->svc;
 
-  if (!(p->grad = malloc(p->total ? p->total : 1))) {
-    refuse_nomem(p);
-    return -1;
+  size_t n = p->total / sizeof(float), bad;
+  if (p->from_shm) {
+    bad = p->shm_bad; /* copied out of the arena and scanned in one pass */
+  } else {
+    if (!(p->grad = malloc(p->total ? p->total : 1))) {
+      refuse_nomem(p);
+      return -1;
+    }
+    if (p->bf16)
+      cm_wire_bulk_read_bf16(&p->m, 0, p->grad, n);
+    else
+      cm_wire_bulk_read(&p->m, 0, p->grad, p->total);
+    bad = cm_first_nonfinite(p->grad, n);
   }
-  if (p->bf16)
-    cm_wire_bulk_read_bf16(&p->m, 0, p->grad, p->total / sizeof(float));
-  else
-    cm_wire_bulk_read(&p->m, 0, p->grad, p->total);
-  size_t n = p->total / sizeof(float), bad = cm_first_nonfinite(p->grad, n);
   if (bad >= n)
     return 0;
   char what[512];

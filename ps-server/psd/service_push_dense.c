@@ -6,7 +6,8 @@
  * and the data field's size, a NaN or infinity is named by variable and
  * element, and each segment is applied to its variable (async, store.h) or
  * staged for its step (sync, steps.h). The answer carries each segment's
- * version. */
+ * version. A same-host client's gradient may lie in its shared-memory arena
+ * instead of the data field (PushRequest.shm, shm_arena.h). */
 #include "service_internal.h"
 
 #include <math.h>
@@ -17,6 +18,8 @@
 
 #include "bf16.h"
 #include "err.h"
+#include "shm.h"
+#include "shm_arena.h"
 #include "steps.h"
 
 /* Answers the push with the version of each segment's variable, or, when
@@ -98,6 +101,52 @@ static void refuse_length(struct psd__push *p) {
             esize);
 }
 
+/* A push whose gradient lies in a shared-memory arena (PushRequest.shm):
+ * the range checked against the arena and the segments, then copied out of
+ * the arena into p->grad with the NaN scan in the same pass (p->shm_bad),
+ * so that what is applied is what was checked, whatever the client writes
+ * into its arena meanwhile. Returns 0, or -1 once the call is answered. */
+static int read_shm(struct psd__push *p) {
+  const Psd__V1__ShmRef *ref = p->dense->shm;
+  struct psd_shm_arena *a = NULL;
+  uint8_t *src;
+  char why[300];
+  int rc;
+
+  if (p->bf16 || p->m.bulk_len) {
+    psd__fail(p->svc, p->call, GRPC_STATUS_INVALID_ARGUMENT,
+              "push on shard %d: shm names the gradient's place, but the "
+              "data field holds %zu bytes%s; send one or the other (f32)",
+              p->svc->shard, p->m.bulk_len,
+              p->bf16 ? " and dtype is BF16" : "");
+    return -1;
+  }
+  rc = psd_shm_range(ref->key_hi, ref->key_lo, ref->offset, ref->length,
+                     p->total, &a, &src, why, sizeof why);
+  if (rc == CM_ENOENT) {
+    psd__fail(p->svc, p->call, GRPC_STATUS_FAILED_PRECONDITION,
+              "push on shard %d: shared memory arena unknown (shm.key); "
+              "register it again or send the bytes",
+              p->svc->shard);
+    return -1;
+  }
+  if (rc) {
+    psd__fail(p->svc, p->call, GRPC_STATUS_INVALID_ARGUMENT,
+              "push on shard %d: %s", p->svc->shard, why);
+    return -1;
+  }
+  if (!(p->grad = malloc(p->total ? p->total : 1))) {
+    psd_shm_put(a);
+    psd__fail(p->svc, p->call, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+    return -1;
+  }
+  p->shm_bad = cm_shm_copy_scan(p->grad, (const float *)(const void *)src,
+                                p->total / sizeof(float));
+  p->from_shm = 1;
+  psd_shm_put(a);
+  return 0;
+}
+
 /* Step 2: every segment's name, shape and range, the gradient's size
  * against the data field, and overlaps; fills p->vars and p->total. A push
  * of no segments and no data is one of nothing. Returns 0, 1 for a push of
@@ -146,7 +195,10 @@ static int check_segments(struct psd__push *p) {
     p->total += seg->count * sizeof(float);
   }
   p->wire = p->bf16 ? p->total / sizeof(float) * CM_BF16_BYTES : p->total;
-  if (p->wire != p->m.bulk_len) {
+  if (req->shm) {
+    if (read_shm(p))
+      return -1;
+  } else if (p->wire != p->m.bulk_len) {
     refuse_length(p);
     return -1;
   }

@@ -17,6 +17,7 @@
 #include "metrics.h"
 #include "rand.h"
 #include "saver.h"
+#include "shm_arena.h"
 #include "spec.h"
 #include "steps.h"
 #include "store.h"
@@ -253,6 +254,13 @@ void psd_server_start_local(struct psd_server *srv) {
     return;
   }
   snprintf(srv->unix_path, sizeof srv->unix_path, "%s", path);
+  /* Same-host clients' tensor bytes through shared memory (shm_arena.h). */
+  if (srv->spec->job.shared_memory &&
+      psd_shm_start(path, srv->spec->job.name, srv->creds.token,
+                    srv->spec->job.socket_owner, why, sizeof why))
+    cm_warn("no shared memory: %s; clients on this host send tensor bytes "
+            "over the Unix socket",
+            why);
 }
 
 enum psd_exit psd_server_start_metrics(struct psd_server *srv) {

@@ -214,28 +214,47 @@ def tcp_rt_p50_us(part, size, rounds):
                          "tcp pingpong")["rt_p50_us"])
 
 
+def via_specs(spec, cfg, name):
+    """The spec (shared memory, what a client on the shard's host picks)
+    beside its variants over TCP (job.unix_sockets false, as between hosts)
+    and over the Unix socket without shared memory (job.shared_memory
+    false), in the order they run: [(via, path)]."""
+    out = []
+    for via, key in (("tcp", "unix_sockets"), ("unix", "shared_memory")):
+        c = json.loads(json.dumps(cfg))
+        c["job"][key] = False
+        path = os.path.join(os.path.dirname(spec), "%s-%s.json" % (name, via))
+        with open(path, "w") as f:
+            json.dump(c, f)
+        out.append((via, path))
+    return out + [("shm", spec)]
+
+
+def via_of(rt):
+    """The path a roundtrip line says it took: tcp, unix or shm."""
+    return "shm" if rt.get("shm") == "yes" else rt.get("via")
+
+
 def transport(d):
-    """gRPC over TCP (the spec's job.unix_sockets false, as between hosts) and
-    over the shard's Unix socket (what a client on the same host picks), each
-    against a loopback TCP stream of the same bytes."""
+    """gRPC over TCP (the spec's job.unix_sockets false, as between hosts),
+    over the shard's Unix socket (job.shared_memory false) and through shared
+    memory (what a client on the same host picks), each against a loopback
+    TCP stream of the same bytes, alternating."""
     spec = os.path.join(d, "bench.json")
     cfg = h.write_spec(spec, nps=1, nworker=1, job={"name": "bench", "optimizer": {"type": "sgd"}})
-    cfg["job"]["unix_sockets"] = False
-    tcp_spec = os.path.join(d, "bench-tcp.json")
-    with open(tcp_spec, "w") as f:
-        json.dump(cfg, f)
+    vias = via_specs(spec, cfg, "bench")
     with procs("transport") as started:
         start_psd("transport", started, spec, 0)
         for size, rounds in SIZES:
-            res = {"tcp": ([], [], []), "unix": ([], [], [])}
+            res = {via: ([], [], []) for via, _ in vias}
             tcp, tcp_rt = [], []
             for _ in range(REPEATS):
-                for via, sp in (("tcp", tcp_spec), ("unix", spec)):
+                for via, sp in vias:
                     argv = pstool(sp, "--bytes", str(size), "--rounds", str(rounds), "roundtrip")
                     r = run_ok("transport", argv)
                     rt = line_kv("transport", argv, r.stdout.splitlines(), "roundtrip")
-                    if rt.get("via") != via:
-                        fail("transport", argv, "used via=%s, not %s" % (rt.get("via"), via),
+                    if via_of(rt) != via:
+                        fail("transport", argv, "used via=%s, not %s" % (via_of(rt), via),
                              r.stdout)
                     res[via][0].append(float(rt["push_MBps"]))
                     res[via][1].append(float(rt["pull_MBps"]))
@@ -243,7 +262,7 @@ def transport(d):
                 tcp.append(tcp_mbps("transport", size, rounds))
                 if size <= 4096:
                     tcp_rt.append(tcp_rt_p50_us("transport", size, rounds))
-            for via in ("tcp", "unix"):
+            for via, _ in vias:
                 push, pull, lat = res[via]
                 line = ("bench transport size=%d via=%s push_MBps=%.0f pull_MBps=%.0f "
                         "tcp_MBps=%.0f push_ratio=%.2f pull_ratio=%.2f"
@@ -265,22 +284,19 @@ def transport(d):
 
 
 def aggregate(d):
-    """2 shards and 2 clients at once, 64 MiB each, over TCP and over the Unix
-    sockets, against one TCP stream."""
+    """2 shards and 2 clients at once, 64 MiB each, over TCP, over the Unix
+    sockets and through shared memory, against one TCP stream."""
     spec = os.path.join(d, "agg.json")
     cfg = h.write_spec(spec, nps=2, nworker=2,
                        job={"name": "bench-agg", "optimizer": {"type": "sgd"}})
-    cfg["job"]["unix_sockets"] = False
-    tcp_spec = os.path.join(d, "agg-tcp.json")
-    with open(tcp_spec, "w") as f:
-        json.dump(cfg, f)
+    vias = via_specs(spec, cfg, "agg")
     size, rounds = 64 << 20, 4
     with procs("aggregate") as started:
         for i in range(2):
             start_psd("aggregate", started, spec, i)
-        totals = {"tcp": [], "unix": []}
+        totals = {via: [] for via, _ in vias}
         for _ in range(REPEATS):
-            for via, sp in (("tcp", tcp_spec), ("unix", spec)):
+            for via, sp in vias:
                 clients = []
                 for i in range(2):
                     clients.append(h.Proc(pstool(sp, "--bytes", str(size), "--rounds",
@@ -290,13 +306,13 @@ def aggregate(d):
                 rs = []
                 for p in clients:
                     rs.append(line_kv("aggregate", p.argv, p.lines, "roundtrip"))
-                    if rs[-1].get("via") != via:
+                    if via_of(rs[-1]) != via:
                         fail("aggregate", p.argv, "used via=%s, not %s"
-                             % (rs[-1].get("via"), via), p.output())
+                             % (via_of(rs[-1]), via), p.output())
                 totals[via].append((sum(float(r["push_MBps"]) for r in rs),
                                     sum(float(r["pull_MBps"]) for r in rs)))
         tcp = tcp_mbps("aggregate", size, rounds)
-        for via in ("tcp", "unix"):
+        for via, _ in vias:
             push = median([t[0] for t in totals[via]])
             pull = median([t[1] for t in totals[via]])
             print("bench transport shards=2 clients=2 size=%d via=%s push_MBps=%.0f "

@@ -29,12 +29,12 @@
  * libpsclient, pushes a known gradient, pulls it back and checks every element
  * against the update formula, then times R pushes and R pulls (with each call's
  * p50 and p99; --only push or --only pull times that direction alone, for a
- * profiler); with --join it first joins the job as worker W, so its pushes
- * name it (the coordinator then times them as that worker's steps); tcp times a
- * plain loopback TCP copy, the baseline for the transport benchmark.
- * nanpush K (with --bytes N) pushes a gradient with a NaN at element K through
- * libpsclient, which must refuse it whole (job.nonfinite "reject"), and
- * checks with a pull that no shard changed.
+ * profiler; shm=yes when ps:0's bytes go through shared memory); with --join it
+ * first joins the job as worker W, so its pushes name it (the coordinator then
+ * times them as that worker's steps); tcp times a plain loopback TCP copy, the
+ * baseline for the transport benchmark. nanpush K (with --bytes N) pushes a
+ * gradient with a NaN at element K through libpsclient, which must refuse it
+ * whole (job.nonfinite "reject"), and checks with a pull that no shard changed.
  * syncload is a light sync worker for the scale benchmark: the demo MLP's
  * variables, no compute, S steps of pull, stage, admit.
  *

@@ -171,15 +171,15 @@ int pstool_roundtrip(struct cm_spec *spec, const struct pstool_args *a) {
   double mbp = (double)a->bytes * npush / 1e6,
          mbl = (double)a->bytes * npull / 1e6;
   double sp = npush ? t1 - t0 : 1, sl = npull ? t2 - t1 : 1;
-  printf("roundtrip bytes=%llu %s via=%s push_MBps=%.0f pull_MBps=%.0f "
+  printf("roundtrip bytes=%llu %s via=%s shm=%s push_MBps=%.0f pull_MBps=%.0f "
          "push_us=%.0f pull_us=%.0f push_p50_us=%.0f push_p99_us=%.0f "
          "pull_p50_us=%.0f pull_p99_us=%.0f\n",
          (unsigned long long)a->bytes, fresh ? "verified" : "reused",
          strncmp(psc__client_target(c, 0), "unix:", 5) ? "tcp" : "unix",
-         mbp / sp, mbl / sl, npush ? sp / npush * 1e6 : 0,
-         npull ? sl / npull * 1e6 : 0, quantile(tp, npush, 0.5) * 1e6,
-         quantile(tp, npush, 0.99) * 1e6, quantile(tl, npull, 0.5) * 1e6,
-         quantile(tl, npull, 0.99) * 1e6);
+         psc__client_shm_bytes(c, 0) ? "yes" : "no", mbp / sp, mbl / sl,
+         npush ? sp / npush * 1e6 : 0, npull ? sl / npull * 1e6 : 0,
+         quantile(tp, npush, 0.5) * 1e6, quantile(tp, npush, 0.99) * 1e6,
+         quantile(tl, npull, 0.5) * 1e6, quantile(tl, npull, 0.99) * 1e6);
   free(tp);
   free(tl);
   /* A joined client reports each timed push as one example, so that the

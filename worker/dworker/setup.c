@@ -255,7 +255,12 @@ int dw_setup_params(struct dw_worker *w) {
   cm_info("declared %d variables on %d shards", w->nvars, w->spec->nps);
   for (int s = 0; s < w->spec->nps; s++) {
     const char *t = psc__client_target(w->client, s);
-    if (!strncmp(t, "unix:", 5))
+    uint64_t shm = psc__client_shm_bytes(w->client, s);
+    if (!strncmp(t, "unix:", 5) && shm)
+      cm_info("shard %d (%s) runs on this host: using %s with shared memory "
+              "(%.1f MiB)",
+              s, w->spec->ps[s].text, t, shm / 1048576.0);
+    else if (!strncmp(t, "unix:", 5))
       cm_info("shard %d (%s) runs on this host: using %s", s,
               w->spec->ps[s].text, t);
     else

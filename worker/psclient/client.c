@@ -24,6 +24,7 @@
 #include "log.h"
 #include "rand.h"
 #include "shard.h"
+#include "shm_client.h"
 
 #define DEFAULT_CHUNK (2u << 20)
 #define MAX_CHUNK (32u << 20)
@@ -147,6 +148,7 @@ void psc__client_free(struct psc__client *c) {
     pthread_mutex_unlock(&c->lock);
     pthread_join(c->hb_thread, NULL);
   }
+  psc__shm_free(c);
   for (int s = 0; c->ch && s < c->nshards; s++)
     cm_channel_free(c->ch[s]);
   free(c->ch);

@@ -17,6 +17,7 @@
  *   status.c     Admin/Status as JSON
  *   admin.c      Admin/Checkpoint, and the last call's status for a tool
  *   sparse.c     embedding tables: their declare, sparse pulls and pushes
+ *   shm_client.c same-host shared-memory arenas for pulls and pushes
  *
  * Each file's own block says how its part works: client.c the plan of
  * the traffic, transfer.c and retry.c the retries. */
@@ -63,6 +64,8 @@ struct psc__msg {
                           none pulled) */
   uint64_t push_bytes; /* push: the same for the pieces pushed */
   int sel_lead;        /* 1: the first message pushed to its shard */
+  uint64_t shm_at;     /* its place in its shard's arena parts
+                          (shm_client.h) */
 };
 
 struct psc__client {
@@ -153,6 +156,10 @@ struct psc__client {
                           back to back (made by the first push), which the
                           push messages point into */
   uint64_t *grad16_at; /* owned, per variable: its first element in grad16 */
+
+  /* Same-host shared memory (shm_client.h). */
+  struct psc__shm *shm; /* owned, per shard, made by the first transfer;
+                           NULL until then */
 
   /* Embedding tables (sparse.c). */
   struct psc__table_state *tables; /* owned, declared tables */

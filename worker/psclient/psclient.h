@@ -161,6 +161,11 @@ void psc__client_set_interrupt(struct psc__client *c,
  * socket (common/rpc/endpoint.h; job.unix_sockets). Owned by the client. */
 const char *psc__client_target(const struct psc__client *c, int shard);
 
+/* The bytes of the shared-memory arena through which pulls and pushes to
+ * shard move (registering it now when it can be: a shard on this host, with
+ * job.shared_memory; docs/wire.md), or 0 when they travel as bytes. */
+uint64_t psc__client_shm_bytes(struct psc__client *c, int shard);
+
 /* Pulls every declared variable's current value into its `value` buffer. */
 int psc__client_pull(struct psc__client *c);
 

@@ -25,6 +25,7 @@
 #include "clock.h"
 #include "err.h"
 #include "finite.h"
+#include "shm_client.h"
 #include "wire.h"
 
 /* gRPC is done with one gradient slice (psclient.h: the caller's gradient
@@ -103,6 +104,8 @@ static grpc_byte_buffer *build_request(struct psc__client *c,
   int first_of_shard = m->sel_lead;
   Psd__V1__Caller caller = psc__caller(c, m->shard);
   Psd__V1__Segment segs[64], *sp[64], **ptrs = sp, *seg = segs;
+  Psd__V1__ShmRef ref = PSD__V1__SHM_REF__INIT;
+  int in_shm = c->shm && c->shm[m->shard].using;
   uint8_t stack[4096], *head = stack;
   grpc_byte_buffer *bb = NULL;
   struct cm_wire_piece wp[64], *pieces = wp;
@@ -162,6 +165,14 @@ static grpc_byte_buffer *build_request(struct psc__client *c,
     req.chunk = m->chunk;
     req.dtype =
         c->wire_bf16 ? PSD__V1__WIRE_DTYPE__BF16 : PSD__V1__WIRE_DTYPE__F32;
+    if (in_shm) {
+      /* The gradient waits in the arena (psc__shm_fill). */
+      ref.key_hi = c->shm[m->shard].key[0];
+      ref.key_lo = c->shm[m->shard].key[1];
+      ref.offset = psc__shm_at(c, (int)(m - c->msgs), 0);
+      ref.length = m->push_bytes;
+      req.shm = &ref;
+    }
     len = psd__v1__push_request__get_packed_size(&req);
     if (len > sizeof stack && !(head = malloc(len)))
       goto out;
@@ -177,10 +188,22 @@ static grpc_byte_buffer *build_request(struct psc__client *c,
     req.max_answer_bytes = (uint64_t)cm_rpc_max_message();
     req.dtype =
         c->wire_bf16 ? PSD__V1__WIRE_DTYPE__BF16 : PSD__V1__WIRE_DTYPE__F32;
+    if (in_shm) {
+      /* The shard writes the values into the arena's pull part. */
+      ref.key_hi = c->shm[m->shard].key[0];
+      ref.key_lo = c->shm[m->shard].key[1];
+      ref.offset = psc__shm_at(c, (int)(m - c->msgs), 1);
+      ref.length = m->sel_bytes;
+      req.shm = &ref;
+    }
     len = psd__v1__pull_request__get_packed_size(&req);
     if (len > sizeof stack && !(head = malloc(len)))
       goto out;
     psd__v1__pull_request__pack(&req, head);
+  }
+  if (push && in_shm) {
+    bb = cm_wire_build(head, len, NULL, 0, NULL, NULL);
+    goto out;
   }
   if (push) {
     pthread_mutex_lock(&c->lock);
@@ -200,67 +223,67 @@ out:
   return bb;
 }
 
-/* Whether a parsed pull answer is a rolled-back one (it has no data). */
-static int rolled_back_answer(const struct cm_wire_msg *w) {
-  Psd__V1__PullResponse *pr =
-      psd__v1__pull_response__unpack(NULL, w->head_len, w->head);
-  int rb = pr && pr->rolled_back;
-  if (pr)
-    psd__v1__pull_response__free_unpacked(pr, NULL);
-  return rb;
+/* Copies a pull answer's values into the variables: from the arena when
+ * the shard wrote them there (in_shm), else from the received bytes. */
+static void copy_pulled(struct psc__client *c, const struct psc__msg *m,
+                        const struct cm_wire_msg *w, int in_shm) {
+  const uint8_t *arena =
+      in_shm ? c->shm[m->shard].base + psc__shm_at(c, (int)(m - c->msgs), 1)
+             : NULL;
+  size_t off = 0;
+  for (int i = 0; i < m->npieces; i++) {
+    const struct psc__piece *p = &c->pieces[m->first + i];
+    if (!psc__selected(c, p->var))
+      continue;
+    float *dst = c->vars[p->var].value + p->offset;
+    if (in_shm) {
+      memcpy(dst, arena + off, p->count * sizeof(float));
+      off += p->count * sizeof(float);
+    } else if (c->wire_bf16) {
+      cm_wire_bulk_read_bf16(w, off, dst, p->count);
+      off += p->count * CM_BF16_BYTES;
+    } else {
+      cm_wire_bulk_read(w, off, dst, p->count * sizeof(float));
+      off += p->count * sizeof(float);
+    }
+  }
 }
 
-/* Checks a pull answer and copies its bytes into the variables. */
+/* Checks a pull answer and copies its values into the variables. */
 static void on_pulled(struct cm_unary *u, void *ctx) {
   struct psc__client *c = ctx;
   const struct psc__msg *m = u->user;
   struct cm_wire_msg w;
+  Psd__V1__PullResponse *pr = NULL;
+  int asked_shm = c->shm && c->shm[m->shard].using;
   if (u->status != GRPC_STATUS_OK)
     return;
-  if (cm_wire_parse(&w, u->response)) {
+  if (cm_wire_parse(&w, u->response) ||
+      !(pr = psd__v1__pull_response__unpack(NULL, w.head_len, w.head))) {
     u->status = GRPC_STATUS_INTERNAL;
     snprintf(u->details, sizeof u->details, "malformed pull answer");
-    cm_unary_release(u);
-    return;
-  }
-  if (w.bulk_len != wire_bytes(c, m, 0) && !rolled_back_answer(&w)) {
+  } else if (pr->rolled_back) {
+    /* No data: the job rolled back; the caller pulls that step again. */
+    psc__saw_rollback(c, pr->gen, pr->rollback_step);
+  } else if (pr->in_shm && (!asked_shm || w.bulk_len)) {
+    u->status = GRPC_STATUS_INTERNAL;
+    snprintf(u->details, sizeof u->details,
+             "pull answer says its values are in shared memory, but %s",
+             asked_shm ? "it also holds bytes" : "none was named");
+  } else if (!pr->in_shm && w.bulk_len != wire_bytes(c, m, 0)) {
     u->status = GRPC_STATUS_INTERNAL;
     snprintf(u->details, sizeof u->details,
              "pull answer holds %zu bytes; expected %llu (%s)", w.bulk_len,
              (unsigned long long)wire_bytes(c, m, 0),
              c->wire_bf16 ? "bf16" : "f32");
   } else {
-    size_t off = 0;
-    Psd__V1__PullResponse *pr =
-        psd__v1__pull_response__unpack(NULL, w.head_len, w.head);
-    if (pr && pr->rolled_back) {
-      /* No data: the job rolled back; the caller pulls that step again. */
-      psc__saw_rollback(c, pr->gen, pr->rollback_step);
-      psd__v1__pull_response__free_unpacked(pr, NULL);
-      cm_wire_msg_release(&w);
-      cm_unary_release(u);
-      return;
-    }
-    if (pr) {
-      if (pr->step < c->pulled_step)
-        c->pulled_step = pr->step;
-      psd__v1__pull_response__free_unpacked(pr, NULL);
-    }
-    for (int i = 0; i < m->npieces; i++) {
-      const struct psc__piece *p = &c->pieces[m->first + i];
-      if (!psc__selected(c, p->var))
-        continue;
-      float *dst = c->vars[p->var].value + p->offset;
-      if (c->wire_bf16) {
-        cm_wire_bulk_read_bf16(&w, off, dst, p->count);
-        off += p->count * CM_BF16_BYTES;
-      } else {
-        cm_wire_bulk_read(&w, off, dst, p->count * sizeof(float));
-        off += p->count * sizeof(float);
-      }
-    }
+    if (pr->step < c->pulled_step)
+      c->pulled_step = pr->step;
+    copy_pulled(c, m, &w, pr->in_shm);
     c->pulled += wire_bytes(c, m, 0);
   }
+  if (pr)
+    psd__v1__pull_response__free_unpacked(pr, NULL);
   cm_wire_msg_release(&w);
   cm_unary_release(u);
 }
@@ -286,32 +309,34 @@ static void on_done(struct cm_unary *u, void *ctx) {
   }
 }
 
-/* With job.nonfinite "reject", a gradient holding NaN or an infinity is
- * refused before any message leaves: each shard checks only the messages it
- * gets, so one shard would refuse its part while the others applied theirs.
- * The shards' own scan (finite.h), about a fifth of the time a push spends
- * copying the gradient into its messages. */
-static int check_finite(struct psc__client *c) {
-  if (strcmp(c->spec->job.nonfinite, "reject") != 0)
+/* Copies the push's gradient into the arenas of the shards that use one
+ * (shm_client.h), and, with job.nonfinite "reject", refuses a gradient
+ * holding NaN or an infinity before any message leaves: each shard checks
+ * only the messages it gets, so one shard would refuse its part while the
+ * others applied theirs. The scan is fused into the arena's copy where
+ * there is one (one pass), a scan of its own elsewhere. */
+static int fill_and_check(struct psc__client *c) {
+  int var;
+  uint64_t k;
+  psc__shm_fill(c, strcmp(c->spec->job.nonfinite, "reject") == 0, &var, &k);
+  if (var < 0)
     return 0;
-  for (int i = 0; i < c->nvars; i++) {
-    const struct psc__var *v = &c->vars[i];
-    if (!psc__pushed(c, i))
-      continue;
-    uint64_t n = psc__numel(v), k = cm_first_nonfinite(v->grad, n);
-    if (k == n)
-      continue;
-    psc__seterr(
-        c,
-        "push: gradient of '%s' element %llu is %s; nothing of this push "
-        "was sent (job.nonfinite is \"reject\")",
-        v->name, (unsigned long long)k,
-        isnan(v->grad[k])   ? "NaN"
-        : v->grad[k] > 0.0f ? "+Inf"
-                            : "-Inf");
-    return CM_EINVAL;
-  }
-  return 0;
+  const struct psc__var *v = &c->vars[var];
+  psc__seterr(c,
+              "push: gradient of '%s' element %llu is %s; nothing of this push "
+              "was sent (job.nonfinite is \"reject\")",
+              v->name, (unsigned long long)k,
+              isnan(v->grad[k])   ? "NaN"
+              : v->grad[k] > 0.0f ? "+Inf"
+                                  : "-Inf");
+  return CM_EINVAL;
+}
+
+/* Whether a failed call was refused for an arena the shard no longer
+ * knows (it restarted, or dropped the hello's connection). */
+static int arena_unknown(const struct cm_unary *u) {
+  return u->status == GRPC_STATUS_FAILED_PRECONDITION &&
+         strstr(u->details, "shared memory arena unknown");
 }
 
 /* Pushes, pulls, or both at once (each shard's push and pull in flight
@@ -323,7 +348,7 @@ static int transfer(struct psc__client *c, int what) {
   const char *name = what == XFER_PUSH   ? "push"
                      : what == XFER_PULL ? "pull"
                                          : "push and pull";
-  unsigned char down[256];
+  unsigned char down[256], shm_dead[256] = {0};
   int rc = 0, left = 0, rolled_before = c->rolled_back;
   if (!c->vars) {
     psc__seterr(c, "%s: declare the variables first", name);
@@ -332,12 +357,6 @@ static int transfer(struct psc__client *c, int what) {
   if (c->nshards > (int)sizeof down) {
     psc__seterr(c, "%s: more than %zu shards", name, sizeof down);
     return CM_EINVAL;
-  }
-  if ((what & XFER_PUSH) && (rc = check_finite(c)))
-    return rc;
-  if ((what & XFER_PUSH) && c->wire_bf16 && round_gradients(c)) {
-    psc__seterr(c, "%s: out of memory", name);
-    return CM_ENOMEM;
   }
   for (int i = 0; i < c->nvars; i++)
     if (((what & XFER_PULL) && psc__selected(c, i) && !c->vars[i].value) ||
@@ -350,6 +369,14 @@ static int transfer(struct psc__client *c, int what) {
       return CM_EINVAL;
     }
   select_msgs(c);
+  psc__shm_begin(c);
+  if ((what & XFER_PUSH) && (rc = fill_and_check(c)))
+    goto out;
+  if ((what & XFER_PUSH) && c->wire_bf16 && round_gradients(c)) {
+    psc__seterr(c, "%s: out of memory", name);
+    rc = CM_ENOMEM;
+    goto out;
+  }
   if (what & XFER_PUSH)
     c->seq++;
   for (int i = 0; i < c->nmsgs; i++) {
@@ -358,7 +385,7 @@ static int transfer(struct psc__client *c, int what) {
     left += c->pending[2 * i] + c->pending[2 * i + 1];
   }
   for (int attempt = 0; left > 0; attempt++) {
-    int n = 0, fatal = 0;
+    int n = 0, fatal = 0, shm_again = 0;
     for (int p = 0; p < 2 * c->nmsgs; p++) {
       if (!c->pending[p])
         continue;
@@ -395,6 +422,15 @@ static int transfer(struct psc__client *c, int what) {
       const struct psc__msg *m = u->user;
       int p = c->call_pair[k], push = p % 2 == 0;
       c->stats.calls++;
+      if (u->status != GRPC_STATUS_OK && c->shm && c->shm[m->shard].using) {
+        /* Retired after this loop; the retry goes as bytes. An arena the
+         * shard forgot is no failure of the call's own. */
+        shm_dead[m->shard] = 1;
+        if (arena_unknown(u)) {
+          shm_again = 1;
+          continue;
+        }
+      }
       if (u->status == GRPC_STATUS_OK) {
         if (push)
           c->pushed += wire_bytes(c, m, 1);
@@ -416,6 +452,11 @@ static int transfer(struct psc__client *c, int what) {
       c->pending[p] = 0;
       left--;
     }
+    for (int s = 0; s < c->nshards; s++)
+      if (shm_dead[s]) {
+        psc__shm_retire(c, s);
+        shm_dead[s] = 0;
+      }
     /* A Unix socket never reconnects: the retry goes over TCP. */
     psc__back_to_tcp(c, c->calls, n);
     for (int k = 0; k < n; k++)
@@ -433,13 +474,14 @@ static int transfer(struct psc__client *c, int what) {
       break;
     }
     rc = 0;
-    if (left > 0 &&
+    if (left > 0 && !shm_again &&
         (rc = psc__retry_wait(c, down, c->nshards, attempt + 1, name)))
       break;
   }
 out:
   if (what & XFER_PUSH)
     wait_refs(c);
+  psc__shm_end(c);
   return rc;
 }
 
