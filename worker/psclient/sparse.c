@@ -1,15 +1,19 @@
 /* Embedding tables (psclient.h, "embedding tables"): their declare, and
  * sparse pulls and pushes of rows by id.
  *
- * A call's ids are split by shard (splitmix64(id) % shards, the function
- * psd uses) and cut into messages of at most chunk_bytes of rows; every
- * message of every shard and table goes in one run, up to `inflight` per
- * shard at once. A message's ids (and a push's row gradients) are gathered
- * from the caller's arrays straight into the message's own buffer, the one
- * copy; a pull's answer is scattered from the received slices straight into
- * the caller's rows. Failed calls are retried like dense ones (retry.c),
- * and a push's messages carry (client id, seq, chunk) so a retried message
- * is applied once. */
+ * A call's ids are made unique and split by shard (splitmix64(id) % shards,
+ * the function psd uses) in one pass, then cut into messages of at most
+ * chunk_bytes of rows; every message of every shard and table goes in one
+ * run, up to `inflight` per shard at once. A shard is asked for each row
+ * once however often the call names it: a pull's row is copied to every
+ * position that names its id, and a push's repeated rows are summed here,
+ * in the caller's order, the float32 sums the shard would make (so a call
+ * counts once per id even when its rows pass one message). A message's ids
+ * (and a push's summed rows) are gathered straight into the message's own
+ * buffer, the one copy; a pull's answer is read from the received slices
+ * in order, once, straight into the caller's rows. Failed calls are retried
+ * like dense ones (retry.c), and a push's messages carry (client id, seq,
+ * chunk) so a retried message is applied once. */
 #include "client_internal.h"
 
 #include <stdio.h>
@@ -23,18 +27,24 @@
 static const char PULL_METHOD[] = "/psd.v1.Data/SparsePull";
 static const char PUSH_METHOD[] = "/psd.v1.Data/SparsePush";
 
-/* One message of a sparse call: some ids of one table for one shard. */
+/* One message of a sparse call: some unique ids of one table for one
+ * shard, a run of the plan's uid and head arrays. */
 struct smsg {
   int r;          /* index into the call's psc__rows */
   int shard;      /* destination */
-  size_t *pos;    /* positions in r's ids (borrowed from the plan) */
-  size_t n;       /* ids in it */
+  size_t first;   /* its first unique id's index in the plan's arrays */
+  size_t n;       /* unique ids in it */
   uint32_t dim;   /* the table's row width */
   uint32_t chunk; /* its index among the call's messages to its shard */
   int pending;    /* 1 until answered OK (or a closed step) */
 };
 
-/* A sparse call in progress. */
+/* A sparse call in progress. Its plan: every table's ids made unique and
+ * grouped by shard in one pass (plan()): uid[u] is unique id u, head[u]
+ * the first of its positions in its table's ids, and next[k] the position
+ * after k with the same id (NO_POS ends), positions ascending, so a pull's
+ * row is copied to each occurrence and a push's repeats are summed in the
+ * caller's order, as the shard would sum them. */
 struct scall {
   struct psc__client *c;
   int push;               /* 1: push, 0: pull */
@@ -46,8 +56,16 @@ struct scall {
   int closed;             /* push: a shard said the step is closed */
   struct smsg *msgs;      /* owned */
   int nmsgs;              /* entries in msgs */
-  size_t *pos;            /* owned: every message's positions, back to back */
+  uint64_t *uid;          /* owned: unique ids, by table, shard, first use */
+  uint32_t *head;         /* owned: uid[u]'s first position in its table */
+  uint32_t *next;         /* owned: per position of every table's ids (each
+                             table's from its offset in `base`), the next
+                             position of the same id */
+  size_t *base;           /* owned: per table, its positions' offset in next */
 };
+
+/* The end of a chain of positions. */
+#define NO_POS UINT32_MAX
 
 int psc__client_shard_of(const struct psc__client *c, uint64_t id) {
   return (int)(cm_splitmix64_at(id) % (uint64_t)c->nshards);
@@ -130,92 +148,154 @@ out:
   return rc;
 }
 
-/* Splits every psc__rows's ids by shard into messages of at most chunk_bytes
- * of rows. Returns 0, or an error in c->err. */
+/* A slot of the plan's hash set of one table's unique ids: a unique id's
+ * index + 1, 0 when free. */
+static size_t slot_of(uint64_t h, size_t mask) {
+  return (size_t)((h * 0x9E3779B97F4A7C15ull) >> 32) & mask;
+}
+
+/* Plans the call: each table's ids checked against its bound, made unique
+ * (a hash set over the call's largest table, cleared per table) and grouped
+ * by shard, then cut into messages of at most chunk_bytes of rows. One pass
+ * over the ids, one over the unique ids; arrays sized once per call.
+ * Returns 0, or an error in c->err. */
 static int plan(struct scall *sc, int nr) {
   struct psc__client *c = sc->c;
-  size_t total = 0, at = 0;
-  int *count = calloc((size_t)c->nshards, sizeof *count);
-  uint32_t *chunks = calloc((size_t)c->nshards, sizeof *chunks);
-  size_t all = 0, base = 0;
-  for (int i = 0; i < nr; i++)
-    all += sc->rows[i].n;
-  /* Each id's shard, computed once. */
-  int *shard = malloc((all + 1) * sizeof *shard);
-  int rc = 0;
-  if (!count || !chunks || !shard)
-    goto nomem;
+  const char *what = sc->push ? "push" : "pull";
+  size_t all = 0, most = 0, cap = 16, nu = 0;
+  int ns = c->nshards, rc = 0;
   for (int i = 0; i < nr; i++) {
-    const struct psc__rows *r = &sc->rows[i];
-    const struct psc__table_state *t = find_table(c, r->table);
+    all += sc->rows[i].n;
+    most = sc->rows[i].n > most ? sc->rows[i].n : most;
+    if (sc->rows[i].n >= NO_POS) {
+      psc__seterr(c, "%s rows of '%s': %zu ids in one call; at most %u", what,
+                  sc->rows[i].table, sc->rows[i].n, NO_POS - 1);
+      return CM_EINVAL;
+    }
+  }
+  while (cap < 2 * most)
+    cap *= 2;
+  uint32_t *slot = malloc(cap * sizeof *slot);
+  uint32_t *tail = malloc((most + 1) * sizeof *tail);
+  /* Per table: its unique ids in first-use order and their shards, before
+   * grouping. */
+  uint64_t *ids = malloc((most + 1) * sizeof *ids);
+  uint32_t *first = malloc((most + 1) * sizeof *first);
+  int *shard = malloc((most + 1) * sizeof *shard);
+  size_t *count = calloc((size_t)ns + 1, sizeof *count);
+  size_t *at = calloc((size_t)ns + 1, sizeof *at);
+  uint32_t *chunks = calloc((size_t)ns + 1, sizeof *chunks);
+  sc->uid = malloc((all + 1) * sizeof *sc->uid);
+  sc->head = malloc((all + 1) * sizeof *sc->head);
+  sc->next = malloc((all + 1) * sizeof *sc->next);
+  sc->base = calloc((size_t)nr + 1, sizeof *sc->base);
+  if (!slot || !tail || !ids || !first || !shard || !count || !at || !chunks ||
+      !sc->uid || !sc->head || !sc->next || !sc->base)
+    goto nomem;
+  /* The messages: at most one per shard and table beyond the rows' own
+   * count of chunks; counted exactly below, sized generously here. */
+  size_t maxmsgs = 0;
+  for (int i = 0; i < nr; i++) {
+    const struct psc__table_state *t = find_table(c, sc->rows[i].table);
     if (!t) {
       psc__seterr(c,
                   "%s rows of '%s': this client has declared no table '%s'; "
                   "declare it first",
-                  sc->push ? "push" : "pull", r->table, r->table);
+                  what, sc->rows[i].table, sc->rows[i].table);
       rc = CM_ENOENT;
       goto out;
     }
-    for (size_t k = 0; k < r->n; k++)
-      if (t->id_bound && r->ids[k] >= t->id_bound) {
+    size_t per = c->o.chunk_bytes / (t->dim * sizeof(float));
+    per = per ? per : 1;
+    maxmsgs += sc->rows[i].n / per + (size_t)ns;
+  }
+  if (!(sc->msgs = calloc(maxmsgs + 1, sizeof *sc->msgs)))
+    goto nomem;
+  size_t pos = 0;
+  for (int i = 0; i < nr; i++) {
+    const struct psc__rows *r = &sc->rows[i];
+    const struct psc__table_state *t = find_table(c, r->table);
+    uint32_t *next = sc->next + pos;
+    size_t tcap = 16, mask, n = 0;
+    while (tcap < 2 * r->n)
+      tcap *= 2;
+    mask = tcap - 1;
+    sc->base[i] = pos;
+    pos += r->n;
+    memset(slot, 0, tcap * sizeof *slot);
+    memset(count, 0, (size_t)ns * sizeof *count);
+    for (size_t k = 0; k < r->n; k++) {
+      uint64_t id = r->ids[k], h = cm_splitmix64_at(id);
+      if (t->id_bound && id >= t->id_bound) {
         psc__seterr(c,
                     "%s rows of '%s': id %llu (position %zu) is not below "
                     "the table's id_bound %llu",
-                    sc->push ? "push" : "pull", r->table,
-                    (unsigned long long)r->ids[k], k,
+                    what, r->table, (unsigned long long)id, k,
                     (unsigned long long)t->id_bound);
         rc = CM_ERANGE;
         goto out;
       }
-    size_t per = c->o.chunk_bytes / (t->dim * sizeof(float));
-    per = per ? per : 1;
-    memset(count, 0, (size_t)c->nshards * sizeof *count);
-    for (size_t k = 0; k < r->n; k++)
-      count[shard[total + k] = psc__client_shard_of(c, r->ids[k])]++;
-    for (int s = 0; s < c->nshards; s++)
-      sc->nmsgs += (int)((count[s] + per - 1) / per);
-    total += r->n;
-  }
-  sc->msgs = calloc((size_t)sc->nmsgs + 1, sizeof *sc->msgs);
-  sc->pos = malloc((total + 1) * sizeof *sc->pos);
-  if (!sc->msgs || !sc->pos)
-    goto nomem;
-  sc->nmsgs = 0;
-  for (int i = 0; i < nr; i++) {
-    const struct psc__rows *r = &sc->rows[i];
-    const struct psc__table_state *t = find_table(c, r->table);
-    size_t per = c->o.chunk_bytes / (t->dim * sizeof(float));
-    per = per ? per : 1;
-    for (int s = 0; s < c->nshards; s++) {
-      struct smsg *m = NULL;
-      for (size_t k = 0; k < r->n; k++) {
-        if (shard[base + k] != s)
-          continue;
-        if (!m || m->n == per) {
-          m = &sc->msgs[sc->nmsgs++];
-          *m = (struct smsg){i, s, sc->pos + at, 0, t->dim, chunks[s]++, 1};
-        }
-        m->pos[m->n++] = k;
-        at++;
+      size_t j = slot_of(h, mask);
+      while (slot[j] && ids[slot[j] - 1] != id)
+        j = (j + 1) & mask;
+      next[k] = NO_POS;
+      if (slot[j]) {
+        uint32_t u = slot[j] - 1;
+        next[tail[u]] = (uint32_t)k;
+        tail[u] = (uint32_t)k;
+        continue;
       }
+      slot[j] = (uint32_t)n + 1;
+      ids[n] = id;
+      first[n] = tail[n] = (uint32_t)k;
+      /* psd's placement: splitmix64(id) % shards (psc__client_shard_of). */
+      count[shard[n] = (int)(h % (uint64_t)ns)]++;
+      n++;
     }
-    base += r->n;
+    /* The unique ids grouped by shard (a counting sort), each shard's run
+     * cut into messages of at most `per` rows. */
+    size_t per = c->o.chunk_bytes / (t->dim * sizeof(float));
+    per = per ? per : 1;
+    size_t from = nu;
+    for (int s = 0; s < ns; s++) {
+      at[s] = from;
+      for (size_t left = count[s], k = from; left > 0;) {
+        size_t m = left < per ? left : per;
+        sc->msgs[sc->nmsgs++] =
+            (struct smsg){i, s, k, m, t->dim, chunks[s]++, 1};
+        k += m;
+        left -= m;
+      }
+      from += count[s];
+    }
+    for (size_t u = 0; u < n; u++) {
+      size_t to = at[shard[u]]++;
+      sc->uid[to] = ids[u];
+      sc->head[to] = first[u];
+    }
+    nu += n;
   }
   goto out;
 nomem:
-  psc__seterr(c, "%s rows: out of memory", sc->push ? "push" : "pull");
+  psc__seterr(c, "%s rows: out of memory", what);
   rc = CM_ENOMEM;
 out:
-  free(count);
-  free(chunks);
+  free(slot);
+  free(tail);
+  free(ids);
+  free(first);
   free(shard);
+  free(count);
+  free(at);
+  free(chunks);
   return rc;
 }
 
 static void release_free(void *p) { free(p); }
 
-/* Builds message m's request: ids (and a push's rows) gathered into
- * buffers the message owns. NULL when out of memory. */
+/* Builds message m's request: its unique ids (and a push's rows, each the
+ * sum of its id's rows in the caller's order) into buffers the message
+ * owns. NULL when out of memory. */
 static grpc_byte_buffer *build(struct scall *sc, const struct smsg *m) {
   struct psc__client *c = sc->c;
   const struct psc__rows *r = &sc->rows[m->r];
@@ -226,8 +306,7 @@ static grpc_byte_buffer *build(struct scall *sc, const struct smsg *m) {
   size_t head_len;
   if (!ids)
     return NULL;
-  for (size_t k = 0; k < m->n; k++)
-    ids[k] = r->ids[m->pos[k]];
+  memcpy(ids, sc->uid + m->first, m->n * sizeof *ids);
   if (!sc->push) {
     Psd__V1__SparsePullRequest req = PSD__V1__SPARSE_PULL_REQUEST__INIT;
     req.caller = &caller;
@@ -247,11 +326,20 @@ static grpc_byte_buffer *build(struct scall *sc, const struct smsg *m) {
   } else {
     Psd__V1__SparsePushRequest req = PSD__V1__SPARSE_PUSH_REQUEST__INIT;
     size_t row = m->dim * sizeof(float);
+    const uint32_t *next = sc->next + sc->base[m->r];
     float *g = malloc(m->n * row + 1);
     if (!g)
       goto out;
-    for (size_t k = 0; k < m->n; k++)
-      memcpy(g + k * m->dim, r->grads + m->pos[k] * m->dim, row);
+    for (size_t k = 0; k < m->n; k++) {
+      float *dst = g + k * m->dim;
+      uint32_t p = sc->head[m->first + k];
+      memcpy(dst, r->grads + (size_t)p * m->dim, row);
+      for (p = next[p]; p != NO_POS; p = next[p]) {
+        const float *src = r->grads + (size_t)p * m->dim;
+        for (uint32_t j = 0; j < m->dim; j++)
+          dst[j] += src[j];
+      }
+    }
     req.caller = &caller;
     req.table = (char *)r->table;
     req.ids.data = (uint8_t *)ids;
@@ -279,6 +367,32 @@ out:
   free(ids);
   free(head);
   return bb;
+}
+
+/* Scatters a pull's answer: the received slices read in order, once, each
+ * row copied to its id's first position and from there to its repeats. */
+static void scatter(const struct scall *sc, const struct smsg *m,
+                    const struct cm_wire_msg *w) {
+  size_t row = m->dim * sizeof(float), k = 0, got = 0;
+  const uint32_t *next = sc->next + sc->base[m->r];
+  float *rows = sc->rows[m->r].rows;
+  for (int i = 0; i < w->nbulk && k < m->n; i++) {
+    const uint8_t *p = w->bulk[i].ptr, *end = p + w->bulk[i].len;
+    while (p < end && k < m->n) {
+      uint32_t at = sc->head[m->first + k];
+      uint8_t *dst = (uint8_t *)(rows + (size_t)at * m->dim);
+      size_t take =
+          row - got < (size_t)(end - p) ? row - got : (size_t)(end - p);
+      memcpy(dst + got, p, take);
+      p += take;
+      if ((got += take) < row)
+        break; /* the row goes on in the next slice */
+      for (uint32_t q = next[at]; q != NO_POS; q = next[q])
+        memcpy(rows + (size_t)q * m->dim, dst, row);
+      got = 0;
+      k++;
+    }
+  }
 }
 
 /* Reads one answer: a pull's rows scattered into the caller's array, a
@@ -318,9 +432,7 @@ static void on_done(struct cm_unary *u, void *ctx) {
              "ids of dim %u)",
              sc->rows[m->r].table, w.bulk_len, m->n * row, m->n, m->dim);
   } else {
-    float *dst = sc->rows[m->r].rows;
-    for (size_t k = 0; k < m->n; k++)
-      cm_wire_bulk_read(&w, k * row, dst + m->pos[k] * m->dim, row);
+    scatter(sc, m, &w);
     sc->c->pulled += w.bulk_len;
   }
   if (pr)
@@ -423,7 +535,10 @@ static int sparse_call(struct scall *sc, int nr) {
   if (!rc)
     rc = run(sc);
   free(sc->msgs);
-  free(sc->pos);
+  free(sc->uid);
+  free(sc->head);
+  free(sc->next);
+  free(sc->base);
   return rc;
 }
 
