@@ -66,6 +66,8 @@ struct scall {
 
 /* The end of a chain of positions. */
 #define NO_POS UINT32_MAX
+/* How far ahead plan() fetches the hash set's slots (a power of 2). */
+#define AHEAD 16
 
 int psc__client_shard_of(const struct psc__client *c, uint64_t id) {
   return (int)(cm_splitmix64_at(id) % (uint64_t)c->nshards);
@@ -224,8 +226,20 @@ static int plan(struct scall *sc, int nr) {
     pos += r->n;
     memset(slot, 0, tcap * sizeof *slot);
     memset(count, 0, (size_t)ns * sizeof *count);
+    /* The hashes of the ids AHEAD positions on, their slots fetched
+     * ahead: a large call's set is past the caches. */
+    uint64_t ring[AHEAD];
+    for (size_t k = 0; k < AHEAD && k < r->n; k++) {
+      ring[k] = cm_splitmix64_at(r->ids[k]);
+      __builtin_prefetch(&slot[slot_of(ring[k], mask)]);
+    }
     for (size_t k = 0; k < r->n; k++) {
-      uint64_t id = r->ids[k], h = cm_splitmix64_at(id);
+      uint64_t id = r->ids[k], h = ring[k % AHEAD];
+      if (k + AHEAD < r->n) {
+        uint64_t ha = cm_splitmix64_at(r->ids[k + AHEAD]);
+        ring[k % AHEAD] = ha;
+        __builtin_prefetch(&slot[slot_of(ha, mask)]);
+      }
       if (t->id_bound && id >= t->id_bound) {
         psc__seterr(c,
                     "%s rows of '%s': id %llu (position %zu) is not below "
