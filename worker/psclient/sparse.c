@@ -34,17 +34,21 @@ struct smsg {
   int shard;      /* destination */
   size_t first;   /* its first unique id's index in the plan's arrays */
   size_t n;       /* unique ids in it */
+  float *urow;    /* its rows in the plan's urows: a pull's answer, a
+                     push's summed gradients (borrowed) */
   uint32_t dim;   /* the table's row width */
   uint32_t chunk; /* its index among the call's messages to its shard */
   int pending;    /* 1 until answered OK (or a closed step) */
 };
 
 /* A sparse call in progress. Its plan: every table's ids made unique and
- * grouped by shard in one pass (plan()): uid[u] is unique id u, head[u]
- * the first of its positions in its table's ids, and next[k] the position
- * after k with the same id (NO_POS ends), positions ascending, so a pull's
- * row is copied to each occurrence and a push's repeats are summed in the
- * caller's order, as the shard would sum them. */
+ * grouped by shard in one pass (plan()): uid[u] is unique id u (by table,
+ * shard, first use), head[u] the first of its positions in its table's
+ * ids, uix[base[i] + k] the unique id of position k of table i (counted
+ * from ufirst[i]), and urows the unique ids' rows, table i's from roff[i].
+ * A pull's answers land in urows, then one pass in position order copies
+ * them to the caller; a push's rows are summed into urows in one pass in
+ * position order, the order the shard would sum them in. */
 struct scall {
   struct psc__client *c;
   int push;               /* 1: push, 0: pull */
@@ -54,17 +58,19 @@ struct scall {
   uint64_t step;          /* push: the step staged for */
   uint64_t seq;           /* push: this push's dedup seq */
   int closed;             /* push: a shard said the step is closed */
+  int rolled;             /* pull: an answer said the job rolled back */
   struct smsg *msgs;      /* owned */
   int nmsgs;              /* entries in msgs */
-  uint64_t *uid;          /* owned: unique ids, by table, shard, first use */
+  uint64_t *uid;          /* owned: unique ids */
   uint32_t *head;         /* owned: uid[u]'s first position in its table */
-  uint32_t *next;         /* owned: per position of every table's ids (each
-                             table's from its offset in `base`), the next
-                             position of the same id */
-  size_t *base;           /* owned: per table, its positions' offset in next */
+  uint32_t *uix;          /* owned: per position of every table's ids */
+  size_t *base;           /* owned: per table, its positions' offset in uix */
+  size_t *ufirst;         /* owned: per table, its first unique id's index */
+  size_t *roff;           /* owned: per table, its rows' offset in urows */
+  float *urows;           /* owned: the unique ids' rows */
 };
 
-/* The end of a chain of positions. */
+/* Past the most ids one table's part of a call may hold. */
 #define NO_POS UINT32_MAX
 /* How far ahead plan() fetches the hash set's slots (a power of 2). */
 #define AHEAD 16
@@ -178,7 +184,7 @@ static int plan(struct scall *sc, int nr) {
   while (cap < 2 * most)
     cap *= 2;
   uint32_t *slot = malloc(cap * sizeof *slot);
-  uint32_t *tail = malloc((most + 1) * sizeof *tail);
+  uint32_t *sorted = malloc((most + 1) * sizeof *sorted);
   /* Per table: its unique ids in first-use order and their shards, before
    * grouping. */
   uint64_t *ids = malloc((most + 1) * sizeof *ids);
@@ -189,10 +195,13 @@ static int plan(struct scall *sc, int nr) {
   uint32_t *chunks = calloc((size_t)ns + 1, sizeof *chunks);
   sc->uid = malloc((all + 1) * sizeof *sc->uid);
   sc->head = malloc((all + 1) * sizeof *sc->head);
-  sc->next = malloc((all + 1) * sizeof *sc->next);
+  sc->uix = malloc((all + 1) * sizeof *sc->uix);
   sc->base = calloc((size_t)nr + 1, sizeof *sc->base);
-  if (!slot || !tail || !ids || !first || !shard || !count || !at || !chunks ||
-      !sc->uid || !sc->head || !sc->next || !sc->base)
+  sc->ufirst = calloc((size_t)nr + 1, sizeof *sc->ufirst);
+  sc->roff = calloc((size_t)nr + 1, sizeof *sc->roff);
+  if (!slot || !sorted || !ids || !first || !shard || !count || !at ||
+      !chunks || !sc->uid || !sc->head || !sc->uix || !sc->base ||
+      !sc->ufirst || !sc->roff)
     goto nomem;
   /* The messages: at most one per shard and table beyond the rows' own
    * count of chunks; counted exactly below, sized generously here. */
@@ -213,16 +222,18 @@ static int plan(struct scall *sc, int nr) {
   }
   if (!(sc->msgs = calloc(maxmsgs + 1, sizeof *sc->msgs)))
     goto nomem;
-  size_t pos = 0;
+  size_t pos = 0, floats = 0;
   for (int i = 0; i < nr; i++) {
     const struct psc__rows *r = &sc->rows[i];
     const struct psc__table_state *t = find_table(c, r->table);
-    uint32_t *next = sc->next + pos;
+    uint32_t *uix = sc->uix + pos;
     size_t tcap = 16, mask, n = 0;
     while (tcap < 2 * r->n)
       tcap *= 2;
     mask = tcap - 1;
     sc->base[i] = pos;
+    sc->ufirst[i] = nu;
+    sc->roff[i] = floats;
     pos += r->n;
     memset(slot, 0, tcap * sizeof *slot);
     memset(count, 0, (size_t)ns * sizeof *count);
@@ -252,16 +263,14 @@ static int plan(struct scall *sc, int nr) {
       size_t j = slot_of(h, mask);
       while (slot[j] && ids[slot[j] - 1] != id)
         j = (j + 1) & mask;
-      next[k] = NO_POS;
       if (slot[j]) {
-        uint32_t u = slot[j] - 1;
-        next[tail[u]] = (uint32_t)k;
-        tail[u] = (uint32_t)k;
+        uix[k] = slot[j] - 1;
         continue;
       }
       slot[j] = (uint32_t)n + 1;
+      uix[k] = (uint32_t)n;
       ids[n] = id;
-      first[n] = tail[n] = (uint32_t)k;
+      first[n] = (uint32_t)k;
       /* psd's placement: splitmix64(id) % shards (psc__client_shard_of). */
       count[shard[n] = (int)(h % (uint64_t)ns)]++;
       n++;
@@ -275,8 +284,13 @@ static int plan(struct scall *sc, int nr) {
       at[s] = from;
       for (size_t left = count[s], k = from; left > 0;) {
         size_t m = left < per ? left : per;
-        sc->msgs[sc->nmsgs++] =
-            (struct smsg){i, s, k, m, t->dim, chunks[s]++, 1};
+        sc->msgs[sc->nmsgs++] = (struct smsg){.r = i,
+                                              .shard = s,
+                                              .first = k,
+                                              .n = m,
+                                              .dim = t->dim,
+                                              .chunk = chunks[s]++,
+                                              .pending = 1};
         k += m;
         left -= m;
       }
@@ -286,8 +300,19 @@ static int plan(struct scall *sc, int nr) {
       size_t to = at[shard[u]]++;
       sc->uid[to] = ids[u];
       sc->head[to] = first[u];
+      sorted[u] = (uint32_t)(to - nu);
     }
+    for (size_t k = 0; k < r->n; k++)
+      uix[k] = sorted[uix[k]];
     nu += n;
+    floats += n * t->dim;
+  }
+  if (!(sc->urows = malloc((floats + 1) * sizeof *sc->urows)))
+    goto nomem;
+  for (int k = 0; k < sc->nmsgs; k++) {
+    struct smsg *m = &sc->msgs[k];
+    m->urow =
+        sc->urows + sc->roff[m->r] + (m->first - sc->ufirst[m->r]) * m->dim;
   }
   goto out;
 nomem:
@@ -295,7 +320,7 @@ nomem:
   rc = CM_ENOMEM;
 out:
   free(slot);
-  free(tail);
+  free(sorted);
   free(ids);
   free(first);
   free(shard);
@@ -340,20 +365,10 @@ static grpc_byte_buffer *build(struct scall *sc, const struct smsg *m) {
   } else {
     Psd__V1__SparsePushRequest req = PSD__V1__SPARSE_PUSH_REQUEST__INIT;
     size_t row = m->dim * sizeof(float);
-    const uint32_t *next = sc->next + sc->base[m->r];
     float *g = malloc(m->n * row + 1);
     if (!g)
       goto out;
-    for (size_t k = 0; k < m->n; k++) {
-      float *dst = g + k * m->dim;
-      uint32_t p = sc->head[m->first + k];
-      memcpy(dst, r->grads + (size_t)p * m->dim, row);
-      for (p = next[p]; p != NO_POS; p = next[p]) {
-        const float *src = r->grads + (size_t)p * m->dim;
-        for (uint32_t j = 0; j < m->dim; j++)
-          dst[j] += src[j];
-      }
-    }
+    memcpy(g, m->urow, m->n * row);
     req.caller = &caller;
     req.table = (char *)r->table;
     req.ids.data = (uint8_t *)ids;
@@ -383,34 +398,44 @@ out:
   return bb;
 }
 
-/* Scatters a pull's answer: the received slices read in order, once, each
- * row copied to its id's first position and from there to its repeats. */
-static void scatter(const struct scall *sc, const struct smsg *m,
-                    const struct cm_wire_msg *w) {
-  size_t row = m->dim * sizeof(float), k = 0, got = 0;
-  const uint32_t *next = sc->next + sc->base[m->r];
-  float *rows = sc->rows[m->r].rows;
-  for (int i = 0; i < w->nbulk && k < m->n; i++) {
-    const uint8_t *p = w->bulk[i].ptr, *end = p + w->bulk[i].len;
-    while (p < end && k < m->n) {
-      uint32_t at = sc->head[m->first + k];
-      uint8_t *dst = (uint8_t *)(rows + (size_t)at * m->dim);
-      size_t take =
-          row - got < (size_t)(end - p) ? row - got : (size_t)(end - p);
-      memcpy(dst + got, p, take);
-      p += take;
-      if ((got += take) < row)
-        break; /* the row goes on in the next slice */
-      for (uint32_t q = next[at]; q != NO_POS; q = next[q])
-        memcpy(rows + (size_t)q * m->dim, dst, row);
-      got = 0;
-      k++;
+/* A push's rows summed per unique id into urows, one pass over each
+ * table's positions in order: an id's first row copied, the later ones
+ * added, the float32 sums the shard makes of repeats. */
+static void sum_rows(struct scall *sc, int nr) {
+  for (int i = 0; i < nr; i++) {
+    const struct psc__rows *r = &sc->rows[i];
+    const uint32_t *uix = sc->uix + sc->base[i];
+    const uint32_t *head = sc->head + sc->ufirst[i];
+    uint32_t dim = (uint32_t)psc__client_table_dim(sc->c, r->table);
+    float *rows = sc->urows + sc->roff[i];
+    for (size_t k = 0; k < r->n; k++) {
+      float *dst = rows + (size_t)uix[k] * dim;
+      const float *src = r->grads + k * dim;
+      if (head[uix[k]] == k)
+        memcpy(dst, src, dim * sizeof(float));
+      else
+        for (uint32_t j = 0; j < dim; j++)
+          dst[j] += src[j];
     }
   }
 }
 
-/* Reads one answer: a pull's rows scattered into the caller's array, a
- * rolled-back sync answer noted. */
+/* A pull's rows, every message answered, copied from urows to every
+ * position of the caller's, in position order. */
+static void copy_out(struct scall *sc, int nr) {
+  for (int i = 0; i < nr; i++) {
+    struct psc__rows *r = &sc->rows[i];
+    const uint32_t *uix = sc->uix + sc->base[i];
+    uint32_t dim = (uint32_t)psc__client_table_dim(sc->c, r->table);
+    const float *rows = sc->urows + sc->roff[i];
+    for (size_t k = 0; k < r->n; k++)
+      memcpy(r->rows + k * dim, rows + (size_t)uix[k] * dim,
+             dim * sizeof(float));
+  }
+}
+
+/* Reads one answer: a pull's rows read into urows, a rolled-back sync
+ * answer noted. */
 static void on_done(struct cm_unary *u, void *ctx) {
   struct scall *sc = ctx;
   const struct smsg *m = u->user;
@@ -438,6 +463,7 @@ static void on_done(struct cm_unary *u, void *ctx) {
   Psd__V1__SparsePullResponse *pr =
       psd__v1__sparse_pull_response__unpack(NULL, w.head_len, w.head);
   if (pr && pr->rolled_back) {
+    sc->rolled = 1;
     psc__saw_rollback(sc->c, pr->gen, pr->rollback_step);
   } else if (w.bulk_len != m->n * row) {
     u->status = GRPC_STATUS_INTERNAL;
@@ -446,7 +472,7 @@ static void on_done(struct cm_unary *u, void *ctx) {
              "ids of dim %u)",
              sc->rows[m->r].table, w.bulk_len, m->n * row, m->n, m->dim);
   } else {
-    scatter(sc, m, &w);
+    cm_wire_bulk_read(&w, 0, m->urow, w.bulk_len); /* in order, once */
     sc->c->pulled += w.bulk_len;
   }
   if (pr)
@@ -545,14 +571,23 @@ out:
 
 /* Plans and runs one sparse call. */
 static int sparse_call(struct scall *sc, int nr) {
-  int rc = plan(sc, nr);
+  int rc = plan(sc, nr), answered = 1;
+  if (!rc && sc->push)
+    sum_rows(sc, nr);
   if (!rc)
     rc = run(sc);
+  for (int k = 0; k < sc->nmsgs; k++)
+    answered &= !sc->msgs[k].pending;
+  if (!rc && !sc->push && !sc->rolled && answered)
+    copy_out(sc, nr);
   free(sc->msgs);
   free(sc->uid);
   free(sc->head);
-  free(sc->next);
+  free(sc->uix);
   free(sc->base);
+  free(sc->ufirst);
+  free(sc->roff);
+  free(sc->urows);
   return rc;
 }
 
