@@ -69,15 +69,47 @@ struct psd_table *psd__find_table(struct psd_service *svc,
   return t;
 }
 
+/* Checks ids[from..to) (positions in the call): each inside the table's
+ * bound and held by this shard. Returns 0, or -1 once the call is
+ * answered. */
+static int check_ids(struct psd_service *svc, struct cm_rpc_call *call,
+                     const struct cm_table_conf *c, const uint64_t *ids,
+                     size_t from, size_t to, const char *what) {
+  for (size_t i = from; i < to; i++) {
+    if (c->id_bound && ids[i] >= c->id_bound) {
+      psd__fail(svc, call, GRPC_STATUS_OUT_OF_RANGE,
+                "%s '%s': id %llu (position %zu) is beyond the table's bound; "
+                "ids must be below id_bound %llu",
+                what, c->name, (unsigned long long)ids[i], i,
+                (unsigned long long)c->id_bound);
+      return -1;
+    }
+    int owner = psd_table_shard_of(ids[i], svc->nshards);
+    if (owner != svc->shard) {
+      psd__fail(svc, call, GRPC_STATUS_INVALID_ARGUMENT,
+                "%s '%s': id %llu (position %zu) belongs to shard %d, not "
+                "shard %d (splitmix64(id) %% %d)",
+                what, c->name, (unsigned long long)ids[i], i, owner, svc->shard,
+                svc->nshards);
+      return -1;
+    }
+  }
+  return 0;
+}
+
 /* Reads and checks the ids of a call: *n of them, every one inside the
- * table's bound and held by this shard. Returns the ids (the caller frees
- * them) or NULL once the call is answered. */
+ * table's bound and held by this shard. A pull's ids (the bulk field, m)
+ * are read straight out of the received slices, each slice's checked while
+ * it is in cache (an id split between two slices is joined); a push's are
+ * a field of the head (whole; NULL when empty). Returns the ids (the
+ * caller frees them) or NULL once the call is answered. */
 static uint64_t *take_ids(struct psd_service *svc, struct cm_rpc_call *call,
                           struct psd_table *t, const uint8_t *whole,
                           const struct cm_wire_msg *m, size_t len, size_t *n,
                           const char *what) {
   const struct cm_table_conf *c = psd_table_conf(t);
   uint64_t *ids;
+  size_t k = 0;
   if (len % sizeof(uint64_t)) {
     psd__fail(svc, call, GRPC_STATUS_INVALID_ARGUMENT,
               "%s '%s': ids hold %zu bytes, not a whole number of 8-byte "
@@ -90,30 +122,38 @@ static uint64_t *take_ids(struct psd_service *svc, struct cm_rpc_call *call,
     psd__fail(svc, call, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
     return NULL;
   }
-  /* A push's ids are a field of the head (whole; NULL when empty), a
-   * pull's the bulk field (m). */
-  if (m)
-    cm_wire_bulk_read(m, 0, ids, len);
-  else if (len)
-    memcpy(ids, whole, len);
-  for (size_t i = 0; i < *n; i++) {
-    if (c->id_bound && ids[i] >= c->id_bound) {
-      psd__fail(svc, call, GRPC_STATUS_OUT_OF_RANGE,
-                "%s '%s': id %llu (position %zu) is beyond the table's bound; "
-                "ids must be below id_bound %llu",
-                what, c->name, (unsigned long long)ids[i], i,
-                (unsigned long long)c->id_bound);
+  if (!m) {
+    if (len)
+      memcpy(ids, whole, len);
+    k = *n;
+    if (check_ids(svc, call, c, ids, 0, k, what))
       goto bad;
+    return ids;
+  }
+  uint8_t *dst = (uint8_t *)ids;
+  size_t have = 0; /* bytes of an id split between slices, in dst */
+  for (int i = 0; i < m->nbulk; i++) {
+    const uint8_t *p = m->bulk[i].ptr;
+    size_t left = m->bulk[i].len, from = k;
+    if (have) {
+      size_t take =
+          sizeof(uint64_t) - have < left ? sizeof(uint64_t) - have : left;
+      memcpy(dst + k * sizeof(uint64_t) + have, p, take);
+      p += take;
+      left -= take;
+      if ((have += take) < sizeof(uint64_t))
+        continue;
+      have = 0;
+      k++;
     }
-    int owner = psd_table_shard_of(ids[i], svc->nshards);
-    if (owner != svc->shard) {
-      psd__fail(svc, call, GRPC_STATUS_INVALID_ARGUMENT,
-                "%s '%s': id %llu (position %zu) belongs to shard %d, not "
-                "shard %d (splitmix64(id) %% %d)",
-                what, c->name, (unsigned long long)ids[i], i, owner, svc->shard,
-                svc->nshards);
+    size_t whole_ids = left / sizeof(uint64_t);
+    memcpy(dst + k * sizeof(uint64_t), p, whole_ids * sizeof(uint64_t));
+    k += whole_ids;
+    if ((have = left % sizeof(uint64_t)))
+      memcpy(dst + k * sizeof(uint64_t), p + whole_ids * sizeof(uint64_t),
+             have);
+    if (check_ids(svc, call, c, ids, from, k, what))
       goto bad;
-    }
   }
   return ids;
 bad:

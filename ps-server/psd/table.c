@@ -86,26 +86,10 @@ const struct cm_table_conf *psd_table_conf(const struct psd_table *t) {
 
 uint32_t psd_table_nstate(const struct psd_table *t) { return t->nstate; }
 
-struct rec *psd__rec_at(const struct psd_table *t, const struct stripe *s,
-                        size_t i) {
-  return (struct rec *)(void *)(s->slabs[i / PSD__SLAB] +
-                                (i % PSD__SLAB) * t->rsize);
-}
-float *psd__rec_val(struct rec *r) { return (float *)(void *)(r + 1); }
-
 /* The record number of id in s, or -1. */
 long psd__table_find(const struct psd_table *t, const struct stripe *s,
                      uint64_t id) {
-  if (!s->icap)
-    return -1;
-  size_t m = s->icap - 1, i = (size_t)hash_id(id) & m;
-  for (;; i = (i + 1) & m) {
-    uint32_t v = s->index[i];
-    if (!v)
-      return -1;
-    if (psd__rec_at(t, s, v - 1)->id == id)
-      return (long)v - 1;
-  }
+  return psd__table_find_h(t, s, id, hash_id(id));
 }
 
 static int grow_index(const struct psd_table *t, struct stripe *s) {
@@ -241,39 +225,68 @@ static void group_by_stripe(const uint64_t *ids, size_t n, uint32_t *ord,
     ord[at[stripe_of(ids[i])]++] = (uint32_t)i;
 }
 
+/* A batch's positions grouped by stripe, with their ids' hashes: ord[j]
+ * is a position, h[j] its id's hash_id, first[k]..first[k + 1] stripe k's
+ * run (a counting sort; each hash computed once). */
+static void group_hashed(const uint64_t *ids, size_t n, uint32_t *ord,
+                         uint64_t *h, size_t first[PSD__NSTRIPES + 1]) {
+  size_t at[PSD__NSTRIPES];
+  memset(first, 0, (PSD__NSTRIPES + 1) * sizeof *first);
+  /* h holds the hashes in position order first, then moves them into
+   * stripe order behind the sort, through ord's spare upper half of h. */
+  for (size_t i = 0; i < n; i++)
+    first[((h[n + i] = hash_id(ids[i])) >> 58) + 1]++;
+  for (int k = 0; k < PSD__NSTRIPES; k++)
+    first[k + 1] += first[k];
+  memcpy(at, first, sizeof at);
+  for (size_t i = 0; i < n; i++) {
+    size_t j = at[h[n + i] >> 58]++;
+    ord[j] = (uint32_t)i;
+    h[j] = h[n + i];
+  }
+}
+
 int psd_table_pull(struct psd_table *t, const uint64_t *ids, size_t n,
                    float *out) {
   uint32_t dim = t->conf.dim;
   uint64_t na = 0, adm = 0;
-  size_t first[PSD__NSTRIPES + 1];
+  size_t first[PSD__NSTRIPES + 1], nmiss = 0;
+  /* Positions, and hashes (2n: position order, then stripe order). */
   uint32_t *ord = malloc((n + 1) * sizeof *ord);
-  long *rec = malloc((n + 1) * sizeof *rec);
+  uint64_t *h = malloc((2 * n + 1) * sizeof *h);
   int rc = 0;
-  if (!ord || !rec) {
+  if (!ord || !h) {
     rc = CM_ENOMEM;
     goto out;
   }
   /* A stripe's ids under one hold of its lock, in three passes so that the
    * memory of the next ids is on its way while one is read: the index
-   * slots, then the records, then the copies. */
-  group_by_stripe(ids, n, ord, first);
+   * slots, then the records (head and value), then the rows copied
+   * straight into out. */
+  group_hashed(ids, n, ord, h, first);
   for (int k = 0; k < PSD__NSTRIPES && !rc; k++) {
     struct stripe *s = &t->st[k];
     size_t a = first[k], b = first[k + 1];
     if (a == b)
       continue;
     pthread_mutex_lock(&s->lock);
+    size_t m = s->icap ? s->icap - 1 : 0;
+    size_t vend = sizeof(struct rec) + dim * sizeof(float);
     for (size_t j = a; s->icap && j < b; j++)
-      __builtin_prefetch(&s->index[hash_id(ids[ord[j]]) & (s->icap - 1)]);
+      __builtin_prefetch(&s->index[h[j] & m]);
     /* The record in each id's home slot (most ids are found there). */
     for (size_t j = a; s->icap && j < b; j++) {
-      uint32_t v = s->index[hash_id(ids[ord[j]]) & (s->icap - 1)];
-      if (v)
-        __builtin_prefetch(psd__rec_at(t, s, v - 1));
+      uint32_t v = s->index[h[j] & m];
+      if (v) {
+        const uint8_t *r = (const uint8_t *)psd__rec_at(t, s, v - 1);
+        __builtin_prefetch(r);
+        __builtin_prefetch(r + 64);
+        __builtin_prefetch(r + vend - 1);
+      }
     }
     for (size_t j = a; j < b; j++) {
       uint64_t id = ids[ord[j]];
-      long r = psd__table_find(t, s, id);
+      long r = psd__table_find_h(t, s, id, h[j]);
       if (r < 0 && t->conf.admit == CM_ADMIT_ALWAYS) {
         if ((r = psd__table_create(t, s, id)) < 0) {
           rc = CM_ENOMEM;
@@ -282,22 +295,19 @@ int psd_table_pull(struct psd_table *t, const uint64_t *ids, size_t n,
         adm++;
       }
       if (r >= 0)
-        __builtin_prefetch(psd__rec_val(psd__rec_at(t, s, (size_t)r)));
-      rec[ord[j]] = r;
-    }
-    for (size_t j = a; !rc && j < b; j++)
-      if (rec[ord[j]] >= 0)
         memcpy(out + (size_t)ord[j] * dim,
-               psd__rec_val(psd__rec_at(t, s, (size_t)rec[ord[j]])),
-               dim * sizeof(float));
+               psd__rec_val(psd__rec_at(t, s, (size_t)r)), dim * sizeof(float));
+      else
+        ord[nmiss++] = ord[j]; /* j >= nmiss: that entry is read already */
+    }
     pthread_mutex_unlock(&s->lock);
   }
   /* Ids not admitted get their initial row, made outside any lock. */
-  for (size_t i = 0; !rc && i < n; i++)
-    if (rec[i] < 0) {
-      psd_table_init_row(&t->conf, t->seed, ids[i], out + i * dim);
-      na++;
-    }
+  for (size_t i = 0; !rc && i < nmiss; i++) {
+    psd_table_init_row(&t->conf, t->seed, ids[ord[i]],
+                       out + (size_t)ord[i] * dim);
+    na++;
+  }
   pthread_mutex_lock(&t->stat_lock);
   t->rows_pulled += n;
   t->not_admitted += na;
@@ -305,7 +315,7 @@ int psd_table_pull(struct psd_table *t, const uint64_t *ids, size_t n,
   pthread_mutex_unlock(&t->stat_lock);
 out:
   free(ord);
-  free(rec);
+  free(h);
   return rc;
 }
 

@@ -72,10 +72,32 @@ static inline uint64_t hash_id(uint64_t id) {
 /* The stripe of an id: the hash's top 6 bits. */
 static inline int stripe_of(uint64_t id) { return (int)(hash_id(id) >> 58); }
 
-/* Record k of stripe s, and its floats (value, then state). */
-struct rec *psd__rec_at(const struct psd_table *t, const struct stripe *s,
-                        size_t k);
-float *psd__rec_val(struct rec *r);
+/* Record k of stripe s, and its floats (value, then state); inline: a
+ * batch's every row passes through them. */
+static inline struct rec *psd__rec_at(const struct psd_table *t,
+                                      const struct stripe *s, size_t k) {
+  return (struct rec *)(void *)(s->slabs[k / PSD__SLAB] +
+                                (k % PSD__SLAB) * t->rsize);
+}
+static inline float *psd__rec_val(struct rec *r) {
+  return (float *)(void *)(r + 1);
+}
+
+/* Under s's lock: the record number of id, whose hash_id is h, or -1. */
+static inline long psd__table_find_h(const struct psd_table *t,
+                                     const struct stripe *s, uint64_t id,
+                                     uint64_t h) {
+  if (!s->icap)
+    return -1;
+  size_t m = s->icap - 1, i = (size_t)h & m;
+  for (;; i = (i + 1) & m) {
+    uint32_t v = s->index[i];
+    if (!v)
+      return -1;
+    if (psd__rec_at(t, s, v - 1)->id == id)
+      return (long)v - 1;
+  }
+}
 
 /* Under s's lock: the record number of id, or -1. */
 long psd__table_find(const struct psd_table *t, const struct stripe *s,

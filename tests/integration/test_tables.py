@@ -5,6 +5,13 @@ input the client library never sends.
 - a sparse push then pull returns the optimizer's formula for exactly the
   rows touched; untouched rows keep their initial values;
 - duplicate ids in one push are summed;
+- libpsclient asks a shard for each row once per call: a pull naming
+  every id several times, its ids over both shards and cut into many
+  messages (pstool --chunk), answers every position and makes the shards
+  answer each id once; a push whose repeats of an id fall in different
+  messages is one push of it (summed in order, applied and counted once);
+  a pull of 12,000 ids in one message per shard (ids split across the
+  received slices) answers the rows a pull of small messages does;
 - row-wise optimizers (adagrad) follow their formula in float32;
 - admission by count: pulls of an id not admitted get its initial row and
   store nothing; pushes are counted, and the push that reaches the count
@@ -58,18 +65,26 @@ class TablesTest(h.ShardsTest):
         return {"name": "tab", "tables": TABLES,
                 "checkpoint": {"dir": os.path.join(cls.tmp.name, "ckpt")}}
 
-    def rows(self, table, op, ids, grads=None):
+    def rows(self, table, op, ids, grads=None, chunk=None, lines=False):
+        """pstool rows: a pull's rows in ids' order (lines: every printed
+        line's (id, row), in order), None for a push; chunk: the bytes of
+        rows per message (--chunk)."""
         args = ["rows", table, DIMS[table], op, ",".join(str(i) for i in ids)]
         if grads is not None:
             args.append(",".join(repr(float(g)) for g in grads))
+        if chunk is not None:
+            args = ["--chunk", str(chunk)] + args
         r = h.pstool(self.spec, *args)
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
         if op == "push":
             return None
+        got = [(int(line.split()[0]), [f32(float(x)) for x in line.split()[1:]])
+               for line in r.stdout.splitlines()[1:]]
+        if lines:
+            return got
         out = {}
-        for line in r.stdout.splitlines()[1:]:
-            parts = line.split()
-            out.setdefault(int(parts[0]), [f32(float(x)) for x in parts[1:]])
+        for i, row in got:
+            out.setdefault(i, row)
         return [out[i] for i in ids]
 
     def fails(self, *args):
@@ -111,6 +126,40 @@ class TablesTest(h.ShardsTest):
         after = self.rows("emb", "pull", [21])[0]
         s = [f32(f32(g[j] + g[4 + j]) + g[8 + j]) for j in range(4)]
         self.assertEqual(after, [f32(w - f32(f32(0.5) * x)) for w, x in zip(before, s)])
+
+    def test_a_pull_asks_each_shard_for_each_row_once(self):
+        ids = list(range(101, 109))
+        self.assertEqual({shard_of(i, 2) for i in ids}, {0, 1})
+        want = dict(zip(ids, self.rows("emb", "pull", ids)))
+        pulled = self.table_sum("emb", "rows_pulled")
+        many = [i for _ in range(3) for i in reversed(ids)] + ids  # each 4 times
+        got = self.rows("emb", "pull", many, chunk=16, lines=True)  # 1 row a message
+        self.assertEqual([i for i, _ in got], many)
+        for i, row in got:
+            self.assertEqual(row, want[i], i)
+        self.assertEqual(self.table_sum("emb", "rows_pulled") - pulled, len(ids))
+        pulled = self.table_sum("emb", "rows_pulled")
+        got = self.rows("emb", "pull", [103] * 50, lines=True)  # every id the same
+        self.assertEqual(got, [(103, want[103])] * 50)
+        self.assertEqual(self.table_sum("emb", "rows_pulled") - pulled, 1)
+
+    def test_repeats_in_different_messages_are_one_push(self):
+        ids = [91, 92, 91, 93, 91]
+        self.assertEqual({shard_of(i, 2) for i in ids}, {0, 1})
+        before = self.rows("emb", "pull", [91])[0]
+        g = [0.5, -1.0, 0.25, 2.0, 0.125, 0.5, 1.0, -1.0, 0.75, 0.25, -0.5, 1.5,
+             1.0, 1.0, 1.0, 1.0, -0.25, 0.5, 2.0, 0.5]
+        self.rows("emb", "push", ids, g, chunk=16)  # 1 row a message
+        s = [f32(f32(g[j] + g[8 + j]) + g[16 + j]) for j in range(4)]
+        self.assertEqual(self.rows("emb", "pull", [91])[0],
+                         [f32(w - f32(f32(0.5) * x)) for w, x in zip(before, s)])
+        self.assertEqual(self.get_rows("emb", [91])[91]["count"], 1)
+        self.assertEqual(self.get_rows("emb", [92])[92]["count"], 1)
+
+    def test_a_large_pull_reads_ids_across_slices(self):
+        ids = [200000 + 7 * i for i in range(10000)] + [200000 + 7 * i for i in range(2000)]
+        big = self.rows("emb", "pull", ids)  # about 48 KB of ids per shard
+        self.assertEqual(big, self.rows("emb", "pull", ids, chunk=1024))  # 64 rows a message
 
     def test_adagrad_rows_follow_the_formula(self):
         before = self.rows("ada", "pull", [31])[0]

@@ -4,6 +4,8 @@
  *   pstool --cluster F rows TABLE DIM[:BOUND] pull ID,ID,...
  *   pstool --cluster F rows TABLE DIM[:BOUND] push ID,ID,... G,G,...
  *
+ * (with --chunk B, libpsclient's messages carry at most B bytes of rows,
+ * so a test can cut one call into many messages)
  * declares the table (DIM floats per row, ids below BOUND when given), then
  * pulls (printing "OK rows=N" and one line per id, "ID V1 V2 ...", with
  * %.9g, enough to tell floats apart) or pushes (N x DIM gradient values,
@@ -48,7 +50,8 @@ static long parse_list(const char *s, uint64_t **ids, float **vals) {
 int pstool_rows(struct cm_spec *spec, const struct pstool_args *a, int argc,
                 char **argv) {
   struct psc__client *c = NULL;
-  struct psc__client_opts o = {.worker = "pstool", .timeout_ms = a->timeout};
+  struct psc__client_opts o = {
+      .worker = "pstool", .timeout_ms = a->timeout, .chunk_bytes = a->chunk};
   uint64_t *ids = NULL;
   float *vals = NULL, *rows = NULL;
   long n = 0;

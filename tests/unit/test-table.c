@@ -4,7 +4,8 @@
  * its count and its admission; a sync step's runs one each; an empty push
  * nothing), FTRL's new rows consistent with their initial value,
  * concurrent pushes while stripes grow (every row's count and value exact),
- * admission by count and probability, eviction by age and count, top, the
+ * admission by count and probability, a pull mixing stored and
+ * not-admitted ids over every stripe, eviction by age and count, top, the
  * memory bound, snapshot consistency under a concurrent writer (value and
  * state of every row replay from its initial row bit for bit), full and
  * delta snapshots restoring to the same table (evicted and re-created rows
@@ -268,6 +269,44 @@ START_TEST(admission_count_and_probability) {
 }
 END_TEST
 
+/* One pull of many ids over every stripe, some stored, some not admitted
+ * and some repeated: each position gets its row (the stored value, or the
+ * initial row made outside the locks), in request order. */
+START_TEST(pull_mixes_stored_and_not_admitted) {
+  struct cm_table_conf c;
+  struct psd_table *t = make(CM_ROWOPT_SGD, 3, &c);
+  psd_table_free(t);
+  c.admit = CM_ADMIT_COUNT;
+  c.admit_count = 1;
+  char err[128];
+  ck_assert_int_eq(psd_table_new(&t, &c, 9, err, sizeof err), 0);
+  enum { N = 3000 };
+  uint64_t *ids = malloc(N * sizeof *ids);
+  float *out = malloc(N * 3 * sizeof *out), g[3] = {1, 2, 3}, want[3];
+  for (size_t i = 0; i < N; i++) {
+    ids[i] = (i * 7919) % 1000; /* each id 3 times, in no order */
+    if (ids[i] % 3 == 0 && i < 1000)
+      psd_table_push(t, &ids[i], 1, g, 1, 1); /* admitted: stored */
+  }
+  ck_assert_int_eq(psd_table_pull(t, ids, N, out), 0);
+  for (size_t i = 0; i < N; i++) {
+    if (psd_table_get(t, ids[i], want, NULL, NULL) == CM_ENOENT)
+      psd_table_init_row(&c, 9, ids[i], want);
+    else
+      ck_assert_uint_eq(ids[i] % 3, 0);
+    ck_assert_msg(!memcmp(out + i * 3, want, sizeof want),
+                  "position %zu id %llu", i, (unsigned long long)ids[i]);
+  }
+  struct psd_table_stats st;
+  psd_table_stats(t, &st);
+  ck_assert_uint_eq(st.rows, 334); /* 0, 3, ..., 999 */
+  ck_assert_uint_eq(st.not_admitted, 3 * 666);
+  free(ids);
+  free(out);
+  psd_table_free(t);
+}
+END_TEST
+
 START_TEST(eviction_top_and_memory) {
   struct cm_table_conf c;
   struct psd_table *t = make(CM_ROWOPT_ADAGRAD, 16, &c);
@@ -440,6 +479,7 @@ static Suite *table_suite(void) {
   tcase_add_test(tc, ftrl_rows_start_consistent);
   tcase_add_test(tc, concurrent_pushes_while_growing);
   tcase_add_test(tc, admission_count_and_probability);
+  tcase_add_test(tc, pull_mixes_stored_and_not_admitted);
   tcase_add_test(tc, eviction_top_and_memory);
   tcase_add_test(tc, snapshot_is_one_instant);
   tcase_add_test(tc, full_then_deltas_restore);

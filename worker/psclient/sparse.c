@@ -1,15 +1,20 @@
 /* Embedding tables (psclient.h, "embedding tables"): their declare, and
  * sparse pulls and pushes of rows by id.
  *
- * A call's ids are split by shard (splitmix64(id) % shards, the function
- * psd uses) and cut into messages of at most chunk_bytes of rows; every
- * message of every shard and table goes in one run, up to `inflight` per
- * shard at once. A message's ids (and a push's row gradients) are gathered
- * from the caller's arrays straight into the message's own buffer, the one
- * copy; a pull's answer is scattered from the received slices straight into
- * the caller's rows. Failed calls are retried like dense ones (retry.c),
- * and a push's messages carry (client id, seq, chunk) so a retried message
- * is applied once. */
+ * A call's ids are made unique and split by shard (splitmix64(id) % shards,
+ * the function psd uses) in one pass, then cut into messages of at most
+ * chunk_bytes of rows (sparse_plan.c); every message of every shard and
+ * table goes in one run, up to `inflight` per shard at once. A shard is
+ * asked for each row once however often the call names it: a pull's row
+ * is copied to every position that names its id, and a push's repeated
+ * rows are summed here, in the caller's order, the float32 sums the shard
+ * would make (so a call counts once per id even when its rows pass one
+ * message). A message's ids and a push's summed rows are copied into the
+ * message's own buffers; a pull's answer is read from the received slices
+ * in order, once, into the plan's rows of unique ids, then copied to the
+ * caller's rows in position order. Failed calls are retried
+ * like dense ones (retry.c), and a push's messages carry (client id, seq,
+ * chunk) so a retried message is applied once. */
 #include "client_internal.h"
 
 #include <stdio.h>
@@ -18,52 +23,18 @@
 
 #include "err.h"
 #include "rand.h"
+#include "sparse_plan.h"
 #include "wire.h"
 
 static const char PULL_METHOD[] = "/psd.v1.Data/SparsePull";
 static const char PUSH_METHOD[] = "/psd.v1.Data/SparsePush";
 
-/* One message of a sparse call: some ids of one table for one shard. */
-struct smsg {
-  int r;          /* index into the call's psc__rows */
-  int shard;      /* destination */
-  size_t *pos;    /* positions in r's ids (borrowed from the plan) */
-  size_t n;       /* ids in it */
-  uint32_t dim;   /* the table's row width */
-  uint32_t chunk; /* its index among the call's messages to its shard */
-  int pending;    /* 1 until answered OK (or a closed step) */
-};
-
-/* A sparse call in progress. */
-struct scall {
-  struct psc__client *c;
-  int push;               /* 1: push, 0: pull */
-  struct psc__rows *rows; /* the caller's (const for a push) */
-  int sync;               /* sync: min_version/step and gen are sent */
-  uint64_t min_version;   /* pull: the version to wait for */
-  uint64_t step;          /* push: the step staged for */
-  uint64_t seq;           /* push: this push's dedup seq */
-  int closed;             /* push: a shard said the step is closed */
-  struct smsg *msgs;      /* owned */
-  int nmsgs;              /* entries in msgs */
-  size_t *pos;            /* owned: every message's positions, back to back */
-};
-
 int psc__client_shard_of(const struct psc__client *c, uint64_t id) {
   return (int)(cm_splitmix64_at(id) % (uint64_t)c->nshards);
 }
 
-/* The declared table called name, or NULL. */
-static const struct psc__table_state *find_table(const struct psc__client *c,
-                                                 const char *name) {
-  for (int i = 0; i < c->ntables; i++)
-    if (!strcmp(c->tables[i].name, name))
-      return &c->tables[i];
-  return NULL;
-}
-
 int psc__client_table_dim(const struct psc__client *c, const char *table) {
-  const struct psc__table_state *t = table ? find_table(c, table) : NULL;
+  const struct psc__table_state *t = table ? psc__sparse_table(c, table) : NULL;
   return t ? (int)t->dim : CM_ENOENT;
 }
 
@@ -112,7 +83,7 @@ int psc__client_declare_tables(struct psc__client *c,
   }
   c->tables = grown;
   for (int i = 0; i < n; i++) {
-    if (find_table(c, tables[i].name))
+    if (psc__sparse_table(c, tables[i].name))
       continue;
     struct psc__table_state *t = &c->tables[c->ntables++];
     snprintf(t->name, sizeof t->name, "%s", tables[i].name);
@@ -130,93 +101,13 @@ out:
   return rc;
 }
 
-/* Splits every psc__rows's ids by shard into messages of at most chunk_bytes
- * of rows. Returns 0, or an error in c->err. */
-static int plan(struct scall *sc, int nr) {
-  struct psc__client *c = sc->c;
-  size_t total = 0, at = 0;
-  int *count = calloc((size_t)c->nshards, sizeof *count);
-  uint32_t *chunks = calloc((size_t)c->nshards, sizeof *chunks);
-  size_t all = 0, base = 0;
-  for (int i = 0; i < nr; i++)
-    all += sc->rows[i].n;
-  /* Each id's shard, computed once. */
-  int *shard = malloc((all + 1) * sizeof *shard);
-  int rc = 0;
-  if (!count || !chunks || !shard)
-    goto nomem;
-  for (int i = 0; i < nr; i++) {
-    const struct psc__rows *r = &sc->rows[i];
-    const struct psc__table_state *t = find_table(c, r->table);
-    if (!t) {
-      psc__seterr(c,
-                  "%s rows of '%s': this client has declared no table '%s'; "
-                  "declare it first",
-                  sc->push ? "push" : "pull", r->table, r->table);
-      rc = CM_ENOENT;
-      goto out;
-    }
-    for (size_t k = 0; k < r->n; k++)
-      if (t->id_bound && r->ids[k] >= t->id_bound) {
-        psc__seterr(c,
-                    "%s rows of '%s': id %llu (position %zu) is not below "
-                    "the table's id_bound %llu",
-                    sc->push ? "push" : "pull", r->table,
-                    (unsigned long long)r->ids[k], k,
-                    (unsigned long long)t->id_bound);
-        rc = CM_ERANGE;
-        goto out;
-      }
-    size_t per = c->o.chunk_bytes / (t->dim * sizeof(float));
-    per = per ? per : 1;
-    memset(count, 0, (size_t)c->nshards * sizeof *count);
-    for (size_t k = 0; k < r->n; k++)
-      count[shard[total + k] = psc__client_shard_of(c, r->ids[k])]++;
-    for (int s = 0; s < c->nshards; s++)
-      sc->nmsgs += (int)((count[s] + per - 1) / per);
-    total += r->n;
-  }
-  sc->msgs = calloc((size_t)sc->nmsgs + 1, sizeof *sc->msgs);
-  sc->pos = malloc((total + 1) * sizeof *sc->pos);
-  if (!sc->msgs || !sc->pos)
-    goto nomem;
-  sc->nmsgs = 0;
-  for (int i = 0; i < nr; i++) {
-    const struct psc__rows *r = &sc->rows[i];
-    const struct psc__table_state *t = find_table(c, r->table);
-    size_t per = c->o.chunk_bytes / (t->dim * sizeof(float));
-    per = per ? per : 1;
-    for (int s = 0; s < c->nshards; s++) {
-      struct smsg *m = NULL;
-      for (size_t k = 0; k < r->n; k++) {
-        if (shard[base + k] != s)
-          continue;
-        if (!m || m->n == per) {
-          m = &sc->msgs[sc->nmsgs++];
-          *m = (struct smsg){i, s, sc->pos + at, 0, t->dim, chunks[s]++, 1};
-        }
-        m->pos[m->n++] = k;
-        at++;
-      }
-    }
-    base += r->n;
-  }
-  goto out;
-nomem:
-  psc__seterr(c, "%s rows: out of memory", sc->push ? "push" : "pull");
-  rc = CM_ENOMEM;
-out:
-  free(count);
-  free(chunks);
-  free(shard);
-  return rc;
-}
-
 static void release_free(void *p) { free(p); }
 
-/* Builds message m's request: ids (and a push's rows) gathered into
- * buffers the message owns. NULL when out of memory. */
-static grpc_byte_buffer *build(struct scall *sc, const struct smsg *m) {
+/* Builds message m's request: its unique ids (and a push's rows, each the
+ * sum of its id's rows in the caller's order) into buffers the message
+ * owns. NULL when out of memory. */
+static grpc_byte_buffer *build(struct psc__scall *sc,
+                               const struct psc__smsg *m) {
   struct psc__client *c = sc->c;
   const struct psc__rows *r = &sc->rows[m->r];
   Psd__V1__Caller caller = psc__caller(c, m->shard);
@@ -226,8 +117,7 @@ static grpc_byte_buffer *build(struct scall *sc, const struct smsg *m) {
   size_t head_len;
   if (!ids)
     return NULL;
-  for (size_t k = 0; k < m->n; k++)
-    ids[k] = r->ids[m->pos[k]];
+  memcpy(ids, sc->uid + m->first, m->n * sizeof *ids);
   if (!sc->push) {
     Psd__V1__SparsePullRequest req = PSD__V1__SPARSE_PULL_REQUEST__INIT;
     req.caller = &caller;
@@ -250,8 +140,7 @@ static grpc_byte_buffer *build(struct scall *sc, const struct smsg *m) {
     float *g = malloc(m->n * row + 1);
     if (!g)
       goto out;
-    for (size_t k = 0; k < m->n; k++)
-      memcpy(g + k * m->dim, r->grads + m->pos[k] * m->dim, row);
+    memcpy(g, m->urow, m->n * row);
     req.caller = &caller;
     req.table = (char *)r->table;
     req.ids.data = (uint8_t *)ids;
@@ -281,11 +170,11 @@ out:
   return bb;
 }
 
-/* Reads one answer: a pull's rows scattered into the caller's array, a
- * rolled-back sync answer noted. */
+/* Reads one answer: a pull's rows read into urows, a rolled-back sync
+ * answer noted. */
 static void on_done(struct cm_unary *u, void *ctx) {
-  struct scall *sc = ctx;
-  const struct smsg *m = u->user;
+  struct psc__scall *sc = ctx;
+  const struct psc__smsg *m = u->user;
   if (u->status != GRPC_STATUS_OK)
     return;
   if (sc->push) {
@@ -310,6 +199,7 @@ static void on_done(struct cm_unary *u, void *ctx) {
   Psd__V1__SparsePullResponse *pr =
       psd__v1__sparse_pull_response__unpack(NULL, w.head_len, w.head);
   if (pr && pr->rolled_back) {
+    sc->rolled = 1;
     psc__saw_rollback(sc->c, pr->gen, pr->rollback_step);
   } else if (w.bulk_len != m->n * row) {
     u->status = GRPC_STATUS_INTERNAL;
@@ -318,9 +208,7 @@ static void on_done(struct cm_unary *u, void *ctx) {
              "ids of dim %u)",
              sc->rows[m->r].table, w.bulk_len, m->n * row, m->n, m->dim);
   } else {
-    float *dst = sc->rows[m->r].rows;
-    for (size_t k = 0; k < m->n; k++)
-      cm_wire_bulk_read(&w, k * row, dst + m->pos[k] * m->dim, row);
+    cm_wire_bulk_read(&w, 0, m->urow, w.bulk_len); /* in order, once */
     sc->c->pulled += w.bulk_len;
   }
   if (pr)
@@ -332,7 +220,7 @@ static void on_done(struct cm_unary *u, void *ctx) {
 /* Runs a planned sparse call: every pending message, then only the
  * retryable failures again, until all are answered or a shard stays
  * unreachable past the retry budget. */
-static int run(struct scall *sc) {
+static int run(struct psc__scall *sc) {
   struct psc__client *c = sc->c;
   const char *name = sc->push ? "push rows" : "pull rows";
   unsigned char *down = calloc((size_t)c->nshards, 1);
@@ -347,7 +235,7 @@ static int run(struct scall *sc) {
   for (int attempt = 0; left > 0; attempt++) {
     int n = 0, fatal = 0;
     for (int i = 0; i < sc->nmsgs; i++) {
-      struct smsg *m = &sc->msgs[i];
+      struct psc__smsg *m = &sc->msgs[i];
       if (!m->pending)
         continue;
       memset(&calls[n], 0, sizeof calls[n]);
@@ -372,7 +260,7 @@ static int run(struct scall *sc) {
         down[sc->msgs[which[k]].shard] = 1;
     for (int k = 0; k < n; k++) {
       struct cm_unary *u = &calls[k];
-      struct smsg *m = &sc->msgs[which[k]];
+      struct psc__smsg *m = &sc->msgs[which[k]];
       c->stats.calls++;
       if (u->status == GRPC_STATUS_OK) {
         if (sc->push)
@@ -418,30 +306,36 @@ out:
 }
 
 /* Plans and runs one sparse call. */
-static int sparse_call(struct scall *sc, int nr) {
-  int rc = plan(sc, nr);
+static int sparse_call(struct psc__scall *sc, int nr) {
+  int rc = psc__sparse_plan(sc, nr), answered = 1;
+  if (!rc && sc->push)
+    psc__sparse_sum_rows(sc, nr);
   if (!rc)
     rc = run(sc);
-  free(sc->msgs);
-  free(sc->pos);
+  for (int k = 0; k < sc->nmsgs; k++)
+    answered &= !sc->msgs[k].pending;
+  if (!rc && !sc->push && !sc->rolled && answered)
+    psc__sparse_copy_out(sc, nr);
+  psc__sparse_plan_free(sc);
   return rc;
 }
 
 int psc__client_pull_rows(struct psc__client *c, struct psc__rows *r, int nr) {
-  struct scall sc = {.c = c, .rows = r};
+  struct psc__scall sc = {.c = c, .rows = r};
   return sparse_call(&sc, nr);
 }
 
 int psc__client_push_rows(struct psc__client *c, const struct psc__rows *r,
                           int nr) {
-  struct scall sc = {
+  struct psc__scall sc = {
       .c = c, .push = 1, .rows = (struct psc__rows *)r, .seq = ++c->sparse_seq};
   return sparse_call(&sc, nr);
 }
 
 int psc__client_pull_rows_at(struct psc__client *c, struct psc__rows *r, int nr,
                              uint64_t min_version) {
-  struct scall sc = {.c = c, .rows = r, .sync = 1, .min_version = min_version};
+  struct psc__scall sc = {
+      .c = c, .rows = r, .sync = 1, .min_version = min_version};
   return sparse_call(&sc, nr);
 }
 
@@ -450,12 +344,12 @@ int psc__client_push_rows_step(struct psc__client *c, const struct psc__rows *r,
   int rc = psc__need_joined(c, "push rows", step);
   if (rc)
     return rc;
-  struct scall sc = {.c = c,
-                     .push = 1,
-                     .rows = (struct psc__rows *)r,
-                     .sync = 1,
-                     .step = step,
-                     .seq = ++c->sparse_seq};
+  struct psc__scall sc = {.c = c,
+                          .push = 1,
+                          .rows = (struct psc__rows *)r,
+                          .sync = 1,
+                          .step = step,
+                          .seq = ++c->sparse_seq};
   rc = sparse_call(&sc, nr);
   *closed = sc.closed;
   return rc;
