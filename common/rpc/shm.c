@@ -8,7 +8,6 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <math.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -269,35 +268,4 @@ int cm_shm_token_equal(const char *a, const char *b) {
     diff |=
         (unsigned char)(i < la ? a[i] : 0) ^ (unsigned char)(i < lb ? b[i] : 0);
   return diff == 0;
-}
-
-size_t cm_shm_copy_scan(float *dst, const float *src, size_t n) {
-  size_t i = 0;
-  /* As cm_first_nonfinite (finite.h): a float is NaN or infinite when its
-   * exponent bits are all ones; adding one to the exponent field then
-   * carries into bit 31. The block is copied as it is scanned. */
-  for (; i + 64 <= n; i += 64) {
-    uint32_t acc = 0;
-    for (size_t k = 0; k < 64; k++) {
-      uint32_t u;
-      memcpy(&u, &src[i + k], sizeof u);
-      memcpy(&dst[i + k], &u, sizeof u);
-      acc |= (u & 0x7f800000u) + 0x00800000u;
-    }
-    if (acc & 0x80000000u) {
-      size_t bad = i;
-      while (isfinite(dst[bad]))
-        bad++;
-      memcpy(dst + i + 64, src + i + 64, (n - i - 64) * sizeof(float));
-      return bad;
-    }
-  }
-  for (; i < n; i++) {
-    dst[i] = src[i];
-    if (!isfinite(dst[i])) {
-      memcpy(dst + i + 1, src + i + 1, (n - i - 1) * sizeof(float));
-      return i;
-    }
-  }
-  return n;
 }

@@ -78,9 +78,4 @@ int cm_shm_answer_recv(int sock, struct cm_shm_answer *a);
  * their lengths. */
 int cm_shm_token_equal(const char *a, const char *b);
 
-/* Copies n floats from src to dst and returns the index of the first one
- * that is NaN or infinite (n when none): the copy and the scan in one pass
- * (finite.h's trick, block by block). */
-size_t cm_shm_copy_scan(float *dst, const float *src, size_t n);
-
 #endif

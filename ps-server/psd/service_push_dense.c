@@ -18,6 +18,7 @@
 
 #include "bf16.h"
 #include "err.h"
+#include "finite.h"
 #include "shm.h"
 #include "shm_arena.h"
 #include "steps.h"
@@ -140,8 +141,8 @@ static int read_shm(struct psd__push *p) {
     psd__fail(p->svc, p->call, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
     return -1;
   }
-  p->shm_bad = cm_shm_copy_scan(p->grad, (const float *)(const void *)src,
-                                p->total / sizeof(float));
+  p->shm_bad = cm_copy_first_nonfinite(
+      p->grad, (const float *)(const void *)src, p->total / sizeof(float));
   p->from_shm = 1;
   psd_shm_put(a);
   return 0;

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "err.h"
+#include "finite.h"
 #include "shm.h"
 #include "unit.h"
 
@@ -133,7 +134,7 @@ START_TEST(copy_scan_finds_the_first_and_copies_all) {
   for (int i = 0; i < N; i++)
     src[i] = (float)i * 0.5f - 7.0f;
   memset(dst, 0, sizeof dst);
-  ck_assert_uint_eq(cm_shm_copy_scan(dst, src, N), N);
+  ck_assert_uint_eq(cm_copy_first_nonfinite(dst, src, N), N);
   ck_assert_int_eq(memcmp(dst, src, sizeof src), 0);
   for (int at = 0; at < N; at += 7) {
     for (int k = 0; k < 3; k++) {
@@ -143,11 +144,11 @@ START_TEST(copy_scan_finds_the_first_and_copies_all) {
       if (at + 70 < N)
         s2[at + 70] = NAN; /* a later one is not the first */
       memset(dst, 0, sizeof dst);
-      ck_assert_uint_eq(cm_shm_copy_scan(dst, s2, N), (size_t)at);
+      ck_assert_uint_eq(cm_copy_first_nonfinite(dst, s2, N), (size_t)at);
       ck_assert_int_eq(memcmp(dst, s2, sizeof s2), 0);
     }
   }
-  ck_assert_uint_eq(cm_shm_copy_scan(dst, src, 0), 0);
+  ck_assert_uint_eq(cm_copy_first_nonfinite(dst, src, 0), 0);
 }
 END_TEST
 

@@ -225,7 +225,7 @@ void psc__shm_fill(struct psc__client *c, int scan, int *var, uint64_t *elem) {
       if (!psc__pushed(c, p->var))
         continue;
       if (in && scan)
-        bad = cm_shm_copy_scan(dst, src, p->count);
+        bad = cm_copy_first_nonfinite(dst, src, p->count);
       else if (in)
         memcpy(dst, src, p->count * sizeof(float));
       else
