@@ -21,7 +21,6 @@ import socket
 import struct
 import sys
 import time
-import unittest
 
 import harness as h
 import pb

@@ -12,8 +12,8 @@
  *   pstool --cluster F roundtrip --bytes N [--rounds R] [--chunk B]
  *          [--inflight K] [--join --worker W] [--only push|pull]
  *   pstool tcp --bytes N [--rounds R] [--pingpong]
- *   pstool --cluster F [--chunk B] rows TABLE DIM[:BOUND] pull IDS | push IDS GRADS
- *   pstool --cluster F sparse DIM --bytes ROWS --seconds S [--clients C]
+ *   pstool --cluster F [--chunk B] rows TABLE DIM[:BOUND] pull IDS | push IDS
+ * GRADS pstool --cluster F sparse DIM --bytes ROWS --seconds S [--clients C]
  *          [--chunk BATCH]
  *
  * SHAPE is "4,3". The low-level commands send exactly one call to one shard
