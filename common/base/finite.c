@@ -29,30 +29,16 @@ size_t cm_first_nonfinite(const float *g, size_t n) {
 }
 
 size_t cm_copy_first_nonfinite(float *dst, const float *src, size_t n) {
-  size_t i = 0;
-  /* As cm_first_nonfinite, the block copied as it is scanned; past the
-   * first NaN or infinity, the rest is copied unscanned. */
-  for (; i + 64 <= n; i += 64) {
-    uint32_t acc = 0;
-    for (size_t k = 0; k < 64; k++) {
-      uint32_t u;
-      memcpy(&u, &src[i + k], sizeof u);
-      memcpy(&dst[i + k], &u, sizeof u);
-      acc |= (u & 0x7f800000u) + 0x00800000u;
-    }
-    if (acc & 0x80000000u) {
-      size_t bad = i;
-      while (isfinite(dst[bad]))
-        bad++;
-      memcpy(dst + i + 64, src + i + 64, (n - i - 64) * sizeof(float));
-      return bad;
-    }
-  }
-  for (; i < n; i++) {
-    dst[i] = src[i];
-    if (!isfinite(dst[i])) {
-      memcpy(dst + i + 1, src + i + 1, (n - i - 1) * sizeof(float));
-      return i;
+  /* Block by block, each scanned in place right after its copy, while it is
+   * still in the cache: one pass over memory. Past the first NaN or
+   * infinity, the rest is copied unscanned. */
+  enum { BLOCK = 4096 }; /* floats: 16 KiB */
+  for (size_t i = 0; i < n; i += BLOCK) {
+    size_t k = n - i < BLOCK ? n - i : BLOCK, bad;
+    memcpy(dst + i, src + i, k * sizeof(float));
+    if ((bad = cm_first_nonfinite(dst + i, k)) < k) {
+      memcpy(dst + i + k, src + i + k, (n - i - k) * sizeof(float));
+      return i + bad;
     }
   }
   return n;

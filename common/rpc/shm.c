@@ -96,26 +96,11 @@ int cm_shm_check_memfd(int memfd, uint64_t size, char *why, size_t len) {
   return 0;
 }
 
-/* Writes all of buf[0..n) to sock. */
-static int write_all(int sock, const void *buf, size_t n) {
-  const char *p = buf;
-  while (n > 0) {
-    ssize_t k = send(sock, p, n, MSG_NOSIGNAL);
-    if (k < 0 && errno == EINTR)
-      continue;
-    if (k <= 0)
-      return CM_ESYS;
-    p += k;
-    n -= (size_t)k;
-  }
-  return 0;
-}
-
-/* Reads exactly n bytes into buf. */
-static int read_all(int sock, void *buf, size_t n) {
+/* Sends (out 1) or receives (out 0) exactly n bytes of buf on sock. */
+static int io_all(int sock, void *buf, size_t n, int out) {
   char *p = buf;
   while (n > 0) {
-    ssize_t k = recv(sock, p, n, 0);
+    ssize_t k = out ? send(sock, p, n, MSG_NOSIGNAL) : recv(sock, p, n, 0);
     if (k < 0 && errno == EINTR)
       continue;
     if (k <= 0)
@@ -169,7 +154,7 @@ int cm_shm_hello_send(int sock, const char *job, const char *token,
     memcpy(buf, &h, sizeof h);
     memcpy(buf + sizeof h, job, jl);
     memcpy(buf + sizeof h + jl, token, tl);
-    return write_all(sock, buf + k, total - (size_t)k);
+    return io_all(sock, buf + k, total - (size_t)k, 1);
   }
 }
 
@@ -213,13 +198,13 @@ int cm_shm_hello_recv(int sock, struct cm_shm_hello *h, int *memfd) {
     return CM_ESYS;
   *memfd = take_fd(&msg);
   if ((size_t)k < sizeof head &&
-      (rc = read_all(sock, (char *)&head + k, sizeof head - (size_t)k)))
+      (rc = io_all(sock, (char *)&head + k, sizeof head - (size_t)k, 0)))
     return rc;
   if (memcmp(head.magic, HELLO_MAGIC, sizeof head.magic) ||
       head.job_len > CM_SHM_MAX_JOB || head.token_len > CM_SHM_MAX_TOKEN)
     return CM_EPROTO;
-  if ((rc = read_all(sock, h->job, head.job_len)) ||
-      (rc = read_all(sock, h->token, head.token_len)))
+  if ((rc = io_all(sock, h->job, head.job_len, 0)) ||
+      (rc = io_all(sock, h->token, head.token_len, 0)))
     return rc;
   h->job[head.job_len] = 0;
   h->token[head.token_len] = 0;
@@ -240,19 +225,19 @@ int cm_shm_answer_send(int sock, const struct cm_shm_answer *a) {
   head.key[1] = a->key[1];
   memcpy(buf, &head, sizeof head);
   memcpy(buf + sizeof head, a->reason, rl);
-  return write_all(sock, buf, sizeof head + rl);
+  return io_all(sock, buf, sizeof head + rl, 1);
 }
 
 int cm_shm_answer_recv(int sock, struct cm_shm_answer *a) {
   struct answer_head head;
   int rc;
   memset(a, 0, sizeof *a);
-  if ((rc = read_all(sock, &head, sizeof head)))
+  if ((rc = io_all(sock, &head, sizeof head, 0)))
     return rc;
   if (memcmp(head.magic, ANSWER_MAGIC, sizeof head.magic) ||
       head.reason_len >= sizeof a->reason)
     return CM_EPROTO;
-  if ((rc = read_all(sock, a->reason, head.reason_len)))
+  if ((rc = io_all(sock, a->reason, head.reason_len, 0)))
     return rc;
   a->reason[head.reason_len] = 0;
   a->ok = head.ok == 1;
