@@ -51,10 +51,9 @@ static int print_json(const struct cm_spec *spec, const struct task_row *rows,
   for (int t = 0; t < spec->nserve; t++) {
     const struct task_row *r = &rows[t];
     if (!r->up) {
-      json_array_append_new(down, json_pack("{s:s, s:i, s:s, s:s}", "task",
-                                            "serve", "index", t, "address",
-                                            spec->serve[t].text, "error",
-                                            r->why));
+      json_array_append_new(
+          down, json_pack("{s:s, s:i, s:s, s:s}", "task", "serve", "index", t,
+                          "address", spec->serve[t].text, "error", r->why));
       continue;
     }
     json_t *e = json_pack(
@@ -104,7 +103,8 @@ static int print_grid(const struct cm_spec *spec, const struct task_row *rows,
                                   : "-");
     psctl_grid_cell(&g, "%llu", (unsigned long long)behind(r));
     psctl_grid_cell(&g, "%llu", (unsigned long long)r->st.rows);
-    psctl_grid_cell(&g, "%s", cm_fmt_bytes((double)r->st.bytes, buf, sizeof buf));
+    psctl_grid_cell(&g, "%s",
+                    cm_fmt_bytes((double)r->st.bytes, buf, sizeof buf));
     psctl_grid_cell(&g, "%llu", (unsigned long long)r->st.refused);
     psctl_grid_cell(&g, "%llu", (unsigned long long)r->st.lookups);
   }

@@ -103,13 +103,13 @@ int psc_lookup_dim(psc_serving *s, const char *table) {
   return rc ? rc : (int)dim;
 }
 
-int psc_lookup(psc_serving *s, const char *table, const uint64_t *ids,
-               size_t n, float *rows, uint8_t *found, uint64_t *versions) {
+int psc_lookup(psc_serving *s, const char *table, const uint64_t *ids, size_t n,
+               float *rows, uint8_t *found, uint64_t *versions) {
   return psc__serving_lookup(s->sv, table, ids, n, rows, found, versions);
 }
 
-int psc_lookup_dense(psc_serving *s, const char *name, float *out,
-                     size_t count, size_t *numel, uint64_t *versions) {
+int psc_lookup_dense(psc_serving *s, const char *name, float *out, size_t count,
+                     size_t *numel, uint64_t *versions) {
   return psc__serving_dense(s->sv, name, out, count, numel, versions);
 }
 

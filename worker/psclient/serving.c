@@ -14,10 +14,10 @@
 #include <unistd.h>
 
 #include "auth.h"
+#include "client_internal.h"
 #include "clock.h"
 #include "err.h"
 #include "log.h"
-#include "client_internal.h"
 #include "ps.pb-c.h"
 #include "rpc.h"
 #include "rpc_client.h"
@@ -34,26 +34,26 @@ struct known_dim {
 };
 
 struct psc__serving {
-  const struct cm_spec *spec; /* borrowed */
-  char worker[64];            /* identity sent with every call */
-  uint64_t spec_fp;           /* cm_spec_fingerprint(spec) */
-  struct cm_creds creds;      /* owned: the spec's token and TLS */
-  int nshards;                /* training shards, spec->nps */
-  int nrep;                   /* replicas per shard, nserve / nps */
-  int ntasks;                 /* serving tasks, nserve */
-  struct cm_channel **ch;     /* owned, one per serving task */
-  int *cur;                   /* owned, per shard: the replica in use */
-  char (*cause)[256];         /* owned, per task: its last failure in words */
-  int timeout_ms;             /* deadline of each call */
-  double retry_ms;            /* budget of a shard's outage, ms; <= 0: one
-                                 round of its replicas */
-  grpc_completion_queue *cq;  /* reused by every call */
-  int (*interrupt)(void *);   /* psc__serving_set_interrupt's poll */
-  void *interrupt_arg;        /* passed to it */
-  uint64_t failovers;         /* calls moved to another replica */
-  struct known_dim *dims;     /* owned: the tables' dims learnt */
-  int ndims;                  /* entries in dims */
-  char err[2048];             /* the last error */
+  const struct cm_spec *spec;   /* borrowed */
+  char worker[64];              /* identity sent with every call */
+  uint64_t spec_fp;             /* cm_spec_fingerprint(spec) */
+  struct cm_creds creds;        /* owned: the spec's token and TLS */
+  int nshards;                  /* training shards, spec->nps */
+  int nrep;                     /* replicas per shard, nserve / nps */
+  int ntasks;                   /* serving tasks, nserve */
+  struct cm_channel **ch;       /* owned, one per serving task */
+  int *cur;                     /* owned, per shard: the replica in use */
+  char (*cause)[256];           /* owned, per task: its last failure in words */
+  int timeout_ms;               /* deadline of each call */
+  double retry_ms;              /* budget of a shard's outage, ms; <= 0: one
+                                   round of its replicas */
+  grpc_completion_queue *cq;    /* reused by every call */
+  int (*interrupt)(void *);     /* psc__serving_set_interrupt's poll */
+  void *interrupt_arg;          /* passed to it */
+  uint64_t failovers;           /* calls moved to another replica */
+  struct known_dim *dims;       /* owned: the tables' dims learnt */
+  int ndims;                    /* entries in dims */
+  char err[2048];               /* the last error */
   grpc_status_code last_status; /* of the last failed answer */
 };
 
@@ -99,7 +99,7 @@ int psc__serving_new(struct psc__serving **out, const struct cm_spec *spec,
   s->nshards = spec->nps;
   s->ntasks = spec->nserve;
   s->nrep = spec->nserve / spec->nps;
-  s->timeout_ms = given.timeout_ms > 0    ? given.timeout_ms
+  s->timeout_ms = given.timeout_ms > 0       ? given.timeout_ms
                   : spec->job.timeout_ms > 0 ? spec->job.timeout_ms
                                              : 30000;
   if (given.retry_s == 0)
@@ -204,18 +204,18 @@ void psc__serving_caller(const struct psc__serving *s, Psd__V1__Caller *out) {
 
 /* One shard's part of a psc__serving_call. */
 struct part {
-  int want;      /* 1 while it waits for an answer */
-  double since;  /* cm_mono_ms() of its first failure in this call, 0: none */
-  int fails;     /* failures in a row */
-  int rc;        /* its answer's read (psc__sv_read), 0 */
+  int want;     /* 1 while it waits for an answer */
+  double since; /* cm_mono_ms() of its first failure in this call, 0: none */
+  int fails;    /* failures in a row */
+  int rc;       /* its answer's read (psc__sv_read), 0 */
 };
 
 /* What on_done needs. */
 struct run_ctx {
-  struct part *parts;  /* per shard */
-  psc__sv_read read;   /* reads an OK answer */
-  void *ctx;           /* read's */
-  unsigned char *nf;   /* NOT_FOUND taken as an answer, or NULL */
+  struct part *parts; /* per shard */
+  psc__sv_read read;  /* reads an OK answer */
+  void *ctx;          /* read's */
+  unsigned char *nf;  /* NOT_FOUND taken as an answer, or NULL */
 };
 
 static void on_done(struct cm_unary *u, void *arg) {
@@ -229,9 +229,8 @@ static void on_done(struct cm_unary *u, void *arg) {
 static void note_cause(struct psc__serving *s, int t,
                        const struct cm_unary *u) {
   char words[256];
-  if (psc__reach_cause(u->status, u->details,
-                       cm_channel_connected(s->ch[t]), s->timeout_ms / 1000.0,
-                       words, sizeof words))
+  if (psc__reach_cause(u->status, u->details, cm_channel_connected(s->ch[t]),
+                       s->timeout_ms / 1000.0, words, sizeof words))
     snprintf(s->cause[t], sizeof s->cause[t], "%s", words);
   else
     snprintf(s->cause[t], sizeof s->cause[t], "%s: %s",
@@ -248,9 +247,9 @@ static int unreachable(struct psc__serving *s, int shard, const char *what,
                         what, shard, waited_ms / 1000);
   for (int r = 0; r < s->nrep && at < sizeof s->err; r++) {
     int t = r * s->nshards + shard;
-    at += (size_t)snprintf(s->err + at, sizeof s->err - at, "%s serve:%d (%s): %s",
-                           r ? ";" : "", t, s->spec->serve[t].text,
-                           s->cause[t][0] ? s->cause[t] : "not tried");
+    at += (size_t)snprintf(
+        s->err + at, sizeof s->err - at, "%s serve:%d (%s): %s", r ? ";" : "",
+        t, s->spec->serve[t].text, s->cause[t][0] ? s->cause[t] : "not tried");
   }
   return CM_EUNAVAIL;
 }
@@ -283,8 +282,8 @@ int psc__serving_call(struct psc__serving *s, const unsigned char *want,
                       psc__sv_read read, void *ctx, unsigned char *not_found) {
   struct part *parts = calloc((size_t)s->nshards, sizeof *parts);
   struct cm_unary *calls = calloc((size_t)s->nshards, sizeof *calls);
-  struct run_ctx rc_ = {.parts = parts, .read = read, .ctx = ctx,
-                        .nf = not_found};
+  struct run_ctx rc_ = {
+      .parts = parts, .read = read, .ctx = ctx, .nf = not_found};
   int rc = 0, left = 0;
   s->err[0] = 0;
   s->last_status = GRPC_STATUS_OK;
@@ -341,9 +340,8 @@ int psc__serving_call(struct psc__serving *s, const unsigned char *want,
         s->cur[sh] = (s->cur[sh] + 1) % s->nrep;
         if (s->nrep > 1) {
           s->failovers++;
-          cm_warn("%s: serve:%d (%s) failed: %s; trying serve:%d (%s)", what,
-                  t, s->spec->serve[t].text, s->cause[t],
-                  psc__serving_task(s, sh),
+          cm_warn("%s: serve:%d (%s) failed: %s; trying serve:%d (%s)", what, t,
+                  s->spec->serve[t].text, s->cause[t], psc__serving_task(s, sh),
                   s->spec->serve[psc__serving_task(s, sh)].text);
         }
         if (p->fails % s->nrep == 0) {
@@ -379,8 +377,8 @@ int psc__serving_status(struct psc__serving *s, int task,
   Psd__V1__StatusRequest req = PSD__V1__STATUS_REQUEST__INIT;
   Psd__V1__StatusResponse *resp = NULL;
   struct cm_unary u;
-  struct cm_run_opts ro = {.timeout_ms = s->timeout_ms, .inflight = 1,
-                           .cq = s->cq};
+  struct cm_run_opts ro = {
+      .timeout_ms = s->timeout_ms, .inflight = 1, .cq = s->cq};
   const Psd__V1__ServingStatus *sv;
   int rc;
   memset(out, 0, sizeof *out);
@@ -400,7 +398,8 @@ int psc__serving_status(struct psc__serving *s, int task,
     return psc__serving_fail(s, CM_ENOMEM, "status: out of memory");
   if ((rc = cm_client_run(&u, 1, &ro))) {
     char words[800];
-    if (!psc__reach_cause(u.status, u.details, cm_channel_connected(s->ch[task]),
+    if (!psc__reach_cause(u.status, u.details,
+                          cm_channel_connected(s->ch[task]),
                           s->timeout_ms / 1000.0, words, sizeof words)) {
       s->last_status = u.status;
       snprintf(words, sizeof words, "%s: %s", cm_rpc_status_name(u.status),

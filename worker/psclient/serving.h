@@ -67,8 +67,8 @@ uint64_t psc__serving_failovers(const struct psc__serving *s);
 
 /* While a call waits, interrupted(arg) is polled about every 100 ms; once
  * nonzero the call ends CM_ECANCELED. NULL: none. */
-void psc__serving_set_interrupt(struct psc__serving *s, int (*interrupted)(void *),
-                                void *arg);
+void psc__serving_set_interrupt(struct psc__serving *s,
+                                int (*interrupted)(void *), void *arg);
 
 /* Sets the error text; returns rc (serving_lookup.c's checks). */
 int psc__serving_fail(struct psc__serving *s, int rc, const char *fmt, ...)
@@ -102,20 +102,20 @@ int psc__serving_dense(struct psc__serving *s, const char *name, float *out,
 
 /* A serving task's state (ServingStatus of its Admin/Status answer). */
 struct psc__serve_status {
-  int serving;          /* 1: the answer had a serving block */
-  int replica;          /* its index in cluster.serve */
-  int shard;            /* the training shard it follows */
-  char dir[1024];       /* the publication directory it follows */
-  uint64_t version;     /* the version its answers reflect (0: none) */
-  uint64_t step;        /* that version's training step */
-  int64_t time_unix_ms; /* that version's cut, Unix ms */
-  uint64_t newest_seen; /* the newest version found in dir */
-  uint64_t rows;        /* table rows held */
-  uint64_t bytes;       /* memory its tables and dense values hold */
-  uint64_t applied;     /* publications applied since start */
-  uint64_t refused;     /* publications refused */
+  int serving;            /* 1: the answer had a serving block */
+  int replica;            /* its index in cluster.serve */
+  int shard;              /* the training shard it follows */
+  char dir[1024];         /* the publication directory it follows */
+  uint64_t version;       /* the version its answers reflect (0: none) */
+  uint64_t step;          /* that version's training step */
+  int64_t time_unix_ms;   /* that version's cut, Unix ms */
+  uint64_t newest_seen;   /* the newest version found in dir */
+  uint64_t rows;          /* table rows held */
+  uint64_t bytes;         /* memory its tables and dense values hold */
+  uint64_t applied;       /* publications applied since start */
+  uint64_t refused;       /* publications refused */
   char last_refusal[512]; /* why the last one was refused, "" */
-  uint64_t lookups;     /* Lookup calls answered */
+  uint64_t lookups;       /* Lookup calls answered */
 };
 
 /* Asks serve:task itself (no failover, no retry) for its Admin/Status.

@@ -56,7 +56,8 @@ static grpc_byte_buffer *rows_build(int shard, void *ctx) {
 
 /* An answer that does not fit the question: the task named. */
 static int bad_answer(struct psc__serving *s, const char *what, int shard,
-                      const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+                      const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
 static int bad_answer(struct psc__serving *s, const char *what, int shard,
                       const char *fmt, ...) {
   char why[256];
@@ -99,8 +100,8 @@ static int rows_read(int shard, grpc_byte_buffer *bb, void *ctx) {
     goto out;
   }
   for (size_t k = 0; c->rows && k < n; k++)
-    cm_wire_bulk_read(&w, k * row, c->rows + c->pos[c->first[shard] + k] * r->dim,
-                      row);
+    cm_wire_bulk_read(&w, k * row,
+                      c->rows + c->pos[c->first[shard] + k] * r->dim, row);
   for (size_t k = 0; c->found && k < n; k++)
     c->found[c->pos[c->first[shard] + k]] = r->found.data[k] != 0;
   if (c->versions)
@@ -192,8 +193,7 @@ static int check_table(struct psc__serving *s, const char *table) {
   return 0;
 }
 
-int psc__serving_dim(struct psc__serving *s, const char *table,
-                     uint32_t *dim) {
+int psc__serving_dim(struct psc__serving *s, const char *table, uint32_t *dim) {
   uint64_t id = 0;
   int rc;
   *dim = 0;
@@ -304,8 +304,8 @@ static int by_begin(const void *a, const void *b) {
 
 /* Orders the shards' rows and checks that they cover 0..N once with one
  * row size; *numel its elements. */
-static int assemble(struct dense_call *d, int nshards, float *out,
-                    size_t count, size_t *numel) {
+static int assemble(struct dense_call *d, int nshards, float *out, size_t count,
+                    size_t *numel) {
   struct dense_part **held = calloc((size_t)nshards, sizeof *held);
   size_t row_len = 0, total = 0, at = 0;
   int n = 0, rc = 0;
@@ -363,8 +363,8 @@ int psc__serving_dense(struct psc__serving *s, const char *name, float *out,
   unsigned char *want = malloc((size_t)nshards);
   unsigned char *nf = calloc((size_t)nshards, 1);
   char what[300];
-  struct dense_call d = {.s = s, .name = name, .what = what,
-                         .versions = versions};
+  struct dense_call d = {
+      .s = s, .name = name, .what = what, .versions = versions};
   if (numel)
     *numel = 0;
   if (!name || !name[0] || strlen(name) > 200)

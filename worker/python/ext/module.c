@@ -245,8 +245,7 @@ PyMODINIT_FUNC PyInit__psd(void) {
   PyObject *m = PyModule_Create(&pyx_module);
   if (!m)
     return NULL;
-  if (PyType_Ready(&pyx_client_type) < 0 ||
-      PyType_Ready(&pyx_serving_type) < 0)
+  if (PyType_Ready(&pyx_client_type) < 0 || PyType_Ready(&pyx_serving_type) < 0)
     goto fail;
   pyx_error = PyErr_NewExceptionWithDoc(
       "psd.Error",

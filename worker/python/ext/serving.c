@@ -16,13 +16,12 @@ struct pyserving {
 
 /* psd.Error from the serving client's last error. */
 static PyObject *raise_serving(psc_serving *s, int rc) {
-  const char *msg = s && psc_serving_error(s)[0] ? psc_serving_error(s)
-                                                 : psc_strerror(rc);
+  const char *msg =
+      s && psc_serving_error(s)[0] ? psc_serving_error(s) : psc_strerror(rc);
   return pyx_raise_text(msg, rc, s ? psc_serving_grpc_status(s) : 0);
 }
 
-static PyObject *serving_new(PyTypeObject *type, PyObject *args,
-                             PyObject *kw) {
+static PyObject *serving_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
   struct pyserving *self = (struct pyserving *)type->tp_alloc(type, 0);
   if (!self)
     return NULL;
@@ -139,9 +138,8 @@ static PyObject *versions_tuple(const uint64_t *v, int n) {
 static int take(PyObject *obj, Py_buffer *v, Py_ssize_t len, const char *fmts,
                 const char *what) {
   const char *f;
-  if (PyObject_GetBuffer(obj, v,
-                         PyBUF_FORMAT | PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) <
-      0)
+  if (PyObject_GetBuffer(
+          obj, v, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0)
     return -1;
   f = v->format ? v->format : "B";
   if (*f == '<' || *f == '=' || *f == '@')
@@ -213,9 +211,8 @@ static PyObject *serving_lookup(struct pyserving *self, PyObject *args) {
     PyErr_NoMemory();
     rc = PSC_ENOMEM;
   } else {
-    Py_BEGIN_ALLOW_THREADS rc =
-        psc_lookup(self->s, table, iv.buf, (size_t)(iv.len / 8), rv.buf,
-                   fv.buf, versions);
+    Py_BEGIN_ALLOW_THREADS rc = psc_lookup(
+        self->s, table, iv.buf, (size_t)(iv.len / 8), rv.buf, fv.buf, versions);
     Py_END_ALLOW_THREADS
   }
   if (!leave(self, rc))
@@ -240,8 +237,8 @@ static PyObject *serving_dense(struct pyserving *self, PyObject *args) {
     return NULL;
   n = psc_serving_shards(self->s);
   if (out != Py_None) {
-    if (PyObject_GetBuffer(out, &ov, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS |
-                                         PyBUF_WRITABLE) < 0) {
+    if (PyObject_GetBuffer(
+            out, &ov, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0) {
       leave(self, 0);
       return NULL;
     }

@@ -428,16 +428,16 @@ int psc_lookup_dim(psc_serving *s, const char *table);
  * (splitmix64(id) % nps), one message per shard, all at once. Codes:
  * PSC_EINVAL, PSC_ENOMEM, PSC_ENOENT (no such table), PSC_EUNAVAIL,
  * PSC_ETIMEDOUT, PSC_EPROTO, PSC_ERPC, PSC_ECANCELED. */
-int psc_lookup(psc_serving *s, const char *table, const uint64_t *ids,
-               size_t n, float *rows, uint8_t *found, uint64_t *versions);
+int psc_lookup(psc_serving *s, const char *table, const uint64_t *ids, size_t n,
+               float *rows, uint8_t *found, uint64_t *versions);
 
 /* Dense variable `name`, its rows from every shard assembled in order,
  * into out (count floats, row-major; out NULL: only *numel). numel (may
  * be NULL): its elements. versions as psc_lookup's (0 for a shard holding
  * none of it). Codes: those of psc_lookup, PSC_ENOENT when no shard holds
  * the variable, PSC_ESHAPE when count is not its element count. */
-int psc_lookup_dense(psc_serving *s, const char *name, float *out,
-                     size_t count, size_t *numel, uint64_t *versions);
+int psc_lookup_dense(psc_serving *s, const char *name, float *out, size_t count,
+                     size_t *numel, uint64_t *versions);
 
 /* As psc_set_interrupt, for a serving client's calls. */
 void psc_serving_set_interrupt(psc_serving *s, int (*interrupted)(void *arg),
