@@ -191,8 +191,8 @@ enum psd_config psd_server_configure(struct psd_server *srv, int argc,
   if (srv->spec->task.type != CM_TASK_PS &&
       srv->spec->task.type != CM_TASK_SERVE) {
     fprintf(stderr,
-            "psd: task %s:%d is not a ps or serve task; psd runs ps:I and "
-            "serve:J\n",
+            "psd: task %s:%d is not a ps task (nor a serve task); psd "
+            "runs ps:I and serve:J\n",
             cm_task_type_name(srv->spec->task.type), srv->spec->task.index);
     return PSD_CONFIG_BAD;
   }
