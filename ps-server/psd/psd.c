@@ -36,6 +36,7 @@
 #include "rpc.h"
 #include "rpc_server.h"
 #include "saver.h"
+#include "serve_start.h"
 #include "service.h"
 #include "spec.h"
 #include "startup.h"
@@ -182,7 +183,10 @@ static enum psd_exit final_checkpoint(struct psd_server *srv) {
 /* Names the log after the shard and says which BLAS kernels run. */
 static void log_start(struct psd_server *srv) {
   char name[64], blas[256];
-  snprintf(name, sizeof name, "psd ps:%d", srv->shard);
+  if (srv->serving)
+    snprintf(name, sizeof name, "psd serve:%d", srv->replica);
+  else
+    snprintf(name, sizeof name, "psd ps:%d", srv->shard);
   cm_log_set_name(name);
   kn_blas_describe(blas, sizeof blas);
   cm_info("%s", blas);
@@ -271,6 +275,11 @@ int main(int argc, char **argv) {
   cm_rpc_global_init();
   /* Before any server or channel exists: they take the limit when made. */
   cm_rpc_set_max_message((long long)srv.spec->job.max_message_mb << 20);
+  /* A serving task (serve:J) runs a setup of its own (serve_start.h). */
+  if (srv.serving) {
+    rc = psd_serve_main(&srv);
+    goto out;
+  }
 
   /* Open the store, restored from its newest checkpoint, and listen. */
   rc = psd_server_restore(&srv);

@@ -38,7 +38,10 @@ enum psd_exit {
  * main whether or not startup got that far (NULL is ignored). */
 struct psd_server {
   struct cm_spec *spec;        /* owned cluster spec */
-  int shard;                   /* this shard's index */
+  int shard;                   /* this shard's index; a serving task's:
+                                  the training shard it follows (J % nps) */
+  int serving;                 /* 1: a serving task, serve:J (serve.h) */
+  int replica;                 /* serving: J, its index in cluster.serve */
   char listen[300];            /* address served */
   char unix_path[200];         /* Unix socket also served, "" when none */
   struct psd_local *local;     /* owned Unix socket listener, or NULL */

@@ -288,8 +288,7 @@ enum psd_exit psd_server_start_metrics(struct psd_server *srv) {
   return PSD_EXIT_OK;
 }
 
-/* Says who may call this shard. */
-static void log_security(struct psd_server *srv) {
+void psd_server_log_security(struct psd_server *srv) {
   const struct cm_creds *c = &srv->creds;
   if (!c->token[0] && !c->tls) {
     const char *l = srv->listen;
@@ -336,7 +335,7 @@ static void log_ready(struct psd_server *srv) {
 }
 
 void psd_server_log_ready(struct psd_server *srv) {
-  log_security(srv);
+  psd_server_log_security(srv);
   log_limits(srv);
   log_ready(srv);
 }
