@@ -3,7 +3,9 @@ serving) against stand-in serving tasks (servestub.py: Serve/Lookup and
 Admin/Status as proto/ps.proto words them): ids routed to their training
 shard's replica, rows in the caller's order, failover to the next replica
 of a shard, the errors' codes and words, a dense variable assembled from
-every shard's rows, and psctl's table of the serving tasks."""
+every shard's rows, and psctl's table of the serving tasks. The stand-ins
+answer from threads of this very process, so every lookup here also shows
+that psd.Serving's calls release the GIL (held, no stand-in could answer)."""
 import json
 import os
 import sys
