@@ -181,8 +181,8 @@ class ServingClientTest(h.ProcTest):
         with self.assertRaises(psd.Error) as cm:
             s.dense("nothing")
         self.assertEqual(cm.exception.code, psd.ENOENT)
-        self.assertIn("lookup of dense variable 'nothing': no serving task holds it",
-                      str(cm.exception))
+        self.assertIn("lookup of dense variable 'nothing': no serving task holds it "
+                      "(asked serve:0, serve:1, one of each shard)", str(cm.exception))
         # Rows that do not fit together are refused.
         self.stubs[1].dense["w"] = (3, 5, w[9:].tolist())
         with self.assertRaises(psd.Error) as cm:

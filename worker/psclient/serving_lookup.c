@@ -316,10 +316,16 @@ static int assemble(struct dense_call *d, int nshards, float *out, size_t count,
     if (d->parts[sh].vals)
       held[n++] = &d->parts[sh];
   if (n == 0) {
+    char asked[512];
+    size_t at = 0;
+    asked[0] = 0;
+    for (int sh = 0; sh < nshards && at < sizeof asked; sh++)
+      at += (size_t)snprintf(asked + at, sizeof asked - at, "%sserve:%d",
+                             sh ? ", " : "", psc__serving_task(d->s, sh));
     rc = psc__serving_fail(d->s, CM_ENOENT,
-                           "%s: no serving task holds it (asked serve:%d "
-                           "and the other %d shards' replicas)",
-                           d->what, psc__serving_task(d->s, 0), nshards - 1);
+                           "%s: no serving task holds it (asked %s, one of "
+                           "each shard)",
+                           d->what, asked);
     goto out;
   }
   qsort(held, (size_t)n, sizeof *held, by_begin);
