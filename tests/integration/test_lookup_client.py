@@ -238,7 +238,8 @@ class TrainingCase(ServingCase):
         c = psd.Client(self.spec, None)
         self.addCleanup(c.close)
         c.declare_table("emb", 3)
-        ids = np.array(ids_of(0, 10) + ids_of(1, 10), np.uint64)
+        # Both shards' ids interleaved, as a caller's batch comes.
+        ids = np.array(sorted(ids_of(0, 10) + ids_of(1, 10), reverse=True), np.uint64)
         c.push_rows("emb", ids, np.ones((len(ids), 3), np.float32))
         pulled = np.empty((len(ids), 3), np.float32)
         c.pull_rows("emb", ids, pulled)
