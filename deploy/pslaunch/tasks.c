@@ -1,8 +1,8 @@
 /* Which tasks pslaunch starts: those of the spec whose address is on this
  * host and that --only allows, ps tasks first, then serving tasks
  * (cluster.serve, which --only ps counts with the shards), then workers;
- * and, before anything
- * starts, whether every local ps task's port can be listened on. */
+ * and, before anything starts, whether every local ps and serving task's
+ * port can be listened on. */
 #include <errno.h>
 #include <netdb.h>
 #include <stdio.h>
