@@ -8,6 +8,7 @@ answer from threads of this very process, so every lookup here also shows
 that psd.Serving's calls release the GIL (held, no stand-in could answer)."""
 import json
 import os
+import shutil
 import sys
 import unittest
 
@@ -26,6 +27,7 @@ except ImportError as e:  # python3-grpcio missing
 psd = None
 NPS, REPS, DIM = 2, 2, 4
 JOB = "servejob"
+SRC = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def setUpModule():
@@ -45,6 +47,66 @@ def write_spec(path, nps=NPS, reps=REPS, job=None):
     with open(path, "w") as f:
         json.dump(spec, f, indent=2)
     return spec
+
+
+# A program of the test's own over the public C API (psd/client.h), built
+# against the build tree's header and libpsclient.so: one line per check.
+LOOKUP_C = r"""
+#include <stdio.h>
+#include <stdlib.h>
+
+#include <psd/client.h>
+
+int main(int argc, char **argv) {
+  struct psc_serving_options o;
+  psc_serving *s = NULL;
+  char err[1024] = "";
+  int rc;
+  rc = psc_serving_open(&s, argv[2], NULL, err, sizeof err);
+  printf("open_plain rc=%d %s\n", rc, err);
+  psc_serving_options_init(&o);
+  o.replica = 1;
+  o.name = "ctest";
+  if ((rc = psc_serving_open(&s, argv[1], &o, err, sizeof err))) {
+    printf("open rc=%d %s\n", rc, err);
+    return 1;
+  }
+  printf("counts shards=%d replicas=%d task0=%d task1=%d task2=%d\n",
+         psc_serving_shards(s), psc_serving_replicas(s), psc_serving_task(s, 0),
+         psc_serving_task(s, 1), psc_serving_task(s, 2));
+  int dim = psc_lookup_dim(s, "emb");
+  uint64_t ids[6] = {9, 4, 9, 123456789, 0, 77}, versions[2];
+  float *rows = calloc(6 * (size_t)dim, sizeof *rows);
+  uint8_t found[6];
+  rc = psc_lookup(s, "emb", ids, 6, rows, NULL, NULL); /* found, versions NULL */
+  printf("lookup_bare rc=%d dim=%d\n", rc, dim);
+  rc = psc_lookup(s, "emb", ids, 6, rows, found, versions);
+  printf("lookup rc=%d versions=%llu,%llu\n", rc, (unsigned long long)versions[0],
+         (unsigned long long)versions[1]);
+  for (int i = 0; i < 6; i++)
+    printf("row %llu %d %g %g\n", (unsigned long long)ids[i], found[i],
+           rows[i * dim], rows[i * dim + dim - 1]);
+  rc = psc_lookup(s, "nope", ids, 6, rows, found, versions);
+  printf("nope rc=%d status=%d %s\n", rc, psc_serving_grpc_status(s),
+         psc_serving_error(s));
+  size_t numel = 0;
+  rc = psc_lookup_dense(s, "w", NULL, 0, &numel, NULL);
+  printf("dense_size rc=%d numel=%zu\n", rc, numel);
+  float w[5];
+  rc = psc_lookup_dense(s, "w", w, 5, NULL, versions);
+  printf("dense_short rc=%d %s\n", rc, psc_serving_error(s));
+  float *wv = calloc(numel, sizeof *wv);
+  rc = psc_lookup_dense(s, "w", wv, numel, NULL, versions);
+  printf("dense rc=%d first=%g last=%g\n", rc, wv[0], wv[numel - 1]);
+  rc = psc_lookup(s, NULL, ids, 1, rows, found, versions);
+  printf("no_table rc=%d %s\n", rc, psc_serving_error(s));
+  free(rows);
+  free(wv);
+  psc_serving_close(s);
+  psc_serving_close(NULL);
+  return 0;
+}
+"""
 
 
 class ServingClientTest(h.ProcTest):
@@ -190,6 +252,48 @@ class ServingClientTest(h.ProcTest):
         self.assertEqual(cm.exception.code, psd.EPROTO if hasattr(psd, "EPROTO")
                          else -6)
         self.assertIn("the shards' rows do not fit together", str(cm.exception))
+
+    def test_the_c_api_directly(self):
+        if not shutil.which("cc"):
+            self.skipTest("no cc to build a program against libpsclient")
+        w = np.arange(9, dtype=np.float32)
+        self.stub(2, version=3, dense={"w": (0, 2, w[:6].tolist())})
+        self.stub(3, version=4, held={9, 4, 0},
+                  dense={"w": (2, 3, w[6:].tolist())})
+        src = os.path.join(self.d, "lookup.c")
+        exe = os.path.join(self.d, "lookup")
+        with open(src, "w") as f:
+            f.write(LOOKUP_C)
+        lib = h.build_path("worker", "psclient")
+        inc = os.path.join(SRC, "worker", "psclient", "include")
+        r = h.run(["cc", "-std=c11", "-Wall", "-Werror", "-I" + inc, src, "-o", exe,
+                   "-L" + lib, "-Wl,-rpath," + lib, "-lpsclient"])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        plain = os.path.join(self.d, "plain.json")
+        h.write_spec(plain, nps=2, nworker=1)
+        r = h.run([exe, self.spec, plain], timeout=60)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        out = dict(l.split(" ", 1) for l in r.stdout.splitlines()
+                   if not l.startswith("row "))
+        self.assertRegex(out["open_plain"], r"^rc=-1 .*no cluster.serve")
+        self.assertEqual(out["counts"], "shards=2 replicas=2 task0=2 task1=3 task2=-1")
+        self.assertEqual(out["lookup_bare"], "rc=0 dim=%d" % DIM)
+        self.assertEqual(out["lookup"], "rc=0 versions=3,4")
+        rows = [l.split()[1:] for l in r.stdout.splitlines() if l.startswith("row ")]
+        for i, fl, first, last in rows:
+            i, sh = int(i), ss.shard_of(int(i), NPS)
+            held = sh == 0 or i in (9, 4, 0)
+            self.assertEqual(fl, "1" if held else "0", i)
+            want = ss.row_of(i, DIM, sh) if held else [0.0] * DIM
+            self.assertEqual((float(first), float(last)), (want[0], want[-1]), i)
+        self.assertRegex(out["nope"], r"^rc=-4 status=5 lookup of table 'nope' at "
+                         r"serve:[23] \(127\.0\.0\.1:\d+\): NOT_FOUND")
+        self.assertEqual(out["dense_size"], "rc=0 numel=9")
+        self.assertEqual(out["dense_short"], "rc=-9 lookup of dense variable 'w': it has "
+                         "9 elements; the buffer holds 5")
+        self.assertEqual(out["dense"], "rc=0 first=0 last=8")
+        self.assertEqual(out["no_table"], "rc=-1 lookup: no table name, or one longer "
+                         "than 200 bytes")
 
     def test_a_spec_without_serving_tasks_is_refused(self):
         spec = os.path.join(self.d, "plain.json")
