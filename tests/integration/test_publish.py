@@ -10,6 +10,7 @@ CRC and size checked).
   `psctl export` bit for bit (every dense variable, every table row); after
   `psctl shrink` the next publications name the evicted ids as removed,
   and the chain again equals the export; Status reports the publications;
+  a shard restarted publishes a full one, next after its highest version;
 - sync: both shards publish the same steps (the commits the coordinator
   marks), versions contiguous on each, a full one every full_every (3).
 Run: /usr/bin/python3 test_publish.py BUILD_DIR"""
@@ -211,6 +212,17 @@ class PublishTest(h.ProcTest):
             self.assertEqual(named, gone, "ps:%d" % s)
             removed += len(gone)
         self.assertEqual(removed, evicted)
+        # A shard restarted goes on after its highest version, with a full
+        # one (it restarts empty: no checkpoint dir).
+        top = pubread.versions(self.pubdir("async", 1))[-1]
+        self.assertEqual(self.shards[1].stop(), 0)
+        self.shards[1] = h.start_psd(spec, 1)
+        self.procs.append(self.shards[1])
+        self.shards[1].wait_for("publication %d (full) of step 0" % (top + 1))
+        p = pubread.read(self.pubdir("async", 1), top + 1)
+        self.assertEqual((p["full"], p["base"], p["prev"]), (True, top + 1, 0))
+        self.assertEqual(pubread.versions(self.pubdir("async", 1)),
+                         list(range(1, top + 2)))
 
     def test_sync_shards_publish_the_same_steps(self):
         spec = self.start("sync")
