@@ -184,8 +184,14 @@ class PublishTest(h.ProcTest):
                 "v%d%s@%d:%d" % (p["version"], "F" if p["full"] else "", p["step"],
                                  sum(len(t[0]) for t in p["tables"].values()))
                 for p in pubs)))
-            self.assertIn("publication %d (" % pubs[-1]["version"],
-                          "\n".join(self.shards[s].lines))
+            # One line per publication: version, step, rows, bytes, ms.
+            p = pubs[-1]
+            want = "publication %d (%s) of step %d: %d rows, %d removed, 4 variables, " % (
+                p["version"], "full" if p["full"] else "delta", p["step"],
+                sum(len(t[0]) for t in p["tables"].values()),
+                sum(len(t[2]) for t in p["tables"].values()))
+            line = self.shards[s].wait_for(want)
+            self.assertRegex(line, r" info: .* variables, [0-9.]+ [KM]?i?B in \d+ ms$")
         sts = self.status(spec)
         for s in range(2):
             p = sts[s]["publish"]
