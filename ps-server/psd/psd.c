@@ -33,6 +33,7 @@
 #include "log.h"
 #include "notify.h"
 #include "psd.h"
+#include "publish.h"
 #include "rpc.h"
 #include "rpc_server.h"
 #include "saver.h"
@@ -218,6 +219,8 @@ static enum psd_exit shut_down(struct psd_server *srv) {
   /* Parked calls would hold the stop: answer them (UNAVAILABLE) now. */
   psd_service_stop(srv->service);
   psd_saver_stop(srv->saver);
+  if (srv->publisher)
+    psd_publisher_stop(srv->publisher);
   if ((left = cm_server_wait_idle(srv->rpc, PSD_STOP_GRACE_MS)) > 0)
     cm_warn("%d calls still unanswered after %d ms", left, PSD_STOP_GRACE_MS);
   /* No handler runs now: the final checkpoint is the shard's state. */
@@ -237,6 +240,7 @@ static void free_server(struct psd_server *srv) {
   cm_server_free(srv->rpc);
   psd_coord_free(srv->coord);
   psd_saver_free(srv->saver);
+  psd_publisher_free(srv->publisher);
   psd_service_free(srv->service);
   psd_dedup_free(srv->dedup);
   psd_store_free(srv->store);
