@@ -28,6 +28,7 @@ struct cut {
   struct psd_pub pub;            /* what is written; version set then */
   struct psd_table_snap **snaps; /* owned: each table's snapshot */
   uint64_t rows;                 /* table rows and removed ids in it */
+  uint64_t removed;              /* removed ids in it */
   double t0;                     /* cm_mono_ms when the cut began */
   struct cut *next;              /* queue link */
 };
@@ -149,6 +150,7 @@ static struct cut *take(struct psd_publisher *p, int full, uint64_t step) {
     pt->nremoved = s->nevicted;
     pt->removed = s->evicted;
     c->rows += s->nrows + s->nevicted;
+    c->removed += s->nevicted;
   }
   return c;
 fail:
@@ -208,11 +210,13 @@ static void write_cut(struct psd_publisher *p, struct cut *c) {
   }
   pthread_mutex_unlock(&p->lock);
   if (!rc)
-    cm_info("publication %llu (%s) of step %llu: %llu rows, %d variables, %s "
-            "in %.0f ms",
+    cm_info("publication %llu (%s) of step %llu: %llu rows, %llu removed, %d "
+            "variables, %s in %.0f ms",
             (unsigned long long)c->pub.version, c->pub.full ? "full" : "delta",
-            (unsigned long long)c->pub.step, (unsigned long long)c->rows,
-            c->pub.ndense, cm_fmt_bytes((double)bytes, size, sizeof size), ms);
+            (unsigned long long)c->pub.step,
+            (unsigned long long)(c->rows - c->removed),
+            (unsigned long long)c->removed, c->pub.ndense,
+            cm_fmt_bytes((double)bytes, size, sizeof size), ms);
 }
 
 /* Async: what the shard is at now. */

@@ -234,13 +234,13 @@ class ServeTest(h.ProcTest):
                           % (j, key, st[key], value, self.serving[j].output()))
             time.sleep(0.05)
 
-    def check_rows(self, j, want, version):
-        """Lookup of want's ids (and of ids never published) from serve:j:
-        the version's rows bit for bit with found 1, the others' initial
-        rows with found 0."""
+    def check_rows(self, j, want, version, gone=()):
+        """Lookup of want's ids, of gone (ids published before, removed
+        since) and of ids never published, from serve:j: the version's rows
+        bit for bit with found 1, the others' initial rows with found 0."""
         shard = j % 2
         never = [i for i in ids_of(shard, 40, 10**6) if i not in want][:3]
-        ask = sorted(want) + never
+        ask = sorted(want) + list(gone) + never
         v, step, found, rows, _ = self.lookup(j, ask)
         self.assertEqual(v, version)
         self.assertEqual(step, version * 100)
@@ -275,7 +275,7 @@ class ServeTest(h.ProcTest):
         want[0].update(change)
         del want[0][ids[-1]]
         self.wait_status(0, "version", 2)
-        self.check_rows(0, want[0], 2)
+        self.check_rows(0, want[0], 2, gone=[ids[-1]])
         _, _, _, _, dense = self.lookup(0, ids[:1], dense=["w"])
         self.assertEqual(dense, bits([f32(20 + k + 0.5) for k in range(4)]))
         st = self.wait_status(2, "version", 2)
@@ -340,14 +340,14 @@ class ServeTest(h.ProcTest):
         six = {i: row_value(i, 6) for i in ids[5:]}
         self.write(0, 6, True, 6, six)
         self.wait_status(0, "version", 6)
-        self.check_rows(0, six, 6)
+        self.check_rows(0, six, 6, gone=ids[:5])
         # version 7 never comes: 8 is a skip, refused
         self.write(0, 8, False, 6, {ids[5]: row_value(ids[5], 8)})
         st = self.wait_status(0, "refused", 3)
         line = p.wait_for("version 7 is missing (skipped)")
         self.assertIn("pub-0000000007 refused", line)
         self.assertEqual(st["version"], 6)
-        self.check_rows(0, six, 6)
+        self.check_rows(0, six, 6, gone=ids[:5])
         self.write(0, 9, True, 9, good)
         self.wait_status(0, "version", 9)
         self.check_rows(0, good, 9)
@@ -366,7 +366,7 @@ class ServeTest(h.ProcTest):
         self.start(2)
         for j in (0, 2):
             self.wait_status(j, "version", 3)
-            self.check_rows(j, want, 3)
+            self.check_rows(j, want, 3, gone=[ids[-2], ids[-3]])
         p.stop(signal.SIGKILL)
         self.write(0, 4, False, 1, {ids[0]: row_value(ids[0], 4)})
         want[ids[0]] = row_value(ids[0], 4)
@@ -377,9 +377,11 @@ class ServeTest(h.ProcTest):
         self.write(0, 6, False, 5, {ids[11]: row_value(ids[11], 6)}, removed=[ids[12]])
         want[ids[11]] = row_value(ids[11], 6)
         del want[ids[12]]
+        self.wait_status(2, "version", 6)
+        self.check_rows(2, want, 6, gone=ids[:10] + [ids[12]])  # in place
         p = self.start(0)
         self.wait_status(0, "version", 6)
-        self.check_rows(0, want, 6)
+        self.check_rows(0, want, 6, gone=ids[:10] + [ids[12]])
         self.assertIn("serving version 5 (full", p.output())
         self.assertNotIn("serving version 4", p.output())  # from the newest full
         self.assertEqual(self.serving[2].stop(signal.SIGTERM), 0)
