@@ -60,7 +60,8 @@ int psd_pub_list(const char *dir, uint64_t **out, size_t *n, char *err,
     }
     v[k++] = ver;
   }
-  qsort(v, k, sizeof *v, cmp_u64);
+  if (k)
+    qsort(v, k, sizeof *v, cmp_u64);
 out:
   closedir(d);
   if (rc) {
