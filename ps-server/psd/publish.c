@@ -131,7 +131,8 @@ static struct cut *take(struct psd_publisher *p, int full, uint64_t step) {
       goto fail;
     c->pub.ndense = i + 1;
     pthread_mutex_lock(&v->lock);
-    memcpy(d->values, v->value, len);
+    if (len) /* no rows here: value may be NULL */
+      memcpy(d->values, v->value, len);
     pthread_mutex_unlock(&v->lock);
   }
   for (int i = 0; i < nt; i++) {

@@ -166,6 +166,11 @@ class PublishTest(h.ProcTest):
                 self.fail("the chains differ from psctl export: %s" % diffs)
             time.sleep(0.2)
 
+    def stop_shards(self):
+        """SIGTERM: every shard must exit 0 (its publisher stopped)."""
+        rcs = [p.stop() for p in self.shards]
+        self.assertEqual(rcs, [0, 0], "\n".join(p.output()[-2000:] for p in self.shards))
+
     def status(self, spec):
         r = h.psctl(spec, "--json", "status")
         self.assertEqual(r.returncode, 0, r.stderr)
@@ -229,6 +234,7 @@ class PublishTest(h.ProcTest):
         self.assertEqual((p["full"], p["base"], p["prev"]), (True, top + 1, 0))
         self.assertEqual(pubread.versions(self.pubdir("async", 1)),
                          list(range(1, top + 2)))
+        self.stop_shards()
 
     def test_sync_shards_publish_the_same_steps(self):
         spec = self.start("sync")
@@ -245,6 +251,7 @@ class PublishTest(h.ProcTest):
         self.assertEqual(len(set(st for _, st in steps[0])), len(steps[0]))
         _, pubs = self.chain("sync", 0, changed_only=False)
         self.assertGreaterEqual(len(pubs), 4, "no second full one")
+        self.stop_shards()
 
 
 if __name__ == "__main__":

@@ -50,8 +50,10 @@ static struct psd_pub *make(uint64_t version, int full, uint64_t base,
     b[i] = -(float)version - i;
   for (size_t i = 0; i < 2 * n; i++)
     rows[i] = (float)version * 100 + (float)i;
-  memcpy(idv, ids, n * 8);
-  memcpy(rmv, rm, nrm * 8);
+  if (n)
+    memcpy(idv, ids, n * 8);
+  if (nrm)
+    memcpy(rmv, rm, nrm * 8);
   p = (struct psd_pub){.version = version,
                        .base = base,
                        .prev = full ? 0 : version - 1,
@@ -117,9 +119,12 @@ static void same(const struct psd_pub *a, const struct psd_pub *b) {
     ck_assert_uint_eq(x->dim, y->dim);
     ck_assert_uint_eq(x->nrows, y->nrows);
     ck_assert_uint_eq(x->nremoved, y->nremoved);
-    ck_assert(!memcmp(x->ids, y->ids, x->nrows * 8));
-    ck_assert(!memcmp(x->values, y->values, x->nrows * x->dim * 4));
-    ck_assert(!memcmp(x->removed, y->removed, x->nremoved * 8));
+    if (x->nrows) {
+      ck_assert(!memcmp(x->ids, y->ids, x->nrows * 8));
+      ck_assert(!memcmp(x->values, y->values, x->nrows * x->dim * 4));
+    }
+    if (x->nremoved)
+      ck_assert(!memcmp(x->removed, y->removed, x->nremoved * 8));
   }
 }
 
