@@ -27,6 +27,8 @@ import shutil
 import signal
 import sys
 import tempfile
+import threading
+import time
 import unittest
 
 import harness as h
@@ -218,10 +220,8 @@ class StreamWorkerTest(h.ProcTest):
 
 class StreamPythonTest(unittest.TestCase):
     def test_dataset_follows_a_directory(self):
-        env = h.torch_env(h.BUILD) if hasattr(h, "BUILD") else None
         sys.path.insert(0, h.build_path("worker", "python"))
         from psd.stream import StreamDir
-        import threading
         with tempfile.TemporaryDirectory(prefix="psd-test-") as tmp:
             gen, parts = os.path.join(tmp, "gen"), os.path.join(tmp, "parts")
             os.mkdir(parts)
@@ -234,7 +234,6 @@ class StreamPythonTest(unittest.TestCase):
                     name = "part-%05d.svm" % k
                     os.rename(os.path.join(gen, name), os.path.join(parts, name))
                     while len({b.part for b in seen}) <= k:
-                        import time
                         time.sleep(0.01)
                 open(os.path.join(parts, ".x.svm.tmp"), "w").close()
                 open(os.path.join(parts, "END"), "w").close()
@@ -244,10 +243,14 @@ class StreamPythonTest(unittest.TestCase):
             for b in ds:
                 seen.append(b)
             t.join()
-            self.assertEqual([b.part for b in seen][::10],
-                             ["part-00000.svm", "part-00001.svm", "part-00002.svm"])
+            runs = [p for i, p in enumerate(b.part for b in seen)
+                    if i == 0 or seen[i - 1].part != p]
+            self.assertEqual(runs, ["part-00000.svm", "part-00001.svm", "part-00002.svm"])
+            for k in range(3):  # this share of each part: half its lines
+                self.assertEqual(sum(len(b.labels) for b in seen
+                                     if b.part == "part-%05d.svm" % k), PER_PART // 2)
             self.assertEqual(sum(len(b.labels) for b in seen), 3 * PER_PART // 2)
-            with open(os.path.join(tmp, "gen", "..", "parts", "part-00000.svm")) as f:
+            with open(os.path.join(parts, "part-00000.svm")) as f:
                 first = f.read().splitlines()[1]  # share 1 of 2: line 1
             b = seen[0]
             label, *feats = first.split()
