@@ -226,6 +226,9 @@ class StreamPythonTest(unittest.TestCase):
             gen, parts = os.path.join(tmp, "gen"), os.path.join(tmp, "parts")
             os.mkdir(parts)
             drift(gen, "--parts-to", "3")
+            for hidden in (".part-00000.svm", ".part-00009.svm.tmp-1"):  # never parts
+                with open(os.path.join(parts, hidden), "w") as f:
+                    f.write("1 1:1\n")
             ds = StreamDir(parts, batch_size=1000, share=1, nshares=2, poll_s=0.05)
             seen = []
 
@@ -235,7 +238,6 @@ class StreamPythonTest(unittest.TestCase):
                     os.rename(os.path.join(gen, name), os.path.join(parts, name))
                     while len({b.part for b in seen}) <= k:
                         time.sleep(0.01)
-                open(os.path.join(parts, ".x.svm.tmp"), "w").close()
                 open(os.path.join(parts, "END"), "w").close()
 
             t = threading.Thread(target=feed)

@@ -65,6 +65,7 @@ START_TEST(dir_parts_in_order_once) {
   put(".b.svm.tmp-1", "1 1:1\n", "w");
   put("b.svm.partial", "1 1:1\n", "w");
   put("notes.txt", "x\n", "w");
+  put(".e.svm", "1 1:1\n", "w"); /* hidden: a temporary name too */
   ck_assert_int_eq(dw_stream_poll(s, &w, err, sizeof err), DW_STREAM_NONE);
   move(".b.svm.tmp-1", "b.svm");
   put("c.svm", "0 2:1\n", "w");
