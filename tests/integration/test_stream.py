@@ -228,7 +228,7 @@ class StreamPythonTest(unittest.TestCase):
             drift(gen, "--parts-to", "3")
             for hidden in (".part-00000.svm", ".part-00009.svm.tmp-1"):  # never parts
                 with open(os.path.join(parts, hidden), "w") as f:
-                    f.write("1 1:1\n")
+                    f.write("1 1:1\n0 2:1\n")
             ds = StreamDir(parts, batch_size=1000, share=1, nshares=2, poll_s=0.05)
             seen = []
 
