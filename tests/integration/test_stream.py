@@ -91,6 +91,8 @@ class StreamDirTest(unittest.TestCase):
             os.mkdir(parts)
             truth = drift(gen)
             # Never parts: a temporary name, another suffix.
+            with open(os.path.join(parts, ".part-00000.svm"), "w") as f:
+                f.write("1 1:1\n0 2:1\n")
             with open(os.path.join(parts, ".part-00009.svm.tmp-1"), "w") as f:
                 f.write("1 1:1\n")
             with open(os.path.join(parts, "notes.txt"), "w") as f:

@@ -113,8 +113,7 @@ START_TEST(file_complete_lines_only) {
   ck_assert(!memcmp(w.text, "1 1:1\n0 2:1\n", w.len));
   /* The window parses as a file's lines, numbered on. */
   FILE *f = fmemopen((void *)w.text, w.len, "r");
-  ck_assert_int_eq(dw_svm_read(f, file, w.line0, 0, 1, &d, err, sizeof err),
-                   0);
+  ck_assert_int_eq(dw_svm_read(f, file, w.line0, 0, 1, &d, err, sizeof err), 0);
   fclose(f);
   ck_assert_uint_eq(d.n, 2);
   ck_assert(d.y[0] == 1 && d.y[1] == 0 && d.idx[1] == 2);
@@ -190,8 +189,7 @@ static uint64_t mode_of(const uint64_t *ids, size_t n) {
 
 START_TEST(drift_is_deterministic_with_truth_per_part) {
   char a[200], b[200], cmd[700], err[512];
-  struct dw_ctrgen_drift_opts o = {4, 4, 2000, 3, 1.6, 1, 0.1,
-                                   0, 4, 0, "END"};
+  struct dw_ctrgen_drift_opts o = {4, 4, 2000, 3, 1.6, 1, 0.1, 0, 4, 0, "END"};
   make_dir("drift");
   snprintf(a, sizeof a, "%s/a", dir);
   snprintf(b, sizeof b, "%s/b", dir);
@@ -228,17 +226,15 @@ START_TEST(drift_is_deterministic_with_truth_per_part) {
     char name[32];
     snprintf(name, sizeof name, "part-%05zu.svm", i);
     ck_assert_str_eq(json_string_value(json_object_get(e, "name")), name);
-    ck_assert_int_eq(json_integer_value(json_object_get(e, "examples")),
-                     2000);
+    ck_assert_int_eq(json_integer_value(json_object_get(e, "examples")), 2000);
     double auc = json_real_value(json_object_get(e, "true_auc"));
     double ll = json_real_value(json_object_get(e, "true_logloss"));
     ck_assert(auc > 0.65 && auc < 0.95);
     ck_assert(ll > 0.2 && ll < 0.69);
   }
-  ck_assert_int_eq(
-      json_integer_value(json_object_get(json_object_get(j, "settings"),
-                                         "shift")),
-      1);
+  ck_assert_int_eq(json_integer_value(json_object_get(
+                       json_object_get(j, "settings"), "shift")),
+                   1);
   json_decref(j);
   /* Fading: part 0's most frequent id falls; part 1's is new. */
   static uint64_t i0[2000], i1[2000];
@@ -251,15 +247,14 @@ START_TEST(drift_is_deterministic_with_truth_per_part) {
     c0 += i0[i] == top1;
   for (size_t i = 0; i < n1; i++)
     c1 += i1[i] == top0;
-  ck_assert_uint_eq(c0, 0);           /* part 1's top id is new */
-  ck_assert(c1 > 0 && c1 < n1 / 2);   /* part 0's is still seen, less */
+  ck_assert_uint_eq(c0, 0);         /* part 1's top id is new */
+  ck_assert(c1 > 0 && c1 < n1 / 2); /* part 0's is still seen, less */
   /* Other settings, other bytes. */
   o.from = 0;
   o.to = 1;
   o.seed = 4;
   ck_assert_int_eq(dw_ctrgen_drift_write(b, &o, NULL, err, sizeof err), 0);
-  snprintf(cmd, sizeof cmd, "cmp -s %s/part-00000.svm %s/part-00000.svm", a,
-           b);
+  snprintf(cmd, sizeof cmd, "cmp -s %s/part-00000.svm %s/part-00000.svm", a, b);
   ck_assert_int_ne(system(cmd), 0);
   remove_dir();
 }
