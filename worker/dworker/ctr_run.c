@@ -69,6 +69,7 @@ struct run {
   struct dw_ctr_stream *cs;         /* job.ctr.stream, or NULL; then train
                                        is the current window's share */
   size_t pos;                       /* stream: the window's next example */
+  char window[256];                 /* stream: the window's name */
 };
 
 static void say_progress(const char *file, double done) {
@@ -334,14 +335,14 @@ static int evaluate(struct run *r, const struct dw_svm *d, double *auc,
 static int stream_batch(struct run *r) {
   struct dw_worker *w = r->w;
   int bsz = w->spec->job.batch_size, rc, n;
-  char name[256];
+  char *name = r->window;
 
   while (r->pos >= r->train.n) {
     double auc = 0, ll = 0;
     dw_svm_free(&r->train);
     r->pos = 0;
     rc = dw_ctrs_next(r->cs, w->index, w->nworkers, &r->train, name,
-                      sizeof name);
+                      sizeof r->window);
     if (rc <= 0)
       return rc;
     if (r->train.n) {
@@ -354,6 +355,8 @@ static int stream_batch(struct run *r) {
     }
     dw_ctrs_scored(w, r->cs, name, r->train.n, ll, auc);
   }
+  if (dw_ctrs_stop(r->cs, r->window, r->pos, r->train.n))
+    return 0;
   n = (size_t)bsz < r->train.n - r->pos ? bsz : (int)(r->train.n - r->pos);
   gather(r, &r->train, r->pos, n, &r->b, r->start, r->y, r->val);
   r->pos += (size_t)n;

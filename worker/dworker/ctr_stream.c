@@ -5,8 +5,9 @@
  * before it is trained on (ctr_run.c scores it), its log loss and AUC go
  * to the "window N (part): ..." line, TensorBoard ("window/logloss",
  * "window/auc" at step N) and the result line's figures. SIGTERM or
- * SIGINT end the stream as the end marker does: the window being trained
- * is finished, then the worker reports and leaves. */
+ * SIGINT end the stream as the end marker does, at the next batch (the
+ * batch being trained is finished, the rest of its window is not): the
+ * worker reports and leaves. */
 #include <libgen.h>
 #include <signal.h>
 #include <stdio.h>
@@ -177,6 +178,16 @@ void dw_ctrs_scored(struct dw_worker *w, struct dw_ctr_stream *cs,
          cs->windows, name, ll, auc, n);
   fflush(stdout);
   dw_tb_ctr(w, (long)cs->windows, "window", ll, auc, 0);
+}
+
+int dw_ctrs_stop(const struct dw_ctr_stream *cs, const char *name, size_t done,
+                 size_t n) {
+  if (!stop_asked)
+    return 0;
+  cm_info("the stream ended (SIGTERM) after %llu windows, in window %llu "
+          "(%s) after %zu of its %zu examples here",
+          cs->windows, cs->windows, name, done, n);
+  return 1;
 }
 
 unsigned long long dw_ctrs_windows(const struct dw_ctr_stream *cs) {

@@ -273,6 +273,11 @@ int dw_ctrs_next(struct dw_ctr_stream *cs, int share, int nshares,
 void dw_ctrs_scored(struct dw_worker *w, struct dw_ctr_stream *cs,
                     const char *name, size_t n, double ll, double auc);
 
+/* Whether SIGTERM or SIGINT came: then says where in window `name` (done
+ * of its n examples here) the stream ended, and returns 1. */
+int dw_ctrs_stop(const struct dw_ctr_stream *cs, const char *name, size_t done,
+                 size_t n);
+
 /* Windows taken so far. */
 unsigned long long dw_ctrs_windows(const struct dw_ctr_stream *cs);
 
