@@ -280,7 +280,7 @@ int dw_train(struct dw_worker *w) {
       rc = n;
       goto out;
     }
-    if (n == 0)
+    if (n == 0 && w->stream)
       break; /* the stream ended */
     nq = tr->tables ? tr->tables(w, q, DW_MAX_STEP_TABLES) : 0;
     if (nq < 0) {
