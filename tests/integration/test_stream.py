@@ -30,6 +30,7 @@ import tempfile
 import threading
 import time
 import unittest
+import warnings
 
 import harness as h
 
@@ -243,13 +244,23 @@ class StreamPythonTest(unittest.TestCase):
                     os.rename(os.path.join(gen, name), os.path.join(parts, name))
                     while len({b.part for b in seen}) <= k:
                         time.sleep(0.01)
+                # Late: named before the last part taken; skipped, said once.
+                shutil.copy(os.path.join(parts, "part-00002.svm"),
+                            os.path.join(tmp, "late"))
+                os.rename(os.path.join(tmp, "late"), os.path.join(parts, "part-00001b.svm"))
+                time.sleep(0.2)
                 open(os.path.join(parts, "END"), "w").close()
 
             t = threading.Thread(target=feed)
             t.start()
-            for b in ds:
-                seen.append(b)
+            with warnings.catch_warnings(record=True) as warned:
+                warnings.simplefilter("always")
+                for b in ds:
+                    seen.append(b)
             t.join()
+            self.assertEqual([str(x.message) for x in warned],
+                             ["stream %s: part part-00001b.svm appeared after "
+                              "part-00002.svm was taken: skipped" % parts])
             runs = [p for i, p in enumerate(b.part for b in seen)
                     if i == 0 or seen[i - 1].part != p]
             self.assertEqual(runs, ["part-00000.svm", "part-00001.svm", "part-00002.svm"])

@@ -76,9 +76,13 @@ START_TEST(dir_parts_in_order_once) {
   ck_assert_int_eq(dw_stream_poll(s, &w, err, sizeof err), DW_STREAM_WINDOW);
   ck_assert_str_eq(w.name, "c.svm");
   ck_assert_int_eq(dw_stream_poll(s, &w, err, sizeof err), DW_STREAM_NONE);
+  ck_assert_uint_eq(dw_stream_late(s), 0); /* b.svm: taken, not late */
   /* Late: named before the last taken; skipped, never taken. */
   put("a.svm", "1 3:1\n", "w");
   ck_assert_int_eq(dw_stream_poll(s, &w, err, sizeof err), DW_STREAM_NONE);
+  ck_assert_uint_eq(dw_stream_late(s), 1);
+  ck_assert_int_eq(dw_stream_poll(s, &w, err, sizeof err), DW_STREAM_NONE);
+  ck_assert_uint_eq(dw_stream_late(s), 1); /* warned once */
   /* Parts there when the marker appears are taken before the end. */
   put("d.svm", "1 4:1\n", "w");
   put("END", "", "w");

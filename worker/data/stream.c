@@ -28,6 +28,8 @@ struct dw_stream {
   int nsuffix;                   /* entries in suffix */
   long long window;              /* file: lines per window */
   char last[256];                /* dir: the last part taken */
+  char (*taken)[256];            /* dir: the parts taken, ascending */
+  size_t ntaken, takencap;       /* entries in taken; its size */
   char (*late)[256];             /* dir: late parts warned about */
   size_t nlate, latecap;         /* entries in late; its size */
   int fd;                        /* file: open, or -1 */
@@ -87,6 +89,22 @@ static int is_part(const struct dw_stream *s, const char *name) {
   return 0;
 }
 
+/* Whether part name was taken (taken is ascending: bsearch). */
+static int was_taken(const struct dw_stream *s, const char *name) {
+  size_t lo = 0, hi = s->ntaken;
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    int c = strcmp(s->taken[mid], name);
+    if (!c)
+      return 1;
+    if (c < 0)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  return 0;
+}
+
 /* Warns once about a part that came after a later-named one was taken. */
 static void warn_late(struct dw_stream *s, const char *name) {
   for (size_t i = 0; i < s->nlate; i++)
@@ -126,7 +144,7 @@ static int poll_dir(struct dw_stream *s, struct dw_stream_window *w, char *err,
     if (stat(path, &st) != 0 || !S_ISREG(st.st_mode))
       continue;
     if (s->last[0] && strcmp(e->d_name, s->last) <= 0) {
-      if (strcmp(e->d_name, s->last) < 0)
+      if (!was_taken(s, e->d_name))
         warn_late(s, e->d_name);
       continue;
     }
@@ -136,6 +154,17 @@ static int poll_dir(struct dw_stream *s, struct dw_stream_window *w, char *err,
   closedir(d);
   if (!best[0])
     return ended ? DW_STREAM_END : DW_STREAM_NONE;
+  if (s->ntaken == s->takencap) {
+    size_t c = s->takencap ? 2 * s->takencap : 64;
+    void *p = realloc(s->taken, c * sizeof *s->taken);
+    if (!p) {
+      snprintf(err, errlen, "out of memory");
+      return CM_ENOMEM;
+    }
+    s->taken = p;
+    s->takencap = c;
+  }
+  snprintf(s->taken[s->ntaken++], sizeof s->taken[0], "%s", best);
   memset(w, 0, sizeof *w);
   snprintf(s->last, sizeof s->last, "%s", best);
   snprintf(w->name, sizeof w->name, "%s", best);
@@ -250,6 +279,8 @@ unsigned long long dw_stream_windows(const struct dw_stream *s) {
   return s->windows;
 }
 
+size_t dw_stream_late(const struct dw_stream *s) { return s->nlate; }
+
 void dw_stream_free(struct dw_stream *s) {
   if (!s)
     return;
@@ -257,5 +288,6 @@ void dw_stream_free(struct dw_stream *s) {
     close(s->fd);
   free(s->buf);
   free(s->late);
+  free(s->taken);
   free(s);
 }

@@ -80,6 +80,9 @@ int dw_stream_wait(struct dw_stream *s, struct dw_stream_window *w,
 /* Windows handed out so far. */
 unsigned long long dw_stream_windows(const struct dw_stream *s);
 
+/* Late parts skipped (and warned about) so far. */
+size_t dw_stream_late(const struct dw_stream *s);
+
 /* Frees s (NULL is fine). */
 void dw_stream_free(struct dw_stream *s);
 

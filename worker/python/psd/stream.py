@@ -114,7 +114,7 @@ class StreamDir(_Base):
         self.share = int(share)
         self.nshares = int(nshares)
 
-    def _next_part(self, last, warned):
+    def _next_part(self, last, taken, warned):
         """The name of the next part after last, or None."""
         best = None
         with os.scandir(self.path) as it:
@@ -124,7 +124,7 @@ class StreamDir(_Base):
                         n == self.suffix or not e.is_file():
                     continue
                 if last is not None and n <= last:
-                    if n < last and n not in warned:
+                    if n not in taken and n not in warned:
                         warned.add(n)
                         warnings.warn(f"stream {self.path}: part {n} appeared "
                                       f"after {last} was taken: skipped")
@@ -135,13 +135,14 @@ class StreamDir(_Base):
 
     def parts(self):
         """The parts' names as they land, until the end marker."""
-        last, warned = None, set()
+        last, taken, warned = None, set(), set()
         marker = os.path.join(self.path, self.end)
         while True:
             ended = os.path.exists(marker)  # before the listing
-            name = self._next_part(last, warned)
+            name = self._next_part(last, taken, warned)
             if name is not None:
                 last = name
+                taken.add(name)
                 yield name
             elif ended:
                 return
