@@ -236,33 +236,51 @@ static int addr_same(const struct cm_addr *a, const struct cm_addr *b) {
   return 0;
 }
 
+/* The j-th address of cluster.ps, cluster.worker and cluster.serve taken
+ * in that order, with its list's name and index. */
+static const struct cm_addr *nth_addr(const struct cm_spec *spec, int j,
+                                      const char **list, int *index) {
+  if (j < spec->nps) {
+    *list = "ps";
+    *index = j;
+    return &spec->ps[j];
+  }
+  j -= spec->nps;
+  if (j < spec->nworker) {
+    *list = "worker";
+    *index = j;
+    return &spec->worker[j];
+  }
+  *list = "serve";
+  *index = j - spec->nworker;
+  return &spec->serve[j - spec->nworker];
+}
+
 /* Reports every address that repeats an earlier one in cluster.ps followed
- * by cluster.worker. */
+ * by cluster.worker and cluster.serve. */
 static void check_duplicates(struct cm__errs *e, const struct cm_spec *spec) {
   char path[CM__SPEC_PATH_MAX], q[CM__SPEC_QUOTE_MAX];
-  int total = spec->nps + spec->nworker;
-  int i, j;
+  int total = spec->nps + spec->nworker + spec->nserve;
+  int i, j, ai, bi;
+  const char *al, *bl;
   const struct cm_addr *a, *b;
 
   for (j = 0; j < total; j++) {
-    b = j < spec->nps ? &spec->ps[j] : &spec->worker[j - spec->nps];
+    b = nth_addr(spec, j, &bl, &bi);
     if (b->port == 0)
       continue;
     for (i = 0; i < j; i++) {
-      a = i < spec->nps ? &spec->ps[i] : &spec->worker[i - spec->nps];
+      a = nth_addr(spec, i, &al, &ai);
       if (a->port != 0 && addr_same(a, b))
         break;
     }
     if (i == j)
       continue;
-    snprintf(path, sizeof path, "cluster.%s[%d]",
-             j < spec->nps ? "ps" : "worker",
-             j < spec->nps ? j : j - spec->nps);
+    snprintf(path, sizeof path, "cluster.%s[%d]", bl, bi);
     cm__report(e, path,
                "%s is also cluster.%s[%d]; expected every task to have its own "
                "address",
-               cm__quote(q, sizeof q, b->text), i < spec->nps ? "ps" : "worker",
-               i < spec->nps ? i : i - spec->nps);
+               cm__quote(q, sizeof q, b->text), al, ai);
   }
 }
 
@@ -307,6 +325,25 @@ static int parse_kubeflow(struct cm__errs *e, json_t *cluster,
   return 0;
 }
 
+/* cluster.serve: the serving tasks (docs/serving.md), optional; serve:J
+ * follows shard J % nps, so their number must be a multiple of the
+ * shards'. Returns 0 or CM_ENOMEM; mistakes go to e. */
+static int parse_serve(struct cm__errs *e, json_t *cluster,
+                       struct cm_spec *spec) {
+  int rc;
+  if (!json_object_get(cluster, "serve"))
+    return 0;
+  if ((rc = parse_addrs(e, cluster, "serve", &spec->serve, &spec->nserve)) < 0)
+    return rc;
+  if (spec->nserve > 0 && spec->nps > 0 && spec->nserve % spec->nps != 0)
+    cm__report(e, "cluster.serve",
+               "%d entr%s; expected a multiple of cluster.ps's %d (serve:J "
+               "follows shard J %% %d, the same number of replicas of each)",
+               spec->nserve, spec->nserve == 1 ? "y" : "ies", spec->nps,
+               spec->nps);
+  return 0;
+}
+
 int cm_addr_parse(const char *text, const char *what, struct cm_addr *out,
                   char *err, size_t errlen) {
   struct cm__errs e;
@@ -323,7 +360,8 @@ int cm_addr_parse(const char *text, const char *what, struct cm_addr *out,
 }
 
 int cm__parse_cluster(struct cm__errs *e, json_t *root, struct cm_spec *spec) {
-  static const char *const keys[] = {"ps", "worker", "chief", "evaluator"};
+  static const char *const keys[] = {"ps", "worker", "chief", "evaluator",
+                                     "serve"};
   char got[CM__SPEC_QUOTE_MAX];
   json_t *cluster = json_object_get(root, "cluster");
   int rc;
@@ -351,6 +389,8 @@ int cm__parse_cluster(struct cm__errs *e, json_t *root, struct cm_spec *spec) {
   if (rc < 0)
     return rc;
   if ((rc = parse_kubeflow(e, cluster, spec)) < 0)
+    return rc;
+  if ((rc = parse_serve(e, cluster, spec)) < 0)
     return rc;
   check_duplicates(e, spec);
   return 0;

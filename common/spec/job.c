@@ -253,6 +253,9 @@ void cm__job_defaults(struct cm_job *job) {
   job->unix_sockets = 1;
   job->shared_memory = 1;
   job->ckpt_keep = 3;
+  job->publish_interval_s = 5;
+  job->publish_full_every = 10;
+  job->publish_keep = 2;
   job->max_message_mb = 64;
   snprintf(job->nonfinite, sizeof job->nonfinite, "reject");
   snprintf(job->wire_dtype, sizeof job->wire_dtype, "f32");
@@ -463,7 +466,8 @@ void cm__parse_job(struct cm__errs *e, json_t *root, int nworker,
                                      "worker_command",
                                      "tensorboard_dir",
                                      "metrics_listen",
-                                     "exit_when_done"};
+                                     "exit_when_done",
+                                     "publish"};
   static const char *const models[] = {"softmax", "mlp", "cnn", "ctr", NULL};
   static const char *const nonfinite[] = {"reject", "skip", "apply", NULL};
   static const char *const dtypes[] = {"f32", "bf16", NULL};
@@ -493,6 +497,7 @@ void cm__parse_job(struct cm__errs *e, json_t *root, int nworker,
   cm__opt_int(e, job, "job", "max_steps", 0, INT_MAX, &out->max_steps);
   parse_liveness(e, job, out);
   parse_checkpoint(e, job, out);
+  cm__parse_publish(e, job, out);
   cm__opt_bool(e, job, "job", "unix_sockets", &out->unix_sockets);
   cm__opt_bool(e, job, "job", "shared_memory", &out->shared_memory);
   cm__opt_bool(e, job, "job", "exit_when_done", &out->exit_when_done);

@@ -15,4 +15,8 @@ void cm__parse_tables(struct cm__errs *e, json_t *job, struct cm_job *out);
  * with another model). job_ctr.c. */
 void cm__parse_ctr(struct cm__errs *e, json_t *job, struct cm_job *out);
 
+/* Parses job.publish: where and how often training shards publish for
+ * serving (defaults when absent). job_publish.c. */
+void cm__parse_publish(struct cm__errs *e, json_t *job, struct cm_job *out);
+
 #endif

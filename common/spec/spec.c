@@ -81,8 +81,8 @@ int cm_spec_parse(const char *json, size_t len, const char *source,
       cm__task_settle(spec, &spec->task);
       if (unknown)
         cm__spec_note(spec,
-                      "%s: task.type \"%.64s\" is not a psd task (ps, worker "
-                      "or chief): this spec names no task",
+                      "%s: task.type \"%.64s\" is not a psd task (ps, worker, "
+                      "serve or chief): this spec names no task",
                       source, unknown);
       else if (cm__task_count(spec, &spec->task) > 0)
         cm__check_task_index(&e, spec, &spec->task, "task.index", "");
@@ -137,6 +137,7 @@ static int resolve_paths(struct cm_spec *spec, const char *path, char *err,
     size_t cap;      /* its buffer */
   } paths[] = {
       {"job.checkpoint.dir", spec->job.ckpt_dir, sizeof spec->job.ckpt_dir},
+      {"job.publish.dir", spec->job.publish_dir, sizeof spec->job.publish_dir},
       {"job.tensorboard_dir", spec->job.tensorboard_dir,
        sizeof spec->job.tensorboard_dir},
       {"auth.token_file", a->token_file, sizeof a->token_file},
@@ -329,6 +330,7 @@ void cm_spec_free(struct cm_spec *spec) {
     return;
   free(spec->ps);
   free(spec->worker);
+  free(spec->serve);
   free(spec->metrics);
   free(spec);
 }

@@ -36,7 +36,8 @@ enum cm_task_type {
   CM_TASK_NONE = 0,
   CM_TASK_PS,
   CM_TASK_WORKER,
-  CM_TASK_CHIEF
+  CM_TASK_CHIEF,
+  CM_TASK_SERVE /* a serving task of cluster.serve (docs/serving.md) */
 };
 
 /* One task's network address, split from "host:port". */
@@ -151,6 +152,19 @@ struct cm_job {
    * seconds when something changed */
   double ckpt_every_s;
   int ckpt_keep; /* "job.checkpoint.keep" >= 1, default 3: newest kept */
+  /* "job.publish.dir": where training shards publish what changed for the
+   * serving tasks ("" = off, the default); cm_spec_load makes a relative
+   * path relative to the spec file's directory (docs/serving.md) */
+  char publish_dir[1024];
+  /* "job.publish.interval_s" > 0, default 5: seconds between publications */
+  double publish_interval_s;
+  /* "job.publish.full_every" >= 1, default 10: the first publication of a
+   * shard's process and every full_every-th after it hold every row; the
+   * others only what changed (1: every one full) */
+  int publish_full_every;
+  /* "job.publish.keep" >= 1, default 2: full publications kept on disk,
+   * each with the deltas that follow it */
+  int publish_keep;
   /* "job.unix_sockets" (a JSON boolean), default 1: a client on the same
    * host as a shard dials the shard's Unix-domain socket instead of TCP */
   int unix_sockets;
@@ -239,6 +253,11 @@ struct cm_spec {
   struct cm_addr *ps;     /* owned array of nps shard addresses */
   int nworker;            /* entries in worker, >= 1 */
   struct cm_addr *worker; /* owned array of nworker worker addresses */
+  int nserve;             /* entries in serve: 0 when cluster.serve is absent;
+                             else a multiple of nps */
+  struct cm_addr *serve;  /* owned array of nserve serving task addresses
+                             (cluster.serve): serve:J follows shard J % nps,
+                             as its replica J / nps; NULL when absent */
   struct cm_task task;    /* from "task", CM_TASK_NONE when absent */
   struct cm_job job;      /* from "job", defaults filled in */
   struct cm_auth auth;    /* from "auth"; all empty when absent */

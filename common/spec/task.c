@@ -37,7 +37,8 @@ int cm__parse_task_obj(struct cm__errs *e, json_t *task, int strict,
   }
   type = json_object_get(task, "type");
   if (!type) {
-    cm__report(e, "task.type", "missing; expected \"ps\" or \"worker\"");
+    cm__report(e, "task.type",
+               "missing; expected \"ps\", \"worker\" or \"serve\"");
     ok = 0;
   } else if (json_is_string(type) &&
              strcmp(json_string_value(type), "ps") == 0) {
@@ -45,6 +46,9 @@ int cm__parse_task_obj(struct cm__errs *e, json_t *task, int strict,
   } else if (json_is_string(type) &&
              strcmp(json_string_value(type), "worker") == 0) {
     t.type = CM_TASK_WORKER;
+  } else if (json_is_string(type) &&
+             strcmp(json_string_value(type), "serve") == 0) {
+    t.type = CM_TASK_SERVE;
   } else if (json_is_string(type) &&
              strcmp(json_string_value(type), "chief") == 0) {
     t.type = CM_TASK_CHIEF; /* Kubeflow's: settled to worker 0 */
@@ -54,7 +58,8 @@ int cm__parse_task_obj(struct cm__errs *e, json_t *task, int strict,
     *unknown = json_string_value(type);
     t.type = CM_TASK_NONE;
   } else {
-    cm__report(e, "task.type", "expected \"ps\" or \"worker\", got %s",
+    cm__report(e, "task.type",
+               "expected \"ps\", \"worker\" or \"serve\", got %s",
                cm__describe(got, sizeof got, type));
     ok = 0;
   }
@@ -97,6 +102,8 @@ void cm__spec_note(struct cm_spec *spec, const char *fmt, ...) {
 }
 
 int cm__task_count(const struct cm_spec *spec, const struct cm_task *t) {
+  if (t->type == CM_TASK_SERVE)
+    return spec->nserve;
   return t->type == CM_TASK_PS ? spec->nps : spec->nworker;
 }
 
@@ -142,6 +149,8 @@ int cm_task_parse(const char *text, struct cm_task *out, char *err,
     t.type = CM_TASK_PS;
   } else if (tlen == 6 && strncmp(text, "worker", 6) == 0) {
     t.type = CM_TASK_WORKER;
+  } else if (tlen == 5 && strncmp(text, "serve", 5) == 0) {
+    t.type = CM_TASK_SERVE;
   } else if (tlen == 5 && strncmp(text, "chief", 5) == 0) {
     t.type = CM_TASK_WORKER; /* Kubeflow's chief is worker 0 */
     if (strcmp(colon + 1, "0") != 0) {
@@ -153,7 +162,7 @@ int cm_task_parse(const char *text, struct cm_task *out, char *err,
   } else {
     char type[CM__SPEC_QUOTE_MAX];
     snprintf(type, sizeof type, "%.*s", tlen < 64 ? (int)tlen : 64, text);
-    cm__report(&e, NULL, "unknown type %s; expected ps, worker or chief",
+    cm__report(&e, NULL, "unknown type %s; expected ps, worker, serve or chief",
                cm__quote(qi, sizeof qi, type));
     rc = CM_EINVAL;
     goto out;
@@ -261,11 +270,12 @@ int cm_spec_resolve_task(struct cm_spec *spec, const char *cli, char *err,
     }
     if (found == 0 && unknown[0]) {
       e.source = NULL;
-      cm__report(&e, NULL,
-                 "TF_CONFIG's task is of type %s, which is not a psd task "
-                 "(psd runs \"ps\", \"worker\" and Kubeflow's \"chief\"); "
-                 "pass --task TYPE:INDEX to run this process as one",
-                 cm__quote(q, sizeof q, unknown));
+      cm__report(
+          &e, NULL,
+          "TF_CONFIG's task is of type %s, which is not a psd task "
+          "(psd runs \"ps\", \"worker\", \"serve\" and Kubeflow's \"chief\"); "
+          "pass --task TYPE:INDEX to run this process as one",
+          cm__quote(q, sizeof q, unknown));
       rc = CM_ESPEC;
       goto out;
     }
@@ -300,6 +310,8 @@ const char *cm_task_type_name(enum cm_task_type type) {
     return "worker";
   case CM_TASK_CHIEF:
     return "chief";
+  case CM_TASK_SERVE:
+    return "serve";
   case CM_TASK_NONE:
     return "none";
   }

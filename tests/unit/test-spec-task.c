@@ -24,7 +24,8 @@ START_TEST(test_task_in_spec) {
   has_line("t.json: task.x: unknown key; expected one of type, index");
   parse_bad("{\"cluster\": {\"ps\": [\"h:1\"], \"worker\": [\"h:2\"]},"
             " \"task\": {}}");
-  has_line("t.json: task.type: missing; expected \"ps\" or \"worker\"");
+  has_line("t.json: task.type: missing; expected \"ps\", \"worker\" or "
+           "\"serve\"");
   has_line("t.json: task.index: missing; expected a non-negative integer");
 }
 END_TEST
@@ -42,6 +43,10 @@ START_TEST(test_task_parse) {
   ck_assert_int_eq(cm_task_parse("worker", &t, err, sizeof err), CM_EINVAL);
   ck_assert_str_eq(err, "--task \"worker\": expected TYPE:INDEX, e.g. "
                         "worker:0");
+  ck_assert_int_eq(cm_task_parse("serve:3", &t, err, sizeof err), 0);
+  ck_assert_int_eq(t.type, CM_TASK_SERVE);
+  ck_assert_int_eq(t.index, 3);
+  ck_assert_str_eq(cm_task_type_name(CM_TASK_SERVE), "serve");
   /* Kubeflow's chief is worker 0. */
   ck_assert_int_eq(cm_task_parse("chief:0", &t, err, sizeof err), 0);
   ck_assert_int_eq(t.type, CM_TASK_WORKER);
@@ -51,7 +56,7 @@ START_TEST(test_task_parse) {
                         "chief, chief:0");
   ck_assert_int_eq(cm_task_parse("boss:0", &t, err, sizeof err), CM_EINVAL);
   ck_assert_str_eq(err, "--task \"boss:0\": unknown type \"boss\"; expected "
-                        "ps, worker or chief");
+                        "ps, worker, serve or chief");
   ck_assert_int_eq(cm_task_parse("ps:-1", &t, err, sizeof err), CM_EINVAL);
   ck_assert_str_eq(err, "--task \"ps:-1\": index \"-1\" is not a non-negative "
                         "integer");
@@ -143,8 +148,8 @@ START_TEST(test_resolve_errors) {
 
   setenv("TF_CONFIG", "{\"task\": {\"type\": 7, \"index\": 0}}", 1);
   ck_assert_int_eq(cm_spec_resolve_task(spec, NULL, err, sizeof err), CM_ESPEC);
-  ck_assert_str_eq(err, "TF_CONFIG: task.type: expected \"ps\" or "
-                        "\"worker\", got 7");
+  ck_assert_str_eq(err, "TF_CONFIG: task.type: expected \"ps\", "
+                        "\"worker\" or \"serve\", got 7");
 
   setenv("TF_CONFIG", "{\"cluster\": {}}", 1);
   ck_assert_int_eq(cm_spec_resolve_task(spec, NULL, err, sizeof err), CM_ESPEC);

@@ -151,7 +151,7 @@ START_TEST(test_unknown_keys) {
   has_line("t.json: clustr: unknown key (did you mean cluster?); expected one "
            "of cluster, task, job, auth, environment");
   has_line("t.json: cluster.chef: unknown key (did you mean chief?); expected "
-           "one of ps, worker, chief, evaluator");
+           "one of ps, worker, chief, evaluator, serve");
   has_line("t.json: job.optimizr: unknown key (did you mean optimizer?); "
            "expected one of name, model, hidden, data_dir, epochs, "
            "batch_size, optimizer, sync, seed, log_every, rpc_timeout_ms, "
@@ -160,7 +160,7 @@ START_TEST(test_unknown_keys) {
            "optimizer_overrides, channels, max_message_mb, nonfinite, "
            "retry_s, socket_owner, wire_dtype, tables, table_defaults, ctr, "
            "worker_command, "
-           "tensorboard_dir, metrics_listen, exit_when_done");
+           "tensorboard_dir, metrics_listen, exit_when_done, publish");
   has_line("t.json: job.optimizer.typ: unknown key (did you mean type?); "
            "expected one of type, lr, momentum, weight_decay, beta1, beta2, "
            "eps, schedule, clip_norm");
