@@ -277,6 +277,19 @@ class StreamPythonTest(unittest.TestCase):
             self.assertEqual(list(b.ids[b.offsets[0]:b.offsets[1]]), ids)
             self.assertEqual(b.labels.dtype.name, "float32")
             self.assertEqual(b.ids.dtype.name, "int64")
+            try:
+                import torch
+                import torch.utils.data as tud
+            except ImportError:
+                return
+            # With torch: an IterableDataset, through a DataLoader of 2
+            # loader processes each taking its part of the share.
+            self.assertIsInstance(ds, tud.IterableDataset)
+            loaded = list(tud.DataLoader(StreamDir(parts, 4096, share=1, nshares=2, poll_s=0.05),
+                                         batch_size=None, num_workers=2))
+            # (part-00001b.svm too: a new reader takes it in its place.)
+            self.assertEqual(sum(len(b.labels) for b in loaded), 4 * PER_PART // 2)
+            self.assertIsInstance(loaded[0].labels, torch.Tensor)
 
 
 if __name__ == "__main__":
