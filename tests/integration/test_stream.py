@@ -85,6 +85,38 @@ def drift(out, *args):
         return json.load(f)
 
 
+class CtrgenDriftTest(unittest.TestCase):
+    """psd-ctrgen --drift's options: mistakes named, exit 2; a range with
+    --delay-s and --end lands part by part, then the marker."""
+
+    def test_usage_and_release(self):
+        gen = h.build_path("worker", "psd-ctrgen")
+        with tempfile.TemporaryDirectory(prefix="psd-test-") as d:
+            for args, said in [(["--parts", "3"], "--parts, --per-part, --shift, --turn, "
+                                "--parts-from, --parts-to, --delay-s and --end are --drift's"),
+                               (["--drift", "--parts", "0"],
+                                "--parts takes a whole number >= 1, not '0'"),
+                               (["--drift", "--delay-s", "-1"],
+                                "--delay-s takes a number of seconds >= 0, not '-1'"),
+                               (["--drift", "--end", "a/b"], "--end takes a file name, not 'a/b'"),
+                               (["--drift", "--format", "criteo"],
+                                "--drift writes LIBSVM parts only")]:
+                r = h.run([gen, "--out", d] + args, timeout=30)
+                self.assertEqual(r.returncode, 2, (args, r.stderr))
+                self.assertEqual(r.stderr.strip(), "psd-ctrgen: " + said)
+                self.assertEqual(os.listdir(d), [])
+            p = h.Proc([gen, "--drift", "--out", d, "--parts", "4", "--per-part", "100",
+                        "--parts-from", "1", "--parts-to", "3", "--delay-s", "1",
+                        "--end", "END"])
+            p.wait_for("part part-00001.svm", timeout=30)
+            self.assertEqual(sorted(os.listdir(d)), ["part-00001.svm"])
+            self.assertEqual(p.wait(timeout=30), 0, p.output())
+            self.assertEqual(sorted(os.listdir(d)),
+                             ["END", "part-00001.svm", "part-00002.svm", "truth.json"])
+            self.assertIn("wrote %s: parts 1..2 of 4, 100 examples each, 8 fields" % d,
+                          p.output())
+
+
 class StreamDirTest(unittest.TestCase):
     def test_parts_fed_one_at_a_time(self):
         with tempfile.TemporaryDirectory(prefix="psd-test-") as tmp:
