@@ -86,11 +86,10 @@ int dw_ctrs_open(struct dw_worker *w, struct dw_ctr_stream **out) {
   sigaction(SIGTERM, &sa, NULL);
   sigaction(SIGINT, &sa, NULL);
   if (o.dir)
-    cm_info("following the stream of parts in %s (names *%s%s, taken in name "
+    cm_info("following the stream of parts in %s (names *%s, taken in name "
             "order; those starting with '.' are not parts) until %s/%s "
             "appears or SIGTERM",
-            dir, cs->criteo ? ".tsv, *.tsv.gz" : ".svm", "", dir,
-            c->stream_end);
+            dir, cs->criteo ? ".tsv, *.tsv.gz" : ".svm", dir, c->stream_end);
   else
     cm_info("following the growing file %s in windows of %lld lines until "
             "%s appears beside it or SIGTERM",
