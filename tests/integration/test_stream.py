@@ -221,6 +221,37 @@ class StreamWorkerTest(h.ProcTest):
             self.assertGreater(int(f["examples"]), PER_PART)
             self.assertLessEqual(int(f["examples"]), 2 * PER_PART)
 
+    def test_criteo_parts(self):
+        """format "criteo": parts *.tsv and *.tsv.gz (psd-ctrgen's), in name
+        order; a *.svm there is not a part of this stream."""
+        with tempfile.TemporaryDirectory(prefix="psd-test-") as tmp:
+            parts = os.path.join(tmp, "parts")
+            os.mkdir(parts)
+            for k, (n, gz) in enumerate([(3000, []), (4000, ["--gzip"])]):
+                out = os.path.join(tmp, "g%d" % k)
+                r = h.run([h.build_path("worker", "psd-ctrgen"), "--format", "criteo",
+                           "--out", out, "--train", str(n), "--test", "10"] + gz, timeout=120)
+                self.assertEqual(r.returncode, 0, r.stderr)
+                name = "train.tsv" + (".gz" if gz else "")
+                os.rename(os.path.join(out, name),
+                          os.path.join(parts, "p%d.tsv%s" % (k, ".gz" if gz else "")))
+            with open(os.path.join(parts, "p2.svm"), "w") as f:
+                f.write("1 1:1\n")
+            open(os.path.join(parts, "END"), "w").close()
+            spec = os.path.join(tmp, "spec.json")
+            j = job("stream-criteo", {"dir": "parts", "poll_s": 0.1})
+            j["ctr"] = {"format": "criteo", "stream": {"dir": "parts", "poll_s": 0.1}}
+            h.write_spec(spec, nps=1, nworker=1, job=j)
+            self.procs.append(h.start_psd(spec, 0))
+            w = h.Proc([h.build_path("worker", "dworker"), "--cluster", spec, "--task",
+                        "worker:0"])
+            self.procs.append(w)
+            rc = w.wait(timeout=120)
+            out = w.output()
+            self.assertEqual(rc, 0, out[-3000:])
+            self.assertEqual([(g[2], g[5]) for g in windows(out)],
+                             [("p0.tsv", 3000), ("p1.tsv.gz", 4000)], out[-3000:])
+
     def test_growing_file(self):
         with tempfile.TemporaryDirectory(prefix="psd-test-") as tmp:
             drift(os.path.join(tmp, "gen"), "--parts-to", "2")
