@@ -41,6 +41,8 @@ struct dw_ctr_stream {
   double ll_sum;               /* sum of the scored examples' log losses */
   double auc_sum;              /* sum of each window's AUC x its examples */
   double last_auc, last_ll;    /* the last window's */
+  char last[256];              /* the last window's name, "" before the first */
+  size_t last_n;               /* this worker's examples of it */
 };
 
 /* A relative path from the spec file's directory. */
@@ -139,8 +141,18 @@ int dw_ctrs_next(struct dw_ctr_stream *cs, int share, int nshares,
                  struct dw_svm *part, char *name, size_t size) {
   struct dw_stream_window win;
   char err[1200];
-  int rc = dw_stream_wait(cs->s, &win, cs->c->stream_poll_s, &stop_asked, err,
-                          sizeof err);
+  int rc;
+
+  /* Every push of the last window has been answered: say so before waiting
+   * for the next one (a feeder, or a test, releases parts on this line). */
+  if (cs->last[0]) {
+    printf("window %llu (%s): trained examples=%zu\n", cs->windows, cs->last,
+           cs->last_n);
+    fflush(stdout);
+    cs->last[0] = '\0';
+  }
+  rc = dw_stream_wait(cs->s, &win, cs->c->stream_poll_s, &stop_asked, err,
+                      sizeof err);
 
   if (rc < 0) {
     cm_error("job.ctr.stream: %s", err);
@@ -155,6 +167,8 @@ int dw_ctrs_next(struct dw_ctr_stream *cs, int share, int nshares,
   snprintf(name, size, "%s", win.name);
   if ((rc = load(cs, &win, share, nshares, part)))
     return rc;
+  snprintf(cs->last, sizeof cs->last, "%s", win.name);
+  cs->last_n = part->n;
   return 1;
 }
 
