@@ -10,7 +10,10 @@ CRC and size checked).
   `psctl export` bit for bit (every dense variable, every table row); after
   `psctl shrink` the next publications name the evicted ids as removed,
   and the chain again equals the export; Status reports the publications;
-  a shard restarted publishes a full one, next after its highest version;
+  a write that fails is logged and counted in Status, and the next
+  publication (retried at the next interval) is full and takes its
+  version; a shard restarted publishes a full one, next after its highest
+  version;
 - sync: both shards publish the same steps (the commits the coordinator
   marks), versions contiguous on each, a full one every full_every (3).
 Run: /usr/bin/python3 test_publish.py BUILD_DIR"""
@@ -23,6 +26,7 @@ import unittest
 import numpy as np
 
 import harness as h
+from hashes import shard_of
 import pubread
 
 TABLES = [
@@ -97,13 +101,15 @@ class PublishTest(h.ProcTest):
         self.assertTrue(vs, "no publication in %s" % d)
         self.assertEqual(vs, list(range(1, len(vs) + 1)), "versions not contiguous")
         st, pubs = pubread.State(), []
+        fulls = getattr(self, "fulls", {}).get(shard, set())
         for v in vs:
             p = pubread.read(d, v)
             self.assertEqual((p["job"], p["shard"], p["shards"], p["mode"]),
                              ("pub-" + mode, shard, 2, mode))
             if v == 1:
                 self.assertTrue(p["full"], "the first publication is full")
-            self.assertEqual(p["full"], v == 1 or v - st_base >= FULL_EVERY[mode], v)
+            self.assertEqual(p["full"],
+                             v == 1 or v in fulls or v - st_base >= FULL_EVERY[mode], v)
             if p["full"]:
                 st_base = v
                 self.assertEqual((p["base"], p["prev"]), (v, 0))
@@ -223,6 +229,27 @@ class PublishTest(h.ProcTest):
             self.assertEqual(named, gone, "ps:%d" % s)
             removed += len(gone)
         self.assertEqual(removed, evicted)
+        # A write that fails is refused loudly and counted; the next one is
+        # full and takes its version.
+        top = pubread.versions(self.pubdir("async", 0))[-1]
+        block = os.path.join(self.pubdir("async", 0),
+                             ".tmp-%d-%d" % (top + 1, self.shards[0].p.pid))
+        open(block, "w").close()
+        row = next(i for i in range(1 << 40, (1 << 40) + 100) if shard_of(i, 2) == 0)
+        r = h.pstool(spec, "rows", "emb", "4", "push", str(row), "0.5,0.5,0.5,0.5")
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.shards[0].wait_for("error: publication failed: cannot create %s: File exists; "
+                                "the next one is full" % block)
+        p = self.status(spec)[0]["publish"]
+        self.assertEqual((p["version"], p["failed"]), (top, 1))
+        self.assertIn("cannot create %s" % block, p["error"])
+        os.remove(block)
+        self.shards[0].wait_for("publication %d (full) of step" % (top + 1))
+        self.fulls = {0: {top + 1}}
+        self.until_equal(spec, "async")
+        p = self.status(spec)[0]["publish"]
+        self.assertEqual((p["version"], p["full"], p["failed"], p["error"]),
+                         (top + 1, True, 1, ""))
         # A shard restarted goes on after its highest version, with a full
         # one (it restarts empty: no checkpoint dir).
         top = pubread.versions(self.pubdir("async", 1))[-1]
