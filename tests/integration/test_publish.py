@@ -21,7 +21,6 @@ import json
 import os
 import struct
 import time
-import unittest
 
 import numpy as np
 
@@ -102,6 +101,7 @@ class PublishTest(h.ProcTest):
         self.assertEqual(vs, list(range(1, len(vs) + 1)), "versions not contiguous")
         st, pubs = pubread.State(), []
         fulls = getattr(self, "fulls", {}).get(shard, set())
+        st_base = 1  # the version of the chain's full one
         for v in vs:
             p = pubread.read(d, v)
             self.assertEqual((p["job"], p["shard"], p["shards"], p["mode"]),
