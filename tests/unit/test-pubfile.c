@@ -37,7 +37,7 @@ static struct psd_pub *make(uint64_t version, int full, uint64_t base,
                             const uint64_t *ids, size_t n, const uint64_t *rm,
                             size_t nrm) {
   static struct psd_pub p;
-  static struct psd_pub_dense d[2];
+  static struct psd_pub_dense d[3];
   static struct psd_pub_table t[2];
   static float w[6], b[4], rows[64];
   static uint64_t idv[32], rmv[32];
@@ -62,7 +62,7 @@ static struct psd_pub *make(uint64_t version, int full, uint64_t base,
                        .time_unix_ms = 1700000000000 + version,
                        .shard = 1,
                        .shards = 2,
-                       .ndense = 2,
+                       .ndense = 3,
                        .dense = d,
                        .ntables = 2,
                        .tables = t};
@@ -79,6 +79,11 @@ static struct psd_pub *make(uint64_t version, int full, uint64_t base,
   d[1].shape[0] = 4;
   d[1].row_end = 4;
   d[1].values = b;
+  strcpy(d[2].name, "none here"); /* a variable with no rows on this shard */
+  d[2].ndim = 2;
+  d[2].shape[0] = 3;
+  d[2].shape[1] = 2;
+  d[2].values = b;
   strcpy(t[0].name, "emb");
   t[0].dim = 2;
   t[0].nrows = n;
