@@ -117,10 +117,16 @@ class PublishTest(h.ProcTest):
                 self.assertEqual((p["base"], p["prev"]), (st_base, v - 1))
                 for name, (ids, vals, removed) in p["tables"].items():
                     old = st.tables.get(name, {})
-                    for i, row in zip(ids.tolist(), vals):
-                        if changed_only and i in old:
-                            self.assertFalse(np.array_equal(old[i], row),
-                                             "v%d %s id %d unchanged" % (v, name, i))
+                    same = [i for i, row in zip(ids.tolist(), vals)
+                            if i in old and np.array_equal(old[i], row)]
+                    # A push may leave a row as it was: an "emb" row whose
+                    # every gradient in the interval was 0 (no hidden unit
+                    # active for its examples). Rare; a delta that held
+                    # rows not pushed since would have many.
+                    if changed_only:
+                        self.assertLessEqual(len(same), len(ids) // 200 if name == "emb" else 0,
+                                             "v%d %s: %d of %d rows unchanged, e.g. %s"
+                                             % (v, name, len(same), len(ids), same[:5]))
                     for i in removed.tolist():
                         self.assertIn(i, old, "v%d removes %d never published" % (v, i))
             if pubs:
