@@ -5,7 +5,9 @@ CRC and size checked).
 
 - async: each shard's versions are contiguous from 1, the first is full,
   each delta follows its prev and holds
-  only rows that changed (new, or other values than the chain had);
+  only rows that changed (new, or other values than the chain had; a few
+  "emb" rows whose gradients in the interval were all 0 are allowed, up to
+  1 in 200);
   after the workers stop, each shard's chain applied in order equals
   `psctl export` bit for bit (every dense variable, every table row); after
   `psctl shrink` the next publications name the evicted ids as removed,
