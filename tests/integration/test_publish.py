@@ -1,21 +1,21 @@
 """Training shards publish what changed, for serving (docs/serving.md,
 "Publishing"): real shards and dworkers training the CTR model (two
-embedding tables and dense layers) with job.publish every 0.3 s (sync: 0.1 s), read back with a reader of our own (pubread.py: every
-CRC and size checked).
+embedding tables and dense layers) with job.publish every 0.3 s (sync:
+0.1 s), read back with a reader of our own (pubread.py: every CRC and size
+checked).
 
 - async: each shard's versions are contiguous from 1, the first is full,
-  each delta follows its prev and holds
-  only rows that changed (new, or other values than the chain had; a few
-  "emb" rows whose gradients in the interval were all 0 are allowed, up to
-  1 in 200);
-  after the workers stop, each shard's chain applied in order equals
-  `psctl export` bit for bit (every dense variable, every table row); after
-  `psctl shrink` the next publications name the evicted ids as removed,
-  and the chain again equals the export; Status reports the publications;
-  a write that fails is logged and counted in Status, and the next
-  publication (retried at the next interval) is full and takes its
-  version; a shard restarted publishes a full one, next after its highest
-  version;
+  each delta follows its prev and holds only rows that changed (new, or
+  other values than the chain had; a few "emb" rows whose gradients in the
+  interval were all 0 are allowed, up to 1 in 200); after the workers
+  stop, each shard's chain applied in order equals `psctl export` bit for
+  bit (every dense variable, every table row); the last publication's log
+  line; after `psctl shrink` the next publications name the evicted ids as
+  removed, and the chain again equals the export; Status reports the
+  publications; a write that fails is logged and counted in Status, and
+  the next publication (retried at the next interval) is full and takes
+  its version; a shard restarted publishes a full one, next after its
+  highest version; shards exit 0 on SIGTERM;
 - sync: both shards publish the same steps (the commits the coordinator
   marks), versions contiguous on each, a full one every full_every (3).
 Run: /usr/bin/python3 test_publish.py BUILD_DIR"""
