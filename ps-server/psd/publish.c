@@ -165,6 +165,7 @@ static void failed(struct psd_publisher *p, const char *what) {
   snprintf(p->state.error, sizeof p->state.error, "%s", what);
   p->force_full = 1;
   p->chain_ok = 0;
+  p->have_last = 0; /* async: retried at the next interval, changed or not */
   cm_error("publication failed: %s; the next one is full, and serving keeps "
            "the last one written",
            what);
