@@ -20,6 +20,11 @@ killed (SIGKILL) and started again from its checkpoint. Then:
   a training pull of it bit for bit;
 - each window was scored before training (its window line), every part
   trained once.
+
+And deploy/examples/ctr-online.json as shipped (but for its ports and
+directories) under pslaunch, over a drifting stream written whole
+beforehand: the serving tasks pslaunch starts load the publications, psctl
+serving shows them, and the worker's final: line meets README.md's figure.
 Run: /usr/bin/python3 test_online.py BUILD_DIR"""
 import glob
 import json
@@ -35,6 +40,7 @@ import harness as h
 import pubread
 import pyshards
 from hashes import shard_of
+from test_examples import SRC, stated
 
 PARTS = 4
 PER_PART = 12000
@@ -229,6 +235,73 @@ class OnlineTest(h.ProcTest):
                         checked += 1
             self.assertEqual(list(want), [], "answers of versions never published")
         return checked
+
+
+EXAMPLE = os.path.join(SRC, "deploy", "examples", "ctr-online.json")
+
+
+class ExampleTest(h.ProcTest):
+    def shipped(self):
+        """The example with free loopback ports and its directories under
+        the test's; asserts nothing else differs."""
+        with open(EXAMPLE) as f:
+            shipped = json.load(f)
+        spec = json.loads(json.dumps(shipped))
+        c = spec["cluster"]
+        ports = iter(h.free_ports(len(c["ps"]) + len(c["worker"]) + len(c["serve"])))
+        for kind in ("ps", "worker", "serve"):
+            c[kind] = ["127.0.0.1:%d" % next(ports) for _ in c[kind]]
+        spec["job"]["ctr"]["stream"]["dir"] = os.path.join(self.d, "stream")
+        spec["job"]["publish"]["dir"] = os.path.join(self.d, "pub")
+        a, b = json.loads(json.dumps(shipped)), json.loads(json.dumps(spec))
+        for x in (a, b):
+            x.pop("cluster")
+            x["job"]["ctr"]["stream"].pop("dir")
+            x["job"]["publish"].pop("dir")
+        self.assertEqual(a, b, "only the addresses and directories differ")
+        path = os.path.join(self.d, "ctr-online.json")
+        with open(path, "w") as f:
+            json.dump(spec, f)
+        return path
+
+    def test_shipped_example(self):
+        spec = self.shipped()
+        r = h.run([h.build_path("worker", "psd-ctrgen"), "--drift", "--out",
+                   os.path.join(self.d, "stream"), "--parts", "5", "--per-part", "20000"],
+                  timeout=120)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        p = h.Proc([h.build_path("deploy", "pslaunch"), spec])
+        self.procs.append(p)
+        for j in range(4):
+            p.wait_for("serve:%d of job 'ctr-online'" % j, timeout=60)
+        p.wait_for("window 5 (part-00004.svm): trained", timeout=240)
+        # Every serving task pslaunch started holds a publication.
+        got = {}
+
+        def all_serving():
+            r = h.psctl(spec, "--json", "serving")
+            if r.returncode == 0:
+                got.update(json.loads(r.stdout))
+                return all(t["version"] > 0 for t in got["serving"])
+            return False
+        deadline = time.monotonic() + 30
+        while not all_serving():
+            self.assertLess(time.monotonic(), deadline, got)
+            time.sleep(0.1)
+        self.assertEqual(sorted((t["index"], t["shard"]) for t in got["serving"]),
+                         [(0, 0), (1, 1), (2, 0), (3, 1)])
+        open(os.path.join(self.d, "stream", "END"), "w").close()
+        self.assertEqual(p.wait(timeout=120), 0, p.output())
+        out = p.output()
+        finals = [dict(kv.split("=", 1) for kv in line.split("final:", 1)[1].split()
+                       if "=" in kv) for line in out.splitlines() if "final:" in line]
+        self.assertEqual(len(finals), 1, out[-3000:])
+        self.assertEqual(finals[0]["windows"], "5")
+        print("ctr-online.json: final: %s" % " ".join("%s=%s" % kv for kv in finals[0].items()))
+        stated("ctr-online.json").check(self, finals[0])  # README's figure
+        for i in range(2):
+            self.assertTrue(pubread.versions(os.path.join(self.d, "pub", "ctr-online",
+                                                          "ps-%d" % i)))
 
 
 if __name__ == "__main__":
