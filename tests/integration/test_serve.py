@@ -18,6 +18,8 @@ with the job's bearer token:
 - a serving task killed with SIGKILL and started again loads the newest
   full publication and the deltas after it, and another replica of the
   shard answers meanwhile;
+- with TLS in the spec's auth a serving task answers a TLS client with the
+  token, and no plaintext one;
 - a CTR job trained by real shards and dworkers, publishing every 0.5 s:
   each serving task follows its shard's chain to the shard's newest
   version, and answers every row of both tables and every dense variable
@@ -359,6 +361,46 @@ class ServeTest(h.ProcTest):
         self.wait_status(0, "version", 9)
         self.check_rows(0, good, 9)
         self.assertEqual(self.status(0)["refused"], 3)
+
+    @unittest.skipUnless(shutil.which("openssl"), "the openssl command is not installed")
+    def test_tls_as_every_shard(self):
+        from test_auth import make_certs  # pylint: disable=import-outside-toplevel
+        grpc = self.grpc
+        make_certs(self.d)
+        with open(self.spec) as f:
+            cfg = json.load(f)
+        cfg["auth"]["tls"] = {"ca": "ca.pem", "cert": "server.pem", "key": "server.key"}
+        with open(self.spec, "w") as f:
+            json.dump(cfg, f)
+        want = {i: row_value(i, 1) for i in ids_of(0, 5)}
+        self.write(0, 1, True, 1, want)
+        p = self.start(0)
+        self.assertIn("security: bearer token required, TLS", p.output())
+        with open(os.path.join(self.d, "ca.pem"), "rb") as f:
+            creds = grpc.ssl_channel_credentials(root_certificates=f.read())
+        ids = sorted(want)
+        msg = pb.caller(JOB) + pb.ld(2, "emb") + pb.ld(14, struct.pack("<%dQ" % len(ids), *ids))
+        md = [("authorization", "Bearer " + TOKEN)]
+        deadline = time.monotonic() + 20
+        with grpc.secure_channel(self.serve_addrs[0], creds) as ch:
+            lookup = ch.unary_unary("/psd.v1.Serve/Lookup")
+            while True:  # until version 1 is loaded
+                try:
+                    r = decode(lookup(msg, timeout=10, metadata=md))
+                    break
+                except grpc.RpcError as e:
+                    if e.code() != grpc.StatusCode.UNAVAILABLE or time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.05)
+            self.assertEqual(r[1][0], 1)
+            self.assertEqual(r[15][0], b"".join(bits(want[i]) for i in ids))
+            with self.assertRaises(grpc.RpcError) as e:
+                lookup(msg, timeout=10)
+            self.assertEqual(e.exception.code(), grpc.StatusCode.UNAUTHENTICATED)
+        with self.assertRaises(grpc.RpcError) as e:  # plaintext: no connection
+            self.call(0, "/psd.v1.Serve/Lookup", msg)
+        self.assertIn(e.exception.code(), (grpc.StatusCode.UNAVAILABLE,
+                                           grpc.StatusCode.DEADLINE_EXCEEDED))
 
     def test_restarted_task_catches_up_while_a_replica_answers(self):
         ids = ids_of(0, 40)
