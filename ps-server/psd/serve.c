@@ -187,7 +187,8 @@ static int prepare(struct psd_serve *s, struct psd_pub *p, struct prep *pr,
   pr->dense = calloc(p->ndense + 1, sizeof *pr->dense);
   if (!pr->tabs || !pr->made || !pr->at || !pr->dense)
     return CM_ENOMEM;
-  memcpy(pr->tabs, s->tabs, s->ntabs * sizeof *pr->tabs);
+  if (s->ntabs)
+    memcpy(pr->tabs, s->tabs, s->ntabs * sizeof *pr->tabs);
   pr->ntabs = s->ntabs;
   for (int i = 0; i < p->ntables; i++) {
     struct psd_pub_table *pt = &p->tables[i];
