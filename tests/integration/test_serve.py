@@ -18,6 +18,8 @@ with the job's bearer token:
 - a serving task killed with SIGKILL and started again loads the newest
   full publication and the deltas after it, and another replica of the
   shard answers meanwhile;
+- a serving task without job.publish.dir, or given --metrics-listen, exits
+  2 saying why;
 - with TLS in the spec's auth a serving task answers a TLS client with the
   token, and no plaintext one;
 - a CTR job trained by real shards and dworkers, publishing every 0.5 s:
@@ -361,6 +363,26 @@ class ServeTest(h.ProcTest):
         self.wait_status(0, "version", 9)
         self.check_rows(0, good, 9)
         self.assertEqual(self.status(0)["refused"], 3)
+
+    def test_refused_settings_exit_2(self):
+        with open(self.spec) as f:
+            cfg = json.load(f)
+        del cfg["job"]["publish"]
+        nopub = os.path.join(self.d, "nopub.json")
+        with open(nopub, "w") as f:
+            json.dump(cfg, f)
+        psd = h.build_path("ps-server", "psd")
+        r = h.run([psd, "--cluster", nopub, "--task", "serve:1"], timeout=30)
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("psd: serve:1 follows the publications of shard 1, but the spec has "
+                      "no job.publish.dir", r.stderr)
+        r = h.run([psd, "--cluster", self.spec, "--task", "serve:0", "--metrics-listen",
+                   "127.0.0.1:0"], timeout=30)
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("a serving task (serve:0) serves no /metrics", r.stderr)
+        r = h.run([psd, "--cluster", self.spec, "--task", "serve:4"], timeout=30)
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("cluster.serve has 4 entries", r.stderr)
 
     @unittest.skipUnless(shutil.which("openssl"), "the openssl command is not installed")
     def test_tls_as_every_shard(self):
