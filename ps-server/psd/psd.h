@@ -71,18 +71,19 @@ struct psd_server {
                                        resumed), checked against every caller */
 
   /* Checkpoints. */
-  char ckpt_root[1024];            /* --checkpoint-dir, "" when not given */
-  struct psd_ckpt *ckpt;           /* owned; NULL when checkpoints are off */
-  struct psd_saver *saver;         /* owned checkpoint policy and thread */
-  struct psd_publisher *publisher; /* owned publications for serving
-                                      (job.publish), NULL when off */
-  struct psd_ckpt_result resume;   /* the checkpoint restored (step 0: none) */
-  struct psd_dedup *dedup;         /* owned: the restored checkpoint's table of
-                                      applied pushes, until the service takes it
-                                      (then NULL) */
-  struct psd_done *done;           /* owned job.exit_when_done watch, or NULL */
-  int has_resume_step;             /* --resume-step given */
-  uint64_t resume_step;            /* its value */
+  char ckpt_root[1024];          /* --checkpoint-dir, "" when not given */
+  struct psd_ckpt *ckpt;         /* owned; NULL when checkpoints are off */
+  struct psd_saver *saver;       /* owned checkpoint policy and thread */
+  struct psd_ckpt_result resume; /* the checkpoint restored (step 0: none) */
+  struct psd_dedup *dedup;       /* owned: the restored checkpoint's table of
+                                    applied pushes, until the service takes it
+                                    (then NULL) */
+  struct psd_done *done;         /* owned job.exit_when_done watch, or NULL */
+  int has_resume_step;           /* --resume-step given */
+  uint64_t resume_step;          /* its value */
+
+  /* Publications for serving (job.publish). */
+  struct psd_publisher *publisher; /* owned, NULL when off */
 };
 
 #endif

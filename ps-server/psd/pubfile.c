@@ -60,7 +60,8 @@ int psd_pub_list(const char *dir, uint64_t **out, size_t *n, char *err,
     }
     v[k++] = ver;
   }
-  qsort(v, k, sizeof *v, cmp_u64);
+  if (k)
+    qsort(v, k, sizeof *v, cmp_u64);
 out:
   closedir(d);
   if (rc) {
@@ -175,6 +176,13 @@ static int read_table(const char *pdir, json_t *e, int i, uint64_t version,
   }
   rc = CM_EFORMAT;
   size_t nl = strlen(name);
+  if (rows > (long long)len / 8 || removed > (long long)len / 8) {
+    snprintf(err, errlen,
+             "%s: %zu bytes cannot hold %lld rows and %lld "
+             "removed ids: truncated or damaged",
+             path, len, rows, removed);
+    goto out;
+  }
   size_t need = PSD__PUB_FIXED + nl + (size_t)rows * (8 + 4 * (size_t)dim) +
                 (size_t)removed * 8;
   if (len != need || (long long)len != bytes) {
@@ -294,7 +302,8 @@ static int read_dense(const char *pdir, json_t *m, struct psd_pub *p, char *err,
     for (size_t k = 0; k < nd; k++) {
       json_t *x = json_array_get(shape, k);
       d->shape[k] = json_is_integer(x) ? (int64_t)json_integer_value(x) : -1;
-      if (d->shape[k] < 0 || (k && d->shape[k] > (1 << 30))) {
+      if (d->shape[k] < 0 || d->shape[k] > (1ll << 40) ||
+          (k && (uint64_t)d->shape[k] > (1ull << 40) / per_row)) {
         snprintf(err, errlen, "%s/%s: dense[%d] ('%s') has a bad shape", pdir,
                  PSD__PUB_MANIFEST, i, name);
         goto out;

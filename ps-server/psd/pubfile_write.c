@@ -24,6 +24,7 @@ void psd_pub_dir(const char *root, const char *job, int shard, char *buf,
   snprintf(buf, len, "%s/%s/ps-%d", root, job, shard);
 }
 
+/* fsyncs a directory, so that entries made or renamed in it are durable. */
 static int sync_dir(const char *path) {
   int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC), rc = 0;
   if (fd < 0)
@@ -107,7 +108,7 @@ static int put(int fd, const void *p, size_t n) {
   return 0;
 }
 
-/* Opens path for writing, writes and fsyncs what fill writes, closes. */
+/* Creates path (truncated) for writing into *fd. */
 static int create(const char *path, int *fd, char *err, size_t errlen) {
   if ((*fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644)) < 0) {
     snprintf(err, errlen, "cannot create %s: %s", path, strerror(errno));
@@ -116,6 +117,8 @@ static int create(const char *path, int *fd, char *err, size_t errlen) {
   return 0;
 }
 
+/* Ends a file's write: fsyncs it (when rc, the writes' outcome, is 0) and
+ * closes fd. Returns rc, or CM_EIO with err naming path. */
 static int finish(const char *path, int fd, int rc, char *err, size_t errlen) {
   if (!rc && fsync(fd) != 0)
     rc = CM_EIO;

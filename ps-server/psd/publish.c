@@ -131,7 +131,8 @@ static struct cut *take(struct psd_publisher *p, int full, uint64_t step) {
       goto fail;
     c->pub.ndense = i + 1;
     pthread_mutex_lock(&v->lock);
-    memcpy(d->values, v->value, len);
+    if (len) /* no rows here: value may be NULL */
+      memcpy(d->values, v->value, len);
     pthread_mutex_unlock(&v->lock);
   }
   for (int i = 0; i < nt; i++) {
@@ -164,6 +165,7 @@ static void failed(struct psd_publisher *p, const char *what) {
   snprintf(p->state.error, sizeof p->state.error, "%s", what);
   p->force_full = 1;
   p->chain_ok = 0;
+  p->have_last = 0; /* async: retried at the next interval, changed or not */
   cm_error("publication failed: %s; the next one is full, and serving keeps "
            "the last one written",
            what);

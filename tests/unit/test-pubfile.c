@@ -1,9 +1,9 @@
 /* A shard's publications for serving (pubfile.h): a full one and a delta
  * written and read back bit for bit (dense variables, table rows, removed
- * ids, the chain's fields), the versions listed in order, a version never
- * written again, and every damage refused with the file and what is wrong:
- * a truncated table file, a flipped byte in a table file, in the dense
- * file and in the manifest, another job's or shard's publication; a
+ * ids, the chain's fields), an empty shard's, the versions listed in order, a
+ * version never written again, and every damage refused with the file and what
+ * is wrong: a truncated table file, a flipped byte in a table file, in the
+ * dense file and in the manifest, another job's or shard's publication; a
  * missing one is CM_ENOENT. Pruning keeps the newest full chains. */
 #include <check.h>
 #include <stdio.h>
@@ -37,7 +37,7 @@ static struct psd_pub *make(uint64_t version, int full, uint64_t base,
                             const uint64_t *ids, size_t n, const uint64_t *rm,
                             size_t nrm) {
   static struct psd_pub p;
-  static struct psd_pub_dense d[2];
+  static struct psd_pub_dense d[3];
   static struct psd_pub_table t[2];
   static float w[6], b[4], rows[64];
   static uint64_t idv[32], rmv[32];
@@ -50,8 +50,10 @@ static struct psd_pub *make(uint64_t version, int full, uint64_t base,
     b[i] = -(float)version - i;
   for (size_t i = 0; i < 2 * n; i++)
     rows[i] = (float)version * 100 + (float)i;
-  memcpy(idv, ids, n * 8);
-  memcpy(rmv, rm, nrm * 8);
+  if (n)
+    memcpy(idv, ids, n * 8);
+  if (nrm)
+    memcpy(rmv, rm, nrm * 8);
   p = (struct psd_pub){.version = version,
                        .base = base,
                        .prev = full ? 0 : version - 1,
@@ -60,7 +62,7 @@ static struct psd_pub *make(uint64_t version, int full, uint64_t base,
                        .time_unix_ms = 1700000000000 + version,
                        .shard = 1,
                        .shards = 2,
-                       .ndense = 2,
+                       .ndense = 3,
                        .dense = d,
                        .ntables = 2,
                        .tables = t};
@@ -77,6 +79,11 @@ static struct psd_pub *make(uint64_t version, int full, uint64_t base,
   d[1].shape[0] = 4;
   d[1].row_end = 4;
   d[1].values = b;
+  strcpy(d[2].name, "none here"); /* a variable with no rows on this shard */
+  d[2].ndim = 2;
+  d[2].shape[0] = 3;
+  d[2].shape[1] = 2;
+  d[2].values = b;
   strcpy(t[0].name, "emb");
   t[0].dim = 2;
   t[0].nrows = n;
@@ -117,9 +124,12 @@ static void same(const struct psd_pub *a, const struct psd_pub *b) {
     ck_assert_uint_eq(x->dim, y->dim);
     ck_assert_uint_eq(x->nrows, y->nrows);
     ck_assert_uint_eq(x->nremoved, y->nremoved);
-    ck_assert(!memcmp(x->ids, y->ids, x->nrows * 8));
-    ck_assert(!memcmp(x->values, y->values, x->nrows * x->dim * 4));
-    ck_assert(!memcmp(x->removed, y->removed, x->nremoved * 8));
+    if (x->nrows) {
+      ck_assert(!memcmp(x->ids, y->ids, x->nrows * 8));
+      ck_assert(!memcmp(x->values, y->values, x->nrows * x->dim * 4));
+    }
+    if (x->nremoved)
+      ck_assert(!memcmp(x->removed, y->removed, x->nremoved * 8));
   }
 }
 
@@ -174,6 +184,24 @@ START_TEST(round_trip) {
   ck_assert_int_eq(psd_pub_list(dir, &v, &n, err, sizeof err), 0);
   ck_assert_uint_eq(n, 2);
   free(v);
+}
+END_TEST
+
+START_TEST(empty_shard) {
+  /* A shard with nothing declared yet publishes too. */
+  char dir[512], err[512];
+  struct psd_pub *p,
+      e = {.version = 1, .base = 1, .full = 1, .shard = 1, .shards = 2};
+  strcpy(e.job, "j");
+  psd_pub_dir(root, "j", 1, dir, sizeof dir);
+  ck_assert_int_eq(psd_pub_prepare(dir, err, sizeof err), 0);
+  ck_assert_int_eq(psd_pub_write(dir, &e, "sync", NULL, err, sizeof err), 0);
+  ck_assert_msg(psd_pub_read(dir, 1, "j", 1, 2, &p, err, sizeof err) == 0, "%s",
+                err);
+  ck_assert_int_eq(p->ndense, 0);
+  ck_assert_int_eq(p->ntables, 0);
+  ck_assert_int_eq(p->full, 1);
+  psd_pub_free(p);
 }
 END_TEST
 
@@ -307,6 +335,7 @@ static Suite *suite(void) {
   TCase *tc = tcase_create("core");
   tcase_add_checked_fixture(tc, setup, teardown);
   tcase_add_test(tc, round_trip);
+  tcase_add_test(tc, empty_shard);
   tcase_add_test(tc, missing);
   tcase_add_test(tc, truncated);
   tcase_add_test(tc, flipped_byte);
