@@ -14,7 +14,8 @@ with the job's bearer token:
 - a publication with a flipped byte, a truncated one and a skipped version
   are refused loudly (an error line naming the file or version,
   ServingStatus.refused and last_refusal) while answers go on from the
-  last good version, which the next full publication replaces;
+  last good version, which the next full publication replaces; a
+  directory emptied and begun again is said, and answers stay;
 - a serving task killed with SIGKILL and started again loads the newest
   full publication and the deltas after it, and another replica of the
   shard answers meanwhile;
@@ -363,6 +364,12 @@ class ServeTest(h.ProcTest):
         self.wait_status(0, "version", 9)
         self.check_rows(0, good, 9)
         self.assertEqual(self.status(0)["refused"], 3)
+        # the directory emptied and begun again: said, answers stay
+        shutil.rmtree(os.path.join(self.pub, JOB, "ps-0"))
+        self.write(0, 1, True, 1, six)
+        p.wait_for("the newest in %s is version 1, older than version 9 held"
+                   % os.path.join(self.pub, JOB, "ps-0"))
+        self.check_rows(0, good, 9)
 
     def test_refused_settings_exit_2(self):
         with open(self.spec) as f:
