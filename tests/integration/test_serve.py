@@ -19,6 +19,9 @@ with the job's bearer token:
 - a serving task killed with SIGKILL and started again loads the newest
   full publication and the deltas after it, and another replica of the
   shard answers meanwhile;
+- lookups from several threads while 30 versions are applied, each
+  changing every row: every answer holds the rows of the one version it
+  names, none fails;
 - a serving task without job.publish.dir, or given --metrics-listen, exits
   2 saying why;
 - with TLS in the spec's auth a serving task answers a TLS client with the
@@ -366,6 +369,45 @@ class ServeTest(h.ProcTest):
         p.wait_for("the newest in %s is version 1, older than version 9 held"
                    % os.path.join(self.pub, JOB, "ps-0"))
         self.check_rows(0, good, 9)
+
+    def test_every_answer_comes_from_one_version(self):
+        import threading  # pylint: disable=import-outside-toplevel
+        ids = ids_of(0, 10000)
+        self.write(0, 1, True, 1, {i: row_value(i, 1) for i in ids})
+        self.start(0)
+        self.wait_status(0, "version", 1)
+        stop, seen, bad, want = threading.Event(), [], [], {}
+
+        def expected(v):  # the rows of version v, made once
+            if v not in want:
+                want[v] = b"".join(bits(row_value(i, v)) for i in ids)
+            return want[v]
+
+        def load():
+            while not stop.is_set():
+                try:
+                    v, _, found, rows, _ = self.lookup(0, ids)
+                except self.grpc.RpcError as e:
+                    bad.append("%s %s" % (e.code(), e.details()))
+                    continue
+                seen.append(v)
+                if found != [1] * len(ids) or b"".join(rows) != expected(v):
+                    bad.append("version %d: rows of other versions" % v)
+
+        threads = [threading.Thread(target=load) for _ in range(4)]
+        for t in threads:
+            t.start()
+        try:
+            for v in range(2, 31):
+                self.write(0, v, False, 1, {i: row_value(i, v) for i in ids})
+                self.wait_status(0, "version", v)
+        finally:
+            stop.set()
+            for t in threads:
+                t.join(60)
+        self.assertEqual(bad, [])
+        self.assertGreater(len(set(seen)), 3, "lookups saw too few versions")
+        self.assertEqual(self.status(0)["applied"], 30)
 
     def test_refused_settings_exit_2(self):
         with open(self.spec) as f:
