@@ -29,7 +29,14 @@ int psd_serve_new(struct psd_serve **out, const struct psd_serve_conf *c) {
     s->defaults = *c->defaults;
   else
     cm_table_conf_defaults(&s->defaults);
-  pthread_rwlock_init(&s->lock, NULL);
+  /* Writers first: a steady stream of Lookups must not hold a new version
+   * back (glibc's rwlocks prefer readers by default). */
+  pthread_rwlockattr_t attr;
+  pthread_rwlockattr_init(&attr);
+  pthread_rwlockattr_setkind_np(&attr,
+                                PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+  pthread_rwlock_init(&s->lock, &attr);
+  pthread_rwlockattr_destroy(&attr);
   pthread_mutex_init(&s->stat_lock, NULL);
   clock_gettime(CLOCK_MONOTONIC, &s->started);
   cm_request_host_init(&s->host, s->job, "serving task", "serve:%d",
@@ -180,7 +187,8 @@ static int prepare(struct psd_serve *s, struct psd_pub *p, struct prep *pr,
   pr->dense = calloc(p->ndense + 1, sizeof *pr->dense);
   if (!pr->tabs || !pr->made || !pr->at || !pr->dense)
     return CM_ENOMEM;
-  memcpy(pr->tabs, s->tabs, s->ntabs * sizeof *pr->tabs);
+  if (s->ntabs)
+    memcpy(pr->tabs, s->tabs, s->ntabs * sizeof *pr->tabs);
   pr->ntabs = s->ntabs;
   for (int i = 0; i < p->ntables; i++) {
     struct psd_pub_table *pt = &p->tables[i];

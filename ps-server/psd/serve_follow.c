@@ -199,6 +199,15 @@ void psd_serve_poll(struct psd_serve *s) {
   if (list[n - 1] > s->newest_seen)
     s->newest_seen = list[n - 1];
   pthread_mutex_unlock(&s->stat_lock);
+  /* Versions are never reused: a directory whose newest is older than the
+   * version held was emptied or replaced. Said once; answers stay. */
+  if (list[n - 1] < s->version && !s->went_back)
+    cm_warn("publications: the newest in %s is version %llu, older than "
+            "version %llu held: were publications removed? answers stay at "
+            "version %llu (restart this task to load the directory's)",
+            s->dir, (unsigned long long)list[n - 1],
+            (unsigned long long)s->version, (unsigned long long)s->version);
+  s->went_back = list[n - 1] < s->version;
   if (s->version && !s->need_full)
     follow(s, list, n);
   else

@@ -82,6 +82,8 @@ struct psd_serve {
                                 for a full one (not read again) */
   int list_failed;           /* the directory could not be listed (said
                                 once) */
+  int went_back;             /* its newest version is older than the one
+                                held (said once) */
   pthread_mutex_t stat_lock; /* guards the four below */
   uint64_t newest_seen;      /* newest version in the directory */
   uint64_t applied, refused; /* publications applied, refused */

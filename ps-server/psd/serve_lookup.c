@@ -213,7 +213,8 @@ static void on_lookup(struct cm_rpc_call *call, grpc_byte_buffer *bb,
   at = n * resp.dim;
   for (size_t i = 0; i < req->n_dense; i++) {
     const struct psd__serve_dense *d = dense[i];
-    memcpy(data + at, d->values, d->nvalues * sizeof(float));
+    if (d->nvalues) /* none: a variable placed whole on another shard */
+      memcpy(data + at, d->values, d->nvalues * sizeof(float));
     at += d->nvalues;
     psd__v1__var_slice__init(&sl[i]);
     sl[i].name = req->dense[i];

@@ -14,10 +14,19 @@ with the job's bearer token:
 - a publication with a flipped byte, a truncated one and a skipped version
   are refused loudly (an error line naming the file or version,
   ServingStatus.refused and last_refusal) while answers go on from the
-  last good version, which the next full publication replaces;
+  last good version, which the next full publication replaces; a
+  directory emptied and begun again is said, and answers stay;
 - a serving task killed with SIGKILL and started again loads the newest
   full publication and the deltas after it, and another replica of the
-  shard answers meanwhile.
+  shard answers meanwhile;
+- lookups from several threads while 30 versions are applied, each
+  changing every row: every answer holds the rows of the one version it
+  names, none fails;
+- a serving task without job.publish.dir, or given --metrics-listen, exits
+  2 saying why;
+- with TLS in the spec's auth a serving task answers a TLS client with the
+  token, and no plaintext one.
+test_serve_train.py serves a CTR job that trains.
 Run: /usr/bin/python3 test_serve.py BUILD_DIR [ServeTest.test_name]"""
 import importlib.util
 import json
@@ -44,12 +53,14 @@ def f32(x):
     return struct.unpack("<f", struct.pack("<f", x))[0]
 
 
-def initial_row(i):
-    """docs/tables.md's initial row of id i of EMB (psd_table_init_row)."""
-    scale = f32(EMB["init_scale"])
-    key = mix64(splitmix64_at(SEED ^ fnv1a64(EMB["name"])) ^ splitmix64_at(i))
+def initial_row(i, table=None, seed=SEED):
+    """docs/tables.md's initial row of id i of table (EMB unless given; a
+    uniform one): what psd_table_init_row gives, and a training pull."""
+    table = table or EMB
+    scale = f32(table["init_scale"])
+    key = mix64(splitmix64_at(seed ^ fnv1a64(table["name"])) ^ splitmix64_at(i))
     return [f32((2 * ((splitmix64_at((key + j) & M64) >> 40) * 2.0**-24) - 1) * scale)
-            for j in range(EMB["dim"])]
+            for j in range(table["dim"])]
 
 
 def ids_of(shard, n, start=1):
@@ -352,6 +363,111 @@ class ServeTest(h.ProcTest):
         self.wait_status(0, "version", 9)
         self.check_rows(0, good, 9)
         self.assertEqual(self.status(0)["refused"], 3)
+        # the directory emptied and begun again: said, answers stay
+        shutil.rmtree(os.path.join(self.pub, JOB, "ps-0"))
+        self.write(0, 1, True, 1, six)
+        p.wait_for("the newest in %s is version 1, older than version 9 held"
+                   % os.path.join(self.pub, JOB, "ps-0"))
+        self.check_rows(0, good, 9)
+
+    def test_every_answer_comes_from_one_version(self):
+        import threading  # pylint: disable=import-outside-toplevel
+        ids = ids_of(0, 10000)
+        self.write(0, 1, True, 1, {i: row_value(i, 1) for i in ids})
+        self.start(0)
+        self.wait_status(0, "version", 1)
+        stop, seen, bad, want = threading.Event(), [], [], {}
+
+        def expected(v):  # the rows of version v, made once
+            if v not in want:
+                want[v] = b"".join(bits(row_value(i, v)) for i in ids)
+            return want[v]
+
+        def load():
+            while not stop.is_set():
+                try:
+                    v, _, found, rows, _ = self.lookup(0, ids)
+                except self.grpc.RpcError as e:
+                    bad.append("%s %s" % (e.code(), e.details()))
+                    continue
+                seen.append(v)
+                if found != [1] * len(ids) or b"".join(rows) != expected(v):
+                    bad.append("version %d: rows of other versions" % v)
+
+        threads = [threading.Thread(target=load) for _ in range(4)]
+        for t in threads:
+            t.start()
+        try:
+            for v in range(2, 31):
+                self.write(0, v, False, 1, {i: row_value(i, v) for i in ids})
+                self.wait_status(0, "version", v)
+        finally:
+            stop.set()
+            for t in threads:
+                t.join(60)
+        self.assertEqual(bad, [])
+        self.assertGreater(len(set(seen)), 3, "lookups saw too few versions")
+        self.assertEqual(self.status(0)["applied"], 30)
+
+    def test_refused_settings_exit_2(self):
+        with open(self.spec) as f:
+            cfg = json.load(f)
+        del cfg["job"]["publish"]
+        nopub = os.path.join(self.d, "nopub.json")
+        with open(nopub, "w") as f:
+            json.dump(cfg, f)
+        psd = h.build_path("ps-server", "psd")
+        r = h.run([psd, "--cluster", nopub, "--task", "serve:1"], timeout=30)
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("psd: serve:1 follows the publications of shard 1, but the spec has "
+                      "no job.publish.dir", r.stderr)
+        r = h.run([psd, "--cluster", self.spec, "--task", "serve:0", "--metrics-listen",
+                   "127.0.0.1:0"], timeout=30)
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("a serving task (serve:0) serves no /metrics", r.stderr)
+        r = h.run([psd, "--cluster", self.spec, "--task", "serve:4"], timeout=30)
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("cluster.serve has 4 entries", r.stderr)
+
+    @unittest.skipUnless(shutil.which("openssl"), "the openssl command is not installed")
+    def test_tls_as_every_shard(self):
+        from test_auth import make_certs  # pylint: disable=import-outside-toplevel
+        grpc = self.grpc
+        make_certs(self.d)
+        with open(self.spec) as f:
+            cfg = json.load(f)
+        cfg["auth"]["tls"] = {"ca": "ca.pem", "cert": "server.pem", "key": "server.key"}
+        with open(self.spec, "w") as f:
+            json.dump(cfg, f)
+        want = {i: row_value(i, 1) for i in ids_of(0, 5)}
+        self.write(0, 1, True, 1, want)
+        p = self.start(0)
+        self.assertIn("security: bearer token required, TLS", p.output())
+        with open(os.path.join(self.d, "ca.pem"), "rb") as f:
+            creds = grpc.ssl_channel_credentials(root_certificates=f.read())
+        ids = sorted(want)
+        msg = pb.caller(JOB) + pb.ld(2, "emb") + pb.ld(14, struct.pack("<%dQ" % len(ids), *ids))
+        md = [("authorization", "Bearer " + TOKEN)]
+        deadline = time.monotonic() + 20
+        with grpc.secure_channel(self.serve_addrs[0], creds) as ch:
+            lookup = ch.unary_unary("/psd.v1.Serve/Lookup")
+            while True:  # until version 1 is loaded
+                try:
+                    r = decode(lookup(msg, timeout=10, metadata=md))
+                    break
+                except grpc.RpcError as e:
+                    if e.code() != grpc.StatusCode.UNAVAILABLE or time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.05)
+            self.assertEqual(r[1][0], 1)
+            self.assertEqual(r[15][0], b"".join(bits(want[i]) for i in ids))
+            with self.assertRaises(grpc.RpcError) as e:
+                lookup(msg, timeout=10)
+            self.assertEqual(e.exception.code(), grpc.StatusCode.UNAUTHENTICATED)
+        with self.assertRaises(grpc.RpcError) as e:  # plaintext: no connection
+            self.call(0, "/psd.v1.Serve/Lookup", msg)
+        self.assertIn(e.exception.code(), (grpc.StatusCode.UNAVAILABLE,
+                                           grpc.StatusCode.DEADLINE_EXCEEDED))
 
     def test_restarted_task_catches_up_while_a_replica_answers(self):
         ids = ids_of(0, 40)
@@ -386,6 +502,7 @@ class ServeTest(h.ProcTest):
         self.assertNotIn("serving version 4", p.output())  # from the newest full
         self.assertEqual(self.serving[2].stop(signal.SIGTERM), 0)
         self.assertEqual(p.stop(signal.SIGTERM), 0)
+
 
 
 if __name__ == "__main__":

@@ -96,9 +96,14 @@ static struct psd_pub *pub(uint64_t version, int full, uint64_t base,
   }
   t->nremoved = nrm;
   t->removed = malloc((nrm + 1) * sizeof *t->removed);
-  memcpy(t->removed, removed, nrm * sizeof *removed);
-  p->ndense = 1;
-  p->dense = calloc(1, sizeof *p->dense);
+  if (nrm)
+    memcpy(t->removed, removed, nrm * sizeof *removed);
+  p->ndense = 2;
+  p->dense = calloc(2, sizeof *p->dense);
+  /* "v" is placed whole on the other shard: no rows here, no values */
+  strcpy(p->dense[1].name, "v");
+  p->dense[1].ndim = 1;
+  p->dense[1].shape[0] = 5;
   strcpy(p->dense[0].name, "w");
   p->dense[0].ndim = 2;
   p->dense[0].shape[0] = 4;
@@ -233,9 +238,14 @@ START_TEST(lookup_rows_and_dense) {
   ck_assert_uint_eq(g.r->dim, 3);
   ck_assert(!g.r->found.data[0]);
   got_free(&g);
-  /* dense alone */
-  lookup("", NULL, 0, w, 1, 0, GRPC_STATUS_OK, NULL, &g);
+  /* dense alone; one of another shard's: no rows */
+  const char *wv[2] = {"v", "w"};
+  lookup("", NULL, 0, wv, 2, 0, GRPC_STATUS_OK, NULL, &g);
   ck_assert_uint_eq(g.nfloats, 6);
+  ck_assert_uint_eq(g.r->n_dense, 2);
+  ck_assert_int_eq(g.r->dense[0]->row_end, 0);
+  ck_assert_int_eq(g.r->dense[1]->row_end, 4);
+  ck_assert(g.data[0] == 100);
   got_free(&g);
   /* refusals */
   lookup("emb", ids, 1, NULL, 0, 2, GRPC_STATUS_UNAVAILABLE,
