@@ -22,7 +22,6 @@ import struct
 import subprocess
 import sys
 import time
-import unittest
 
 import numpy as np
 
