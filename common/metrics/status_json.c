@@ -163,6 +163,18 @@ json_t *cm_status_json(const Psd__V1__StatusResponse *resp) {
                   k->path, "bytes", (json_int_t)k->bytes, "ms", k->ms, "error",
                   k->error));
   }
+  if (resp->publish) {
+    const Psd__V1__PublishStatus *u = resp->publish;
+    json_object_set_new(
+        root, "publish",
+        json_pack("{s:s, s:I, s:I, s:b, s:I, s:I, s:f, s:I, s:I, s:s, s:I}",
+                  "dir", u->dir, "version", (json_int_t)u->version, "step",
+                  (json_int_t)u->step, "full", (int)u->full, "rows",
+                  (json_int_t)u->rows, "bytes", (json_int_t)u->bytes, "ms",
+                  u->ms, "written", (json_int_t)u->written, "failed",
+                  (json_int_t)u->failed, "error", u->error, "time_unix_ms",
+                  (json_int_t)u->time_unix_ms));
+  }
   return root;
 }
 

@@ -2,7 +2,9 @@
  *   {"format": "libsvm", "fields": 8, "pooling": "sum",
  *    "embedding_table": "emb",
  *    "wide_table": "wide",
- *    "generate": {"train": 500000, "test": 50000, "seed": 7, "zipf": 1.6}}
+ *    "generate": {"train": 500000, "test": 50000, "seed": 7, "zipf": 1.6},
+ *    "stream": {"dir": "parts", "poll_s": 0.5, "end": "END"}}
+ * ("stream": "dir" or "file", "window" with "file" only)
  * docs/ctr.md says what each does. */
 #include <limits.h>
 #include <stdio.h>
@@ -11,10 +13,51 @@
 #include "jcheck.h"
 #include "job_tables.h"
 
+/* job.ctr.stream: a directory or a file, how often to look, the marker. */
+static void parse_stream(struct cm__errs *e, json_t *o, struct cm_ctr_conf *c,
+                         int criteo) {
+  static const char *const skeys[] = {"dir", "file", "poll_s", "end", "window"};
+  json_t *s = cm__opt_object(e, o, "job.ctr", "stream",
+                             "an object like {\"dir\": \"parts\", "
+                             "\"poll_s\": 0.5}");
+  if (!s)
+    return;
+  cm__check_keys(e, s, "job.ctr.stream", skeys, sizeof skeys / sizeof skeys[0]);
+  int has_dir = json_object_get(s, "dir") != NULL;
+  int file = json_object_get(s, "file") != NULL;
+  cm__opt_string(e, s, "job.ctr.stream", "dir", c->stream_dir,
+                 sizeof c->stream_dir);
+  cm__opt_string(e, s, "job.ctr.stream", "file", c->stream_file,
+                 sizeof c->stream_file);
+  if (has_dir == file)
+    cm__report(e, "job.ctr.stream",
+               "needs one of \"dir\" (a directory of parts) or \"file\" "
+               "(one growing file), %s",
+               file ? "not both" : "got neither");
+  if (file && criteo)
+    cm__report(e, "job.ctr.stream.file",
+               "only for format \"libsvm\" (Criteo parts: use "
+               "\"dir\")");
+  if (cm__opt_string(e, s, "job.ctr.stream", "end", c->stream_end,
+                     sizeof c->stream_end) &&
+      strchr(c->stream_end, '/'))
+    cm__report(e, "job.ctr.stream.end",
+               "a file name, not a path ('%s' has a '/')", c->stream_end);
+  cm__opt_number(e, s, "job.ctr.stream", "poll_s", 0, 0, 60,
+                 "a number of seconds in (0, 60)", &c->stream_poll_s);
+  json_t *v = json_object_get(s, "window");
+  long long x;
+  if (v && !file)
+    cm__report(e, "job.ctr.stream.window",
+               "only with \"file\" (a directory's window is a part)");
+  else if (v && cm__want_int(e, v, "job.ctr.stream.window", 1, 1LL << 32, &x))
+    c->stream_window = x;
+}
+
 void cm__parse_ctr(struct cm__errs *e, json_t *job, struct cm_job *out) {
-  static const char *const keys[] = {"format",     "fields",
-                                     "pooling",    "embedding_table",
-                                     "wide_table", "generate"};
+  static const char *const keys[] = {
+      "format",     "fields",   "pooling", "embedding_table",
+      "wide_table", "generate", "stream"};
   static const char *const formats[] = {"libsvm", "criteo", NULL};
   static const char *const gkeys[] = {"train", "test", "seed", "zipf"};
   static const char *const poolings[] = {"sum", "mean", NULL};
@@ -29,6 +72,9 @@ void cm__parse_ctr(struct cm__errs *e, json_t *job, struct cm_job *out) {
   c->test = 50000;
   c->data_seed = 7;
   c->zipf = 1.6;
+  snprintf(c->stream_end, sizeof c->stream_end, "END");
+  c->stream_poll_s = 0.5;
+  c->stream_window = 10000;
   json_t *o = cm__opt_object(e, job, "job", "ctr",
                              "an object like {\"fields\": 8, \"generate\": "
                              "{\"train\": 200000}}");
@@ -60,6 +106,11 @@ void cm__parse_ctr(struct cm__errs *e, json_t *job, struct cm_job *out) {
                  sizeof c->emb_table);
   cm__opt_string(e, o, "job.ctr", "wide_table", c->wide_table,
                  sizeof c->wide_table);
+  parse_stream(e, o, c, criteo);
+  if ((c->stream_dir[0] || c->stream_file[0]) && !strcmp(out->mode, "sync"))
+    cm__report(e, "job.ctr.stream",
+               "only with job.sync.mode \"async\" (a stream has no step "
+               "count for the workers to share)");
   json_t *g = cm__opt_object(e, o, "job.ctr", "generate",
                              "an object like {\"train\": 200000, \"test\": "
                              "50000}");

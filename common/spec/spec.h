@@ -72,6 +72,20 @@ struct cm_ctr_conf {
                            50000 */
   uint64_t data_seed;   /* "generate.seed": the data's seed, default 7 */
   double zipf;          /* "generate.zipf": the ids' exponent, default 1.6 */
+  /* "stream" (docs/ctr.md "Training on a stream"): train on parts as they
+   * land instead of train.svm, until the end marker or SIGTERM. */
+  char stream_dir[1024];   /* "stream.dir": a directory of time-ordered parts
+                              (relative: to the spec file's directory); ""
+                              when not streaming from a directory */
+  char stream_file[1024];  /* "stream.file": one growing LIBSVM file (as
+                              stream.dir); "" when not given */
+  char stream_end[256];    /* "stream.end": the end marker's file name (in
+                              the directory; for a file, beside it), default
+                              "END" */
+  double stream_poll_s;    /* "stream.poll_s": seconds between looks for new
+                              data, (0, 60), default 0.5 */
+  long long stream_window; /* "stream.window": stream.file only, lines per
+                              window, default 10000 */
 };
 
 /* Training settings from the spec's "job" object; every field has a default,

@@ -240,7 +240,7 @@ int pl_find_binaries(struct pl_launch *l, char *err, size_t errlen) {
                                             NULL};
   int rc = find_self(l->self, sizeof l->self, err, errlen);
 
-  if (rc == 0 && l->nps > 0)
+  if (rc == 0 && l->nps + l->nserve > 0)
     rc = find_binary(l->opt->psd, "--psd", psd_rel, l->self, l->psd,
                      sizeof l->psd, err, errlen);
   if (rc < 0 || l->nworkers == 0)

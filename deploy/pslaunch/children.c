@@ -83,10 +83,10 @@ static void on_signal(uv_signal_t *h, int signum) {
   pl_stop_all(l, 128 + signum);
 }
 
-/* Every local worker has finished: the ps tasks stop, unless workers run
- * elsewhere may still need them. */
+/* Every local worker has finished: the ps tasks (and serving tasks) stop,
+ * unless workers run elsewhere may still need them. */
 static void workers_done(struct pl_launch *l) {
-  if (l->nps > 0 && l->nforeign > 0) {
+  if (l->nps + l->nserve > 0 && l->nforeign > 0) {
     pl_say("all %d local workers finished; the ps tasks keep serving the "
            "cluster's %d other worker%s",
            l->nworkers, l->nforeign, l->nforeign == 1 ? "" : "s");
@@ -97,8 +97,12 @@ static void workers_done(struct pl_launch *l) {
   /* Every worker of the cluster is done: their reports are in. */
   if (l->nforeign == 0)
     pl_job_rate_ask(l);
-  if (l->nps > 0)
-    pl_say("all %d workers finished; stopping the ps tasks", l->nworkers);
+  if (l->nps > 0 && l->nserve > 0)
+    pl_say("all %d workers finished; stopping the ps and serving tasks",
+           l->nworkers);
+  else if (l->nps + l->nserve > 0)
+    pl_say("all %d workers finished; stopping the %s tasks", l->nworkers,
+           l->nps ? "ps" : "serving");
   pl_stop_all(l, PL_EXIT_OK);
 }
 
@@ -128,7 +132,7 @@ static void on_child_exit(uv_process_t *p, int64_t exit_status,
         workers_done(l);
     } else {
       pl_say("%s failed (%s%s)", t->name, how,
-             t->type == CM_TASK_PS && exit_status == 0 && !term_signal &&
+             t->type != CM_TASK_WORKER && exit_status == 0 && !term_signal &&
                      l->nworkers > 0
                  ? " while the workers still ran"
                  : "");
@@ -199,7 +203,7 @@ static void task_args(struct pl_launch *l, const struct pl_task *t,
     for (i = 1; i < job->nworker_command; i++)
       args[n++] = (char *)job->worker_command[i];
   } else {
-    args[n++] = t->type == CM_TASK_PS ? l->psd : l->dworker;
+    args[n++] = t->type == CM_TASK_WORKER ? l->dworker : l->psd;
     args[n++] = "--cluster";
     args[n++] = (char *)o->spec_path;
     args[n++] = "--task";

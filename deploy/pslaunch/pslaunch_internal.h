@@ -82,8 +82,8 @@ struct pl_stream {
 struct pl_task {
   struct pl_launch *l;        /* the launcher it belongs to */
   char name[32];              /* "ps:0", "worker:1": its output prefix */
-  enum cm_task_type type;     /* CM_TASK_PS or CM_TASK_WORKER */
-  int index;                  /* I of ps:I or worker:I */
+  enum cm_task_type type;     /* CM_TASK_PS, CM_TASK_SERVE or CM_TASK_WORKER */
+  int index;                  /* I of ps:I, serve:I or worker:I */
   const struct cm_addr *addr; /* its address in the spec (spec-owned) */
   uv_process_t proc;          /* the child, once spawn was tried */
   int proc_open;              /* proc needs (or is waiting for) uv_close */
@@ -156,9 +156,11 @@ struct pl_launch {
   char spec_dir[PATH_MAX];      /* its directory, the command's working one */
   char pythonpath[PATH_MAX];    /* BUILD/worker/python when pslaunch runs from a
                                    build tree and it exists, else "" */
-  struct pl_task *tasks;        /* owned array: local ps tasks, then workers */
+  struct pl_task *tasks;        /* owned array: local ps tasks, serving
+                                   tasks, then workers */
   int ntasks;                   /* entries in tasks */
   int nps;                      /* local ps tasks among them */
+  int nserve;                   /* local serving tasks (serve:J) among them */
   int nworkers;                 /* local workers among them */
   int nforeign;                 /* workers of the spec not run here */
   int nworkers_done;            /* workers that exited with status 0 */
@@ -199,16 +201,16 @@ int pl_find_binaries(struct pl_launch *l, char *err, size_t errlen);
 /* ---- tasks.c ---- */
 
 /* Fills l->tasks with the spec's tasks on this host that the options ask
- * for, ps tasks first, and counts the spec's workers it leaves to others.
- * Returns 0 or CM_ENOMEM. */
+ * for, ps tasks first, then serving tasks, and counts the spec's workers it
+ * leaves to others. Returns 0 or CM_ENOMEM. */
 int pl_select_tasks(struct pl_launch *l, const struct cm_spec *spec);
 
-/* Binds and listens on every local ps task's address, all at once (so two
- * tasks given the same port clash too), then lets them all go. SO_REUSEADDR
- * is on, as in gRPC's own listener: a socket that is listening still clashes,
- * but connections in TIME_WAIT from an earlier run do not. Returns 0, or
- * CM_EADDRINUSE / CM_ESYS with "ps:0: cannot listen on HOST:PORT: why" in
- * err. */
+/* Binds and listens on every local ps and serving task's address, all at once
+ * (so two tasks given the same port clash too), then lets them all go.
+ * SO_REUSEADDR is on, as in gRPC's own listener: a socket that is listening
+ * still clashes, but connections in TIME_WAIT from an earlier run do not.
+ * Returns 0, or CM_EADDRINUSE / CM_ESYS with "ps:0: cannot listen on HOST:PORT:
+ * why" in err. */
 int pl_check_ports(const struct pl_launch *l, char *err, size_t errlen);
 
 /* ---- output.c ---- */

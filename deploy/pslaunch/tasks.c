@@ -1,6 +1,8 @@
 /* Which tasks pslaunch starts: those of the spec whose address is on this
- * host and that --only allows, ps tasks first; and, before anything
- * starts, whether every local ps task's port can be listened on. */
+ * host and that --only allows, ps tasks first, then serving tasks
+ * (cluster.serve, which --only ps counts with the shards), then workers;
+ * and, before anything starts, whether every local ps and serving task's
+ * port can be listened on. */
 #include <errno.h>
 #include <netdb.h>
 #include <stdio.h>
@@ -23,12 +25,13 @@ static int is_mine(const struct pl_launch *l, const struct cm_spec *spec,
 }
 
 /* Fills l->tasks with the spec's tasks on this host that the options ask
- * for, ps tasks first, and counts the spec's workers it leaves to others.
- * Returns 0 or CM_ENOMEM. */
+ * for, ps tasks first, then serving tasks, and counts the spec's workers it
+ * leaves to others. Returns 0 or CM_ENOMEM. */
 int pl_select_tasks(struct pl_launch *l, const struct cm_spec *spec) {
   int i, n = 0, rc = 0;
 
-  l->tasks = calloc((size_t)(spec->nps + spec->nworker), sizeof *l->tasks);
+  l->tasks = calloc((size_t)(spec->nps + spec->nserve + spec->nworker),
+                    sizeof *l->tasks);
   if (!l->tasks) {
     rc = CM_ENOMEM;
     goto out;
@@ -42,6 +45,16 @@ int pl_select_tasks(struct pl_launch *l, const struct cm_spec *spec) {
     snprintf(l->tasks[n].name, sizeof l->tasks[n].name, "ps:%d", i);
     n++;
     l->nps++;
+  }
+  for (i = 0; l->opt->want_ps && i < spec->nserve; i++) {
+    if (!is_mine(l, spec, CM_TASK_SERVE, i, &spec->serve[i]))
+      continue;
+    l->tasks[n].type = CM_TASK_SERVE;
+    l->tasks[n].index = i;
+    l->tasks[n].addr = &spec->serve[i];
+    snprintf(l->tasks[n].name, sizeof l->tasks[n].name, "serve:%d", i);
+    n++;
+    l->nserve++;
   }
   for (i = 0; l->opt->want_worker && i < spec->nworker; i++) {
     if (!is_mine(l, spec, CM_TASK_WORKER, i, &spec->worker[i]))
@@ -64,12 +77,12 @@ out:
   return rc;
 }
 
-/* Binds and listens on every local ps task's address, all at once (so two
- * tasks given the same port clash too), then lets them all go. SO_REUSEADDR
- * is on, as in gRPC's own listener: a socket that is listening still clashes,
- * but connections in TIME_WAIT from an earlier run do not. Returns 0, or
- * CM_EADDRINUSE / CM_ESYS with "ps:0: cannot listen on HOST:PORT: why" in
- * err. */
+/* Binds and listens on every local ps and serving task's address, all at once
+ * (so two tasks given the same port clash too), then lets them all go.
+ * SO_REUSEADDR is on, as in gRPC's own listener: a socket that is listening
+ * still clashes, but connections in TIME_WAIT from an earlier run do not.
+ * Returns 0, or CM_EADDRINUSE / CM_ESYS with "ps:0: cannot listen on HOST:PORT:
+ * why" in err. */
 int pl_check_ports(const struct pl_launch *l, char *err, size_t errlen) {
   int *fds = NULL, nfds = 0, i, rc = 0, one = 1;
   struct addrinfo hints, *res = NULL, *ai;
@@ -84,7 +97,7 @@ int pl_check_ports(const struct pl_launch *l, char *err, size_t errlen) {
     char port[16];
     int grc;
 
-    if (t->type != CM_TASK_PS)
+    if (t->type != CM_TASK_PS && t->type != CM_TASK_SERVE)
       continue;
     memset(&hints, 0, sizeof hints);
     hints.ai_socktype = SOCK_STREAM;

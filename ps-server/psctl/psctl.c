@@ -87,6 +87,12 @@ static const struct command commands[] = {
      "evicts TABLE's rows by its eviction rules now, on every shard\n"
      "(rows untouched for eviction.after_steps, or pushed fewer than\n"
      "eviction.min_count times); prints the rows evicted and left"},
+    {"serving", psctl_cmd_serving, 0, "",
+     "every serving task (cluster.serve): its training shard, the\n"
+     "publication version its lookups reflect and that version's step,\n"
+     "AGE (now minus the version's cut), BEHIND (versions published that\n"
+     "it has not applied yet), rows and memory held, publications\n"
+     "refused, lookups answered; a task that is down is named"},
 };
 #define NCOMMANDS ((int)(sizeof commands / sizeof commands[0]))
 
@@ -417,6 +423,7 @@ int main(int argc, char **argv) {
   cm_rpc_global_init();
   cm_rpc_set_max_message((long long)spec->job.max_message_mb << 20);
   struct psc__client_opts o = client_opts(cmd, &p, timeout);
+  p.timeout_ms = o.timeout_ms;
   if ((rc = psc__client_new(&p.client, spec, &o)) ||
       (cmd->needs_status && (rc = fetch_status(&p)))) {
     fprintf(stderr, "psctl: %s\n", cm_strerror(rc));

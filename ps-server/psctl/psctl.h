@@ -1,7 +1,8 @@
 /* What psctl's files share (psctl has no public header: it is a program).
  * psctl.c parses the command line, asks every shard for its status and
  * runs one command; each command lives in a file of its own (status.c,
- * vars.c, get.c, workers.c, metrics.c, checkpoint.c, export.c, tables.c)
+ * vars.c, get.c, workers.c, metrics.c, checkpoint.c, export.c, tables.c,
+ * serving.c)
  * and works
  * with struct psctl, which main fills. Every shard is reached through
  * libpsclient (psclient.h); psctl links nothing of psd. */
@@ -46,6 +47,7 @@ struct psctl {
   uint64_t *idv;    /* them parsed (owned; main frees it), NULL without */
   size_t nids;      /* entries in idv */
   int top;          /* top --top K, 0: the default */
+  int timeout_ms;   /* the deadline of each call (--timeout, else 5000) */
 };
 
 /* ---- the commands: each returns psctl's exit status ---- */
@@ -60,6 +62,7 @@ int psctl_cmd_export(struct psctl *p);     /* export.c */
 int psctl_cmd_tables(struct psctl *p);     /* tables.c */
 int psctl_cmd_top(struct psctl *p);        /* tables.c */
 int psctl_cmd_shrink(struct psctl *p);     /* tables.c */
+int psctl_cmd_serving(struct psctl *p);    /* serving.c */
 /* get TABLE --ids and export TABLE --out: get and export hand over */
 int psctl_table_get(struct psctl *p);    /* tables.c */
 int psctl_table_export(struct psctl *p); /* tables.c */

@@ -17,7 +17,7 @@
 static void usage(FILE *f) {
   fprintf(
       f,
-      "usage: psd --cluster FILE [--task ps:I] [--listen HOST:PORT]\n"
+      "usage: psd --cluster FILE [--task ps:I|serve:J] [--listen HOST:PORT]\n"
       "           [--checkpoint-dir DIR] [--resume-step N]\n"
       "           [--metrics-listen HOST:PORT]\n"
       "\n"
@@ -39,6 +39,10 @@ static void usage(FILE *f) {
       "                     TF_CONFIG, the job's settings from FILE\n"
       "  --task ps:I        which shard this is; else the spec's \"task\" or\n"
       "                     the TF_CONFIG environment variable\n"
+      "  --task serve:J     a serving task (cluster.serve[J]): no training;\n"
+      "                     it follows shard J %% nps's publications in\n"
+      "                     job.publish.dir and answers Serve/Lookup from\n"
+      "                     them, read-only (docs/serving.md)\n"
       "  --listen HOST:PORT listen here instead of cluster.ps[I] (e.g.\n"
       "                     0.0.0.0:7100 behind NAT); workers still dial the\n"
       "                     spec's address\n"
@@ -66,6 +70,48 @@ static void usage(FILE *f) {
       "out of memory, no checkpoint that verifies) or the final checkpoint\n"
       "failed, 2 bad command line or cluster spec.\n",
       PSD_STATUS_PERIOD_MS / 1000, PSD_STOP_GRACE_MS / 1000);
+}
+
+/* serve:J (serve_start.h): the training shard it follows, where it
+ * listens, and its credentials. Returns PSD_CONFIG_RUN or PSD_CONFIG_BAD
+ * (said). */
+static enum psd_config configure_serving(struct psd_server *srv,
+                                         const char *listen,
+                                         const char *metrics) {
+  const struct cm_spec *spec = srv->spec;
+  char err[8192];
+  srv->serving = 1;
+  srv->replica = spec->task.index;
+  srv->shard = spec->task.index % spec->nps;
+  if (!spec->job.publish_dir[0]) {
+    fprintf(stderr,
+            "psd: serve:%d follows the publications of shard %d, but the "
+            "spec has no job.publish.dir; set it to the directory the "
+            "training shards publish into (docs/serving.md)\n",
+            srv->replica, srv->shard);
+    return PSD_CONFIG_BAD;
+  }
+  if (metrics) {
+    fprintf(stderr,
+            "psd: --metrics-listen: a serving task (serve:%d) "
+            "serves no /metrics; ask its Status (psctl)\n",
+            srv->replica);
+    return PSD_CONFIG_BAD;
+  }
+  if (srv->ckpt_root[0] || srv->has_resume_step) {
+    fprintf(stderr,
+            "psd: --checkpoint-dir and --resume-step are for ps:I; "
+            "serve:%d loads its shard's publications\n",
+            srv->replica);
+    return PSD_CONFIG_BAD;
+  }
+  if (cm_creds_load(&srv->spec->auth, 1, &srv->creds, err, sizeof err)) {
+    fprintf(stderr, "psd: %s\n", err);
+    return PSD_CONFIG_BAD;
+  }
+  snprintf(srv->listen, sizeof srv->listen, "%s",
+           listen ? listen : spec->serve[srv->replica].text);
+  return PSD_CONFIG_RUN;
 }
 
 enum psd_config psd_server_configure(struct psd_server *srv, int argc,
@@ -142,11 +188,16 @@ enum psd_config psd_server_configure(struct psd_server *srv, int argc,
     return PSD_CONFIG_BAD;
   }
   cm_spec_say_notes(srv->spec, "psd");
-  if (srv->spec->task.type != CM_TASK_PS) {
-    fprintf(stderr, "psd: task %s:%d is not a ps task; psd runs ps:I\n",
+  if (srv->spec->task.type != CM_TASK_PS &&
+      srv->spec->task.type != CM_TASK_SERVE) {
+    fprintf(stderr,
+            "psd: task %s:%d is not a ps task (nor a serve task); psd "
+            "runs ps:I and serve:J\n",
             cm_task_type_name(srv->spec->task.type), srv->spec->task.index);
     return PSD_CONFIG_BAD;
   }
+  if (srv->spec->task.type == CM_TASK_SERVE)
+    return configure_serving(srv, listen, metrics);
   if (cm_creds_load(&srv->spec->auth, 1, &srv->creds, err, sizeof err)) {
     fprintf(stderr, "psd: %s\n", err);
     return PSD_CONFIG_BAD;

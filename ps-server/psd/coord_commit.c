@@ -118,6 +118,18 @@ static int commit_refused(void *arg, int s, const struct cm_unary *call,
   return 0;
 }
 
+/* Sync, job.publish: whether the commit about to be sent carries publish
+ * (every interval_s; the first one does), so that every shard publishes
+ * that step (publish.h). */
+static int publish_now(struct psd_coord *c) {
+  const struct cm_job *job = &c->spec->job;
+  double now = cm_mono_ms();
+  if (!job->publish_dir[0] || now < c->publish_due)
+    return 0;
+  c->publish_due = now + job->publish_interval_s * 1000;
+  return 1;
+}
+
 /* Sends each decided step to every shard, retrying a shard that does not
  * answer (it may be restarting) until it does or psd stops. */
 void *psd__coord_commit_thread(void *arg) {
@@ -160,6 +172,7 @@ void *psd__coord_commit_thread(void *arg) {
     req.n_dropped = cm->ndropped;
     req.dropped = d;
     req.checkpoint = cm->checkpoint;
+    req.publish = publish_now(c);
     memset(done, 0, c->spec->nps * sizeof *done);
     struct commit_round r = {.step = cm->step, .behind = -1};
     char what[64];

@@ -129,6 +129,8 @@ struct psd_coord {
                              no step closes, Admit calls are parked */
   int cut_armed;          /* sync: the step cut_step closes as a cut */
   uint64_t cut_step;      /* sync: the step whose commit carries checkpoint */
+  double publish_due;     /* sync, job.publish: cm_mono_ms when the next
+                             commit sent carries publish (commit thread) */
 };
 
 /* ---- coord.c */

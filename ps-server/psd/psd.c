@@ -33,9 +33,11 @@
 #include "log.h"
 #include "notify.h"
 #include "psd.h"
+#include "publish.h"
 #include "rpc.h"
 #include "rpc_server.h"
 #include "saver.h"
+#include "serve_start.h"
 #include "service.h"
 #include "spec.h"
 #include "startup.h"
@@ -182,7 +184,10 @@ static enum psd_exit final_checkpoint(struct psd_server *srv) {
 /* Names the log after the shard and says which BLAS kernels run. */
 static void log_start(struct psd_server *srv) {
   char name[64], blas[256];
-  snprintf(name, sizeof name, "psd ps:%d", srv->shard);
+  if (srv->serving)
+    snprintf(name, sizeof name, "psd serve:%d", srv->replica);
+  else
+    snprintf(name, sizeof name, "psd ps:%d", srv->shard);
   cm_log_set_name(name);
   kn_blas_describe(blas, sizeof blas);
   cm_info("%s", blas);
@@ -214,6 +219,8 @@ static enum psd_exit shut_down(struct psd_server *srv) {
   /* Parked calls would hold the stop: answer them (UNAVAILABLE) now. */
   psd_service_stop(srv->service);
   psd_saver_stop(srv->saver);
+  if (srv->publisher)
+    psd_publisher_stop(srv->publisher);
   if ((left = cm_server_wait_idle(srv->rpc, PSD_STOP_GRACE_MS)) > 0)
     cm_warn("%d calls still unanswered after %d ms", left, PSD_STOP_GRACE_MS);
   /* No handler runs now: the final checkpoint is the shard's state. */
@@ -233,6 +240,7 @@ static void free_server(struct psd_server *srv) {
   cm_server_free(srv->rpc);
   psd_coord_free(srv->coord);
   psd_saver_free(srv->saver);
+  psd_publisher_free(srv->publisher);
   psd_service_free(srv->service);
   psd_dedup_free(srv->dedup);
   psd_store_free(srv->store);
@@ -271,6 +279,11 @@ int main(int argc, char **argv) {
   cm_rpc_global_init();
   /* Before any server or channel exists: they take the limit when made. */
   cm_rpc_set_max_message((long long)srv.spec->job.max_message_mb << 20);
+  /* A serving task (serve:J) runs a setup of its own (serve_start.h). */
+  if (srv.serving) {
+    rc = psd_serve_main(&srv);
+    goto out;
+  }
 
   /* Open the store, restored from its newest checkpoint, and listen. */
   rc = psd_server_restore(&srv);

@@ -38,7 +38,10 @@ enum psd_exit {
  * main whether or not startup got that far (NULL is ignored). */
 struct psd_server {
   struct cm_spec *spec;        /* owned cluster spec */
-  int shard;                   /* this shard's index */
+  int shard;                   /* this shard's index; a serving task's:
+                                  the training shard it follows (J % nps) */
+  int serving;                 /* 1: a serving task, serve:J (serve.h) */
+  int replica;                 /* serving: J, its index in cluster.serve */
   char listen[300];            /* address served */
   char unix_path[200];         /* Unix socket also served, "" when none */
   struct psd_local *local;     /* owned Unix socket listener, or NULL */
@@ -78,6 +81,9 @@ struct psd_server {
   struct psd_done *done;         /* owned job.exit_when_done watch, or NULL */
   int has_resume_step;           /* --resume-step given */
   uint64_t resume_step;          /* its value */
+
+  /* Publications for serving (job.publish). */
+  struct psd_publisher *publisher; /* owned, NULL when off */
 };
 
 #endif

@@ -134,6 +134,11 @@ void psd_service_set_saver(struct psd_service *svc, struct psd_saver *saver) {
   svc->saver = saver;
 }
 
+void psd_service_set_publisher(struct psd_service *svc,
+                               struct psd_publisher *pub) {
+  svc->publisher = pub;
+}
+
 struct psd_steps *psd_service_steps(struct psd_service *svc) {
   return svc->steps;
 }

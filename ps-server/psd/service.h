@@ -79,6 +79,12 @@ void psd_service_set_coord(struct psd_service *svc, struct psd_coord *coord);
 struct psd_saver;
 void psd_service_set_saver(struct psd_service *svc, struct psd_saver *saver);
 
+/* Lets a sync commit marked publish cut a publication (publish.h), and
+ * Status report the last one. */
+struct psd_publisher;
+void psd_service_set_publisher(struct psd_service *svc,
+                               struct psd_publisher *pub);
+
 /* Lets Status report the calls the gRPC server refused for their token. */
 struct cm_server;
 void psd_service_set_server(struct psd_service *svc, struct cm_server *rpc);

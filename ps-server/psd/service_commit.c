@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include "log.h"
+#include "publish.h"
 #include "saver.h"
 #include "steps.h"
 
@@ -94,6 +95,10 @@ void psd__on_commit(struct cm_rpc_call *call, grpc_byte_buffer *bb, void *ctx) {
     cm_error("Commit of step %llu: the step's sparse rows could not be "
              "applied (out of memory); they are dropped",
              (unsigned long long)req->step);
+  /* A publication of the step just made, at this instant (publish.h). */
+  if (!rc && req->publish && svc->publisher && before == req->step &&
+      psd_steps_version(svc->steps) > before)
+    psd_publisher_cut(svc->publisher, psd_steps_version(svc->steps));
   pthread_rwlock_unlock(&svc->tables_gate);
   if (svc->saver)
     psd_saver_commit_end(svc->saver, psd_steps_version(svc->steps),

@@ -72,6 +72,7 @@ struct psd_service {
   struct psd_coord *coord;         /* borrowed, shard 0 only (status) */
   struct cm_server *rpc;           /* borrowed: its refusal count (status) */
   struct psd_saver *saver;         /* borrowed: step counts, commit gate */
+  struct psd_publisher *publisher; /* borrowed, NULL when not publishing */
   pthread_mutex_t park_lock;       /* guards parked, nparked and stopped */
   int stopped;                     /* psd_service_stop: no pull parks now */
   struct psd__parked_pull *parked; /* pulls waiting for a version */

@@ -11,6 +11,7 @@
 
 #include "coord.h"
 #include "dedup.h"
+#include "publish.h"
 #include "saver.h"
 #include "steps.h"
 
@@ -69,6 +70,8 @@ void psd__on_status(struct cm_rpc_call *call, grpc_byte_buffer *bb, void *ctx) {
   Psd__V1__JobRate jr = PSD__V1__JOB_RATE__INIT;
   struct psd_job_rate rate;
   struct psd_saver_state *sst = NULL;
+  struct psd_publish_state *pst = NULL;
+  Psd__V1__PublishStatus pub = PSD__V1__PUBLISH_STATUS__INIT;
   Psd__V1__Histogram *wh = NULL, sh[2], *shp[2] = {&sh[0], &sh[1]};
   uint64_t counts[2][PSD_HIST_BOUNDS + 1];
   double sums[2];
@@ -213,6 +216,21 @@ void psd__on_status(struct cm_rpc_call *call, grpc_byte_buffer *bb, void *ctx) {
     ck.steps = sst->steps;
     resp.checkpoint = &ck;
   }
+  if (svc->publisher && (pst = malloc(sizeof *pst))) {
+    psd_publisher_state(svc->publisher, pst);
+    pub.dir = pst->dir;
+    pub.version = pst->version;
+    pub.step = pst->step;
+    pub.full = pst->full;
+    pub.rows = pst->rows;
+    pub.bytes = pst->bytes;
+    pub.ms = pst->ms;
+    pub.written = pst->written;
+    pub.failed = pst->failed;
+    pub.error = pst->error;
+    pub.time_unix_ms = pst->time_unix_ms;
+    resp.publish = &pub;
+  }
   if (psd__status_tables(svc, &resp, &tmem)) {
     psd__fail(svc, call, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
     goto out;
@@ -220,6 +238,7 @@ void psd__on_status(struct cm_rpc_call *call, grpc_byte_buffer *bb, void *ctx) {
   cm_rpc_reply(call, cm_rpc_pack(&resp.base));
 out:
   free(sst);
+  free(pst);
   free(hist);
   free(recs);
   free(recp);

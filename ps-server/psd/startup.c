@@ -15,6 +15,7 @@
 #include "local.h"
 #include "log.h"
 #include "metrics.h"
+#include "publish.h"
 #include "rand.h"
 #include "saver.h"
 #include "shm_arena.h"
@@ -136,6 +137,39 @@ static int attach_saver(struct psd_server *srv) {
   return 0;
 }
 
+/* Starts the publisher when job.publish.dir is set (publish.h). Returns 0,
+ * or an error reported. */
+static int attach_publisher(struct psd_server *srv) {
+  const struct cm_job *job = &srv->spec->job;
+  char err[1200];
+  int rc;
+  if (!job->publish_dir[0])
+    return 0;
+  struct psd_publisher_opts o = {.root = job->publish_dir,
+                                 .job = job->name,
+                                 .shard = srv->shard,
+                                 .nshards = srv->spec->nps,
+                                 .sync =
+                                     psd_service_steps(srv->service) != NULL,
+                                 .interval_s = job->publish_interval_s,
+                                 .full_every = job->publish_full_every,
+                                 .keep = job->publish_keep,
+                                 .store = srv->store,
+                                 .tables = srv->tables,
+                                 .dedup = psd_service_dedup(srv->service),
+                                 .saver = srv->saver};
+  if ((rc = psd_publisher_new(&srv->publisher, &o, err, sizeof err))) {
+    cm_error("job.publish.dir: %s", err);
+    return rc;
+  }
+  if ((rc = psd_publisher_start(srv->publisher))) {
+    cm_error("cannot start the publisher's thread");
+    return rc;
+  }
+  psd_service_set_publisher(srv->service, srv->publisher);
+  return 0;
+}
+
 /* How the saver asks the coordinator for a cut's step (saver.h). */
 static int name_cut(void *coord, uint64_t *step, char *err, size_t len) {
   return psd_coord_cut(coord, step, err, len);
@@ -175,6 +209,8 @@ enum psd_exit psd_server_open(struct psd_server *srv) {
     cm_error("out of memory");
     return PSD_EXIT_FAILED;
   }
+  if (attach_publisher(srv))
+    return PSD_EXIT_FAILED;
   psd_service_set_limits(
       srv->service,
       &(struct psd_limits){.max_message = (uint64_t)cm_rpc_max_message(),
@@ -288,8 +324,7 @@ enum psd_exit psd_server_start_metrics(struct psd_server *srv) {
   return PSD_EXIT_OK;
 }
 
-/* Says who may call this shard. */
-static void log_security(struct psd_server *srv) {
+void psd_server_log_security(struct psd_server *srv) {
   const struct cm_creds *c = &srv->creds;
   if (!c->token[0] && !c->tls) {
     const char *l = srv->listen;
@@ -336,7 +371,7 @@ static void log_ready(struct psd_server *srv) {
 }
 
 void psd_server_log_ready(struct psd_server *srv) {
-  log_security(srv);
+  psd_server_log_security(srv);
   log_limits(srv);
   log_ready(srv);
 }

@@ -32,6 +32,9 @@ void psd_server_start_local(struct psd_server *srv);
  * there (said). */
 enum psd_exit psd_server_start_metrics(struct psd_server *srv);
 
+/* Logs who may call this task: the token and TLS, or none. */
+void psd_server_log_security(struct psd_server *srv);
+
 /* Logs who may call this shard, what it refuses beyond the per-field
  * checks, and "ready: listening on ...", the line operators and tests wait
  * for. */

@@ -74,6 +74,7 @@ void psd_table_free(struct psd_table *t) {
     free(s->freel);
     free(s->pend);
     free(s->evicted);
+    free(s->pevicted);
     pthread_mutex_destroy(&s->lock);
   }
   pthread_mutex_destroy(&t->stat_lock);

@@ -24,7 +24,14 @@
  * changed since the previous snapshot, plus the ids evicted since) while
  * every stripe is held, so value, state and statistics come from one
  * instant of the whole table. The copy is then written without holding
- * anything (table_file.c). */
+ * anything (table_file.c).
+ *
+ * Publications (pubfile.h): psd_table_pub_snapshot copies the values only
+ * of the rows changed since the previous publication snapshot, and the ids
+ * evicted since, at one instant too. Its change cursor is its own: both
+ * kinds of snapshot compare a row's generation with the generation their
+ * previous one was taken at, and each keeps its own list of evicted ids,
+ * so neither consumer takes changes from the other. */
 #ifndef PSD_TABLE_H
 #define PSD_TABLE_H
 
@@ -116,7 +123,7 @@ int psd_table_push_runs(struct psd_table *t, const uint64_t *ids, size_t n,
 /* Evicts, by conf's rules, the rows untouched for evict_after_steps steps
  * before now_step, and those pushed fewer than evict_min_count times.
  * *evicted (may be NULL) gets how many. Evicted ids are remembered for the
- * next delta snapshot. Returns 0. */
+ * next delta snapshot, and the next publication snapshot. Returns 0. */
 int psd_table_shrink(struct psd_table *t, uint64_t now_step, uint64_t *evicted);
 
 /* Reads one stored row: value (dim floats), state (nstate floats) and
@@ -162,6 +169,17 @@ struct psd_table_snap {
 int psd_table_snapshot(struct psd_table *t, int delta,
                        struct psd_table_snap **out);
 void psd_table_snap_free(struct psd_table_snap *s);
+
+/* A publication's copy (values only: nstate 0, no stats), with every
+ * stripe held at once: all rows (full, or no publication snapshot since
+ * the table was made or restored; delta 0, no evicted ids), else the rows
+ * changed since the previous publication snapshot and the ids evicted
+ * since (delta 1; an id evicted and stored again is a row, not evicted).
+ * The table then counts changes, and keeps evicted ids, for the next one.
+ * Checkpoints' snapshots neither see nor change this cursor. Returns 0 or
+ * CM_ENOMEM (the table is unchanged). */
+int psd_table_pub_snapshot(struct psd_table *t, int full,
+                           struct psd_table_snap **out);
 
 /* A page for export: the up to max_rows stored rows with the smallest ids
  * above `after` (all ids without has_after), sorted, copied with every

@@ -1,7 +1,8 @@
 /* What the files of an embedding table share (table.h): the record
  * layout, the stripes, and the lookups under a stripe's lock.
  *   table.c       stripes, index, records, pull, push, admission, stats
- *   table_snap.c  snapshots, restore, pages, shrink, top
+ *   table_snap.c  snapshots (checkpoints' and publications'), restore,
+ *                 pages, shrink, top
  *   table_file.c  a snapshot's file */
 #ifndef PSD_TABLE_INTERNAL_H
 #define PSD_TABLE_INTERNAL_H
@@ -23,7 +24,9 @@
 struct rec {
   uint64_t id;        /* the row's id */
   uint64_t last_step; /* the shard's step at its last push */
-  uint64_t gen;       /* the snapshot generation it last changed in */
+  uint64_t gen;       /* the generation it last changed in (t->gen then):
+                         checkpoints' and publications' snapshots each
+                         keep the generation they were taken at */
   uint32_t count;     /* pushes that touched it */
   uint32_t t;         /* optimizer updates */
   uint32_t live;      /* 0: a free record */
@@ -49,16 +52,22 @@ struct stripe {
   size_t pcap, npend;
   uint64_t *evicted; /* ids evicted since the last snapshot */
   size_t nev, evcap;
+  uint64_t *pevicted; /* ids evicted since the last publication snapshot,
+                         kept once one was taken (pub_snapped) */
+  size_t npev, pevcap;
 };
 
 struct psd_table {
-  struct cm_table_conf conf;       /* settings */
-  uint64_t seed;                   /* the job's */
-  uint32_t nstate;                 /* state floats per row */
-  size_t rsize;                    /* bytes per record */
-  uint64_t gen;                    /* current change generation */
-  int snapped;                     /* a snapshot has been taken */
-  uint64_t snap_gen;               /* the generation of the last snapshot */
+  struct cm_table_conf conf; /* settings */
+  uint64_t seed;             /* the job's */
+  uint32_t nstate;           /* state floats per row */
+  size_t rsize;              /* bytes per record */
+  uint64_t gen;              /* current change generation */
+  int snapped;               /* a snapshot has been taken */
+  uint64_t snap_gen;         /* the generation of the last snapshot */
+  int pub_snapped;           /* a publication snapshot has been taken since the
+                                table was made or restored: evictions are kept */
+  uint64_t pub_gen; /* the generation of the last publication snapshot */
   struct stripe st[PSD__NSTRIPES]; /* by stripe_of(id) */
   pthread_mutex_t stat_lock;       /* guards the counters */
   uint64_t admitted, not_admitted, evicted, rows_pulled, rows_pushed;

@@ -1,6 +1,7 @@
-/* An embedding table's snapshots, pages, eviction and hottest rows
- * (table.h, table_internal.h). A snapshot holds every stripe's lock at
- * once, taken in stripe order, so it is one instant of the whole table. */
+/* An embedding table's snapshots (checkpoints' and publications'), pages,
+ * eviction and hottest rows (table.h, table_internal.h). A snapshot holds
+ * every stripe's lock at once, taken in stripe order, so it is one instant
+ * of the whole table. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,10 +46,12 @@ static int cmp_u64(const void *a, const void *b) {
   return x < y ? -1 : x > y;
 }
 
-/* Copies picks[0..n) into a new snapshot (stripes held). */
+/* Copies picks[0..n) into a new snapshot (stripes held); values_only:
+ * no state, no stats (a publication's). */
 static struct psd_table_snap *copy_out(const struct psd_table *t,
-                                       struct pick *picks, size_t n) {
-  uint32_t dim = t->conf.dim, ns = t->nstate;
+                                       struct pick *picks, size_t n,
+                                       int values_only) {
+  uint32_t dim = t->conf.dim, ns = values_only ? 0 : t->nstate;
   struct psd_table_snap *s = calloc(1, sizeof *s);
   if (!s)
     return NULL;
@@ -56,10 +59,10 @@ static struct psd_table_snap *copy_out(const struct psd_table *t,
   s->nstate = ns;
   s->nrows = n;
   s->ids = malloc((n + 1) * sizeof *s->ids);
-  s->stats = malloc((n + 1) * sizeof *s->stats);
+  s->stats = values_only ? NULL : malloc((n + 1) * sizeof *s->stats);
   s->values = malloc((n * dim + 1) * sizeof *s->values);
   s->state = malloc((n * ns + 1) * sizeof *s->state);
-  if (!s->ids || !s->stats || !s->values || !s->state) {
+  if (!s->ids || (!values_only && !s->stats) || !s->values || !s->state) {
     psd_table_snap_free(s);
     return NULL;
   }
@@ -68,7 +71,8 @@ static struct psd_table_snap *copy_out(const struct psd_table *t,
     struct rec *r = picks[i].rec;
     float *v = psd__rec_val(r);
     s->ids[i] = r->id;
-    s->stats[i] = (struct psd_row_stats){r->count, r->t, r->last_step};
+    if (!values_only)
+      s->stats[i] = (struct psd_row_stats){r->count, r->t, r->last_step};
     memcpy(s->values + i * dim, v, dim * sizeof(float));
     memcpy(s->state + i * ns, v + dim, ns * sizeof(float));
   }
@@ -108,7 +112,7 @@ int psd_table_snapshot(struct psd_table *t, int delta,
   delta = delta && t->snapped;
   uint64_t base = t->snap_gen;
   struct pick *p = collect(t, delta, base, 0, 0, &n);
-  if (!p || !(s = copy_out(t, p, n)))
+  if (!p || !(s = copy_out(t, p, n, 0)))
     goto out;
   if (delta) {
     for (int i = 0; i < PSD__NSTRIPES; i++)
@@ -147,6 +151,69 @@ out:
   return rc;
 }
 
+/* The publication's evicted ids into s (stripes held): every stripe's
+ * list, sorted, less the ids s holds as rows (stored again since). */
+static int pub_evicted(struct psd_table *t, struct psd_table_snap *s) {
+  size_t nev = 0, k = 0, j = 0;
+  for (int i = 0; i < PSD__NSTRIPES; i++)
+    nev += t->st[i].npev;
+  if (!(s->evicted = malloc((nev + 1) * sizeof *s->evicted)))
+    return CM_ENOMEM;
+  for (int i = 0; i < PSD__NSTRIPES; i++) {
+    if (!t->st[i].npev) /* pevicted is NULL until a stripe first evicts */
+      continue;
+    memcpy(s->evicted + k, t->st[i].pevicted,
+           t->st[i].npev * sizeof *s->evicted);
+    k += t->st[i].npev;
+  }
+  qsort(s->evicted, nev, sizeof *s->evicted, cmp_u64);
+  /* Both sorted: drop those among the rows, and repeats (evicted, stored,
+   * evicted again). */
+  k = 0;
+  for (size_t i = 0; i < nev; i++) {
+    uint64_t id = s->evicted[i];
+    while (j < s->nrows && s->ids[j] < id)
+      j++;
+    if ((j < s->nrows && s->ids[j] == id) || (k && s->evicted[k - 1] == id))
+      continue;
+    s->evicted[k++] = id;
+  }
+  s->nevicted = k;
+  return 0;
+}
+
+int psd_table_pub_snapshot(struct psd_table *t, int full,
+                           struct psd_table_snap **out) {
+  struct psd_table_snap *s = NULL;
+  size_t n = 0;
+  int rc = CM_ENOMEM;
+  lock_all(t);
+  int delta = !full && t->pub_snapped;
+  uint64_t base = t->pub_gen;
+  struct pick *p = collect(t, delta, base, 0, 0, &n);
+  if (!p || !(s = copy_out(t, p, n, 1)) || (delta && pub_evicted(t, s)))
+    goto out;
+  s->delta = delta;
+  s->base_gen = delta ? base : 0;
+  s->gen = t->gen;
+  /* Changes from now on belong to the next publication. */
+  t->pub_gen = t->gen;
+  t->gen++;
+  t->pub_snapped = 1;
+  for (int i = 0; i < PSD__NSTRIPES; i++)
+    t->st[i].npev = 0;
+  rc = 0;
+out:
+  unlock_all(t);
+  free(p);
+  if (rc) {
+    psd_table_snap_free(s);
+    s = NULL;
+  }
+  *out = s;
+  return rc;
+}
+
 int psd_table_page(struct psd_table *t, int has_after, uint64_t after,
                    size_t max_rows, struct psd_table_snap **out) {
   size_t n = 0;
@@ -155,7 +222,7 @@ int psd_table_page(struct psd_table *t, int has_after, uint64_t after,
   struct pick *p = collect(t, 0, 0, has_after, after, &n);
   if (p) {
     qsort(p, n, sizeof *p, cmp_pick);
-    s = copy_out(t, p, n < max_rows ? n : max_rows);
+    s = copy_out(t, p, n < max_rows ? n : max_rows, 0);
   }
   unlock_all(t);
   free(p);
@@ -178,14 +245,18 @@ static int room(void **arr, size_t n, size_t *cap, size_t sz) {
 }
 
 /* Under s's lock: frees record k (id), remembering the id for the next
- * delta snapshot. */
+ * delta snapshot, and for the next publication once one was taken. */
 static int evict(struct psd_table *t, struct stripe *s, size_t k) {
   struct rec *r = psd__rec_at(t, s, k);
   if (room((void **)&s->freel, s->nfree, &s->freecap, sizeof *s->freel) ||
-      room((void **)&s->evicted, s->nev, &s->evcap, sizeof *s->evicted))
+      room((void **)&s->evicted, s->nev, &s->evcap, sizeof *s->evicted) ||
+      (t->pub_snapped &&
+       room((void **)&s->pevicted, s->npev, &s->pevcap, sizeof *s->pevicted)))
     return CM_ENOMEM;
   psd__table_unindex(t, s, r->id);
   s->evicted[s->nev++] = r->id;
+  if (t->pub_snapped)
+    s->pevicted[s->npev++] = r->id;
   r->live = 0;
   s->freel[s->nfree++] = (uint32_t)k;
   return 0;
@@ -255,7 +326,7 @@ int psd_table_restore(struct psd_table *t, const struct psd_table_snap *s) {
     /* A full snapshot replaces every row. */
     for (int i = 0; i < PSD__NSTRIPES; i++) {
       struct stripe *st = &t->st[i];
-      st->nrec = st->nlive = st->nfree = st->nev = 0;
+      st->nrec = st->nlive = st->nfree = st->nev = st->npev = 0;
       if (st->icap)
         memset(st->index, 0, st->icap * sizeof *st->index);
     }
@@ -281,9 +352,11 @@ int psd_table_restore(struct psd_table *t, const struct psd_table_snap *s) {
     r->t = s->stats[i].t;
     r->last_step = s->stats[i].last_step;
   }
-  /* Evictions replayed here are not news to the next delta. */
+  /* Evictions replayed here are not news to the next delta; the next
+   * publication is full (its rows were replaced). */
   for (int i = 0; i < PSD__NSTRIPES; i++)
-    t->st[i].nev = 0;
+    t->st[i].nev = t->st[i].npev = 0;
+  t->pub_snapped = 0;
 out:
   unlock_all(t);
   return rc;

@@ -58,8 +58,17 @@
                    over DDP's (tests/bench/bench_multihost.py; a SKIP line
                    where namespaces cannot be made)
 
+  bench serve:     online learning (docs/serving.md): a row's change on a
+                   training shard to its answer from a serving replica, at a
+                   2 s publish interval; rows/s one serving shard looks up
+                   for 2 load processes against psd's table in one process;
+                   a serving task's memory against its training shard's for
+                   the same rows; a drifting stream scored through the
+                   serving tier with updates against frozen after its first
+                   part (tests/bench/bench_serve.py)
 
-Run: /usr/bin/python3 tests/bench/bench.py BUILD_DIR [transport|aggregate|memory|train|sync|scale|optim|kernels|sparse|torch|dlrm|multihost ...]
+
+Run: /usr/bin/python3 tests/bench/bench.py BUILD_DIR [transport|aggregate|memory|train|sync|scale|optim|kernels|sparse|torch|dlrm|multihost|serve ...]
 (docs/performance.md says how to read each figure)
 
 Exit status: 0 when every part ran; 1 when any failed (a process that exited
@@ -83,6 +92,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "integration"))
 import harness as h  # noqa: E402
 import bench_dlrm  # noqa: E402
 import bench_multihost  # noqa: E402
+import bench_serve  # noqa: E402
 import bench_sparse  # noqa: E402
 import bench_torch  # noqa: E402
 import bench_transport  # noqa: E402
@@ -465,7 +475,8 @@ def main():
              "kernels": kernels, "sparse": lambda d: bench_sparse.sparse(d, sys.modules[__name__]),
              "torch": lambda d: bench_torch.bench(d, sys.modules[__name__]),
              "dlrm": lambda d: bench_dlrm.dlrm(d, sys.modules[__name__]),
-             "multihost": lambda d: bench_multihost.multihost(d, sys.modules[__name__])}
+             "multihost": lambda d: bench_multihost.multihost(d, sys.modules[__name__]),
+             "serve": lambda d: bench_serve.serve(d)}
     if len(sys.argv) < 2:
         sys.stderr.write("usage: bench.py BUILD_DIR [%s ...]\n" % "|".join(parts))
         return 2

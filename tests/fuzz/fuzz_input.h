@@ -9,7 +9,9 @@
  * ("emb"; "adm", bounded, admitted by count and evicted; "prob", admitted by
  * probability; fuzz_service.c): method % FUZZ_NMETHODS picks
  * the call from fuzz_methods, method / FUZZ_NMETHODS how the request's bytes
- * are cut into slices (fuzz_cuts; gRPC hands messages over in slices). A
+ * are cut into slices (fuzz_cuts; gRPC hands messages over in slices).
+ * Serve/Lookup goes to a serving task of the same job (serve.h) that holds
+ * a publication of shard 0's "emb" rows and dense "w" (fuzz_service.c). A
  * length beyond the input takes what is left. */
 #ifndef FUZZ_INPUT_H
 #define FUZZ_INPUT_H
@@ -35,6 +37,7 @@ static const char *const fuzz_methods[] = {
     "/psd.v1.Data/Rollback",   "/psd.v1.Data/SparsePull",
     "/psd.v1.Data/SparsePush", "/psd.v1.Admin/Rows",
     "/psd.v1.Admin/Shrink",    "/psd.v1.Admin/Export",
+    "/psd.v1.Serve/Lookup",
 };
 #define FUZZ_NMETHODS ((int)(sizeof fuzz_methods / sizeof fuzz_methods[0]))
 

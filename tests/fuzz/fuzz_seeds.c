@@ -5,7 +5,8 @@
  * sync step (join, stage, admit, commit, a parked pull, a late push), the
  * embedding tables' calls in an async job and a sync step (admission,
  * eviction, rows, export), each method with each field of its request
- * left out in turn, and Declare's initial values (fuzz_seeds_values.c).
+ * left out in turn, Declare's initial values (fuzz_seeds_values.c), and
+ * a serving task's lookups.
  * Built with the ordinary compiler, so the seeds always match the current
  * proto. */
 #include <errno.h>
@@ -94,8 +95,8 @@ void fseed_add(struct seed *s, const char *path, int cut,
 static const ProtobufCMessageDescriptor *request_of(const char *path) {
   static const ProtobufCServiceDescriptor *const svcs[] = {
       &psd__v1__data__descriptor, &psd__v1__coord__descriptor,
-      &psd__v1__admin__descriptor};
-  for (int k = 0; k < 3; k++)
+      &psd__v1__admin__descriptor, &psd__v1__serve__descriptor};
+  for (int k = 0; k < 4; k++)
     for (unsigned i = 0; i < svcs[k]->n_methods; i++) {
       char p[128];
       snprintf(p, sizeof p, "/%s/%s", svcs[k]->name, svcs[k]->methods[i].name);
@@ -336,6 +337,20 @@ static void export_(struct seed *s, int cut, const char *table, int has_after,
   fseed_add(s, "/psd.v1.Admin/Export", cut, &r.base);
 }
 
+/* A Lookup of shard 0's first n rows of table and of dense variables
+ * dense[0..nd) (the serving task of fuzz_service.c). */
+static void lookup(struct seed *s, int cut, const char *table, int first, int n,
+                   const char *const *dense, int nd, uint64_t min_version) {
+  Psd__V1__LookupRequest r = PSD__V1__LOOKUP_REQUEST__INIT;
+  r.caller = &fseed_caller;
+  r.table = (char *)table;
+  r.ids = ids(first, n);
+  r.n_dense = (size_t)nd;
+  r.dense = (char **)dense;
+  r.min_version = min_version;
+  fseed_add(s, "/psd.v1.Serve/Lookup", cut, &r.base);
+}
+
 /* Each method alone, with the arguments a first call of it would have
  * (fuzz_methods' order does not matter: looked up by path). */
 static const float g0[16] = {0.5f,  -1, 2, 0.25f, -0.125f, 3, 1, -2,
@@ -360,6 +375,10 @@ static void one_sparse_push(struct seed *s) {
 static void one_rows(struct seed *s) { rows(s, 0, "emb", 0, 2, 0); }
 static void one_shrink(struct seed *s) { shrink(s, 0, "adm"); }
 static void one_export(struct seed *s) { export_(s, 0, "emb", 0, 0, 0); }
+static void one_lookup(struct seed *s) {
+  static const char *const w[1] = {"w"};
+  lookup(s, 0, "emb", 0, 3, w, 1, 1);
+}
 
 static const struct {
   const char *path;             /* the method */
@@ -381,6 +400,7 @@ static const struct {
     {"/psd.v1.Coord/Heartbeat", one_heartbeat},
     {"/psd.v1.Coord/Admit", one_admit},
     {"/psd.v1.Coord/Clock", one_clock},
+    {"/psd.v1.Serve/Lookup", one_lookup},
 };
 
 int main(int argc, char **argv) {
@@ -546,6 +566,22 @@ int main(int argc, char **argv) {
   export_(&s, 0, "emb", 0, 0, 0);
   status(&s, 0);
   fseed_write(argv[1], "sync-tables", &s);
+
+  /* Serving: lookups of rows and dense values (cut into slices), of a
+   * spec table no publication holds, of an unknown table and variable,
+   * ahead of the version held. */
+  {
+    static const char *const w[2] = {"w", "nope"};
+    s.len = 0;
+    s.buf[s.len++] = 0;
+    lookup(&s, 2, "emb", 0, 6, w, 1, 0);
+    lookup(&s, 5, "adm", 1, 2, NULL, 0, 0);
+    lookup(&s, 0, "", 0, 0, w, 1, 0);
+    lookup(&s, 0, "nope", 0, 1, NULL, 0, 0);
+    lookup(&s, 0, "emb", 0, 1, w + 1, 1, 0);
+    lookup(&s, 0, "emb", 0, 2, NULL, 0, 9);
+    fseed_write(argv[1], "serve-lookups", &s);
+  }
 
   /* Declare's initial values (fuzz_seeds_values.c). */
   fseed_values(argv[1]);

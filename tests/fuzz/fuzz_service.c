@@ -1,11 +1,12 @@
 /* libFuzzer target: arbitrary bytes as requests to every method psd serves
- * (Data, Admin, Coord: every rpc of proto/ps.proto), decoded and dispatched
- * by the real handlers through cm_rpc_call_local, against a fresh in-memory
- * shard per input with the spec's embedding tables (format: fuzz_input.h).
- * Besides the sanitizers' findings it checks what psd promises about bad input:
- * every call is answered exactly once (parked ones at the latest when the shard
- * stops), with a known status, and every error carries a message. Built with
- * clang -fsanitize=fuzzer (meson option fuzz); `make fuzz` runs it. */
+ * (Data, Admin, Coord, and Serve to a serving task: every rpc of
+ * proto/ps.proto), decoded and dispatched by the real handlers through
+ * cm_rpc_call_local, against a fresh in-memory shard per input with the
+ * spec's embedding tables (format: fuzz_input.h). Besides the sanitizers'
+ * findings it checks what psd promises about bad input: every call is
+ * answered exactly once (parked ones at the latest when the shard stops),
+ * with a known status, and every error carries a message. Built with clang
+ * -fsanitize=fuzzer (meson option fuzz); `make fuzz` runs it. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,13 +19,16 @@
 #include "err.h"
 #include "fuzz_input.h"
 #include "log.h"
+#include "pubfile.h"
 #include "request.h"
 #include "rpc.h"
 #include "rpc_server.h"
 #include "saver.h"
+#include "serve.h"
 #include "service.h"
 #include "spec.h"
 #include "store.h"
+#include "table.h"
 #include "tables.h"
 
 /* The two specs (async with a staleness bound, sync), parsed once. */
@@ -78,6 +82,55 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
   return 0;
 }
 
+/* The serving task Serve/Lookup goes to (serve.h): serve:0 of job "f",
+ * following shard 0, with the spec's tables and a publication applied in
+ * memory: 4 rows of "emb" and dense "w" (4 x 3, rows 0..2 here). */
+static struct psd_serve *serving(const struct cm_job *job,
+                                 uint64_t max_message) {
+  struct psd_serve_conf c = {.dir = "/nonexistent",
+                             .job = "f",
+                             .replica = 0,
+                             .shard = 0,
+                             .shards = 2,
+                             .seed = job->seed,
+                             .tables = job->tables,
+                             .ntables = job->ntables,
+                             .defaults = &job->table_defaults,
+                             .max_message = max_message};
+  struct psd_serve *sv;
+  uint64_t ids[4];
+  float vals[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+  char err[512];
+  int k = 0;
+  for (uint64_t id = 0; k < 4; id++)
+    if (psd_table_shard_of(id, 2) == 0)
+      ids[k++] = id;
+  struct psd_pub_table t = {
+      .name = "emb", .dim = 2, .nrows = 4, .ids = ids, .values = vals};
+  struct psd_pub_dense d = {.name = "w",
+                            .shape = {4, 3},
+                            .ndim = 2,
+                            .row_begin = 0,
+                            .row_end = 2,
+                            .values = calloc(6, sizeof(float))};
+  struct psd_pub p = {.version = 1,
+                      .base = 1,
+                      .step = 1,
+                      .full = 1,
+                      .shard = 0,
+                      .shards = 2,
+                      .job = "f",
+                      .ndense = 1,
+                      .dense = &d,
+                      .ntables = 1,
+                      .tables = &t};
+  if (!d.values || psd_serve_new(&sv, &c) ||
+      psd_serve_apply(sv, &p, err, sizeof err))
+    abort();
+  free(d.values); /* NULL: the task took it */
+  return sv;
+}
+
 /* The request of n bytes cut into slices of `cut` bytes (0: one slice);
  * NULL for an empty message, as gRPC may hand one over. */
 static grpc_byte_buffer *request(const uint8_t *p, size_t n, unsigned cut) {
@@ -101,7 +154,7 @@ static grpc_byte_buffer *request(const uint8_t *p, size_t n, unsigned cut) {
 /* The handler serving path among the shard's methods. */
 static const struct cm_rpc_method *find(const struct cm_rpc_method *const *m,
                                         const int *n, const char *path) {
-  for (int k = 0; k < 3; k++)
+  for (int k = 0; k < 4; k++)
     for (int i = 0; i < n[k]; i++)
       if (!strcmp(m[k][i].path, path))
         return &m[k][i];
@@ -115,7 +168,7 @@ static void check_served(const struct cm_rpc_method *const *m, const int *n) {
   static int checked;
   if (checked || !m[1])
     return;
-  for (int k = 0; k < 3; k++)
+  for (int k = 0; k < 4; k++)
     for (int i = 0; i < n[k]; i++) {
       int j = 0;
       while (j < FUZZ_NMETHODS && strcmp(fuzz_methods[j], m[k][i].path))
@@ -165,13 +218,14 @@ static int uses_coord(const uint8_t *data, size_t size) {
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   struct cm_rpc_answer ans[FUZZ_MAX_CALLS];
   const char *paths[FUZZ_MAX_CALLS];
-  const struct cm_rpc_method *m[3];
+  const struct cm_rpc_method *m[4];
   struct psd_store *store = NULL;
   struct psd_service *svc = NULL;
   struct psd_coord *coord = NULL;
   struct psd_saver *saver = NULL;
   struct psd_tables *tables = NULL;
-  int n[3], ncalls = 0;
+  struct psd_serve *serve = NULL;
+  int n[4], ncalls = 0;
   size_t off = 1;
 
   if (size < 1)
@@ -221,6 +275,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   m[1] = coord ? psd_coord_methods(coord, &n[1]) : NULL;
   n[1] = coord ? n[1] : 0;
   m[2] = psd_saver_methods(saver, &n[2]);
+  /* The serving task's last: its Status and refused calls are the
+   * shard's paths too, which find() gives the shard. */
+  serve = serving(job, cfg & FUZZ_SMALL ? 4u << 20 : 64u << 20);
+  m[3] = psd_serve_methods(serve, &n[3]);
   check_served(m, n);
 
   while (off + 3 <= size && ncalls < FUZZ_MAX_CALLS) {
@@ -258,6 +316,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     cm_rpc_answer_release(&ans[i]);
   }
   psd_coord_free(coord);
+  psd_serve_free(serve);
   psd_saver_free(saver);
   psd_service_free(svc);
   psd_tables_free(tables);

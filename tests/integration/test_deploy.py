@@ -121,6 +121,7 @@ class InstallTest(unittest.TestCase):
             ("bindir", "dworker"), ("bindir", "pslaunch"), ("bindir", "psctl"),
             ("sbindir", "psd"),
             ("unitdir", "psd@.service"), ("unitdir", "dworker@.service"),
+            ("unitdir", "psd-serve@.service"),
             ("unitdir", "psd.target"),
             ("sysusersdir", "psd.conf"),
             ("mandir", "man8", "psd.8"), ("mandir", "man1", "dworker.1"),
@@ -153,12 +154,16 @@ class InstallTest(unittest.TestCase):
             psd = f.read()
         with open(i.staged("unitdir", "dworker@.service")) as f:
             dw = f.read()
+        with open(i.staged("unitdir", "psd-serve@.service")) as f:
+            serve = f.read()
+        self.assertIn("ExecStart=%s --cluster /etc/psd/cluster.json --task serve:%%i\n"
+                      % i.path("sbindir", "psd"), serve)
         self.assertIn("ExecStart=%s --cluster /etc/psd/cluster.json --task ps:%%i\n"
                       % i.path("sbindir", "psd"), psd)
         self.assertIn("ExecStart=%s --cluster /etc/psd/cluster.json --task worker:%%i\n"
                       % i.path("bindir", "dworker"), dw)
         notify = have_systemd_notify()
-        for text in (psd, dw):
+        for text in (psd, dw, serve):
             for line in ("Type=notify" if notify else "Type=exec", "Restart=on-failure",
                          "User=psd", "ConfigurationDirectory=psd", "NoNewPrivileges=yes",
                          "ProtectSystem=strict", "WantedBy=psd.target", "PartOf=psd.target"):
@@ -244,7 +249,8 @@ class UnitsTest(unittest.TestCase):
         self.tmp = tempfile.TemporaryDirectory(prefix="psd-test-units-")
         self.units = []
         unitdir = self.inst.staged("unitdir")
-        for name in ("psd@.service", "dworker@.service", "psd.target"):
+        for name in ("psd@.service", "dworker@.service", "psd-serve@.service",
+                     "psd.target"):
             with open(os.path.join(unitdir, name)) as f:
                 text = f.read()
             # verify needs ExecStart's binary to exist: point it into the destdir.
@@ -256,7 +262,8 @@ class UnitsTest(unittest.TestCase):
             self.units.append(out)
         # Instances as well as the templates (%i expands to 0 and 1).
         for tmpl, inst in (("psd@.service", "psd@0.service"),
-                           ("dworker@.service", "dworker@1.service")):
+                           ("dworker@.service", "dworker@1.service"),
+                           ("psd-serve@.service", "psd-serve@2.service")):
             out = os.path.join(self.tmp.name, inst)
             shutil.copy(os.path.join(self.tmp.name, tmpl), out)
             self.units.append(out)

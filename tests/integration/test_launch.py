@@ -84,7 +84,7 @@ printf '%s' "$task last words without newline"
 exit 0
 """
 
-PREFIX = re.compile(r"^((?:ps|worker):\d+) *\| (.*)$")
+PREFIX = re.compile(r"^((?:ps|serve|worker):\d+) *\| (.*)$")
 
 
 def pid_alive(pid):
@@ -270,6 +270,47 @@ class LaunchTest(unittest.TestCase):
         self.assertIn("ps:1     | ps:1 got TERM", out)
         self.assertIn("pslaunch: all 2 local workers finished", run.err)
         self.assert_all_gone(run, self.ALL)
+
+    def serve_spec(self):
+        """2 ps, 2 serving tasks (cluster.serve) and 2 workers on loopback."""
+        ports = ["127.0.0.1:%d" % p for p in harness.free_ports(6)]
+        return self.spec(text=json.dumps({
+            "cluster": {"ps": ports[:2], "serve": ports[2:4],
+                        "worker": ports[4:]},
+            "job": {"max_steps": 10}}))
+
+    SERVE = ALL + ["serve:0", "serve:1"]
+
+    def test_serving_tasks_start_and_stop_with_the_job(self):
+        run = self.launch([self.serve_spec()])
+        self.wait_ready(run, self.SERVE)
+        out = run.lines["out"]
+        # psd --cluster FILE --task serve:J, prefixed as its name.
+        self.assertIn("serve:0  | ready serve:0 nargs=4", out)
+        self.assertIn("serve:1  | ready serve:1 nargs=4", out)
+        self.touch("go")
+        rc = run.finish()
+        self.assertEqual(rc, 0, run.dump())
+        self.assert_prefixed(run)
+        self.assertIn("serve:0  | serve:0 got TERM", run.lines["out"])
+        self.assertIn("serve:1  | serve:1 got TERM", run.lines["out"])
+        self.assertIn("pslaunch: all 2 workers finished; stopping the ps and "
+                      "serving tasks", run.lines["err"])
+        self.assert_all_gone(run, self.SERVE)
+
+    def test_a_serving_task_that_fails_stops_the_job(self):
+        run = self.launch([self.serve_spec()])
+        self.wait_ready(run, self.SERVE)
+        self.touch("fail.serve:1")
+        rc = run.finish()
+        self.assertEqual(rc, 1, run.dump())
+        self.assertIn("pslaunch: serve:1 failed (exit 1)", run.lines["err"])
+        self.assert_all_gone(run, self.SERVE)
+
+    def test_only_ps_starts_the_serving_tasks_too(self):
+        run = self.launch(["--only", "ps", self.serve_spec()])
+        self.wait_ready(run, ["ps:0", "ps:1", "serve:0", "serve:1"])
+        self.assertNotIn("worker:0", self.pids())
 
     def test_lines_never_interleave(self):
         spec = self.spec()

@@ -18,8 +18,7 @@
 #define SV 0.25      /* the interaction vectors' scale */
 #define BIAS (-1.0)  /* the true model's bias */
 
-/* A standard normal from a 64-bit hash (Box-Muller). */
-static double normal(uint64_t h) {
+double dw_ctrgen_normal(uint64_t h) {
   double u1 = ((double)(h >> 11) + 0.5) * (1.0 / 9007199254740992.0);
   double u2 = (double)(cm_mix64(h) >> 11) * (1.0 / 9007199254740992.0);
   return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
@@ -29,13 +28,13 @@ static double normal(uint64_t h) {
 static void params(uint64_t seed, int f, uint64_t r, double *w, double *v) {
   uint64_t key = cm_mix64(cm_splitmix64_at(seed) ^ ((uint64_t)f << 56) ^ r);
   double scale = r <= HOT_RANKS ? 1.0 : 0.05;
-  *w = SW * scale * normal(cm_splitmix64_at(key));
+  *w = SW * scale * dw_ctrgen_normal(cm_splitmix64_at(key));
   for (int k = 0; k < K; k++)
-    v[k] = SV * scale * normal(cm_splitmix64_at(key + 1 + (uint64_t)k));
+    v[k] =
+        SV * scale * dw_ctrgen_normal(cm_splitmix64_at(key + 1 + (uint64_t)k));
 }
 
-/* A Zipf rank in 1..DW_CTR_SPAN (continuous inverse CDF). */
-static uint64_t rank(uint64_t *state, double s) {
+uint64_t dw_ctrgen_rank(uint64_t *state, double s) {
   double u = (double)(cm_splitmix64(state) >> 11) * (1.0 / 9007199254740992.0);
   double a = 1.0 - s, top = pow((double)DW_CTR_SPAN, a);
   double r = pow((top - 1.0) * u + 1.0, 1.0 / a);
@@ -96,7 +95,7 @@ static int write_set(const char *path, const struct dw_ctrgen_opts *o,
     uint64_t r[64];
     double logit = BIAS;
     for (int k = 0; k < o->fields; k++) {
-      r[k] = rank(st, o->zipf);
+      r[k] = dw_ctrgen_rank(st, o->zipf);
       params(o->seed, k, r[k], &w[k], v[k]);
       logit += w[k];
     }

@@ -112,6 +112,51 @@ int dw_ctrgen_put_truth(const char *dir, json_t *j, char *err, size_t errlen);
 int dw_ctrgen_get_truth(const char *dir, json_t *want, const char *train,
                         const char *test, struct dw_ctrgen_truth *truth);
 
+/* A standard normal from a 64-bit hash (Box-Muller). */
+double dw_ctrgen_normal(uint64_t h);
+
+/* A Zipf rank in 1..DW_CTR_SPAN of exponent s (continuous inverse CDF),
+ * drawn from *state (splitmix64). */
+uint64_t dw_ctrgen_rank(uint64_t *state, double s);
+
+/* A drifting stream (ctrgen_drift.c, docs/ctr.md "Training on a stream"):
+ * parts part-00000.svm, part-00001.svm, ... of LIBSVM lines like
+ * dw_ctrgen_write's, whose truth changes from part to part:
+ *   - popular ids fade: in part p the id of rank r is the item
+ *     key = p * shift + 1 - r (mod 10^9, then mapped to an id as above), so
+ *     each part every item moves `shift` ranks down and `shift` new items
+ *     take the top ranks;
+ *   - the true weights move: an item's w and v are
+ *     cos(p * turn) a + sin(p * turn) b of two draws a, b from a hash of
+ *     (seed, field, item), scaled by 1 at ranks <= 30 and 0.05 past them
+ *     (an item's signal fades with its rank);
+ *   - the labels: Bernoulli(sigmoid(-1 + sum w + sum_{f<g} <v_f, v_g>)).
+ * Part p's lines depend on (seed, fields, zipf, shift, turn, p,
+ * per_part) alone. */
+struct dw_ctrgen_drift_opts {
+  int fields;        /* categorical fields per example */
+  uint64_t parts;    /* parts in the stream */
+  uint64_t per_part; /* examples per part */
+  uint64_t seed;     /* the data's seed */
+  double zipf;       /* the ranks' exponent, > 1 */
+  uint64_t shift;    /* ranks every item falls per part */
+  double turn;       /* radians the true weights turn per part */
+  uint64_t from, to; /* write parts [from, to) only (truth.json has all) */
+  double delay_s;    /* seconds to wait before each part after the first
+                        written */
+  const char *end;   /* the end marker written after the parts, or NULL */
+};
+
+/* Writes o's parts [from, to) into dir (each as ".NAME.tmp-PID", then
+ * renamed: a follower never sees half a part), then dir/truth.json (the
+ * settings, and per part its name, examples, true AUC, log loss and CTR),
+ * then the end marker when o->end. said (may be NULL) is told each part's
+ * name as it lands. Returns 0, or CM_EIO/CM_ENOMEM with err naming the
+ * file. */
+int dw_ctrgen_drift_write(const char *dir, const struct dw_ctrgen_drift_opts *o,
+                          void (*said)(const char *part), char *err,
+                          size_t errlen);
+
 /* The AUC of scores s[0..n) against 0/1 labels y (ties count half), by
  * sorting; 0.5 when one class is absent. */
 double dw_auc(const float *s, const uint8_t *y, size_t n);

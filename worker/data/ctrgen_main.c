@@ -5,9 +5,12 @@
  * loss). dworker generates the same files itself when job.model "ctr"
  * finds none; this tool makes them ahead, or of other sizes. --count FILE
  * prints a Criteo file's distinct ids % the DLRM's bounds per field: the
- * rows its tables hold after an epoch. */
+ * rows its tables hold after an epoch. --drift writes a stream of parts
+ * whose truth changes (ctrgen_drift.c), for training on a stream. */
 #include <getopt.h>
 #include <limits.h>
+#include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,6 +28,10 @@ static void usage(FILE *f) {
       "                  [--seed S] [--zipf Z]\n"
       "       psd-ctrgen --format criteo --out DIR [--train N] [--test N]\n"
       "                  [--seed S] [--gzip] [--keep]\n"
+      "       psd-ctrgen --drift --out DIR [--parts N] [--per-part N]\n"
+      "                  [--fields F] [--seed S] [--zipf Z] [--shift R]\n"
+      "                  [--turn X] [--parts-from K] [--parts-to M]\n"
+      "                  [--delay-s D] [--end NAME]\n"
       "       psd-ctrgen --count FILE\n"
       "\n"
       "Writes DIR/train.svm and DIR/test.svm, LIBSVM lines `label id:1 "
@@ -50,6 +57,21 @@ static void usage(FILE *f) {
       "  --fields F    categorical fields per example, 1..64 (default 8)\n"
       "  --seed S      the data's seed (default 7)\n"
       "  --zipf Z      the ids' Zipf exponent, > 1 (default 1.6)\n"
+      "\n"
+      "--drift writes a stream: DIR/part-00000.svm, part-00001.svm, ...\n"
+      "(each written under a hidden temporary name, then renamed), whose\n"
+      "true model changes from part to part: every part each id falls\n"
+      "--shift ranks and new ids take the top ranks, the true weights turn\n"
+      "by --turn radians; DIR/truth.json gives each part's true AUC and log\n"
+      "loss (docs/ctr.md, \"Training on a stream\").\n"
+      "  --parts N     parts in the stream (default 10)\n"
+      "  --per-part N  examples per part (default 50000)\n"
+      "  --shift R     ranks an id falls per part (default 1)\n"
+      "  --turn X      radians the true weights turn per part (default 0.1)\n"
+      "  --parts-from K, --parts-to M  write parts K..M-1 only (0-based;\n"
+      "                default all); truth.json still has every part\n"
+      "  --delay-s D   wait D seconds before each part after the first\n"
+      "  --end NAME    then create DIR/NAME, the stream's end marker\n"
       "\n"
       "Exit status: 0 written (or counted), 1 a write or read failed, 2 "
       "usage.\n");
@@ -114,6 +136,13 @@ out:
   return rc;
 }
 
+/* --drift: each part as it lands (a test feeding a live job waits on
+ * these). */
+static void said(const char *part) {
+  printf("part %s\n", part);
+  fflush(stdout);
+}
+
 /* The long name of the option whose value is ch. */
 static const char *name_of(const struct option *opts, int ch) {
   for (; opts->name; opts++)
@@ -123,24 +152,36 @@ static const char *name_of(const struct option *opts, int ch) {
 }
 
 int main(int argc, char **argv) {
-  static const struct option opts[] = {{"out", required_argument, 0, 'o'},
-                                       {"train", required_argument, 0, 'n'},
-                                       {"test", required_argument, 0, 'm'},
-                                       {"fields", required_argument, 0, 'f'},
-                                       {"seed", required_argument, 0, 's'},
-                                       {"zipf", required_argument, 0, 'z'},
-                                       {"format", required_argument, 0, 'F'},
-                                       {"gzip", no_argument, 0, 'g'},
-                                       {"count", required_argument, 0, 'c'},
-                                       {"keep", no_argument, 0, 'k'},
-                                       {"help", no_argument, 0, 'h'},
-                                       {0, 0, 0, 0}};
+  static const struct option opts[] = {
+      {"out", required_argument, 0, 'o'},
+      {"train", required_argument, 0, 'n'},
+      {"test", required_argument, 0, 'm'},
+      {"fields", required_argument, 0, 'f'},
+      {"seed", required_argument, 0, 's'},
+      {"zipf", required_argument, 0, 'z'},
+      {"format", required_argument, 0, 'F'},
+      {"gzip", no_argument, 0, 'g'},
+      {"count", required_argument, 0, 'c'},
+      {"keep", no_argument, 0, 'k'},
+      {"drift", no_argument, 0, 'D'},
+      {"parts", required_argument, 0, 'P'},
+      {"per-part", required_argument, 0, 'E'},
+      {"shift", required_argument, 0, 'S'},
+      {"turn", required_argument, 0, 'T'},
+      {"parts-from", required_argument, 0, 'a'},
+      {"parts-to", required_argument, 0, 'b'},
+      {"delay-s", required_argument, 0, 'd'},
+      {"end", required_argument, 0, 'e'},
+      {"help", no_argument, 0, 'h'},
+      {0, 0, 0, 0}};
   struct dw_ctrgen_opts o = {8, 500000, 50000, 7, 1.6};
   struct dw_ctrgen_truth t;
   struct dw_ctrgen_criteo_opts co = {DW_CRITEO_TRAIN, DW_CRITEO_TEST, 7, 0};
   const char *out = NULL;
   char err[2048];
-  int ch, criteo = 0, libsvm_only = 0, keep = 0;
+  struct dw_ctrgen_drift_opts dr = {0,   10, 50000,      7, 1.6, 1,
+                                    0.1, 0,  UINT64_MAX, 0, NULL};
+  int ch, criteo = 0, libsvm_only = 0, keep = 0, drift = 0, drift_only = 0;
   while ((ch = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
     long long n = 0;
     const char *bad = NULL;
@@ -161,6 +202,38 @@ int main(int argc, char **argv) {
       break;
     case 'c':
       return count(optarg);
+    case 'D':
+      drift = 1;
+      break;
+    case 'P':
+    case 'E':
+    case 'S':
+    case 'a':
+    case 'b':
+      drift_only = 1;
+      if (cm_parse_int(optarg, ch == 'P' || ch == 'E' ? 1 : 0, LLONG_MAX, &n))
+        bad = ch == 'P' || ch == 'E' ? "a whole number >= 1"
+                                     : "a whole number >= 0";
+      else
+        *(ch == 'P'   ? &dr.parts
+          : ch == 'E' ? &dr.per_part
+          : ch == 'S' ? &dr.shift
+          : ch == 'a' ? &dr.from
+                      : &dr.to) = (uint64_t)n;
+      break;
+    case 'T':
+    case 'd':
+      drift_only = 1;
+      if (cm_parse_double(optarg, ch == 'T' ? &dr.turn : &dr.delay_s) ||
+          dr.delay_s < 0 || !isfinite(dr.turn) || !isfinite(dr.delay_s))
+        bad = ch == 'T' ? "a number of radians" : "a number of seconds >= 0";
+      break;
+    case 'e':
+      drift_only = 1;
+      dr.end = optarg;
+      if (!*optarg || strchr(optarg, '/'))
+        bad = "a file name";
+      break;
     case 'n':
     case 'm':
     case 's':
@@ -203,6 +276,16 @@ int main(int argc, char **argv) {
                    "--test at least 1");
     return 2;
   }
+  if (drift_only && !drift) {
+    fprintf(stderr, "psd-ctrgen: --parts, --per-part, --shift, --turn, "
+                    "--parts-from, --parts-to, --delay-s and --end are "
+                    "--drift's\n");
+    return 2;
+  }
+  if (drift && criteo) {
+    fprintf(stderr, "psd-ctrgen: --drift writes LIBSVM parts only\n");
+    return 2;
+  }
   if (criteo && libsvm_only) {
     fprintf(stderr, "psd-ctrgen: --fields and --zipf are the LIBSVM format's; "
                     "--format criteo has 26 fields of its own\n");
@@ -218,6 +301,24 @@ int main(int argc, char **argv) {
     printf("kept %s: it holds the data of these settings; the true model's "
            "held-out AUC is %.4f\n",
            out, t.auc);
+    return 0;
+  }
+  if (drift) {
+    dr.fields = o.fields;
+    dr.seed = o.seed;
+    dr.zipf = o.zipf;
+    if (dr.to > dr.parts)
+      dr.to = dr.parts;
+    if (dw_ctrgen_drift_write(out, &dr, said, err, sizeof err)) {
+      fprintf(stderr, "psd-ctrgen: %s\n", err);
+      return 1;
+    }
+    printf("wrote %s: parts %llu..%llu of %llu, %llu examples each, %d "
+           "fields; truth.json has each part's true AUC and log loss\n",
+           out, (unsigned long long)dr.from,
+           (unsigned long long)(dr.to ? dr.to - 1 : 0),
+           (unsigned long long)dr.parts, (unsigned long long)dr.per_part,
+           dr.fields);
     return 0;
   }
   if (criteo) {

@@ -35,15 +35,24 @@ int dw_svm_grow(void **p, size_t *cap, size_t need, size_t sz) {
 int dw_svm_load(const char *path, int share, int nshares, struct dw_svm *out,
                 char *err, size_t errlen) {
   FILE *f = fopen(path, "r");
-  char *line = NULL;
-  size_t linecap = 0, ncap = 0, scap = 0, fcap = 0, vcap = 0;
-  unsigned long long lineno = 0, example = 0;
-  int rc = 0;
+  int rc;
   memset(out, 0, sizeof *out);
   if (!f) {
     snprintf(err, errlen, "cannot open %s: %s", path, strerror(errno));
     return errno == ENOENT ? CM_ENOENT : CM_EIO;
   }
+  rc = dw_svm_read(f, path, 0, share, nshares, out, err, errlen);
+  fclose(f);
+  return rc;
+}
+
+int dw_svm_read(FILE *f, const char *path, unsigned long long line0, int share,
+                int nshares, struct dw_svm *out, char *err, size_t errlen) {
+  char *line = NULL;
+  size_t linecap = 0, ncap = 0, scap = 0, fcap = 0, vcap = 0;
+  unsigned long long lineno = line0, example = 0;
+  int rc = 0;
+  memset(out, 0, sizeof *out);
   if (dw_svm_grow((void **)&out->start, &scap, 1, sizeof *out->start))
     goto nomem;
   out->start[0] = 0;
@@ -123,7 +132,6 @@ nomem:
   rc = CM_ENOMEM;
 out:
   free(line);
-  fclose(f);
   if (rc)
     dw_svm_free(out);
   return rc;

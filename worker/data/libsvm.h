@@ -8,6 +8,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 /* A loaded data set; owned by the caller, free with dw_svm_free. */
 struct dw_svm {
@@ -25,6 +26,12 @@ struct dw_svm {
  * CM_ENOMEM. */
 int dw_svm_load(const char *path, int share, int nshares, struct dw_svm *out,
                 char *err, size_t errlen);
+
+/* As dw_svm_load, from an open stream f named path in messages, its first
+ * line numbered line0 + 1 (a window of a growing file: stream.h). f is
+ * left open. */
+int dw_svm_read(FILE *f, const char *path, unsigned long long line0, int share,
+                int nshares, struct dw_svm *out, char *err, size_t errlen);
 
 void dw_svm_free(struct dw_svm *d);
 

@@ -7,7 +7,9 @@
  * (in sync mode the rows are staged for the step with the dense gradients
  * before the worker asks to be admitted). Worker 0 then scores the
  * held-out set: the final: line's test_auc and test_logloss, beside the
- * true model's (finish.c prints the line). */
+ * true model's (finish.c prints the line). With job.ctr.stream the
+ * training set is the stream's windows instead (ctr_stream.c), each scored
+ * before it is trained on, and no held-out set is read. */
 #include <errno.h>
 #include <libgen.h>
 #include <math.h>
@@ -64,6 +66,10 @@ struct run {
   size_t nrecent;                   /* predictions seen */
   double loss_sum;                  /* since the last progress line */
   long loss_n;                      /* batches in loss_sum */
+  struct dw_ctr_stream *cs;         /* job.ctr.stream, or NULL; then train
+                                       is the current window's share */
+  size_t pos;                       /* stream: the window's next example */
+  char window[256];                 /* stream: the window's name */
 };
 
 static void say_progress(const char *file, double done) {
@@ -299,12 +305,20 @@ static int ctr_start(struct dw_worker *w) {
   struct run *r = w->mctx;
   size_t bsz = (size_t)w->spec->job.batch_size;
 
-  w->steps_per_epoch = (long)((r->train.n + bsz - 1) / bsz);
+  w->steps_per_epoch = r->cs ? 0 : (long)((r->train.n + bsz - 1) / bsz);
   return 0;
 }
 
 static void ctr_say_plan(struct dw_worker *w) {
   struct run *r = w->mctx;
+
+  if (r->cs) {
+    cm_info("training on a stream: each window scored before it is trained "
+            "on, in steps of %d, %d fields, tables '%s' (dim %d) and '%s'",
+            w->spec->job.batch_size, r->c->fields, r->c->emb_table, r->dim,
+            r->c->wide_table);
+    return;
+  }
 
   cm_info("training: %zu examples here, %ld steps of %d, %d fields, tables "
           "'%s' (dim %d) and '%s'; the true model's held-out AUC is %.4f",
@@ -312,11 +326,50 @@ static void ctr_say_plan(struct dw_worker *w) {
           r->c->emb_table, r->dim, r->c->wide_table, r->truth.auc);
 }
 
+static int evaluate(struct run *r, const struct dw_svm *d, double *auc,
+                    double *logloss);
+
+/* A stream: the current window's next batch; past its end, the next
+ * window's share, scored with the current model before the first batch of
+ * it is trained on (progressive validation). 0 when the stream ended. */
+static int stream_batch(struct run *r) {
+  struct dw_worker *w = r->w;
+  int bsz = w->spec->job.batch_size, rc, n;
+  char *name = r->window;
+
+  while (r->pos >= r->train.n) {
+    double auc = 0, ll = 0;
+    dw_svm_free(&r->train);
+    r->pos = 0;
+    rc = dw_ctrs_next(r->cs, w->index, w->nworkers, &r->train, name,
+                      sizeof r->window);
+    if (rc <= 0)
+      return rc;
+    if (r->train.n) {
+      if ((rc = psc__client_pull(w->client)) ||
+          (rc = evaluate(r, &r->train, &auc, &ll))) {
+        cm_error("scoring window %llu (%s): %s", dw_ctrs_windows(r->cs), name,
+                 psc__client_error(w->client));
+        return rc < 0 ? rc : CM_EIO;
+      }
+    }
+    dw_ctrs_scored(w, r->cs, name, r->train.n, ll, auc);
+  }
+  if (dw_ctrs_stop(r->cs, r->window, r->pos, r->train.n))
+    return 0;
+  n = (size_t)bsz < r->train.n - r->pos ? bsz : (int)(r->train.n - r->pos);
+  gather(r, &r->train, r->pos, n, &r->b, r->start, r->y, r->val);
+  r->pos += (size_t)n;
+  return n;
+}
+
 /* Gathers step t's batch from the share; in sync mode the batch of the
  * job's step, so a run is reproducible. */
 static int ctr_batch(struct dw_worker *w, long t) {
   struct run *r = w->mctx;
   int bsz = w->spec->job.batch_size;
+  if (r->cs)
+    return stream_batch(r);
   long k = w->sync ? (long)w->step : t;
   size_t from = (size_t)(k % w->steps_per_epoch) * (size_t)bsz;
   int n = (size_t)bsz < r->train.n - from ? bsz : (int)(r->train.n - from);
@@ -363,9 +416,13 @@ static void ctr_progress(struct dw_worker *w, long t, float loss, int n) {
     return;
   rate = (double)w->examples_done / (cm_mono_s() - w->train_start);
   auc_recent = dw_auc(r->recent, r->recent_y, m);
-  printf("step %ld/%ld: logloss=%.4f auc=%.4f (last %zu examples) "
+  if (r->cs)
+    printf("step %ld (window %llu): ", t + 1, dw_ctrs_windows(r->cs));
+  else
+    printf("step %ld/%ld: ", t + 1, w->total_steps);
+  printf("logloss=%.4f auc=%.4f (last %zu examples) "
          "examples=%llu worker_examples_per_s=%.0f\n",
-         t + 1, w->total_steps, r->loss_sum / (double)r->loss_n, auc_recent, m,
+         r->loss_sum / (double)r->loss_n, auc_recent, m,
          (unsigned long long)w->examples_done, rate);
   dw_tb_ctr(w, t + 1, "train", r->loss_sum / (double)r->loss_n, auc_recent,
             rate);
@@ -374,9 +431,10 @@ static void ctr_progress(struct dw_worker *w, long t, float loss, int n) {
   r->loss_n = 0;
 }
 
-/* Scores the test set with the shards' current values. */
-static int evaluate(struct run *r, double *auc, double *logloss) {
-  size_t n = r->test.n;
+/* Scores set d with the shards' current values. */
+static int evaluate(struct run *r, const struct dw_svm *d, double *auc,
+                    double *logloss) {
+  size_t n = d->n;
   float *score = calloc(n + 1, sizeof *score);
   double ll = 0;
   int rc = CM_ENOMEM;
@@ -386,7 +444,7 @@ static int evaluate(struct run *r, double *auc, double *logloss) {
     int k = n - at < EVAL_BATCH ? (int)(n - at) : EVAL_BATCH;
     struct dw_ctr_batch b;
     /* The training batch's scratch: training is over. */
-    gather(r, &r->test, at, k, &b, r->start, r->y, r->val);
+    gather(r, d, at, k, &b, r->start, r->y, r->val);
     struct psc__rows q[2] = {
         {r->c->emb_table, r->uniq, (size_t)b.nrows, r->emb, NULL},
         {r->c->wide_table, r->uniq, (size_t)b.nrows, r->wide, NULL}};
@@ -397,9 +455,9 @@ static int evaluate(struct run *r, double *auc, double *logloss) {
   }
   for (size_t i = 0; i < n; i++) {
     double z = score[i];
-    ll += (z > 0 ? z + log1p(exp(-z)) : log1p(exp(z))) - r->test.y[i] * z;
+    ll += (z > 0 ? z + log1p(exp(-z)) : log1p(exp(z))) - d->y[i] * z;
   }
-  *auc = dw_auc(score, r->test.y, n);
+  *auc = dw_auc(score, d->y, n);
   *logloss = ll / (double)(n ? n : 1);
   rc = 0;
 out:
@@ -413,7 +471,11 @@ static int ctr_evaluate(struct dw_worker *w, char *figures, size_t size) {
   double auc = 0, ll = 0;
   int rc;
 
-  rc = evaluate(r, &auc, &ll);
+  if (r->cs) { /* a stream: the windows' figures; no held-out set */
+    dw_ctrs_figures(r->cs, figures, size);
+    return 0;
+  }
+  rc = evaluate(r, &r->test, &auc, &ll);
   if (rc) {
     cm_error("evaluation: %s", psc__client_error(w->client));
     goto out;
@@ -426,6 +488,14 @@ out:
   return rc;
 }
 
+/* Workers other than 0: a stream's figures for the done: line. */
+static void ctr_report(struct dw_worker *w, char *figures, size_t size) {
+  struct run *r = w->mctx;
+
+  if (r && r->cs)
+    dw_ctrs_figures(r->cs, figures, size);
+}
+
 /* Frees the run (safe on a partly built one, and on none). */
 static void ctr_free(struct dw_worker *w) {
   struct run *r = w->mctx;
@@ -434,6 +504,7 @@ static void ctr_free(struct dw_worker *w) {
     return;
   dw_svm_free(&r->train);
   dw_svm_free(&r->test);
+  dw_ctrs_free(r->cs);
   dw_ctr_free(r->m);
   free(r->field);
   free(r->row);
@@ -460,6 +531,7 @@ static const struct dw_trainer ctr_trainer = {
     .compute = ctr_compute,
     .progress = ctr_progress,
     .evaluate = ctr_evaluate,
+    .report = ctr_report,
     .free = ctr_free,
 };
 
@@ -485,11 +557,19 @@ int dw_ctr_setup(struct dw_worker *w) {
   *r = (struct run){.w = w, .c = &job->ctr};
   w->mctx = r;
   w->trainer = &ctr_trainer;
-  if ((rc = prepare_data(r)) || (rc = build(r)) ||
-      (rc = load_set(r, r->train_name, w->index, w->nworkers, &r->train)) ||
-      (w->index == 0 && (rc = load_set(r, r->test_name, 0, 1, &r->test))))
+  if (r->c->stream_dir[0] || r->c->stream_file[0]) {
+    /* A stream: its windows are the data; nothing generated, no held-out
+     * set. */
+    if ((rc = build(r)) || (rc = dw_ctrs_open(w, &r->cs)))
+      goto out;
+    w->stream = 1;
+  } else if ((rc = prepare_data(r)) || (rc = build(r)) ||
+             (rc = load_set(r, r->train_name, w->index, w->nworkers,
+                            &r->train)) ||
+             (w->index == 0 &&
+              (rc = load_set(r, r->test_name, 0, 1, &r->test))))
     goto out;
-  if (!r->train.n) {
+  if (!r->cs && !r->train.n) {
     cm_error("%s/%s: no examples for worker %d of %d", r->dir, r->train_name,
              w->index, w->nworkers);
     rc = CM_EFORMAT;

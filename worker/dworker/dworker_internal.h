@@ -12,6 +12,8 @@
  *   finish.c   the one result: evaluation and the final: (or done:) line
  *   ctr_run.c  job.model "ctr": the click-through-rate model over tables,
  *              its setup and its side of the loop (struct dw_trainer)
+ *   ctr_stream.c  job.ctr.stream: the CTR model's windows and their
+ *              progressive validation
  *   tboard.c   TensorBoard event files (job.tensorboard_dir)
  *
  * Every function here returns 0 or a negative CM_E* code after logging
@@ -54,7 +56,9 @@ struct dw_trainer {
   /* Starts gathering step t's batch ahead of its step (on a thread pool);
    * NULL when batch does all the work. */
   int (*queue)(struct dw_worker *w, long t);
-  /* Makes step t's batch the current one; returns its examples (> 0). */
+  /* Makes step t's batch the current one; returns its examples (> 0), or
+   * 0 when the data ended (a stream's end: w->stream), which ends the
+   * run. */
   int (*batch)(struct dw_worker *w, long t);
   /* The current batch's rows of each table: q[i].rows is where the pull
    * writes, q[i].grads what the push sends. Returns the tables filled
@@ -71,6 +75,9 @@ struct dw_trainer {
    * and writes the final: line's leading figures ("test_accuracy=0.8712")
    * into figures. */
   int (*evaluate)(struct dw_worker *w, char *figures, size_t size);
+  /* Workers other than 0: the model's figures for the done: line (NULL:
+   * none). */
+  void (*report)(struct dw_worker *w, char *figures, size_t size);
   /* Frees w->mctx (safe on a model that was never set up). */
   void (*free)(struct dw_worker *w);
 };
@@ -162,6 +169,9 @@ struct dw_worker {
   size_t ngrads;
   /* this worker's steps in one pass over its share (trainer->start) */
   long steps_per_epoch;
+  /* the data is a stream (job.ctr.stream): no step count; the run ends
+   * when trainer->batch returns 0 */
+  int stream;
 };
 
 /* ---- cmdline.c ---- */
@@ -242,6 +252,41 @@ void dw_notify_step(struct dw_worker *w, long t);
  * variables and tables declared on the shards and the job joined; sets
  * w->trainer to its side of the loop, which dw_train and dw_finish run. */
 int dw_ctr_setup(struct dw_worker *w);
+
+/* ---- ctr_stream.c: job.ctr.stream ---- */
+
+struct dw_svm;
+struct dw_ctr_stream;
+
+/* Opens job.ctr.stream (paths relative to the spec file's directory) and
+ * makes SIGTERM and SIGINT end the stream. */
+int dw_ctrs_open(struct dw_worker *w, struct dw_ctr_stream **out);
+
+/* Waits for the next window and loads this worker's share of it (worker k
+ * of n: its examples k, k + n, ...) into *part, its name into name:
+ * returns 1, or 0 when the stream ended (the marker, or SIGTERM: said). */
+int dw_ctrs_next(struct dw_ctr_stream *cs, int share, int nshares,
+                 struct dw_svm *part, char *name, size_t size);
+
+/* Records the window just taken, scored before training on n examples
+ * (log loss ll, AUC auc): its progress line and TensorBoard event. */
+void dw_ctrs_scored(struct dw_worker *w, struct dw_ctr_stream *cs,
+                    const char *name, size_t n, double ll, double auc);
+
+/* Whether SIGTERM or SIGINT came: then says where in window `name` (done
+ * of its n examples here) the stream ended, and returns 1. */
+int dw_ctrs_stop(const struct dw_ctr_stream *cs, const char *name, size_t done,
+                 size_t n);
+
+/* Windows taken so far. */
+unsigned long long dw_ctrs_windows(const struct dw_ctr_stream *cs);
+
+/* The result line's figures: windows, examples scored, their log loss and
+ * the example-weighted mean of the windows' AUCs, the last window's. */
+void dw_ctrs_figures(const struct dw_ctr_stream *cs, char *out, size_t size);
+
+/* Frees cs (NULL is fine). */
+void dw_ctrs_free(struct dw_ctr_stream *cs);
 
 /* ---- tboard.c: TensorBoard events; no-ops while w->tb is NULL ---- */
 

@@ -39,10 +39,12 @@ int dw_finish(struct dw_worker *w) {
     rc = 0;
   }
   if (w->index != 0) {
-    printf("done: steps=%ld examples=%llu worker_examples_per_s=%.0f "
+    if (w->trainer && w->trainer->report)
+      w->trainer->report(w, figures, sizeof figures);
+    printf("done: %s%ssteps=%ld examples=%llu worker_examples_per_s=%.0f "
            "wall_s=%.1f dropped=%ld",
-           w->steps_done, (unsigned long long)w->examples_done, rate,
-           w->train_s, w->dropped);
+           figures, *figures ? " " : "", w->steps_done,
+           (unsigned long long)w->examples_done, rate, w->train_s, w->dropped);
     end_line(w);
     goto out;
   }

@@ -12,6 +12,7 @@
  * lengthens its run by the steps undone. A sync worker that joins a job
  * past step 0 says so and goes on from there (plan_resume), or, when the
  * job is already complete, trains nothing. */
+#include <limits.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -258,7 +259,8 @@ int dw_train(struct dw_worker *w) {
   if (rc < 0)
     goto out;
   spe = w->steps_per_epoch;
-  w->total_steps = (long)job->epochs * spe;
+  /* A stream has no step count: it ends when its batches do. */
+  w->total_steps = w->stream ? LONG_MAX : (long)job->epochs * spe;
   limit = w->args.max_steps >= 0 ? w->args.max_steps : job->max_steps;
   if (limit > 0 && limit < w->total_steps)
     w->total_steps = limit;
@@ -278,6 +280,8 @@ int dw_train(struct dw_worker *w) {
       rc = n;
       goto out;
     }
+    if (n == 0 && w->stream)
+      break; /* the stream ended */
     nq = tr->tables ? tr->tables(w, q, DW_MAX_STEP_TABLES) : 0;
     if (nq < 0) {
       rc = nq;

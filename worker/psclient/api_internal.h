@@ -4,6 +4,8 @@
  *   api_open.c    psc_open*, the options, close, errors, the job's settings
  *   api_dense.c   variables: declare, pull, push, the sync and staleness calls
  *   api_rows.c    embedding tables
+ *   api_lookup.c  psc_serving: lookups from the serving tasks, over the
+ *                 internal serving client (serving.h), not this header's
  *
  * The public layer owns the spec the internal client borrows, and names
  * variables by handle (their declaration index in the internal client). */

@@ -7,6 +7,7 @@
  *   xfer.c    its network calls: pulls, pushes, sync steps, clock
  *   rows.c    its row calls: one table's or many tables' in one run
  *   log.c     set_log: the library's log lines to a Python callable
+ *   serving.c the Serving type: lookups from the serving tasks
  *
  * Every network call releases the GIL and polls for signals (Ctrl-C) about
  * every 100 ms through psc_set_interrupt; buffers are taken with the buffer
@@ -30,8 +31,10 @@ struct pyclient {
   PyObject *shapes;            /* list: each variable's shape (a tuple) */
 };
 
-/* The Client type (client.c) and psd.Error (module.c). */
+/* The Client type (client.c), the Serving type (serving.c) and psd.Error
+ * (module.c). */
 extern PyTypeObject pyx_client_type;
+extern PyTypeObject pyx_serving_type;
 extern PyObject *pyx_error;
 
 /* Raises psd.Error for a failed call of client c returning rc: message

@@ -245,7 +245,7 @@ PyMODINIT_FUNC PyInit__psd(void) {
   PyObject *m = PyModule_Create(&pyx_module);
   if (!m)
     return NULL;
-  if (PyType_Ready(&pyx_client_type) < 0)
+  if (PyType_Ready(&pyx_client_type) < 0 || PyType_Ready(&pyx_serving_type) < 0)
     goto fail;
   pyx_error = PyErr_NewExceptionWithDoc(
       "psd.Error",
@@ -257,8 +257,10 @@ PyMODINIT_FUNC PyInit__psd(void) {
     goto fail;
   Py_INCREF(pyx_error);
   Py_INCREF(&pyx_client_type);
+  Py_INCREF(&pyx_serving_type);
   if (PyModule_AddObject(m, "Error", pyx_error) < 0 ||
-      PyModule_AddObject(m, "Client", (PyObject *)&pyx_client_type) < 0)
+      PyModule_AddObject(m, "Client", (PyObject *)&pyx_client_type) < 0 ||
+      PyModule_AddObject(m, "Serving", (PyObject *)&pyx_serving_type) < 0)
     goto fail;
   if (pyx_criteo_add(m) < 0)
     goto fail;

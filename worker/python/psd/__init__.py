@@ -383,7 +383,9 @@ class Client:
         return self._tables[table]
 
 
-__all__ = ["Client", "Error", "set_log_level", "set_log_callback",
+from .serving import Serving  # noqa: E402  (after Error, which it raises)
+
+__all__ = ["Client", "Serving", "Error", "set_log_level", "set_log_callback",
            "log_to_logging", "EINVAL", "ENOMEM", "EIO", "ENOENT", "ESPEC",
            "ERPC", "ETIMEDOUT", "ESHAPE", "EEXIST", "ERANGE", "EUNAVAIL",
            "ECANCELED"]

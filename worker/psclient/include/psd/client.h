@@ -32,7 +32,7 @@ extern "C" {
 #endif
 
 #define PSC_VERSION_MAJOR 1
-#define PSC_VERSION_MINOR 2
+#define PSC_VERSION_MINOR 3
 
 /* Error codes: every code a psc_* call returns (libuv's UV_ERRNO_MAP pattern:
  * XX(name, value)); psc_strerror says each in words. The client's codes and
@@ -352,6 +352,96 @@ int psc_set_log(int level, void (*cb)(void *arg, int level, const char *line),
 /* Payload bytes this client pulled and pushed so far. */
 uint64_t psc_bytes_pulled(const psc_client *c);
 uint64_t psc_bytes_pushed(const psc_client *c);
+
+/* ---- serving (docs/serving.md): lookups from the serving tasks */
+
+/* A client of a job's serving tasks (the spec's cluster.serve): task
+ * serve:J answers for training shard J % nps, as replica J / nps of it.
+ * The client uses one replica per shard, chosen when it opens
+ * (psc_serving_options.replica), and moves a shard to its next replica
+ * when the one in use cannot be reached (UNAVAILABLE, a deadline), at
+ * once; once every replica of a shard failed in a row it backs off and
+ * tries again, for the spec's job.retry_s, then fails PSC_EUNAVAIL naming
+ * each replica and why. Any other failure is the serving task's answer,
+ * its gRPC status mapped to a code as for psc_client (NOT_FOUND:
+ * PSC_ENOENT), with psc_serving_error naming the table or variable and the
+ * task. Lookups are read-only; every answer of one shard reflects one
+ * publication version, which the calls return per shard. A psc_serving is
+ * used by one thread at a time. */
+typedef struct psc_serving psc_serving;
+
+/* Settings of psc_serving_open; psc_serving_options_init fills the
+ * defaults. */
+struct psc_serving_options {
+  size_t size;      /* sizeof(struct psc_serving_options) */
+  int replica;      /* the replica of each shard used first: >= 0 that
+                       index (modulo the replicas per shard); -1 (the
+                       default): one drawn from the process id, so that
+                       processes spread over the replicas */
+  const char *name; /* identity in the serving tasks' logs, NULL: "psc" */
+  int timeout_ms;   /* deadline of each call, 0: job.rpc_timeout_ms */
+  double retry_s;   /* how long a shard with no replica answering is
+                       retried, 0: job.retry_s; < 0: one try of each */
+};
+
+void psc_serving_options_init(struct psc_serving_options *o);
+
+/* Opens a serving client for the job of the spec file at path (o may be
+ * NULL); nothing is sent yet. PSC_EINVAL when the spec has no
+ * cluster.serve; err as psc_open's. */
+int psc_serving_open(psc_serving **out, const char *spec_path,
+                     const struct psc_serving_options *o, char *err,
+                     size_t errlen);
+
+/* Frees the client. NULL: no-op. */
+void psc_serving_close(psc_serving *s);
+
+/* The last error in words, naming the table or variable and the serving
+ * task ("lookup of table 'emb' at serve:1 (10.0.0.2:6000): NOT_FOUND:
+ * ..."); "" when none. Valid until the client's next call. */
+const char *psc_serving_error(const psc_serving *s);
+
+/* The gRPC status of the last call a serving task answered with a
+ * failure; 0 when the last call failed before any answered. */
+int psc_serving_grpc_status(const psc_serving *s);
+
+/* Training shards (the spec's nps), and replicas of each. */
+int psc_serving_shards(const psc_serving *s);
+int psc_serving_replicas(const psc_serving *s);
+
+/* J of the task serve:J that shard's lookups go to now (it changes at a
+ * failover), or PSC_EINVAL for a shard out of range. */
+int psc_serving_task(const psc_serving *s, int shard);
+
+/* The floats per row of table, as the serving tasks hold it (asked once,
+ * then remembered). Returns the dim (>= 1) or a code: PSC_ENOENT when
+ * the serving tasks have no such table. */
+int psc_lookup_dim(psc_serving *s, const char *table);
+
+/* The rows of ids[0..n) of table into rows (n x psc_lookup_dim floats, in
+ * ids' order; ids may repeat). found (n bytes, may be NULL): 1 where the
+ * row was trained and published, 0 where the id was never published (or
+ * was evicted): its row is then the table's initial row for that id, as
+ * a training pull answers. versions (psc_serving_shards entries, may be
+ * NULL): the publication version each shard's answer reflects, 0 for a
+ * shard none of the ids belongs to. ids go to shards as in training
+ * (splitmix64(id) % nps), one message per shard, all at once. Codes:
+ * PSC_EINVAL, PSC_ENOMEM, PSC_ENOENT (no such table), PSC_EUNAVAIL,
+ * PSC_ETIMEDOUT, PSC_EPROTO, PSC_ERPC, PSC_ECANCELED. */
+int psc_lookup(psc_serving *s, const char *table, const uint64_t *ids, size_t n,
+               float *rows, uint8_t *found, uint64_t *versions);
+
+/* Dense variable `name`, its rows from every shard assembled in order,
+ * into out (count floats, row-major; out NULL: only *numel). numel (may
+ * be NULL): its elements. versions as psc_lookup's (0 for a shard holding
+ * none of it). Codes: those of psc_lookup, PSC_ENOENT when no shard holds
+ * the variable, PSC_ESHAPE when count is not its element count. */
+int psc_lookup_dense(psc_serving *s, const char *name, float *out, size_t count,
+                     size_t *numel, uint64_t *versions);
+
+/* As psc_set_interrupt, for a serving client's calls. */
+void psc_serving_set_interrupt(psc_serving *s, int (*interrupted)(void *arg),
+                               void *arg);
 
 #ifdef __cplusplus
 }

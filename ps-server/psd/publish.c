@@ -1,0 +1,396 @@
+/* The publisher and its thread (publish.h). One mutex guards the queue of
+ * cuts, the chain's state and the last result; it is never held while
+ * copying or writing. A cut owns copies of the values (dense rows copied
+ * under each variable's lock, tables' publication snapshots); the thread
+ * numbers it when it writes it, so a failed write's version is the next
+ * one's and the versions on disk stay contiguous. */
+#include "publish.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "clock.h"
+#include "dedup.h"
+#include "err.h"
+#include "log.h"
+#include "pubfile.h"
+#include "saver.h"
+#include "store.h"
+#include "table.h"
+#include "tables.h"
+#include "units.h"
+
+/* One instant of the shard, waiting to be written. */
+struct cut {
+  struct psd_pub pub;            /* what is written; version set then */
+  struct psd_table_snap **snaps; /* owned: each table's snapshot */
+  uint64_t rows;                 /* table rows and removed ids in it */
+  uint64_t removed;              /* removed ids in it */
+  double t0;                     /* cm_mono_ms when the cut began */
+  struct cut *next;              /* queue link */
+};
+
+/* What tells an async shard that there is something new to publish. */
+struct mark {
+  uint64_t step;    /* pushes applied */
+  uint64_t evicted; /* rows evicted, every table */
+  int nvars;        /* variables */
+  int ntables;      /* tables */
+};
+
+struct psd_publisher {
+  char dir[1024];              /* <root>/<job>/ps-<shard> */
+  char mode[8];                /* "sync" or "async" */
+  struct psd_publisher_opts o; /* borrowed pointers; strings below */
+  char job[64];                /* job name */
+  pthread_mutex_t lock;        /* guards everything below */
+  pthread_cond_t wake;         /* the thread: a cut queued, or stop */
+  struct cut *queue, **tail;   /* sync: cuts to write, oldest first */
+  int stopping;                /* psd is stopping */
+  int force_full;              /* the next cut is full (start, a failure) */
+  int since_full;              /* cuts taken since the last full one */
+  int chain_ok;                /* the last write worked: a delta may follow */
+  uint64_t next_version;       /* the version the next write takes */
+  uint64_t base;               /* the version of the chain's full one */
+  struct mark last;            /* async: at the last cut */
+  int have_last;               /* last is set */
+  struct psd_publish_state state; /* last result */
+  pthread_t thread;               /* the writer */
+  int started;                    /* thread must be joined */
+};
+
+static void cut_free(struct cut *c) {
+  if (!c)
+    return;
+  for (int i = 0; c->pub.dense && i < c->pub.ndense; i++)
+    free(c->pub.dense[i].values);
+  for (int i = 0; c->snaps && i < c->pub.ntables; i++)
+    psd_table_snap_free(c->snaps[i]);
+  free(c->pub.dense);
+  free(c->pub.tables);
+  free(c->snaps);
+  free(c);
+}
+
+static int64_t now_unix_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Whether the next cut is full. Caller holds the lock. */
+static int next_full(struct psd_publisher *p) {
+  return p->force_full || p->since_full >= p->o.full_every - 1;
+}
+
+/* Counts a cut taken (full or not). Caller holds the lock. */
+static void count_cut(struct psd_publisher *p, int full) {
+  if (full) {
+    p->force_full = 0;
+    p->since_full = 0;
+  } else {
+    p->since_full++;
+  }
+}
+
+/* Copies the shard into a new cut (the caller holds it still). NULL when
+ * out of memory: the tables' cursors may have moved, so the next cut must
+ * be full. */
+static struct cut *take(struct psd_publisher *p, int full, uint64_t step) {
+  struct cut *c = calloc(1, sizeof *c);
+  int n = psd_store_count(p->o.store);
+  int nt = p->o.tables ? psd_tables_count(p->o.tables) : 0;
+  if (!c)
+    return NULL;
+  c->t0 = cm_mono_ms();
+  c->pub.step = step;
+  c->pub.full = full;
+  c->pub.time_unix_ms = now_unix_ms();
+  c->pub.shard = p->o.shard;
+  c->pub.shards = p->o.nshards;
+  snprintf(c->pub.job, sizeof c->pub.job, "%s", p->job);
+  c->pub.dense = calloc((size_t)n + 1, sizeof *c->pub.dense);
+  c->pub.tables = calloc((size_t)nt + 1, sizeof *c->pub.tables);
+  c->snaps = calloc((size_t)nt + 1, sizeof *c->snaps);
+  if (!c->pub.dense || !c->pub.tables || !c->snaps)
+    goto fail;
+  for (int i = 0; i < n; i++) {
+    struct psd_var *v = psd_store_at(p->o.store, i);
+    struct psd_pub_dense *d = &c->pub.dense[i];
+    size_t len = (v->elem_end - v->elem_begin) * sizeof(float);
+    snprintf(d->name, sizeof d->name, "%s", v->name);
+    d->ndim = v->ndim;
+    for (int k = 0; k < v->ndim; k++)
+      d->shape[k] = v->shape[k];
+    d->row_begin = v->row_begin;
+    d->row_end = v->row_end;
+    if (!(d->values = malloc(len + 1)))
+      goto fail;
+    c->pub.ndense = i + 1;
+    pthread_mutex_lock(&v->lock);
+    if (len) /* no rows here: value may be NULL */
+      memcpy(d->values, v->value, len);
+    pthread_mutex_unlock(&v->lock);
+  }
+  for (int i = 0; i < nt; i++) {
+    struct psd_table *t = psd_tables_at(p->o.tables, i);
+    struct psd_pub_table *pt = &c->pub.tables[i];
+    struct psd_table_snap *s;
+    if (psd_table_pub_snapshot(t, full, &s))
+      goto fail;
+    c->snaps[i] = s;
+    c->pub.ntables = i + 1;
+    snprintf(pt->name, sizeof pt->name, "%s", psd_table_conf(t)->name);
+    pt->dim = s->dim;
+    pt->nrows = s->nrows;
+    pt->ids = s->ids;
+    pt->values = s->values;
+    pt->nremoved = s->nevicted;
+    pt->removed = s->evicted;
+    c->rows += s->nrows + s->nevicted;
+    c->removed += s->nevicted;
+  }
+  return c;
+fail:
+  cut_free(c);
+  return NULL;
+}
+
+/* Records a failure to cut or write. Caller holds the lock. */
+static void failed(struct psd_publisher *p, const char *what) {
+  p->state.failed++;
+  snprintf(p->state.error, sizeof p->state.error, "%s", what);
+  p->force_full = 1;
+  p->chain_ok = 0;
+  p->have_last = 0; /* async: retried at the next interval, changed or not */
+  cm_error("publication failed: %s; the next one is full, and serving keeps "
+           "the last one written",
+           what);
+}
+
+/* Writes c as the next version (the thread; lock not held). */
+static void write_cut(struct psd_publisher *p, struct cut *c) {
+  char err[1024] = "", size[32];
+  uint64_t bytes = 0;
+  int rc;
+  pthread_mutex_lock(&p->lock);
+  if (!c->pub.full && !p->chain_ok) {
+    /* Taken before a write failed: the full one after it holds its rows. */
+    pthread_mutex_unlock(&p->lock);
+    cm_debug("publication of step %llu dropped: its chain broke",
+             (unsigned long long)c->pub.step);
+    return;
+  }
+  c->pub.version = p->next_version;
+  c->pub.base = c->pub.full ? c->pub.version : p->base;
+  c->pub.prev = c->pub.full ? 0 : c->pub.version - 1;
+  pthread_mutex_unlock(&p->lock);
+  rc = psd_pub_write(p->dir, &c->pub, p->mode, &bytes, err, sizeof err);
+  if (!rc && c->pub.full)
+    psd_pub_prune(p->dir, p->o.keep);
+  double ms = cm_mono_ms() - c->t0;
+  pthread_mutex_lock(&p->lock);
+  if (rc) {
+    failed(p, err[0] ? err : cm_strerror(rc));
+  } else {
+    p->next_version++;
+    p->chain_ok = 1;
+    if (c->pub.full)
+      p->base = c->pub.version;
+    p->state.version = c->pub.version;
+    p->state.step = c->pub.step;
+    p->state.full = c->pub.full;
+    p->state.rows = c->rows;
+    p->state.bytes = bytes;
+    p->state.ms = ms;
+    p->state.written++;
+    p->state.error[0] = 0;
+    p->state.time_unix_ms = c->pub.time_unix_ms;
+  }
+  pthread_mutex_unlock(&p->lock);
+  if (!rc)
+    cm_info("publication %llu (%s) of step %llu: %llu rows, %llu removed, %d "
+            "variables, %s in %.0f ms",
+            (unsigned long long)c->pub.version, c->pub.full ? "full" : "delta",
+            (unsigned long long)c->pub.step,
+            (unsigned long long)(c->rows - c->removed),
+            (unsigned long long)c->removed, c->pub.ndense,
+            cm_fmt_bytes((double)bytes, size, sizeof size), ms);
+}
+
+/* Async: what the shard is at now. */
+static struct mark mark_now(struct psd_publisher *p) {
+  struct mark m = {psd_saver_step(p->o.saver), 0, psd_store_count(p->o.store),
+                   p->o.tables ? psd_tables_count(p->o.tables) : 0};
+  for (int i = 0; i < m.ntables; i++) {
+    struct psd_table_stats ts;
+    psd_table_stats(psd_tables_at(p->o.tables, i), &ts);
+    m.evicted += ts.evicted;
+  }
+  return m;
+}
+
+/* Async: a cut at the apply gate, when something changed since the last.
+ * Lock held on entry and exit. */
+static struct cut *async_cut(struct psd_publisher *p) {
+  struct mark m = mark_now(p);
+  if (p->have_last && !memcmp(&m, &p->last, sizeof m))
+    return NULL;
+  int full = next_full(p);
+  pthread_mutex_unlock(&p->lock);
+  if (p->o.dedup)
+    psd_dedup_freeze(p->o.dedup);
+  m = mark_now(p); /* under the gate: the cut's own step */
+  struct cut *c = take(p, full, m.step);
+  if (p->o.dedup)
+    psd_dedup_thaw(p->o.dedup);
+  pthread_mutex_lock(&p->lock);
+  if (!c) {
+    failed(p, "out of memory taking the cut");
+    return NULL;
+  }
+  count_cut(p, full);
+  p->last = m;
+  p->have_last = 1;
+  return c;
+}
+
+static void *publish_thread(void *arg) {
+  struct psd_publisher *p = arg;
+  double due = cm_mono_ms() + p->o.interval_s * 1000;
+  pthread_mutex_lock(&p->lock);
+  while (!p->stopping) {
+    struct cut *c = NULL;
+    if (p->o.sync) {
+      if (!p->queue) {
+        pthread_cond_wait(&p->wake, &p->lock);
+        continue;
+      }
+      c = p->queue;
+      if (!(p->queue = c->next))
+        p->tail = &p->queue;
+    } else {
+      double now = cm_mono_ms();
+      if (now < due) {
+        struct timespec until = cm_abstime_after_ms((long)(due - now) + 1);
+        pthread_cond_timedwait(&p->wake, &p->lock, &until);
+        continue;
+      }
+      due = now + p->o.interval_s * 1000;
+      if (!(c = async_cut(p)))
+        continue;
+    }
+    pthread_mutex_unlock(&p->lock);
+    write_cut(p, c);
+    cut_free(c);
+    pthread_mutex_lock(&p->lock);
+  }
+  pthread_mutex_unlock(&p->lock);
+  return NULL;
+}
+
+void psd_publisher_cut(struct psd_publisher *p, uint64_t step) {
+  pthread_mutex_lock(&p->lock);
+  int full = next_full(p);
+  if (p->stopping) {
+    pthread_mutex_unlock(&p->lock);
+    return;
+  }
+  pthread_mutex_unlock(&p->lock);
+  struct cut *c = take(p, full, step); /* commits are held: nothing moves */
+  pthread_mutex_lock(&p->lock);
+  if (!c) {
+    failed(p, "out of memory taking the cut");
+  } else {
+    count_cut(p, full);
+    *p->tail = c;
+    p->tail = &c->next;
+    pthread_cond_signal(&p->wake);
+  }
+  pthread_mutex_unlock(&p->lock);
+}
+
+int psd_publisher_new(struct psd_publisher **out,
+                      const struct psd_publisher_opts *o, char *err,
+                      size_t errlen) {
+  struct psd_publisher *p = calloc(1, sizeof *p);
+  uint64_t *v = NULL;
+  size_t n = 0;
+  int rc;
+  *out = NULL;
+  if (!p)
+    return CM_ENOMEM;
+  p->o = *o;
+  if (p->o.full_every < 1)
+    p->o.full_every = 1;
+  if (p->o.keep < 1)
+    p->o.keep = 1;
+  if (p->o.interval_s <= 0)
+    p->o.interval_s = 5;
+  snprintf(p->job, sizeof p->job, "%s", o->job);
+  snprintf(p->mode, sizeof p->mode, "%s", o->sync ? "sync" : "async");
+  psd_pub_dir(o->root, o->job, o->shard, p->dir, sizeof p->dir);
+  if ((rc = psd_pub_prepare(p->dir, err, errlen)) ||
+      (rc = psd_pub_list(p->dir, &v, &n, err, errlen))) {
+    free(p);
+    return rc;
+  }
+  /* A restarted shard goes on after what it published before. */
+  p->next_version = n ? v[n - 1] + 1 : 1;
+  free(v);
+  p->force_full = 1;
+  p->tail = &p->queue;
+  snprintf(p->state.dir, sizeof p->state.dir, "%s", p->dir);
+  pthread_mutex_init(&p->lock, NULL);
+  pthread_cond_init(&p->wake, NULL);
+  cm_info("publishing to %s every %g s (%s; a full one every %d, %d full "
+          "kept), from version %llu",
+          p->dir, p->o.interval_s,
+          o->sync ? "at the commits the coordinator marks" : "async",
+          p->o.full_every, p->o.keep, (unsigned long long)p->next_version);
+  *out = p;
+  return 0;
+}
+
+int psd_publisher_start(struct psd_publisher *p) {
+  if (pthread_create(&p->thread, NULL, publish_thread, p) != 0)
+    return CM_ESYS;
+  p->started = 1;
+  return 0;
+}
+
+void psd_publisher_state(struct psd_publisher *p,
+                         struct psd_publish_state *st) {
+  pthread_mutex_lock(&p->lock);
+  *st = p->state;
+  pthread_mutex_unlock(&p->lock);
+}
+
+void psd_publisher_stop(struct psd_publisher *p) {
+  pthread_mutex_lock(&p->lock);
+  p->stopping = 1;
+  pthread_cond_broadcast(&p->wake);
+  pthread_mutex_unlock(&p->lock);
+  if (p->started) {
+    pthread_join(p->thread, NULL);
+    p->started = 0;
+  }
+  while (p->queue) {
+    struct cut *c = p->queue;
+    p->queue = c->next;
+    cut_free(c);
+  }
+  p->tail = &p->queue;
+}
+
+void psd_publisher_free(struct psd_publisher *p) {
+  if (!p)
+    return;
+  psd_publisher_stop(p);
+  pthread_mutex_destroy(&p->lock);
+  pthread_cond_destroy(&p->wake);
+  free(p);
+}
