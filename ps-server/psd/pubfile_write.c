@@ -5,7 +5,6 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,6 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "ckpt_internal.h" /* psd__ckpt_sync_dir, psd__ckpt_remove_tree */
 #include "err.h"
 #include "log.h"
 #include "pubfile.h"
@@ -22,33 +22,6 @@
 void psd_pub_dir(const char *root, const char *job, int shard, char *buf,
                  size_t len) {
   snprintf(buf, len, "%s/%s/ps-%d", root, job, shard);
-}
-
-/* fsyncs a directory, so that entries made or renamed in it are durable. */
-static int sync_dir(const char *path) {
-  int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC), rc = 0;
-  if (fd < 0)
-    return CM_EIO;
-  if (fsync(fd) != 0)
-    rc = CM_EIO;
-  close(fd);
-  return rc;
-}
-
-/* nftw's visit for remove_tree: children first, links never followed. */
-static int remove_entry(const char *path, const struct stat *st, int type,
-                        struct FTW *ftw) {
-  (void)st;
-  (void)ftw;
-  if (type == FTW_DP || type == FTW_DNR)
-    rmdir(path);
-  else
-    unlink(path);
-  return 0;
-}
-
-static void remove_tree(const char *path) {
-  nftw(path, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
 }
 
 int psd_pub_prepare(const char *dir, char *err, size_t errlen) {
@@ -87,7 +60,7 @@ int psd_pub_prepare(const char *dir, char *err, size_t errlen) {
     cm_warn("removing %s: an unfinished publication (psd stopped while "
             "writing it)",
             t);
-    remove_tree(t);
+    psd__ckpt_remove_tree(t);
   }
   closedir(d);
   return 0;
@@ -325,14 +298,14 @@ int psd_pub_write(const char *dir, const struct psd_pub *p, const char *mode,
   if (rc)
     goto out;
   total += strlen(text);
-  if (sync_dir(tmp) || rename(tmp, final) != 0) {
+  if (psd__ckpt_sync_dir(tmp) || rename(tmp, final) != 0) {
     snprintf(err, errlen, "cannot rename %s to %s: %s", tmp, final,
              strerror(errno));
     rc = CM_EIO;
     goto out;
   }
   made = 0;
-  if (sync_dir(dir)) {
+  if (psd__ckpt_sync_dir(dir)) {
     snprintf(err, errlen, "fsync %s: %s", dir, strerror(errno));
     rc = CM_EIO;
     goto out;
@@ -341,7 +314,7 @@ int psd_pub_write(const char *dir, const struct psd_pub *p, const char *mode,
     *bytes = total;
 out:
   if (made)
-    remove_tree(tmp);
+    psd__ckpt_remove_tree(tmp);
   free(text);
   json_decref(m);
   free(dcrc);
@@ -368,11 +341,11 @@ int psd_pub_prune(const char *dir, int keep) {
   }
   for (size_t i = 0; i < cut; i++) {
     snprintf(p, sizeof p, "%s/pub-%010llu", dir, (unsigned long long)v[i]);
-    remove_tree(p);
+    psd__ckpt_remove_tree(p);
     removed++;
   }
   if (removed)
-    sync_dir(dir);
+    psd__ckpt_sync_dir(dir);
   free(v);
   return removed;
 }
