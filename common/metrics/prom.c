@@ -228,6 +228,15 @@ json_t *cm_prom_families(const struct cm_prom_shard *sh, int n) {
     json_t *fs = family(all, "psd_worker_last_seen_seconds", "gauge",
                         "Seconds since the coordinator last heard from the "
                         "worker.");
+    json_t *fwn = family(all, "psd_worker_windows_total", "counter",
+                         "On a stream: the windows the worker scored before "
+                         "training on them (progressive validation).");
+    json_t *fwa = family(all, "psd_worker_window_auc", "gauge",
+                         "On a stream: the AUC of the worker's last window, "
+                         "scored before training on it.");
+    json_t *fwl = family(all, "psd_worker_window_logloss", "gauge",
+                         "On a stream: the log loss of the worker's last "
+                         "window, scored before training on it.");
     json_t *fh =
         family(all, "psd_worker_step_seconds", "histogram",
                "The worker's step time: between its admissions (sync) or "
@@ -247,6 +256,14 @@ json_t *cm_prom_families(const struct cm_prom_shard *sh, int n) {
       if (cm_status_num(w, "last_seen_ms") >= 0)
         sample(fs, "psd_worker_last_seen_seconds", json_deep_copy(l),
                json_real(cm_status_num(w, "last_seen_ms") / 1e3));
+      if (cm_status_int(w, "windows") > 0) {
+        sample(fwn, "psd_worker_windows_total", json_deep_copy(l),
+               json_integer(cm_status_int(w, "windows")));
+        sample(fwa, "psd_worker_window_auc", json_deep_copy(l),
+               json_real(cm_status_num(w, "window_auc")));
+        sample(fwl, "psd_worker_window_logloss", json_deep_copy(l),
+               json_real(cm_status_num(w, "window_logloss")));
+      }
       if (json_object_get(w, "step_time"))
         hist_samples(fh, "psd_worker_step_seconds", l,
                      json_object_get(w, "step_time"));

@@ -132,6 +132,9 @@ json_t *cm_status_json(const Psd__V1__StatusResponse *resp) {
       json_object_set_new(o, "lag_p95_ms", json_real(w->lag_p95_ms));
       json_object_set_new(o, "examples", json_integer((json_int_t)w->examples));
       json_object_set_new(o, "examples_per_s", json_real(w->examples_per_s));
+      json_object_set_new(o, "windows", json_integer((json_int_t)w->windows));
+      json_object_set_new(o, "window_auc", json_real(w->window_auc));
+      json_object_set_new(o, "window_logloss", json_real(w->window_logloss));
       if (w->step_time)
         json_object_set_new(o, "step_time", hist_json(w->step_time));
       json_array_append_new(workers, o);

@@ -180,6 +180,9 @@ int psd_coord_workers(struct psd_coord *c, struct psd_worker_info *out,
     o->left = w->left;
     o->examples = w->examples;
     o->train_s = (w->last_ms - w->first_ms) / 1000.0;
+    o->windows = w->windows;
+    o->window_auc = w->window_auc;
+    o->window_logloss = w->window_logloss;
     o->last_step = w->last_step;
     o->pushes = w->pushes;
     o->step_samples = w->nsteps < PSD_COORD_STEP_RING ? (unsigned)w->nsteps

@@ -31,17 +31,20 @@ struct psd_coord;
 
 /* What status reports per worker. */
 struct psd_worker_info {
-  int worker;          /* index */
-  int live;            /* counted in n */
-  int joined;          /* has ever joined */
-  uint64_t applied;    /* gradients applied */
-  uint64_t dropped;    /* gradients dropped */
-  uint64_t clock;      /* async: pushes completed as last reported */
-  double last_seen_ms; /* since last heard from */
-  unsigned joins;      /* joins, rejoins included */
-  int left;            /* said it finished (Join with leave) */
-  uint64_t examples;   /* examples it reported when it left, else 0 */
-  double train_s;      /* its training time as reported then, else 0 */
+  int worker;            /* index */
+  int live;              /* counted in n */
+  int joined;            /* has ever joined */
+  uint64_t applied;      /* gradients applied */
+  uint64_t dropped;      /* gradients dropped */
+  uint64_t clock;        /* async: pushes completed as last reported */
+  double last_seen_ms;   /* since last heard from */
+  unsigned joins;        /* joins, rejoins included */
+  int left;              /* said it finished (Join with leave) */
+  uint64_t examples;     /* examples it reported when it left, else 0 */
+  double train_s;        /* its training time as reported then, else 0 */
+  uint64_t windows;      /* on a stream: windows scored (heartbeats) */
+  double window_auc;     /* the last one's AUC, scored before training */
+  double window_logloss; /* and its log loss */
 
   /* Step timing, kept by the coordinator (psd_coord_pushed, Admit). */
   uint64_t last_step;    /* sync: the step of its last Admit */

@@ -309,6 +309,11 @@ static void on_heartbeat(struct cm_rpc_call *call, grpc_byte_buffer *bb,
                (!c->w[req->worker].joined || c->w[req->worker].must_rejoin);
   if (seen(c, call, req->worker, "Heartbeat") == 0) {
     Psd__V1__HeartbeatResponse r = PSD__V1__HEARTBEAT_RESPONSE__INIT;
+    if (req->windows) { /* a worker on a stream: its window scores */
+      c->w[req->worker].windows = req->windows;
+      c->w[req->worker].window_auc = req->window_auc;
+      c->w[req->worker].window_logloss = req->window_logloss;
+    }
     cm_debug("heartbeat from worker:%d%s", req->worker,
              rejoin ? ", answered \"join again\"" : "");
     r.step = c->open;

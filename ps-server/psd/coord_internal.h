@@ -74,6 +74,8 @@ struct psd__coord_worker {
    * monotonic ms (0, 0, 0 until it has left). */
   uint64_t examples;
   double first_ms, last_ms;
+  uint64_t windows; /* on a stream: windows scored, as its heartbeats say */
+  double window_auc, window_logloss; /* the last one's scores */
   int must_rejoin; /* declared dead since its last Join: its heartbeats are
                       answered "join again" until it does (a heartbeat's
                       answer may be lost, as when it was cut off) */

@@ -22,7 +22,8 @@
 #define WORKER_FIELDS(X)                                                       \
   X(worker) X(live) X(joined) X(applied) X(dropped) X(clock) X(last_seen_ms)   \
   X(joins) X(left) X(examples) X(last_step) X(pushes) X(step_samples)          \
-  X(step_p50_ms) X(step_p95_ms) X(lag_p50_ms) X(lag_p95_ms)
+  X(step_p50_ms) X(step_p95_ms) X(lag_p50_ms) X(lag_p95_ms) X(windows)        \
+  X(window_auc) X(window_logloss)
 // clang-format on
 
 /* Points h at counts (PSD_HIST_BOUNDS + 1 entries, borrowed until the

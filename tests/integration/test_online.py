@@ -19,7 +19,8 @@ killed (SIGKILL) and started again from its checkpoint. Then:
   its newest publication, and a lookup of every id the stream named equals
   a training pull of it bit for bit;
 - each window was scored before training (its window line), every part
-  trained once.
+  trained once, and `psctl metrics` (the coordinator's /metrics) shows the
+  last window's AUC and log loss (psd_worker_window_auc, ...).
 
 And deploy/examples/ctr-online.json as shipped (but for its ports and
 directories) under pslaunch, over a drifting stream written whole
@@ -151,6 +152,13 @@ class OnlineTest(h.ProcTest):
         serve[1].stop(signal.SIGKILL)
         worker.wait_for("window 2 (%s): trained" % self.parts[1], timeout=120)
         serve[1] = self.psd_task("serve:1")
+        # The progressive validation reaches the coordinator's /metrics (the
+        # worker's heartbeats carry it): the last window line's figures.
+        line = worker.wait_for("window 2 (%s): logloss=" % self.parts[1])
+        auc = line.split("auc=")[1].split()[0]
+        ll = line.split("logloss=")[1].split()[0]
+        self.until("psctl metrics showing window 2", lambda: self.window_metrics() == (
+            "2", auc, ll), timeout=30)
 
         # Part 3, with a training shard killed and started again from its
         # checkpoint (the worker retries meanwhile; serving answers on).
@@ -205,6 +213,22 @@ class OnlineTest(h.ProcTest):
         np.testing.assert_array_equal(rows, pulled)
         print("online: %d lookups by %d processes, 0 failed; %d sampled answers "
               "checked against their versions" % (total, LOADS, checked))
+
+    def window_metrics(self):
+        """worker 0's (windows, AUC, log loss) from psctl metrics, the AUC
+        and log loss as the window lines print them."""
+        r = h.psctl(self.spec, "metrics")
+        got = {}
+        for line in r.stdout.splitlines():
+            for name in ("psd_worker_windows_total", "psd_worker_window_auc",
+                         "psd_worker_window_logloss"):
+                if line.startswith(name + '{worker="0"') and " " in line:
+                    got[name] = line.rsplit(" ", 1)[1]
+        if len(got) < 3:
+            return None
+        return (got["psd_worker_windows_total"],
+                "%.4f" % float(got["psd_worker_window_auc"]),
+                "%.4f" % float(got["psd_worker_window_logloss"]))
 
     def check_samples(self):
         """Checks every sampled answer against the chain of publications of

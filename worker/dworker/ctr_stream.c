@@ -191,6 +191,7 @@ void dw_ctrs_scored(struct dw_worker *w, struct dw_ctr_stream *cs,
          cs->windows, name, ll, auc, n);
   fflush(stdout);
   dw_tb_ctr(w, (long)cs->windows, "window", ll, auc, 0);
+  psc__client_set_window(w->client, cs->windows, auc, ll);
 }
 
 int dw_ctrs_stop(const struct dw_ctr_stream *cs, const char *name, size_t done,

@@ -110,6 +110,9 @@ struct psc__client {
   int hb_running;         /* hb_thread must be joined */
   int hb_stop;            /* asks hb_thread to stop (under lock) */
   int hb_ms;              /* heartbeat period */
+  uint64_t win_n;         /* on a stream: windows scored (under lock; sent
+                             with each heartbeat) */
+  double win_auc, win_ll; /* the last one's AUC and log loss (under lock) */
   double hb_heard;        /* cm_mono_ms when the last Admit answered was sent
                              (under lock): the coordinator heard from this
                              worker then, so no heartbeat is due until hb_ms

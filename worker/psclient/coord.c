@@ -147,6 +147,9 @@ static void *heartbeat_thread(void *arg) {
       }
       continue;
     }
+    req.windows = c->win_n;
+    req.window_auc = c->win_auc;
+    req.window_logloss = c->win_ll;
     pthread_mutex_unlock(&c->lock);
     struct cm_unary u;
     Psd__V1__HeartbeatResponse *resp = (Psd__V1__HeartbeatResponse *)call_once(
@@ -176,6 +179,15 @@ static void *heartbeat_thread(void *arg) {
   pthread_mutex_unlock(&c->lock);
   cm_channel_free(ch);
   return NULL;
+}
+
+void psc__client_set_window(struct psc__client *c, uint64_t windows, double auc,
+                            double logloss) {
+  pthread_mutex_lock(&c->lock);
+  c->win_n = windows;
+  c->win_auc = auc;
+  c->win_ll = logloss;
+  pthread_mutex_unlock(&c->lock);
 }
 
 int psc__client_join(struct psc__client *c, int worker, int heartbeat_ms,

@@ -279,6 +279,12 @@ int psc__client_export_page(struct psc__client *c, int shard, const char *table,
 /* Tells the coordinator (shard 0) that worker `worker` takes part, and
  * starts a thread that sends it a heartbeat every heartbeat_ms until
  * psc__client_free. *step is the step now open. */
+/* A worker on a stream: its progressive validation so far (windows
+ * scored, the last one's AUC and log loss), sent with every heartbeat so
+ * that the coordinator's Status and /metrics show it. Thread-safe. */
+void psc__client_set_window(struct psc__client *c, uint64_t windows, double auc,
+                            double logloss);
+
 int psc__client_join(struct psc__client *c, int worker, int heartbeat_ms,
                      uint64_t *step);
 
