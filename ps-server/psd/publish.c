@@ -35,10 +35,12 @@ struct cut {
 
 /* What tells an async shard that there is something new to publish. */
 struct mark {
-  uint64_t step;    /* pushes applied */
-  uint64_t evicted; /* rows evicted, every table */
-  int nvars;        /* variables */
-  int ntables;      /* tables */
+  uint64_t step;     /* pushes applied */
+  uint64_t evicted;  /* rows evicted, every table */
+  uint64_t admitted; /* rows stored, every table: a pull stores a row too
+                        (admission "always"), which no push counts */
+  int nvars;         /* variables */
+  int ntables;       /* tables */
 };
 
 struct psd_publisher {
@@ -223,12 +225,14 @@ static void write_cut(struct psd_publisher *p, struct cut *c) {
 
 /* Async: what the shard is at now. */
 static struct mark mark_now(struct psd_publisher *p) {
-  struct mark m = {psd_saver_step(p->o.saver), 0, psd_store_count(p->o.store),
+  struct mark m = {psd_saver_step(p->o.saver), 0, 0,
+                   psd_store_count(p->o.store),
                    p->o.tables ? psd_tables_count(p->o.tables) : 0};
   for (int i = 0; i < m.ntables; i++) {
     struct psd_table_stats ts;
     psd_table_stats(psd_tables_at(p->o.tables, i), &ts);
     m.evicted += ts.evicted;
+    m.admitted += ts.admitted;
   }
   return m;
 }

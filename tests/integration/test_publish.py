@@ -16,6 +16,7 @@ checked).
   the next publication (retried at the next interval) is full and takes
   its version; a shard restarted publishes a full one, next after its
   highest version; shards exit 0 on SIGTERM;
+- rows a pull stores without any push are published too;
 - sync: both shards publish the same steps (the commits the coordinator
   marks), versions contiguous on each, a full one every full_every (3).
 Run: /usr/bin/python3 test_publish.py BUILD_DIR"""
@@ -27,6 +28,7 @@ import time
 import numpy as np
 
 import harness as h
+import pyshards
 from hashes import shard_of
 import pubread
 
@@ -270,6 +272,36 @@ class PublishTest(h.ProcTest):
         self.assertEqual(pubread.versions(self.pubdir("async", 1)),
                          list(range(1, top + 2)))
         self.stop_shards()
+
+    def test_rows_stored_by_pulls_alone_are_published(self):
+        """A pull stores a row (admission "always") without any push: the
+        next publication holds it (an async shard skips only an interval
+        in which nothing changed)."""
+        spec = self.start("async")
+        psd = pyshards.import_psd()
+        c = psd.Client(spec, None)
+        self.addCleanup(c.close)
+        c.declare_table("emb", 4)
+        ids = np.arange(1, 201, dtype=np.uint64)
+        out = np.empty((len(ids), 4), np.float32)
+        c.push_rows("emb", ids[:100], np.ones((100, 4), np.float32))
+        self.until_published(ids[:100])
+        c.pull_rows("emb", ids[100:], out[100:])  # stored, never pushed
+        self.until_published(ids)
+
+    def until_published(self, ids, timeout=15):
+        deadline = time.monotonic() + timeout
+        while True:
+            held = set()
+            for s in range(2):
+                if pubread.versions(self.pubdir("async", s)):
+                    held |= set(self.chain("async", s, changed_only=False)[0]
+                                .tables.get("emb", {}))
+            if set(ids.tolist()) <= held:
+                return
+            if time.monotonic() > deadline:
+                self.fail("ids %s never published" % sorted(set(ids.tolist()) - held)[:5])
+            time.sleep(0.1)
 
     def test_sync_shards_publish_the_same_steps(self):
         spec = self.start("sync")
