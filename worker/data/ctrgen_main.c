@@ -7,6 +7,7 @@
  * prints a Criteo file's distinct ids % the DLRM's bounds per field: the
  * rows its tables hold after an epoch. --drift writes a stream of parts
  * whose truth changes (ctrgen_drift.c), for training on a stream. */
+#include <errno.h>
 #include <getopt.h>
 #include <limits.h>
 #include <math.h>
@@ -149,6 +150,27 @@ static const char *name_of(const struct option *opts, int ch) {
     if (opts->val == ch)
       return opts->name;
   return "?";
+}
+
+/* mkdir -p: creates path and the directories above it that are missing
+ * (mode 0755). Returns 0, or -1 with errno set. */
+static int mkdir_parents(const char *path) {
+  char p[4096];
+  if (snprintf(p, sizeof p, "%s", path) >= (int)sizeof p) {
+    errno = ENAMETOOLONG;
+    return -1;
+  }
+  for (char *s = p + 1; *s; s++) {
+    if (*s != '/')
+      continue;
+    *s = '\0';
+    if (mkdir(p, 0755) != 0 && errno != EEXIST)
+      return -1;
+    *s = '/';
+  }
+  if (mkdir(p, 0755) != 0 && errno != EEXIST)
+    return -1;
+  return 0;
 }
 
 int main(int argc, char **argv) {
@@ -295,7 +317,10 @@ int main(int argc, char **argv) {
     fprintf(stderr, "psd-ctrgen: --gzip is for --format criteo\n");
     return 2;
   }
-  mkdir(out, 0755);
+  if (mkdir_parents(out)) {
+    fprintf(stderr, "psd-ctrgen: cannot create %s: %s\n", out, strerror(errno));
+    return 1;
+  }
   if (keep && (criteo ? dw_ctrgen_criteo_present(out, &co, &t)
                       : dw_ctrgen_present(out, &o, &t))) {
     printf("kept %s: it holds the data of these settings; the true model's "
