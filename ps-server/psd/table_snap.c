@@ -103,10 +103,32 @@ static struct pick *collect(struct psd_table *t, int delta, uint64_t base,
   return p;
 }
 
+/* Every stripe's list of evicted ids (the checkpoints', or with pub the
+ * publications'), in one new sorted array of *n (stripes held). NULL when
+ * out of memory. */
+static uint64_t *gather_evicted(struct psd_table *t, int pub, size_t *n) {
+  size_t total = 0, k = 0;
+  for (int i = 0; i < PSD__NSTRIPES; i++)
+    total += pub ? t->st[i].npev : t->st[i].nev;
+  uint64_t *ids = malloc((total + 1) * sizeof *ids);
+  if (!ids)
+    return NULL;
+  for (int i = 0; i < PSD__NSTRIPES; i++) {
+    size_t m = pub ? t->st[i].npev : t->st[i].nev;
+    if (m) /* a stripe's list is NULL until it first evicts */
+      memcpy(ids + k, pub ? t->st[i].pevicted : t->st[i].evicted,
+             m * sizeof *ids);
+    k += m;
+  }
+  qsort(ids, total, sizeof *ids, cmp_u64);
+  *n = total;
+  return ids;
+}
+
 int psd_table_snapshot(struct psd_table *t, int delta,
                        struct psd_table_snap **out) {
   struct psd_table_snap *s = NULL;
-  size_t n = 0, nev = 0;
+  size_t n = 0;
   int rc = CM_ENOMEM;
   lock_all(t);
   delta = delta && t->snapped;
@@ -114,22 +136,8 @@ int psd_table_snapshot(struct psd_table *t, int delta,
   struct pick *p = collect(t, delta, base, 0, 0, &n);
   if (!p || !(s = copy_out(t, p, n, 0)))
     goto out;
-  if (delta) {
-    for (int i = 0; i < PSD__NSTRIPES; i++)
-      nev += t->st[i].nev;
-    if (!(s->evicted = malloc((nev + 1) * sizeof *s->evicted)))
-      goto out;
-    nev = 0;
-    for (int i = 0; i < PSD__NSTRIPES; i++) {
-      if (!t->st[i].nev) /* evicted is NULL until a stripe first evicts */
-        continue;
-      memcpy(s->evicted + nev, t->st[i].evicted,
-             t->st[i].nev * sizeof *s->evicted);
-      nev += t->st[i].nev;
-    }
-    qsort(s->evicted, nev, sizeof *s->evicted, cmp_u64);
-    s->nevicted = nev;
-  }
+  if (delta && !(s->evicted = gather_evicted(t, 0, &s->nevicted)))
+    goto out;
   s->delta = delta;
   s->base_gen = delta ? base : 0;
   s->gen = t->gen;
@@ -155,18 +163,8 @@ out:
  * list, sorted, less the ids s holds as rows (stored again since). */
 static int pub_evicted(struct psd_table *t, struct psd_table_snap *s) {
   size_t nev = 0, k = 0, j = 0;
-  for (int i = 0; i < PSD__NSTRIPES; i++)
-    nev += t->st[i].npev;
-  if (!(s->evicted = malloc((nev + 1) * sizeof *s->evicted)))
+  if (!(s->evicted = gather_evicted(t, 1, &nev)))
     return CM_ENOMEM;
-  for (int i = 0; i < PSD__NSTRIPES; i++) {
-    if (!t->st[i].npev) /* pevicted is NULL until a stripe first evicts */
-      continue;
-    memcpy(s->evicted + k, t->st[i].pevicted,
-           t->st[i].npev * sizeof *s->evicted);
-    k += t->st[i].npev;
-  }
-  qsort(s->evicted, nev, sizeof *s->evicted, cmp_u64);
   /* Both sorted: drop those among the rows, and repeats (evicted, stored,
    * evicted again). */
   k = 0;

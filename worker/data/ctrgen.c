@@ -117,6 +117,11 @@ static int write_set(const char *path, const struct dw_ctrgen_opts *o,
     if (progress && n >= 10 && (i + 1) % (n / 10) == 0)
       progress(path, (double)(i + 1) / (double)n);
   }
+  return dw_ctrgen_commit(f, tmp, path, err, errlen);
+}
+
+int dw_ctrgen_commit(FILE *f, const char *tmp, const char *path, char *err,
+                     size_t errlen) {
   if (fflush(f) != 0 || ferror(f) || fsync(fileno(f)) != 0) {
     snprintf(err, errlen, "write %s: %s", tmp, strerror(errno));
     fclose(f);

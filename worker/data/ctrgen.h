@@ -23,6 +23,7 @@
 #include <jansson.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 /* Ids per field. */
 #define DW_CTR_SPAN 1000000000ull
@@ -104,6 +105,12 @@ void dw_ctrgen_score(const float *prob, const uint8_t *y, uint64_t n,
 /* Writes j (taken: freed here; NULL reads as out of memory) as
  * dir/truth.json through a temporary name. Returns 0, or CM_EIO with err
  * naming the file. */
+/* Finishes a file written as tmp (f open on it): flushed, fsynced, closed
+ * and renamed to path, so that path is complete or absent. On failure tmp
+ * is removed and err names the file. Returns 0 or CM_EIO. */
+int dw_ctrgen_commit(FILE *f, const char *tmp, const char *path, char *err,
+                     size_t errlen);
+
 int dw_ctrgen_put_truth(const char *dir, json_t *j, char *err, size_t errlen);
 
 /* Whether dir/truth.json's "settings" equal want (taken: freed here) and

@@ -96,20 +96,7 @@ static int write_part(const char *dir, const char *name,
     return CM_EIO;
   }
   draw_part(o, p, f, prob, y);
-  if (fflush(f) != 0 || ferror(f) || fsync(fileno(f)) != 0) {
-    snprintf(err, errlen, "write %s: %s", tmp, strerror(errno));
-    fclose(f);
-    unlink(tmp);
-    return CM_EIO;
-  }
-  fclose(f);
-  if (rename(tmp, path) != 0) {
-    snprintf(err, errlen, "cannot rename %s to %s: %s", tmp, path,
-             strerror(errno));
-    unlink(tmp);
-    return CM_EIO;
-  }
-  return 0;
+  return dw_ctrgen_commit(f, tmp, path, err, errlen);
 }
 
 /* truth.json's settings object. */
