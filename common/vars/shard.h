@@ -19,6 +19,10 @@
 uint64_t cm_numel(int ndim, const int64_t *shape, uint64_t max, int *bad);
 
 /* Placement value meaning "rows split across all shards". */
+/* The size from which clients split a variable across all shards unless
+ * told otherwise (PSC_PLACE_AUTO), and psd --reshard places by it too. */
+#define CM_SHARD_SPLIT_BYTES (256u << 10)
+
 #define CM_SHARD_SPLIT (-1)
 
 /* Rows [*begin, *end) of a `rows`-row variable that shard `shard` of

@@ -112,6 +112,29 @@ int psd_ckpt_list(struct psd_ckpt *c, uint64_t *steps, int max) {
   return n;
 }
 
+int psd_ckpt_peek(struct psd_ckpt *c, uint64_t *step, int *nshards, char *mode,
+                  size_t modelen, char *err, size_t errlen) {
+  char dir[1100], path[1200];
+  json_error_t jerr;
+  if (psd_ckpt_list(c, step, 1) < 1)
+    return CM_ENOENT;
+  psd__ckpt_path(c, *step, dir, sizeof dir);
+  snprintf(path, sizeof path, "%s/" PSD__CKPT_MANIFEST, dir);
+  json_t *m = json_load_file(path, 0, &jerr);
+  json_t *n = m ? json_object_get(m, "nshards") : NULL;
+  const char *md = m ? json_string_value(json_object_get(m, "mode")) : NULL;
+  if (!json_is_integer(n) || json_integer_value(n) < 1) {
+    snprintf(err, errlen, "%s: %s", path,
+             m ? "no \"nshards\" (not a psd checkpoint?)" : jerr.text);
+    json_decref(m);
+    return CM_EFORMAT;
+  }
+  *nshards = (int)json_integer_value(n);
+  snprintf(mode, modelen, "%s", md ? md : "async");
+  json_decref(m);
+  return 0;
+}
+
 void psd__ckpt_path(const struct psd_ckpt *c, uint64_t step, char *buf,
                     size_t len) {
   snprintf(buf, len, "%s/ckpt-%010llu", c->dir, (unsigned long long)step);
@@ -142,6 +165,8 @@ int psd_ckpt_new(struct psd_ckpt **out, const struct psd_ckpt_opts *o,
   c->keep = o->keep > 0 ? o->keep : 1;
   c->has_max = o->has_resume_step;
   c->max = o->resume_step;
+  if ((c->read_only = o->read_only))
+    goto out;
   if ((rc = mkdirs(c->dir, err, errlen)))
     goto out;
   /* A crash mid-write leaves a .tmp-* directory: never a checkpoint. */

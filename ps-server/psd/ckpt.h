@@ -48,6 +48,8 @@ struct psd_ckpt_opts {
   int keep;                          /* checkpoints kept, >= 1 */
   int has_resume_step;  /* 1: load the newest at or below resume_step */
   uint64_t resume_step; /* (psd --resume-step) */
+  int read_only; /* 1: only read (psd --reshard reading the old shards):
+                    nothing is made, cleaned or set aside */
 };
 
 /* What one write or load did. */
@@ -126,6 +128,13 @@ int psd_ckpt_load(struct psd_ckpt *c, struct psd_store **out,
  * code when it does not verify or match (err says which). */
 int psd_ckpt_restore(struct psd_ckpt *c, uint64_t step, struct psd_store *store,
                      struct psd_ckpt_result *res, char *err, size_t errlen);
+
+/* What the newest checkpoint's manifest says of who wrote it, unverified
+ * (psd --reshard and its check at start): *step, *nshards, and mode
+ * ("sync"/"async", modelen bytes). Returns 0, CM_ENOENT when there is no
+ * checkpoint, CM_EFORMAT when its manifest cannot be read (err says why). */
+int psd_ckpt_peek(struct psd_ckpt *c, uint64_t *step, int *nshards, char *mode,
+                  size_t modelen, char *err, size_t errlen);
 
 /* Steps of the newest checkpoints present, newest first; returns how many
  * (at most max). For status and the choice of a rollback step. */

@@ -64,6 +64,7 @@ struct psd_ckpt {
   int keep;                   /* checkpoints kept */
   int has_max;                /* load nothing newer than max */
   uint64_t max;               /* --resume-step */
+  int read_only;              /* psd_ckpt_opts.read_only */
   struct psd_tables *tables;  /* borrowed embedding tables, or NULL */
   struct psd__tchain chains[CM_TABLE_MAX]; /* each table's newest chain */
   int nchains;                             /* entries in chains */

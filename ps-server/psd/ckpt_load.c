@@ -58,6 +58,8 @@ static void set_aside_above(struct psd_ckpt *c, const uint64_t *steps, int upto,
 /* Renames the checkpoints newer than the one loaded (steps[0..upto), newest
  * first, those above --resume-step) out of the ckpt-* namespace. */
 static void set_aside(struct psd_ckpt *c, const uint64_t *steps, int upto) {
+  if (c->read_only)
+    return;
   set_aside_above(c, steps, upto, c->has_max, c->max, "--resume-step");
 }
 

@@ -20,6 +20,7 @@ static void usage(FILE *f) {
       "usage: psd --cluster FILE [--task ps:I|serve:J] [--listen HOST:PORT]\n"
       "           [--checkpoint-dir DIR] [--resume-step N]\n"
       "           [--metrics-listen HOST:PORT]\n"
+      "       psd --cluster FILE --reshard [--checkpoint-dir DIR]\n"
       "\n"
       "Runs shard I of a psd job: holds its slices of the job's variables\n"
       "in memory and applies the workers' pushes with each variable's\n"
@@ -56,6 +57,13 @@ static void usage(FILE *f) {
       "  --metrics-listen HOST:PORT  serve Prometheus metrics (GET /metrics)\n"
       "                     here instead of the spec's job.metrics_listen\n"
       "                     for this shard; with neither, none are served\n"
+      "  --reshard          restore the job's newest checkpoint, written by\n"
+      "                     another number of shards, onto the spec's\n"
+      "                     (cluster.ps), bit for bit, then exit: run it\n"
+      "                     once, with every shard stopped, before starting\n"
+      "                     the shards of the new count. The old layout is\n"
+      "                     kept as <dir>/<job>.<N>-shards-<time>\n"
+      "                     (docs/reshard.md)\n"
       "  -h, --help         this text\n"
       "\n"
       "psd logs \"ready: listening on ...\" once it serves, after restoring\n"
@@ -68,7 +76,8 @@ static void usage(FILE *f) {
       "\n"
       "Exit status: 0 stopped by a signal, 1 could not start (port in use,\n"
       "out of memory, no checkpoint that verifies) or the final checkpoint\n"
-      "failed, 2 bad command line or cluster spec.\n",
+      "failed, 2 bad command line or cluster spec. With --reshard: 0\n"
+      "restored, 1 not (the checkpoint is unchanged; the error says why).\n",
       PSD_STATUS_PERIOD_MS / 1000, PSD_STOP_GRACE_MS / 1000);
 }
 
@@ -123,6 +132,7 @@ enum psd_config psd_server_configure(struct psd_server *srv, int argc,
       {"checkpoint-dir", required_argument, 0, 'k'},
       {"resume-step", required_argument, 0, 'r'},
       {"metrics-listen", required_argument, 0, 'm'},
+      {"reshard", no_argument, 0, 'R'},
       {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0}};
   const char *cluster = NULL, *task = NULL, *listen = NULL, *metrics = NULL;
@@ -165,6 +175,9 @@ enum psd_config psd_server_configure(struct psd_server *srv, int argc,
       srv->has_resume_step = 1;
       break;
     }
+    case 'R':
+      srv->reshard = 1;
+      break;
     case 'h':
       usage(stdout);
       return PSD_CONFIG_HELP;
@@ -181,6 +194,19 @@ enum psd_config psd_server_configure(struct psd_server *srv, int argc,
   if (!cluster) {
     fprintf(stderr, "psd: --cluster FILE is required (see psd --help)\n");
     return PSD_CONFIG_BAD;
+  }
+  if (srv->reshard) {
+    if (task || listen || metrics || srv->has_resume_step) {
+      fprintf(stderr, "psd: --reshard restores the whole job's checkpoint "
+                      "and exits: it takes no --task, --listen, "
+                      "--metrics-listen or --resume-step\n");
+      return PSD_CONFIG_BAD;
+    }
+    if (cm_spec_open(cluster, &srv->spec, NULL, err, sizeof err)) {
+      fprintf(stderr, "psd: %s\n", err);
+      return PSD_CONFIG_BAD;
+    }
+    return PSD_CONFIG_RESHARD;
   }
   if (cm_spec_open(cluster, &srv->spec, NULL, err, sizeof err) ||
       cm_spec_resolve_task(srv->spec, task, err, sizeof err)) {

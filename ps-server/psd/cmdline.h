@@ -12,6 +12,7 @@ enum psd_config {
   PSD_CONFIG_HELP,    /* --help was printed on stdout: exit PSD_EXIT_OK */
   PSD_CONFIG_BAD,     /* a bad command line, spec or task, reported on
                          stderr: exit PSD_EXIT_USAGE */
+  PSD_CONFIG_RESHARD, /* --reshard: restore the checkpoint, then exit */
 };
 
 /* Fills srv (zeroed by the caller) from argv and the spec it names: the

@@ -271,6 +271,11 @@ int main(int argc, char **argv) {
 
   /* Parse the command line and the cluster spec, and check them. */
   cfg = psd_server_configure(&srv, argc, argv);
+  if (cfg == PSD_CONFIG_RESHARD) {
+    rc = psd_server_reshard(&srv);
+    cm_spec_free(srv.spec);
+    return rc;
+  }
   if (cfg != PSD_CONFIG_RUN) {
     cm_spec_free(srv.spec);
     return cfg == PSD_CONFIG_HELP ? PSD_EXIT_OK : PSD_EXIT_USAGE;

@@ -81,6 +81,8 @@ struct psd_server {
   struct psd_done *done;         /* owned job.exit_when_done watch, or NULL */
   int has_resume_step;           /* --resume-step given */
   uint64_t resume_step;          /* its value */
+  int reshard;                   /* --reshard: restore the job's checkpoint
+                                    onto the spec's shard count, then exit */
 
   /* Publications for serving (job.publish). */
   struct psd_publisher *publisher; /* owned, NULL when off */

@@ -17,6 +17,7 @@
 #include "metrics.h"
 #include "publish.h"
 #include "rand.h"
+#include "reshard.h"
 #include "saver.h"
 #include "shm_arena.h"
 #include "spec.h"
@@ -25,29 +26,79 @@
 #include "tables.h"
 #include "units.h"
 
+/* Where checkpoints go: --checkpoint-dir, job.checkpoint.dir or
+ * $STATE_DIRECTORY, into root; *from names which. Returns 0 when none is
+ * set (checkpoints are off), 1 when root is set. */
+static int ckpt_root(const struct psd_server *srv, char *root, size_t len,
+                     const char **from) {
+  const struct cm_job *job = &srv->spec->job;
+  const char *state = getenv("STATE_DIRECTORY");
+  *from = "--checkpoint-dir";
+  if (srv->ckpt_root[0]) {
+    snprintf(root, len, "%s", srv->ckpt_root);
+  } else if (job->ckpt_dir[0]) {
+    snprintf(root, len, "%s", job->ckpt_dir);
+    *from = "job.checkpoint.dir";
+  } else if (state && state[0]) {
+    /* systemd's StateDirectory=; several are separated by ':'. */
+    snprintf(root, len, "%.*s", (int)strcspn(state, ":"), state);
+    *from = "STATE_DIRECTORY";
+  } else {
+    return 0;
+  }
+  return 1;
+}
+
+enum psd_exit psd_server_reshard(struct psd_server *srv) {
+  struct psd_reshard_report r;
+  char root[1024], err[4096], size[32];
+  const char *from;
+  if (!ckpt_root(srv, root, sizeof root, &from)) {
+    cm_error("--reshard: no checkpoint dir (set job.checkpoint.dir, "
+             "--checkpoint-dir or STATE_DIRECTORY)");
+    return PSD_EXIT_USAGE;
+  }
+  struct psd_reshard_opts o = {
+      .root = root, .job = &srv->spec->job, .nshards = srv->spec->nps};
+  if (psd_reshard_run(&o, &r, err, sizeof err)) {
+    cm_error("--reshard: %s; %s/%s is unchanged", err, root,
+             srv->spec->job.name);
+    return PSD_EXIT_FAILED;
+  }
+  cm_info("reshard: done in %.1f s: %s/%s now holds the checkpoint of step "
+          "%llu for %d shard%s (%s); %llu of %llu table rows and %llu of %llu "
+          "dense elements moved to another shard index; the %d-shard layout "
+          "is kept in %s",
+          r.ms / 1000, root, srv->spec->job.name, (unsigned long long)r.step,
+          r.to, r.to == 1 ? "" : "s",
+          cm_fmt_bytes((double)r.bytes, size, sizeof size),
+          (unsigned long long)r.rows_moved, (unsigned long long)r.rows,
+          (unsigned long long)r.elems_moved, (unsigned long long)r.elems,
+          r.from, r.kept);
+  return PSD_EXIT_OK;
+}
+
 enum psd_exit psd_server_restore(struct psd_server *srv) {
   const struct cm_job *job = &srv->spec->job;
-  const char *state = getenv("STATE_DIRECTORY"), *from = "--checkpoint-dir";
+  const char *from;
   char root[1024], err[4096];
   int rc;
 
-  if (srv->ckpt_root[0]) {
-    snprintf(root, sizeof root, "%s", srv->ckpt_root);
-  } else if (job->ckpt_dir[0]) {
-    snprintf(root, sizeof root, "%s", job->ckpt_dir);
-    from = "job.checkpoint.dir";
-  } else if (state && state[0]) {
-    /* systemd's StateDirectory=; several are separated by ':'. */
-    snprintf(root, sizeof root, "%.*s", (int)strcspn(state, ":"), state);
-    from = "STATE_DIRECTORY";
-  } else if (srv->has_resume_step) {
-    cm_error("--resume-step needs checkpoints: no checkpoint dir (set "
-             "job.checkpoint.dir, --checkpoint-dir or STATE_DIRECTORY)");
-    return PSD_EXIT_USAGE;
-  } else {
+  if (!ckpt_root(srv, root, sizeof root, &from)) {
+    if (srv->has_resume_step) {
+      cm_error("--resume-step needs checkpoints: no checkpoint dir (set "
+               "job.checkpoint.dir, --checkpoint-dir or STATE_DIRECTORY)");
+      return PSD_EXIT_USAGE;
+    }
     cm_info("checkpoints are off: no checkpoint dir (set job.checkpoint.dir, "
             "--checkpoint-dir or STATE_DIRECTORY)");
     return PSD_EXIT_OK;
+  }
+  /* A checkpoint of another shard count is never loaded, nor started
+   * over: it is restored onto this one first (psd --reshard). */
+  if (psd_reshard_check(root, job->name, srv->spec->nps, err, sizeof err)) {
+    cm_error("cannot resume: %s", err);
+    return PSD_EXIT_FAILED;
   }
   struct psd_ckpt_opts o = {.root = root,
                             .job = job->name,

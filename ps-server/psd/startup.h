@@ -17,6 +17,12 @@
  * PSD_EXIT_USAGE for --resume-step without a checkpoint dir. */
 enum psd_exit psd_server_restore(struct psd_server *srv);
 
+/* psd --reshard: restores the job's newest checkpoint onto the spec's
+ * shard count (reshard.h) and says what moved. Returns PSD_EXIT_OK,
+ * PSD_EXIT_FAILED (said; nothing changed) or PSD_EXIT_USAGE (no checkpoint
+ * dir). */
+enum psd_exit psd_server_reshard(struct psd_server *srv);
+
 /* Opens the store (unless restored), the service, the checkpoint saver,
  * the coordinator on shard 0 and the gRPC server, and starts serving.
  * Returns PSD_EXIT_OK or PSD_EXIT_FAILED (reported). */

@@ -236,7 +236,7 @@ static int build(struct run *r) {
     *w = (struct psc__var){.name = r->names[r->nvars],
                            .ndim = 2,
                            .shape = {r->m->width[l], r->m->width[l + 1]},
-                           .placement = PSC__PLACE_AUTO,
+                           .placement = PSC__PLACE_NAME,
                            .init = PSC__INIT_UNIFORM,
                            .init_scale = dw_ctr_init_scale(r->m, l),
                            .value = r->m->w[l],
@@ -244,7 +244,7 @@ static int build(struct run *r) {
     *b = (struct psc__var){.name = r->names[r->nvars + 1],
                            .ndim = 1,
                            .shape = {r->m->width[l + 1]},
-                           .placement = PSC__PLACE_AUTO,
+                           .placement = PSC__PLACE_NAME,
                            .init = PSC__INIT_ZEROS,
                            .value = r->m->b[l],
                            .grad = r->m->gb[l]};

@@ -128,7 +128,7 @@ int dw_build_model(struct dw_worker *w) {
     v->name = mv->name;
     v->ndim = mv->ndim;
     memcpy(v->shape, mv->shape, sizeof mv->shape);
-    v->placement = PSC__PLACE_AUTO;
+    v->placement = PSC__PLACE_NAME;
     v->init = mv->scale > 0 ? PSC__INIT_UNIFORM : PSC__INIT_ZEROS;
     v->init_scale = mv->scale;
     v->value = mv->value;

@@ -13,7 +13,7 @@
 #include "shard.h"
 
 /* Variables at least this large are split across shards under AUTO. */
-#define AUTO_SPLIT_BYTES (256u << 10)
+#define AUTO_SPLIT_BYTES CM_SHARD_SPLIT_BYTES
 
 /* Whether a and b have the same shape. */
 static int same_shape(const struct psc__var *a, const struct psc__var *b) {

@@ -1,0 +1,72 @@
+/* Restoring a job's checkpoint onto another number of shards (psd
+ * --reshard; docs/reshard.md).
+ *
+ * A checkpoint of N shards (<root>/<job>/ps-0 .. ps-N-1, each its newest
+ * checkpoint; sync: the newest step every shard has) is cut again for the
+ * M shards of the spec, exactly as a job started with M shards lays its
+ * state out: table rows go to splitmix64(id) % M, split variables to M row
+ * ranges (cm_shard_rows), and a variable held whole goes where its name
+ * hashes among M (cm_shard_by_name, the placement clients give by
+ * default: dworker's models and psc_declare's PSC_PLACE_AUTO). Values,
+ * optimizer slots, per-row state and statistics, versions and step counts
+ * are copied bit for bit. Async checkpoints' tables of applied pushes are
+ * not carried: the workers of the resharded job start anew.
+ *
+ * Memory: one old shard and one new shard at a time (each new shard reads
+ * every old one: N x M loads). The new checkpoints are written into
+ * <root>/.reshard-<job>-<pid>/<job>/, each read back and checked (every
+ * tensor's CRC, every variable's rows, every table row's shard, and the
+ * totals against the old ones), then swapped with <root>/<job> in one
+ * rename (RENAME_EXCHANGE): a crash leaves either the old layout or the
+ * new one, never a mix. The old one is kept beside it as
+ * <root>/<job>.<N>-shards-<time>. */
+#ifndef PSD_RESHARD_H
+#define PSD_RESHARD_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "spec.h"
+
+/* What to restore, onto how many shards. */
+struct psd_reshard_opts {
+  const char *root;         /* the job's checkpoint root */
+  const struct cm_job *job; /* the spec's job (borrowed): name, mode,
+                               optimizers, tables, seed, keep */
+  int nshards;              /* M, the spec's shards */
+};
+
+/* What a reshard did, for its closing lines and tests. */
+struct psd_reshard_report {
+  int from;             /* N: shards of the old checkpoint */
+  int to;               /* M */
+  uint64_t step;        /* the new checkpoints' step */
+  int nvars;            /* variables */
+  int ntables;          /* tables */
+  uint64_t rows;        /* table rows (the same before and after) */
+  uint64_t rows_moved;  /* ... now on another shard index than before */
+  uint64_t elems;       /* dense elements */
+  uint64_t elems_moved; /* ... now on another shard index than before */
+  uint64_t bytes;       /* bytes of the new checkpoints' files */
+  double ms;            /* wall time */
+  char kept[1200];      /* where the old layout was set aside */
+};
+
+/* Restores the newest checkpoint of o->job under o->root onto o->nshards
+ * shards (see above), saying what it does on the log. Returns 0; CM_ENOENT
+ * when there is no checkpoint; CM_EEXIST when it already has o->nshards
+ * shards; CM_EFORMAT when an old shard's checkpoint is missing, damaged or
+ * of another shard count, or the old shards disagree; CM_EIO, CM_ENOMEM.
+ * err says which, naming the directory. On failure <root>/<job> is
+ * untouched. */
+int psd_reshard_run(const struct psd_reshard_opts *o,
+                    struct psd_reshard_report *r, char *err, size_t errlen);
+
+/* psd at start: 0 when no checkpoint of the job under root was written by
+ * another shard count than nshards (or there are none); CM_EEXIST when one
+ * was, err naming it, both counts and the command that restores it onto
+ * nshards. */
+int psd_reshard_check(const char *root, const char *job, int nshards, char *err,
+                      size_t errlen);
+
+#endif

@@ -1,0 +1,293 @@
+"""Restoring a checkpoint onto another number of shards (psd --reshard,
+docs/reshard.md), with real psd processes and dworkers on 127.0.0.1.
+
+- Sync, deterministic: a CTR job (two tables, a dense MLP, Adam and
+  Adagrad) of 2 workers trained 6 steps on 2 shards, resharded onto 3,
+  trained 4 more, resharded back onto 2 and trained 4 more ends with every
+  value, optimizer slot, table row (value, state, statistics) and step
+  count bit for bit equal to the same job run with the same stops on 2
+  shards throughout (ckptread.py reads both from the checkpoint files, by
+  hand). A shard of the new count started before the reshard refuses to
+  start, naming both counts and the command.
+- Async: tables and dense variables pushed by a client, 2 -> 3 -> 1:
+  after each reshard the job's state is the one before, bit for bit; each
+  new shard holds exactly the rows splitmix64(id) % M gives it; a client of
+  the new shard count pulls the same values; the old layout is kept beside
+  the job's directory.
+- Refusals change nothing: the same shard count, no checkpoint, an old
+  shard's checkpoint missing or damaged, --reshard with --task.
+Run: /usr/bin/python3 test_reshard.py BUILD_DIR"""
+import glob
+import json
+import os
+import re
+import shutil
+import signal
+
+import numpy as np
+
+import harness as h
+import pyshards
+from ckptread import read_job
+from hashes import shard_of
+
+TABLES = [
+    {"name": "emb", "dim": 8, "init": "uniform", "init_scale": 0.05,
+     "optimizer": {"type": "adagrad", "lr": 0.2, "initial_accumulator": 0.1}},
+    {"name": "wide", "dim": 1, "init": "zeros",
+     "optimizer": {"type": "adam", "lr": 0.01}},
+]
+psd = None
+
+
+def setUpModule():
+    global psd
+    psd = pyshards.import_psd()
+
+
+def specs(d, job, counts, nworker=2):
+    """A spec per shard count, same job and workers: {count: path}."""
+    ports = h.free_ports(max(counts) + nworker)
+    out = {}
+    for n in counts:
+        path = os.path.join(d, "spec%d.json" % n)
+        with open(path, "w") as f:
+            json.dump({"cluster": {"ps": ["127.0.0.1:%d" % p for p in ports[:n]],
+                                   "worker": ["127.0.0.1:%d" % p
+                                              for p in ports[max(counts):]]},
+                       "job": job}, f)
+        out[n] = path
+    return out
+
+
+class ReshardTest(h.ProcTest):
+    def shards(self, spec, n):
+        ps = []
+        for i in range(n):
+            p = h.Proc([h.build_path("ps-server", "psd"), "--cluster", spec, "--task",
+                        "ps:%d" % i])
+            self.procs.append(p)
+            ps.append(p)
+        for p in ps:
+            p.wait_for("ready: listening on")
+        return ps
+
+    def stop(self, ps):
+        for p in ps:
+            self.assertEqual(p.stop(signal.SIGTERM), 0, p.output()[-3000:])
+            self.assertIn("checkpoint (at exit)", p.output())
+
+    def reshard(self, spec, *extra):
+        r = h.run([h.build_path("ps-server", "psd"), "--cluster", spec, "--reshard"]
+                  + list(extra), timeout=300)
+        return r.returncode, r.stdout + r.stderr
+
+    def reshard_ok(self, spec):
+        rc, out = self.reshard(spec)
+        self.assertEqual(rc, 0, out)
+        self.assertIn("reshard: done in", out)
+        return out
+
+    def assert_same_state(self, a, b, stats=True):
+        self.assertEqual(sorted(a["vars"]), sorted(b["vars"]))
+        for name in a["vars"]:
+            self.assertTrue(np.array_equal(a["vars"][name], b["vars"][name]), name)
+        self.assertEqual(a["opt_step"], b["opt_step"])
+        self.assertEqual(sorted(a["tables"]), sorted(b["tables"]))
+        for name in a["tables"]:
+            ra, rb = a["tables"][name], b["tables"][name]
+            self.assertEqual(sorted(ra), sorted(rb), name)
+            for i in ra:
+                if stats:
+                    self.assertEqual(ra[i], rb[i], (name, i))
+                else:
+                    self.assertEqual(ra[i][3:], rb[i][3:], (name, i))
+
+    def assert_placed(self, state, n):
+        self.assertEqual(state["nshards"], n)
+        self.assertEqual(len(state["steps"]), n)
+        for name, per in state["shard_rows"].items():
+            for k, ids in enumerate(per):
+                self.assertTrue(all(shard_of(i, n) == k for i in ids), (name, k))
+
+    # ---- sync: 2 -> 3 -> 2 ends where 2 shards throughout end
+
+    def sync_run(self, spec, n, steps):
+        ps = self.shards(spec, n)
+        ws = [h.Proc([h.build_path("worker", "dworker"), "--cluster", spec, "--task",
+                      "worker:%d" % i, "--max-steps", str(steps)]) for i in range(2)]
+        self.procs += ws
+        for w in ws:
+            self.assertEqual(w.wait(timeout=300), 0, w.output()[-3000:])
+        self.stop(ps)
+
+    def test_sync_2_3_2_bit_identical_to_no_reshard(self):
+        data = os.path.join(self.d, "data")
+        r = h.run([h.build_path("worker", "psd-ctrgen"), "--out", data, "--train", "6000",
+                   "--test", "500", "--fields", "8", "--zipf", "1.6"], timeout=120)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        job = {"model": "ctr", "data_dir": data, "ctr": {"fields": 8},
+               "hidden": [16], "batch_size": 128, "epochs": 10,
+               "optimizer": {"type": "adam", "lr": 0.01}, "tables": TABLES,
+               "seed": 3, "log_every": 100,
+               "sync": {"mode": "sync", "deterministic": True}}
+        ref = dict(job, name="rs", checkpoint={"dir": os.path.join(self.d, "ref")})
+        res = dict(job, name="rs", checkpoint={"dir": os.path.join(self.d, "res")})
+        os.mkdir(os.path.join(self.d, "a"))
+        os.mkdir(os.path.join(self.d, "b"))
+        sref = specs(os.path.join(self.d, "a"), ref, [2])
+        sres = specs(os.path.join(self.d, "b"), res, [2, 3])
+        for steps in (6, 4, 4):
+            self.sync_run(sref[2], 2, steps)
+        self.sync_run(sres[2], 2, 6)
+        # A shard of 3 before the reshard refuses to start, by name.
+        p = h.Proc([h.build_path("ps-server", "psd"), "--cluster", sres[3], "--task", "ps:2"])
+        self.procs.append(p)
+        self.assertEqual(p.wait(timeout=60), 1, p.output())
+        self.assertIn("was written by a job of 2 shards; the spec has 3", p.output())
+        self.assertIn("psd --cluster SPEC --reshard", p.output())
+        before = read_job(os.path.join(self.d, "res"), "rs")
+        out = self.reshard_ok(sres[3])
+        self.assertIn("the sync checkpoint of 2 shards (step 6", out)
+        self.assertRegex(out, r"new ps-2 of 3: [1-9]\d* table rows")
+        state = read_job(os.path.join(self.d, "res"), "rs")
+        self.assert_placed(state, 3)
+        self.assert_same_state(before, state)
+        self.sync_run(sres[3], 3, 4)
+        before = read_job(os.path.join(self.d, "res"), "rs")
+        self.reshard_ok(sres[2])
+        state = read_job(os.path.join(self.d, "res"), "rs")
+        self.assert_placed(state, 2)
+        self.assert_same_state(before, state)
+        self.sync_run(sres[2], 2, 4)
+        a = read_job(os.path.join(self.d, "ref"), "rs")
+        b = read_job(os.path.join(self.d, "res"), "rs")
+        self.assertEqual(a["steps"], [14, 14])
+        self.assertEqual(b["steps"], [14, 14])
+        self.assertGreater(len(a["tables"]["emb"]), 100)
+        self.assert_same_state(a, b)
+        # The layouts before each reshard are kept beside the job's.
+        kept = sorted(os.path.basename(p) for p in glob.glob(
+            os.path.join(self.d, "res", "rs.*-shards-*")))
+        self.assertEqual([k.split("-shards")[0] for k in kept], ["rs.2", "rs.3"], kept)
+
+    # ---- async: 2 -> 3 -> 1, the state unchanged by each
+
+    def async_train(self, spec):
+        rng = np.random.default_rng(5)
+        c = psd.Client(spec, None)
+        try:
+            c.declare("w", (300, 300), init="uniform", init_scale=0.1)  # split
+            c.declare("b", (10,))  # whole, on the shard its name hashes to
+            c.declare_table("emb", 4)
+            w = np.empty((300, 300), np.float32)
+            b = np.empty(10, np.float32)
+            for k in range(3):
+                ids = rng.integers(0, 1 << 40, 500).astype(np.uint64)
+                c.push(["w", "b"], [rng.standard_normal((300, 300)).astype(np.float32),
+                                    rng.standard_normal(10).astype(np.float32)])
+                c.push_rows("emb", ids, rng.standard_normal((500, 4)).astype(np.float32))
+            c.pull(["w", "b"], [w, b])
+            return w, b
+        finally:
+            c.close()
+
+    def pull_all(self, spec, ids):
+        c = psd.Client(spec, None)
+        try:
+            c.declare("w", (300, 300), init="uniform", init_scale=0.1)
+            c.declare("b", (10,))
+            c.declare_table("emb", 4)
+            w = np.empty((300, 300), np.float32)
+            b = np.empty(10, np.float32)
+            rows = np.empty((len(ids), 4), np.float32)
+            c.pull(["w", "b"], [w, b])
+            c.pull_rows("emb", ids, rows)
+            return w, b, rows
+        finally:
+            c.close()
+
+    def test_async_2_3_1_state_unchanged_and_placed(self):
+        root = os.path.join(self.d, "ck")
+        job = {"name": "as", "optimizer": {"type": "adam", "lr": 0.01},
+               "tables": [{"name": "emb", "dim": 4, "init": "uniform",
+                           "optimizer": {"type": "adagrad", "lr": 0.1}}],
+               "checkpoint": {"dir": root}}
+        s = specs(self.d, job, [1, 2, 3], nworker=1)
+        ps = self.shards(s[2], 2)
+        w, b = self.async_train(s[2])
+        self.stop(ps)
+        before = read_job(root, "as")
+        self.assertEqual(before["placement"]["w"], -1)
+        ids = np.array(sorted(before["tables"]["emb"]), np.uint64)
+        self.assertEqual(len(ids), 1500)
+        for n in (3, 1):
+            out = self.reshard_ok(s[n])
+            self.assertIn("the async checkpoint of %d shards" % before["nshards"], out)
+            moved = re.search(r"(\d+) of (\d+) table rows and (\d+) of (\d+) dense", out)
+            self.assertEqual(int(moved.group(2)), 1500, out)
+            self.assertGreater(int(moved.group(1)), 0, out)
+            self.assertEqual(int(moved.group(4)), 300 * 300 + 10, out)
+            after = read_job(root, "as")
+            self.assert_placed(after, n)
+            self.assertEqual(after["steps"], [max(before["steps"])] * n)
+            self.assert_same_state(before, after)
+            # The shards of the new count serve it: a client pulls the same.
+            ps = self.shards(s[n], n)
+            pw, pb, rows = self.pull_all(s[n], ids)
+            self.assertTrue(np.array_equal(pw, w))
+            self.assertTrue(np.array_equal(pb, b))
+            want = np.array([np.frombuffer(before["tables"]["emb"][int(i)][3], np.float32)
+                             for i in ids])
+            self.assertTrue(np.array_equal(rows, want))
+            self.stop(ps)
+            before = read_job(root, "as")
+        kept = glob.glob(os.path.join(root, "as.*-shards-*"))
+        self.assertEqual(len(kept), 2, kept)
+
+    # ---- refusals change nothing
+
+    def test_refusals_change_nothing(self):
+        root = os.path.join(self.d, "ck")
+        job = {"name": "bad", "checkpoint": {"dir": root},
+               "tables": [{"name": "emb", "dim": 2}]}
+        s = specs(self.d, job, [2, 3], nworker=1)
+        rc, out = self.reshard(s[3])
+        self.assertEqual(rc, 1, out)
+        self.assertIn("no checkpoint in %s/bad/ps-0: nothing to restore" % root, out)
+        ps = self.shards(s[2], 2)
+        c = psd.Client(s[2], None)
+        c.declare_table("emb", 2)
+        c.push_rows("emb", np.arange(100, dtype=np.uint64), np.ones((100, 2), np.float32))
+        c.close()
+        self.stop(ps)
+        rc, out = self.reshard(s[2])
+        self.assertEqual(rc, 1, out)
+        self.assertIn("written by 2 shards, as many as the spec has: nothing to do", out)
+        rc, out = self.reshard(s[3], "--task", "ps:0")
+        self.assertEqual(rc, 2, out)
+        self.assertIn("--reshard restores the whole job's checkpoint", out)
+        before = read_job(root, "bad")
+        # ps-1's checkpoint damaged: refused by name, nothing changed.
+        ck = glob.glob(os.path.join(root, "bad", "ps-1", "ckpt-*", "table-0.bin"))[0]
+        with open(ck, "r+b") as f:
+            f.seek(100)
+            f.write(b"\xff\xff\xff\xff")
+        rc, out = self.reshard(s[3])
+        self.assertEqual(rc, 1, out)
+        self.assertIn("old shard ps-1", out)
+        self.assertIn("bad is unchanged", out)
+        self.assertEqual(os.listdir(root), ["bad"])
+        # ps-1's checkpoints gone: refused by name.
+        shutil.rmtree(os.path.join(root, "bad", "ps-1"))
+        rc, out = self.reshard(s[3])
+        self.assertEqual(rc, 1, out)
+        self.assertIn("ps-1 holds no checkpoint, but ps-0's newest was written by 2 shards",
+                      out)
+        self.assertEqual(sorted(os.listdir(os.path.join(root, "bad"))), ["ps-0"])
+        after = read_job(root, "bad")
+        self.assertEqual(before["steps"][0], after["steps"][0])
+
+
+if __name__ == "__main__":
+    h.main()
