@@ -19,7 +19,8 @@
  * totals against the old ones), then swapped with <root>/<job> in one
  * rename (RENAME_EXCHANGE): a crash leaves either the old layout or the
  * new one, never a mix. The old one is kept beside it as
- * <root>/<job>.<N>-shards-<time>. */
+ * <root>/<job>.<N>-shards-<time>. Onto the same count it re-cuts all the
+ * same: rows stay, variables move to where clients place them now. */
 #ifndef PSD_RESHARD_H
 #define PSD_RESHARD_H
 
@@ -54,8 +55,7 @@ struct psd_reshard_report {
 
 /* Restores the newest checkpoint of o->job under o->root onto o->nshards
  * shards (see above), saying what it does on the log. Returns 0; CM_ENOENT
- * when there is no checkpoint; CM_EEXIST when it already has o->nshards
- * shards; CM_EFORMAT when an old shard's checkpoint is missing, damaged or
+ * when there is no checkpoint; CM_EFORMAT when an old shard's checkpoint is missing, damaged or
  * of another shard count, or the old shards disagree; CM_EIO, CM_ENOMEM.
  * err says which, naming the directory. On failure <root>/<job> is
  * untouched. */

@@ -240,6 +240,15 @@ class ReshardTest(h.ProcTest):
             want = np.array([np.frombuffer(before["tables"]["emb"][int(i)][3], np.float32)
                              for i in ids])
             self.assertTrue(np.array_equal(rows, want))
+            # A client of the old layout (the old spec) is refused, by name.
+            with self.assertRaisesRegex(psd.Error, "cluster specs differ"):
+                old = s[3 if n == 1 else 2]
+                c = psd.Client(old, None)
+                try:
+                    c.declare_table("emb", 4)
+                    c.pull_rows("emb", ids[:4], np.empty((4, 4), np.float32))
+                finally:
+                    c.close()
             self.stop(ps)
             before = read_job(root, "as")
         kept = glob.glob(os.path.join(root, "as.*-shards-*"))
@@ -261,9 +270,11 @@ class ReshardTest(h.ProcTest):
         c.push_rows("emb", np.arange(100, dtype=np.uint64), np.ones((100, 2), np.float32))
         c.close()
         self.stop(ps)
+        # Onto the same count: a re-cut that moves nothing.
         rc, out = self.reshard(s[2])
-        self.assertEqual(rc, 1, out)
-        self.assertIn("written by 2 shards, as many as the spec has: nothing to do", out)
+        self.assertEqual(rc, 0, out)
+        self.assertIn("0 of 100 table rows and 0 of 0 dense elements moved", out)
+        self.assertEqual(len(glob.glob(os.path.join(root, "bad.2-shards-*"))), 1)
         rc, out = self.reshard(s[3], "--task", "ps:0")
         self.assertEqual(rc, 2, out)
         self.assertIn("--reshard restores the whole job's checkpoint", out)
@@ -277,7 +288,7 @@ class ReshardTest(h.ProcTest):
         self.assertEqual(rc, 1, out)
         self.assertIn("old shard ps-1", out)
         self.assertIn("bad is unchanged", out)
-        self.assertEqual(os.listdir(root), ["bad"])
+        self.assertEqual(len(os.listdir(root)), 2)  # bad and bad.2-shards-*
         # ps-1's checkpoints gone: refused by name.
         shutil.rmtree(os.path.join(root, "bad", "ps-1"))
         rc, out = self.reshard(s[3])
