@@ -31,11 +31,13 @@ test: build setup-test
 
 # The long fault runs (docs/faults.md; CONTRIBUTING.md, "The soak"): the
 # load test at full size (64 clients pushing and pulling against 2 shards for
-# 60 s) and 8 graceful restarts of random shards under load, then every
-# fault test SOAK_ROUNDS times over.
+# 60 s) and 8 graceful restarts of random shards under load, 13 reshards
+# (1 to 4 shards) each killed once mid-way and run again with known pushes
+# between them (docs/reshard.md), then every fault test SOAK_ROUNDS times over.
 SOAK_ROUNDS ?= 3
 soak: build setup-test
 	PSD_SOAK=1 $(PY) tests/integration/test_faults.py $(BUILD) LoadTest RestartLoadTest
+	PSD_SOAK=1 $(PY) tests/integration/test_reshard.py $(BUILD) ReshardCounterTest
 	for i in $$(seq $(SOAK_ROUNDS)); do \
 	  echo "soak round $$i of $(SOAK_ROUNDS)"; \
 	  $(PY) tests/integration/test_faults.py $(BUILD); rc=$$?; \

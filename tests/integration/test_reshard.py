@@ -27,6 +27,7 @@ import signal
 import numpy as np
 
 import harness as h
+from faults import SOAK
 import pyshards
 from ckptread import read_job
 from hashes import shard_of
@@ -60,7 +61,7 @@ def specs(d, job, counts, nworker=2):
     return out
 
 
-class ReshardTest(h.ProcTest):
+class ReshardBase(h.ProcTest):
     def shards(self, spec, n):
         ps = []
         for i in range(n):
@@ -110,6 +111,9 @@ class ReshardTest(h.ProcTest):
             for k, ids in enumerate(per):
                 self.assertTrue(all(shard_of(i, n) == k for i in ids), (name, k))
 
+
+
+class ReshardTest(ReshardBase):
     # ---- sync: 2 -> 3 -> 2 ends where 2 shards throughout end
 
     def sync_run(self, spec, n, steps):
@@ -298,6 +302,86 @@ class ReshardTest(h.ProcTest):
         self.assertEqual(sorted(os.listdir(os.path.join(root, "bad"))), ["ps-0"])
         after = read_job(root, "bad")
         self.assertEqual(before["steps"][0], after["steps"][0])
+
+
+class ReshardCounterTest(ReshardBase):
+    """Known gradients pushed by a client between reshards, each reshard
+    killed (kill -9) once at a point its log lines mark and then run again;
+    the pushes are multiples of 1/8, so every sum is exact in any order."""
+    POOL = 60000  # ids
+    PER_PUSH = 6000
+    ROUNDS = [2, 3, 2] if not SOAK else [2, 3, 1, 4, 2, 3, 2, 1, 3, 2, 4, 2, 3, 2]
+
+    def test_every_acknowledged_push_applied_once(self):
+        root = os.path.join(self.d, "ck")
+        job = {"name": "cnt", "optimizer": {"type": "sgd", "lr": 1.0},
+               "tables": [{"name": "cnt", "dim": 2, "init": "zeros",
+                           "optimizer": {"type": "sgd", "lr": 1.0}}],
+               "checkpoint": {"dir": root}}
+        s = specs(self.d, job, sorted(set(self.ROUNDS)), nworker=1)
+        rng = np.random.default_rng(11)
+        pool = rng.choice(1 << 50, self.POOL, replace=False).astype(np.uint64)
+        want_rows = np.zeros((self.POOL, 2), np.float32)
+        want_d = np.zeros(70000, np.float32)  # 280 KB: split
+        acked = 0
+        for r, n in enumerate(self.ROUNDS):
+            if r:
+                self.reshard_killed_then_done(s[n], root, "cnt", n, rng)
+            ps = self.shards(s[n], n)
+            c = psd.Client(s[n], None)
+            try:
+                c.declare("d", (70000,))
+                c.declare_table("cnt", 2)
+                for _ in range(4):
+                    pick = rng.choice(self.POOL, self.PER_PUSH, replace=False)
+                    g = (rng.integers(-8, 9, (self.PER_PUSH, 2)) / 8).astype(np.float32)
+                    gd = (rng.integers(-8, 9, 70000) / 8).astype(np.float32)
+                    c.push_rows("cnt", pool[pick], g)
+                    want_rows[pick] -= g
+                    c.push("d", gd)
+                    want_d -= gd
+                    acked += 2
+            finally:
+                c.close()
+            self.stop(ps)
+        ps = self.shards(s[self.ROUNDS[-1]], self.ROUNDS[-1])
+        c = psd.Client(s[self.ROUNDS[-1]], None)
+        try:
+            c.declare("d", (70000,))
+            c.declare_table("cnt", 2)
+            rows = np.empty((self.POOL, 2), np.float32)
+            d = np.empty(70000, np.float32)
+            c.pull_rows("cnt", pool, rows)
+            c.pull("d", d)
+        finally:
+            c.close()
+        self.assertTrue(np.array_equal(rows, want_rows))
+        self.assertTrue(np.array_equal(d, want_d))
+        print("counter: %d pushes acknowledged over %d layouts %s, each applied once"
+              % (acked, len(self.ROUNDS), self.ROUNDS))
+
+    def reshard_killed_then_done(self, spec, root, job, n, rng):
+        """psd --reshard onto n, kill -9 once a line says new shard k is
+        written (k random): the job's directory then holds the old layout
+        or the new one, the same state either way; run again, it finishes
+        (an unfinished directory of the killed run is set aside, named)."""
+        before = read_job(root, job)
+        k = int(rng.integers(0, n))
+        p = h.Proc([h.build_path("ps-server", "psd"), "--cluster", spec, "--reshard"])
+        self.procs.append(p)
+        p.wait_for("reshard: new ps-%d of %d" % (k, n), timeout=120)
+        p.stop(signal.SIGKILL)
+        mid = read_job(root, job)
+        print("killed after new ps-%d of %d: %d shards' layout" % (k, n, mid["nshards"]))
+        self.assertIn(mid["nshards"], (before["nshards"], n))
+        self.assert_same_state(before, mid)
+        left = glob.glob(os.path.join(root, ".reshard-%s-*" % job))
+        out = self.reshard_ok(spec)
+        if left:
+            self.assertIn("was left by an earlier --reshard that stopped", out)
+        after = read_job(root, job)
+        self.assert_placed(after, n)
+        self.assert_same_state(before, after)
 
 
 if __name__ == "__main__":
