@@ -34,8 +34,11 @@ Counted (each rate is counted work over the wall time measured for it):
 
 Lines: `bench reshard migrate` (rates, medians, per-round values),
 `bench reshard downtime` (stop, reshard and start against restart's stop
-and start), `bench reshard where` (--reshard's own log: its time in each
-new shard's cut, write and check), and the `bench reshard:` summary.
+and start), `bench reshard where` (from --reshard's own timestamped log,
+medians: its "done in" time; load_old_s, the time its new shards spent
+loading the old shards' checkpoints, each new shard all of them;
+cut_write_check_s, cutting, writing, reading back and checking; and each
+new shard's ms, per round), and the `bench reshard:` summary.
 
 Run: /usr/bin/python3 tests/bench/bench_reshard.py BUILD_DIR [--rows N] [--rounds R]
 Exit: 0 when it ran, 1 on a failure (a process that exited non-zero or
@@ -363,9 +366,9 @@ def reshard(d, b=None, rows=ROWS, rounds=ROUNDS):
            med(rest), med(res["stop2"]), med(res["start2"]), med(down) / med(rest),
            ",".join("%.2f/%.2f" % x for x in zip(down, rest))))
     ph = [p for p in res["phases"] if p]
-    say("bench reshard where psd_done_in_s=%.2f process_s=%.2f load_old_s=%s "
-        "cut_write_check_s=%s new_shard_ms=%s"
-        % (med(res["rs_psd_s"]), med(res["rs_s"]) - med(res["rs_psd_s"]),
+    say("bench reshard where psd_done_in_s=%.1f load_old_s=%s cut_write_check_s=%s "
+        "new_shard_ms=%s"
+        % (med(res["rs_psd_s"]),
            "%.2f" % med([p[0] for p in ph]) if ph else "na",
            "%.2f" % med([p[1] for p in ph]) if ph else "na",
            ";".join(",".join("%.0f" % x for x in w) for w in res["where"])))
