@@ -67,8 +67,15 @@
                    serving tier with updates against frozen after its first
                    part (tests/bench/bench_serve.py)
 
+  bench reshard:   psd --reshard of a 2-shard checkpoint (1M rows of dim 16
+                   with adagrad state, 4 MiB of adam-trained dense) onto 3
+                   shards: rows/s and bytes/s against one client pulling the
+                   same rows and variable from the 3 live shards, alternated;
+                   the downtime a job sees (stop, reshard, start) against a
+                   plain 2 -> 2 restart (tests/bench/bench_reshard.py)
 
-Run: /usr/bin/python3 tests/bench/bench.py BUILD_DIR [transport|aggregate|memory|train|sync|scale|optim|kernels|sparse|torch|dlrm|multihost|serve ...]
+
+Run: /usr/bin/python3 tests/bench/bench.py BUILD_DIR [transport|aggregate|memory|train|sync|scale|optim|kernels|sparse|torch|dlrm|multihost|serve|reshard ...]
 (docs/performance.md says how to read each figure)
 
 Exit status: 0 when every part ran; 1 when any failed (a process that exited
@@ -92,6 +99,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "integration"))
 import harness as h  # noqa: E402
 import bench_dlrm  # noqa: E402
 import bench_multihost  # noqa: E402
+import bench_reshard  # noqa: E402
 import bench_serve  # noqa: E402
 import bench_sparse  # noqa: E402
 import bench_torch  # noqa: E402
@@ -476,7 +484,8 @@ def main():
              "torch": lambda d: bench_torch.bench(d, sys.modules[__name__]),
              "dlrm": lambda d: bench_dlrm.dlrm(d, sys.modules[__name__]),
              "multihost": lambda d: bench_multihost.multihost(d, sys.modules[__name__]),
-             "serve": lambda d: bench_serve.serve(d)}
+             "serve": lambda d: bench_serve.serve(d),
+             "reshard": lambda d: bench_reshard.reshard(d)}
     if len(sys.argv) < 2:
         sys.stderr.write("usage: bench.py BUILD_DIR [%s ...]\n" % "|".join(parts))
         return 2
