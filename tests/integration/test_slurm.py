@@ -373,9 +373,10 @@ class SlurmJobTest(unittest.TestCase):
         self.assertEqual(sorted(os.listdir(os.path.join(ckpt, name))), ["ps-0", "ps-1"])
 
         port = str(free_run(5))
+        # docs/reshard-deploy.md's command (and the port, moved to a free one).
         state, text, info = self.submit(
-            jobfile, ["--ntasks=5"], dworker_args=short,
-            env={"PSD_SLURM_PORT": port, "PSD_SLURM_PS": "3", "PSD_RESHARD": "1"})
+            jobfile, ["--ntasks=5", "--export=ALL,PSD_SLURM_PS=3,PSD_RESHARD=1"],
+            dworker_args=short, env={"PSD_SLURM_PORT": port})
         self.assertEqual(state, "COMPLETED", info + text[-4000:])
         m = re.search(r"reshard: done in .* holds the checkpoint of step (\d+) for 3 "
                       r"shards .* the 2-shard layout is kept in (\S+)", text)
