@@ -23,6 +23,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import unittest
 
@@ -207,16 +208,17 @@ class PodReplay(h.ProcTest):
             self.skipTest("no %s (Debian's dataset-fashion-mnist)" % DATA)
         self.secret, _ = kp.make_secret()
 
-    def use(self, manifests, root):
+    def use(self, manifests, root, edit=None):
         """Replays manifests' pods under root (their volumes made, the job
-        shortened): self.m, self.replay, self.settings."""
+        edited: edit(doc), else shortened): self.m, self.replay,
+        self.settings."""
         self.m = manifests
         os.makedirs(root, exist_ok=True)
         os.chmod(self.d, 0o755)  # the pods' user reaches root
         self.replay = kp.Replay(self.m, root)
         self.settings = json.loads(self.m.cm["data"]["job.json"])
         for pod in self.replay.pods():
-            self.make(pod, short_job)
+            self.make(pod, edit or short_job)
 
     def make(self, pod, edit):
         """The pod's volumes, its job.json's paths in its own directory; the
@@ -439,9 +441,9 @@ class ReshardManifestTest(unittest.TestCase):
 @unittest.skipIf(yaml is None, "python3-yaml is not installed")
 class ReshardReplayTest(PodReplay):
     """2 -> 3 shards as docs/reshard-deploy.md does it, each pod a process
-    (JobReplayTest's): set-shards.sh 2 puts the checkpoints on the claim,
-    both Jobs of 2 shards complete (each shard's final checkpoint on the
-    claim); set-shards.sh 3; a shard of 3 started now refuses the 2-shard
+    (JobReplayTest's): set-shards.sh 2 puts the checkpoints on the claim;
+    both Jobs of 2 shards run and are deleted mid-epoch (SIGTERM to every
+    pod: each shard's final checkpoint on the claim); set-shards.sh 3; a shard of 3 started now refuses the 2-shard
     checkpoint, naming psd --reshard; the reshard Job's pod restores it onto
     3 and exits 0, the old layout kept beside; the Jobs of 3 shards resume
     from the checkpoint's step and complete."""
@@ -467,8 +469,24 @@ class ReshardReplayTest(PodReplay):
 
     def test_two_to_three_shards(self):
         self.assertEqual(set_shards(2, self.k8s)[0], 0)
-        self.use(kp.Manifests(self.k8s), os.path.join(self.d, "two"))
-        self.run_jobs()
+        # 2 shards training two epochs, deleted (kubectl delete: SIGTERM
+        # to every pod at once) once worker 0 has logged step 40.
+        self.use(kp.Manifests(self.k8s), os.path.join(self.d, "two"),
+                 lambda doc: doc["job"].update(epochs=2, log_every=20))
+        shards = [self.start(p) for p in self.replay.shards]
+        for s in shards:
+            s.wait_for("ready: listening on", timeout=60)
+        workers = [self.start(p) for p in self.replay.workers]
+        workers[0].wait_for("step 40/", timeout=120)
+        for p in shards + workers:
+            p.p.send_signal(signal.SIGTERM)
+        for p in workers:
+            p.p.wait(60)
+        for s in shards:
+            self.assertEqual(s.p.wait(60), 0, s.output())
+            s.stop()
+            self.assertIn("checkpoint (at exit)", s.output())
+            self.assertNotIn("exit_when_done", s.output())
         name = self.settings["job"]["name"]
         claim = os.path.join(self.d, "claims", "psd-checkpoints")
         self.assertEqual(sorted(os.listdir(os.path.join(claim, name))), ["ps-0", "ps-1"])

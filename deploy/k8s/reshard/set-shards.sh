@@ -13,7 +13,7 @@ usage() {
   echo "usage: set-shards.sh M [DIR]   (M: 1..4096 shards)" >&2
   exit 2
 }
-[ $# -ge 1 ] && [ $# -le 2 ] || usage
+if [ $# -lt 1 ] || [ $# -gt 2 ]; then usage; fi
 m=$1
 case $m in '' | *[!0-9]* | 0*) usage ;; esac
 [ "$m" -le 4096 ] || usage
