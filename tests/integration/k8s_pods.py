@@ -3,12 +3,14 @@ test_k8s.py (each pod a process) and test_image.py (each pod a container of
 the image). Each pod gets what Kubernetes would give it:
 
 - its command and environment, as the manifest writes them, plus what
-  Kubernetes adds: HOSTNAME (an Indexed Job's pod is JOB-I),
-  JOB_COMPLETION_INDEX, POD_NAMESPACE (the fieldRef);
+  Kubernetes adds: HOSTNAME (an Indexed Job's pod is JOB-I; the pod
+  spec's hostname where it names one), JOB_COMPLETION_INDEX (an Indexed
+  Job's), POD_NAMESPACE (the fieldRef);
 - its volumes, made under a directory of its own: the ConfigMap's files,
   the Secret's keys (make-secret.sh's, or only the items the volume lists)
   with the volume's defaultMode and the pod's fsGroup as their group, the
-  emptyDirs;
+  emptyDirs; a persistentVolumeClaim, one directory per claim that every
+  pod mounting it shares (a link to it);
 - an address of its own, a loopback address 127.A.B.C, and a hosts file in
   which the headless Service's names (JOB-I.SERVICE.NAMESPACE.svc) resolve
   to those addresses, as the cluster's DNS would.
@@ -32,8 +34,8 @@ K8S = os.path.join(REPO, "deploy", "k8s")
 NAMESPACE = "ml"
 
 
-def load(name):
-    with open(os.path.join(K8S, name)) as f:
+def load(name, k8s=K8S):
+    with open(os.path.join(k8s, name)) as f:
         return list(yaml.safe_load_all(f))
 
 
@@ -43,14 +45,15 @@ def env_of(container):
 
 
 class Manifests:
-    """deploy/k8s as parsed YAML: the Service, the shards' and the workers'
-    Jobs, the ConfigMap."""
+    """deploy/k8s (or a copy of it, k8s) as parsed YAML: the Service, the
+    shards' and the workers' Jobs, the ConfigMap, the reshard Job."""
 
-    def __init__(self):
-        self.svc = load("service.yaml")[0]
-        self.shards = load("shards.yaml")[0]
-        self.workers = load("workers.yaml")[0]
-        self.cm = load("configmap.yaml")[0]
+    def __init__(self, k8s=K8S):
+        self.svc = load("service.yaml", k8s)[0]
+        self.shards = load("shards.yaml", k8s)[0]
+        self.workers = load("workers.yaml", k8s)[0]
+        self.cm = load("configmap.yaml", k8s)[0]
+        self.reshard = load(os.path.join("reshard", "reshard-job.yaml"), k8s)[0]
 
     @staticmethod
     def pod_spec(job):
@@ -118,8 +121,11 @@ class Pod:
         self.container = Manifests.container(job)
         self.spec = Manifests.pod_spec(job)
         self.env = {k: v for k, v in env_of(self.container).items() if v is not None}
-        self.env.update(POD_NAMESPACE=NAMESPACE, HOSTNAME=self.name,
-                        JOB_COMPLETION_INDEX=str(index))
+        self.env.update(POD_NAMESPACE=NAMESPACE, HOSTNAME=self.name)
+        if job["spec"].get("completionMode") == "Indexed":
+            self.env["JOB_COMPLETION_INDEX"] = str(index)
+        if "hostname" in self.spec:  # the pod's own, where the spec names one
+            self.env["HOSTNAME"] = self.spec["hostname"]
         self.mounts = {m["mountPath"]: m for m in self.container.get("volumeMounts", [])}
 
     def host_path(self, mount_path):
@@ -128,13 +134,23 @@ class Pod:
     def fs_group(self):
         return self.spec.get("securityContext", {}).get("fsGroup", 0)
 
-    def make_volumes(self, configmap, secret, edit_job=None):
+    def make_volumes(self, configmap, secret, edit_job=None, claims=None):
         """Writes the pod's volumes: configmap is the ConfigMap's data, secret
         the Secret's {key: bytes}; edit_job(dict) may change job.json's
-        settings before it is written (the test's shorter job)."""
+        settings before it is written (the test's shorter job); a claim is
+        a link to claims/CLAIM_NAME, made once, shared by every pod."""
         for path, m in self.mounts.items():
             vol = Manifests.volume(self.job, m["name"])
             host = self.host_path(path)
+            if "persistentVolumeClaim" in vol:
+                assert claims, "%s: a claim, and no claims directory" % self.name
+                shared = os.path.join(claims, vol["persistentVolumeClaim"]["claimName"])
+                if not os.path.isdir(shared):
+                    os.makedirs(shared)
+                    os.chmod(shared, 0o777)  # writable by the pods' fsGroup
+                os.makedirs(os.path.dirname(host), exist_ok=True)
+                os.symlink(shared, host)
+                continue
             os.makedirs(host, exist_ok=True)
             if "configMap" in vol:
                 for key, text in configmap.items():

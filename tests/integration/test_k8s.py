@@ -13,12 +13,17 @@ programs (`pslaunch --cluster k8s --print-spec`), which must derive the
 addresses the Service's DNS gives and the pod's own task, and Kubeflow's
 TFJob TF_CONFIG examples must parse into the spec psd runs. Then the job
 runs: every pod a process with the manifest's command, environment and
-volumes (k8s_pods.py), until both Jobs complete.
+volumes (k8s_pods.py), until both Jobs complete. deploy/k8s/reshard (the
+reshard Job, the checkpoints' claim, set-shards.sh) is checked, and a job
+is taken from 2 shards to 3 as docs/reshard-deploy.md says, replayed the
+same way.
 
 Run: /usr/bin/python3 test_k8s.py BUILD_DIR"""
 import json
 import os
+import re
 import shutil
+import signal
 import subprocess
 import unittest
 
@@ -187,18 +192,9 @@ def short_job(doc):
 
 
 @unittest.skipIf(yaml is None, "python3-yaml is not installed")
-class JobReplayTest(h.ProcTest):
-    """Both Jobs run to completion as the manifests write them, each pod a
-    process (k8s_pods.py): the manifest's command and environment, its
-    volumes (the ConfigMap's job.json, shortened to 60 steps; the Secret
-    from make-secret.sh, mode 0440, group the fsGroup; emptyDirs), a mount
-    namespace of its own whose /etc/hosts resolves the Service's names to
-    one loopback address per pod, and the pod's user (runAsUser). The
-    shards serve TLS and demand the token; Prometheus scrapes them as the
-    annotations say; a worker without the token is refused; once the
-    workers finish, every shard exits 0 by itself after its final
-    checkpoint, so both Jobs complete and no pod would be restarted
-    (restartPolicy OnFailure)."""
+class PodReplay(h.ProcTest):
+    """What JobReplayTest and ReshardReplayTest share: pods replayed as
+    processes (k8s_pods.py), as root, with the Secret of make-secret.sh."""
 
     def setUp(self):
         super().setUp()
@@ -210,16 +206,25 @@ class JobReplayTest(h.ProcTest):
                 self.skipTest("%s is not installed" % tool)
         if not os.path.isdir(DATA):
             self.skipTest("no %s (Debian's dataset-fashion-mnist)" % DATA)
-        self.m = kp.Manifests()
-        self.replay = kp.Replay(self.m, self.d)
         self.secret, _ = kp.make_secret()
+
+    def use(self, manifests, root, edit=None):
+        """Replays manifests' pods under root (their volumes made, the job
+        edited: edit(doc), else shortened): self.m, self.replay,
+        self.settings."""
+        self.m = manifests
+        os.makedirs(root, exist_ok=True)
+        os.chmod(self.d, 0o755)  # the pods' user reaches root
+        self.replay = kp.Replay(self.m, root)
         self.settings = json.loads(self.m.cm["data"]["job.json"])
         for pod in self.replay.pods():
-            self.make(pod, short_job)
+            self.make(pod, edit or short_job)
 
     def make(self, pod, edit):
-        """The pod's volumes, its job.json's paths in its own directory."""
-        pod.make_volumes(self.m.cm["data"], self.secret, edit)
+        """The pod's volumes, its job.json's paths in its own directory; the
+        claims under the test's directory, shared by every replay."""
+        pod.make_volumes(self.m.cm["data"], self.secret, edit,
+                         claims=os.path.join(self.d, "claims"))
         path = pod.host_path("/etc/psd/job.json")
         with open(path) as f:
             text = pod.rewrite(f.read())
@@ -253,6 +258,25 @@ class JobReplayTest(h.ProcTest):
         p = h.Proc(argv, env=env)
         self.procs.append(p)
         return p
+
+
+@unittest.skipIf(yaml is None, "python3-yaml is not installed")
+class JobReplayTest(PodReplay):
+    """Both Jobs run to completion as the manifests write them, each pod a
+    process (k8s_pods.py): the manifest's command and environment, its
+    volumes (the ConfigMap's job.json, shortened to 60 steps; the Secret
+    from make-secret.sh, mode 0440, group the fsGroup; emptyDirs), a mount
+    namespace of its own whose /etc/hosts resolves the Service's names to
+    one loopback address per pod, and the pod's user (runAsUser). The
+    shards serve TLS and demand the token; Prometheus scrapes them as the
+    annotations say; a worker without the token is refused; once the
+    workers finish, every shard exits 0 by itself after its final
+    checkpoint, so both Jobs complete and no pod would be restarted
+    (restartPolicy OnFailure)."""
+
+    def setUp(self):
+        super().setUp()
+        self.use(kp.Manifests(), self.d)
 
     def test_both_jobs_complete(self):
         auth = self.settings["auth"]
@@ -294,6 +318,204 @@ class JobReplayTest(h.ProcTest):
             ck = pod.host_path(self.settings["job"]["checkpoint"]["dir"])
             self.assertTrue(os.listdir(ck), "no checkpoint in " + ck)
 
+
+def set_shards(m, k8s):
+    """deploy/k8s/reshard/set-shards.sh M K8S, as docs/reshard-deploy.md
+    runs it: (exit status, output)."""
+    r = subprocess.run(["sh", os.path.join(k8s, "reshard", "set-shards.sh"), str(m), k8s],
+                       capture_output=True, text=True, timeout=30)
+    return r.returncode, r.stdout + r.stderr
+
+
+def read(path):
+    with open(path) as f:
+        return f.read()
+
+
+def k8s_copy(d):
+    """A copy of deploy/k8s under d, to edit as an operator would."""
+    k8s = os.path.join(d, "k8s")
+    shutil.copytree(kp.K8S, k8s)
+    return k8s
+
+
+@unittest.skipIf(yaml is None, "python3-yaml is not installed")
+class ReshardManifestTest(unittest.TestCase):
+    """deploy/k8s/reshard (docs/reshard-deploy.md): the claim every shard's
+    checkpoints share, the Job that runs psd --reshard on it, and
+    set-shards.sh, which sets a new count in every manifest that holds it."""
+
+    def setUp(self):
+        self.m = kp.Manifests()
+        self.job = self.m.reshard
+        self.c = self.m.container(self.job)
+        self.claim = kp.load(os.path.join("reshard", "checkpoints.yaml"))[0]
+        self.settings = json.loads(self.m.cm["data"]["job.json"])
+
+    def test_reshard_job(self):
+        shard = self.m.container(self.m.shards)
+        spec = self.m.pod_spec(self.job)
+        self.assertEqual(self.job["kind"], "Job")
+        self.assertNotEqual(self.job["spec"].get("completionMode"), "Indexed")
+        self.assertEqual(self.job["spec"]["completions"], 1)
+        self.assertEqual(self.job["spec"]["backoffLimit"], 0)  # never run twice
+        self.assertEqual(spec["restartPolicy"], "Never")
+        # The shards' program and job file, and --reshard.
+        cluster = shard["command"][shard["command"].index("--cluster") + 1]
+        self.assertEqual(self.c["command"], ["psd", "--cluster", cluster, "--reshard"])
+        self.assertEqual(self.c["image"], shard["image"])
+        self.assertEqual(kp.env_of(self.c), kp.env_of(shard))
+        # --cluster k8s wants a shard's hostname; it has no DNS name (no
+        # subdomain) and the Service does not select it.
+        set_name = kp.env_of(shard)["PSD_K8S_SHARD_SET"]
+        self.assertEqual(spec["hostname"], set_name + "-0")
+        self.assertNotIn("subdomain", spec)
+        labels = self.job["spec"]["template"]["metadata"]["labels"]
+        sel = self.m.svc["spec"]["selector"]
+        self.assertFalse(all(labels.get(k) == v for k, v in sel.items()))
+        # The ConfigMap where the shards mount it; no Secret (it serves
+        # nothing, calls nothing).
+        mounts = mounts_of(self.c)
+        self.assertEqual(mounts["job"], mounts_of(shard)["job"])
+        self.assertEqual(self.m.volume(self.job, "job"),
+                         self.m.volume(self.m.shards, "job"))
+        self.assertFalse([v for v in spec["volumes"] if "secret" in v])
+        self.assertEqual(spec["securityContext"],
+                         self.m.pod_spec(self.m.shards)["securityContext"])
+        # Every shard's checkpoints: the claim, at job.checkpoint.dir.
+        self.assertEqual(mounts["checkpoints"], self.settings["job"]["checkpoint"]["dir"])
+        vol = self.m.volume(self.job, "checkpoints")["persistentVolumeClaim"]
+        self.assertEqual(vol["claimName"], self.claim["metadata"]["name"])
+        self.assertEqual(self.claim["kind"], "PersistentVolumeClaim")
+        self.assertIn("ReadWriteMany", self.claim["spec"]["accessModes"])
+
+    def test_set_shards(self):
+        with h.TempDir() as d:
+            k8s = k8s_copy(d)
+            rc, out = set_shards(3, k8s)
+            self.assertEqual(rc, 0, out)
+            m = kp.Manifests(k8s)
+            shard = m.container(m.shards)
+            self.assertEqual(m.shards["spec"]["completions"], 3)
+            self.assertEqual(m.shards["spec"]["parallelism"], 3)
+            for c in (shard, m.container(m.workers), m.container(m.reshard)):
+                self.assertEqual(kp.env_of(c), dict(kp.env_of(self.c), PSD_K8S_SHARDS="3"))
+            for k in ("completions", "parallelism"):  # the workers' count stays
+                self.assertEqual(m.workers["spec"][k], self.m.workers["spec"][k])
+            # The shards' checkpoints now on the claim the reshard Job reads.
+            self.assertEqual(m.volume(m.shards, "checkpoints"),
+                             m.volume(m.reshard, "checkpoints"))
+            self.assertEqual(m.volume(m.shards, "tmp"), self.m.volume(self.m.shards, "tmp"))
+            self.assertRegex(out, r'shards.yaml:\d+: +- {name: PSD_K8S_SHARDS, value: "3"}')
+            # Again, and back: the same files as a first run gives.
+            before = {f: read(os.path.join(k8s, f)) for f in ("shards.yaml", "workers.yaml")}
+            self.assertEqual(set_shards(3, k8s)[0], 0)
+            for f, text in before.items():
+                self.assertEqual(read(os.path.join(k8s, f)), text, f)
+            self.assertEqual(set_shards(2, k8s)[0], 0)
+            self.assertEqual(kp.Manifests(k8s).shards["spec"]["completions"], 2)
+            for bad in ("0", "x", "4097", "07"):
+                rc, out = set_shards(bad, k8s)
+                self.assertEqual(rc, 2, bad)
+                self.assertIn("usage: set-shards.sh M [DIR]", out)
+            # The reshard pod derives the new shards' cluster.
+            self.assertEqual(set_shards(3, k8s)[0], 0)
+            m = kp.Manifests(k8s)
+            job = os.path.join(d, "job.json")
+            with open(job, "w") as f:
+                json.dump({"job": self.settings["job"]}, f)
+            envs = [dict(kp.env_of(m.container(m.shards)), HOSTNAME="psd-2",
+                         JOB_COMPLETION_INDEX="2"),
+                    dict(kp.env_of(m.container(m.reshard)),
+                         HOSTNAME=m.pod_spec(m.reshard)["hostname"])]
+            specs = []
+            for env in envs:
+                env = {k: v for k, v in env.items() if v}
+                r = print_spec("k8s", dict(env, POD_NAMESPACE="ml"), job)
+                self.assertEqual(r.returncode, 0, r.stderr)
+                specs.append(json.loads(r.stdout)["cluster"])
+            self.assertEqual(specs[0], specs[1])
+            self.assertEqual(len(specs[0]["ps"]), 3)
+
+
+@unittest.skipIf(yaml is None, "python3-yaml is not installed")
+class ReshardReplayTest(PodReplay):
+    """2 -> 3 shards as docs/reshard-deploy.md does it, each pod a process
+    (JobReplayTest's): set-shards.sh 2 puts the checkpoints on the claim;
+    both Jobs of 2 shards run and are deleted mid-epoch (SIGTERM to every
+    pod: each shard's final checkpoint on the claim); set-shards.sh 3; a shard of 3 started now refuses the 2-shard
+    checkpoint, naming psd --reshard; the reshard Job's pod restores it onto
+    3 and exits 0, the old layout kept beside; the Jobs of 3 shards resume
+    from the checkpoint's step and complete."""
+
+    def setUp(self):
+        super().setUp()
+        self.k8s = k8s_copy(self.d)
+
+    def run_jobs(self):
+        """Both Jobs of the current manifests, to completion: the shards'
+        outputs."""
+        shards = [self.start(p) for p in self.replay.shards]
+        for i, s in enumerate(shards):
+            line = s.wait_for("ready: listening on", timeout=60)
+            self.assertIn("shard %d of %d" % (i, len(shards)), line)
+        workers = [self.start(p) for p in self.replay.workers]
+        for w in workers:
+            self.assertEqual(w.wait(300), 0, w.output())
+        for s in shards:
+            self.assertEqual(s.wait(60), 0, s.output())
+            self.assertIn("(job.exit_when_done): stopping", s.output())
+        return [s.output() for s in shards]
+
+    def test_two_to_three_shards(self):
+        self.assertEqual(set_shards(2, self.k8s)[0], 0)
+        # 2 shards training two epochs, deleted (kubectl delete: SIGTERM
+        # to every pod at once) once worker 0 has logged step 40.
+        self.use(kp.Manifests(self.k8s), os.path.join(self.d, "two"),
+                 lambda doc: doc["job"].update(epochs=2, log_every=20))
+        shards = [self.start(p) for p in self.replay.shards]
+        for s in shards:
+            s.wait_for("ready: listening on", timeout=60)
+        workers = [self.start(p) for p in self.replay.workers]
+        workers[0].wait_for("step 40/", timeout=120)
+        for p in shards + workers:
+            p.p.send_signal(signal.SIGTERM)
+        for p in workers:
+            p.p.wait(60)
+        for s in shards:
+            self.assertEqual(s.p.wait(60), 0, s.output())
+            s.stop()
+            self.assertIn("checkpoint (at exit)", s.output())
+            self.assertNotIn("exit_when_done", s.output())
+        name = self.settings["job"]["name"]
+        claim = os.path.join(self.d, "claims", "psd-checkpoints")
+        self.assertEqual(sorted(os.listdir(os.path.join(claim, name))), ["ps-0", "ps-1"])
+
+        self.assertEqual(set_shards(3, self.k8s)[0], 0)
+        self.use(kp.Manifests(self.k8s), os.path.join(self.d, "three"))
+        early = self.start(self.replay.shards[0])
+        self.assertEqual(early.wait(60), 1, early.output())
+        self.assertIn("was written by a job of 2 shards; the spec has 3", early.output())
+        self.assertIn("psd --cluster SPEC --reshard", early.output())
+
+        pod = kp.Pod(self.m.reshard, "reshard", 0, self.replay.shards[0].addr,
+                     os.path.join(self.d, "three"))
+        self.make(pod, short_job)
+        r = self.start(pod)
+        self.assertEqual(r.wait(300), 0, r.output())
+        m = re.search(r"reshard: done in .* holds the checkpoint of step (\d+) for 3 "
+                      r"shards .* the 2-shard layout is kept in (\S+)", r.output())
+        self.assertTrue(m, r.output())
+        step = int(m.group(1))
+        self.assertGreater(step, 0)
+        self.assertEqual(sorted(os.listdir(os.path.join(claim, name))),
+                         ["ps-0", "ps-1", "ps-2"])
+        kept = [f for f in os.listdir(claim) if f.startswith(name + ".2-shards-")]
+        self.assertEqual(len(kept), 1, os.listdir(claim))
+        self.assertEqual(sorted(os.listdir(os.path.join(claim, kept[0]))), ["ps-0", "ps-1"])
+
+        for out in self.run_jobs():
+            self.assertIn("resumed from step %d" % step, out)
 
 
 def print_spec(cluster, env, job_file):

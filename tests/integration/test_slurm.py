@@ -8,7 +8,9 @@ deploy/slurm/psd-job.sbatch is submitted with sbatch: 2 shards and 2
 workers train the demo MLP of deploy/slurm/slurm-mlp.json as shipped (its
 ports moved to free ones), worker 0 reports at least the test accuracy
 README.md's example table states (test_examples.stated), and Slurm says the
-job COMPLETED. Every daemon it started is stopped by its PID. Run:
+job COMPLETED. Then 2 -> 3 shards between two allocations, as
+docs/reshard-deploy.md says (PSD_RESHARD=1: psd --reshard in the batch
+script before the step). Every daemon it started is stopped by its PID. Run:
 /usr/bin/python3 test_slurm.py BUILD_DIR"""
 import json
 import os
@@ -16,7 +18,6 @@ import pwd
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -323,6 +324,76 @@ class SlurmJobTest(unittest.TestCase):
         acc = float(kv["test_accuracy"])
         print("\nslurm job %s: test_accuracy=%.4f wall_s=%s" % (jobid, acc, kv["wall_s"]))
         stated("slurm-mlp.json").check(self, kv)
+
+    def submit(self, jobfile, sbatch_args=(), env=(), dworker_args=()):
+        """psd-job.sbatch JOB_FILE DWORKER_ARGS submitted with sbatch's
+        extra arguments and environment, waited for: (state, the job's
+        output, scontrol's line)."""
+        c = self.cluster
+        out = os.path.join(self.d, "psd-%j.out")
+        e = dict(c.env, PSLAUNCH=h.build_path("deploy", "pslaunch"), **dict(env))
+        r = subprocess.run(["sbatch", "--parsable", "--chdir=" + self.d,
+                            "--output=" + out, "--time=5"] + list(sbatch_args) +
+                           [h.build_path("deploy", "psd-job.sbatch"), jobfile] +
+                           list(dworker_args),
+                           env=e, capture_output=True, text=True, timeout=60)
+        self.assertEqual(r.returncode, 0, r.stderr + c.log("slurmctld"))
+        jobid = r.stdout.strip().split(";")[0]
+        done = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL",
+                "OUT_OF_MEMORY", "PREEMPTED", "BOOT_FAIL", "DEADLINE")
+        state = wait_until("job %s to end" % jobid,
+                           lambda: (self.job_state(jobid) or "") in done
+                           and self.job_state(jobid), JOB_DEADLINE_S)
+        with open(out.replace("%j", jobid)) as f:
+            text = f.read()
+        return state, text, c.scontrol("show", "job", jobid, "-o").stdout
+
+    def test_sbatch_reshard_2_to_3(self):
+        """docs/reshard-deploy.md under Slurm: a job of 2 shards that
+        checkpoints runs (60 steps), then the next allocation has 3 shards
+        and PSD_RESHARD=1: the batch script restores the checkpoint onto 3
+        (psd --reshard, once, before the step), the old layout kept beside
+        it, and the 3 shards resume from its step and the job completes."""
+        self.cluster.start()
+        with open(os.path.join(ROOT, "deploy", "slurm", "slurm-mlp.json")) as f:
+            job = json.load(f)
+        ckpt = os.path.join(self.d, "ckpt")
+        job["job"]["checkpoint"] = {"dir": ckpt}
+        name = job["job"]["name"]
+        jobfile = os.path.join(self.d, "job.json")
+        with open(jobfile, "w") as f:
+            json.dump(job, f)
+        short = ["--max-steps", "60"]
+
+        port = str(free_run(4))
+        state, text, info = self.submit(jobfile, env={"PSD_SLURM_PORT": port},
+                                        dworker_args=short)
+        self.assertEqual(state, "COMPLETED", info + text[-4000:])
+        self.assertNotIn("PSD_RESHARD=1", text)
+        self.assertEqual(sorted(os.listdir(os.path.join(ckpt, name))), ["ps-0", "ps-1"])
+
+        port = str(free_run(5))
+        # docs/reshard-deploy.md's command (and the port, moved to a free one).
+        state, text, info = self.submit(
+            jobfile, ["--ntasks=5", "--export=ALL,PSD_SLURM_PS=3,PSD_RESHARD=1"],
+            dworker_args=short, env={"PSD_SLURM_PORT": port})
+        self.assertEqual(state, "COMPLETED", info + text[-4000:])
+        m = re.search(r"reshard: done in .* holds the checkpoint of step (\d+) for 3 "
+                      r"shards .* the 2-shard layout is kept in (\S+)", text)
+        self.assertTrue(m, text[-4000:])
+        step = int(m.group(1))
+        self.assertGreater(step, 0)
+        # Before the step: the reshard's line comes before any shard's.
+        self.assertLess(text.index("reshard: done in"), text.index("ready: listening"))
+        for s in (0, 1, 2):
+            self.assertRegex(text, r"ps:%d\s*\| .*resumed from step %d" % (s, step))
+            self.assertRegex(text, r"ps:%d\s*\| .*ready: listening.*shard %d of 3"
+                             % (s, s))
+        self.assertEqual(sorted(os.listdir(os.path.join(ckpt, name))),
+                         ["ps-0", "ps-1", "ps-2"])
+        kept = [f for f in os.listdir(ckpt) if f.startswith(name + ".2-shards-")]
+        self.assertEqual(len(kept), 1, os.listdir(ckpt))
+        self.assertEqual(os.path.join(ckpt, kept[0]), m.group(2).rstrip(";,."))
 
 
 if __name__ == "__main__":
