@@ -244,16 +244,41 @@ out:
   return rc;
 }
 
-/* Puts aside what an earlier run left in root (a crash before or after its
- * swap): renamed, never removed, as it may hold the old layout. */
-static void set_aside_leftovers(const char *root, const char *job) {
-  char prefix[128], from[2200], to[2200];
+#define COMPLETE "COMPLETE" /* in a run's directory: its new layout is whole   \
+                             */
+
+/* Whether path exists. */
+static int exists(const char *path) {
+  struct stat st;
+  return stat(path, &st) == 0;
+}
+
+/* What an earlier run left in root (killed, or its machine down): a run
+ * killed between the two renames of the fallback swap left no job
+ * directory and its new layout whole: that swap is finished now. Anything
+ * else is renamed aside, never removed: it may hold the old layout. */
+static void finish_or_set_aside(const char *root, const char *job) {
+  char prefix[128], from[2200], to[2200], jobdir[1100];
   DIR *d = opendir(root);
   struct dirent *e;
   snprintf(prefix, sizeof prefix, ".reshard-%s-", job);
+  snprintf(jobdir, sizeof jobdir, "%s/%s", root, job);
   while (d && (e = readdir(d))) {
     if (strncmp(e->d_name, prefix, strlen(prefix)))
       continue;
+    snprintf(from, sizeof from, "%s/%s/" COMPLETE, root, e->d_name);
+    snprintf(to, sizeof to, "%s/%s/%s", root, e->d_name, job);
+    if (!exists(jobdir) && exists(from) && exists(to)) {
+      if (rename(to, jobdir) == 0) {
+        cm_warn("reshard: finished the swap an earlier --reshard began (it "
+                "stopped between its two renames): %s is its new layout",
+                jobdir);
+        psd__ckpt_sync_dir(root);
+      } else {
+        cm_error("reshard: cannot move %s to %s: %s", to, jobdir,
+                 strerror(errno));
+      }
+    }
     snprintf(from, sizeof from, "%s/%s", root, e->d_name);
     snprintf(to, sizeof to, "%s/%s.unfinished-reshard-%s", root, job,
              e->d_name + strlen(prefix));
@@ -266,16 +291,68 @@ static void set_aside_leftovers(const char *root, const char *job) {
     closedir(d);
 }
 
+/* Makes the checked new layout in tmp/<job> the job's directory, jobdir;
+ * the old one goes to kept. One rename (RENAME_EXCHANGE) where the file
+ * system has it; else two (NFS), with tmp/COMPLETE telling a later run or
+ * a starting shard that a missing jobdir is in tmp. *kept_ok: 1 the old
+ * layout is in kept, 0 it is in moved, -1 (failed) tmp must stay. */
+static int swap_in(const char *root, const char *tmp, const char *moved,
+                   const char *jobdir, const char *kept, int *kept_ok,
+                   char *err, size_t errlen) {
+  char mark[1200];
+  int fd;
+  snprintf(mark, sizeof mark, "%s/" COMPLETE, tmp);
+  if ((fd = open(mark, O_CREAT | O_WRONLY | O_CLOEXEC, 0600)) < 0 ||
+      fsync(fd) != 0 || psd__ckpt_sync_dir(moved) || psd__ckpt_sync_dir(tmp)) {
+    snprintf(err, errlen, "cannot mark %s complete: %s", tmp, strerror(errno));
+    if (fd >= 0)
+      close(fd);
+    return CM_EIO;
+  }
+  close(fd);
+  *kept_ok = 0;
+  if (renameat2(AT_FDCWD, moved, AT_FDCWD, jobdir, RENAME_EXCHANGE) == 0) {
+    psd__ckpt_sync_dir(tmp);
+    psd__ckpt_sync_dir(root);
+    *kept_ok = rename(moved, kept) == 0;
+    return 0;
+  }
+  if (errno != EINVAL && errno != ENOSYS && errno != EOPNOTSUPP) {
+    snprintf(err, errlen, "cannot swap %s for %s: %s", moved, jobdir,
+             strerror(errno));
+    return CM_EIO;
+  }
+  /* No exchange here: old aside, then new in place. */
+  if (rename(jobdir, kept) != 0) {
+    snprintf(err, errlen, "cannot rename %s to %s: %s", jobdir, kept,
+             strerror(errno));
+    return CM_EIO;
+  }
+  if (rename(moved, jobdir) != 0) {
+    snprintf(err, errlen, "cannot rename %s to %s: %s", moved, jobdir,
+             strerror(errno));
+    if (rename(kept, jobdir) != 0 && (*kept_ok = -1))
+      cm_error("reshard: and cannot put %s back as %s: %s; %s holds the "
+               "new layout, whole: run psd --reshard again to finish",
+               kept, jobdir, strerror(errno), moved);
+    return CM_EIO;
+  }
+  psd__ckpt_sync_dir(root);
+  *kept_ok = 1;
+  return 0;
+}
+
 int psd_reshard_run(const struct psd_reshard_opts *o,
                     struct psd_reshard_report *r, char *err, size_t errlen) {
   static struct psd__reshard_src src;
   char tmp[1100], jobdir[1100], moved[1200], size[32];
   double t0 = cm_mono_ms();
-  int made = 0, rc;
+  int made = 0, kept_ok = 0, rc;
 
   memset(r, 0, sizeof *r);
   memset(&src, 0, sizeof src);
   src.o = o;
+  finish_or_set_aside(o->root, o->job->name);
   if ((rc = find_old(&src, err, errlen)))
     return rc;
   r->from = src.n;
@@ -289,7 +366,6 @@ int psd_reshard_run(const struct psd_reshard_opts *o,
           src.n == 1 ? "" : "s", (unsigned long long)src.step,
           src.sync ? ", every shard's" : ", the largest shard's", o->nshards,
           o->nshards == 1 ? "" : "s");
-  set_aside_leftovers(o->root, o->job->name);
   snprintf(jobdir, sizeof jobdir, "%s/%s", o->root, o->job->name);
   snprintf(tmp, sizeof tmp, "%s/.reshard-%s-%ld", o->root, o->job->name,
            (long)getpid());
@@ -328,26 +404,22 @@ int psd_reshard_run(const struct psd_reshard_opts *o,
     if (rc)
       goto out;
   }
-  /* The swap: <root>/<job> becomes the new layout in one rename. */
+  /* The swap: <root>/<job> becomes the new layout. */
   snprintf(moved, sizeof moved, "%s/%s", tmp, o->job->name);
-  if (psd__ckpt_sync_dir(tmp) ||
-      renameat2(AT_FDCWD, moved, AT_FDCWD, jobdir, RENAME_EXCHANGE) != 0) {
-    snprintf(err, errlen, "cannot swap %s for %s: %s", moved, jobdir,
-             strerror(errno));
-    rc = CM_EIO;
-    goto out;
-  }
-  psd__ckpt_sync_dir(o->root);
   snprintf(r->kept, sizeof r->kept, "%s.%d-shards-%ld", jobdir, src.n,
            (long)time(NULL));
-  if (rename(moved, r->kept) != 0) {
+  if ((rc = swap_in(o->root, tmp, moved, jobdir, r->kept, &kept_ok, err,
+                    errlen))) {
+    made = kept_ok >= 0;
+    goto out;
+  }
+  if (!kept_ok) {
     cm_warn("reshard: the old layout stays in %s (cannot rename it to %s: "
             "%s)",
             moved, r->kept, strerror(errno));
     snprintf(r->kept, sizeof r->kept, "%s", moved);
     made = 0;
   }
-  psd__ckpt_sync_dir(o->root);
   rc = 0;
 out:
   if (made)
@@ -364,8 +436,27 @@ int psd_reshard_check(const char *root, const char *job, int nshards, char *err,
   int rc = 0;
 
   snprintf(dir, sizeof dir, "%s/%s", root, job);
-  if (!(d = opendir(dir)))
-    return 0;
+  if (!(d = opendir(dir))) {
+    /* No job directory: new, or a reshard stopped between two renames. */
+    char prefix[128], mark[2400];
+    snprintf(prefix, sizeof prefix, ".reshard-%s-", job);
+    if (!(d = opendir(root)))
+      return 0;
+    while (!rc && (e = readdir(d))) {
+      snprintf(mark, sizeof mark, "%s/%s/" COMPLETE, root, e->d_name);
+      if (!strncmp(e->d_name, prefix, strlen(prefix)) && exists(mark)) {
+        snprintf(err, errlen,
+                 "%s is missing and %s/%s holds the job's checkpoints, "
+                 "restored onto another shard count by a psd --reshard that "
+                 "stopped before it finished: run psd --cluster SPEC "
+                 "--reshard again to finish it",
+                 dir, root, e->d_name);
+        rc = CM_EEXIST;
+      }
+    }
+    closedir(d);
+    return rc;
+  }
   while (!rc && (e = readdir(d))) {
     char *end;
     long k;

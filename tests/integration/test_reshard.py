@@ -78,9 +78,9 @@ class ReshardBase(h.ProcTest):
             self.assertEqual(p.stop(signal.SIGTERM), 0, p.output()[-3000:])
             self.assertIn("checkpoint (at exit)", p.output())
 
-    def reshard(self, spec, *extra):
+    def reshard(self, spec, *extra, env=None):
         r = h.run([h.build_path("ps-server", "psd"), "--cluster", spec, "--reshard"]
-                  + list(extra), timeout=300)
+                  + list(extra), timeout=300, env=env)
         return r.returncode, r.stdout + r.stderr
 
     def reshard_ok(self, spec):
@@ -302,6 +302,78 @@ class ReshardTest(ReshardBase):
         self.assertEqual(sorted(os.listdir(os.path.join(root, "bad"))), ["ps-0"])
         after = read_job(root, "bad")
         self.assertEqual(before["steps"][0], after["steps"][0])
+
+
+# A file system without renameat2's RENAME_EXCHANGE (Linux's NFS client), and
+# a process that dies between the two renames psd falls back to there.
+SHIM = r"""
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+int renameat2(int a, const char *from, int b, const char *to, unsigned flags) {
+  (void)a; (void)from; (void)b; (void)to; (void)flags;
+  errno = EINVAL;
+  return -1;
+}
+int rename(const char *from, const char *to) {
+  static int (*real)(const char *, const char *);
+  const char *in = getenv("SHIM_DIE_IN"), *end = getenv("SHIM_DIE_END");
+  size_t n = strlen(from), m = end ? strlen(end) : 0;
+  if (in && end && strstr(from, in) && n >= m && !strcmp(from + n - m, end))
+    _exit(9);
+  if (!real)
+    real = (int (*)(const char *, const char *))dlsym(RTLD_NEXT, "rename");
+  return real(from, to);
+}
+"""
+
+
+class NoExchangeTest(ReshardBase):
+    def test_two_renames_and_a_death_between_them(self):
+        src = os.path.join(self.d, "shim.c")
+        with open(src, "w") as f:
+            f.write(SHIM)
+        so = os.path.join(self.d, "shim.so")
+        r = h.run(["cc", "-shared", "-fPIC", "-o", so, src, "-ldl"])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        pre = ":".join(p for p in (os.environ.get("LD_PRELOAD"), so) if p)
+        root = os.path.join(self.d, "ck")
+        job = {"name": "nx", "checkpoint": {"dir": root},
+               "tables": [{"name": "emb", "dim": 2}]}
+        s = specs(self.d, job, [2, 3], nworker=1)
+        ps = self.shards(s[2], 2)
+        c = psd.Client(s[2], None)
+        c.declare_table("emb", 2)
+        c.push_rows("emb", np.arange(1000, dtype=np.uint64), np.ones((1000, 2), np.float32))
+        c.close()
+        self.stop(ps)
+        before = read_job(root, "nx")
+        # No exchange: two renames, the same result.
+        rc, out = self.reshard(s[3], env={"LD_PRELOAD": pre})
+        self.assertEqual(rc, 0, out)
+        after = read_job(root, "nx")
+        self.assert_placed(after, 3)
+        self.assert_same_state(before, after)
+        # Dead between them: no job directory, the new layout whole beside it.
+        rc, out = self.reshard(s[2], env={"LD_PRELOAD": pre, "SHIM_DIE_IN": "/.reshard-nx-",
+                                                 "SHIM_DIE_END": "/nx"})
+        self.assertEqual(rc, 9, out)
+        self.assertFalse(os.path.exists(os.path.join(root, "nx")))
+        p = h.Proc([h.build_path("ps-server", "psd"), "--cluster", s[2], "--task", "ps:0"])
+        self.procs.append(p)
+        self.assertEqual(p.wait(timeout=60), 1, p.output())
+        self.assertIn("stopped before it finished: run psd --cluster SPEC --reshard again",
+                      p.output())
+        out = self.reshard_ok(s[2])
+        self.assertIn("finished the swap an earlier --reshard began", out)
+        after = read_job(root, "nx")
+        self.assert_placed(after, 2)
+        self.assert_same_state(before, after)
+        ps = self.shards(s[2], 2)
+        self.stop(ps)
 
 
 class ReshardCounterTest(ReshardBase):
