@@ -12,6 +12,7 @@
 
 #include "auth.h"
 #include "spec.h"
+#include "units.h"
 
 /* The --help text, with the periods and exit statuses it states. */
 static void usage(FILE *f) {
@@ -21,6 +22,7 @@ static void usage(FILE *f) {
       "           [--checkpoint-dir DIR] [--resume-step N]\n"
       "           [--metrics-listen HOST:PORT]\n"
       "       psd --cluster FILE --reshard [--checkpoint-dir DIR]\n"
+      "           [--reshard-memory MIB]\n"
       "\n"
       "Runs shard I of a psd job: holds its slices of the job's variables\n"
       "in memory and applies the workers' pushes with each variable's\n"
@@ -65,6 +67,11 @@ static void usage(FILE *f) {
       "                     the shards of the new count. The old layout is\n"
       "                     kept as <dir>/<job>.<N>-shards-<time>\n"
       "                     (docs/reshard.md)\n"
+      "  --reshard-memory MIB  the memory --reshard may hold at once "
+      "(default:\n"
+      "                     half of MemAvailable; give a container's limit\n"
+      "                     here): the fewer new shards fit, the more often\n"
+      "                     it reads the old ones\n"
       "  -h, --help         this text\n"
       "\n"
       "psd logs \"ready: listening on ...\" once it serves, after restoring\n"
@@ -134,6 +141,7 @@ enum psd_config psd_server_configure(struct psd_server *srv, int argc,
       {"resume-step", required_argument, 0, 'r'},
       {"metrics-listen", required_argument, 0, 'm'},
       {"reshard", no_argument, 0, 'R'},
+      {"reshard-memory", required_argument, 0, 'M'},
       {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0}};
   const char *cluster = NULL, *task = NULL, *listen = NULL, *metrics = NULL;
@@ -179,6 +187,18 @@ enum psd_config psd_server_configure(struct psd_server *srv, int argc,
     case 'R':
       srv->reshard = 1;
       break;
+    case 'M': {
+      long long mib;
+      if (cm_parse_int(optarg, 1, 1LL << 30, &mib)) {
+        fprintf(stderr,
+                "psd: --reshard-memory %s: expected MiB, a whole number "
+                "1..%lld\n",
+                optarg, 1LL << 30);
+        return PSD_CONFIG_BAD;
+      }
+      srv->reshard_memory = (uint64_t)mib << 20;
+      break;
+    }
     case 'h':
       usage(stdout);
       return PSD_CONFIG_HELP;
@@ -194,6 +214,10 @@ enum psd_config psd_server_configure(struct psd_server *srv, int argc,
   }
   if (!cluster) {
     fprintf(stderr, "psd: --cluster FILE is required (see psd --help)\n");
+    return PSD_CONFIG_BAD;
+  }
+  if (srv->reshard_memory && !srv->reshard) {
+    fprintf(stderr, "psd: --reshard-memory goes with --reshard\n");
     return PSD_CONFIG_BAD;
   }
   if (srv->reshard) {

@@ -83,6 +83,7 @@ struct psd_server {
   uint64_t resume_step;          /* its value */
   int reshard;                   /* --reshard: restore the job's checkpoint
                                     onto the spec's shard count, then exit */
+  uint64_t reshard_memory;       /* --reshard-memory in bytes, 0: default */
 
   /* Publications for serving (job.publish). */
   struct psd_publisher *publisher; /* owned, NULL when off */

@@ -1,7 +1,8 @@
 /* psd --reshard (reshard.h, reshard_internal.h): finds the old layout,
- * cuts each new shard (reshard_cut.c), writes its checkpoint into a
- * directory beside the job's, reads it back and checks it, then swaps the
- * job's directory for the new one in one rename. */
+ * cuts the new shards, as many per pass over the old ones as memory allows
+ * (reshard_cut.c), writes each one's checkpoint into a directory beside the
+ * job's, reads it back and checks it, then swaps the job's directory for
+ * the new one (reshard_dir.c). */
 #include "reshard.h"
 
 #include <dirent.h>
@@ -244,102 +245,72 @@ out:
   return rc;
 }
 
-#define COMPLETE "COMPLETE" /* in a run's directory: its new layout is whole   \
-                             */
-
-/* Whether path exists. */
-static int exists(const char *path) {
-  struct stat st;
-  return stat(path, &st) == 0;
-}
-
-/* What an earlier run left in root (killed, or its machine down): a run
- * killed between the two renames of the fallback swap left no job
- * directory and its new layout whole: that swap is finished now. Anything
- * else is renamed aside, never removed: it may hold the old layout. */
-static void finish_or_set_aside(const char *root, const char *job) {
-  char prefix[128], from[2200], to[2200], jobdir[1100];
-  DIR *d = opendir(root);
+/* Bytes of every file under dir (one level of subdirectories: a shard's
+ * checkpoint directories), 0 when it cannot be read. */
+static uint64_t bytes_under(const char *dir, int depth) {
+  DIR *d = opendir(dir);
   struct dirent *e;
-  snprintf(prefix, sizeof prefix, ".reshard-%s-", job);
-  snprintf(jobdir, sizeof jobdir, "%s/%s", root, job);
+  uint64_t n = 0;
   while (d && (e = readdir(d))) {
-    if (strncmp(e->d_name, prefix, strlen(prefix)))
+    char p[2200];
+    struct stat st;
+    if (e->d_name[0] == '.')
       continue;
-    snprintf(from, sizeof from, "%s/%s/" COMPLETE, root, e->d_name);
-    snprintf(to, sizeof to, "%s/%s/%s", root, e->d_name, job);
-    if (!exists(jobdir) && exists(from) && exists(to)) {
-      if (rename(to, jobdir) == 0) {
-        cm_warn("reshard: finished the swap an earlier --reshard began (it "
-                "stopped between its two renames): %s is its new layout",
-                jobdir);
-        psd__ckpt_sync_dir(root);
-      } else {
-        cm_error("reshard: cannot move %s to %s: %s", to, jobdir,
-                 strerror(errno));
-      }
-    }
-    snprintf(from, sizeof from, "%s/%s", root, e->d_name);
-    snprintf(to, sizeof to, "%s/%s.unfinished-reshard-%s", root, job,
-             e->d_name + strlen(prefix));
-    if (!rename(from, to))
-      cm_warn("reshard: %s was left by an earlier --reshard that stopped; "
-              "kept as %s (remove it once you do not need it)",
-              from, to);
+    snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+    if (stat(p, &st) != 0)
+      continue;
+    if (S_ISDIR(st.st_mode) && depth > 0)
+      n += bytes_under(p, depth - 1);
+    else if (S_ISREG(st.st_mode))
+      n += (uint64_t)st.st_size;
   }
   if (d)
     closedir(d);
+  return n;
 }
 
-/* Makes the checked new layout in tmp/<job> the job's directory, jobdir;
- * the old one goes to kept. One rename (RENAME_EXCHANGE) where the file
- * system has it; else two (NFS), with tmp/COMPLETE telling a later run or
- * a starting shard that a missing jobdir is in tmp. *kept_ok: 1 the old
- * layout is in kept, 0 it is in moved, -1 (failed) tmp must stay. */
-static int swap_in(const char *root, const char *tmp, const char *moved,
-                   const char *jobdir, const char *kept, int *kept_ok,
-                   char *err, size_t errlen) {
-  char mark[1200];
-  int fd;
-  snprintf(mark, sizeof mark, "%s/" COMPLETE, tmp);
-  if ((fd = open(mark, O_CREAT | O_WRONLY | O_CLOEXEC, 0600)) < 0 ||
-      fsync(fd) != 0 || psd__ckpt_sync_dir(moved) || psd__ckpt_sync_dir(tmp)) {
-    snprintf(err, errlen, "cannot mark %s complete: %s", tmp, strerror(errno));
-    if (fd >= 0)
-      close(fd);
-    return CM_EIO;
+/* The memory the kernel says is available (MemAvailable), 0 unknown. */
+static uint64_t mem_available(void) {
+  FILE *f = fopen("/proc/meminfo", "re");
+  char line[256];
+  unsigned long long kb = 0;
+  while (f && fgets(line, sizeof line, f))
+    if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1)
+      break;
+  if (f)
+    fclose(f);
+  return (uint64_t)kb << 10;
+}
+
+/* How many new shards one pass over the old ones cuts: all of them when
+ * they fit in half the available memory (each old shard is then read
+ * once), else fewer, down to one (each new shard reads every old one).
+ * The old shards' checkpoint directories (every checkpoint kept: more
+ * than the state) bound the state; a shard in memory takes about twice
+ * its bytes. */
+static int group_size(const struct psd__reshard_src *src) {
+  const struct psd_reshard_opts *o = src->o;
+  uint64_t disk = 0, m = (uint64_t)o->nshards;
+  uint64_t avail = o->memory ? 2 * o->memory : mem_available();
+  char dir[1200], a[32], b[32];
+  for (int k = 0; k < src->n; k++) {
+    snprintf(dir, sizeof dir, "%s/%s/ps-%d", o->root, o->job->name, k);
+    disk += bytes_under(dir, 1);
   }
-  close(fd);
-  *kept_ok = 0;
-  if (renameat2(AT_FDCWD, moved, AT_FDCWD, jobdir, RENAME_EXCHANGE) == 0) {
-    psd__ckpt_sync_dir(tmp);
-    psd__ckpt_sync_dir(root);
-    *kept_ok = rename(moved, kept) == 0;
-    return 0;
-  }
-  if (errno != EINVAL && errno != ENOSYS && errno != EOPNOTSUPP) {
-    snprintf(err, errlen, "cannot swap %s for %s: %s", moved, jobdir,
-             strerror(errno));
-    return CM_EIO;
-  }
-  /* No exchange here: old aside, then new in place. */
-  if (rename(jobdir, kept) != 0) {
-    snprintf(err, errlen, "cannot rename %s to %s: %s", jobdir, kept,
-             strerror(errno));
-    return CM_EIO;
-  }
-  if (rename(moved, jobdir) != 0) {
-    snprintf(err, errlen, "cannot rename %s to %s: %s", moved, jobdir,
-             strerror(errno));
-    if (rename(kept, jobdir) != 0 && (*kept_ok = -1))
-      cm_error("reshard: and cannot put %s back as %s: %s; %s holds the "
-               "new layout, whole: run psd --reshard again to finish",
-               kept, jobdir, strerror(errno), moved);
-    return CM_EIO;
-  }
-  psd__ckpt_sync_dir(root);
-  *kept_ok = 1;
-  return 0;
+  uint64_t old = 3 * disk / (uint64_t)src->n, each = 2 * disk / m + 1;
+  uint64_t g = avail / 2 > old ? (avail / 2 - old) / each : 1;
+  if (g < 1)
+    g = 1;
+  if (g > m)
+    g = m;
+  cm_info("reshard: the old shards' checkpoints take %s on disk, %s of "
+          "memory may be used (%s): %llu of the %d new shards per pass over "
+          "the old ones",
+          cm_fmt_bytes((double)disk, a, sizeof a),
+          cm_fmt_bytes((double)(avail / 2), b, sizeof b),
+          o->memory ? "--reshard-memory" : "half of MemAvailable",
+          (unsigned long long)g, o->nshards);
+  return (int)g;
 }
 
 int psd_reshard_run(const struct psd_reshard_opts *o,
@@ -352,7 +323,7 @@ int psd_reshard_run(const struct psd_reshard_opts *o,
   memset(r, 0, sizeof *r);
   memset(&src, 0, sizeof src);
   src.o = o;
-  finish_or_set_aside(o->root, o->job->name);
+  psd__reshard_tidy(o->root, o->job->name);
   if ((rc = find_old(&src, err, errlen)))
     return rc;
   r->from = src.n;
@@ -374,42 +345,54 @@ int psd_reshard_run(const struct psd_reshard_opts *o,
     return CM_EIO;
   }
   made = 1;
-  for (int i = 0; i < o->nshards; i++) {
-    struct psd__reshard_cut cut;
-    uint64_t bytes = 0;
-    double ts = cm_mono_ms();
-    if ((rc = psd__reshard_cut(&src, i, &cut, err, errlen)))
-      goto out;
-    rc = write_and_check(&src, tmp, &cut, &bytes, err, errlen);
-    if (!rc) {
-      r->rows += cut.rows;
-      r->rows_moved += cut.rows_moved;
-      r->elems += cut.elems;
-      r->elems_moved += cut.elems_moved;
-      r->bytes += bytes;
-      r->nvars = psd_store_count(cut.store) > r->nvars
-                     ? psd_store_count(cut.store)
-                     : r->nvars;
-      r->ntables = psd_tables_count(cut.tables);
-      cm_info("reshard: new ps-%d of %d: %llu table rows (%llu from another "
-              "shard index), %llu dense elements (%llu), %d variables; "
-              "written (%s), read back and checked in %.0f ms",
-              i, o->nshards, (unsigned long long)cut.rows,
-              (unsigned long long)cut.rows_moved, (unsigned long long)cut.elems,
-              (unsigned long long)cut.elems_moved, psd_store_count(cut.store),
-              cm_fmt_bytes((double)bytes, size, sizeof size),
-              cm_mono_ms() - ts);
-    }
-    psd__reshard_cut_free(&cut);
-    if (rc)
-      goto out;
+  int group = group_size(&src);
+  struct psd__reshard_cut *cuts = calloc(group, sizeof *cuts);
+  if (!cuts) {
+    rc = CM_ENOMEM;
+    snprintf(err, errlen, "out of memory");
+    goto out;
   }
+  for (int first = 0; first < o->nshards; first += group) {
+    int count = o->nshards - first < group ? o->nshards - first : group;
+    double ts = cm_mono_ms();
+    if ((rc = psd__reshard_cut(&src, first, count, cuts, err, errlen)))
+      break;
+    for (int j = 0; j < count; j++) {
+      struct psd__reshard_cut *cut = &cuts[j];
+      uint64_t bytes = 0;
+      if (!rc && !(rc = write_and_check(&src, tmp, cut, &bytes, err, errlen))) {
+        r->rows += cut->rows;
+        r->rows_moved += cut->rows_moved;
+        r->elems += cut->elems;
+        r->elems_moved += cut->elems_moved;
+        r->bytes += bytes;
+        if (psd_store_count(cut->store) > r->nvars)
+          r->nvars = psd_store_count(cut->store);
+        r->ntables = psd_tables_count(cut->tables);
+        cm_info(
+            "reshard: new ps-%d of %d: %llu table rows (%llu from "
+            "another shard index), %llu dense elements (%llu), %d "
+            "variables; written (%s), read back and checked (%.0f ms "
+            "since its pass began)",
+            cut->shard, o->nshards, (unsigned long long)cut->rows,
+            (unsigned long long)cut->rows_moved, (unsigned long long)cut->elems,
+            (unsigned long long)cut->elems_moved, psd_store_count(cut->store),
+            cm_fmt_bytes((double)bytes, size, sizeof size), cm_mono_ms() - ts);
+      }
+      psd__reshard_cut_free(cut);
+    }
+    if (rc)
+      break;
+  }
+  free(cuts);
+  if (rc)
+    goto out;
   /* The swap: <root>/<job> becomes the new layout. */
   snprintf(moved, sizeof moved, "%s/%s", tmp, o->job->name);
   snprintf(r->kept, sizeof r->kept, "%s.%d-shards-%ld", jobdir, src.n,
            (long)time(NULL));
-  if ((rc = swap_in(o->root, tmp, moved, jobdir, r->kept, &kept_ok, err,
-                    errlen))) {
+  if ((rc = psd__reshard_swap_in(o->root, tmp, moved, jobdir, r->kept, &kept_ok,
+                                 err, errlen))) {
     made = kept_ok >= 0;
     goto out;
   }
@@ -425,73 +408,5 @@ out:
   if (made)
     psd__ckpt_remove_tree(tmp);
   r->ms = cm_mono_ms() - t0;
-  return rc;
-}
-
-int psd_reshard_check(const char *root, const char *job, int nshards, char *err,
-                      size_t errlen) {
-  char dir[1100], mode[16], why[1200];
-  struct dirent *e;
-  DIR *d;
-  int rc = 0;
-
-  snprintf(dir, sizeof dir, "%s/%s", root, job);
-  if (!(d = opendir(dir))) {
-    /* No job directory: new, or a reshard stopped between two renames. */
-    char prefix[128], mark[2400];
-    snprintf(prefix, sizeof prefix, ".reshard-%s-", job);
-    if (!(d = opendir(root)))
-      return 0;
-    while (!rc && (e = readdir(d))) {
-      snprintf(mark, sizeof mark, "%s/%s/" COMPLETE, root, e->d_name);
-      if (!strncmp(e->d_name, prefix, strlen(prefix)) && exists(mark)) {
-        snprintf(err, errlen,
-                 "%s is missing and %s/%s holds the job's checkpoints, "
-                 "restored onto another shard count by a psd --reshard that "
-                 "stopped before it finished: run psd --cluster SPEC "
-                 "--reshard again to finish it",
-                 dir, root, e->d_name);
-        rc = CM_EEXIST;
-      }
-    }
-    closedir(d);
-    return rc;
-  }
-  while (!rc && (e = readdir(d))) {
-    char *end;
-    long k;
-    if (strncmp(e->d_name, "ps-", 3))
-      continue;
-    k = strtol(e->d_name + 3, &end, 10);
-    if (*end || end == e->d_name + 3 || k < 0 || k > 100000)
-      continue;
-    struct psd_ckpt_opts o = {.root = root,
-                              .job = job,
-                              .shard = (int)k,
-                              .nshards = nshards,
-                              .mode = "async",
-                              .optims = NULL,
-                              .read_only = 1};
-    struct cm_optim_set none;
-    struct psd_ckpt *c = NULL;
-    uint64_t step;
-    int n;
-    memset(&none, 0, sizeof none);
-    o.optims = &none;
-    if (psd_ckpt_new(&c, &o, why, sizeof why))
-      continue;
-    if (!psd_ckpt_peek(c, &step, &n, mode, sizeof mode, why, sizeof why) &&
-        n != nshards) {
-      snprintf(err, errlen,
-               "%s/ckpt-%010llu was written by a job of %d shard%s; the spec "
-               "has %d. Restore the checkpoint onto %d shards first: psd "
-               "--cluster SPEC --reshard (docs/reshard.md)",
-               psd_ckpt_dir(c), (unsigned long long)step, n, n == 1 ? "" : "s",
-               nshards, nshards);
-      rc = CM_EEXIST;
-    }
-    psd_ckpt_free(c);
-  }
-  closedir(d);
   return rc;
 }

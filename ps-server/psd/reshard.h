@@ -12,11 +12,12 @@
  * are copied bit for bit. Async checkpoints' tables of applied pushes are
  * not carried: the workers of the resharded job start anew.
  *
- * Memory: one old shard and one new shard at a time (each new shard reads
- * every old one: N x M loads). The new checkpoints are written into
- * <root>/.reshard-<job>-<pid>/<job>/, each read back and checked (every
- * tensor's CRC, every variable's rows, every table row's shard, and the
- * totals against the old ones), then swapped with <root>/<job> in one
+ * Memory: one old shard and as many new shards as fit in o->memory at a
+ * time: all M when they fit (each old shard read once), else fewer, down
+ * to one (each new shard reads every old one: N x M loads). The new checkpoints
+ * are written into <root>/.reshard-<job>-<pid>/<job>/, each read back and
+ * checked (every tensor's CRC, every variable's rows, every table row's shard,
+ * and the totals against the old ones), then swapped with <root>/<job> in one
  * rename (RENAME_EXCHANGE): a crash leaves either the old layout or the
  * new one, never a mix. The old one is kept beside it as
  * <root>/<job>.<N>-shards-<time>. Onto the same count it re-cuts all the
@@ -35,6 +36,8 @@ struct psd_reshard_opts {
   const struct cm_job *job; /* the spec's job (borrowed): name, mode,
                                optimizers, tables, seed, keep */
   int nshards;              /* M, the spec's shards */
+  uint64_t memory;          /* bytes it may hold at once; 0: half of
+                               MemAvailable (see psd_reshard_run) */
 };
 
 /* What a reshard did, for its closing lines and tests. */
@@ -55,10 +58,10 @@ struct psd_reshard_report {
 
 /* Restores the newest checkpoint of o->job under o->root onto o->nshards
  * shards (see above), saying what it does on the log. Returns 0; CM_ENOENT
- * when there is no checkpoint; CM_EFORMAT when an old shard's checkpoint is missing, damaged or
- * of another shard count, or the old shards disagree; CM_EIO, CM_ENOMEM.
- * err says which, naming the directory. On failure <root>/<job> is
- * untouched. */
+ * when there is no checkpoint; CM_EFORMAT when an old shard's checkpoint is
+ * missing, damaged or of another shard count, or the old shards disagree;
+ * CM_EIO, CM_ENOMEM. err says which, naming the directory. On failure
+ * <root>/<job> is untouched. */
 int psd_reshard_run(const struct psd_reshard_opts *o,
                     struct psd_reshard_report *r, char *err, size_t errlen);
 

@@ -125,66 +125,87 @@ static void gather_copy(struct gather *g, const struct psd_var *v, int k,
     cut->elems_moved += len;
 }
 
-/* Copies the rows of old table t (of old shard k) whose ids new shard
- * `shard` of m holds into the new shard's table of that name. */
-static int cut_table(struct psd__reshard_cut *cut, struct psd_table *t, int k,
-                     int m, char *err, size_t errlen) {
+/* Copies the rows of old table t (of old shard k) into the tables of the
+ * same name of the new shards cuts[0..count), each the rows whose id it
+ * holds among m: one snapshot of t, each row copied once. */
+static int cut_table(struct psd__reshard_cut *cuts, int count,
+                     struct psd_table *t, int k, int m, char *err,
+                     size_t errlen) {
   const struct cm_table_conf *conf = psd_table_conf(t);
-  struct psd_table *nt = NULL;
   struct psd_table_snap *all = NULL, mine;
   struct psd_table_stats ts;
-  int created = 0, rc;
+  int *to = NULL, rc;
 
-  if ((rc = psd_tables_declare(cut->tables, conf->name, conf->dim,
-                               conf->id_bound, &nt, &created, err, errlen)))
-    return rc;
-  if (psd_table_nstate(nt) != psd_table_nstate(t)) {
-    snprintf(err, errlen,
-             "table '%s': old shard %d's rows carry %u state floats; the "
-             "spec's optimizer for it %u",
-             conf->name, k, psd_table_nstate(t), psd_table_nstate(nt));
-    return CM_EFORMAT;
+  if ((rc = psd_table_snapshot(t, 0, &all)) ||
+      !(to = malloc((all->nrows + 1) * sizeof *to))) {
+    rc = CM_ENOMEM;
+    goto out;
   }
-  if ((rc = psd_table_snapshot(t, 0, &all)))
-    return rc;
-  memset(&mine, 0, sizeof mine);
-  mine.dim = all->dim;
-  mine.nstate = all->nstate;
-  mine.delta = 1; /* upsert: the rows of every old shard are added */
-  size_t n = 0;
-  for (size_t i = 0; i < all->nrows; i++) {
-    if (psd_table_shard_of(all->ids[i], m) != cut->shard)
-      continue;
-    /* Compacted in place: row n of all is row i's. */
-    all->ids[n] = all->ids[i];
-    all->stats[n] = all->stats[i];
-    memmove(all->values + n * all->dim, all->values + i * all->dim,
-            all->dim * sizeof(float));
-    if (all->nstate)
-      memmove(all->state + n * all->nstate, all->state + i * all->nstate,
-              all->nstate * sizeof(float));
-    n++;
-  }
-  mine.nrows = n;
-  mine.ids = all->ids;
-  mine.stats = all->stats;
-  mine.values = all->values;
-  mine.state = all->state;
-  rc = psd_table_restore(nt, &mine);
-  cut->rows += n;
-  if (k != cut->shard)
-    cut->rows_moved += n;
-  /* The table's version (pushes applied): the largest of its pieces. */
+  for (size_t i = 0; i < all->nrows; i++)
+    to[i] = psd_table_shard_of(all->ids[i], m);
   psd_table_stats(t, &ts);
-  {
+  for (int j = 0; j < count; j++) {
+    struct psd__reshard_cut *cut = &cuts[j];
+    struct psd_table *nt = NULL;
     struct psd_table_stats now;
+    size_t n = 0, dim = all->dim, ns = all->nstate;
+    int created = 0;
+    if ((rc = psd_tables_declare(cut->tables, conf->name, conf->dim,
+                                 conf->id_bound, &nt, &created, err, errlen)))
+      goto out;
+    if (psd_table_nstate(nt) != psd_table_nstate(t)) {
+      snprintf(err, errlen,
+               "table '%s': old shard %d's rows carry %u state floats; the "
+               "spec's optimizer for it %u",
+               conf->name, k, psd_table_nstate(t), psd_table_nstate(nt));
+      rc = CM_EFORMAT;
+      goto out;
+    }
+    for (size_t i = 0; i < all->nrows; i++)
+      n += to[i] == cut->shard;
+    memset(&mine, 0, sizeof mine);
+    mine.dim = all->dim;
+    mine.nstate = all->nstate;
+    mine.delta = 1; /* upsert: the rows of every old shard are added */
+    mine.ids = malloc(n * sizeof *mine.ids + 1);
+    mine.stats = malloc(n * sizeof *mine.stats + 1);
+    mine.values = malloc(n * dim * sizeof(float) + 1);
+    mine.state = malloc(n * ns * sizeof(float) + 1);
+    if (!mine.ids || !mine.stats || !mine.values || !mine.state) {
+      rc = CM_ENOMEM;
+    } else {
+      for (size_t i = 0; i < all->nrows; i++) {
+        if (to[i] != cut->shard)
+          continue;
+        mine.ids[mine.nrows] = all->ids[i];
+        mine.stats[mine.nrows] = all->stats[i];
+        memcpy(mine.values + mine.nrows * dim, all->values + i * dim,
+               dim * sizeof(float));
+        memcpy(mine.state + mine.nrows * ns, all->state + i * ns,
+               ns * sizeof(float));
+        mine.nrows++;
+      }
+      rc = psd_table_restore(nt, &mine);
+    }
+    free(mine.ids);
+    free(mine.stats);
+    free(mine.values);
+    free(mine.state);
+    if (rc)
+      goto out;
+    cut->rows += n;
+    if (k != cut->shard)
+      cut->rows_moved += n;
+    /* The table's version (pushes applied): the largest of its pieces. */
     psd_table_stats(nt, &now);
     if (ts.pushes > now.pushes)
       psd_table_set_pushes(nt, ts.pushes);
   }
-  psd_table_snap_free(all);
-  if (rc)
+out:
+  if (rc == CM_ENOMEM)
     snprintf(err, errlen, "table '%s': out of memory", conf->name);
+  free(to);
+  psd_table_snap_free(all);
   return rc;
 }
 
@@ -235,45 +256,61 @@ static int make_vars(struct psd__reshard_cut *cut, struct gather *g, int n,
   return 0;
 }
 
-int psd__reshard_cut(const struct psd__reshard_src *src, int shard,
+/* A new shard's variables while its rows are gathered. */
+struct gathers {
+  struct gather *g; /* owned */
+  int n, cap;       /* used, allocated */
+};
+
+int psd__reshard_cut(const struct psd__reshard_src *src, int first, int count,
                      struct psd__reshard_cut *out, char *err, size_t errlen) {
   const struct cm_job *job = src->o->job;
-  int m = src->o->nshards, n = 0, cap = 0, rc;
-  struct gather *g = NULL;
+  int m = src->o->nshards, rc = 0;
+  struct gathers *gs = calloc(count, sizeof *gs);
 
-  memset(out, 0, sizeof *out);
-  out->shard = shard;
-  if ((rc = psd_store_new(&out->store, shard, m, &job->optim)) ||
-      (rc = psd_tables_new(&out->tables, job->tables, job->ntables,
-                           &job->table_defaults, job->seed, err, errlen)))
-    goto out;
-  for (int k = 0; k < src->n; k++) {
+  memset(out, 0, count * sizeof *out);
+  if (!gs)
+    return CM_ENOMEM;
+  for (int j = 0; !rc && j < count; j++) {
+    out[j].shard = first + j;
+    if (!(rc = psd_store_new(&out[j].store, first + j, m, &job->optim)))
+      rc = psd_tables_new(&out[j].tables, job->tables, job->ntables,
+                          &job->table_defaults, job->seed, err, errlen);
+  }
+  /* Each old shard loaded once for the whole group. */
+  for (int k = 0; !rc && k < src->n; k++) {
     struct psd_store *old = NULL;
     struct psd_tables *ots = NULL;
     if ((rc = psd__reshard_load(src, k, &old, &ots, err, errlen)))
-      goto out;
+      break;
     for (int i = 0; !rc && i < psd_store_count(old); i++) {
       struct psd_var *v = psd_store_at(old, i);
-      struct gather *x;
-      if (!(rc = gather_of(&g, &n, &cap, v, src->n, m, shard, &x)) && x)
-        gather_copy(x, v, k, shard, out);
+      for (int j = 0; !rc && j < count; j++) {
+        struct gather *x;
+        if (!(rc = gather_of(&gs[j].g, &gs[j].n, &gs[j].cap, v, src->n, m,
+                             first + j, &x)) &&
+            x)
+          gather_copy(x, v, k, first + j, &out[j]);
+      }
     }
     for (int i = 0; !rc && i < psd_tables_count(ots); i++)
-      rc = cut_table(out, psd_tables_at(ots, i), k, m, err, errlen);
+      rc = cut_table(out, count, psd_tables_at(ots, i), k, m, err, errlen);
     psd_store_free(old);
     psd_tables_free(ots);
-    if (rc)
-      goto out;
   }
-  rc = make_vars(out, g, n, err, errlen);
-out:
+  for (int j = 0; !rc && j < count; j++)
+    rc = make_vars(&out[j], gs[j].g, gs[j].n, err, errlen);
   if (rc == CM_ENOMEM)
-    snprintf(err, errlen, "out of memory cutting new shard %d", shard);
-  for (int i = 0; i < n; i++)
-    gather_free(&g[i]);
-  free(g);
-  if (rc)
-    psd__reshard_cut_free(out);
+    snprintf(err, errlen, "out of memory cutting new shards %d..%d", first,
+             first + count - 1);
+  for (int j = 0; j < count; j++) {
+    for (int i = 0; i < gs[j].n; i++)
+      gather_free(&gs[j].g[i]);
+    free(gs[j].g);
+    if (rc)
+      psd__reshard_cut_free(&out[j]);
+  }
+  free(gs);
   return rc;
 }
 

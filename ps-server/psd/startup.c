@@ -58,8 +58,10 @@ enum psd_exit psd_server_reshard(struct psd_server *srv) {
              "--checkpoint-dir or STATE_DIRECTORY)");
     return PSD_EXIT_USAGE;
   }
-  struct psd_reshard_opts o = {
-      .root = root, .job = &srv->spec->job, .nshards = srv->spec->nps};
+  struct psd_reshard_opts o = {.root = root,
+                               .job = &srv->spec->job,
+                               .nshards = srv->spec->nps,
+                               .memory = srv->reshard_memory};
   if (psd_reshard_run(&o, &r, err, sizeof err)) {
     cm_error("--reshard: %s; %s/%s is unchanged", err, root,
              srv->spec->job.name);
