@@ -35,10 +35,10 @@ Counted (each rate is counted work over the wall time measured for it):
 Lines: `bench reshard migrate` (rates, medians, per-round values),
 `bench reshard downtime` (stop, reshard and start against restart's stop
 and start), `bench reshard where` (from --reshard's own timestamped log,
-medians: its "done in" time; load_old_s, the time its new shards spent
-loading the old shards' checkpoints, each new shard all of them;
-cut_write_check_s, cutting, writing, reading back and checking; and each
-new shard's ms, per round), and the `bench reshard:` summary.
+medians: its "done in" time; load_old_s, the time it spent loading the old
+shards' checkpoints, each once when every new shard fits in memory (one
+pass); cut_write_check_s, cutting, writing, reading back and checking; and
+each new shard's ms since its pass began, per round), and the `bench reshard:` summary.
 
 Run: /usr/bin/python3 tests/bench/bench_reshard.py BUILD_DIR [--rows N] [--rounds R]
 Exit: 0 when it ran, 1 on a failure (a process that exited non-zero or
@@ -259,40 +259,40 @@ def parse_reshard(out):
     [each new shard's cut+write+check ms])."""
     m = re.search(r"(\d+) of (\d+) table rows and (\d+) of (\d+) dense elements moved", out)
     done = re.search(r"reshard: done in ([\d.]+) s", out)
-    shards = [float(x) for x in re.findall(r"read back and checked in (\d+) ms", out)]
+    shards = [float(x) for x in re.findall(r"read back and checked \((\d+) ms since", out)]
     if not m or not done:
         raise Failed("psd --reshard printed no totals: %s" % tail(out))
     return int(m.group(2)), int(m.group(4)), float(done.group(1)), shards, int(m.group(1))
 
 
 def phases(out, nold):
-    """From --reshard's timestamped log (one table): seconds spent loading
-    the old shards' checkpoints (each new shard loads all nold of them:
-    from the line before to the nold-th "restored" line) and cutting,
-    writing, reading back and checking (from there to the new shard's
-    "read back and checked" line); None when the lines are not there."""
+    """From --reshard's timestamped log (one table, one pass over the old
+    shards): seconds spent loading the old shards' checkpoints (from the
+    "per pass" line to the nold-th "restored" line after it) and cutting,
+    writing, reading back and checking (from there to the last new shard's
+    line); None when the lines are not there or it took several passes."""
     def secs(line):
         m = re.match(r"(\d\d):(\d\d):(\d\d\.\d+) ", line)
         return int(m.group(1)) * 3600 + int(m.group(2)) * 60 + float(m.group(3)) if m else None
-    load = rest = 0.0
-    last, loads = None, 0
+    start = loaded = end = None
+    loads = passes = 0
     for line in out.splitlines():
         t = secs(line)
         if t is None:
             continue
-        if "reshard: job '" in line:
-            last, loads = t, 0
-        elif "restored from" in line and last is not None:
+        if "new shards per pass" in line:
+            start = t
+            m = re.search(r": (\d+) of the (\d+) new shards per pass", line)
+            passes = 1 if m and m.group(1) == m.group(2) else 2
+        elif "restored from" in line and start is not None and loaded is None:
             loads += 1
             if loads == nold:
-                load += t - last
-                last = t
-        elif "read back and checked in" in line and last is not None:
-            if loads != nold + 1:
-                return None
-            rest += t - last
-            last, loads = t, 0
-    return (load, rest) if last is not None and rest > 0 else None
+                loaded = t
+        elif re.search(r"reshard: new ps-\d+ of", line) and loaded is not None:
+            end = t
+    if passes != 1 or end is None:
+        return None
+    return loaded - start, end - loaded
 
 
 def med(xs):
