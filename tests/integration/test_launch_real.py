@@ -1,5 +1,7 @@
 """pslaunch with the real psd and dworker (test_launch.py checks the launcher
-alone, with fakes), on short jobs of the softmax model:
+alone, with fakes), on short jobs of the MLP model (its first layer is split
+across both shards, so every push reaches both and each shard's step counts
+them all; the softmax model's two small variables may both hash to one):
 
 - pslaunch killed with SIGKILL: its shards still get SIGTERM (the parent-death
   signal each child asked for), write their final checkpoint, remove their
@@ -39,7 +41,7 @@ class PartialLaunchTest(h.ProcTest):
         with the shards' PIDs."""
         ports = h.free_ports(3)
         self.ps = ["127.0.0.1:%d" % p for p in ports[:2]]
-        spec = {"name": self.job, "model": "softmax", "data_dir": DATA,
+        spec = {"name": self.job, "model": "mlp", "data_dir": DATA,
                 "epochs": 1, "batch_size": 64, "seed": 1,
                 "sync": {"mode": "async"}, "log_every": 10,
                 "checkpoint": {"dir": self.ckpt}}

@@ -293,23 +293,7 @@ class SlurmJobTest(unittest.TestCase):
         jobfile = os.path.join(self.d, "job.json")
         with open(jobfile, "w") as f:
             json.dump(job, f)
-        out = os.path.join(self.d, "psd-%j.out")
-        env = dict(c.env, PSLAUNCH=h.build_path("deploy", "pslaunch"),
-                   PSD_SLURM_PORT=str(free_run(4)))
-        r = subprocess.run(["sbatch", "--parsable", "--chdir=" + self.d,
-                            "--output=" + out, "--time=5",
-                            h.build_path("deploy", "psd-job.sbatch"), jobfile],
-                           env=env, capture_output=True, text=True, timeout=60)
-        self.assertEqual(r.returncode, 0, r.stderr + c.log("slurmctld"))
-        jobid = r.stdout.strip().split(";")[0]
-        done = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL",
-                "OUT_OF_MEMORY", "PREEMPTED", "BOOT_FAIL", "DEADLINE")
-        state = wait_until("job %s to end" % jobid,
-                           lambda: (self.job_state(jobid) or "") in done
-                           and self.job_state(jobid), JOB_DEADLINE_S)
-        with open(out.replace("%j", jobid)) as f:
-            text = f.read()
-        info = c.scontrol("show", "job", jobid, "-o").stdout
+        state, text, info = self.submit(jobfile, env={"PSD_SLURM_PORT": str(free_run(4))})
         self.assertEqual(state, "COMPLETED", info + text[-4000:] + c.log("slurmd"))
         self.assertIn("ExitCode=0:0", info)
         # The spec the batch script derived: 2 shards, 2 workers, this node.
@@ -322,6 +306,7 @@ class SlurmJobTest(unittest.TestCase):
         self.assertEqual(kv["epochs"], str(epochs))
         h.assert_job_accounting(self, text, epochs, 2)
         acc = float(kv["test_accuracy"])
+        jobid = re.search(r"\bJobId=(\d+)", info).group(1)
         print("\nslurm job %s: test_accuracy=%.4f wall_s=%s" % (jobid, acc, kv["wall_s"]))
         stated("slurm-mlp.json").check(self, kv)
 
