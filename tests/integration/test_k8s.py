@@ -487,7 +487,7 @@ class ReshardReplayTest(PodReplay):
             self.assertEqual(s.p.wait(60), 0, s.output())
             s.stop()
             self.assertIn("checkpoint (at exit)", s.output())
-            self.assertNotIn("exit_when_done", s.output())
+            self.assertNotIn("(job.exit_when_done): stopping", s.output())
         name = self.settings["job"]["name"]
         claim = os.path.join(self.d, "claims", "psd-checkpoints")
         self.assertEqual(sorted(os.listdir(os.path.join(claim, name))), ["ps-0", "ps-1"])
