@@ -184,6 +184,7 @@ class ReshardTest(ReshardBase):
             c.declare("w", (300, 300), init="uniform", init_scale=0.1)  # split
             c.declare("b", (10,))  # whole, on the shard its name hashes to
             c.declare_table("emb", 4)
+            c.declare_table("extra", 3)  # not in job.tables: the defaults
             w = np.empty((300, 300), np.float32)
             b = np.empty(10, np.float32)
             for k in range(3):
@@ -191,6 +192,7 @@ class ReshardTest(ReshardBase):
                 c.push(["w", "b"], [rng.standard_normal((300, 300)).astype(np.float32),
                                     rng.standard_normal(10).astype(np.float32)])
                 c.push_rows("emb", ids, rng.standard_normal((500, 4)).astype(np.float32))
+                c.push_rows("extra", ids[:50], np.ones((50, 3), np.float32))
             c.pull(["w", "b"], [w, b])
             return w, b
         finally:
@@ -225,6 +227,7 @@ class ReshardTest(ReshardBase):
         self.assertEqual(before["placement"]["w"], -1)
         ids = np.array(sorted(before["tables"]["emb"]), np.uint64)
         self.assertEqual(len(ids), 1500)
+        self.assertEqual(len(before["tables"]["extra"]), 150)
         for n in (3, 1):
             # Onto 3 one new shard per pass (each reads both old ones), as
             # when memory is short; onto 1 in one pass.
@@ -232,7 +235,7 @@ class ReshardTest(ReshardBase):
             self.assertIn("1 of the %d new shards per pass" % n, out)
             self.assertIn("the async checkpoint of %d shards" % before["nshards"], out)
             moved = re.search(r"(\d+) of (\d+) table rows and (\d+) of (\d+) dense", out)
-            self.assertEqual(int(moved.group(2)), 1500, out)
+            self.assertEqual(int(moved.group(2)), 1650, out)
             self.assertGreater(int(moved.group(1)), 0, out)
             self.assertEqual(int(moved.group(4)), 300 * 300 + 10, out)
             after = read_job(root, "as")
