@@ -48,8 +48,8 @@ struct psd_ckpt_opts {
   int keep;                          /* checkpoints kept, >= 1 */
   int has_resume_step;  /* 1: load the newest at or below resume_step */
   uint64_t resume_step; /* (psd --resume-step) */
-  int read_only; /* 1: only read (psd --reshard reading the old shards):
-                    nothing is made, cleaned or set aside */
+  int read_only;        /* 1: only read (psd --reshard reading the old shards):
+                           nothing is made, cleaned or set aside */
 };
 
 /* What one write or load did. */

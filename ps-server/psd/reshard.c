@@ -20,6 +20,7 @@
 #include "clock.h"
 #include "err.h"
 #include "log.h"
+#include "meminfo.h"
 #include "reshard_internal.h"
 #include "table.h"
 #include "units.h"
@@ -269,19 +270,6 @@ static uint64_t bytes_under(const char *dir, int depth) {
   return n;
 }
 
-/* The memory the kernel says is available (MemAvailable), 0 unknown. */
-static uint64_t mem_available(void) {
-  FILE *f = fopen("/proc/meminfo", "re");
-  char line[256];
-  unsigned long long kb = 0;
-  while (f && fgets(line, sizeof line, f))
-    if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1)
-      break;
-  if (f)
-    fclose(f);
-  return (uint64_t)kb << 10;
-}
-
 /* How many new shards one pass over the old ones cuts: all of them when
  * they fit in half the available memory (each old shard is then read
  * once), else fewer, down to one (each new shard reads every old one).
@@ -291,7 +279,9 @@ static uint64_t mem_available(void) {
 static int group_size(const struct psd__reshard_src *src) {
   const struct psd_reshard_opts *o = src->o;
   uint64_t disk = 0, m = (uint64_t)o->nshards;
-  uint64_t avail = o->memory ? 2 * o->memory : mem_available();
+  uint64_t avail = o->memory ? 2 * o->memory : cm_mem_available();
+  if (avail == UINT64_MAX) /* unknown: one new shard per pass */
+    avail = 0;
   char dir[1200], a[32], b[32];
   for (int k = 0; k < src->n; k++) {
     snprintf(dir, sizeof dir, "%s/%s/ps-%d", o->root, o->job->name, k);

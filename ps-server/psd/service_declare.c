@@ -19,27 +19,10 @@
 #include "clock.h"
 #include "err.h"
 #include "log.h"
+#include "meminfo.h"
 #include "optjson.h"
 #include "shard.h"
 #include "units.h"
-
-/* Memory the kernel says it can give without swapping (MemAvailable), in
- * bytes; UINT64_MAX when it cannot be read. */
-static uint64_t mem_available(void) {
-  char line[256];
-  unsigned long long kib;
-  uint64_t bytes = UINT64_MAX;
-  FILE *f = fopen("/proc/meminfo", "r");
-  if (!f)
-    return bytes;
-  while (fgets(line, sizeof line, f))
-    if (sscanf(line, "MemAvailable: %llu kB", &kib) == 1) {
-      bytes = (uint64_t)kib * 1024;
-      break;
-    }
-  fclose(f);
-  return bytes;
-}
 
 /* Orders positions in a Declare's vars by name (qsort_r context). */
 static int cmp_spec_name(const void *a, const void *b, void *ctx) {
@@ -268,7 +251,7 @@ static int check_declare(struct psd_service *svc, struct cm_rpc_call *call,
   /* Memory is taken lazily and touched by the initial values: a variable
    * that fits the machine but not what is free now would be killed, not
    * refused. */
-  uint64_t avail = mem_available();
+  uint64_t avail = cm_mem_available();
   if (need > avail) {
     psd__fail(svc, call, GRPC_STATUS_RESOURCE_EXHAUSTED,
               "Declare: the new variables need %s on shard %d (values and "
