@@ -467,7 +467,8 @@ void cm__parse_job(struct cm__errs *e, json_t *root, int nworker,
                                      "tensorboard_dir",
                                      "metrics_listen",
                                      "exit_when_done",
-                                     "publish"};
+                                     "publish",
+                                     "shards"};
   static const char *const models[] = {"softmax", "mlp", "cnn", "ctr", NULL};
   static const char *const nonfinite[] = {"reject", "skip", "apply", NULL};
   static const char *const dtypes[] = {"f32", "bf16", NULL};
@@ -501,6 +502,8 @@ void cm__parse_job(struct cm__errs *e, json_t *root, int nworker,
   cm__opt_bool(e, job, "job", "unix_sockets", &out->unix_sockets);
   cm__opt_bool(e, job, "job", "shared_memory", &out->shared_memory);
   cm__opt_bool(e, job, "job", "exit_when_done", &out->exit_when_done);
+  /* At most cluster.ps's count: checked in cm_spec_parse, which knows it. */
+  cm__opt_int(e, job, "job", "shards", 1, INT_MAX, &out->shards);
   parse_socket_owner(e, job, out);
   parse_channels(e, job, out);
   /* Settings of one model given with another are a mistake, not noise. */

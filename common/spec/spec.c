@@ -89,6 +89,10 @@ int cm_spec_parse(const char *json, size_t len, const char *source,
     }
   }
   cm__parse_job(&e, root, spec->nworker, &spec->job);
+  if (spec->job.shards > spec->nps)
+    cm__report(&e, "job.shards",
+               "%d shards, but cluster.ps lists %d addresses; expected 1..%d",
+               spec->job.shards, spec->nps, spec->nps);
   cm__parse_auth(&e, root, &spec->auth);
   if ((rc = cm__parse_metrics(&e, root, spec)) < 0)
     goto out;

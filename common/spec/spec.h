@@ -177,6 +177,11 @@ struct cm_job {
    * finished, so an engine waiting for every process of the job (a
    * Kubernetes Job, a TFJob) sees it complete */
   int exit_when_done;
+  /* "job.shards" in 1..nps, default 0 (= nps): the shards a new job starts
+   * with; the others stand by for a live reshard (psctl reshard). A job
+   * that has a checkpoint keeps the count of its layout instead
+   * (docs/reshard.md "Live") */
+  int shards;
   /* "job.socket_owner": a user name or numeric uid (a JSON string, or an
    * integer 0..4294967294) whose same-host sockets clients trust besides
    * their own user's and root's (common/rpc/endpoint.h); "" = none */
