@@ -114,7 +114,15 @@ static int check_layout(const struct cm_request_host *host,
                         const char *what) {
   const struct cm_request_self *me = host->self;
   int standby;
+  static const char *const data[] = {"Declare",    "Pull",       "Push",
+                                     "SparsePull", "SparsePush", "Commit",
+                                     "Rollback"};
+  int is_data = 0;
   if (!host->check_layout || !me || me->nshards <= 0)
+    return 0;
+  for (size_t i = 0; i < sizeof data / sizeof data[0]; i++)
+    is_data |= !strcmp(what, data[i]);
+  if (!is_data) /* Status and the admin calls answer in any layout */
     return 0;
   standby = me->shard >= me->nshards;
   if (!standby && (!caller->shards || (caller->layout == me->layout &&

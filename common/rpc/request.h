@@ -58,7 +58,9 @@ struct cm_request_host {
   void (*refuse)(void *ctx, struct cm_rpc_call *call, grpc_status_code code,
                  const char *msg);
   void *ctx; /* passed to refuse */
-  /* 1: a data service: a caller that planned its call for another layout
+  /* 1: a data service: a Data call (Declare, Pull, Push, SparsePull,
+   * SparsePush, Commit, Rollback; not Status or the admin calls) whose
+   * caller planned it for another layout
    * (Caller.layout, Caller.shards), or any caller of a shard outside its
    * layout, is answered FAILED_PRECONDITION "layout moved: ps:I holds
    * layout V of M shards; ..." so that the client re-plans. */
