@@ -58,6 +58,15 @@ struct psd_worker_info {
   double step_sum;                           /* their sum, seconds */
 };
 
+/* Sync, a live reshard's step boundary (live.h): the step open now, whose
+ * commit the reshard waits for (pulls of that version are held), and how
+ * many workers are live. */
+uint64_t psd_coord_open_step(struct psd_coord *c, int *live);
+
+/* Waits until every shard has committed `step`, up to ms. Returns 1 when
+ * it has, 0 when not (time out, or psd stops). */
+int psd_coord_wait_committed(struct psd_coord *c, uint64_t step, int ms);
+
 /* Borrows spec (which must outlive it); nshards is the layout's shard count
  * (1..spec->nps). Opens channels to every address of the spec but sends
  * nothing yet. */

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "clock.h"
 #include "coord_internal.h"
@@ -501,4 +502,27 @@ int psd_coord_cut(struct psd_coord *c, uint64_t *step, char *err, size_t len) {
             (unsigned long long)*step,
             live ? " when it commits it" : " now (no worker is live)");
   return rc;
+}
+
+uint64_t psd_coord_open_step(struct psd_coord *c, int *live) {
+  uint64_t open;
+  pthread_mutex_lock(&c->lock);
+  open = c->open;
+  *live = live_count(c);
+  pthread_mutex_unlock(&c->lock);
+  return open;
+}
+
+int psd_coord_wait_committed(struct psd_coord *c, uint64_t step, int ms) {
+  double until = cm_mono_ms() + ms;
+  int done = 0, stop = 0;
+  while (!done && !stop && cm_mono_ms() < until) {
+    pthread_mutex_lock(&c->lock);
+    done = c->committed >= step;
+    stop = c->stopping;
+    pthread_mutex_unlock(&c->lock);
+    if (!done && !stop)
+      usleep(10 * 1000);
+  }
+  return done;
 }

@@ -21,6 +21,7 @@
 
 #include "auth.h"
 #include "clock.h"
+#include "coord.h"
 #include "err.h"
 #include "log.h"
 #include "ps.pb-c.h"
@@ -28,6 +29,7 @@
 #include "reshard.h"
 #include "rpc.h"
 #include "rpc_client.h"
+#include "service.h"
 #include "spec.h"
 
 #define LIVE_CALL_MS 3000    /* each check and prepare call's deadline */
@@ -210,19 +212,20 @@ static grpc_status_code prepare_shards(struct psd_server *srv, int n,
   req.prepare = 1;
   req.layout = v;
   req.shards = m;
+  grpc_status_code first = GRPC_STATUS_OK;
+  /* Every shard is told, past a failure: one told stops and comes back,
+   * even when the reshard is aborted. */
   for (int s = 1; s < n; s++) {
     struct cm_unary u;
     call_shard(srv, s, "/psd.v1.Admin/Reshard", &req.base, &u);
-    if (u.status != GRPC_STATUS_OK) {
-      grpc_status_code st = u.status;
+    if (u.status != GRPC_STATUS_OK && first == GRPC_STATUS_OK) {
+      first = u.status;
       snprintf(msg, len, "ps:%d (%s) did not take the reshard (%s: %s)", s,
                srv->spec->ps[s].text, cm_rpc_status_name(u.status), u.details);
-      cm_unary_release(&u);
-      return st;
     }
     cm_unary_release(&u);
   }
-  return GRPC_STATUS_OK;
+  return first;
 }
 
 /* Marks this shard as stopping for layout v of m shards, and stops it. */
@@ -240,6 +243,80 @@ static void arm(struct psd_live *l, const char *plan, uint64_t v, int m) {
            (unsigned long long)v, m);
   pthread_mutex_unlock(&l->lock);
   uv_async_send(&l->wake);
+}
+
+/* A reshard ps:0 has accepted, carried out on a thread of its own (a
+ * handler must not wait for the step it holds). */
+struct go {
+  struct psd_live *l; /* borrowed */
+  char plan[1200];    /* its plan directory */
+  uint64_t v;         /* the layout version it makes */
+  int m, n, most;     /* shards after, before, and the larger */
+};
+
+/* Sync: holds every old shard's pulls of the open step's version and later
+ * (hold), then waits for that step's commit, so that the shards stop
+ * between two steps with every worker waiting for a pull, its next batch
+ * unread. Returns 0, or -1 with msg. */
+static int hold_step(struct psd_server *srv, const struct go *g, char *msg,
+                     size_t len) {
+  Psd__V1__Caller caller = self_caller(srv);
+  Psd__V1__ReshardRequest req = PSD__V1__RESHARD_REQUEST__INIT;
+  int live;
+  uint64_t open = psd_coord_open_step(srv->coord, &live);
+  req.caller = &caller;
+  req.hold = open;
+  req.layout = g->v;
+  for (int s = 1; s < g->n; s++) {
+    struct cm_unary u;
+    call_shard(srv, s, "/psd.v1.Admin/Reshard", &req.base, &u);
+    if (u.status != GRPC_STATUS_OK) {
+      snprintf(msg, len, "ps:%d (%s) did not hold step %llu (%s: %s)", s,
+               srv->spec->ps[s].text, (unsigned long long)open,
+               cm_rpc_status_name(u.status), u.details);
+      cm_unary_release(&u);
+      return -1;
+    }
+    cm_unary_release(&u);
+  }
+  psd_service_hold(srv->service, open);
+  if (!live)
+    return 0;
+  cm_info("reshard: pulls past step %llu are held; waiting for its commit",
+          (unsigned long long)open);
+  if (!psd_coord_wait_committed(srv->coord, open, LIVE_MARK_WAIT_S * 1000))
+    cm_warn("reshard: step %llu did not commit within %d s: the shards stop "
+            "anyway, and the job rolls back to the step they checkpoint",
+            (unsigned long long)open, LIVE_MARK_WAIT_S);
+  return 0;
+}
+
+static void *go_thread(void *arg) {
+  struct go *g = arg;
+  struct psd_live *l = g->l;
+  struct psd_server *srv = l->srv;
+  char msg[1400] = "", res[1600];
+  int ok = 1;
+  if (srv->coord && psd_service_steps(srv->service) &&
+      hold_step(srv, g, msg, sizeof msg))
+    ok = 0;
+  if (ok && prepare_shards(srv, g->most, g->v, g->m, msg, sizeof msg) !=
+                GRPC_STATUS_OK)
+    ok = 0;
+  if (!ok) {
+    snprintf(res, sizeof res,
+             "aborted: %s; the job stays in layout %llu of %d shards", msg,
+             (unsigned long long)srv->layout, g->n);
+    cm_error("reshard: %s", res);
+    if (put(g->plan, "result", res))
+      cm_error("reshard: cannot write %s/result: %s", g->plan, strerror(errno));
+    /* Shards told to hold or stop must stop and come back. */
+    prepare_shards(srv, g->most, g->v, g->m, msg, sizeof msg);
+  }
+  /* ps:0 stops and comes back too, aborted or not, as the others do. */
+  arm(l, g->plan, g->v, g->m);
+  free(g);
+  return NULL;
 }
 
 /* ps:0: a reshard asked for by psctl. */
@@ -299,23 +376,29 @@ static void on_request(struct psd_live *l, struct cm_rpc_call *call,
     st = GRPC_STATUS_INTERNAL;
     goto refuse;
   }
-  if ((st = prepare_shards(srv, most, v, m, msg, sizeof msg)) !=
-      GRPC_STATUS_OK) {
-    char res[1600];
-    snprintf(res, sizeof res, "aborted: %s", msg);
-    put(plan, "result", res); /* the shards told stop, and come back */
-    snprintf(msg + strlen(msg), sizeof msg - strlen(msg),
-             "; the reshard is aborted, and the shards told to stop start "
-             "again in layout %llu",
-             (unsigned long long)srv->layout);
+  struct go *g = calloc(1, sizeof *g);
+  pthread_t t;
+  if (!g) {
+    snprintf(msg, sizeof msg, "out of memory; nothing changed");
+    st = GRPC_STATUS_RESOURCE_EXHAUSTED;
+    remove_plan(plan);
     goto refuse;
   }
+  *g = (struct go){.l = l, .v = v, .m = m, .n = n, .most = most};
+  snprintf(g->plan, sizeof g->plan, "%s", plan);
+  if (pthread_create(&t, NULL, go_thread, g)) {
+    free(g);
+    remove_plan(plan);
+    snprintf(msg, sizeof msg, "cannot start a thread; nothing changed");
+    st = GRPC_STATUS_RESOURCE_EXHAUSTED;
+    goto refuse;
+  }
+  pthread_detach(t);
   cm_info("reshard: %s, asked by %s: every shard of both layouts stops "
           "(final checkpoints), this shard cuts the checkpoint onto %d "
           "shards, and each starts again in layout %llu",
           text, req->caller->worker ? req->caller->worker : "a caller", m,
           (unsigned long long)v);
-  arm(l, plan, v, m);
   resp.layout = v;
   resp.from = n;
   resp.to = m;
@@ -348,8 +431,17 @@ static void on_reshard(struct cm_rpc_call *call, grpc_byte_buffer *bb,
     cm_rpc_fail(call, GRPC_STATUS_FAILED_PRECONDITION,
                 "Reshard goes to ps:0 (%s), the coordinator; this is ps:%d",
                 srv->spec->ps[0].text, srv->shard);
-  } else if (!req->prepare) {
+  } else if (!req->prepare && !req->hold) {
     on_request(l, call, req);
+  } else if (req->hold && srv->shard != 0 && req->layout == srv->layout + 1) {
+    Psd__V1__ReshardResponse resp = PSD__V1__RESHARD_RESPONSE__INIT;
+    psd_service_hold(srv->service, req->hold);
+    cm_info("reshard: pulls of version %llu and later are held (ps:0 stops "
+            "the job between two steps)",
+            (unsigned long long)req->hold);
+    resp.layout = req->layout;
+    resp.message = "held";
+    cm_rpc_reply(call, cm_rpc_pack(&resp.base));
   } else if (srv->shard == 0 || !srv->root[0] ||
              req->layout != srv->layout + 1 || req->shards < 1 ||
              req->shards > srv->spec->nps) {
@@ -365,12 +457,12 @@ static void on_reshard(struct cm_rpc_call *call, grpc_byte_buffer *bb,
     cm_info("reshard: ps:0 asks this shard to stop for layout %llu of %d "
             "shards",
             (unsigned long long)req->layout, req->shards);
-    arm(l, plan, req->layout, req->shards);
     resp.layout = req->layout;
     resp.from = srv->nshards;
     resp.to = req->shards;
     resp.message = "stopping for the reshard";
     cm_rpc_reply(call, cm_rpc_pack(&resp.base));
+    arm(l, plan, req->layout, req->shards); /* after the answer */
   }
   cm_request_free(&req->base);
 }
@@ -441,6 +533,8 @@ static void cut(struct psd_live *l) {
   double from = cm_mono_ms(), said = from;
   int missing = 0;
 
+  if (get(l->plan, "result", res, sizeof res) == 0)
+    return; /* aborted before the shards stopped for it */
   for (int s = 1; s < l->from; s++) {
     while (get(l->plan, (snprintf(mark, sizeof mark, "ps-%d", s), mark), res,
                sizeof res) == CM_ENOENT) {

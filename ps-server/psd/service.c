@@ -113,6 +113,12 @@ void psd_service_set_limits(struct psd_service *svc,
         pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page : UINT64_MAX;
 }
 
+void psd_service_hold(struct psd_service *svc, uint64_t at) {
+  pthread_mutex_lock(&svc->park_lock);
+  svc->hold_at = at;
+  pthread_mutex_unlock(&svc->park_lock);
+}
+
 void psd_service_set_reshard_note(struct psd_service *svc,
                                   void (*note)(void *ctx, char *buf,
                                                size_t len),

@@ -63,6 +63,11 @@ struct cm_request_self;
 void psd_service_set_self(struct psd_service *svc,
                           const struct cm_request_self *self);
 
+/* Sync, a live reshard's step boundary (live.h): from now on every pull of
+ * version >= at stays parked until psd stops (then it is answered
+ * UNAVAILABLE, and retried). */
+void psd_service_hold(struct psd_service *svc, uint64_t at);
+
 /* Status's `reshard` text comes from note(ctx, buf, len) (live.h); NULL:
  * none. */
 void psd_service_set_reshard_note(struct psd_service *svc,

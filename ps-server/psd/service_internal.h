@@ -76,6 +76,9 @@ struct psd_service {
   void (*reshard_note)(void *ctx, char *buf, size_t len); /* Status's
                                     reshard text (live.h), or NULL */
   void *reshard_ctx;               /* passed to reshard_note */
+  uint64_t hold_at;                /* sync, a reshard's step boundary: pulls
+                                      of version >= hold_at stay parked
+                                      (0: none); under park_lock */
   pthread_mutex_t park_lock;       /* guards parked, nparked and stopped */
   int stopped;                     /* psd_service_stop: no pull parks now */
   struct psd__parked_pull *parked; /* pulls waiting for a version */

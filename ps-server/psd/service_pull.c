@@ -381,7 +381,8 @@ int psd__park(struct psd_service *svc, struct cm_rpc_call *call,
       psd__fail(svc, call, GRPC_STATUS_UNAVAILABLE, "psd is shutting down");
       return -1;
     }
-    if (version < min_version || want_gen > gen) {
+    if (version < min_version || want_gen > gen ||
+        (svc->hold_at && min_version >= svc->hold_at)) {
       struct psd__parked_pull *p = NULL;
       if (svc->nparked >= PSD_MAX_PARKED)
         full = 1;
@@ -443,7 +444,8 @@ void psd__pull_release_parked(struct psd_service *svc, int stopping) {
   for (struct psd__parked_pull **pp = &svc->parked; *pp;) {
     struct psd__parked_pull *p = *pp;
     if (stopping || p->gen < gen ||
-        (p->gen == gen && p->min_version <= version)) {
+        (p->gen == gen && p->min_version <= version &&
+         !(svc->hold_at && p->min_version >= svc->hold_at))) {
       *pp = p->next;
       p->next = ready;
       ready = p;

@@ -174,8 +174,11 @@ class LiveReshardTest(LiveBase):
         first = h.Proc([h.build_path("ps-server", "psctl"), "--cluster", s[3], "reshard",
                         "--shards", "3"])
         self.procs.append(first)
-        ps[1].wait_for("reshard: ps:0 asks this shard to stop")
+        # Killed once they answered ps:0 and stopped taking calls: ps:1 with
+        # its final checkpoint written, ps:2 (which has none) at its stop.
+        ps[1].wait_for("checkpoint (at exit)")
         ps[1].stop(signal.SIGKILL)
+        ps[2].wait_for("no checkpoint written at exit")
         ps[2].stop(signal.SIGKILL)
         rc, out = self.psctl_reshard(s[3], 3)
         self.assertEqual(rc, 1, out)
