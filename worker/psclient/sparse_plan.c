@@ -283,7 +283,7 @@ int psc__sparse_regroup(struct psc__scall *sc, int nshards,
     per = per ? per : 1;
     for (int s = 0; s < nshards; s++) {
       struct psc__smsg *cur = NULL;
-      for (int k = t; k < sc->nmsgs; k++) {
+      for (int k = 0; k < sc->nmsgs; k++) {
         const struct psc__smsg *m = &sc->msgs[k];
         if (!m->pending || m->r != mt->r)
           continue;
