@@ -91,6 +91,11 @@ json_t *cm_status_json(const Psd__V1__StatusResponse *resp) {
   json_object_set_new(root, "rollback_step",
                       json_integer((json_int_t)resp->rollback_step));
   json_object_set_new(root, "resumed", json_boolean(resp->resumed));
+  /* The layout (docs/reshard.md "Live"). */
+  json_object_set_new(root, "layout", json_integer((json_int_t)resp->layout));
+  json_object_set_new(root, "standby", json_boolean(resp->standby));
+  json_object_set_new(root, "reshard",
+                      json_string(resp->reshard ? resp->reshard : ""));
   { /* hex: JSON integers stop at 2^63 */
     char boot[17];
     snprintf(boot, sizeof boot, "%016llx", (unsigned long long)resp->boot);

@@ -105,6 +105,41 @@ static int check_boot(const struct cm_request_host *host,
   return -1;
 }
 
+/* A data call planned for another layout than the one this shard holds, or
+ * any data call to a shard outside its layout (standing by): the client
+ * re-plans on this answer, whose first words it reads (libpsclient's
+ * relayout). Returns 0 or refuses the call and returns -1. */
+static int check_layout(const struct cm_request_host *host,
+                        struct cm_rpc_call *call, const Psd__V1__Caller *caller,
+                        const char *what) {
+  const struct cm_request_self *me = host->self;
+  int standby;
+  static const char *const data[] = {"Declare",    "Pull",       "Push",
+                                     "SparsePull", "SparsePush", "Commit",
+                                     "Rollback"};
+  int is_data = 0;
+  if (!host->check_layout || !me || me->nshards <= 0)
+    return 0;
+  for (size_t i = 0; i < sizeof data / sizeof data[0]; i++)
+    is_data |= !strcmp(what, data[i]);
+  if (!is_data) /* Status and the admin calls answer in any layout */
+    return 0;
+  standby = me->shard >= me->nshards;
+  if (!standby && (!caller->shards || (caller->layout == me->layout &&
+                                       caller->shards == me->nshards)))
+    return 0;
+  cm_request_refuse(
+      host, call, GRPC_STATUS_FAILED_PRECONDITION,
+      "layout moved: ps:%d holds layout %llu of %d shard%s; %s was planned "
+      "for layout %llu of %d shard%s%s (the job was resharded: psctl "
+      "reshard); the client re-plans and calls again",
+      me->shard, (unsigned long long)me->layout, me->nshards,
+      me->nshards == 1 ? "" : "s", what, (unsigned long long)caller->layout,
+      caller->shards, caller->shards == 1 ? "" : "s",
+      standby ? ", and this shard stands by outside the layout" : "");
+  return -1;
+}
+
 ProtobufCMessage *cm_request_open(const struct cm_request_host *host,
                                   struct cm_rpc_call *call,
                                   grpc_byte_buffer *bb,
@@ -145,7 +180,8 @@ ProtobufCMessage *cm_request_open(const struct cm_request_host *host,
                       caller->job, host->name, host->job);
     goto refused;
   }
-  if (check_spec(host, call, caller) || check_boot(host, call, caller))
+  if (check_spec(host, call, caller) || check_boot(host, call, caller) ||
+      check_layout(host, call, caller, what))
     goto refused;
   return msg;
 refused:

@@ -42,6 +42,9 @@ struct cm_request_self {
   int resumed;          /* 1: it restored a checkpoint when it started */
   const char *ckpt_dir; /* its checkpoint directory, "" when checkpoints
                            are off; borrowed */
+  uint64_t layout;      /* the job's layout version as this shard holds it
+                           (docs/reshard.md "Live") */
+  int nshards;          /* that layout's shard count; 0: not checked */
 };
 
 /* How a server names itself in refusals, and how it answers them. */
@@ -55,6 +58,13 @@ struct cm_request_host {
   void (*refuse)(void *ctx, struct cm_rpc_call *call, grpc_status_code code,
                  const char *msg);
   void *ctx; /* passed to refuse */
+  /* 1: a data service: a Data call (Declare, Pull, Push, SparsePull,
+   * SparsePush, Commit, Rollback; not Status or the admin calls) whose
+   * caller planned it for another layout
+   * (Caller.layout, Caller.shards), or any caller of a shard outside its
+   * layout, is answered FAILED_PRECONDITION "layout moved: ps:I holds
+   * layout V of M shards; ..." so that the client re-plans. */
+  int check_layout;
   /* Checked against every caller's spec fingerprint and boot id; NULL:
    * only the job is checked (unit tests, the fuzzer). Borrowed: it must
    * outlive the server. */

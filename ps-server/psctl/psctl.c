@@ -87,6 +87,13 @@ static const struct command commands[] = {
      "evicts TABLE's rows by its eviction rules now, on every shard\n"
      "(rows untouched for eviction.after_steps, or pushed fewer than\n"
      "eviction.min_count times); prints the rows evicted and left"},
+    {"reshard", psctl_cmd_reshard, 0, "--shards M",
+     "changes the running job's shard count to M (1..the spec's\n"
+     "cluster.ps addresses; the shards past the count stand by): ps:0\n"
+     "checks the request, every shard stops (final checkpoint), ps:0 cuts\n"
+     "the checkpoint onto M shards, and every shard starts again in the\n"
+     "new layout; workers wait and re-plan. Prints each shard as it\n"
+     "comes up; exit 1 when refused or aborted (the job keeps its layout)"},
     {"serving", psctl_cmd_serving, 0, "",
      "every serving task (cluster.serve): its training shard, the\n"
      "publication version its lookups reflect and that version's step,\n"
@@ -124,6 +131,7 @@ static void usage(FILE *f) {
           "  --slots         export: the optimizer's slots too\n"
           "  --ids A,B,C     get TABLE: the rows with these ids (decimal u64)\n"
           "  --top K         top: how many rows (default 10)\n"
+          "  --shards M      reshard: the new shard count\n"
           "\n"
           "Exit status: 0 every shard answered, 1 a shard did not (it is\n"
           "named; what the others answered is printed) or a variable does\n"
@@ -305,20 +313,23 @@ int main(int argc, char **argv) {
     OPT_SLOTS,
     OPT_OUT,
     OPT_IDS,
-    OPT_TOP
+    OPT_TOP,
+    OPT_SHARDS
   };
-  static const struct option opts[] = {{"cluster", required_argument, 0, 'c'},
-                                       {"json", no_argument, 0, 'j'},
-                                       {"timeout", required_argument, 0, 't'},
-                                       {"rows", required_argument, 0, OPT_ROWS},
-                                       {"stats", no_argument, 0, OPT_STATS},
-                                       {"wait", no_argument, 0, OPT_WAIT},
-                                       {"slots", no_argument, 0, OPT_SLOTS},
-                                       {"out", required_argument, 0, OPT_OUT},
-                                       {"ids", required_argument, 0, OPT_IDS},
-                                       {"top", required_argument, 0, OPT_TOP},
-                                       {"help", no_argument, 0, 'h'},
-                                       {0, 0, 0, 0}};
+  static const struct option opts[] = {
+      {"cluster", required_argument, 0, 'c'},
+      {"json", no_argument, 0, 'j'},
+      {"timeout", required_argument, 0, 't'},
+      {"rows", required_argument, 0, OPT_ROWS},
+      {"stats", no_argument, 0, OPT_STATS},
+      {"wait", no_argument, 0, OPT_WAIT},
+      {"slots", no_argument, 0, OPT_SLOTS},
+      {"out", required_argument, 0, OPT_OUT},
+      {"ids", required_argument, 0, OPT_IDS},
+      {"top", required_argument, 0, OPT_TOP},
+      {"shards", required_argument, 0, OPT_SHARDS},
+      {"help", no_argument, 0, 'h'},
+      {0, 0, 0, 0}};
   const char *cluster = NULL;
   const struct command *cmd = NULL;
   struct cm_spec *spec = NULL;
@@ -369,6 +380,14 @@ int main(int argc, char **argv) {
       }
       p.top = (int)n;
       break;
+    case OPT_SHARDS:
+      if (cm_parse_int(optarg, 1, INT_MAX, &n)) {
+        fprintf(stderr, "psctl: --shards takes a shard count >= 1, not '%s'\n",
+                optarg);
+        return PSCTL_EXIT_USAGE;
+      }
+      p.shards = (int)n;
+      break;
     case 'h':
       usage(stdout);
       return 0;
@@ -400,6 +419,11 @@ int main(int argc, char **argv) {
     fprintf(stderr,
             "psctl: --wait belongs to 'checkpoint', --out and --slots "
             "to 'export', not '%s'\n",
+            cmd->name);
+    return PSCTL_EXIT_USAGE;
+  }
+  if (p.shards && cmd->run != psctl_cmd_reshard) {
+    fprintf(stderr, "psctl: --shards belongs to 'reshard', not '%s'\n",
             cmd->name);
     return PSCTL_EXIT_USAGE;
   }

@@ -47,6 +47,7 @@ struct psctl {
   uint64_t *idv;    /* them parsed (owned; main frees it), NULL without */
   size_t nids;      /* entries in idv */
   int top;          /* top --top K, 0: the default */
+  int shards;       /* reshard --shards M, 0: not given */
   int timeout_ms;   /* the deadline of each call (--timeout, else 5000) */
 };
 
@@ -63,6 +64,7 @@ int psctl_cmd_tables(struct psctl *p);     /* tables.c */
 int psctl_cmd_top(struct psctl *p);        /* tables.c */
 int psctl_cmd_shrink(struct psctl *p);     /* tables.c */
 int psctl_cmd_serving(struct psctl *p);    /* serving.c */
+int psctl_cmd_reshard(struct psctl *p);    /* reshard.c */
 /* get TABLE --ids and export TABLE --out: get and export hand over */
 int psctl_table_get(struct psctl *p);    /* tables.c */
 int psctl_table_export(struct psctl *p); /* tables.c */

@@ -113,7 +113,7 @@ int psd_ckpt_list(struct psd_ckpt *c, uint64_t *steps, int max) {
 }
 
 int psd_ckpt_peek(struct psd_ckpt *c, uint64_t *step, int *nshards, char *mode,
-                  size_t modelen, char *err, size_t errlen) {
+                  size_t modelen, uint64_t *layout, char *err, size_t errlen) {
   char dir[1100], path[1200];
   json_error_t jerr;
   if (psd_ckpt_list(c, step, 1) < 1)
@@ -130,6 +130,8 @@ int psd_ckpt_peek(struct psd_ckpt *c, uint64_t *step, int *nshards, char *mode,
     return CM_EFORMAT;
   }
   *nshards = (int)json_integer_value(n);
+  if (layout)
+    *layout = (uint64_t)json_integer_value(json_object_get(m, "layout"));
   snprintf(mode, modelen, "%s", md ? md : "async");
   json_decref(m);
   return 0;
@@ -161,6 +163,7 @@ int psd_ckpt_new(struct psd_ckpt **out, const struct psd_ckpt_opts *o,
   snprintf(c->mode, sizeof c->mode, "%s", o->mode);
   c->shard = o->shard;
   c->nshards = o->nshards;
+  c->layout = o->layout;
   c->optims = *o->optims;
   c->keep = o->keep > 0 ? o->keep : 1;
   c->has_max = o->has_resume_step;

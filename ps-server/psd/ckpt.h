@@ -50,6 +50,8 @@ struct psd_ckpt_opts {
   uint64_t resume_step; /* (psd --resume-step) */
   int read_only;        /* 1: only read (psd --reshard reading the old shards):
                            nothing is made, cleaned or set aside */
+  uint64_t layout;      /* the layout version its manifests record (0: none
+                           recorded; docs/reshard.md "Live") */
 };
 
 /* What one write or load did. */
@@ -130,11 +132,12 @@ int psd_ckpt_restore(struct psd_ckpt *c, uint64_t step, struct psd_store *store,
                      struct psd_ckpt_result *res, char *err, size_t errlen);
 
 /* What the newest checkpoint's manifest says of who wrote it, unverified
- * (psd --reshard and its check at start): *step, *nshards, and mode
- * ("sync"/"async", modelen bytes). Returns 0, CM_ENOENT when there is no
- * checkpoint, CM_EFORMAT when its manifest cannot be read (err says why). */
+ * (psd --reshard and the layout found at start): *step, *nshards, mode
+ * ("sync"/"async", modelen bytes) and, when layout is not NULL, *layout (0
+ * when not recorded). Returns 0, CM_ENOENT when there is no checkpoint,
+ * CM_EFORMAT when its manifest cannot be read (err says why). */
 int psd_ckpt_peek(struct psd_ckpt *c, uint64_t *step, int *nshards, char *mode,
-                  size_t modelen, char *err, size_t errlen);
+                  size_t modelen, uint64_t *layout, char *err, size_t errlen);
 
 /* Steps of the newest checkpoints present, newest first; returns how many
  * (at most max). For status and the choice of a rollback step. */

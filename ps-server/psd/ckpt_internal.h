@@ -59,6 +59,7 @@ struct psd_ckpt {
   char job[64];               /* job name */
   int shard;                  /* this shard */
   int nshards;                /* shards in the job */
+  uint64_t layout;            /* layout version its manifests record */
   char mode[16];              /* "sync" or "async" */
   struct cm_optim_set optims; /* the job's: each variable's, checked on load */
   int keep;                   /* checkpoints kept */

@@ -365,6 +365,11 @@ int psd_ckpt_write(struct psd_ckpt *c, struct psd_store *store,
       "file", PSD__CKPT_SHARD_FILE, "file_bytes", (json_int_t)bytes, "vars",
       vars);
   vars = NULL; /* m owns it, or json_pack freed it */
+  if (m && c->layout &&
+      json_object_set_new(m, "layout", json_integer((json_int_t)c->layout))) {
+    json_decref(m);
+    m = NULL;
+  }
   if (m && dedup_json) {
     res->clients = (int)json_array_size(dedup_json);
     rc = json_object_set_new(m, "dedup", dedup_json) ? CM_ENOMEM : 0;

@@ -22,7 +22,7 @@ static void usage(FILE *f) {
       "           [--checkpoint-dir DIR] [--resume-step N]\n"
       "           [--metrics-listen HOST:PORT]\n"
       "       psd --cluster FILE --reshard [--checkpoint-dir DIR]\n"
-      "           [--reshard-memory MIB]\n"
+      "           [--shards M] [--reshard-memory MIB]\n"
       "\n"
       "Runs shard I of a psd job: holds its slices of the job's variables\n"
       "in memory and applies the workers' pushes with each variable's\n"
@@ -67,6 +67,11 @@ static void usage(FILE *f) {
       "                     the shards of the new count. The old layout is\n"
       "                     kept as <dir>/<job>.<N>-shards-<time>\n"
       "                     (docs/reshard.md)\n"
+      "  --shards M         with --reshard: onto M shards, the first M of\n"
+      "                     cluster.ps (default: all of them); the others\n"
+      "                     stand by. A running job changes its count with\n"
+      "                     psctl reshard --shards M instead, without\n"
+      "                     stopping its workers\n"
       "  --reshard-memory MIB  the memory --reshard may hold at once "
       "(default:\n"
       "                     half of MemAvailable; give a container's limit\n"
@@ -142,6 +147,7 @@ enum psd_config psd_server_configure(struct psd_server *srv, int argc,
       {"metrics-listen", required_argument, 0, 'm'},
       {"reshard", no_argument, 0, 'R'},
       {"reshard-memory", required_argument, 0, 'M'},
+      {"shards", required_argument, 0, 'S'},
       {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0}};
   const char *cluster = NULL, *task = NULL, *listen = NULL, *metrics = NULL;
@@ -199,6 +205,16 @@ enum psd_config psd_server_configure(struct psd_server *srv, int argc,
       srv->reshard_memory = (uint64_t)mib << 20;
       break;
     }
+    case 'S': {
+      long long m;
+      if (cm_parse_int(optarg, 1, 100000, &m)) {
+        fprintf(stderr, "psd: --shards %s: expected a shard count >= 1\n",
+                optarg);
+        return PSD_CONFIG_BAD;
+      }
+      srv->reshard_shards = (int)m;
+      break;
+    }
     case 'h':
       usage(stdout);
       return PSD_CONFIG_HELP;
@@ -216,8 +232,9 @@ enum psd_config psd_server_configure(struct psd_server *srv, int argc,
     fprintf(stderr, "psd: --cluster FILE is required (see psd --help)\n");
     return PSD_CONFIG_BAD;
   }
-  if (srv->reshard_memory && !srv->reshard) {
-    fprintf(stderr, "psd: --reshard-memory goes with --reshard\n");
+  if ((srv->reshard_memory || srv->reshard_shards) && !srv->reshard) {
+    fprintf(stderr, "psd: %s goes with --reshard\n",
+            srv->reshard_memory ? "--reshard-memory" : "--shards");
     return PSD_CONFIG_BAD;
   }
   if (srv->reshard) {
@@ -229,6 +246,14 @@ enum psd_config psd_server_configure(struct psd_server *srv, int argc,
     }
     if (cm_spec_open(cluster, &srv->spec, NULL, err, sizeof err)) {
       fprintf(stderr, "psd: %s\n", err);
+      return PSD_CONFIG_BAD;
+    }
+    if (srv->reshard_shards > srv->spec->nps) {
+      fprintf(stderr,
+              "psd: --shards %d: %s's cluster.ps lists %d address%s; "
+              "expected 1..%d\n",
+              srv->reshard_shards, cluster, srv->spec->nps,
+              srv->spec->nps == 1 ? "" : "es", srv->spec->nps);
       return PSD_CONFIG_BAD;
     }
     return PSD_CONFIG_RESHARD;

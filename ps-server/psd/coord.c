@@ -41,7 +41,8 @@ static void ring_quantiles(const float *ring, uint64_t n, double *p50,
   *p95 = t[(int)(0.95 * (k - 1) + 0.5)];
 }
 
-int psd_coord_new(struct psd_coord **out, const struct cm_spec *spec) {
+int psd_coord_new(struct psd_coord **out, const struct cm_spec *spec,
+                  int nshards) {
   struct psd_coord *c = calloc(1, sizeof *c);
   const struct cm_job *job = &spec->job;
   char err[1024];
@@ -49,6 +50,7 @@ int psd_coord_new(struct psd_coord **out, const struct cm_spec *spec) {
   if (!c)
     return CM_ENOMEM;
   c->spec = spec;
+  c->nshards = nshards;
   c->n = spec->nworker;
   c->sync = strcmp(job->mode, "sync") == 0;
   c->k = job->replicas_to_aggregate > 0 ? job->replicas_to_aggregate : c->n;

@@ -58,9 +58,11 @@ struct psd_worker_info {
   double step_sum;                           /* their sum, seconds */
 };
 
-/* Borrows spec (which must outlive it). Opens channels to every shard for
- * the commits but sends nothing yet. */
-int psd_coord_new(struct psd_coord **out, const struct cm_spec *spec);
+/* Borrows spec (which must outlive it); nshards is the layout's shard count
+ * (1..spec->nps). Opens channels to every address of the spec but sends
+ * nothing yet. */
+int psd_coord_new(struct psd_coord **out, const struct cm_spec *spec,
+                  int nshards);
 
 /* Continues a job restored from a checkpoint: the first step opened for
  * admission is `step` (shard 0's steps committed). Call before serving. */

@@ -40,7 +40,7 @@ int psd__coord_call_all(struct psd_coord *c, struct cm_unary *calls,
                           .inflight = 1,
                           .wait_for_ready = wait_for_ready};
   int n = 0;
-  for (int s = 0; s < c->spec->nps; s++) {
+  for (int s = 0; s < c->nshards; s++) {
     if (done[s])
       continue;
     memset(&calls[n], 0, sizeof calls[n]);
@@ -72,7 +72,7 @@ int psd__coord_call_until_all(struct psd_coord *c, struct cm_unary *calls,
                               psd__coord_judge judge, void *arg, int *left) {
   int stop = 0;
   *left = 0;
-  for (int s = 0; s < c->spec->nps; s++)
+  for (int s = 0; s < c->nshards; s++)
     *left += !done[s];
   for (int attempt = 0; *left > 0 && !stop; attempt++) {
     int n = psd__coord_call_all(c, calls, done, method, msg,
@@ -134,8 +134,8 @@ static int publish_now(struct psd_coord *c) {
  * answer (it may be restarting) until it does or psd stops. */
 void *psd__coord_commit_thread(void *arg) {
   struct psd_coord *c = arg;
-  struct cm_unary *calls = calloc(c->spec->nps, sizeof *calls);
-  int *done = calloc(c->spec->nps, sizeof *done);
+  struct cm_unary *calls = calloc(c->nshards, sizeof *calls);
+  int *done = calloc(c->nshards, sizeof *done);
   if (c->sync)
     psd__coord_check_steps(c, calls, done);
   pthread_mutex_lock(&c->lock);
@@ -173,7 +173,7 @@ void *psd__coord_commit_thread(void *arg) {
     req.dropped = d;
     req.checkpoint = cm->checkpoint;
     req.publish = publish_now(c);
-    memset(done, 0, c->spec->nps * sizeof *done);
+    memset(done, 0, c->nshards * sizeof *done);
     struct commit_round r = {.step = cm->step, .behind = -1};
     char what[64];
     int left;

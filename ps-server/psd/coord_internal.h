@@ -93,6 +93,9 @@ struct psd__coord_worker {
 
 struct psd_coord {
   const struct cm_spec *spec; /* borrowed */
+  int nshards;                /* shards of the job's layout: the ones
+                                 commits and rollbacks go to (ch has one
+                                 channel per spec address) */
   struct cm_creds creds;      /* owned: how to call the shards */
   int n;                      /* workers in the job */
   int sync;                   /* 1: sync mode */

@@ -63,13 +63,13 @@ void psd__coord_check_steps(struct psd_coord *c, struct cm_unary *calls,
                             int *done) {
   Psd__V1__Caller caller = psd__coord_caller(c);
   Psd__V1__StatusRequest req = PSD__V1__STATUS_REQUEST__INIT;
-  struct psd_coord_shard *st = calloc(c->spec->nps, sizeof *st);
+  struct psd_coord_shard *st = calloc(c->nshards, sizeof *st);
   enum psd_coord_start plan = PSD_COORD_AGREE;
   uint64_t open, step = 0, from = 0, gen = 0;
-  int left = c->spec->nps, stop = 0, culprit = 0;
+  int left = c->nshards, stop = 0, culprit = 0;
 
   req.caller = &caller;
-  memset(done, 0, c->spec->nps * sizeof *done);
+  memset(done, 0, c->nshards * sizeof *done);
   pthread_mutex_lock(&c->lock);
   open = c->open;
   pthread_mutex_unlock(&c->lock);
@@ -97,8 +97,7 @@ void psd__coord_check_steps(struct psd_coord *c, struct cm_unary *calls,
     stop = psd__coord_pause(c, left > 0 ? 200 : 0);
   }
   if (st && !stop) {
-    plan =
-        psd__coord_plan(st, c->spec->nps, open, &step, &culprit, &from, &gen);
+    plan = psd__coord_plan(st, c->nshards, open, &step, &culprit, &from, &gen);
     pthread_mutex_lock(&c->lock);
     if (gen > c->gen)
       c->gen = gen;
@@ -120,7 +119,7 @@ void psd__coord_check_steps(struct psd_coord *c, struct cm_unary *calls,
   }
   pthread_mutex_lock(&c->lock);
   stop |= c->stopping;
-  for (int s = 0; plan == PSD_COORD_DIFFER && !stop && s < c->spec->nps; s++) {
+  for (int s = 0; plan == PSD_COORD_DIFFER && !stop && s < c->nshards; s++) {
     size_t n = strlen(c->bad);
     if (st[s].step == open)
       continue;
@@ -180,7 +179,7 @@ int psd__coord_shard_step(struct psd_coord *c, struct cm_unary *call, int s,
   Psd__V1__StatusResponse *r = NULL;
 
   req.caller = &caller;
-  for (int i = 0; i < c->spec->nps && i < PSD_STEPS_MAX_WORKERS; i++)
+  for (int i = 0; i < c->nshards && i < PSD_STEPS_MAX_WORKERS; i++)
     done[i] = i != s;
   if (psd__coord_call_all(c, call, done, "/psd.v1.Admin/Status", &req.base,
                           timeout_ms, 0) != 1)
@@ -217,12 +216,12 @@ static uint64_t common_step(struct psd_coord *c, struct cm_unary *calls,
                             int *done, uint64_t want) {
   Psd__V1__Caller caller = psd__coord_caller(c);
   Psd__V1__StatusRequest req = PSD__V1__STATUS_REQUEST__INIT;
-  Psd__V1__StatusResponse **r = calloc(c->spec->nps, sizeof *r);
+  Psd__V1__StatusResponse **r = calloc(c->nshards, sizeof *r);
   uint64_t best = want;
   int n, all = 1;
 
   req.caller = &caller;
-  memset(done, 0, c->spec->nps * sizeof *done);
+  memset(done, 0, c->nshards * sizeof *done);
   n = r ? psd__coord_call_all(c, calls, done, "/psd.v1.Admin/Status", &req.base,
                               c->spec->job.timeout_ms, 1)
         : 0;
@@ -244,7 +243,7 @@ static uint64_t common_step(struct psd_coord *c, struct cm_unary *calls,
     t = k < 0 ? want : ck0->steps[k];
     if (t > want)
       continue;
-    for (int s = 0; ok && s < c->spec->nps; s++) {
+    for (int s = 0; ok && s < c->nshards; s++) {
       Psd__V1__CheckpointStatus *ck = r[s]->checkpoint;
       ok =
           can_reach(r[s]->step, ck ? ck->steps : NULL, ck ? ck->n_steps : 0, t);
@@ -258,7 +257,7 @@ static uint64_t common_step(struct psd_coord *c, struct cm_unary *calls,
       break;
     }
   }
-  for (int s = 0; r && s < c->spec->nps; s++)
+  for (int s = 0; r && s < c->nshards; s++)
     if (r[s])
       psd__v1__status_response__free_unpacked(r[s], NULL);
   free(r);
@@ -329,7 +328,7 @@ void psd__coord_rollback(struct psd_coord *c, struct cm_unary *calls, int *done,
 
   req.caller = &caller;
   req.step = step;
-  memset(done, 0, c->spec->nps * sizeof *done);
+  memset(done, 0, c->nshards * sizeof *done);
   char what[64];
   int left;
   snprintf(what, sizeof what, "rollback to step %llu on",
@@ -384,7 +383,7 @@ void psd__coord_watch_shards(struct psd_coord *c, struct cm_unary *calls,
   gen = c->gen;
   int go = c->checked && !c->bad[0] && !c->stopping;
   pthread_mutex_unlock(&c->lock);
-  for (int s = 0; go && s < c->spec->nps; s++) {
+  for (int s = 0; go && s < c->nshards; s++) {
     uint64_t st, g;
     if (psd__coord_shard_step(c, calls, s, 500, &st, &g))
       continue;

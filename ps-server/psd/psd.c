@@ -29,6 +29,7 @@
 #include "coord.h"
 #include "dedup.h"
 #include "done.h"
+#include "live.h"
 #include "local.h"
 #include "log.h"
 #include "notify.h"
@@ -132,7 +133,6 @@ static void on_tick(uv_timer_t *t) {
  * timers. */
 static void start_loop(struct psd_server *srv) {
   uint64_t wd_usec = cm_notify_watchdog_usec();
-  uv_loop_init(&srv->loop);
   /* A signal that came before the loop ran waits in the pipe: the loop's
    * first turn stops gracefully (final checkpoint included). */
   uv_poll_init(&srv->loop, &srv->signals, psd_stopsig_fd());
@@ -202,19 +202,21 @@ static void log_start(struct psd_server *srv) {
 static enum psd_exit shut_down(struct psd_server *srv) {
   enum psd_exit rc;
   char why[160];
-  int left;
-  cm_notify("STOPPING=1");
+  int left, live = psd_live_pending(srv->live);
+  const char *reason = live ? "resharding" : strsignal(srv->stop_signal);
+  /* A reshard's stop is followed by the same process starting again. */
+  cm_notify(live ? "RELOADING=1" : "STOPPING=1");
   psd_local_stop(srv->local);
   srv->local = NULL;
   psd_metrics_stop(srv->metrics);
   srv->metrics = NULL;
   cm_info("%s: stopping (calls in flight get up to %d ms; new calls are "
           "answered UNAVAILABLE, which clients retry)",
-          strsignal(srv->stop_signal), PSD_STOP_GRACE_MS);
+          reason, PSD_STOP_GRACE_MS);
   if (srv->coord)
     psd_coord_stop(srv->coord);
   snprintf(why, sizeof why, "ps:%d is stopping (%s); retry until it is back",
-           srv->shard, strsignal(srv->stop_signal));
+           srv->shard, reason);
   cm_server_drain(srv->rpc, why);
   /* Parked calls would hold the stop: answer them (UNAVAILABLE) now. */
   psd_service_stop(srv->service);
@@ -236,6 +238,7 @@ static enum psd_exit shut_down(struct psd_server *srv) {
 /* Frees what srv owns, however far startup got. */
 static void free_server(struct psd_server *srv) {
   psd_done_free(srv);
+  psd_live_free(srv->live);
   psd_metrics_stop(srv->metrics);
   cm_server_free(srv->rpc);
   psd_coord_free(srv->coord);
@@ -291,6 +294,7 @@ int main(int argc, char **argv) {
   }
 
   /* Open the store, restored from its newest checkpoint, and listen. */
+  uv_loop_init(&srv.loop);
   rc = psd_server_restore(&srv);
   if (rc)
     goto out;
@@ -309,6 +313,9 @@ int main(int argc, char **argv) {
   notify_status(&srv);
   uv_run(&srv.loop, UV_RUN_DEFAULT);
   rc = shut_down(&srv);
+  /* A live reshard stopped it: cut or wait, then run again (live.h). */
+  if (psd_live_pending(srv.live))
+    rc = psd_live_finish(srv.live, rc, argv);
 out:
   free_server(&srv);
   cm_rpc_global_shutdown();

@@ -36,6 +36,7 @@ enum psd_exit {
 
 /* The daemon's state, passed explicitly. Every owned pointer is freed by
  * main whether or not startup got that far (NULL is ignored). */
+struct psd_live;
 struct psd_server {
   struct cm_spec *spec;        /* owned cluster spec */
   int shard;                   /* this shard's index; a serving task's:
@@ -84,6 +85,19 @@ struct psd_server {
   int reshard;                   /* --reshard: restore the job's checkpoint
                                     onto the spec's shard count, then exit */
   uint64_t reshard_memory;       /* --reshard-memory in bytes, 0: default */
+  int reshard_shards;            /* --shards with --reshard: M (0: the
+                                    spec's address count) */
+
+  /* The job's layout (docs/reshard.md "Live"). */
+  int nshards;     /* shards in it: its checkpoint's count, else job.shards
+                      (else the spec's address count) */
+  uint64_t layout; /* its version: 0 until a live reshard */
+  int standby;     /* 1: shard >= nshards; this shard holds nothing and
+                      answers Data calls "layout moved" */
+  char root[1024]; /* the checkpoint root in use, "" when checkpoints are
+                      off */
+  struct psd_live *live; /* owned Admin/Reshard handler (live.h) */
+  char live_last[600];   /* the last live reshard's result found at start */
 
   /* Publications for serving (job.publish). */
   struct psd_publisher *publisher; /* owned, NULL when off */

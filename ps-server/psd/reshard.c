@@ -91,7 +91,8 @@ static int find_old(struct psd__reshard_src *src, char *err, size_t errlen) {
 
   if ((rc = open_ro(o->root, o->job, 0, 1, 0, 0, &c, err, errlen)))
     return rc;
-  rc = psd_ckpt_peek(c, &src->step, &src->n, mode, sizeof mode, err, errlen);
+  rc = psd_ckpt_peek(c, &src->step, &src->n, mode, sizeof mode, &src->layout,
+                     err, errlen);
   if (rc == CM_ENOENT)
     snprintf(err, errlen, "no checkpoint in %s: nothing to restore",
              psd_ckpt_dir(c));
@@ -111,7 +112,7 @@ static int find_old(struct psd__reshard_src *src, char *err, size_t errlen) {
     char mk[16];
     if ((rc = open_ro(o->root, o->job, k, src->n, 0, 0, &c, err, errlen)))
       return rc;
-    rc = psd_ckpt_peek(c, &step, &nk, mk, sizeof mk, err, errlen);
+    rc = psd_ckpt_peek(c, &step, &nk, mk, sizeof mk, NULL, err, errlen);
     if (rc == CM_ENOENT)
       snprintf(err, errlen,
                "%s holds no checkpoint, but ps-0's newest was written by %d "
@@ -173,7 +174,8 @@ static int write_and_check(const struct psd__reshard_src *src, const char *tmp,
                              .nshards = m,
                              .mode = job->mode,
                              .optims = &job->optim,
-                             .keep = job->ckpt_keep};
+                             .keep = job->ckpt_keep,
+                             .layout = src->layout + 1};
   struct psd_ckpt *c = NULL;
   struct psd_ckpt_result res;
   struct psd__reshard_src back = *src;
@@ -318,6 +320,7 @@ int psd_reshard_run(const struct psd_reshard_opts *o,
     return rc;
   r->from = src.n;
   r->to = o->nshards;
+  r->layout = src.layout + 1;
   r->step = src.step;
   /* The same count re-cuts too: variables a client placed otherwise
    * (dworker before it placed by name) go where clients now ask. */

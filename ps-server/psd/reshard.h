@@ -44,6 +44,7 @@ struct psd_reshard_opts {
 struct psd_reshard_report {
   int from;             /* N: shards of the old checkpoint */
   int to;               /* M */
+  uint64_t layout;      /* the new layout's version (the old one's + 1) */
   uint64_t step;        /* the new checkpoints' step */
   int nvars;            /* variables */
   int ntables;          /* tables */
@@ -65,11 +66,14 @@ struct psd_reshard_report {
 int psd_reshard_run(const struct psd_reshard_opts *o,
                     struct psd_reshard_report *r, char *err, size_t errlen);
 
-/* psd at start: 0 when no checkpoint of the job under root was written by
- * another shard count than nshards (or there are none); CM_EEXIST when one
- * was, err naming it, both counts and the command that restores it onto
- * nshards. */
-int psd_reshard_check(const char *root, const char *job, int nshards, char *err,
-                      size_t errlen);
+/* psd at start: the job's layout under root, from its shards' newest
+ * checkpoints: *nshards and *layout (both 0 when there is none). Returns 0;
+ * CM_EEXIST, err saying why, when one was written by more shards than
+ * max_shards (the spec's addresses; naming the command that restores it
+ * onto them), when the shards' newest checkpoints are of different
+ * layouts, or when an interrupted psd --reshard must be finished first. */
+int psd_reshard_layout(const char *root, const char *job, int max_shards,
+                       int *nshards, uint64_t *layout, char *err,
+                       size_t errlen);
 
 #endif

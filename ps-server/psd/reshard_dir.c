@@ -115,13 +115,16 @@ int psd__reshard_swap_in(const char *root, const char *tmp, const char *moved,
   return 0;
 }
 
-int psd_reshard_check(const char *root, const char *job, int nshards, char *err,
-                      size_t errlen) {
-  char dir[1100], mode[16], why[1200];
+int psd_reshard_layout(const char *root, const char *job, int max_shards,
+                       int *nshards, uint64_t *layout, char *err,
+                       size_t errlen) {
+  char dir[1100], mode[16], why[1200], first[1200] = "";
   struct dirent *e;
   DIR *d;
   int rc = 0;
 
+  *nshards = 0;
+  *layout = 0;
   snprintf(dir, sizeof dir, "%s/%s", root, job);
   if (!(d = opendir(dir))) {
     /* No job directory: new, or a reshard stopped between two renames. */
@@ -144,6 +147,7 @@ int psd_reshard_check(const char *root, const char *job, int nshards, char *err,
     closedir(d);
     return rc;
   }
+  /* Every shard's newest checkpoint must be of one layout. */
   while (!rc && (e = readdir(d))) {
     char *end;
     long k;
@@ -155,30 +159,51 @@ int psd_reshard_check(const char *root, const char *job, int nshards, char *err,
     struct psd_ckpt_opts o = {.root = root,
                               .job = job,
                               .shard = (int)k,
-                              .nshards = nshards,
+                              .nshards = max_shards,
                               .mode = "async",
                               .optims = NULL,
                               .read_only = 1};
     struct cm_optim_set none;
     struct psd_ckpt *c = NULL;
-    uint64_t step;
+    uint64_t step, lay;
     int n;
     memset(&none, 0, sizeof none);
     o.optims = &none;
     if (psd_ckpt_new(&c, &o, why, sizeof why))
       continue;
-    if (!psd_ckpt_peek(c, &step, &n, mode, sizeof mode, why, sizeof why) &&
-        n != nshards) {
+    if (psd_ckpt_peek(c, &step, &n, mode, sizeof mode, &lay, why, sizeof why)) {
+      psd_ckpt_free(c);
+      continue;
+    }
+    if (n > max_shards) {
       snprintf(err, errlen,
-               "%s/ckpt-%010llu was written by a job of %d shard%s; the spec "
-               "has %d. Restore the checkpoint onto %d shards first: psd "
-               "--cluster SPEC --reshard (docs/reshard.md)",
-               psd_ckpt_dir(c), (unsigned long long)step, n, n == 1 ? "" : "s",
-               nshards, nshards);
+               "%s/ckpt-%010llu was written by a job of %d shards; the spec "
+               "lists %d address%s. Restore the checkpoint onto %d shard%s "
+               "first: psd --cluster SPEC --reshard (docs/reshard.md)",
+               psd_ckpt_dir(c), (unsigned long long)step, n, max_shards,
+               max_shards == 1 ? "" : "es", max_shards,
+               max_shards == 1 ? "" : "s");
       rc = CM_EEXIST;
+    } else if (*nshards && (n != *nshards || lay != *layout)) {
+      snprintf(err, errlen,
+               "%s/ckpt-%010llu is of layout %llu of %d shards, but %s is of "
+               "layout %llu of %d: not one layout's checkpoints",
+               psd_ckpt_dir(c), (unsigned long long)step,
+               (unsigned long long)lay, n, first, (unsigned long long)*layout,
+               *nshards);
+      rc = CM_EEXIST;
+    } else if (!*nshards) {
+      *nshards = n;
+      *layout = lay;
+      snprintf(first, sizeof first, "%s/ckpt-%010llu", psd_ckpt_dir(c),
+               (unsigned long long)step);
     }
     psd_ckpt_free(c);
   }
   closedir(d);
+  if (rc) {
+    *nshards = 0;
+    *layout = 0;
+  }
   return rc;
 }

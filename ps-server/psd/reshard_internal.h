@@ -18,6 +18,8 @@
 struct psd__reshard_src {
   const struct psd_reshard_opts *o; /* what was asked */
   int n;                            /* N */
+  uint64_t layout;                  /* the old layout's version (ps-0's
+                                       manifest); the new one is one more */
   int sync;                         /* the job is sync */
   uint64_t steps[4096];             /* the step read from each old shard */
   uint64_t step;                    /* the new checkpoints' step: sync the

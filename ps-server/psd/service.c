@@ -53,6 +53,7 @@ int psd_service_new(struct psd_service **out, struct psd_store *store,
   snprintf(svc->job, sizeof svc->job, "%s", job);
   snprintf(svc->mode, sizeof svc->mode, "%s", mode);
   cm_request_host_init(&svc->host, svc->job, "shard", "shard %d", shard);
+  svc->host.check_layout = 1;
   svc->host.refuse = refuse;
   svc->host.ctx = svc;
   clock_gettime(CLOCK_MONOTONIC, &svc->started);
@@ -110,6 +111,14 @@ void psd_service_set_limits(struct psd_service *svc,
   if (!svc->limits.max_held)
     svc->limits.max_held =
         pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page : UINT64_MAX;
+}
+
+void psd_service_set_reshard_note(struct psd_service *svc,
+                                  void (*note)(void *ctx, char *buf,
+                                               size_t len),
+                                  void *ctx) {
+  svc->reshard_note = note;
+  svc->reshard_ctx = ctx;
 }
 
 void psd_service_set_self(struct psd_service *svc,

@@ -63,6 +63,13 @@ struct cm_request_self;
 void psd_service_set_self(struct psd_service *svc,
                           const struct cm_request_self *self);
 
+/* Status's `reshard` text comes from note(ctx, buf, len) (live.h); NULL:
+ * none. */
+void psd_service_set_reshard_note(struct psd_service *svc,
+                                  void (*note)(void *ctx, char *buf,
+                                               size_t len),
+                                  void *ctx);
+
 /* Serves the embedding tables ts (borrowed; must outlive svc): sparse
  * pulls and pushes, Declare's tables, Status, Rows, Shrink, Export. Without
  * it, those calls are answered NOT_FOUND / FAILED_PRECONDITION. */

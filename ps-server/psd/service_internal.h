@@ -73,6 +73,9 @@ struct psd_service {
   struct cm_server *rpc;           /* borrowed: its refusal count (status) */
   struct psd_saver *saver;         /* borrowed: step counts, commit gate */
   struct psd_publisher *publisher; /* borrowed, NULL when not publishing */
+  void (*reshard_note)(void *ctx, char *buf, size_t len); /* Status's
+                                    reshard text (live.h), or NULL */
+  void *reshard_ctx;               /* passed to reshard_note */
   pthread_mutex_t park_lock;       /* guards parked, nparked and stopped */
   int stopped;                     /* psd_service_stop: no pull parks now */
   struct psd__parked_pull *parked; /* pulls waiting for a version */

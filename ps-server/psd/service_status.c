@@ -138,6 +138,12 @@ void psd__on_status(struct cm_rpc_call *call, grpc_byte_buffer *bb, void *ctx) {
   resp.n_histograms = 2;
   resp.histograms = shp;
   resp.boot = svc->host.self ? svc->host.self->boot : 0;
+  resp.layout = svc->host.self ? svc->host.self->layout : 0;
+  resp.standby = svc->shard >= svc->nshards;
+  char note[600] = "";
+  if (svc->reshard_note)
+    svc->reshard_note(svc->reshard_ctx, note, sizeof note);
+  resp.reshard = note;
   {
     struct psd_dedup_stats ds;
     psd_dedup_stats(svc->dedup, &ds);

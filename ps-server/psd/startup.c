@@ -12,6 +12,7 @@
 #include "dedup.h"
 #include "endpoint.h"
 #include "err.h"
+#include "live.h"
 #include "local.h"
 #include "log.h"
 #include "metrics.h"
@@ -58,21 +59,22 @@ enum psd_exit psd_server_reshard(struct psd_server *srv) {
              "--checkpoint-dir or STATE_DIRECTORY)");
     return PSD_EXIT_USAGE;
   }
-  struct psd_reshard_opts o = {.root = root,
-                               .job = &srv->spec->job,
-                               .nshards = srv->spec->nps,
-                               .memory = srv->reshard_memory};
+  struct psd_reshard_opts o = {
+      .root = root,
+      .job = &srv->spec->job,
+      .nshards = srv->reshard_shards ? srv->reshard_shards : srv->spec->nps,
+      .memory = srv->reshard_memory};
   if (psd_reshard_run(&o, &r, err, sizeof err)) {
     cm_error("--reshard: %s; %s/%s is unchanged", err, root,
              srv->spec->job.name);
     return PSD_EXIT_FAILED;
   }
   cm_info("reshard: done in %.1f s: %s/%s now holds the checkpoint of step "
-          "%llu for %d shard%s (%s); %llu of %llu table rows and %llu of %llu "
-          "dense elements moved to another shard index; the %d-shard layout "
-          "is kept in %s",
+          "%llu for %d shard%s (layout %llu, %s); %llu of %llu table rows and "
+          "%llu of %llu dense elements moved to another shard index; the "
+          "%d-shard layout is kept in %s",
           r.ms / 1000, root, srv->spec->job.name, (unsigned long long)r.step,
-          r.to, r.to == 1 ? "" : "s",
+          r.to, r.to == 1 ? "" : "s", (unsigned long long)r.layout,
           cm_fmt_bytes((double)r.bytes, size, sizeof size),
           (unsigned long long)r.rows_moved, (unsigned long long)r.rows,
           (unsigned long long)r.elems_moved, (unsigned long long)r.elems,
@@ -80,13 +82,58 @@ enum psd_exit psd_server_reshard(struct psd_server *srv) {
   return PSD_EXIT_OK;
 }
 
+/* The job's layout: its checkpoint's when it has one (a job resharded live
+ * keeps its count across restarts), else job.shards, else every address of
+ * the spec. A shard outside it stands by. Returns 0 or CM_EEXIST (logged). */
+static int find_layout(struct psd_server *srv, const char *root) {
+  const struct cm_job *job = &srv->spec->job;
+  char err[4096];
+  srv->nshards = job->shards ? job->shards : srv->spec->nps;
+  srv->layout = 0;
+  if (root) {
+    int n;
+    uint64_t layout;
+    if (psd_reshard_layout(root, job->name, srv->spec->nps, &n, &layout, err,
+                           sizeof err)) {
+      cm_error("cannot resume: %s", err);
+      return CM_EEXIST;
+    }
+    if (n) {
+      if (job->shards && n != job->shards)
+        cm_info("the job's checkpoints are of %d shards (layout %llu): it "
+                "goes on with them, not with job.shards %d",
+                n, (unsigned long long)layout, job->shards);
+      srv->nshards = n;
+      srv->layout = layout;
+    }
+  }
+  srv->standby = srv->shard >= srv->nshards;
+  if (srv->standby)
+    cm_info("standing by: the job's layout %llu has %d shard%s (ps:0..ps:%d); "
+            "this shard holds nothing until a live reshard takes it in "
+            "(psctl reshard --shards %d)",
+            (unsigned long long)srv->layout, srv->nshards,
+            srv->nshards == 1 ? "" : "s", srv->nshards - 1, srv->shard + 1);
+  return 0;
+}
+
 enum psd_exit psd_server_restore(struct psd_server *srv) {
   const struct cm_job *job = &srv->spec->job;
   const char *from;
   char root[1024], err[4096];
-  int rc;
+  int rc, have_root = ckpt_root(srv, root, sizeof root, &from);
 
-  if (!ckpt_root(srv, root, sizeof root, &from)) {
+  if (have_root)
+    snprintf(srv->root, sizeof srv->root, "%s", root);
+  /* A live reshard that this shard's last process took part in. */
+  if (psd_live_startup(srv, have_root ? root : NULL, srv->live_last,
+                       sizeof srv->live_last))
+    return PSD_EXIT_FAILED;
+  if (find_layout(srv, have_root ? root : NULL))
+    return PSD_EXIT_FAILED;
+  if (srv->standby)
+    return PSD_EXIT_OK; /* nothing to restore, nothing to checkpoint */
+  if (!have_root) {
     if (srv->has_resume_step) {
       cm_error("--resume-step needs checkpoints: no checkpoint dir (set "
                "job.checkpoint.dir, --checkpoint-dir or STATE_DIRECTORY)");
@@ -96,16 +143,11 @@ enum psd_exit psd_server_restore(struct psd_server *srv) {
             "--checkpoint-dir or STATE_DIRECTORY)");
     return PSD_EXIT_OK;
   }
-  /* A checkpoint of another shard count is never loaded, nor started
-   * over: it is restored onto this one first (psd --reshard). */
-  if (psd_reshard_check(root, job->name, srv->spec->nps, err, sizeof err)) {
-    cm_error("cannot resume: %s", err);
-    return PSD_EXIT_FAILED;
-  }
   struct psd_ckpt_opts o = {.root = root,
                             .job = job->name,
                             .shard = srv->shard,
-                            .nshards = srv->spec->nps,
+                            .nshards = srv->nshards,
+                            .layout = srv->layout,
                             .mode = job->mode,
                             .optims = &job->optim,
                             .keep = job->ckpt_keep,
@@ -161,6 +203,8 @@ static void fill_self(struct psd_server *srv) {
       .spec_fp = cm_spec_fingerprint(srv->spec),
       .nps = srv->spec->nps,
       .nworkers = srv->spec->nworker,
+      .layout = srv->layout,
+      .nshards = srv->nshards,
       .boot = cm_random_id(srv),
       .resumed = srv->resume.path[0] != 0,
       .ckpt_dir = srv->ckpt ? psd_ckpt_dir(srv->ckpt) : ""};
@@ -201,7 +245,7 @@ static int attach_publisher(struct psd_server *srv) {
   struct psd_publisher_opts o = {.root = job->publish_dir,
                                  .job = job->name,
                                  .shard = srv->shard,
-                                 .nshards = srv->spec->nps,
+                                 .nshards = srv->nshards,
                                  .sync =
                                      psd_service_steps(srv->service) != NULL,
                                  .interval_s = job->publish_interval_s,
@@ -232,7 +276,7 @@ enum psd_exit psd_server_open(struct psd_server *srv) {
   const struct cm_job *job = &srv->spec->job;
   const struct cm_rpc_method *methods;
   char err[512];
-  int n, nc = 0, ns = 0, rc;
+  int n, nc = 0, ns = 0, nl = 0, rc;
 
   fill_self(srv);
   /* The spec's tables, unless a checkpoint brought them already. */
@@ -244,8 +288,8 @@ enum psd_exit psd_server_open(struct psd_server *srv) {
   }
   /* The store may come from a checkpoint already (psd_server_restore). */
   if ((!srv->store &&
-       psd_store_new(&srv->store, srv->shard, srv->spec->nps, &job->optim)) ||
-      psd_service_new(&srv->service, srv->store, srv->shard, srv->spec->nps,
+       psd_store_new(&srv->store, srv->shard, srv->nshards, &job->optim)) ||
+      psd_service_new(&srv->service, srv->store, srv->shard, srv->nshards,
                       srv->spec->nworker, job->name, job->mode)) {
     cm_error("out of memory");
     return PSD_EXIT_FAILED;
@@ -262,7 +306,7 @@ enum psd_exit psd_server_open(struct psd_server *srv) {
     cm_error("out of memory");
     return PSD_EXIT_FAILED;
   }
-  if (attach_publisher(srv))
+  if (!srv->standby && attach_publisher(srv))
     return PSD_EXIT_FAILED;
   psd_service_set_limits(
       srv->service,
@@ -272,7 +316,7 @@ enum psd_exit psd_server_open(struct psd_server *srv) {
   memcpy(srv->methods, methods, n * sizeof *methods);
   if (srv->shard == 0) {
     /* Shard 0 is also the coordinator: membership, steps, clocks. */
-    if (psd_coord_new(&srv->coord, srv->spec)) {
+    if (psd_coord_new(&srv->coord, srv->spec, srv->nshards)) {
       cm_error("cannot start the coordinator");
       return PSD_EXIT_FAILED;
     }
@@ -291,8 +335,16 @@ enum psd_exit psd_server_open(struct psd_server *srv) {
   }
   methods = psd_saver_methods(srv->saver, &ns);
   memcpy(srv->methods + n + nc, methods, ns * sizeof *methods);
-  if ((rc = cm_server_new(&srv->rpc, srv->listen, srv->methods, n + nc + ns,
-                          &srv->creds, err, sizeof err))) {
+  /* Admin/Reshard: a live reshard (live.h). */
+  if (psd_live_new(&srv->live, srv, srv->live_last)) {
+    cm_error("out of memory");
+    return PSD_EXIT_FAILED;
+  }
+  psd_service_set_reshard_note(srv->service, psd_live_note, srv->live);
+  methods = psd_live_methods(srv->live, &nl);
+  memcpy(srv->methods + n + nc + ns, methods, nl * sizeof *methods);
+  if ((rc = cm_server_new(&srv->rpc, srv->listen, srv->methods,
+                          n + nc + ns + nl, &srv->creds, err, sizeof err))) {
     cm_error("%s", err);
     if (rc == CM_EADDRINUSE)
       cm_error("is another psd (or another program) using that port? "
@@ -417,10 +469,11 @@ static void log_ready(struct psd_server *srv) {
   if (job->optim.nrules)
     snprintf(more, sizeof more, " (%d per-variable override%s)",
              job->optim.nrules, job->optim.nrules == 1 ? "" : "s");
-  cm_info("ready: listening on %s%s%s, shard %d of %d, job '%s', %s, "
+  cm_info("ready: listening on %s%s%s, shard %d of %d%s, job '%s', %s, "
           "optimizer %s%s",
           srv->listen, srv->unix_path[0] ? " and unix:" : "", srv->unix_path,
-          srv->shard, srv->spec->nps, job->name, job->mode, optim, more);
+          srv->shard, srv->nshards, srv->standby ? " (standing by)" : "",
+          job->name, job->mode, optim, more);
 }
 
 void psd_server_log_ready(struct psd_server *srv) {

@@ -243,7 +243,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       psd_service_new(&svc, store, 0, 2, 2, "f", sync ? "sync" : "async") ||
       psd_tables_new(&tables, job->tables, job->ntables, &job->table_defaults,
                      job->seed, err, sizeof err) ||
-      (uses_coord(data, size) && psd_coord_new(&coord, specs[sync])))
+      (uses_coord(data, size) &&
+       psd_coord_new(&coord, specs[sync], specs[sync]->nps)))
     abort();
   psd_service_set_tables(svc, tables);
   psd_service_set_limits(

@@ -54,7 +54,7 @@ static void start(const char *mode, const char *spec_mode) {
                                sizeof err) == 0,
                 "%s", err);
   psd_service_set_tables(svc, tables);
-  ck_assert_int_eq(psd_coord_new(&coord, spec), 0);
+  ck_assert_int_eq(psd_coord_new(&coord, spec, spec->nps), 0);
   psd_service_set_coord(svc, coord);
   struct psd_saver_opts so = {
       .store = store, .steps = psd_service_steps(svc), .job = "t"};

@@ -422,6 +422,24 @@ struct psc__checkpoint {
 int psc__client_checkpoint(struct psc__client *c, int wait,
                            struct psc__checkpoint *out);
 
+/* What ps:0 answered Admin.Reshard (psc__client_reshard). */
+struct psc__reshard {
+  int status;         /* the call's gRPC status, 0: OK */
+  char details[1024]; /* its message, "" when none */
+  uint64_t layout;    /* OK: the layout version the reshard makes */
+  int from, to;       /* OK: the shard counts before and after */
+  char message[1024]; /* OK: what happens now, in words */
+};
+
+/* Asks the coordinator (ps:0) to change the job's shard count to shards
+ * while it runs (a live reshard, docs/reshard.md "Live"); the answer comes
+ * once ps:0 has checked the request and told the shards to stop for it,
+ * before it is done (follow it with each shard's Status: layout, standby,
+ * reshard). Returns 0, or the call's code with out and psc__client_error
+ * saying why. */
+int psc__client_reshard(struct psc__client *c, int shards,
+                        struct psc__reshard *out);
+
 /* The gRPC status (grpc_status_code) of the client's last batch of calls:
  * that of its first call that failed, in the order the calls were made,
  * or 0 (OK) when none did. A pull answer of the wrong size fails its call

@@ -1,0 +1,564 @@
+/* A live reshard (live.h): Admin/Reshard at ps:0 and at the shards it
+ * prepares, the plan directory, and what a stopped shard does after its
+ * graceful stop: mark the plan, cut (ps:0) or wait, execute itself again.
+ * The plan's files are one line each, written whole (temporary file,
+ * fsync, rename): plan, ps-I (each shard's mark) and result. */
+#include "live.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+#include <uv.h>
+
+#include "auth.h"
+#include "clock.h"
+#include "err.h"
+#include "log.h"
+#include "ps.pb-c.h"
+#include "request.h"
+#include "reshard.h"
+#include "rpc.h"
+#include "rpc_client.h"
+#include "spec.h"
+
+#define LIVE_CALL_MS 3000    /* each check and prepare call's deadline */
+#define LIVE_MARK_WAIT_S 120 /* ps:0 waits this long for the old shards */
+#define LIVE_POLL_MS 50      /* how often a waiting shard looks */
+#define LIVE_SAY_EVERY_S 10  /* a wait is said again this often */
+
+struct psd_live {
+  struct psd_server *srv;      /* borrowed */
+  struct cm_request_host host; /* how Admin/Reshard checks its callers */
+  struct cm_rpc_method method; /* Admin/Reshard */
+  uv_async_t wake;             /* stops srv's loop from a gRPC thread */
+  int wake_ready;              /* wake is initialised (and must be closed) */
+  pthread_mutex_t lock;        /* guards the fields below */
+  int pending;                 /* 1: a reshard stops this shard */
+  uint64_t target;             /* the layout version it makes */
+  int to;                      /* its shard count */
+  int from;                    /* the count before it */
+  double since;                /* cm_mono_ms() when it was asked for */
+  char plan[1200];             /* its plan directory */
+  char note[600];              /* the last reshard's result, for Status */
+};
+
+/* <root>/.live-<job>-L<version> into buf. */
+static void plan_dir(const char *root, const char *job, uint64_t v, char *buf,
+                     size_t len) {
+  snprintf(buf, len, "%s/.live-%s-L%" PRIu64, root, job, v);
+}
+
+/* Writes text (one line) to dir/name whole: a temporary file, fsync,
+ * rename. Returns 0 or CM_EIO (errno kept). */
+static int put(const char *dir, const char *name, const char *text) {
+  char tmp[1400], path[1400];
+  FILE *f;
+  int ok;
+  snprintf(tmp, sizeof tmp, "%s/.%s.tmp", dir, name);
+  snprintf(path, sizeof path, "%s/%s", dir, name);
+  if (!(f = fopen(tmp, "w")))
+    return CM_EIO;
+  ok = fprintf(f, "%s\n", text) >= 0 && fflush(f) == 0 && fsync(fileno(f)) == 0;
+  ok &= fclose(f) == 0;
+  if (!ok || rename(tmp, path))
+    return CM_EIO;
+  return 0;
+}
+
+/* Reads dir/name's line into buf (its newline dropped). Returns 0, or
+ * CM_ENOENT when it is not there. */
+static int get(const char *dir, const char *name, char *buf, size_t len) {
+  char path[1400];
+  FILE *f;
+  snprintf(path, sizeof path, "%s/%s", dir, name);
+  if (!(f = fopen(path, "r")))
+    return CM_ENOENT;
+  if (!fgets(buf, (int)len, f))
+    buf[0] = 0;
+  fclose(f);
+  buf[strcspn(buf, "\n")] = 0;
+  return 0;
+}
+
+static int is_dir(const char *path) {
+  struct stat st;
+  return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+/* Removes a finished plan directory and its files (best effort). */
+static void remove_plan(const char *dir) {
+  DIR *d = opendir(dir);
+  struct dirent *e;
+  char path[1400];
+  while (d && (e = readdir(d))) {
+    if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+      continue;
+    if (snprintf(path, sizeof path, "%s/%s", dir, e->d_name) < (int)sizeof path)
+      unlink(path);
+  }
+  if (d)
+    closedir(d);
+  rmdir(dir);
+}
+
+/* Stops srv's loop, as a stop signal would, on the loop's thread. */
+static void on_wake(uv_async_t *a) {
+  struct psd_server *srv = a->data;
+  if (!srv->stop_signal) {
+    srv->stop_signal = SIGTERM;
+    uv_stop(&srv->loop);
+  }
+}
+
+/* Who ps:0 is to the shards it calls. */
+static Psd__V1__Caller self_caller(const struct psd_server *srv) {
+  Psd__V1__Caller c = PSD__V1__CALLER__INIT;
+  c.job = (char *)srv->spec->job.name;
+  c.worker = "ps:0 (reshard)";
+  c.spec_fp = srv->self.spec_fp;
+  c.spec_ps = srv->spec->nps;
+  c.spec_workers = srv->spec->nworker;
+  return c;
+}
+
+/* One call to shard s (a channel of its own, credentials as a client's).
+ * Returns the response (owned: cm_rpc_unpack'd by the caller) in u. */
+static void call_shard(struct psd_server *srv, int s, const char *method,
+                       const ProtobufCMessage *msg, struct cm_unary *u) {
+  struct cm_creds creds;
+  struct cm_channel *ch = NULL;
+  char err[512];
+  memset(u, 0, sizeof *u);
+  memset(&creds, 0, sizeof creds);
+  if (cm_creds_load(&srv->spec->auth, 0, &creds, err, sizeof err) ||
+      cm_channel_new(&ch, srv->spec->ps[s].text, &creds)) {
+    u->status = GRPC_STATUS_INTERNAL;
+    snprintf(u->details, sizeof u->details, "cannot call it: %.400s", err);
+    cm_creds_free(&creds);
+    return;
+  }
+  struct cm_run_opts o = {
+      .timeout_ms = LIVE_CALL_MS, .inflight = 1, .wait_for_ready = 0};
+  u->channel = ch;
+  u->method = method;
+  u->request = cm_rpc_pack(msg);
+  cm_client_run(u, 1, &o);
+  cm_channel_free(ch);
+  cm_creds_free(&creds);
+}
+
+/* Checks that shards 1..n-1 answer and hold this shard's layout. Returns 0
+ * or a gRPC status with msg saying which and why. */
+static grpc_status_code check_shards(struct psd_server *srv, int n, char *msg,
+                                     size_t len) {
+  Psd__V1__Caller caller = self_caller(srv);
+  Psd__V1__StatusRequest req = PSD__V1__STATUS_REQUEST__INIT;
+  req.caller = &caller;
+  for (int s = 1; s < n; s++) {
+    struct cm_unary u;
+    Psd__V1__StatusResponse *r;
+    call_shard(srv, s, "/psd.v1.Admin/Status", &req.base, &u);
+    if (u.status != GRPC_STATUS_OK) {
+      snprintf(msg, len,
+               "ps:%d (%s) is not reachable (%s: %s): start it (psd --cluster "
+               "SPEC --task ps:%d) and ask again; nothing changed",
+               s, srv->spec->ps[s].text, cm_rpc_status_name(u.status),
+               u.details, s);
+      cm_unary_release(&u);
+      return GRPC_STATUS_UNAVAILABLE;
+    }
+    r = (Psd__V1__StatusResponse *)cm_rpc_unpack(
+        u.response, &psd__v1__status_response__descriptor);
+    cm_unary_release(&u);
+    if (!r || r->layout != srv->layout || r->num_shards != srv->nshards) {
+      snprintf(msg, len,
+               "ps:%d holds layout %llu of %d shards, ps:0 layout %llu of %d: "
+               "wait until every shard has started, and ask again; nothing "
+               "changed",
+               s, r ? (unsigned long long)r->layout : 0ULL,
+               r ? r->num_shards : 0, (unsigned long long)srv->layout,
+               srv->nshards);
+      if (r)
+        protobuf_c_message_free_unpacked(&r->base, NULL);
+      return GRPC_STATUS_FAILED_PRECONDITION;
+    }
+    protobuf_c_message_free_unpacked(&r->base, NULL);
+  }
+  return GRPC_STATUS_OK;
+}
+
+/* Tells shards 1..n-1 to stop for layout v of m shards. Returns 0, or the
+ * first refusal's status with msg saying it. */
+static grpc_status_code prepare_shards(struct psd_server *srv, int n,
+                                       uint64_t v, int m, char *msg,
+                                       size_t len) {
+  Psd__V1__Caller caller = self_caller(srv);
+  Psd__V1__ReshardRequest req = PSD__V1__RESHARD_REQUEST__INIT;
+  req.caller = &caller;
+  req.prepare = 1;
+  req.layout = v;
+  req.shards = m;
+  for (int s = 1; s < n; s++) {
+    struct cm_unary u;
+    call_shard(srv, s, "/psd.v1.Admin/Reshard", &req.base, &u);
+    if (u.status != GRPC_STATUS_OK) {
+      grpc_status_code st = u.status;
+      snprintf(msg, len, "ps:%d (%s) did not take the reshard (%s: %s)", s,
+               srv->spec->ps[s].text, cm_rpc_status_name(u.status), u.details);
+      cm_unary_release(&u);
+      return st;
+    }
+    cm_unary_release(&u);
+  }
+  return GRPC_STATUS_OK;
+}
+
+/* Marks this shard as stopping for layout v of m shards, and stops it. */
+static void arm(struct psd_live *l, const char *plan, uint64_t v, int m) {
+  pthread_mutex_lock(&l->lock);
+  l->pending = 1;
+  l->target = v;
+  l->to = m;
+  l->from = l->srv->nshards;
+  l->since = cm_mono_ms();
+  snprintf(l->plan, sizeof l->plan, "%s", plan);
+  snprintf(l->note, sizeof l->note,
+           "under way: layout %llu of %d shards to layout %llu of %d",
+           (unsigned long long)l->srv->layout, l->srv->nshards,
+           (unsigned long long)v, m);
+  pthread_mutex_unlock(&l->lock);
+  uv_async_send(&l->wake);
+}
+
+/* ps:0: a reshard asked for by psctl. */
+static void on_request(struct psd_live *l, struct cm_rpc_call *call,
+                       const Psd__V1__ReshardRequest *req) {
+  struct psd_server *srv = l->srv;
+  Psd__V1__ReshardResponse resp = PSD__V1__RESHARD_RESPONSE__INIT;
+  int m = req->shards, n = srv->nshards, busy;
+  int most = m > n ? m : n;
+  uint64_t v = srv->layout + 1;
+  char plan[1200], msg[1400], text[200];
+  grpc_status_code st;
+
+  if (m < 1 || m > srv->spec->nps) {
+    cm_rpc_fail(call, GRPC_STATUS_INVALID_ARGUMENT,
+                "shards %d: the spec's cluster.ps lists %d address%s; "
+                "expected 1..%d",
+                m, srv->spec->nps, srv->spec->nps == 1 ? "" : "es",
+                srv->spec->nps);
+    return;
+  }
+  if (m == n) {
+    cm_rpc_fail(call, GRPC_STATUS_FAILED_PRECONDITION,
+                "the job has %d shard%s already (layout %llu); nothing to do",
+                n, n == 1 ? "" : "s", (unsigned long long)srv->layout);
+    return;
+  }
+  if (!srv->root[0]) {
+    cm_rpc_fail(call, GRPC_STATUS_FAILED_PRECONDITION,
+                "a live reshard goes through the job's checkpoints, and this "
+                "job writes none: set job.checkpoint.dir (a directory every "
+                "shard shares) and restart the shards");
+    return;
+  }
+  pthread_mutex_lock(&l->lock);
+  busy = l->pending;
+  if (!busy)
+    l->pending = -1; /* checking: a second request is refused */
+  pthread_mutex_unlock(&l->lock);
+  if (busy) {
+    cm_rpc_fail(call, GRPC_STATUS_FAILED_PRECONDITION,
+                "a reshard to %d shards (layout %llu) is under way: wait for "
+                "it (psctl status) and ask again",
+                l->to, (unsigned long long)l->target);
+    return;
+  }
+  if ((st = check_shards(srv, most, msg, sizeof msg)) != GRPC_STATUS_OK)
+    goto refuse;
+  plan_dir(srv->root, srv->spec->job.name, v, plan, sizeof plan);
+  if (is_dir(plan))
+    remove_plan(plan); /* an earlier attempt at v, finished (aborted) */
+  snprintf(text, sizeof text, "from %d to %d shards, layout %llu to %llu", n, m,
+           (unsigned long long)srv->layout, (unsigned long long)v);
+  if (mkdir(plan, 0755) || put(plan, "plan", text)) {
+    snprintf(msg, sizeof msg, "cannot write the plan %s: %s; nothing changed",
+             plan, strerror(errno));
+    st = GRPC_STATUS_INTERNAL;
+    goto refuse;
+  }
+  if ((st = prepare_shards(srv, most, v, m, msg, sizeof msg)) !=
+      GRPC_STATUS_OK) {
+    char res[1600];
+    snprintf(res, sizeof res, "aborted: %s", msg);
+    put(plan, "result", res); /* the shards told stop, and come back */
+    snprintf(msg + strlen(msg), sizeof msg - strlen(msg),
+             "; the reshard is aborted, and the shards told to stop start "
+             "again in layout %llu",
+             (unsigned long long)srv->layout);
+    goto refuse;
+  }
+  cm_info("reshard: %s, asked by %s: every shard of both layouts stops "
+          "(final checkpoints), this shard cuts the checkpoint onto %d "
+          "shards, and each starts again in layout %llu",
+          text, req->caller->worker ? req->caller->worker : "a caller", m,
+          (unsigned long long)v);
+  arm(l, plan, v, m);
+  resp.layout = v;
+  resp.from = n;
+  resp.to = m;
+  snprintf(msg, sizeof msg,
+           "resharding from %d to %d shards (layout %llu): the shards stop "
+           "(final checkpoints), ps:0 cuts the checkpoint, and every shard "
+           "starts again in the new layout; workers wait, then re-plan",
+           n, m, (unsigned long long)v);
+  resp.message = msg;
+  cm_rpc_reply(call, cm_rpc_pack(&resp.base));
+  return;
+refuse:
+  pthread_mutex_lock(&l->lock);
+  l->pending = 0;
+  pthread_mutex_unlock(&l->lock);
+  cm_rpc_fail(call, st, "%s", msg);
+}
+
+static void on_reshard(struct cm_rpc_call *call, grpc_byte_buffer *bb,
+                       void *ctx) {
+  struct psd_live *l = ctx;
+  struct psd_server *srv = l->srv;
+  char plan[1200];
+  Psd__V1__ReshardRequest *req = (Psd__V1__ReshardRequest *)cm_request_open(
+      &l->host, call, bb, &psd__v1__reshard_request__descriptor, "Reshard",
+      NULL);
+  if (!req)
+    return;
+  if (!req->prepare && srv->shard != 0) {
+    cm_rpc_fail(call, GRPC_STATUS_FAILED_PRECONDITION,
+                "Reshard goes to ps:0 (%s), the coordinator; this is ps:%d",
+                srv->spec->ps[0].text, srv->shard);
+  } else if (!req->prepare) {
+    on_request(l, call, req);
+  } else if (srv->shard == 0 || !srv->root[0] ||
+             req->layout != srv->layout + 1 || req->shards < 1 ||
+             req->shards > srv->spec->nps) {
+    cm_rpc_fail(call, GRPC_STATUS_FAILED_PRECONDITION,
+                "ps:%d cannot stop for layout %llu of %d shards: it holds "
+                "layout %llu%s",
+                srv->shard, (unsigned long long)req->layout, req->shards,
+                (unsigned long long)srv->layout,
+                srv->root[0] ? "" : " and writes no checkpoints");
+  } else {
+    Psd__V1__ReshardResponse resp = PSD__V1__RESHARD_RESPONSE__INIT;
+    plan_dir(srv->root, srv->spec->job.name, req->layout, plan, sizeof plan);
+    cm_info("reshard: ps:0 asks this shard to stop for layout %llu of %d "
+            "shards",
+            (unsigned long long)req->layout, req->shards);
+    arm(l, plan, req->layout, req->shards);
+    resp.layout = req->layout;
+    resp.from = srv->nshards;
+    resp.to = req->shards;
+    resp.message = "stopping for the reshard";
+    cm_rpc_reply(call, cm_rpc_pack(&resp.base));
+  }
+  cm_request_free(&req->base);
+}
+
+int psd_live_new(struct psd_live **out, struct psd_server *srv,
+                 const char *last) {
+  struct psd_live *l = calloc(1, sizeof *l);
+  *out = l;
+  if (!l)
+    return CM_ENOMEM;
+  l->srv = srv;
+  cm_request_host_init(&l->host, srv->spec->job.name, "shard", "shard %d",
+                       srv->shard);
+  l->host.self = &srv->self;
+  l->method = (struct cm_rpc_method){"/psd.v1.Admin/Reshard", on_reshard, l};
+  pthread_mutex_init(&l->lock, NULL);
+  if (last && last[0])
+    snprintf(l->note, sizeof l->note, "last: %s", last);
+  if (uv_async_init(&srv->loop, &l->wake, on_wake)) {
+    psd_live_free(l);
+    *out = NULL;
+    return CM_ENOMEM;
+  }
+  l->wake.data = srv;
+  l->wake_ready = 1;
+  return 0;
+}
+
+void psd_live_free(struct psd_live *l) {
+  if (!l)
+    return;
+  pthread_mutex_destroy(&l->lock);
+  free(l);
+}
+
+const struct cm_rpc_method *psd_live_methods(struct psd_live *l, int *n) {
+  *n = 1;
+  return &l->method;
+}
+
+void psd_live_note(void *live, char *buf, size_t len) {
+  struct psd_live *l = live;
+  pthread_mutex_lock(&l->lock);
+  snprintf(buf, len, "%s", l->note);
+  pthread_mutex_unlock(&l->lock);
+}
+
+int psd_live_pending(const struct psd_live *l) { return l && l->pending > 0; }
+
+/* Waits until plan has a result (or is gone), saying so every 10 s. */
+static void wait_result(const char *plan, const char *why) {
+  char res[1200];
+  double from = cm_mono_ms(), said = from;
+  while (is_dir(plan) && get(plan, "result", res, sizeof res) == CM_ENOENT) {
+    if (cm_mono_ms() - said >= LIVE_SAY_EVERY_S * 1000.0) {
+      said = cm_mono_ms();
+      cm_info("reshard: still waiting for ps:0 %s (%.0f s)", why,
+              (said - from) / 1000);
+    }
+    usleep(LIVE_POLL_MS * 1000);
+  }
+}
+
+/* ps:0: waits for the old shards' marks, then cuts. Writes the result. */
+static void cut(struct psd_live *l) {
+  struct psd_server *srv = l->srv;
+  char mark[600], res[4600], err[4096];
+  double from = cm_mono_ms(), said = from;
+  int missing = 0;
+
+  for (int s = 1; s < l->from; s++) {
+    while (get(l->plan, (snprintf(mark, sizeof mark, "ps-%d", s), mark), res,
+               sizeof res) == CM_ENOENT) {
+      if (cm_mono_ms() - from > LIVE_MARK_WAIT_S * 1000.0) {
+        missing = s;
+        break;
+      }
+      if (cm_mono_ms() - said >= LIVE_SAY_EVERY_S * 1000.0) {
+        said = cm_mono_ms();
+        cm_info("reshard: waiting for ps:%d's final checkpoint (%.0f s of "
+                "up to %d)",
+                s, (said - from) / 1000, LIVE_MARK_WAIT_S);
+      }
+      usleep(LIVE_POLL_MS * 1000);
+    }
+    if (missing)
+      break;
+    if (!strncmp(res, "failed", 6)) {
+      snprintf(err, sizeof err, "ps:%d's %.1000s", s, res);
+      missing = -s;
+      break;
+    }
+  }
+  if (missing > 0)
+    snprintf(res, sizeof res,
+             "aborted: ps:%d left no mark of its final checkpoint within %d "
+             "s; the job stays in layout %llu of %d shards",
+             missing, LIVE_MARK_WAIT_S, (unsigned long long)srv->layout,
+             l->from);
+  else if (missing < 0)
+    snprintf(res, sizeof res,
+             "aborted: %s; the job stays in layout %llu of %d shards", err,
+             (unsigned long long)srv->layout, l->from);
+  if (missing) {
+    cm_error("reshard: %s", res);
+  } else {
+    struct psd_reshard_opts o = {
+        .root = srv->root, .job = &srv->spec->job, .nshards = l->to};
+    struct psd_reshard_report r;
+    if (psd_reshard_run(&o, &r, err, sizeof err)) {
+      snprintf(res, sizeof res,
+               "aborted: %s; the job stays in layout %llu of %d shards", err,
+               (unsigned long long)srv->layout, l->from);
+      cm_error("reshard: %s", res);
+    } else {
+      snprintf(res, sizeof res,
+               "done: layout %llu of %d shards from %d, step %llu, %llu of "
+               "%llu table rows and %llu of %llu dense elements moved, cut "
+               "in %.2f s",
+               (unsigned long long)r.layout, r.to, r.from,
+               (unsigned long long)r.step, (unsigned long long)r.rows_moved,
+               (unsigned long long)r.rows, (unsigned long long)r.elems_moved,
+               (unsigned long long)r.elems, r.ms / 1000);
+      cm_info("reshard: %s", res);
+    }
+  }
+  if (put(l->plan, "result", res))
+    cm_error("reshard: cannot write %s/result: %s (the other shards wait "
+             "for it)",
+             l->plan, strerror(errno));
+}
+
+enum psd_exit psd_live_finish(struct psd_live *l, enum psd_exit rc,
+                              char **argv) {
+  struct psd_server *srv = l->srv;
+  char name[32], text[200];
+  snprintf(name, sizeof name, "ps-%d", srv->shard);
+  snprintf(text, sizeof text, "%s",
+           rc == PSD_EXIT_OK ? "stopped: final checkpoint written"
+                             : "failed: its final checkpoint was not written");
+  if (put(l->plan, name, text))
+    cm_warn("reshard: cannot mark %s/%s: %s", l->plan, name, strerror(errno));
+  if (srv->shard == 0)
+    cut(l);
+  else
+    wait_result(l->plan, "to cut the checkpoint");
+  cm_info("reshard: starting again (same process, pid %d)", (int)getpid());
+  fflush(stdout);
+  fflush(stderr);
+  execv("/proc/self/exe", argv);
+  cm_error("reshard: cannot execute psd again: %s", strerror(errno));
+  return PSD_EXIT_FAILED;
+}
+
+int psd_live_startup(struct psd_server *srv, const char *root, char *last,
+                     size_t lastlen) {
+  char prefix[200], plan[1200], res[1200], name[32];
+  struct dirent *e;
+  DIR *d;
+  int rc = 0;
+  if (!root || !(d = opendir(root)))
+    return 0;
+  snprintf(prefix, sizeof prefix, ".live-%s-L", srv->spec->job.name);
+  snprintf(name, sizeof name, "ps-%d", srv->shard);
+  while ((e = readdir(d))) {
+    if (strncmp(e->d_name, prefix, strlen(prefix)))
+      continue;
+    snprintf(plan, sizeof plan, "%s/%s", root, e->d_name);
+    if (get(plan, "result", res, sizeof res) == 0) {
+      snprintf(last, lastlen, "%s", res);
+      continue;
+    }
+    if (srv->shard == 0) {
+      cm_warn("reshard: %s has no result: ps:0 stopped before it finished; "
+              "the job goes on in the layout its checkpoints hold",
+              plan);
+      if (put(plan, "result",
+              "interrupted: ps:0 restarted before the reshard finished; the "
+              "job goes on in the layout its checkpoints hold")) {
+        cm_error("reshard: cannot write %s/result: %s", plan, strerror(errno));
+        rc = CM_EIO;
+      }
+      continue;
+    }
+    if (get(plan, name, res, sizeof res) == CM_ENOENT)
+      put(plan, name, "restarted: its newest checkpoint stands");
+    cm_info("reshard: %s is under way: waiting for ps:0 to finish it before "
+            "loading a layout",
+            plan);
+    wait_result(plan, "to finish the reshard");
+  }
+  closedir(d);
+  return rc;
+}
