@@ -40,6 +40,15 @@ START_TEST(parse_good) {
                                     &s, &v, &n),
                    0);
   ck_assert_int_eq(n, 1);
+  /* psd's words for one shard. */
+  ck_assert_int_eq(
+      psc__moved_parse("layout moved: ps:1 holds layout 3 of 1 shard; Pull "
+                       "was planned for layout 2 of 2 shards (...)",
+                       &s, &v, &n),
+      0);
+  ck_assert_int_eq(s, 1);
+  ck_assert_uint_eq(v, 3);
+  ck_assert_int_eq(n, 1);
 }
 END_TEST
 
@@ -54,7 +63,8 @@ START_TEST(parse_malformed) {
       "layout moved: ps:1 holds layout of 3 shards; x",
       "layout moved: ps:1 holds layout -4 of 3 shards; x",
       "layout moved: ps:-1 holds layout 4 of 3 shards; x",
-      "layout moved: ps:1 holds layout 4 of 3 shard",
+      "layout moved: ps:1 holds layout 4 of 3 shar",
+      "layout moved: ps:1 holds layout 4 of 3 shardss; x",
       "layout moved: ps:1 holds layout 4 of 3 shardsX",
       "layout moved: ps:1 holds version 4 of 3 shards; x",
   };

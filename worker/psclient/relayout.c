@@ -46,10 +46,13 @@ int psc__moved_parse(const char *details, int *shard, uint64_t *layout,
   const char *num;
   if (!details || strncmp(details, MOVED_PREFIX, sizeof MOVED_PREFIX - 1))
     return CM_EPROTO;
-  if (sscanf(details, "layout moved: ps:%d holds layout %llu of %d shards%n",
-             &s, &v, &n, &end) != 3 ||
+  /* "of 1 shard", "of 2 shards". */
+  if (sscanf(details, "layout moved: ps:%d holds layout %llu of %d shard%n", &s,
+             &v, &n, &end) != 3 ||
       end == 0 || s < 0)
     return CM_EPROTO;
+  if (details[end] == 's')
+    end++;
   /* sscanf takes "-1" for %llu: the version must be digits. */
   num = strstr(details, " holds layout ");
   if (!num || num[sizeof " holds layout " - 1] < '0' ||
