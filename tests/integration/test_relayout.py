@@ -70,22 +70,29 @@ class RelayoutTest(h.ProcTest):
             c.wait_for(line, timeout=180)
             c.wait_for("acked=%d;" % (n + more), timeout=180)
 
-    def test_every_acknowledged_push_applied_once_across_reshards(self):
-        root = os.path.join(self.d, "ck")
+    def job(self):
+        """The spec: 3 addresses, a job that starts on 2; two pushers."""
         self.spec = os.path.join(self.d, "spec.json")
         h.write_spec(self.spec, nps=3, nworker=2, job={
             "name": "rl", "shards": 2, "optimizer": {"type": "sgd", "lr": 1.0},
             "tables": [{"name": "cnt", "dim": 2, "init": "zeros",
                         "optimizer": {"type": "sgd", "lr": 1.0}}],
-            "checkpoint": {"dir": root}, "retry_s": 240})
-        ps = self.start(2)
-        stop = os.path.join(self.d, "stop")
+            "checkpoint": {"dir": os.path.join(self.d, "ck")}, "retry_s": 240})
+        self.stopfile = os.path.join(self.d, "stop")
+
+    def pushers(self):
         clients = [h.Proc(["/usr/bin/python3", os.path.join(HERE, "relayout_pusher.py"),
-                           h.BUILD, self.spec, str(k), stop,
+                           h.BUILD, self.spec, str(k), self.stopfile,
                            os.path.join(self.d, "sums%d.npz" % k)]) for k in range(2)]
         self.procs += clients
         for c in clients:
             c.wait_for("acked=6;", timeout=120)
+        return clients
+
+    def test_every_acknowledged_push_applied_once_across_reshards(self):
+        self.job()
+        ps = self.start(2)
+        clients = self.pushers()
 
         # 2 -> 3: the clients retry through the stop, then re-plan.
         self.stop(ps)
@@ -101,8 +108,28 @@ class RelayoutTest(h.ProcTest):
         self.assertIn("standing by", ps[2].output())
         self.go_on(clients, "psd: layout moved: now layout 2 of 2 shards (was 1 of 3); "
                    "re-planned")
+        self.verify(clients, 2)
+        self.stop(ps)
 
-        with open(stop, "w"):
+    def test_live_reshard_under_pushers(self):
+        """psctl reshard --shards M, the shards re-executing themselves:
+        the same counters, 2 -> 3 -> 2."""
+        self.job()
+        ps = self.start(3)  # ps:2 stands by
+        clients = self.pushers()
+        for m, line in ((3, "now layout 1 of 3 shards (was 0 of 2)"),
+                        (2, "now layout 2 of 2 shards (was 1 of 3)")):
+            r = h.run([h.build_path("ps-server", "psctl"), "--cluster", self.spec,
+                       "reshard", "--shards", str(m)], timeout=300)
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+            self.go_on(clients, "psd: layout moved: " + line + "; re-planned")
+        self.verify(clients, 2)
+        self.stop(ps)
+
+    def verify(self, clients, layout):
+        """Stops the pushers; a fresh client reads back minus the sum of
+        every acknowledged push, bit for bit."""
+        with open(self.stopfile, "w"):
             pass
         sums = []
         for k, c in enumerate(clients):
@@ -132,8 +159,8 @@ class RelayoutTest(h.ProcTest):
                 c.pull_rows("cnt", ids, rows)
         finally:
             psd.set_log_callback(None)
-        self.assertIn("layout moved: now layout 2 of 2 shards (was 0 of 2); re-planned",
-                      lines)
+        self.assertIn("layout moved: now layout %d of 2 shards (was 0 of 2); re-planned"
+                      % layout, lines)
         for what, got, want in (("d", d, want_d), ("b", b, want_b),
                                 ("cnt", rows, want_rows)):
             bad = np.flatnonzero(got.ravel() != want.ravel())
@@ -146,7 +173,6 @@ class RelayoutTest(h.ProcTest):
         n = sum(self.acked(c) for c in clients)
         print("relayout: %d pushes acknowledged across layouts 0 (2 shards), 1 (3), "
               "2 (2), each applied once" % n)
-        self.stop(ps)
 
 
 if __name__ == "__main__":
