@@ -2,7 +2,8 @@
 pushes known gradients (multiples of 1/8, so every sum is exact in any
 order) to a split dense variable "d", a small one "b" held whole, and the
 rows of table "cnt", until the file STOP exists; each push, once
-acknowledged, is added to what it pushed and said ("acked=N;"). The
+acknowledged, is added to what it pushed and said ("acked=N; shards=M",
+M the client's psc_num_shards: the layout's count). The
 library's log lines are printed ("psd: ..."). At the end it saves the sums
 of its acknowledged pushes (OUT.npz) and says "done N".
 
@@ -43,7 +44,7 @@ def main():
             c.push_rows("cnt", pool[pick], g)
             sum_rows[pick] += g
             n += 1
-            print("acked=%d;" % n, flush=True)
+            print("acked=%d; shards=%d" % (n, c.num_shards), flush=True)
     np.savez(out, d=sum_d, b=sum_b, rows=sum_rows, ids=pool)
     print("done %d" % n, flush=True)
 

@@ -62,13 +62,14 @@ class RelayoutTest(h.ProcTest):
         got = re.findall(r"acked=(\d+);", p.output())
         return int(got[-1]) if got else 0
 
-    def go_on(self, clients, line, more=4):
+    def go_on(self, clients, line, shards, more=4):
         """Each client says line, then acknowledges `more` pushes past the
-        count it had when the shards went down."""
+        count it had when the shards went down, now on `shards` shards."""
         for c in clients:
             n = self.acked(c)
             c.wait_for(line, timeout=180)
-            c.wait_for("acked=%d;" % (n + more), timeout=180)
+            got = c.wait_for("acked=%d;" % (n + more), timeout=180)
+            self.assertIn("shards=%d" % shards, got)
 
     def job(self):
         """The spec: 3 addresses, a job that starts on 2; two pushers."""
@@ -86,7 +87,8 @@ class RelayoutTest(h.ProcTest):
                            os.path.join(self.d, "sums%d.npz" % k)]) for k in range(2)]
         self.procs += clients
         for c in clients:
-            c.wait_for("acked=6;", timeout=120)
+            # The job's count, not the pool's.
+            self.assertIn("shards=2", c.wait_for("acked=6;", timeout=120))
         return clients
 
     def test_every_acknowledged_push_applied_once_across_reshards(self):
@@ -99,7 +101,7 @@ class RelayoutTest(h.ProcTest):
         self.reshard(3)
         ps = self.start(3)
         self.go_on(clients, "psd: layout moved: now layout 1 of 3 shards (was 0 of 2); "
-                   "re-planned")
+                   "re-planned", 3)
 
         # 3 -> 2, ps:2 left standing by: a call to it is answered "moved".
         self.stop(ps)
@@ -107,7 +109,7 @@ class RelayoutTest(h.ProcTest):
         ps = self.start(3)
         self.assertIn("standing by", ps[2].output())
         self.go_on(clients, "psd: layout moved: now layout 2 of 2 shards (was 1 of 3); "
-                   "re-planned")
+                   "re-planned", 2)
         self.verify(clients, 2)
         self.stop(ps)
 
@@ -122,7 +124,7 @@ class RelayoutTest(h.ProcTest):
             r = h.run([h.build_path("ps-server", "psctl"), "--cluster", self.spec,
                        "reshard", "--shards", str(m)], timeout=300)
             self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
-            self.go_on(clients, "psd: layout moved: " + line + "; re-planned")
+            self.go_on(clients, "psd: layout moved: " + line + "; re-planned", m)
         self.verify(clients, 2)
         self.stop(ps)
 

@@ -480,6 +480,8 @@ void psc__back_to_tcp(struct psc__client *c, const struct cm_unary *calls,
   }
 }
 
+int psc__client_nshards(const struct psc__client *c) { return c->nshards; }
+
 const char *psc__client_target(const struct psc__client *c, int shard) {
   return cm_channel_target(c->ch[shard]);
 }
