@@ -292,8 +292,10 @@ int psc__relayout_transfer(struct psc__client *c, const char *details,
     rc = CM_ENOMEM;
     goto nomem;
   }
-  memcpy(c->pieces, pp, (size_t)npp * sizeof *pp);
-  memcpy(c->pieces + npp, pq, (size_t)npq * sizeof *pq);
+  if (npp)
+    memcpy(c->pieces, pp, (size_t)npp * sizeof *pp);
+  if (npq)
+    memcpy(c->pieces + npp, pq, (size_t)npq * sizeof *pq);
   for (int i = 0; i < nmp; i++) {
     c->msgs[i] = mp[i];
     c->msgs[i].kinds = PSC__KIND_PUSH;
