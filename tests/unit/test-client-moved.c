@@ -4,9 +4,10 @@
  * apply pushes by adding them up: a push whose ps:0 part was applied when
  * ps:1 answered "layout moved" sends only ps:1's part again, re-cut for 3
  * shards, and every element ends at exactly one gradient; the same for a
- * table push's ids; a declare made again on the new layout; a pull served
- * whole; a layout that keeps moving given up after 8 re-plans, naming the
- * last answer; and a count outside the pool refused, naming it. */
+ * table push's ids; a pull's moved part pulled again from the new shards;
+ * a declare made again on the new layout; a layout that keeps moving given up
+ * after 8 re-plans, naming the last answer; and a count outside the pool
+ * refused, naming it. */
 #include <arpa/inet.h>
 #include <check.h>
 #include <netinet/in.h>
@@ -40,9 +41,9 @@ static struct {
   int count[NS];        /* and shard count */
   uint64_t next_layout; /* a move pending: to this version (0: none) */
   int next_count;       /* of this many shards */
-  int move_on_push;     /* the shard that moves to the pending layout at
-                           its first push (the others move when a call
-                           planned for it reaches them); -1: none */
+  int move_at;          /* the shard that moves to the pending layout at
+                           its first push or pull (the others move when a
+                           call planned for it reaches them); -1: none */
   int endless;          /* every call answered "moved" to a new layout */
   float w[ROWS * 2];    /* "w" as pushed: the sum of what was applied */
   float t[NIDS];        /* table "t" likewise, by id - ID0 */
@@ -86,7 +87,7 @@ static void move(int s) {
       st.layout[k] = st.next_layout;
       st.count[k] = st.next_count;
     }
-  st.move_on_push = -1;
+  st.move_at = -1;
 }
 
 static void on_declare(struct cm_rpc_call *call, grpc_byte_buffer *bb,
@@ -125,7 +126,7 @@ static void on_push(struct cm_rpc_call *call, grpc_byte_buffer *bb, void *ctx) {
     req = psd__v1__push_request__unpack(NULL, w.head_len, w.head);
   ck_assert_ptr_nonnull(req);
   pthread_mutex_lock(&st.lock);
-  if (st.move_on_push == s)
+  if (st.move_at == s)
     move(s); /* this one's answer says so; ps:0 applies its part */
   pthread_mutex_unlock(&st.lock);
   if (!check_layout(call, s, req->caller)) {
@@ -160,6 +161,10 @@ static void on_pull(struct cm_rpc_call *call, grpc_byte_buffer *bb, void *ctx) {
   Psd__V1__PullRequest *req = (Psd__V1__PullRequest *)cm_rpc_unpack(
       bb, &psd__v1__pull_request__descriptor);
   ck_assert_ptr_nonnull(req);
+  pthread_mutex_lock(&st.lock);
+  if (st.move_at == s)
+    move(s);
+  pthread_mutex_unlock(&st.lock);
   if (!check_layout(call, s, req->caller)) {
     static float out[ROWS * 2];
     Psd__V1__PullResponse r = PSD__V1__PULL_RESPONSE__INIT;
@@ -190,7 +195,7 @@ static void on_sparse_push(struct cm_rpc_call *call, grpc_byte_buffer *bb,
     req = psd__v1__sparse_push_request__unpack(NULL, w.head_len, w.head);
   ck_assert_ptr_nonnull(req);
   pthread_mutex_lock(&st.lock);
-  if (st.move_on_push == s)
+  if (st.move_at == s)
     move(s);
   pthread_mutex_unlock(&st.lock);
   if (!check_layout(call, s, req->caller)) {
@@ -235,7 +240,7 @@ static void serve(void) {
   cm_rpc_global_init();
   memset(&st, 0, sizeof st);
   pthread_mutex_init(&st.lock, NULL);
-  st.move_on_push = -1;
+  st.move_at = -1;
   for (int s = 0; s < NS; s++) {
     st.count[s] = 2;
     snprintf(addr[s], sizeof addr[s], "127.0.0.1:%d", free_port());
@@ -299,7 +304,7 @@ START_TEST(push_sends_only_what_is_pending) {
     grad[i] = 0.125f * (float)(i + 1);
   st.next_layout = 1;
   st.next_count = 3;
-  st.move_on_push = 1;
+  st.move_at = 1;
   ck_assert_msg(psc__client_push(c) == 0, "%s", psc__client_error(c));
   ck_assert_int_gt(st.moved_answers, 0);
   ck_assert_int_eq(c->nshards, 3);
@@ -318,6 +323,24 @@ START_TEST(push_sends_only_what_is_pending) {
 }
 END_TEST
 
+/* A pull whose ps:1 part answered "moved": that part pulled again from
+ * the 3 shards, every value in place. */
+START_TEST(pull_redone_on_new_layout) {
+  struct psc__client *c = client();
+  for (int i = 0; i < ROWS * 2; i++)
+    st.w[i] = 0.25f * (float)i;
+  memset(value, 0, sizeof value);
+  st.next_layout = 1;
+  st.next_count = 3;
+  st.move_at = 1;
+  ck_assert_msg(psc__client_pull(c) == 0, "%s", psc__client_error(c));
+  ck_assert_int_gt(st.moved_answers, 0);
+  ck_assert_int_eq(c->nshards, 3);
+  ck_assert_mem_eq(value, st.w, sizeof value);
+  psc__client_free(c);
+}
+END_TEST
+
 START_TEST(table_push_sends_only_what_is_pending) {
   struct psc__client *c = client();
   uint64_t ids[NIDS];
@@ -329,7 +352,7 @@ START_TEST(table_push_sends_only_what_is_pending) {
   struct psc__rows r = {.table = "t", .ids = ids, .n = NIDS, .grads = rows};
   st.next_layout = 1;
   st.next_count = 3;
-  st.move_on_push = 1;
+  st.move_at = 1;
   ck_assert_msg(psc__client_push_rows(c, &r, 1) == 0, "%s",
                 psc__client_error(c));
   ck_assert_int_gt(st.moved_answers, 0);
@@ -375,7 +398,7 @@ START_TEST(count_outside_pool) {
   struct psc__client *c = client();
   st.next_layout = 1;
   st.next_count = 5;
-  st.move_on_push = 0;
+  st.move_at = 0;
   ck_assert_int_eq(psc__client_push(c), CM_ERANGE);
   ck_assert_msg(strstr(psc__client_error(c),
                        "push: ps:0 says the job moved to layout 1 of 5 "
@@ -390,6 +413,7 @@ static Suite *moved_suite(void) {
   TCase *tc = tcase_create("moved");
   tcase_add_checked_fixture(tc, serve, unserve);
   tcase_add_test(tc, push_sends_only_what_is_pending);
+  tcase_add_test(tc, pull_redone_on_new_layout);
   tcase_add_test(tc, table_push_sends_only_what_is_pending);
   tcase_add_test(tc, declare_made_again);
   tcase_add_test(tc, endless_moves_given_up);
