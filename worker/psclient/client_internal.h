@@ -336,8 +336,8 @@ int psc__retry_wait(struct psc__client *c, const unsigned char *down, int ndown,
 int psc__is_moved(const struct cm_unary *u);
 
 /* Reads a "layout moved" message: "layout moved: ps:S holds layout V of M
- * shards; ..." ("1 shard" too). Returns 0 with *shard, *layout, *nshards, or CM_EPROTO
- * when details is not such a message. */
+ * shards; ..." ("1 shard" too). Returns 0 with *shard, *layout, *nshards, or
+ * CM_EPROTO when details is not such a message. */
 int psc__moved_parse(const char *details, int *shard, uint64_t *layout,
                      int *nshards);
 
