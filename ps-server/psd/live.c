@@ -34,6 +34,9 @@
 #define LIVE_MARK_WAIT_S 120 /* ps:0 waits this long for the old shards */
 #define LIVE_POLL_MS 50      /* how often a waiting shard looks */
 #define LIVE_SAY_EVERY_S 10  /* a wait is said again this often */
+#define INTERRUPTED                                                            \
+  "interrupted: ps:0 restarted before the reshard finished; the job goes on "  \
+  "in the layout its checkpoints hold"
 
 struct psd_live {
   struct psd_server *srv;      /* borrowed */
@@ -525,6 +528,7 @@ enum psd_exit psd_live_finish(struct psd_live *l, enum psd_exit rc,
 int psd_live_startup(struct psd_server *srv, const char *root, char *last,
                      size_t lastlen) {
   char prefix[200], plan[1200], res[1200], name[32];
+  uint64_t newest = 0;
   struct dirent *e;
   DIR *d;
   int rc = 0;
@@ -533,22 +537,32 @@ int psd_live_startup(struct psd_server *srv, const char *root, char *last,
   snprintf(prefix, sizeof prefix, ".live-%s-L", srv->spec->job.name);
   snprintf(name, sizeof name, "ps-%d", srv->shard);
   while ((e = readdir(d))) {
+    uint64_t v;
+    char *end;
     if (strncmp(e->d_name, prefix, strlen(prefix)))
+      continue;
+    v = strtoull(e->d_name + strlen(prefix), &end, 10);
+    if (*end)
       continue;
     snprintf(plan, sizeof plan, "%s/%s", root, e->d_name);
     if (get(plan, "result", res, sizeof res) == 0) {
-      snprintf(last, lastlen, "%s", res);
+      if (v >= newest) { /* the newest reshard's result is the last */
+        newest = v;
+        snprintf(last, lastlen, "%s", res);
+      }
       continue;
     }
     if (srv->shard == 0) {
       cm_warn("reshard: %s has no result: ps:0 stopped before it finished; "
               "the job goes on in the layout its checkpoints hold",
               plan);
-      if (put(plan, "result",
-              "interrupted: ps:0 restarted before the reshard finished; the "
-              "job goes on in the layout its checkpoints hold")) {
+      if (put(plan, "result", INTERRUPTED)) {
         cm_error("reshard: cannot write %s/result: %s", plan, strerror(errno));
         rc = CM_EIO;
+      }
+      if (v >= newest) {
+        newest = v;
+        snprintf(last, lastlen, "%s", INTERRUPTED);
       }
       continue;
     }

@@ -1,0 +1,226 @@
+#!/usr/bin/env python3
+"""A live reshard (psctl reshard --shards M, docs/reshard.md "Live"): the
+shards of a running job stop for it, ps:0 cuts the checkpoint onto M and
+every shard starts again in the new layout, in the same process. Here: the
+state is unchanged and placed for M; refusals change nothing; a shard, and
+ps:0 in the middle of its cut, killed (kill -9) and started again leave one
+whole layout; workers that train through reshards (async: every
+acknowledged push applied once; sync: bit-identical to no reshard)."""
+import os
+import signal
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness as h  # noqa: E402
+import test_reshard as tr  # noqa: E402
+from ckptread import read_job  # noqa: E402
+
+psd = None
+
+
+def setUpModule():
+    global psd
+    tr.setUpModule()
+    psd = tr.psd
+
+
+class LiveBase(tr.ReshardBase):
+    JOB = "lv"
+
+    def seeded(self, pushes=2):
+        """A job of 2 shards with rows and a split dense variable in its
+        checkpoint, written through a 2-address spec; returns (specs {2, 3},
+        root, the values pushed). The 3-address spec's ps:2 stands by."""
+        self.root = os.path.join(self.d, "ck")
+        job = {"name": self.JOB, "optimizer": {"type": "sgd", "lr": 1.0},
+               "tables": [{"name": "cnt", "dim": 2, "init": "zeros",
+                           "optimizer": {"type": "sgd", "lr": 1.0}}],
+               "checkpoint": {"dir": self.root}}
+        s = tr.specs(self.d, job, [2, 3], nworker=1)
+        ps = self.shards(s[2], 2)
+        rng = np.random.default_rng(5)
+        self.ids = rng.choice(1 << 50, 3000, replace=False).astype(np.uint64)
+        self.rows = np.zeros((3000, 2), np.float32)
+        self.dense = np.zeros(70000, np.float32)
+        c = psd.Client(s[2], None)
+        try:
+            c.declare("d", (70000,))
+            c.declare_table("cnt", 2)
+            for _ in range(pushes):
+                g = (rng.integers(-8, 9, (3000, 2)) / 8).astype(np.float32)
+                gd = (rng.integers(-8, 9, 70000) / 8).astype(np.float32)
+                c.push_rows("cnt", self.ids, g)
+                c.push("d", gd)
+                self.rows -= g
+                self.dense -= gd
+        finally:
+            c.close()
+        self.stop(ps)
+        return s
+
+    def start3(self, spec):
+        """ps:0..ps:2 of the 3-address spec: the first two serve the
+        checkpoint's 2-shard layout, ps:2 stands by."""
+        ps = self.shards(spec, 3)
+        self.assertIn("standing by: the job's layout 0 has 2 shards", ps[2].output())
+        return ps
+
+    def psctl_reshard(self, spec, m):
+        r = h.psctl(spec, "reshard", "--shards", str(m), timeout=300)
+        return r.returncode, r.stdout + r.stderr
+
+    def reshard_ok(self, spec, m, layout):
+        rc, out = self.psctl_reshard(spec, m)
+        self.assertEqual(rc, 0, out)
+        self.assertIn("reshard done in", out)
+        self.assertIn("%d shards, layout %d" % (m, layout), out)
+        return out
+
+    def status(self, spec, shard):
+        import json
+        r = h.psctl(spec, "--json", "status")
+        doc = json.loads(r.stdout)
+        return doc["shards"][shard]
+
+
+class LiveReshardTest(LiveBase):
+    def test_grow_then_shrink_state_unchanged_same_processes(self):
+        s = self.seeded()
+        ps = self.start3(s[3])
+        pids = [p.p.pid for p in ps]
+        before = read_job(self.root, self.JOB)
+        out = self.reshard_ok(s[3], 3, 1)
+        self.assertIn("ps:2: serves layout 1", out)
+        self.assertRegex(out, r"done: layout 1 of 3 shards from 2, step \d+, [1-9]\d* of 3000 "
+                              r"table rows")
+        mid = read_job(self.root, self.JOB)
+        self.assert_placed(mid, 3)
+        self.assert_same_state(before, mid)
+        for p, pid in zip(ps, pids):
+            self.assertIsNone(p.p.poll(), p.output()[-2000:])
+            self.assertEqual(p.p.pid, pid)
+            self.assertIn("reshard: starting again (same process, pid %d)" % pid, p.output())
+        out = self.reshard_ok(s[3], 2, 2)
+        self.assertIn("ps:2: stands by outside layout 2", out)
+        after = read_job(self.root, self.JOB)
+        self.assert_placed(after, 2)
+        self.assert_same_state(before, after)
+        ps[2].wait_for("standing by: the job's layout 2 has 2 shards")
+        # Still the values pushed, through a client of the 3-address spec.
+        c = psd.Client(s[3], None)
+        try:
+            c.declare("d", (70000,))
+            c.declare_table("cnt", 2)
+            rows = np.empty((3000, 2), np.float32)
+            d = np.empty(70000, np.float32)
+            c.pull_rows("cnt", self.ids, rows)
+            c.pull("d", d)
+        finally:
+            c.close()
+        self.assertTrue(np.array_equal(rows, self.rows))
+        self.assertTrue(np.array_equal(d, self.dense))
+
+    def test_refusals_change_nothing(self):
+        s = self.seeded(pushes=1)
+        ps = self.start3(s[3])
+        before = read_job(self.root, self.JOB)
+        for m, words in ((4, "shards 4: the spec's cluster.ps lists 3 addresses; "
+                             "expected 1..3"),
+                         (2, "the job has 2 shards already (layout 0); nothing to do")):
+            rc, out = self.psctl_reshard(s[3], m)
+            self.assertEqual(rc, 1, out)
+            self.assertIn(words, out)
+        rc, out = self.psctl_reshard(s[3], 0)
+        self.assertEqual(rc, 2, out)
+        # A new shard that does not answer: stopped (SIGSTOP), then not running.
+        ps[2].p.send_signal(signal.SIGSTOP)
+        rc, out = self.psctl_reshard(s[3], 3)
+        ps[2].p.send_signal(signal.SIGCONT)
+        self.assertEqual(rc, 1, out)
+        self.assertIn("ps:2 (127.0.0.1:", out)
+        self.assertIn("is not reachable (DEADLINE_EXCEEDED", out)
+        self.assertEqual(ps[2].stop(signal.SIGTERM), 0, ps[2].output())
+        rc, out = self.psctl_reshard(s[3], 3)
+        self.assertEqual(rc, 1, out)
+        self.assertIn("is not reachable (UNAVAILABLE", out)
+        self.assertIn("start it (psd --cluster SPEC --task ps:2) and ask again; nothing changed",
+                      out)
+        after = read_job(self.root, self.JOB)
+        self.assertEqual(after["nshards"], 2)
+        self.assert_same_state(before, after)
+        self.assertFalse(os.path.exists(os.path.join(self.root, ".live-lv-L1")))
+        for p in ps[:2]:
+            self.assertNotIn("reshard: starting again", p.output())
+        # A job without checkpoints cannot be resharded live.
+        d2 = os.path.join(self.d, "nock")
+        os.mkdir(d2)
+        s2 = tr.specs(d2, {"name": "nock", "shards": 1}, [2], nworker=1)[2]
+        ps2 = self.shards(s2, 2)
+        self.assertIn("standing by: the job's layout 0 has 1 shard", ps2[1].output())
+        rc, out = self.psctl_reshard(s2, 2)
+        self.assertEqual(rc, 1, out)
+        self.assertIn("this job writes none: set job.checkpoint.dir", out)
+
+    def test_source_and_destination_killed_mid_reshard(self):
+        """ps:1 (a source) and ps:2 (the destination) killed (kill -9) as
+        they stop for the reshard, a second reshard asked for meanwhile
+        (refused), both started again as a supervisor would: they wait for
+        ps:0, which cuts, and the job ends in the new layout, whole."""
+        s = self.seeded(pushes=1)
+        ps = self.start3(s[3])
+        before = read_job(self.root, self.JOB)
+        first = h.Proc([h.build_path("ps-server", "psctl"), "--cluster", s[3], "reshard",
+                        "--shards", "3"])
+        self.procs.append(first)
+        ps[1].wait_for("reshard: ps:0 asks this shard to stop")
+        ps[1].stop(signal.SIGKILL)
+        ps[2].stop(signal.SIGKILL)
+        rc, out = self.psctl_reshard(s[3], 3)
+        self.assertEqual(rc, 1, out)
+        self.assertIn("reshard refused by ps:0", out)
+        again = [h.Proc([h.build_path("ps-server", "psd"), "--cluster", s[3], "--task",
+                         "ps:%d" % i]) for i in (1, 2)]
+        self.procs += again
+        self.assertEqual(first.wait(timeout=300), 0, first.output())
+        for p in again:
+            p.wait_for("ready: listening on", timeout=120)
+            self.assertIn("is under way: waiting for ps:0 to finish it", p.output())
+        after = read_job(self.root, self.JOB)
+        self.assert_placed(after, 3)
+        self.assert_same_state(before, after)
+
+    def test_coordinator_killed_mid_cut(self):
+        """ps:0 killed (kill -9) while it cuts: started again, it marks the
+        reshard interrupted, the others start again in the layout the
+        directory holds (the old one, whole), psctl says so (exit 1); asked
+        again, the reshard is done."""
+        s = self.seeded(pushes=1)
+        ps = self.start3(s[3])
+        before = read_job(self.root, self.JOB)
+        first = h.Proc([h.build_path("ps-server", "psctl"), "--cluster", s[3], "reshard",
+                        "--shards", "3"])
+        self.procs.append(first)
+        ps[0].wait_for("reshard: new ps-1 of 3", timeout=120)
+        ps[0].stop(signal.SIGKILL)
+        ps0 = h.Proc([h.build_path("ps-server", "psd"), "--cluster", s[3], "--task", "ps:0"])
+        self.procs.append(ps0)
+        ps0.wait_for("ready: listening on", timeout=120)
+        self.assertIn("has no result: ps:0 stopped before it finished", ps0.output())
+        self.assertEqual(first.wait(timeout=300), 1, first.output())
+        self.assertIn("reshard not done: ps:0 says interrupted", first.output())
+        for p in ps[1:]:
+            p.wait_for("reshard: starting again")
+        ps[2].wait_for("standing by: the job's layout 0 has 2 shards", timeout=60)
+        mid = read_job(self.root, self.JOB)
+        self.assertEqual(mid["nshards"], 2)
+        self.assert_same_state(before, mid)
+        self.reshard_ok(s[3], 3, 1)
+        after = read_job(self.root, self.JOB)
+        self.assert_placed(after, 3)
+        self.assert_same_state(before, after)
+
+
+if __name__ == "__main__":
+    h.main()
