@@ -252,8 +252,10 @@ int dw_setup_params(struct dw_worker *w) {
                                 : cm_strerror(rc));
     goto out;
   }
-  cm_info("declared %d variables on %d shards", w->nvars, w->spec->nps);
-  for (int s = 0; s < w->spec->nps; s++) {
+  /* The layout's shards (job.shards, or what a move said), not the pool. */
+  cm_info("declared %d variables on %d shards", w->nvars,
+          psc__client_nshards(w->client));
+  for (int s = 0; s < psc__client_nshards(w->client); s++) {
     const char *t = psc__client_target(w->client, s);
     uint64_t shm = psc__client_shm_bytes(w->client, s);
     if (!strncmp(t, "unix:", 5) && shm)

@@ -18,8 +18,9 @@ static int one_call(struct psc__client *c, int s, const char *method,
                     const ProtobufCMessage *req, struct cm_unary *u,
                     const char *what) {
   memset(u, 0, sizeof *u);
-  if (s < 0 || s >= c->nshards) {
-    psc__seterr(c, "%s: no shard %d; the cluster has %d", what, s, c->nshards);
+  if (s < 0 || s >= c->spec->nps) {
+    psc__seterr(c, "%s: no shard %d; the cluster has %d", what, s,
+                c->spec->nps);
     return CM_EINVAL;
   }
   u->channel = c->ch[s];

@@ -233,7 +233,8 @@ const char *psc_grpc_status_name(int status) {
   return cm_rpc_status_name((grpc_status_code)status);
 }
 
-int psc_num_shards(const psc_client *c) { return c->spec->nps; }
+/* The layout's count: job.shards, then what a "layout moved" answer said. */
+int psc_num_shards(const psc_client *c) { return psc__client_nshards(c->cl); }
 int psc_num_workers(const psc_client *c) { return c->spec->nworker; }
 int psc_task_index(const psc_client *c) { return c->task; }
 const char *psc_mode(const psc_client *c) { return c->spec->job.mode; }

@@ -112,21 +112,26 @@ int psc__client_new(struct psc__client **out, const struct cm_spec *spec,
   c->o.worker = c->worker;
   pthread_mutex_init(&c->lock, NULL);
   pthread_cond_init(&c->cond, NULL);
-  c->nshards = spec->nps;
+  /* The layout a new job starts with; a "moved" answer says another
+   * (relayout.c). Every per-shard array is sized for the pool of addresses,
+   * so that a re-plan to any count needs no new channels. */
+  c->nshards = spec->job.shards > 0 && spec->job.shards <= spec->nps
+                   ? spec->job.shards
+                   : spec->nps;
   c->cq = grpc_completion_queue_create_for_next(NULL);
   if ((rc = cm_creds_load(&spec->auth, 0, &c->creds, c->err, sizeof c->err))) {
     /* The caller gets no client to ask, so say it here. */
     cm_error("%s", c->err);
     goto out;
   }
-  if (!(c->ch = calloc(c->nshards, sizeof *c->ch)) ||
-      !(c->on_unix = calloc(c->nshards, 1)) ||
-      !(c->out = calloc(c->nshards, sizeof *c->out)) ||
-      !(c->boot = calloc(c->nshards, sizeof *c->boot))) {
+  if (!(c->ch = calloc(spec->nps, sizeof *c->ch)) ||
+      !(c->on_unix = calloc(spec->nps, 1)) ||
+      !(c->out = calloc(spec->nps, sizeof *c->out)) ||
+      !(c->boot = calloc(spec->nps, sizeof *c->boot))) {
     rc = CM_ENOMEM;
     goto out;
   }
-  for (int s = 0; s < c->nshards; s++)
+  for (int s = 0; s < spec->nps; s++)
     if ((rc = cm_channel_new(&c->ch[s], spec->ps[s].text, &c->creds)))
       goto out;
 out:
@@ -149,7 +154,8 @@ void psc__client_free(struct psc__client *c) {
     pthread_join(c->hb_thread, NULL);
   }
   psc__shm_free(c);
-  for (int s = 0; c->ch && s < c->nshards; s++)
+  psc__plan_save_free(&c->full);
+  for (int s = 0; c->ch && s < c->spec->nps; s++)
     cm_channel_free(c->ch[s]);
   free(c->ch);
   free(c->on_unix);
@@ -189,7 +195,10 @@ Psd__V1__Caller psc__caller(const struct psc__client *c, int shard) {
   caller.spec_fp = c->spec_fp;
   caller.spec_ps = c->spec->nps;
   caller.spec_workers = c->spec->nworker;
-  caller.boot = shard >= 0 && shard < c->nshards ? c->boot[shard] : 0;
+  caller.boot = shard >= 0 && shard < c->spec->nps ? c->boot[shard] : 0;
+  /* The layout planned for: a shard of another answers "moved". */
+  caller.layout = c->layout;
+  caller.shards = c->nshards;
   return caller;
 }
 
@@ -199,7 +208,7 @@ void psc__call_error(struct psc__client *c, const char *what,
                      const struct cm_unary *u) {
   char cause[512];
   int s = 0;
-  for (; s < c->nshards; s++)
+  for (; s < c->spec->nps - 1; s++)
     if (c->ch[s] == u->channel)
       break;
   if (psc__reach_cause(
@@ -390,6 +399,7 @@ int psc__plan(struct psc__client *c) {
           }
           cur = &c->msgs[c->nmsgs++];
           *cur = (struct psc__msg){s, c->npieces, 0, 0, nshard == 0, nshard};
+          cur->kinds = PSC__KIND_PUSH | PSC__KIND_PULL;
           nshard++;
         }
         uint64_t room = chunk - cur->bytes / sizeof(float);
@@ -456,7 +466,7 @@ void psc__back_to_tcp(struct psc__client *c, const struct cm_unary *calls,
                       int n) {
   for (int i = 0; i < n; i++) {
     int s = -1;
-    for (int k = 0; k < c->nshards; k++)
+    for (int k = 0; k < c->spec->nps; k++)
       if (calls[i].channel == c->ch[k])
         s = k;
     if (s < 0 || !c->on_unix[s] || calls[i].status != GRPC_STATUS_UNAVAILABLE)
@@ -469,6 +479,8 @@ void psc__back_to_tcp(struct psc__client *c, const struct cm_unary *calls,
     c->on_unix[s] = 0;
   }
 }
+
+int psc__client_nshards(const struct psc__client *c) { return c->nshards; }
 
 const char *psc__client_target(const struct psc__client *c, int shard) {
   return cm_channel_target(c->ch[shard]);

@@ -18,6 +18,9 @@
  *   admin.c      Admin/Checkpoint, and the last call's status for a tool
  *   sparse.c     embedding tables: their declare, sparse pulls and pushes
  *   shm_client.c same-host shared-memory arenas for pulls and pushes
+ *   relayout.c   the job's shard layout moved: the "moved" answer read,
+ *                placements and the plan redone, what was not acknowledged
+ *                re-cut for the new shards
  *
  * Each file's own block says how its part works: client.c the plan of
  * the traffic, transfer.c and retry.c the retries. */
@@ -66,6 +69,26 @@ struct psc__msg {
   int sel_lead;        /* 1: the first message pushed to its shard */
   uint64_t shm_at;     /* its place in its shard's arena parts
                           (shm_client.h) */
+  unsigned char kinds; /* what it may carry: PSC__KIND_PUSH | PSC__KIND_PULL
+                          (a planned message both; a re-cut one, relayout.c,
+                          the one its pieces wait for) */
+};
+
+/* psc__msg.kinds. */
+#define PSC__KIND_PUSH 1
+#define PSC__KIND_PULL 2
+
+/* A plan's arrays (client.c, psc__plan), as a transfer re-cut after a
+ * layout moved puts them aside while it sends what is left (relayout.c). */
+struct psc__plan_save {
+  struct psc__piece *pieces; /* owned: c->pieces */
+  int npieces;               /* entries in pieces */
+  struct psc__msg *msgs;     /* owned: c->msgs */
+  int nmsgs;                 /* entries in msgs */
+  struct cm_unary *calls;    /* owned: c->calls */
+  int *call_pair;            /* owned: c->call_pair */
+  unsigned char *pending;    /* owned: c->pending */
+  int held;                  /* 1: the arrays are here, not in the client */
 };
 
 struct psc__client {
@@ -77,10 +100,21 @@ struct psc__client {
   uint64_t *boot;             /* owned, per shard: its process's boot id from
                                  Declare (0 until then), sent with every call
                                  to it */
-  struct cm_channel **ch;     /* owned, one per shard */
+  struct cm_channel **ch;     /* owned, one per address of the pool
+                                 (spec->nps), like every per-shard array */
   unsigned char *on_unix;     /* owned: 1 where ch[s] is a Unix socket */
   struct cm_creds creds;      /* owned: token and TLS from the spec's auth */
-  int nshards;                /* entries in ch */
+  int nshards;                /* shards of the layout planned for (1..nps):
+                                 job.shards at open, then what a "moved"
+                                 answer said (relayout.c) */
+  uint64_t layout;            /* the layout's version planned for (0 at
+                                 open), sent with every call */
+  char moved[512];            /* the last "layout moved" answer's message
+                                 (declare_calls.c), "" when none */
+  struct psc__plan_save full; /* while a transfer sends a re-cut remainder:
+                                 the full plan, put back at its end */
+  uint32_t chunk_next;        /* the next dedup chunk index for a re-cut
+                                 push message (past every planned one) */
   struct psc__var *vars;      /* owned copies of the declared variables, in
                                declaration order (names in var_names) */
   char **var_names;           /* owned: each variable's name (vars[i].name) */
@@ -290,6 +324,58 @@ void psc__say_waiting(void *ctx);
  * (connect_timeout_ms while starting, else the retry budget). */
 int psc__retry_wait(struct psc__client *c, const unsigned char *down, int ndown,
                     int attempt, const char *what);
+
+/* ---- relayout.c: the job's shard layout moved */
+
+/* The re-plans one call may make before it gives up (a layout that keeps
+ * moving). */
+#define PSC__MAX_REPLANS 8
+
+/* Whether u was answered "layout moved" (FAILED_PRECONDITION, details
+ * beginning "layout moved: "). */
+int psc__is_moved(const struct cm_unary *u);
+
+/* Reads a "layout moved" message: "layout moved: ps:S holds layout V of M
+ * shards; ..." ("1 shard" too). Returns 0 with *shard, *layout, *nshards, or
+ * CM_EPROTO when details is not such a message. */
+int psc__moved_parse(const char *details, int *shard, uint64_t *layout,
+                     int *nshards);
+
+/* Where a variable placed `placement` among `from` shards goes among `to`:
+ * the rule of psd --reshard (ps-server/psd/reshard_cut.c, new_placement),
+ * so that the client agrees with the shards that restored it: split stays
+ * split (but from one shard), whole goes by name (cm_shard_by_name). */
+int psc__replace(const struct psc__var *v, int from, int to);
+
+/* Splits pending pieces in[0..nin) of vars at the row ranges of `nshards`
+ * shards and packs them, shard by shard, into messages of at most `chunk`
+ * elements: *pieces and *msgs (owned by the caller; msgs[].first indexes
+ * *pieces; lead set on each shard's first; kinds, chunk and the transfer's
+ * fields left 0). Returns 0 or CM_ENOMEM. */
+int psc__recut(const struct psc__var *vars, const struct psc__piece *in,
+               int nin, int nshards, uint64_t chunk, struct psc__piece **pieces,
+               int *npieces, struct psc__msg **msgs, int *nmsgs);
+
+/* Follows the layout a "moved" answer (its details) names: the count
+ * checked against the pool, the layout and count taken, every boot id
+ * forgotten, the arenas dropped, the variables re-placed, the plan made
+ * again, the Unix sockets taken again, and one line said. `what` names the
+ * call in an error. Returns 0 or an error in c->err. */
+int psc__relayout(struct psc__client *c, const char *details, const char *what);
+
+/* The same for a transfer under way: what is pending in the plan (the
+ * pairs flagged in c->pending) is re-cut for the new layout and becomes
+ * the plan until psc__plan_restore, so that nothing acknowledged is sent
+ * again. */
+int psc__relayout_transfer(struct psc__client *c, const char *details,
+                           const char *what);
+
+/* The end of a transfer: a full plan put aside by psc__relayout_transfer
+ * comes back. */
+void psc__plan_restore(struct psc__client *c);
+
+/* Frees a plan put aside (psc__client_free). */
+void psc__plan_save_free(struct psc__plan_save *p);
 
 /* ---- coord.c: sync rollbacks, shared with the transfers */
 

@@ -3,7 +3,8 @@
  * (declare_rounds.c, over declare_calls.c, which waits for shards that are
  * still starting). Once every shard has answered, the client plans its
  * traffic and moves to the Unix sockets of the shards on this host
- * (client.c). */
+ * (client.c). A shard that answers "layout moved" has the client follow
+ * the new layout and declare there again (relayout.c). */
 #include "client_internal.h"
 
 #include <stdlib.h>
@@ -157,8 +158,28 @@ int psc__client_declare(struct psc__client *c, struct psc__var *vars, int n) {
     nnew += !skip[i];
   if (nnew == 0)
     goto out;
-  /* Shards may still be starting: wait for them, within the deadline. */
-  if ((rc = psc__declare_vars(c, vars, n, skip)))
+  /* Shards may still be starting: wait for them, within the deadline. A
+   * layout that moved meanwhile is followed, and the declare made again. */
+  for (int replans = 0;; replans++) {
+    int from = c->nshards;
+    c->moved[0] = 0;
+    if (!(rc = psc__declare_vars(c, vars, n, skip)) || !c->moved[0])
+      break;
+    if (replans == PSC__MAX_REPLANS) {
+      psc__seterr(c,
+                  "declare: the job's layout moved %d times during one "
+                  "declare; the last answer: %s",
+                  replans + 1, c->moved);
+      break;
+    }
+    if ((rc = psc__relayout(c, c->moved, "declare")))
+      break;
+    for (int i = 0; i < n; i++)
+      if (!skip[i])
+        vars[i].placement = psc__replace(&vars[i], from, c->nshards);
+    c->err[0] = 0;
+  }
+  if (rc)
     goto out;
   if ((rc = keep_vars(c, vars, n, skip)))
     goto out;

@@ -15,7 +15,8 @@
  * passed; the backoff between attempts ends as soon as the shard's channel
  * connects (psc__retry_wait). A shard's answer carries its process's boot
  * id, sent back with every later call to it (a shard that restarted without
- * a checkpoint refuses the old one). */
+ * a checkpoint refuses the old one). An answer "layout moved" ends the
+ * calls with its message in c->moved, for the caller to re-plan. */
 #include "client_internal.h"
 
 #include <stdlib.h>
@@ -58,6 +59,15 @@ static void take_answer(struct psc__client *c, struct psc__decl_call *dc,
     c->boot[s] = r->boot;
     dc->resp = r;
     psc__shard_up(c, s);
+  } else if (psc__is_moved(u)) {
+    /* The job's layout moved: the declare is made again on the new one
+     * (declare.c, sparse.c), not retried here. */
+    if (!c->moved[0])
+      snprintf(c->moved, sizeof c->moved, "%s", u->details);
+    if (!*fatal) {
+      psc__call_error(c, "declare", u);
+      *fatal = CM_ERPC;
+    }
   } else if (!psc__retryable(u->status)) {
     if (!*fatal) {
       psc__call_error(c, "declare", u);

@@ -156,6 +156,11 @@ int psc__client_select_push(struct psc__client *c, const int *idx, int n);
 void psc__client_set_interrupt(struct psc__client *c,
                                int (*interrupted)(void *), void *arg);
 
+/* The shards of the job's layout the client plans for: job.shards (else
+ * every address of cluster.ps) at open, then the count a "layout moved"
+ * answer named (docs/faults.md, "A reshard under running workers"). */
+int psc__client_nshards(const struct psc__client *c);
+
 /* What the client dials for shard: the spec's "host:port", or after
  * declare, "unix:/path" when the shard runs on this host and serves its Unix
  * socket (common/rpc/endpoint.h; job.unix_sockets). Owned by the client. */

@@ -38,7 +38,7 @@ void psc__shm_retire(struct psc__client *c, int s) {
 void psc__shm_free(struct psc__client *c) {
   if (!c->shm)
     return;
-  for (int s = 0; s < c->nshards; s++) {
+  for (int s = 0; s < c->spec->nps; s++) {
     psc__shm_retire(c, s);
     pthread_mutex_destroy(&c->shm[s].busy);
   }
@@ -155,8 +155,9 @@ fail:
 static int ensure_array(struct psc__client *c) {
   int rc = 0;
   pthread_mutex_lock(&c->lock);
-  if (!c->shm && (c->shm = calloc((size_t)c->nshards, sizeof *c->shm))) {
-    for (int s = 0; s < c->nshards; s++) {
+  /* For the pool: a layout that moves keeps the array. */
+  if (!c->shm && (c->shm = calloc((size_t)c->spec->nps, sizeof *c->shm))) {
+    for (int s = 0; s < c->spec->nps; s++) {
       c->shm[s].conn = -1;
       pthread_mutex_init(&c->shm[s].busy, NULL);
     }

@@ -14,7 +14,12 @@
  * in order, once, into the plan's rows of unique ids, then copied to the
  * caller's rows in position order. Failed calls are retried
  * like dense ones (retry.c), and a push's messages carry (client id, seq,
- * chunk) so a retried message is applied once. */
+ * chunk) so a retried message is applied once.
+ *
+ * A call answered "layout moved" re-plans for the new layout (relayout.c):
+ * a pull is made again whole (it changes nothing), a push sends only the
+ * ids no shard acknowledged, regrouped by the new count
+ * (psc__sparse_regroup), with its client id and seq. */
 #include "client_internal.h"
 
 #include <stdio.h>
@@ -74,7 +79,24 @@ int psc__client_declare_tables(struct psc__client *c,
   req.caller = &caller;
   req.n_tables = (size_t)n;
   req.tables = ptrs;
-  if ((rc = psc__declare_everywhere(c, &req)))
+  for (int replans = 0;; replans++) {
+    c->moved[0] = 0;
+    if (!(rc = psc__declare_everywhere(c, &req)) || !c->moved[0])
+      break;
+    /* The layout moved: declared again on the new one. */
+    if (replans == PSC__MAX_REPLANS) {
+      psc__seterr(c,
+                  "declare tables: the job's layout moved %d times during "
+                  "one declare; the last answer: %s",
+                  replans + 1, c->moved);
+      break;
+    }
+    if ((rc = psc__relayout(c, c->moved, "declare tables")))
+      break;
+    caller = psc__caller(c, -1);
+    c->err[0] = 0;
+  }
+  if (rc)
     goto out;
   if (!(grown = realloc(c->tables,
                         ((size_t)c->ntables + (size_t)n) * sizeof *grown))) {
@@ -226,12 +248,14 @@ static int run(struct psc__scall *sc) {
   unsigned char *down = calloc((size_t)c->nshards, 1);
   struct cm_unary *calls = calloc((size_t)sc->nmsgs + 1, sizeof *calls);
   int *which = calloc((size_t)sc->nmsgs + 1, sizeof *which);
-  int rc = 0, left = sc->nmsgs, rolled_before = c->rolled_back;
+  int rc = 0, left = 0, rolled_before = c->rolled_back;
   if (!down || !calls || !which) {
     psc__seterr(c, "%s: out of memory", name);
     rc = CM_ENOMEM;
     goto out;
   }
+  for (int i = 0; i < sc->nmsgs; i++)
+    left += sc->msgs[i].pending;
   for (int attempt = 0; left > 0; attempt++) {
     int n = 0, fatal = 0;
     for (int i = 0; i < sc->nmsgs; i++) {
@@ -269,6 +293,12 @@ static int run(struct psc__scall *sc) {
           psc__shard_up(c, m->shard);
       } else if (sc->push && sc->sync && u->status == GRPC_STATUS_ABORTED) {
         sc->closed = 1; /* the step closed without us: not an error */
+      } else if (psc__is_moved(u)) {
+        /* No outage, no retry: it stays pending for the re-plan. */
+        if (!sc->moved)
+          snprintf(c->moved, sizeof c->moved, "%s", u->details);
+        sc->moved = 1;
+        continue;
       } else {
         c->stats.failed++;
         if (!psc__retryable(u->status)) {
@@ -290,6 +320,8 @@ static int run(struct psc__scall *sc) {
       rc = 0; /* the caller goes back to the step rolled to */
       break;
     }
+    if (sc->moved)
+      break; /* sparse_call re-plans, and runs what is pending again */
     if (fatal) {
       rc = CM_ERPC;
       break;
@@ -305,13 +337,41 @@ out:
   return rc;
 }
 
+/* The layout moved during sc: re-planned, and what is pending made again
+ * for the new layout: a pull whole, a push's unacknowledged ids
+ * regrouped. */
+static int replan(struct psc__scall *sc, int nr, int replans) {
+  struct psc__client *c = sc->c;
+  const char *name = sc->push ? "push rows" : "pull rows";
+  int rc;
+  if (replans == PSC__MAX_REPLANS) {
+    psc__seterr(c,
+                "%s: the job's layout moved %d times during one call; the "
+                "last answer: %s",
+                name, replans + 1, c->moved);
+    return CM_ERPC;
+  }
+  if ((rc = psc__relayout(c, c->moved, name)))
+    return rc;
+  if (sc->push)
+    return psc__sparse_regroup(sc, c->nshards, c->o.chunk_bytes);
+  psc__sparse_plan_free(sc);
+  return psc__sparse_plan(sc, nr);
+}
+
 /* Plans and runs one sparse call. */
 static int sparse_call(struct psc__scall *sc, int nr) {
   int rc = psc__sparse_plan(sc, nr), answered = 1;
   if (!rc && sc->push)
     psc__sparse_sum_rows(sc, nr);
-  if (!rc)
-    rc = run(sc);
+  /* Past every chunk index of the plan: a regrouped message's. */
+  sc->chunk_next = (uint32_t)sc->nmsgs;
+  for (int replans = 0; !rc; replans++) {
+    sc->moved = 0;
+    if ((rc = run(sc)) || !sc->moved)
+      break;
+    rc = replan(sc, nr, replans);
+  }
   for (int k = 0; k < sc->nmsgs; k++)
     answered &= !sc->msgs[k].pending;
   if (!rc && !sc->push && !sc->rolled && answered)

@@ -241,4 +241,80 @@ void psc__sparse_plan_free(struct psc__scall *sc) {
   free(sc->ufirst);
   free(sc->roff);
   free(sc->urows);
+  sc->msgs = NULL;
+  sc->nmsgs = 0;
+  sc->uid = NULL;
+  sc->head = NULL;
+  sc->uix = NULL;
+  sc->base = sc->ufirst = sc->roff = NULL;
+  sc->urows = NULL;
+}
+
+int psc__sparse_regroup(struct psc__scall *sc, int nshards,
+                        size_t chunk_bytes) {
+  size_t ids = 0, floats = 0, nu = 0, nf = 0;
+  int nm = 0;
+  for (int k = 0; k < sc->nmsgs; k++)
+    if (sc->msgs[k].pending) {
+      ids += sc->msgs[k].n;
+      floats += sc->msgs[k].n * sc->msgs[k].dim;
+    }
+  /* Every message holds an id at least. */
+  struct psc__smsg *msgs = calloc(ids + 1, sizeof *msgs);
+  uint64_t *uid = malloc((ids + 1) * sizeof *uid);
+  float *urows = malloc((floats + 1) * sizeof *urows);
+  if (!msgs || !uid || !urows) {
+    free(msgs);
+    free(uid);
+    free(urows);
+    psc__seterr(sc->c, "push rows: out of memory");
+    return CM_ENOMEM;
+  }
+  /* Table by table (in the order of their first pending message), shard
+   * by shard, the pending ids in the order they had. */
+  for (int t = 0; t < sc->nmsgs; t++) {
+    const struct psc__smsg *mt = &sc->msgs[t];
+    int seen = !mt->pending;
+    for (int k = 0; k < t && !seen; k++)
+      seen = sc->msgs[k].pending && sc->msgs[k].r == mt->r;
+    if (seen)
+      continue;
+    size_t per = chunk_bytes / (mt->dim * sizeof(float));
+    per = per ? per : 1;
+    for (int s = 0; s < nshards; s++) {
+      struct psc__smsg *cur = NULL;
+      for (int k = 0; k < sc->nmsgs; k++) {
+        const struct psc__smsg *m = &sc->msgs[k];
+        if (!m->pending || m->r != mt->r)
+          continue;
+        for (size_t j = 0; j < m->n; j++) {
+          uint64_t id = sc->uid[m->first + j];
+          if ((int)(cm_splitmix64_at(id) % (uint64_t)nshards) != s)
+            continue;
+          if (!cur || cur->n == per) {
+            cur = &msgs[nm++];
+            *cur = (struct psc__smsg){.r = m->r,
+                                      .shard = s,
+                                      .first = nu,
+                                      .urow = urows + nf,
+                                      .dim = m->dim,
+                                      .chunk = sc->chunk_next++,
+                                      .pending = 1};
+          }
+          uid[nu++] = id;
+          memcpy(urows + nf, m->urow + j * m->dim, m->dim * sizeof(float));
+          nf += m->dim;
+          cur->n++;
+        }
+      }
+    }
+  }
+  free(sc->msgs);
+  free(sc->uid);
+  free(sc->urows);
+  sc->msgs = msgs;
+  sc->nmsgs = nm;
+  sc->uid = uid;
+  sc->urows = urows;
+  return 0;
 }

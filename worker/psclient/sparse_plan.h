@@ -41,6 +41,10 @@ struct psc__scall {
   uint64_t seq;           /* push: this push's dedup seq */
   int closed;             /* push: a shard said the step is closed */
   int rolled;             /* pull: an answer said the job rolled back */
+  int moved;              /* an answer said the layout moved (its message
+                             in c->moved): the call re-plans */
+  uint32_t chunk_next;    /* push: the next chunk index for a regrouped
+                             message, past every planned one */
   struct psc__smsg *msgs; /* owned */
   int nmsgs;              /* entries in msgs */
   uint64_t *uid;          /* owned: unique ids */
@@ -71,7 +75,17 @@ void psc__sparse_sum_rows(struct psc__scall *sc, int nr);
  * the caller's rows. */
 void psc__sparse_copy_out(struct psc__scall *sc, int nr);
 
-/* Frees what psc__sparse_plan made (sc->msgs and the arrays). */
+/* Frees what psc__sparse_plan made (sc->msgs and the arrays), which it
+ * may then make again. */
 void psc__sparse_plan_free(struct psc__scall *sc);
+
+/* A push whose layout moved to `nshards` shards: the ids of its messages
+ * still pending (with their summed rows) regrouped by shard of the new
+ * count (splitmix64(id) % nshards, psc__client_shard_of) and cut into
+ * messages of at most chunk_bytes of rows, which replace sc->msgs, each
+ * pending, with chunk indexes from sc->chunk_next on. An acknowledged id
+ * is in none. Returns 0, or CM_ENOMEM with an error in c->err (sc as it
+ * was). */
+int psc__sparse_regroup(struct psc__scall *sc, int nshards, size_t chunk_bytes);
 
 #endif

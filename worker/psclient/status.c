@@ -19,9 +19,10 @@ int psc__client_status(struct psc__client *c, int shard, char **json) {
   int rc;
 
   *json = NULL;
-  if (shard < 0 || shard >= c->nshards) {
+  /* Any address of the pool: a standby shard has a status too. */
+  if (shard < 0 || shard >= c->spec->nps) {
     psc__seterr(c, "status: no shard %d; the cluster has %d", shard,
-                c->nshards);
+                c->spec->nps);
     return CM_EINVAL;
   }
   req.caller = &caller;

@@ -11,7 +11,12 @@
  * message carries (client id, seq, chunk), so a shard that had applied a
  * message whose answer was lost acknowledges the retry without applying it
  * again (ps-server/psd/dedup.h). The coordinator's calls (coord.c) retry
- * with the same helpers. */
+ * with the same helpers.
+ *
+ * A call answered "layout moved" (the job was resharded under the client)
+ * is neither a failure nor retried: the client re-plans for the new layout
+ * and sends what is still pending, re-cut for the new shards (relayout.c):
+ * a piece a shard acknowledged is never sent again. */
 #include "client_internal.h"
 
 #include <errno.h>
@@ -65,9 +70,9 @@ static void select_msgs(struct psc__client *c) {
     m->sel_bytes = m->push_bytes = 0;
     for (int k = 0; k < m->npieces; k++) {
       const struct psc__piece *p = &c->pieces[m->first + k];
-      if (psc__selected(c, p->var))
+      if ((m->kinds & PSC__KIND_PULL) && psc__selected(c, p->var))
         m->sel_bytes += p->count * sizeof(float);
-      if (psc__pushed(c, p->var))
+      if ((m->kinds & PSC__KIND_PUSH) && psc__pushed(c, p->var))
         m->push_bytes += p->count * sizeof(float);
     }
     /* Messages are planned shard by shard. */
@@ -349,7 +354,7 @@ static int transfer(struct psc__client *c, int what) {
                      : what == XFER_PULL ? "pull"
                                          : "push and pull";
   unsigned char down[256], shm_dead[256] = {0};
-  int rc = 0, left = 0, rolled_before = c->rolled_back;
+  int rc = 0, left = 0, rolled_before = c->rolled_back, replans = 0;
   if (!c->vars) {
     psc__seterr(c, "%s: declare the variables first", name);
     return CM_EINVAL;
@@ -379,13 +384,14 @@ static int transfer(struct psc__client *c, int what) {
   }
   if (what & XFER_PUSH)
     c->seq++;
+  c->chunk_next = (uint32_t)c->nmsgs; /* past this plan's chunk indexes */
   for (int i = 0; i < c->nmsgs; i++) {
     c->pending[2 * i] = c->msgs[i].push_bytes > 0 && (what & XFER_PUSH);
     c->pending[2 * i + 1] = c->msgs[i].sel_bytes > 0 && (what & XFER_PULL);
     left += c->pending[2 * i] + c->pending[2 * i + 1];
   }
   for (int attempt = 0; left > 0; attempt++) {
-    int n = 0, fatal = 0, shm_again = 0;
+    int n = 0, fatal = 0, shm_again = 0, moved = 0;
     for (int p = 0; p < 2 * c->nmsgs; p++) {
       if (!c->pending[p])
         continue;
@@ -438,6 +444,14 @@ static int transfer(struct psc__client *c, int what) {
           psc__shard_up(c, m->shard);
       } else if (push && c->sync_push && u->status == GRPC_STATUS_ABORTED) {
         c->closed = 1; /* the step closed without us: not an error */
+      } else if (psc__is_moved(u)) {
+        /* No outage, no retry: the pair stays pending for the re-plan. */
+        if (!moved)
+          snprintf(c->moved, sizeof c->moved, "%s", u->details);
+        moved = 1;
+        if (!down[m->shard])
+          psc__shard_up(c, m->shard);
+        continue;
       } else {
         c->stats.failed++;
         if (!psc__retryable(u->status)) {
@@ -469,6 +483,27 @@ static int transfer(struct psc__client *c, int what) {
       rc = 0;
       break;
     }
+    if (moved) {
+      /* The layout moved: what is pending goes to the new shards. A
+       * failure beside it may be the move's too; if not, it comes again. */
+      if (replans++ == PSC__MAX_REPLANS) {
+        psc__seterr(c,
+                    "%s: the job's layout moved %d times during one %s; "
+                    "the last answer: %s",
+                    name, replans, name, c->moved);
+        rc = CM_ERPC;
+        break;
+      }
+      psc__shm_end(c);
+      if ((rc = psc__relayout_transfer(c, c->moved, name)))
+        break;
+      select_msgs(c);
+      left = 0;
+      for (int p = 0; p < 2 * c->nmsgs; p++)
+        left += c->pending[p];
+      attempt = -1;
+      continue;
+    }
     if (fatal) {
       rc = CM_ERPC;
       break;
@@ -482,6 +517,7 @@ out:
   if (what & XFER_PUSH)
     wait_refs(c);
   psc__shm_end(c);
+  psc__plan_restore(c); /* a remainder re-cut after a move is done */
   return rc;
 }
 

@@ -162,6 +162,9 @@ const char *psc_grpc_status_name(int status);
 
 /* ---- the job, as the spec says */
 
+/* The shards of the job's layout: job.shards (else every address of
+ * cluster.ps) at open, then the count the job was resharded to once a
+ * call met the new layout. */
 int psc_num_shards(const psc_client *c);
 int psc_num_workers(const psc_client *c);
 /* This client's worker index (psc_options.task), or -1. */

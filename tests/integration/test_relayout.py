@@ -1,0 +1,181 @@
+"""Workers that follow a job resharded under them (docs/faults.md, "A
+reshard under running workers"): libpsclient re-plans on "layout moved".
+
+An async job whose spec lists 3 ps addresses and starts on 2 (job.shards),
+sgd with lr 1; two client processes (relayout_pusher.py, psd.Client over
+libpsclient) push known gradients, multiples of 1/8 so that every sum is
+exact, to a split dense variable, a small one held whole and a table. Both
+shards are stopped with SIGTERM (each writes its final checkpoint), `psd
+--reshard --shards 3` cuts the job onto 3, and ps:0..ps:2 start again; the
+SAME client processes, which retried through the outage, are answered
+"layout moved", re-plan ("layout moved: now layout 1 of 3 shards (was 0 of
+2); re-planned") and go on. Then again down to 2, ps:2 left running as a
+standby. At the end every acknowledged push is applied exactly once: a
+fresh client (opened on the spec's layout 0 of 2, so its declare is
+answered "moved" too) reads every value back, and it equals minus the sum
+of the acknowledged pushes, bit for bit.
+Run: /usr/bin/python3 test_relayout.py BUILD_DIR"""
+import os
+import re
+import signal
+import sys
+
+import numpy as np
+
+import harness as h
+import pyshards
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+psd = None
+
+
+def setUpModule():
+    global psd
+    psd = pyshards.import_psd()
+
+
+class RelayoutTest(h.ProcTest):
+    def start(self, n):
+        ps = [h.Proc([h.build_path("ps-server", "psd"), "--cluster", self.spec,
+                      "--task", "ps:%d" % i]) for i in range(n)]
+        self.procs += ps
+        for p in ps:
+            p.wait_for("ready: listening on")
+        return ps
+
+    def stop(self, ps):
+        for p in ps:
+            self.assertEqual(p.stop(signal.SIGTERM), 0, p.output()[-3000:])
+        for p in ps:
+            if "(standing by)" not in p.output():  # a standby holds nothing
+                self.assertIn("checkpoint (at exit)", p.output())
+
+    def reshard(self, m):
+        r = h.run([h.build_path("ps-server", "psd"), "--cluster", self.spec,
+                   "--reshard", "--shards", str(m)], timeout=300)
+        out = r.stdout + r.stderr
+        self.assertEqual(r.returncode, 0, out)
+        self.assertIn("reshard: done in", out)
+
+    @staticmethod
+    def acked(p):
+        got = re.findall(r"acked=(\d+);", p.output())
+        return int(got[-1]) if got else 0
+
+    def go_on(self, clients, line, shards, more=4):
+        """Each client says line, then acknowledges `more` pushes past the
+        count it had when the shards went down, now on `shards` shards."""
+        for c in clients:
+            n = self.acked(c)
+            c.wait_for(line, timeout=180)
+            got = c.wait_for("acked=%d;" % (n + more), timeout=180)
+            self.assertIn("shards=%d" % shards, got)
+
+    def job(self):
+        """The spec: 3 addresses, a job that starts on 2; two pushers."""
+        self.spec = os.path.join(self.d, "spec.json")
+        h.write_spec(self.spec, nps=3, nworker=2, job={
+            "name": "rl", "shards": 2, "optimizer": {"type": "sgd", "lr": 1.0},
+            "tables": [{"name": "cnt", "dim": 2, "init": "zeros",
+                        "optimizer": {"type": "sgd", "lr": 1.0}}],
+            "checkpoint": {"dir": os.path.join(self.d, "ck")}, "retry_s": 240})
+        self.stopfile = os.path.join(self.d, "stop")
+
+    def pushers(self):
+        clients = [h.Proc(["/usr/bin/python3", os.path.join(HERE, "relayout_pusher.py"),
+                           h.BUILD, self.spec, str(k), self.stopfile,
+                           os.path.join(self.d, "sums%d.npz" % k)]) for k in range(2)]
+        self.procs += clients
+        for c in clients:
+            # The job's count, not the pool's.
+            self.assertIn("shards=2", c.wait_for("acked=6;", timeout=120))
+        return clients
+
+    def test_every_acknowledged_push_applied_once_across_reshards(self):
+        self.job()
+        ps = self.start(2)
+        clients = self.pushers()
+
+        # 2 -> 3: the clients retry through the stop, then re-plan.
+        self.stop(ps)
+        self.reshard(3)
+        ps = self.start(3)
+        self.go_on(clients, "psd: layout moved: now layout 1 of 3 shards (was 0 of 2); "
+                   "re-planned", 3)
+
+        # 3 -> 2, ps:2 left standing by: a call to it is answered "moved".
+        self.stop(ps)
+        self.reshard(2)
+        ps = self.start(3)
+        self.assertIn("standing by", ps[2].output())
+        self.go_on(clients, "psd: layout moved: now layout 2 of 2 shards (was 1 of 3); "
+                   "re-planned", 2)
+        self.verify(clients, 2)
+        self.stop(ps)
+
+    def test_live_reshard_under_pushers(self):
+        """psctl reshard --shards M, the shards re-executing themselves:
+        the same counters, 2 -> 3 -> 2."""
+        self.job()
+        ps = self.start(3)  # ps:2 stands by
+        clients = self.pushers()
+        for m, line in ((3, "now layout 1 of 3 shards (was 0 of 2)"),
+                        (2, "now layout 2 of 2 shards (was 1 of 3)")):
+            r = h.run([h.build_path("ps-server", "psctl"), "--cluster", self.spec,
+                       "reshard", "--shards", str(m)], timeout=300)
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+            self.go_on(clients, "psd: layout moved: " + line + "; re-planned", m)
+        self.verify(clients, 2)
+        self.stop(ps)
+
+    def verify(self, clients, layout):
+        """Stops the pushers; a fresh client reads back minus the sum of
+        every acknowledged push, bit for bit."""
+        with open(self.stopfile, "w"):
+            pass
+        sums = []
+        for k, c in enumerate(clients):
+            self.assertEqual(c.wait(timeout=120), 0, c.output()[-3000:])
+            self.assertIn("done ", c.output())
+            # A move is no outage given up on, nor a failed call.
+            self.assertNotIn("Traceback", c.output())
+            sums.append(np.load(os.path.join(self.d, "sums%d.npz" % k)))
+        want_d = -(sums[0]["d"] + sums[1]["d"])
+        want_b = -(sums[0]["b"] + sums[1]["b"])
+        want_rows = -(sums[0]["rows"] + sums[1]["rows"])
+        ids = sums[0]["ids"]
+
+        # A fresh client opens on the spec's layout 0 of 2: its declare is
+        # answered "moved", and it follows.
+        lines = []
+        psd.set_log_callback(lambda level, line: lines.append(line))
+        try:
+            with psd.Client(self.spec, None) as c:
+                c.declare("d", (want_d.size,))
+                c.declare("b", (want_b.size,))
+                c.declare_table("cnt", 2)
+                d = np.empty_like(want_d)
+                b = np.empty_like(want_b)
+                rows = np.empty_like(want_rows)
+                c.pull(["d", "b"], [d, b])
+                c.pull_rows("cnt", ids, rows)
+        finally:
+            psd.set_log_callback(None)
+        self.assertIn("layout moved: now layout %d of 2 shards (was 0 of 2); re-planned"
+                      % layout, lines)
+        for what, got, want in (("d", d, want_d), ("b", b, want_b),
+                                ("cnt", rows, want_rows)):
+            bad = np.flatnonzero(got.ravel() != want.ravel())
+            self.assertEqual(bad.size, 0, "%s: %d elements differ, first %s: %s, "
+                             "acknowledged %s" % (what, bad.size, bad[:5],
+                                                  got.ravel()[bad[:5]],
+                                                  want.ravel()[bad[:5]]))
+        for c in clients:
+            print("\n".join(l for l in c.lines if l.startswith("psd:")))
+        n = sum(self.acked(c) for c in clients)
+        print("relayout: %d pushes acknowledged across layouts 0 (2 shards), 1 (3), "
+              "2 (2), each applied once" % n)
+
+
+if __name__ == "__main__":
+    h.main()
