@@ -58,14 +58,22 @@ struct psd_worker_info {
   double step_sum;                           /* their sum, seconds */
 };
 
-/* Sync, a live reshard's step boundary (live.h): the step open now, whose
- * commit the reshard waits for (pulls of that version are held), and how
- * many workers are live. */
+/* Sync, a live reshard's step boundary (live.h): the step open now (0-based:
+ * its commit makes the job's version one more), and how many workers are
+ * live. */
 uint64_t psd_coord_open_step(struct psd_coord *c, int *live);
 
-/* Waits until every shard has committed `step`, up to ms. Returns 1 when
- * it has, 0 when not (time out, or psd stops). */
-int psd_coord_wait_committed(struct psd_coord *c, uint64_t step, int ms);
+/* Waits until every shard has committed `version` steps, up to ms. Returns
+ * 1 when they have, 0 when not (time out, or psd stops). */
+int psd_coord_wait_committed(struct psd_coord *c, uint64_t version, int ms);
+
+/* A live reshard re-executes ps:0 (live.h): the workers joined and live
+ * now, as "0,2,5" into buf (returns how many), and, in the new process
+ * before it serves, the same list adopted as joined and live, so that
+ * their next Admit or heartbeat is not answered "join again" (which would
+ * redo the step they are at with their next batch). */
+int psd_coord_members(struct psd_coord *c, char *buf, size_t len);
+void psd_coord_adopt(struct psd_coord *c, const char *list);
 
 /* Borrows spec (which must outlive it); nshards is the layout's shard count
  * (1..spec->nps). Opens channels to every address of the spec but sends

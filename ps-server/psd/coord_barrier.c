@@ -513,16 +513,54 @@ uint64_t psd_coord_open_step(struct psd_coord *c, int *live) {
   return open;
 }
 
-int psd_coord_wait_committed(struct psd_coord *c, uint64_t step, int ms) {
+int psd_coord_wait_committed(struct psd_coord *c, uint64_t version, int ms) {
   double until = cm_mono_ms() + ms;
   int done = 0, stop = 0;
   while (!done && !stop && cm_mono_ms() < until) {
     pthread_mutex_lock(&c->lock);
-    done = c->committed >= step;
+    done = c->committed >= version;
     stop = c->stopping;
     pthread_mutex_unlock(&c->lock);
     if (!done && !stop)
       usleep(10 * 1000);
   }
   return done;
+}
+
+int psd_coord_members(struct psd_coord *c, char *buf, size_t len) {
+  size_t at = 0;
+  int n = 0;
+  buf[0] = 0;
+  pthread_mutex_lock(&c->lock);
+  for (int i = 0; i < c->n && at + 12 < len; i++)
+    if (c->w[i].joined && c->w[i].live && !c->w[i].must_rejoin) {
+      at += (size_t)snprintf(buf + at, len - at, "%s%d", n ? "," : "", i);
+      n++;
+    }
+  pthread_mutex_unlock(&c->lock);
+  return n;
+}
+
+void psd_coord_adopt(struct psd_coord *c, const char *list) {
+  char *end;
+  int n = 0;
+  pthread_mutex_lock(&c->lock);
+  for (const char *p = list; *p;) {
+    long i = strtol(p, &end, 10);
+    if (end == p)
+      break;
+    if (i >= 0 && i < c->n) {
+      c->w[i].joined = 1;
+      c->w[i].live = 1;
+      c->w[i].last_seen = cm_mono_ms();
+      n++;
+    }
+    p = *end == ',' ? end + 1 : end;
+  }
+  if (n && c->started == 0)
+    c->started = cm_mono_ms();
+  pthread_mutex_unlock(&c->lock);
+  if (n)
+    cm_info("the %d worker%s joined before the reshard stay%s joined: %s", n,
+            n == 1 ? "" : "s", n == 1 ? "s" : "", list);
 }

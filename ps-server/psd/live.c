@@ -54,6 +54,8 @@ struct psd_live {
   double since;                /* cm_mono_ms() when it was asked for */
   char plan[1200];             /* its plan directory */
   char note[600];              /* the last reshard's result, for Status */
+  int clean; /* ps:0: the shards stop between two steps (async: always), so
+                the workers stay joined across the re-execution */
 };
 
 /* <root>/.live-<job>-L<version> into buf. */
@@ -263,31 +265,37 @@ static int hold_step(struct psd_server *srv, const struct go *g, char *msg,
   Psd__V1__Caller caller = self_caller(srv);
   Psd__V1__ReshardRequest req = PSD__V1__RESHARD_REQUEST__INIT;
   int live;
-  uint64_t open = psd_coord_open_step(srv->coord, &live);
+  /* Step `open` (0-based) is the one workers push now; its commit makes
+   * the job's version open + 1, and the pulls of that version are the next
+   * step's: those are held. */
+  uint64_t open = psd_coord_open_step(srv->coord, &live), hold = open + 1;
   req.caller = &caller;
-  req.hold = open;
+  req.hold = hold;
   req.layout = g->v;
   for (int s = 1; s < g->n; s++) {
     struct cm_unary u;
     call_shard(srv, s, "/psd.v1.Admin/Reshard", &req.base, &u);
     if (u.status != GRPC_STATUS_OK) {
-      snprintf(msg, len, "ps:%d (%s) did not hold step %llu (%s: %s)", s,
-               srv->spec->ps[s].text, (unsigned long long)open,
+      snprintf(msg, len, "ps:%d (%s) did not hold version %llu (%s: %s)", s,
+               srv->spec->ps[s].text, (unsigned long long)hold,
                cm_rpc_status_name(u.status), u.details);
       cm_unary_release(&u);
       return -1;
     }
     cm_unary_release(&u);
   }
-  psd_service_hold(srv->service, open);
+  psd_service_hold(srv->service, hold);
   if (!live)
     return 0;
-  cm_info("reshard: pulls past step %llu are held; waiting for its commit",
-          (unsigned long long)open);
-  if (!psd_coord_wait_committed(srv->coord, open, LIVE_MARK_WAIT_S * 1000))
-    cm_warn("reshard: step %llu did not commit within %d s: the shards stop "
-            "anyway, and the job rolls back to the step they checkpoint",
-            (unsigned long long)open, LIVE_MARK_WAIT_S);
+  cm_info("reshard: pulls of version %llu are held; waiting for the commit of "
+          "step %llu, which makes it",
+          (unsigned long long)hold, (unsigned long long)open);
+  if (psd_coord_wait_committed(srv->coord, hold, LIVE_MARK_WAIT_S * 1000))
+    return 0;
+  srv->live->clean = 0; /* a step cut in two: the workers join again */
+  cm_warn("reshard: step %llu did not commit within %d s: the shards stop "
+          "anyway, and the job rolls back to the step they checkpoint",
+          (unsigned long long)open, LIVE_MARK_WAIT_S);
   return 0;
 }
 
@@ -297,6 +305,7 @@ static void *go_thread(void *arg) {
   struct psd_server *srv = l->srv;
   char msg[1400] = "", res[1600];
   int ok = 1;
+  l->clean = 1; /* async: no step to cut in two; sync: hold_step says */
   if (srv->coord && psd_service_steps(srv->service) &&
       hold_step(srv, g, msg, sizeof msg))
     ok = 0;
@@ -394,6 +403,13 @@ static void on_request(struct psd_live *l, struct cm_rpc_call *call,
     goto refuse;
   }
   pthread_detach(t);
+  /* Said before the answer: psctl's first Status must not read the last
+   * reshard's result as this one's. */
+  pthread_mutex_lock(&l->lock);
+  snprintf(l->note, sizeof l->note,
+           "under way: layout %llu of %d shards to layout %llu of %d",
+           (unsigned long long)srv->layout, n, (unsigned long long)v, m);
+  pthread_mutex_unlock(&l->lock);
   cm_info("reshard: %s, asked by %s: every shard of both layouts stops "
           "(final checkpoints), this shard cuts the checkpoint onto %d "
           "shards, and each starts again in layout %llu",
@@ -427,7 +443,7 @@ static void on_reshard(struct cm_rpc_call *call, grpc_byte_buffer *bb,
       NULL);
   if (!req)
     return;
-  if (!req->prepare && srv->shard != 0) {
+  if (!req->prepare && !req->hold && srv->shard != 0) {
     cm_rpc_fail(call, GRPC_STATUS_FAILED_PRECONDITION,
                 "Reshard goes to ps:0 (%s), the coordinator; this is ps:%d",
                 srv->spec->ps[0].text, srv->shard);
@@ -611,6 +627,12 @@ enum psd_exit psd_live_finish(struct psd_live *l, enum psd_exit rc,
     cut(l);
   else
     wait_result(l->plan, "to cut the checkpoint");
+  /* ps:0: the workers stay joined when no step was cut in two. */
+  if (srv->coord && l->clean) {
+    char members[4096];
+    if (psd_coord_members(srv->coord, members, sizeof members) > 0)
+      setenv(PSD_LIVE_MEMBERS_ENV, members, 1);
+  }
   cm_info("reshard: starting again (same process, pid %d)", (int)getpid());
   fflush(stdout);
   fflush(stderr);

@@ -35,6 +35,10 @@
 
 struct psd_live;
 
+/* The environment variable a re-executed ps:0 finds its joined workers in
+ * (psd_coord_adopt); set only when the reshard stopped between two steps. */
+#define PSD_LIVE_MEMBERS_ENV "PSD_RESHARD_MEMBERS"
+
 /* Creates srv's live-reshard handler (srv borrowed, must outlive it; its
  * loop initialised); last: the last reshard's result (psd_live_startup),
  * for Status. Returns 0 or CM_ENOMEM. */

@@ -328,6 +328,13 @@ enum psd_exit psd_server_open(struct psd_server *srv) {
       return PSD_EXIT_FAILED;
     }
     psd_coord_set_self(srv->coord, &srv->self);
+    /* Re-executed by a live reshard that stopped between two steps: the
+     * workers joined before it stay joined (live.c). */
+    const char *members = getenv(PSD_LIVE_MEMBERS_ENV);
+    if (members) {
+      psd_coord_adopt(srv->coord, members);
+      unsetenv(PSD_LIVE_MEMBERS_ENV);
+    }
     psd_service_set_coord(srv->service, srv->coord);
     psd_saver_set_cut(srv->saver, name_cut, srv->coord);
     methods = psd_coord_methods(srv->coord, &nc);

@@ -225,5 +225,63 @@ class LiveReshardTest(LiveBase):
         self.assert_same_state(before, after)
 
 
+class LiveSyncTest(LiveBase):
+    """A deterministic sync CTR job (2 tables with Adagrad and Adam, an MLP
+    with Adam, 2 dworkers) resharded live 2 -> 3 -> 2 while it trains ends
+    bit-identical to the same job on 2 shards throughout: ps:0 stops the
+    shards between two steps, so no step is redone and no batch skipped."""
+    STEPS = 120
+
+    def job(self, data, root):
+        return {"name": "ls", "model": "ctr", "data_dir": data, "ctr": {"fields": 8},
+                "hidden": [16], "batch_size": 64, "epochs": 10,
+                "optimizer": {"type": "adam", "lr": 0.01}, "tables": tr.TABLES,
+                "seed": 3, "log_every": 1, "shards": 2,
+                "sync": {"mode": "sync", "deterministic": True},
+                "checkpoint": {"dir": root}}
+
+    def workers(self, spec):
+        ws = [h.Proc([h.build_path("worker", "dworker"), "--cluster", spec, "--task",
+                      "worker:%d" % i, "--max-steps", str(self.STEPS)]) for i in range(2)]
+        self.procs += ws
+        return ws
+
+    def finish(self, ws, ps):
+        for w in ws:
+            self.assertEqual(w.wait(timeout=300), 0, w.output()[-3000:])
+            self.assertNotIn("redone=", w.output())
+        for p in ps:
+            self.assertEqual(p.stop(signal.SIGTERM), 0, p.output()[-3000:])
+
+    def test_sync_2_3_2_live_bit_identical_to_no_reshard(self):
+        data = os.path.join(self.d, "data")
+        r = h.run([h.build_path("worker", "psd-ctrgen"), "--out", data, "--train", "4000",
+                   "--test", "200", "--fields", "8", "--zipf", "1.6"], timeout=120)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        for sub in ("a", "b"):
+            os.mkdir(os.path.join(self.d, sub))
+        ref_root, live_root = os.path.join(self.d, "ref"), os.path.join(self.d, "live")
+        sref = tr.specs(os.path.join(self.d, "a"), self.job(data, ref_root), [2])[2]
+        slive = tr.specs(os.path.join(self.d, "b"), self.job(data, live_root), [3])[3]
+        ps = self.shards(sref, 2)
+        self.finish(self.workers(sref), ps)
+        ps = self.shards(slive, 3)
+        self.assertIn("standing by: the job's layout 0 has 2 shards", ps[2].output())
+        ws = self.workers(slive)
+        ws[0].wait_for("step 10/", timeout=120)
+        self.reshard_ok(slive, 3, 1)
+        ws[0].wait_for("step ", timeout=120, new=True)
+        self.reshard_ok(slive, 2, 2)
+        self.finish(ws, ps)
+        for w in ws:
+            self.assertIn("layout moved: now layout 1 of 3 shards", w.output())
+            self.assertIn("layout moved: now layout 2 of 2 shards", w.output())
+        for p in ps:
+            self.assertEqual(p.output().count("reshard: starting again"), 2)
+        ref, live = read_job(ref_root, "ls"), read_job(live_root, "ls")
+        self.assertEqual(live["nshards"], 2)
+        self.assert_same_state(ref, live)
+
+
 if __name__ == "__main__":
     h.main()
