@@ -9,6 +9,7 @@ acknowledged push applied once; sync: bit-identical to no reshard)."""
 import os
 import signal
 import sys
+import time
 
 import numpy as np
 
@@ -24,6 +25,16 @@ def setUpModule():
     global psd
     tr.setUpModule()
     psd = tr.psd
+
+
+def wait_count(p, needle, k, timeout=60):
+    """Waits until p has printed needle on k lines (polling its output)."""
+    deadline = time.monotonic() + timeout
+    while sum(needle in line for line in list(p.lines)) < k:
+        if time.monotonic() > deadline or p.p.poll() is not None:
+            raise AssertionError("%r not printed %d times; output:\n%s"
+                                 % (needle, k, p.output()[-3000:]))
+        time.sleep(0.01)
 
 
 class LiveBase(tr.ReshardBase):
@@ -230,7 +241,7 @@ class LiveSyncTest(LiveBase):
     with Adam, 2 dworkers) resharded live 2 -> 3 -> 2 while it trains ends
     bit-identical to the same job on 2 shards throughout: ps:0 stops the
     shards between two steps, so no step is redone and no batch skipped."""
-    STEPS = 120
+    STEPS = 300
 
     def job(self, data, root):
         return {"name": "ls", "model": "ctr", "data_dir": data, "ctr": {"fields": 8},
@@ -268,10 +279,21 @@ class LiveSyncTest(LiveBase):
         ps = self.shards(slive, 3)
         self.assertIn("standing by: the job's layout 0 has 2 shards", ps[2].output())
         ws = self.workers(slive)
-        ws[0].wait_for("step 10/", timeout=120)
-        self.reshard_ok(slive, 3, 1)
-        ws[0].wait_for("step ", timeout=120, new=True)
-        self.reshard_ok(slive, 2, 2)
+        for at, m, v in ((10, 3, 1), (40, 2, 2)):
+            # The workers paused (SIGSTOP) mid-step while ps:0 takes the
+            # request and holds the next step's pulls: the reshard comes
+            # while they train, at a step the test does not choose.
+            ws[0].wait_for("step %d/" % at, timeout=120)
+            for w in ws:
+                w.p.send_signal(signal.SIGSTOP)
+            p = h.Proc([h.build_path("ps-server", "psctl"), "--cluster", slive, "reshard",
+                        "--shards", str(m)])
+            self.procs.append(p)
+            wait_count(ps[0], "are held; waiting for the commit", v)
+            for w in ws:
+                w.p.send_signal(signal.SIGCONT)
+            self.assertEqual(p.wait(timeout=300), 0, p.output())
+            self.assertIn("%d shards, layout %d" % (m, v), p.output())
         self.finish(ws, ps)
         for w in ws:
             self.assertIn("layout moved: now layout 1 of 3 shards", w.output())
