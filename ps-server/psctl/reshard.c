@@ -90,7 +90,12 @@ int psctl_cmd_reshard(struct psctl *p) {
              (said - t0) / 1000);
       fflush(stdout);
     }
-    usleep(RESHARD_POLL_MS * 1000);
+    /* A shard starting again: dial it as soon as it listens, not after
+     * gRPC's reconnect backoff, which grows while it is down. */
+    if (at < 0)
+      psc__client_await(p->client, s, RESHARD_POLL_MS);
+    else
+      usleep(RESHARD_POLL_MS * 1000);
   }
   where(p, 0, r.layout, r.to, note, sizeof note);
   printf("reshard done in %.1f s: %d shards, layout %llu%s%s\n",

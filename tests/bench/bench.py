@@ -72,7 +72,10 @@
                    shards: rows/s and bytes/s against one client pulling the
                    same rows and variable from the 3 live shards, alternated;
                    the downtime a job sees (stop, reshard, start) against a
-                   plain 2 -> 2 restart (tests/bench/bench_reshard.py)
+                   plain 2 -> 2 restart (tests/bench/bench_reshard.py); then
+                   psctl reshard 2 -> 3 -> 2 live under a stepping client: the
+                   pause, the cut, the client's slowest step, against the
+                   same rows pulled (tests/bench/bench_live.py)
 
 
 Run: /usr/bin/python3 tests/bench/bench.py BUILD_DIR [transport|aggregate|memory|train|sync|scale|optim|kernels|sparse|torch|dlrm|multihost|serve|reshard ...]
@@ -99,6 +102,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "integration"))
 import harness as h  # noqa: E402
 import bench_dlrm  # noqa: E402
 import bench_multihost  # noqa: E402
+import bench_live  # noqa: E402
 import bench_reshard  # noqa: E402
 import bench_serve  # noqa: E402
 import bench_sparse  # noqa: E402
@@ -485,7 +489,7 @@ def main():
              "dlrm": lambda d: bench_dlrm.dlrm(d, sys.modules[__name__]),
              "multihost": lambda d: bench_multihost.multihost(d, sys.modules[__name__]),
              "serve": lambda d: bench_serve.serve(d),
-             "reshard": lambda d: bench_reshard.reshard(d)}
+             "reshard": lambda d: (bench_reshard.reshard(d), bench_live.live(d))}
     if len(sys.argv) < 2:
         sys.stderr.write("usage: bench.py BUILD_DIR [%s ...]\n" % "|".join(parts))
         return 2

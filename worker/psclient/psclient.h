@@ -427,6 +427,12 @@ struct psc__checkpoint {
 int psc__client_checkpoint(struct psc__client *c, int wait,
                            struct psc__checkpoint *out);
 
+/* Waits up to ms for shard's channel to connect when it is not connected
+ * (a shard starting again), its reconnect backoff reset every 50 ms, so
+ * that the next call does not wait out gRPC's growing backoff. Returns 1
+ * when it is connected, 0 when not. */
+int psc__client_await(struct psc__client *c, int shard, int ms);
+
 /* What ps:0 answered Admin.Reshard (psc__client_reshard). */
 struct psc__reshard {
   int status;         /* the call's gRPC status, 0: OK */

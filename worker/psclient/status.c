@@ -51,3 +51,9 @@ out:
   cm_unary_release(&u);
   return rc;
 }
+
+int psc__client_await(struct psc__client *c, int shard, int ms) {
+  if (shard < 0 || shard >= c->spec->nps)
+    return 0;
+  return cm_channels_await(&c->ch[shard], NULL, 1, c->cq, ms);
+}
