@@ -18,12 +18,12 @@ Run: /usr/bin/python3 test_relayout.py BUILD_DIR"""
 import os
 import re
 import signal
-import sys
 
 import numpy as np
 
 import harness as h
 import pyshards
+from faults import SOAK
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 psd = None
@@ -126,6 +126,49 @@ class RelayoutTest(h.ProcTest):
             self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
             self.go_on(clients, "psd: layout moved: " + line + "; re-planned", m)
         self.verify(clients, 2)
+        self.stop(ps)
+
+    def test_live_reshards_with_kills_under_pushers(self):
+        """Live reshards while two clients push, a shard killed (kill -9)
+        in each once its final checkpoint is written and started again as a
+        supervisor would: ps:1 (a source: the reshard goes on), or ps:0 (it
+        is interrupted, the job stays in its layout, and asked again it is
+        done). Every acknowledged push is applied once. make test: 2 -> 3
+        with ps:1 killed, 3 -> 2 with ps:0 killed; make soak: 10 rounds."""
+        self.job()
+        ps = self.start(3)
+        clients = self.pushers()
+        rounds = [(3, 1), (2, 0)] + ([(3, 0), (2, 1), (3, 1), (2, 0), (3, 1), (2, 1),
+                                      (3, 0), (2, 0)] if SOAK else [])
+        layout = 0
+        for m, victim in rounds:
+            p = h.Proc([h.build_path("ps-server", "psctl"), "--cluster", self.spec,
+                        "reshard", "--shards", str(m)])
+            self.procs.append(p)
+            n = ps[victim].output().count("checkpoint (at exit)")
+            while ps[victim].output().count("checkpoint (at exit)") == n:
+                ps[victim].wait_for("checkpoint (at exit)", timeout=120, new=True)
+            ps[victim].stop(signal.SIGKILL)
+            ps[victim] = h.Proc([h.build_path("ps-server", "psd"), "--cluster", self.spec,
+                                 "--task", "ps:%d" % victim])
+            self.procs.append(ps[victim])
+            rc = p.wait(timeout=300)
+            if victim == 0:
+                # Interrupted: the job stays in its layout; asked again.
+                self.assertEqual(rc, 1, p.output())
+                self.assertIn("reshard not done: ps:0 says interrupted", p.output())
+                r = h.run([h.build_path("ps-server", "psctl"), "--cluster", self.spec,
+                           "reshard", "--shards", str(m)], timeout=300)
+                self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+            else:
+                self.assertEqual(rc, 0, p.output())
+            layout += 1  # an interrupted reshard makes no layout
+            ps[victim].wait_for("ready: listening on", timeout=120)
+            prev = 3 if m == 2 else 2
+            self.go_on(clients, "psd: layout moved: now layout %d of %d shards" % (layout, m),
+                       m)
+            print("round: %d -> %d, ps:%d killed, layout %d" % (prev, m, victim, layout))
+        self.verify(clients, layout)
         self.stop(ps)
 
     def verify(self, clients, layout):
