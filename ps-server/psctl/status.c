@@ -169,7 +169,11 @@ int psctl_cmd_status(struct psctl *p) {
     long long version = 0;
     psctl_grid_cell(&t, "ps:%d", s);
     psctl_grid_cell(&t, "%s", spec->ps[s].text);
-    psctl_grid_cell(&t, "%s", st ? "up" : "down");
+    /* A shard outside the job's layout stands by (docs/reshard.md). */
+    psctl_grid_cell(&t, "%s",
+                    !st                                            ? "down"
+                    : json_is_true(json_object_get(st, "standby")) ? "standby"
+                                                                   : "up");
     if (!st) {
       for (int c = 3; c < t.ncols; c++)
         psctl_grid_cell(&t, "-");
@@ -195,6 +199,13 @@ int psctl_cmd_status(struct psctl *p) {
   }
   if ((rc = psctl_grid_print(&t)))
     return psctl_finish(p, rc);
+  if (p->st[0]) {
+    const char *rs = cm_status_str(p->st[0], "reshard");
+    long long n = cm_status_int(p->st[0], "num_shards");
+    printf("LAYOUT %lld: %lld shard%s of %d addresses%s%s\n",
+           cm_status_int(p->st[0], "layout"), n, n == 1 ? "" : "s", spec->nps,
+           rs[0] ? "; reshard " : "", rs);
+  }
   printf("\n");
   psctl_grid_init(&t, 6, "VARIABLE", "SHAPE", "SHARD", "ROWS", ">HELD",
                   ">VERSION");
