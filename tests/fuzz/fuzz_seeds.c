@@ -337,6 +337,20 @@ static void export_(struct seed *s, int cut, const char *table, int has_after,
   fseed_add(s, "/psd.v1.Admin/Export", cut, &r.base);
 }
 
+/* A live reshard's request: to ps:0 (shards), or a shard told to stop
+ * (prepare) or hold (hold). fuzz_service serves it through the serving
+ * task's refusal: psd's own handler (live.c) needs a whole psd_server. */
+static void reshard(struct seed *s, int cut, int shards, int prepare,
+                    uint64_t layout, uint64_t hold) {
+  Psd__V1__ReshardRequest r = PSD__V1__RESHARD_REQUEST__INIT;
+  r.caller = &fseed_caller;
+  r.shards = shards;
+  r.prepare = prepare;
+  r.layout = layout;
+  r.hold = hold;
+  fseed_add(s, "/psd.v1.Admin/Reshard", cut, &r.base);
+}
+
 /* A Lookup of shard 0's first n rows of table and of dense variables
  * dense[0..nd) (the serving task of fuzz_service.c). */
 static void lookup(struct seed *s, int cut, const char *table, int first, int n,
@@ -375,6 +389,7 @@ static void one_sparse_push(struct seed *s) {
 static void one_rows(struct seed *s) { rows(s, 0, "emb", 0, 2, 0); }
 static void one_shrink(struct seed *s) { shrink(s, 0, "adm"); }
 static void one_export(struct seed *s) { export_(s, 0, "emb", 0, 0, 0); }
+static void one_reshard(struct seed *s) { reshard(s, 0, 3, 0, 0, 0); }
 static void one_lookup(struct seed *s) {
   static const char *const w[1] = {"w"};
   lookup(s, 0, "emb", 0, 3, w, 1, 1);
@@ -401,6 +416,7 @@ static const struct {
     {"/psd.v1.Coord/Admit", one_admit},
     {"/psd.v1.Coord/Clock", one_clock},
     {"/psd.v1.Serve/Lookup", one_lookup},
+    {"/psd.v1.Admin/Reshard", one_reshard},
 };
 
 int main(int argc, char **argv) {

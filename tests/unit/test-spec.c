@@ -160,7 +160,7 @@ START_TEST(test_unknown_keys) {
            "optimizer_overrides, channels, max_message_mb, nonfinite, "
            "retry_s, socket_owner, wire_dtype, tables, table_defaults, ctr, "
            "worker_command, "
-           "tensorboard_dir, metrics_listen, exit_when_done, publish");
+           "tensorboard_dir, metrics_listen, exit_when_done, publish, shards");
   has_line("t.json: job.optimizer.typ: unknown key (did you mean type?); "
            "expected one of type, lr, momentum, weight_decay, beta1, beta2, "
            "eps, schedule, clip_norm");
