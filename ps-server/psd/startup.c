@@ -82,9 +82,10 @@ enum psd_exit psd_server_reshard(struct psd_server *srv) {
   return PSD_EXIT_OK;
 }
 
-/* The job's layout: its checkpoint's when it has one (a job resharded live
- * keeps its count across restarts), else job.shards, else every address of
- * the spec. A shard outside it stands by. Returns 0 or CM_EEXIST (logged). */
+/* The job's layout: its checkpoint's when it has one of a layout version
+ * (a job resharded keeps its count across restarts), else job.shards, else
+ * every address of the spec; a checkpoint of version 0 must be of that
+ * count. A shard outside it stands by. Returns 0 or CM_EEXIST (logged). */
 static int find_layout(struct psd_server *srv, const char *root) {
   const struct cm_job *job = &srv->spec->job;
   char err[4096];
@@ -98,11 +99,25 @@ static int find_layout(struct psd_server *srv, const char *root) {
       cm_error("cannot resume: %s", err);
       return CM_EEXIST;
     }
+    if (n && !layout && n != srv->nshards) {
+      /* Never resharded live: a count other than the spec's is a spec
+       * changed for another count, whose checkpoint is restored onto it
+       * first (the old rows would be placed for the old count). */
+      cm_error("cannot resume: %s/%s was written by a job of %d shard%s; the "
+               "spec has %d (%s). Restore the checkpoint onto %d shards "
+               "first: psd --cluster SPEC --reshard (docs/reshard.md); or set "
+               "job.shards to %d, start, and grow the job live: psctl reshard "
+               "--shards %d",
+               root, job->name, n, n == 1 ? "" : "s", srv->nshards,
+               job->shards ? "job.shards" : "cluster.ps", srv->nshards, n,
+               srv->nshards);
+      return CM_EEXIST;
+    }
     if (n) {
-      if (job->shards && n != job->shards)
-        cm_info("the job's checkpoints are of %d shards (layout %llu): it "
-                "goes on with them, not with job.shards %d",
-                n, (unsigned long long)layout, job->shards);
+      if (n != srv->nshards)
+        cm_info("the job's checkpoints are of layout %llu, %d shards (a live "
+                "reshard): it goes on with them, not with the spec's %d",
+                (unsigned long long)layout, n, srv->nshards);
       srv->nshards = n;
       srv->layout = layout;
     }

@@ -48,7 +48,7 @@ class LiveBase(tr.ReshardBase):
         job = {"name": self.JOB, "optimizer": {"type": "sgd", "lr": 1.0},
                "tables": [{"name": "cnt", "dim": 2, "init": "zeros",
                            "optimizer": {"type": "sgd", "lr": 1.0}}],
-               "checkpoint": {"dir": self.root}}
+               "checkpoint": {"dir": self.root}, "shards": 2}
         s = tr.specs(self.d, job, [2, 3], nworker=1)
         ps = self.shards(s[2], 2)
         rng = np.random.default_rng(5)
@@ -225,8 +225,8 @@ class LiveReshardTest(LiveBase):
         self.assertEqual(first.wait(timeout=300), 1, first.output())
         self.assertIn("reshard not done: ps:0 says interrupted", first.output())
         for p in ps[1:]:
-            p.wait_for("reshard: starting again")
-        ps[2].wait_for("standing by: the job's layout 0 has 2 shards", timeout=60)
+            wait_count(p, "ready: listening on", 2)  # started again
+        wait_count(ps[2], "standing by: the job's layout 0 has 2 shards", 2)
         mid = read_job(self.root, self.JOB)
         self.assertEqual(mid["nshards"], 2)
         self.assert_same_state(before, mid)

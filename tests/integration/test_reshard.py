@@ -144,15 +144,12 @@ class ReshardTest(ReshardBase):
         for steps in (6, 4, 4):
             self.sync_run(sref[2], 2, steps)
         self.sync_run(sres[2], 2, 6)
-        # A shard of 3 before the reshard stands by outside the checkpoint's
-        # 2-shard layout: it loads and writes nothing.
+        # A shard of 3 before the reshard refuses to start, by name.
         p = h.Proc([h.build_path("ps-server", "psd"), "--cluster", sres[3], "--task", "ps:2"])
         self.procs.append(p)
-        p.wait_for("ready: listening on")
-        self.assertIn("standing by: the job's layout 0 has 2 shards", p.output())
-        self.assertIn("shard 2 of 2 (standing by)", p.output())
-        self.assertEqual(p.stop(signal.SIGTERM), 0, p.output())
-        self.assertFalse(os.path.exists(os.path.join(self.d, "res", "rs", "ps-2")))
+        self.assertEqual(p.wait(timeout=60), 1, p.output())
+        self.assertIn("was written by a job of 2 shards; the spec has 3", p.output())
+        self.assertIn("psd --cluster SPEC --reshard", p.output())
         # A spec of fewer addresses than the checkpoint's shards is refused.
         os.mkdir(os.path.join(self.d, "b1"))
         one = specs(os.path.join(self.d, "b1"), res, [1])[1]
@@ -160,7 +157,6 @@ class ReshardTest(ReshardBase):
         self.procs.append(p)
         self.assertEqual(p.wait(timeout=60), 1, p.output())
         self.assertIn("was written by a job of 2 shards; the spec lists 1 address", p.output())
-        self.assertIn("psd --cluster SPEC --reshard", p.output())
         before = read_job(os.path.join(self.d, "res"), "rs")
         out = self.reshard_ok(sres[3])
         self.assertIn("the sync checkpoint of 2 shards (step 6", out)
