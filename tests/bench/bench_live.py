@@ -142,27 +142,10 @@ def live(d, b=None, rows=br.ROWS, rounds=br.ROUNDS):
 
 
 def main():
-    args = sys.argv[1:]
-    rows, rounds = br.ROWS, br.ROUNDS
-    try:
-        for flag in ("--rows", "--rounds"):
-            if flag in args:
-                i = args.index(flag)
-                v = int(args[i + 1])
-                del args[i:i + 2]
-                if v < 1:
-                    raise ValueError("%s must be >= 1" % flag)
-                if flag == "--rows":
-                    rows = v
-                else:
-                    rounds = v
-    except (IndexError, ValueError) as e:
-        sys.stderr.write("bench_live.py: %s\n%s" % (e, __doc__))
+    got = br.parse_args(sys.argv[1:], "bench_live.py", __doc__)
+    if not got:
         return 2
-    if len(args) != 1:
-        sys.stderr.write(__doc__)
-        return 2
-    h.BUILD = os.path.abspath(args[0])
+    h.BUILD, rows, rounds = got
     with tempfile.TemporaryDirectory(prefix="psd-bench-live-") as d:
         try:
             live(d, rows=rows, rounds=rounds)

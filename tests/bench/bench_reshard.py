@@ -380,8 +380,10 @@ def reshard(d, b=None, rows=ROWS, rounds=ROUNDS):
            time.monotonic() - t_all))
 
 
-def main():
-    args = sys.argv[1:]
+def parse_args(argv, prog, doc):
+    """[--rows N] [--rounds R] BUILD_DIR: (build, rows, rounds), or None
+    after saying what is wrong (exit 2)."""
+    args = list(argv)
     rows, rounds = ROWS, ROUNDS
     try:
         for flag in ("--rows", "--rounds"):
@@ -396,12 +398,19 @@ def main():
                 else:
                     rounds = v
     except (IndexError, ValueError) as e:
-        sys.stderr.write("bench_reshard.py: %s\n%s" % (e, __doc__))
-        return 2
+        sys.stderr.write("%s: %s\n%s" % (prog, e, doc))
+        return None
     if len(args) != 1:
-        sys.stderr.write(__doc__)
+        sys.stderr.write(doc)
+        return None
+    return os.path.abspath(args[0]), rows, rounds
+
+
+def main():
+    got = parse_args(sys.argv[1:], "bench_reshard.py", __doc__)
+    if not got:
         return 2
-    h.BUILD = os.path.abspath(args[0])
+    h.BUILD, rows, rounds = got
     with tempfile.TemporaryDirectory(prefix="psd-bench-reshard-") as d:
         try:
             reshard(d, rows=rows, rounds=rounds)

@@ -78,6 +78,17 @@ class LiveBase(tr.ReshardBase):
         self.assertIn("standing by: the job's layout 0 has 2 shards", ps[2].output())
         return ps
 
+    def reshard_begun(self):
+        """The seeded job on 3 addresses (ps:2 standing by), its state, and
+        `psctl reshard --shards 3` started: (specs, shards, state, psctl)."""
+        s = self.seeded(pushes=1)
+        ps = self.start3(s[3])
+        before = read_job(self.root, self.JOB)
+        first = h.Proc([h.build_path("ps-server", "psctl"), "--cluster", s[3], "reshard",
+                        "--shards", "3"])
+        self.procs.append(first)
+        return s, ps, before, first
+
     def psctl_reshard(self, spec, m):
         r = h.psctl(spec, "reshard", "--shards", str(m), timeout=300)
         return r.returncode, r.stdout + r.stderr
@@ -179,12 +190,7 @@ class LiveReshardTest(LiveBase):
         they stop for the reshard, a second reshard asked for meanwhile
         (refused), both started again as a supervisor would: they wait for
         ps:0, which cuts, and the job ends in the new layout, whole."""
-        s = self.seeded(pushes=1)
-        ps = self.start3(s[3])
-        before = read_job(self.root, self.JOB)
-        first = h.Proc([h.build_path("ps-server", "psctl"), "--cluster", s[3], "reshard",
-                        "--shards", "3"])
-        self.procs.append(first)
+        s, ps, before, first = self.reshard_begun()
         # Killed once they answered ps:0 and stopped taking calls: ps:1 with
         # its final checkpoint written, ps:2 (which has none) at its stop.
         ps[1].wait_for("checkpoint (at exit)")
@@ -210,12 +216,7 @@ class LiveReshardTest(LiveBase):
         reshard interrupted, the others start again in the layout the
         directory holds (the old one, whole), psctl says so (exit 1); asked
         again, the reshard is done."""
-        s = self.seeded(pushes=1)
-        ps = self.start3(s[3])
-        before = read_job(self.root, self.JOB)
-        first = h.Proc([h.build_path("ps-server", "psctl"), "--cluster", s[3], "reshard",
-                        "--shards", "3"])
-        self.procs.append(first)
+        s, ps, before, first = self.reshard_begun()
         ps[0].wait_for("reshard: new ps-1 of 3", timeout=120)
         ps[0].stop(signal.SIGKILL)
         ps0 = h.Proc([h.build_path("ps-server", "psd"), "--cluster", s[3], "--task", "ps:0"])
