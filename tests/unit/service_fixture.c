@@ -9,6 +9,8 @@
 #include <string.h>
 
 #include "coord.h"
+#include "live.h"
+#include "psd.h"
 #include "saver.h"
 #include "spec.h"
 #include "store.h"
@@ -37,6 +39,11 @@ static struct psd_coord *coord;
 static struct psd_saver *saver;
 static struct psd_tables *tables;
 static struct cm_spec *spec;
+/* Admin/Reshard's handler (live.h) over a stand-in of psd's server: ps:0
+ * of the spec's layout, checkpoints off, so every reshard is refused
+ * before it calls anyone. */
+static struct psd_server fsrv;
+static struct psd_live *live;
 Psd__V1__Caller caller = PSD__V1__CALLER__INIT;
 
 static void start(const char *mode, const char *spec_mode) {
@@ -59,6 +66,13 @@ static void start(const char *mode, const char *spec_mode) {
   struct psd_saver_opts so = {
       .store = store, .steps = psd_service_steps(svc), .job = "t"};
   ck_assert_int_eq(psd_saver_new(&saver, &so), 0);
+  memset(&fsrv, 0, sizeof fsrv);
+  fsrv.spec = spec;
+  fsrv.nshards = spec->nps;
+  fsrv.service = svc;
+  fsrv.coord = coord;
+  ck_assert_int_eq(uv_loop_init(&fsrv.loop), 0);
+  ck_assert_int_eq(psd_live_new(&live, &fsrv, ""), 0);
   caller.job = "t";
   caller.worker = "test";
 }
@@ -74,7 +88,16 @@ TCase *service_tcase(Suite *s, const char *mode) {
   return tc;
 }
 
+static void close_cb(uv_handle_t *h, void *arg) {
+  if (!uv_is_closing(h))
+    uv_close(h, NULL);
+}
+
 void teardown(void) {
+  uv_walk(&fsrv.loop, close_cb, NULL);
+  uv_run(&fsrv.loop, UV_RUN_DEFAULT);
+  uv_loop_close(&fsrv.loop);
+  psd_live_free(live);
   psd_coord_free(coord);
   psd_service_free(svc);
   psd_saver_free(saver);
@@ -85,12 +108,13 @@ void teardown(void) {
 }
 
 const struct cm_rpc_method *method(const char *path) {
-  const struct cm_rpc_method *m[3];
-  int n[3];
+  const struct cm_rpc_method *m[4];
+  int n[4];
   m[0] = psd_service_methods(svc, &n[0]);
   m[1] = psd_coord_methods(coord, &n[1]);
   m[2] = psd_saver_methods(saver, &n[2]);
-  for (int k = 0; k < 3; k++)
+  m[3] = psd_live_methods(live, &n[3]);
+  for (int k = 0; k < 4; k++)
     for (int i = 0; i < n[k]; i++)
       if (!strcmp(m[k][i].path, path))
         return &m[k][i];

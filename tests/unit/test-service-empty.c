@@ -338,6 +338,26 @@ static void req_export(struct tu_buf *b) {
   pack(&r.base, b);
 }
 
+/* ps:0 is asked for the job's own count (refused, as is any count while
+ * checkpoints are off), and a shard is told to hold and stop for layout 1
+ * (refused: this is ps:0). Neither calls another shard. */
+static void req_reshard(struct tu_buf *b) {
+  Psd__V1__ReshardRequest r = PSD__V1__RESHARD_REQUEST__INIT;
+  r.caller = &caller;
+  r.shards = 2;
+  pack(&r.base, b);
+}
+
+static void req_prepare(struct tu_buf *b) {
+  Psd__V1__ReshardRequest r = PSD__V1__RESHARD_REQUEST__INIT;
+  r.caller = &caller;
+  r.shards = 1;
+  r.prepare = 1;
+  r.layout = 1;
+  r.hold = 3;
+  pack(&r.base, b);
+}
+
 /* Every call's valid requests (one or two), by method name. */
 static const struct {
   const char *method;              /* the rpc's name in its service */
@@ -362,6 +382,7 @@ static const struct {
     {"Rows", {req_rows, req_top}, 0},
     {"Shrink", {req_shrink}, 0},
     {"Export", {req_export}, 0},
+    {"Reshard", {req_reshard, req_prepare}, 0},
 };
 
 /* ---- the test ---- */
