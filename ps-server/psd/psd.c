@@ -257,6 +257,7 @@ int main(int argc, char **argv) {
   struct psd_server srv;
   enum psd_config cfg;
   enum psd_exit rc;
+  int loop_open = 0; /* srv.loop is initialised and not closed */
 
   /* First, before anything touches OpenBLAS: kn_blas_init may re-execute
    * the program once, with OPENBLAS_CORETYPE set, when the kernels OpenBLAS
@@ -295,6 +296,7 @@ int main(int argc, char **argv) {
 
   /* Open the store, restored from its newest checkpoint, and listen. */
   uv_loop_init(&srv.loop);
+  loop_open = 1;
   rc = psd_server_restore(&srv);
   if (rc)
     goto out;
@@ -313,10 +315,16 @@ int main(int argc, char **argv) {
   notify_status(&srv);
   uv_run(&srv.loop, UV_RUN_DEFAULT);
   rc = shut_down(&srv);
+  loop_open = 0; /* shut_down closed it */
   /* A live reshard stopped it: cut or wait, then run again (live.h). */
   if (psd_live_pending(srv.live))
     rc = psd_live_finish(srv.live, rc, argv);
 out:
+  if (loop_open) { /* startup failed: its handles (live.h's) closed */
+    uv_walk(&srv.loop, close_cb, NULL);
+    uv_run(&srv.loop, UV_RUN_DEFAULT);
+    uv_loop_close(&srv.loop);
+  }
   free_server(&srv);
   cm_rpc_global_shutdown();
   return rc;
