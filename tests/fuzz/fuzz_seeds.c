@@ -319,38 +319,6 @@ static void rows(struct seed *s, int cut, const char *table, int first, int n,
   fseed_add(s, "/psd.v1.Admin/Rows", cut, &r.base);
 }
 
-static void shrink(struct seed *s, int cut, const char *table) {
-  Psd__V1__ShrinkRequest r = PSD__V1__SHRINK_REQUEST__INIT;
-  r.caller = &fseed_caller;
-  r.table = (char *)table;
-  fseed_add(s, "/psd.v1.Admin/Shrink", cut, &r.base);
-}
-
-static void export_(struct seed *s, int cut, const char *table, int has_after,
-                    uint64_t after, uint32_t max_rows) {
-  Psd__V1__ExportRequest r = PSD__V1__EXPORT_REQUEST__INIT;
-  r.caller = &fseed_caller;
-  r.table = (char *)table;
-  r.has_after = has_after;
-  r.after = after;
-  r.max_rows = max_rows;
-  fseed_add(s, "/psd.v1.Admin/Export", cut, &r.base);
-}
-
-/* A live reshard's request: to ps:0 (shards), or a shard told to stop
- * (prepare) or hold (hold). fuzz_service serves it through the serving
- * task's refusal: psd's own handler (live.c) needs a whole psd_server. */
-static void reshard(struct seed *s, int cut, int shards, int prepare,
-                    uint64_t layout, uint64_t hold) {
-  Psd__V1__ReshardRequest r = PSD__V1__RESHARD_REQUEST__INIT;
-  r.caller = &fseed_caller;
-  r.shards = shards;
-  r.prepare = prepare;
-  r.layout = layout;
-  r.hold = hold;
-  fseed_add(s, "/psd.v1.Admin/Reshard", cut, &r.base);
-}
-
 /* A Lookup of shard 0's first n rows of table and of dense variables
  * dense[0..nd) (the serving task of fuzz_service.c). */
 static void lookup(struct seed *s, int cut, const char *table, int first, int n,
@@ -387,9 +355,9 @@ static void one_sparse_push(struct seed *s) {
   sparse_push(s, 0, "emb", 0, 3, 2, g0, 0, 0);
 }
 static void one_rows(struct seed *s) { rows(s, 0, "emb", 0, 2, 0); }
-static void one_shrink(struct seed *s) { shrink(s, 0, "adm"); }
-static void one_export(struct seed *s) { export_(s, 0, "emb", 0, 0, 0); }
-static void one_reshard(struct seed *s) { reshard(s, 0, 3, 0, 0, 0); }
+static void one_shrink(struct seed *s) { fseed_shrink(s, 0, "adm"); }
+static void one_export(struct seed *s) { fseed_export(s, 0, "emb", 0, 0, 0); }
+static void one_reshard(struct seed *s) { fseed_reshard(s, 0, 3, 0, 0, 0); }
 static void one_lookup(struct seed *s) {
   static const char *const w[1] = {"w"};
   lookup(s, 0, "emb", 0, 3, w, 1, 1);
@@ -555,9 +523,9 @@ int main(int argc, char **argv) {
   sparse_pull(&s, 0, "adm", 0, 3, 0);
   rows(&s, 0, "adm", 0, 3, 0);
   rows(&s, 0, "emb", 0, 0, 2);
-  shrink(&s, 0, "row");
-  export_(&s, 0, "emb", 0, 0, 2);
-  export_(&s, 7, "emb", 1, mine(1), 0);
+  fseed_shrink(&s, 0, "row");
+  fseed_export(&s, 0, "emb", 0, 0, 2);
+  fseed_export(&s, 7, "emb", 1, mine(1), 0);
   fseed_write(argv[1], "async-tables", &s);
 
   /* Sync tables: both workers stage rows for step 0, the commit applies
@@ -578,8 +546,8 @@ int main(int argc, char **argv) {
   sparse_pull(&s, 6, "emb", 0, 2, 2);
   sparse_push(&s, 0, "emb", 0, 1, 2, g0, 0, 1);
   rows(&s, 0, "adm", 0, 1, 0);
-  shrink(&s, 0, "adm");
-  export_(&s, 0, "emb", 0, 0, 0);
+  fseed_shrink(&s, 0, "adm");
+  fseed_export(&s, 0, "emb", 0, 0, 0);
   status(&s, 0);
   fseed_write(argv[1], "sync-tables", &s);
 

@@ -1,5 +1,6 @@
 /* What the seed writer's files share (fuzz_seeds.c, the main and every
- * method's calls; fuzz_seeds_values.c, Declare's initial values): a seed
+ * method's calls; fuzz_seeds_values.c, Declare's initial values;
+ * fuzz_seeds_admin.c, the admin calls): a seed
  * being written in the format of fuzz_input.h, a record appended to it,
  * and the seed written to a file. */
 #ifndef FUZZ_SEEDS_H
@@ -29,6 +30,16 @@ void fseed_add(struct seed *s, const char *path, int cut,
 
 /* Writes s to DIR/name; exits when it cannot. */
 void fseed_write(const char *dir, const char *name, const struct seed *s);
+
+/* Admin calls (fuzz_seeds_admin.c): Shrink of table; Export of table's
+ * rows after `after` (with has_after), at most max_rows; Reshard to
+ * `shards`, or a shard told to stop (prepare) or hold for layout. Each
+ * cut by fuzz_cuts[cut]. */
+void fseed_shrink(struct seed *s, int cut, const char *table);
+void fseed_export(struct seed *s, int cut, const char *table, int has_after,
+                  uint64_t after, uint32_t max_rows);
+void fseed_reshard(struct seed *s, int cut, int shards, int prepare,
+                   uint64_t layout, uint64_t hold);
 
 /* Writes the seeds of Declare's initial values (VarSpec.source,
  * DeclareRequest.values and stage) to dir. */
