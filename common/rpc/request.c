@@ -120,13 +120,14 @@ static int check_layout(const struct cm_request_host *host,
   int is_data = 0;
   if (!host->check_layout || !me || me->nshards <= 0)
     return 0;
+  standby = me->shard >= me->nshards;
+  /* The common case first, without looking at the method's name. */
+  if (!standby && (!caller->shards || (caller->layout == me->layout &&
+                                       caller->shards == me->nshards)))
+    return 0;
   for (size_t i = 0; i < sizeof data / sizeof data[0]; i++)
     is_data |= !strcmp(what, data[i]);
   if (!is_data) /* Status and the admin calls answer in any layout */
-    return 0;
-  standby = me->shard >= me->nshards;
-  if (!standby && (!caller->shards || (caller->layout == me->layout &&
-                                       caller->shards == me->nshards)))
     return 0;
   cm_request_refuse(
       host, call, GRPC_STATUS_FAILED_PRECONDITION,
