@@ -224,7 +224,3 @@ uint64_t psd_coord_max_spread(struct psd_coord *c) {
   pthread_mutex_unlock(&c->lock);
   return s;
 }
-
-struct cm_channel *psd_coord_channel(struct psd_coord *c, int s) {
-  return s >= 0 && s < c->spec->nps ? c->ch[s] : NULL;
-}

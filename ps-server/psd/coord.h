@@ -67,11 +67,6 @@ uint64_t psd_coord_open_step(struct psd_coord *c, int *live);
  * 1 when they have, 0 when not (time out, or psd stops). */
 int psd_coord_wait_committed(struct psd_coord *c, uint64_t version, int ms);
 
-/* The coordinator's channel to the spec's shard s (0..nps-1; owned by c),
- * made with the job's credentials as a client's: for ps:0's other calls to
- * the shards (live.h). */
-struct cm_channel *psd_coord_channel(struct psd_coord *c, int s);
-
 /* A live reshard re-executes ps:0 (live.h): the workers joined and live
  * now, as "0,2,5" into buf (returns how many), and, in the new process
  * before it serves, the same list adopted as joined and live, so that
