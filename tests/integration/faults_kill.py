@@ -179,7 +179,7 @@ class KillWorkerTest(Faults):
     """A worker killed while a shard is stopped past the deadline."""
 
     def run_job(self, sync):
-        job = {"name": "killw", "epochs": 1, "batch_size": 64, "log_every": 10,
+        job = {"name": "killw", "epochs": 20, "batch_size": 64, "log_every": 10,
                "optimizer": {"type": "sgd", "lr": 0.02}, "heartbeat_ms": 100,
                "dead_after_ms": 1000, "rpc_timeout_ms": 500, "retry_s": 60}
         if sync:
@@ -187,7 +187,12 @@ class KillWorkerTest(Faults):
                            "deadline": {"multiple": 3.0, "floor_ms": 300}}
         spec = h.spec_in(self.d, job, nworker=3)
         ps = [self.psd(spec, i) for i in range(2)]
-        ws = [self.worker(spec, i, "--max-steps", "200") for i in range(3)]
+        # worker:2 is killed mid-job: 20 epochs keep its end (some 6,000
+        # steps) out of reach, so that a test process slowed by a busy
+        # machine cannot see it finish before the signal; the others stop
+        # at 200 steps.
+        ws = [self.worker(spec, i, *(("--max-steps", "200") if i < 2 else ()))
+              for i in range(3)]
         for w in ws[:2]:
             w.wait_for("step 10/", timeout=120)
         ws[2].wait_for("step 30/", timeout=120)

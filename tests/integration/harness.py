@@ -409,6 +409,9 @@ def main(argv=None):
     BUILD = os.path.abspath(argv[1])
     prog = unittest.main(argv=[argv[0]] + argv[2:], verbosity=2, exit=False)
     res = prog.result
+    # tests/summary.py adds these up: the cases a run ran, whatever the
+    # suites were split into.
+    print("harness: ran %d cases" % res.testsRun)
     if res.skipped:
         print("harness: skipped %d of %d cases" % (len(res.skipped), res.testsRun))
         for case, why in res.skipped:
