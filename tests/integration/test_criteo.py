@@ -203,6 +203,8 @@ class ReaderTest(unittest.TestCase):
         with self.assertRaises(OSError) as cm:
             read_all(p, 4)
         self.assertIn(p, str(cm.exception))
+        self.assertEqual(str(cm.exception).count(p), 1, str(cm.exception))  # once
+        self.assertIn("unexpected end of file", str(cm.exception))
         for kw, said in [({"bounds": [1] * 25}, "bounds"), ({"bounds": [0] * 26}, "bounds"),
                          ({"share": 2, "nshares": 2}, "share 2 of nshares 2")]:
             with self.assertRaises(ValueError) as cm:

@@ -241,6 +241,28 @@ START_TEST(truncated_gzip) {
   ck_assert_int_eq(
       read_all(NULL, label, dense, NULL, ids, &got, err, sizeof err), CM_EIO);
   ck_assert_msg(strstr(err, path), "%s", err);
+  /* Named once: zlib's message starts with the path too. */
+  ck_assert_msg(!strstr(strstr(err, path) + strlen(path), path), "%s", err);
+  ck_assert_msg(strstr(err, "unexpected end of file"), "%s", err);
+  unlink(path);
+}
+END_TEST
+
+/* Criteo Kaggle's test.txt: 39 fields, no label; named as such. */
+START_TEST(unlabelled_line) {
+  char text[4096], err[1024];
+  float label[8], dense[8 * 13];
+  uint64_t ids[8 * 26];
+  size_t got;
+  snprintf(text, sizeof text, "%s\n%s\n", LINE, strchr(LINE, '\t') + 1);
+  write_text(text, 0);
+  ck_assert_int_eq(
+      read_all(NULL, label, dense, NULL, ids, &got, err, sizeof err),
+      CM_EFORMAT);
+  ck_assert_msg(strstr(err, path) &&
+                    strstr(err, ":2: 39 tab-separated fields, want 40: an "
+                                "unlabelled line (Criteo Kaggle's test.txt"),
+                "%s", err);
   unlink(path);
 }
 END_TEST
@@ -319,6 +341,7 @@ static Suite *suite(void) {
   tcase_add_test(t, as_ctr_features);
   tcase_add_test(t, names_mistakes);
   tcase_add_test(t, truncated_gzip);
+  tcase_add_test(t, unlabelled_line);
   tcase_add_test(t, generator_round_trip);
   suite_add_tcase(s, t);
   return s;
