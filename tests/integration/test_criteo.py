@@ -295,7 +295,9 @@ class CtrgenCriteoUsageTest(unittest.TestCase):
             for args, said in [(["--format", "csv"], "--format takes libsvm or criteo, not 'csv'"),
                                (["--format", "criteo", "--fields", "3"],
                                 "--fields and --zipf are the LIBSVM format's"),
-                               (["--gzip"], "--gzip is for --format criteo")]:
+                               (["--gzip"], "--gzip is for --format criteo"),
+                               (["--drift", "--keep"], "--keep is for the training and "
+                                "held-out sets, not --drift's parts")]:
                 r = h.run([gen, "--out", d] + args, timeout=30)
                 self.assertEqual(r.returncode, 2, (args, r.stderr))
                 self.assertIn(said, r.stderr)

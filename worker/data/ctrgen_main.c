@@ -296,6 +296,11 @@ int main(int argc, char **argv) {
                     "--drift's\n");
     return 2;
   }
+  if (drift && keep) {
+    fprintf(stderr, "psd-ctrgen: --keep is for the training and held-out "
+                    "sets, not --drift's parts\n");
+    return 2;
+  }
   if (drift && criteo) {
     fprintf(stderr, "psd-ctrgen: --drift writes LIBSVM parts only\n");
     return 2;
