@@ -11,7 +11,9 @@ psd-ctrgen --format criteo:
 - every mistake raises ValueError naming the file and the line, a missing
   file FileNotFoundError; bad arguments are named;
 - psd-ctrgen --format criteo: the same bytes from the same seed, truth.json,
-  --count's distinct rows per field equal numpy's count, usage errors.
+  --count's distinct rows per field equal numpy's count, usage errors; it
+  never writes into a directory psd did not generate (the user's data is
+  kept and named, anything else refused).
 Run: /usr/bin/python3 test_criteo.py BUILD_DIR"""
 import gzip
 import json
@@ -203,6 +205,8 @@ class ReaderTest(unittest.TestCase):
         with self.assertRaises(OSError) as cm:
             read_all(p, 4)
         self.assertIn(p, str(cm.exception))
+        self.assertEqual(str(cm.exception).count(p), 1, str(cm.exception))  # once
+        self.assertIn("unexpected end of file", str(cm.exception))
         for kw, said in [({"bounds": [1] * 25}, "bounds"), ({"bounds": [0] * 26}, "bounds"),
                          ({"share": 2, "nshares": 2}, "share 2 of nshares 2")]:
             with self.assertRaises(ValueError) as cm:
@@ -248,13 +252,52 @@ class CtrgenCriteoUsageTest(unittest.TestCase):
                 r = h.run(argv, timeout=60)
             self.assertTrue(r.stdout.startswith("wrote"), (change, r.stdout, r.stderr))
 
+    def test_never_writes_into_the_users_directory(self):
+        """The issue's case: a user's train.tsv and test.tsv beside a
+        truth.json psd did not write. --keep reads them as the user's and
+        names them; without --keep psd-ctrgen refuses (exit 1, the directory
+        named); so does --keep in a directory of other files, naming every
+        name it looked for. No byte changes, nothing is added."""
+        gen = h.build_path("worker", "psd-ctrgen")
+        tmp = tempfile.TemporaryDirectory(prefix="psd-test-")
+        self.addCleanup(tmp.cleanup)
+        mine = os.path.join(tmp.name, "mine")
+        os.mkdir(mine)
+        for name, text in [("train.tsv", b"".join(HAND) * 3), ("test.tsv", b"".join(HAND)),
+                           ("truth.json", b'{"true_auc": 0.9}\n')]:
+            with open(os.path.join(mine, name), "wb") as f:
+                f.write(text)
+        before = {n: open(os.path.join(mine, n), "rb").read() for n in os.listdir(mine)}
+        argv = [gen, "--format", "criteo", "--out", mine, "--train", "50", "--test", "10"]
+        r = h.run(argv + ["--keep"], timeout=60)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(r.stdout.splitlines()[1:],
+                         ["train: %s/train.tsv" % mine, "test: %s/test.tsv" % mine,
+                          "data: user"], r.stdout)
+        self.assertTrue(r.stdout.startswith("kept %s: the user's data" % mine), r.stdout)
+        r = h.run(argv, timeout=60)
+        self.assertEqual(r.returncode, 1, r.stdout + r.stderr)
+        self.assertIn("psd-ctrgen: the data directory %s is not psd's to write: its "
+                      "truth.json has no mark of psd's" % mine, r.stderr)
+        os.unlink(os.path.join(mine, "test.tsv"))
+        del before["test.tsv"]
+        r = h.run(argv + ["--keep"], timeout=60)
+        self.assertEqual(r.returncode, 1, r.stdout + r.stderr)
+        self.assertIn("looked for train.tsv, train.tsv.gz, train.txt or train.txt.gz "
+                      "(training) and test.tsv, test.tsv.gz, test.txt or test.txt.gz "
+                      "(held-out); it holds ", r.stderr)
+        self.assertEqual({n: open(os.path.join(mine, n), "rb").read()
+                          for n in os.listdir(mine)}, before)
+
     def test_usage_errors(self):
         gen = h.build_path("worker", "psd-ctrgen")
         with tempfile.TemporaryDirectory(prefix="psd-test-") as d:
             for args, said in [(["--format", "csv"], "--format takes libsvm or criteo, not 'csv'"),
                                (["--format", "criteo", "--fields", "3"],
                                 "--fields and --zipf are the LIBSVM format's"),
-                               (["--gzip"], "--gzip is for --format criteo")]:
+                               (["--gzip"], "--gzip is for --format criteo"),
+                               (["--drift", "--keep"], "--keep is for the training and "
+                                "held-out sets, not --drift's parts")]:
                 r = h.run([gen, "--out", d] + args, timeout=30)
                 self.assertEqual(r.returncode, 2, (args, r.stderr))
                 self.assertIn(said, r.stderr)

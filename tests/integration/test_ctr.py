@@ -16,14 +16,18 @@ tables on a generated LIBSVM data set.
   rolls back, and each worker's end-of-run line counts the steps it redid
   (redone=N, steps = the job's steps + N), as the image models' lines do;
 - job.ctr.format "criteo": the same model on generated Criteo TSV (26
-  categorical fields, 13 integer ones) comes within 0.02 of the true AUC,
-  and reads Criteo files without a truth.json (gzip too) as they are.
+  categorical fields, 13 integer ones) comes within 0.02 of the true AUC;
+  a user's files (Criteo Kaggle's names, gzip too, beside a truth.json psd
+  did not write) are read as they are and never written, and a directory
+  of other files is refused (docs/ctr.md, "Whose data").
 Run: /usr/bin/python3 test_ctr.py BUILD_DIR"""
 import glob
+import gzip
 import hashlib
 import json
 import os
 import re
+import shutil
 import signal
 import sys
 import tempfile
@@ -172,10 +176,10 @@ class CtrCriteoTest(unittest.TestCase):
     """job.ctr.format "criteo" (docs/ctr.md): generated when absent, then
     trained; Criteo's own files (no truth.json) are read as they are."""
 
-    def spec(self, tmp, name, train, test, epochs=2):
+    def spec(self, tmp, name, train, test, epochs=2, data="data"):
         spec = os.path.join(tmp, name + ".json")
         h.write_spec(spec, nps=2, nworker=2,
-                     job=job(name, "data", train, test,
+                     job=job(name, data, train, test,
                              {"ctr": {"format": "criteo",
                                       "generate": {"train": train, "test": test,
                                                    "seed": 7}},
@@ -196,35 +200,80 @@ class CtrCriteoTest(unittest.TestCase):
             print("\nctr criteo: test_auc=%s true_auc=%s (integer term alone %.4f)"
                   % (f["test_auc"], f["true_auc"], truth["dense_true_auc"]))
             self.assertAlmostEqual(float(f["true_auc"]), truth["true_auc"], places=3)
+            self.assertEqual((f["train"], f["test"], f["data"]),
+                             (os.path.join(tmp, "data", "train.tsv"),
+                              os.path.join(tmp, "data", "test.tsv"), "generated"), f)
+            self.assertEqual(truth["generator"], "psd-ctrgen")  # psd's mark
             self.assertGreater(float(f["test_auc"]), truth["true_auc"] - 0.02, f)
             self.assertGreater(float(f["test_auc"]), truth["dense_true_auc"] + 0.1, f)
             h.assert_job_accounting(self, out, epochs=2, workers=2, train_size=200000)
 
-    def test_criteo_files_without_truth_gzip_and_a_mistake(self):
+    def test_users_files_are_read_never_written(self):
+        """A user's Criteo files under Kaggle's names (train.txt plain,
+        test.txt.gz) beside a truth.json psd did not write: trained on as
+        they are, every byte kept, named at the start and in the final:
+        line; a bad line fails the job naming the file and line; a
+        directory of other files is refused, naming it and every name
+        looked for, and nothing is written there."""
         with tempfile.TemporaryDirectory(prefix="psd-test-") as tmp:
-            data = os.path.join(tmp, "data")
+            gen, data = os.path.join(tmp, "gen"), os.path.join(tmp, "data")
             r = h.run([h.build_path("worker", "psd-ctrgen"), "--format", "criteo",
-                       "--out", data, "--train", "4000", "--test", "1000", "--gzip"])
+                       "--out", gen, "--train", "4000", "--test", "1000"])
             self.assertEqual(r.returncode, 0, r.stderr)
-            os.unlink(os.path.join(data, "truth.json"))  # as Criteo's own files
+            os.mkdir(data)
+            shutil.copy(os.path.join(gen, "train.tsv"), os.path.join(data, "train.txt"))
+            with open(os.path.join(gen, "test.tsv"), "rb") as fh, \
+                    gzip.open(os.path.join(data, "test.txt.gz"), "wb") as out:
+                out.write(fh.read())
+            with open(os.path.join(data, "truth.json"), "w") as fh:
+                json.dump({"true_auc": 0.99, "note": "the user's own"}, fh)
+            before = digests(data)
             r = h.run([h.build_path("deploy", "pslaunch"),
                        self.spec(tmp, "ctr-criteo-own", 1000, 10, epochs=1)], timeout=300)
             out = r.stdout + r.stderr
             self.assertEqual(r.returncode, 0, out[-4000:])
-            self.assertIn("without truth.json: no true model", out)
+            self.assertIn("data: training on %s/train.txt, testing on %s/test.txt.gz (the "
+                          "user's files, read as they are" % (data, data), out)
             f = final(out)
-            self.assertEqual(f["true_auc"], "nan", f)
+            self.assertEqual((f["true_auc"], f["data"]), ("nan", "user"), f)
+            self.assertEqual((f["train"], f["test"]), (os.path.join(data, "train.txt"),
+                                                       os.path.join(data, "test.txt.gz")), f)
             h.assert_job_accounting(self, out, epochs=1, workers=2, train_size=4000)
+            self.assertEqual(digests(data), before)  # not a byte written
             # A bad line is named by file and line, and the job fails.
-            import gzip
-            with gzip.open(os.path.join(data, "train.tsv.gz"), "ab") as fh:
+            with open(os.path.join(data, "train.txt"), "ab") as fh:
                 fh.write(b"1\tx\n")
             r = h.run([h.build_path("deploy", "pslaunch"),
                        self.spec(tmp, "ctr-criteo-bad", 1000, 10, epochs=1)], timeout=300)
             out = r.stdout + r.stderr
             self.assertNotEqual(r.returncode, 0, out[-4000:])
-            self.assertIn("%s/train.tsv.gz:4001: 2 tab-separated fields, want 40" % data,
-                          out)
+            self.assertIn("%s/train.txt:4001: 2 tab-separated fields, want 40" % data, out)
+            # Nothing psd reads, and not psd's: refused, nothing written.
+            other = os.path.join(tmp, "other")
+            os.mkdir(other)
+            with open(os.path.join(other, "notes.txt"), "w") as fh:
+                fh.write("mine\n")
+            before = digests(other)
+            r = h.run([h.build_path("deploy", "pslaunch"),
+                       self.spec(tmp, "ctr-criteo-other", 1000, 10, epochs=1, data="other")],
+                      timeout=300)
+            out = r.stdout + r.stderr
+            self.assertNotEqual(r.returncode, 0, out[-4000:])
+            self.assertIn("the data directory %s holds no Criteo data psd can read, and psd "
+                          "did not write it" % other, out)
+            self.assertIn("looked for train.tsv, train.tsv.gz, train.txt or train.txt.gz "
+                          "(training) and test.tsv, test.tsv.gz, test.txt or test.txt.gz "
+                          "(held-out); it holds notes.txt", out)
+            self.assertEqual(digests(other), before)
+
+
+def digests(d):
+    """{name: sha256} of every file in d: what a run must leave as it was."""
+    out = {}
+    for name in sorted(os.listdir(d)):
+        with open(os.path.join(d, name), "rb") as fh:
+            out[name] = hashlib.sha256(fh.read()).hexdigest()
+    return out
 
 
 class CtrSyncRestartTest(h.ProcTest):

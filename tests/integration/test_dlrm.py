@@ -191,6 +191,11 @@ class DlrmTest(unittest.TestCase):
             self.assertGreater(float(f["rows_pushed_per_s"]), 0)
         self.assertEqual(sum(int(f["examples"]) for f in self.finals), TRAIN)
         self.assertIn("test_auc", self.finals[0])
+        # The files trained and tested on, psd's generated ones.
+        for f in (self.finals[0], self.local):
+            self.assertEqual((f["train"], f["test"], f["data"]),
+                             (self.dm.data_file(self.job["data_dir"], "train"),
+                              self.dm.data_file(self.job["data_dir"], "test"), "generated"), f)
 
     def test_auc_near_the_baseline_and_the_truth(self):
         psd_auc = float(self.finals[0]["test_auc"])
@@ -259,6 +264,45 @@ class DlrmTest(unittest.TestCase):
             psd.export.table_weight(self.exports["C3"], 10, table="C3")
         with self.assertRaisesRegex(ValueError, "no 'ids' tensor"):
             psd.export.table_weight(self.dense, 10, table="x")
+
+
+class DlrmDataTest(unittest.TestCase):
+    """dlrm_model.ensure_data (the DLRM example's data) goes through
+    psd-ctrgen --keep: a user's train.tsv and test.tsv beside a truth.json
+    psd did not write are read as they are (no true model), every byte kept;
+    a directory of other files is refused with psd-ctrgen's message. No
+    training: seconds."""
+
+    def test_users_data_is_read_never_written(self):
+        import dlrm_model as dm
+        os.environ["PSD_CTRGEN"] = h.build_path("worker", "psd-ctrgen")
+        self.addCleanup(os.environ.pop, "PSD_CTRGEN")
+        line = b"1" + b"\t7" * 13 + b"\tab" * 26 + b"\n"
+        with tempfile.TemporaryDirectory(prefix="psd-test-") as tmp:
+            d = os.path.join(tmp, "mine")
+            os.mkdir(d)
+            for name, text in [("train.tsv", line * 4), ("test.tsv", line * 2),
+                               ("truth.json", b'{"true_auc": 0.9}')]:
+                with open(os.path.join(d, name), "wb") as f:
+                    f.write(text)
+            before = {n: open(os.path.join(d, n), "rb").read() for n in os.listdir(d)}
+            truth, files = dm.ensure_data(d, 100, 10, 7, "t")
+            self.assertIsNone(truth)
+            self.assertEqual(files, {"train": os.path.join(d, "train.tsv"),
+                                     "test": os.path.join(d, "test.tsv")})
+            self.assertEqual({n: open(os.path.join(d, n), "rb").read()
+                              for n in os.listdir(d)}, before)
+            f = dm.final_line("local", np.array([0.4, 0.6]), np.array([0.0, 1.0]), truth,
+                              2, 1.0, files=files)
+            self.assertTrue(f.endswith(" train=%s/train.tsv test=%s/test.tsv data=user"
+                                       % (d, d)), f)
+            self.assertIn(" true_auc=nan ", f)
+            os.unlink(os.path.join(d, "test.tsv"))
+            with self.assertRaises(SystemExit) as cm:
+                dm.ensure_data(d, 100, 10, 7, "t")
+            self.assertIn("t: psd-ctrgen: the data directory %s holds no Criteo data psd can "
+                          "read" % d, str(cm.exception))
+            self.assertEqual(sorted(os.listdir(d)), ["train.tsv", "truth.json"])
 
 
 if __name__ == "__main__":

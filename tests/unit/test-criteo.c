@@ -13,6 +13,7 @@
 #include <zlib.h>
 
 #include "criteo.h"
+#include "ctrdata.h"
 #include "ctrgen.h"
 #include "err.h"
 #include "unit.h"
@@ -241,7 +242,95 @@ START_TEST(truncated_gzip) {
   ck_assert_int_eq(
       read_all(NULL, label, dense, NULL, ids, &got, err, sizeof err), CM_EIO);
   ck_assert_msg(strstr(err, path), "%s", err);
+  /* Named once: zlib's message starts with the path too. */
+  ck_assert_msg(!strstr(strstr(err, path) + strlen(path), path), "%s", err);
+  ck_assert_msg(strstr(err, "unexpected end of file"), "%s", err);
   unlink(path);
+}
+END_TEST
+
+/* Criteo Kaggle's test.txt: 39 fields, no label; named as such. */
+START_TEST(unlabelled_line) {
+  char text[4096], err[1024];
+  float label[8], dense[8 * 13];
+  uint64_t ids[8 * 26];
+  size_t got;
+  snprintf(text, sizeof text, "%s\n%s\n", LINE, strchr(LINE, '\t') + 1);
+  write_text(text, 0);
+  ck_assert_int_eq(
+      read_all(NULL, label, dense, NULL, ids, &got, err, sizeof err),
+      CM_EFORMAT);
+  ck_assert_msg(strstr(err, path) &&
+                    strstr(err, ":2: 39 tab-separated fields, want 40: an "
+                                "unlabelled line (Criteo Kaggle's test.txt"),
+                "%s", err);
+  unlink(path);
+}
+END_TEST
+
+/* A file of text in dir/name (gzip when gz). */
+static void put(const char *dir, const char *name, const char *text, int gz) {
+  char p[1100];
+  snprintf(p, sizeof p, "%s/%s", dir, name);
+  if (gz) {
+    gzFile g = gzopen(p, "wb");
+    gzwrite(g, text, (unsigned)strlen(text));
+    gzclose(g);
+  } else {
+    FILE *f = fopen(p, "w");
+    fputs(text, f);
+    fclose(f);
+  }
+}
+
+/* ctrdata.h, the Criteo format: Kaggle's names read as the user's; an
+ * unlabelled held-out file refused; the generator's gzip files replaced by
+ * plain ones, nothing of the old generation left. */
+START_TEST(data_dir_criteo) {
+  char dir[64], cmd[256], err[2048], text[4096];
+  struct dw_ctrgen_criteo_opts o = {300, 100, 11, 1};
+  struct dw_ctrdata d;
+  struct dw_ctrgen_truth t;
+  struct stat st;
+  snprintf(dir, sizeof dir, "/tmp/psd-test-cdata-%d", (int)getpid());
+  ck_assert_int_eq(mkdir(dir, 0700), 0);
+  snprintf(text, sizeof text, "%s\n%s\n", LINE, LINE);
+  put(dir, "train.txt", text, 0);
+  put(dir, "test.txt.gz", text, 1);
+  ck_assert_int_eq(dw_ctrgen_criteo_find(dir, &o, &d, err, sizeof err), 0);
+  ck_assert_int_eq(d.source, DW_CTRDATA_USER);
+  ck_assert(strstr(d.train, "/train.txt") && strstr(d.test, "/test.txt.gz"));
+  ck_assert(isnan(d.truth.auc));
+  ck_assert_int_eq(dw_ctrgen_criteo_write(dir, &o, &t, NULL, err, sizeof err),
+                   CM_EEXIST);
+  ck_assert_msg(strstr(err, dir) && strstr(err, "not psd's to write"), "%s",
+                err);
+  snprintf(text, sizeof text, "%s\n", strchr(LINE, '\t') + 1);
+  put(dir, "test.txt.gz", text, 1); /* Kaggle's: no labels */
+  ck_assert_int_eq(dw_ctrgen_criteo_find(dir, &o, &d, err, sizeof err),
+                   CM_EFORMAT);
+  ck_assert_msg(strstr(err, "test.txt.gz:1: 39 tab-separated fields") &&
+                    strstr(err, "unlabelled"),
+                "%s", err);
+  snprintf(cmd, sizeof cmd, "rm -r %s", dir);
+  ck_assert_int_eq(system(cmd), 0);
+  /* psd's own: gzip, then plain with other settings. */
+  ck_assert_int_eq(dw_ctrgen_criteo_write(dir, &o, &t, NULL, err, sizeof err),
+                   0);
+  ck_assert_int_eq(dw_ctrgen_criteo_find(dir, &o, &d, err, sizeof err), 0);
+  ck_assert_int_eq(d.source, DW_CTRDATA_PSD);
+  ck_assert(d.truth.auc == t.auc && strstr(d.train, "/train.tsv.gz"));
+  o.gzip = 0;
+  ck_assert_int_eq(dw_ctrgen_criteo_find(dir, &o, &d, err, sizeof err), 0);
+  ck_assert_int_eq(d.source, DW_CTRDATA_GENERATE);
+  ck_assert_msg(dw_ctrgen_criteo_write(dir, &o, &t, NULL, err, sizeof err) == 0,
+                "%s", err);
+  snprintf(cmd, sizeof cmd, "%s/train.tsv.gz", dir);
+  ck_assert_int_ne(stat(cmd, &st), 0); /* the old generation's: gone */
+  ck_assert_int_eq(dw_ctrgen_criteo_find(dir, &o, &d, err, sizeof err), 0);
+  ck_assert_int_eq(d.source, DW_CTRDATA_PSD);
+  snprintf(cmd, sizeof cmd, "rm -r %s", dir);
+  ck_assert_int_eq(system(cmd), 0);
 }
 END_TEST
 
@@ -270,12 +359,23 @@ static void scan(const char *file, size_t *n, double *pos, uint64_t *sum) {
   dw_criteo_close(r);
 }
 
+static struct dw_ctrdata d;
+
+/* Whether dir gives o's job source (d filled). */
+static int found(const char *dir, const struct dw_ctrgen_criteo_opts *o,
+                 int source) {
+  char err[2048];
+  int rc = dw_ctrgen_criteo_find(dir, o, &d, err, sizeof err);
+  ck_assert_msg(rc == 0, "%s", err);
+  return d.source == source;
+}
+
 /* psd-ctrgen --format criteo: files the reader takes, the same bytes from
  * the same settings (plain or gzip), truth.json found again. */
 START_TEST(generator_round_trip) {
   char dir[64], cmd[256], err[512], train[1100], test[1100];
   struct dw_ctrgen_criteo_opts o = {3000, 1000, 11, 0};
-  struct dw_ctrgen_truth t, t2;
+  struct dw_ctrgen_truth t;
   size_t n[2] = {0, 0};
   double pos[2] = {0, 0}, tpos;
   uint64_t sum[2] = {0, 0};
@@ -287,9 +387,9 @@ START_TEST(generator_round_trip) {
                      0);
     ck_assert(t.auc > 0.7 && t.auc < 0.95 && t.ctr > 0.1 && t.ctr < 0.4);
     ck_assert(t.dense_auc > 0.5 && t.dense_auc < t.auc - 0.1);
-    ck_assert(dw_ctrgen_criteo_present(dir, &o, &t2) && t2.auc == t.auc);
+    ck_assert(found(dir, &o, DW_CTRDATA_PSD) && d.truth.auc == t.auc);
     o.seed++;
-    ck_assert(!dw_ctrgen_criteo_present(dir, &o, &t2));
+    ck_assert(found(dir, &o, DW_CTRDATA_GENERATE));
     o.seed--;
     dw_ctrgen_criteo_names(&o, dir, train, test, sizeof train);
     scan(train, &n[gz], &pos[gz], &sum[gz]);
@@ -299,7 +399,7 @@ START_TEST(generator_round_trip) {
     ck_assert_uint_eq(n[gz], 4000);
     ck_assert(fabs((pos[gz] - tpos) / 1000 - t.ctr) < 1e-9);
     unlink(test);
-    ck_assert(!dw_ctrgen_criteo_present(dir, &o, &t2));
+    ck_assert(found(dir, &o, DW_CTRDATA_GENERATE));
     snprintf(cmd, sizeof cmd, "rm -r %s", dir);
     ck_assert_int_eq(system(cmd), 0);
   }
@@ -319,6 +419,8 @@ static Suite *suite(void) {
   tcase_add_test(t, as_ctr_features);
   tcase_add_test(t, names_mistakes);
   tcase_add_test(t, truncated_gzip);
+  tcase_add_test(t, unlabelled_line);
+  tcase_add_test(t, data_dir_criteo);
   tcase_add_test(t, generator_round_trip);
   suite_add_tcase(s, t);
   return s;

@@ -8,9 +8,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "ctr.h"
+#include "ctrdata.h"
 #include "ctrgen.h"
 #include "err.h"
 #include "libsvm.h"
@@ -123,11 +125,91 @@ START_TEST(gradients_match_finite_differences) {
 }
 END_TEST
 
+/* The bytes of dir/name ("" when absent), into buf. */
+static const char *slurp(const char *dir, const char *name, char *buf,
+                         size_t size) {
+  char p[1100];
+  snprintf(p, sizeof p, "%s/%s", dir, name);
+  FILE *f = fopen(p, "r");
+  size_t n = f ? fread(buf, 1, size - 1, f) : 0;
+  buf[n] = '\0';
+  if (f)
+    fclose(f);
+  return buf;
+}
+
+/* ctrdata.h, LIBSVM: the user's files beside a truth.json psd did not write
+ * are read and never written; a directory of other files is refused,
+ * naming it, the names looked for and what it holds; psd's files changed
+ * by the user make the directory the user's; a path in a result line is
+ * one token. */
+START_TEST(data_dir_is_never_overwritten) {
+  struct dw_ctrgen_opts o = {4, 300, 200, 3, 1.5};
+  struct dw_ctrgen_truth t;
+  struct dw_ctrdata d;
+  char dir[64], p[1100], cmd[256], err[2048], buf[4096], tok[64];
+  static const char *const names[] = {"train.svm", "test.svm", "truth.json"};
+  static const char *const mine[] = {"1 1:1\n0 2:1\n", "0 1:1\n1 2:1\n",
+                                     "{\"settings\": \"mine\"}\n"};
+  snprintf(dir, sizeof dir, "/tmp/psd-test-data-%d", (int)getpid());
+  ck_assert_int_eq(mkdir(dir, 0700), 0);
+  for (int i = 0; i < 3; i++) {
+    snprintf(p, sizeof p, "%s/%s", dir, names[i]);
+    FILE *f = fopen(p, "w");
+    fputs(mine[i], f);
+    fclose(f);
+  }
+  ck_assert_int_eq(dw_ctrgen_find(dir, &o, &d, err, sizeof err), 0);
+  ck_assert_int_eq(d.source, DW_CTRDATA_USER);
+  snprintf(p, sizeof p, "%s/train.svm", dir);
+  ck_assert_str_eq(d.train, p);
+  ck_assert(isnan(d.truth.auc));
+  ck_assert_int_eq(dw_ctrgen_write(dir, &o, &t, NULL, err, sizeof err),
+                   CM_EEXIST);
+  ck_assert_msg(strstr(err, dir) && strstr(err, "no mark of psd's"), "%s", err);
+  for (int i = 0; i < 3; i++)
+    ck_assert_str_eq(slurp(dir, names[i], buf, sizeof buf), mine[i]);
+  /* Only other files: refused, nothing written. */
+  unlink(d.train);
+  unlink(d.test);
+  ck_assert_int_eq(dw_ctrgen_find(dir, &o, &d, err, sizeof err), CM_EEXIST);
+  ck_assert_msg(strstr(err, dir) && strstr(err, "looked for train.svm") &&
+                    strstr(err, "and test.svm") &&
+                    strstr(err, "it holds truth.json"),
+                "%s", err);
+  ck_assert_int_eq(dw_ctrgen_write(dir, &o, &t, NULL, err, sizeof err),
+                   CM_EEXIST);
+  snprintf(cmd, sizeof cmd, "test \"$(ls -A %s)\" = truth.json", dir);
+  ck_assert_int_eq(system(cmd), 0);
+  ck_assert_str_eq(slurp(dir, "truth.json", buf, sizeof buf), mine[2]);
+  /* psd's, then a file of it changed: the user's. */
+  unlink(p);
+  snprintf(p, sizeof p, "%s/truth.json", dir);
+  unlink(p);
+  ck_assert_int_eq(dw_ctrgen_write(dir, &o, &t, NULL, err, sizeof err), 0);
+  snprintf(p, sizeof p, "%s/test.svm", dir);
+  FILE *f = fopen(p, "a");
+  fputs("1 3:1\n", f);
+  fclose(f);
+  o.seed++;
+  ck_assert_int_eq(dw_ctrgen_find(dir, &o, &d, err, sizeof err), 0);
+  ck_assert_int_eq(d.source, DW_CTRDATA_USER);
+  ck_assert_int_eq(dw_ctrgen_write(dir, &o, &t, NULL, err, sizeof err),
+                   CM_EEXIST);
+  ck_assert_msg(strstr(err, "test.svm is not as psd wrote it"), "%s", err);
+  snprintf(cmd, sizeof cmd, "rm -r %s", dir);
+  ck_assert_int_eq(system(cmd), 0);
+  dw_ctrdata_token("/a b/c%d\t", tok, sizeof tok);
+  ck_assert_str_eq(tok, "/a%20b/c%25d%09");
+}
+END_TEST
+
 START_TEST(generator_is_deterministic) {
   char a[64], b[64], cmd[512];
   struct dw_ctrgen_opts o = {4, 300, 200, 3, 1.5};
   struct dw_ctrgen_truth t1, t2, t3;
-  char err[512];
+  struct dw_ctrdata d;
+  char err[2048];
   snprintf(a, sizeof a, "/tmp/psd-test-gen-a-%d", (int)getpid());
   snprintf(b, sizeof b, "/tmp/psd-test-gen-b-%d", (int)getpid());
   snprintf(cmd, sizeof cmd, "mkdir -p %s %s", a, b);
@@ -140,10 +222,15 @@ START_TEST(generator_is_deterministic) {
            a, b, a, b);
   ck_assert_int_eq(system(cmd), 0);
   ck_assert(t1.auc == t2.auc && t1.auc > 0.6 && t1.auc < 1);
-  ck_assert(dw_ctrgen_present(a, &o, &t3));
-  ck_assert(t3.auc == t1.auc);
+  ck_assert_int_eq(dw_ctrgen_find(a, &o, &d, err, sizeof err), 0);
+  ck_assert_int_eq(d.source, DW_CTRDATA_PSD);
+  ck_assert(d.truth.auc == t1.auc);
   o.seed = 4;
-  ck_assert(!dw_ctrgen_present(a, &o, &t3)); /* other settings */
+  ck_assert_int_eq(dw_ctrgen_find(a, &o, &d, err, sizeof err), 0);
+  ck_assert_int_eq(d.source, DW_CTRDATA_GENERATE); /* other settings */
+  ck_assert_int_eq(dw_ctrgen_write(a, &o, &t3, NULL, err, sizeof err), 0);
+  ck_assert_int_eq(dw_ctrgen_find(a, &o, &d, err, sizeof err), 0);
+  ck_assert_int_eq(d.source, DW_CTRDATA_PSD); /* psd's own: regenerated */
   snprintf(cmd, sizeof cmd, "rm -rf %s %s", a, b);
   ck_assert_int_eq(system(cmd), 0);
 }
@@ -157,6 +244,7 @@ static Suite *ctr_suite(void) {
   tcase_add_test(tc, auc_known_cases);
   tcase_add_loop_test(tc, gradients_match_finite_differences, 0, 2);
   tcase_add_test(tc, generator_is_deterministic);
+  tcase_add_test(tc, data_dir_is_never_overwritten);
   suite_add_tcase(s, tc);
   return s;
 }

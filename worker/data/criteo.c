@@ -104,6 +104,19 @@ static int fail(struct dw_criteo *r, int rc, const char *fmt, ...) {
   return rc;
 }
 
+/* zlib's message of r's read error, without the path it puts first
+ * ("PATH: unexpected end of file"): the caller names the file once. */
+static const char *gz_why(struct dw_criteo *r) {
+  int zerr;
+  const char *why = gzerror(r->g, &zerr);
+  size_t n = strlen(r->path);
+  if (zerr == Z_ERRNO)
+    return strerror(errno);
+  if (!strncmp(why, r->path, n) && !strncmp(why + n, ": ", 2))
+    why += n + 2;
+  return why;
+}
+
 /* The next line (without its `\n`) in *line, *n bytes; 1 when there is
  * one, 0 at the end, or a negative code. The line stays valid until the
  * next call. */
@@ -135,18 +148,15 @@ static int next_line(struct dw_criteo *r, char **line, size_t *n) {
     }
     size_t want = r->cap - r->len < READ_MAX ? r->cap - r->len : READ_MAX;
     int got = gzread(r->g, r->buf + r->len, (unsigned)want);
-    if (got < 0) {
-      int zerr;
-      const char *why = gzerror(r->g, &zerr);
+    if (got < 0)
       return fail(r, CM_EIO, "read %s: %s (after line %llu)", r->path,
-                  zerr == Z_ERRNO ? strerror(errno) : why, r->line);
-    }
+                  gz_why(r), r->line);
     if (got == 0) {
       int zerr;
-      const char *why = gzerror(r->g, &zerr);
+      gzerror(r->g, &zerr);
       if (zerr != Z_OK && zerr != Z_STREAM_END)
-        return fail(r, CM_EIO, "read %s: %s (after line %llu)", r->path, why,
-                    r->line);
+        return fail(r, CM_EIO, "read %s: %s (after line %llu)", r->path,
+                    gz_why(r), r->line);
       r->eof = 1;
     }
     r->len += (size_t)got;
@@ -197,6 +207,13 @@ static int parse_line(struct dw_criteo *r, char *s, size_t n,
       break;
     at = (size_t)(tab - s) + 1;
   }
+  if (nf == DW_CRITEO_FIELDS - 1)
+    return fail(r, CM_EFORMAT,
+                "%s:%llu: 39 tab-separated fields, want 40: an unlabelled "
+                "line (Criteo Kaggle's test.txt has no labels); train and "
+                "test on labelled lines, e.g. the last lines of train.txt "
+                "as test.tsv (docs/ctr.md, \"Whose data\")",
+                r->path, r->line);
   if (nf != DW_CRITEO_FIELDS)
     return fail(r, CM_EFORMAT,
                 "%s:%llu: %zu tab-separated fields, want 40 (the label, 13 "

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "ctrdata.h"
 #include "err.h"
 #include "rand.h"
 
@@ -180,6 +181,7 @@ int dw_ctrgen_write(const char *dir, const struct dw_ctrgen_opts *o,
                     struct dw_ctrgen_truth *truth,
                     void (*progress)(const char *file, double done), char *err,
                     size_t errlen) {
+  static const char *const gen[2] = {"train.svm", "test.svm"};
   char path[1100];
   float *prob = malloc((o->test + 1) * sizeof *prob);
   uint8_t *y = malloc(o->test + 1);
@@ -187,20 +189,22 @@ int dw_ctrgen_write(const char *dir, const struct dw_ctrgen_opts *o,
   int rc = CM_ENOMEM;
   if (!prob || !y || o->fields < 1 || o->fields > 64)
     goto out;
-  snprintf(path, sizeof path, "%s/train.svm", dir);
+  if ((rc = dw_ctrdata_claim(dir, gen, err, errlen)))
+    goto out;
+  snprintf(path, sizeof path, "%s/%s", dir, gen[0]);
   if ((rc = write_set(path, o, o->train, &st, NULL, NULL, progress, err,
                       errlen)))
     goto out;
   st = cm_splitmix64_at(o->seed ^ 0x74657374ull);
-  snprintf(path, sizeof path, "%s/test.svm", dir);
+  snprintf(path, sizeof path, "%s/%s", dir, gen[1]);
   if ((rc = write_set(path, o, o->test, &st, prob, y, progress, err, errlen)))
     goto out;
   dw_ctrgen_score(prob, y, o->test, truth);
-  rc = dw_ctrgen_put_truth(
+  rc = dw_ctrdata_mark(
       dir,
       json_pack("{s:o, s:f, s:f, s:f}", "settings", settings(o), "true_auc",
                 truth->auc, "true_logloss", truth->logloss, "ctr", truth->ctr),
-      err, errlen);
+      gen, err, errlen);
 out:
   if (rc == CM_ENOMEM)
     snprintf(err, errlen, "out of memory (or fields not in 1..64)");
@@ -209,29 +213,8 @@ out:
   return rc;
 }
 
-int dw_ctrgen_get_truth(const char *dir, json_t *want, const char *train,
-                        const char *test, struct dw_ctrgen_truth *truth) {
-  char path[1100];
-  json_error_t jerr;
-  snprintf(path, sizeof path, "%s/truth.json", dir);
-  json_t *j = json_load_file(path, 0, &jerr);
-  int ok = j && want && json_equal(json_object_get(j, "settings"), want);
-  if (ok) {
-    truth->auc = json_real_value(json_object_get(j, "true_auc"));
-    truth->logloss = json_real_value(json_object_get(j, "true_logloss"));
-    truth->ctr = json_real_value(json_object_get(j, "ctr"));
-    truth->dense_auc = json_real_value(json_object_get(j, "dense_true_auc"));
-    ok = access(train, R_OK) == 0 && access(test, R_OK) == 0;
-  }
-  json_decref(j);
-  json_decref(want);
-  return ok;
-}
-
-int dw_ctrgen_present(const char *dir, const struct dw_ctrgen_opts *o,
-                      struct dw_ctrgen_truth *truth) {
-  char train[1100], test[1100];
-  snprintf(train, sizeof train, "%s/train.svm", dir);
-  snprintf(test, sizeof test, "%s/test.svm", dir);
-  return dw_ctrgen_get_truth(dir, settings(o), train, test, truth);
+int dw_ctrgen_find(const char *dir, const struct dw_ctrgen_opts *o,
+                   struct dw_ctrdata *out, char *err, size_t errlen) {
+  static const char *const gen[2] = {"train.svm", "test.svm"};
+  return dw_ctrdata_find(dir, 0, settings(o), gen, out, err, errlen);
 }

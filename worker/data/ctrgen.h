@@ -48,19 +48,22 @@ struct dw_ctrgen_truth {
 
 /* Writes dir/train.svm, dir/test.svm and dir/truth.json (each to a
  * temporary name first, then renamed, so a reader never sees half a file
- * and two writers of the same settings race harmlessly). progress (may be
- * NULL) is told every 10% of lines. Returns 0, or CM_EIO/CM_ENOMEM with
- * err naming the file. */
+ * and two writers of the same settings race harmlessly), into a directory
+ * that is new or psd's only (ctrdata.h's dw_ctrdata_claim; truth.json
+ * marked as psd's). progress (may be NULL) is told every 10% of lines.
+ * Returns 0, CM_EEXIST (dir is not psd's to write: nothing written), or
+ * CM_EIO/CM_ENOMEM with err naming the file. */
 int dw_ctrgen_write(const char *dir, const struct dw_ctrgen_opts *o,
                     struct dw_ctrgen_truth *truth,
                     void (*progress)(const char *file, double done), char *err,
                     size_t errlen);
 
-/* Whether dir holds a data set generated with exactly o (its truth.json
- * says so, and both files are there); *truth gets the true model's scores
- * when it does. */
-int dw_ctrgen_present(const char *dir, const struct dw_ctrgen_opts *o,
-                      struct dw_ctrgen_truth *truth);
+struct dw_ctrdata;
+
+/* What dir gives a LIBSVM job generating o (ctrdata.h's dw_ctrdata_find):
+ * psd's data of exactly o, the user's, or generate. */
+int dw_ctrgen_find(const char *dir, const struct dw_ctrgen_opts *o,
+                   struct dw_ctrdata *out, char *err, size_t errlen);
 
 /* The Criteo format (ctrgen_criteo.c, docs/ctr.md): what to generate. */
 struct dw_ctrgen_criteo_opts {
@@ -78,18 +81,18 @@ struct dw_ctrgen_criteo_opts {
 #define DW_CRITEO_TAIL 0.6
 
 /* Writes dir/train.tsv[.gz], dir/test.tsv[.gz] (criteo.h's layout) and
- * dir/truth.json, as dw_ctrgen_write does; truth->dense_auc too. */
+ * dir/truth.json, as dw_ctrgen_write does (CM_EEXIST too);
+ * truth->dense_auc too. */
 int dw_ctrgen_criteo_write(const char *dir,
                            const struct dw_ctrgen_criteo_opts *o,
                            struct dw_ctrgen_truth *truth,
                            void (*progress)(const char *file, double done),
                            char *err, size_t errlen);
 
-/* Whether dir holds Criteo data generated with exactly o (as
- * dw_ctrgen_present). */
-int dw_ctrgen_criteo_present(const char *dir,
-                             const struct dw_ctrgen_criteo_opts *o,
-                             struct dw_ctrgen_truth *truth);
+/* What dir gives a Criteo job generating o (as dw_ctrgen_find). */
+int dw_ctrgen_criteo_find(const char *dir,
+                          const struct dw_ctrgen_criteo_opts *o,
+                          struct dw_ctrdata *out, char *err, size_t errlen);
 
 /* The training and test files' paths for o in dir. */
 void dw_ctrgen_criteo_names(const struct dw_ctrgen_criteo_opts *o,
@@ -102,22 +105,16 @@ void dw_ctrgen_criteo_names(const struct dw_ctrgen_criteo_opts *o,
 void dw_ctrgen_score(const float *prob, const uint8_t *y, uint64_t n,
                      struct dw_ctrgen_truth *truth);
 
-/* Writes j (taken: freed here; NULL reads as out of memory) as
- * dir/truth.json through a temporary name. Returns 0, or CM_EIO with err
- * naming the file. */
 /* Finishes a file written as tmp (f open on it): flushed, fsynced, closed
  * and renamed to path, so that path is complete or absent. On failure tmp
  * is removed and err names the file. Returns 0 or CM_EIO. */
 int dw_ctrgen_commit(FILE *f, const char *tmp, const char *path, char *err,
                      size_t errlen);
 
+/* Writes j (taken: freed here; NULL reads as out of memory) as
+ * dir/truth.json through a temporary name. Returns 0, or CM_EIO with err
+ * naming the file. */
 int dw_ctrgen_put_truth(const char *dir, json_t *j, char *err, size_t errlen);
-
-/* Whether dir/truth.json's "settings" equal want (taken: freed here) and
- * the files train and test are readable; *truth then gets its scores (a
- * missing dense_true_auc reads 0). */
-int dw_ctrgen_get_truth(const char *dir, json_t *want, const char *train,
-                        const char *test, struct dw_ctrgen_truth *truth);
 
 /* A standard normal from a 64-bit hash (Box-Muller). */
 double dw_ctrgen_normal(uint64_t h);

@@ -36,6 +36,7 @@
 #include <zlib.h>
 
 #include "criteo.h"
+#include "ctrdata.h"
 #include "ctrgen.h"
 #include "err.h"
 #include "rand.h"
@@ -287,6 +288,8 @@ int dw_ctrgen_criteo_write(const char *dir,
                            struct dw_ctrgen_truth *truth,
                            void (*progress)(const char *file, double done),
                            char *err, size_t errlen) {
+  const char *const gen[2] = {o->gzip ? "train.tsv.gz" : "train.tsv",
+                              o->gzip ? "test.tsv.gz" : "test.tsv"};
   char train[1100], test[1100];
   float *prob = malloc((o->test + 1) * sizeof *prob);
   float *dense = malloc((o->test + 1) * sizeof *dense);
@@ -300,6 +303,8 @@ int dw_ctrgen_criteo_write(const char *dir,
   }
   gen_init(g, o->seed);
   dw_ctrgen_criteo_names(o, dir, train, test, sizeof train);
+  if ((rc = dw_ctrdata_claim(dir, gen, err, errlen)))
+    goto out;
   if ((rc = write_set(train, o->gzip, g, o->train, &st, NULL, NULL, NULL,
                       progress, err, errlen)))
     goto out;
@@ -309,12 +314,12 @@ int dw_ctrgen_criteo_write(const char *dir,
     goto out;
   dw_ctrgen_score(prob, y, o->test, truth);
   truth->dense_auc = dw_auc(dense, y, o->test);
-  rc = dw_ctrgen_put_truth(
+  rc = dw_ctrdata_mark(
       dir,
       json_pack("{s:o, s:f, s:f, s:f, s:f}", "settings", settings(o),
                 "true_auc", truth->auc, "true_logloss", truth->logloss, "ctr",
                 truth->ctr, "dense_true_auc", truth->dense_auc),
-      err, errlen);
+      gen, err, errlen);
 out:
   free(prob);
   free(dense);
@@ -323,10 +328,10 @@ out:
   return rc;
 }
 
-int dw_ctrgen_criteo_present(const char *dir,
-                             const struct dw_ctrgen_criteo_opts *o,
-                             struct dw_ctrgen_truth *truth) {
-  char train[1100], test[1100];
-  dw_ctrgen_criteo_names(o, dir, train, test, sizeof train);
-  return dw_ctrgen_get_truth(dir, settings(o), train, test, truth);
+int dw_ctrgen_criteo_find(const char *dir,
+                          const struct dw_ctrgen_criteo_opts *o,
+                          struct dw_ctrdata *out, char *err, size_t errlen) {
+  const char *const gen[2] = {o->gzip ? "train.tsv.gz" : "train.tsv",
+                              o->gzip ? "test.tsv.gz" : "test.tsv"};
+  return dw_ctrdata_find(dir, 1, settings(o), gen, out, err, errlen);
 }

@@ -2,12 +2,13 @@
  * docs/ctr.md) into a directory: train.svm, test.svm (LIBSVM) or, with
  * --format criteo, train.tsv and test.tsv (Criteo's layout, criteo.h), and
  * truth.json (the settings and the true model's held-out AUC and log
- * loss). dworker generates the same files itself when job.model "ctr"
- * finds none; this tool makes them ahead, or of other sizes. --count FILE
- * prints a Criteo file's distinct ids % the DLRM's bounds per field: the
+ * loss), into a directory that is new or of psd's own generation only
+ * (ctrdata.h: any other is refused). dworker generates the same files
+ * itself when job.model "ctr" finds none; this tool makes them ahead, or
+ * of other sizes; with --keep it says which files a job reads there. --count
+ * FILE prints a Criteo file's distinct ids % the DLRM's bounds per field: the
  * rows its tables hold after an epoch. --drift writes a stream of parts
  * whose truth changes (ctrgen_drift.c), for training on a stream. */
-#include <errno.h>
 #include <getopt.h>
 #include <limits.h>
 #include <math.h>
@@ -15,9 +16,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "criteo.h"
+#include "ctrdata.h"
 #include "ctrgen.h"
 #include "err.h"
 #include "units.h"
@@ -49,10 +50,17 @@ static void usage(FILE *f) {
       "\n"
       "  --format F    libsvm (default) or criteo\n"
       "  --gzip        criteo: train.tsv.gz and test.tsv.gz\n"
-      "  --keep        leave DIR as it is when its truth.json says it holds\n"
-      "                the data of exactly these settings (the generator's\n"
-      "                version included)\n"
-      "  --out DIR     the directory (created when missing)\n"
+      "  --keep        leave DIR as it is when it holds psd's data of exactly\n"
+      "                these settings (truth.json says so, the generator's\n"
+      "                version included) or the user's data (files psd\n"
+      "                reads there: train.tsv, train.tsv.gz, train.txt or\n"
+      "                train.txt.gz and test.* alike; libsvm train.svm and\n"
+      "                test.svm), else generate; says which files\n"
+      "  --out DIR     the directory (created when missing). psd writes only\n"
+      "                into a new or empty directory or one of its own\n"
+      "                generation (truth.json marked \"generator\": "
+      "\"psd-ctrgen\");\n"
+      "                any other is refused, nothing written\n"
       "  --train N     training examples (default 500000; criteo 5000000)\n"
       "  --test N      held-out examples (default 50000; criteo 100000)\n"
       "  --fields F    categorical fields per example, 1..64 (default 8)\n"
@@ -74,8 +82,12 @@ static void usage(FILE *f) {
       "  --delay-s D   wait D seconds before each part after the first\n"
       "  --end NAME    then create DIR/NAME, the stream's end marker\n"
       "\n"
-      "Exit status: 0 written (or counted), 1 a write or read failed, 2 "
-      "usage.\n");
+      "Out: a line `wrote DIR: ...` or `kept DIR: ...`, then `train: PATH`\n"
+      "and `test: PATH`, the files a job reads, and `data: generated` (psd's,\n"
+      "truth.json its true model) or `data: user` (not for --drift, --count).\n"
+      "\n"
+      "Exit status: 0 written, kept (or counted), 1 a write or read failed\n"
+      "or DIR is not psd's to write, 2 usage.\n");
 }
 
 static void progress(const char *file, double done) {
@@ -152,27 +164,6 @@ static const char *name_of(const struct option *opts, int ch) {
   return "?";
 }
 
-/* mkdir -p: creates path and the directories above it that are missing
- * (mode 0755). Returns 0, or -1 with errno set. */
-static int mkdir_parents(const char *path) {
-  char p[4096];
-  if (snprintf(p, sizeof p, "%s", path) >= (int)sizeof p) {
-    errno = ENAMETOOLONG;
-    return -1;
-  }
-  for (char *s = p + 1; *s; s++) {
-    if (*s != '/')
-      continue;
-    *s = '\0';
-    if (mkdir(p, 0755) != 0 && errno != EEXIST)
-      return -1;
-    *s = '/';
-  }
-  if (mkdir(p, 0755) != 0 && errno != EEXIST)
-    return -1;
-  return 0;
-}
-
 int main(int argc, char **argv) {
   static const struct option opts[] = {
       {"out", required_argument, 0, 'o'},
@@ -198,6 +189,7 @@ int main(int argc, char **argv) {
       {0, 0, 0, 0}};
   struct dw_ctrgen_opts o = {8, 500000, 50000, 7, 1.6};
   struct dw_ctrgen_truth t;
+  struct dw_ctrdata found;
   struct dw_ctrgen_criteo_opts co = {DW_CRITEO_TRAIN, DW_CRITEO_TEST, 7, 0};
   const char *out = NULL;
   char err[2048];
@@ -304,6 +296,11 @@ int main(int argc, char **argv) {
                     "--drift's\n");
     return 2;
   }
+  if (drift && keep) {
+    fprintf(stderr, "psd-ctrgen: --keep is for the training and held-out "
+                    "sets, not --drift's parts\n");
+    return 2;
+  }
   if (drift && criteo) {
     fprintf(stderr, "psd-ctrgen: --drift writes LIBSVM parts only\n");
     return 2;
@@ -317,18 +314,29 @@ int main(int argc, char **argv) {
     fprintf(stderr, "psd-ctrgen: --gzip is for --format criteo\n");
     return 2;
   }
-  if (mkdir_parents(out)) {
-    fprintf(stderr, "psd-ctrgen: cannot create %s: %s\n", out, strerror(errno));
+  if (keep && (criteo ? dw_ctrgen_criteo_find(out, &co, &found, err, sizeof err)
+                      : dw_ctrgen_find(out, &o, &found, err, sizeof err))) {
+    fprintf(stderr, "psd-ctrgen: %s\n", err);
     return 1;
   }
-  if (keep && (criteo ? dw_ctrgen_criteo_present(out, &co, &t)
-                      : dw_ctrgen_present(out, &o, &t))) {
+  if (keep && found.source == DW_CTRDATA_PSD) {
     printf("kept %s: it holds the data of these settings; the true model's "
-           "held-out AUC is %.4f\n",
-           out, t.auc);
+           "held-out AUC is %.4f\ntrain: %s\ntest: %s\ndata: generated\n",
+           out, found.truth.auc, found.train, found.test);
+    return 0;
+  }
+  if (keep && found.source == DW_CTRDATA_USER) {
+    printf(
+        "kept %s: the user's data, not psd's (read as it is: no true "
+        "model; psd writes nothing there)\ntrain: %s\ntest: %s\ndata: user\n",
+        out, found.train, found.test);
     return 0;
   }
   if (drift) {
+    if (dw_ctrdata_mkdirs(out, err, sizeof err)) {
+      fprintf(stderr, "psd-ctrgen: %s\n", err);
+      return 1;
+    }
     dr.fields = o.fields;
     dr.seed = o.seed;
     dr.zipf = o.zipf;
@@ -356,6 +364,9 @@ int main(int argc, char **argv) {
            "(%.1f%% positive); its integer term alone %.4f\n",
            out, (unsigned long long)co.train, (unsigned long long)co.test,
            t.auc, t.logloss, 100.0 * t.ctr, t.dense_auc);
+    dw_ctrgen_criteo_names(&co, out, found.train, found.test,
+                           sizeof found.train);
+    printf("train: %s\ntest: %s\ndata: generated\n", found.train, found.test);
     return 0;
   }
   if (dw_ctrgen_write(out, &o, &t, progress, err, sizeof err)) {
@@ -366,5 +377,6 @@ int main(int argc, char **argv) {
          "true model's held-out AUC is %.4f, log loss %.4f (%.1f%% positive)\n",
          out, (unsigned long long)o.train, (unsigned long long)o.test, o.fields,
          t.auc, t.logloss, 100.0 * t.ctr);
+  printf("train: %s/train.svm\ntest: %s/test.svm\ndata: generated\n", out, out);
   return 0;
 }

@@ -1,5 +1,6 @@
 /* dworker's click-through-rate job (job.model "ctr", docs/ctr.md): the
- * data set (generated into job.data_dir when missing), the model
+ * data set (ctrdata.h: psd's generated data or the user's files in
+ * job.data_dir; generated there when it is new or psd's), the model
  * (worker/model/ctr.h), and its side of the one training loop (struct
  * dw_trainer; train.c runs it): per batch, the batch's unique ids are the
  * rows of the embedding and wide tables the loop pulls with the dense MLP
@@ -10,18 +11,16 @@
  * true model's (finish.c prints the line). With job.ctr.stream the
  * training set is the stream's windows instead (ctr_stream.c), each scored
  * before it is trained on, and no held-out set is read. */
-#include <errno.h>
 #include <libgen.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include "clock.h"
 #include "criteo.h"
 #include "ctr.h"
+#include "ctrdata.h"
 #include "ctrgen.h"
 #include "dworker_internal.h"
 #include "err.h"
@@ -36,15 +35,14 @@
 
 /* What the run holds. */
 struct run {
-  struct dw_worker *w;                /* the worker */
-  const struct cm_ctr_conf *c;        /* job.ctr */
-  char dir[1024];                     /* the data's directory */
-  int criteo;                         /* job.ctr.format "criteo" */
-  char train_name[16], test_name[16]; /* the files' names in dir */
-  struct dw_ctrgen_truth truth;       /* the true model's scores */
-  struct dw_svm train, test;          /* this worker's share; the test set */
-  struct dw_ctr *m;                   /* the model */
-  int dim;                            /* the embedding table's dim */
+  struct dw_worker *w;         /* the worker */
+  const struct cm_ctr_conf *c; /* job.ctr */
+  char dir[1024];              /* the data's directory */
+  int criteo;                  /* job.ctr.format "criteo" */
+  struct dw_ctrdata data; /* the files read, whose, the true model's scores */
+  struct dw_svm train, test; /* this worker's share; the test set */
+  struct dw_ctr *m;          /* the model */
+  int dim;                   /* the embedding table's dim */
   struct psc__var vars[2 * DW_CTR_MAX_LAYERS]; /* the MLP's variables */
   char names[2 * DW_CTR_MAX_LAYERS][32];       /* their names */
   int nvars;                                   /* entries in vars */
@@ -76,99 +74,63 @@ static void say_progress(const char *file, double done) {
   cm_info("generating %s: %.0f%%", file, 100.0 * done);
 }
 
-/* The data directory: job.data_dir, relative to the spec file's directory
- * when relative; generated there when missing or made with other settings.
- */
-/* Criteo files: the generator's when truth.json says these settings; else
- * train.tsv[.gz] and test.tsv[.gz] without a truth.json (Criteo's own
- * data: no true model, its scores NaN); else 0 (generate them). */
-static int criteo_present(struct run *r,
-                          const struct dw_ctrgen_criteo_opts *o) {
-  char p[1100];
-  int found = 0;
-  snprintf(r->train_name, sizeof r->train_name, "train.tsv");
-  snprintf(r->test_name, sizeof r->test_name, "test.tsv");
-  if (dw_ctrgen_criteo_present(r->dir, o, &r->truth))
-    return 1;
-  snprintf(p, sizeof p, "%s/truth.json", r->dir);
-  if (access(p, F_OK) == 0)
-    return 0; /* the generator's, other settings */
-  for (int k = 0; k < 2; k++) {
-    char *name = k ? r->test_name : r->train_name;
-    snprintf(p, sizeof p, "%s/%s", r->dir, name);
-    if (access(p, R_OK) != 0) {
-      strcat(name, ".gz");
-      snprintf(p, sizeof p, "%s/%s", r->dir, name);
-    }
-    found += access(p, R_OK) == 0;
-  }
-  if (found == 2) {
-    r->truth.auc = r->truth.logloss = r->truth.ctr = NAN;
-    cm_info("%s: Criteo files %s and %s without truth.json: no true model to "
-            "compare with",
-            r->dir, r->train_name, r->test_name);
-    return 1;
-  }
-  snprintf(r->train_name, sizeof r->train_name, "train.tsv");
-  snprintf(r->test_name, sizeof r->test_name, "test.tsv");
-  return 0;
-}
-
+/* The data (ctrdata.h, docs/ctr.md "Whose data"): in job.data_dir,
+ * relative to the spec file's directory when relative; psd's generation of
+ * the job's settings, the user's files read as they are, or generated
+ * there when the directory is new or psd's of other settings. Says which
+ * files the run trains and tests on. */
 static int prepare_data(struct run *r) {
   const struct cm_job *job = &r->w->spec->job;
-  char spec_dir[1024], err[1024];
+  char spec_dir[1024], err[2048];
   struct dw_ctrgen_opts o = {r->c->fields, (uint64_t)r->c->train,
                              (uint64_t)r->c->test, r->c->data_seed, r->c->zipf};
   struct dw_ctrgen_criteo_opts co = {(uint64_t)r->c->train,
                                      (uint64_t)r->c->test, r->c->data_seed, 0};
+  int rc;
   snprintf(spec_dir, sizeof spec_dir, "%s", r->w->args.cluster);
   if (job->data_dir[0] == '/')
     snprintf(r->dir, sizeof r->dir, "%s", job->data_dir);
   else
     snprintf(r->dir, sizeof r->dir, "%s/%s", dirname(spec_dir), job->data_dir);
   r->criteo = !strcmp(r->c->format, "criteo");
-  if (!r->criteo) {
-    snprintf(r->train_name, sizeof r->train_name, "train.svm");
-    snprintf(r->test_name, sizeof r->test_name, "test.svm");
+  rc = r->criteo ? dw_ctrgen_criteo_find(r->dir, &co, &r->data, err, sizeof err)
+                 : dw_ctrgen_find(r->dir, &o, &r->data, err, sizeof err);
+  if (rc) {
+    cm_error("%s", err);
+    return rc;
   }
-  if (r->criteo ? criteo_present(r, &co)
-                : dw_ctrgen_present(r->dir, &o, &r->truth))
-    return 0;
-  char p[1100];
-  for (char *s = r->dir + 1;; s++) { /* mkdir -p */
-    if (*s == '/' || !*s) {
-      snprintf(p, sizeof p, "%.*s", (int)(s - r->dir), r->dir);
-      if (mkdir(p, 0755) != 0 && errno != EEXIST) {
-        cm_error("cannot create %s: %s", p, strerror(errno));
-        return CM_EIO;
-      }
+  if (r->data.source == DW_CTRDATA_GENERATE) {
+    cm_info("generating the CTR data set in %s (%s): %llu training and %llu "
+            "held-out examples, %d fields, seed %llu",
+            r->dir, r->c->format, (unsigned long long)o.train,
+            (unsigned long long)o.test, r->criteo ? 39 : o.fields,
+            (unsigned long long)o.seed);
+    double t0 = cm_mono_s();
+    rc = r->criteo ? dw_ctrgen_criteo_write(r->dir, &co, &r->data.truth,
+                                            say_progress, err, sizeof err)
+                   : dw_ctrgen_write(r->dir, &o, &r->data.truth, say_progress,
+                                     err, sizeof err);
+    if (rc) {
+      cm_error("generating the data set: %s", err);
+      return rc;
     }
-    if (!*s)
-      break;
-  }
-  cm_info("generating the CTR data set in %s (%s): %llu training and %llu "
-          "held-out examples, %d fields, seed %llu",
-          r->dir, r->c->format, (unsigned long long)o.train,
-          (unsigned long long)o.test, o.fields, (unsigned long long)o.seed);
-  double t0 = cm_mono_s();
-  int rc = r->criteo ? dw_ctrgen_criteo_write(r->dir, &co, &r->truth,
-                                              say_progress, err, sizeof err)
-                     : dw_ctrgen_write(r->dir, &o, &r->truth, say_progress, err,
-                                       sizeof err);
-  if (rc)
-    cm_error("generating the data set: %s", err);
-  else
     cm_info("generated in %.1f s: the true model's held-out AUC is %.4f, log "
             "loss %.4f",
-            cm_mono_s() - t0, r->truth.auc, r->truth.logloss);
-  return rc;
+            cm_mono_s() - t0, r->data.truth.auc, r->data.truth.logloss);
+  }
+  cm_info("data: training on %s, testing on %s (%s)", r->data.train,
+          r->data.test,
+          r->data.source == DW_CTRDATA_USER
+              ? "the user's files, read as they are: no true model to compare "
+                "with"
+              : "psd's generated data set");
+  return 0;
 }
 
 /* Loads a set and checks its features' fields. */
-static int load_set(struct run *r, const char *name, int share, int nshares,
+static int load_set(struct run *r, const char *path, int share, int nshares,
                     struct dw_svm *out) {
-  char path[1100], err[1200];
-  snprintf(path, sizeof path, "%s/%s", r->dir, name);
+  char err[1200];
   int rc = r->criteo
                ? dw_criteo_load_svm(path, share, nshares, out, err, sizeof err)
                : dw_svm_load(path, share, nshares, out, err, sizeof err);
@@ -323,7 +285,7 @@ static void ctr_say_plan(struct dw_worker *w) {
   cm_info("training: %zu examples here, %ld steps of %d, %d fields, tables "
           "'%s' (dim %d) and '%s'; the true model's held-out AUC is %.4f",
           r->train.n, w->total_steps, w->spec->job.batch_size, r->c->fields,
-          r->c->emb_table, r->dim, r->c->wide_table, r->truth.auc);
+          r->c->emb_table, r->dim, r->c->wide_table, r->data.truth.auc);
 }
 
 static int evaluate(struct run *r, const struct dw_svm *d, double *auc,
@@ -468,6 +430,7 @@ out:
 /* Worker 0, the final parameters pulled: scores the held-out set. */
 static int ctr_evaluate(struct dw_worker *w, char *figures, size_t size) {
   struct run *r = w->mctx;
+  char train[3400], test[3400];
   double auc = 0, ll = 0;
   int rc;
 
@@ -481,9 +444,13 @@ static int ctr_evaluate(struct dw_worker *w, char *figures, size_t size) {
     goto out;
   }
   dw_tb_ctr(w, w->steps_done, "test", ll, auc, 0);
+  dw_ctrdata_token(r->data.train, train, sizeof train);
+  dw_ctrdata_token(r->data.test, test, sizeof test);
   snprintf(figures, size,
-           "test_auc=%.4f test_logloss=%.4f true_auc=%.4f true_logloss=%.4f",
-           auc, ll, r->truth.auc, r->truth.logloss);
+           "test_auc=%.4f test_logloss=%.4f true_auc=%.4f true_logloss=%.4f "
+           "train=%s test=%s data=%s",
+           auc, ll, r->data.truth.auc, r->data.truth.logloss, train, test,
+           r->data.source == DW_CTRDATA_USER ? "user" : "generated");
 out:
   return rc;
 }
@@ -564,14 +531,14 @@ int dw_ctr_setup(struct dw_worker *w) {
       goto out;
     w->stream = 1;
   } else if ((rc = prepare_data(r)) || (rc = build(r)) ||
-             (rc = load_set(r, r->train_name, w->index, w->nworkers,
+             (rc = load_set(r, r->data.train, w->index, w->nworkers,
                             &r->train)) ||
              (w->index == 0 &&
-              (rc = load_set(r, r->test_name, 0, 1, &r->test))))
+              (rc = load_set(r, r->data.test, 0, 1, &r->test))))
     goto out;
   if (!r->cs && !r->train.n) {
-    cm_error("%s/%s: no examples for worker %d of %d", r->dir, r->train_name,
-             w->index, w->nworkers);
+    cm_error("%s: no examples for worker %d of %d", r->data.train, w->index,
+             w->nworkers);
     rc = CM_EFORMAT;
     goto out;
   }

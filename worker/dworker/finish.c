@@ -27,7 +27,7 @@ int dw_finish(struct dw_worker *w) {
   /* This worker's own rate; the job's is measured by the coordinator from
    * every worker's report (psc__client_leave) and printed by pslaunch. */
   double rate = w->train_s > 0 ? (double)w->examples_done / w->train_s : 0.0;
-  char figures[256] = "";
+  char figures[8192] = ""; /* a CTR run's files' paths, escaped, too */
   int rc = 0;
 
   if (w->client) {

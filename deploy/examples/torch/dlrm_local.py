@@ -79,7 +79,7 @@ def main(argv=None):
         return 2
     job = dm.load_job(spec)
     d = dm.data_dir(job, spec)
-    truth = dm.ensure_data(d, args.train, args.test, args.data_seed, "local")
+    truth, files = dm.ensure_data(d, args.train, args.test, args.data_seed, "local")
     model, conf = build(job, args)
     rows = [p for n, p in model.named_parameters() if n.startswith("embeddings.")]
     dense = [p for n, p in model.named_parameters() if not n.startswith("embeddings.")]
@@ -93,7 +93,7 @@ def main(argv=None):
     loss_sum, t_first, t_last, t_log = 0.0, None, None, time.monotonic()
     done = False
     for epoch in range(epochs):
-        for xd, xs, y in dm.batches(dm.data_file(d, "train"), batch, cap=args.max_rows):
+        for xd, xs, y in dm.batches(files["train"], batch, cap=args.max_rows):
             if t_first is None:
                 t_first = time.monotonic()
             for o in opts:
@@ -117,11 +117,12 @@ def main(argv=None):
         if done:
             break
     train_s = (t_last or 0) - (t_first or 0)
-    p, y = dm.predict(model, dm.data_file(d, "test"), args.max_rows)
+    p, y = dm.predict(model, files["test"], args.max_rows)
     if args.predictions:
         np.save(args.predictions, p.astype(np.float32))
     print(dm.final_line("local", p, y, truth, examples, train_s,
-                        extra=" steps=%d threads=%d" % (steps, args.threads)), flush=True)
+                        extra=" steps=%d threads=%d" % (steps, args.threads), files=files),
+          flush=True)
     return 0
 
 
