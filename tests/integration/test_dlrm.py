@@ -18,6 +18,9 @@ nn.EmbeddingBag(sparse=True), torch.optim.Adagrad) on the same data.
     rounding
   - rows never stored (not in the export) are filled with docs/tables.md's
     initial row: equal bit for bit to what a pull from the shards answers
+  - RowInitTest, on a shard of its own (a few seconds): a job.tables entry
+    without init_scale takes job.table_defaults' (as the shards do), so the
+    export's never-stored rows equal a shard's pull bit for bit
 
 About 60-90 s on 2 cores. Exits 77 (SKIP) when PyTorch or numpy is missing.
 Run: /usr/bin/python3 test_dlrm.py BUILD_DIR"""
@@ -259,6 +262,65 @@ class DlrmTest(unittest.TestCase):
             psd.export.table_weight(self.exports["C3"], 10, table="C3")
         with self.assertRaisesRegex(ValueError, "no 'ids' tensor"):
             psd.export.table_weight(self.dense, 10, table="x")
+
+
+class RowInitTest(h.ShardsTest):
+    """A row's first value has one definition (common/vars/init.c), and a
+    table's initializer one resolution (cm_table_conf_for): psd.export asks
+    the same C code as the shard. Table "t" is listed in job.tables without
+    an init_scale, so it takes job.table_defaults' 0.05 (a copy that fell
+    back to docs/tables.md's 0.01 instead differed here); "d" is declared
+    by the client alone (job.table_defaults' too)."""
+
+    NPS = 1
+    JOB = {"name": "rowinit", "seed": 3,
+           "table_defaults": {"init_scale": 0.05, "optimizer": {"type": "sgd", "lr": 1}},
+           "tables": [{"name": "t", "dim": 8, "id_bound": 5000}]}
+
+    @classmethod
+    def setUpClass(cls):
+        sys.path.insert(0, os.path.join(h.BUILD, "worker", "python"))
+        super().setUpClass()
+
+    def test_never_stored_rows_equal_a_pull(self):
+        import psd
+        import psd.export
+        d = self.tmp.name
+        stored = np.array([4, 17, 4000], np.uint64)
+        with psd.Client(self.spec) as c:
+            for name in ("t", "d"):
+                c.declare_table(name, 8, 5000)
+                c.push_rows(name, stored, np.ones((3, 8), np.float32))
+                r = h.psctl(self.spec, "export", name, "--out",
+                            os.path.join(d, name + ".safetensors"))
+                self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+            spec = psd.export.Spec(self.spec)
+            self.assertEqual(spec.seed, 3)
+            for name in ("t", "d"):
+                path = os.path.join(d, name + ".safetensors")
+                w = spec.table(path, name, 5000).numpy()
+                # after the export: a pull stores the rows it touches
+                ids = np.setdiff1d(np.arange(0, 5000, 7, dtype=np.uint64), stored)
+                np.testing.assert_array_equal(w[ids.astype(np.int64)], c.pull_rows(name, ids),
+                                              err_msg="table " + name)
+                self.assertEqual(spec.init(name), ("uniform", float(np.float32(0.05))))
+                np.testing.assert_array_equal(
+                    psd.export.initial_rows(spec, name, ids, 8), w[ids.astype(np.int64)])
+                # the stored rows are the export's: initial row - 1 (sgd, lr 1)
+                np.testing.assert_array_equal(w[stored.astype(np.int64)],
+                                              c.pull_rows(name, stored))
+                self.assertGreater(float(np.abs(w[ids.astype(np.int64)]).max()), 0.04)
+
+    def test_spec_mistakes_name_the_file(self):
+        import psd.export
+        bad = os.path.join(self.tmp.name, "bad.json")
+        with open(bad, "w") as f:
+            json.dump({"cluster": {"ps": ["127.0.0.1:1"]},
+                       "job": {"tables": [{"name": "t", "dim": 8, "init_scale": -1}]}}, f)
+        with self.assertRaisesRegex(ValueError, r"bad.json: job.tables\[0\].init_scale"):
+            psd.export.Spec(bad)
+        with self.assertRaisesRegex(FileNotFoundError, "nothere.json"):
+            psd.export.Spec(os.path.join(self.tmp.name, "nothere.json"))
 
 
 if __name__ == "__main__":
