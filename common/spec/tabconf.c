@@ -27,6 +27,22 @@ void cm_table_conf_defaults(struct cm_table_conf *c) {
   c->admit_prob = 1.0;
 }
 
+void cm_table_conf_for(const struct cm_table_conf *spec, int nspec,
+                       const struct cm_table_conf *defaults, const char *name,
+                       uint32_t dim, struct cm_table_conf *out) {
+  int i;
+  for (i = 0; i < nspec && strcmp(spec[i].name, name); i++)
+    ;
+  if (i < nspec) {
+    *out = spec[i];
+  } else {
+    *out = *defaults;
+    out->id_bound = 0;
+  }
+  snprintf(out->name, sizeof out->name, "%s", name);
+  out->dim = dim;
+}
+
 const char *cm_rowopt_name(enum cm_rowopt_type t) {
   return (unsigned)t < CM_ROWOPT_NTYPES ? names[t] : "?";
 }

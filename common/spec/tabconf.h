@@ -86,6 +86,17 @@ struct cm_table_conf {
  * l1 0 l2 0 beta 1, admit always, no eviction. */
 void cm_table_conf_defaults(struct cm_table_conf *c);
 
+/* The settings of table `name` as every part of psd applies them: the
+ * entry of spec[0..nspec) (job.tables, each completed from
+ * job.table_defaults by the parser) that has this name, else *defaults
+ * (job.table_defaults) with id_bound 0; then name and dim set. The shard
+ * (ps-server/psd/tables.c), the serving task (serve.c) and the export
+ * (psd.export, through the Python extension) all ask here, so a table has
+ * one initializer wherever its rows are made. */
+void cm_table_conf_for(const struct cm_table_conf *spec, int nspec,
+                       const struct cm_table_conf *defaults, const char *name,
+                       uint32_t dim, struct cm_table_conf *out);
+
 /* "sgd", "adagrad", "rowwise_adagrad", "adam", "ftrl"; "?" for a bad one. */
 const char *cm_rowopt_name(enum cm_rowopt_type t);
 

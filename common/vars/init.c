@@ -1,12 +1,13 @@
 /* Counter-based initial values (init.h): splitmix64 of a key made from the
- * seed and the name's FNV-1a hash, plus the element's global index. */
+ * seed and the name's FNV-1a hash, plus the element's global index (a
+ * variable) or the row's id and the element's column (a table's row). */
 #include "init.h"
 
 #include <string.h>
 
 #include "rand.h"
 
-static uint64_t name_hash(const char *name) {
+uint64_t cm_name_hash(const char *name) {
   uint64_t h = 0xcbf29ce484222325ULL;
   for (; *name; name++)
     h = (h ^ (uint8_t)*name) * 0x100000001b3ULL;
@@ -20,10 +21,25 @@ void cm_init_fill(float *dst, uint64_t first, uint64_t n,
     memset(dst, 0, n * sizeof *dst);
     return;
   }
-  uint64_t key = cm_splitmix64_at(seed ^ name_hash(name));
+  uint64_t key = cm_splitmix64_at(seed ^ cm_name_hash(name));
   for (uint64_t i = 0; i < n; i++) {
     uint64_t r = cm_splitmix64_at(key + first + i);
     float u = (float)(r >> 40) * (1.0f / 16777216.0f); /* [0, 1) */
     dst[i] = (2.0f * u - 1.0f) * scale;
+  }
+}
+
+void cm_table_init_row(const struct cm_table_conf *conf, uint64_t seed,
+                       uint64_t id, float *row) {
+  if (conf->init != CM_TABLE_INIT_UNIFORM) {
+    memset(row, 0, conf->dim * sizeof *row);
+    return;
+  }
+  uint64_t key = cm_splitmix64_at(seed ^ cm_name_hash(conf->name));
+  key = cm_mix64(key ^ cm_splitmix64_at(id));
+  for (uint32_t j = 0; j < conf->dim; j++) {
+    uint64_t r = cm_splitmix64_at(key + j);
+    float u = (float)(r >> 40) * (1.0f / 16777216.0f); /* [0, 1) */
+    row[j] = (2.0f * u - 1.0f) * conf->init_scale;
   }
 }

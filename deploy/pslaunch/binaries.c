@@ -1,10 +1,10 @@
 /* Finding the binaries pslaunch runs: psd for the ps tasks and dworker for
- * the workers, from --psd and --dworker (a path, or a name looked up in
- * PATH), else beside pslaunch itself, in a build tree or an installed
- * one; or, when the spec sets job.worker_command, that command's program
- * for the workers (a name looked up in PATH, a relative path relative to
- * the spec file's directory), with the directory it runs in and the build
- * tree's Python package to put on its PYTHONPATH; and pslaunch's own
+ * the workers (and psctl for --export), from --psd, --dworker and --psctl (a
+ * path, or a name looked up in PATH), else beside pslaunch itself, in a build
+ * tree or an installed one; or, when the spec sets job.worker_command, that
+ * command's program for the workers (a name looked up in PATH, a relative path
+ * relative to the spec file's directory), with the directory it runs in and the
+ * build tree's Python package to put on its PYTHONPATH; and pslaunch's own
  * binary, through which each child starts. */
 #include <errno.h>
 #include <limits.h>
@@ -238,8 +238,13 @@ int pl_find_binaries(struct pl_launch *l, char *err, size_t errlen) {
                                         "../sbin/psd", NULL};
   static const char *const dworker_rel[] = {"dworker", "../worker/dworker",
                                             NULL};
+  /* psctl lives in bin when installed, beside pslaunch. */
+  static const char *const psctl_rel[] = {"psctl", "../ps-server/psctl", NULL};
   int rc = find_self(l->self, sizeof l->self, err, errlen);
 
+  if (rc == 0 && l->opt->export_dir)
+    rc = find_binary(l->opt->psctl, "--psctl", psctl_rel, l->self, l->psctl,
+                     sizeof l->psctl, err, errlen);
   if (rc == 0 && l->nps + l->nserve > 0)
     rc = find_binary(l->opt->psd, "--psd", psd_rel, l->self, l->psd,
                      sizeof l->psd, err, errlen);

@@ -9,7 +9,9 @@
  * closed, the loop ends and the summary says how each task ended. Only the
  * processes started here are ever signalled, each by its own PID. A worker
  * is dworker, or the spec's job.worker_command (its environment made by
- * command.c): either way it is started, watched and counted the same. */
+ * command.c): either way it is started, watched and counted the same.
+ * With --export, psctl export runs (export.c) start here too, one at a
+ * time, between the workers' end and the ps tasks' stop. */
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,12 +35,17 @@ static void describe_end(const struct pl_task *t, char *buf, size_t len) {
     snprintf(buf, len, "exit %lld", (long long)t->exit_status);
 }
 
+/* The i-th child of every kind: the spec's tasks, then the export runs. */
+static struct pl_task *child(struct pl_launch *l, int i) {
+  return i < l->ntasks ? &l->tasks[i] : &l->xtasks[i - l->ntasks];
+}
+
 /* Sends sig to every task still running; only our own children, by PID. */
 static void signal_all(struct pl_launch *l, int sig) {
   int i;
 
-  for (i = 0; i < l->ntasks; i++) {
-    struct pl_task *t = &l->tasks[i];
+  for (i = 0; i < l->ntasks + l->nxtasks; i++) {
+    struct pl_task *t = child(l, i);
     int rc;
 
     if (!t->running)
@@ -97,6 +104,10 @@ static void workers_done(struct pl_launch *l) {
   /* Every worker of the cluster is done: their reports are in. */
   if (l->nforeign == 0)
     pl_job_rate_ask(l);
+  if (l->opt->export_dir) {
+    pl_export_begin(l);
+    return;
+  }
   if (l->nps > 0 && l->nserve > 0)
     pl_say("all %d workers finished; stopping the ps and serving tasks",
            l->nworkers);
@@ -104,6 +115,13 @@ static void workers_done(struct pl_launch *l) {
     pl_say("all %d workers finished; stopping the %s tasks", l->nworkers,
            l->nps ? "ps" : "serving");
   pl_stop_all(l, PL_EXIT_OK);
+}
+
+void pl_job_done(struct pl_launch *l) {
+  if (l->opt->export_dir)
+    pl_export_begin(l);
+  else
+    pl_stop_all(l, PL_EXIT_OK);
 }
 
 static void on_proc_closed(uv_handle_t *h) {
@@ -126,7 +144,9 @@ static void on_child_exit(uv_process_t *p, int64_t exit_status,
   uv_close((uv_handle_t *)p, on_proc_closed);
   describe_end(t, how, sizeof how);
   cm_debug("%s (pid %d) ended: %s", t->name, t->pid, how);
-  if (!l->stopping) {
+  if (!l->stopping && t->xport) {
+    pl_export_exited(l, t);
+  } else if (!l->stopping) {
     if (t->type == CM_TASK_WORKER && term_signal == 0 && exit_status == 0) {
       if (++l->nworkers_done == l->nworkers)
         workers_done(l);
@@ -150,9 +170,9 @@ static void on_drain_timer(uv_timer_t *h) {
   struct pl_launch *l = h->data;
   int i;
 
-  for (i = 0; i < l->ntasks; i++) {
-    pl_close_stream(&l->tasks[i].out);
-    pl_close_stream(&l->tasks[i].err);
+  for (i = 0; i < l->ntasks + l->nxtasks; i++) {
+    pl_close_stream(&child(l, i)->out);
+    pl_close_stream(&child(l, i)->err);
   }
 }
 
@@ -164,10 +184,10 @@ void pl_check_done(struct pl_launch *l) {
 
   if (l->finishing)
     return;
-  for (i = 0; i < l->ntasks; i++) {
-    if (l->tasks[i].proc_open)
+  for (i = 0; i < l->ntasks + l->nxtasks; i++) {
+    if (child(l, i)->proc_open)
       return;
-    pipes += l->tasks[i].out.state != 0 || l->tasks[i].err.state != 0;
+    pipes += child(l, i)->out.state != 0 || child(l, i)->err.state != 0;
   }
   if (pipes) {
     if (!l->drain_started)
@@ -198,7 +218,16 @@ static void task_args(struct pl_launch *l, const struct pl_task *t,
   args[n++] = l->self;
   args[n++] = PL_EXEC_TASK;
   args[n++] = launcher;
-  if (t->type == CM_TASK_WORKER && l->command[0]) {
+  if (t->xport) {
+    args[n++] = l->psctl;
+    args[n++] = "--cluster";
+    args[n++] = (char *)o->spec_path;
+    args[n++] = "export";
+    if (t->xtable[0])
+      args[n++] = (char *)t->xtable;
+    args[n++] = "--out";
+    args[n++] = (char *)t->xout;
+  } else if (t->type == CM_TASK_WORKER && l->command[0]) {
     args[n++] = l->command;
     for (i = 1; i < job->nworker_command; i++)
       args[n++] = (char *)job->worker_command[i];
@@ -219,7 +248,7 @@ static void task_args(struct pl_launch *l, const struct pl_task *t,
  * pslaunch dies (exec_task.c). A worker of job.worker_command runs in the
  * spec file's directory with the environment command.c makes. Returns 0,
  * or a negative libuv code (reported) when it could not be started. */
-static int spawn_task(struct pl_launch *l, struct pl_task *t) {
+int pl_spawn_task(struct pl_launch *l, struct pl_task *t) {
   const struct pl_options *o = l->opt;
   int command = t->type == CM_TASK_WORKER && l->command[0];
   uv_process_options_t po;
@@ -313,6 +342,14 @@ static void print_summary(const struct pl_launch *l) {
            : t->sent_term ? ", after SIGTERM"
                           : "");
   }
+  if (l->nxtasks) {
+    int done = 0;
+    for (i = 0; i < l->nxtasks; i++)
+      done += l->xtasks[i].started && !l->xtasks[i].running &&
+              !l->xtasks[i].term_signal && l->xtasks[i].exit_status == 0;
+    pl_say("  %-*s  %d of %d files written to %s", l->width, "export", done,
+           l->nxtasks, l->opt->export_dir);
+  }
   if (l->interrupted_by)
     pl_say("stopped by SIG%s", signame(l->interrupted_by));
   else if (l->result == PL_EXIT_OK && l->watch.active && l->nworkers == 0)
@@ -349,7 +386,7 @@ int pl_launch_run(struct pl_launch *l) {
   uv_signal_start(&l->sig_hup, on_signal, SIGHUP);
 
   for (i = 0; i < l->ntasks && !l->stopping; i++) {
-    if (spawn_task(l, &l->tasks[i]) < 0) {
+    if (pl_spawn_task(l, &l->tasks[i]) < 0) {
       l->failed = &l->tasks[i];
       pl_stop_all(l, PL_EXIT_FAILED);
     }

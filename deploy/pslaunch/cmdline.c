@@ -49,7 +49,8 @@ static const char usage_text[] =
     "how it is stopped.\n"
     "\n"
     "When every local worker has exited with status 0, the ps tasks are sent\n"
-    "SIGTERM, a summary is printed and pslaunch exits 0. If the spec has\n"
+    "SIGTERM (with --export DIR, once the model is exported: below), a\n"
+    "summary is printed and pslaunch exits 0. If the spec has\n"
     "workers that this pslaunch did not start (they run on other hosts, or\n"
     "--only ps), its ps tasks keep serving them: pslaunch asks the\n"
     "coordinator (ps:0, wherever it runs) every second and says what it\n"
@@ -86,6 +87,15 @@ static const char usage_text[] =
     "pod's environment, and --cluster tf_config[:FILE] from the TF_CONFIG a\n"
     "Kubeflow TFJob injects; each pod is one task, as under Slurm.\n"
     "\n"
+    "With --export DIR, once every worker of the cluster has finished with\n"
+    "status 0 and before the ps tasks stop, every table the shards hold is\n"
+    "written to DIR/tables/NAME.safetensors and the variables to\n"
+    "DIR/dense.safetensors by psctl export (one run at a time, its lines\n"
+    "prefixed \"export\"; as `psctl --cluster FILE export [TABLE] --out F`).\n"
+    "DIR must be new (it is made) or empty when pslaunch starts: pslaunch\n"
+    "never replaces a file it did not write. A failed export stops the job\n"
+    "with exit 1, keeping what was written.\n"
+    "\n"
     "Before anything starts, each local ps task's port is tried: a port in\n"
     "use is reported (\"ps:0: cannot listen on 127.0.0.1:7100: Address\n"
     "already in use\") and nothing is started.\n"
@@ -96,6 +106,10 @@ static const char usage_text[] =
     "                       ../sbin/psd in an installed one)\n"
     "  --dworker PATH       the dworker to run (default: dworker next to\n"
     "                       pslaunch); refused with job.worker_command\n"
+    "  --psctl PATH         the psctl --export runs (default: psctl next to\n"
+    "                       pslaunch, else ../ps-server/psctl)\n"
+    "  --export DIR         export every table and the variables into DIR\n"
+    "                       (new or empty) before the ps tasks stop (above)\n"
     "  --only ps|worker     start only this host's ps tasks (and serving\n"
     "                       tasks), or only its workers\n"
     "  --cluster SPEC       the spec: a FILE, slurm[:FILE], k8s[:FILE] or\n"
@@ -113,6 +127,7 @@ static const char usage_text[] =
     "  pslaunch deploy/examples/local.json\n"
     "  pslaunch local.json -- --max-steps 100    # a short smoke run\n"
     "  pslaunch --only ps cluster.json           # this host serves shards\n"
+    "  pslaunch --export model job.json          # train, then export\n"
     "  srun pslaunch --cluster slurm:job.json    # one task per Slurm task\n"
     "  pslaunch --cluster slurm:job.json --print-spec\n"
     "  pslaunch --psd build/ps-server/psd --dworker build/worker/dworker \\\n"
@@ -121,9 +136,11 @@ static const char usage_text[] =
     "Exit status:\n"
     "  0    every local worker finished with status 0 (and every other\n"
     "       worker of the cluster finished or is gone)\n"
-    "  1    a task failed or could not start, or a ps port was in use\n"
-    "  2    bad usage, bad cluster spec, no task on this host, or psd,\n"
-    "       dworker or job.worker_command's program not found\n"
+    "  1    a task failed or could not start, a ps port was in use, or the\n"
+    "       export failed\n"
+    "  2    bad usage, bad cluster spec, no task on this host, psd, dworker,\n"
+    "       psctl or job.worker_command's program not found, or --export's\n"
+    "       DIR not new or empty\n"
     "  129  stopped by SIGHUP\n"
     "  130  stopped by SIGINT (Ctrl-C)\n"
     "  143  stopped by SIGTERM\n";
@@ -134,6 +151,8 @@ int pl_parse_args(int argc, char **argv, struct pl_options *o) {
   static const struct option longopts[] = {
       {"psd", required_argument, NULL, 'p'},
       {"dworker", required_argument, NULL, 'd'},
+      {"psctl", required_argument, NULL, 'x'},
+      {"export", required_argument, NULL, 'e'},
       {"only", required_argument, NULL, 'o'},
       {"stop-timeout", required_argument, NULL, 't'},
       {"cluster", required_argument, NULL, 'c'},
@@ -164,6 +183,16 @@ int pl_parse_args(int argc, char **argv, struct pl_options *o) {
       break;
     case 'd':
       o->dworker = optarg;
+      break;
+    case 'x':
+      o->psctl = optarg;
+      break;
+    case 'e':
+      if (!optarg[0]) {
+        pl_say("--export needs a directory");
+        return PL_EXIT_USAGE;
+      }
+      o->export_dir = optarg;
       break;
     case 'o':
       if (strcmp(optarg, "ps") == 0) {

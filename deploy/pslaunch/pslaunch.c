@@ -13,8 +13,9 @@
  * PID.
  *
  * main reads top to bottom: parse the command line, load the spec, pick
- * this host's tasks, find the binaries, check the ps ports, run the tasks to
- * the end. pslaunch_internal.h lists the file that holds each part.
+ * this host's tasks, find the binaries, make --export's directory, check the
+ * ps ports, run the tasks to the end. pslaunch_internal.h lists the file that
+ * holds each part.
  *
  * Exit codes: 0 all local workers finished, 1 a task failed (or a ps port was
  * in use), 2 bad usage or spec, 128 + signal when interrupted. */
@@ -104,6 +105,10 @@ int main(int argc, char **argv) {
     pl_say("%s", err);
     goto out;
   }
+  if (opt.export_dir && pl_export_prepare(l, err, sizeof err) < 0) {
+    pl_say("%s", err);
+    goto out;
+  }
   if (pl_check_ports(l, err, sizeof err) < 0) {
     pl_say("%s", err);
     code = PL_EXIT_FAILED;
@@ -115,6 +120,8 @@ out:
     unlink(l->spec_tmp);
   if (l)
     free(l->tasks);
+  if (l)
+    free(l->xtasks);
   free(l);
   free(json);
   if (spec)

@@ -21,7 +21,10 @@
  *   watch.c     waiting for the cluster's other workers: ps:0's Status,
  *               asked until every worker has finished or is gone
  *   jobrate.c   the job's measured rate (ps:0's Status), printed as the
- *               stdout line "job: ..." once every worker is done */
+ *               stdout line "job: ..." once every worker is done
+ *   export.c    --export DIR: every table and the variables written by
+ *               psctl export once every worker is done, before the ps
+ *               tasks stop */
 #ifndef PL_PSLAUNCH_INTERNAL_H
 #define PL_PSLAUNCH_INTERNAL_H
 
@@ -51,18 +54,20 @@ enum { PL_EXIT_OK = 0, PL_EXIT_FAILED = 1, PL_EXIT_USAGE = 2 };
 
 /* What the command line asked for. Strings point into argv. */
 struct pl_options {
-  const char *spec_path; /* FILE, or --cluster's "slurm[:FILE]" (or k8s,
-                            tf_config) */
-  int engine;            /* spec_path names an engine (cm_spec_is_engine):
-                            start only the task its environment names */
-  int print_spec;        /* --print-spec: print the spec, start nothing */
-  const char *psd;       /* --psd, NULL for the default */
-  const char *dworker;   /* --dworker, NULL for the default */
-  int want_ps;           /* start local ps tasks (not --only worker) */
-  int want_worker;       /* start local workers (not --only ps) */
-  double stop_timeout;   /* --stop-timeout, seconds */
-  char **extra;          /* arguments after "--", passed to every dworker */
-  int nextra;            /* entries in extra */
+  const char *spec_path;  /* FILE, or --cluster's "slurm[:FILE]" (or k8s,
+                             tf_config) */
+  int engine;             /* spec_path names an engine (cm_spec_is_engine):
+                             start only the task its environment names */
+  int print_spec;         /* --print-spec: print the spec, start nothing */
+  const char *psd;        /* --psd, NULL for the default */
+  const char *dworker;    /* --dworker, NULL for the default */
+  const char *psctl;      /* --psctl, NULL for the default */
+  int want_ps;            /* start local ps tasks (not --only worker) */
+  int want_worker;        /* start local workers (not --only ps) */
+  double stop_timeout;    /* --stop-timeout, seconds */
+  const char *export_dir; /* --export DIR, NULL when not given */
+  char **extra;           /* arguments after "--", passed to every dworker */
+  int nextra;             /* entries in extra */
 };
 
 struct pl_launch;
@@ -98,6 +103,11 @@ struct pl_task {
   int sent_kill;              /* pslaunch sent it SIGKILL */
   uint64_t t_start;           /* uv_hrtime() at spawn */
   uint64_t t_end;             /* uv_hrtime() when reaped */
+  int xport;                  /* a psctl export run of --export (export.c),
+                                 not a task of the spec */
+  char xtable[CM_TABLE_MAX_NAME + 1]; /* with xport: the table it exports,
+                                         "" for the variables */
+  char xout[PATH_MAX];                /* with xport: the file it writes */
 };
 
 /* What watch.c last made of a worker of the cluster. */
@@ -144,6 +154,8 @@ struct pl_launch {
   char self[PATH_MAX];          /* pslaunch itself: each child starts as it */
   char psd[PATH_MAX];           /* resolved psd binary */
   char dworker[PATH_MAX];       /* resolved dworker binary */
+  char psctl[PATH_MAX];         /* with --export: the psctl that writes the
+                                   files */
   /* With job.worker_command (l->command[0] != '\0' once settled): its
    * program, resolved, which each worker task runs instead of dworker */
   char command[PATH_MAX];
@@ -164,6 +176,11 @@ struct pl_launch {
   int nworkers;                 /* local workers among them */
   int nforeign;                 /* workers of the spec not run here */
   int nworkers_done;            /* workers that exited with status 0 */
+  struct pl_task *xtasks;       /* with --export, once every worker is done:
+                                   one psctl run per file (owned), the
+                                   tables' then the variables' */
+  int nxtasks;                  /* entries in xtasks */
+  int xnext;                    /* the next of them to start */
   struct pl_watch watch;        /* waiting for the other workers */
   int width;                    /* longest task name, for aligned prefixes */
   int stopping;                 /* 0 running; 1 once the stop has begun */
@@ -189,7 +206,8 @@ int pl_parse_args(int argc, char **argv, struct pl_options *o);
 /* ---- binaries.c ---- */
 
 /* Settles l->self (pslaunch's own binary, which every child runs first),
- * l->psd when this host has ps tasks and l->dworker when it has workers:
+ * l->psctl with --export, l->psd when this host has ps tasks and
+ * l->dworker when it has workers:
  * the path given with --psd or --dworker (a name without a slash is looked
  * up in PATH), else the first that exists beside pslaunch itself. When the
  * spec sets job.worker_command and this host has workers, settles
@@ -252,6 +270,15 @@ int pl_launch_run(struct pl_launch *l);
  * The first caller settles the exit code (result). */
 void pl_stop_all(struct pl_launch *l, int result);
 
+/* Every worker of the cluster has finished with status 0: with --export
+ * the export runs first (pl_export_begin), then the tasks stop with exit
+ * 0. */
+void pl_job_done(struct pl_launch *l);
+
+/* Starts task t's child (a task of the spec, or an export run) with its
+ * output piped back. Returns 0, or a negative libuv code (reported). */
+int pl_spawn_task(struct pl_launch *l, struct pl_task *t);
+
 /* ---- command.c ---- */
 
 /* The environment worker task t's job.worker_command runs in: pslaunch's
@@ -303,5 +330,20 @@ void pl_job_rate_print(const struct pl_launch *l, json_t *status);
 /* Asks ps:0 for its Status (one call, a short deadline; blocks) and prints
  * the job's rate as pl_job_rate_print does, or says why it cannot. */
 void pl_job_rate_ask(const struct pl_launch *l);
+
+/* ---- export.c ---- */
+
+/* Before anything starts: --export's DIR made, or found empty (CM_EEXIST
+ * when it holds a file), and refused under an engine. Returns 0, or a
+ * negative code with err. */
+int pl_export_prepare(struct pl_launch *l, char *err, size_t errlen);
+
+/* Lists the shards' tables and starts the first psctl export; the last
+ * one's end stops the job (pl_stop_all). A failure is said and stops the
+ * job with exit 1. */
+void pl_export_begin(struct pl_launch *l);
+
+/* Export run t was reaped: the next starts, or the job stops. */
+void pl_export_exited(struct pl_launch *l, struct pl_task *t);
 
 #endif

@@ -143,9 +143,9 @@ static void take_answer(struct pl_launch *l, json_t *root) {
   w->all_leaving = leaving;
   if (!waiting) {
     pl_job_rate_print(l, root);
-    pl_say("every worker of the cluster has finished or is gone; stopping the "
-           "ps tasks");
-    pl_stop_all(l, PL_EXIT_OK);
+    pl_say("every worker of the cluster has finished or is gone%s",
+           l->opt->export_dir ? "" : "; stopping the ps tasks");
+    pl_job_done(l);
     return;
   }
   if (len < sizeof line)
@@ -168,7 +168,7 @@ static void take_failure(struct pl_launch *l) {
     pl_say("ps:0 no longer answers (%s), and every worker had left the job; "
            "stopping the ps tasks",
            w->err);
-    pl_stop_all(l, PL_EXIT_OK);
+    pl_job_done(l); /* an export asked for fails, saying so */
     return;
   }
   if (w->fails < FAILS_BEFORE_SAYING ||

@@ -131,19 +131,6 @@ void psd_serve_state(struct psd_serve *s, struct psd_serve_state *out) {
   out->errors = atomic_load(&s->errors);
 }
 
-/* The settings of table name as published with dim: the spec's entry or
- * job.table_defaults (as tables.c's psd_tables_conf_for). */
-static void conf_for(const struct psd_serve *s, const char *name, uint32_t dim,
-                     struct cm_table_conf *out) {
-  *out = s->defaults;
-  out->id_bound = 0;
-  for (int i = 0; i < s->nspec; i++)
-    if (!strcmp(s->spec_tables[i].name, name))
-      *out = s->spec_tables[i];
-  snprintf(out->name, sizeof out->name, "%s", name);
-  out->dim = dim;
-}
-
 /* Floats of a dense variable's rows [row_begin, row_end). */
 static size_t dense_floats(const struct psd_pub_dense *d) {
   size_t row = 1;
@@ -212,7 +199,8 @@ static int prepare(struct psd_serve *s, struct psd_pub *p, struct prep *pr,
     }
     if (k == pr->ntabs)
       pr->ntabs++;
-    conf_for(s, pt->name, pt->dim, &tab->conf);
+    cm_table_conf_for(s->spec_tables, s->nspec, &s->defaults, pt->name, pt->dim,
+                      &tab->conf);
     pr->at[i] = k;
   }
   for (int i = 0; i < p->ndense; i++) {

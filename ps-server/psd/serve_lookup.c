@@ -7,7 +7,7 @@
  * A Lookup checks everything it can outside the lock (the ids' shard and
  * width), then, holding the table-wide lock shared, reads the version, the
  * rows held and the dense values into one answer buffer; the initial rows
- * of ids not published (found 0; psd_table_init_row, as a training pull
+ * of ids not published (found 0; cm_table_init_row, as a training pull
  * answers them) are filled after the lock is released. The answer's rows
  * and dense values leave as its bulk field from that one buffer. */
 #include "serve_internal.h"
@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "init.h"
 #include "log.h"
 #include "ps.pb-c.h"
 #include "table.h"
@@ -229,7 +230,7 @@ static void on_lookup(struct cm_rpc_call *call, grpc_byte_buffer *bb,
   locked = 0;
   for (size_t i = 0; missing && i < n; i++)
     if (!found[i])
-      psd_table_init_row(&conf, s->seed, ids[i], data + i * resp.dim);
+      cm_table_init_row(&conf, s->seed, ids[i], data + i * resp.dim);
   resp.found.data = found;
   resp.found.len = n;
   resp.n_dense = req->n_dense;

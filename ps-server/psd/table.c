@@ -9,34 +9,13 @@
 #include <string.h>
 
 #include "err.h"
+#include "init.h"
 #include "optstep.h"
 #include "rand.h"
 #include "table_internal.h"
 
 int psd_table_shard_of(uint64_t id, int nshards) {
   return (int)(cm_splitmix64_at(id) % (uint64_t)nshards);
-}
-
-uint64_t psd__name_hash(const char *s) {
-  uint64_t h = 0xcbf29ce484222325ULL;
-  for (; *s; s++)
-    h = (h ^ (uint8_t)*s) * 0x100000001b3ULL;
-  return h;
-}
-
-void psd_table_init_row(const struct cm_table_conf *conf, uint64_t seed,
-                        uint64_t id, float *row) {
-  if (conf->init != CM_TABLE_INIT_UNIFORM) {
-    memset(row, 0, conf->dim * sizeof *row);
-    return;
-  }
-  uint64_t key = cm_splitmix64_at(seed ^ psd__name_hash(conf->name));
-  key = cm_mix64(key ^ cm_splitmix64_at(id));
-  for (uint32_t j = 0; j < conf->dim; j++) {
-    uint64_t r = cm_splitmix64_at(key + j);
-    float u = (float)(r >> 40) * (1.0f / 16777216.0f);
-    row[j] = (2.0f * u - 1.0f) * conf->init_scale;
-  }
 }
 
 int psd_table_new(struct psd_table **out, const struct cm_table_conf *conf,
@@ -143,7 +122,7 @@ long psd__table_create(struct psd_table *t, struct stripe *s, uint64_t id) {
   r->id = id;
   r->live = 1;
   r->gen = t->gen;
-  psd_table_init_row(&t->conf, t->seed, id, psd__rec_val(r));
+  cm_table_init_row(&t->conf, t->seed, id, psd__rec_val(r));
   cm_rowopt_init_state(&t->conf.opt, t->conf.dim, psd__rec_val(r),
                        psd__rec_val(r) + t->conf.dim);
   size_t m = s->icap - 1, i = (size_t)hash_id(id) & m;
@@ -305,8 +284,8 @@ int psd_table_pull(struct psd_table *t, const uint64_t *ids, size_t n,
   }
   /* Ids not admitted get their initial row, made outside any lock. */
   for (size_t i = 0; !rc && i < nmiss; i++) {
-    psd_table_init_row(&t->conf, t->seed, ids[ord[i]],
-                       out + (size_t)ord[i] * dim);
+    cm_table_init_row(&t->conf, t->seed, ids[ord[i]],
+                      out + (size_t)ord[i] * dim);
     na++;
   }
   pthread_mutex_lock(&t->stat_lock);
@@ -327,7 +306,7 @@ static int admits(const struct psd_table *t, uint64_t id, uint32_t count) {
     return count >= t->conf.admit_count;
   case CM_ADMIT_PROB: {
     uint64_t h =
-        cm_mix64(cm_splitmix64_at(t->seed ^ psd__name_hash(t->conf.name)) ^
+        cm_mix64(cm_splitmix64_at(t->seed ^ cm_name_hash(t->conf.name)) ^
                  cm_splitmix64_at(id) ^ count);
     return (double)(h >> 11) * (1.0 / 9007199254740992.0) < t->conf.admit_prob;
   }

@@ -14,8 +14,9 @@
  * lock once. Memory held, everything counted, is at most about 1.5x the
  * rows' value and state bytes at dim 16 with adagrad (psd_table_stats).
  *
- * Rows are created on first touch, filled by psd_table_init_row from
- * (job seed, table name, id), so every shard, run and restart agrees.
+ * Rows are created on first touch, filled by cm_table_init_row
+ * (common/vars/init.h) from (job seed, table name, id), so every shard,
+ * run and restart agrees, and so do the serving task and the export.
  * Admission (tabconf.h) may keep an id out: its pulls get the initializer's
  * row without storing it, its pushes are counted, not applied, until it
  * is admitted.
@@ -73,10 +74,6 @@ struct psd_table_stats {
 /* The shard of id among nshards: splitmix64(id) % nshards. */
 int psd_table_shard_of(uint64_t id, int nshards);
 
-/* Fills row (dim floats) with id's initial value for a table called name
- * with conf's initializer and the job's seed. */
-void psd_table_init_row(const struct cm_table_conf *conf, uint64_t seed,
-                        uint64_t id, float *row);
 
 /* Creates an empty table (conf copied). seed is the job's. Returns 0,
  * CM_EINVAL for a bad conf (err says which field), CM_ENOMEM. */

@@ -117,7 +117,5 @@ long psd__table_create(struct psd_table *t, struct stripe *s, uint64_t id);
 /* Under s's lock: takes id out of the index (its record stays). */
 void psd__table_unindex(const struct psd_table *t, struct stripe *s,
                         uint64_t id);
-/* FNV-1a of a table's name (the init seed's part). */
-uint64_t psd__name_hash(const char *s);
 
 #endif

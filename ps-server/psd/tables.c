@@ -22,14 +22,7 @@ struct psd_tables {
 void psd_tables_conf_for(const struct psd_tables *ts, const char *name,
                          uint32_t dim, uint64_t id_bound,
                          struct cm_table_conf *out) {
-  *out = ts->defaults;
-  for (int i = 0; i < ts->nspec; i++)
-    if (!strcmp(ts->spec[i].name, name)) {
-      *out = ts->spec[i];
-      break;
-    }
-  snprintf(out->name, sizeof out->name, "%s", name);
-  out->dim = dim;
+  cm_table_conf_for(ts->spec, ts->nspec, &ts->defaults, name, dim, out);
   out->id_bound = id_bound;
 }
 

@@ -1,28 +1,38 @@
-"""deploy/examples/torch-dlrm.json run small, and its model exported: the
-DLRM example (deploy/examples/torch/dlrm.py) trained through 2 shards and 2
-workers (`pslaunch --only worker` on shards this test starts) on a
-`psd-ctrgen --format criteo` set of TRAIN examples, its tables capped at
-CAP rows (--max-rows), against the one-process baseline (dlrm_local.py:
-nn.EmbeddingBag(sparse=True), torch.optim.Adagrad) on the same data.
+"""deploy/examples/torch-dlrm.json run small, as docs/python.md's "From a
+Criteo file to an exported model" says, its own commands: the two blocks
+marked `<!-- doc-test: dlrm FILE -->` there are written to FILE in a
+directory of the test's (run.sh, predict.py) beside job.json (the
+example's job with ports free now, 2 shards and 1 worker, data_dir the
+test's, worker_command dlrm.py's absolute path, as the doc asks), and
+run.sh runs with build/deploy and build/ps-server first on PATH, Debian's
+python3, PYTHONPATH the build's psd package and deploy/examples/torch.
+So: `pslaunch --export model job.json -- ...` trains the DLRM example
+(deploy/examples/torch/dlrm.py) on a `psd-ctrgen --format criteo` set of
+TRAIN examples, its tables capped at CAP rows (--max-rows), and exports
+it; predict.py loads the export into the plain torch model
+(nn.EmbeddingBag, no client) and predicts the test set. Against the
+one-process baseline (dlrm_local.py: nn.EmbeddingBag(sparse=True),
+torch.optim.Adagrad) on the same data:
 
   - the psd job's test AUC is README.md's figure for torch-dlrm.json,
     within AUC_VS_BASELINE of the baseline's,
     within AUC_VS_TRUTH of truth.json's true_auc (the generator's model)
     and AUC_OVER_DENSE above its integer term's alone (dense_true_auc);
-    every training example was trained on once (the final: lines)
-  - `psctl export` of the 26 tables and of the dense variables, loaded by
-    psd.export into the plain torch model (nn.EmbeddingBag), predicts the
-    test set (every other line with 5 fields' values never seen: rows
-    never stored) as the psd-trained model does (dlrm.py --predict-only,
-    after training and the export, on the same shards): equal to float32
-    rounding
-  - rows never stored (not in the export) are filled with docs/tables.md's
-    initial row: equal bit for bit to what a pull from the shards answers
+    every training example was trained on once (the final: line)
+  - predict.py's predictions (the exported model in a plain PyTorch
+    process) equal worker 0's (the psd-trained model after its last
+    step, the only worker's) to float32 rounding, and its test AUC is
+    worker 0's
+  - RowInitTest, on a shard of its own (a few seconds): a job.tables entry
+    without init_scale takes job.table_defaults' (as the shards do), so the
+    export's never-stored rows equal a shard's pull bit for bit
 
 About 60-90 s on 2 cores. Exits 77 (SKIP) when PyTorch or numpy is missing.
 Run: /usr/bin/python3 test_dlrm.py BUILD_DIR"""
 import json
 import os
+import re
+import subprocess
 import sys
 import tempfile
 import time
@@ -60,6 +70,25 @@ TIMEOUT_S = 300
 
 
 
+def doc_blocks(path, name):
+    """{FILE: text} of the fenced blocks that a line `<!-- doc-test: NAME
+    FILE -->` right before them marks in the Markdown file path."""
+    out, want = {}, None
+    with open(path) as f:
+        lines = f.read().split("\n")
+    i = 0
+    while i < len(lines):
+        m = re.match(r"<!-- doc-test: (\S+) (\S+) -->$", lines[i])
+        if m and m.group(1) == name and i + 1 < len(lines) and lines[i + 1].startswith("```"):
+            j = i + 2
+            while not lines[j].startswith("```"):
+                j += 1
+            out[m.group(2)] = "\n".join(lines[i + 2:j]) + "\n"
+            i = j
+        i += 1
+    return out
+
+
 def final(lines, who):
     """The key=value pairs of the final: line starting with who."""
     for line in lines:
@@ -79,15 +108,11 @@ class DlrmTest(unittest.TestCase):
         cls.env = h.torch_env(h.BUILD)
         with open(os.path.join(ROOT, "deploy", "examples", "torch-dlrm.json")) as f:
             base = json.load(f)["job"]
-        cap = str(CAP)
         job = dict(base, data_dir=os.path.join(d, "data"), log_every=100,
-                   tables=dm.capped_tables(base, CAP),
-                   worker_command=["/usr/bin/python3", os.path.join(TORCH_DIR, "dlrm.py"),
-                                   "--max-rows", cap, "--train", str(TRAIN), "--test",
-                                   str(TEST)])
+                   worker_command=["/usr/bin/python3", os.path.join(TORCH_DIR, "dlrm.py")])
         cls.job = job
-        cls.spec = os.path.join(d, "spec.json")
-        h.write_spec(cls.spec, nps=2, nworker=2, job=job)
+        cls.spec = os.path.join(d, "job.json")
+        h.write_spec(cls.spec, nps=2, nworker=1, job=job)
         t0 = time.monotonic()
         r = h.run([os.path.join(h.BUILD, "worker", "psd-ctrgen"), "--format", "criteo", "--out",
                    job["data_dir"], "--train", str(TRAIN), "--test", str(TEST), "--seed", "7"],
@@ -99,83 +124,48 @@ class DlrmTest(unittest.TestCase):
         # The one-process baseline.
         t0 = time.monotonic()
         r = h.run(["/usr/bin/python3", os.path.join(TORCH_DIR, "dlrm_local.py"), "--spec",
-                   cls.spec, "--max-rows", cap, "--train", str(TRAIN), "--test", str(TEST),
-                   "--predictions", os.path.join(d, "local.npy")],
+                   cls.spec, "--max-rows", str(CAP), "--train", str(TRAIN), "--test",
+                   str(TEST), "--predictions", os.path.join(d, "local.npy")],
                   timeout=TIMEOUT_S, env=cls.env)
         cls.local_out = r.stdout + r.stderr
         assert r.returncode == 0, cls.local_out
         cls.local = final(r.stdout.splitlines(), "local")
         print("baseline in %.1f s: %s" % (time.monotonic() - t0,
                                           [l for l in r.stdout.splitlines() if "final:" in l]))
-        # The psd job, on shards of this test's: they outlive the workers.
-        cls.ps = [h.start_psd(cls.spec, i) for i in range(2)]
-        try:
-            cls.run_psd()
-        finally:
-            rcs = [p.stop() for p in cls.ps]
-        assert rcs == [0, 0], "psd exited %s" % rcs
+        cls.run_doc()
 
     @classmethod
-    def run_psd(cls):
-        d, cap = cls.d, str(CAP)
+    def run_doc(cls):
+        """docs/python.md's blocks, as written, in cls.d."""
+        blocks = doc_blocks(os.path.join(ROOT, "docs", "python.md"), "dlrm")
+        assert sorted(blocks) == ["predict.py", "run.sh"], sorted(blocks)
+        for name, text in blocks.items():
+            with open(os.path.join(cls.d, name), "w") as f:
+                f.write(text)
+        # The doc's small run is this test's size.
+        assert "--train %d --test %d --max-rows %d" % (TRAIN, TEST, CAP) in blocks["run.sh"]
+        assert "CAP = %s " % format(CAP, "_") in blocks["predict.py"]
+        env = dict(cls.env, PYTHONPATH=os.pathsep.join(
+            [os.path.join(h.BUILD, "worker", "python"), TORCH_DIR]),
+            PATH=os.pathsep.join([h.build_path("deploy"), h.build_path("ps-server"), "/usr/bin",
+                                  os.environ.get("PATH", "")]))
         t0 = time.monotonic()
-        r = h.run([h.build_path("deploy", "pslaunch"), "--only", "worker", cls.spec],
-                  timeout=TIMEOUT_S, env=cls.env)
-        cls.psd_out = r.stdout + r.stderr
-        assert r.returncode == 0, cls.psd_out[-4000:]
-        print("psd job in %.1f s: %s" % (time.monotonic() - t0,
-                                         [l for l in r.stdout.splitlines() if "final:" in l]))
-        lines = r.stdout.splitlines()
-        cls.finals = [final(lines, "worker=%d" % i) for i in range(2)]
-        cls.exports = {}
-        for name in cls.dm.FEATURES:
-            out = os.path.join(d, name + ".safetensors")
-            r = h.psctl(cls.spec, "export", name, "--out", out)
-            assert r.returncode == 0, r.stdout + r.stderr
-            cls.exports[name] = out
-        cls.dense = os.path.join(d, "dense.safetensors")
-        r = h.psctl(cls.spec, "export", "--out", cls.dense)
-        assert r.returncode == 0, r.stdout + r.stderr
-        # The psd-trained model's predictions: a client that does not join
-        # pulls the shards' model once training is over. After the export:
-        # a pull stores the rows it touches, so the test set's ids that
-        # training never saw are in the export only as initial rows.
-        # The data it predicts: the test set with, on every other line, the
-        # values of 5 large fields replaced by values never seen (their rows
-        # are then initial rows, not in the export).
-        cls.probe = os.path.join(d, "probe.tsv")
-        fresh = np.random.default_rng(5).integers(0, 1 << 32, size=(TEST, 5))
-        with open(cls.dm.data_file(cls.job["data_dir"], "test")) as f, \
-                open(cls.probe, "w") as out:
-            for i, line in enumerate(f):
-                p = line.rstrip("\n").split("\t")
-                if i % 2:
-                    for k, field in enumerate((3, 4, 12, 16, 21)):
-                        p[13 + field] = "%08x" % fresh[i, k]
-                out.write("\t".join(p) + "\n")
-        pred = os.path.join(d, "psd.npy")
-        r = h.run(["/usr/bin/python3", os.path.join(TORCH_DIR, "dlrm.py"), "--spec", cls.spec,
-                   "--max-rows", cap, "--predict-only", "--predict-data", cls.probe,
-                   "--predictions", pred],
-                  timeout=TIMEOUT_S, env=dict(cls.env, PSD_TASK=""))
-        assert r.returncode == 0, r.stdout + r.stderr
-        cls.psd_pred = np.load(pred)
-        # Rows the export lacks, as the shards answer them (a pull stores
-        # them, so after the export).
-        import psd
-        import psd.export
-        cls.unstored = {}
-        with psd.Client(cls.spec) as c:
-            for name, card in zip(("C3", "C12"), (cls.cap("C3"), cls.cap("C12"))):
-                have = psd.export.read_safetensors(cls.exports[name])["ids"]
-                ids = np.ascontiguousarray(
-                    np.setdiff1d(np.arange(card, dtype=np.uint64), have)[::37][:200])
-                c.declare_table(name, 16, card)
-                cls.unstored[name] = (ids, c.pull_rows(name, ids))
-
-    @classmethod
-    def cap(cls, name):
-        return dict(zip(cls.dm.FEATURES, cls.dm.cardinalities(CAP)))[name]
+        p = subprocess.run(["/bin/bash", "-e", "run.sh"], cwd=cls.d, env=dict(os.environ, **env),
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                           timeout=TIMEOUT_S, stdin=subprocess.DEVNULL)
+        cls.psd_out = p.stdout
+        assert p.returncode == 0, "run.sh exited %d\n%s" % (p.returncode, p.stdout[-6000:])
+        print("docs/python.md's run.sh in %.1f s: %s"
+              % (time.monotonic() - t0,
+                 [l for l in p.stdout.splitlines() if "final:" in l or "exported model" in l]))
+        lines = p.stdout.splitlines()
+        cls.finals = [final(lines, "worker=0")]
+        cls.exported_line = [l for l in lines if l.startswith("exported model: ")]
+        cls.psd_pred = np.load(os.path.join(cls.d, "psd.npy"))
+        cls.exported = np.load(os.path.join(cls.d, "exported.npy"))
+        cls.exports = {name: os.path.join(cls.d, "model", "tables", name + ".safetensors")
+                       for name in cls.dm.FEATURES}
+        cls.dense = os.path.join(cls.d, "model", "dense.safetensors")
 
     @classmethod
     def tearDownClass(cls):
@@ -184,13 +174,14 @@ class DlrmTest(unittest.TestCase):
     def test_every_example_trained_once(self):
         self.assertIsNotNone(self.local, self.local_out)
         self.assertEqual(int(self.local["examples"]), TRAIN)
-        for i, f in enumerate(self.finals):
-            self.assertIsNotNone(f, "worker %d printed no final: line\n%s" % (i, self.psd_out))
-            self.assertEqual(f["mode"], "async")
-            self.assertGreater(float(f["rows_pulled_per_s"]), 0)
-            self.assertGreater(float(f["rows_pushed_per_s"]), 0)
-        self.assertEqual(sum(int(f["examples"]) for f in self.finals), TRAIN)
-        self.assertIn("test_auc", self.finals[0])
+        f = self.finals[0]
+        self.assertIsNotNone(f, "worker 0 printed no final: line\n" + self.psd_out)
+        self.assertEqual(f["mode"], "async")
+        self.assertGreater(float(f["rows_pulled_per_s"]), 0)
+        self.assertGreater(float(f["rows_pushed_per_s"]), 0)
+        self.assertEqual(int(f["examples"]), TRAIN)
+        self.assertIn("test_auc", f)
+        self.assertIn("pslaunch: exported 26 tables and the variables to model", self.psd_out)
         # The files trained and tested on, psd's generated ones.
         for f in (self.finals[0], self.local):
             self.assertEqual((f["train"], f["test"], f["data"]),
@@ -212,46 +203,18 @@ class DlrmTest(unittest.TestCase):
         stated("torch-dlrm.json").check(self, self.finals[0])  # README's figure
 
     def test_exported_model_predicts_as_the_psd_model(self):
-        import psd.export
-        dm = self.dm
-        spec = psd.export.Spec(self.spec)
-        cards = dm.cardinalities(CAP)
-        bags = dm.Bags(cards, 16)
-        for name, card in zip(dm.FEATURES, cards):
-            bags.bags[name].weight.data.copy_(spec.table(self.exports[name], name, card))
-        model = dm.DLRM(bags, 16, [64], [128, 64])
-        loaded = psd.export.load_dense(model, self.dense, skip=("embeddings.",))
-        self.assertEqual(len(loaded), len([n for n, _ in model.named_parameters()
-                                           if not n.startswith("embeddings.")]))
-        p, y = dm.predict(model, self.probe, CAP)
+        p = self.exported
         self.assertEqual(p.shape, (TEST,))
         self.assertEqual(self.psd_pred.shape, (TEST,))
         diff = float(np.abs(p - self.psd_pred).max())
-        print("exported model: max |p - p_psd| = %g, test_auc %.4f" % (diff, dm.auc(p, y)))
+        print("exported model: max |p - p_psd| = %g" % diff)
         np.testing.assert_allclose(p, self.psd_pred, rtol=1e-6, atol=1e-7)
+        # predict.py's line says worker 0's test AUC
+        self.assertEqual(len(self.exported_line), 1, self.psd_out[-3000:])
+        self.assertIn("test_auc=%s on %d examples" % (self.finals[0]["test_auc"], TEST),
+                      self.exported_line[0])
         # and the export is not the initial model: it learned
-        self.assertGreater(dm.auc(p, y), 0.6)
-        # many of the probe's rows were not in the export (initial rows)
-        ids = torch.cat([b[1] for b in dm.batches(self.probe, 8192, cap=CAP)]).numpy()
-        fresh = 0
-        for f in (3, 4, 12, 16, 21):
-            have = psd.export.read_safetensors(self.exports["C%d" % f])["ids"]
-            fresh += int((~np.isin(ids[1::2, f - 1].astype(np.uint64), have)).sum())
-        print("probe rows not in the export: %d" % fresh)
-        self.assertGreater(fresh, 1000)
-
-    def test_rows_never_stored_are_their_initial_value(self):
-        import psd.export
-        spec = psd.export.Spec(self.spec)
-        for name, (ids, pulled) in self.unstored.items():
-            self.assertGreater(len(ids), 50, name)
-            init, scale = spec.init(name)
-            self.assertEqual((init, scale), ("uniform", 0.05))
-            want = psd.export.initial_rows(spec.seed, name, ids, 16, init, scale)
-            np.testing.assert_array_equal(want, pulled)
-            w = psd.export.table_weight(self.exports[name], self.cap(name), table=name,
-                                        seed=spec.seed, init=init, init_scale=scale)
-            np.testing.assert_array_equal(w[ids.astype(np.int64)], pulled)
+        self.assertGreater(float(self.finals[0]["test_auc"]), 0.6)
 
     def test_export_errors_name_the_file(self):
         import psd.export
@@ -261,9 +224,68 @@ class DlrmTest(unittest.TestCase):
         with self.assertRaisesRegex(ValueError, "bad.safetensors: 2 bytes"):
             psd.export.read_safetensors(bad)
         with self.assertRaisesRegex(ValueError, "C3.safetensors: table 'C3' holds id"):
-            psd.export.table_weight(self.exports["C3"], 10, table="C3")
+            psd.export.table_weight(self.exports["C3"], 10, table="C3", spec=self.spec)
         with self.assertRaisesRegex(ValueError, "no 'ids' tensor"):
-            psd.export.table_weight(self.dense, 10, table="x")
+            psd.export.table_weight(self.dense, 10, table="x", spec=self.spec)
+
+
+class RowInitTest(h.ShardsTest):
+    """A row's first value has one definition (common/vars/init.c), and a
+    table's initializer one resolution (cm_table_conf_for): psd.export asks
+    the same C code as the shard. Table "t" is listed in job.tables without
+    an init_scale, so it takes job.table_defaults' 0.05 (a copy that fell
+    back to docs/tables.md's 0.01 instead differed here); "d" is declared
+    by the client alone (job.table_defaults' too)."""
+
+    NPS = 1
+    JOB = {"name": "rowinit", "seed": 3,
+           "table_defaults": {"init_scale": 0.05, "optimizer": {"type": "sgd", "lr": 1}},
+           "tables": [{"name": "t", "dim": 8, "id_bound": 5000}]}
+
+    @classmethod
+    def setUpClass(cls):
+        sys.path.insert(0, os.path.join(h.BUILD, "worker", "python"))
+        super().setUpClass()
+
+    def test_never_stored_rows_equal_a_pull(self):
+        import psd
+        import psd.export
+        d = self.tmp.name
+        stored = np.array([4, 17, 4000], np.uint64)
+        with psd.Client(self.spec) as c:
+            for name in ("t", "d"):
+                c.declare_table(name, 8, 5000)
+                c.push_rows(name, stored, np.ones((3, 8), np.float32))
+                r = h.psctl(self.spec, "export", name, "--out",
+                            os.path.join(d, name + ".safetensors"))
+                self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+            spec = psd.export.Spec(self.spec)
+            self.assertEqual(spec.seed, 3)
+            for name in ("t", "d"):
+                path = os.path.join(d, name + ".safetensors")
+                w = spec.table(path, name, 5000).numpy()
+                # after the export: a pull stores the rows it touches
+                ids = np.setdiff1d(np.arange(0, 5000, 7, dtype=np.uint64), stored)
+                np.testing.assert_array_equal(w[ids.astype(np.int64)], c.pull_rows(name, ids),
+                                              err_msg="table " + name)
+                self.assertEqual(spec.init(name), ("uniform", float(np.float32(0.05))))
+                np.testing.assert_array_equal(
+                    psd.export.initial_rows(spec, name, ids, 8), w[ids.astype(np.int64)])
+                # the stored rows are the export's: initial row - 1 (sgd, lr 1)
+                np.testing.assert_array_equal(w[stored.astype(np.int64)],
+                                              c.pull_rows(name, stored))
+                self.assertGreater(float(np.abs(w[ids.astype(np.int64)]).max()), 0.04)
+
+    def test_spec_mistakes_name_the_file(self):
+        import psd.export
+        bad = os.path.join(self.tmp.name, "bad.json")
+        with open(bad, "w") as f:
+            json.dump({"cluster": {"ps": ["127.0.0.1:1"]},
+                       "job": {"tables": [{"name": "t", "dim": 8, "init_scale": -1}]}}, f)
+        with self.assertRaisesRegex(ValueError, r"bad.json: job.tables\[0\].init_scale"):
+            psd.export.Spec(bad)
+        with self.assertRaisesRegex(FileNotFoundError, "nothere.json"):
+            psd.export.Spec(os.path.join(self.tmp.name, "nothere.json"))
 
 
 class DlrmDataTest(unittest.TestCase):

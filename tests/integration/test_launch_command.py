@@ -14,6 +14,11 @@ The spec lives in a directory of its own (<tmp>/job) and pslaunch runs from
 another (<tmp>), so that the command's working directory, and a relative
 program path, are seen to be the spec file's directory.
 
+ExportTest runs pslaunch --export on a worker that declares two tables
+(one named "a/b") and a variable, pushes to them and writes what it then
+pulled: the files in DIR hold those values, and a second run into the same
+DIR is refused before anything starts, leaving the files as they were.
+
 Usage: test_launch_command.py BUILD_DIR [unittest args...]"""
 import json
 import os
@@ -290,6 +295,90 @@ class WorkerCommandTest(unittest.TestCase):
                         env={"PYTHONPATH": "/opt/a"})
         self.assertEqual(r.returncode, 0, self.dump(r))
         self.assertEqual(self.seen("worker:0")["PYTHONPATH"], "/opt/a")
+
+
+EXPORT_WORKER = r"""#!/usr/bin/python3
+import json, os, sys
+import numpy as np, psd
+with psd.Client() as c:
+    c.declare_table("emb", 4, 100)
+    c.declare_table("a/b", 2)
+    v = c.declare("w", (3,), init="uniform", init_scale=0.1)
+    ids = np.array([1, 5, 77], np.uint64)
+    c.push_rows("emb", ids, np.ones((3, 4), np.float32))
+    c.push([v], [np.ones(3, np.float32)], examples=1)
+    seen = {"emb": c.pull_rows("emb", ids).tolist(), "w": c.pull([v])[0].tolist()}
+with open(os.path.join(os.path.dirname(os.environ["PSD_SPEC"]), "pulled.json"), "w") as f:
+    json.dump(seen, f)
+"""
+
+
+class ExportTest(unittest.TestCase):
+    """pslaunch --export DIR (export.c), with WorkerCommandTest's helpers
+    (not its cases)."""
+
+    tearDown = WorkerCommandTest.tearDown
+    spec = WorkerCommandTest.spec
+    spec_path = WorkerCommandTest.spec_path
+    launch = WorkerCommandTest.launch
+    dump = WorkerCommandTest.dump
+
+    def setUp(self):
+        WorkerCommandTest.setUp(self)
+        try:
+            import numpy  # noqa: F401
+        except ImportError:
+            self.skipTest("numpy is not installed (python3-numpy)")
+        sys.path.insert(0, h.build_path("worker", "python"))
+        with open(self.script, "w") as f:
+            f.write(EXPORT_WORKER)
+
+    def test_export_before_the_shards_stop(self):
+        import numpy as np
+        import psd.export
+        self.spec(["./worker.py"], nps=2, nworker=1)
+        r = self.launch(["--export", "model", "job/spec.json"])
+        self.assertEqual(r.returncode, 0, self.dump(r))
+        self.assertIn("exporting 2 tables and the variables to model before the ps tasks "
+                      "stop", r.stderr)
+        self.assertIn("pslaunch: exported 2 tables and the variables to model", r.stderr)
+        self.assertIn("export   | exported table 'emb': 3 rows of dim 4", r.stdout)
+        self.assertIn("export    3 of 3 files written to model", r.stderr)
+        out = os.path.join(self.d, "model")
+        self.assertEqual(sorted(os.listdir(out)), ["dense.safetensors", "tables"])
+        self.assertEqual(sorted(os.listdir(os.path.join(out, "tables"))),
+                         ["a%2Fb.safetensors", "emb.safetensors"])
+        with open(os.path.join(self.job, "pulled.json")) as f:
+            pulled = json.load(f)
+        emb = psd.export.read_safetensors(os.path.join(out, "tables", "emb.safetensors"))
+        self.assertEqual(emb["ids"].tolist(), [1, 5, 77])
+        np.testing.assert_array_equal(emb["values"], np.array(pulled["emb"], np.float32))
+        dense = psd.export.read_safetensors(os.path.join(out, "dense.safetensors"))
+        np.testing.assert_array_equal(dense["w"], np.array(pulled["w"], np.float32))
+        ab = psd.export.read_safetensors(os.path.join(out, "tables", "a%2Fb.safetensors"))
+        self.assertEqual(ab["values"].shape, (0, 2))
+
+        # Again into the same directory: refused before anything starts,
+        # nothing replaced.
+        before = {n: os.stat(os.path.join(out, "tables", n)).st_mtime_ns
+                  for n in os.listdir(os.path.join(out, "tables"))}
+        r = self.launch(["--export", "model", "job/spec.json"])
+        self.assertEqual(r.returncode, 2, self.dump(r))
+        self.assertIn("pslaunch: --export model: the directory holds", r.stderr)
+        self.assertIn("never replaces a file it did not write", r.stderr)
+        self.assertNotIn("started", r.stderr)
+        self.assertEqual(before, {n: os.stat(os.path.join(out, "tables", n)).st_mtime_ns
+                                  for n in os.listdir(os.path.join(out, "tables"))})
+
+    def test_no_export_when_a_worker_fails(self):
+        self.spec(["./worker.py"], nps=1, nworker=1)
+        with open(self.script, "a") as f:
+            f.write("sys.exit(3)\n")
+        r = self.launch(["--export", "model", "job/spec.json"])
+        self.assertEqual(r.returncode, 1, self.dump(r))
+        self.assertIn("worker:0 failed (exit 3)", r.stderr)
+        self.assertNotIn("exporting", r.stderr)
+        self.assertEqual(os.listdir(os.path.join(self.d, "model")), [])
 
 
 if __name__ == "__main__":

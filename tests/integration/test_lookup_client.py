@@ -47,7 +47,7 @@ def f32(x):
 
 
 def initial_row(i):
-    """docs/tables.md's initial row of id i of EMB (psd_table_init_row)."""
+    """docs/tables.md's initial row of id i of EMB (cm_table_init_row)."""
     scale = f32(EMB["init_scale"])
     key = mix64(splitmix64_at(SEED ^ fnv1a64(EMB["name"])) ^ splitmix64_at(i))
     return [f32((2 * ((splitmix64_at((key + j) & M64) >> 40) * 2.0**-24) - 1) * scale)

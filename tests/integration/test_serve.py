@@ -55,7 +55,7 @@ def f32(x):
 
 def initial_row(i, table=None, seed=SEED):
     """docs/tables.md's initial row of id i of table (EMB unless given; a
-    uniform one): what psd_table_init_row gives, and a training pull."""
+    uniform one): what cm_table_init_row gives, and a training pull."""
     table = table or EMB
     scale = f32(table["init_scale"])
     key = mix64(splitmix64_at(seed ^ fnv1a64(table["name"])) ^ splitmix64_at(i))

@@ -17,6 +17,7 @@
 #include <grpc/slice.h>
 
 #include "err.h"
+#include "init.h"
 #include "ps.pb-c.h"
 #include "pubfile.h"
 #include "rpc.h"
@@ -224,7 +225,7 @@ START_TEST(lookup_rows_and_dense) {
   ck_assert(g.data[0] == (float)ids[2] + 1 && g.data[1] == ids[2] + 1.25f);
   ck_assert(g.data[4] == (float)ids[0] + 1 && g.data[6] == g.data[0]);
   float init[2];
-  psd_table_init_row(&spec_tab[0], 7, ids[4], init);
+  cm_table_init_row(&spec_tab[0], 7, ids[4], init);
   ck_assert(!memcmp(g.data + 2, init, sizeof init) && init[0] != 0);
   ck_assert_uint_eq(g.r->n_dense, 1);
   ck_assert_str_eq(g.r->dense[0]->name, "w");

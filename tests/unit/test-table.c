@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "err.h"
+#include "init.h"
 #include "optstep.h"
 #include "table.h"
 #include "unit.h"
@@ -46,7 +47,7 @@ START_TEST(lookup_create_and_spread) {
   ck_assert_int_eq(psd_table_get(t, 5, b, NULL, &st), 0);
   ck_assert(!memcmp(a, b, 4 * sizeof(float)));
   ck_assert_uint_eq(st.count, 0);
-  psd_table_init_row(&c, 9, 1ull << 62, want);
+  cm_table_init_row(&c, 9, 1ull << 62, want);
   ck_assert(!memcmp(a + 4, want, sizeof want)); /* the seeded initial row */
   /* consecutive ids spread evenly over 4 shards */
   int n[4] = {0};
@@ -150,7 +151,7 @@ START_TEST(ftrl_rows_start_consistent) {
   uint64_t id = 77;
   float v[8], st[16], w0[8], want[16];
   ck_assert_int_eq(psd_table_pull(t, &id, 1, v), 0);
-  psd_table_init_row(&c, 9, id, w0);
+  cm_table_init_row(&c, 9, id, w0);
   ck_assert(!memcmp(v, w0, sizeof v));
   ck_assert_int_eq(psd_table_get(t, id, NULL, st, NULL), 0);
   cm_rowopt_init_state(&c.opt, 8, w0, want);
@@ -291,7 +292,7 @@ START_TEST(pull_mixes_stored_and_not_admitted) {
   ck_assert_int_eq(psd_table_pull(t, ids, N, out), 0);
   for (size_t i = 0; i < N; i++) {
     if (psd_table_get(t, ids[i], want, NULL, NULL) == CM_ENOENT)
-      psd_table_init_row(&c, 9, ids[i], want);
+      cm_table_init_row(&c, 9, ids[i], want);
     else
       ck_assert_uint_eq(ids[i] % 3, 0);
     ck_assert_msg(!memcmp(out + i * 3, want, sizeof want),
@@ -388,7 +389,7 @@ START_TEST(snapshot_is_one_instant) {
       /* replay the row's t updates of a constant gradient */
       float v[4], st[4], g[4] = {0.5f, 0.5f, 0.5f, 0.5f};
       uint32_t tt = 0;
-      psd_table_init_row(&c, 9, s->ids[r], v);
+      cm_table_init_row(&c, 9, s->ids[r], v);
       cm_rowopt_init_state(&c.opt, 4, v, st);
       for (uint32_t u = 0; u < s->stats[r].t; u++)
         cm_rowopt_apply(&c.opt, 4, v, st, &tt, g);

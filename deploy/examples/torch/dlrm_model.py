@@ -135,21 +135,22 @@ def load_job(path):
 
 
 def table_settings(job, name):
-    """The row settings of table `name` as the shards apply them: its entry
-    in job.tables, else job.table_defaults, else docs/tables.md's
-    defaults."""
-    conf = {"init": "uniform", "init_scale": 0.01,
-            "optimizer": {"type": "adagrad", "lr": 0.05, "eps": 1e-8,
-                          "initial_accumulator": 0.1}}
-    base = job.get("table_defaults", {})
-    for t in job.get("tables", []):
-        if t.get("name") == name:
-            base = t
-            break
-    for k in ("init", "init_scale"):
-        if k in base:
-            conf[k] = base[k]
-    conf["optimizer"] = dict(conf["optimizer"], **base.get("optimizer", {}))
+    """The row settings of table `name` as the shards apply them
+    (docs/tables.md): docs/tables.md's defaults, over them
+    job.table_defaults, over those the table's job.tables entry (whose
+    optimizer object, when given, replaces the default's whole). The
+    shards' own resolution is common/'s cm_table_conf_for; psd.export asks
+    it (psd.export.Spec), this one-process baseline reads the spec itself."""
+    doc_opt = {"type": "adagrad", "lr": 0.05, "eps": 1e-8, "initial_accumulator": 0.1}
+    conf = {"init": "uniform", "init_scale": 0.01, "optimizer": dict(doc_opt)}
+    layers = [job.get("table_defaults", {})]
+    layers += [t for t in job.get("tables", []) if t.get("name") == name][:1]
+    for layer in layers:
+        for k in ("init", "init_scale"):
+            if k in layer:
+                conf[k] = layer[k]
+        if "optimizer" in layer:
+            conf["optimizer"] = dict(doc_opt, **layer["optimizer"])
     return conf
 
 
@@ -229,10 +230,13 @@ def read_truth(d):
 
 
 def data_file(d, split):
-    """psd's generated file of split ("train", "test") in d: split.tsv or
-    split.tsv.gz. A run takes its files from ensure_data, which reads the
-    user's names too."""
-    for name in (split + ".tsv", split + ".tsv.gz"):
+    """The file of split ("train", "test") in d that a run reads: the first
+    of split.tsv, split.tsv.gz, split.txt, split.txt.gz there (Criteo
+    Kaggle's names last; worker/data/ctrdata.h's order), else split.tsv. A
+    run itself takes its files from ensure_data (psd-ctrgen --keep), which
+    also checks whose they are; this is for a reader afterwards, such as
+    docs/python.md's predict.py."""
+    for name in (split + ".tsv", split + ".tsv.gz", split + ".txt", split + ".txt.gz"):
         if os.path.exists(os.path.join(d, name)):
             return os.path.join(d, name)
     return os.path.join(d, split + ".tsv")

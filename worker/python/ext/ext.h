@@ -8,6 +8,8 @@
  *   rows.c    its row calls: one table's or many tables' in one run
  *   log.c     set_log: the library's log lines to a Python callable
  *   serving.c the Serving type: lookups from the serving tasks
+ *   rowinit.c table_init, init_rows: a table's initial rows as the shards
+ *             make them (common/), for psd.export
  *
  * Every network call releases the GIL and polls for signals (Ctrl-C) about
  * every 100 ms through psc_set_interrupt; buffers are taken with the buffer
@@ -106,5 +108,11 @@ PyObject *pyx_push_rows_many(struct pyclient *self, PyObject *args,
 /* _psd.set_log(level, callback): psc_set_log, lines to callback(level,
  * line) (None: stderr); level < 0 leaves the level as it is (log.c). */
 PyObject *pyx_set_log(PyObject *mod, PyObject *args);
+
+/* _psd.table_init(table, path=None, text=None) -> (seed, init,
+ * init_scale) and _psd.init_rows(table, seed, init, init_scale, ids, out)
+ * (rowinit.c). */
+PyObject *pyx_table_init(PyObject *mod, PyObject *args, PyObject *kw);
+PyObject *pyx_init_rows(PyObject *mod, PyObject *args, PyObject *kw);
 
 #endif

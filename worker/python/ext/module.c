@@ -232,6 +232,15 @@ static PyMethodDef module_methods[] = {
      "set_log(level, callback): the library's log lines below level dropped "
      "(level < 0: unchanged), the others to callback(level, line), None: "
      "stderr"},
+    {"table_init", (PyCFunction)(void (*)(void))pyx_table_init,
+     METH_VARARGS | METH_KEYWORDS,
+     "table_init(table, path=None, text=None) -> (seed, init, init_scale): "
+     "the spec's job.seed and the table's initializer as the shards resolve "
+     "them"},
+    {"init_rows", (PyCFunction)(void (*)(void))pyx_init_rows,
+     METH_VARARGS | METH_KEYWORDS,
+     "init_rows(table, seed, init, init_scale, ids, out): each id's initial "
+     "row into out (float32, len(ids) x dim), as a shard makes it"},
     {NULL}};
 
 static struct PyModuleDef pyx_module = {

@@ -1,24 +1,26 @@
 """A model trained through psd, out to a plain PyTorch process
 (docs/python.md, "From a Criteo file to an exported model").
 
-    psctl --cluster SPEC export C1 --out C1.safetensors     # each table
-    psctl --cluster SPEC export --out dense.safetensors     # the variables
-
+    pslaunch --export model job.json          # or psctl export, each table
+                                              # and the variables
     import psd.export
-    spec = psd.export.Spec("job.json")            # job.seed, the tables' init
-    for name, bag in bags.items():                # torch.nn.EmbeddingBag
-        bag.weight.data.copy_(spec.table(f"{name}.safetensors", name,
+    spec = psd.export.Spec("job.json")        # job.seed, the tables' init
+    for name, bag in bags.items():            # torch.nn.EmbeddingBag
+        bag.weight.data.copy_(spec.table(f"model/{name}.safetensors", name,
                                          bag.num_embeddings))
-    psd.export.load_dense(model, "dense.safetensors", skip=("embeddings.",))
+    psd.export.load_dense(model, "model/dense.safetensors", skip=("embeddings.",))
 
 A table's export holds the rows the shards store ("ids", U64 [n];
 "values", F32 [n, dim]). A row never stored is its initial value, which
-docs/tables.md defines from (job.seed, the table's name, the id): table()
-fills those rows with the same recipe (splitmix64 in uint64 arithmetic,
-vectorised in numpy), so the weight equals what a pull of every id would
-answer. load_dense() copies each variable of `psctl export`'s file into the
+docs/tables.md defines from (job.seed, the table's name, the id) and the
+table's initializer. Both come from the C code the shards run (common/,
+through the extension: _psd.table_init resolves the table's init and
+init_scale from the spec as the shards do, its job.tables entry completed
+from job.table_defaults; _psd.init_rows computes the rows), never from a
+copy here, so the weight equals what a pull of every id would answer, bit
+for bit. load_dense() copies each variable of an export's file into the
 module's parameter of the same name. Needs numpy (and torch for the
-torch-facing calls); reads safetensors itself.
+torch-facing calls); reads safetensors itself. No client is opened.
 """
 import json
 import os
@@ -26,10 +28,8 @@ import struct
 
 import numpy as np
 
-_M64 = np.uint64(0xFFFFFFFFFFFFFFFF)
-_GAMMA = np.uint64(0x9E3779B97F4A7C15)
-_C1 = np.uint64(0xBF58476D1CE4E5B9)
-_C2 = np.uint64(0x94D049BB133111EB)
+from . import _psd
+
 _DTYPES = {"F32": np.float32, "F64": np.float64, "F16": np.float16,
            "U64": np.uint64, "I64": np.int64, "U32": np.uint32, "I32": np.int32,
            "U16": np.uint16, "I16": np.int16, "U8": np.uint8, "I8": np.int8}
@@ -68,59 +68,28 @@ def read_safetensors(path):
     return out
 
 
-def _mix64(z):
-    """splitmix64's finalizer, in place on a uint64 array (mod 2^64)."""
-    with np.errstate(over="ignore"):
-        z ^= z >> np.uint64(30)
-        z *= _C1
-        z ^= z >> np.uint64(27)
-        z *= _C2
-        z ^= z >> np.uint64(31)
-    return z
-
-
-def splitmix64(x):
-    """cm_splitmix64_at(x) of each element (a new uint64 array)."""
-    with np.errstate(over="ignore"):
-        return _mix64(np.asarray(x, np.uint64) + _GAMMA)
-
-
-def fnv1a64(data):
-    """FNV-1a 64 of bytes (a table's name in UTF-8)."""
-    if isinstance(data, str):
-        data = data.encode()
-    h = 0xCBF29CE484222325
-    for b in data:
-        h = ((h ^ b) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
-    return h
-
-
-def initial_rows(seed, table, ids, dim, init="uniform", init_scale=0.01):
-    """The initial value of each id's row (docs/tables.md): float32
-    [len(ids), dim], bit for bit what a shard creates."""
-    ids = np.asarray(ids, np.uint64).ravel()
-    if init == "zeros":
-        return np.zeros((len(ids), dim), np.float32)
-    if init != "uniform":
-        raise ValueError(f"table '{table}': init {init!r}; expected 'uniform' or 'zeros'")
-    base = splitmix64(np.uint64((int(seed) & 0xFFFFFFFFFFFFFFFF) ^ fnv1a64(table)))
-    key = _mix64(base ^ splitmix64(ids))
+def initial_rows(spec, table, ids, dim):
+    """The initial value of each id's row of table in the job of spec (a
+    Spec, a spec file's path, or a whole spec as a dict): float32
+    [len(ids), dim], bit for bit what a shard creates (common/'s
+    cm_table_init_row, through the extension)."""
+    if not isinstance(spec, Spec):
+        spec = Spec(spec)
+    ids = np.ascontiguousarray(np.asarray(ids).ravel().astype(np.uint64, copy=False))
     out = np.empty((len(ids), dim), np.float32)
-    s = np.float32(init_scale)
-    with np.errstate(over="ignore"):
-        for j in range(dim):
-            r = splitmix64(key + np.uint64(j))
-            u = (r >> np.uint64(40)).astype(np.float32) * np.float32(1.0 / 16777216.0)
-            out[:, j] = (np.float32(2.0) * u - np.float32(1.0)) * s
+    init, scale = spec.init(table)
+    _psd.init_rows(table, spec.seed, init, scale, ids, out)
     return out
 
 
-def table_weight(path, num_embeddings, *, table, seed=1, init="uniform", init_scale=0.01,
-                 chunk=1 << 20):
+def table_weight(path, num_embeddings, *, table, spec, chunk=1 << 20):
     """A [num_embeddings, dim] float32 numpy array: the exported rows of
-    `psctl export TABLE --out path` where stored, every other row its
-    initial value (initial_rows, in chunks of `chunk` ids). ValueError
-    naming the file when an id is at or past num_embeddings."""
+    `psctl export TABLE --out path` (or pslaunch --export's path) where
+    stored, every other row its initial value in spec's job
+    (initial_rows, in chunks of `chunk` ids). ValueError naming the file
+    when an id is at or past num_embeddings."""
+    if not isinstance(spec, Spec):
+        spec = Spec(spec)
     t = read_safetensors(path)
     for k in ("ids", "values"):
         if k not in t:
@@ -132,43 +101,52 @@ def table_weight(path, num_embeddings, *, table, seed=1, init="uniform", init_sc
     if len(ids) and int(ids.max()) >= num_embeddings:
         raise ValueError(f"{path}: table '{table}' holds id {int(ids.max())}, "
                          f"at or past num_embeddings {num_embeddings}")
+    init, scale = spec.init(table)
     w = np.empty((num_embeddings, dim), np.float32)
     for b in range(0, num_embeddings, chunk):
         e = min(b + chunk, num_embeddings)
-        w[b:e] = initial_rows(seed, table, np.arange(b, e, dtype=np.uint64), dim,
-                              init, init_scale)
+        _psd.init_rows(table, spec.seed, init, scale, np.arange(b, e, dtype=np.uint64),
+                       w[b:e])
     w[ids.astype(np.int64)] = values
     return w
 
 
 class Spec:
-    """A job spec's settings an export needs: job.seed, and each table's
-    init and init_scale (its job.tables entry, else job.table_defaults,
-    else docs/tables.md's defaults: uniform, 0.01)."""
+    """A job spec's settings an export needs, read by the C parser the
+    shards use (a spec with mistakes raises ValueError naming each): spec
+    is a file's path, or a whole spec as a dict. seed is job.seed;
+    init(table) is the table's (init, init_scale) as the shards resolve
+    them: its job.tables entry, where it leaves a setting out
+    job.table_defaults', else job.table_defaults (docs/tables.md)."""
 
     def __init__(self, spec):
         if isinstance(spec, dict):
-            job = spec.get("job", spec)
+            self._where = {"text": json.dumps(spec)}
+        else:
+            self._where = {"path": os.fspath(spec)}
+        self._init = {}
+        self.seed = self._resolve("")[0]  # the spec's mistakes raised here
+        if isinstance(spec, dict):
+            self.job = spec.get("job", {})
         else:
             with open(os.fspath(spec)) as f:
-                job = json.load(f).get("job", {})
-        self.job = job
-        self.seed = int(job.get("seed", 1))
+                self.job = json.load(f).get("job", {})
+
+    def _resolve(self, table):
+        return _psd.table_init(table, **self._where)
 
     def init(self, table):
-        conf = dict(self.job.get("table_defaults", {}))
-        for t in self.job.get("tables", []):
-            if t.get("name") == table:
-                conf = t
-                break
-        return conf.get("init", "uniform"), float(conf.get("init_scale", 0.01))
+        """(init, init_scale) of table: "uniform" or "zeros", and the
+        uniform bound (a float32, as the shards hold it)."""
+        if table not in self._init:
+            _, init, scale = self._resolve(table)
+            self._init[table] = (init, scale)
+        return self._init[table]
 
     def table(self, path, table, num_embeddings):
         """table_weight() of this spec's table, as a torch tensor."""
         import torch
-        init, scale = self.init(table)
-        return torch.from_numpy(table_weight(path, num_embeddings, table=table,
-                                             seed=self.seed, init=init, init_scale=scale))
+        return torch.from_numpy(table_weight(path, num_embeddings, table=table, spec=self))
 
 
 def load_dense(module, path, prefix="", skip=()):
@@ -199,5 +177,4 @@ def load_dense(module, path, prefix="", skip=()):
     return loaded
 
 
-__all__ = ["read_safetensors", "splitmix64", "fnv1a64", "initial_rows", "table_weight",
-           "Spec", "load_dense"]
+__all__ = ["read_safetensors", "initial_rows", "table_weight", "Spec", "load_dense"]
