@@ -202,7 +202,7 @@ class LiveReshardTest(LiveBase):
         # A count below 1 is a usage error, ps:0 not asked (docs/reshard.md).
         rc, out = self.psctl_reshard(s[3], 0)
         self.assertEqual(rc, 2, out)
-        self.assertIn("psctl: reshard needs --shards M (1..3, the spec's cluster.ps)", out)
+        self.assertIn("psctl: --shards takes a shard count >= 1, not '0'", out)
         # A new shard that does not answer: stopped (SIGSTOP), then not running.
         ps[2].p.send_signal(signal.SIGSTOP)
         rc, out = self.psctl_reshard(s[3], 3)
