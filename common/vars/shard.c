@@ -64,3 +64,23 @@ int cm_shard_by_name(const char *name, uint64_t bytes, int nshards,
   }
   return (int)(h % (uint64_t)nshards);
 }
+
+int cm_shard_replace(int asked, int held, int from, const char *name,
+                     uint64_t bytes, int to) {
+  if (asked == CM_SHARD_SPLIT)
+    return CM_SHARD_SPLIT;
+  if (asked >= 0 && asked < to)
+    return asked;
+  /* On one shard split and whole look alike: only a declaration says. */
+  if (asked < 0 && held == CM_SHARD_SPLIT && from > 1)
+    return CM_SHARD_SPLIT;
+  return cm_shard_by_name(name, bytes, to, CM_SHARD_SPLIT_BYTES);
+}
+
+int cm_shard_asked_from_wire(int32_t wire) {
+  return wire == 0 ? CM_SHARD_UNSAID : wire > 0 ? wire - 1 : wire;
+}
+
+int32_t cm_shard_asked_to_wire(int asked) {
+  return asked == CM_SHARD_UNSAID ? 0 : asked >= 0 ? asked + 1 : asked;
+}

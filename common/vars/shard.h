@@ -18,12 +18,19 @@
  * fault in order. */
 uint64_t cm_numel(int ndim, const int64_t *shape, uint64_t max, int *bad);
 
-/* Placement value meaning "rows split across all shards". */
 /* The size from which clients split a variable across all shards unless
  * told otherwise (PSC_PLACE_AUTO), and psd --reshard places by it too. */
 #define CM_SHARD_SPLIT_BYTES (256u << 10)
 
+/* Placement value meaning "rows split across all shards". */
 #define CM_SHARD_SPLIT (-1)
+
+/* How a declaration chose a variable's placement (its intent, "asked"),
+ * kept by the shards and their checkpoints through reshards: CM_SHARD_SPLIT,
+ * a shard index (named by the declaration), or one of these. */
+#define CM_SHARD_AUTO (-2)   /* the least-loaded shard of its declare */
+#define CM_SHARD_NAME (-3)   /* by name (cm_shard_by_name) */
+#define CM_SHARD_UNSAID (-4) /* not said: an older client or checkpoint */
 
 /* Rows [*begin, *end) of a `rows`-row variable that shard `shard` of
  * `nshards` holds under `placement` (CM_SHARD_SPLIT or a shard index).
@@ -47,5 +54,21 @@ void cm_shard_auto(const uint64_t *bytes, int n, int nshards,
  * order, agrees with every other. */
 int cm_shard_by_name(const char *name, uint64_t bytes, int nshards,
                      uint64_t split_bytes);
+
+/* VarSpec.asked on the wire (0 not said, k + 1 for shard k, the negative
+ * values as they are) to CM_SHARD_* or a shard index, and back. */
+int cm_shard_asked_from_wire(int32_t wire);
+int32_t cm_shard_asked_to_wire(int asked);
+
+/* Where a variable goes when the job's layout moves from `from` shards to
+ * `to`: the one rule of psd's reshard cut and of a client that follows a
+ * moved layout. `asked` is how its declaration placed it (CM_SHARD_*, or a
+ * shard index), `held` its placement among `from`, bytes its size. Split
+ * stays split; a variable declared on shard k stays there, and goes by
+ * name while the layout has no shard k (back on k when it has again);
+ * any other (AUTO, by name, or not said) stays split when it was split
+ * among more than one shard, else goes by name (cm_shard_by_name). */
+int cm_shard_replace(int asked, int held, int from, const char *name,
+                     uint64_t bytes, int to);
 
 #endif

@@ -7,6 +7,7 @@
  * to do about it. */
 #include <errno.h>
 #include <jansson.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +19,7 @@
 #include "log.h"
 #include "optjson.h"
 #include "safetensors.h"
+#include "shard.h"
 
 /* Reads a JSON integer member into *x; returns 0 or -1. */
 static int get_int(json_t *o, const char *key, json_int_t *x) {
@@ -350,6 +352,19 @@ int psd__ckpt_load_one(struct psd_ckpt *c, const char *dir, uint64_t step,
       goto out;
     }
     rc = CM_EFORMAT;
+    /* How the declaration placed it; a manifest of an older psd says
+     * nothing, and a reshard then goes by placement alone. */
+    if ((x = json_object_get(e, "asked"))) {
+      json_int_t a = json_integer_value(x);
+      if (!json_is_integer(x) || a < CM_SHARD_NAME || a > INT32_MAX) {
+        snprintf(err, errlen,
+                 "%s: vars[%zu] ('%s'): \"asked\" must be an integer >= -3 "
+                 "(-1 split, -2 auto, -3 by name, or a shard index)",
+                 path, i, v->name);
+        goto out;
+      }
+      psd_store_set_asked(v, (int)a);
+    }
     if (json_integer_value(json_array_get(rows, 0)) != v->row_begin ||
         json_integer_value(json_array_get(rows, 1)) != v->row_end) {
       psd_shape_format(v->ndim, v->shape, shape_s, sizeof shape_s);

@@ -24,6 +24,7 @@
 #include "log.h"
 #include "optjson.h"
 #include "safetensors.h"
+#include "shard.h"
 
 /* Async: a variable (values and slots) up to this size is copied under its
  * lock and written after, so its lock is held for a memcpy, not for the
@@ -134,6 +135,7 @@ static int write_shard(struct psd_ckpt *c, struct psd_store *store,
   int64_t(*shapes)[PSD_VAR_MAX_DIMS] = NULL;
   char(*slot_names)[CM_OPTIM_MAX_SLOTS][PSD_VAR_MAX_NAME + 16] = NULL;
   uint64_t *versions = NULL, *opt_steps = NULL;
+  int *asked = NULL; /* each variable's v->asked, read with its values */
   struct cm_st_writer *w = NULL;
   char *copy = NULL;
   size_t copy_cap = 0;
@@ -154,7 +156,8 @@ static int write_shard(struct psd_ckpt *c, struct psd_store *store,
   slot_names = calloc(n + 1, sizeof *slot_names);
   versions = calloc(n + 1, sizeof *versions);
   opt_steps = calloc(n + 1, sizeof *opt_steps);
-  if (!desc || !shapes || !slot_names || !versions || !opt_steps) {
+  asked = calloc(n + 1, sizeof *asked);
+  if (!desc || !shapes || !slot_names || !versions || !opt_steps || !asked) {
     rc = CM_ENOMEM;
     goto out;
   }
@@ -222,6 +225,7 @@ static int write_shard(struct psd_ckpt *c, struct psd_store *store,
     }
     versions[i] = v->version;
     opt_steps[i] = psd_var_steps(v);
+    asked[i] = v->asked;
     if (lock_vars)
       pthread_mutex_unlock(&v->lock);
     if (lock_vars && cm_mono_ms() - t0 > res->hold_ms)
@@ -286,6 +290,14 @@ static int write_shard(struct psd_ckpt *c, struct psd_store *store,
       rc = CM_ENOMEM;
       goto out;
     }
+    /* How its declaration placed it, for a reshard (cm_shard_replace);
+     * left out when not said, as an older psd wrote it. */
+    if (asked[i] != CM_SHARD_UNSAID &&
+        json_object_set_new(e, "asked", json_integer(asked[i]))) {
+      json_decref(e);
+      rc = CM_ENOMEM;
+      goto out;
+    }
     if (v->own && (rc = set_own_optimizer(e, v))) {
       json_decref(e);
       goto out;
@@ -309,6 +321,7 @@ out:
   free(slot_names);
   free(versions);
   free(opt_steps);
+  free(asked);
   return rc;
 }
 

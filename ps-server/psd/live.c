@@ -81,8 +81,10 @@ static void call_shard(struct psd_server *srv, int s, const char *method,
   cm_creds_free(&creds);
 }
 
-/* Checks that shards 1..n-1 answer and hold this shard's layout. Returns 0
- * or a gRPC status with msg saying which and why. */
+/* Checks that shards 1..n-1 answer and hold this shard's layout; a shard
+ * outside it that stands by may hold an older one (it holds nothing, and
+ * takes the new layout when it starts again). Returns 0 or a gRPC status
+ * with msg saying which and why. */
 static grpc_status_code check_shards(struct psd_server *srv, int n, char *msg,
                                      size_t len) {
   Psd__V1__Caller caller = self_caller(srv);
@@ -104,14 +106,15 @@ static grpc_status_code check_shards(struct psd_server *srv, int n, char *msg,
     r = (Psd__V1__StatusResponse *)cm_rpc_unpack(
         u.response, &psd__v1__status_response__descriptor);
     cm_unary_release(&u);
-    if (!r || r->layout != srv->layout || r->num_shards != srv->nshards) {
+    if (!r || ((r->layout != srv->layout || r->num_shards != srv->nshards) &&
+               !(s >= srv->nshards && r->standby && r->layout < srv->layout))) {
       snprintf(msg, len,
                "ps:%d holds layout %llu of %d shards, ps:0 layout %llu of %d: "
-               "wait until every shard has started, and ask again; nothing "
-               "changed",
+               "it is starting again after a reshard; ask again once it "
+               "serves layout %llu (psctl status); nothing changed",
                s, r ? (unsigned long long)r->layout : 0ULL,
                r ? r->num_shards : 0, (unsigned long long)srv->layout,
-               srv->nshards);
+               srv->nshards, (unsigned long long)srv->layout);
       if (r)
         protobuf_c_message_free_unpacked(&r->base, NULL);
       return GRPC_STATUS_FAILED_PRECONDITION;
@@ -121,8 +124,11 @@ static grpc_status_code check_shards(struct psd_server *srv, int n, char *msg,
   return GRPC_STATUS_OK;
 }
 
-/* Tells shards 1..n-1 to stop for layout v of m shards. Returns 0, or the
- * first refusal's status with msg saying it. */
+/* Tells shards 1..n-1 to stop for layout v of m shards, and the standby
+ * shards past them (every other address of the spec), so that they start
+ * again in layout v too; one of those not answering changes nothing (it
+ * reads the job's layout when it starts). Returns 0, or the first refusal
+ * of shards 1..n-1 with msg saying it. */
 static grpc_status_code prepare_shards(struct psd_server *srv, int n,
                                        uint64_t v, int m, char *msg,
                                        size_t len) {
@@ -135,10 +141,15 @@ static grpc_status_code prepare_shards(struct psd_server *srv, int n,
   grpc_status_code first = GRPC_STATUS_OK;
   /* Every shard is told, past a failure: one told stops and comes back,
    * even when the reshard is aborted. */
-  for (int s = 1; s < n; s++) {
+  for (int s = 1; s < srv->spec->nps; s++) {
     struct cm_unary u;
     call_shard(srv, s, "/psd.v1.Admin/Reshard", &req.base, &u);
-    if (u.status != GRPC_STATUS_OK && first == GRPC_STATUS_OK) {
+    if (u.status != GRPC_STATUS_OK && s >= n)
+      cm_info("reshard: ps:%d, standing by outside both layouts, was not "
+              "told (%s: %s); it takes layout %llu when it starts again",
+              s, cm_rpc_status_name(u.status), u.details,
+              (unsigned long long)v);
+    else if (u.status != GRPC_STATUS_OK && first == GRPC_STATUS_OK) {
       first = u.status;
       snprintf(msg, len, "ps:%d (%s) did not take the reshard (%s: %s)", s,
                srv->spec->ps[s].text, cm_rpc_status_name(u.status), u.details);
@@ -378,8 +389,9 @@ static void on_reshard(struct cm_rpc_call *call, grpc_byte_buffer *bb,
     resp.message = "held";
     cm_rpc_reply(call, cm_rpc_pack(&resp.base));
   } else if (srv->shard == 0 || !srv->root[0] ||
-             req->layout != srv->layout + 1 || req->shards < 1 ||
-             req->shards > srv->spec->nps) {
+             (srv->standby ? req->layout <= srv->layout
+                           : req->layout != srv->layout + 1) ||
+             req->shards < 1 || req->shards > srv->spec->nps) {
     cm_rpc_fail(call, GRPC_STATUS_FAILED_PRECONDITION,
                 "ps:%d cannot stop for layout %llu of %d shards: it holds "
                 "layout %llu%s",

@@ -21,6 +21,7 @@ struct gather {
   int ndim;                         /* its dimensions */
   int64_t shape[PSD_VAR_MAX_DIMS];  /* its whole shape */
   int placement;                    /* among the new shards */
+  int asked;                        /* how its declaration placed it */
   int own;                          /* 1: its own optimizer (opt) */
   struct cm_optim opt;              /* its optimizer */
   int nslots;                       /* cm_optim_nslots(opt.type) */
@@ -34,14 +35,12 @@ struct gather {
   int pieces;                       /* pieces copied (with rows) */
 };
 
-/* Where a variable held as old_placement among n old shards goes among m:
- * split stays split, but from one shard (where everything is split) and
- * for a variable held whole it is the clients' default, by name. */
+/* Where a variable held among n old shards goes among m: by how its
+ * declaration placed it, the rule clients that follow the move use too
+ * (cm_shard_replace). */
 static int new_placement(const struct psd_var *v, int n, int m) {
-  uint64_t bytes = v->numel * sizeof(float);
-  if (v->placement == CM_SHARD_SPLIT && n > 1)
-    return CM_SHARD_SPLIT;
-  return cm_shard_by_name(v->name, bytes, m, CM_SHARD_SPLIT_BYTES);
+  return cm_shard_replace(v->asked, v->placement, n, v->name,
+                          v->numel * sizeof(float), m);
 }
 
 static void gather_free(struct gather *g) {
@@ -78,6 +77,7 @@ static int gather_of(struct gather **g, int *n, int *cap,
   x->ndim = v->ndim;
   memcpy(x->shape, v->shape, sizeof x->shape);
   x->placement = p;
+  x->asked = v->asked;
   x->own = v->own;
   x->opt = v->opt;
   x->nslots = v->nslots;
@@ -237,6 +237,7 @@ static int make_vars(struct psd__reshard_cut *cut, struct gather *g, int n,
                        : "twice in the old checkpoints");
       return CM_EFORMAT;
     }
+    psd_store_set_asked(v, x->asked);
     size_t len = (size_t)(x->end - x->begin) * x->row;
     for (int s = 0; s < x->nslots; s++)
       memcpy(v->slots[s], x->slots[s], len * sizeof(float));

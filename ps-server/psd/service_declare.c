@@ -142,6 +142,13 @@ static int check_declare(struct psd_service *svc, struct cm_rpc_call *call,
           vs->name, vs->placement, svc->nshards - 1);
       goto out;
     }
+    if (vs->asked < CM_SHARD_NAME) {
+      psd__fail(svc, call, GRPC_STATUS_INVALID_ARGUMENT,
+                "Declare '%s': asked %d; expected 0 (not said), -1 (split), "
+                "-2 (auto), -3 (by name) or a shard index plus one",
+                vs->name, vs->asked);
+      goto out;
+    }
     if (vs->init != PSD__V1__INIT__INIT_ZEROS &&
         vs->init != PSD__V1__INIT__INIT_UNIFORM) {
       psd__fail(
@@ -301,6 +308,9 @@ static int declare_one(struct psd_service *svc, struct cm_rpc_call *call,
         vs->init_scale, vs->seed, own, v, created, err, sizeof err);
   }
   free(buf);
+  /* How the declaration placed it, kept for a reshard (cm_shard_replace). */
+  if (!rc && *created)
+    psd_store_set_asked(*v, cm_shard_asked_from_wire(vs->asked));
   /* It exists now: no stage of it can create it any more. */
   if (!rc)
     psd_vstage_drop_name(svc->vstage, vs->name);

@@ -270,6 +270,7 @@ static int declare(struct psd_store *s, const char *name, int ndim,
   v->ndim = ndim;
   memcpy(v->shape, shape, ndim * sizeof *shape);
   v->placement = placement;
+  v->asked = CM_SHARD_UNSAID;
   v->numel = numel;
   cm_shard_rows(shape[0], placement, s->nshards, s->shard, &v->row_begin,
                 &v->row_end);
@@ -321,6 +322,12 @@ out:
   pthread_rwlock_unlock(&s->lock);
   *out = v;
   return rc;
+}
+
+void psd_store_set_asked(struct psd_var *v, int asked) {
+  pthread_mutex_lock(&v->lock);
+  v->asked = asked;
+  pthread_mutex_unlock(&v->lock);
 }
 
 int psd_store_declare(struct psd_store *s, const char *name, int ndim,

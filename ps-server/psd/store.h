@@ -55,6 +55,10 @@ struct psd_var {
    * order, so updates are counted in elements; sync sets it from the
    * committed step. */
   uint64_t applied;
+  /* How its declaration chose the placement (CM_SHARD_SPLIT, AUTO, NAME,
+   * a shard index, or CM_SHARD_UNSAID: VarSpec.asked), kept through
+   * reshards (cm_shard_replace); psd_store_set_asked sets it. */
+  int asked;
 };
 
 struct psd_store;
@@ -98,6 +102,10 @@ const struct cm_optim *psd_store_want(const struct psd_store *s,
  * want (own: whether want is the declaration's own). */
 void psd_store_optim_clash(const struct psd_var *v, const struct cm_optim *want,
                            int own, char *err, size_t errlen);
+
+/* Sets v->asked (under v->lock): the declaration that created v says
+ * how it chose its placement. A variable is created CM_SHARD_UNSAID. */
+void psd_store_set_asked(struct psd_var *v, int asked);
 
 /* The variable called name, or NULL. */
 struct psd_var *psd_store_find(struct psd_store *s, const char *name);

@@ -2,7 +2,9 @@
 """A live reshard (psctl reshard --shards M, docs/reshard.md "Live"): the
 shards of a running job stop for it, ps:0 cuts the checkpoint onto M and
 every shard starts again in the new layout, in the same process. Here: the
-state is unchanged and placed for M; refusals change nothing; a shard, and
+state is unchanged and placed for M, each variable as declared (split, or
+on its shard) through 2 -> 3 -> 2 -> 1 -> 2 -> 3, with a standby outside
+both layouts following each; refusals change nothing; a shard, and
 ps:0 in the middle of its cut, killed (kill -9) and started again leave one
 whole layout; workers that train through reshards (async: every
 acknowledged push applied once; sync: bit-identical to no reshard)."""
@@ -55,9 +57,12 @@ class LiveBase(tr.ReshardBase):
         self.ids = rng.choice(1 << 50, 3000, replace=False).astype(np.uint64)
         self.rows = np.zeros((3000, 2), np.float32)
         self.dense = np.zeros(70000, np.float32)
+        # Small ones placed by the declaration: split, and whole on ps:1.
+        self.small = {"sp": np.zeros((10, 3), np.float32), "b1": np.zeros(4, np.float32)}
         c = psd.Client(s[2], None)
         try:
             c.declare("d", (70000,))
+            self.declare_small(c)
             c.declare_table("cnt", 2)
             for _ in range(pushes):
                 g = (rng.integers(-8, 9, (3000, 2)) / 8).astype(np.float32)
@@ -66,10 +71,19 @@ class LiveBase(tr.ReshardBase):
                 c.push("d", gd)
                 self.rows -= g
                 self.dense -= gd
+                for name, v in self.small.items():
+                    gs = (rng.integers(-8, 9, v.shape) / 8).astype(np.float32)
+                    c.push(name, gs)
+                    v -= gs
         finally:
             c.close()
         self.stop(ps)
         return s
+
+    def declare_small(self, c):
+        """The small variables as every client declares them."""
+        c.declare("sp", (10, 3), placement="split")
+        c.declare("b1", (4,), placement=1)
 
     def start3(self, spec):
         """ps:0..ps:2 of the 3-address spec: the first two serve the
@@ -130,15 +144,46 @@ class LiveReshardTest(LiveBase):
         self.assert_placed(after, 2)
         self.assert_same_state(before, after)
         ps[2].wait_for("standing by: the job's layout 2 has 2 shards")
-        # Still the values pushed, through a client of the 3-address spec.
-        c = psd.Client(s[3], None)
+        self.assert_pulled(s[3])
+        # Through one shard and back: ps:2, outside both layouts, follows
+        # each (it stood by in layout 2 and refused the next reshard to 3),
+        # and the declared placements come back (through one shard, split
+        # and whole looked alike: the split variable came back whole).
+        self.reshard_ok(s[3], 1, 3)
+        wait_count(ps[2], "standing by: the job's layout 3 has 1 shard", 1)
+        wait_count(ps[2], "ready: listening on", 4)  # its 4th start
+        self.assertEqual(self.status(s[3], 2)["layout"], 3)
+        self.reshard_ok(s[3], 2, 4)
+        wait_count(ps[2], "standing by: the job's layout 4 has 2 shards", 1)
+        wait_count(ps[2], "ready: listening on", 5)
+        self.assertEqual(self.status(s[3], 2)["layout"], 4)
+        mid = read_job(self.root, self.JOB)
+        self.assert_placed(mid, 2)
+        self.assertEqual((mid["placement"]["sp"], mid["placement"]["b1"]), (-1, 1))
+        self.assert_same_state(before, mid)
+        self.assert_pulled(s[3])  # declared as before, accepted
+        self.reshard_ok(s[3], 3, 5)
+        after = read_job(self.root, self.JOB)
+        self.assert_placed(after, 3)
+        self.assertEqual((after["placement"]["sp"], after["placement"]["b1"]), (-1, 1))
+        self.assert_same_state(before, after)
+
+    def assert_pulled(self, spec):
+        """A client of spec declares every variable as the seeding one did,
+        and pulls the values pushed."""
+        c = psd.Client(spec, None)
         try:
             c.declare("d", (70000,))
+            self.declare_small(c)
             c.declare_table("cnt", 2)
             rows = np.empty((3000, 2), np.float32)
             d = np.empty(70000, np.float32)
             c.pull_rows("cnt", self.ids, rows)
             c.pull("d", d)
+            for name, want in self.small.items():
+                got = np.empty_like(want)
+                c.pull(name, got)
+                self.assertTrue(np.array_equal(got, want), name)
         finally:
             c.close()
         self.assertTrue(np.array_equal(rows, self.rows))
@@ -154,8 +199,10 @@ class LiveReshardTest(LiveBase):
             rc, out = self.psctl_reshard(s[3], m)
             self.assertEqual(rc, 1, out)
             self.assertIn(words, out)
+        # A count below 1 is a usage error, ps:0 not asked (docs/reshard.md).
         rc, out = self.psctl_reshard(s[3], 0)
         self.assertEqual(rc, 2, out)
+        self.assertIn("psctl: --shards takes a shard count >= 1, not '0'", out)
         # A new shard that does not answer: stopped (SIGSTOP), then not running.
         ps[2].p.send_signal(signal.SIGSTOP)
         rc, out = self.psctl_reshard(s[3], 3)

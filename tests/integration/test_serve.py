@@ -289,7 +289,11 @@ class ServeTest(h.ProcTest):
         self.check_rows(0, want[0], 2, gone=[ids[-1]])
         _, _, _, _, dense = self.lookup(0, ids[:1], dense=["w"])
         self.assertEqual(dense, bits([f32(20 + k + 0.5) for k in range(4)]))
+        # An empty Lookup (no table, ids or dense): the version held, its
+        # step, and nothing else (docs/serving.md "Lookup").
+        self.assertEqual(self.lookup(0, [], table=""), (2, 200, [], [], b""))
         st = self.wait_status(2, "version", 2)
+        # Status's replica is J itself, serving shard J % nps
         self.assertEqual((st["replica"], st["shard"], st["rows"], st["applied"]),
                          (2, 0, 50, 2))
         self.assertGreater(st["bytes"], 50 * 3 * 4)

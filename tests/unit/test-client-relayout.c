@@ -132,7 +132,8 @@ static void open_client(void) {
     c->vars[i] = (struct psc__var){.name = c->var_names[i],
                                    .ndim = 2,
                                    .shape = {v[i].rows, v[i].cols},
-                                   .placement = v[i].placement};
+                                   .placement = v[i].placement,
+                                   .asked = v[i].placement};
   }
   c->nvars = 3;
   ck_assert_int_eq(psc__plan(c), 0);
@@ -186,7 +187,8 @@ START_TEST(count_out_of_range) {
 }
 END_TEST
 
-/* Placement follows psd --reshard: split stays split, whole by name. */
+/* Placement follows psd's reshard (cm_shard_replace): split stays split,
+ * a variable declared on a shard stays there, the default goes by name. */
 START_TEST(replaced_like_reshard) {
   c->boot[0] = c->boot[1] = 77;
   ck_assert_int_eq(psc__relayout(c, MOVED3, "pull"), 0);
@@ -195,10 +197,12 @@ START_TEST(replaced_like_reshard) {
   ck_assert_uint_eq(c->boot[0], 0);
   ck_assert_uint_eq(c->boot[1], 0);
   ck_assert_int_eq(c->vars[0].placement, PSC__PLACE_SPLIT);
-  ck_assert_int_eq(c->vars[1].placement,
-                   cm_shard_by_name("b", 16, 3, CM_SHARD_SPLIT_BYTES));
-  /* From one shard everything was split: placed by name then. */
+  ck_assert_int_eq(c->vars[1].placement, 1);
+  /* From one shard, where everything is held split: split when declared
+   * so, else by name. */
   struct psc__var one = c->vars[0];
+  ck_assert_int_eq(psc__replace(&one, 1, 3), PSC__PLACE_SPLIT);
+  one.asked = PSC__PLACE_NAME;
   ck_assert_int_eq(psc__replace(&one, 1, 3),
                    cm_shard_by_name("w", 120, 3, CM_SHARD_SPLIT_BYTES));
   /* The plan is for 3 shards now. */

@@ -144,6 +144,41 @@ START_TEST(by_name_ignores_order_and_others) {
 }
 END_TEST
 
+/* The one rule of a moved layout (the reshard cut and the client): what
+ * the declaration asked for, not what one count happens to hold. */
+START_TEST(replace_keeps_what_was_declared) {
+  int a2 = cm_shard_by_name("a", 4, 2, CM_SHARD_SPLIT_BYTES);
+  int a3 = cm_shard_by_name("a", 4, 3, CM_SHARD_SPLIT_BYTES);
+  /* Declared split: split again after one shard, where all looks split. */
+  ck_assert_int_eq(
+      cm_shard_replace(CM_SHARD_SPLIT, CM_SHARD_SPLIT, 1, "a", 4, 2),
+      CM_SHARD_SPLIT);
+  ck_assert_int_eq(
+      cm_shard_replace(CM_SHARD_SPLIT, CM_SHARD_SPLIT, 3, "a", 4, 1),
+      CM_SHARD_SPLIT);
+  /* Declared on shard 2: by name on 2 shards, back on 2 with 3; on 0,
+   * through one shard and back. */
+  ck_assert_int_eq(cm_shard_replace(2, 2, 3, "a", 4, 2), a2);
+  ck_assert_int_eq(cm_shard_replace(2, a2, 2, "a", 4, 3), 2);
+  ck_assert_int_eq(cm_shard_replace(0, 0, 2, "a", 4, 1), 0);
+  ck_assert_int_eq(cm_shard_replace(0, 0, 1, "a", 4, 3), 0);
+  /* By name or auto: by name, split when large. */
+  ck_assert_int_eq(
+      cm_shard_replace(CM_SHARD_NAME, CM_SHARD_SPLIT, 1, "a", 4, 3), a3);
+  ck_assert_int_eq(cm_shard_replace(CM_SHARD_AUTO, 1, 2, "a", 4, 3), a3);
+  ck_assert_int_eq(cm_shard_replace(CM_SHARD_NAME, CM_SHARD_SPLIT, 2, "big",
+                                    CM_SHARD_SPLIT_BYTES, 3),
+                   CM_SHARD_SPLIT);
+  /* Not said (an older manifest): split stays split, but from one shard. */
+  ck_assert_int_eq(
+      cm_shard_replace(CM_SHARD_UNSAID, CM_SHARD_SPLIT, 2, "a", 4, 3),
+      CM_SHARD_SPLIT);
+  ck_assert_int_eq(
+      cm_shard_replace(CM_SHARD_UNSAID, CM_SHARD_SPLIT, 1, "a", 4, 3), a3);
+  ck_assert_int_eq(cm_shard_replace(CM_SHARD_UNSAID, 1, 2, "a", 4, 3), a3);
+}
+END_TEST
+
 static Suite *shard_suite(void) {
   Suite *s = suite_create("shard");
   TCase *tc = tcase_create("rows");
@@ -152,6 +187,7 @@ static Suite *shard_suite(void) {
   tcase_add_test(tc, whole_placement_and_bad_input);
   tcase_add_test(tc, auto_balances_bytes);
   tcase_add_test(tc, by_name_ignores_order_and_others);
+  tcase_add_test(tc, replace_keeps_what_was_declared);
   tcase_add_test(tc, numel_counts_and_bounds);
   suite_add_tcase(s, tc);
   return s;

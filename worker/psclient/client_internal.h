@@ -341,10 +341,9 @@ int psc__is_moved(const struct cm_unary *u);
 int psc__moved_parse(const char *details, int *shard, uint64_t *layout,
                      int *nshards);
 
-/* Where a variable placed `placement` among `from` shards goes among `to`:
- * the rule of psd --reshard (ps-server/psd/reshard_cut.c, new_placement),
- * so that the client agrees with the shards that restored it: split stays
- * split (but from one shard), whole goes by name (cm_shard_by_name). */
+/* Where v (placed v->placement among `from` shards, declared v->asked)
+ * goes among `to`: cm_shard_replace, the one rule psd's reshard cut uses
+ * too, so that the client agrees with the shards that restored it. */
 int psc__replace(const struct psc__var *v, int from, int to);
 
 /* Splits pending pieces in[0..nin) of vars at the row ranges of `nshards`

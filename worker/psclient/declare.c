@@ -13,6 +13,12 @@
 #include "err.h"
 #include "shard.h"
 
+/* The shards keep how a declaration placed a variable in common/'s terms. */
+_Static_assert(PSC__PLACE_NAME == CM_SHARD_NAME &&
+                   PSC__PLACE_AUTO == CM_SHARD_AUTO &&
+                   PSC__PLACE_SPLIT == CM_SHARD_SPLIT,
+               "psclient.h's placements are common/vars/shard.h's");
+
 /* Variables at least this large are split across shards under AUTO. */
 #define AUTO_SPLIT_BYTES CM_SHARD_SPLIT_BYTES
 
@@ -71,6 +77,9 @@ static int check_vars(struct psc__client *c, struct psc__var *vars, int n,
       }
       skip[i] = 1;
       vars[i].placement = c->vars[k].placement;
+      vars[i].asked = c->vars[k].asked;
+    } else {
+      vars[i].asked = vars[i].placement;
     }
   }
   cm_shard_auto(bytes, n, c->nshards, AUTO_SPLIT_BYTES, place);

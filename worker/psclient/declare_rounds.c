@@ -128,6 +128,7 @@ static int pass_build(struct psc__client *c, struct pass *p, struct pair *pairs,
       sp->n_shape = v->ndim;
       sp->shape = (int64_t *)v->shape;
       sp->placement = v->placement;
+      sp->asked = cm_shard_asked_to_wire(v->asked);
       sp->init = v->init == PSC__INIT_UNIFORM ? PSD__V1__INIT__INIT_UNIFORM
                                               : PSD__V1__INIT__INIT_ZEROS;
       sp->init_scale = v->init_scale;

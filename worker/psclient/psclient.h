@@ -71,6 +71,10 @@ struct psc__var {
                             that create it take their rows of them, and every
                             other client pulls those (docs/wire.md, "Initial
                             values") */
+  int asked; /* set by declare (the caller's is ignored): placement as the
+                caller gave it, before AUTO and NAME are resolved; sent to
+                the shards (VarSpec.asked), and a moved layout re-places by
+                it (cm_shard_replace) */
 };
 
 /* Elements of v: the product of its shape. */

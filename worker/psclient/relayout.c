@@ -9,7 +9,8 @@
  *                      id forgotten (the shards are new processes), the
  *                      shared-memory arenas dropped (one per shard process),
  *                      the variables re-placed as psd --reshard placed them
- *                      (psc__replace), the plan made again, one line said
+ *                      (psc__replace, the reshard's own rule), the plan
+ *                      made again, one line said
  *   psc__relayout_transfer  the same in the middle of a pull or push: only
  *                      what no shard acknowledged is sent again, re-cut at
  *                      the new shards' row ranges (psc__recut) with the
@@ -67,10 +68,8 @@ int psc__moved_parse(const char *details, int *shard, uint64_t *layout,
 }
 
 int psc__replace(const struct psc__var *v, int from, int to) {
-  if (v->placement == PSC__PLACE_SPLIT && from > 1)
-    return PSC__PLACE_SPLIT;
-  return cm_shard_by_name(v->name, psc__numel(v) * sizeof(float), to,
-                          CM_SHARD_SPLIT_BYTES);
+  return cm_shard_replace(v->asked, v->placement, from, v->name,
+                          psc__numel(v) * sizeof(float), to);
 }
 
 /* Room for one more entry of *a (of size elem), *cap growing. */
