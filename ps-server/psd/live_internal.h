@@ -12,6 +12,7 @@
 #include "request.h"
 
 #define LIVE_CALL_MS 3000    /* each check and prepare call's deadline */
+#define LIVE_RETRY_MS 100    /* a starting shard's check asked again after */
 #define LIVE_MARK_WAIT_S 120 /* ps:0 waits this long for the old shards */
 #define LIVE_POLL_MS 50      /* how often a waiting shard looks */
 #define LIVE_SAY_EVERY_S 10  /* a wait is said again this often */
