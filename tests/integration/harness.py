@@ -36,16 +36,47 @@ def sanitizer_cflags():
     return [] if san == "none" else ["-fsanitize=" + san]
 
 
+def _ephemeral_low():
+    """The first port of the kernel's ephemeral range (32768 unless set)."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
+_ports = __import__("random").Random(os.getpid() ^ time.monotonic_ns())
+
+
 def free_ports(n):
-    """Ports the kernel handed out just now and that nobody listens on."""
+    """n distinct ports that nobody listens on just now (each bound and let
+    go), drawn at random below the kernel's ephemeral range: tests run two
+    at a time, and a port from that range could be taken meanwhile by any
+    outgoing connection of the other test's, which the kernel numbers
+    from it. Where that range leaves too little room below it, ports the
+    kernel hands out, as before."""
+    low = _ephemeral_low()
     socks, ports = [], []
-    for _ in range(n):
-        s = socket.socket()
-        s.bind(("127.0.0.1", 0))
-        socks.append(s)
-        ports.append(s.getsockname()[1])
-    for s in socks:
-        s.close()
+    try:
+        tries = 0
+        while len(ports) < n:
+            s = socket.socket()
+            socks.append(s)
+            tries += 1
+            if low > 12000 and tries < 50 * n:
+                p = _ports.randrange(10000, low)
+                if p in ports:
+                    continue
+                try:
+                    s.bind(("127.0.0.1", p))
+                except OSError:
+                    continue
+            else:
+                s.bind(("127.0.0.1", 0))
+            ports.append(s.getsockname()[1])
+    finally:
+        for s in socks:
+            s.close()
     return ports
 
 
