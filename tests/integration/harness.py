@@ -426,6 +426,23 @@ def need_socket_buffers(test):
 EXIT_SKIP = 77
 
 
+class _TimedResult(unittest.TextTestResult):
+    """unittest's result, with each case's wall time (times: id -> s)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.times = {}
+        self._t0 = None
+
+    def startTest(self, test):
+        self._t0 = time.monotonic()
+        super().startTest(test)
+
+    def stopTest(self, test):
+        super().stopTest(test)
+        self.times[test.id()] = time.monotonic() - self._t0
+
+
 def main(argv=None):
     """Runs a test module: `test_x.py BUILD_DIR [unittest args...]`.
     Exits 1 when a case failed, 77 (SKIP) when every case that ran was
@@ -438,8 +455,13 @@ def main(argv=None):
         sys.stderr.write("usage: %s BUILD_DIR [unittest args...]\n" % argv[0])
         sys.exit(2)
     BUILD = os.path.abspath(argv[1])
-    prog = unittest.main(argv=[argv[0]] + argv[2:], verbosity=2, exit=False)
+    prog = unittest.main(argv=[argv[0]] + argv[2:], verbosity=2, exit=False,
+                         testRunner=unittest.TextTestRunner(resultclass=_TimedResult,
+                                                            verbosity=2))
     res = prog.result
+    # Where a suite's time goes: its slowest cases (make test's speed).
+    for case, s in sorted(res.times.items(), key=lambda kv: -kv[1])[:5]:
+        print("harness: took %.1f s: %s" % (s, case))
     # tests/summary.py adds these up: the cases a run ran, whatever the
     # suites were split into.
     print("harness: ran %d cases" % res.testsRun)
