@@ -67,7 +67,7 @@ image: setup-test
 	sh deploy/container/build-image.sh $(BUILD)/image $(IMAGE)
 
 # The whole suite under AddressSanitizer + UBSan (c-ares' own leak suppressed);
-# the CNN job trains one epoch instead of ten (PSD_SANITIZED=1). The suites
+# the CNN job trains one epoch instead of six (PSD_SANITIZED=1). The suites
 # that load libpsclient into python3 or a program of their own get the
 # sanitizers' runtime preloaded (tests/meson.build). ASAN_TESTS names some
 # suites to run alone (make asan ASAN_TESTS="integration-python unit/table").

@@ -34,6 +34,28 @@ from faults_dedup import DedupTest, LoadTest  # noqa: F401
 from faults_kill import KillPsdSyncTest, KillPsdTest, KillWorkerTest  # noqa: F401
 from faults_outage import DiskTest, NetnsTest, StopTest  # noqa: F401
 from faults_term import CutTest, RestartLoadTest, TermPsdTest  # noqa: F401
+import os
+import re
+import unittest
+
+
+class PartsTest(unittest.TestCase):
+    """make test runs this module in parts, each naming its classes
+    (faults_parts in tests/meson.build): every class here is in exactly
+    one part, so that none is left out of make test."""
+
+    def test_every_class_in_one_part(self):
+        with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..",
+                               "meson.build")) as f:
+            text = f.read()
+        parts = text[text.index("faults_parts = ["):]
+        parts = parts[:parts.index("\n]\n")]
+        named = re.findall(r"'([A-Za-z]+Test)'", parts)
+        here = sorted(n for n, v in globals().items()
+                      if isinstance(v, type) and issubclass(v, unittest.TestCase)
+                      and n.endswith("Test"))
+        self.assertEqual(sorted(named), here)
+
 
 if __name__ == "__main__":
     h.main()
