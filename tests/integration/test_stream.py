@@ -109,12 +109,48 @@ class CtrgenDriftTest(unittest.TestCase):
                         "--parts-from", "1", "--parts-to", "3", "--delay-s", "1",
                         "--end", "END"])
             p.wait_for("part part-00001.svm", timeout=30)
-            self.assertEqual(sorted(os.listdir(d)), ["part-00001.svm"])
+            # psd's mark goes down first, then each part as it lands.
+            self.assertEqual(sorted(os.listdir(d)), ["part-00001.svm", "truth.json"])
             self.assertEqual(p.wait(timeout=30), 0, p.output())
             self.assertEqual(sorted(os.listdir(d)),
                              ["END", "part-00001.svm", "part-00002.svm", "truth.json"])
             self.assertIn("wrote %s: parts 1..2 of 4, 100 examples each, 8 fields" % d,
                           p.output())
+            # psd's own stream, written again: parts 0 and 3 join the others.
+            r = h.run([gen, "--drift", "--out", d, "--parts", "4", "--per-part", "100",
+                       "--end", "END"], timeout=60)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertEqual(sorted(os.listdir(d)), ["END"] + ["part-%05d.svm" % k for k in
+                                                               range(4)] + ["truth.json"])
+
+    def test_never_writes_into_the_users_directory(self):
+        """A directory holding files psd did not write (a truth.json of the
+        user's, their data) is refused, every byte kept."""
+        gen = h.build_path("worker", "psd-ctrgen")
+        with tempfile.TemporaryDirectory(prefix="psd-test-") as d:
+            mine = {"truth.json": b'{"true_auc": 0.9}', "part-00000.svm": b"1 1:1\n",
+                    "clicks.txt": b"mine\n"}
+            for name in ("truth.json", "clicks.txt"):
+                for n, text in mine.items():
+                    with open(os.path.join(d, n), "wb") as f:
+                        f.write(text)
+                r = h.run([gen, "--drift", "--out", d, "--parts", "2", "--per-part", "10"],
+                          timeout=30)
+                self.assertEqual(r.returncode, 1, r.stdout + r.stderr)
+                self.assertIn("psd-ctrgen: the directory %s holds " % d, r.stderr)
+                self.assertIn("which psd did not write", r.stderr)
+                self.assertEqual({n: open(os.path.join(d, n), "rb").read()
+                                  for n in os.listdir(d)}, mine)
+                self.assertRegex(r.stderr, "holds (%s), which" % "|".join(mine))
+                # one file fewer: still refused
+                os.unlink(os.path.join(d, name))
+                mine = {n: t for n, t in mine.items() if n != name}
+            # a part named as psd names them, without psd's truth.json: refused
+            self.assertEqual(list(mine), ["part-00000.svm"])
+            r = h.run([gen, "--drift", "--out", d, "--parts", "2", "--per-part", "10"],
+                      timeout=30)
+            self.assertEqual(r.returncode, 1, r.stderr)
+            self.assertEqual(os.listdir(d), ["part-00000.svm"])
 
 
 class StreamDirTest(unittest.TestCase):

@@ -329,3 +329,66 @@ void dw_ctrdata_token(const char *path, char *buf, size_t size) {
   if (size)
     buf[at < size ? at : size - 1] = '\0';
 }
+
+/* Whether name is part-NNNNN.svm, or its NAME.tmp-PID. */
+static int stream_part(const char *name) {
+  const char *t = strstr(name, ".tmp-");
+  size_t len = t ? (size_t)(t - name) : strlen(name);
+  if (t && !t[5])
+    return 0;
+  for (const char *d = t ? t + 5 : ""; *d; d++)
+    if (!isdigit((unsigned char)*d))
+      return 0;
+  if (len != 14 || strncmp(name, "part-", 5) || strncmp(name + 10, ".svm", 4))
+    return 0;
+  for (int i = 5; i < 10; i++)
+    if (!isdigit((unsigned char)name[i]))
+      return 0;
+  return 1;
+}
+
+int dw_ctrdata_claim_stream(const char *dir, const char *end, char *err,
+                            size_t errlen) {
+  char p[1100], other[300] = "";
+  struct dirent *e;
+  DIR *d;
+  json_t *j = NULL;
+  int rc, ours = 0;
+  if ((rc = dw_ctrdata_mkdirs(dir, err, errlen)))
+    return rc;
+  snprintf(p, sizeof p, "%s/truth.json", dir);
+  if ((j = json_load_file(p, 0, NULL))) {
+    const char *stamp = json_string_value(json_object_get(j, "generator"));
+    ours = (stamp && !strcmp(stamp, DW_CTRDATA_STAMP)) ||
+           json_integer_value(
+               json_object_get(json_object_get(j, "settings"), "drift")) == 1;
+    json_decref(j);
+  }
+  if (!(d = opendir(dir))) {
+    snprintf(err, errlen, "cannot read %s: %s", dir, strerror(errno));
+    return CM_EIO;
+  }
+  while (!other[0] && (e = readdir(d))) {
+    const char *n = e->d_name;
+    if (strcmp(n, ".") && strcmp(n, "..") &&
+        !(ours && (stream_part(n) || !strcmp(n, "truth.json") ||
+                   (end && !strcmp(n, end)))))
+      snprintf(other, sizeof other, "%s", n);
+  }
+  closedir(d);
+  if (other[0]) {
+    snprintf(err, errlen,
+             "the directory %s holds %s, which psd did not write: a stream is "
+             "written into a new or empty directory, or one holding psd's "
+             "stream (part-NNNNN.svm beside its truth.json); psd writes "
+             "nothing there",
+             dir, other);
+    return CM_EEXIST;
+  }
+  if (ours)
+    return 0;
+  /* A new directory: the mark goes down before the first part, so that a
+   * run cut short can be run again there. */
+  j = json_pack("{s:s, s:[]}", "generator", DW_CTRDATA_STAMP, "parts");
+  return dw_ctrgen_put_truth(dir, j, err, errlen);
+}

@@ -76,6 +76,17 @@ int dw_ctrdata_claim(const char *dir, const char *const gen[2], char *err,
 int dw_ctrdata_mark(const char *dir, json_t *j, const char *const gen[2],
                     char *err, size_t errlen);
 
+/* Before psd-ctrgen --drift writes a stream's parts into dir: creates dir
+ * when missing, and checks that it is new (empty), or psd's stream: a
+ * truth.json marked as psd's (or holding a stream's settings, "drift": 1,
+ * as psd wrote it before the mark) beside nothing but part-NNNNN.svm (or
+ * its temporary NAME.tmp-PID) and end (the end marker's name, or NULL).
+ * Else CM_EEXIST, err naming dir and the first entry psd did not write:
+ * nothing is written. A new directory is marked (a truth.json of psd's
+ * without parts) before the first part. Returns 0, CM_EEXIST or CM_EIO. */
+int dw_ctrdata_claim_stream(const char *dir, const char *end, char *err,
+                            size_t errlen);
+
 /* mkdir -p: dir and the directories above it that are missing (0755).
  * Returns 0, or CM_EIO with err naming the one that could not be made. */
 int dw_ctrdata_mkdirs(const char *dir, char *err, size_t errlen);

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "clock.h"
+#include "ctrdata.h"
 #include "ctrgen.h"
 #include "err.h"
 #include "rand.h"
@@ -144,7 +145,9 @@ int dw_ctrgen_drift_write(const char *dir, const struct dw_ctrgen_drift_opts *o,
       goto out;
     }
   }
-  j = json_pack("{s:o, s:O}", "settings", settings(o), "parts", parts);
+  /* Marked as psd's (ctrdata.h), so that a later run writes there again. */
+  j = json_pack("{s:s, s:o, s:O}", "generator", DW_CTRDATA_STAMP, "settings",
+                settings(o), "parts", parts);
   if ((rc = dw_ctrgen_put_truth(dir, j, err, errlen)))
     goto out;
   if (o->end) {

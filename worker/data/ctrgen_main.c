@@ -333,7 +333,7 @@ int main(int argc, char **argv) {
     return 0;
   }
   if (drift) {
-    if (dw_ctrdata_mkdirs(out, err, sizeof err)) {
+    if (dw_ctrdata_claim_stream(out, dr.end, err, sizeof err)) {
       fprintf(stderr, "psd-ctrgen: %s\n", err);
       return 1;
     }
