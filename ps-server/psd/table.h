@@ -74,7 +74,6 @@ struct psd_table_stats {
 /* The shard of id among nshards: splitmix64(id) % nshards. */
 int psd_table_shard_of(uint64_t id, int nshards);
 
-
 /* Creates an empty table (conf copied). seed is the job's. Returns 0,
  * CM_EINVAL for a bad conf (err says which field), CM_ENOMEM. */
 int psd_table_new(struct psd_table **out, const struct cm_table_conf *conf,
