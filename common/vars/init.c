@@ -7,6 +7,13 @@
 
 #include "rand.h"
 
+/* The counter's uniform value in [-scale, scale). */
+static float uniform_at(uint64_t counter, float scale) {
+  uint64_t r = cm_splitmix64_at(counter);
+  float u = (float)(r >> 40) * (1.0f / 16777216.0f); /* [0, 1) */
+  return (2.0f * u - 1.0f) * scale;
+}
+
 uint64_t cm_name_hash(const char *name) {
   uint64_t h = 0xcbf29ce484222325ULL;
   for (; *name; name++)
@@ -22,11 +29,8 @@ void cm_init_fill(float *dst, uint64_t first, uint64_t n,
     return;
   }
   uint64_t key = cm_splitmix64_at(seed ^ cm_name_hash(name));
-  for (uint64_t i = 0; i < n; i++) {
-    uint64_t r = cm_splitmix64_at(key + first + i);
-    float u = (float)(r >> 40) * (1.0f / 16777216.0f); /* [0, 1) */
-    dst[i] = (2.0f * u - 1.0f) * scale;
-  }
+  for (uint64_t i = 0; i < n; i++)
+    dst[i] = uniform_at(key + first + i, scale);
 }
 
 void cm_table_init_row(const struct cm_table_conf *conf, uint64_t seed,
@@ -37,9 +41,6 @@ void cm_table_init_row(const struct cm_table_conf *conf, uint64_t seed,
   }
   uint64_t key = cm_splitmix64_at(seed ^ cm_name_hash(conf->name));
   key = cm_mix64(key ^ cm_splitmix64_at(id));
-  for (uint32_t j = 0; j < conf->dim; j++) {
-    uint64_t r = cm_splitmix64_at(key + j);
-    float u = (float)(r >> 40) * (1.0f / 16777216.0f); /* [0, 1) */
-    row[j] = (2.0f * u - 1.0f) * conf->init_scale;
-  }
+  for (uint32_t j = 0; j < conf->dim; j++)
+    row[j] = uniform_at(key + j, conf->init_scale);
 }

@@ -118,15 +118,15 @@ static grpc_status_code check_shards(struct psd_server *srv, int n, char *msg,
     r = (Psd__V1__StatusResponse *)cm_rpc_unpack(
         u.response, &psd__v1__status_response__descriptor);
     cm_unary_release(&u);
-    if (r && (r->layout != srv->layout || r->num_shards != srv->nshards) &&
-        !(s >= srv->nshards && r->standby && r->layout < srv->layout) &&
-        cm_mono_s() < until) {
+    int other = r &&
+                (r->layout != srv->layout || r->num_shards != srv->nshards) &&
+                !(s >= srv->nshards && r->standby && r->layout < srv->layout);
+    if (other && cm_mono_s() < until) {
       protobuf_c_message_free_unpacked(&r->base, NULL);
       usleep(LIVE_RETRY_MS * 1000);
       goto again;
     }
-    if (!r || ((r->layout != srv->layout || r->num_shards != srv->nshards) &&
-               !(s >= srv->nshards && r->standby && r->layout < srv->layout))) {
+    if (!r || other) {
       snprintf(msg, len,
                "ps:%d holds layout %llu of %d shards, ps:0 layout %llu of %d: "
                "it is starting again after a reshard; ask again once it "
