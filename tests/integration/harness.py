@@ -398,6 +398,14 @@ def need_root(test):
         pwd.getpwnam("nobody")
     except KeyError:
         test.skipTest("this system has no user nobody")
+    # nobody runs the build's programs: every directory above them must let
+    # others through (a clone under mktemp -d's 0700 directory does not).
+    d = os.path.abspath(BUILD)
+    while d != "/":
+        if not os.stat(d).st_mode & 0o001:
+            test.skipTest("user nobody cannot reach the build's programs: %s is not "
+                          "searchable by others (clone the tree where it is)" % d)
+        d = os.path.dirname(d)
 
 
 def set_wmem_max(test, value, why):
