@@ -251,9 +251,16 @@ class LiveReshardTest(LiveBase):
                          "ps:%d" % i]) for i in (1, 2)]
         self.procs += again
         self.assertEqual(first.wait(timeout=300), 0, first.output())
-        for p in again:
+        for i, p in zip((1, 2), again):
             p.wait_for("ready: listening on", timeout=120)
-            self.assertIn("is under way: waiting for ps:0 to finish it", p.output())
+            # Started before ps:0 wrote the reshard's result, a shard waits
+            # for it; started after (ps:0 cuts from the checkpoints on disk
+            # and may be done first), it loads the new layout. Either way it
+            # serves as shard i of 3, never in the old layout.
+            out = p.output()
+            if "is under way: waiting for ps:0 to finish it" not in out:
+                self.assertIn("the job's checkpoints are of layout 1, 3 shards", out)
+            self.assertIn("shard %d of 3," % i, out)
         after = read_job(self.root, self.JOB)
         self.assert_placed(after, 3)
         self.assert_same_state(before, after)
