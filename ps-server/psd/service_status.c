@@ -158,15 +158,25 @@ void psd__on_status(struct cm_rpc_call *call, grpc_byte_buffer *bb, void *ctx) {
     resp.rollbacks = st.gen;
     resp.rollback_step = st.rollback_step;
     resp.resumed = st.resumed;
-    if (!(hist = malloc(PSD_STEPS_HISTORY * sizeof *hist)) ||
-        !(recs = calloc(PSD_STEPS_HISTORY, sizeof *recs)) ||
-        !(recp = calloc(PSD_STEPS_HISTORY, sizeof *recp)) ||
-        !(ids = calloc(PSD_STEPS_HISTORY * 2 * PSD_STEPS_MAX_WORKERS,
-                       sizeof *ids))) {
+    /* Sized by the records there are (a sync job's first steps hold a few),
+       not by the history's bound: 4096 records and 8 MiB of ids on every
+       call made Status the cost of a short job under ASan. A record that
+       arrives between the count and the copy pushes out the oldest. */
+    int nh = psd_steps_recorded(svc->steps);
+    if (!(hist = malloc((nh + 1) * sizeof *hist))) {
       psd__fail(svc, call, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
       goto out;
     }
-    int nh = psd_steps_history(svc->steps, hist, PSD_STEPS_HISTORY);
+    nh = psd_steps_history(svc->steps, hist, nh);
+    size_t nids = 0;
+    for (int i = 0; i < nh; i++)
+      nids += (size_t)hist[i].napplied + hist[i].ndropped;
+    if (!(recs = calloc(nh + 1, sizeof *recs)) ||
+        !(recp = calloc(nh + 1, sizeof *recp)) ||
+        !(ids = calloc(nids + 1, sizeof *ids))) {
+      psd__fail(svc, call, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+      goto out;
+    }
     int32_t *id = ids;
     for (int i = 0; i < nh; i++) {
       psd__v1__step_record__init(&recs[i]);

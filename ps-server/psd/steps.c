@@ -432,6 +432,13 @@ void psd_steps_state(struct psd_steps *s, struct psd_steps_state *out) {
   pthread_mutex_unlock(&s->lock);
 }
 
+int psd_steps_recorded(struct psd_steps *s) {
+  pthread_mutex_lock(&s->lock);
+  uint64_t n = s->nhist < PSD_STEPS_HISTORY ? s->nhist : PSD_STEPS_HISTORY;
+  pthread_mutex_unlock(&s->lock);
+  return (int)n;
+}
+
 int psd_steps_history(struct psd_steps *s, struct psd_step_record *out,
                       int max) {
   pthread_mutex_lock(&s->lock);

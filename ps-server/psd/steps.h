@@ -118,6 +118,10 @@ void psd_steps_snap_hold(struct psd_steps_snap *sn, int n);
  * void * so that it can be a slice's release callback. */
 void psd_steps_snap_release(void *sn);
 
+/* How many records psd_steps_history has to give now (at most
+ * PSD_STEPS_HISTORY), so that a caller allocates what it copies. */
+int psd_steps_recorded(struct psd_steps *s);
+
 /* Copies up to max of the most recent records, oldest first; returns how
  * many. */
 int psd_steps_history(struct psd_steps *s, struct psd_step_record *out,
