@@ -2,7 +2,9 @@
 they train the demo MLP on Fashion-MNIST over gRPC, and worker 0's final line
 reports the test accuracy: at least the figure README.md's example table
 states (test_examples.stated) for deploy/examples/local.json, local-sync.json
-and local-ssp.json, each run as shipped but for its ports. Also dworker's own errors, and a worker started
+and local-ssp.json, each run as shipped but for its ports (under make asan,
+PSD_SANITIZED=1, one epoch, the figure not asserted: those runs look for
+memory errors, as test_examples' do). Also dworker's own errors, and a worker started
 again on shards that kept an earlier run's state (resuming; a complete sync
 job trains nothing). Run:
 /usr/bin/python3 test_train.py BUILD_DIR"""
@@ -13,17 +15,29 @@ import struct
 import unittest
 
 import harness as h
-from test_examples import stated
+from test_examples import SANITIZED, stated
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
 DATA = "/usr/share/datasets/fashion-mnist"
 
 
 def demo_job(name="local.json", **over):
+    """The example's job, with over; one epoch under make asan."""
     with open(os.path.join(ROOT, "deploy", "examples", name)) as f:
         job = json.load(f)["job"]
+    if SANITIZED:
+        job["epochs"] = 1
     job.update(over)
     return job
+
+
+def check_figure(name, test, kv):
+    """README's figure for example name, but under make asan, whose one
+    epoch must only have learned something."""
+    if SANITIZED:
+        test.assertGreaterEqual(float(kv["test_accuracy"]), 0.75)
+    else:
+        stated(name).check(test, kv)
 
 
 class TrainTest(unittest.TestCase):
@@ -36,9 +50,10 @@ class TrainTest(unittest.TestCase):
             r = h.run([h.build_path("deploy", "pslaunch"), spec], timeout=900)
             out = r.stdout + r.stderr
             self.assertEqual(r.returncode, 0, out[-4000:])
+            epochs = demo_job()["epochs"]
             # Both workers made progress lines, prefixed by the launcher.
             for w in (0, 1):
-                self.assertRegex(r.stdout, r"worker:%d\s*\| .*epoch \d+/5 step \d+" % w)
+                self.assertRegex(r.stdout, r"worker:%d\s*\| .*epoch \d+/%d step \d+" % (w, epochs))
             # Both shards served and were stopped cleanly.
             for s in (0, 1):
                 self.assertRegex(r.stderr, r"ps:%d\s*\| .*ready: listening" % s)
@@ -47,16 +62,16 @@ class TrainTest(unittest.TestCase):
             kv = dict(re.findall(r"(\w+)=([\d.]+)", last[0].split("final:", 1)[1]))
             self.assertIn("worker_examples_per_s", kv)
             self.assertIn("wall_s", kv)
-            self.assertEqual(kv["epochs"], str(demo_job()["epochs"]))
-            # Each worker trained on its half: 5 epochs of 30000 examples.
-            self.assertEqual(kv["examples"], str(5 * 30000))
-            # The job's rate, measured by ps:0: all 5 x 60000 examples.
-            job = h.assert_job_accounting(self, r.stdout, 5, 2)
+            self.assertEqual(kv["epochs"], str(epochs))
+            # Each worker trained on its half: 30000 examples an epoch.
+            self.assertEqual(kv["examples"], str(epochs * 30000))
+            # The job's rate, measured by ps:0: all 60000 examples an epoch.
+            job = h.assert_job_accounting(self, r.stdout, epochs, 2)
             acc = float(kv["test_accuracy"])
             print("\ntest_accuracy=%.4f job examples_per_s=%s wall_s=%s "
                   "(worker:0 alone %s/s)" % (acc, job["examples_per_s"],
                                             job["wall_s"], kv["worker_examples_per_s"]))
-            stated("local.json").check(self, kv)  # README's figure
+            check_figure("local.json", self, kv)  # README's figure
             # worker 0's final line is its last line of output.
             w0 = [l for l in r.stdout.splitlines() if l.startswith("worker:0")]
             self.assertIn("final:", w0[-1])
@@ -74,7 +89,7 @@ class TrainTest(unittest.TestCase):
             job = h.assert_job_accounting(self, r.stdout, demo_job(name)["epochs"], 2)
             print("\n%s: test_accuracy=%s job examples_per_s=%s wall_s=%s"
                   % (name, kv["test_accuracy"], job["examples_per_s"], job["wall_s"]))
-            stated(name).check(self, kv)  # README's figure
+            check_figure(name, self, kv)  # README's figure
 
     def test_demo_spec_in_sync_mode(self):
         if not os.path.isdir(DATA):
@@ -94,10 +109,10 @@ class TrainTest(unittest.TestCase):
             self.assertEqual(r.returncode, 0, (r.stdout + r.stderr)[-4000:])
             last = [l for l in r.stdout.splitlines() if "final:" in l]
             kv = dict(re.findall(r"(\w+)=([\d.]+)", last[0].split("final:", 1)[1]))
-            job = h.assert_job_accounting(self, r.stdout, 5, 2)
+            job = h.assert_job_accounting(self, r.stdout, demo_job()["epochs"], 2)
             print("\nbf16 wire: test_accuracy=%s job examples_per_s=%s"
                   % (kv["test_accuracy"], job["examples_per_s"]))
-            self.assertGreaterEqual(float(kv["test_accuracy"]), 0.85)
+            self.assertGreaterEqual(float(kv["test_accuracy"]), 0.75 if SANITIZED else 0.85)
 
     def test_demo_spec_with_staleness_bound(self):
         if not os.path.isdir(DATA):
