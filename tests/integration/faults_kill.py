@@ -8,7 +8,7 @@ import signal
 import unittest
 
 import harness as h
-from faults import ACC_JOB, DATA, Faults, result, status
+from faults import ACC_JOB, DATA, EPOCHS, Faults, result, status
 
 
 
@@ -68,10 +68,10 @@ class KillPsdTest(Faults):
 
 
 # The sync job a shard is killed in: ACC_JOB's sgd on a cosine over the
-# job's 2 x 469 steps, both workers in every step, checkpoints every 50.
-SYNC_JOB = dict(ACC_JOB, name="syncfaults", epochs=2,
+# job's EPOCHS x 469 steps, both workers in every step, checkpoints every 50.
+SYNC_JOB = dict(ACC_JOB, name="syncfaults", epochs=EPOCHS,
                 optimizer={"type": "sgd", "lr": 0.05,
-                           "schedule": {"type": "cosine", "total_steps": 2 * 469}},
+                           "schedule": {"type": "cosine", "total_steps": EPOCHS * 469}},
                 sync={"mode": "sync"}, checkpoint={"dir": "ck", "every_steps": 50})
 _sync_baseline = {}
 
@@ -116,12 +116,12 @@ class KillPsdSyncTest(Faults):
         undid, every shard is at the same step with the same commits where
         both remember them, one rollback each, and the accuracy is within
         0.02 of the run without the fault."""
-        total = 2 * 469
+        total = EPOCHS * 469
         for w in ws:
             r = result(w)
             self.assertGreater(int(r.get("redone", 0)), 0, r)
             self.assertEqual(int(r["steps"]), total + int(r["redone"]), r)
-        self.assertIn("training: 2 epochs of 469 steps", ws[0].output())
+        self.assertIn("training: %d epochs of 469 steps" % EPOCHS, ws[0].output())
         self.assertEqual(st[0]["step"], st[1]["step"], (st[0]["step"], st[1]["step"]))
         print("sync: the shards committed %d steps (%d without the fault); the workers "
               "redid %s steps" % (st[0]["step"], total,

@@ -20,6 +20,10 @@ from netns import Net, ip
 from test_auth import TOKEN, make_certs
 from test_train import DATA, demo_job
 
+# The demo's epochs, but at least 3 (make asan's demo_job trains one): the
+# link is cut once worker:0 is in its second epoch.
+NETNS_EPOCHS = max(demo_job()["epochs"], 3)
+
 # The namespaces' addresses: ns1, ns2, ns3 (each namespace is this test's
 # own, so the same addresses in a parallel run never meet these).
 ADDR = {1: "10.213.7.1", 2: "10.213.7.2", 3: "10.213.7.3"}
@@ -65,7 +69,7 @@ class NetnsJobTest(Faults):
         # The demo job; calls time out after 1 s so that the cut is noticed
         # soon (the demo's default is longer).
         spec = {"cluster": {"ps": PS, "worker": WORKER},
-                "job": demo_job(rpc_timeout_ms=1000),
+                "job": dict(demo_job(rpc_timeout_ms=1000), epochs=NETNS_EPOCHS),
                 "auth": {"token_file": "token",
                          "tls": {"ca": "ca.pem", "cert": "server.pem", "key": "server.key"}}}
         path = os.path.join(self.d, "spec.json")
