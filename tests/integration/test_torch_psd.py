@@ -3,7 +3,8 @@
 (2 psd shards, 2 Python workers running deploy/examples/torch/train.py as the
 spec's job.worker_command) in sync mode (integration-examples runs it as
 shipped, async, from the installed tree), and each worker's final line meets
-README.md's figure for the example; pslaunch's job line counts every
+README.md's figure for the example (under make asan one epoch, which need
+only learn); pslaunch's job line counts every
 worker's examples. Also psd.torch.DistributedOptimizer's own rules: every
 worker and the shards start from the first worker's values (a LayerNorm's
 ones and a split weight included); an excluded parameter stays local; the
@@ -28,7 +29,7 @@ from unittest import mock
 import numpy as np
 
 import harness as h
-from test_examples import stated
+from test_examples import SANITIZED, stated
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 EXAMPLE = os.path.join(REPO, "deploy", "examples", "torch-mlp.json")
@@ -65,6 +66,8 @@ class ExampleTest(h.ProcTest):
         spec["job"]["name"] = "torch-" + mode
         spec["job"]["sync"] = {"mode": mode}
         spec["job"]["worker_command"] = ["/usr/bin/python3", TRAIN]
+        if SANITIZED:  # memory errors, not the figure: one epoch
+            spec["job"]["epochs"] = 1
         path = os.path.join(self.d, "torch.json")
         with open(path, "w") as f:
             json.dump(spec, f)
@@ -77,8 +80,11 @@ class ExampleTest(h.ProcTest):
         self.assertEqual(sorted(finals), [0, 1], out[-3000:])
         epochs, n = spec["job"]["epochs"], 0
         for w, m in finals.items():
-            stated("torch-mlp.json").check(self, {"test_acc": m.group(2)},
-                                           "worker:%d" % w)
+            if SANITIZED:
+                self.assertGreaterEqual(float(m.group(2)), 0.70, "worker:%d" % w)
+            else:
+                stated("torch-mlp.json").check(self, {"test_acc": m.group(2)},
+                                               "worker:%d" % w)
             self.assertEqual(int(m.group(4)), 30000 * epochs)
             n += int(m.group(4))
         job = h.job_line(out)
