@@ -67,9 +67,9 @@ image: setup-test
 	sh deploy/container/build-image.sh $(BUILD)/image $(IMAGE)
 
 # The whole suite under AddressSanitizer + UBSan (c-ares' own leak suppressed),
-# built at -O1 with debug info (as the sanitizers' docs advise: -O0 made every
-# process 15% slower and found nothing more); the example jobs train one epoch
-# and their figures are not asserted (PSD_SANITIZED=1). The suites
+# built at -O1 with debug info (-O0 made every process 15% slower), two at a
+# time as make test; the example and fault jobs train one epoch and the
+# examples' figures are not asserted (PSD_SANITIZED=1, CONTRIBUTING.md). The suites
 # that load libpsclient into python3 or a program of their own get the
 # sanitizers' runtime preloaded (tests/meson.build). ASAN_TESTS names some
 # suites to run alone (make asan ASAN_TESTS="integration-python unit/table").
