@@ -367,8 +367,12 @@ class ServeTest(h.ProcTest):
         self.wait_status(0, "version", 9)
         self.check_rows(0, good, 9)
         self.assertEqual(self.status(0)["refused"], 3)
-        # the directory emptied and begun again: said, answers stay
-        shutil.rmtree(os.path.join(self.pub, JOB, "ps-0"))
+        # the directory emptied and begun again: said, answers stay. Moved
+        # away whole first: a follower that looked while rmtree was halfway
+        # saw version 8 as the newest, said that once, and never version 1.
+        gone = os.path.join(self.d, "ps-0-removed")
+        os.rename(os.path.join(self.pub, JOB, "ps-0"), gone)
+        shutil.rmtree(gone)
         self.write(0, 1, True, 1, six)
         p.wait_for("the newest in %s is version 1, older than version 9 held"
                    % os.path.join(self.pub, JOB, "ps-0"))
