@@ -10,8 +10,8 @@
 
 #include "err.h"
 #include "grid.h"
+#include "layout.h"
 #include "psctl.h"
-#include "shard.h"
 #include "units.h"
 
 /* ---- the shard map ---- */

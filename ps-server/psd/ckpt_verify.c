@@ -16,10 +16,10 @@
 #include "ckpt_internal.h"
 #include "dedup.h"
 #include "err.h"
+#include "layout.h"
 #include "log.h"
 #include "optjson.h"
 #include "safetensors.h"
-#include "shard.h"
 
 /* Reads a JSON integer member into *x; returns 0 or -1. */
 static int get_int(json_t *o, const char *key, json_int_t *x) {

@@ -21,10 +21,10 @@
 #include "clock.h"
 #include "dedup.h"
 #include "err.h"
+#include "layout.h"
 #include "log.h"
 #include "optjson.h"
 #include "safetensors.h"
-#include "shard.h"
 
 /* Async: a variable (values and slots) up to this size is copied under its
  * lock and written after, so its lock is held for a memcpy, not for the

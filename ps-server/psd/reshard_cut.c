@@ -10,9 +10,9 @@
 
 #include "ckpt.h"
 #include "err.h"
+#include "layout.h"
 #include "log.h"
 #include "reshard_internal.h"
-#include "shard.h"
 #include "table.h"
 
 /* A variable of the new shard while its rows are gathered. */

@@ -18,10 +18,10 @@
 
 #include "clock.h"
 #include "err.h"
+#include "layout.h"
 #include "log.h"
 #include "meminfo.h"
 #include "optjson.h"
-#include "shard.h"
 #include "units.h"
 
 /* Orders positions in a Declare's vars by name (qsort_r context). */

@@ -13,7 +13,7 @@
 #include <string.h>
 
 #include "clock.h"
-#include "shard.h"
+#include "layout.h"
 
 /* Most value runs in one Declare. */
 #define MAX_RUNS 65536

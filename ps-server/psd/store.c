@@ -10,9 +10,9 @@
 
 #include "err.h"
 #include "init.h"
+#include "layout.h"
 #include "log.h"
 #include "optstep.h"
-#include "shard.h"
 
 struct psd_store {
   int shard;                  /* this shard's index */

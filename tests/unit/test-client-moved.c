@@ -19,12 +19,12 @@
 
 #include "client_internal.h"
 #include "err.h"
+#include "layout.h"
 #include "ps.pb-c.h"
 #include "psclient.h"
 #include "rand.h"
 #include "rpc.h"
 #include "rpc_server.h"
-#include "shard.h"
 #include "spec.h"
 #include "unit.h"
 #include "wire.h"

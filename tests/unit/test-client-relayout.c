@@ -12,9 +12,9 @@
 
 #include "client_internal.h"
 #include "err.h"
+#include "layout.h"
 #include "psclient.h"
 #include "rand.h"
-#include "shard.h"
 #include "sparse_plan.h"
 #include "spec.h"
 #include "unit.h"

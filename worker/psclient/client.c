@@ -21,9 +21,9 @@
 
 #include "endpoint.h"
 #include "err.h"
+#include "layout.h"
 #include "log.h"
 #include "rand.h"
-#include "shard.h"
 #include "shm_client.h"
 
 #define DEFAULT_CHUNK (2u << 20)

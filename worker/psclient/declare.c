@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "err.h"
-#include "shard.h"
+#include "layout.h"
 
 /* The shards keep how a declaration placed a variable in common/'s terms. */
 _Static_assert(PSC__PLACE_NAME == CM_SHARD_NAME &&

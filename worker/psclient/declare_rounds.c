@@ -26,8 +26,8 @@
 
 #include "clock.h"
 #include "err.h"
+#include "layout.h"
 #include "rand.h"
-#include "shard.h"
 
 /* One variable of the declare, as the rounds see it. */
 struct want {

@@ -29,8 +29,8 @@
 #include <string.h>
 
 #include "err.h"
+#include "layout.h"
 #include "log.h"
-#include "shard.h"
 #include "shm_client.h"
 
 #define MOVED_PREFIX "layout moved: "

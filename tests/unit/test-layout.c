@@ -5,7 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "shard.h"
+#include "layout.h"
 #include "unit.h"
 
 static void check_split(int64_t rows, int n) {

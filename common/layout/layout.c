@@ -1,6 +1,6 @@
 /* Row partitioning of variables across shards, and their element counts
  * (see shard.h). */
-#include "shard.h"
+#include "layout.h"
 
 uint64_t cm_numel(int ndim, const int64_t *shape, uint64_t max, int *bad) {
   uint64_t n = 1;
