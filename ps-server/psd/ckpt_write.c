@@ -290,9 +290,9 @@ static int write_shard(struct psd_ckpt *c, struct psd_store *store,
       rc = CM_ENOMEM;
       goto out;
     }
-    /* How its declaration placed it, for a reshard (cm_shard_replace);
+    /* How its declaration placed it, for a reshard (cm_layout_replace);
      * left out when not said, as an older psd wrote it. */
-    if (asked[i] != CM_SHARD_UNSAID &&
+    if (asked[i] != CM_LAYOUT_UNSAID &&
         json_object_set_new(e, "asked", json_integer(asked[i]))) {
       json_decref(e);
       rc = CM_ENOMEM;
