@@ -19,6 +19,7 @@
 #include <sys/socket.h>
 
 #include "err.h"
+#include "layout.h"
 #include "task.h"
 
 int cm__parse_ipv6(const char *s, unsigned char bin[16]) {
@@ -326,8 +327,9 @@ static int parse_kubeflow(struct cm__errs *e, json_t *cluster,
 }
 
 /* cluster.serve: the serving tasks (docs/serving.md), optional; serve:J
- * follows shard J % nps, so their number must be a multiple of the
- * shards'. Returns 0 or CM_ENOMEM; mistakes go to e. */
+ * follows shard J % nps (the layout's cm_layout_serve_shard), so their
+ * number must be a multiple of the shards'. Returns 0 or CM_ENOMEM; mistakes go
+ * to e. */
 static int parse_serve(struct cm__errs *e, json_t *cluster,
                        struct cm_spec *spec) {
   int rc;
@@ -335,7 +337,8 @@ static int parse_serve(struct cm__errs *e, json_t *cluster,
     return 0;
   if ((rc = parse_addrs(e, cluster, "serve", &spec->serve, &spec->nserve)) < 0)
     return rc;
-  if (spec->nserve > 0 && spec->nps > 0 && spec->nserve % spec->nps != 0)
+  if (spec->nserve > 0 && spec->nps > 0 &&
+      !cm_layout_serve_replicas(spec->nserve, spec->nps))
     cm__report(e, "cluster.serve",
                "%d entr%s; expected a multiple of cluster.ps's %d (serve:J "
                "follows shard J %% %d, the same number of replicas of each)",

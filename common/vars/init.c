@@ -1,10 +1,12 @@
 /* Counter-based initial values (init.h): splitmix64 of a key made from the
- * seed and the name's FNV-1a hash, plus the element's global index (a
- * variable) or the row's id and the element's column (a table's row). */
+ * seed and the name's hash (the layout's, cm_layout_name_hash), plus the
+ * element's global index (a variable) or the row's id and the element's
+ * column (a table's row). */
 #include "init.h"
 
 #include <string.h>
 
+#include "layout.h"
 #include "rand.h"
 
 /* The counter's uniform value in [-scale, scale). */
@@ -14,13 +16,6 @@ static float uniform_at(uint64_t counter, float scale) {
   return (2.0f * u - 1.0f) * scale;
 }
 
-uint64_t cm_name_hash(const char *name) {
-  uint64_t h = 0xcbf29ce484222325ULL;
-  for (; *name; name++)
-    h = (h ^ (uint8_t)*name) * 0x100000001b3ULL;
-  return h;
-}
-
 void cm_init_fill(float *dst, uint64_t first, uint64_t n,
                   enum cm_init_kind kind, float scale, uint64_t seed,
                   const char *name) {
@@ -28,7 +23,7 @@ void cm_init_fill(float *dst, uint64_t first, uint64_t n,
     memset(dst, 0, n * sizeof *dst);
     return;
   }
-  uint64_t key = cm_splitmix64_at(seed ^ cm_name_hash(name));
+  uint64_t key = cm_splitmix64_at(seed ^ cm_layout_name_hash(name));
   for (uint64_t i = 0; i < n; i++)
     dst[i] = uniform_at(key + first + i, scale);
 }
@@ -39,7 +34,7 @@ void cm_table_init_row(const struct cm_table_conf *conf, uint64_t seed,
     memset(row, 0, conf->dim * sizeof *row);
     return;
   }
-  uint64_t key = cm_splitmix64_at(seed ^ cm_name_hash(conf->name));
+  uint64_t key = cm_splitmix64_at(seed ^ cm_layout_name_hash(conf->name));
   key = cm_mix64(key ^ cm_splitmix64_at(id));
   for (uint32_t j = 0; j < conf->dim; j++)
     row[j] = uniform_at(key + j, conf->init_scale);

@@ -21,10 +21,6 @@ void cm_init_fill(float *dst, uint64_t first, uint64_t n,
                   enum cm_init_kind kind, float scale, uint64_t seed,
                   const char *name);
 
-/* FNV-1a 64 of a name's bytes: the name's part of every key above (and of
- * a table's admission by probability). */
-uint64_t cm_name_hash(const char *name);
-
 /* Fills row (conf->dim floats) with id's initial value in table conf->name
  * under the job's seed: zeros, or uniform in [-init_scale, init_scale)
  * (docs/tables.md, "A row's initial value"). conf is the table's resolved

@@ -118,7 +118,7 @@ struct psctl_var_map {
 };
 
 /* Fills m for variable `name` from the shards that answered; a down
- * shard's rows come from the shard map (common/vars/shard.h). Returns 0,
+ * shard's rows come from the layout (common/layout/layout.h). Returns 0,
  * CM_ENOENT when no shard that answered knows it, or CM_ENOMEM. */
 int psctl_map_var(const struct psctl *p, const char *name,
                   struct psctl_var_map *m);

@@ -15,6 +15,7 @@
 
 #include "err.h"
 #include "grid.h"
+#include "layout.h"
 #include "psctl.h"
 #include "serving.h"
 #include "units.h"
@@ -89,7 +90,8 @@ static int print_grid(const struct cm_spec *spec, const struct task_row *rows,
     const struct task_row *r = &rows[t];
     psctl_grid_cell(&g, "serve:%d", t);
     psctl_grid_cell(&g, "%s", spec->serve[t].text);
-    psctl_grid_cell(&g, "%d", r->up ? r->st.shard : t % spec->nps);
+    psctl_grid_cell(&g, "%d",
+                    r->up ? r->st.shard : cm_layout_serve_shard(t, spec->nps));
     if (!r->up) {
       psctl_grid_cell(&g, "down");
       for (int k = 0; k < 7; k++)

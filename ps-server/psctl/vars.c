@@ -10,8 +10,8 @@
 
 #include "err.h"
 #include "grid.h"
+#include "layout.h"
 #include "psctl.h"
-#include "shard.h"
 #include "units.h"
 
 /* ---- the shard map ---- */
@@ -59,7 +59,7 @@ int psctl_map_var(const struct psctl *p, const char *name,
       m->begin[s] = json_integer_value(json_array_get(rows, 0));
       m->end[s] = json_integer_value(json_array_get(rows, 1));
     } else {
-      cm_shard_rows(m->rows, m->placement, n, s, &m->begin[s], &m->end[s]);
+      cm_layout_rows(m->rows, m->placement, n, s, &m->begin[s], &m->end[s]);
     }
   }
   return 0;

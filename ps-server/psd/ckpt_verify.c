@@ -16,10 +16,10 @@
 #include "ckpt_internal.h"
 #include "dedup.h"
 #include "err.h"
+#include "layout.h"
 #include "log.h"
 #include "optjson.h"
 #include "safetensors.h"
-#include "shard.h"
 
 /* Reads a JSON integer member into *x; returns 0 or -1. */
 static int get_int(json_t *o, const char *key, json_int_t *x) {
@@ -356,7 +356,7 @@ int psd__ckpt_load_one(struct psd_ckpt *c, const char *dir, uint64_t step,
      * nothing, and a reshard then goes by placement alone. */
     if ((x = json_object_get(e, "asked"))) {
       json_int_t a = json_integer_value(x);
-      if (!json_is_integer(x) || a < CM_SHARD_NAME || a > INT32_MAX) {
+      if (!json_is_integer(x) || a < CM_LAYOUT_NAME || a > INT32_MAX) {
         snprintf(err, errlen,
                  "%s: vars[%zu] ('%s'): \"asked\" must be an integer >= -3 "
                  "(-1 split, -2 auto, -3 by name, or a shard index)",

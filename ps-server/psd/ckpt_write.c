@@ -21,10 +21,10 @@
 #include "clock.h"
 #include "dedup.h"
 #include "err.h"
+#include "layout.h"
 #include "log.h"
 #include "optjson.h"
 #include "safetensors.h"
-#include "shard.h"
 
 /* Async: a variable (values and slots) up to this size is copied under its
  * lock and written after, so its lock is held for a memcpy, not for the
@@ -290,9 +290,9 @@ static int write_shard(struct psd_ckpt *c, struct psd_store *store,
       rc = CM_ENOMEM;
       goto out;
     }
-    /* How its declaration placed it, for a reshard (cm_shard_replace);
+    /* How its declaration placed it, for a reshard (cm_layout_replace);
      * left out when not said, as an older psd wrote it. */
-    if (asked[i] != CM_SHARD_UNSAID &&
+    if (asked[i] != CM_LAYOUT_UNSAID &&
         json_object_set_new(e, "asked", json_integer(asked[i]))) {
       json_decref(e);
       rc = CM_ENOMEM;

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "auth.h"
+#include "layout.h"
 #include "spec.h"
 #include "units.h"
 
@@ -104,7 +105,7 @@ static enum psd_config configure_serving(struct psd_server *srv,
   char err[8192];
   srv->serving = 1;
   srv->replica = spec->task.index;
-  srv->shard = spec->task.index % spec->nps;
+  srv->shard = cm_layout_serve_shard(spec->task.index, spec->nps);
   if (!spec->job.publish_dir[0]) {
     fprintf(stderr,
             "psd: serve:%d follows the publications of shard %d, but the "

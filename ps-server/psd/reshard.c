@@ -19,6 +19,7 @@
 #include "ckpt_internal.h" /* psd__ckpt_sync_dir, psd__ckpt_remove_tree */
 #include "clock.h"
 #include "err.h"
+#include "layout.h"
 #include "log.h"
 #include "meminfo.h"
 #include "reshard_internal.h"
@@ -222,13 +223,13 @@ static int write_and_check(const struct psd__reshard_src *src, const char *tmp,
       goto out;
     }
     for (size_t r = 0; r < s->nrows; r++)
-      if (psd_table_shard_of(s->ids[r], m) != cut->shard) {
+      if (cm_layout_id_shard(s->ids[r], m) != cut->shard) {
         snprintf(err, errlen,
                  "new shard %d: table '%s' holds id %llu, which shard %d of "
                  "%d holds",
                  cut->shard, psd_table_conf(psd_tables_at(ts, i))->name,
                  (unsigned long long)s->ids[r],
-                 psd_table_shard_of(s->ids[r], m), m);
+                 cm_layout_id_shard(s->ids[r], m), m);
         psd_table_snap_free(s);
         goto out;
       }

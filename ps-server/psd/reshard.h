@@ -4,12 +4,13 @@
  * A checkpoint of N shards (<root>/<job>/ps-0 .. ps-N-1, each its newest
  * checkpoint; sync: the newest step every shard has) is cut again for the
  * M shards of the spec, exactly as a job started with M shards lays its
- * state out: table rows go to splitmix64(id) % M, and each variable where
- * its declaration's placement puts it among M (cm_shard_replace, the rule
+ * state out (the layout's rules, common/layout/layout.h): table rows go
+ * to splitmix64(id) % M (cm_layout_id_shard), and each variable where
+ * its declaration's placement puts it among M (cm_layout_replace, the rule
  * a client that follows the move uses too): split to M row ranges
- * (cm_shard_rows), one declared on shard k stays there (by name while M
+ * (cm_layout_rows), one declared on shard k stays there (by name while M
  * has no shard k), any other held whole goes where its name hashes among M
- * (cm_shard_by_name, the placement clients give by default: dworker's
+ * (cm_layout_by_name, the placement clients give by default: dworker's
  * models and psc_declare's PSC_PLACE_AUTO). Values,
  * optimizer slots, per-row state and statistics, versions and step counts
  * are copied bit for bit. Async checkpoints' tables of applied pushes are

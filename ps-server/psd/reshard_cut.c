@@ -10,9 +10,9 @@
 
 #include "ckpt.h"
 #include "err.h"
+#include "layout.h"
 #include "log.h"
 #include "reshard_internal.h"
-#include "shard.h"
 #include "table.h"
 
 /* A variable of the new shard while its rows are gathered. */
@@ -37,10 +37,10 @@ struct gather {
 
 /* Where a variable held among n old shards goes among m: by how its
  * declaration placed it, the rule clients that follow the move use too
- * (cm_shard_replace). */
+ * (cm_layout_replace). */
 static int new_placement(const struct psd_var *v, int n, int m) {
-  return cm_shard_replace(v->asked, v->placement, n, v->name,
-                          v->numel * sizeof(float), m);
+  return cm_layout_replace(v->asked, v->placement, n, v->name,
+                           v->numel * sizeof(float), m);
 }
 
 static void gather_free(struct gather *g) {
@@ -56,7 +56,7 @@ static int gather_of(struct gather **g, int *n, int *cap,
                      struct gather **out) {
   *out = NULL;
   int p = new_placement(v, nold, m);
-  if (p != CM_SHARD_SPLIT && p != shard)
+  if (p != CM_LAYOUT_SPLIT && p != shard)
     return 0;
   for (int i = 0; i < *n; i++)
     if (!strcmp((*g)[i].name, v->name)) {
@@ -83,7 +83,7 @@ static int gather_of(struct gather **g, int *n, int *cap,
   x->nslots = v->nslots;
   x->row = v->numel / (uint64_t)v->shape[0];
   x->steps_lo = UINT64_MAX;
-  cm_shard_rows(v->shape[0], p, m, shard, &x->begin, &x->end);
+  cm_layout_rows(v->shape[0], p, m, shard, &x->begin, &x->end);
   size_t len = (size_t)(x->end - x->begin) * x->row;
   x->value = malloc(len * sizeof(float) + 1);
   for (int s = 0; s < x->nslots; s++)
@@ -142,7 +142,7 @@ static int cut_table(struct psd__reshard_cut *cuts, int count,
     goto out;
   }
   for (size_t i = 0; i < all->nrows; i++)
-    to[i] = psd_table_shard_of(all->ids[i], m);
+    to[i] = cm_layout_id_shard(all->ids[i], m);
   psd_table_stats(t, &ts);
   for (int j = 0; j < count; j++) {
     struct psd__reshard_cut *cut = &cuts[j];

@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "init.h"
+#include "layout.h"
 #include "log.h"
 #include "ps.pb-c.h"
 #include "table.h"
@@ -70,11 +71,11 @@ static uint64_t *take_ids(struct psd_serve *s, struct cm_rpc_call *call,
   if (req->ids.len)
     memcpy(ids, req->ids.data, req->ids.len);
   for (size_t i = 0; i < *n; i++) {
-    int owner = psd_table_shard_of(ids[i], s->shards);
+    int owner = cm_layout_id_shard(ids[i], s->shards);
     if (owner != s->shard) {
       fail(s, call, GRPC_STATUS_INVALID_ARGUMENT,
            "Lookup '%.200s': id %llu (position %zu) belongs to shard %d, not "
-           "shard %d, which serve:%d serves (splitmix64(id) %% %d)",
+           "shard %d, which serve:%d serves (" CM_LAYOUT_ID_RULE ")",
            t, (unsigned long long)ids[i], i, owner, s->shard, s->replica,
            s->shards);
       free(ids);

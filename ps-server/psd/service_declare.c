@@ -18,10 +18,11 @@
 
 #include "clock.h"
 #include "err.h"
+#include "layout.h"
 #include "log.h"
 #include "meminfo.h"
 #include "optjson.h"
-#include "shard.h"
+#include "shape.h"
 #include "units.h"
 
 /* Orders positions in a Declare's vars by name (qsort_r context). */
@@ -142,7 +143,7 @@ static int check_declare(struct psd_service *svc, struct cm_rpc_call *call,
           vs->name, vs->placement, svc->nshards - 1);
       goto out;
     }
-    if (vs->asked < CM_SHARD_NAME) {
+    if (vs->asked < CM_LAYOUT_NAME) {
       psd__fail(svc, call, GRPC_STATUS_INVALID_ARGUMENT,
                 "Declare '%s': asked %d; expected 0 (not said), -1 (split), "
                 "-2 (auto), -3 (by name) or a shard index plus one",
@@ -201,8 +202,8 @@ static int check_declare(struct psd_service *svc, struct cm_rpc_call *call,
       }
       continue;
     }
-    cm_shard_rows(vs->shape[0], vs->placement, svc->nshards, svc->shard, &rb,
-                  &re);
+    cm_layout_rows(vs->shape[0], vs->placement, svc->nshards, svc->shard, &rb,
+                   &re);
     need += (uint64_t)(re - rb) * row_elems *
             psd_store_elem_bytes(svc->store, vs->name, o->own[i]);
     nnew++;
@@ -308,9 +309,9 @@ static int declare_one(struct psd_service *svc, struct cm_rpc_call *call,
         vs->init_scale, vs->seed, own, v, created, err, sizeof err);
   }
   free(buf);
-  /* How the declaration placed it, kept for a reshard (cm_shard_replace). */
+  /* How the declaration placed it, kept for a reshard (cm_layout_replace). */
   if (!rc && *created)
-    psd_store_set_asked(*v, cm_shard_asked_from_wire(vs->asked));
+    psd_store_set_asked(*v, cm_layout_asked_from_wire(vs->asked));
   /* It exists now: no stage of it can create it any more. */
   if (!rc)
     psd_vstage_drop_name(svc->vstage, vs->name);

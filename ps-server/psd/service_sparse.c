@@ -5,8 +5,8 @@
  * once; a pull's rows leave as the answer's bulk field from one buffer; a
  * push's gradients (field 15) are read once into a buffer and applied, or
  * staged for a sync step (sstage.h). Every id is checked first, against
- * the table's bound and this shard's share of the ids (table.h,
- * psd_table_shard_of), and a push's width against the table's dim, so a
+ * the table's bound and this shard's share of the ids (the layout's,
+ * cm_layout_id_shard), and a push's width against the table's dim, so a
  * refused call changes nothing. A sync pull for the step after the last
  * one closed is parked like a dense one (service_pull.c). The version
  * either answer carries is, in sync mode, the steps committed; in async
@@ -23,6 +23,7 @@
 
 #include "clock.h"
 #include "err.h"
+#include "layout.h"
 #include "steps.h"
 #include "wire.h"
 
@@ -84,11 +85,11 @@ static int check_ids(struct psd_service *svc, struct cm_rpc_call *call,
                 (unsigned long long)c->id_bound);
       return -1;
     }
-    int owner = psd_table_shard_of(ids[i], svc->nshards);
+    int owner = cm_layout_id_shard(ids[i], svc->nshards);
     if (owner != svc->shard) {
       psd__fail(svc, call, GRPC_STATUS_INVALID_ARGUMENT,
                 "%s '%s': id %llu (position %zu) belongs to shard %d, not "
-                "shard %d (splitmix64(id) %% %d)",
+                "shard %d (" CM_LAYOUT_ID_RULE ")",
                 what, c->name, (unsigned long long)ids[i], i, owner, svc->shard,
                 svc->nshards);
       return -1;

@@ -13,7 +13,8 @@
 #include <string.h>
 
 #include "clock.h"
-#include "shard.h"
+#include "layout.h"
+#include "shape.h"
 
 /* Most value runs in one Declare. */
 #define MAX_RUNS 65536
@@ -58,8 +59,8 @@ void psd__values_rows(const struct psd_service *svc, const Psd__V1__VarSpec *vs,
   uint64_t row =
       cm_numel((int)vs->n_shape - 1, vs->shape + 1, UINT64_MAX, NULL);
   int64_t rb, re;
-  cm_shard_rows(vs->shape[0], vs->placement, svc->nshards, svc->shard, &rb,
-                &re);
+  cm_layout_rows(vs->shape[0], vs->placement, svc->nshards, svc->shard, &rb,
+                 &re);
   *begin = (uint64_t)rb * row;
   *end = (uint64_t)re * row;
 }

@@ -10,9 +10,10 @@
 
 #include "err.h"
 #include "init.h"
+#include "layout.h"
 #include "log.h"
 #include "optstep.h"
-#include "shard.h"
+#include "shape.h"
 
 struct psd_store {
   int shard;                  /* this shard's index */
@@ -69,12 +70,9 @@ const struct cm_optim_set *psd_store_optims(const struct psd_store *s) {
   return &s->optims;
 }
 
-/* FNV-1a of a name. */
+/* The index's hash of a name: the one name hash (the layout's). */
 static size_t name_hash(const char *name) {
-  uint64_t h = 14695981039346656037ULL;
-  for (; *name; name++)
-    h = (h ^ (unsigned char)*name) * 1099511628211ULL;
-  return (size_t)h;
+  return (size_t)cm_layout_name_hash(name);
 }
 
 /* The index is never more than half full, so every probe ends at an empty
@@ -270,10 +268,10 @@ static int declare(struct psd_store *s, const char *name, int ndim,
   v->ndim = ndim;
   memcpy(v->shape, shape, ndim * sizeof *shape);
   v->placement = placement;
-  v->asked = CM_SHARD_UNSAID;
+  v->asked = CM_LAYOUT_UNSAID;
   v->numel = numel;
-  cm_shard_rows(shape[0], placement, s->nshards, s->shard, &v->row_begin,
-                &v->row_end);
+  cm_layout_rows(shape[0], placement, s->nshards, s->shard, &v->row_begin,
+                 &v->row_end);
   v->elem_begin = (uint64_t)v->row_begin * row_elems;
   v->elem_end = (uint64_t)v->row_end * row_elems;
   v->opt = *opt;

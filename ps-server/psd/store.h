@@ -55,9 +55,9 @@ struct psd_var {
    * order, so updates are counted in elements; sync sets it from the
    * committed step. */
   uint64_t applied;
-  /* How its declaration chose the placement (CM_SHARD_SPLIT, AUTO, NAME,
-   * a shard index, or CM_SHARD_UNSAID: VarSpec.asked), kept through
-   * reshards (cm_shard_replace); psd_store_set_asked sets it. */
+  /* How its declaration chose the placement (CM_LAYOUT_SPLIT, AUTO, NAME,
+   * a shard index, or CM_LAYOUT_UNSAID: VarSpec.asked), kept through
+   * reshards (cm_layout_replace); psd_store_set_asked sets it. */
   int asked;
 };
 
@@ -82,7 +82,7 @@ int psd_store_declare(struct psd_store *s, const char *name, int ndim,
                       int *created, char *err, size_t errlen);
 
 /* The same, creating it with values (the caller's, copied: this shard's
- * rows of it, elem_end - elem_begin floats as cm_shard_rows places them)
+ * rows of it, elem_end - elem_begin floats as cm_layout_rows places them)
  * instead of an initializer. An existing variable keeps its values. */
 int psd_store_declare_values(struct psd_store *s, const char *name, int ndim,
                              const int64_t *shape, int placement,
@@ -104,7 +104,7 @@ void psd_store_optim_clash(const struct psd_var *v, const struct cm_optim *want,
                            int own, char *err, size_t errlen);
 
 /* Sets v->asked (under v->lock): the declaration that created v says
- * how it chose its placement. A variable is created CM_SHARD_UNSAID. */
+ * how it chose its placement. A variable is created CM_LAYOUT_UNSAID. */
 void psd_store_set_asked(struct psd_var *v, int asked);
 
 /* The variable called name, or NULL. */

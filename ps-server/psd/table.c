@@ -10,13 +10,10 @@
 
 #include "err.h"
 #include "init.h"
+#include "layout.h"
 #include "optstep.h"
 #include "rand.h"
 #include "table_internal.h"
-
-int psd_table_shard_of(uint64_t id, int nshards) {
-  return (int)(cm_splitmix64_at(id) % (uint64_t)nshards);
-}
 
 int psd_table_new(struct psd_table **out, const struct cm_table_conf *conf,
                   uint64_t seed, char *err, size_t errlen) {
@@ -306,7 +303,7 @@ static int admits(const struct psd_table *t, uint64_t id, uint32_t count) {
     return count >= t->conf.admit_count;
   case CM_ADMIT_PROB: {
     uint64_t h =
-        cm_mix64(cm_splitmix64_at(t->seed ^ cm_name_hash(t->conf.name)) ^
+        cm_mix64(cm_splitmix64_at(t->seed ^ cm_layout_name_hash(t->conf.name)) ^
                  cm_splitmix64_at(id) ^ count);
     return (double)(h >> 11) * (1.0 / 9007199254740992.0) < t->conf.admit_prob;
   }

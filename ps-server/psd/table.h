@@ -1,11 +1,11 @@
 /* An embedding table's rows held by this shard (DESIGN.md, "Embedding
  * tables").
  *
- * A row is keyed by a u64 id. The shard that holds an id is
- * psd_table_shard_of(id, nshards): splitmix64(id) mod nshards, so
- * consecutive ids spread. A row is one record: its id, its statistics
- * (pushes that touched it, the last step one did, its optimizer's update
- * count, the checkpoint generation it last changed in), its value (dim
+ * A row is keyed by a u64 id. The shard that holds an id is the layout's
+ * (common/layout/layout.h, cm_layout_id_shard): splitmix64(id) mod
+ * nshards, so consecutive ids spread. A row is one record: its id, its
+ * statistics (pushes that touched it, the last step one did, its optimizer's
+ * update count, the checkpoint generation it last changed in), its value (dim
  * floats) and its optimizer state (cm_rowopt_nstate floats), together.
  * Records live in fixed-size slabs that never move; an open-addressing
  * index maps ids to records. The table is split into stripes by a hash of
@@ -70,9 +70,6 @@ struct psd_table_stats {
                             naming at least one id), restored with a
                             checkpoint: an async shard's table version */
 };
-
-/* The shard of id among nshards: splitmix64(id) % nshards. */
-int psd_table_shard_of(uint64_t id, int nshards);
 
 /* Creates an empty table (conf copied). seed is the job's. Returns 0,
  * CM_EINVAL for a bad conf (err says which field), CM_ENOMEM. */

@@ -18,6 +18,7 @@
 #include "coord.h"
 #include "err.h"
 #include "fuzz_input.h"
+#include "layout.h"
 #include "log.h"
 #include "pubfile.h"
 #include "request.h"
@@ -103,7 +104,7 @@ static struct psd_serve *serving(const struct cm_job *job,
   char err[512];
   int k = 0;
   for (uint64_t id = 0; k < 4; id++)
-    if (psd_table_shard_of(id, 2) == 0)
+    if (cm_layout_id_shard(id, 2) == 0)
       ids[k++] = id;
   struct psd_pub_table t = {
       .name = "emb", .dim = 2, .nrows = 4, .ids = ids, .values = vals};

@@ -18,7 +18,7 @@ def splitmix64_at(x):
 
 
 def fnv1a64(data):
-    """FNV-1a 64 of bytes (a str: its UTF-8 bytes)."""
+    """FNV-1a 64 of bytes (a str: its UTF-8 bytes): cm_layout_name_hash."""
     if isinstance(data, str):
         data = data.encode()
     v = 0xCBF29CE484222325
@@ -28,5 +28,5 @@ def fnv1a64(data):
 
 
 def shard_of(i, nshards):
-    """The shard that holds id i: splitmix64(i) % shards (table.h)."""
+    """The shard that holds id i: splitmix64(i) % shards (layout.h)."""
     return splitmix64_at(i) % nshards

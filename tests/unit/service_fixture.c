@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "coord.h"
+#include "layout.h"
 #include "live.h"
 #include "psd.h"
 #include "saver.h"
@@ -246,7 +247,7 @@ grpc_byte_buffer *raw(const void *p, size_t n) {
 
 uint64_t shard0_id(int k) {
   for (uint64_t id = 0;; id++)
-    if (psd_table_shard_of(id, 2) == 0 && k-- == 0)
+    if (cm_layout_id_shard(id, 2) == 0 && k-- == 0)
       return id;
 }
 

@@ -19,12 +19,12 @@
 
 #include "client_internal.h"
 #include "err.h"
+#include "layout.h"
 #include "ps.pb-c.h"
 #include "psclient.h"
 #include "rand.h"
 #include "rpc.h"
 #include "rpc_server.h"
-#include "shard.h"
 #include "spec.h"
 #include "unit.h"
 #include "wire.h"
@@ -140,7 +140,7 @@ static void on_push(struct cm_rpc_call *call, grpc_byte_buffer *bb, void *ctx) {
       ck_assert_uint_le(g->offset + g->count, ROWS * 2);
       /* Only rows this shard holds in its layout. */
       int64_t rb, re;
-      cm_shard_rows(ROWS, -1, st.count[s], s, &rb, &re);
+      cm_layout_rows(ROWS, -1, st.count[s], s, &rb, &re);
       ck_assert_uint_ge(g->offset, (uint64_t)rb * 2);
       ck_assert_uint_le(g->offset + g->count, (uint64_t)re * 2);
       cm_wire_bulk_read(&w, off, buf, g->count * sizeof(float));

@@ -12,9 +12,9 @@
 
 #include "client_internal.h"
 #include "err.h"
+#include "layout.h"
 #include "psclient.h"
 #include "rand.h"
-#include "shard.h"
 #include "sparse_plan.h"
 #include "spec.h"
 #include "unit.h"
@@ -187,7 +187,7 @@ START_TEST(count_out_of_range) {
 }
 END_TEST
 
-/* Placement follows psd's reshard (cm_shard_replace): split stays split,
+/* Placement follows psd's reshard (cm_layout_replace): split stays split,
  * a variable declared on a shard stays there, the default goes by name. */
 START_TEST(replaced_like_reshard) {
   c->boot[0] = c->boot[1] = 77;
@@ -204,7 +204,7 @@ START_TEST(replaced_like_reshard) {
   ck_assert_int_eq(psc__replace(&one, 1, 3), PSC__PLACE_SPLIT);
   one.asked = PSC__PLACE_NAME;
   ck_assert_int_eq(psc__replace(&one, 1, 3),
-                   cm_shard_by_name("w", 120, 3, CM_SHARD_SPLIT_BYTES));
+                   cm_layout_by_name("w", 120, 3, CM_LAYOUT_SPLIT_BYTES));
   /* The plan is for 3 shards now. */
   int seen[3] = {0};
   for (int i = 0; i < c->nmsgs; i++)
@@ -252,7 +252,7 @@ START_TEST(only_pending_recut) {
       const struct psc__var *v = &c->vars[p->var];
       int64_t rb, re;
       uint64_t row = (uint64_t)v->shape[1];
-      cm_shard_rows(v->shape[0], v->placement, 3, m->shard, &rb, &re);
+      cm_layout_rows(v->shape[0], v->placement, 3, m->shard, &rb, &re);
       ck_assert_uint_ge(p->offset, (uint64_t)rb * row);
       ck_assert_uint_le(p->offset + p->count, (uint64_t)re * row);
     }

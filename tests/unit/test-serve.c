@@ -18,6 +18,7 @@
 
 #include "err.h"
 #include "init.h"
+#include "layout.h"
 #include "ps.pb-c.h"
 #include "pubfile.h"
 #include "rpc.h"
@@ -60,7 +61,7 @@ static void teardown(void) { psd_serve_free(s); }
 /* The first n ids held by shard 1 of 2, from `from` on. */
 static void shard_ids(uint64_t from, size_t n, uint64_t *out) {
   for (uint64_t id = from; n; id++)
-    if (psd_table_shard_of(id, 2) == 1) {
+    if (cm_layout_id_shard(id, 2) == 1) {
       *out++ = id;
       n--;
     }
@@ -255,7 +256,7 @@ START_TEST(lookup_rows_and_dense) {
          "serve:3 has no table 'nope'", NULL);
   lookup("emb", ids, 1, nope, 1, 0, GRPC_STATUS_NOT_FOUND,
          "no dense variable 'nope'", NULL);
-  while (psd_table_shard_of(other, 2) != 0)
+  while (cm_layout_id_shard(other, 2) != 0)
     other++;
   lookup("emb", &other, 1, NULL, 0, 0, GRPC_STATUS_INVALID_ARGUMENT,
          "belongs to shard 0, not shard 1, which serve:3 serves", NULL);

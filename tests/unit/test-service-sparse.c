@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "layout.h"
 #include "log.h"
 #include "ps.pb-c.h"
 #include "rpc.h"
@@ -174,7 +175,7 @@ START_TEST(push_checks_before_applying) {
   for (int k = 0; far < 1000; k++)
     far = shard0_id(k);
   for (uint64_t id = 0;; id++)
-    if (psd_table_shard_of(id, 2) == 1) {
+    if (cm_layout_id_shard(id, 2) == 1) {
       ids[2] = id; /* shard 1's */
       break;
     }

@@ -19,6 +19,7 @@
 
 #include "err.h"
 #include "init.h"
+#include "layout.h"
 #include "optstep.h"
 #include "table.h"
 #include "unit.h"
@@ -52,7 +53,7 @@ START_TEST(lookup_create_and_spread) {
   /* consecutive ids spread evenly over 4 shards */
   int n[4] = {0};
   for (uint64_t i = 0; i < 40000; i++)
-    n[psd_table_shard_of(i, 4)]++;
+    n[cm_layout_id_shard(i, 4)]++;
   for (int s = 0; s < 4; s++)
     ck_assert(n[s] > 9600 && n[s] < 10400);
   psd_table_free(t);

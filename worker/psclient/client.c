@@ -21,9 +21,10 @@
 
 #include "endpoint.h"
 #include "err.h"
+#include "layout.h"
 #include "log.h"
 #include "rand.h"
-#include "shard.h"
+#include "shape.h"
 #include "shm_client.h"
 
 #define DEFAULT_CHUNK (2u << 20)
@@ -371,8 +372,8 @@ int psc__plan(struct psc__client *c) {
     uint32_t nshard = 0; /* messages to shard s so far */
     for (int i = 0; i < c->nvars; i++) {
       int64_t rb, re;
-      cm_shard_rows(c->vars[i].shape[0], c->vars[i].placement, c->nshards, s,
-                    &rb, &re);
+      cm_layout_rows(c->vars[i].shape[0], c->vars[i].placement, c->nshards, s,
+                     &rb, &re);
       total += (uint64_t)(re - rb) *
                (psc__numel(&c->vars[i]) / (uint64_t)c->vars[i].shape[0]);
     }
@@ -387,7 +388,7 @@ int psc__plan(struct psc__client *c) {
       const struct psc__var *v = &c->vars[i];
       int64_t rb, re;
       uint64_t row = psc__numel(v) / (uint64_t)v->shape[0];
-      cm_shard_rows(v->shape[0], v->placement, c->nshards, s, &rb, &re);
+      cm_layout_rows(v->shape[0], v->placement, c->nshards, s, &rb, &re);
       uint64_t off = (uint64_t)rb * row, end = (uint64_t)re * row;
       while (off < end) {
         if (!cur || cur->bytes / sizeof(float) >= chunk) {

@@ -342,7 +342,7 @@ int psc__moved_parse(const char *details, int *shard, uint64_t *layout,
                      int *nshards);
 
 /* Where v (placed v->placement among `from` shards, declared v->asked)
- * goes among `to`: cm_shard_replace, the one rule psd's reshard cut uses
+ * goes among `to`: cm_layout_replace, the one rule psd's reshard cut uses
  * too, so that the client agrees with the shards that restored it. */
 int psc__replace(const struct psc__var *v, int from, int to);
 

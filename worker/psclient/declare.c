@@ -11,16 +11,16 @@
 #include <string.h>
 
 #include "err.h"
-#include "shard.h"
+#include "layout.h"
 
 /* The shards keep how a declaration placed a variable in common/'s terms. */
-_Static_assert(PSC__PLACE_NAME == CM_SHARD_NAME &&
-                   PSC__PLACE_AUTO == CM_SHARD_AUTO &&
-                   PSC__PLACE_SPLIT == CM_SHARD_SPLIT,
-               "psclient.h's placements are common/vars/shard.h's");
+_Static_assert(PSC__PLACE_NAME == CM_LAYOUT_NAME &&
+                   PSC__PLACE_AUTO == CM_LAYOUT_AUTO &&
+                   PSC__PLACE_SPLIT == CM_LAYOUT_SPLIT,
+               "psclient.h's placements are common/layout/layout.h's");
 
 /* Variables at least this large are split across shards under AUTO. */
-#define AUTO_SPLIT_BYTES CM_SHARD_SPLIT_BYTES
+#define AUTO_SPLIT_BYTES CM_LAYOUT_SPLIT_BYTES
 
 /* Whether a and b have the same shape. */
 static int same_shape(const struct psc__var *a, const struct psc__var *b) {
@@ -82,13 +82,13 @@ static int check_vars(struct psc__client *c, struct psc__var *vars, int n,
       vars[i].asked = vars[i].placement;
     }
   }
-  cm_shard_auto(bytes, n, c->nshards, AUTO_SPLIT_BYTES, place);
+  cm_layout_auto(bytes, n, c->nshards, AUTO_SPLIT_BYTES, place);
   for (int i = 0; i < n; i++) {
     if (vars[i].placement == PSC__PLACE_AUTO)
       vars[i].placement = place[i];
     else if (vars[i].placement == PSC__PLACE_NAME)
-      vars[i].placement = cm_shard_by_name(vars[i].name, bytes[i], c->nshards,
-                                           AUTO_SPLIT_BYTES);
+      vars[i].placement = cm_layout_by_name(vars[i].name, bytes[i], c->nshards,
+                                            AUTO_SPLIT_BYTES);
   }
   return 0;
 }

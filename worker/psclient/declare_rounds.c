@@ -26,8 +26,8 @@
 
 #include "clock.h"
 #include "err.h"
+#include "layout.h"
 #include "rand.h"
-#include "shard.h"
 
 /* One variable of the declare, as the rounds see it. */
 struct want {
@@ -53,7 +53,7 @@ struct pair {
 static void rows_of(const struct psc__client *c, const struct want *w, int s,
                     uint64_t *begin, uint64_t *end) {
   int64_t rb, re;
-  cm_shard_rows(w->v->shape[0], w->v->placement, c->nshards, s, &rb, &re);
+  cm_layout_rows(w->v->shape[0], w->v->placement, c->nshards, s, &rb, &re);
   *begin = (uint64_t)rb * w->row;
   *end = (uint64_t)re * w->row;
 }
@@ -128,7 +128,7 @@ static int pass_build(struct psc__client *c, struct pass *p, struct pair *pairs,
       sp->n_shape = v->ndim;
       sp->shape = (int64_t *)v->shape;
       sp->placement = v->placement;
-      sp->asked = cm_shard_asked_to_wire(v->asked);
+      sp->asked = cm_layout_asked_to_wire(v->asked);
       sp->init = v->init == PSC__INIT_UNIFORM ? PSD__V1__INIT__INIT_UNIFORM
                                               : PSD__V1__INIT__INIT_ZEROS;
       sp->init_scale = v->init_scale;

@@ -32,7 +32,7 @@
 enum psc__placement {
   PSC__PLACE_NAME = -3, /* split when large, else whole on the shard the name
                          hashes to: the same whatever else is declared, in
-                         any order (cm_shard_by_name) */
+                         any order (cm_layout_by_name) */
   PSC__PLACE_AUTO =
       -2, /* split when large, else whole on the least-loaded shard
            after the variables before it in the same declare (a
@@ -74,7 +74,7 @@ struct psc__var {
   int asked; /* set by declare (the caller's is ignored): placement as the
                 caller gave it, before AUTO and NAME are resolved; sent to
                 the shards (VarSpec.asked), and a moved layout re-places by
-                it (cm_shard_replace) */
+                it (cm_layout_replace) */
 };
 
 /* Elements of v: the product of its shape. */
@@ -214,8 +214,8 @@ int psc__client_declare_tables(struct psc__client *c,
 /* The dim of a table this client declared, or CM_ENOENT. */
 int psc__client_table_dim(const struct psc__client *c, const char *table);
 
-/* The shard that holds id among the client's shards: splitmix64(id) %
- * shards (the function psd uses). */
+/* The shard that holds id among the client's shards: the layout's row
+ * rule (cm_layout_id_shard, the one psd uses) for the client's count. */
 int psc__client_shard_of(const struct psc__client *c, uint64_t id);
 
 /* One table's part of a sparse call: ids in, rows out (pull) or row

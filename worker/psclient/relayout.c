@@ -29,8 +29,8 @@
 #include <string.h>
 
 #include "err.h"
+#include "layout.h"
 #include "log.h"
-#include "shard.h"
 #include "shm_client.h"
 
 #define MOVED_PREFIX "layout moved: "
@@ -68,8 +68,8 @@ int psc__moved_parse(const char *details, int *shard, uint64_t *layout,
 }
 
 int psc__replace(const struct psc__var *v, int from, int to) {
-  return cm_shard_replace(v->asked, v->placement, from, v->name,
-                          psc__numel(v) * sizeof(float), to);
+  return cm_layout_replace(v->asked, v->placement, from, v->name,
+                           psc__numel(v) * sizeof(float), to);
 }
 
 /* Room for one more entry of *a (of size elem), *cap growing. */
@@ -99,7 +99,7 @@ int psc__recut(const struct psc__var *vars, const struct psc__piece *in,
       const struct psc__var *v = &vars[in[i].var];
       uint64_t row = psc__numel(v) / (uint64_t)v->shape[0];
       int64_t rb, re;
-      cm_shard_rows(v->shape[0], v->placement, nshards, s, &rb, &re);
+      cm_layout_rows(v->shape[0], v->placement, nshards, s, &rb, &re);
       uint64_t lo = (uint64_t)rb * row, hi = (uint64_t)re * row;
       if (lo < in[i].offset)
         lo = in[i].offset;

@@ -17,6 +17,7 @@
 #include "client_internal.h"
 #include "clock.h"
 #include "err.h"
+#include "layout.h"
 #include "log.h"
 #include "ps.pb-c.h"
 #include "rpc.h"
@@ -81,7 +82,7 @@ int psc__serving_new(struct psc__serving **out, const struct cm_spec *spec,
              spec->source);
     return CM_EINVAL;
   }
-  if (spec->nserve % spec->nps) {
+  if (!cm_layout_serve_replicas(spec->nserve, spec->nps)) {
     snprintf(err, errlen,
              "%s: cluster.serve has %d tasks, not a multiple of the %d "
              "shards",
@@ -98,7 +99,7 @@ int psc__serving_new(struct psc__serving **out, const struct cm_spec *spec,
            given.worker ? given.worker : "psc");
   s->nshards = spec->nps;
   s->ntasks = spec->nserve;
-  s->nrep = spec->nserve / spec->nps;
+  s->nrep = cm_layout_serve_replicas(spec->nserve, spec->nps);
   s->timeout_ms = given.timeout_ms > 0       ? given.timeout_ms
                   : spec->job.timeout_ms > 0 ? spec->job.timeout_ms
                                              : 30000;
@@ -163,7 +164,7 @@ uint64_t psc__serving_failovers(const struct psc__serving *s) {
 }
 
 int psc__serving_task(const struct psc__serving *s, int shard) {
-  return s->cur[shard] * s->nshards + shard;
+  return cm_layout_serve_task(shard, s->cur[shard], s->nshards);
 }
 
 void psc__serving_set_interrupt(struct psc__serving *s,
@@ -246,7 +247,7 @@ static int unreachable(struct psc__serving *s, int shard, const char *what,
                         "%.1f s (job.retry_s):",
                         what, shard, waited_ms / 1000);
   for (int r = 0; r < s->nrep && at < sizeof s->err; r++) {
-    int t = r * s->nshards + shard;
+    int t = cm_layout_serve_task(shard, r, s->nshards);
     at += (size_t)snprintf(
         s->err + at, sizeof s->err - at, "%s serve:%d (%s): %s", r ? ";" : "",
         t, s->spec->serve[t].text, s->cause[t][0] ? s->cause[t] : "not tried");
@@ -272,7 +273,7 @@ static void back_off(struct psc__serving *s, const struct part *parts,
   for (int sh = 0; sh < s->nshards; sh++)
     if (parts[sh].want)
       for (int r = 0; r < s->nrep; r++)
-        which[r * s->nshards + sh] = 1;
+        which[cm_layout_serve_task(sh, r, s->nshards)] = 1;
   cm_channels_await(s->ch, which, s->ntasks, s->cq, ms);
   free(which);
 }

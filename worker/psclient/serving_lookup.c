@@ -1,8 +1,8 @@
 /* Rows by id and dense variables by name from the serving tasks
  * (serving.h), over psc__serving_call.
  *
- * Rows: the call's ids are grouped by shard (splitmix64(id) % nps, the
- * rule of training's sparse calls, psc__client_shard_of) with a counting
+ * Rows: the call's ids are grouped by shard (the layout's row rule,
+ * splitmix64(id) % nps, as training's sparse calls) with a counting
  * pass, so each shard gets one message of its ids in the caller's order;
  * each answer's rows are copied once, from the received slices straight to
  * the caller's positions. A table's dim is learnt from the first answer and
@@ -21,8 +21,8 @@
 #include <string.h>
 
 #include "err.h"
+#include "layout.h"
 #include "ps.pb-c.h"
-#include "rand.h"
 #include "rpc.h"
 #include "wire.h"
 
@@ -126,7 +126,7 @@ static int group(struct rows_call *c, const uint64_t *ids, size_t n,
   if (!at || !of || !c->ids || !c->pos || !c->first || !c->count)
     goto out;
   for (size_t i = 0; i < n; i++) {
-    of[i] = (int)(cm_splitmix64_at(ids[i]) % (uint64_t)nshards);
+    of[i] = cm_layout_id_shard(ids[i], nshards);
     c->count[of[i]]++;
   }
   for (int sh = 1; sh < nshards; sh++)

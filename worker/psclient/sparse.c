@@ -1,10 +1,10 @@
 /* Embedding tables (psclient.h, "embedding tables"): their declare, and
  * sparse pulls and pushes of rows by id.
  *
- * A call's ids are made unique and split by shard (splitmix64(id) % shards,
- * the function psd uses) in one pass, then cut into messages of at most
- * chunk_bytes of rows (sparse_plan.c); every message of every shard and
- * table goes in one run, up to `inflight` per shard at once. A shard is
+ * A call's ids are made unique and split by shard (the layout's row rule,
+ * common/layout/layout.h, the one psd uses) in one pass, then cut into messages
+ * of at most chunk_bytes of rows (sparse_plan.c); every message of every shard
+ * and table goes in one run, up to `inflight` per shard at once. A shard is
  * asked for each row once however often the call names it: a pull's row
  * is copied to every position that names its id, and a push's repeated
  * rows are summed here, in the caller's order, the float32 sums the shard
@@ -27,7 +27,7 @@
 #include <string.h>
 
 #include "err.h"
-#include "rand.h"
+#include "layout.h"
 #include "sparse_plan.h"
 #include "wire.h"
 
@@ -35,7 +35,7 @@ static const char PULL_METHOD[] = "/psd.v1.Data/SparsePull";
 static const char PUSH_METHOD[] = "/psd.v1.Data/SparsePush";
 
 int psc__client_shard_of(const struct psc__client *c, uint64_t id) {
-  return (int)(cm_splitmix64_at(id) % (uint64_t)c->nshards);
+  return cm_layout_id_shard(id, c->nshards);
 }
 
 int psc__client_table_dim(const struct psc__client *c, const char *table) {

@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "err.h"
-#include "rand.h"
+#include "layout.h"
 
 /* How far ahead the plan fetches the hash set's slots (a power of 2). */
 #define AHEAD 16
@@ -107,13 +107,13 @@ int psc__sparse_plan(struct psc__scall *sc, int nr) {
      * ahead: a large call's set is past the caches. */
     uint64_t ring[AHEAD];
     for (size_t k = 0; k < AHEAD && k < r->n; k++) {
-      ring[k] = cm_splitmix64_at(r->ids[k]);
+      ring[k] = cm_layout_id_hash(r->ids[k]);
       __builtin_prefetch(&slot[slot_of(ring[k], mask)]);
     }
     for (size_t k = 0; k < r->n; k++) {
       uint64_t id = r->ids[k], h = ring[k % AHEAD];
       if (k + AHEAD < r->n) {
-        uint64_t ha = cm_splitmix64_at(r->ids[k + AHEAD]);
+        uint64_t ha = cm_layout_id_hash(r->ids[k + AHEAD]);
         ring[k % AHEAD] = ha;
         __builtin_prefetch(&slot[slot_of(ha, mask)]);
       }
@@ -137,8 +137,8 @@ int psc__sparse_plan(struct psc__scall *sc, int nr) {
       uix[k] = (uint32_t)n;
       ids[n] = id;
       first[n] = (uint32_t)k;
-      /* psd's placement: splitmix64(id) % shards (psc__client_shard_of). */
-      count[shard[n] = (int)(h % (uint64_t)ns)]++;
+      /* psd's placement: the layout's shard of the id's hash. */
+      count[shard[n] = cm_layout_hash_shard(h, ns)]++;
       n++;
     }
     /* The unique ids grouped by shard (a counting sort), each shard's run
@@ -289,7 +289,7 @@ int psc__sparse_regroup(struct psc__scall *sc, int nshards,
           continue;
         for (size_t j = 0; j < m->n; j++) {
           uint64_t id = sc->uid[m->first + j];
-          if ((int)(cm_splitmix64_at(id) % (uint64_t)nshards) != s)
+          if (cm_layout_id_shard(id, nshards) != s)
             continue;
           if (!cur || cur->n == per) {
             cur = &msgs[nm++];

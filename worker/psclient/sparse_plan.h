@@ -81,7 +81,7 @@ void psc__sparse_plan_free(struct psc__scall *sc);
 
 /* A push whose layout moved to `nshards` shards: the ids of its messages
  * still pending (with their summed rows) regrouped by shard of the new
- * count (splitmix64(id) % nshards, psc__client_shard_of) and cut into
+ * count (the layout's row rule, cm_layout_id_shard) and cut into
  * messages of at most chunk_bytes of rows, which replace sc->msgs, each
  * pending, with chunk indexes from sc->chunk_next on. An acknowledged id
  * is in none. Returns 0, or CM_ENOMEM with an error in c->err (sc as it
