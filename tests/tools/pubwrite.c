@@ -47,7 +47,8 @@ int main(int argc, char **argv) {
   char line[1 << 16], err[1024];
   struct timespec now;
   /* the room of each table's ids, values and removed ids (grow) */
-  static size_t ids_cap[MAX_TABLES], values_cap[MAX_TABLES], removed_cap[MAX_TABLES];
+  static size_t ids_cap[MAX_TABLES], values_cap[MAX_TABLES],
+      removed_cap[MAX_TABLES];
   if (argc != 9) {
     fprintf(stderr, "usage: pubwrite DIR JOB SHARD SHARDS VERSION full|delta "
                     "BASE STEP < LINES\n");
