@@ -432,9 +432,14 @@ void psd_steps_state(struct psd_steps *s, struct psd_steps_state *out) {
   pthread_mutex_unlock(&s->lock);
 }
 
+/* The records the ring holds; called with s->lock held. */
+static uint64_t held(const struct psd_steps *s) {
+  return s->nhist < PSD_STEPS_HISTORY ? s->nhist : PSD_STEPS_HISTORY;
+}
+
 int psd_steps_recorded(struct psd_steps *s) {
   pthread_mutex_lock(&s->lock);
-  uint64_t n = s->nhist < PSD_STEPS_HISTORY ? s->nhist : PSD_STEPS_HISTORY;
+  uint64_t n = held(s);
   pthread_mutex_unlock(&s->lock);
   return (int)n;
 }
@@ -442,7 +447,7 @@ int psd_steps_recorded(struct psd_steps *s) {
 int psd_steps_history(struct psd_steps *s, struct psd_step_record *out,
                       int max) {
   pthread_mutex_lock(&s->lock);
-  uint64_t n = s->nhist < PSD_STEPS_HISTORY ? s->nhist : PSD_STEPS_HISTORY;
+  uint64_t n = held(s);
   if ((uint64_t)max < n)
     n = max;
   for (uint64_t i = 0; i < n; i++)

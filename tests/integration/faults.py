@@ -17,7 +17,7 @@ SOAK = os.environ.get("PSD_SOAK") == "1"
 # Epochs of the accuracy and sync jobs: one under make asan (PSD_SANITIZED=1),
 # which looks for memory errors through the same faults at a third of the
 # time (each process runs 2-5 times slower there).
-EPOCHS = 1 if os.environ.get("PSD_SANITIZED") == "1" else 2
+EPOCHS = 1 if h.SANITIZED else 2
 
 # The spec the accuracy comparisons run: async, plain sgd whose learning
 # rate decays to 0 along a cosine over the job's 2 x EPOCHS x 469 pushes per

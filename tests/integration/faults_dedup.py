@@ -120,7 +120,7 @@ class LoadTest(Faults):
 
     def test_load_no_failed_calls_flat_memory(self):
         clients, seconds = (64, 60) if SOAK else (16, 10)
-        if os.environ.get("PSD_SANITIZED") == "1":
+        if h.SANITIZED:
             # ASan holds up to 256 MiB of freed memory back (its quarantine,
             # to catch a use after free), so a sanitized shard's RSS grows
             # until that fills, whatever psd does (make asan saw 300 MiB

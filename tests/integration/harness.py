@@ -20,6 +20,9 @@ import unittest
 import hostsys
 
 BUILD = None  # set by each test module's main from argv[1]
+# Under make asan (PSD_SANITIZED=1), which looks for memory errors: the
+# tests that train run shorter jobs there (CONTRIBUTING.md, "Sanitizers").
+SANITIZED = os.environ.get("PSD_SANITIZED") == "1"
 
 
 def build_path(*parts):

@@ -29,7 +29,7 @@ class CnnTest(unittest.TestCase):
         self.assertEqual(job["model"], "cnn")
         # make asan (PSD_SANITIZED=1) looks for memory errors, not accuracy:
         # one epoch of the same job, which ASan slows 5-10 times.
-        sanitized = os.environ.get("PSD_SANITIZED") == "1"
+        sanitized = h.SANITIZED
         if sanitized:
             job["epochs"] = 1
         with h.TempDir() as d:

@@ -50,7 +50,7 @@ import harness as h
 SRC = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 README = os.path.join(SRC, "README.md")
 SECTION = "## The examples"
-SANITIZED = os.environ.get("PSD_SANITIZED") == "1"
+SANITIZED = h.SANITIZED  # importers read it here too
 DATA = "/usr/share/datasets/fashion-mnist"
 # A row of the table: | [`NAME`](PATH) | trains | FIGURE | RUN BY |
 ROW = re.compile(r"^\| \[`[^`]+`\]\(([^)]+)\) \|[^|]*\| ([^|]+) \| ([^|]+) \|$")

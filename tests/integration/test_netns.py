@@ -69,7 +69,7 @@ class NetnsJobTest(Faults):
         # The demo job; calls time out after 1 s so that the cut is noticed
         # soon (the demo's default is longer).
         spec = {"cluster": {"ps": PS, "worker": WORKER},
-                "job": dict(demo_job(rpc_timeout_ms=1000), epochs=NETNS_EPOCHS),
+                "job": demo_job(rpc_timeout_ms=1000, epochs=NETNS_EPOCHS),
                 "auth": {"token_file": "token",
                          "tls": {"ca": "ca.pem", "cert": "server.pem", "key": "server.key"}}}
         path = os.path.join(self.d, "spec.json")
