@@ -1,6 +1,9 @@
 /* The device probe of a CUDA build. Without a GPU or driver the runtime
  * reports an error from cudaGetDeviceCount rather than a count of zero;
- * both end up as CM_ENODEV with the runtime's words as the reason. */
+ * both end up as CM_ENODEV with the runtime's words as the reason. A
+ * machine with a device maps cuBLAS here (cublas_lazy.h), so one whose
+ * libcublas cannot be loaded is told why too, and trains on the CPU. */
+#include "cublas_lazy.h"
 #include "device.h"
 
 #include "err.h"
@@ -42,6 +45,8 @@ int kn_cuda_probe(char *why, size_t len) {
              "cudaGetDeviceCount: %d device(s), all in prohibited mode", count);
   else if (!usable)
     snprintf(reason, sizeof reason, "cudaGetDeviceCount: no devices");
+  else if (kn_cublas_load(reason, sizeof reason))
+    usable = 0;
 out:
   if (!usable && why && len)
     snprintf(why, len, "%s", reason);
