@@ -17,6 +17,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include "bigbuf.h"
 #include "err.h"
 
 /* Largest payload accepted: int-indexed callers stay safe, and no real IDX
@@ -178,7 +179,7 @@ int dw_idx_load(const char *path, struct dw_idx *out, char *err,
     out->dims[i] = d;
   }
 
-  data = malloc(count);
+  data = cm_bigbuf_alloc(count);
   if (data == NULL) {
     rc = CM_ENOMEM;
     snprintf(err, errlen, "%s: cannot allocate %zu bytes", path, count);
@@ -277,7 +278,7 @@ int dw_dataset_load(const char *dir, const char *prefix, int part, int nparts,
   }
   n = (int)((total - (size_t)part + (size_t)nparts - 1) / (size_t)nparts);
 
-  out->x = malloc((size_t)n * dim * sizeof *out->x);
+  out->x = cm_bigbuf_alloc((size_t)n * dim * sizeof *out->x);
   out->y = malloc((size_t)n);
   if (out->x == NULL || out->y == NULL) {
     rc = CM_ENOMEM;
