@@ -204,6 +204,12 @@ class CtrCriteoTest(unittest.TestCase):
                              (os.path.join(tmp, "data", "train.tsv"),
                               os.path.join(tmp, "data", "test.tsv"), "generated"), f)
             self.assertEqual(truth["generator"], "psd-ctrgen")  # psd's mark
+            # The two workers start together on a new directory: one
+            # generates under the directory's lock, the other waits and
+            # reads psd's set (ctrdata.h, dw_ctrdata_lock); two writers
+            # would race on the same files.
+            self.assertEqual(out.count("generating the CTR data set in"), 1, out[-4000:])
+            self.assertEqual(out.count("(psd's generated data set)"), 2, out[-4000:])
             self.assertGreater(float(f["test_auc"]), truth["true_auc"] - 0.02, f)
             self.assertGreater(float(f["test_auc"]), truth["dense_true_auc"] + 0.1, f)
             h.assert_job_accounting(self, out, epochs=2, workers=2, train_size=200000)

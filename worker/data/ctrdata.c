@@ -6,15 +6,18 @@
 #include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "criteo.h"
 #include "err.h"
+#include "log.h"
 
 /* The names psd's generators write (their temporary files are
  * NAME.tmp-PID of these). */
@@ -251,6 +254,36 @@ int dw_ctrdata_mkdirs(const char *dir, char *err, size_t errlen) {
       break;
   }
   return 0;
+}
+
+int dw_ctrdata_lock(const char *dir, char *err, size_t errlen) {
+  int rc, fd;
+  if ((rc = dw_ctrdata_mkdirs(dir, err, errlen)))
+    return rc;
+  fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) {
+    snprintf(err, errlen, "cannot open %s: %s", dir, strerror(errno));
+    return CM_EIO;
+  }
+  if (flock(fd, LOCK_EX | LOCK_NB) == 0)
+    return fd;
+  if (errno == EWOULDBLOCK) {
+    cm_info("waiting for another process finding or generating the data in "
+            "%s",
+            dir);
+    while ((rc = flock(fd, LOCK_EX)) != 0 && errno == EINTR)
+      ;
+    if (rc == 0)
+      return fd;
+  }
+  snprintf(err, errlen, "cannot lock %s: %s", dir, strerror(errno));
+  close(fd);
+  return CM_EIO;
+}
+
+void dw_ctrdata_unlock(int fd) {
+  if (fd >= 0)
+    close(fd); /* the flock goes with the descriptor */
 }
 
 int dw_ctrdata_claim(const char *dir, const char *const gen[2], char *err,

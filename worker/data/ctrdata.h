@@ -61,6 +61,20 @@ int dw_ctrdata_find(const char *dir, int criteo, json_t *settings,
                     const char *const gen[2], struct dw_ctrdata *out, char *err,
                     size_t errlen);
 
+/* Holds dir for this process while it finds its data and, when that says
+ * so, generates them: creates dir (and the directories above it) when
+ * missing, as the generation would, then takes an exclusive flock on the
+ * directory itself, waiting (with an info line saying so) while another
+ * process holds it. The workers of one job that start together thus
+ * generate once, the others reading psd's set after, and none scans a
+ * directory while another writes into it. Writes nothing into dir.
+ * Returns the lock's descriptor (>= 0; dw_ctrdata_unlock releases it, as
+ * the process's end does), or CM_EIO with err naming the directory. */
+int dw_ctrdata_lock(const char *dir, char *err, size_t errlen);
+
+/* Releases dw_ctrdata_lock's lock; fd < 0 is ignored. */
+void dw_ctrdata_unlock(int fd);
+
 /* Before generation writes the files named gen[0] and gen[1] into dir:
  * creates dir (and the directories above it) when missing, checks that it
  * is new or psd's (else CM_EEXIST, err naming the directory and what it

@@ -77,8 +77,9 @@ static void say_progress(const char *file, double done) {
 /* The data (ctrdata.h, docs/ctr.md "Whose data"): in job.data_dir,
  * relative to the spec file's directory when relative; psd's generation of
  * the job's settings, the user's files read as they are, or generated
- * there when the directory is new or psd's of other settings. Says which
- * files the run trains and tests on. */
+ * there when the directory is new or psd's of other settings, under the
+ * directory's lock (dw_ctrdata_lock): the job's other workers wait, then
+ * find psd's set. Says which files the run trains and tests on. */
 static int prepare_data(struct run *r) {
   const struct cm_job *job = &r->w->spec->job;
   char spec_dir[1024], err[2048];
@@ -86,18 +87,22 @@ static int prepare_data(struct run *r) {
                              (uint64_t)r->c->test, r->c->data_seed, r->c->zipf};
   struct dw_ctrgen_criteo_opts co = {(uint64_t)r->c->train,
                                      (uint64_t)r->c->test, r->c->data_seed, 0};
-  int rc;
+  int rc, lock;
   snprintf(spec_dir, sizeof spec_dir, "%s", r->w->args.cluster);
   if (job->data_dir[0] == '/')
     snprintf(r->dir, sizeof r->dir, "%s", job->data_dir);
   else
     snprintf(r->dir, sizeof r->dir, "%s/%s", dirname(spec_dir), job->data_dir);
   r->criteo = !strcmp(r->c->format, "criteo");
+  if ((lock = dw_ctrdata_lock(r->dir, err, sizeof err)) < 0) {
+    cm_error("%s", err);
+    return lock;
+  }
   rc = r->criteo ? dw_ctrgen_criteo_find(r->dir, &co, &r->data, err, sizeof err)
                  : dw_ctrgen_find(r->dir, &o, &r->data, err, sizeof err);
   if (rc) {
     cm_error("%s", err);
-    return rc;
+    goto out;
   }
   if (r->data.source == DW_CTRDATA_GENERATE) {
     cm_info("generating the CTR data set in %s (%s): %llu training and %llu "
@@ -112,7 +117,7 @@ static int prepare_data(struct run *r) {
                                      err, sizeof err);
     if (rc) {
       cm_error("generating the data set: %s", err);
-      return rc;
+      goto out;
     }
     cm_info("generated in %.1f s: the true model's held-out AUC is %.4f, log "
             "loss %.4f",
@@ -124,7 +129,9 @@ static int prepare_data(struct run *r) {
               ? "the user's files, read as they are: no true model to compare "
                 "with"
               : "psd's generated data set");
-  return 0;
+out:
+  dw_ctrdata_unlock(lock);
+  return rc;
 }
 
 /* Loads a set and checks its features' fields. */
