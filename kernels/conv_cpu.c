@@ -32,53 +32,68 @@ static void inside(const struct kn_conv_shape *s, int kw, int ow, int *j0,
     *j1 = *j0;
 }
 
+/* Rows of 10 to 28 floats (the demo CNN's) are copied, zeroed and summed
+ * by loops of our own: memcpy and memset cost more per call than the row
+ * does, and im2col made three calls a row (the unfolding and its adjoint
+ * took half of a CNN worker's time). conv_cpu.c is built on its own at -O3
+ * without loop-to-call rewriting (kernels/meson.build), so these loops are
+ * vectorized in place; the values are the same copies and the same sums in
+ * the same order. */
+static inline void zero_run(float *restrict d, int n) {
+  for (int j = 0; j < n; j++)
+    d[j] = 0.0f;
+}
+
 /* x is (C, H, W) of one example; col holds C*K*K rows ld floats apart, and
  * this example's OH*OW columns of row (c, kh, kw) are
  * x[c, oh + kh - pad, ow + kw - pad] for every output pixel. */
-static void im2col(const struct kn_conv_shape *s, float *col, size_t ld,
-                   const float *x) {
+static void im2col(const struct kn_conv_shape *s, float *restrict col,
+                   size_t ld, const float *restrict x) {
   int oh = kn_conv_oh(s), ow = kn_conv_ow(s), K = s->K, j0, j1;
 
   for (int c = 0; c < s->C; c++)
     for (int kh = 0; kh < K; kh++)
       for (int kw = 0; kw < K; kw++) {
         float *row = col + (size_t)((c * K + kh) * K + kw) * ld;
+        int shift = kw - s->pad;
         inside(s, kw, ow, &j0, &j1);
         for (int i = 0; i < oh; i++) {
           int h = i + kh - s->pad;
-          float *dst = row + (size_t)i * ow;
+          float *restrict dst = row + (size_t)i * ow;
           if (h < 0 || h >= s->H) {
-            memset(dst, 0, sizeof(float) * ow);
+            zero_run(dst, ow);
             continue;
           }
-          memset(dst, 0, sizeof(float) * j0);
-          memcpy(dst + j0, x + ((size_t)c * s->H + h) * s->W + j0 + kw - s->pad,
-                 sizeof(float) * (j1 - j0));
-          memset(dst + j1, 0, sizeof(float) * (ow - j1));
+          const float *restrict src = x + ((size_t)c * s->H + h) * s->W;
+          zero_run(dst, j0);
+          for (int j = j0; j < j1; j++)
+            dst[j] = src[j + shift];
+          zero_run(dst + j1, ow - j1);
         }
       }
 }
 
 /* The adjoint of im2col: dx (C, H, W) = the sum of every col entry that was
  * read from each pixel. dx is overwritten. */
-static void col2im(const struct kn_conv_shape *s, float *dx, const float *col,
-                   size_t ld) {
+static void col2im(const struct kn_conv_shape *s, float *restrict dx,
+                   const float *restrict col, size_t ld) {
   int oh = kn_conv_oh(s), ow = kn_conv_ow(s), K = s->K, j0, j1;
 
-  memset(dx, 0, sizeof(float) * s->C * s->H * s->W);
+  zero_run(dx, s->C * s->H * s->W);
   for (int c = 0; c < s->C; c++)
     for (int kh = 0; kh < K; kh++)
       for (int kw = 0; kw < K; kw++) {
         const float *row = col + (size_t)((c * K + kh) * K + kw) * ld;
+        int shift = kw - s->pad;
         inside(s, kw, ow, &j0, &j1);
         for (int i = 0; i < oh; i++) {
           int h = i + kh - s->pad;
           if (h < 0 || h >= s->H)
             continue;
-          float *d = dx + ((size_t)c * s->H + h) * s->W + kw - s->pad;
-          const float *r = row + (size_t)i * ow;
+          float *restrict d = dx + ((size_t)c * s->H + h) * s->W;
+          const float *restrict r = row + (size_t)i * ow;
           for (int j = j0; j < j1; j++)
-            d[j] += r[j];
+            d[j + shift] += r[j];
         }
       }
 }
@@ -155,10 +170,42 @@ void kn_conv2d_backward(const struct kn_conv_shape *s, float *dx, float *dw,
     col2im(s, dx + n * nx, col + (size_t)n * P, NP);
 }
 
+/* A 2 x 2 window's maximum and its position, the first on ties, as the
+ * general loop below finds them (2 x 2 is the demo CNN's pooling). */
+static void maxpool2(float *y, int32_t *idx, const float *x, int planes, int H,
+                     int W) {
+  int oh = H / 2, ow = W / 2;
+
+  for (int c = 0; c < planes; c++) {
+    const float *xc = x + (size_t)c * H * W;
+    float *yc = y + (size_t)c * oh * ow;
+    int32_t *ic = idx + (size_t)c * oh * ow;
+    for (int i = 0; i < oh; i++) {
+      const float *r0 = xc + (size_t)(2 * i) * W, *r1 = r0 + W;
+      for (int j = 0; j < ow; j++) {
+        int at = 2 * i * W + 2 * j;
+        float m = r0[2 * j];
+        if (r0[2 * j + 1] > m)
+          m = r0[2 * j + 1], at = 2 * i * W + 2 * j + 1;
+        if (r1[2 * j] > m)
+          m = r1[2 * j], at = (2 * i + 1) * W + 2 * j;
+        if (r1[2 * j + 1] > m)
+          m = r1[2 * j + 1], at = (2 * i + 1) * W + 2 * j + 1;
+        yc[i * ow + j] = m;
+        ic[i * ow + j] = at;
+      }
+    }
+  }
+}
+
 void kn_maxpool2d_forward(float *y, int32_t *idx, const float *x, int planes,
                           int H, int W, int P) {
   int oh = H / P, ow = W / P;
 
+  if (P == 2) {
+    maxpool2(y, idx, x, planes, H, W);
+    return;
+  }
   for (int c = 0; c < planes; c++) {
     const float *xc = x + (size_t)c * H * W;
     for (int i = 0; i < oh; i++)
