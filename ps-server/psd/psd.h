@@ -4,7 +4,7 @@
  * job.exit_when_done (done.h) and a serving task's run (serve_start.h).
  * This header is what the other rooms may use of it: the daemon's state.
  * Rooms it calls: shard/, store/, coord/, ckpt/, publish/, serve/,
- * reshard/.
+ * reshard/, peer/ (done.c's look at ps:0).
  *
  * The psd daemon's state (STYLE habit 5): one struct psd_server, made by
  * main (psd.c) and passed explicitly to the files of the psd program:

@@ -13,7 +13,12 @@ header, the header whose top comment says "Rooms it calls: a/, b/." (or
 - header:   every room has exactly one room header;
 - unique:   no two rooms hold a header of the same name (the rooms'
             folders are all on the include path, so "x.h" must name one
-            file).
+            file);
+- peer:     psd calls another shard of its job one way, peer/ (peer.h):
+            no file outside it makes a channel, runs client calls or
+            makes a libpsclient client (cm_channel_new, cm_channel_new_fd,
+            cm_client_run, psc__client_new; comments and strings left
+            out).
 
 Run: /usr/bin/python3 tests/docs/test_rooms.py [SOURCE_ROOT]
 Exit status: 0 when every room keeps to its doors, 1 otherwise (each
@@ -22,10 +27,16 @@ import os
 import re
 import sys
 
+from test_layout_rule import strip_c
+
 PSD = "ps-server/psd"
 TOP = "psd"  # the name the folder itself goes by among the rooms
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
 CALLS = re.compile(r"Rooms it calls:(.*?)\.(?:\s|$)", re.S)
+PEER = "peer"
+CLIENT = re.compile(
+    r"\b(cm_channel_new|cm_channel_new_fd|cm_client_run|psc__client_new)"
+    r"\s*\(")
 
 
 def rooms_of(root):
@@ -97,11 +108,20 @@ def check(root):
             if r not in rooms:
                 bad.append("%s: calls: lists %s/, which is no room"
                            % (heads[0], r))
+    if PEER not in rooms:
+        bad.append("%s/%s/: peer: missing; psd's one way to call a shard "
+                   "is gone" % (PSD, PEER))
     used = {}
     for room, files in sorted(rooms.items()):
         for f, rel in sorted(files.items()):
             lines = open(os.path.join(root, rel), encoding="utf-8").read()
+            code = strip_c(lines).splitlines()
             for n, line in enumerate(lines.splitlines(), 1):
+                m = CLIENT.search(code[n - 1]) if room != PEER else None
+                if m:
+                    bad.append("%s:%d: peer: %s outside %s/: call the job's "
+                               "shards through peer.h" % (rel, n, m.group(1),
+                                                          PEER))
                 m = INCLUDE.match(line)
                 if not m:
                     continue
