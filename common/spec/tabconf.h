@@ -1,8 +1,8 @@
 /* What an embedding table is, as the spec names it (job.tables[], or a
  * client's declare): its name, row width, id bound, initializer, per-row
  * optimizer, admission and eviction. Plain data shared by the spec parser,
- * psd's tables (ps-server/psd/table.h), libpsclient and psctl. The per-row
- * update rules themselves are kernels/rowopt.h (common/vars/optstep.h
+ * psd's tables (ps-server/psd/store/table.h), libpsclient and psctl. The
+ * per-row update rules themselves are kernels/rowopt.h (common/vars/optstep.h
  * applies a cm_rowopt with them). */
 #ifndef CM_TABCONF_H
 #define CM_TABCONF_H
@@ -90,7 +90,7 @@ void cm_table_conf_defaults(struct cm_table_conf *c);
  * entry of spec[0..nspec) (job.tables, each completed from
  * job.table_defaults by the parser) that has this name, else *defaults
  * (job.table_defaults) with id_bound 0; then name and dim set. The shard
- * (ps-server/psd/tables.c), the serving task (serve.c) and the export
+ * (ps-server/psd/store/tables.c), the serving task (serve.c) and the export
  * (psd.export, through the Python extension) all ask here, so a table has
  * one initializer wherever its rows are made. */
 void cm_table_conf_for(const struct cm_table_conf *spec, int nspec,

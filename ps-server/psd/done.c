@@ -1,8 +1,11 @@
 /* psd_done_start (done.h): the shard watches the job's workers through
  * ps:0's status, as pslaunch does for the ps tasks it launched
  * (deploy/pslaunch/watch.c), and stops once none is left to serve. The
- * status call blocks, so it runs on libuv's thread pool, one at a time,
- * with a client of the shard's own; the loop thread reads the answer. */
+ * status call (peer.h, psd's one way to call a shard) blocks, so it runs
+ * on libuv's thread pool, one at a time; the loop thread reads the answer,
+ * as the status document libpsclient's callers read (status_json.h), and
+ * judges each worker with pslaunch's rule (psc__worker_judge, the one
+ * copy both keep to). */
 #include "done.h"
 
 #include <signal.h>
@@ -12,29 +15,48 @@
 #include <jansson.h>
 
 #include "log.h"
+#include "peer.h"
 #include "psclient.h"
 #include "psd.h"
+#include "rpc.h"
+#include "status_json.h"
 
 /* How often ps:0 is asked, ms. */
 #define DONE_EVERY_MS 1000
+/* Each ask's deadline, ms. */
+#define DONE_CALL_MS 5000
 
 /* The watch's state, one per shard (srv->done). */
 struct psd_done {
-  struct psd_server *srv; /* the shard */
-  struct psc__client *c;  /* owned client of the job's shards */
-  uv_timer_t timer;       /* asks every DONE_EVERY_MS */
-  uv_work_t work;         /* the ask in flight on the thread pool */
-  int busy;               /* 1 while work is queued */
-  char *json;             /* the answer (owned), NULL when it failed */
-  int said_waiting;       /* the wait was logged */
-  int all_left;           /* the last answer: every worker had left */
+  struct psd_server *srv;  /* the shard */
+  struct psd_peers *peers; /* owned: its calls to ps:0 */
+  uv_timer_t timer;        /* asks every DONE_EVERY_MS */
+  uv_work_t work;          /* the ask in flight on the thread pool */
+  int busy;                /* 1 while work is queued */
+  json_t *status;          /* the answer (owned), NULL when it failed */
+  int said_waiting;        /* the wait was logged */
+  int all_left;            /* the last answer: every worker had left */
 };
 
+/* On the thread pool: ps:0's Status as the status document. */
 static void ask(uv_work_t *req) {
   struct psd_done *d = req->data;
-  d->json = NULL;
-  if (psc__client_status(d->c, 0, &d->json))
-    d->json = NULL;
+  Psd__V1__Caller caller = psd_peer_caller(d->peers);
+  Psd__V1__StatusRequest sreq = PSD__V1__STATUS_REQUEST__INIT;
+  Psd__V1__StatusResponse *resp = NULL;
+  struct cm_unary u;
+
+  d->status = NULL;
+  sreq.caller = &caller;
+  psd_peer_call(d->peers, 0, "/psd.v1.Admin/Status", &sreq.base, DONE_CALL_MS,
+                0, &u);
+  if (u.status == GRPC_STATUS_OK &&
+      (resp = (Psd__V1__StatusResponse *)cm_rpc_unpack(
+           u.response, &psd__v1__status_response__descriptor)))
+    d->status = cm_status_json(resp);
+  if (resp)
+    psd__v1__status_response__free_unpacked(resp, NULL);
+  cm_unary_release(&u);
 }
 
 /* Whether every worker of the spec finished or is gone (1), or has at
@@ -62,10 +84,9 @@ static void stop(struct psd_done *d, const char *why) {
 
 static void asked(uv_work_t *req, int status) {
   struct psd_done *d = req->data;
-  json_t *root = d->json ? json_loads(d->json, 0, NULL) : NULL;
+  json_t *root = d->status;
   d->busy = 0;
-  free(d->json);
-  d->json = NULL;
+  d->status = NULL;
   int done = status == 0 && root ? all_done(d, root) : -1;
   if (done == 1) {
     stop(d, "every worker of the job has finished or is gone");
@@ -94,14 +115,16 @@ static void on_timer(uv_timer_t *t) {
 }
 
 int psd_done_start(struct psd_server *srv) {
-  struct psc__client_opts o = {
-      .worker = "exit_when_done", .timeout_ms = 5000, .retry_s = -1};
   struct psd_done *d = calloc(1, sizeof *d);
+  char err[512];
   int rc;
   if (!d)
     return -1;
   d->srv = srv;
-  if ((rc = psc__client_new(&d->c, srv->spec, &o))) {
+  if ((rc = psd_peers_new(&d->peers, srv->spec,
+                          &(struct psd_peer_opts){.who = "exit_when_done"}, err,
+                          sizeof err))) {
+    cm_error("job.exit_when_done: %s", err);
     free(d);
     return rc;
   }
@@ -116,7 +139,7 @@ void psd_done_free(struct psd_server *srv) {
   struct psd_done *d = srv->done;
   if (!d)
     return;
-  psc__client_free(d->c);
+  psd_peers_free(d->peers);
   free(d);
   srv->done = NULL;
 }

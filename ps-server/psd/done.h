@@ -10,7 +10,9 @@
 struct psd_server;
 
 /* Asks ps:0 (this shard's own coordinator, or over the network) every
- * second how the spec's workers stand (psc__worker_judge); once every one
+ * second how the spec's workers stand (its Status through peer.h, each
+ * worker judged by libpsclient's psc__worker_judge, the rule pslaunch
+ * keeps to as well); once every one
  * has finished or been declared dead (a worker that never joined is
  * waited for), or every one had left and ps:0 is gone, logs why and stops
  * the loop as SIGTERM would (the final checkpoint is written).

@@ -1,4 +1,12 @@
-/* The psd daemon's state (STYLE habit 5): one struct psd_server, made by
+/* Room ps-server/psd/, the daemon process: main (psd.c), its command line
+ * (cmdline.h), startup in order (startup.h), the stop signals (stopsig.h),
+ * the job's Unix socket (local.h), GET /metrics (metrics.h),
+ * job.exit_when_done (done.h) and a serving task's run (serve_start.h).
+ * This header is what the other rooms may use of it: the daemon's state.
+ * Rooms it calls: shard/, store/, coord/, ckpt/, publish/, serve/,
+ * reshard/, peer/ (done.c's look at ps:0).
+ *
+ * The psd daemon's state (STYLE habit 5): one struct psd_server, made by
  * main (psd.c) and passed explicitly to the files of the psd program:
  * cmdline.c fills it from the command line and the spec, startup.c opens
  * the store and the server into it, and psd.c runs the loop over it and

@@ -1,5 +1,5 @@
 /* sparse-mem: the in-memory baseline of bench sparse. One process, one
- * thread, psd's own table (ps-server/psd/table.h) and no network: fills a
+ * thread, psd's own table (ps-server/psd/store/table.h) and no network: fills a
  * table of dim D (adagrad, the spec's settings for bench/D) with ROWS ids,
  * then pulls batches of BATCH Zipf-distributed ids (zipf.h, the stream
  * pstool sparse draws) for S seconds, then pushes such batches for S

@@ -1,5 +1,5 @@
 /* The seeds of Declare's initial values (proto/ps.proto: VarSpec.source,
- * DeclareRequest.values and stage; ps-server/psd/service_values.c,
+ * DeclareRequest.values and stage; ps-server/psd/shard/service_values.c,
  * vstage.c), on shard 0 of 2 as fuzz_service.c runs it: SOURCE_VALUES
  * variables whose runs come inline (split, whole here, whole elsewhere; runs
  * out of order and overlapping), then declared again with other values;

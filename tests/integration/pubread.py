@@ -1,5 +1,5 @@
 """A reader of a training shard's publications (docs/serving.md,
-"Publishing"; ps-server/psd/pubfile.h) in plain Python and numpy, written
+"Publishing"; ps-server/psd/publish/pubfile.h) in plain Python and numpy, written
 from the format's description alone: every CRC-32 and size checked, a
 chain applied in order. For the tests."""
 import json

@@ -1,6 +1,6 @@
 """Serving tasks (psd --task serve:J, docs/serving.md) over publications of
 known contents, written by psd's own writer (tests/tools/pubwrite.c, the
-format of ps-server/psd/pubfile.h), called through a stock gRPC client
+format of ps-server/psd/publish/pubfile.h), called through a stock gRPC client
 with the job's bearer token:
 
 - Lookup answers the published rows bit for bit with found 1, ids never

@@ -1,5 +1,5 @@
 /* Unit tests for the table of applied pushes in a checkpoint (async;
- * ps-server/psd/ckpt_write.c and ckpt_verify.c with dedup.h): it
+ * ps-server/psd/ckpt/ckpt_write.c and ckpt_verify.c with dedup.h): it
  * round-trips, a manifest without one loads with an empty table, a damaged
  * or malformed one refuses the checkpoint naming the file and the field;
  * written while pushes go on, the table saved names exactly the pushes the

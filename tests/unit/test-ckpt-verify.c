@@ -1,5 +1,5 @@
 /* Unit tests for verifying a checkpoint as it loads
- * (ps-server/psd/ckpt_verify.c, ckpt_load.c): the newest one that verifies
+ * (ps-server/psd/ckpt/ckpt_verify.c, ckpt_load.c): the newest one that verifies
  * is taken, and one with a flipped byte, cut short, with a damaged or
  * missing manifest, or from another job or shard is refused for the one
  * before it; only bad ones are an error; a checkpoint whose optimizer type

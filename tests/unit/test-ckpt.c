@@ -1,6 +1,6 @@
 /* Unit tests for a shard's checkpoints written and loaded back
- * (ps-server/psd/ckpt.c, ckpt_write.c, ckpt_load.c): a checkpoint loads back
- * into a store with the same variables, rows, values, slots and versions,
+ * (ps-server/psd/ckpt/ckpt.c, ckpt_write.c, ckpt_load.c): a checkpoint loads
+ * back into a store with the same variables, rows, values, slots and versions,
  * or is restored into a live one in place; no checkpoint gives an empty
  * start; pruning keeps exactly `keep`; a crash's .tmp-* is removed, however
  * deep; the same step written twice keeps the second; a write that fails (a

@@ -1,5 +1,5 @@
 /* Unit tests for where a closed sync step is applied
- * (ps-server/psd/service_commit.c): a
+ * (ps-server/psd/shard/service_commit.c): a
  * Commit's worker sets are checked, a commit applies what was staged and
  * answers the pulls parked for it, a late push is ABORTED, a Rollback never
  * takes the generation back, and an async shard refuses Commit (with the

@@ -1,4 +1,4 @@
-/* Every field of every call, absent or empty (ps-server/psd/service*.c,
+/* Every field of every call, absent or empty (ps-server/psd/shard/service*.c,
  * coord_barrier.c, saver.c): for each rpc of proto/ps.proto (the three
  * services' descriptors, so a new call without a request here fails) a valid
  * request is taken apart one field at a time, and each variant is sent to a

@@ -1,5 +1,5 @@
-/* Unit tests for psd.v1.Data/Pull (ps-server/psd/service_pull.c): a pull's
- * segments are checked against this shard's slice, its answer fits the
+/* Unit tests for psd.v1.Data/Pull (ps-server/psd/shard/service_pull.c): a
+ * pull's segments are checked against this shard's slice, its answer fits the
  * caller's and the shard's message limits (cut short and marked partial when
  * the whole would not), and a sync pull parked for the next step is answered
  * when the service stops. The shard and the calls are service_fixture.h's. */

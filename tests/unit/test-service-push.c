@@ -1,5 +1,5 @@
-/* Unit tests for psd.v1.Data/Push (ps-server/psd/service_push.c): a push is
- * checked whole before anything is applied, and a gradient with NaN or
+/* Unit tests for psd.v1.Data/Push (ps-server/psd/shard/service_push.c): a push
+ * is checked whole before anything is applied, and a gradient with NaN or
  * infinities is rejected, skipped or applied as job.nonfinite says. Also
  * cm_first_nonfinite (common/base/finite.h, push's scan) against a plain loop.
  * The shard and the calls are service_fixture.h's. */

@@ -1,5 +1,5 @@
 /* Unit tests for psd.v1.Data/SparsePull and Data/SparsePush
- * (ps-server/psd/service_sparse.c; a push goes through service_push.c's
+ * (ps-server/psd/shard/service_sparse.c; a push goes through service_push.c's
  * pipeline, as a dense one does) and their table (table.c): a push with
  * no ids is answered OK and changes nothing (once it killed the shard), one
  * with no ids but gradient bytes is refused naming the table; a push's

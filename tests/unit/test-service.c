@@ -1,4 +1,4 @@
-/* Unit tests for psd's data service as a whole (ps-server/psd/service.c,
+/* Unit tests for psd's data service as a whole (ps-server/psd/shard/service.c,
  * service_checks.c, service_declare.c, service_status.c) and the coordinator's
  * handlers served beside it (coord.c): every class of bad input gets its status
  * and a message naming the field, variable or shape, and changes nothing. The

@@ -10,7 +10,7 @@
  * unreachable for the retry budget (job.retry_s; retry.c). Every push
  * message carries (client id, seq, chunk), so a shard that had applied a
  * message whose answer was lost acknowledges the retry without applying it
- * again (ps-server/psd/dedup.h). The coordinator's calls (coord.c) retry
+ * again (ps-server/psd/store/dedup.h). The coordinator's calls (coord.c) retry
  * with the same helpers.
  *
  * A call answered "layout moved" (the job was resharded under the client)

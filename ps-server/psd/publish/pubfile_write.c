@@ -12,7 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "ckpt_internal.h" /* psd__ckpt_sync_dir, psd__ckpt_remove_tree */
+#include "ckpt.h" /* psd_ckpt_sync_dir, psd_ckpt_remove_tree */
 #include "err.h"
 #include "log.h"
 #include "pubfile.h"
@@ -60,7 +60,7 @@ int psd_pub_prepare(const char *dir, char *err, size_t errlen) {
     cm_warn("removing %s: an unfinished publication (psd stopped while "
             "writing it)",
             t);
-    psd__ckpt_remove_tree(t);
+    psd_ckpt_remove_tree(t);
   }
   closedir(d);
   return 0;
@@ -298,14 +298,14 @@ int psd_pub_write(const char *dir, const struct psd_pub *p, const char *mode,
   if (rc)
     goto out;
   total += strlen(text);
-  if (psd__ckpt_sync_dir(tmp) || rename(tmp, final) != 0) {
+  if (psd_ckpt_sync_dir(tmp) || rename(tmp, final) != 0) {
     snprintf(err, errlen, "cannot rename %s to %s: %s", tmp, final,
              strerror(errno));
     rc = CM_EIO;
     goto out;
   }
   made = 0;
-  if (psd__ckpt_sync_dir(dir)) {
+  if (psd_ckpt_sync_dir(dir)) {
     snprintf(err, errlen, "fsync %s: %s", dir, strerror(errno));
     rc = CM_EIO;
     goto out;
@@ -314,7 +314,7 @@ int psd_pub_write(const char *dir, const struct psd_pub *p, const char *mode,
     *bytes = total;
 out:
   if (made)
-    psd__ckpt_remove_tree(tmp);
+    psd_ckpt_remove_tree(tmp);
   free(text);
   json_decref(m);
   free(dcrc);
@@ -341,11 +341,11 @@ int psd_pub_prune(const char *dir, int keep) {
   }
   for (size_t i = 0; i < cut; i++) {
     snprintf(p, sizeof p, "%s/pub-%010llu", dir, (unsigned long long)v[i]);
-    psd__ckpt_remove_tree(p);
+    psd_ckpt_remove_tree(p);
     removed++;
   }
   if (removed)
-    psd__ckpt_sync_dir(dir);
+    psd_ckpt_sync_dir(dir);
   free(v);
   return removed;
 }

@@ -4,8 +4,9 @@
  * wait for psd to stop. A shard that refuses a commit because it restarted
  * from an older checkpoint, or one found behind while the thread is idle,
  * makes the job roll back (coord_rollback.c). It runs on a thread of its own
- * so that no handler ever waits on the network. Calling every shard until
- * all answer (psd__coord_call_until_all) is here, for the rollback too. */
+ * so that no handler ever waits on the network. How a call is sent to
+ * every shard until all answer (psd__coord_rounds, over peer.h's
+ * psd_peer_call_until_all) is here, for the rollback too. */
 #include <errno.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -22,38 +23,6 @@
 /* How often an idle commit thread asks the shards for their steps (sync). */
 #define WATCH_MS 300
 
-Psd__V1__Caller psd__coord_caller(const struct psd_coord *c) {
-  Psd__V1__Caller caller = PSD__V1__CALLER__INIT;
-  caller.job = (char *)c->spec->job.name;
-  caller.worker = "coordinator";
-  caller.spec_fp = cm_spec_fingerprint(c->spec);
-  caller.spec_ps = c->spec->nps;
-  caller.spec_workers = c->spec->nworker;
-  return caller;
-}
-
-int psd__coord_call_all(struct psd_coord *c, struct cm_unary *calls,
-                        const int *done, const char *method,
-                        const ProtobufCMessage *msg, int timeout_ms,
-                        int wait_for_ready) {
-  struct cm_run_opts o = {.timeout_ms = timeout_ms,
-                          .inflight = 1,
-                          .wait_for_ready = wait_for_ready};
-  int n = 0;
-  for (int s = 0; s < c->nshards; s++) {
-    if (done[s])
-      continue;
-    memset(&calls[n], 0, sizeof calls[n]);
-    calls[n].channel = c->ch[s];
-    calls[n].method = method;
-    calls[n].request = cm_rpc_pack(msg);
-    calls[n].user = (void *)(intptr_t)s;
-    n++;
-  }
-  cm_client_run(calls, n, &o);
-  return n;
-}
-
 int psd__coord_pause(struct psd_coord *c, int ms) {
   int stop;
   pthread_mutex_lock(&c->lock);
@@ -66,34 +35,18 @@ int psd__coord_pause(struct psd_coord *c, int ms) {
   return stop;
 }
 
-int psd__coord_call_until_all(struct psd_coord *c, struct cm_unary *calls,
-                              int *done, const char *method,
-                              const ProtobufCMessage *msg, const char *what,
-                              psd__coord_judge judge, void *arg, int *left) {
-  int stop = 0;
-  *left = 0;
-  for (int s = 0; s < c->nshards; s++)
-    *left += !done[s];
-  for (int attempt = 0; *left > 0 && !stop; attempt++) {
-    int n = psd__coord_call_all(c, calls, done, method, msg,
-                                c->spec->job.timeout_ms, 1);
-    for (int i = 0; i < n; i++) {
-      int s = (int)(intptr_t)calls[i].user;
-      if (calls[i].status == GRPC_STATUS_OK) {
-        done[s] = 1;
-        (*left)--;
-      } else if (judge(arg, s, &calls[i], attempt)) {
-        stop = 1;
-      } else if (attempt % 10 == 0) {
-        cm_warn("%s ps:%d failed: %s: %s; retrying", what, s,
-                cm_rpc_status_name(calls[i].status), calls[i].details);
-      }
-      cm_unary_release(&calls[i]);
-    }
-    if (psd__coord_pause(c, *left > 0 && !stop ? PSD__COORD_RETRY_MS : 0))
-      return 1;
-  }
-  return 0;
+/* psd__coord_pause as the rounds' pause (peer.h). */
+static int rounds_pause(void *c, int ms) { return psd__coord_pause(c, ms); }
+
+struct psd_peer_rounds psd__coord_rounds(struct psd_coord *c, const char *what,
+                                         psd_peer_judge judge, void *arg) {
+  return (struct psd_peer_rounds){.what = what,
+                                  .timeout_ms = c->spec->job.timeout_ms,
+                                  .retry_ms = PSD__COORD_RETRY_MS,
+                                  .judge = judge,
+                                  .judge_arg = arg,
+                                  .pause = rounds_pause,
+                                  .pause_arg = c};
 }
 
 /* A commit being sent: what its judge needs and finds. */
@@ -158,7 +111,7 @@ void *psd__coord_commit_thread(void *arg) {
       c->tail = &c->queue;
     pthread_mutex_unlock(&c->lock);
 
-    Psd__V1__Caller caller = psd__coord_caller(c);
+    Psd__V1__Caller caller = psd_peer_caller(c->peers);
     Psd__V1__CommitRequest req = PSD__V1__COMMIT_REQUEST__INIT;
     int32_t a[PSD_STEPS_MAX_WORKERS], d[PSD_STEPS_MAX_WORKERS];
     for (int i = 0; i < cm->napplied; i++)
@@ -179,12 +132,14 @@ void *psd__coord_commit_thread(void *arg) {
     int left;
     snprintf(what, sizeof what, "commit of step %llu to",
              (unsigned long long)cm->step);
+    struct psd_peer_rounds rounds =
+        psd__coord_rounds(c, what, commit_refused, &r);
     for (;;) {
       /* Done when every shard has it, or psd stops; a shard that refused
        * it is asked for its step after the usual wait. */
-      if (psd__coord_call_until_all(c, calls, done, "/psd.v1.Data/Commit",
-                                    &req.base, what, commit_refused, &r,
-                                    &left) ||
+      if (psd_peer_call_until_all(c->peers, c->nshards, calls, done,
+                                  "/psd.v1.Data/Commit", &req.base, &rounds,
+                                  &left) ||
           r.behind < 0 || psd__coord_pause(c, PSD__COORD_RETRY_MS))
         break;
       uint64_t st, g;

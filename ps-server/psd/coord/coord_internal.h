@@ -7,7 +7,7 @@
  *                     psd_coord_tick, which acts on time
  *   coord_commit.c    the commit thread: sends each closed step to every
  *                     shard (Data/Commit), a call retried until every
- *                     shard answers (as a rollback is)
+ *                     shard answers (as a rollback is), through peer.h
  *   coord_rollback.c  the shards' steps checked at the start and watched
  *                     while idle, and the job rolled back (Data/Rollback)
  * All state is guarded by one mutex: calls arrive on the gRPC queue thread,
@@ -20,9 +20,9 @@
 #include <pthread.h>
 #include <stdint.h>
 
-#include "auth.h"
 #include "coord.h"
 #include "hist.h"
+#include "peer.h"
 #include "ps.pb-c.h"
 #include "request.h"
 #include "rpc_client.h"
@@ -94,9 +94,9 @@ struct psd__coord_worker {
 struct psd_coord {
   const struct cm_spec *spec; /* borrowed */
   int nshards;                /* shards of the job's layout: the ones
-                                 commits and rollbacks go to (ch has one
-                                 channel per spec address) */
-  struct cm_creds creds;      /* owned: how to call the shards */
+                                 commits and rollbacks go to (peers reach
+                                 every spec address) */
+  struct psd_peers *peers;    /* owned: how it calls the shards (peer.h) */
   int n;                      /* workers in the job */
   int sync;                   /* 1: sync mode */
   int k, m;                   /* replicas_to_aggregate, min_replicas */
@@ -124,7 +124,6 @@ struct psd_coord {
   int stopping;                            /* stop requested */
   pthread_t thread;                        /* the commit thread */
   int thread_started;                      /* thread must be joined */
-  struct cm_channel **ch;                  /* owned, one per shard */
   int checked;        /* sync: every shard was found at step `open` (or not) */
   char bad[1024];     /* sync: why the shards' steps disagree, "" when fine */
   uint64_t committed; /* sync: steps every shard has committed */
@@ -164,45 +163,18 @@ void psd__coord_reply_redirect(struct psd_coord *c, struct cm_rpc_call *call,
 /* The commit thread (psd_coord_start): arg is the coordinator. */
 void *psd__coord_commit_thread(void *arg);
 
-/* The identity the coordinator's calls to the shards carry: the job,
- * "coordinator" as the worker, and its spec's fingerprint and counts.
- * Points into c's spec. */
-Psd__V1__Caller psd__coord_caller(const struct psd_coord *c);
-
-/* Sends one call of method carrying msg to every shard not yet done[s],
- * all at once, and waits for their answers (each within timeout_ms; with
- * wait_for_ready, a channel still connecting is waited for within it):
- * calls[0..n) hold them, each call's user its shard index, for the caller
- * to read and release. Returns n. */
-int psd__coord_call_all(struct psd_coord *c, struct cm_unary *calls,
-                        const int *done, const char *method,
-                        const ProtobufCMessage *msg, int timeout_ms,
-                        int wait_for_ready);
-
 /* Between rounds of calls: waits up to ms (0: not at all) unless psd is
  * stopping, woken early by a stop. Returns whether psd is stopping. Called
  * without the lock. */
 int psd__coord_pause(struct psd_coord *c, int ms);
 
-/* Judges one shard's answer that is not OK in a round of
- * psd__coord_call_until_all (attempt counts the rounds from 0): returns 1
- * to stop after this round (having logged what it must), or 0 to send it
- * again, logged as a failure every 10th round. */
-typedef int (*psd__coord_judge)(void *arg, int shard,
-                                const struct cm_unary *call, int attempt);
-
-/* Sends method carrying msg to every shard not yet done[s] (the caller
- * clears done), each within the job's timeout, and again every
- * PSD__COORD_RETRY_MS to those that did not answer OK, until every shard
- * has, judge stops it, or psd stops; done[s] is set for each shard that
- * answered OK, *left counts the others. what names the call in the log
- * ("commit of step 7 to": "... ps:1 failed: UNAVAILABLE: ...; retrying").
- * Returns whether psd is stopping. Called on the commit thread, without
- * the lock. */
-int psd__coord_call_until_all(struct psd_coord *c, struct cm_unary *calls,
-                              int *done, const char *method,
-                              const ProtobufCMessage *msg, const char *what,
-                              psd__coord_judge judge, void *arg, int *left);
+/* How a commit or a rollback is sent until every shard of the job has it
+ * (psd_peer_call_until_all over the job's nshards): each call within the
+ * job's timeout, again every PSD__COORD_RETRY_MS, judge (with arg) on an
+ * answer that is not OK, the pause psd__coord_pause's; what names the
+ * call in the log ("commit of step 7 to"). */
+struct psd_peer_rounds psd__coord_rounds(struct psd_coord *c, const char *what,
+                                         psd_peer_judge judge, void *arg);
 
 /* ---- coord_rollback.c: on the commit thread, without the lock; calls and
  * done have an entry per shard (the commit thread's, reused). */

@@ -1,7 +1,8 @@
 /* A shard's checkpoints (ckpt.h, ckpt_internal.h): the handle and the
  * shard's directory. Creating it (mkdir -p) and removing what a crash left
  * in it, listing the checkpoints it holds, and the file system helpers the
- * writer and the loader share: fsync of a directory, removing a tree. */
+ * writer and the loader share with the publications' writer and psd
+ * --reshard (ckpt.h): fsync of a directory, removing a tree. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -45,7 +46,7 @@ static int mkdirs(const char *path, char *err, size_t errlen) {
   return 0;
 }
 
-int psd__ckpt_sync_dir(const char *path) {
+int psd_ckpt_sync_dir(const char *path) {
   int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   int rc = 0;
   if (fd < 0)
@@ -56,7 +57,7 @@ int psd__ckpt_sync_dir(const char *path) {
   return rc;
 }
 
-/* nftw's visit for psd__ckpt_remove_tree: children come before their
+/* nftw's visit for psd_ckpt_remove_tree: children come before their
  * directory (FTW_DEPTH); a link is removed, never followed (FTW_PHYS). */
 static int remove_entry(const char *path, const struct stat *st, int type,
                         struct FTW *ftw) {
@@ -69,7 +70,7 @@ static int remove_entry(const char *path, const struct stat *st, int type,
 
 /* nftw rather than readdir's d_type, which some file systems leave
  * DT_UNKNOWN: a directory is known by stat, so it is always emptied. */
-void psd__ckpt_remove_tree(const char *path) {
+void psd_ckpt_remove_tree(const char *path) {
   nftw(path, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
 }
 
@@ -186,7 +187,7 @@ int psd_ckpt_new(struct psd_ckpt **out, const struct psd_ckpt_opts *o,
     cm_warn("removing %s: an unfinished checkpoint (psd stopped while "
             "writing it)",
             p);
-    psd__ckpt_remove_tree(p);
+    psd_ckpt_remove_tree(p);
   }
 out:
   if (d)

@@ -1,4 +1,10 @@
-/* Restoring a job's checkpoint onto another number of shards (psd
+/* Room ps-server/psd/reshard/, resharding: a checkpoint cut onto another
+ * shard count offline (psd --reshard, this header) and the live reshard
+ * (live.h); reshard_internal.h and live_internal.h are the room's own.
+ * Rooms it calls: psd/ (psd.h, the daemon's state), shard/, store/,
+ * ckpt/, coord/, peer/ (ps:0's calls to the shards).
+ *
+ * Restoring a job's checkpoint onto another number of shards (psd
  * --reshard; docs/reshard.md).
  *
  * A checkpoint of N shards (<root>/<job>/ps-0 .. ps-N-1, each its newest

@@ -1,7 +1,8 @@
 /* A live reshard (live.h), the part that serves: Admin/Reshard at ps:0
  * (the checks, the plan, the step boundary of a sync job, the shards told
- * to stop) and at the shards it tells; live_plan.c has what a stopped
- * shard does next, and the plan's files. */
+ * to stop; its calls to them go through peer.h) and at the shards it
+ * tells; live_plan.c has what a stopped shard does next, and the plan's
+ * files. */
 #include "live_internal.h"
 
 #include <dirent.h>
@@ -18,7 +19,6 @@
 #include <unistd.h>
 #include <uv.h>
 
-#include "auth.h"
 #include "clock.h"
 #include "coord.h"
 #include "err.h"
@@ -40,45 +40,16 @@ static void on_wake(uv_async_t *a) {
   }
 }
 
-/* Who ps:0 is to the shards it calls. */
-static Psd__V1__Caller self_caller(const struct psd_server *srv) {
-  Psd__V1__Caller c = PSD__V1__CALLER__INIT;
-  c.job = (char *)srv->spec->job.name;
-  c.worker = "ps:0 (reshard)";
-  c.spec_fp = srv->self.spec_fp;
-  c.spec_ps = srv->spec->nps;
-  c.spec_workers = srv->spec->nworker;
-  return c;
-}
-
-/* One call to shard s (a channel of its own, credentials as a client's).
- * Not the coordinator's long-lived channel: after a shard was killed and
- * started again, that one may still wait out gRPC's reconnect backoff,
- * and the check would call the shard unreachable (integration-relayout's
- * kill rounds under ASan saw it).
+/* One call to shard s through ps:0's peers (peer.h: made by on_request
+ * before its first call; a channel of its own per call, credentials as a
+ * client's). Not the coordinator's long-lived channels: after a shard was
+ * killed and started again, one may still wait out gRPC's reconnect
+ * backoff, and the check would call the shard unreachable
+ * (integration-relayout's kill rounds under ASan saw it).
  * Returns the response (owned: cm_rpc_unpack'd by the caller) in u. */
 static void call_shard(struct psd_server *srv, int s, const char *method,
                        const ProtobufCMessage *msg, struct cm_unary *u) {
-  struct cm_creds creds;
-  struct cm_channel *ch = NULL;
-  char err[512];
-  memset(u, 0, sizeof *u);
-  memset(&creds, 0, sizeof creds);
-  if (cm_creds_load(&srv->spec->auth, 0, &creds, err, sizeof err) ||
-      cm_channel_new(&ch, srv->spec->ps[s].text, &creds)) {
-    u->status = GRPC_STATUS_INTERNAL;
-    snprintf(u->details, sizeof u->details, "cannot call it: %.400s", err);
-    cm_creds_free(&creds);
-    return;
-  }
-  struct cm_run_opts o = {
-      .timeout_ms = LIVE_CALL_MS, .inflight = 1, .wait_for_ready = 0};
-  u->channel = ch;
-  u->method = method;
-  u->request = cm_rpc_pack(msg);
-  cm_client_run(u, 1, &o);
-  cm_channel_free(ch);
-  cm_creds_free(&creds);
+  psd_peer_call(srv->live->peers, s, method, msg, LIVE_CALL_MS, 0, u);
 }
 
 /* Checks that shards 1..n-1 answer and hold this shard's layout; a shard
@@ -92,7 +63,7 @@ static void call_shard(struct psd_server *srv, int s, const char *method,
  * Returns 0 or a gRPC status with msg saying which and why. */
 static grpc_status_code check_shards(struct psd_server *srv, int n, char *msg,
                                      size_t len) {
-  Psd__V1__Caller caller = self_caller(srv);
+  Psd__V1__Caller caller = psd_peer_caller(srv->live->peers);
   Psd__V1__StatusRequest req = PSD__V1__STATUS_REQUEST__INIT;
   req.caller = &caller;
   for (int s = 1; s < n; s++) {
@@ -151,7 +122,7 @@ static grpc_status_code check_shards(struct psd_server *srv, int n, char *msg,
 static grpc_status_code prepare_shards(struct psd_server *srv, int n,
                                        uint64_t v, int m, char *msg,
                                        size_t len) {
-  Psd__V1__Caller caller = self_caller(srv);
+  Psd__V1__Caller caller = psd_peer_caller(srv->live->peers);
   Psd__V1__ReshardRequest req = PSD__V1__RESHARD_REQUEST__INIT;
   req.caller = &caller;
   req.prepare = 1;
@@ -210,7 +181,7 @@ struct go {
  * unread. Returns 0, or -1 with msg. */
 static int hold_step(struct psd_server *srv, const struct go *g, char *msg,
                      size_t len) {
-  Psd__V1__Caller caller = self_caller(srv);
+  Psd__V1__Caller caller = psd_peer_caller(srv->live->peers);
   Psd__V1__ReshardRequest req = PSD__V1__RESHARD_REQUEST__INIT;
   int live;
   /* Step `open` (0-based) is the one workers push now; its commit makes
@@ -284,7 +255,7 @@ static void on_request(struct psd_live *l, struct cm_rpc_call *call,
   int m = req->shards, n = srv->nshards, busy;
   int most = m > n ? m : n;
   uint64_t v = srv->layout + 1;
-  char plan[1200], msg[1400], text[200];
+  char plan[1200], msg[1400], text[200], err[512];
   grpc_status_code st;
 
   if (m < 1 || m > srv->spec->nps) {
@@ -319,6 +290,15 @@ static void on_request(struct psd_live *l, struct cm_rpc_call *call,
                 "it (psctl status) and ask again",
                 l->to, (unsigned long long)l->target);
     return;
+  }
+  if (!l->peers && psd_peers_new(&l->peers, srv->spec,
+                                 &(struct psd_peer_opts){
+                                     .who = "ps:0 (reshard)", .fresh = 1},
+                                 err, sizeof err)) {
+    snprintf(msg, sizeof msg, "cannot call the shards: %s; nothing changed",
+             err);
+    st = GRPC_STATUS_INTERNAL;
+    goto refuse;
   }
   if ((st = check_shards(srv, most, msg, sizeof msg)) != GRPC_STATUS_OK)
     goto refuse;
@@ -461,6 +441,7 @@ int psd_live_new(struct psd_live **out, struct psd_server *srv,
 void psd_live_free(struct psd_live *l) {
   if (!l)
     return;
+  psd_peers_free(l->peers);
   pthread_mutex_destroy(&l->lock);
   free(l);
 }

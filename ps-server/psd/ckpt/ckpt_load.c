@@ -52,7 +52,7 @@ static void set_aside_above(struct psd_ckpt *c, const uint64_t *steps, int upto,
     else
       cm_error("cannot set %s aside: %s", from, strerror(errno));
   }
-  psd__ckpt_sync_dir(c->dir);
+  psd_ckpt_sync_dir(c->dir);
 }
 
 /* Renames the checkpoints newer than the one loaded (steps[0..upto), newest

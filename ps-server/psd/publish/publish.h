@@ -1,4 +1,10 @@
-/* A training shard's publisher (docs/serving.md, "Publishing"): every
+/* Room ps-server/psd/publish/, publishing for serving: the publisher and
+ * its thread (publish.h) and the publications' files, written and read
+ * back (pubfile.h, which serve/ reads; pubfile_internal.h is the room's
+ * own). Rooms it calls: store/, ckpt/ (a directory written whole),
+ * shard/ (saver.h: the shard's step).
+ *
+ * A training shard's publisher (docs/serving.md, "Publishing"): every
  * job.publish.interval_s it cuts the values of the whole shard at one
  * instant (every dense variable's rows whole; the table rows changed since
  * the previous publication and the ids evicted since, psd_table_pub_snapshot)

@@ -1,4 +1,9 @@
-/* The coordinator, served by shard 0: worker membership and heartbeats,
+/* Room ps-server/psd/coord/, the coordinator of the training shard (shard
+ * 0's second role): this header; coord_internal.h is the room's own.
+ * Rooms it calls: shard/ (steps.h's bound on workers, hist.h), peer/ (its
+ * calls to the shards).
+ *
+ * The coordinator, served by shard 0: worker membership and heartbeats,
  * admission to synchronous steps, and SSP clocks for async jobs.
  *
  * Sync step t: a worker stages its gradient on every shard (Push with

@@ -75,14 +75,6 @@ struct psd_ckpt {
 
 /* ---- ckpt.c */
 
-/* fsyncs a directory so renames and new entries in it are durable.
- * Returns 0 or CM_EIO (errno says why). */
-int psd__ckpt_sync_dir(const char *path);
-
-/* Removes path and everything under it (best effort; files and
- * directories only, as psd writes them). */
-void psd__ckpt_remove_tree(const char *path);
-
 /* The directory of checkpoint `step`, <dir>/ckpt-<step, zero-padded>, into
  * buf. */
 void psd__ckpt_path(const struct psd_ckpt *c, uint64_t step, char *buf,

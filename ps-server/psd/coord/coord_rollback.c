@@ -61,7 +61,7 @@ enum psd_coord_start psd__coord_plan(const struct psd_coord_shard *s, int nps,
  * once checked. */
 void psd__coord_check_steps(struct psd_coord *c, struct cm_unary *calls,
                             int *done) {
-  Psd__V1__Caller caller = psd__coord_caller(c);
+  Psd__V1__Caller caller = psd_peer_caller(c->peers);
   Psd__V1__StatusRequest req = PSD__V1__STATUS_REQUEST__INIT;
   struct psd_coord_shard *st = calloc(c->nshards, sizeof *st);
   enum psd_coord_start plan = PSD_COORD_AGREE;
@@ -76,8 +76,8 @@ void psd__coord_check_steps(struct psd_coord *c, struct cm_unary *calls,
   while (st && left > 0 && !stop) {
     /* Waits for each channel to connect (within the deadline) rather than
      * failing at once while gRPC backs off reconnecting. */
-    int n = psd__coord_call_all(c, calls, done, "/psd.v1.Admin/Status",
-                                &req.base, 1000, 1);
+    int n = psd_peer_call_all(c->peers, c->nshards, calls, done,
+                              "/psd.v1.Admin/Status", &req.base, 1000, 1);
     for (int i = 0; i < n; i++) {
       int s = (int)(intptr_t)calls[i].user;
       Psd__V1__StatusResponse *r = NULL;
@@ -173,17 +173,16 @@ void psd__coord_check_steps(struct psd_coord *c, struct cm_unary *calls,
  * Returns 0, or -1 when it did not answer. */
 int psd__coord_shard_step(struct psd_coord *c, struct cm_unary *call, int s,
                           int timeout_ms, uint64_t *step, uint64_t *gen) {
-  Psd__V1__Caller caller = psd__coord_caller(c);
+  Psd__V1__Caller caller = psd_peer_caller(c->peers);
   Psd__V1__StatusRequest req = PSD__V1__STATUS_REQUEST__INIT;
-  int done[PSD_STEPS_MAX_WORKERS] = {0}, rc = -1;
+  int rc = -1;
   Psd__V1__StatusResponse *r = NULL;
 
   req.caller = &caller;
-  for (int i = 0; i < c->nshards && i < PSD_STEPS_MAX_WORKERS; i++)
-    done[i] = i != s;
-  if (psd__coord_call_all(c, call, done, "/psd.v1.Admin/Status", &req.base,
-                          timeout_ms, 0) != 1)
+  if (s < 0 || s >= c->nshards)
     return -1;
+  psd_peer_call(c->peers, s, "/psd.v1.Admin/Status", &req.base, timeout_ms, 0,
+                call);
   if (call->status == GRPC_STATUS_OK &&
       (r = (Psd__V1__StatusResponse *)cm_rpc_unpack(
            call->response, &psd__v1__status_response__descriptor))) {
@@ -214,7 +213,7 @@ static int can_reach(uint64_t at, const uint64_t *steps, size_t n, uint64_t t) {
  * then the newest periodic one they share is taken. */
 static uint64_t common_step(struct psd_coord *c, struct cm_unary *calls,
                             int *done, uint64_t want) {
-  Psd__V1__Caller caller = psd__coord_caller(c);
+  Psd__V1__Caller caller = psd_peer_caller(c->peers);
   Psd__V1__StatusRequest req = PSD__V1__STATUS_REQUEST__INIT;
   Psd__V1__StatusResponse **r = calloc(c->nshards, sizeof *r);
   uint64_t best = want;
@@ -222,8 +221,9 @@ static uint64_t common_step(struct psd_coord *c, struct cm_unary *calls,
 
   req.caller = &caller;
   memset(done, 0, c->nshards * sizeof *done);
-  n = r ? psd__coord_call_all(c, calls, done, "/psd.v1.Admin/Status", &req.base,
-                              c->spec->job.timeout_ms, 1)
+  n = r ? psd_peer_call_all(c->peers, c->nshards, calls, done,
+                            "/psd.v1.Admin/Status", &req.base,
+                            c->spec->job.timeout_ms, 1)
         : 0;
   for (int i = 0; i < n; i++) {
     int s = (int)(intptr_t)calls[i].user;
@@ -298,7 +298,7 @@ static int rollback_refused(void *arg, int s, const struct cm_unary *call,
  * thread, without the lock. */
 void psd__coord_rollback(struct psd_coord *c, struct cm_unary *calls, int *done,
                          uint64_t step, uint64_t from, const char *who) {
-  Psd__V1__Caller caller = psd__coord_caller(c);
+  Psd__V1__Caller caller = psd_peer_caller(c->peers);
   Psd__V1__RollbackRequest req = PSD__V1__ROLLBACK_REQUEST__INIT;
   struct rollback_round r = {.failed = -1};
 
@@ -333,8 +333,11 @@ void psd__coord_rollback(struct psd_coord *c, struct cm_unary *calls, int *done,
   int left;
   snprintf(what, sizeof what, "rollback to step %llu on",
            (unsigned long long)step);
-  if (psd__coord_call_until_all(c, calls, done, "/psd.v1.Data/Rollback",
-                                &req.base, what, rollback_refused, &r, &left))
+  struct psd_peer_rounds rounds =
+      psd__coord_rounds(c, what, rollback_refused, &r);
+  if (psd_peer_call_until_all(c->peers, c->nshards, calls, done,
+                              "/psd.v1.Data/Rollback", &req.base, &rounds,
+                              &left))
     return;
 
   pthread_mutex_lock(&c->lock);

@@ -69,20 +69,18 @@ int psd_coord_new(struct psd_coord **out, const struct cm_spec *spec,
     rc = CM_EINVAL;
     goto out;
   }
-  if (!(c->w = calloc(c->n, sizeof *c->w)) ||
-      !(c->ch = calloc(spec->nps, sizeof *c->ch))) {
+  if (!(c->w = calloc(c->n, sizeof *c->w))) {
     rc = CM_ENOMEM;
     goto out;
   }
-  /* The coordinator calls the shards as a client does: the token, and with
-   * TLS the CA (and with mutual TLS the client certificate). */
-  if ((rc = cm_creds_load(&spec->auth, 0, &c->creds, err, sizeof err))) {
+  /* The coordinator calls the shards as a client does (peer.h): the token,
+   * and with TLS the CA (and with mutual TLS the client certificate). */
+  if ((rc = psd_peers_new(&c->peers, spec,
+                          &(struct psd_peer_opts){.who = "coordinator"}, err,
+                          sizeof err))) {
     cm_error("coordinator: %s", err);
     goto out;
   }
-  for (int s = 0; s < spec->nps; s++)
-    if ((rc = cm_channel_new(&c->ch[s], spec->ps[s].text, &c->creds)))
-      goto out;
 out:
   if (rc) {
     psd_coord_free(c);
@@ -139,10 +137,7 @@ void psd_coord_free(struct psd_coord *c) {
     c->queue = cm->next;
     free(cm);
   }
-  for (int s = 0; c->ch && s < c->spec->nps; s++)
-    cm_channel_free(c->ch[s]);
-  free(c->ch);
-  cm_creds_free(&c->creds);
+  psd_peers_free(c->peers);
   free(c->w);
   pthread_mutex_destroy(&c->lock);
   pthread_cond_destroy(&c->wake);

@@ -1,4 +1,9 @@
-/* A serving task (`psd --task serve:J`, docs/serving.md): no training; it
+/* Room ps-server/psd/serve/, the serving task: this header and its
+ * values-only tables (serve_table.h); serve_internal.h is the room's own.
+ * psd.c's main runs it (serve_start.c). Rooms it calls: publish/
+ * (pubfile.h, the publications it reads).
+ *
+ * A serving task (`psd --task serve:J`, docs/serving.md): no training; it
  * holds the values of training shard J % nps as that shard publishes them
  * (pubfile.h) and answers Serve/Lookup from them, read-only.
  *

@@ -9,6 +9,7 @@
 #include <uv.h>
 
 #include "live.h"
+#include "peer.h"
 #include "request.h"
 
 #define LIVE_CALL_MS 3000    /* each check and prepare call's deadline */
@@ -24,6 +25,9 @@ struct psd_live {
   struct psd_server *srv;      /* borrowed */
   struct cm_request_host host; /* how Admin/Reshard checks its callers */
   struct cm_rpc_method method; /* Admin/Reshard */
+  struct psd_peers *peers;     /* owned: ps:0's calls to the shards (fresh
+                                  channels), made by the first reshard
+                                  asked for; NULL before */
   uv_async_t wake;             /* stops srv's loop from a gRPC thread */
   int wake_ready;              /* wake is initialised (and must be closed) */
   pthread_mutex_t lock;        /* guards the fields below */

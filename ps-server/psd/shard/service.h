@@ -1,4 +1,12 @@
-/* psd's gRPC services: psd.v1.Data (Declare, Pull, Push, Commit) and
+/* Room ps-server/psd/shard/, the training shard: the data and admin
+ * services (service.h; one file per call, service_internal.h the room's
+ * own), sync mode's staged gradients and commits (steps.h, sstage.h), a
+ * Declare's staged initial values (vstage.h), when it checkpoints
+ * (saver.h), same-host clients' shared-memory arenas (shm_arena.h) and
+ * latency histograms (hist.h). Rooms it calls: store/, ckpt/, coord/,
+ * publish/.
+ *
+ * psd's gRPC services: psd.v1.Data (Declare, Pull, Push, Commit) and
  * psd.v1.Admin (Status) over a store. Every request is checked field by field;
  * a bad one gets a gRPC status and a message naming the variable, shape or
  * field, and the shard goes on serving. */

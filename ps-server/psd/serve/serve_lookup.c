@@ -20,7 +20,6 @@
 #include "layout.h"
 #include "log.h"
 #include "ps.pb-c.h"
-#include "table.h"
 #include "wire.h"
 
 /* Room for an answer's head beyond its found bytes and dense slices. */

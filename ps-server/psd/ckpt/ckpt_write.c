@@ -109,11 +109,11 @@ static void prune(struct psd_ckpt *c) {
     if (psd__ckpt_tables_needed(c, steps, c->keep < n ? c->keep : n, steps[i]))
       continue;
     psd__ckpt_path(c, steps[i], p, sizeof p);
-    psd__ckpt_remove_tree(p);
+    psd_ckpt_remove_tree(p);
     cm_debug("pruned %s (keeping the newest %d)", p, c->keep);
   }
   if (n > c->keep)
-    psd__ckpt_sync_dir(c->dir);
+    psd_ckpt_sync_dir(c->dir);
   free(steps);
 }
 
@@ -401,7 +401,7 @@ int psd_ckpt_write(struct psd_ckpt *c, struct psd_store *store,
   snprintf(file, sizeof file, "%s/" PSD__CKPT_MANIFEST, tmp);
   if ((rc = write_file(file, text, err, errlen)))
     goto out;
-  if (psd__ckpt_sync_dir(tmp) != 0) {
+  if (psd_ckpt_sync_dir(tmp) != 0) {
     snprintf(err, errlen, "fsync %s: %s", tmp, strerror(errno));
     rc = CM_EIO;
     goto out;
@@ -422,7 +422,7 @@ int psd_ckpt_write(struct psd_ckpt *c, struct psd_store *store,
   } else {
     made = 0;
   }
-  if (psd__ckpt_sync_dir(c->dir) != 0) {
+  if (psd_ckpt_sync_dir(c->dir) != 0) {
     snprintf(err, errlen, "fsync %s: %s", c->dir, strerror(errno));
     rc = CM_EIO;
     goto out;
@@ -435,7 +435,7 @@ int psd_ckpt_write(struct psd_ckpt *c, struct psd_store *store,
 out:
   psd__ckpt_tables_done(c, &ts, step, rc == 0);
   if (made)
-    psd__ckpt_remove_tree(tmp);
+    psd_ckpt_remove_tree(tmp);
   free(text);
   json_decref(m);
   json_decref(vars);

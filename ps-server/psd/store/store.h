@@ -1,4 +1,10 @@
-/* A shard's variables: for each, the rows this shard holds, in one aligned
+/* Room ps-server/psd/store/, a training shard's state in memory: its
+ * variables (store.h), its embedding tables by name (tables.h) and each
+ * table's rows (table.h; table_internal.h is the room's own), and the
+ * pushes it has applied (dedup.h). Training, checkpoints, publishing and
+ * the reshard all hold the state through these. Rooms it calls: none.
+ *
+ * A shard's variables: for each, the rows this shard holds, in one aligned
  * allocation with the optimizer's slots beside the values, a version
  * (pushes applied), the optimizer's step count and a lock. Each variable
  * has its own optimizer, picked from the job's set (the spec's

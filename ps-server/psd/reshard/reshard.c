@@ -16,7 +16,6 @@
 #include <unistd.h>
 
 #include "ckpt.h"
-#include "ckpt_internal.h" /* psd__ckpt_sync_dir, psd__ckpt_remove_tree */
 #include "clock.h"
 #include "err.h"
 #include "layout.h"
@@ -400,7 +399,7 @@ int psd_reshard_run(const struct psd_reshard_opts *o,
   rc = 0;
 out:
   if (made)
-    psd__ckpt_remove_tree(tmp);
+    psd_ckpt_remove_tree(tmp);
   r->ms = cm_mono_ms() - t0;
   return rc;
 }

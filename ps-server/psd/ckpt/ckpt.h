@@ -1,4 +1,9 @@
-/* A shard's checkpoints on disk (DESIGN.md, "State on disk").
+/* Room ps-server/psd/ckpt/, a training shard's checkpoints on disk: this
+ * header (with the file system helpers of a directory written whole, for
+ * publish/ and reshard/); ckpt_internal.h is the room's own. Rooms it
+ * calls: store/.
+ *
+ * A shard's checkpoints on disk (DESIGN.md, "State on disk").
  *
  * A shard's directory, <dir>/<job>/ps-<I>/, holds one directory per
  * checkpoint, ckpt-<step, zero-padded>, with two files:
@@ -142,5 +147,15 @@ int psd_ckpt_peek(struct psd_ckpt *c, uint64_t *step, int *nshards, char *mode,
 /* Steps of the newest checkpoints present, newest first; returns how many
  * (at most max). For status and the choice of a rollback step. */
 int psd_ckpt_list(struct psd_ckpt *c, uint64_t *steps, int max);
+
+/* The file system helpers of a directory written whole (ckpt.c), for the
+ * other writers of one: publications (pubfile_write.c) and psd --reshard's
+ * directory swap (reshard_dir.c).
+ * psd_ckpt_sync_dir fsyncs a directory so renames and new entries in it
+ * are durable; returns 0 or CM_EIO (errno says why).
+ * psd_ckpt_remove_tree removes path and everything under it (best effort;
+ * files and directories only, as psd writes them). */
+int psd_ckpt_sync_dir(const char *path);
+void psd_ckpt_remove_tree(const char *path);
 
 #endif
