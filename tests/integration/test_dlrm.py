@@ -27,7 +27,8 @@ torch.optim.Adagrad) on the same data:
     without init_scale takes job.table_defaults' (as the shards do), so the
     export's never-stored rows equal a shard's pull bit for bit
 
-About 60-90 s on 2 cores. Exits 77 (SKIP) when PyTorch or numpy is missing.
+About 60-90 s on 2 cores (under make asan, PSD_SANITIZED=1: a fifth of the
+data, its AUC not asserted). Exits 77 (SKIP) when PyTorch or numpy is missing.
 Run: /usr/bin/python3 test_dlrm.py BUILD_DIR"""
 import json
 import os
@@ -52,8 +53,13 @@ ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)),
 TORCH_DIR = os.path.join(ROOT, "deploy", "examples", "torch")
 sys.path.insert(0, TORCH_DIR)
 
-TRAIN = 300_000         # training examples generated (one epoch)
-TEST = 30_000           # held-out examples
+DOC_TRAIN = 300_000     # training examples generated (one epoch), as the doc
+DOC_TEST = 30_000       # held-out examples, as the doc
+# make asan (PSD_SANITIZED=1) looks for memory errors, not figures: the doc's
+# commands run on a fifth of the data (run.sh's sizes replaced), and no AUC
+# is asserted (the exported model still predicts as the psd-trained one).
+TRAIN = DOC_TRAIN // 5 if h.SANITIZED else DOC_TRAIN
+TEST = DOC_TEST // 3 if h.SANITIZED else DOC_TEST
 CAP = 100_000           # rows per table at most (--max-rows)
 AUC_VS_BASELINE = 0.015  # |psd's test AUC - the one-process baseline's| at most
 # true_auc - the test AUC at most. One pass over 300,000 examples of
@@ -139,12 +145,15 @@ class DlrmTest(unittest.TestCase):
         """docs/python.md's blocks, as written, in cls.d."""
         blocks = doc_blocks(os.path.join(ROOT, "docs", "python.md"), "dlrm")
         assert sorted(blocks) == ["predict.py", "run.sh"], sorted(blocks)
+        # The doc's small run is this test's size (a smaller one under make asan).
+        doc = "--train %d --test %d --max-rows %d" % (DOC_TRAIN, DOC_TEST, CAP)
+        assert doc in blocks["run.sh"]
+        blocks["run.sh"] = blocks["run.sh"].replace(
+            doc, "--train %d --test %d --max-rows %d" % (TRAIN, TEST, CAP))
+        assert "CAP = %s " % format(CAP, "_") in blocks["predict.py"]
         for name, text in blocks.items():
             with open(os.path.join(cls.d, name), "w") as f:
                 f.write(text)
-        # The doc's small run is this test's size.
-        assert "--train %d --test %d --max-rows %d" % (TRAIN, TEST, CAP) in blocks["run.sh"]
-        assert "CAP = %s " % format(CAP, "_") in blocks["predict.py"]
         env = dict(cls.env, PYTHONPATH=os.pathsep.join(
             [os.path.join(h.BUILD, "worker", "python"), TORCH_DIR]),
             PATH=os.pathsep.join([h.build_path("deploy"), h.build_path("ps-server"), "/usr/bin",
@@ -195,6 +204,8 @@ class DlrmTest(unittest.TestCase):
         self.assertAlmostEqual(float(self.finals[0]["true_auc"]), true_auc, places=4)
         print("test_auc psd=%.4f local=%.4f true=%.4f dense_true=%s"
               % (psd_auc, local_auc, true_auc, self.truth["dense_true_auc"]))
+        if h.SANITIZED:
+            return  # a fifth of the data under make asan: no figure asserted
         self.assertLess(abs(psd_auc - local_auc), AUC_VS_BASELINE,
                         "psd %.4f, one process %.4f" % (psd_auc, local_auc))
         self.assertGreater(psd_auc, true_auc - AUC_VS_TRUTH)
@@ -214,7 +225,7 @@ class DlrmTest(unittest.TestCase):
         self.assertIn("test_auc=%s on %d examples" % (self.finals[0]["test_auc"], TEST),
                       self.exported_line[0])
         # and the export is not the initial model: it learned
-        self.assertGreater(float(self.finals[0]["test_auc"]), 0.6)
+        self.assertGreater(float(self.finals[0]["test_auc"]), 0.55 if h.SANITIZED else 0.6)
 
     def test_export_errors_name_the_file(self):
         import psd.export
