@@ -39,8 +39,8 @@ static void inside(const struct kn_conv_shape *s, int kw, int ow, int *j0,
  * without loop-to-call rewriting (kernels/meson.build), so these loops are
  * vectorized in place; the values are the same copies and the same sums in
  * the same order. */
-static inline void zero_run(float *restrict d, int n) {
-  for (int j = 0; j < n; j++)
+static inline void zero_run(float *restrict d, size_t n) {
+  for (size_t j = 0; j < n; j++)
     d[j] = 0.0f;
 }
 
@@ -79,7 +79,7 @@ static void col2im(const struct kn_conv_shape *s, float *restrict dx,
                    const float *restrict col, size_t ld) {
   int oh = kn_conv_oh(s), ow = kn_conv_ow(s), K = s->K, j0, j1;
 
-  zero_run(dx, s->C * s->H * s->W);
+  zero_run(dx, (size_t)s->C * s->H * s->W);
   for (int c = 0; c < s->C; c++)
     for (int kh = 0; kh < K; kh++)
       for (int kw = 0; kw < K; kw++) {
