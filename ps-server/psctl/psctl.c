@@ -200,6 +200,27 @@ int psctl_status_doc(struct psctl *p, int s, json_t **doc) {
   return rc;
 }
 
+/* The job's layout as the shards that answered hold it (the newest one
+ * any of them names, with its count), taken by the client before any call
+ * is planned: ids go to their home shards from the first call, not by
+ * job.shards until a shard answers "moved" (docs/reshard.md). Returns 0. */
+static int take_layout(struct psctl *p) {
+  int best = -1;
+  for (int s = 0; s < p->spec->nps; s++)
+    if (p->st[s] && (best < 0 || cm_status_int(p->st[s], "layout") >
+                                     cm_status_int(p->st[best], "layout")))
+      best = s;
+  if (best < 0)
+    return 0;
+  if (psc__client_take_layout(p->client, best,
+                              (uint64_t)cm_status_int(p->st[best], "layout"),
+                              (int)cm_status_int(p->st[best], "num_shards")))
+    /* A spec with fewer addresses than the job's layout: said, and the
+     * shards it lists are still shown. */
+    fprintf(stderr, "psctl: %s\n", psc__client_error(p->client));
+  return 0;
+}
+
 /* Asks every shard for its status; names each one that does not answer. */
 static int fetch_status(struct psctl *p) {
   int n = p->spec->nps;
@@ -217,7 +238,7 @@ static int fetch_status(struct psctl *p) {
             p->why[s] ? p->why[s] : cm_strerror(rc));
     p->down++;
   }
-  return 0;
+  return take_layout(p);
 }
 
 /* ---- output ---- */

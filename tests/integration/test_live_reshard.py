@@ -19,6 +19,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness as h  # noqa: E402
 import test_reshard as tr  # noqa: E402
 from ckptread import read_job  # noqa: E402
+from hashes import shard_of  # noqa: E402
 
 psd = None
 
@@ -129,6 +130,7 @@ class LiveReshardTest(LiveBase):
         before = read_job(self.root, self.JOB)
         out = self.reshard_ok(s[3], 3, 1)
         self.assertIn("ps:2: serves layout 1", out)
+        self.assert_psctl_rows(s[3], 3)
         self.assertRegex(out, r"done: layout 1 of 3 shards from 2, step \d+, [1-9]\d* of 3000 "
                               r"table rows")
         mid = read_job(self.root, self.JOB)
@@ -167,6 +169,21 @@ class LiveReshardTest(LiveBase):
         self.assert_placed(after, 3)
         self.assertEqual((after["placement"]["sp"], after["placement"]["b1"]), (-1, 1))
         self.assert_same_state(before, after)
+
+    def assert_psctl_rows(self, spec, n):
+        """A fresh psctl of spec (job.shards 2) reads the job's layout of n
+        shards first: each id is asked of its home shard there, and its row
+        is the one pushed."""
+        import json
+        pick = list(range(0, 3000, 97))
+        ids = ",".join(str(int(self.ids[i])) for i in pick)
+        r = h.psctl(spec, "--json", "get", "cnt", "--ids", ids)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        got = {int(e["id"]): e for e in json.loads(r.stdout)["rows"]}
+        for i in pick:
+            e = got[int(self.ids[i])]
+            self.assertEqual(e["shard"], shard_of(int(self.ids[i]), n), e)
+            self.assertEqual(e["value"], self.rows[i].tolist(), e)
 
     def assert_pulled(self, spec):
         """A client of spec declares every variable as the seeding one did,

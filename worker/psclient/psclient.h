@@ -165,6 +165,15 @@ void psc__client_set_interrupt(struct psc__client *c,
  * answer named (docs/faults.md, "A reshard under running workers"). */
 int psc__client_nshards(const struct psc__client *c);
 
+/* Plans for layout `layout` of nshards shards from now on, as a "layout
+ * moved" answer would, when a caller read it first from shard's status
+ * (psctl does, so that it asks each id of its home shard from its first
+ * call). Nothing when the client plans for it already. Returns 0, or
+ * CM_ERANGE when nshards is outside 1..the spec's ps addresses
+ * (psc__client_error says so). */
+int psc__client_take_layout(struct psc__client *c, int shard, uint64_t layout,
+                            int nshards);
+
 /* What the client dials for shard: the spec's "host:port", or after
  * declare, "unix:/path" when the shard runs on this host and serves its Unix
  * socket (common/rpc/endpoint.h; job.unix_sockets). Owned by the client. */

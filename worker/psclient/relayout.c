@@ -178,34 +178,13 @@ static void drop_arenas(struct psc__client *c) {
   }
 }
 
-int psc__relayout(struct psc__client *c, const char *details,
-                  const char *what) {
-  int shard, n, from = c->nshards, rc;
-  uint64_t layout, was = c->layout;
-  if (psc__moved_parse(details, &shard, &layout, &n)) {
-    psc__seterr(c,
-                "%s: a shard answered that the job's layout moved, in a "
-                "message this client does not understand: %s",
-                what, details);
-    return CM_EPROTO;
-  }
-  if (n < 1 || n > c->spec->nps) {
-    psc__seterr(c,
-                "%s: ps:%d says the job moved to layout %llu of %d shards, "
-                "but this client's spec lists %d ps addresses (a layout "
-                "holds 1..%d shards); start every task from the job's spec",
-                what, shard, (unsigned long long)layout, n, c->spec->nps,
-                c->spec->nps);
-    return CM_ERANGE;
-  }
-  if (layout == c->layout && n == c->nshards) {
-    psc__seterr(c,
-                "%s: ps:%d answered that the job's layout moved, but names "
-                "the layout this client planned for (layout %llu of %d "
-                "shards): %s",
-                what, shard, (unsigned long long)layout, n, details);
-    return CM_EPROTO;
-  }
+/* Takes layout `layout` of n shards (checked against the pool by the
+ * caller): every boot id forgotten, the arenas dropped, the variables
+ * re-placed, the plan made again, one line said when `say`. */
+static int take(struct psc__client *c, uint64_t layout, int n, int say,
+                const char *what) {
+  int from = c->nshards, rc;
+  uint64_t was = c->layout;
   c->layout = layout;
   c->nshards = n;
   /* New processes: their boot ids come with their next Declare. */
@@ -219,14 +198,63 @@ int psc__relayout(struct psc__client *c, const char *details,
     psc__seterr(c, "%s: out of memory", what);
     return rc;
   }
-  cm_info("layout moved: now layout %llu of %d shards (was %llu of %d); "
-          "re-planned",
-          (unsigned long long)layout, n, (unsigned long long)was, from);
+  if (say)
+    cm_info("layout moved: now layout %llu of %d shards (was %llu of %d); "
+            "re-planned",
+            (unsigned long long)layout, n, (unsigned long long)was, from);
   /* Declare moves to the Unix sockets; a re-plan does too (a socket of a
    * shard that restarted was left for TCP when its call failed). */
   if ((c->nvars || c->ntables) && (rc = psc__use_unix_sockets(c)))
     psc__seterr(c, "%s: out of memory", what);
   return rc;
+}
+
+/* The count n of layout `layout` against c's pool; 0 or CM_ERANGE said. */
+static int in_pool(struct psc__client *c, int shard, uint64_t layout, int n,
+                   const char *what) {
+  if (n >= 1 && n <= c->spec->nps)
+    return 0;
+  psc__seterr(c,
+              "%s: ps:%d says the job moved to layout %llu of %d shards, "
+              "but this client's spec lists %d ps addresses (a layout "
+              "holds 1..%d shards); start every task from the job's spec",
+              what, shard, (unsigned long long)layout, n, c->spec->nps,
+              c->spec->nps);
+  return CM_ERANGE;
+}
+
+int psc__relayout(struct psc__client *c, const char *details,
+                  const char *what) {
+  int shard, n, rc;
+  uint64_t layout;
+  if (psc__moved_parse(details, &shard, &layout, &n)) {
+    psc__seterr(c,
+                "%s: a shard answered that the job's layout moved, in a "
+                "message this client does not understand: %s",
+                what, details);
+    return CM_EPROTO;
+  }
+  if ((rc = in_pool(c, shard, layout, n, what)))
+    return rc;
+  if (layout == c->layout && n == c->nshards) {
+    psc__seterr(c,
+                "%s: ps:%d answered that the job's layout moved, but names "
+                "the layout this client planned for (layout %llu of %d "
+                "shards): %s",
+                what, shard, (unsigned long long)layout, n, details);
+    return CM_EPROTO;
+  }
+  return take(c, layout, n, 1, what);
+}
+
+int psc__client_take_layout(struct psc__client *c, int shard, uint64_t layout,
+                            int nshards) {
+  int rc;
+  if (layout == c->layout && nshards == c->nshards)
+    return 0;
+  if ((rc = in_pool(c, shard, layout, nshards, "layout")))
+    return rc;
+  return take(c, layout, nshards, 0, "layout");
 }
 
 /* The selected pieces of the pairs pending in c's plan, those waiting for
