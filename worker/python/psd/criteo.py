@@ -23,7 +23,7 @@ tables hold: ``nn.EmbeddingBag(CARDINALITIES[f], dim)``.
 
 import numpy as np
 
-from . import _psd
+from . import _psd, _share
 
 __all__ = ["CARDINALITIES", "Criteo", "INTS", "CATS"]
 
@@ -33,15 +33,8 @@ INTS, CATS = 13, 26
 #: The per-field bounds (ids % bound) of psd-ctrgen's Criteo data.
 CARDINALITIES = tuple(_psd.CRITEO_CARDINALITIES)
 
-try:  # a torch Dataset when torch is there, else a plain iterable
-    from torch.utils.data import IterableDataset as _Base
-    from torch.utils.data import get_worker_info as _worker_info
-except ImportError:  # pragma: no cover - torch is optional
-    _Base = object
-    _worker_info = None
 
-
-class Criteo(_Base):
+class Criteo(_share.Base):
     """An iterable of batches ``(dense, sparse, labels)`` of a Criteo file.
 
     ``share``/``nshares``: the lines i (0-based, every line counted) with
@@ -54,13 +47,7 @@ class Criteo(_Base):
 
     def __init__(self, path, batch_size, *, bounds=None, share=0, nshares=1,
                  drop_last=False):
-        if int(batch_size) != batch_size or batch_size < 1:
-            raise ValueError(f"batch_size: want a whole number >= 1, got "
-                             f"{batch_size!r}")
-        if int(nshares) != nshares or nshares < 1 or \
-                int(share) != share or not 0 <= share < nshares:
-            raise ValueError(f"share {share!r} of nshares {nshares!r}: want "
-                             f"0 <= share < nshares")
+        _share.check(batch_size, share, nshares)
         if bounds is not None:
             bounds = [int(b) for b in bounds]
             if len(bounds) != CATS or min(bounds) < 1:
@@ -74,11 +61,7 @@ class Criteo(_Base):
         self.drop_last = bool(drop_last)
 
     def __iter__(self):
-        share, nshares = self.share, self.nshares
-        info = _worker_info() if _worker_info else None
-        if info is not None and info.num_workers > 1:
-            share = share + info.id * nshares
-            nshares = nshares * info.num_workers
+        share, nshares = _share.of_loader(self.share, self.nshares)
         reader = _psd.CriteoReader(self.path, self.bounds, share, nshares)
         b = self.batch_size
         try:

@@ -33,14 +33,10 @@ import warnings
 
 import numpy as np
 
+from . import _share
+
 __all__ = ["Batch", "StreamDir"]
 
-try:  # a torch Dataset when torch is there, else a plain iterable
-    from torch.utils.data import IterableDataset as _Base
-    from torch.utils.data import get_worker_info as _worker_info
-except ImportError:  # pragma: no cover - torch is optional
-    _Base = object
-    _worker_info = None
 
 #: One batch of a part.
 Batch = collections.namedtuple("Batch", "labels offsets ids values part")
@@ -86,7 +82,7 @@ def _parse(path, share, nshares):
     return labels, offsets, ids, values
 
 
-class StreamDir(_Base):
+class StreamDir(_share.Base):
     """An iterable of ``Batch``es of the parts landing in directory path,
     until its end marker (see the module's text). In a
     ``torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=k)``
@@ -94,13 +90,7 @@ class StreamDir(_Base):
 
     def __init__(self, path, batch_size, *, suffix=".svm", end="END",
                  poll_s=0.5, share=0, nshares=1):
-        if int(batch_size) != batch_size or batch_size < 1:
-            raise ValueError(f"batch_size: want a whole number >= 1, got "
-                             f"{batch_size!r}")
-        if int(nshares) != nshares or nshares < 1 or \
-                int(share) != share or not 0 <= share < nshares:
-            raise ValueError(f"share {share!r} of nshares {nshares!r}: want "
-                             f"0 <= share < nshares")
+        _share.check(batch_size, share, nshares)
         if not end or "/" in end:
             raise ValueError(f"end: want a file name, got {end!r}")
         if not poll_s > 0:
@@ -150,11 +140,7 @@ class StreamDir(_Base):
                 time.sleep(self.poll_s)
 
     def __iter__(self):
-        share, nshares = self.share, self.nshares
-        info = _worker_info() if _worker_info else None
-        if info is not None and info.num_workers > 1:
-            share = share + info.id * nshares
-            nshares = nshares * info.num_workers
+        share, nshares = _share.of_loader(self.share, self.nshares)
         b = self.batch_size
         for name in self.parts():
             labels, offsets, ids, values = _parse(
