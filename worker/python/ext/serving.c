@@ -119,6 +119,17 @@ static int leave(struct pyserving *self, int rc) {
   return rc ? -1 : 0;
 }
 
+/* Room for n shards' versions (zeroed; PyMem_Free it), or NULL with
+ * MemoryError raised and *rc PSC_ENOMEM. */
+static uint64_t *versions_new(int n, int *rc) {
+  uint64_t *v = PyMem_Calloc((size_t)n + 1, sizeof *v);
+  if (!v) {
+    PyErr_NoMemory();
+    *rc = PSC_ENOMEM;
+  }
+  return v;
+}
+
 /* A tuple of the shards' versions. */
 static PyObject *versions_tuple(const uint64_t *v, int n) {
   PyObject *t = PyTuple_New(n);
@@ -207,10 +218,7 @@ static PyObject *serving_lookup(struct pyserving *self, PyObject *args) {
     leave(self, 0);
     return NULL;
   }
-  if (!(versions = PyMem_Calloc((size_t)n + 1, sizeof *versions))) {
-    PyErr_NoMemory();
-    rc = PSC_ENOMEM;
-  } else {
+  if ((versions = versions_new(n, &rc))) {
     Py_BEGIN_ALLOW_THREADS rc = psc_lookup(
         self->s, table, iv.buf, (size_t)(iv.len / 8), rv.buf, fv.buf, versions);
     Py_END_ALLOW_THREADS
@@ -243,10 +251,7 @@ static PyObject *serving_dense(struct pyserving *self, PyObject *args) {
       return NULL;
     }
   }
-  if (!(versions = PyMem_Calloc((size_t)n + 1, sizeof *versions))) {
-    PyErr_NoMemory();
-    rc = PSC_ENOMEM;
-  } else {
+  if ((versions = versions_new(n, &rc))) {
     float *dst = out != Py_None ? ov.buf : NULL;
     size_t count = out != Py_None ? (size_t)ov.len / 4 : 0;
     Py_BEGIN_ALLOW_THREADS rc =
