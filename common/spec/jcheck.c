@@ -172,6 +172,19 @@ json_t *cm__opt_object(struct cm__errs *e, json_t *obj, const char *parent,
   return NULL;
 }
 
+int cm__want_object(struct cm__errs *e, json_t *v, const char *path,
+                    const char *example, const char *const *keys,
+                    size_t nkeys) {
+  char got[CM__SPEC_QUOTE_MAX];
+  if (!json_is_object(v)) {
+    cm__report(e, path, "expected an object like %s, got %s", example,
+               cm__describe(got, sizeof got, v));
+    return 0;
+  }
+  cm__check_keys(e, v, path, keys, nkeys);
+  return 1;
+}
+
 json_t *cm__opt_array(struct cm__errs *e, json_t *obj, const char *parent,
                       const char *key, size_t min, size_t max,
                       const char *expect, ...) {

@@ -54,6 +54,12 @@ void cm__opt_number(struct cm__errs *e, json_t *obj, const char *parent,
 json_t *cm__opt_object(struct cm__errs *e, json_t *obj, const char *parent,
                        const char *key, const char *expect);
 
+/* Whether v (at path) is an object: when it is, reports each member whose
+ * key is not in keys[0..nkeys) (cm__check_keys) and returns 1; else reports
+ * "expected an object like EXAMPLE, got ..." and returns 0. */
+int cm__want_object(struct cm__errs *e, json_t *v, const char *path,
+                    const char *example, const char *const *keys, size_t nkeys);
+
 /* Returns the member obj.key (borrowed from obj) when it is an array of
  * min..max entries; reports "expected EXPECT, got ..." (expect formatted as
  * printf does) and returns NULL when it is present but something else. */

@@ -164,16 +164,12 @@ static void parse_defaults(struct cm__errs *e, json_t *job,
   static const char *const keys[] = {"init", "init_scale", "optimizer",
                                      "admission", "eviction"};
   const char *path = "job.table_defaults";
-  json_t *d = json_object_get(job, "table_defaults");
+  json_t *d = cm__opt_object(e, job, "job", "table_defaults",
+                             "an object like {\"optimizer\": {\"type\": "
+                             "\"adagrad\", \"lr\": 0.05}}");
   cm_table_conf_defaults(&out->table_defaults);
   if (!d)
     return;
-  if (!json_is_object(d)) {
-    cm__report(e, path,
-               "expected an object like {\"optimizer\": {\"type\": "
-               "\"adagrad\", \"lr\": 0.05}}");
-    return;
-  }
   cm__check_keys(e, d, path, keys, sizeof keys / sizeof keys[0]);
   parse_settings(e, d, path, &out->table_defaults);
 }
@@ -205,13 +201,9 @@ void cm__parse_tables(struct cm__errs *e, json_t *job, struct cm_job *out) {
     long long x;
     snprintf(path, sizeof path, "job.tables[%zu]", i);
     *c = out->table_defaults;
-    if (!json_is_object(t)) {
-      cm__report(e, path,
-                 "expected an object like {\"name\": \"emb\", "
-                 "\"dim\": 16}");
+    if (!cm__want_object(e, t, path, "{\"name\": \"emb\", \"dim\": 16}", keys,
+                         sizeof keys / sizeof keys[0]))
       continue;
-    }
-    cm__check_keys(e, t, path, keys, sizeof keys / sizeof keys[0]);
     parse_name(e, t, path, c);
     json_t *d = json_object_get(t, "dim");
     char dp[80];

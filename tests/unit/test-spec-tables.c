@@ -215,7 +215,7 @@ START_TEST(test_list_mistakes) {
   parse_bad(ONE_WORKER("\"tables\": [{\"name\": \"a\", \"dim\": 2}, "
                        "\"b\"]"));
   ck_assert_str_eq(err, "t.json: job.tables[1]: expected an object like "
-                        "{\"name\": \"emb\", \"dim\": 16}");
+                        "{\"name\": \"emb\", \"dim\": 16}, got \"b\"");
 
   used = (size_t)snprintf(text, sizeof text, "%s",
                           "{\"cluster\": {\"ps\": [\"h:1\"], \"worker\": "
@@ -405,7 +405,8 @@ START_TEST(test_table_defaults) {
   has_text("t.json: job.table_defaults.optimizer.lr: expected a number > 0");
   ck_assert_int_eq(count_lines(err), 3);
   parse_bad(ONE_WORKER("\"table_defaults\": [1]"));
-  has_text("t.json: job.table_defaults: expected an object like");
+  has_line("t.json: job.table_defaults: expected an object like "
+           "{\"optimizer\": {\"type\": \"adagrad\", \"lr\": 0.05}}, got an array");
   ck_assert_int_eq(count_lines(err), 1);
 }
 END_TEST
