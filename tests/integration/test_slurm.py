@@ -314,6 +314,11 @@ class SlurmJobTest(unittest.TestCase):
         """psd-job.sbatch JOB_FILE DWORKER_ARGS submitted with sbatch's
         extra arguments and environment, waited for: (state, the job's
         output, scontrol's line)."""
+        jobid, out = self.submit_nowait(jobfile, sbatch_args, env, dworker_args)
+        return self.wait_job(jobid, out)
+
+    def submit_nowait(self, jobfile, sbatch_args=(), env=(), dworker_args=()):
+        """The same, submitted only: (job id, the job's output file)."""
         c = self.cluster
         out = os.path.join(self.d, "psd-%j.out")
         e = dict(c.env, PSLAUNCH=h.build_path("deploy", "pslaunch"), **dict(env))
@@ -324,14 +329,74 @@ class SlurmJobTest(unittest.TestCase):
                            env=e, capture_output=True, text=True, timeout=60)
         self.assertEqual(r.returncode, 0, r.stderr + c.log("slurmctld"))
         jobid = r.stdout.strip().split(";")[0]
+        return jobid, out.replace("%j", jobid)
+
+    def wait_job(self, jobid, out):
+        """Waits for the job to end: (state, its output, scontrol's line)."""
         done = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL",
                 "OUT_OF_MEMORY", "PREEMPTED", "BOOT_FAIL", "DEADLINE")
         state = wait_until("job %s to end" % jobid,
                            lambda: (self.job_state(jobid) or "") in done
                            and self.job_state(jobid), JOB_DEADLINE_S)
-        with open(out.replace("%j", jobid)) as f:
+        with open(out) as f:
             text = f.read()
-        return state, text, c.scontrol("show", "job", jobid, "-o").stdout
+        return state, text, self.cluster.scontrol("show", "job", jobid, "-o").stdout
+
+    def test_sbatch_live_reshard_2_to_3(self):
+        """docs/reshard-deploy.md's live reshard under Slurm: an allocation
+        with 3 shard tasks (PSD_SLURM_PS=3) of a job that starts on
+        job.shards 2 (ps:2 stands by); once the workers train, psctl reshard
+        --shards 3, run outside the job with the spec the batch script
+        printed, takes ps:2 in while they go on, and the job completes with
+        every worker's steps."""
+        c = self.cluster
+        c.start()
+        with open(os.path.join(ROOT, "deploy", "slurm", "slurm-mlp.json")) as f:
+            job = json.load(f)
+        job["job"].update({"checkpoint": {"dir": os.path.join(self.d, "ckpt")},
+                           "shards": 2, "log_every": 20})
+        jobfile = os.path.join(self.d, "job.json")
+        with open(jobfile, "w") as f:
+            json.dump(job, f)
+        steps = 250
+        jobid, out = self.submit_nowait(
+            jobfile, ["--ntasks=5", "--export=ALL,PSD_SLURM_PS=3"],
+            env={"PSD_SLURM_PORT": str(free_run(5))},
+            dworker_args=["--max-steps", str(steps), "--inject-delay-ms", "20"])
+
+        def output():
+            try:
+                with open(out) as f:
+                    return f.read()
+            except FileNotFoundError:
+                return ""
+        # Training on 2, ps:2 standing by: then the spec it printed.
+        text = wait_until("both workers' first progress and ps:2 standing by",
+                          lambda: (lambda t: re.search(r"ps:2\s*\| .*standing by", t)
+                                   and len(re.findall(r"worker:\d\s*\| .*step 20/", t))
+                                   >= 2 and t)(output()), JOB_DEADLINE_S)
+        start = text.index("spec:") + len("spec:")
+        spec, _ = json.JSONDecoder().raw_decode(text[start:].lstrip())
+        self.assertEqual(len(spec["cluster"]["ps"]), 3)
+        specfile = os.path.join(self.d, "live.json")
+        with open(specfile, "w") as f:
+            json.dump({"cluster": spec["cluster"], "job": spec["job"]}, f)
+        r = h.psctl(specfile, "reshard", "--shards", "3", timeout=300)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr + output()[-4000:])
+        self.assertIn("ps:2: serves layout 1", r.stdout)
+        self.assertIn("reshard done in", r.stdout)
+        state, text, info = self.wait_job(jobid, out)
+        self.assertEqual(state, "COMPLETED", info + text[-4000:])
+        self.assertRegex(text, r"ps:2\s*\| .*ready: listening.*shard 2 of 3")
+        for w in (0, 1):
+            self.assertRegex(text, r"worker:%d\s*\| .*layout moved: now layout 1 of 3 "
+                                   r"shards" % w)
+            # worker 0's final: line, worker 1's done: line
+            done = [l for l in text.splitlines()
+                    if re.match(r"worker:%d\s*\|" % w, l)
+                    and ("final:" in l or "done:" in l)]
+            self.assertEqual(len(done), 1, text[-3000:])
+            self.assertIn("steps=%d" % steps, done[0])
 
     def test_sbatch_reshard_2_to_3(self):
         """docs/reshard-deploy.md under Slurm: a job of 2 shards that
