@@ -85,14 +85,14 @@ static struct pick *collect(struct psd_table *t, int delta, uint64_t base,
                             int has_after, uint64_t after, size_t *n) {
   size_t total = 0, k = 0;
   for (int i = 0; i < PSD__NSTRIPES; i++)
-    total += t->st[i].nlive;
+    total += psd_rows_live(&t->st[i].rows);
   struct pick *p = malloc((total + 1) * sizeof *p);
   if (!p)
     return NULL;
   for (int i = 0; i < PSD__NSTRIPES; i++) {
     struct stripe *s = &t->st[i];
-    for (size_t r = 0; r < s->nrec; r++) {
-      struct rec *x = psd__rec_at(t, s, r);
+    for (size_t r = 0; r < psd_rows_used(&s->rows); r++) {
+      struct rec *x = psd__rec_at(s, r);
       if (!x->live || (delta && x->gen <= base) ||
           (has_after && x->id <= after))
         continue;
@@ -242,21 +242,19 @@ static int room(void **arr, size_t n, size_t *cap, size_t sz) {
   return 0;
 }
 
-/* Under s's lock: frees record k (id), remembering the id for the next
- * delta snapshot, and for the next publication once one was taken. */
+/* Under s's lock: frees record k, remembering its id for the next delta
+ * snapshot, and for the next publication once one was taken. */
 static int evict(struct psd_table *t, struct stripe *s, size_t k) {
-  struct rec *r = psd__rec_at(t, s, k);
-  if (room((void **)&s->freel, s->nfree, &s->freecap, sizeof *s->freel) ||
-      room((void **)&s->evicted, s->nev, &s->evcap, sizeof *s->evicted) ||
+  struct rec *r = psd__rec_at(s, k);
+  if (room((void **)&s->evicted, s->nev, &s->evcap, sizeof *s->evicted) ||
       (t->pub_snapped &&
        room((void **)&s->pevicted, s->npev, &s->pevcap, sizeof *s->pevicted)))
     return CM_ENOMEM;
-  psd__table_unindex(t, s, r->id);
+  psd_rows_remove(&s->rows, r->id, psd_rows_hash(r->id));
   s->evicted[s->nev++] = r->id;
   if (t->pub_snapped)
     s->pevicted[s->npev++] = r->id;
   r->live = 0;
-  s->freel[s->nfree++] = (uint32_t)k;
   return 0;
 }
 
@@ -267,8 +265,8 @@ int psd_table_shrink(struct psd_table *t, uint64_t now_step,
   for (int i = 0; i < PSD__NSTRIPES && (after || min); i++) {
     struct stripe *s = &t->st[i];
     pthread_mutex_lock(&s->lock);
-    for (size_t k = 0; k < s->nrec; k++) {
-      struct rec *r = psd__rec_at(t, s, k);
+    for (size_t k = 0; k < psd_rows_used(&s->rows); k++) {
+      struct rec *r = psd__rec_at(s, k);
       if (!r->live)
         continue;
       if ((after && now_step >= r->last_step &&
@@ -324,25 +322,24 @@ int psd_table_restore(struct psd_table *t, const struct psd_table_snap *s) {
     /* A full snapshot replaces every row. */
     for (int i = 0; i < PSD__NSTRIPES; i++) {
       struct stripe *st = &t->st[i];
-      st->nrec = st->nlive = st->nfree = st->nev = st->npev = 0;
-      if (st->icap)
-        memset(st->index, 0, st->icap * sizeof *st->index);
+      psd_rows_clear(&st->rows);
+      st->nev = st->npev = 0;
     }
   }
   for (size_t i = 0; i < s->nevicted; i++) {
     struct stripe *st = &t->st[stripe_of(s->evicted[i])];
-    long k = psd__table_find(t, st, s->evicted[i]);
+    long k = psd__table_find(st, s->evicted[i]);
     if (k >= 0 && (rc = evict(t, st, (size_t)k)))
       goto out;
   }
   for (size_t i = 0; i < s->nrows; i++) {
     struct stripe *st = &t->st[stripe_of(s->ids[i])];
-    long k = psd__table_find(t, st, s->ids[i]);
+    long k = psd__table_find(st, s->ids[i]);
     if (k < 0 && (k = psd__table_create(t, st, s->ids[i])) < 0) {
       rc = CM_ENOMEM;
       goto out;
     }
-    struct rec *r = psd__rec_at(t, st, (size_t)k);
+    struct rec *r = psd__rec_at(st, (size_t)k);
     float *v = psd__rec_val(r);
     memcpy(v, s->values + i * dim, dim * sizeof(float));
     memcpy(v + dim, s->state + i * ns, ns * sizeof(float));
