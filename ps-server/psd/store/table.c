@@ -46,8 +46,8 @@ void psd_table_free(struct psd_table *t) {
     struct stripe *s = &t->st[i];
     psd_rows_release(&s->rows);
     free(s->pend);
-    free(s->evicted);
-    free(s->pevicted);
+    for (int c = 0; c < PSD__NCURSORS; c++)
+      free(s->ev[c].ids);
     pthread_mutex_destroy(&s->lock);
   }
   pthread_mutex_destroy(&t->stat_lock);
@@ -422,7 +422,7 @@ void psd_table_stats(struct psd_table *t, struct psd_table_stats *out) {
     out->rows += psd_rows_live(&s->rows);
     out->pending += s->npend;
     out->bytes += psd_rows_bytes(&s->rows) + s->pcap * sizeof(struct pend) +
-                  s->evcap * sizeof(uint64_t);
+                  s->ev[PSD__CKPT].cap * sizeof(uint64_t);
     pthread_mutex_unlock(&s->lock);
   }
   out->raw_bytes = out->rows * (t->conf.dim + t->nstate) * sizeof(float);

@@ -37,30 +37,44 @@ struct pend {
   uint32_t count; /* its pushes so far; 0: empty slot */
 };
 
+/* The snapshots that each keep their own place in the table's changes. */
+enum psd__cursor_of {
+  PSD__CKPT, /* checkpoints' (psd_table_snapshot) */
+  PSD__PUB,  /* publications' (psd_table_pub_snapshot) */
+  PSD__NCURSORS
+};
+
+/* Ids evicted since a cursor's last snapshot, in one stripe. */
+struct evlist {
+  uint64_t *ids; /* owned: n of cap, in eviction order */
+  size_t n, cap; /* entries used and allocated */
+};
+
+/* Where a kind of snapshot stands (enum psd__cursor_of). */
+struct cursor {
+  int snapped;  /* one has been taken (the publications': since the table
+                   was made or restored, evictions are kept then) */
+  uint64_t gen; /* the generation the last one was taken at */
+};
+
 struct stripe {
   pthread_mutex_t lock; /* guards everything below */
   struct psd_rows rows; /* the records (struct rec, then the floats) */
   struct pend *pend;    /* pcap slots */
   size_t pcap, npend;
-  uint64_t *evicted; /* ids evicted since the last snapshot */
-  size_t nev, evcap;
-  uint64_t *pevicted; /* ids evicted since the last publication snapshot,
-                         kept once one was taken (pub_snapped) */
-  size_t npev, pevcap;
+  struct evlist ev[PSD__NCURSORS]; /* by cursor: the checkpoints' always
+                                      kept, the publications' once one was
+                                      taken (cur[PSD__PUB].snapped) */
 };
 
 struct psd_table {
-  struct cm_table_conf conf; /* settings */
-  uint64_t seed;             /* the job's */
-  uint32_t nstate;           /* state floats per row */
-  uint64_t gen;              /* current change generation */
-  int snapped;               /* a snapshot has been taken */
-  uint64_t snap_gen;         /* the generation of the last snapshot */
-  int pub_snapped;           /* a publication snapshot has been taken since the
-                                table was made or restored: evictions are kept */
-  uint64_t pub_gen; /* the generation of the last publication snapshot */
-  struct stripe st[PSD__NSTRIPES]; /* by stripe_of(id) */
-  pthread_mutex_t stat_lock;       /* guards the counters */
+  struct cm_table_conf conf;        /* settings */
+  uint64_t seed;                    /* the job's */
+  uint32_t nstate;                  /* state floats per row */
+  uint64_t gen;                     /* current change generation */
+  struct cursor cur[PSD__NCURSORS]; /* by enum psd__cursor_of */
+  struct stripe st[PSD__NSTRIPES];  /* by stripe_of(id) */
+  pthread_mutex_t stat_lock;        /* guards the counters */
   uint64_t admitted, not_admitted, evicted, rows_pulled, rows_pushed;
   uint64_t pushes; /* pushes applied (psd_table_stats) */
 };
