@@ -90,19 +90,31 @@ static inline long psd_rows_find(const struct psd_rows *r, uint64_t id,
   }
 }
 
-/* For prefetching a batch: the index slot where a lookup of hash h starts,
- * NULL while r has no index. */
-static inline const uint32_t *psd_rows_home(const struct psd_rows *r,
-                                            uint64_t h) {
-  return r->icap ? &r->index[(size_t)h & (r->icap - 1)] : NULL;
-}
-
-/* For prefetching a batch: the record in hash h's home slot (where most
- * lookups end), NULL when that slot is empty. */
-static inline const uint8_t *psd_rows_home_rec(const struct psd_rows *r,
-                                               uint64_t h) {
-  const uint32_t *slot = psd_rows_home(r, h);
-  return slot && *slot ? psd_rows_at(r, *slot - 1) : NULL;
+/* For a batch of lookups of the hashes h[0..n): fetches ahead the index
+ * slots they start at, then the first `bytes` bytes of the records in
+ * those slots (where most lookups end), so that their memory is on its way
+ * while the batch is read. Always inlined: GCC counts a prefetch as no
+ * side effect, so a call of a function of only loads and prefetches is
+ * dropped as useless (gcc 12 -O2 dropped every one of them). */
+static inline __attribute__((always_inline)) void
+psd_rows_prefetch(const struct psd_rows *r, const uint64_t *h, size_t n,
+                  size_t bytes) {
+  if (!r->icap)
+    return;
+  const uint32_t *ix = r->index;
+  size_t m = r->icap - 1;
+  for (size_t i = 0; i < n; i++)
+    __builtin_prefetch(&ix[(size_t)h[i] & m]);
+  for (size_t i = 0; i < n; i++) {
+    uint32_t v = ix[(size_t)h[i] & m];
+    if (v) {
+      const uint8_t *rec = psd_rows_at(r, v - 1);
+      __builtin_prefetch(rec);
+      if (bytes > 64)
+        __builtin_prefetch(rec + 64);
+      __builtin_prefetch(rec + bytes - 1);
+    }
+  }
 }
 
 /* A record for id (hash h), which r must not hold: a removed one reused,

@@ -62,8 +62,9 @@ uint32_t psd_table_nstate(const struct psd_table *t) { return t->nstate; }
 
 /* Creates id's record in s (initial row and state). Returns its number or
  * -1 when out of memory. */
-long psd__table_create(struct psd_table *t, struct stripe *s, uint64_t id) {
-  long k = psd_rows_add(&s->rows, id, psd_rows_hash(id));
+long psd__table_create(struct psd_table *t, struct stripe *s, uint64_t id,
+                       uint64_t h) {
+  long k = psd_rows_add(&s->rows, id, h);
   if (k < 0)
     return -1;
   struct rec *r = psd__rec_at(s, (size_t)k);
@@ -111,24 +112,10 @@ static struct pend *pend_of(struct stripe *s, uint64_t id, int create_) {
   }
 }
 
-/* Positions 0..n-1 of ids grouped by stripe (a counting sort): ord gets
- * them, first[k]..first[k + 1] the group of stripe k. */
-static void group_by_stripe(const uint64_t *ids, size_t n, uint32_t *ord,
-                            size_t first[PSD__NSTRIPES + 1]) {
-  size_t at[PSD__NSTRIPES];
-  memset(first, 0, (PSD__NSTRIPES + 1) * sizeof *first);
-  for (size_t i = 0; i < n; i++)
-    first[stripe_of(ids[i]) + 1]++;
-  for (int k = 0; k < PSD__NSTRIPES; k++)
-    first[k + 1] += first[k];
-  memcpy(at, first, sizeof at);
-  for (size_t i = 0; i < n; i++)
-    ord[at[stripe_of(ids[i])]++] = (uint32_t)i;
-}
-
 /* A batch's positions grouped by stripe, with their ids' hashes: ord[j]
- * is a position, h[j] its id's hash_id, first[k]..first[k + 1] stripe k's
- * run (a counting sort; each hash computed once). */
+ * is a position, h[j] its id's psd_rows_hash (h: 2n entries),
+ * first[k]..first[k + 1] stripe k's run (a counting sort; each hash
+ * computed once). */
 static void group_hashed(const uint64_t *ids, size_t n, uint32_t *ord,
                          uint64_t *h, size_t first[PSD__NSTRIPES + 1]) {
   size_t at[PSD__NSTRIPES];
@@ -172,22 +159,12 @@ int psd_table_pull(struct psd_table *t, const uint64_t *ids, size_t n,
       continue;
     pthread_mutex_lock(&s->lock);
     size_t vend = sizeof(struct rec) + dim * sizeof(float);
-    for (size_t j = a; j < b; j++)
-      __builtin_prefetch(psd_rows_home(&s->rows, h[j]));
-    /* The record in each id's home slot (most ids are found there). */
-    for (size_t j = a; j < b; j++) {
-      const uint8_t *r = psd_rows_home_rec(&s->rows, h[j]);
-      if (r) {
-        __builtin_prefetch(r);
-        __builtin_prefetch(r + 64);
-        __builtin_prefetch(r + vend - 1);
-      }
-    }
+    psd_rows_prefetch(&s->rows, h + a, b - a, vend);
     for (size_t j = a; j < b; j++) {
       uint64_t id = ids[ord[j]];
       long r = psd_rows_find(&s->rows, id, h[j]);
       if (r < 0 && t->conf.admit == CM_ADMIT_ALWAYS) {
-        if ((r = psd__table_create(t, s, id)) < 0) {
+        if ((r = psd__table_create(t, s, id, h[j])) < 0) {
           rc = CM_ENOMEM;
           break;
         }
@@ -241,14 +218,14 @@ struct pushed {
   uint64_t adm;     /* rows admitted */
 };
 
-/* Under s's lock: applies the summed gradient gs of id (carried by occ of
- * the pushes applied together, each counted once however many times it
- * names id), or counts it towards its admission. */
+/* Under s's lock: applies the summed gradient gs of id (hash h; carried by
+ * occ of the pushes applied together, each counted once however many times
+ * it names id), or counts it towards its admission. */
 static int apply_one(struct psd_table *t, struct stripe *s, uint64_t id,
-                     const float *gs, uint32_t occ, uint64_t step,
+                     uint64_t h, const float *gs, uint32_t occ, uint64_t step,
                      struct pushed *c) {
   uint32_t dim = t->conf.dim;
-  long k = psd__table_find(s, id);
+  long k = psd_rows_find(&s->rows, id, h);
   uint32_t before = 0;
   if (k < 0) {
     struct pend *p =
@@ -269,7 +246,7 @@ static int apply_one(struct psd_table *t, struct stripe *s, uint64_t id,
           s->npend++;
         }
       }
-      if ((k = psd__table_create(t, s, id)) < 0)
+      if ((k = psd__table_create(t, s, id, h)) < 0)
         return CM_ENOMEM;
       c->adm++;
     } else {
@@ -315,10 +292,11 @@ int psd_table_push_runs(struct psd_table *t, const uint64_t *ids, size_t n,
   float *sum = malloc(((n + 1) * dim) * sizeof *sum);
   uint64_t *ids_u = malloc((n + 1) * sizeof *ids_u);
   uint32_t *ord = malloc((n + 1) * sizeof *ord);
+  uint64_t *hu = malloc((2 * n + 1) * sizeof *hu); /* group_hashed's */
   size_t first[PSD__NSTRIPES + 1];
   struct pushed c = {0};
   int rc = 0;
-  if (!slot || !uniq || !occ || !last || !sum || !ids_u || !ord) {
+  if (!slot || !uniq || !occ || !last || !sum || !ids_u || !ord || !hu) {
     rc = CM_ENOMEM;
     goto out;
   }
@@ -356,22 +334,19 @@ int psd_table_push_runs(struct psd_table *t, const uint64_t *ids, size_t n,
       for (uint32_t j = 0; j < dim; j++)
         sum[u * dim + j] *= scale;
   }
-  /* Each stripe's rows under one hold of its lock, their index slots
-   * fetched ahead. */
-  group_by_stripe(ids_u, nu, ord, first);
+  /* Each stripe's rows under one hold of its lock, their index slots and
+   * records' heads fetched ahead. */
+  group_hashed(ids_u, nu, ord, hu, first);
   for (int k = 0; k < PSD__NSTRIPES && !rc; k++) {
     struct stripe *s = &t->st[k];
     if (first[k] == first[k + 1])
       continue;
     pthread_mutex_lock(&s->lock);
-    for (size_t j = first[k]; j < first[k + 1]; j++)
-      __builtin_prefetch(psd_rows_home(&s->rows, psd_rows_hash(ids_u[ord[j]])));
-    for (size_t j = first[k]; j < first[k + 1]; j++)
-      __builtin_prefetch(
-          psd_rows_home_rec(&s->rows, psd_rows_hash(ids_u[ord[j]])));
+    psd_rows_prefetch(&s->rows, hu + first[k], first[k + 1] - first[k],
+                      sizeof(struct rec));
     for (size_t j = first[k]; !rc && j < first[k + 1]; j++) {
       size_t u = ord[j];
-      rc = apply_one(t, s, ids_u[u], sum + u * dim, occ[u], step, &c);
+      rc = apply_one(t, s, ids_u[u], hu[j], sum + u * dim, occ[u], step, &c);
     }
     pthread_mutex_unlock(&s->lock);
   }
@@ -391,6 +366,7 @@ out:
   free(sum);
   free(ids_u);
   free(ord);
+  free(hu);
   return rc;
 }
 

@@ -97,8 +97,9 @@ static inline float *psd__rec_val(struct rec *r) {
 static inline long psd__table_find(const struct stripe *s, uint64_t id) {
   return psd_rows_find(&s->rows, id, psd_rows_hash(id));
 }
-/* Under s's lock: creates id's record with its initial row and state;
- * returns its number, or -1 when out of memory. */
-long psd__table_create(struct psd_table *t, struct stripe *s, uint64_t id);
+/* Under s's lock: creates id's record (hash h: psd_rows_hash) with its
+ * initial row and state; returns its number, or -1 when out of memory. */
+long psd__table_create(struct psd_table *t, struct stripe *s, uint64_t id,
+                       uint64_t h);
 
 #endif

@@ -321,7 +321,8 @@ int psd_table_restore(struct psd_table *t, const struct psd_table_snap *s) {
   for (size_t i = 0; i < s->nrows; i++) {
     struct stripe *st = &t->st[stripe_of(s->ids[i])];
     long k = psd__table_find(st, s->ids[i]);
-    if (k < 0 && (k = psd__table_create(t, st, s->ids[i])) < 0) {
+    if (k < 0 && (k = psd__table_create(t, st, s->ids[i],
+                                        psd_rows_hash(s->ids[i]))) < 0) {
       rc = CM_ENOMEM;
       goto out;
     }
