@@ -3,12 +3,16 @@
  * a full publication's clear and refill, a delta's upserts and removes
  * (over every stripe, with the index's backward shifts, against a plain
  * model), and the memory it holds against a training shard's table of the
- * same rows (adagrad, dim 16): at most 0.6x. */
+ * same rows (adagrad, dim 16): at most 0.6x. And the storage engine both
+ * tables stand on (rows.h) at its edges: records removed either side of a
+ * slab boundary reused first, the index grown after removals, a clear, a
+ * removal in a probe run that wraps past the index's end. */
 #include <check.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "err.h"
+#include "rows.h"
 #include "serve_table.h"
 #include "table.h"
 #include "unit.h"
@@ -187,6 +191,127 @@ START_TEST(memory_ratio) {
 }
 END_TEST
 
+/* id's record in r, or -1 (its hash computed here). */
+static long rows_find(const struct psd_rows *r, uint64_t id) {
+  return psd_rows_find(r, id, psd_rows_hash(id));
+}
+
+/* The engine alone (one stripe, records of an id and a u64): rows 0..299
+ * take records 0..299 (two slabs); removing 255 and 256 (the last of slab
+ * 0, the first of slab 1) and 10 frees those records, and the next rows
+ * take exactly them, last removed first, in no new slab. Then a third of
+ * the rows are removed and new ones added until the index has doubled
+ * twice: every freed record is taken before a new one, the removed rows
+ * stay gone, every held row is found in its own record. A clear keeps the
+ * memory and starts again from record 0. */
+START_TEST(engine_slab_reuse_and_growth) {
+  enum { N = 300, MORE = 1200 };
+  struct psd_rows r;
+  static uint64_t id[N + MORE];
+  static uint8_t held[N + MORE];
+  psd_rows_init(&r, 16);
+  for (size_t i = 0; i < N + MORE; i++)
+    id[i] = i * 0x9e3779b97f4a7c15ull + 1;
+  for (size_t i = 0; i < N; i++) {
+    ck_assert_int_eq(psd_rows_add(&r, id[i], psd_rows_hash(id[i])), (long)i);
+    memcpy(psd_rows_at(&r, i) + 8, &i, sizeof i);
+    held[i] = 1;
+  }
+  ck_assert_uint_eq(psd_rows_used(&r), N);
+  uint64_t bytes = psd_rows_bytes(&r);
+  ck_assert_uint_eq(bytes,
+                    2 * PSD_ROWS_SLAB * 16 + 16 * sizeof(void *) + r.icap * 4);
+  static const size_t gone[3] = {255, 256, 10};
+  for (int g = 0; g < 3; g++) {
+    uint64_t x = id[gone[g]];
+    ck_assert_int_eq(psd_rows_remove(&r, x, psd_rows_hash(x)), (long)gone[g]);
+    held[gone[g]] = 0;
+  }
+  ck_assert_int_eq(psd_rows_remove(&r, id[255], psd_rows_hash(id[255])), -1);
+  ck_assert_uint_eq(psd_rows_live(&r), N - 3);
+  for (size_t i = 0; i < N; i++) {
+    ck_assert_int_eq(rows_find(&r, id[i]), held[i] ? (long)i : -1);
+    if (held[i]) /* the others' bytes untouched */
+      ck_assert(!memcmp(psd_rows_at(&r, i) + 8, &i, sizeof i));
+  }
+  for (int g = 2; g >= 0; g--) {
+    size_t i = N + (size_t)(2 - g);
+    ck_assert_int_eq(psd_rows_add(&r, id[i], psd_rows_hash(id[i])),
+                     (long)gone[g]);
+    held[i] = 1;
+  }
+  ck_assert_uint_eq(psd_rows_used(&r), N);
+  ck_assert_uint_eq(psd_rows_bytes(&r), bytes + 64 * 4); /* the free list */
+  /* A third removed, then rows added until the index is 4x as large. */
+  size_t icap = r.icap, next = N + 3, freed = 0;
+  for (size_t i = 0; i < N + 3; i += 3)
+    if (held[i]) {
+      ck_assert_int_ge(psd_rows_remove(&r, id[i], psd_rows_hash(id[i])), 0);
+      held[i] = 0;
+      freed++;
+    }
+  for (; r.icap < 4 * icap; next++) {
+    ck_assert_uint_lt(next, N + MORE);
+    long k = psd_rows_add(&r, id[next], psd_rows_hash(id[next]));
+    ck_assert_int_ge(k, 0);
+    ck_assert_int_eq(k >= N, next - (N + 3) >= freed);
+    held[next] = 1;
+  }
+  size_t live = 0;
+  for (size_t i = 0; i < next; i++) {
+    long k = rows_find(&r, id[i]);
+    ck_assert_int_eq(k >= 0, held[i]);
+    if (k >= 0)
+      ck_assert_uint_eq(psd_rows_id(&r, (size_t)k), id[i]);
+    live += held[i];
+  }
+  ck_assert_uint_eq(psd_rows_live(&r), live);
+  bytes = psd_rows_bytes(&r);
+  psd_rows_clear(&r);
+  ck_assert_uint_eq(psd_rows_live(&r), 0);
+  ck_assert_uint_eq(psd_rows_used(&r), 0);
+  ck_assert_int_eq(rows_find(&r, id[1]), -1);
+  ck_assert_int_eq(psd_rows_add(&r, id[1], psd_rows_hash(id[1])), 0);
+  ck_assert_uint_eq(psd_rows_bytes(&r), bytes);
+  psd_rows_release(&r);
+}
+END_TEST
+
+/* The first id from *from on whose home slot in a 64-slot index is home. */
+static uint64_t id_at_home(uint64_t *from, size_t home) {
+  while ((psd_rows_hash(*from) & 63) != home)
+    ++*from;
+  return (*from)++;
+}
+
+/* A removal in a probe run that wraps past the index's end: A at home 62,
+ * B and C at home 63 (slots 63 and 0), D at home 0 (slot 1, pushed on by
+ * C). Removing A leaves C and D where they are (their homes lie
+ * cyclically between the hole and them); removing B then moves C to 63
+ * and D to 0. Every row held is found after each. */
+START_TEST(engine_wrapped_removal) {
+  struct psd_rows r;
+  uint64_t from = 1, a = id_at_home(&from, 62), b = id_at_home(&from, 63),
+           c = id_at_home(&from, 63), d = id_at_home(&from, 0);
+  uint64_t ids[4] = {a, b, c, d};
+  psd_rows_init(&r, 8);
+  for (int i = 0; i < 4; i++)
+    ck_assert_int_eq(psd_rows_add(&r, ids[i], psd_rows_hash(ids[i])), i);
+  ck_assert_uint_eq(r.icap, 64);
+  ck_assert(r.index[62] == 1 && r.index[63] == 2 && r.index[0] == 3 &&
+            r.index[1] == 4);
+  ck_assert_int_eq(psd_rows_remove(&r, a, psd_rows_hash(a)), 0);
+  ck_assert_int_eq(rows_find(&r, a), -1);
+  for (int i = 1; i < 4; i++)
+    ck_assert_int_eq(rows_find(&r, ids[i]), i);
+  ck_assert_int_eq(psd_rows_remove(&r, b, psd_rows_hash(b)), 1);
+  ck_assert(r.index[63] == 3 && r.index[0] == 4 && !r.index[1]);
+  ck_assert_int_eq(rows_find(&r, c), 2);
+  ck_assert_int_eq(rows_find(&r, d), 3);
+  psd_rows_release(&r);
+}
+END_TEST
+
 static Suite *suite(void) {
   Suite *s = suite_create("serve-table");
   TCase *tc = tcase_create("core");
@@ -195,6 +320,8 @@ static Suite *suite(void) {
   tcase_add_test(tc, full_replaces);
   tcase_add_test(tc, delta_against_model);
   tcase_add_test(tc, memory_ratio);
+  tcase_add_test(tc, engine_slab_reuse_and_growth);
+  tcase_add_test(tc, engine_wrapped_removal);
   suite_add_tcase(s, tc);
   return s;
 }

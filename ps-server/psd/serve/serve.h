@@ -1,7 +1,8 @@
 /* Room ps-server/psd/serve/, the serving task: this header and its
  * values-only tables (serve_table.h); serve_internal.h is the room's own.
  * psd.c's main runs it (serve_start.c). Rooms it calls: publish/
- * (pubfile.h, the publications it reads).
+ * (pubfile.h, the publications it reads), store/ (rows.h, the storage
+ * engine its tables are).
  *
  * A serving task (`psd --task serve:J`, docs/serving.md): no training; it
  * holds the values of training shard J % nps as that shard publishes them

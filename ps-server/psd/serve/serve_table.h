@@ -4,11 +4,12 @@
  * most about 0.6x the bytes a training shard (table.h) holds for the same
  * rows (0.5x at dim 16 with adagrad; tests/unit/test-serve-table.c).
  *
- * Laid out as table.c's: records in fixed-size slabs that never move, and
- * an open-addressing index of record numbers, split into stripes by a hash
- * of the id so that an index grows one stripe at a time. Unlike table.c
- * the stripes hold no lock: a serving task changes its rows only while it
- * applies a publication, and it does so holding its one table-wide lock
+ * Stored as table.c's, by the same engine (rows.h): records in fixed-size
+ * slabs that never move, and an open-addressing index of record numbers,
+ * split into stripes by a hash of the id so that an index grows one stripe
+ * at a time. Unlike table.c the stripes hold no lock: a serving task
+ * changes its rows only while it applies a publication, and it does so
+ * holding its one table-wide lock
  * exclusively (serve.h), while every Lookup holds it shared; every call
  * here needs the caller to hold that lock (shared for the readers,
  * exclusively for the writers). */

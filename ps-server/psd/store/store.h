@@ -1,7 +1,8 @@
 /* Room ps-server/psd/store/, a training shard's state in memory: its
  * variables (store.h), its embedding tables by name (tables.h) and each
- * table's rows (table.h; table_internal.h is the room's own), and the
- * pushes it has applied (dedup.h). Training, checkpoints, publishing and
+ * table's rows (table.h; table_internal.h is the room's own) in the
+ * storage engine a serving task's tables use too (rows.h), and the pushes
+ * it has applied (dedup.h). Training, checkpoints, publishing and
  * the reshard all hold the state through these. Rooms it calls: none.
  *
  * A shard's variables: for each, the rows this shard holds, in one aligned

@@ -1,6 +1,6 @@
-/* An embedding table's rows on one shard (table.h). STOPGAP implementation:
- * stripes, each a mutex over a realloc'd record array and an open-addressing
- * index of record numbers, plus a map of pending (not admitted) ids. */
+/* An embedding table's rows on one shard (table.h): stripes, each a mutex
+ * over its records and their index (rows.h) and a map of pending (not
+ * admitted) ids; pull, push, admission and the statistics. */
 #include "table.h"
 
 #include <pthread.h>
@@ -28,11 +28,12 @@ int psd_table_new(struct psd_table **out, const struct cm_table_conf *conf,
   t->conf = *conf;
   t->seed = seed;
   t->nstate = cm_rowopt_nstate(conf->opt.type, conf->dim);
-  t->rsize = sizeof(struct rec) + (conf->dim + t->nstate) * sizeof(float);
-  t->rsize = (t->rsize + 7) & ~(size_t)7;
+  size_t rsize = sizeof(struct rec) + (conf->dim + t->nstate) * sizeof(float);
   t->gen = 1;
-  for (int i = 0; i < PSD__NSTRIPES; i++)
+  for (int i = 0; i < PSD__NSTRIPES; i++) {
     pthread_mutex_init(&t->st[i].lock, NULL);
+    psd_rows_init(&t->st[i].rows, (rsize + 7) & ~(size_t)7);
+  }
   pthread_mutex_init(&t->stat_lock, NULL);
   *out = t;
   return 0;
@@ -43,14 +44,10 @@ void psd_table_free(struct psd_table *t) {
     return;
   for (int i = 0; i < PSD__NSTRIPES; i++) {
     struct stripe *s = &t->st[i];
-    for (size_t k = 0; k < s->nslabs; k++)
-      free(s->slabs[k]);
-    free(s->slabs);
-    free(s->index);
-    free(s->freel);
+    psd_rows_release(&s->rows);
     free(s->pend);
-    free(s->evicted);
-    free(s->pevicted);
+    for (int c = 0; c < PSD__NCURSORS; c++)
+      free(s->ev[c].ids);
     pthread_mutex_destroy(&s->lock);
   }
   pthread_mutex_destroy(&t->stat_lock);
@@ -63,58 +60,14 @@ const struct cm_table_conf *psd_table_conf(const struct psd_table *t) {
 
 uint32_t psd_table_nstate(const struct psd_table *t) { return t->nstate; }
 
-/* The record number of id in s, or -1. */
-long psd__table_find(const struct psd_table *t, const struct stripe *s,
-                     uint64_t id) {
-  return psd__table_find_h(t, s, id, hash_id(id));
-}
-
-static int grow_index(const struct psd_table *t, struct stripe *s) {
-  size_t cap = s->icap ? s->icap * 2 : 64;
-  uint32_t *ix = calloc(cap, sizeof *ix);
-  if (!ix)
-    return CM_ENOMEM;
-  for (size_t k = 0; k < s->icap; k++) {
-    uint32_t v = s->index[k];
-    if (!v)
-      continue;
-    size_t i = (size_t)hash_id(psd__rec_at(t, s, v - 1)->id) & (cap - 1);
-    while (ix[i])
-      i = (i + 1) & (cap - 1);
-    ix[i] = v;
-  }
-  free(s->index);
-  s->index = ix;
-  s->icap = cap;
-  return 0;
-}
-
 /* Creates id's record in s (initial row and state). Returns its number or
  * -1 when out of memory. */
-long psd__table_create(struct psd_table *t, struct stripe *s, uint64_t id) {
-  size_t k;
-  if ((s->nlive + 1) * 2 > s->icap && grow_index(t, s))
+long psd__table_create(struct psd_table *t, struct stripe *s, uint64_t id,
+                       uint64_t h) {
+  long k = psd_rows_add(&s->rows, id, h);
+  if (k < 0)
     return -1;
-  if (s->nfree) {
-    k = s->freel[--s->nfree];
-  } else {
-    if (s->nrec == s->cap) {
-      if (s->nslabs == s->slabcap) {
-        size_t cap = s->slabcap ? s->slabcap * 2 : 16;
-        uint8_t **sl = realloc(s->slabs, cap * sizeof *sl);
-        if (!sl)
-          return -1;
-        s->slabs = sl;
-        s->slabcap = cap;
-      }
-      if (!(s->slabs[s->nslabs] = malloc(PSD__SLAB * t->rsize)))
-        return -1;
-      s->nslabs++;
-      s->cap += PSD__SLAB;
-    }
-    k = s->nrec++;
-  }
-  struct rec *r = psd__rec_at(t, s, k);
+  struct rec *r = psd__rec_at(s, (size_t)k);
   memset(r, 0, sizeof *r);
   r->id = id;
   r->live = 1;
@@ -122,35 +75,7 @@ long psd__table_create(struct psd_table *t, struct stripe *s, uint64_t id) {
   cm_table_init_row(&t->conf, t->seed, id, psd__rec_val(r));
   cm_rowopt_init_state(&t->conf.opt, t->conf.dim, psd__rec_val(r),
                        psd__rec_val(r) + t->conf.dim);
-  size_t m = s->icap - 1, i = (size_t)hash_id(id) & m;
-  while (s->index[i])
-    i = (i + 1) & m;
-  s->index[i] = (uint32_t)k + 1;
-  s->nlive++;
-  return (long)k;
-}
-
-/* Removes record k (id) from s's index (backward-shift deletion). */
-void psd__table_unindex(const struct psd_table *t, struct stripe *s,
-                        uint64_t id) {
-  size_t m = s->icap - 1, i = (size_t)hash_id(id) & m, j;
-  while (psd__rec_at(t, s, s->index[i] - 1)->id != id)
-    i = (i + 1) & m;
-  /* Backward-shift deletion: an entry after the hole moves into it unless
-   * its home lies cyclically in (hole, entry]. */
-  for (j = i;;) {
-    j = (j + 1) & m;
-    if (!s->index[j])
-      break;
-    size_t home = (size_t)hash_id(psd__rec_at(t, s, s->index[j] - 1)->id) & m;
-    int stays = i <= j ? (i < home && home <= j) : (i < home || home <= j);
-    if (stays)
-      continue;
-    s->index[i] = s->index[j];
-    i = j;
-  }
-  s->index[i] = 0;
-  s->nlive--;
+  return k;
 }
 
 /* The pending slot of id in s (NULL when none and create is 0). */
@@ -169,7 +94,7 @@ static struct pend *pend_of(struct stripe *s, uint64_t id, int create_) {
       return NULL;
     for (size_t k = 0; k < s->pcap; k++)
       if (s->pend[k].count) {
-        size_t i = (size_t)hash_id(s->pend[k].id) & (cap - 1);
+        size_t i = (size_t)psd_rows_hash(s->pend[k].id) & (cap - 1);
         while (p[i].count)
           i = (i + 1) & (cap - 1);
         p[i] = s->pend[k];
@@ -178,7 +103,7 @@ static struct pend *pend_of(struct stripe *s, uint64_t id, int create_) {
     s->pend = p;
     s->pcap = cap;
   }
-  size_t m = s->pcap - 1, i = (size_t)hash_id(id) & m;
+  size_t m = s->pcap - 1, i = (size_t)psd_rows_hash(id) & m;
   for (;; i = (i + 1) & m) {
     if (!s->pend[i].count)
       return create_ ? &s->pend[i] : NULL;
@@ -187,24 +112,10 @@ static struct pend *pend_of(struct stripe *s, uint64_t id, int create_) {
   }
 }
 
-/* Positions 0..n-1 of ids grouped by stripe (a counting sort): ord gets
- * them, first[k]..first[k + 1] the group of stripe k. */
-static void group_by_stripe(const uint64_t *ids, size_t n, uint32_t *ord,
-                            size_t first[PSD__NSTRIPES + 1]) {
-  size_t at[PSD__NSTRIPES];
-  memset(first, 0, (PSD__NSTRIPES + 1) * sizeof *first);
-  for (size_t i = 0; i < n; i++)
-    first[stripe_of(ids[i]) + 1]++;
-  for (int k = 0; k < PSD__NSTRIPES; k++)
-    first[k + 1] += first[k];
-  memcpy(at, first, sizeof at);
-  for (size_t i = 0; i < n; i++)
-    ord[at[stripe_of(ids[i])]++] = (uint32_t)i;
-}
-
 /* A batch's positions grouped by stripe, with their ids' hashes: ord[j]
- * is a position, h[j] its id's hash_id, first[k]..first[k + 1] stripe k's
- * run (a counting sort; each hash computed once). */
+ * is a position, h[j] its id's psd_rows_hash (h: 2n entries),
+ * first[k]..first[k + 1] stripe k's run (a counting sort; each hash
+ * computed once). */
 static void group_hashed(const uint64_t *ids, size_t n, uint32_t *ord,
                          uint64_t *h, size_t first[PSD__NSTRIPES + 1]) {
   size_t at[PSD__NSTRIPES];
@@ -212,12 +123,12 @@ static void group_hashed(const uint64_t *ids, size_t n, uint32_t *ord,
   /* h holds the hashes in position order first, then moves them into
    * stripe order behind the sort, through ord's spare upper half of h. */
   for (size_t i = 0; i < n; i++)
-    first[((h[n + i] = hash_id(ids[i])) >> 58) + 1]++;
+    first[psd_rows_stripe(h[n + i] = psd_rows_hash(ids[i])) + 1]++;
   for (int k = 0; k < PSD__NSTRIPES; k++)
     first[k + 1] += first[k];
   memcpy(at, first, sizeof at);
   for (size_t i = 0; i < n; i++) {
-    size_t j = at[h[n + i] >> 58]++;
+    size_t j = at[psd_rows_stripe(h[n + i])]++;
     ord[j] = (uint32_t)i;
     h[j] = h[n + i];
   }
@@ -247,25 +158,13 @@ int psd_table_pull(struct psd_table *t, const uint64_t *ids, size_t n,
     if (a == b)
       continue;
     pthread_mutex_lock(&s->lock);
-    size_t m = s->icap ? s->icap - 1 : 0;
     size_t vend = sizeof(struct rec) + dim * sizeof(float);
-    for (size_t j = a; s->icap && j < b; j++)
-      __builtin_prefetch(&s->index[h[j] & m]);
-    /* The record in each id's home slot (most ids are found there). */
-    for (size_t j = a; s->icap && j < b; j++) {
-      uint32_t v = s->index[h[j] & m];
-      if (v) {
-        const uint8_t *r = (const uint8_t *)psd__rec_at(t, s, v - 1);
-        __builtin_prefetch(r);
-        __builtin_prefetch(r + 64);
-        __builtin_prefetch(r + vend - 1);
-      }
-    }
+    psd_rows_prefetch(&s->rows, h + a, b - a, vend);
     for (size_t j = a; j < b; j++) {
       uint64_t id = ids[ord[j]];
-      long r = psd__table_find_h(t, s, id, h[j]);
+      long r = psd_rows_find(&s->rows, id, h[j]);
       if (r < 0 && t->conf.admit == CM_ADMIT_ALWAYS) {
-        if ((r = psd__table_create(t, s, id)) < 0) {
+        if ((r = psd__table_create(t, s, id, h[j])) < 0) {
           rc = CM_ENOMEM;
           break;
         }
@@ -273,7 +172,7 @@ int psd_table_pull(struct psd_table *t, const uint64_t *ids, size_t n,
       }
       if (r >= 0)
         memcpy(out + (size_t)ord[j] * dim,
-               psd__rec_val(psd__rec_at(t, s, (size_t)r)), dim * sizeof(float));
+               psd__rec_val(psd__rec_at(s, (size_t)r)), dim * sizeof(float));
       else
         ord[nmiss++] = ord[j]; /* j >= nmiss: that entry is read already */
     }
@@ -319,14 +218,14 @@ struct pushed {
   uint64_t adm;     /* rows admitted */
 };
 
-/* Under s's lock: applies the summed gradient gs of id (carried by occ of
- * the pushes applied together, each counted once however many times it
- * names id), or counts it towards its admission. */
+/* Under s's lock: applies the summed gradient gs of id (hash h; carried by
+ * occ of the pushes applied together, each counted once however many times
+ * it names id), or counts it towards its admission. */
 static int apply_one(struct psd_table *t, struct stripe *s, uint64_t id,
-                     const float *gs, uint32_t occ, uint64_t step,
+                     uint64_t h, const float *gs, uint32_t occ, uint64_t step,
                      struct pushed *c) {
   uint32_t dim = t->conf.dim;
-  long k = psd__table_find(t, s, id);
+  long k = psd_rows_find(&s->rows, id, h);
   uint32_t before = 0;
   if (k < 0) {
     struct pend *p =
@@ -347,7 +246,7 @@ static int apply_one(struct psd_table *t, struct stripe *s, uint64_t id,
           s->npend++;
         }
       }
-      if ((k = psd__table_create(t, s, id)) < 0)
+      if ((k = psd__table_create(t, s, id, h)) < 0)
         return CM_ENOMEM;
       c->adm++;
     } else {
@@ -361,7 +260,7 @@ static int apply_one(struct psd_table *t, struct stripe *s, uint64_t id,
     }
   }
   if (k >= 0) {
-    struct rec *r = psd__rec_at(t, s, (size_t)k);
+    struct rec *r = psd__rec_at(s, (size_t)k);
     cm_rowopt_apply(&t->conf.opt, dim, psd__rec_val(r), psd__rec_val(r) + dim,
                     &r->t, gs);
     r->count += before + occ;
@@ -393,10 +292,11 @@ int psd_table_push_runs(struct psd_table *t, const uint64_t *ids, size_t n,
   float *sum = malloc(((n + 1) * dim) * sizeof *sum);
   uint64_t *ids_u = malloc((n + 1) * sizeof *ids_u);
   uint32_t *ord = malloc((n + 1) * sizeof *ord);
+  uint64_t *hu = malloc((2 * n + 1) * sizeof *hu); /* group_hashed's */
   size_t first[PSD__NSTRIPES + 1];
   struct pushed c = {0};
   int rc = 0;
-  if (!slot || !uniq || !occ || !last || !sum || !ids_u || !ord) {
+  if (!slot || !uniq || !occ || !last || !sum || !ids_u || !ord || !hu) {
     rc = CM_ENOMEM;
     goto out;
   }
@@ -408,7 +308,7 @@ int psd_table_push_runs(struct psd_table *t, const uint64_t *ids, size_t n,
   for (size_t i = 0; i < n; i++) {
     while (run < nruns && i >= ends[run])
       run++;
-    size_t h = (size_t)hash_id(ids[i]) & (cap - 1);
+    size_t h = (size_t)psd_rows_hash(ids[i]) & (cap - 1);
     while (slot[h] >= 0 && ids[uniq[slot[h]]] != ids[i])
       h = (h + 1) & (cap - 1);
     if (slot[h] < 0) {
@@ -434,24 +334,19 @@ int psd_table_push_runs(struct psd_table *t, const uint64_t *ids, size_t n,
       for (uint32_t j = 0; j < dim; j++)
         sum[u * dim + j] *= scale;
   }
-  /* Each stripe's rows under one hold of its lock, their index slots
-   * fetched ahead. */
-  group_by_stripe(ids_u, nu, ord, first);
+  /* Each stripe's rows under one hold of its lock, their index slots and
+   * records' heads fetched ahead. */
+  group_hashed(ids_u, nu, ord, hu, first);
   for (int k = 0; k < PSD__NSTRIPES && !rc; k++) {
     struct stripe *s = &t->st[k];
     if (first[k] == first[k + 1])
       continue;
     pthread_mutex_lock(&s->lock);
-    for (size_t j = first[k]; s->icap && j < first[k + 1]; j++)
-      __builtin_prefetch(&s->index[hash_id(ids_u[ord[j]]) & (s->icap - 1)]);
-    for (size_t j = first[k]; s->icap && j < first[k + 1]; j++) {
-      uint32_t v = s->index[hash_id(ids_u[ord[j]]) & (s->icap - 1)];
-      if (v)
-        __builtin_prefetch(psd__rec_at(t, s, v - 1));
-    }
+    psd_rows_prefetch(&s->rows, hu + first[k], first[k + 1] - first[k],
+                      sizeof(struct rec));
     for (size_t j = first[k]; !rc && j < first[k + 1]; j++) {
       size_t u = ord[j];
-      rc = apply_one(t, s, ids_u[u], sum + u * dim, occ[u], step, &c);
+      rc = apply_one(t, s, ids_u[u], hu[j], sum + u * dim, occ[u], step, &c);
     }
     pthread_mutex_unlock(&s->lock);
   }
@@ -471,6 +366,7 @@ out:
   free(sum);
   free(ids_u);
   free(ord);
+  free(hu);
   return rc;
 }
 
@@ -479,9 +375,9 @@ int psd_table_get(struct psd_table *t, uint64_t id, float *value, float *state,
   struct stripe *s = &t->st[stripe_of(id)];
   int rc = CM_ENOENT;
   pthread_mutex_lock(&s->lock);
-  long k = psd__table_find(t, s, id);
+  long k = psd__table_find(s, id);
   if (k >= 0) {
-    struct rec *r = psd__rec_at(t, s, (size_t)k);
+    struct rec *r = psd__rec_at(s, (size_t)k);
     if (value)
       memcpy(value, psd__rec_val(r), t->conf.dim * sizeof(float));
     if (state)
@@ -499,11 +395,10 @@ void psd_table_stats(struct psd_table *t, struct psd_table_stats *out) {
   for (int i = 0; i < PSD__NSTRIPES; i++) {
     struct stripe *s = &t->st[i];
     pthread_mutex_lock(&s->lock);
-    out->rows += s->nlive;
+    out->rows += psd_rows_live(&s->rows);
     out->pending += s->npend;
-    out->bytes += s->cap * t->rsize + s->slabcap * sizeof *s->slabs +
-                  s->icap * sizeof(uint32_t) + s->freecap * sizeof(uint32_t) +
-                  s->pcap * sizeof(struct pend) + s->evcap * sizeof(uint64_t);
+    out->bytes += psd_rows_bytes(&s->rows) + s->pcap * sizeof(struct pend) +
+                  s->ev[PSD__CKPT].cap * sizeof(uint64_t);
     pthread_mutex_unlock(&s->lock);
   }
   out->raw_bytes = out->rows * (t->conf.dim + t->nstate) * sizeof(float);

@@ -1,6 +1,7 @@
 /* What the files of an embedding table share (table.h): the record
  * layout, the stripes, and the lookups under a stripe's lock.
- *   table.c       stripes, index, records, pull, push, admission, stats
+ *   table.c       stripes (each a lock over rows.h's records and index),
+ *                 pull, push, admission, stats
  *   table_snap.c  snapshots (checkpoints' and publications'), restore,
  *                 pages, shrink, top
  *   table_file.c  a snapshot's file */
@@ -11,16 +12,14 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "rand.h"
+#include "rows.h"
 #include "table.h"
 
-/* Records per slab: small, so a stripe's last slab wastes little. */
-#define PSD__SLAB 256
+/* Stripes per table: each its own lock and rows (rows.h). */
+#define PSD__NSTRIPES PSD_ROWS_NSTRIPES
 
-/* Stripes per table: each its own lock, index and records. */
-#define PSD__NSTRIPES 64
-
-/* A record's head; dim value floats and nstate state floats follow. */
+/* A record's head (rows.h: the id first); dim value floats and nstate
+ * state floats follow. */
 struct rec {
   uint64_t id;        /* the row's id */
   uint64_t last_step; /* the shard's step at its last push */
@@ -38,84 +37,69 @@ struct pend {
   uint32_t count; /* its pushes so far; 0: empty slot */
 };
 
+/* The snapshots that each keep their own place in the table's changes. */
+enum psd__cursor_of {
+  PSD__CKPT, /* checkpoints' (psd_table_snapshot) */
+  PSD__PUB,  /* publications' (psd_table_pub_snapshot) */
+  PSD__NCURSORS
+};
+
+/* Ids evicted since a cursor's last snapshot, in one stripe. */
+struct evlist {
+  uint64_t *ids; /* owned: n of cap, in eviction order */
+  size_t n, cap; /* entries used and allocated */
+};
+
+/* Where a kind of snapshot stands (enum psd__cursor_of). */
+struct cursor {
+  int snapped;  /* one has been taken (the publications': since the table
+                   was made or restored, evictions are kept then) */
+  uint64_t gen; /* the generation the last one was taken at */
+};
+
 struct stripe {
-  pthread_mutex_t lock;   /* guards everything below */
-  uint8_t **slabs;        /* owned: slabs of PSD__SLAB records of rsize bytes,
-                             which never move */
-  size_t nslabs, slabcap; /* slabs allocated, and entries in slabs */
-  size_t nrec, cap;       /* records used and allocated (nslabs x PSD__SLAB) */
-  uint32_t *index;        /* icap slots: record number + 1, 0 empty */
-  size_t icap, nlive;     /* slots, live records */
-  uint32_t *freel;        /* free record numbers */
-  size_t nfree, freecap;
-  struct pend *pend; /* pcap slots */
+  pthread_mutex_t lock; /* guards everything below */
+  struct psd_rows rows; /* the records (struct rec, then the floats) */
+  struct pend *pend;    /* pcap slots */
   size_t pcap, npend;
-  uint64_t *evicted; /* ids evicted since the last snapshot */
-  size_t nev, evcap;
-  uint64_t *pevicted; /* ids evicted since the last publication snapshot,
-                         kept once one was taken (pub_snapped) */
-  size_t npev, pevcap;
+  struct evlist ev[PSD__NCURSORS]; /* by cursor: the checkpoints' always
+                                      kept, the publications' once one was
+                                      taken (cur[PSD__PUB].snapped) */
 };
 
 struct psd_table {
-  struct cm_table_conf conf; /* settings */
-  uint64_t seed;             /* the job's */
-  uint32_t nstate;           /* state floats per row */
-  size_t rsize;              /* bytes per record */
-  uint64_t gen;              /* current change generation */
-  int snapped;               /* a snapshot has been taken */
-  uint64_t snap_gen;         /* the generation of the last snapshot */
-  int pub_snapped;           /* a publication snapshot has been taken since the
-                                table was made or restored: evictions are kept */
-  uint64_t pub_gen; /* the generation of the last publication snapshot */
-  struct stripe st[PSD__NSTRIPES]; /* by stripe_of(id) */
-  pthread_mutex_t stat_lock;       /* guards the counters */
+  struct cm_table_conf conf;        /* settings */
+  uint64_t seed;                    /* the job's */
+  uint32_t nstate;                  /* state floats per row */
+  uint64_t gen;                     /* current change generation */
+  struct cursor cur[PSD__NCURSORS]; /* by enum psd__cursor_of */
+  struct stripe st[PSD__NSTRIPES];  /* by stripe_of(id) */
+  pthread_mutex_t stat_lock;        /* guards the counters */
   uint64_t admitted, not_admitted, evicted, rows_pulled, rows_pushed;
   uint64_t pushes; /* pushes applied (psd_table_stats) */
 };
 
-/* A hash of an id independent of the shard function (splitmix64). */
-static inline uint64_t hash_id(uint64_t id) {
-  return cm_mix64(id ^ 0x6a09e667f3bcc908ull);
+/* The stripe of an id. */
+static inline int stripe_of(uint64_t id) {
+  return psd_rows_stripe(psd_rows_hash(id));
 }
-/* The stripe of an id: the hash's top 6 bits. */
-static inline int stripe_of(uint64_t id) { return (int)(hash_id(id) >> 58); }
 
 /* Record k of stripe s, and its floats (value, then state); inline: a
  * batch's every row passes through them. */
-static inline struct rec *psd__rec_at(const struct psd_table *t,
-                                      const struct stripe *s, size_t k) {
-  return (struct rec *)(void *)(s->slabs[k / PSD__SLAB] +
-                                (k % PSD__SLAB) * t->rsize);
+static inline struct rec *psd__rec_at(const struct stripe *s, size_t k) {
+  return (struct rec *)(void *)psd_rows_at(&s->rows, k);
 }
 static inline float *psd__rec_val(struct rec *r) {
   return (float *)(void *)(r + 1);
 }
 
-/* Under s's lock: the record number of id, whose hash_id is h, or -1. */
-static inline long psd__table_find_h(const struct psd_table *t,
-                                     const struct stripe *s, uint64_t id,
-                                     uint64_t h) {
-  if (!s->icap)
-    return -1;
-  size_t m = s->icap - 1, i = (size_t)h & m;
-  for (;; i = (i + 1) & m) {
-    uint32_t v = s->index[i];
-    if (!v)
-      return -1;
-    if (psd__rec_at(t, s, v - 1)->id == id)
-      return (long)v - 1;
-  }
-}
-
 /* Under s's lock: the record number of id, or -1. */
-long psd__table_find(const struct psd_table *t, const struct stripe *s,
-                     uint64_t id);
-/* Under s's lock: creates id's record with its initial row and state;
- * returns its number, or -1 when out of memory. */
-long psd__table_create(struct psd_table *t, struct stripe *s, uint64_t id);
-/* Under s's lock: takes id out of the index (its record stays). */
-void psd__table_unindex(const struct psd_table *t, struct stripe *s,
-                        uint64_t id);
+static inline long psd__table_find(const struct stripe *s, uint64_t id) {
+  return psd_rows_find(&s->rows, id, psd_rows_hash(id));
+}
+/* Under s's lock: creates id's record (hash h: psd_rows_hash) with its
+ * initial row and state; returns its number, or -1 when out of memory. */
+long psd__table_create(struct psd_table *t, struct stripe *s, uint64_t id,
+                       uint64_t h);
 
 #endif

@@ -85,14 +85,14 @@ static struct pick *collect(struct psd_table *t, int delta, uint64_t base,
                             int has_after, uint64_t after, size_t *n) {
   size_t total = 0, k = 0;
   for (int i = 0; i < PSD__NSTRIPES; i++)
-    total += t->st[i].nlive;
+    total += psd_rows_live(&t->st[i].rows);
   struct pick *p = malloc((total + 1) * sizeof *p);
   if (!p)
     return NULL;
   for (int i = 0; i < PSD__NSTRIPES; i++) {
     struct stripe *s = &t->st[i];
-    for (size_t r = 0; r < s->nrec; r++) {
-      struct rec *x = psd__rec_at(t, s, r);
+    for (size_t r = 0; r < psd_rows_used(&s->rows); r++) {
+      struct rec *x = psd__rec_at(s, r);
       if (!x->live || (delta && x->gen <= base) ||
           (has_after && x->id <= after))
         continue;
@@ -103,103 +103,69 @@ static struct pick *collect(struct psd_table *t, int delta, uint64_t base,
   return p;
 }
 
-/* Every stripe's list of evicted ids (the checkpoints', or with pub the
- * publications'), in one new sorted array of *n (stripes held). NULL when
- * out of memory. */
-static uint64_t *gather_evicted(struct psd_table *t, int pub, size_t *n) {
-  size_t total = 0, k = 0;
+/* The ids evicted since cursor c's last snapshot, sorted, into s
+ * (stripes held). The publications' leave out the ids s holds as rows
+ * (stored again since) and repeats (evicted, stored, evicted again); a
+ * checkpoint's keep them, as its files always have. */
+static int take_evicted(struct psd_table *t, enum psd__cursor_of c,
+                        struct psd_table_snap *s) {
+  size_t total = 0, k = 0, j = 0;
   for (int i = 0; i < PSD__NSTRIPES; i++)
-    total += pub ? t->st[i].npev : t->st[i].nev;
+    total += t->st[i].ev[c].n;
   uint64_t *ids = malloc((total + 1) * sizeof *ids);
   if (!ids)
-    return NULL;
+    return CM_ENOMEM;
   for (int i = 0; i < PSD__NSTRIPES; i++) {
-    size_t m = pub ? t->st[i].npev : t->st[i].nev;
-    if (m) /* a stripe's list is NULL until it first evicts */
-      memcpy(ids + k, pub ? t->st[i].pevicted : t->st[i].evicted,
-             m * sizeof *ids);
-    k += m;
+    const struct evlist *e = &t->st[i].ev[c];
+    if (e->n) /* a stripe's list is NULL until it first evicts */
+      memcpy(ids + k, e->ids, e->n * sizeof *ids);
+    k += e->n;
   }
   qsort(ids, total, sizeof *ids, cmp_u64);
-  *n = total;
-  return ids;
-}
-
-int psd_table_snapshot(struct psd_table *t, int delta,
-                       struct psd_table_snap **out) {
-  struct psd_table_snap *s = NULL;
-  size_t n = 0;
-  int rc = CM_ENOMEM;
-  lock_all(t);
-  delta = delta && t->snapped;
-  uint64_t base = t->snap_gen;
-  struct pick *p = collect(t, delta, base, 0, 0, &n);
-  if (!p || !(s = copy_out(t, p, n, 0)))
-    goto out;
-  if (delta && !(s->evicted = gather_evicted(t, 0, &s->nevicted)))
-    goto out;
-  s->delta = delta;
-  s->base_gen = delta ? base : 0;
-  s->gen = t->gen;
-  /* Changes from now on belong to the next snapshot. */
-  t->snap_gen = t->gen;
-  t->gen++;
-  t->snapped = 1;
-  for (int i = 0; i < PSD__NSTRIPES; i++)
-    t->st[i].nev = 0;
-  rc = 0;
-out:
-  unlock_all(t);
-  free(p);
-  if (rc) {
-    psd_table_snap_free(s);
-    s = NULL;
-  }
-  *out = s;
-  return rc;
-}
-
-/* The publication's evicted ids into s (stripes held): every stripe's
- * list, sorted, less the ids s holds as rows (stored again since). */
-static int pub_evicted(struct psd_table *t, struct psd_table_snap *s) {
-  size_t nev = 0, k = 0, j = 0;
-  if (!(s->evicted = gather_evicted(t, 1, &nev)))
-    return CM_ENOMEM;
-  /* Both sorted: drop those among the rows, and repeats (evicted, stored,
-   * evicted again). */
+  s->evicted = ids;
+  s->nevicted = total;
+  if (c != PSD__PUB)
+    return 0;
+  /* Both sorted: drop those among the rows, and repeats. */
   k = 0;
-  for (size_t i = 0; i < nev; i++) {
-    uint64_t id = s->evicted[i];
+  for (size_t i = 0; i < total; i++) {
+    uint64_t id = ids[i];
     while (j < s->nrows && s->ids[j] < id)
       j++;
-    if ((j < s->nrows && s->ids[j] == id) || (k && s->evicted[k - 1] == id))
+    if ((j < s->nrows && s->ids[j] == id) || (k && ids[k - 1] == id))
       continue;
-    s->evicted[k++] = id;
+    ids[k++] = id;
   }
   s->nevicted = k;
   return 0;
 }
 
-int psd_table_pub_snapshot(struct psd_table *t, int full,
-                           struct psd_table_snap **out) {
+/* A snapshot for cursor c (checkpoints' or publications'): every row, or
+ * with delta (and a snapshot of c taken before) the rows changed since
+ * c's last one and the ids evicted since; then c moves to now. A
+ * publication's rows carry values only. */
+static int snapshot(struct psd_table *t, enum psd__cursor_of c, int delta,
+                    struct psd_table_snap **out) {
+  struct cursor *cur = &t->cur[c];
   struct psd_table_snap *s = NULL;
   size_t n = 0;
   int rc = CM_ENOMEM;
   lock_all(t);
-  int delta = !full && t->pub_snapped;
-  uint64_t base = t->pub_gen;
+  delta = delta && cur->snapped;
+  uint64_t base = cur->gen;
   struct pick *p = collect(t, delta, base, 0, 0, &n);
-  if (!p || !(s = copy_out(t, p, n, 1)) || (delta && pub_evicted(t, s)))
+  if (!p || !(s = copy_out(t, p, n, c == PSD__PUB)) ||
+      (delta && take_evicted(t, c, s)))
     goto out;
   s->delta = delta;
   s->base_gen = delta ? base : 0;
   s->gen = t->gen;
-  /* Changes from now on belong to the next publication. */
-  t->pub_gen = t->gen;
+  /* Changes from now on belong to c's next snapshot. */
+  cur->gen = t->gen;
   t->gen++;
-  t->pub_snapped = 1;
+  cur->snapped = 1;
   for (int i = 0; i < PSD__NSTRIPES; i++)
-    t->st[i].npev = 0;
+    t->st[i].ev[c].n = 0;
   rc = 0;
 out:
   unlock_all(t);
@@ -210,6 +176,16 @@ out:
   }
   *out = s;
   return rc;
+}
+
+int psd_table_snapshot(struct psd_table *t, int delta,
+                       struct psd_table_snap **out) {
+  return snapshot(t, PSD__CKPT, delta, out);
+}
+
+int psd_table_pub_snapshot(struct psd_table *t, int full,
+                           struct psd_table_snap **out) {
+  return snapshot(t, PSD__PUB, !full, out);
 }
 
 int psd_table_page(struct psd_table *t, int has_after, uint64_t after,
@@ -242,21 +218,28 @@ static int room(void **arr, size_t n, size_t *cap, size_t sz) {
   return 0;
 }
 
-/* Under s's lock: frees record k (id), remembering the id for the next
- * delta snapshot, and for the next publication once one was taken. */
+/* Whether cursor c keeps the ids evicted now: the checkpoints' always,
+ * the publications' once one was taken since the table was made or
+ * restored. */
+static int keeps_evicted(const struct psd_table *t, enum psd__cursor_of c) {
+  return c == PSD__CKPT || t->cur[c].snapped;
+}
+
+/* Under s's lock: frees record k, its id kept by the cursors that keep
+ * evictions for their next delta. */
 static int evict(struct psd_table *t, struct stripe *s, size_t k) {
-  struct rec *r = psd__rec_at(t, s, k);
-  if (room((void **)&s->freel, s->nfree, &s->freecap, sizeof *s->freel) ||
-      room((void **)&s->evicted, s->nev, &s->evcap, sizeof *s->evicted) ||
-      (t->pub_snapped &&
-       room((void **)&s->pevicted, s->npev, &s->pevcap, sizeof *s->pevicted)))
-    return CM_ENOMEM;
-  psd__table_unindex(t, s, r->id);
-  s->evicted[s->nev++] = r->id;
-  if (t->pub_snapped)
-    s->pevicted[s->npev++] = r->id;
+  struct rec *r = psd__rec_at(s, k);
+  for (int c = 0; c < PSD__NCURSORS; c++) {
+    struct evlist *e = &s->ev[c];
+    if (keeps_evicted(t, c) &&
+        room((void **)&e->ids, e->n, &e->cap, sizeof *e->ids))
+      return CM_ENOMEM;
+  }
+  psd_rows_remove(&s->rows, r->id, psd_rows_hash(r->id));
+  for (int c = 0; c < PSD__NCURSORS; c++)
+    if (keeps_evicted(t, c))
+      s->ev[c].ids[s->ev[c].n++] = r->id;
   r->live = 0;
-  s->freel[s->nfree++] = (uint32_t)k;
   return 0;
 }
 
@@ -267,8 +250,8 @@ int psd_table_shrink(struct psd_table *t, uint64_t now_step,
   for (int i = 0; i < PSD__NSTRIPES && (after || min); i++) {
     struct stripe *s = &t->st[i];
     pthread_mutex_lock(&s->lock);
-    for (size_t k = 0; k < s->nrec; k++) {
-      struct rec *r = psd__rec_at(t, s, k);
+    for (size_t k = 0; k < psd_rows_used(&s->rows); k++) {
+      struct rec *r = psd__rec_at(s, k);
       if (!r->live)
         continue;
       if ((after && now_step >= r->last_step &&
@@ -324,25 +307,26 @@ int psd_table_restore(struct psd_table *t, const struct psd_table_snap *s) {
     /* A full snapshot replaces every row. */
     for (int i = 0; i < PSD__NSTRIPES; i++) {
       struct stripe *st = &t->st[i];
-      st->nrec = st->nlive = st->nfree = st->nev = st->npev = 0;
-      if (st->icap)
-        memset(st->index, 0, st->icap * sizeof *st->index);
+      psd_rows_clear(&st->rows);
+      for (int c = 0; c < PSD__NCURSORS; c++)
+        st->ev[c].n = 0;
     }
   }
   for (size_t i = 0; i < s->nevicted; i++) {
     struct stripe *st = &t->st[stripe_of(s->evicted[i])];
-    long k = psd__table_find(t, st, s->evicted[i]);
+    long k = psd__table_find(st, s->evicted[i]);
     if (k >= 0 && (rc = evict(t, st, (size_t)k)))
       goto out;
   }
   for (size_t i = 0; i < s->nrows; i++) {
     struct stripe *st = &t->st[stripe_of(s->ids[i])];
-    long k = psd__table_find(t, st, s->ids[i]);
-    if (k < 0 && (k = psd__table_create(t, st, s->ids[i])) < 0) {
+    long k = psd__table_find(st, s->ids[i]);
+    if (k < 0 && (k = psd__table_create(t, st, s->ids[i],
+                                        psd_rows_hash(s->ids[i]))) < 0) {
       rc = CM_ENOMEM;
       goto out;
     }
-    struct rec *r = psd__rec_at(t, st, (size_t)k);
+    struct rec *r = psd__rec_at(st, (size_t)k);
     float *v = psd__rec_val(r);
     memcpy(v, s->values + i * dim, dim * sizeof(float));
     memcpy(v + dim, s->state + i * ns, ns * sizeof(float));
@@ -353,8 +337,9 @@ int psd_table_restore(struct psd_table *t, const struct psd_table_snap *s) {
   /* Evictions replayed here are not news to the next delta; the next
    * publication is full (its rows were replaced). */
   for (int i = 0; i < PSD__NSTRIPES; i++)
-    t->st[i].nev = t->st[i].npev = 0;
-  t->pub_snapped = 0;
+    for (int c = 0; c < PSD__NCURSORS; c++)
+      t->st[i].ev[c].n = 0;
+  t->cur[PSD__PUB].snapped = 0;
 out:
   unlock_all(t);
   return rc;
