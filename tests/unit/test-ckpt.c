@@ -4,8 +4,9 @@
  * or is restored into a live one in place; no checkpoint gives an empty
  * start; pruning keeps exactly `keep`; a crash's .tmp-* is removed, however
  * deep; the same step written twice keeps the second; a write that fails (a
- * file where the directory should be, the file size limit mid-write) leaves
- * the previous checkpoint intact and no temporary behind; --resume-step
+ * file where the directory should be, the file size limit mid-write or at
+ * the manifest) leaves the previous checkpoint intact and no temporary
+ * behind; --resume-step
  * loads the newest at or below it and renames the newer ones. Each
  * variable's optimizer and all its slots round-trip; format 1 checkpoints
  * (one momentum slot, no step counts) still load. Damaged checkpoints are
@@ -39,6 +40,22 @@ static int count_entries(struct psd_ckpt *c, const char *prefix) {
     n += strncmp(e->d_name, prefix, strlen(prefix)) == 0;
   closedir(d);
   return n;
+}
+
+/* File p whole, NUL-terminated (the caller frees it), or NULL. */
+static char *slurp(const char *p) {
+  FILE *f = fopen(p, "rb");
+  long n;
+  char *b = NULL;
+  if (f && fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) >= 0 &&
+      fseek(f, 0, SEEK_SET) == 0 && (b = calloc(1, (size_t)n + 1)) &&
+      fread(b, 1, (size_t)n, f) != (size_t)n) {
+    free(b);
+    b = NULL;
+  }
+  if (f)
+    fclose(f);
+  return b;
 }
 
 START_TEST(test_roundtrip) {
@@ -316,6 +333,47 @@ START_TEST(test_failed_write_keeps_the_previous) {
 }
 END_TEST
 
+/* A write that fails at its last file, the manifest (the file size limit
+ * between the shard file's size and the manifest's), over a checkpoint of
+ * the same step: the temporary directory goes, the one written before
+ * stays whole, byte for byte, and loads. */
+START_TEST(test_failed_manifest_keeps_the_previous) {
+  struct psd_ckpt *c = open_ckpt("job", 0, 2, &momentum, 3);
+  struct psd_store *a = make_store(0, &momentum, 1);
+  struct psd_store *b = make_store(0, &momentum, 2), *t;
+  struct psd_ckpt_result r;
+  char shard[1300], man[1300], *before, *after;
+
+  write_ok(c, a, 2);
+  ckpt_file(c, 2, "shard.safetensors", shard, sizeof shard);
+  ckpt_file(c, 2, "manifest.json", man, sizeof man);
+  long s = file_size(shard), m = file_size(man);
+  /* b's manifest differs from a's in a few digits of its CRCs at most */
+  ck_assert_msg(s > 0 && s + 64 < m, "shard file %ld bytes, manifest %ld", s,
+                m);
+  ck_assert_ptr_nonnull(before = slurp(man));
+  struct rlimit was = tu_file_size_limit((rlim_t)(s + m) / 2);
+  int rc = psd_ckpt_write(c, b, NULL, 2, 1, &r, err, sizeof err);
+  tu_file_size_restore(&was);
+  ck_assert_int_eq(rc, CM_EIO);
+  ck_assert_msg(strstr(err, "File too large") && strstr(err, "/.tmp-2-") &&
+                    strstr(err, "/manifest.json"),
+                "%s", err);
+  ck_assert_int_eq(count_entries(c, ".tmp-"), 0);
+  ck_assert_int_eq(count_entries(c, "ckpt-"), 1);
+  ck_assert_ptr_nonnull(after = slurp(man));
+  ck_assert_str_eq(after, before);
+  t = load_step(c, 2, 0);
+  same_store(a, t);
+  free(before);
+  free(after);
+  psd_store_free(t);
+  psd_store_free(a);
+  psd_store_free(b);
+  psd_ckpt_free(c);
+}
+END_TEST
+
 START_TEST(test_resume_step) {
   struct psd_ckpt *c = open_ckpt("job", 0, 2, &momentum, 5), *d;
   struct psd_store *s = make_store(0, &momentum, 1), *t = NULL;
@@ -357,6 +415,7 @@ static Suite *ckpt_suite(void) {
   tcase_add_test(tc, test_stale_tmp_tree_is_removed);
   tcase_add_test(tc, test_same_step_twice_keeps_the_second);
   tcase_add_test(tc, test_failed_write_keeps_the_previous);
+  tcase_add_test(tc, test_failed_manifest_keeps_the_previous);
   tcase_add_test(tc, test_resume_step);
   suite_add_tcase(s, tc);
   return s;

@@ -4,8 +4,11 @@
  * version never written again, and every damage refused with the file and what
  * is wrong: a truncated table file, a flipped byte in a table file, in the
  * dense file and in the manifest, another job's or shard's publication; a
- * missing one is CM_ENOENT. Pruning keeps the newest full chains. */
+ * missing one is CM_ENOENT. Pruning keeps the newest full chains. A write
+ * that fails at its manifest leaves nothing behind and the version before
+ * it whole. */
 #include <check.h>
+#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -300,6 +303,65 @@ START_TEST(other_job_or_shard) {
 }
 END_TEST
 
+/* Entries of dir whose name starts with prefix. */
+static int count_entries(const char *dir, const char *prefix) {
+  DIR *d = opendir(dir);
+  struct dirent *e;
+  int n = 0;
+  ck_assert_ptr_nonnull(d);
+  while ((e = readdir(d)))
+    n += strncmp(e->d_name, prefix, strlen(prefix)) == 0;
+  closedir(d);
+  return n;
+}
+
+START_TEST(manifest_write_fails) {
+  /* The write fails at its last file, the manifest (the file size limit
+   * above every other file's size, below the manifest's): nothing of it
+   * is left and the publication before it reads back whole. */
+  static const char *files[] = {"dense.safetensors", "table-0.bin",
+                                "table-1.bin"};
+  char dir[512], err[512], p1[1024];
+  struct psd_pub *p;
+  uint64_t *v;
+  size_t n;
+  struct stat st;
+  off_t most = 0;
+  psd_pub_dir(root, "j", 1, dir, sizeof dir);
+  ck_assert_int_eq(psd_pub_prepare(dir, err, sizeof err), 0);
+  ck_assert_int_eq(psd_pub_write(dir, make(1, 1, 1, ids1, 4, NULL, 0), "async",
+                                 NULL, err, sizeof err),
+                   0);
+  for (int i = 0; i < 3; i++) {
+    snprintf(p1, sizeof p1, "%s/pub-0000000001/%s", dir, files[i]);
+    ck_assert_int_eq(stat(p1, &st), 0);
+    most = st.st_size > most ? st.st_size : most;
+  }
+  snprintf(p1, sizeof p1, "%s/pub-0000000001/manifest.json", dir);
+  ck_assert_int_eq(stat(p1, &st), 0);
+  /* version 2's files: as long, but for a few digits */
+  ck_assert_msg(most + 64 < st.st_size, "files %lld bytes, manifest %lld",
+                (long long)most, (long long)st.st_size);
+  struct rlimit was = tu_file_size_limit((rlim_t)(most + st.st_size) / 2);
+  int rc = psd_pub_write(dir, make(2, 0, 1, ids2, 2, rm2, 2), "async", NULL,
+                         err, sizeof err);
+  tu_file_size_restore(&was);
+  ck_assert_int_eq(rc, CM_EIO);
+  ck_assert_msg(strstr(err, "File too large") && strstr(err, "/.tmp-2-") &&
+                    strstr(err, "/manifest.json"),
+                "%s", err);
+  ck_assert_int_eq(count_entries(dir, ".tmp-"), 0);
+  ck_assert_int_eq(psd_pub_list(dir, &v, &n, err, sizeof err), 0);
+  ck_assert_uint_eq(n, 1);
+  ck_assert_uint_eq(v[0], 1);
+  free(v);
+  ck_assert_msg(psd_pub_read(dir, 1, "j", 1, 2, &p, err, sizeof err) == 0, "%s",
+                err);
+  same(p, make(1, 1, 1, ids1, 4, NULL, 0));
+  psd_pub_free(p);
+}
+END_TEST
+
 START_TEST(prune_keeps_full_chains) {
   char dir[512], err[512];
   uint64_t *v, ids[] = {1};
@@ -342,6 +404,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, manifest_flipped);
   tcase_add_test(tc, other_job_or_shard);
   tcase_add_test(tc, prune_keeps_full_chains);
+  tcase_add_test(tc, manifest_write_fails);
   suite_add_tcase(s, tc);
   return s;
 }

@@ -1,6 +1,7 @@
 /* The shared check runner (unit.h). */
 #include "unit.h"
 
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -19,4 +20,17 @@ int tu_run(Suite *s, unsigned flags) {
 int tu_skip(const char *why) {
   printf("SKIP: %s\n", why);
   return 77;
+}
+
+struct rlimit tu_file_size_limit(rlim_t bytes) {
+  struct rlimit was, lim;
+  signal(SIGXFSZ, SIG_IGN);
+  ck_assert_int_eq(getrlimit(RLIMIT_FSIZE, &was), 0);
+  lim = (struct rlimit){bytes, was.rlim_max};
+  ck_assert_int_eq(setrlimit(RLIMIT_FSIZE, &lim), 0);
+  return was;
+}
+
+void tu_file_size_restore(const struct rlimit *was) {
+  ck_assert_int_eq(setrlimit(RLIMIT_FSIZE, was), 0);
 }

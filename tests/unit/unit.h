@@ -4,6 +4,7 @@
 #define TU_UNIT_H
 
 #include <check.h>
+#include <sys/resource.h>
 
 /* How tu_run runs a suite. */
 enum tu_flags {
@@ -19,5 +20,13 @@ int tu_run(Suite *s, unsigned flags);
 /* What a GPU suite returns when it cannot run: prints "SKIP: why" and
  * returns 77, meson's exit status for a skipped test. */
 int tu_skip(const char *why);
+
+/* Limits every file this process writes to `bytes` (the soft
+ * RLIMIT_FSIZE, with SIGXFSZ ignored: a write past it fails with EFBIG,
+ * "File too large", as on a full disk) and returns the limits before it,
+ * for tu_file_size_restore. Only around the call under test: check's own
+ * result file is bound by the limit too. */
+struct rlimit tu_file_size_limit(rlim_t bytes);
+void tu_file_size_restore(const struct rlimit *was);
 
 #endif

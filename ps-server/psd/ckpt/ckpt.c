@@ -1,78 +1,15 @@
 /* A shard's checkpoints (ckpt.h, ckpt_internal.h): the handle and the
- * shard's directory. Creating it (mkdir -p) and removing what a crash left
- * in it, listing the checkpoints it holds, and the file system helpers the
- * writer and the loader share with the publications' writer and psd
- * --reshard (ckpt.h): fsync of a directory, removing a tree. */
+ * shard's directory. Preparing it (fileset.h: mkdir -p, removing what a
+ * crash left in it) and listing the checkpoints it holds. */
 #include <dirent.h>
-#include <errno.h>
-#include <fcntl.h>
-#include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include "ckpt_internal.h"
 #include "err.h"
+#include "fileset.h"
 #include "log.h"
-
-/* Creates path and its missing parents (mkdir -p). */
-static int mkdirs(const char *path, char *err, size_t errlen) {
-  char p[1024];
-  size_t n = strlen(path);
-  if (n >= sizeof p) {
-    snprintf(err, errlen, "%s: path too long", path);
-    return CM_EINVAL;
-  }
-  memcpy(p, path, n + 1);
-  for (size_t i = 1; i <= n; i++) {
-    if (p[i] != '/' && p[i] != 0)
-      continue;
-    char c = p[i];
-    p[i] = 0;
-    if (mkdir(p, 0755) != 0 && errno != EEXIST) {
-      snprintf(err, errlen, "cannot create %s: %s", p, strerror(errno));
-      return CM_EIO;
-    }
-    struct stat st;
-    if (stat(p, &st) != 0 || !S_ISDIR(st.st_mode)) {
-      snprintf(err, errlen, "cannot use %s as a directory: %s", p,
-               stat(p, &st) != 0 ? strerror(errno) : "it is not a directory");
-      return CM_EIO;
-    }
-    p[i] = c;
-  }
-  return 0;
-}
-
-int psd_ckpt_sync_dir(const char *path) {
-  int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  int rc = 0;
-  if (fd < 0)
-    return CM_EIO;
-  if (fsync(fd) != 0)
-    rc = CM_EIO;
-  close(fd);
-  return rc;
-}
-
-/* nftw's visit for psd_ckpt_remove_tree: children come before their
- * directory (FTW_DEPTH); a link is removed, never followed (FTW_PHYS). */
-static int remove_entry(const char *path, const struct stat *st, int type,
-                        struct FTW *ftw) {
-  if (type == FTW_DP || type == FTW_DNR)
-    rmdir(path);
-  else
-    unlink(path);
-  return 0; /* best effort: go on with the rest */
-}
-
-/* nftw rather than readdir's d_type, which some file systems leave
- * DT_UNKNOWN: a directory is known by stat, so it is always emptied. */
-void psd_ckpt_remove_tree(const char *path) {
-  nftw(path, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
-}
 
 /* The step of a "ckpt-<digits>" name, or -1. */
 static int64_t name_step(const char *name) {
@@ -146,8 +83,6 @@ void psd__ckpt_path(const struct psd_ckpt *c, uint64_t step, char *buf,
 int psd_ckpt_new(struct psd_ckpt **out, const struct psd_ckpt_opts *o,
                  char *err, size_t errlen) {
   struct psd_ckpt *c = calloc(1, sizeof *c);
-  DIR *d = NULL;
-  struct dirent *e;
   int rc = 0;
 
   *out = NULL;
@@ -171,27 +106,8 @@ int psd_ckpt_new(struct psd_ckpt **out, const struct psd_ckpt_opts *o,
   c->max = o->resume_step;
   if ((c->read_only = o->read_only))
     goto out;
-  if ((rc = mkdirs(c->dir, err, errlen)))
-    goto out;
-  /* A crash mid-write leaves a .tmp-* directory: never a checkpoint. */
-  if (!(d = opendir(c->dir))) {
-    snprintf(err, errlen, "cannot read %s: %s", c->dir, strerror(errno));
-    rc = CM_EIO;
-    goto out;
-  }
-  while ((e = readdir(d))) {
-    if (strncmp(e->d_name, ".tmp-", 5) != 0)
-      continue;
-    char p[1400];
-    snprintf(p, sizeof p, "%s/%s", c->dir, e->d_name);
-    cm_warn("removing %s: an unfinished checkpoint (psd stopped while "
-            "writing it)",
-            p);
-    psd_ckpt_remove_tree(p);
-  }
+  rc = psd_fileset_prepare(c->dir, "checkpoint", err, errlen);
 out:
-  if (d)
-    closedir(d);
   if (rc)
     psd_ckpt_free(c);
   else

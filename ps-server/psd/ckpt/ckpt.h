@@ -1,7 +1,7 @@
 /* Room ps-server/psd/ckpt/, a training shard's checkpoints on disk: this
- * header (with the file system helpers of a directory written whole, for
- * publish/ and reshard/); ckpt_internal.h is the room's own. Rooms it
- * calls: store/.
+ * header, and fileset.h, the one writer of a directory written whole
+ * (a checkpoint; publish/'s publications; reshard/ uses its helpers);
+ * ckpt_internal.h is the room's own. Rooms it calls: store/.
  *
  * A shard's checkpoints on disk (DESIGN.md, "State on disk").
  *
@@ -17,10 +17,11 @@
  *                      the values hold ("dedup": dedup.h's table, see
  *                      psd_dedup_save); the CRC-32 of the manifest itself
  *                      ("checksum")
- * A checkpoint is written into .tmp-<step>-<pid>, both files fsynced, the
- * directory fsynced, renamed to ckpt-<step> (swapped atomically with an
- * older one of the same step), and the parent fsynced: a ckpt-* directory is
- * complete or absent. Then all but the newest `keep` are removed.
+ * A checkpoint is a file set (fileset.h): written into .tmp-<step>-<pid>,
+ * every file fsynced, the directory fsynced, renamed to ckpt-<step>
+ * (swapped atomically with an older one of the same step), and the parent
+ * fsynced: a ckpt-* directory is complete or absent. Then all but the
+ * newest `keep` are removed.
  *
  * Loading takes the newest ckpt-* whose manifest and every tensor verify;
  * one that does not is refused loudly (an error line naming the file and
@@ -147,15 +148,5 @@ int psd_ckpt_peek(struct psd_ckpt *c, uint64_t *step, int *nshards, char *mode,
 /* Steps of the newest checkpoints present, newest first; returns how many
  * (at most max). For status and the choice of a rollback step. */
 int psd_ckpt_list(struct psd_ckpt *c, uint64_t *steps, int max);
-
-/* The file system helpers of a directory written whole (ckpt.c), for the
- * other writers of one: publications (pubfile_write.c) and psd --reshard's
- * directory swap (reshard_dir.c).
- * psd_ckpt_sync_dir fsyncs a directory so renames and new entries in it
- * are durable; returns 0 or CM_EIO (errno says why).
- * psd_ckpt_remove_tree removes path and everything under it (best effort;
- * files and directories only, as psd writes them). */
-int psd_ckpt_sync_dir(const char *path);
-void psd_ckpt_remove_tree(const char *path);
 
 #endif

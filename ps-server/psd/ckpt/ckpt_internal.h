@@ -1,16 +1,17 @@
 /* A shard's checkpoints (ckpt.h): the internals shared by the files they
  * are made of:
  *   ckpt.c         the handle and the shard's directory: creating it,
- *                  cleaning what a crash left, listing checkpoints, and the
- *                  file system helpers the others use
+ *                  cleaning what a crash left, listing checkpoints
  *   ckpt_write.c   writing a checkpoint atomically (the shard file and the
- *                  manifest), then pruning old ones
+ *                  manifest, as a file set: fileset.h), then pruning old
+ *                  ones
  *   ckpt_verify.c  reading one checkpoint directory back into a new store,
  *                  verifying every byte and field on the way
  *   ckpt_load.c    which checkpoint to load (the newest that verifies) or
  *                  restore in place, and setting newer ones aside
  *   ckpt_tables.c  the embedding tables' files: full or delta snapshots,
  *                  their chains, and restoring a chain
+ *   fileset.c      a directory written whole (fileset.h), for publish/ too
  * Nothing here is for other modules: they use ckpt.h. */
 #ifndef PSD_CKPT_INTERNAL_H
 #define PSD_CKPT_INTERNAL_H
@@ -30,6 +31,8 @@
 #define PSD__CKPT_FORMAT_1 "psd-checkpoint-1"
 #define PSD__CKPT_SHARD_FILE "shard.safetensors"
 #define PSD__CKPT_MANIFEST "manifest.json"
+/* The manifest's member holding its CRC-32 (psd_fileset_manifest_crc). */
+#define PSD__CKPT_CHECKSUM "checksum"
 /* Checkpoint directories looked at when loading or pruning. */
 #define PSD__CKPT_MAX 4096
 /* A table's chain: a full checkpoint, then at most this many minus one
@@ -80,12 +83,6 @@ struct psd_ckpt {
 void psd__ckpt_path(const struct psd_ckpt *c, uint64_t step, char *buf,
                     size_t len);
 
-/* ---- ckpt_write.c */
-
-/* The CRC-32 that guards a manifest: of its compact, key-sorted JSON
- * without the "checksum" member (which must be absent from m). */
-int psd__ckpt_manifest_crc(json_t *m, uint32_t *crc);
-
 /* ---- ckpt_verify.c */
 
 /* Loads checkpoint directory dir (of `step`) into a new store (*out) and a
@@ -107,14 +104,15 @@ int psd__ckpt_load_one(struct psd_ckpt *c, const char *dir, uint64_t step,
 int psd__ckpt_tables_take(struct psd_ckpt *c, uint64_t step,
                           struct psd__tsnaps *s);
 
-/* Writes the snapshots into dir (table-<i>.bin each) and their manifest
- * entries into *out (a new JSON array: name, dim, id_bound, optimizer,
- * file, delta, rows, evicted, bytes, pushes and the chain of steps to
- * restore).
- * Adds the files' sizes to *bytes. Returns 0, CM_EIO (err), CM_ENOMEM. */
+/* Writes the snapshots into the checkpoint's file set f (table-<i>.bin
+ * each, counted into f->bytes) and their manifest entries into *out (a new
+ * JSON array: name, dim, id_bound, optimizer, file, delta, rows, evicted,
+ * bytes, pushes and the chain of steps to restore). Returns 0, CM_EIO
+ * (err), CM_ENOMEM. */
+struct psd_fileset;
 int psd__ckpt_tables_write(struct psd_ckpt *c, const struct psd__tsnaps *s,
-                           const char *dir, uint64_t step, json_t **out,
-                           uint64_t *bytes, char *err, size_t errlen);
+                           struct psd_fileset *f, uint64_t step, json_t **out,
+                           char *err, size_t errlen);
 
 /* After a write of step: ok, the chains now end at it; else the next
  * checkpoint's tables are full. Frees the snapshots. */

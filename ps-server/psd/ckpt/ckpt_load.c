@@ -14,6 +14,7 @@
 #include "clock.h"
 #include "dedup.h"
 #include "err.h"
+#include "fileset.h"
 #include "log.h"
 
 /* Restores the tables of the checkpoint in dir (of step) from its
@@ -52,7 +53,7 @@ static void set_aside_above(struct psd_ckpt *c, const uint64_t *steps, int upto,
     else
       cm_error("cannot set %s aside: %s", from, strerror(errno));
   }
-  psd_ckpt_sync_dir(c->dir);
+  psd_fileset_sync_dir(c->dir);
 }
 
 /* Renames the checkpoints newer than the one loaded (steps[0..upto), newest

@@ -17,10 +17,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "ckpt_internal.h"
 #include "err.h"
+#include "fileset.h"
 #include "log.h"
 
 /* The chain of table `name`, or NULL. */
@@ -66,8 +66,8 @@ int psd__ckpt_tables_take(struct psd_ckpt *c, uint64_t step,
 }
 
 int psd__ckpt_tables_write(struct psd_ckpt *c, const struct psd__tsnaps *s,
-                           const char *dir, uint64_t step, json_t **out,
-                           uint64_t *bytes, char *err, size_t errlen) {
+                           struct psd_fileset *f, uint64_t step, json_t **out,
+                           char *err, size_t errlen) {
   json_t *a = json_array();
   char path[1300], file[32];
   int rc = 0;
@@ -77,16 +77,15 @@ int psd__ckpt_tables_write(struct psd_ckpt *c, const struct psd__tsnaps *s,
   for (int i = 0; i < s->n; i++) {
     const struct psd_table_snap *sn = s->snap[i];
     const struct psd__tchain *ch = chain_of(c, s->conf[i].name);
-    struct stat st;
+    uint64_t size;
     json_t *chain = json_array(), *e;
     snprintf(file, sizeof file, "table-%d.bin", i);
-    snprintf(path, sizeof path, "%s/%s", dir, file);
+    psd_fileset_path(f, file, path, sizeof path);
     if ((rc = psd_table_snap_write(sn, &s->conf[i], path, err, errlen))) {
       json_decref(chain);
       goto out;
     }
-    if (stat(path, &st) == 0)
-      *bytes += (uint64_t)st.st_size;
+    size = psd_fileset_count(f, path);
     for (int k = 0; s->delta[i] && chain && k < ch->n; k++)
       json_array_append_new(chain, json_integer((json_int_t)ch->steps[k]));
     if (chain)
@@ -96,8 +95,7 @@ int psd__ckpt_tables_write(struct psd_ckpt *c, const struct psd__tsnaps *s,
                   "id_bound", (json_int_t)s->conf[i].id_bound, "optimizer",
                   cm_rowopt_name(s->conf[i].opt.type), "file", file, "delta",
                   s->delta[i], "rows", (json_int_t)sn->nrows, "evicted",
-                  (json_int_t)sn->nevicted, "bytes",
-                  (json_int_t)(stat(path, &st) == 0 ? st.st_size : 0), "pushes",
+                  (json_int_t)sn->nevicted, "bytes", (json_int_t)size, "pushes",
                   (json_int_t)s->pushes[i], "chain", chain);
     if (!e || json_array_append_new(a, e)) {
       rc = CM_ENOMEM;

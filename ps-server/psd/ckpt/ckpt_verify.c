@@ -16,6 +16,7 @@
 #include "ckpt_internal.h"
 #include "dedup.h"
 #include "err.h"
+#include "fileset.h"
 #include "layout.h"
 #include "log.h"
 #include "optjson.h"
@@ -95,14 +96,14 @@ static int load_manifest(struct psd_ckpt *c, const char *path, uint64_t step,
              jerr.line);
     return CM_EFORMAT;
   }
-  sum = json_object_get(m, "checksum");
+  sum = json_object_get(m, PSD__CKPT_CHECKSUM);
   if (!json_is_integer(sum)) {
     snprintf(err, errlen, "%s: no checksum", path);
     goto out;
   }
   want = json_integer_value(sum);
-  json_object_del(m, "checksum");
-  if ((rc = psd__ckpt_manifest_crc(m, &crc)))
+  json_object_del(m, PSD__CKPT_CHECKSUM);
+  if ((rc = psd_fileset_manifest_crc(m, PSD__CKPT_CHECKSUM, &crc)))
     goto out;
   rc = CM_EFORMAT;
   if (crc != (uint32_t)want) {

@@ -1,26 +1,23 @@
 /* Writing a shard's checkpoint (ckpt.h, ckpt_internal.h): the shard file
  * (safetensors: each variable's rows and its optimizer's slots) and the
- * manifest that describes and checksums it, into a temporary directory that
- * is fsynced and renamed into place whole; then the oldest beyond `keep` are
- * pruned. Async, the table of applied pushes is saved in the manifest, taken
+ * manifest that describes and checksums it, as a file set (fileset.h: a
+ * temporary directory fsynced and renamed into place whole); then the
+ * oldest beyond `keep` are pruned. Async, the table of applied pushes is saved in the manifest, taken
  * at the same instant as the values. A variable declared with its own
  * optimizer keeps it whole in the manifest ("own_optimizer"): the spec
  * cannot give it back. */
-#include <errno.h>
-#include <fcntl.h>
 #include <jansson.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <time.h>
-#include <unistd.h>
 
 #include "ckpt_internal.h"
 #include "clock.h"
 #include "dedup.h"
 #include "err.h"
+#include "fileset.h"
 #include "layout.h"
 #include "log.h"
 #include "optjson.h"
@@ -38,16 +35,6 @@
  * above), so that memory grows by at most this much. */
 #define SNAPSHOT_MAX (256u << 20)
 
-int psd__ckpt_manifest_crc(json_t *m, uint32_t *crc) {
-  char *text = json_dumps(m, JSON_COMPACT | JSON_SORT_KEYS);
-  if (!text)
-    return CM_ENOMEM;
-  *crc = cm_st_crc32(0, text, strlen(text));
-  free(text);
-  return 0;
-}
-
-/* Writes text to path and fsyncs it. */
 /* Sets e's "own_optimizer" to v's optimizer, whole (optjson.h), for a
  * variable declared with its own: on load the spec would give it another. */
 static int set_own_optimizer(json_t *e, const struct psd_var *v) {
@@ -59,40 +46,6 @@ static int set_own_optimizer(json_t *e, const struct psd_var *v) {
   if (!(o = json_loads(text, 0, NULL)))
     return CM_ENOMEM;
   return json_object_set_new(e, "own_optimizer", o) ? CM_ENOMEM : 0;
-}
-
-static int write_file(const char *path, const char *text, char *err,
-                      size_t errlen) {
-  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  size_t n = strlen(text), done = 0;
-  if (fd < 0) {
-    snprintf(err, errlen, "cannot create %s: %s", path, strerror(errno));
-    return CM_EIO;
-  }
-  while (done < n) {
-    ssize_t k = write(fd, text + done, n - done);
-    if (k < 0 && errno == EINTR)
-      continue;
-    if (k <= 0) {
-      snprintf(err, errlen, "write %s: %s", path,
-               k < 0 ? strerror(errno) : "no progress");
-      close(fd);
-      return CM_EIO;
-    }
-    done += (size_t)k;
-  }
-  if (fsync(fd) != 0 || close(fd) != 0) {
-    snprintf(err, errlen, "fsync %s: %s", path, strerror(errno));
-    return CM_EIO;
-  }
-  return 0;
-}
-
-static json_t *json_shape(int ndim, const int64_t *shape) {
-  json_t *a = json_array();
-  for (int i = 0; a && i < ndim; i++)
-    json_array_append_new(a, json_integer(shape[i]));
-  return a;
 }
 
 /* Removes all but the newest `keep` checkpoints, and those their tables'
@@ -109,11 +62,11 @@ static void prune(struct psd_ckpt *c) {
     if (psd__ckpt_tables_needed(c, steps, c->keep < n ? c->keep : n, steps[i]))
       continue;
     psd__ckpt_path(c, steps[i], p, sizeof p);
-    psd_ckpt_remove_tree(p);
+    psd_fileset_remove_tree(p);
     cm_debug("pruned %s (keeping the newest %d)", p, c->keep);
   }
   if (n > c->keep)
-    psd_ckpt_sync_dir(c->dir);
+    psd_fileset_sync_dir(c->dir);
   free(steps);
 }
 
@@ -128,9 +81,10 @@ static void prune(struct psd_ckpt *c) {
  * hold) and res->freeze_ms. */
 static int write_shard(struct psd_ckpt *c, struct psd_store *store,
                        struct psd_dedup *dedup, uint64_t step, int lock_vars,
-                       const char *path, json_t *vars_json, json_t **dedup_json,
-                       struct psd__tsnaps *ts, uint64_t *bytes,
-                       struct psd_ckpt_result *res, char *err, size_t errlen) {
+                       struct psd_fileset *f, json_t *vars_json,
+                       json_t **dedup_json, struct psd__tsnaps *ts,
+                       uint64_t *bytes, struct psd_ckpt_result *res, char *err,
+                       size_t errlen) {
   struct cm_st_desc *desc = NULL;
   int64_t(*shapes)[PSD_VAR_MAX_DIMS] = NULL;
   char(*slot_names)[CM_OPTIM_MAX_SLOTS][PSD_VAR_MAX_NAME + 16] = NULL;
@@ -141,7 +95,7 @@ static int write_shard(struct psd_ckpt *c, struct psd_store *store,
   size_t copy_cap = 0;
   int n, nt = 0, fd = -1, rc = 0, frozen = 0;
   double frozen_at = 0;
-  char stepbuf[32], shardbuf[16];
+  char stepbuf[32], shardbuf[16], path[1300];
 
   /* Counted under the gate: a push applied before it is to a variable
    * declared before it. */
@@ -178,13 +132,9 @@ static int write_shard(struct psd_ckpt *c, struct psd_store *store,
                               {"job", c->job},
                               {"shard", shardbuf},
                               {"step", stepbuf}};
-  fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) {
-    snprintf(err, errlen, "cannot create %s: %s", path, strerror(errno));
-    rc = CM_EIO;
-    goto out;
-  }
-  if ((rc = cm_st_writer_new(&w, fd, path, desc, nt, meta, 4, err, errlen)))
+  if ((rc = psd_fileset_create(f, PSD__CKPT_SHARD_FILE, &fd, path, sizeof path,
+                               err, errlen)) ||
+      (rc = cm_st_writer_new(&w, fd, path, desc, nt, meta, 4, err, errlen)))
     goto out;
   /* With the gate frozen: the whole shard into one buffer when it fits
    * SNAPSHOT_MAX (written once the gate is thawed). */
@@ -252,22 +202,18 @@ static int write_shard(struct psd_ckpt *c, struct psd_store *store,
     goto out;
   if ((rc = cm_st_writer_finish(w, err, errlen)))
     goto out;
-  if (fsync(fd) != 0) {
-    snprintf(err, errlen, "fsync %s: %s", path, strerror(errno));
-    rc = CM_EIO;
-    goto out;
-  }
   *bytes = cm_st_writer_size(w);
   for (int i = 0, t = 0; i < n; i++) {
     struct psd_var *v = psd_store_at(store, i);
     json_t *slots = json_array();
     json_t *e = json_pack(
         "{s:s, s:o, s:i, s:[I, I], s:I, s:{s:s, s:I}, s:s, s:I}", "name",
-        v->name, "shape", json_shape(v->ndim, v->shape), "placement",
-        v->placement, "rows", (json_int_t)v->row_begin, (json_int_t)v->row_end,
-        "version", (json_int_t)versions[i], "value", "tensor", v->name, "crc32",
-        (json_int_t)cm_st_writer_crc(w, t), "optimizer",
-        cm_optim_name(v->opt.type), "opt_step", (json_int_t)opt_steps[i]);
+        v->name, "shape", psd_fileset_json_shape(v->ndim, v->shape),
+        "placement", v->placement, "rows", (json_int_t)v->row_begin,
+        (json_int_t)v->row_end, "version", (json_int_t)versions[i], "value",
+        "tensor", v->name, "crc32", (json_int_t)cm_st_writer_crc(w, t),
+        "optimizer", cm_optim_name(v->opt.type), "opt_step",
+        (json_int_t)opt_steps[i]);
     t++;
     for (int k = 0; slots && k < v->nslots; k++, t++)
       if (json_array_append_new(
@@ -310,10 +256,9 @@ static int write_shard(struct psd_ckpt *c, struct psd_store *store,
 out:
   if (frozen)
     psd_dedup_thaw(dedup);
-  if (fd >= 0 && close(fd) != 0 && !rc) {
-    snprintf(err, errlen, "close %s: %s", path, strerror(errno));
-    rc = CM_EIO;
-  }
+  /* fsynced and closed once its manifest entries are made */
+  if (fd >= 0)
+    rc = psd_fileset_close(f, path, fd, rc, err, errlen);
   cm_st_writer_free(w);
   free(copy);
   free(desc);
@@ -328,37 +273,27 @@ out:
 int psd_ckpt_write(struct psd_ckpt *c, struct psd_store *store,
                    struct psd_dedup *dedup, uint64_t step, int lock_vars,
                    struct psd_ckpt_result *res, char *err, size_t errlen) {
-  char tmp[1100], file[1200], final[1100], optim[PSD_OPTIM_DESC], when[32];
+  char final[1100], optim[PSD_OPTIM_DESC], when[32];
   json_t *m = NULL, *vars = json_array(), *dedup_json = NULL,
          *tables_json = NULL;
   struct psd__tsnaps ts = {0};
-  char *text = NULL;
+  struct psd_fileset f = {0};
   double t0 = cm_mono_ms();
-  uint64_t bytes = 0, table_bytes = 0;
-  int rc = 0, made = 0;
-  uint32_t crc;
-  struct stat st;
+  uint64_t bytes = 0;
+  int rc = 0;
 
   memset(res, 0, sizeof *res);
   res->clients = -1;
-  snprintf(tmp, sizeof tmp, "%s/.tmp-%llu-%d", c->dir, (unsigned long long)step,
-           (int)getpid());
   psd__ckpt_path(c, step, final, sizeof final);
   if (!vars) {
     rc = CM_ENOMEM;
     goto out;
   }
-  if (mkdir(tmp, 0755) != 0) {
-    snprintf(err, errlen, "cannot create %s: %s", tmp, strerror(errno));
-    rc = CM_EIO;
-    goto out;
-  }
-  made = 1;
-  snprintf(file, sizeof file, "%s/" PSD__CKPT_SHARD_FILE, tmp);
-  if ((rc = write_shard(c, store, dedup, step, lock_vars, file, vars,
-                        &dedup_json, &ts, &bytes, res, err, errlen)) ||
-      (rc = psd__ckpt_tables_write(c, &ts, tmp, step, &tables_json,
-                                   &table_bytes, err, errlen)))
+  if ((rc = psd_fileset_begin(&f, final, step, err, errlen)) ||
+      (rc = write_shard(c, store, dedup, step, lock_vars, &f, vars, &dedup_json,
+                        &ts, &bytes, res, err, errlen)) ||
+      (rc =
+           psd__ckpt_tables_write(c, &ts, &f, step, &tables_json, err, errlen)))
     goto out;
   {
     time_t now = time(NULL);
@@ -392,51 +327,24 @@ int psd_ckpt_write(struct psd_ckpt *c, struct psd_store *store,
     rc = json_object_set_new(m, "tables", tables_json) ? CM_ENOMEM : 0;
     tables_json = NULL; /* m owns it, or set_new freed it */
   }
-  if (!m || rc || (rc = psd__ckpt_manifest_crc(m, &crc)) ||
-      json_object_set_new(m, "checksum", json_integer(crc)) ||
-      !(text = json_dumps(m, JSON_INDENT(1) | JSON_PRESERVE_ORDER))) {
+  if (!m || rc) {
     rc = rc ? rc : CM_ENOMEM;
     goto out;
   }
-  snprintf(file, sizeof file, "%s/" PSD__CKPT_MANIFEST, tmp);
-  if ((rc = write_file(file, text, err, errlen)))
+  /* Same step again (e.g. SIGTERM right after a periodic one): the new one
+   * is swapped in atomically (replace), then the old one dropped. */
+  if ((rc = psd_fileset_write_manifest(&f, PSD__CKPT_MANIFEST, m,
+                                       PSD__CKPT_CHECKSUM, err, errlen)) ||
+      (rc = psd_fileset_commit(&f, 1, err, errlen)))
     goto out;
-  if (psd_ckpt_sync_dir(tmp) != 0) {
-    snprintf(err, errlen, "fsync %s: %s", tmp, strerror(errno));
-    rc = CM_EIO;
-    goto out;
-  }
-  if (stat(final, &st) == 0) {
-    /* Same step again (e.g. SIGTERM right after a periodic one): swap the
-     * new one in atomically, then drop the old one. */
-    if (renameat2(AT_FDCWD, tmp, AT_FDCWD, final, RENAME_EXCHANGE) != 0) {
-      snprintf(err, errlen, "cannot replace %s: %s", final, strerror(errno));
-      rc = CM_EIO;
-      goto out;
-    }
-  } else if (rename(tmp, final) != 0) {
-    snprintf(err, errlen, "cannot rename %s to %s: %s", tmp, final,
-             strerror(errno));
-    rc = CM_EIO;
-    goto out;
-  } else {
-    made = 0;
-  }
-  if (psd_ckpt_sync_dir(c->dir) != 0) {
-    snprintf(err, errlen, "fsync %s: %s", c->dir, strerror(errno));
-    rc = CM_EIO;
-    goto out;
-  }
   res->step = step;
   snprintf(res->path, sizeof res->path, "%s", final);
-  res->bytes = bytes + table_bytes + strlen(text);
+  res->bytes = f.bytes;
   res->ms = cm_mono_ms() - t0;
   prune(c);
 out:
   psd__ckpt_tables_done(c, &ts, step, rc == 0);
-  if (made)
-    psd_ckpt_remove_tree(tmp);
-  free(text);
+  psd_fileset_end(&f);
   json_decref(m);
   json_decref(vars);
   json_decref(dedup_json);

@@ -14,6 +14,7 @@
 #include <zlib.h>
 
 #include "err.h"
+#include "fileset.h" /* ckpt/: the manifest's CRC-32 */
 #include "pubfile.h"
 #include "pubfile_internal.h"
 #include "safetensors.h"
@@ -86,21 +87,6 @@ void psd_pub_free(struct psd_pub *p) {
   free(p->dense);
   free(p->tables);
   free(p);
-}
-
-int psd__pub_manifest_crc(json_t *m, uint32_t *crc) {
-  json_t *c = json_copy(m);
-  char *text;
-  if (!c)
-    return CM_ENOMEM;
-  json_object_del(c, "crc");
-  text = json_dumps(c, JSON_COMPACT | JSON_SORT_KEYS);
-  json_decref(c);
-  if (!text)
-    return CM_ENOMEM;
-  *crc = cm_st_crc32(0, text, strlen(text));
-  free(text);
-  return 0;
 }
 
 /* Reads path whole into a new buffer (*len bytes). */
@@ -351,11 +337,11 @@ static int check_manifest(const char *mpath, json_t *m, uint64_t version,
                           const char *job, int shard, int shards,
                           struct psd_pub *p, char *err, size_t errlen) {
   uint32_t crc;
-  long long want = get_int(m, "crc");
+  long long want = get_int(m, PSD__PUB_CRC);
   const char *fmt = json_string_value(json_object_get(m, "format"));
   const char *mjob = json_string_value(json_object_get(m, "job"));
   json_t *full = json_object_get(m, "full");
-  int rc = psd__pub_manifest_crc(m, &crc);
+  int rc = psd_fileset_manifest_crc(m, PSD__PUB_CRC, &crc);
   if (rc)
     return rc;
   if (want < 0 || (long long)crc != want) {

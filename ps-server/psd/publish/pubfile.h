@@ -29,8 +29,9 @@
  * whole in every publication.
  *
  * The writer makes .tmp-<version>-<pid>/, writes and fsyncs every file and
- * the directory, renames it to pub-<version> and fsyncs the parent: a
- * pub-* directory is complete or absent. */
+ * the directory, renames it to pub-<version> and fsyncs the parent (a file
+ * set, ckpt/'s fileset.h, as a checkpoint is): a pub-* directory is
+ * complete or absent. */
 #ifndef PSD_PUBFILE_H
 #define PSD_PUBFILE_H
 
@@ -97,8 +98,9 @@ void psd_pub_free(struct psd_pub *p);
 void psd_pub_dir(const char *root, const char *job, int shard, char *buf,
                  size_t len);
 
-/* Creates dir (and its parents) and removes .tmp-* left by a crash.
- * Returns 0 or CM_EIO (err names the path and strerror). */
+/* Creates dir (and its parents) and removes .tmp-* left by a crash
+ * (psd_fileset_prepare). Returns 0; CM_EINVAL, dir too long; CM_EIO (err
+ * names the path and strerror). */
 int psd_pub_prepare(const char *dir, char *err, size_t errlen);
 
 /* Writes p as pub-<p->version> of dir (mode, "sync" or "async", recorded),

@@ -1,11 +1,9 @@
 /* What the reader (pubfile.c) and the writer (pubfile_write.c) of a
  * shard's publications share (pubfile.h): file names, the table file's
- * header, the manifest's checksum. Nothing here is for other modules. */
+ * header, the manifest's checksum member. Nothing here is for other
+ * modules. */
 #ifndef PSD_PUBFILE_INTERNAL_H
 #define PSD_PUBFILE_INTERNAL_H
-
-#include <jansson.h>
-#include <stdint.h>
 
 #define PSD__PUB_MANIFEST "manifest.json"
 #define PSD__PUB_DENSE "dense.safetensors"
@@ -15,8 +13,8 @@
 /* A table file's bytes besides its name and arrays: magic, header, CRC. */
 #define PSD__PUB_FIXED (8 + PSD__PUB_NHEAD * 8 + 4)
 
-/* The CRC-32 that guards a manifest: of its compact, key-sorted JSON
- * without its "crc" member. Returns 0 or CM_ENOMEM. */
-int psd__pub_manifest_crc(json_t *m, uint32_t *crc);
+/* The manifest's member holding its CRC-32: of its compact, key-sorted
+ * JSON without it (psd_fileset_manifest_crc, fileset.h). */
+#define PSD__PUB_CRC "crc"
 
 #endif

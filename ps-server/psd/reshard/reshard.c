@@ -18,6 +18,7 @@
 #include "ckpt.h"
 #include "clock.h"
 #include "err.h"
+#include "fileset.h"
 #include "layout.h"
 #include "log.h"
 #include "meminfo.h"
@@ -399,7 +400,7 @@ int psd_reshard_run(const struct psd_reshard_opts *o,
   rc = 0;
 out:
   if (made)
-    psd_ckpt_remove_tree(tmp);
+    psd_fileset_remove_tree(tmp);
   r->ms = cm_mono_ms() - t0;
   return rc;
 }

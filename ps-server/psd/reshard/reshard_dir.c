@@ -12,6 +12,7 @@
 
 #include "ckpt.h"
 #include "err.h"
+#include "fileset.h"
 #include "log.h"
 #include "reshard_internal.h"
 
@@ -45,7 +46,7 @@ void psd__reshard_tidy(const char *root, const char *job) {
         cm_warn("reshard: finished the swap an earlier --reshard began (it "
                 "stopped between its two renames): %s is its new layout",
                 jobdir);
-        psd_ckpt_sync_dir(root);
+        psd_fileset_sync_dir(root);
       } else {
         cm_error("reshard: cannot move %s to %s: %s", to, jobdir,
                  strerror(errno));
@@ -75,7 +76,8 @@ int psd__reshard_swap_in(const char *root, const char *tmp, const char *moved,
   int fd;
   snprintf(mark, sizeof mark, "%s/" COMPLETE, tmp);
   if ((fd = open(mark, O_CREAT | O_WRONLY | O_CLOEXEC, 0600)) < 0 ||
-      fsync(fd) != 0 || psd_ckpt_sync_dir(moved) || psd_ckpt_sync_dir(tmp)) {
+      fsync(fd) != 0 || psd_fileset_sync_dir(moved) ||
+      psd_fileset_sync_dir(tmp)) {
     snprintf(err, errlen, "cannot mark %s complete: %s", tmp, strerror(errno));
     if (fd >= 0)
       close(fd);
@@ -84,8 +86,8 @@ int psd__reshard_swap_in(const char *root, const char *tmp, const char *moved,
   close(fd);
   *kept_ok = 0;
   if (renameat2(AT_FDCWD, moved, AT_FDCWD, jobdir, RENAME_EXCHANGE) == 0) {
-    psd_ckpt_sync_dir(tmp);
-    psd_ckpt_sync_dir(root);
+    psd_fileset_sync_dir(tmp);
+    psd_fileset_sync_dir(root);
     *kept_ok = rename(moved, kept) == 0;
     return 0;
   }
@@ -109,7 +111,7 @@ int psd__reshard_swap_in(const char *root, const char *tmp, const char *moved,
                kept, jobdir, strerror(errno), moved);
     return CM_EIO;
   }
-  psd_ckpt_sync_dir(root);
+  psd_fileset_sync_dir(root);
   *kept_ok = 1;
   return 0;
 }
