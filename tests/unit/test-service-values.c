@@ -17,6 +17,9 @@
 /* A [4, 3] split variable: shard 0 holds rows [0, 2), elements [0, 6). */
 static int64_t shape43[2] = {4, 3};
 
+/* DeclareRequest.client of the requests req() makes (0: not said). */
+static uint64_t req_client;
+
 /* A Declare of name (shape43, placement) from source with the runs
  * (offset, count) of vals (from element 0 of vals on), under stage. */
 static grpc_byte_buffer *req(const char *name, int placement, int source,
@@ -44,6 +47,7 @@ static grpc_byte_buffer *req(const char *name, int placement, int source,
   r.n_values = (size_t)nruns;
   r.values = rp;
   r.stage = stage;
+  r.client = req_client;
   return cm_rpc_pack(&r.base);
 }
 
@@ -91,6 +95,21 @@ START_TEST(created_from_the_first_values) {
   ck_assert_int_eq(declared(req("w", -1, 1, 0, b, 1, all)), 0);
   pull_values("w", 0, 6, got);
   ck_assert_mem_eq(got, a, sizeof a);
+}
+END_TEST
+
+/* A client whose Declare created a variable, but that missed the answer (a
+ * deadline passed while the shard created it) and sent it again, is told
+ * it created it: it then puts it on its other shards, where every other
+ * client awaits it. Another client, or one that says no id, is not. */
+START_TEST(a_declare_sent_again_by_its_client_is_answered_created) {
+  req_client = 11;
+  ck_assert_int_eq(declared(req("z", -1, 0, 0, NULL, 0, NULL)), 1);
+  ck_assert_int_eq(declared(req("z", -1, 0, 0, NULL, 0, NULL)), 1);
+  req_client = 12;
+  ck_assert_int_eq(declared(req("z", -1, 0, 0, NULL, 0, NULL)), 0);
+  req_client = 0;
+  ck_assert_int_eq(declared(req("z", -1, 0, 0, NULL, 0, NULL)), 0);
 }
 END_TEST
 
@@ -172,6 +191,7 @@ static Suite *values_suite(void) {
   Suite *s = suite_create("service-values");
   TCase *tc = service_tcase(s, "async");
   tcase_add_test(tc, created_from_the_first_values);
+  tcase_add_test(tc, a_declare_sent_again_by_its_client_is_answered_created);
   tcase_add_test(tc, values_not_covering_the_rows_are_refused);
   tcase_add_test(tc, staged_values_create_it_once_complete);
   tcase_add_test(tc, stage_overtaken_by_another_declare);

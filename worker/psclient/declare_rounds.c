@@ -166,6 +166,7 @@ static int pass_build(struct psc__client *c, struct pass *p, struct pair *pairs,
       q->n_vars = (size_t)(nspecs - s0);
       q->vars = &p->specp[s0];
       q->stage = stage;
+      q->client = c->client_id;
       q->values = &p->runp[r];
       while (r < nruns && (q->n_values == 0 ||
                            in + p->runp[r]->data.len <= c->o.chunk_bytes)) {

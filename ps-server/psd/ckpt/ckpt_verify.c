@@ -364,7 +364,7 @@ int psd__ckpt_load_one(struct psd_ckpt *c, const char *dir, uint64_t step,
                  path, i, v->name);
         goto out;
       }
-      psd_store_set_asked(v, (int)a);
+      psd_store_set_asked(v, (int)a, 0);
     }
     if (json_integer_value(json_array_get(rows, 0)) != v->row_begin ||
         json_integer_value(json_array_get(rows, 1)) != v->row_end) {

@@ -237,7 +237,7 @@ static int make_vars(struct psd__reshard_cut *cut, struct gather *g, int n,
                        : "twice in the old checkpoints");
       return CM_EFORMAT;
     }
-    psd_store_set_asked(v, x->asked);
+    psd_store_set_asked(v, x->asked, 0);
     size_t len = (size_t)(x->end - x->begin) * x->row;
     for (int s = 0; s < x->nslots; s++)
       memcpy(v->slots[s], x->slots[s], len * sizeof(float));

@@ -309,9 +309,10 @@ static int declare_one(struct psd_service *svc, struct cm_rpc_call *call,
         vs->init_scale, vs->seed, own, v, created, err, sizeof err);
   }
   free(buf);
-  /* How the declaration placed it, kept for a reshard (cm_layout_replace). */
+  /* How the declaration placed it, kept for a reshard (cm_layout_replace),
+   * and which client created it. */
   if (!rc && *created)
-    psd_store_set_asked(*v, cm_layout_asked_from_wire(vs->asked));
+    psd_store_set_asked(*v, cm_layout_asked_from_wire(vs->asked), req->client);
   /* It exists now: no stage of it can create it any more. */
   if (!rc)
     psd_vstage_drop_name(svc->vstage, vs->name);
@@ -393,7 +394,10 @@ void psd__on_declare(struct cm_rpc_call *call, grpc_byte_buffer *bb,
     slices[n].name = v->name;
     slices[n].row_begin = v->row_begin;
     slices[n].row_end = v->row_end;
-    slices[n].created = created;
+    /* Created by this request, or by this client's own earlier Declare
+     * whose answer it missed (it sent the Declare again): either way the
+     * client that created it puts it on its other shards. */
+    slices[n].created = created || psd_store_created_by(v, req->client);
     ptrs[n] = &slices[n];
     n++;
   }

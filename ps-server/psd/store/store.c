@@ -322,10 +322,18 @@ out:
   return rc;
 }
 
-void psd_store_set_asked(struct psd_var *v, int asked) {
+void psd_store_set_asked(struct psd_var *v, int asked, uint64_t creator) {
   pthread_mutex_lock(&v->lock);
   v->asked = asked;
+  v->creator = creator;
   pthread_mutex_unlock(&v->lock);
+}
+
+int psd_store_created_by(struct psd_var *v, uint64_t client) {
+  pthread_mutex_lock(&v->lock);
+  int mine = client && v->creator == client;
+  pthread_mutex_unlock(&v->lock);
+  return mine;
 }
 
 int psd_store_declare(struct psd_store *s, const char *name, int ndim,

@@ -66,6 +66,10 @@ struct psd_var {
    * a shard index, or CM_LAYOUT_UNSAID: VarSpec.asked), kept through
    * reshards (cm_layout_replace); psd_store_set_asked sets it. */
   int asked;
+  /* The random id of the client whose Declare created it here
+   * (DeclareRequest.client; 0: not said, or restored from a checkpoint);
+   * psd_store_set_asked sets it. */
+  uint64_t creator;
 };
 
 struct psd_store;
@@ -110,9 +114,13 @@ const struct cm_optim *psd_store_want(const struct psd_store *s,
 void psd_store_optim_clash(const struct psd_var *v, const struct cm_optim *want,
                            int own, char *err, size_t errlen);
 
-/* Sets v->asked (under v->lock): the declaration that created v says
- * how it chose its placement. A variable is created CM_LAYOUT_UNSAID. */
-void psd_store_set_asked(struct psd_var *v, int asked);
+/* Sets v->asked and v->creator (under v->lock): the declaration that
+ * created v says how it chose its placement, and which client sent it. A
+ * variable is created CM_LAYOUT_UNSAID by no client said (0). */
+void psd_store_set_asked(struct psd_var *v, int asked, uint64_t creator);
+
+/* Whether client (nonzero) is the one whose Declare created v here. */
+int psd_store_created_by(struct psd_var *v, uint64_t client);
 
 /* The variable called name, or NULL. */
 struct psd_var *psd_store_find(struct psd_store *s, const char *name);
