@@ -119,7 +119,10 @@ static void usage(FILE *f) {
   }
   fprintf(f,
           "\nOptions:\n"
-          "  --cluster FILE  the job's cluster spec\n"
+          "  --cluster FILE  the job's cluster spec; or, as psd takes it,\n"
+          "                  slurm[:FILE] (inside the job's allocation),\n"
+          "                  k8s[:FILE] (in a pod of the job, kubectl exec),\n"
+          "                  tf_config[:FILE]\n"
           "  --json          one JSON document instead of tables\n"
           "  --timeout MS    deadline per call (default 5000; checkpoint\n"
           "                  --wait and export: 600000)\n"
@@ -459,7 +462,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "psctl: %s\n", err);
     return PSCTL_EXIT_USAGE;
   }
-  if (cm_spec_load(cluster, &spec, err, sizeof err)) {
+  if (cm_spec_open(cluster, &spec, NULL, err, sizeof err)) {
     fprintf(stderr, "psctl: %s\n", err);
     free(p.idv);
     return PSCTL_EXIT_USAGE;

@@ -519,6 +519,55 @@ class ReshardReplayTest(PodReplay):
             self.assertIn("resumed from step %d" % step, out)
 
 
+@unittest.skipIf(yaml is None, "python3-yaml is not installed")
+class LiveReshardReplayTest(PodReplay):
+    """A live reshard under Kubernetes (docs/reshard-deploy.md), each pod a
+    process: set-shards.sh 3 (3 shard pods, the checkpoints on the claim)
+    with job.shards 2 in the ConfigMap, so psd-2 stands by; once worker 0
+    trains, psctl reshard --shards 3 run in shard 0's pod (kubectl exec:
+    its job file, token and TLS, its view of the Service's names) takes
+    psd-2 in while the workers go on; both Jobs complete."""
+
+    def test_two_to_three_shards_while_training(self):
+        k8s = k8s_copy(self.d)
+        self.assertEqual(set_shards(3, k8s)[0], 0)
+        self.use(kp.Manifests(k8s), os.path.join(self.d, "live"),
+                 lambda doc: doc["job"].update(shards=2, max_steps=200, log_every=20))
+        shards = [self.start(p) for p in self.replay.shards]
+        for s in shards[:2]:
+            s.wait_for("ready: listening on", timeout=60)
+        shards[2].wait_for("standing by: the job's layout 0 has 2 shards", timeout=60)
+        workers = [self.start(p, ["--inject-delay-ms", "20"]) for p in self.replay.workers]
+        workers[0].wait_for("step 20/", timeout=120)
+        pod = self.replay.shards[0]
+        ctl = self.start_program(pod, h.build_path("ps-server", "psctl"),
+                                 ["reshard", "--shards", "3"])
+        self.assertEqual(ctl.wait(300), 0, ctl.output())
+        self.assertIn("ps:2: serves layout 1", ctl.output())
+        self.assertIn("reshard done in", ctl.output())
+        for w in workers:
+            self.assertEqual(w.wait(300), 0, w.output())
+            self.assertIn("layout moved: now layout 1 of 3 shards", w.output())
+            self.assertRegex(w.output(), r"(final|done): .*steps=200\b")
+        for s in shards:
+            self.assertEqual(s.wait(60), 0, s.output())
+            self.assertIn("(job.exit_when_done): stopping", s.output())
+        self.assertRegex(shards[2].output(), r"ready: listening.*shard 2 of 3")
+
+    def start_program(self, pod, program, args):
+        """program --cluster (the pod's job file) ARGS, run in pod as
+        kubectl exec would run it there."""
+        cmd = pod.container["command"]
+        cluster = pod.rewrite(cmd[cmd.index("--cluster") + 1])
+        env = dict(pod.env, GRPC_DNS_RESOLVER="native")
+        argv = (["unshare", "--mount", "--propagation", "private", "--", "sh", "-c",
+                 'mount --bind "$0" /etc/hosts && exec "$@"', self.replay.hosts]
+                + self.as_user(pod) + [program, "--cluster", cluster] + list(args))
+        p = h.Proc(argv, env=env)
+        self.procs.append(p)
+        return p
+
+
 # The resolver's cases live in k8s_resolver.py (this file's size); they run here.
 ResolverTest = k8s_resolver.ResolverTest
 print_spec = k8s_resolver.print_spec
