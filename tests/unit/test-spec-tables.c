@@ -405,8 +405,9 @@ START_TEST(test_table_defaults) {
   has_text("t.json: job.table_defaults.optimizer.lr: expected a number > 0");
   ck_assert_int_eq(count_lines(err), 3);
   parse_bad(ONE_WORKER("\"table_defaults\": [1]"));
-  has_line("t.json: job.table_defaults: expected an object like "
-           "{\"optimizer\": {\"type\": \"adagrad\", \"lr\": 0.05}}, got an array");
+  has_line(
+      "t.json: job.table_defaults: expected an object like "
+      "{\"optimizer\": {\"type\": \"adagrad\", \"lr\": 0.05}}, got an array");
   ck_assert_int_eq(count_lines(err), 1);
 }
 END_TEST

@@ -2,10 +2,10 @@
  * (safetensors: each variable's rows and its optimizer's slots) and the
  * manifest that describes and checksums it, as a file set (fileset.h: a
  * temporary directory fsynced and renamed into place whole); then the
- * oldest beyond `keep` are pruned. Async, the table of applied pushes is saved in the manifest, taken
- * at the same instant as the values. A variable declared with its own
- * optimizer keeps it whole in the manifest ("own_optimizer"): the spec
- * cannot give it back. */
+ * oldest beyond `keep` are pruned. Async, the table of applied pushes is saved
+ * in the manifest, taken at the same instant as the values. A variable declared
+ * with its own optimizer keeps it whole in the manifest ("own_optimizer"): the
+ * spec cannot give it back. */
 #include <jansson.h>
 #include <pthread.h>
 #include <stdio.h>
