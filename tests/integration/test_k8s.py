@@ -244,7 +244,10 @@ class PodReplay(h.ProcTest):
             return []
         return user
 
-    def start(self, pod, extra=()):
+    def start(self, pod, extra=(), argv=None):
+        """pod's command (or argv, a program run in the pod as kubectl exec
+        runs it) with extra arguments, as a process: its environment, its
+        view of the Service's names, its user."""
         user = self.as_user(pod)
         env = dict(pod.env, GRPC_DNS_RESOLVER="native")
         if "/tmp" in pod.mounts:
@@ -255,7 +258,8 @@ class PodReplay(h.ProcTest):
                     "dworker": h.build_path("worker", "dworker")}
         argv = (["unshare", "--mount", "--propagation", "private", "--", "sh", "-c",
                  'mount --bind "$0" /etc/hosts && exec "$@"', self.replay.hosts]
-                + user + pod.argv(self.replay.port_map, programs.get, True) + list(extra))
+                + user + (argv or pod.argv(self.replay.port_map, programs.get, True))
+                + list(extra))
         p = h.Proc(argv, env=env)
         self.procs.append(p)
         return p
@@ -559,13 +563,7 @@ class LiveReshardReplayTest(PodReplay):
         kubectl exec would run it there."""
         cmd = pod.container["command"]
         cluster = pod.rewrite(cmd[cmd.index("--cluster") + 1])
-        env = dict(pod.env, GRPC_DNS_RESOLVER="native")
-        argv = (["unshare", "--mount", "--propagation", "private", "--", "sh", "-c",
-                 'mount --bind "$0" /etc/hosts && exec "$@"', self.replay.hosts]
-                + self.as_user(pod) + [program, "--cluster", cluster] + list(args))
-        p = h.Proc(argv, env=env)
-        self.procs.append(p)
-        return p
+        return self.start(pod, args, argv=[program, "--cluster", cluster])
 
 
 # The resolver's cases live in k8s_resolver.py (this file's size); they run here.
