@@ -1,7 +1,90 @@
-/* The layout's rules that are not inline (layout.h): a name's hash, the
- * row ranges of a variable, and its placement by load, by name and after a
- * reshard. */
+/* The layout's rules that are not inline (layout.h): the row map, a
+ * name's hash, the row ranges of a variable, and its placement by load, by
+ * name and after a reshard. */
 #include "layout.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Buckets ordered by their own hash (ties by index): the order in which
+ * each shard gives buckets away when the count grows. */
+static int by_hash(const void *a, const void *b) {
+  unsigned x = *(const unsigned *)a, y = *(const unsigned *)b;
+  uint64_t hx = cm_splitmix64_at(x), hy = cm_splitmix64_at(y);
+  return hx < hy ? -1 : hx > hy ? 1 : (x > y) - (x < y);
+}
+
+/* The bucket map of nshards shards, built from 1 shard up: at each count
+ * k -> k + 1 every old shard keeps floor(B / (k + 1)) buckets, the first
+ * B mod (k + 1) of them (most buckets first, then lowest index) one more,
+ * and gives the rest, first in by_hash order, to shard k. */
+static void buckets_of(uint16_t *shard, int nshards) {
+  unsigned order[CM_LAYOUT_BUCKETS];
+  int count[CM_LAYOUT_MAX_SHARDS + 1], give[CM_LAYOUT_MAX_SHARDS + 1];
+  for (unsigned b = 0; b < CM_LAYOUT_BUCKETS; b++) {
+    shard[b] = 0;
+    order[b] = b;
+  }
+  qsort(order, CM_LAYOUT_BUCKETS, sizeof *order, by_hash);
+  count[0] = CM_LAYOUT_BUCKETS;
+  for (int k = 1; k < nshards; k++) {
+    int q = (int)(CM_LAYOUT_BUCKETS / (unsigned)(k + 1));
+    int r = (int)(CM_LAYOUT_BUCKETS % (unsigned)(k + 1));
+    /* The r shards that keep q + 1: those holding more first. */
+    for (int s = 0; s < k; s++)
+      give[s] = count[s] - q;
+    for (int extra = 0; extra < r; extra++) {
+      int best = -1;
+      for (int s = 0; s < k; s++)
+        if (give[s] == count[s] - q && (best < 0 || count[s] > count[best]))
+          best = s;
+      give[best]--;
+    }
+    count[k] = 0;
+    for (unsigned i = 0; i < CM_LAYOUT_BUCKETS; i++) {
+      unsigned b = order[i];
+      if (give[shard[b]] > 0) {
+        give[shard[b]]--;
+        count[shard[b]]--;
+        shard[b] = (uint16_t)k;
+        count[k]++;
+      }
+    }
+  }
+}
+
+void cm_layout_map_init(struct cm_layout_map *m, int rule, int nshards) {
+  rule = rule == CM_LAYOUT_RULE_MODULO ? rule : CM_LAYOUT_RULE_BUCKETS;
+  m->nshards = nshards;
+  m->rule = rule;
+  if (rule == CM_LAYOUT_RULE_BUCKETS)
+    buckets_of(m->shard, nshards);
+  else
+    memset(m->shard, 0, sizeof m->shard);
+}
+
+const char *cm_layout_rule_name(int rule) {
+  return rule == CM_LAYOUT_RULE_MODULO ? "modulo" : "buckets";
+}
+
+int cm_layout_rule_parse(const char *name) {
+  if (name && !strcmp(name, "buckets"))
+    return CM_LAYOUT_RULE_BUCKETS;
+  if (name && !strcmp(name, "modulo"))
+    return CM_LAYOUT_RULE_MODULO;
+  return 0;
+}
+
+const char *cm_layout_map_text(const struct cm_layout_map *m, char *buf,
+                               size_t len) {
+  if (m->rule == CM_LAYOUT_RULE_MODULO)
+    snprintf(buf, len, "splitmix64(id) %% %d", m->nshards);
+  else
+    snprintf(buf, len, "bucket splitmix64(id) >> %d of %d shards' map",
+             64 - CM_LAYOUT_BUCKET_BITS, m->nshards);
+  return buf;
+}
 
 uint64_t cm_layout_name_hash(const char *name) {
   uint64_t h = 0xcbf29ce484222325ull; /* FNV-1a 64's offset basis */

@@ -4,10 +4,17 @@
  * computes a shard: tests/docs/test_layout_rule.py fails naming the
  * file and line of a copy.
  *
- * - A table's row lives on shard cm_layout_hash_shard(cm_layout_id_hash(id),
- *   nshards), splitmix64(id) % nshards, so consecutive ids spread evenly
- *   (cm_layout_id_shard does both steps; a caller that hashes ids ahead,
- *   the client's plan, keeps the hash and takes its shard later).
+ * - A table's row lives where the layout's row map puts it
+ *   (cm_layout_map_id_shard): its id hashed (splitmix64, so consecutive ids
+ *   spread evenly) falls in one of CM_LAYOUT_BUCKETS buckets (the hash's
+ *   top bits), and the map says each bucket's shard. The map of n shards
+ *   (cm_layout_map_init) holds each shard's share of buckets to one, and
+ *   n -> n + 1 moves 1/(n + 1) of them (all to the new shard) and
+ *   n -> n - 1 only the last shard's. A
+ *   checkpoint written before buckets (its manifest names no rule) keeps
+ *   its rows at splitmix64(id) % n (CM_LAYOUT_RULE_MODULO) until a reshard
+ *   cuts it again. A caller that hashes ids ahead, the client's plan, keeps
+ *   the hash and takes its shard later (cm_layout_map_hash_shard).
  * - A variable is split into contiguous row ranges across all shards
  *   (balanced: every shard's range differs by at most one row) or placed
  *   whole on one shard; every worker and every shard computes the same
@@ -40,20 +47,64 @@ static inline uint64_t cm_layout_id_hash(uint64_t id) {
   return cm_splitmix64_at(id);
 }
 
-/* The shard among nshards (> 0) of a row whose id hashes to h
- * (cm_layout_id_hash). */
-static inline int cm_layout_hash_shard(uint64_t h, int nshards) {
-  return (int)(h % (uint64_t)nshards);
+/* The buckets a table's ids fall in: the top 12 bits of their hash. */
+#define CM_LAYOUT_BUCKET_BITS 12
+#define CM_LAYOUT_BUCKETS (1u << CM_LAYOUT_BUCKET_BITS)
+
+/* The most shards a layout holds (a bucket's shard is a uint16_t). */
+#define CM_LAYOUT_MAX_SHARDS 4096
+
+/* The bucket of a row whose id hashes to h (cm_layout_id_hash). */
+static inline unsigned cm_layout_bucket(uint64_t h) {
+  return (unsigned)(h >> (64 - CM_LAYOUT_BUCKET_BITS));
 }
 
-/* The shard among nshards (> 0) that holds the row of id. */
-static inline int cm_layout_id_shard(uint64_t id, int nshards) {
-  return cm_layout_hash_shard(cm_layout_id_hash(id), nshards);
+/* How a layout places rows: the values are Caller.rows on the wire. */
+#define CM_LAYOUT_RULE_MODULO 1  /* splitmix64(id) % n: before buckets */
+#define CM_LAYOUT_RULE_BUCKETS 2 /* the bucket's shard in the map */
+
+/* A layout's row map: the one answer to "which shard holds this row". */
+struct cm_layout_map {
+  int nshards; /* the layout's shards, 1..CM_LAYOUT_MAX_SHARDS */
+  int rule;    /* CM_LAYOUT_RULE_BUCKETS or CM_LAYOUT_RULE_MODULO */
+  uint16_t shard[CM_LAYOUT_BUCKETS]; /* buckets: each bucket's shard */
+};
+
+/* The map of a layout of nshards (1..CM_LAYOUT_MAX_SHARDS) shards placing
+ * rows by rule (any rule but CM_LAYOUT_RULE_MODULO is buckets). A bucket
+ * map is a function of the count alone, built from one shard up: going
+ * from k shards to k + 1, each old shard keeps floor or ceil of
+ * CM_LAYOUT_BUCKETS / (k + 1) buckets and gives the rest (the first in the
+ * order of the buckets' own hashes) to the new shard k. So every count's
+ * shards hold their share of buckets to one bucket; n -> n + 1 moves about
+ * 1/(n + 1) of the buckets, each to the new shard; n + 1 -> n moves back
+ * exactly those. About 50 KiB of stack; callers build maps at start and
+ * when a layout changes, not per call. */
+void cm_layout_map_init(struct cm_layout_map *m, int rule, int nshards);
+
+/* The shard of a row whose id hashes to h (cm_layout_id_hash). */
+static inline int cm_layout_map_hash_shard(const struct cm_layout_map *m,
+                                           uint64_t h) {
+  if (m->rule == CM_LAYOUT_RULE_MODULO)
+    return (int)(h % (uint64_t)m->nshards);
+  return m->shard[cm_layout_bucket(h)];
 }
 
-/* The row rule in words for a message, a printf format taking nshards
- * (an int): "... belongs to shard 1, not shard 0 (splitmix64(id) % 2)". */
-#define CM_LAYOUT_ID_RULE "splitmix64(id) %% %d"
+/* The shard that holds the row of id. */
+static inline int cm_layout_map_id_shard(const struct cm_layout_map *m,
+                                         uint64_t id) {
+  return cm_layout_map_hash_shard(m, cm_layout_id_hash(id));
+}
+
+/* The rule's name in manifests, status documents and messages: "buckets",
+ * "modulo"; and back (0 for a name that is neither). */
+const char *cm_layout_rule_name(int rule);
+int cm_layout_rule_parse(const char *name);
+
+/* The row rule in words for a message: "bucket splitmix64(id) >> 52 of 3
+ * shards' map" or "splitmix64(id) % 3". Returns buf. */
+const char *cm_layout_map_text(const struct cm_layout_map *m, char *buf,
+                               size_t len);
 
 /* ---- A name's hash ---- */
 

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "layout.h"
 #include "ps.pb-c.h"
 #include "rpc.h"
 
@@ -122,8 +123,10 @@ static int check_layout(const struct cm_request_host *host,
     return 0;
   standby = me->shard >= me->nshards;
   /* The common case first, without looking at the method's name. */
-  if (!standby && (!caller->shards || (caller->layout == me->layout &&
-                                       caller->shards == me->nshards)))
+  if (!standby &&
+      (!caller->shards ||
+       (caller->layout == me->layout && caller->shards == me->nshards &&
+        (!caller->rows || !me->rows || caller->rows == me->rows))))
     return 0;
   for (size_t i = 0; i < sizeof data / sizeof data[0]; i++)
     is_data |= !strcmp(what, data[i]);
@@ -131,12 +134,15 @@ static int check_layout(const struct cm_request_host *host,
     return 0;
   cm_request_refuse(
       host, call, GRPC_STATUS_FAILED_PRECONDITION,
-      "layout moved: ps:%d holds layout %llu of %d shard%s; %s was planned "
-      "for layout %llu of %d shard%s%s (the job was resharded: psctl "
-      "reshard); the client re-plans and calls again",
+      "layout moved: ps:%d holds layout %llu of %d shard%s%s%s; %s was "
+      "planned for layout %llu of %d shard%s%s%s%s (the job was resharded: "
+      "psctl reshard); the client re-plans and calls again",
       me->shard, (unsigned long long)me->layout, me->nshards,
-      me->nshards == 1 ? "" : "s", what, (unsigned long long)caller->layout,
-      caller->shards, caller->shards == 1 ? "" : "s",
+      me->nshards == 1 ? "" : "s", me->rows ? ", rows by " : "",
+      me->rows ? cm_layout_rule_name(me->rows) : "", what,
+      (unsigned long long)caller->layout, caller->shards,
+      caller->shards == 1 ? "" : "s", caller->rows ? ", rows by " : "",
+      caller->rows ? cm_layout_rule_name(caller->rows) : "",
       standby ? ", and this shard stands by outside the layout" : "");
   return -1;
 }

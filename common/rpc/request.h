@@ -45,6 +45,8 @@ struct cm_request_self {
   uint64_t layout;      /* the job's layout version as this shard holds it
                            (docs/reshard.md "Live") */
   int nshards;          /* that layout's shard count; 0: not checked */
+  int rows;             /* how it places table rows (CM_LAYOUT_RULE_*,
+                           Caller.rows); 0: not checked */
 };
 
 /* How a server names itself in refusals, and how it answers them. */
@@ -61,9 +63,10 @@ struct cm_request_host {
   /* 1: a data service: a Data call (Declare, Pull, Push, SparsePull,
    * SparsePush, Commit, Rollback; not Status or the admin calls) whose
    * caller planned it for another layout
-   * (Caller.layout, Caller.shards), or any caller of a shard outside its
-   * layout, is answered FAILED_PRECONDITION "layout moved: ps:I holds
-   * layout V of M shards; ..." so that the client re-plans. */
+   * (Caller.layout, Caller.shards, Caller.rows), or any caller of a shard
+   * outside its layout, is answered FAILED_PRECONDITION "layout moved: ps:I
+   * holds layout V of M shards, rows by RULE; ..." so that the client
+   * re-plans. */
   int check_layout;
   /* Checked against every caller's spec fingerprint and boot id; NULL:
    * only the job is checked (unit tests, the fuzzer). Borrowed: it must

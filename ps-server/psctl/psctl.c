@@ -15,6 +15,7 @@
 #include <jansson.h>
 
 #include "err.h"
+#include "layout.h"
 #include "psclient.h"
 #include "psctl.h"
 #include "rowids.h"
@@ -215,9 +216,12 @@ static int take_layout(struct psctl *p) {
       best = s;
   if (best < 0)
     return 0;
+  /* A shard before rules says none: its rows are modulo's. */
+  int rows = cm_layout_rule_parse(cm_status_str(p->st[best], "rows"));
   if (psc__client_take_layout(p->client, best,
                               (uint64_t)cm_status_int(p->st[best], "layout"),
-                              (int)cm_status_int(p->st[best], "num_shards")))
+                              (int)cm_status_int(p->st[best], "num_shards"),
+                              rows ? rows : CM_LAYOUT_RULE_MODULO))
     /* A spec with fewer addresses than the job's layout: said, and the
      * shards it lists are still shown. */
     fprintf(stderr, "psctl: %s\n", psc__client_error(p->client));

@@ -100,6 +100,8 @@ struct psd_server {
   int nshards;     /* shards in it: its checkpoint's count, else job.shards
                       (else the spec's address count) */
   uint64_t layout; /* its version: 0 until a live reshard */
+  int rows;        /* how it places table rows: CM_LAYOUT_RULE_BUCKETS, or
+                      _MODULO for checkpoints written before buckets */
   int standby;     /* 1: shard >= nshards; this shard holds nothing and
                       answers Data calls "layout moved" */
   char root[1024]; /* the checkpoint root in use, "" when checkpoints are

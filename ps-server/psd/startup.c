@@ -12,6 +12,7 @@
 #include "dedup.h"
 #include "endpoint.h"
 #include "err.h"
+#include "layout.h"
 #include "live.h"
 #include "local.h"
 #include "log.h"
@@ -91,11 +92,12 @@ static int find_layout(struct psd_server *srv, const char *root) {
   char err[4096];
   srv->nshards = job->shards ? job->shards : srv->spec->nps;
   srv->layout = 0;
+  srv->rows = CM_LAYOUT_RULE_BUCKETS;
   if (root) {
-    int n;
+    int n, rows;
     uint64_t layout;
-    if (psd_reshard_layout(root, job->name, srv->spec->nps, &n, &layout, err,
-                           sizeof err)) {
+    if (psd_reshard_layout(root, job->name, srv->spec->nps, &n, &layout, &rows,
+                           err, sizeof err)) {
       cm_error("cannot resume: %s", err);
       return CM_EEXIST;
     }
@@ -120,6 +122,12 @@ static int find_layout(struct psd_server *srv, const char *root) {
                 (unsigned long long)layout, n, srv->nshards);
       srv->nshards = n;
       srv->layout = layout;
+      srv->rows = rows;
+      if (rows == CM_LAYOUT_RULE_MODULO)
+        cm_info("the job's checkpoints place table rows by splitmix64(id) "
+                "%% %d (written before bucket maps); it goes on so until a "
+                "reshard cuts it into buckets (docs/reshard.md)",
+                n);
     }
   }
   srv->standby = srv->shard >= srv->nshards;
@@ -163,6 +171,7 @@ enum psd_exit psd_server_restore(struct psd_server *srv) {
                             .shard = srv->shard,
                             .nshards = srv->nshards,
                             .layout = srv->layout,
+                            .rows = srv->rows,
                             .mode = job->mode,
                             .optims = &job->optim,
                             .keep = job->ckpt_keep,
@@ -220,6 +229,7 @@ static void fill_self(struct psd_server *srv) {
       .nworkers = srv->spec->nworker,
       .layout = srv->layout,
       .nshards = srv->nshards,
+      .rows = srv->rows,
       .boot = cm_random_id(srv),
       .resumed = srv->resume.path[0] != 0,
       .ckpt_dir = srv->ckpt ? psd_ckpt_dir(srv->ckpt) : ""};
@@ -261,6 +271,7 @@ static int attach_publisher(struct psd_server *srv) {
                                  .job = job->name,
                                  .shard = srv->shard,
                                  .nshards = srv->nshards,
+                                 .rows = srv->rows,
                                  .sync =
                                      psd_service_steps(srv->service) != NULL,
                                  .interval_s = job->publish_interval_s,

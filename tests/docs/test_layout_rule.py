@@ -13,7 +13,11 @@ common/layout/:
           cm_layout_serve_replicas);
 - fnv:    FNV-1a 64's offset basis or prime (0xcbf29ce484222325,
           14695981039346656037, 0x100000001b3, 1099511628211): a name
-          hash of its own (cm_layout_name_hash).
+          hash of its own (cm_layout_name_hash);
+- bucket: a hash shifted right by 52 (its top 12 bits), or the jump
+          consistent hash's multiplier 2862933555777941757: a bucket or
+          its shard computed by hand (cm_layout_bucket,
+          cm_layout_bucket_shard).
 
 What uses those for something that is not placement is listed in ALLOWED
 by file and rule, with the reason; an entry that no longer matches
@@ -53,6 +57,9 @@ RULES = {
     "fnv": re.compile(
         r"(?i)\b(?:0xcbf29ce484222325|14695981039346656037|0x100000001b3|"
         r"1099511628211)(?:u?ll|ul{0,2})?\b"),
+    "bucket": re.compile(
+        r"(?:>>\s*(?:52|\(\s*64\s*-\s*12\s*\))\b)|"
+        r"\b2862933555777941757(?:u?ll)?\b"),
 }
 
 
@@ -137,7 +144,7 @@ def scan(root):
                 code = strip_py(text) if f.endswith(".py") else strip_c(text)
                 seen += 1
                 hits = [("row", at) for at in row_hits(code)]
-                for rule in ("modulo", "fnv"):
+                for rule in ("modulo", "fnv", "bucket"):
                     hits += [(rule, m.start())
                              for m in RULES[rule].finditer(code)]
                 raw = text.splitlines()

@@ -103,8 +103,10 @@ static struct psd_serve *serving(const struct cm_job *job,
   float vals[8] = {1, 2, 3, 4, 5, 6, 7, 8};
   char err[512];
   int k = 0;
+  static struct cm_layout_map m2;
+  cm_layout_map_init(&m2, CM_LAYOUT_RULE_BUCKETS, 2);
   for (uint64_t id = 0; k < 4; id++)
-    if (cm_layout_id_shard(id, 2) == 0)
+    if (cm_layout_map_id_shard(&m2, id) == 0)
       ids[k++] = id;
   struct psd_pub_table t = {
       .name = "emb", .dim = 2, .nrows = 4, .ids = ids, .values = vals};

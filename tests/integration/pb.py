@@ -91,8 +91,8 @@ def commit(job, step, applied=(), dropped=()):
 
 def fields(msg):
     """Decodes one message's top-level fields: {number: [value, ...]}, a
-    varint as an int, a length-delimited field as bytes (enough to read a
-    PullResponse)."""
+    varint or a fixed64/fixed32 as an int, a length-delimited field as
+    bytes (enough to read a PullResponse or a Caller)."""
     out, i = {}, 0
 
     def read_varint():
@@ -114,6 +114,9 @@ def fields(msg):
         elif wire_type == 2:
             n = read_varint()
             v, i = bytes(msg[i:i + n]), i + n
+        elif wire_type in (1, 5):  # fixed64, fixed32: little-endian
+            n = 8 if wire_type == 1 else 4
+            v, i = int.from_bytes(msg[i:i + n], "little"), i + n
         else:
             raise ValueError("wire type %d at byte %d" % (wire_type, i))
         out.setdefault(field, []).append(v)

@@ -12,20 +12,7 @@ import grpc
 
 import pb
 
-MASK = (1 << 64) - 1
-
-
-def splitmix64(x):
-    """common/base/rand.h's cm_splitmix64_at."""
-    z = (x + 0x9E3779B97F4A7C15) & MASK
-    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & MASK
-    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & MASK
-    return z ^ (z >> 31)
-
-
-def shard_of(i, nps):
-    """The training shard of id i: splitmix64(id) % nps."""
-    return splitmix64(i) % nps
+from hashes import shard_of  # noqa: F401 (the training shard of an id)
 
 
 def row_of(i, dim, shard):
@@ -38,11 +25,15 @@ class Stub:
     {name: dim}; the ids whose row it holds (found) are those in held
     (None: all), each row row_of(id). dense: {name: (row_begin, row_end,
     floats)}. fail: None, or (grpc.StatusCode, message) every Lookup is
-    answered with."""
+    answered with. rule: how its publication places rows ("buckets", or
+    "modulo" for a job resumed from a checkpoint before buckets): a Lookup
+    whose caller planned by the other rule is answered FAILED_PRECONDITION
+    "rows moved", as psd's serving task does."""
 
     def __init__(self, addr, task, nps, tables=None, held=None, dense=None,
                  version=1, step=10, newest_seen=None, time_unix_ms=None,
-                 fail=None, rows=0, bytes_=0, refused=0, last_refusal=""):
+                 fail=None, rows=0, bytes_=0, refused=0, last_refusal="",
+                 rule="buckets"):
         self.addr, self.task, self.nps = addr, task, nps
         self.shard = task % nps
         self.tables = tables or {}
@@ -53,6 +44,8 @@ class Stub:
         self.time_unix_ms = (int(time.time() * 1000) if time_unix_ms is None
                              else time_unix_ms)
         self.fail = fail
+        self.rule = rule
+        self.moved = 0  # Lookups answered "rows moved"
         self.rows, self.bytes, self.refused = rows, bytes_, refused
         self.last_refusal = last_refusal
         self.lookups = []    # (table, ids, dense names) per call
@@ -78,9 +71,18 @@ class Stub:
         dense = [d.decode() for d in f.get(3, [])]
         raw = f.get(14, [b""])[0]
         ids = list(struct.unpack("<%dQ" % (len(raw) // 8), raw))
+        caller = pb.fields(f.get(1, [b""])[0])
+        planned = caller.get(9, [0])[0]  # Caller.rows: 1 modulo, 2 buckets
+        if ids and planned and planned != {"modulo": 1, "buckets": 2}[self.rule]:
+            with self.lock:
+                self.moved += 1
+            ctx.abort(grpc.StatusCode.FAILED_PRECONDITION,
+                      "rows moved: serve:%d places rows by %s (...); the lookup "
+                      "was planned by another rule" % (self.task, self.rule))
         with self.lock:
             self.lookups.append((table, ids, dense))
-            self.misrouted += [i for i in ids if shard_of(i, self.nps) != self.shard]
+            self.misrouted += [i for i in ids
+                               if shard_of(i, self.nps, self.rule) != self.shard]
         if self.fail:
             ctx.abort(self.fail[0], self.fail[1])
         out = pb.uint(1, self.version) + pb.uint(2, self.step) + \

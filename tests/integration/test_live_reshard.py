@@ -40,6 +40,21 @@ def wait_count(p, needle, k, timeout=60):
         time.sleep(0.01)
 
 
+def jansson_compact(v):
+    """v as jansson writes it with JSON_COMPACT | JSON_SORT_KEYS (what a
+    checkpoint manifest's checksum is taken over): reals as "%.17g"."""
+    import json
+    if isinstance(v, dict):
+        return "{" + ",".join(json.dumps(k, ensure_ascii=False) + ":" + jansson_compact(v[k])
+                              for k in sorted(v)) + "}"
+    if isinstance(v, list):
+        return "[" + ",".join(jansson_compact(x) for x in v) + "]"
+    if isinstance(v, float):
+        t = "%.17g" % v
+        return t if any(c in t for c in ".eE") else t + ".0"
+    return json.dumps(v, ensure_ascii=False)
+
+
 class LiveBase(tr.ReshardBase):
     JOB = "lv"
 
@@ -169,6 +184,68 @@ class LiveReshardTest(LiveBase):
         self.assert_placed(after, 3)
         self.assertEqual((after["placement"]["sp"], after["placement"]["b1"]), (-1, 1))
         self.assert_same_state(before, after)
+
+    def test_checkpoint_before_buckets_goes_on_by_modulo_until_resharded(self):
+        """A checkpoint whose manifest names no rule for rows (written
+        before bucket maps) is resumed by splitmix64(id) % n: psd says so,
+        its status says "modulo", a fresh client (which plans by buckets)
+        is told once and follows; a live reshard cuts it into buckets."""
+        import glob
+        import json
+        import zlib
+        root = os.path.join(self.d, "ck")
+        job = {"name": "lg", "optimizer": {"type": "sgd", "lr": 1.0},
+               "tables": [{"name": "cnt", "dim": 2, "init": "zeros",
+                           "optimizer": {"type": "sgd", "lr": 1.0}}],
+               "checkpoint": {"dir": root}, "shards": 1}
+        spec = tr.specs(self.d, job, [2], nworker=1)[2]
+        ids = np.arange(1000, 1300, dtype=np.uint64)
+        g = np.ones((300, 2), np.float32)
+        ps = self.shards(spec, 2)
+        c = psd.Client(spec, None)
+        try:
+            c.declare_table("cnt", 2)
+            c.push_rows("cnt", ids, g)
+        finally:
+            c.close()
+        self.stop(ps[:1])
+        self.assertEqual(ps[1].stop(signal.SIGTERM), 0, ps[1].output()[-2000:])
+        newest = sorted(glob.glob(os.path.join(root, "lg", "ps-0", "ckpt-*")))[-1]
+        path = os.path.join(newest, "manifest.json")
+        with open(path) as f:
+            m = json.load(f)
+        self.assertEqual(m.pop("rows"), "buckets")
+        m.pop("checksum")
+        m["checksum"] = zlib.crc32(jansson_compact(m).encode())
+        with open(path, "w") as f:
+            json.dump(m, f)
+        ps = self.shards(spec, 2)
+        self.assertIn("place table rows by splitmix64(id) % 1 (written before bucket "
+                      "maps)", ps[0].output())
+        self.assertEqual(self.status(spec, 0)["rows"], "modulo")
+        rows = np.empty((300, 2), np.float32)
+        c = psd.Client(spec, None)
+        try:
+            c.declare_table("cnt", 2)
+            c.pull_rows("cnt", ids, rows)
+        finally:
+            c.close()
+        self.assertTrue(np.array_equal(rows, -g))
+        self.reshard_ok(spec, 2, 1)
+        self.assertEqual(self.status(spec, 0)["rows"], "buckets")
+        after = read_job(root, "lg")
+        self.assert_placed(after, 2)
+        for k in range(2):
+            newest = sorted(glob.glob(os.path.join(root, "lg", "ps-%d" % k, "ckpt-*")))[-1]
+            with open(os.path.join(newest, "manifest.json")) as f:
+                self.assertEqual(json.load(f)["rows"], "buckets")
+        c = psd.Client(spec, None)
+        try:
+            c.declare_table("cnt", 2)
+            c.pull_rows("cnt", ids, rows)
+        finally:
+            c.close()
+        self.assertTrue(np.array_equal(rows, -g))
 
     def assert_psctl_rows(self, spec, n):
         """A fresh psctl of spec (job.shards 2) reads the job's layout of n

@@ -170,6 +170,28 @@ class ServingClientTest(h.ProcTest):
         _, _, versions = s.lookup("emb", one)
         self.assertEqual(list(versions), [0, 8])
 
+    def test_publications_of_modulo_rows_are_followed(self):
+        """Serving tasks of a job resumed from a checkpoint written before
+        bucket maps place rows by splitmix64(id) % nps: the client, which
+        groups by buckets first, is told "rows moved" once per task it
+        asked, takes the rule and asks again; every id reaches its shard."""
+        for t in range(NPS):
+            self.stub(t, rule="modulo")
+        s = self.serving(replica=0)
+        ids = list(range(200))
+        rows, found, _ = s.lookup("emb", ids)
+        for k, i in enumerate(ids):
+            np.testing.assert_array_equal(
+                rows[k], ss.row_of(i, DIM, ss.shard_of(i, NPS, "modulo")))
+        self.assertTrue(all(found))
+        for t in range(NPS):
+            self.assertEqual(self.stubs[t].misrouted, [], "serve:%d" % t)
+            self.assertLessEqual(self.stubs[t].moved, 1, "serve:%d" % t)
+        self.assertGreaterEqual(sum(self.stubs[t].moved for t in range(NPS)), 1)
+        # Planned by modulo from now on: no more "rows moved".
+        s.lookup("emb", ids)
+        self.assertLessEqual(sum(self.stubs[t].moved for t in range(NPS)), NPS)
+
     def test_a_replica_that_is_down_is_left_for_the_next(self):
         self.stub(0)
         self.stub(3)  # serve:1, shard 1's replica 0, is not there

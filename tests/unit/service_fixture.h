@@ -80,6 +80,8 @@ grpc_byte_buffer *sparse_pull_req(const char *table, const uint64_t *ids,
                                   size_t n, uint64_t min_version);
 /* The k-th id (from 0) that shard 0 of 2 holds. */
 uint64_t shard0_id(int k);
+/* The shard of id among nshards in a fresh job's row map (layout.h). */
+int fresh_shard(uint64_t id, int nshards);
 
 /* ---- reads ---- */
 

@@ -74,8 +74,8 @@ static int check_layout(struct cm_rpc_call *call, int s,
   pthread_mutex_unlock(&st.lock);
   if (moved)
     cm_rpc_fail(call, GRPC_STATUS_FAILED_PRECONDITION,
-                "layout moved: ps:%d holds layout %llu of %d shards; the "
-                "stand-in",
+                "layout moved: ps:%d holds layout %llu of %d shards, rows by "
+                "buckets; the stand-in",
                 s, (unsigned long long)v, n);
   return moved;
 }
@@ -206,7 +206,10 @@ static void on_sparse_push(struct cm_rpc_call *call, grpc_byte_buffer *bb,
       uint64_t id;
       float row;
       memcpy(&id, req->ids.data + i * sizeof id, sizeof id);
-      ck_assert_int_eq((int)(cm_splitmix64_at(id) % (uint64_t)st.count[s]), s);
+      static struct cm_layout_map m;
+      if (m.nshards != st.count[s])
+        cm_layout_map_init(&m, CM_LAYOUT_RULE_BUCKETS, st.count[s]);
+      ck_assert_int_eq(cm_layout_map_id_shard(&m, id), s);
       cm_wire_bulk_read(&w, i * sizeof row, &row, sizeof row);
       st.t[id - ID0] += row;
     }

@@ -22,29 +22,45 @@
 #define MOVED3 "layout moved: ps:1 holds layout 4 of 3 shards; re-plan"
 
 START_TEST(parse_good) {
-  int s = -1, n = 0;
+  int s = -1, n = 0, r = 0;
   uint64_t v = 0;
-  ck_assert_int_eq(psc__moved_parse(MOVED3, &s, &v, &n), 0);
+  ck_assert_int_eq(psc__moved_parse(MOVED3, &s, &v, &n, &r), 0);
   ck_assert_int_eq(s, 1);
   ck_assert_uint_eq(v, 4);
   ck_assert_int_eq(n, 3);
+  /* Without a rule: a shard before rules, whose rows are modulo's. */
+  ck_assert_int_eq(r, CM_LAYOUT_RULE_MODULO);
+  ck_assert_int_eq(psc__moved_parse("layout moved: ps:1 holds layout 4 of 3 "
+                                    "shards, rows by buckets; Pull was "
+                                    "planned for layout 4 of 3 shards, rows "
+                                    "by modulo (...)",
+                                    &s, &v, &n, &r),
+                   0);
+  ck_assert_int_eq(r, CM_LAYOUT_RULE_BUCKETS);
+  ck_assert_int_eq(n, 3);
+  ck_assert_int_eq(psc__moved_parse("layout moved: ps:0 holds layout 1 of 1 "
+                                    "shard, rows by modulo",
+                                    &s, &v, &n, &r),
+                   0);
+  ck_assert_int_eq(r, CM_LAYOUT_RULE_MODULO);
+  ck_assert_int_eq(n, 1);
   /* A standby shard's words, and nothing after the counts. */
   ck_assert_int_eq(
       psc__moved_parse("layout moved: ps:2 holds layout 18446744073709551615 "
                        "of 2 shards; ps:2 is standby",
-                       &s, &v, &n),
+                       &s, &v, &n, &r),
       0);
   ck_assert_uint_eq(v, UINT64_MAX);
   ck_assert_int_eq(psc__moved_parse("layout moved: ps:0 holds layout 0 of 1 "
                                     "shards",
-                                    &s, &v, &n),
+                                    &s, &v, &n, &r),
                    0);
   ck_assert_int_eq(n, 1);
   /* psd's words for one shard. */
   ck_assert_int_eq(
       psc__moved_parse("layout moved: ps:1 holds layout 3 of 1 shard; Pull "
                        "was planned for layout 2 of 2 shards (...)",
-                       &s, &v, &n),
+                       &s, &v, &n, &r),
       0);
   ck_assert_int_eq(s, 1);
   ck_assert_uint_eq(v, 3);
@@ -67,13 +83,15 @@ START_TEST(parse_malformed) {
       "layout moved: ps:1 holds layout 4 of 3 shardss; x",
       "layout moved: ps:1 holds layout 4 of 3 shardsX",
       "layout moved: ps:1 holds version 4 of 3 shards; x",
+      "layout moved: ps:1 holds layout 4 of 3 shards, rows by bogus; x",
+      "layout moved: ps:1 holds layout 4 of 3 shards, rows by bucketsX; x",
   };
-  int s = 7, n = 7;
+  int s = 7, n = 7, r = 7;
   uint64_t v = 7;
   for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
-    ck_assert_msg(psc__moved_parse(bad[i], &s, &v, &n) == CM_EPROTO,
+    ck_assert_msg(psc__moved_parse(bad[i], &s, &v, &n, &r) == CM_EPROTO,
                   "taken: '%s'", bad[i]);
-  ck_assert_int_eq(psc__moved_parse(NULL, &s, &v, &n), CM_EPROTO);
+  ck_assert_int_eq(psc__moved_parse(NULL, &s, &v, &n, &r), CM_EPROTO);
   /* Untouched on failure. */
   ck_assert_int_eq(s, 7);
   ck_assert_int_eq(n, 7);
@@ -150,12 +168,44 @@ START_TEST(caller_names_layout) {
   Psd__V1__Caller k = psc__caller(c, 0);
   ck_assert_uint_eq(k.layout, 0);
   ck_assert_int_eq(k.shards, 2);
+  ck_assert_int_eq(k.rows, CM_LAYOUT_RULE_BUCKETS);
   ck_assert_int_eq(k.spec_ps, 3);
   ck_assert_int_eq(psc__relayout(c, MOVED3, "pull"), 0);
   k = psc__caller(c, 2);
   ck_assert_uint_eq(k.layout, 4);
   ck_assert_int_eq(k.shards, 3);
+  ck_assert_int_eq(k.rows, CM_LAYOUT_RULE_MODULO); /* no rule said */
   ck_assert_uint_eq(k.boot, 0);
+}
+END_TEST
+
+/* A client opens on a fresh job's buckets; a shard that resumed from a
+ * checkpoint written before buckets answers "rows by modulo", and the
+ * client places ids so from then on (the same count and version). */
+START_TEST(rows_rule_followed) {
+  static struct cm_layout_map m2;
+  cm_layout_map_init(&m2, CM_LAYOUT_RULE_BUCKETS, 2);
+  ck_assert_int_eq(c->map.rule, CM_LAYOUT_RULE_BUCKETS);
+  for (uint64_t id = 0; id < 200; id++)
+    ck_assert_int_eq(psc__client_shard_of(c, id),
+                     cm_layout_map_id_shard(&m2, id));
+  ck_assert_int_eq(psc__relayout(c,
+                                 "layout moved: ps:0 holds layout 0 of 2 "
+                                 "shards, rows by modulo; x",
+                                 "pull"),
+                   0);
+  ck_assert_int_eq(c->map.rule, CM_LAYOUT_RULE_MODULO);
+  ck_assert_int_eq(c->nshards, 2);
+  for (uint64_t id = 0; id < 200; id++)
+    ck_assert_int_eq(psc__client_shard_of(c, id),
+                     (int)(cm_splitmix64_at(id) % 2));
+  /* And back, named by a shard cut into buckets. */
+  ck_assert_int_eq(psc__relayout(c,
+                                 "layout moved: ps:0 holds layout 1 of 2 "
+                                 "shards, rows by buckets; x",
+                                 "pull"),
+                   0);
+  ck_assert_int_eq(c->map.rule, CM_LAYOUT_RULE_BUCKETS);
 }
 END_TEST
 
@@ -178,7 +228,9 @@ START_TEST(count_out_of_range) {
   ck_assert_ptr_nonnull(strstr(psc__client_error(c), "does not understand"));
   /* The layout planned for is no move. */
   ck_assert_int_eq(
-      psc__relayout(c, "layout moved: ps:1 holds layout 0 of 2 shards; x",
+      psc__relayout(c,
+                    "layout moved: ps:1 holds layout 0 of 2 shards, rows by "
+                    "buckets; x",
                     "pull"),
       CM_EPROTO);
   /* Nothing taken. */
@@ -315,7 +367,7 @@ START_TEST(moved_twice) {
 END_TEST
 
 /* A table push planned for 2 shards, every other message acknowledged:
- * the rest regrouped for 3, each id once, on splitmix64(id) % 3, its summed
+ * the rest regrouped for 3, each id once, on a fresh job's map of 3, its summed
  * row with it. */
 START_TEST(table_ids_regrouped) {
   enum { NID = 40, DIM = 2 };
@@ -338,7 +390,7 @@ START_TEST(table_ids_regrouped) {
   ck_assert_int_gt(old, 2); /* chunk_bytes 64: 8 rows a message */
   for (int k = 0; k < sc.nmsgs; k++) {
     ck_assert_int_eq(sc.msgs[k].shard,
-                     (int)(cm_splitmix64_at(sc.uid[sc.msgs[k].first]) % 2));
+                     cm_layout_map_id_shard(&c->map, sc.uid[sc.msgs[k].first]));
     if (k % 2 == 1) {
       sc.msgs[k].pending = 0;
       for (size_t j = 0; j < sc.msgs[k].n; j++)
@@ -346,7 +398,9 @@ START_TEST(table_ids_regrouped) {
     }
   }
   sc.chunk_next = (uint32_t)old;
-  ck_assert_int_eq(psc__sparse_regroup(&sc, 3, 64), 0);
+  static struct cm_layout_map m3;
+  cm_layout_map_init(&m3, CM_LAYOUT_RULE_BUCKETS, 3);
+  ck_assert_int_eq(psc__sparse_regroup(&sc, &m3, 64), 0);
   for (int k = 0; k < sc.nmsgs; k++) {
     const struct psc__smsg *m = &sc.msgs[k];
     ck_assert(m->pending);
@@ -355,7 +409,7 @@ START_TEST(table_ids_regrouped) {
     for (size_t j = 0; j < m->n; j++) {
       uint64_t id = sc.uid[m->first + j];
       int u = (int)(id / 7919);
-      ck_assert_int_eq(m->shard, (int)(cm_splitmix64_at(id) % 3));
+      ck_assert_int_eq(m->shard, cm_layout_map_id_shard(&m3, id));
       ck_assert_msg(!acked[u], "id %llu was acknowledged, and sent again",
                     (unsigned long long)id);
       seen[u]++;
@@ -382,6 +436,7 @@ static Suite *relayout_suite(void) {
   tcase_add_checked_fixture(tc, open_client, close_client);
   tcase_add_test(tc, caller_names_layout);
   tcase_add_test(tc, count_out_of_range);
+  tcase_add_test(tc, rows_rule_followed);
   tcase_add_test(tc, replaced_like_reshard);
   tcase_add_test(tc, only_pending_recut);
   tcase_add_test(tc, moved_twice);

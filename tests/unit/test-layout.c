@@ -8,6 +8,7 @@
  * deterministically. Serving tasks' shards. A shape's element count,
  * bounded (common/vars/shape.h: the count the rows are cut from). */
 #include <check.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -38,16 +39,127 @@ START_TEST(row_rule_pinned) {
       {0, 1, 0, 1, 6, 1, 0, 9},  {0, 0, 1, 0, 0, 0, 4, 8},
       {0, 1, 2, 1, 5, 1, 8, 57}, {0, 0, 2, 0, 0, 0, 8, 32},
       {0, 1, 1, 3, 6, 3, 4, 27}};
-  for (size_t i = 0; i < sizeof ids / sizeof *ids; i++)
-    for (size_t j = 0; j < sizeof counts / sizeof *counts; j++) {
-      int n = counts[j];
+  static struct cm_layout_map m;
+  for (size_t j = 0; j < sizeof counts / sizeof *counts; j++) {
+    int n = counts[j];
+    cm_layout_map_init(&m, CM_LAYOUT_RULE_MODULO, n);
+    for (size_t i = 0; i < sizeof ids / sizeof *ids; i++) {
       int old = (int)(cm_splitmix64_at(ids[i]) % (uint64_t)n);
-      ck_assert_int_eq(cm_layout_id_shard(ids[i], n), old);
-      ck_assert_int_eq(cm_layout_id_shard(ids[i], n), want[i][j]);
+      ck_assert_int_eq(cm_layout_map_id_shard(&m, ids[i]), old);
+      ck_assert_int_eq(cm_layout_map_id_shard(&m, ids[i]), want[i][j]);
       /* Hashed ahead, placed later (the client's plan): the same. */
-      ck_assert_int_eq(cm_layout_hash_shard(cm_layout_id_hash(ids[i]), n), old);
+      ck_assert_int_eq(cm_layout_map_hash_shard(&m, cm_layout_id_hash(ids[i])),
+                       old);
     }
+  }
   ck_assert_uint_eq(cm_layout_id_hash(1), cm_splitmix64_at(1));
+}
+END_TEST
+
+/* ---- The bucket map ---- */
+
+/* A bucket is the hash's top 12 bits; the shards of fixed buckets in the
+ * maps of fixed counts are pinned (tests/integration/hashes.py computes the
+ * same). */
+START_TEST(buckets_pinned) {
+  static struct cm_layout_map m;
+  static const unsigned bs[] = {0, 1, 2, 100, 4095};
+  static const int counts[] = {2, 3, 8, 100};
+  static const int want[5][4] = {{0, 0, 0, 92},
+                                 {0, 2, 2, 72},
+                                 {0, 2, 2, 77},
+                                 {1, 2, 5, 76},
+                                 {0, 0, 4, 27}};
+  ck_assert_uint_eq(CM_LAYOUT_BUCKETS, 4096);
+  ck_assert_uint_eq(cm_layout_bucket(0xfff0000000000000ull), 4095);
+  ck_assert_uint_eq(cm_layout_bucket(0x000fffffffffffffull), 0);
+  ck_assert_uint_eq(cm_layout_bucket(cm_layout_id_hash(41)),
+                    (unsigned)(cm_splitmix64_at(41) >> 52));
+  cm_layout_map_init(&m, CM_LAYOUT_RULE_BUCKETS, 1);
+  for (unsigned b = 0; b < CM_LAYOUT_BUCKETS; b++)
+    ck_assert_int_eq(m.shard[b], 0);
+  for (int j = 0; j < 4; j++) {
+    cm_layout_map_init(&m, CM_LAYOUT_RULE_BUCKETS, counts[j]);
+    ck_assert_int_eq(m.rule, CM_LAYOUT_RULE_BUCKETS);
+    ck_assert_int_eq(m.nshards, counts[j]);
+    for (int i = 0; i < 5; i++)
+      ck_assert_int_eq(m.shard[bs[i]], want[i][j]);
+    /* An id's shard is its bucket's. */
+    for (uint64_t id = 0; id < 1000; id++)
+      ck_assert_int_eq(cm_layout_map_id_shard(&m, id),
+                       m.shard[cm_splitmix64_at(id) >> 52]);
+  }
+  /* Any rule but modulo is buckets. */
+  cm_layout_map_init(&m, 0, 3);
+  ck_assert_int_eq(m.rule, CM_LAYOUT_RULE_BUCKETS);
+}
+END_TEST
+
+/* Every count up to 100: each shard holds floor or ceil of 4096 / n
+ * buckets; n -> n + 1 moves exactly floor(4096 / (n + 1)) buckets, each to
+ * the new shard, so n + 1 -> n moves back exactly those. */
+START_TEST(buckets_balance_and_move_least) {
+  static struct cm_layout_map a, b;
+  cm_layout_map_init(&a, CM_LAYOUT_RULE_BUCKETS, 1);
+  for (int n = 1; n <= 100; n++) {
+    int held[101] = {0}, moved = 0;
+    cm_layout_map_init(&b, CM_LAYOUT_RULE_BUCKETS, n + 1);
+    for (unsigned k = 0; k < CM_LAYOUT_BUCKETS; k++) {
+      ck_assert_int_lt(a.shard[k], n);
+      held[a.shard[k]]++;
+      if (a.shard[k] != b.shard[k]) {
+        ck_assert_int_eq(b.shard[k], n); /* only to the new shard */
+        moved++;
+      }
+    }
+    int q = (int)(CM_LAYOUT_BUCKETS / (unsigned)n);
+    for (int s = 0; s < n; s++)
+      ck_assert_msg(held[s] == q || held[s] == q + 1,
+                    "n=%d: shard %d holds %d buckets, want %d or %d", n, s,
+                    held[s], q, q + 1);
+    ck_assert_int_eq(moved, (int)(CM_LAYOUT_BUCKETS / (unsigned)(n + 1)));
+    a = b;
+  }
+}
+END_TEST
+
+/* Rows: 2 -> 3 moves a third of 200,000 random ids (at most 0.36, the
+ * issue's bound), where splitmix64(id) % n moved two thirds. */
+START_TEST(rows_moved_two_to_three) {
+  static struct cm_layout_map m2, m3, o2, o3;
+  uint64_t x = 7;
+  int moved = 0, moved_mod = 0, n = 200000;
+  cm_layout_map_init(&m2, CM_LAYOUT_RULE_BUCKETS, 2);
+  cm_layout_map_init(&m3, CM_LAYOUT_RULE_BUCKETS, 3);
+  cm_layout_map_init(&o2, CM_LAYOUT_RULE_MODULO, 2);
+  cm_layout_map_init(&o3, CM_LAYOUT_RULE_MODULO, 3);
+  for (int i = 0; i < n; i++) {
+    uint64_t id = cm_splitmix64_at(x++) >> 14;
+    moved += cm_layout_map_id_shard(&m2, id) != cm_layout_map_id_shard(&m3, id);
+    moved_mod +=
+        cm_layout_map_id_shard(&o2, id) != cm_layout_map_id_shard(&o3, id);
+  }
+  ck_assert_msg(moved <= 0.36 * n && moved >= 0.30 * n, "moved %d of %d", moved,
+                n);
+  ck_assert_msg(moved_mod >= 0.64 * n, "modulo moved %d of %d", moved_mod, n);
+}
+END_TEST
+
+START_TEST(rule_names) {
+  static struct cm_layout_map m;
+  char buf[96];
+  ck_assert_str_eq(cm_layout_rule_name(CM_LAYOUT_RULE_MODULO), "modulo");
+  ck_assert_str_eq(cm_layout_rule_name(CM_LAYOUT_RULE_BUCKETS), "buckets");
+  ck_assert_int_eq(cm_layout_rule_parse("modulo"), CM_LAYOUT_RULE_MODULO);
+  ck_assert_int_eq(cm_layout_rule_parse("buckets"), CM_LAYOUT_RULE_BUCKETS);
+  ck_assert_int_eq(cm_layout_rule_parse("bucket"), 0);
+  ck_assert_int_eq(cm_layout_rule_parse(NULL), 0);
+  cm_layout_map_init(&m, CM_LAYOUT_RULE_MODULO, 2);
+  ck_assert_str_eq(cm_layout_map_text(&m, buf, sizeof buf),
+                   "splitmix64(id) % 2");
+  cm_layout_map_init(&m, CM_LAYOUT_RULE_BUCKETS, 3);
+  ck_assert_str_eq(cm_layout_map_text(&m, buf, sizeof buf),
+                   "bucket splitmix64(id) >> 52 of 3 shards' map");
 }
 END_TEST
 
@@ -299,6 +411,10 @@ static Suite *layout_suite(void) {
   Suite *s = suite_create("layout");
   TCase *pin = tcase_create("pinned");
   tcase_add_test(pin, row_rule_pinned);
+  tcase_add_test(pin, buckets_pinned);
+  tcase_add_test(pin, buckets_balance_and_move_least);
+  tcase_add_test(pin, rows_moved_two_to_three);
+  tcase_add_test(pin, rule_names);
   tcase_add_test(pin, name_hash_is_fnv1a);
   tcase_add_test(pin, placement_pinned);
   tcase_add_test(pin, serving_tasks);

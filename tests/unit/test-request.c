@@ -7,6 +7,7 @@
 #include <check.h>
 #include <string.h>
 
+#include "layout.h"
 #include "ps.pb-c.h"
 #include "request.h"
 #include "rpc.h"
@@ -80,6 +81,55 @@ static void expect(const char *who, uint64_t fp, int nps, int nworkers,
   expect_job("demo", who, fp, nps, nworkers, boot, code, want);
 }
 
+/* Answers OK when cm_request_open takes a Declare (a Data call). */
+static void on_declare(struct cm_rpc_call *call, grpc_byte_buffer *bb,
+                       void *ctx) {
+  ProtobufCMessage *msg = cm_request_open(
+      ctx, call, bb, &psd__v1__declare_request__descriptor, "Declare", NULL);
+  if (msg)
+    cm_rpc_reply(call, NULL);
+  cm_request_free(msg);
+}
+
+/* A Declare planned for layout 0 of 2 shards with rows by `rows`, to a
+ * shard of layout 0 of 2 placing rows by buckets. */
+static void expect_rows(int rows, grpc_status_code code, const char *want) {
+  struct cm_rpc_method m = {"/psd.v1.Data/Declare", on_declare, &host};
+  Psd__V1__Caller caller = PSD__V1__CALLER__INIT;
+  Psd__V1__DeclareRequest req = PSD__V1__DECLARE_REQUEST__INIT;
+  struct cm_rpc_answer ans;
+  host.check_layout = 1;
+  self.nshards = 2;
+  self.rows = CM_LAYOUT_RULE_BUCKETS;
+  caller.job = "demo";
+  caller.worker = "worker:0";
+  caller.shards = 2;
+  caller.rows = rows;
+  req.caller = &caller;
+  grpc_byte_buffer *bb = cm_rpc_pack(&req.base);
+  ck_assert_int_eq(cm_rpc_call_local(&m, bb, &ans), 0);
+  grpc_byte_buffer_destroy(bb);
+  ck_assert(ans.answered);
+  ck_assert_msg(ans.status == code, "%s (%s)", cm_rpc_status_name(ans.status),
+                ans.details);
+  if (want)
+    ck_assert_msg(strstr(ans.details, want), "\"%s\" lacks \"%s\"", ans.details,
+                  want);
+  cm_rpc_answer_release(&ans);
+}
+
+/* A Data call planned by another rule for rows is "layout moved", naming
+ * both rules; one by the same rule, or by none said, is taken. */
+START_TEST(rows_rule_is_part_of_the_layout) {
+  expect_rows(CM_LAYOUT_RULE_BUCKETS, GRPC_STATUS_OK, NULL);
+  expect_rows(0, GRPC_STATUS_OK, NULL);
+  expect_rows(CM_LAYOUT_RULE_MODULO, GRPC_STATUS_FAILED_PRECONDITION,
+              "layout moved: ps:0 holds layout 0 of 2 shards, rows by "
+              "buckets; Declare was planned for layout 0 of 2 shards, rows "
+              "by modulo");
+}
+END_TEST
+
 START_TEST(same_spec_or_none_is_taken) {
   expect("worker:0", FP, 1, 2, 0, GRPC_STATUS_OK, NULL);
   /* An older or foreign client sends no fingerprint. */
@@ -143,6 +193,7 @@ static Suite *request_suite(void) {
   tcase_add_test(tc, other_spec_is_refused_naming_both);
   tcase_add_test(tc, caller_of_an_earlier_process_is_refused_unless_resumed);
   tcase_add_test(tc, spec_is_checked_before_boot_and_job_first);
+  tcase_add_test(tc, rows_rule_is_part_of_the_layout);
   suite_add_tcase(s, tc);
   return s;
 }

@@ -29,12 +29,14 @@
 #include "wire.h"
 
 static struct psd_serve *s;
+static struct cm_layout_map map2; /* a fresh job's of 2 shards */
 static struct cm_table_conf spec_tab[2];
 static Psd__V1__Caller caller = PSD__V1__CALLER__INIT;
 
 /* Serving task 3 of job "t": shard 1 of 2; the spec names "emb" (dim 2,
  * uniform 0.5) and "later" (dim 3, never published here). */
 static void setup(void) {
+  cm_layout_map_init(&map2, CM_LAYOUT_RULE_BUCKETS, 2);
   struct psd_serve_conf c = {.dir = "/nonexistent",
                              .job = "t",
                              .replica = 3,
@@ -61,7 +63,7 @@ static void teardown(void) { psd_serve_free(s); }
 /* The first n ids held by shard 1 of 2, from `from` on. */
 static void shard_ids(uint64_t from, size_t n, uint64_t *out) {
   for (uint64_t id = from; n; id++)
-    if (cm_layout_id_shard(id, 2) == 1) {
+    if (cm_layout_map_id_shard(&map2, id) == 1) {
       *out++ = id;
       n--;
     }
@@ -256,7 +258,7 @@ START_TEST(lookup_rows_and_dense) {
          "serve:3 has no table 'nope'", NULL);
   lookup("emb", ids, 1, nope, 1, 0, GRPC_STATUS_NOT_FOUND,
          "no dense variable 'nope'", NULL);
-  while (cm_layout_id_shard(other, 2) != 0)
+  while (cm_layout_map_id_shard(&map2, other) != 0)
     other++;
   lookup("emb", &other, 1, NULL, 0, 0, GRPC_STATUS_INVALID_ARGUMENT,
          "belongs to shard 0, not shard 1, which serve:3 serves", NULL);

@@ -175,7 +175,7 @@ START_TEST(push_checks_before_applying) {
   for (int k = 0; far < 1000; k++)
     far = shard0_id(k);
   for (uint64_t id = 0;; id++)
-    if (cm_layout_id_shard(id, 2) == 1) {
+    if (fresh_shard(id, 2) == 1) {
       ids[2] = id; /* shard 1's */
       break;
     }

@@ -50,10 +50,12 @@ START_TEST(lookup_create_and_spread) {
   ck_assert_uint_eq(st.count, 0);
   cm_table_init_row(&c, 9, 1ull << 62, want);
   ck_assert(!memcmp(a + 4, want, sizeof want)); /* the seeded initial row */
-  /* consecutive ids spread evenly over 4 shards */
+  /* consecutive ids spread evenly over 4 shards (a fresh job's map) */
   int n[4] = {0};
+  static struct cm_layout_map m4;
+  cm_layout_map_init(&m4, CM_LAYOUT_RULE_BUCKETS, 4);
   for (uint64_t i = 0; i < 40000; i++)
-    n[cm_layout_id_shard(i, 4)]++;
+    n[cm_layout_map_id_shard(&m4, i)]++;
   for (int s = 0; s < 4; s++)
     ck_assert(n[s] > 9600 && n[s] < 10400);
   psd_table_free(t);

@@ -119,6 +119,7 @@ int psc__client_new(struct psc__client **out, const struct cm_spec *spec,
   c->nshards = spec->job.shards > 0 && spec->job.shards <= spec->nps
                    ? spec->job.shards
                    : spec->nps;
+  cm_layout_map_init(&c->map, CM_LAYOUT_RULE_BUCKETS, c->nshards);
   c->cq = grpc_completion_queue_create_for_next(NULL);
   if ((rc = cm_creds_load(&spec->auth, 0, &c->creds, c->err, sizeof c->err))) {
     /* The caller gets no client to ask, so say it here. */
@@ -200,6 +201,7 @@ Psd__V1__Caller psc__caller(const struct psc__client *c, int shard) {
   /* The layout planned for: a shard of another answers "moved". */
   caller.layout = c->layout;
   caller.shards = c->nshards;
+  caller.rows = c->map.rule;
   return caller;
 }
 

@@ -31,6 +31,7 @@
 #include <stdint.h>
 
 #include "auth.h"
+#include "layout.h"
 #include "ps.pb-c.h"
 #include "psclient.h"
 #include "rpc.h"
@@ -109,6 +110,10 @@ struct psc__client {
                                  answer said (relayout.c) */
   uint64_t layout;            /* the layout's version planned for (0 at
                                  open), sent with every call */
+  struct cm_layout_map map;   /* that layout's row map: where each table
+                                 row lives (a fresh job's buckets at open,
+                                 then what a "moved" answer said); its rule
+                                 is sent with every call */
   char moved[512];            /* the last "layout moved" answer's message
                                  (declare_calls.c), "" when none */
   struct psc__plan_save full; /* while a transfer sends a re-cut remainder:
@@ -336,10 +341,11 @@ int psc__retry_wait(struct psc__client *c, const unsigned char *down, int ndown,
 int psc__is_moved(const struct cm_unary *u);
 
 /* Reads a "layout moved" message: "layout moved: ps:S holds layout V of M
- * shards; ..." ("1 shard" too). Returns 0 with *shard, *layout, *nshards, or
- * CM_EPROTO when details is not such a message. */
+ * shards, rows by RULE; ..." ("1 shard" too; without the rule, from a shard
+ * before rules: modulo). Returns 0 with *shard, *layout, *nshards, *rows
+ * (CM_LAYOUT_RULE_*), or CM_EPROTO when details is not such a message. */
 int psc__moved_parse(const char *details, int *shard, uint64_t *layout,
-                     int *nshards);
+                     int *nshards, int *rows);
 
 /* Where v (placed v->placement among `from` shards, declared v->asked)
  * goes among `to`: cm_layout_replace, the one rule psd's reshard cut uses

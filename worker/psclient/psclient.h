@@ -168,11 +168,12 @@ int psc__client_nshards(const struct psc__client *c);
 /* Plans for layout `layout` of nshards shards from now on, as a "layout
  * moved" answer would, when a caller read it first from shard's status
  * (psctl does, so that it asks each id of its home shard from its first
- * call). Nothing when the client plans for it already. Returns 0, or
+ * call), placing rows by rows (CM_LAYOUT_RULE_*, the status's "rows").
+ * Nothing when the client plans for it already. Returns 0, or
  * CM_ERANGE when nshards is outside 1..the spec's ps addresses
  * (psc__client_error says so). */
 int psc__client_take_layout(struct psc__client *c, int shard, uint64_t layout,
-                            int nshards);
+                            int nshards, int rows);
 
 /* What the client dials for shard: the spec's "host:port", or after
  * declare, "unix:/path" when the shard runs on this host and serves its Unix
@@ -223,8 +224,8 @@ int psc__client_declare_tables(struct psc__client *c,
 /* The dim of a table this client declared, or CM_ENOENT. */
 int psc__client_table_dim(const struct psc__client *c, const char *table);
 
-/* The shard that holds id among the client's shards: the layout's row
- * rule (cm_layout_id_shard, the one psd uses) for the client's count. */
+/* The shard that holds id in the client's layout: its row map
+ * (cm_layout_map_id_shard, the one psd uses). */
 int psc__client_shard_of(const struct psc__client *c, uint64_t id);
 
 /* One table's part of a sparse call: ids in, rows out (pull) or row

@@ -41,7 +41,7 @@ int psc__is_moved(const struct cm_unary *u) {
 }
 
 int psc__moved_parse(const char *details, int *shard, uint64_t *layout,
-                     int *nshards) {
+                     int *nshards, int *rows) {
   unsigned long long v = 0;
   int s = -1, n = 0, end = 0;
   const char *num;
@@ -59,11 +59,25 @@ int psc__moved_parse(const char *details, int *shard, uint64_t *layout,
   if (!num || num[sizeof " holds layout " - 1] < '0' ||
       num[sizeof " holds layout " - 1] > '9')
     return CM_EPROTO;
+  /* ", rows by buckets": the rule (a shard before rules: modulo). */
+  int rule = CM_LAYOUT_RULE_MODULO;
+  if (!strncmp(details + end, ", rows by ", 10)) {
+    size_t w = strcspn(details + end + 10, ";");
+    char word[16];
+    if (w >= sizeof word)
+      return CM_EPROTO;
+    memcpy(word, details + end + 10, w);
+    word[w] = 0;
+    if (!(rule = cm_layout_rule_parse(word)))
+      return CM_EPROTO;
+    end += 10 + (int)w;
+  }
   if (details[end] != ';' && details[end] != '\0')
     return CM_EPROTO;
   *shard = s;
   *layout = v;
   *nshards = n;
+  *rows = rule;
   return 0;
 }
 
@@ -181,12 +195,13 @@ static void drop_arenas(struct psc__client *c) {
 /* Takes layout `layout` of n shards (checked against the pool by the
  * caller): every boot id forgotten, the arenas dropped, the variables
  * re-placed, the plan made again, one line said when `say`. */
-static int take(struct psc__client *c, uint64_t layout, int n, int say,
-                const char *what) {
+static int take(struct psc__client *c, uint64_t layout, int n, int rows,
+                int say, const char *what) {
   int from = c->nshards, rc;
   uint64_t was = c->layout;
   c->layout = layout;
   c->nshards = n;
+  cm_layout_map_init(&c->map, rows, n);
   /* New processes: their boot ids come with their next Declare. */
   memset(c->boot, 0, (size_t)c->spec->nps * sizeof *c->boot);
   for (int s = n; s < c->spec->nps; s++)
@@ -225,9 +240,9 @@ static int in_pool(struct psc__client *c, int shard, uint64_t layout, int n,
 
 int psc__relayout(struct psc__client *c, const char *details,
                   const char *what) {
-  int shard, n, rc;
+  int shard, n, rows, rc;
   uint64_t layout;
-  if (psc__moved_parse(details, &shard, &layout, &n)) {
+  if (psc__moved_parse(details, &shard, &layout, &n, &rows)) {
     psc__seterr(c,
                 "%s: a shard answered that the job's layout moved, in a "
                 "message this client does not understand: %s",
@@ -236,7 +251,7 @@ int psc__relayout(struct psc__client *c, const char *details,
   }
   if ((rc = in_pool(c, shard, layout, n, what)))
     return rc;
-  if (layout == c->layout && n == c->nshards) {
+  if (layout == c->layout && n == c->nshards && rows == c->map.rule) {
     psc__seterr(c,
                 "%s: ps:%d answered that the job's layout moved, but names "
                 "the layout this client planned for (layout %llu of %d "
@@ -244,17 +259,17 @@ int psc__relayout(struct psc__client *c, const char *details,
                 what, shard, (unsigned long long)layout, n, details);
     return CM_EPROTO;
   }
-  return take(c, layout, n, 1, what);
+  return take(c, layout, n, rows, 1, what);
 }
 
 int psc__client_take_layout(struct psc__client *c, int shard, uint64_t layout,
-                            int nshards) {
+                            int nshards, int rows) {
   int rc;
-  if (layout == c->layout && nshards == c->nshards)
+  if (layout == c->layout && nshards == c->nshards && rows == c->map.rule)
     return 0;
   if ((rc = in_pool(c, shard, layout, nshards, "layout")))
     return rc;
-  return take(c, layout, nshards, 0, "layout");
+  return take(c, layout, nshards, rows, 0, "layout");
 }
 
 /* The selected pieces of the pairs pending in c's plan, those waiting for

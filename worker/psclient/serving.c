@@ -40,6 +40,11 @@ struct psc__serving {
   uint64_t spec_fp;             /* cm_spec_fingerprint(spec) */
   struct cm_creds creds;        /* owned: the spec's token and TLS */
   int nshards;                  /* training shards, spec->nps */
+  struct cm_layout_map map;     /* their row map: where each id is looked
+                                   up (a fresh job's buckets, until a task
+                                   answers "rows moved") */
+  int rows_moved;               /* the last call ended on "rows moved" and
+                                   map took the task's rule */
   int nrep;                     /* replicas per shard, nserve / nps */
   int ntasks;                   /* serving tasks, nserve */
   struct cm_channel **ch;       /* owned, one per serving task */
@@ -98,6 +103,7 @@ int psc__serving_new(struct psc__serving **out, const struct cm_spec *spec,
   snprintf(s->worker, sizeof s->worker, "%s",
            given.worker ? given.worker : "psc");
   s->nshards = spec->nps;
+  cm_layout_map_init(&s->map, CM_LAYOUT_RULE_BUCKETS, s->nshards);
   s->ntasks = spec->nserve;
   s->nrep = cm_layout_serve_replicas(spec->nserve, spec->nps);
   s->timeout_ms = given.timeout_ms > 0       ? given.timeout_ms
@@ -201,6 +207,34 @@ void psc__serving_caller(const struct psc__serving *s, Psd__V1__Caller *out) {
   out->spec_fp = s->spec_fp;
   out->spec_ps = s->spec->nps;
   out->spec_workers = s->spec->nworker;
+  out->rows = s->map.rule;
+}
+
+const struct cm_layout_map *psc__serving_map(const struct psc__serving *s) {
+  return &s->map;
+}
+
+int psc__serving_rows_moved(struct psc__serving *s) {
+  int moved = s->rows_moved;
+  s->rows_moved = 0;
+  return moved;
+}
+
+/* A task's "rows moved: serve:J places rows by RULE ..." answer: the map
+ * takes RULE. Returns 1 when it did (the caller plans again), 0 when the
+ * answer is not that, or names the rule planned for already. */
+static int take_rows(struct psc__serving *s, const struct cm_unary *u) {
+  static const char pre[] = "rows moved: serve:";
+  const char *by = strstr(u->details, " places rows by ");
+  char word[16];
+  int rule, n = 0;
+  if (u->status != GRPC_STATUS_FAILED_PRECONDITION ||
+      strncmp(u->details, pre, sizeof pre - 1) || !by ||
+      sscanf(by, " places rows by %15[a-z]%n", word, &n) != 1 || !n ||
+      !(rule = cm_layout_rule_parse(word)) || rule == s->map.rule)
+    return 0;
+  cm_layout_map_init(&s->map, rule, s->nshards);
+  return 1;
 }
 
 /* One shard's part of a psc__serving_call. */
@@ -353,6 +387,7 @@ int psc__serving_call(struct psc__serving *s, const unsigned char *want,
         }
       } else {
         s->last_status = u->status;
+        s->rows_moved = take_rows(s, u);
         rc = psc__serving_fail(s, cm_rpc_status_rc(u->status),
                                "%s at serve:%d (%s): %s: %s", what, t,
                                s->spec->serve[t].text,

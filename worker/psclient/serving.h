@@ -25,6 +25,7 @@
 
 #include <grpc/grpc.h>
 
+#include "layout.h"
 #include "spec.h"
 
 struct psc__serving;
@@ -124,6 +125,13 @@ int psc__serving_status(struct psc__serving *s, int task,
                         struct psc__serve_status *out);
 
 /* ---- what serving.c lends serving_lookup.c */
+
+/* The training shards' row map the client groups ids by. */
+const struct cm_layout_map *psc__serving_map(const struct psc__serving *s);
+
+/* 1 once, when the last call ended on a task's "rows moved" answer and the
+ * map took its rule (the caller groups its ids again and calls again). */
+int psc__serving_rows_moved(struct psc__serving *s);
 
 /* Builds shard's request of a call, or NULL when out of memory. */
 typedef grpc_byte_buffer *(*psc__sv_build)(int shard, void *ctx);

@@ -115,7 +115,8 @@ out:
 
 /* Groups ids[0..n) by shard into c (counting sort, stable). */
 static int group(struct rows_call *c, const uint64_t *ids, size_t n,
-                 int nshards, unsigned char *want) {
+                 const struct cm_layout_map *map, unsigned char *want) {
+  int nshards = map->nshards;
   size_t *at = calloc((size_t)nshards, sizeof *at);
   int *of = malloc(n * sizeof *of + 1);
   int rc = CM_ENOMEM;
@@ -126,7 +127,7 @@ static int group(struct rows_call *c, const uint64_t *ids, size_t n,
   if (!at || !of || !c->ids || !c->pos || !c->first || !c->count)
     goto out;
   for (size_t i = 0; i < n; i++) {
-    of[i] = cm_layout_id_shard(ids[i], nshards);
+    of[i] = cm_layout_map_id_shard(map, ids[i]);
     c->count[of[i]]++;
   }
   for (int sh = 1; sh < nshards; sh++)
@@ -147,9 +148,9 @@ out:
 }
 
 /* One lookup of ids[0..n) (n >= 1) of table; rows NULL: only the dim. */
-static int lookup(struct psc__serving *s, const char *table,
-                  const uint64_t *ids, size_t n, float *rows, uint8_t *found,
-                  uint64_t *versions, uint32_t *dim) {
+static int lookup_once(struct psc__serving *s, const char *table,
+                       const uint64_t *ids, size_t n, float *rows,
+                       uint8_t *found, uint64_t *versions, uint32_t *dim) {
   int nshards = psc__serving_shards(s), rc;
   unsigned char *want = calloc((size_t)nshards, 1);
   char what[256];
@@ -164,7 +165,7 @@ static int lookup(struct psc__serving *s, const char *table,
   psc__serving_caller(s, &c.caller);
   if (versions)
     memset(versions, 0, (size_t)nshards * sizeof *versions);
-  if (!want || group(&c, ids, n, nshards, want)) {
+  if (!want || group(&c, ids, n, psc__serving_map(s), want)) {
     rc = psc__serving_fail(s, CM_ENOMEM, "%s: out of memory", what);
     goto out;
   }
@@ -181,6 +182,18 @@ out:
   free(c.pos);
   free(c.first);
   free(c.count);
+  return rc;
+}
+
+/* lookup_once, and once more when a task answered that the publications
+ * place rows by another rule than the client grouped by (a job resumed from
+ * a checkpoint written before buckets): the map took the task's. */
+static int lookup(struct psc__serving *s, const char *table,
+                  const uint64_t *ids, size_t n, float *rows, uint8_t *found,
+                  uint64_t *versions, uint32_t *dim) {
+  int rc = lookup_once(s, table, ids, n, rows, found, versions, dim);
+  if (rc && psc__serving_rows_moved(s))
+    rc = lookup_once(s, table, ids, n, rows, found, versions, dim);
   return rc;
 }
 

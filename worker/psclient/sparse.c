@@ -35,7 +35,7 @@ static const char PULL_METHOD[] = "/psd.v1.Data/SparsePull";
 static const char PUSH_METHOD[] = "/psd.v1.Data/SparsePush";
 
 int psc__client_shard_of(const struct psc__client *c, uint64_t id) {
-  return cm_layout_id_shard(id, c->nshards);
+  return cm_layout_map_id_shard(&c->map, id);
 }
 
 int psc__client_table_dim(const struct psc__client *c, const char *table) {
@@ -354,7 +354,7 @@ static int replan(struct psc__scall *sc, int nr, int replans) {
   if ((rc = psc__relayout(c, c->moved, name)))
     return rc;
   if (sc->push)
-    return psc__sparse_regroup(sc, c->nshards, c->o.chunk_bytes);
+    return psc__sparse_regroup(sc, &c->map, c->o.chunk_bytes);
   psc__sparse_plan_free(sc);
   return psc__sparse_plan(sc, nr);
 }

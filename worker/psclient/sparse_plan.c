@@ -138,7 +138,7 @@ int psc__sparse_plan(struct psc__scall *sc, int nr) {
       ids[n] = id;
       first[n] = (uint32_t)k;
       /* psd's placement: the layout's shard of the id's hash. */
-      count[shard[n] = cm_layout_hash_shard(h, ns)]++;
+      count[shard[n] = cm_layout_map_hash_shard(&c->map, h)]++;
       n++;
     }
     /* The unique ids grouped by shard (a counting sort), each shard's run
@@ -250,8 +250,9 @@ void psc__sparse_plan_free(struct psc__scall *sc) {
   sc->urows = NULL;
 }
 
-int psc__sparse_regroup(struct psc__scall *sc, int nshards,
+int psc__sparse_regroup(struct psc__scall *sc, const struct cm_layout_map *map,
                         size_t chunk_bytes) {
+  int nshards = map->nshards;
   size_t ids = 0, floats = 0, nu = 0, nf = 0;
   int nm = 0;
   for (int k = 0; k < sc->nmsgs; k++)
@@ -289,7 +290,7 @@ int psc__sparse_regroup(struct psc__scall *sc, int nshards,
           continue;
         for (size_t j = 0; j < m->n; j++) {
           uint64_t id = sc->uid[m->first + j];
-          if (cm_layout_id_shard(id, nshards) != s)
+          if (cm_layout_map_id_shard(map, id) != s)
             continue;
           if (!cur || cur->n == per) {
             cur = &msgs[nm++];

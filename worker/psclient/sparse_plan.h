@@ -79,13 +79,14 @@ void psc__sparse_copy_out(struct psc__scall *sc, int nr);
  * may then make again. */
 void psc__sparse_plan_free(struct psc__scall *sc);
 
-/* A push whose layout moved to `nshards` shards: the ids of its messages
- * still pending (with their summed rows) regrouped by shard of the new
- * count (the layout's row rule, cm_layout_id_shard) and cut into
+/* A push whose layout moved to map's: the ids of its messages still
+ * pending (with their summed rows) regrouped by their shard in the new
+ * layout (cm_layout_map_id_shard) and cut into
  * messages of at most chunk_bytes of rows, which replace sc->msgs, each
  * pending, with chunk indexes from sc->chunk_next on. An acknowledged id
  * is in none. Returns 0, or CM_ENOMEM with an error in c->err (sc as it
  * was). */
-int psc__sparse_regroup(struct psc__scall *sc, int nshards, size_t chunk_bytes);
+int psc__sparse_regroup(struct psc__scall *sc, const struct cm_layout_map *map,
+                        size_t chunk_bytes);
 
 #endif

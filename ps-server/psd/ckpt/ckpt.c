@@ -9,6 +9,7 @@
 #include "ckpt_internal.h"
 #include "err.h"
 #include "fileset.h"
+#include "layout.h"
 #include "log.h"
 
 /* The step of a "ckpt-<digits>" name, or -1. */
@@ -51,7 +52,8 @@ int psd_ckpt_list(struct psd_ckpt *c, uint64_t *steps, int max) {
 }
 
 int psd_ckpt_peek(struct psd_ckpt *c, uint64_t *step, int *nshards, char *mode,
-                  size_t modelen, uint64_t *layout, char *err, size_t errlen) {
+                  size_t modelen, uint64_t *layout, int *rows, char *err,
+                  size_t errlen) {
   char dir[1100], path[1200];
   json_error_t jerr;
   if (psd_ckpt_list(c, step, 1) < 1)
@@ -70,6 +72,18 @@ int psd_ckpt_peek(struct psd_ckpt *c, uint64_t *step, int *nshards, char *mode,
   *nshards = (int)json_integer_value(n);
   if (layout)
     *layout = (uint64_t)json_integer_value(json_object_get(m, "layout"));
+  if (rows) {
+    const char *r = json_string_value(json_object_get(m, "rows"));
+    *rows = r ? cm_layout_rule_parse(r) : CM_LAYOUT_RULE_MODULO;
+    if (!*rows) {
+      snprintf(err, errlen,
+               "%s: \"rows\" is \"%.40s\"; this psd places rows by "
+               "\"buckets\" or \"modulo\" (a newer psd's checkpoint?)",
+               path, r);
+      json_decref(m);
+      return CM_EFORMAT;
+    }
+  }
   snprintf(mode, modelen, "%s", md ? md : "async");
   json_decref(m);
   return 0;
@@ -99,6 +113,7 @@ int psd_ckpt_new(struct psd_ckpt **out, const struct psd_ckpt_opts *o,
   snprintf(c->mode, sizeof c->mode, "%s", o->mode);
   c->shard = o->shard;
   c->nshards = o->nshards;
+  c->rows = o->rows ? o->rows : CM_LAYOUT_RULE_BUCKETS;
   c->layout = o->layout;
   c->optims = *o->optims;
   c->keep = o->keep > 0 ? o->keep : 1;

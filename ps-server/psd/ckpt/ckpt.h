@@ -58,6 +58,8 @@ struct psd_ckpt_opts {
                            nothing is made, cleaned or set aside */
   uint64_t layout;      /* the layout version its manifests record (0: none
                            recorded; docs/reshard.md "Live") */
+  int rows;             /* how that layout places rows (CM_LAYOUT_RULE_*),
+                           recorded as "rows"; 0: buckets */
 };
 
 /* What one write or load did. */
@@ -140,10 +142,14 @@ int psd_ckpt_restore(struct psd_ckpt *c, uint64_t step, struct psd_store *store,
 /* What the newest checkpoint's manifest says of who wrote it, unverified
  * (psd --reshard and the layout found at start): *step, *nshards, mode
  * ("sync"/"async", modelen bytes) and, when layout is not NULL, *layout (0
- * when not recorded). Returns 0, CM_ENOENT when there is no checkpoint,
- * CM_EFORMAT when its manifest cannot be read (err says why). */
+ * when not recorded), and when rows is not NULL how its rows are placed,
+ * *rows (CM_LAYOUT_RULE_*: "rows" in the manifest; none recorded, a
+ * checkpoint written before buckets, is CM_LAYOUT_RULE_MODULO). Returns 0,
+ * CM_ENOENT when there is no checkpoint, CM_EFORMAT when its manifest cannot be
+ * read (err says why). */
 int psd_ckpt_peek(struct psd_ckpt *c, uint64_t *step, int *nshards, char *mode,
-                  size_t modelen, uint64_t *layout, char *err, size_t errlen);
+                  size_t modelen, uint64_t *layout, int *rows, char *err,
+                  size_t errlen);
 
 /* Steps of the newest checkpoints present, newest first; returns how many
  * (at most max). For status and the choice of a rollback step. */

@@ -63,6 +63,7 @@ struct psd_ckpt {
   int shard;                  /* this shard */
   int nshards;                /* shards in the job */
   uint64_t layout;            /* layout version its manifests record */
+  int rows;                   /* its rule, CM_LAYOUT_RULE_* ("rows") */
   char mode[16];              /* "sync" or "async" */
   struct cm_optim_set optims; /* the job's: each variable's, checked on load */
   int keep;                   /* checkpoints kept */

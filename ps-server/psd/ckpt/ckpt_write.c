@@ -318,6 +318,12 @@ int psd_ckpt_write(struct psd_ckpt *c, struct psd_store *store,
     json_decref(m);
     m = NULL;
   }
+  /* How the layout places rows; a manifest without it is modulo's. */
+  if (m && json_object_set_new(m, "rows",
+                               json_string(cm_layout_rule_name(c->rows)))) {
+    json_decref(m);
+    m = NULL;
+  }
   if (m && dedup_json) {
     res->clients = (int)json_array_size(dedup_json);
     rc = json_object_set_new(m, "dedup", dedup_json) ? CM_ENOMEM : 0;

@@ -15,6 +15,7 @@
 
 #include "err.h"
 #include "fileset.h" /* ckpt/: the manifest's CRC-32 */
+#include "layout.h"
 #include "pubfile.h"
 #include "pubfile_internal.h"
 #include "safetensors.h"
@@ -389,6 +390,16 @@ static int check_manifest(const char *mpath, json_t *m, uint64_t version,
   p->time_unix_ms = t;
   p->shard = shard;
   p->shards = shards;
+  /* Rows by "buckets" or "modulo"; none recorded: before buckets. */
+  const char *rows = json_string_value(json_object_get(m, "rows"));
+  p->rows = rows ? cm_layout_rule_parse(rows) : CM_LAYOUT_RULE_MODULO;
+  if (!p->rows) {
+    snprintf(err, errlen,
+             "%s: \"rows\" is \"%.40s\"; this psd places rows by "
+             "\"buckets\" or \"modulo\" (a newer psd's publication?)",
+             mpath, rows);
+    return CM_EFORMAT;
+  }
   snprintf(p->job, sizeof p->job, "%s", mjob);
   return 0;
 }

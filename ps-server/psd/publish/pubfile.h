@@ -72,6 +72,8 @@ struct psd_pub {
   int64_t time_unix_ms; /* the cut's instant */
   int shard;            /* the training shard */
   int shards;           /* training shards in the job */
+  int rows;             /* how they place table rows (CM_LAYOUT_RULE_*;
+                           "rows", none recorded: modulo) */
   char job[64];         /* the job's name */
   int ndense;           /* entries of dense */
   struct psd_pub_dense *dense;

@@ -11,6 +11,7 @@
 
 #include "err.h"
 #include "fileset.h" /* ckpt/: a directory written whole */
+#include "layout.h"
 #include "log.h"
 #include "pubfile.h"
 #include "pubfile_internal.h"
@@ -135,15 +136,22 @@ static json_t *manifest(const struct psd_pub *p, const char *mode,
     json_decref(tables);
     return NULL;
   }
-  return json_pack("{s:s, s:s, s:i, s:i, s:I, s:b, s:I, s:I, s:I, s:s, s:I, "
-                   "s:s, s:I, s:o, s:o}",
-                   "format", PSD_PUB_FORMAT, "job", p->job, "shard", p->shard,
-                   "shards", p->shards, "version", (json_int_t)p->version,
-                   "full", p->full, "base", (json_int_t)p->base, "prev",
-                   (json_int_t)p->prev, "step", (json_int_t)p->step, "mode",
-                   mode, "time_unix_ms", (json_int_t)p->time_unix_ms,
-                   "dense_file", PSD__PUB_DENSE, "dense_bytes",
-                   (json_int_t)dense_bytes, "dense", dense, "tables", tables);
+  json_t *m = json_pack(
+      "{s:s, s:s, s:i, s:i, s:I, s:b, s:I, s:I, s:I, s:s, s:I, s:s, s:I, s:o, "
+      "s:o}",
+      "format", PSD_PUB_FORMAT, "job", p->job, "shard", p->shard, "shards",
+      p->shards, "version", (json_int_t)p->version, "full", p->full, "base",
+      (json_int_t)p->base, "prev", (json_int_t)p->prev, "step",
+      (json_int_t)p->step, "mode", mode, "time_unix_ms",
+      (json_int_t)p->time_unix_ms, "dense_file", PSD__PUB_DENSE, "dense_bytes",
+      (json_int_t)dense_bytes, "dense", dense, "tables", tables);
+  /* How the layout places rows; a manifest without it is modulo's. */
+  if (m && json_object_set_new(m, "rows",
+                               json_string(cm_layout_rule_name(p->rows)))) {
+    json_decref(m);
+    return NULL;
+  }
+  return m;
 }
 
 int psd_pub_write(const char *dir, const struct psd_pub *p, const char *mode,

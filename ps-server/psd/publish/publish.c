@@ -113,6 +113,7 @@ static struct cut *take(struct psd_publisher *p, int full, uint64_t step) {
   c->pub.time_unix_ms = now_unix_ms();
   c->pub.shard = p->o.shard;
   c->pub.shards = p->o.nshards;
+  c->pub.rows = p->o.rows;
   snprintf(c->pub.job, sizeof c->pub.job, "%s", p->job);
   c->pub.dense = calloc((size_t)n + 1, sizeof *c->pub.dense);
   c->pub.tables = calloc((size_t)nt + 1, sizeof *c->pub.tables);

@@ -42,6 +42,8 @@ struct psd_publisher_opts {
   const char *job;           /* job name: <root>/<job>/ps-<shard> */
   int shard;                 /* this shard */
   int nshards;               /* shards in the job */
+  int rows;                  /* how its layout places rows
+                                (CM_LAYOUT_RULE_*), recorded */
   int sync;                  /* 1: cuts come from commits (psd_publisher_cut) */
   double interval_s;         /* async: seconds between cuts, > 0 */
   int full_every;            /* >= 1 */

@@ -93,7 +93,7 @@ static int find_old(struct psd__reshard_src *src, char *err, size_t errlen) {
   if ((rc = open_ro(o->root, o->job, 0, 1, 0, 0, &c, err, errlen)))
     return rc;
   rc = psd_ckpt_peek(c, &src->step, &src->n, mode, sizeof mode, &src->layout,
-                     err, errlen);
+                     NULL, err, errlen);
   if (rc == CM_ENOENT)
     snprintf(err, errlen, "no checkpoint in %s: nothing to restore",
              psd_ckpt_dir(c));
@@ -113,7 +113,7 @@ static int find_old(struct psd__reshard_src *src, char *err, size_t errlen) {
     char mk[16];
     if ((rc = open_ro(o->root, o->job, k, src->n, 0, 0, &c, err, errlen)))
       return rc;
-    rc = psd_ckpt_peek(c, &step, &nk, mk, sizeof mk, NULL, err, errlen);
+    rc = psd_ckpt_peek(c, &step, &nk, mk, sizeof mk, NULL, NULL, err, errlen);
     if (rc == CM_ENOENT)
       snprintf(err, errlen,
                "%s holds no checkpoint, but ps-0's newest was written by %d "
@@ -216,6 +216,8 @@ static int write_and_check(const struct psd__reshard_src *src, const char *tmp,
     }
   }
   uint64_t rows = 0;
+  struct cm_layout_map map;
+  cm_layout_map_init(&map, CM_LAYOUT_RULE_BUCKETS, m);
   for (int i = 0; i < psd_tables_count(ts); i++) {
     struct psd_table_snap *s = NULL;
     if (psd_table_snapshot(psd_tables_at(ts, i), 0, &s)) {
@@ -223,13 +225,13 @@ static int write_and_check(const struct psd__reshard_src *src, const char *tmp,
       goto out;
     }
     for (size_t r = 0; r < s->nrows; r++)
-      if (cm_layout_id_shard(s->ids[r], m) != cut->shard) {
+      if (cm_layout_map_id_shard(&map, s->ids[r]) != cut->shard) {
         snprintf(err, errlen,
                  "new shard %d: table '%s' holds id %llu, which shard %d of "
                  "%d holds",
                  cut->shard, psd_table_conf(psd_tables_at(ts, i))->name,
                  (unsigned long long)s->ids[r],
-                 cm_layout_id_shard(s->ids[r], m), m);
+                 cm_layout_map_id_shard(&map, s->ids[r]), m);
         psd_table_snap_free(s);
         goto out;
       }

@@ -11,7 +11,8 @@
  * checkpoint; sync: the newest step every shard has) is cut again for the
  * M shards of the spec, exactly as a job started with M shards lays its
  * state out (the layout's rules, common/layout/layout.h): table rows go
- * to splitmix64(id) % M (cm_layout_id_shard), and each variable where
+ * to its bucket's shard in the bucket map of M (cm_layout_map_id_shard),
+ * and each variable where
  * its declaration's placement puts it among M (cm_layout_replace, the rule
  * a client that follows the move uses too): split to M row ranges
  * (cm_layout_rows), one declared on shard k stays there (by name while M
@@ -77,13 +78,14 @@ int psd_reshard_run(const struct psd_reshard_opts *o,
                     struct psd_reshard_report *r, char *err, size_t errlen);
 
 /* psd at start: the job's layout under root, from its shards' newest
- * checkpoints: *nshards and *layout (both 0 when there is none). Returns 0;
+ * checkpoints: *nshards, *layout and how it places rows, *rows
+ * (CM_LAYOUT_RULE_*; all 0 when there is none). Returns 0;
  * CM_EEXIST, err saying why, when one was written by more shards than
  * max_shards (the spec's addresses; naming the command that restores it
  * onto them), when the shards' newest checkpoints are of different
  * layouts, or when an interrupted psd --reshard must be finished first. */
 int psd_reshard_layout(const char *root, const char *job, int max_shards,
-                       int *nshards, uint64_t *layout, char *err,
+                       int *nshards, uint64_t *layout, int *rows, char *err,
                        size_t errlen);
 
 #endif

@@ -141,8 +141,11 @@ static int cut_table(struct psd__reshard_cut *cuts, int count,
     rc = CM_ENOMEM;
     goto out;
   }
+  /* The new layout's map: a fresh job's of m shards (buckets). */
+  struct cm_layout_map map;
+  cm_layout_map_init(&map, CM_LAYOUT_RULE_BUCKETS, m);
   for (size_t i = 0; i < all->nrows; i++)
-    to[i] = cm_layout_id_shard(all->ids[i], m);
+    to[i] = cm_layout_map_id_shard(&map, all->ids[i]);
   psd_table_stats(t, &ts);
   for (int j = 0; j < count; j++) {
     struct psd__reshard_cut *cut = &cuts[j];

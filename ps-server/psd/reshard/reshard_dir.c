@@ -13,6 +13,7 @@
 #include "ckpt.h"
 #include "err.h"
 #include "fileset.h"
+#include "layout.h"
 #include "log.h"
 #include "reshard_internal.h"
 
@@ -117,7 +118,7 @@ int psd__reshard_swap_in(const char *root, const char *tmp, const char *moved,
 }
 
 int psd_reshard_layout(const char *root, const char *job, int max_shards,
-                       int *nshards, uint64_t *layout, char *err,
+                       int *nshards, uint64_t *layout, int *rows, char *err,
                        size_t errlen) {
   char dir[1100], mode[16], why[1200], first[1200] = "";
   struct dirent *e;
@@ -126,6 +127,7 @@ int psd_reshard_layout(const char *root, const char *job, int max_shards,
 
   *nshards = 0;
   *layout = 0;
+  *rows = 0;
   snprintf(dir, sizeof dir, "%s/%s", root, job);
   if (!(d = opendir(dir))) {
     /* No job directory: new, or a reshard stopped between two renames. */
@@ -167,12 +169,13 @@ int psd_reshard_layout(const char *root, const char *job, int max_shards,
     struct cm_optim_set none;
     struct psd_ckpt *c = NULL;
     uint64_t step, lay;
-    int n;
+    int n, r;
     memset(&none, 0, sizeof none);
     o.optims = &none;
     if (psd_ckpt_new(&c, &o, why, sizeof why))
       continue;
-    if (psd_ckpt_peek(c, &step, &n, mode, sizeof mode, &lay, why, sizeof why)) {
+    if (psd_ckpt_peek(c, &step, &n, mode, sizeof mode, &lay, &r, why,
+                      sizeof why)) {
       psd_ckpt_free(c);
       continue;
     }
@@ -185,17 +188,20 @@ int psd_reshard_layout(const char *root, const char *job, int max_shards,
                max_shards == 1 ? "" : "es", max_shards,
                max_shards == 1 ? "" : "s");
       rc = CM_EEXIST;
-    } else if (*nshards && (n != *nshards || lay != *layout)) {
+    } else if (*nshards && (n != *nshards || lay != *layout || r != *rows)) {
       snprintf(err, errlen,
-               "%s/ckpt-%010llu is of layout %llu of %d shards, but %s is of "
-               "layout %llu of %d: not one layout's checkpoints",
+               "%s/ckpt-%010llu is of layout %llu of %d shards (rows by %s), "
+               "but %s is of layout %llu of %d (rows by %s): not one "
+               "layout's checkpoints",
                psd_ckpt_dir(c), (unsigned long long)step,
-               (unsigned long long)lay, n, first, (unsigned long long)*layout,
-               *nshards);
+               (unsigned long long)lay, n, cm_layout_rule_name(r), first,
+               (unsigned long long)*layout, *nshards,
+               cm_layout_rule_name(*rows));
       rc = CM_EEXIST;
     } else if (!*nshards) {
       *nshards = n;
       *layout = lay;
+      *rows = r;
       snprintf(first, sizeof first, "%s/ckpt-%010llu", psd_ckpt_dir(c),
                (unsigned long long)step);
     }
@@ -205,6 +211,7 @@ int psd_reshard_layout(const char *root, const char *job, int max_shards,
   if (rc) {
     *nshards = 0;
     *layout = 0;
+    *rows = 0;
   }
   return rc;
 }

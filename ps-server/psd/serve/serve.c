@@ -23,6 +23,7 @@ int psd_serve_new(struct psd_serve **out, const struct psd_serve_conf *c) {
   s->replica = c->replica;
   s->shard = c->shard;
   s->shards = c->shards;
+  cm_layout_map_init(&s->map, CM_LAYOUT_RULE_BUCKETS, s->shards);
   s->seed = c->seed;
   s->max_message = c->max_message;
   if (c->defaults)
@@ -278,6 +279,10 @@ int psd_serve_apply(struct psd_serve *s, struct psd_pub *p, char *err,
   s->ndense = p->ndense;
   pr.dense = NULL;
   s->version = p->version;
+  if (s->map.rule != (p->rows == CM_LAYOUT_RULE_MODULO
+                          ? CM_LAYOUT_RULE_MODULO
+                          : CM_LAYOUT_RULE_BUCKETS))
+    cm_layout_map_init(&s->map, p->rows, s->shards);
   s->base = p->full ? p->version : s->base;
   s->step = p->step;
   s->time_unix_ms = p->time_unix_ms;

@@ -17,6 +17,7 @@
 #include <stdint.h>
 #include <time.h>
 
+#include "layout.h"
 #include "request.h"
 #include "rpc_server.h"
 #include "serve.h"
@@ -71,6 +72,9 @@ struct psd_serve {
   struct psd__serve_dense *dense; /* owned, ndense: the version's */
   int ndense;                     /* entries in dense */
   uint64_t version, base, step;   /* 0 version: nothing loaded */
+  struct cm_layout_map map;       /* the version's row map: which ids are
+                                     this shard's (a fresh job's buckets
+                                     until one is loaded) */
   int64_t time_unix_ms;           /* the version's cut */
 
   /* The follower (psd's loop only; the counters under stat_lock). */

@@ -69,19 +69,42 @@ static uint64_t *take_ids(struct psd_serve *s, struct cm_rpc_call *call,
   }
   if (req->ids.len)
     memcpy(ids, req->ids.data, req->ids.len);
-  for (size_t i = 0; i < *n; i++) {
-    int owner = cm_layout_id_shard(ids[i], s->shards);
+  return ids;
+}
+
+/* Under the lock: each id held by this task's shard in the row map of the
+ * publication held, which the caller planned for. Returns 0, or -1 once
+ * answered: FAILED_PRECONDITION "rows moved" naming the map's rule when the
+ * caller placed rows by another (the client takes it and asks again),
+ * INVALID_ARGUMENT naming an id of another shard. */
+static int check_owner(struct psd_serve *s, struct cm_rpc_call *call,
+                       const Psd__V1__LookupRequest *req, const uint64_t *ids,
+                       size_t n) {
+  char rule[96];
+  if (n && req->caller && req->caller->rows &&
+      req->caller->rows != s->map.rule) {
+    fail(s, call, GRPC_STATUS_FAILED_PRECONDITION,
+         "rows moved: serve:%d places rows by %s (%s), as version %llu of "
+         "shard %d does; the lookup was planned by %s",
+         s->replica, cm_layout_rule_name(s->map.rule),
+         cm_layout_map_text(&s->map, rule, sizeof rule),
+         (unsigned long long)s->version, s->shard,
+         cm_layout_rule_name(req->caller->rows));
+    return -1;
+  }
+  for (size_t i = 0; i < n; i++) {
+    int owner = cm_layout_map_id_shard(&s->map, ids[i]);
     if (owner != s->shard) {
       fail(s, call, GRPC_STATUS_INVALID_ARGUMENT,
            "Lookup '%.200s': id %llu (position %zu) belongs to shard %d, not "
-           "shard %d, which serve:%d serves (" CM_LAYOUT_ID_RULE ")",
-           t, (unsigned long long)ids[i], i, owner, s->shard, s->replica,
-           s->shards);
-      free(ids);
-      return NULL;
+           "shard %d, which serve:%d serves (%s)",
+           req->table ? req->table : "", (unsigned long long)ids[i], i, owner,
+           s->shard, s->replica,
+           cm_layout_map_text(&s->map, rule, sizeof rule));
+      return -1;
     }
   }
-  return ids;
+  return 0;
 }
 
 /* Under the lock: the asked dense variables (into *out, n of them), and
@@ -172,6 +195,9 @@ static void on_lookup(struct cm_rpc_call *call, grpc_byte_buffer *bb,
            (unsigned long long)req->min_version, (unsigned long long)newest);
     goto out;
   }
+  if (check_owner(s, call, req, ids, n))
+    goto out;
+  resp.rows = s->map.rule;
   struct psd__serve_tab *tab = NULL;
   if (tname[0] && !(tab = psd__serve_find(s, tname))) {
     fail(s, call, GRPC_STATUS_NOT_FOUND,
@@ -270,6 +296,7 @@ static void on_status(struct cm_rpc_call *call, grpc_byte_buffer *bb,
   resp.num_shards = s->shards;
   resp.job = s->job;
   resp.mode = "serving";
+  resp.rows = (char *)cm_layout_rule_name(s->map.rule);
   resp.errors = st->errors;
   resp.unauthenticated = s->rpc ? cm_server_unauthenticated(s->rpc) : 0;
   resp.max_message_bytes = s->max_message;

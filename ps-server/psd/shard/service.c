@@ -16,6 +16,7 @@
 
 #include "dedup.h"
 #include "err.h"
+#include "layout.h"
 #include "log.h"
 #include "steps.h"
 
@@ -48,6 +49,7 @@ int psd_service_new(struct psd_service **out, struct psd_store *store,
   svc->store = store;
   svc->shard = shard;
   svc->nshards = nshards;
+  cm_layout_map_init(&svc->map, CM_LAYOUT_RULE_BUCKETS, nshards);
   svc->nworkers = nworkers;
   psd_service_set_limits(svc, NULL);
   snprintf(svc->job, sizeof svc->job, "%s", job);
@@ -130,6 +132,8 @@ void psd_service_set_reshard_note(struct psd_service *svc,
 void psd_service_set_self(struct psd_service *svc,
                           const struct cm_request_self *self) {
   svc->host.self = self;
+  if (self && self->rows)
+    cm_layout_map_init(&svc->map, self->rows, svc->nshards);
 }
 
 void psd_service_set_coord(struct psd_service *svc, struct psd_coord *coord) {

@@ -38,6 +38,7 @@
 #include <time.h>
 
 #include "hist.h"
+#include "layout.h"
 #include "ps.pb-c.h"
 #include "request.h"
 #include "rpc_server.h"
@@ -60,6 +61,9 @@ struct psd_service {
   struct psd_store *store;     /* borrowed */
   int shard;                   /* this shard's index */
   int nshards;                 /* shards in the job */
+  struct cm_layout_map map;    /* the layout's row map: which rows are this
+                                  shard's (the self's rule, else a fresh
+                                  job's buckets) */
   int nworkers;                /* workers in the job: valid indices */
   struct psd_limits limits;    /* what requests may ask (service.h) */
   int held_is_memory;          /* limits.max_held is the machine's RAM */

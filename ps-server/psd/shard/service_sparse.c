@@ -6,7 +6,7 @@
  * push's gradients (field 15) are read once into a buffer and applied, or
  * staged for a sync step (sstage.h). Every id is checked first, against
  * the table's bound and this shard's share of the ids (the layout's,
- * cm_layout_id_shard), and a push's width against the table's dim, so a
+ * cm_layout_map_id_shard), and a push's width against the table's dim, so a
  * refused call changes nothing. A sync pull for the step after the last
  * one closed is parked like a dense one (service_pull.c). The version
  * either answer carries is, in sync mode, the steps committed; in async
@@ -85,13 +85,14 @@ static int check_ids(struct psd_service *svc, struct cm_rpc_call *call,
                 (unsigned long long)c->id_bound);
       return -1;
     }
-    int owner = cm_layout_id_shard(ids[i], svc->nshards);
+    int owner = cm_layout_map_id_shard(&svc->map, ids[i]);
     if (owner != svc->shard) {
+      char rule[96];
       psd__fail(svc, call, GRPC_STATUS_INVALID_ARGUMENT,
                 "%s '%s': id %llu (position %zu) belongs to shard %d, not "
-                "shard %d (" CM_LAYOUT_ID_RULE ")",
+                "shard %d (%s)",
                 what, c->name, (unsigned long long)ids[i], i, owner, svc->shard,
-                svc->nshards);
+                cm_layout_map_text(&svc->map, rule, sizeof rule));
       return -1;
     }
   }

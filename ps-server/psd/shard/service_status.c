@@ -140,6 +140,7 @@ void psd__on_status(struct cm_rpc_call *call, grpc_byte_buffer *bb, void *ctx) {
   resp.boot = svc->host.self ? svc->host.self->boot : 0;
   resp.layout = svc->host.self ? svc->host.self->layout : 0;
   resp.standby = svc->shard >= svc->nshards;
+  resp.rows = (char *)cm_layout_rule_name(svc->map.rule);
   char note[600] = "";
   if (svc->reshard_note)
     svc->reshard_note(svc->reshard_ctx, note, sizeof note);

@@ -2,8 +2,8 @@
  * tables").
  *
  * A row is keyed by a u64 id. The shard that holds an id is the layout's
- * (common/layout/layout.h, cm_layout_id_shard): splitmix64(id) mod
- * nshards, so consecutive ids spread. A row is one record: its id, its
+ * (common/layout/layout.h, cm_layout_map_id_shard): its bucket's in the
+ * job's bucket map, so consecutive ids spread. A row is one record: its id, its
  * statistics (pushes that touched it, the last step one did, its optimizer's
  * update count, the checkpoint generation it last changed in), its value (dim
  * floats) and its optimizer state (cm_rowopt_nstate floats), together.
