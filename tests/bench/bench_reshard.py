@@ -350,10 +350,12 @@ def reshard(d, b=None, rows=ROWS, rounds=ROUNDS):
     pl_rows = [rows / s for s in res["pull_s"]]
     rs_med, pl_med = med(res["rs_s"]), med(res["pull_s"])
     say("bench reshard migrate from=2 to=3 rows=%d dim=%d table_state=adagrad dense_elems=%d "
-        "dense_opt=adam rows_moved=%d counted_bytes=%d file_bytes=%d reshard_s=%.2f "
+        "dense_opt=adam rows_moved=%d moved_fraction=%.3f (goal <= 0.36: %s) "
+        "counted_bytes=%d file_bytes=%d reshard_s=%.2f "
         "rows_per_s=%.0f bytes_per_s=%.0f pull_s=%.2f pull_rows_per_s=%.0f pull_bytes=%d "
         "pull_bytes_per_s=%.0f ratio_rows=%.2f ratio_bytes=%.2f rounds=%s"
-        % (rows, DIM, elems, moved, counted, files, rs_med, rows / rs_med, counted / rs_med,
+        % (rows, DIM, elems, moved, moved / rows, "met" if moved <= 0.36 * rows else "NOT met",
+           counted, files, rs_med, rows / rs_med, counted / rs_med,
            pl_med, rows / pl_med, pull_bytes, pull_bytes / pl_med, pl_med / rs_med,
            (counted / rs_med) / (pull_bytes / pl_med),
            ",".join("%.0f/%.0f" % x for x in zip(rs_rows, pl_rows))))
