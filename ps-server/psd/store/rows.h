@@ -48,7 +48,7 @@ struct psd_rows {
 };
 
 /* The hash rows are indexed and striped by: splitmix64's finalizer over a
- * constant, independent of the shard rule (cm_layout_id_shard). */
+ * constant, independent of the shard rule (cm_layout_map_id_shard). */
 static inline uint64_t psd_rows_hash(uint64_t id) {
   return cm_mix64(id ^ 0x6a09e667f3bcc908ull);
 }
