@@ -64,6 +64,30 @@ void cm_layout_map_init(struct cm_layout_map *m, int rule, int nshards) {
     memset(m->shard, 0, sizeof m->shard);
 }
 
+int cm_layout_moves(int from, int to, uint16_t *buckets) {
+  uint16_t a[CM_LAYOUT_BUCKETS], b[CM_LAYOUT_BUCKETS];
+  int n = 0;
+  buckets_of(a, from);
+  buckets_of(b, to);
+  for (unsigned k = 0; k < CM_LAYOUT_BUCKETS; k++)
+    if (a[k] != b[k])
+      buckets[n++] = (uint16_t)k;
+  return n;
+}
+
+int cm_layout_map_moving(struct cm_layout_map *m, int from, int to, int done) {
+  uint16_t target[CM_LAYOUT_BUCKETS];
+  int n = 0;
+  m->rule = CM_LAYOUT_RULE_BUCKETS;
+  buckets_of(m->shard, from);
+  buckets_of(target, to);
+  for (unsigned k = 0; k < CM_LAYOUT_BUCKETS; k++)
+    if (m->shard[k] != target[k] && n++ < done)
+      m->shard[k] = target[k];
+  m->nshards = done >= n ? to : (from > to ? from : to);
+  return n;
+}
+
 const char *cm_layout_rule_name(int rule) {
   return rule == CM_LAYOUT_RULE_MODULO ? "modulo" : "buckets";
 }

@@ -82,6 +82,24 @@ struct cm_layout_map {
  * when a layout changes, not per call. */
 void cm_layout_map_init(struct cm_layout_map *m, int rule, int nshards);
 
+/* ---- A move between two counts (a live reshard, bucket by bucket) ---- */
+
+/* The buckets whose shard differs between the maps of `from` and `to`
+ * shards, ascending: the moves from one to the other, in the order they
+ * are made. Writes them to buckets (room for CM_LAYOUT_BUCKETS) and
+ * returns how many. For from < to they all go to shards from..to-1; for
+ * from > to they all leave shards to..from-1; the moves of from -> to are
+ * those of to -> from. */
+int cm_layout_moves(int from, int to, uint16_t *buckets);
+
+/* The map partway through the move from `from` shards to `to`: from's
+ * map with its first `done` moves (cm_layout_moves) made, each bucket on
+ * to's shard. Its count is the larger of the two until every move is made
+ * (both layouts' shards hold rows meanwhile), then `to`. Returns the
+ * number of moves; done is taken as at most that. Every party that knows
+ * (from, to, done) computes the same map. */
+int cm_layout_map_moving(struct cm_layout_map *m, int from, int to, int done);
+
 /* The shard of a row whose id hashes to h (cm_layout_id_hash). */
 static inline int cm_layout_map_hash_shard(const struct cm_layout_map *m,
                                            uint64_t h) {

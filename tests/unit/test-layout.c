@@ -123,6 +123,45 @@ START_TEST(buckets_balance_and_move_least) {
 }
 END_TEST
 
+/* A move bucket by bucket: partway maps go from one count's map to the
+ * other's one bucket at a time, in cm_layout_moves's order, each bucket to
+ * its shard in the target; both directions make the same moves. */
+START_TEST(moves_bucket_by_bucket) {
+  static struct cm_layout_map m, a, b, prev;
+  static uint16_t mv[CM_LAYOUT_BUCKETS], back[CM_LAYOUT_BUCKETS];
+  static const int pairs[][2] = {{2, 3}, {3, 2}, {1, 4}, {8, 5}, {5, 5}};
+  for (size_t p = 0; p < sizeof pairs / sizeof *pairs; p++) {
+    int from = pairs[p][0], to = pairs[p][1];
+    int n = cm_layout_moves(from, to, mv);
+    ck_assert_int_eq(cm_layout_moves(to, from, back), n);
+    ck_assert_mem_eq(mv, back, (size_t)n * sizeof *mv);
+    cm_layout_map_init(&a, CM_LAYOUT_RULE_BUCKETS, from);
+    cm_layout_map_init(&b, CM_LAYOUT_RULE_BUCKETS, to);
+    for (int k = 1; k < n; k++)
+      ck_assert_uint_lt(mv[k - 1], mv[k]);
+    const int dones[] = {0, 1, 2, n / 2, n / 2 + 1, n - 1, n};
+    for (size_t d = 0; d < sizeof dones / sizeof *dones; d++) {
+      int done = dones[d] < 0 ? 0 : dones[d] > n ? n : dones[d];
+      ck_assert_int_eq(cm_layout_map_moving(&m, from, to, done), n);
+      ck_assert_int_eq(m.rule, CM_LAYOUT_RULE_BUCKETS);
+      ck_assert_int_eq(m.nshards, done == n ? to : (from > to ? from : to));
+      for (int k = 0; k < n; k++)
+        ck_assert_int_eq(m.shard[mv[k]],
+                         k < done ? b.shard[mv[k]] : a.shard[mv[k]]);
+      /* One move more than the map before differs in that bucket alone. */
+      if (d && done == dones[d - 1] + 1)
+        for (unsigned k = 0; k < CM_LAYOUT_BUCKETS; k++)
+          ck_assert(m.shard[k] == prev.shard[k] || k == mv[done - 1]);
+      prev = m;
+    }
+    ck_assert_mem_eq(m.shard, b.shard, sizeof b.shard);
+    cm_layout_map_moving(&m, from, to, n + 7); /* past the end: done */
+    ck_assert_mem_eq(m.shard, b.shard, sizeof b.shard);
+  }
+  ck_assert_int_eq(cm_layout_moves(2, 3, mv), (int)(CM_LAYOUT_BUCKETS / 3));
+}
+END_TEST
+
 /* Rows: 2 -> 3 moves a third of 200,000 random ids (at most 0.36, the
  * issue's bound), where splitmix64(id) % n moved two thirds. */
 START_TEST(rows_moved_two_to_three) {
@@ -414,6 +453,7 @@ static Suite *layout_suite(void) {
   tcase_add_test(pin, buckets_pinned);
   tcase_add_test(pin, buckets_balance_and_move_least);
   tcase_add_test(pin, rows_moved_two_to_three);
+  tcase_add_test(pin, moves_bucket_by_bucket);
   tcase_add_test(pin, rule_names);
   tcase_add_test(pin, name_hash_is_fnv1a);
   tcase_add_test(pin, placement_pinned);
