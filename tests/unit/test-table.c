@@ -311,6 +311,105 @@ START_TEST(pull_mixes_stored_and_not_admitted) {
 }
 END_TEST
 
+/* A live move of some buckets: the first copy holds exactly the rows of
+ * those buckets, a delta the ones of them pushed since and the ones
+ * evicted since, and a destination restored from both equals the source's
+ * rows there; dropping them leaves the other buckets' rows, and the
+ * checkpoints' next delta says they are gone. */
+START_TEST(move_copies_buckets_then_changes_then_drops) {
+  struct cm_table_conf c;
+  struct psd_table *t = make(CM_ROWOPT_ADAGRAD, 4, &c), *dst;
+  psd_table_free(t);
+  c.evict_min_count = 2; /* a row pushed once goes at the next shrink */
+  char err[128];
+  ck_assert_int_eq(psd_table_new(&t, &c, 9, err, sizeof err), 0);
+  ck_assert_int_eq(psd_table_new(&dst, &c, 9, err, sizeof err), 0);
+  uint8_t set[CM_LAYOUT_BUCKETS / 8] = {0};
+  for (unsigned b = 0; b < CM_LAYOUT_BUCKETS; b += 3) /* a third of them */
+    set[b >> 3] |= (uint8_t)(1u << (b & 7));
+#define IN(id)                                                                 \
+  (set[cm_layout_bucket(cm_layout_id_hash(id)) >> 3] >>                        \
+       (cm_layout_bucket(cm_layout_id_hash(id)) & 7) &                         \
+   1)
+  enum { N = 3000 };
+  float g[4] = {1, 2, 3, 4};
+  size_t mine = 0;
+  for (uint64_t id = 0; id < N; id++) {
+    psd_table_push(t, &id, 1, g, 1, 1);
+    psd_table_push(t, &id, 1, g, 1, 1); /* twice: kept by shrink */
+    mine += IN(id);
+  }
+  struct psd_table_snap *s0 = NULL, *s1 = NULL, *ck = NULL, *ck2 = NULL;
+  ck_assert_int_eq(psd_table_snapshot(t, 0, &ck), 0); /* a checkpoint */
+  ck_assert_int_eq(psd_table_move_snapshot(t, set, 1, &s0), 0);
+  ck_assert(!s0->delta); /* the first: every row of the set */
+  ck_assert_uint_eq(s0->nrows, mine);
+  ck_assert_uint_gt(mine, N / 4);
+  for (size_t k = 0; k < s0->nrows; k++)
+    ck_assert(IN(s0->ids[k]));
+  /* Meanwhile: pushes in and out of the set, new rows, an eviction. */
+  uint64_t pushed_in = 0, pushed_out = 0, gone = 0, fresh = N + 1;
+  while (!IN(pushed_in))
+    pushed_in++;
+  while (IN(pushed_out))
+    pushed_out++;
+  while (!IN(fresh))
+    fresh++;
+  psd_table_push(t, &pushed_in, 1, g, 1, 2);
+  psd_table_push(t, &pushed_out, 1, g, 1, 2);
+  psd_table_push(t, &fresh, 1, g, 1, 2); /* once: evicted by the shrink */
+  uint64_t ev = 0;
+  psd_table_shrink(t, 3, &ev);
+  ck_assert_uint_eq(ev, 1);
+  gone = fresh;
+  psd_table_push(t, &pushed_in, 1, g, 1, 3);
+  ck_assert_int_eq(psd_table_move_snapshot(t, set, 1, &s1), 0);
+  ck_assert(s1->delta);
+  ck_assert_uint_eq(s1->nrows, 1);
+  ck_assert_uint_eq(s1->ids[0], pushed_in);
+  ck_assert_uint_eq(s1->nevicted, 1);
+  ck_assert_uint_eq(s1->evicted[0], gone);
+  /* The destination from both equals the source in the set. */
+  ck_assert_int_eq(psd_table_restore(dst, s0), 0);
+  ck_assert_int_eq(psd_table_restore(dst, s1), 0);
+  for (uint64_t id = 0; id < N + 100; id++) {
+    float a[8], b[8];
+    struct psd_row_stats x, y;
+    int ra = psd_table_get(t, id, a, a + 4, &x);
+    int rb = psd_table_get(dst, id, b, b + 4, &y);
+    if (!IN(id)) {
+      ck_assert_int_eq(rb, CM_ENOENT);
+      continue;
+    }
+    ck_assert_int_eq(ra, rb);
+    if (ra == 0) {
+      ck_assert_mem_eq(a, b, sizeof a);
+      ck_assert_uint_eq(x.count, y.count);
+    }
+  }
+  /* Handed over: the source drops the set's rows, keeps the others. */
+  psd_table_move_end(t);
+  uint64_t dropped = 0;
+  ck_assert_int_eq(psd_table_drop_buckets(t, set, &dropped), 0);
+  ck_assert_uint_eq(dropped, mine);
+  ck_assert_int_eq(psd_table_get(t, pushed_in, NULL, NULL, NULL), CM_ENOENT);
+  ck_assert_int_eq(psd_table_get(t, pushed_out, NULL, NULL, NULL), 0);
+  struct psd_table_stats st;
+  psd_table_stats(t, &st);
+  ck_assert_uint_eq(st.rows, N - mine);
+  /* The checkpoints' next delta removes them. */
+  ck_assert_int_eq(psd_table_snapshot(t, 1, &ck2), 0);
+  ck_assert_uint_eq(ck2->nevicted, mine + 1); /* and the shrink's */
+#undef IN
+  psd_table_snap_free(s0);
+  psd_table_snap_free(s1);
+  psd_table_snap_free(ck);
+  psd_table_snap_free(ck2);
+  psd_table_free(dst);
+  psd_table_free(t);
+}
+END_TEST
+
 START_TEST(eviction_top_and_memory) {
   struct cm_table_conf c;
   struct psd_table *t = make(CM_ROWOPT_ADAGRAD, 16, &c);
@@ -488,6 +587,7 @@ static Suite *table_suite(void) {
   tcase_add_test(tc, admission_count_and_probability);
   tcase_add_test(tc, pull_mixes_stored_and_not_admitted);
   tcase_add_test(tc, eviction_top_and_memory);
+  tcase_add_test(tc, move_copies_buckets_then_changes_then_drops);
   tcase_add_test(tc, snapshot_is_one_instant);
   tcase_add_test(tc, full_then_deltas_restore);
   suite_add_tcase(s, tc);

@@ -174,6 +174,28 @@ void psd_table_snap_free(struct psd_table_snap *s);
 int psd_table_pub_snapshot(struct psd_table *t, int full,
                            struct psd_table_snap **out);
 
+/* ---- A live move of some buckets to another shard ---- */
+
+/* A live move's copy of the rows in a set of buckets (a bitset of
+ * CM_LAYOUT_BUCKETS bits, bucket b at bit b % 8 of byte b / 8): every
+ * such row, or with delta (and a move snapshot taken before) those of
+ * them changed since the previous one and the ids of them evicted since;
+ * with state and stats, as a checkpoint's, for the destination's
+ * psd_table_restore. The move's place then moves to now; its evictions are
+ * kept until psd_table_move_end. Returns 0 or CM_ENOMEM. */
+int psd_table_move_snapshot(struct psd_table *t, const uint8_t *buckets,
+                            int delta, struct psd_table_snap **out);
+
+/* Ends the move: its snapshots start over, its evictions are not kept. */
+void psd_table_move_end(struct psd_table *t);
+
+/* Drops every row of the buckets in the set (handed over to another
+ * shard), as evictions: the next checkpoint and publication deltas say
+ * they are gone. *dropped: the rows dropped. Returns 0 or CM_ENOMEM
+ * (the rows before are dropped). */
+int psd_table_drop_buckets(struct psd_table *t, const uint8_t *buckets,
+                           uint64_t *dropped);
+
 /* A page for export: the up to max_rows stored rows with the smallest ids
  * above `after` (all ids without has_after), sorted, copied with every
  * stripe held. delta 0, gen 0, no evicted ids. Returns 0 or CM_ENOMEM. */

@@ -41,6 +41,7 @@ struct pend {
 enum psd__cursor_of {
   PSD__CKPT, /* checkpoints' (psd_table_snapshot) */
   PSD__PUB,  /* publications' (psd_table_pub_snapshot) */
+  PSD__MOVE, /* a live move's (psd_table_move_snapshot): its buckets' */
   PSD__NCURSORS
 };
 
@@ -63,8 +64,9 @@ struct stripe {
   struct pend *pend;    /* pcap slots */
   size_t pcap, npend;
   struct evlist ev[PSD__NCURSORS]; /* by cursor: the checkpoints' always
-                                      kept, the publications' once one was
-                                      taken (cur[PSD__PUB].snapped) */
+                                      kept, the publications' and a move's
+                                      once one was taken (cur[c].snapped;
+                                      a move's until it ends) */
 };
 
 struct psd_table {

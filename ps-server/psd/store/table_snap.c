@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "err.h"
+#include "layout.h"
 #include "table_internal.h"
 
 static void lock_all(struct psd_table *t) {
@@ -79,10 +80,19 @@ static struct psd_table_snap *copy_out(const struct psd_table *t,
   return s;
 }
 
+/* Whether id's bucket is in the set (a bitset of CM_LAYOUT_BUCKETS bits;
+ * NULL: every bucket). */
+static int in_buckets(const uint8_t *set, uint64_t id) {
+  unsigned b = cm_layout_bucket(cm_layout_id_hash(id));
+  return !set || (set[b >> 3] >> (b & 7) & 1);
+}
+
 /* Live records matching (delta: changed since base gen; page: id above
- * after), into a new array (*n of them). Stripes held. */
+ * after; buckets: in that set), into a new array (*n of them). Stripes
+ * held. */
 static struct pick *collect(struct psd_table *t, int delta, uint64_t base,
-                            int has_after, uint64_t after, size_t *n) {
+                            int has_after, uint64_t after,
+                            const uint8_t *buckets, size_t *n) {
   size_t total = 0, k = 0;
   for (int i = 0; i < PSD__NSTRIPES; i++)
     total += psd_rows_live(&t->st[i].rows);
@@ -94,7 +104,7 @@ static struct pick *collect(struct psd_table *t, int delta, uint64_t base,
     for (size_t r = 0; r < psd_rows_used(&s->rows); r++) {
       struct rec *x = psd__rec_at(s, r);
       if (!x->live || (delta && x->gen <= base) ||
-          (has_after && x->id <= after))
+          (has_after && x->id <= after) || !in_buckets(buckets, x->id))
         continue;
       p[k++] = (struct pick){x->id, x};
     }
@@ -103,12 +113,13 @@ static struct pick *collect(struct psd_table *t, int delta, uint64_t base,
   return p;
 }
 
-/* The ids evicted since cursor c's last snapshot, sorted, into s
- * (stripes held). The publications' leave out the ids s holds as rows
- * (stored again since) and repeats (evicted, stored, evicted again); a
- * checkpoint's keep them, as its files always have. */
+/* The ids evicted since cursor c's last snapshot (a move's: those of its
+ * buckets), sorted, into s (stripes held). The publications' and a
+ * move's leave out the ids s holds as rows (stored again since) and
+ * repeats (evicted, stored, evicted again); a checkpoint's keep them, as
+ * its files always have. */
 static int take_evicted(struct psd_table *t, enum psd__cursor_of c,
-                        struct psd_table_snap *s) {
+                        const uint8_t *buckets, struct psd_table_snap *s) {
   size_t total = 0, k = 0, j = 0;
   for (int i = 0; i < PSD__NSTRIPES; i++)
     total += t->st[i].ev[c].n;
@@ -124,12 +135,14 @@ static int take_evicted(struct psd_table *t, enum psd__cursor_of c,
   qsort(ids, total, sizeof *ids, cmp_u64);
   s->evicted = ids;
   s->nevicted = total;
-  if (c != PSD__PUB)
+  if (c == PSD__CKPT)
     return 0;
   /* Both sorted: drop those among the rows, and repeats. */
   k = 0;
   for (size_t i = 0; i < total; i++) {
     uint64_t id = ids[i];
+    if (!in_buckets(buckets, id))
+      continue;
     while (j < s->nrows && s->ids[j] < id)
       j++;
     if ((j < s->nrows && s->ids[j] == id) || (k && ids[k - 1] == id))
@@ -145,7 +158,7 @@ static int take_evicted(struct psd_table *t, enum psd__cursor_of c,
  * c's last one and the ids evicted since; then c moves to now. A
  * publication's rows carry values only. */
 static int snapshot(struct psd_table *t, enum psd__cursor_of c, int delta,
-                    struct psd_table_snap **out) {
+                    const uint8_t *buckets, struct psd_table_snap **out) {
   struct cursor *cur = &t->cur[c];
   struct psd_table_snap *s = NULL;
   size_t n = 0;
@@ -153,9 +166,9 @@ static int snapshot(struct psd_table *t, enum psd__cursor_of c, int delta,
   lock_all(t);
   delta = delta && cur->snapped;
   uint64_t base = cur->gen;
-  struct pick *p = collect(t, delta, base, 0, 0, &n);
+  struct pick *p = collect(t, delta, base, 0, 0, buckets, &n);
   if (!p || !(s = copy_out(t, p, n, c == PSD__PUB)) ||
-      (delta && take_evicted(t, c, s)))
+      (delta && take_evicted(t, c, buckets, s)))
     goto out;
   s->delta = delta;
   s->base_gen = delta ? base : 0;
@@ -180,12 +193,48 @@ out:
 
 int psd_table_snapshot(struct psd_table *t, int delta,
                        struct psd_table_snap **out) {
-  return snapshot(t, PSD__CKPT, delta, out);
+  return snapshot(t, PSD__CKPT, delta, NULL, out);
 }
 
 int psd_table_pub_snapshot(struct psd_table *t, int full,
                            struct psd_table_snap **out) {
-  return snapshot(t, PSD__PUB, !full, out);
+  return snapshot(t, PSD__PUB, !full, NULL, out);
+}
+
+static int evict(struct psd_table *t, struct stripe *s, size_t k);
+
+int psd_table_move_snapshot(struct psd_table *t, const uint8_t *buckets,
+                            int delta, struct psd_table_snap **out) {
+  return snapshot(t, PSD__MOVE, delta, buckets, out);
+}
+
+void psd_table_move_end(struct psd_table *t) {
+  lock_all(t);
+  t->cur[PSD__MOVE].snapped = 0;
+  for (int i = 0; i < PSD__NSTRIPES; i++)
+    t->st[i].ev[PSD__MOVE].n = 0;
+  unlock_all(t);
+}
+
+int psd_table_drop_buckets(struct psd_table *t, const uint8_t *buckets,
+                           uint64_t *dropped) {
+  int rc = 0;
+  *dropped = 0;
+  lock_all(t);
+  for (int i = 0; i < PSD__NSTRIPES && !rc; i++) {
+    struct stripe *s = &t->st[i];
+    for (size_t r = 0; r < psd_rows_used(&s->rows) && !rc; r++) {
+      struct rec *x = psd__rec_at(s, r);
+      if (!x->live || !in_buckets(buckets, x->id))
+        continue;
+      /* As an eviction: the next checkpoint's and publication's deltas
+       * say the row is gone from here. */
+      if (!(rc = evict(t, s, r)))
+        (*dropped)++;
+    }
+  }
+  unlock_all(t);
+  return rc;
 }
 
 int psd_table_page(struct psd_table *t, int has_after, uint64_t after,
@@ -193,7 +242,7 @@ int psd_table_page(struct psd_table *t, int has_after, uint64_t after,
   size_t n = 0;
   struct psd_table_snap *s = NULL;
   lock_all(t);
-  struct pick *p = collect(t, 0, 0, has_after, after, &n);
+  struct pick *p = collect(t, 0, 0, has_after, after, NULL, &n);
   if (p) {
     qsort(p, n, sizeof *p, cmp_pick);
     s = copy_out(t, p, n < max_rows ? n : max_rows, 0);
@@ -282,7 +331,7 @@ int psd_table_top(struct psd_table *t, size_t k, uint64_t *ids,
                   struct psd_row_stats *stats, size_t *n) {
   size_t m = 0;
   lock_all(t);
-  struct pick *p = collect(t, 0, 0, 0, 0, &m);
+  struct pick *p = collect(t, 0, 0, 0, 0, NULL, &m);
   if (p) {
     qsort(p, m, sizeof *p, cmp_hot);
     *n = m < k ? m : k;
