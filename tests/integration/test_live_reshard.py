@@ -223,14 +223,8 @@ class LiveReshardTest(LiveBase):
         self.assertIn("place table rows by splitmix64(id) % 1 (written before bucket "
                       "maps)", ps[0].output())
         self.assertEqual(self.status(spec, 0)["rows"], "modulo")
-        rows = np.empty((300, 2), np.float32)
-        c = psd.Client(spec, None)
-        try:
-            c.declare_table("cnt", 2)
-            c.pull_rows("cnt", ids, rows)
-        finally:
-            c.close()
-        self.assertTrue(np.array_equal(rows, -g))
+        pulled = self.pull_cnt(spec, ids)
+        self.assertTrue(np.array_equal(pulled, -g))
         self.reshard_ok(spec, 2, 1)
         self.assertEqual(self.status(spec, 0)["rows"], "buckets")
         after = read_job(root, "lg")
@@ -239,13 +233,18 @@ class LiveReshardTest(LiveBase):
             newest = sorted(glob.glob(os.path.join(root, "lg", "ps-%d" % k, "ckpt-*")))[-1]
             with open(os.path.join(newest, "manifest.json")) as f:
                 self.assertEqual(json.load(f)["rows"], "buckets")
+        self.assertTrue(np.array_equal(self.pull_cnt(spec, ids), -g))
+
+    def pull_cnt(self, spec, ids):
+        """A fresh client's pull of table cnt's rows of ids."""
+        rows = np.empty((len(ids), 2), np.float32)
         c = psd.Client(spec, None)
         try:
             c.declare_table("cnt", 2)
             c.pull_rows("cnt", ids, rows)
         finally:
             c.close()
-        self.assertTrue(np.array_equal(rows, -g))
+        return rows
 
     def assert_psctl_rows(self, spec, n):
         """A fresh psctl of spec (job.shards 2) reads the job's layout of n
