@@ -16,8 +16,10 @@ setup:
 setup-test:
 	@sh deploy/setup.sh test
 
+# The fuzzer (an ASan + UBSan program of its own, built by clang) is left to
+# make asan's build, which builds and runs it, and to make fuzz's.
 $(BUILD)/build.ninja:
-	meson setup $(BUILD)
+	meson setup $(BUILD) -Dfuzz=disabled
 
 build: setup $(BUILD)/build.ninja
 	ninja -C $(BUILD)
@@ -86,19 +88,21 @@ asan: setup setup-test
 	  rc=$$?; $(PY) tests/summary.py $(BUILD)-asan; exit $$rc
 
 # The libFuzzer target over every call's decoding and dispatch
-# (CONTRIBUTING.md, "Fuzzing"): replays tests/fuzz/corpus and regressions, then fuzzes for
-# FUZZ_SECONDS; new inputs collect in $(BUILD)/tests/fuzz/work, a crash's
+# (CONTRIBUTING.md, "Fuzzing"), built in $(BUILD)-fuzz (only the fuzzer and
+# its seed writer): replays tests/fuzz/corpus and regressions, then fuzzes for
+# FUZZ_SECONDS; new inputs collect in $(BUILD)-fuzz/tests/fuzz/work, a crash's
 # input in .../work/artifacts. FUZZ_MERGE=1 minimizes what it found into
 # tests/fuzz/corpus (to commit).
 FUZZ_SECONDS ?= 60
-fuzz: build
-	@[ -x $(BUILD)/tests/fuzz/fuzz-service ] || { echo "fuzz: not built: it \
-	  needs clang with -fsanitize=fuzzer (setup.sh installs clang; then \
-	  meson setup --reconfigure $(BUILD))" >&2; exit 1; }
-	$(PY) tests/fuzz/run_fuzz.py --fuzzer $(BUILD)/tests/fuzz/fuzz-service \
-	  --seeds $(BUILD)/tests/fuzz/fuzz-seeds --corpus tests/fuzz/corpus \
-	  --regressions tests/fuzz/regressions --work $(BUILD)/tests/fuzz/work \
+FUZZ_BUILD := $(BUILD)-fuzz
+fuzz: setup setup-test
+	[ -f $(FUZZ_BUILD)/build.ninja ] || meson setup $(FUZZ_BUILD) -Dcuda=disabled \
+	  -Dfuzz=enabled
+	ninja -C $(FUZZ_BUILD) tests/fuzz/fuzz-service tests/fuzz/fuzz-seeds
+	$(PY) tests/fuzz/run_fuzz.py --fuzzer $(FUZZ_BUILD)/tests/fuzz/fuzz-service \
+	  --seeds $(FUZZ_BUILD)/tests/fuzz/fuzz-seeds --corpus tests/fuzz/corpus \
+	  --regressions tests/fuzz/regressions --work $(FUZZ_BUILD)/tests/fuzz/work \
 	  --seconds $(FUZZ_SECONDS) $(if $(FUZZ_MERGE),--merge,)
 
 clean:
-	rm -rf $(BUILD) $(BUILD)-asan
+	rm -rf $(BUILD) $(BUILD)-asan $(BUILD)-fuzz
