@@ -1,7 +1,7 @@
 """Fault tests of graceful stops (SIGTERM, as `systemctl restart psd@I`
 sends): a shard stopped mid-training and started again costs the job only
-the outage, in async, SSP and sync jobs, for ps:0 (the coordinator) and
-ps:1. Run by test_faults.py."""
+the outage, in async, SSP and sync jobs, ps:1 and then ps:0 (the
+coordinator) in one job. Run by test_faults.py."""
 import json
 import os
 import random
@@ -14,23 +14,28 @@ from faults import (ACC_JOB, DATA, LOAD_TABLE, SOAK, Checkpointer, Faults, field
 from faults_kill import SYNC_JOB
 
 SSP_JOB = dict(ACC_JOB, name="sspterm", sync={"mode": "async", "staleness": 2})
-_base = {}
 
 
 @unittest.skipUnless(os.path.isdir(DATA), "dataset-fashion-mnist is not installed")
 class TermPsdTest(Faults):
-    def run_job(self, job, stop=None):
-        """stop: the shard to SIGTERM and start again once both workers are
-        past step 100; None: no fault. Returns (accuracy, shards, workers,
-        status)."""
-        d = os.path.join(self.d, "base" if stop is None else "term%d" % stop)
+    """Each mode's job once without a fault and once with ps:1 stopped
+    (SIGTERM) and started again past step 100, then ps:0 (the coordinator)
+    past step 250: one faulted job covers both shards."""
+
+    STOPS = ((1, 100), (0, 250))
+
+    def run_job(self, job, stops=()):
+        """stops: (shard, step) pairs, in order: the shard is sent SIGTERM
+        once both workers are past the step, and started again; () is the
+        fault-free run. Returns (accuracy, shards, workers, status)."""
+        d = os.path.join(self.d, "term" if stops else "base")
         os.makedirs(d)
         spec = h.spec_in(d, job)
         ps = [self.psd(spec, i) for i in range(2)]
         ws = [self.worker(spec, i) for i in range(2)]
-        if stop is not None:
+        for stop, step in stops:
             for w in ws:
-                w.wait_for("step 100/", timeout=120)
+                w.wait_for("step %d/" % step, timeout=120)
             ps[stop].p.send_signal(signal.SIGTERM)
             self.assertEqual(ps[stop].wait(), 0, ps[stop].output()[-3000:])
             self.assertIn("checkpoint (at exit) at step ", ps[stop].output())
@@ -43,14 +48,12 @@ class TermPsdTest(Faults):
         self.stop_all(ps)
         return float(result(ws[0])["test_accuracy"]), ps, ws, st
 
-    def check(self, job, stop):
-        key = job["name"]
-        if key not in _base:
-            _base[key] = self.run_job(job)[0]
-        acc, ps, ws, st = self.run_job(job, stop)
-        print("%s: fault-free accuracy %.4f, with ps:%d stopped (SIGTERM) and started "
-              "again %.4f" % (key, _base[key], stop, acc))
-        self.assertLessEqual(abs(acc - _base[key]), 0.01, (acc, _base[key]))
+    def check(self, job):
+        base = self.run_job(job)[0]
+        acc, ps, ws, st = self.run_job(job, self.STOPS)
+        print("%s: fault-free accuracy %.4f, with ps:1 then ps:0 stopped (SIGTERM) and "
+              "started again %.4f" % (job["name"], base, acc))
+        self.assertLessEqual(abs(acc - base), 0.01, (acc, base))
         for w in ws:
             # No call failed on it (the bug: "push ... failed: CANCELLED");
             # a CANCELLED that gRPC gives a call racing the shard's final
@@ -58,23 +61,14 @@ class TermPsdTest(Faults):
             self.assertNotRegex(w.output(), r"failed: CANCELLED")
         return ps, ws, st
 
-    def test_async_ps0(self):
-        self.check(ACC_JOB, 0)
+    def test_async_ps1_then_ps0(self):
+        self.check(ACC_JOB)
 
-    def test_async_ps1(self):
-        self.check(ACC_JOB, 1)
+    def test_ssp_ps1_then_ps0(self):
+        self.check(SSP_JOB)
 
-    def test_ssp_ps0(self):
-        self.check(SSP_JOB, 0)
-
-    def test_ssp_ps1(self):
-        self.check(SSP_JOB, 1)
-
-    def test_sync_ps0(self):
-        self.check(SYNC_JOB, 0)
-
-    def test_sync_ps1(self):
-        self.check(SYNC_JOB, 1)
+    def test_sync_ps1_then_ps0(self):
+        self.check(SYNC_JOB)
 
 
 @unittest.skipUnless(os.path.isdir(DATA), "dataset-fashion-mnist is not installed")
