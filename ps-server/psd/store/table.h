@@ -196,6 +196,19 @@ void psd_table_move_end(struct psd_table *t);
 int psd_table_drop_buckets(struct psd_table *t, const uint8_t *buckets,
                            uint64_t *dropped);
 
+/* The destination's side of a move: installs a move snapshot s (the
+ * source's psd_table_move_snapshot, its rows all in the set buckets) into
+ * this live table. Without s->delta it replaces the set's rows (those held
+ * here before are dropped); with it, its evicted ids are removed and its
+ * rows upserted. Either way the rows count as changed now, and the rows
+ * removed as evictions, so that this table's next checkpoint and
+ * publication deltas carry them; the table's other rows and its pending
+ * evictions are untouched (psd_table_restore is a checkpoint's: it starts
+ * the table over). *rows: the rows written. Returns 0, CM_EINVAL when dim
+ * or nstate differ from the table's, CM_ENOMEM (the rows before are in). */
+int psd_table_move_install(struct psd_table *t, const struct psd_table_snap *s,
+                           const uint8_t *buckets, uint64_t *rows);
+
 /* A page for export: the up to max_rows stored rows with the smallest ids
  * above `after` (all ids without has_after), sorted, copied with every
  * stripe held. delta 0, gen 0, no evicted ids. Returns 0 or CM_ENOMEM. */

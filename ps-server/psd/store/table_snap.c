@@ -237,6 +237,54 @@ int psd_table_drop_buckets(struct psd_table *t, const uint8_t *buckets,
   return rc;
 }
 
+int psd_table_move_install(struct psd_table *t, const struct psd_table_snap *s,
+                           const uint8_t *buckets, uint64_t *rows) {
+  uint32_t dim = t->conf.dim, ns = t->nstate;
+  uint64_t gone = 0;
+  int rc = 0;
+  *rows = 0;
+  if (s->dim != dim || s->nstate != ns)
+    return CM_EINVAL;
+  lock_all(t);
+  for (int i = 0; i < PSD__NSTRIPES && !s->delta && !rc; i++) {
+    struct stripe *st = &t->st[i];
+    for (size_t r = 0; r < psd_rows_used(&st->rows) && !rc; r++) {
+      struct rec *x = psd__rec_at(st, r);
+      if (x->live && in_buckets(buckets, x->id) && !(rc = evict(t, st, r)))
+        gone++;
+    }
+  }
+  for (size_t i = 0; i < s->nevicted && !rc; i++) {
+    struct stripe *st = &t->st[stripe_of(s->evicted[i])];
+    long k = psd__table_find(st, s->evicted[i]);
+    if (k >= 0 && !(rc = evict(t, st, (size_t)k)))
+      gone++;
+  }
+  for (size_t i = 0; i < s->nrows && !rc; i++) {
+    struct stripe *st = &t->st[stripe_of(s->ids[i])];
+    long k = psd__table_find(st, s->ids[i]);
+    if (k < 0 && (k = psd__table_create(t, st, s->ids[i],
+                                        psd_rows_hash(s->ids[i]))) < 0) {
+      rc = CM_ENOMEM;
+      break;
+    }
+    struct rec *r = psd__rec_at(st, (size_t)k);
+    float *v = psd__rec_val(r);
+    memcpy(v, s->values + i * dim, dim * sizeof(float));
+    memcpy(v + dim, s->state + i * ns, ns * sizeof(float));
+    r->count = s->stats[i].count;
+    r->t = s->stats[i].t;
+    r->last_step = s->stats[i].last_step;
+    r->gen = t->gen; /* changed now: in every cursor's next delta */
+    (*rows)++;
+  }
+  unlock_all(t);
+  pthread_mutex_lock(&t->stat_lock);
+  t->evicted += gone;
+  pthread_mutex_unlock(&t->stat_lock);
+  return rc;
+}
+
 int psd_table_page(struct psd_table *t, int has_after, uint64_t after,
                    size_t max_rows, struct psd_table_snap **out) {
   size_t n = 0;
