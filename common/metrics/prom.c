@@ -90,6 +90,9 @@ json_t *cm_prom_families(const struct cm_prom_shard *sh, int n) {
        "Push messages acknowledged without effect: retries of messages "
        "applied already."},
       {"step", "psd_step", "gauge", "Sync: steps committed on the shard."},
+      {"buckets_owned", "psd_buckets_owned", "gauge",
+       "Buckets of the row map whose table rows the shard holds (0: rows "
+       "placed by the modulo rule)."},
   };
   json_t *all = json_array(), *f, *coord = NULL;
   char v[32];

@@ -95,6 +95,10 @@ json_t *cm_status_json(const Psd__V1__StatusResponse *resp) {
   json_object_set_new(root, "layout", json_integer((json_int_t)resp->layout));
   json_object_set_new(root, "standby", json_boolean(resp->standby));
   json_object_set_new(root, "rows", json_string(resp->rows ? resp->rows : ""));
+  json_object_set_new(root, "move_to", json_integer((json_int_t)resp->move_to));
+  json_object_set_new(root, "moved", json_integer((json_int_t)resp->moved));
+  json_object_set_new(root, "buckets_owned",
+                      json_integer((json_int_t)resp->buckets_owned));
   json_object_set_new(root, "reshard",
                       json_string(resp->reshard ? resp->reshard : ""));
   { /* hex: JSON integers stop at 2^63 */

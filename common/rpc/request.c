@@ -106,22 +106,42 @@ static int check_boot(const struct cm_request_host *host,
   return -1;
 }
 
+const char *cm_request_holds(const struct cm_request_self *me, char *buf,
+                             size_t len) {
+  int move_to = __atomic_load_n(&me->move_to, __ATOMIC_ACQUIRE);
+  int moved = __atomic_load_n(&me->moved, __ATOMIC_ACQUIRE);
+  int k = snprintf(buf, len, "ps:%d holds layout %llu of %d shard%s%s%s",
+                   me->shard, (unsigned long long)me->layout, me->nshards,
+                   me->nshards == 1 ? "" : "s", me->rows ? ", rows by " : "",
+                   me->rows ? cm_layout_rule_name(me->rows) : "");
+  if (move_to && k >= 0 && (size_t)k < len)
+    snprintf(buf + k, len - (size_t)k, ", moving to %d shard%s after %d move%s",
+             move_to, move_to == 1 ? "" : "s", moved, moved == 1 ? "" : "s");
+  return buf;
+}
+
 /* A data call planned for another layout than the one this shard holds, or
  * any data call to a shard outside its layout (standing by): the client
  * re-plans on this answer, whose first words it reads (libpsclient's
- * relayout). Returns 0 or refuses the call and returns -1. */
+ * relayout). A caller of this layout is accepted whatever its move state
+ * (Caller.move_to, moved): the shard's buckets decide for table rows, and
+ * dense variables do not move bucket by bucket. A shard is in the layout
+ * while its index is below the larger of the layout's count and the
+ * move's. Returns 0 or refuses the call and returns -1. */
 static int check_layout(const struct cm_request_host *host,
                         struct cm_rpc_call *call, const Psd__V1__Caller *caller,
                         const char *what) {
   const struct cm_request_self *me = host->self;
-  int standby;
+  int standby, move_to;
+  char holds[200];
   static const char *const data[] = {"Declare",    "Pull",       "Push",
                                      "SparsePull", "SparsePush", "Commit",
                                      "Rollback"};
   int is_data = 0;
   if (!host->check_layout || !me || me->nshards <= 0)
     return 0;
-  standby = me->shard >= me->nshards;
+  move_to = __atomic_load_n(&me->move_to, __ATOMIC_ACQUIRE);
+  standby = me->shard >= (move_to > me->nshards ? move_to : me->nshards);
   /* The common case first, without looking at the method's name. */
   if (!standby &&
       (!caller->shards ||
@@ -134,12 +154,10 @@ static int check_layout(const struct cm_request_host *host,
     return 0;
   cm_request_refuse(
       host, call, GRPC_STATUS_FAILED_PRECONDITION,
-      "layout moved: ps:%d holds layout %llu of %d shard%s%s%s; %s was "
-      "planned for layout %llu of %d shard%s%s%s%s (the job was resharded: "
-      "psctl reshard); the client re-plans and calls again",
-      me->shard, (unsigned long long)me->layout, me->nshards,
-      me->nshards == 1 ? "" : "s", me->rows ? ", rows by " : "",
-      me->rows ? cm_layout_rule_name(me->rows) : "", what,
+      "layout moved: %s; %s was planned for layout %llu of %d shard%s%s%s%s "
+      "(the job was resharded: psctl reshard); the client re-plans and calls "
+      "again",
+      cm_request_holds(me, holds, sizeof holds), what,
       (unsigned long long)caller->layout, caller->shards,
       caller->shards == 1 ? "" : "s", caller->rows ? ", rows by " : "",
       caller->rows ? cm_layout_rule_name(caller->rows) : "",

@@ -47,7 +47,21 @@ struct cm_request_self {
   int nshards;          /* that layout's shard count; 0: not checked */
   int rows;             /* how it places table rows (CM_LAYOUT_RULE_*,
                            Caller.rows); 0: not checked */
+  int move_to;          /* a live move bucket by bucket: to this many
+                           shards (0: none); read and written with
+                           __atomic builtins (the shard adopts it at a
+                           hand-over, on a thread of its own) */
+  int moved;            /* that move's bucket moves made so far (never
+                           goes back); likewise atomic */
 };
+
+/* What a shard holds, as every "layout moved" refusal says it, into buf:
+ * "ps:1 holds layout 3 of 2 shards, rows by buckets, moving to 3 shards
+ * after 40 moves" (the move only while one is set; "shard" for 1). The
+ * client re-plans from these words: they are worded here alone. Returns
+ * buf. */
+const char *cm_request_holds(const struct cm_request_self *me, char *buf,
+                             size_t len);
 
 /* How a server names itself in refusals, and how it answers them. */
 struct cm_request_host {

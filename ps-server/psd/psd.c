@@ -32,6 +32,7 @@
 #include "live.h"
 #include "local.h"
 #include "log.h"
+#include "move.h"
 #include "notify.h"
 #include "psd.h"
 #include "publish.h"
@@ -239,6 +240,8 @@ static enum psd_exit shut_down(struct psd_server *srv) {
 static void free_server(struct psd_server *srv) {
   psd_done_free(srv);
   psd_live_free(srv->live);
+  psd_move_free(srv->move); /* joins a move's thread, which uses the
+                               service */
   psd_metrics_stop(srv->metrics);
   cm_server_free(srv->rpc);
   psd_coord_free(srv->coord);

@@ -107,6 +107,7 @@ struct psd_server {
   char root[1024]; /* the checkpoint root in use, "" when checkpoints are
                       off */
   struct psd_live *live; /* owned Admin/Reshard handler (live.h) */
+  struct psd_move *move; /* owned Admin/MoveBuckets handler (move.h) */
   char live_last[600];   /* the last live reshard's result found at start */
 
   /* Publications for serving (job.publish). */

@@ -17,6 +17,7 @@
 #include "local.h"
 #include "log.h"
 #include "metrics.h"
+#include "move.h"
 #include "publish.h"
 #include "rand.h"
 #include "reshard.h"
@@ -302,7 +303,7 @@ enum psd_exit psd_server_open(struct psd_server *srv) {
   const struct cm_job *job = &srv->spec->job;
   const struct cm_rpc_method *methods;
   char err[512];
-  int n, nc = 0, ns = 0, nl = 0, rc;
+  int n, nc = 0, ns = 0, nl = 0, nm = 0, rc;
 
   fill_self(srv);
   /* The spec's tables, unless a checkpoint brought them already. */
@@ -376,8 +377,16 @@ enum psd_exit psd_server_open(struct psd_server *srv) {
   psd_service_set_reshard_note(srv->service, psd_live_note, srv->live);
   methods = psd_live_methods(srv->live, &nl);
   memcpy(srv->methods + n + nc + ns, methods, nl * sizeof *methods);
+  /* Admin/MoveBuckets: a live move's destination (move.h). */
+  if (psd_move_new(&srv->move, srv)) {
+    cm_error("out of memory");
+    return PSD_EXIT_FAILED;
+  }
+  methods = psd_move_methods(srv->move, &nm);
+  memcpy(srv->methods + n + nc + ns + nl, methods, nm * sizeof *methods);
   if ((rc = cm_server_new(&srv->rpc, srv->listen, srv->methods,
-                          n + nc + ns + nl, &srv->creds, err, sizeof err))) {
+                          n + nc + ns + nl + nm, &srv->creds, err,
+                          sizeof err))) {
     cm_error("%s", err);
     if (rc == CM_EADDRINUSE)
       cm_error("is another psd (or another program) using that port? "

@@ -38,6 +38,7 @@ static const char *const fuzz_methods[] = {
     "/psd.v1.Data/SparsePush", "/psd.v1.Admin/Rows",
     "/psd.v1.Admin/Shrink",    "/psd.v1.Admin/Export",
     "/psd.v1.Serve/Lookup",    "/psd.v1.Admin/Reshard",
+    "/psd.v1.Admin/MoveRows",  "/psd.v1.Admin/MoveBuckets",
 };
 #define FUZZ_NMETHODS ((int)(sizeof fuzz_methods / sizeof fuzz_methods[0]))
 

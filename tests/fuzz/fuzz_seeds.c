@@ -358,6 +358,8 @@ static void one_rows(struct seed *s) { rows(s, 0, "emb", 0, 2, 0); }
 static void one_shrink(struct seed *s) { fseed_shrink(s, 0, "adm"); }
 static void one_export(struct seed *s) { fseed_export(s, 0, "emb", 0, 0, 0); }
 static void one_reshard(struct seed *s) { fseed_reshard(s, 0, 3, 0, 0, 0); }
+static void one_move_rows(struct seed *s) { fseed_move(s, 0, 0, 0, 2); }
+static void one_move_buckets(struct seed *s) { fseed_move(s, 0, 1, 0, 2); }
 static void one_lookup(struct seed *s) {
   static const char *const w[1] = {"w"};
   lookup(s, 0, "emb", 0, 3, w, 1, 1);
@@ -385,6 +387,8 @@ static const struct {
     {"/psd.v1.Coord/Clock", one_clock},
     {"/psd.v1.Serve/Lookup", one_lookup},
     {"/psd.v1.Admin/Reshard", one_reshard},
+    {"/psd.v1.Admin/MoveRows", one_move_rows},
+    {"/psd.v1.Admin/MoveBuckets", one_move_buckets},
 };
 
 int main(int argc, char **argv) {

@@ -40,6 +40,10 @@ void fseed_export(struct seed *s, int cut, const char *table, int has_after,
                   uint64_t after, uint32_t max_rows);
 void fseed_reshard(struct seed *s, int cut, int shards, int prepare,
                    uint64_t layout, uint64_t hold);
+/* A live move's MoveRows (phase, buckets 0..bucket), or with to_dest its
+ * MoveBuckets. */
+void fseed_move(struct seed *s, int cut, int to_dest, int phase,
+                unsigned bucket);
 
 /* Writes the seeds of Declare's initial values (VarSpec.source,
  * DeclareRequest.values and stage) to dir. */

@@ -1,6 +1,8 @@
 /* The seed writer's Admin calls that change tables or the layout
- * (fuzz_seeds.h): Shrink, Export and Reshard requests. */
+ * (fuzz_seeds.h): Shrink, Export, Reshard and a live move's requests. */
 #include "fuzz_seeds.h"
+
+#include <string.h>
 
 void fseed_shrink(struct seed *s, int cut, const char *table) {
   Psd__V1__ShrinkRequest r = PSD__V1__SHRINK_REQUEST__INIT;
@@ -32,4 +34,30 @@ void fseed_reshard(struct seed *s, int cut, int shards, int prepare,
   r.layout = layout;
   r.hold = hold;
   fseed_add(s, "/psd.v1.Admin/Reshard", cut, &r.base);
+}
+
+/* A live move's calls: to the source (MoveRows, phase 0..2 of one move,
+ * buckets 0..bucket) and to the destination (MoveBuckets, served through
+ * the serving task's refusal: psd's handler, move.c, needs a whole
+ * psd_server). */
+void fseed_move(struct seed *s, int cut, int to_dest, int phase,
+                unsigned bucket) {
+  static uint8_t set[512];
+  memset(set, 0, sizeof set);
+  for (unsigned b = 0; b <= bucket && b < 4096; b++)
+    set[b >> 3] |= (uint8_t)(1u << (b & 7));
+  if (to_dest) {
+    Psd__V1__MoveBucketsRequest b = PSD__V1__MOVE_BUCKETS_REQUEST__INIT;
+    b.caller = &fseed_caller;
+    b.from = 1;
+    b.buckets = (ProtobufCBinaryData){sizeof set, set};
+    fseed_add(s, "/psd.v1.Admin/MoveBuckets", cut, &b.base);
+    return;
+  }
+  Psd__V1__MoveRowsRequest r = PSD__V1__MOVE_ROWS_REQUEST__INIT;
+  r.caller = &fseed_caller;
+  r.buckets = (ProtobufCBinaryData){sizeof set, set};
+  r.phase = (Psd__V1__MovePhase)phase;
+  r.move = 7;
+  fseed_add(s, "/psd.v1.Admin/MoveRows", cut, &r.base);
 }

@@ -259,11 +259,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                .max_held = FUZZ_MAX_HELD});
   /* Who the shard is (request.h): a caller naming another spec or an
    * earlier process of it is refused, so the bytes reach both checks. */
-  static const struct cm_request_self self = {.spec_fp = 0x5eed,
-                                              .nps = 2,
-                                              .nworkers = 2,
-                                              .boot = 0xb007,
-                                              .ckpt_dir = ""};
+  static struct cm_request_self self = {.spec_fp = 0x5eed,
+                                        .nps = 2,
+                                        .nworkers = 2,
+                                        .boot = 0xb007,
+                                        .ckpt_dir = ""};
   psd_service_set_self(svc, &self);
   if (coord) {
     psd_coord_set_self(coord, &self);

@@ -7,7 +7,12 @@
  * or an infinity is judged, logged and counted as a dense push's is; an
  * empty pull is an empty answer. Async and sync. Sync: a push for a step
  * beyond a shard that resumed from its checkpoint is retried (UNAVAILABLE),
- * as a dense push's. The shard and the calls are service_fixture.h's. */
+ * as a dense push's. A live move of buckets (service_move.c, reshard/move.c):
+ * MoveRows' refusals; copies, a delta and the hand-over installed on a
+ * destination equal the source's rows bit for bit (values, state, stats);
+ * after the hand-over the source holds none of them and refuses their
+ * pushes and pulls "layout moved: ...", and owns them again when told to.
+ * The shard and the calls are service_fixture.h's. */
 #include <check.h>
 #include <math.h>
 #include <stdint.h>
@@ -15,14 +20,21 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <unistd.h>
+
+#include "err.h"
 #include "layout.h"
 #include "log.h"
+#include "move.h"
 #include "ps.pb-c.h"
+#include "request.h"
 #include "rpc.h"
 #include "rpc_server.h"
 #include "service.h"
 #include "service_fixture.h"
 #include "steps.h"
+#include "table.h"
+#include "tables.h"
 #include "unit.h"
 #include "wire.h"
 
@@ -296,6 +308,215 @@ START_TEST(sync_push_beyond_a_resumed_shard_is_retried) {
 }
 END_TEST
 
+#define MOVE "/psd.v1.Admin/MoveRows"
+
+/* A MoveRows request. */
+static grpc_byte_buffer *move_req(Psd__V1__MovePhase phase, uint64_t move,
+                                  const uint8_t *set, size_t len, int move_to,
+                                  int moved) {
+  Psd__V1__MoveRowsRequest r = PSD__V1__MOVE_ROWS_REQUEST__INIT;
+  r.caller = &caller;
+  r.buckets = (ProtobufCBinaryData){len, (uint8_t *)set};
+  r.phase = phase;
+  r.move = move;
+  r.move_to = (uint32_t)move_to;
+  r.moved = (uint32_t)moved;
+  return cm_rpc_pack(&r.base);
+}
+
+/* A MoveRows call that the source answers from its thread: waits for the
+ * answer, checks it is OK and returns it unpacked. */
+static Psd__V1__MoveRowsResponse *move_rows(Psd__V1__MovePhase phase,
+                                            uint64_t move, const uint8_t *set) {
+  struct cm_rpc_answer ans;
+  grpc_byte_buffer *bb = move_req(phase, move, set, PSD_MOVE_SET_BYTES, 3, 7);
+  uint8_t *data;
+  size_t len;
+  ck_assert_int_eq(cm_rpc_call_local(method(MOVE), bb, &ans), 0);
+  grpc_byte_buffer_destroy(bb);
+  for (int i = 0;
+       i < 30000 && !__atomic_load_n(&ans.answered, __ATOMIC_ACQUIRE); i++)
+    usleep(1000); /* the thread's answer, polled */
+  ck_assert_msg(ans.answered, "MoveRows: no answer in 30 s");
+  ck_assert_msg(ans.status == GRPC_STATUS_OK, "MoveRows: %s (%s)",
+                cm_rpc_status_name(ans.status), ans.details);
+  ck_assert_int_eq(cm_rpc_readall(ans.response, &data, &len), 0);
+  Psd__V1__MoveRowsResponse *r =
+      psd__v1__move_rows_response__unpack(NULL, len, data);
+  ck_assert_ptr_nonnull(r);
+  free(data);
+  cm_rpc_answer_release(&ans);
+  return r;
+}
+
+/* Pushes gradient rows of (k + 1 + i) / 4 to ids[0..n) (n <= 8) of a
+ * table of dim 2. */
+static void push_rows(const char *table, const uint64_t *ids, size_t n, int k) {
+  float g[16];
+  Psd__V1__SparsePushRequest r = PSD__V1__SPARSE_PUSH_REQUEST__INIT;
+  for (size_t i = 0; i < 2 * n; i++)
+    g[i] = (float)(k + 1 + (int)i) / 4;
+  push_version(sparse_push_req(&r, table, ids, n, g, 2 * n));
+}
+
+/* One row of a table, as psd_table_get reads it. */
+struct row {
+  int rc;                  /* 0 or CM_ENOENT */
+  float v[8];              /* value then state */
+  struct psd_row_stats st; /* statistics */
+};
+
+static struct row get_row(struct psd_table *t, uint64_t id) {
+  struct row r;
+  memset(&r, 0, sizeof r);
+  r.rc = psd_table_get(t, id, r.v, r.v + psd_table_conf(t)->dim, &r.st);
+  return r;
+}
+
+START_TEST(move_copies_hands_over_and_gates) {
+  static struct cm_request_self self = {
+      .shard = 0, .nshards = 2, .layout = 4, .rows = CM_LAYOUT_RULE_BUCKETS};
+  psd_service_set_self(svc, &self);
+  struct psd_tables *src = psd_service_tables(svc), *dst;
+  struct cm_table_conf confs[2];
+  char err[300];
+  for (int i = 0; i < 2; i++)
+    confs[i] = *psd_table_conf(psd_tables_at(src, i));
+  ck_assert_int_eq(psd_tables_new(&dst, confs, 2, NULL, 0, err, sizeof err), 0);
+  /* The set: every other bucket of shard 0's; ids in it and out of it,
+   * below adm's bound (adm: adagrad, so rows have state). */
+  struct cm_layout_map map;
+  uint8_t set[PSD_MOVE_SET_BYTES] = {0};
+  cm_layout_map_init(&map, CM_LAYOUT_RULE_BUCKETS, 2);
+  for (unsigned b = 0, k = 0; b < CM_LAYOUT_BUCKETS; b++)
+    if (map.shard[b] == 0 && k++ % 2 == 0)
+      set[b >> 3] |= (uint8_t)(1u << (b & 7));
+  uint64_t in[8], out[4];
+  size_t nin = 0, nout = 0;
+  for (uint64_t id = 1; id < 1000 && (nin < 8 || nout < 4); id++) {
+    unsigned b = cm_layout_bucket(cm_layout_id_hash(id));
+    if (map.shard[b] != 0)
+      continue;
+    if (set[b >> 3] >> (b & 7) & 1) {
+      if (nin < 8)
+        in[nin++] = id;
+    } else if (nout < 4) {
+      out[nout++] = id;
+    }
+  }
+  ck_assert_uint_eq(nin, 8);
+  ck_assert_uint_eq(nout, 4);
+  static const char *const names[] = {"emb", "adm"};
+  for (int k = 0; k < 3; k++) /* adm admits after 2 pushes */
+    for (int t = 0; t < 2; t++) {
+      push_rows(names[t], in, 6, k);
+      push_rows(names[t], out, 4, k);
+    }
+  /* Refusals, changing nothing. */
+  call(MOVE, move_req(PSD__V1__MOVE_PHASE__MOVE_COPY, 1, set, 3, 0, 0),
+       GRPC_STATUS_INVALID_ARGUMENT, "buckets holds 3 bytes; a set of 4096");
+  uint8_t theirs[PSD_MOVE_SET_BYTES] = {0};
+  unsigned other = 0;
+  while (map.shard[other] != 1)
+    other++;
+  theirs[other >> 3] |= (uint8_t)(1u << (other & 7));
+  char want[300];
+  snprintf(want, sizeof want, "ps:0 does not own bucket %u", other);
+  call(MOVE,
+       move_req(PSD__V1__MOVE_PHASE__MOVE_COPY, 1, theirs, sizeof theirs, 0, 0),
+       GRPC_STATUS_FAILED_PRECONDITION, want);
+  call(MOVE,
+       move_req(PSD__V1__MOVE_PHASE__MOVE_HANDOVER, 1, set, sizeof set, 0, 0),
+       GRPC_STATUS_FAILED_PRECONDITION, "serves no move 1");
+  /* The first copy: every row of the set, installed on the destination. */
+  uint64_t rows = 0;
+  Psd__V1__MoveRowsResponse *r =
+      move_rows(PSD__V1__MOVE_PHASE__MOVE_COPY, 42, set);
+  ck_assert_uint_eq(r->n_tables, 2);
+  ck_assert(!r->tables[0]->delta);
+  ck_assert_uint_eq(r->tables[0]->nrows, 6);
+  ck_assert_int_eq(psd_move_install(dst, r, set, &rows, err, sizeof err), 0);
+  psd__v1__move_rows_response__free_unpacked(r, NULL);
+  /* Another move while this one runs. */
+  call(MOVE,
+       move_req(PSD__V1__MOVE_PHASE__MOVE_COPY, 43, set, sizeof set, 0, 0),
+       GRPC_STATUS_ABORTED, "ps:0 is the source of move 42; move 43 waits");
+  /* Changes meanwhile: a delta of them alone. */
+  push_rows("emb", in + 6, 2, 5);
+  push_rows("adm", in, 1, 5);
+  r = move_rows(PSD__V1__MOVE_PHASE__MOVE_COPY, 42, set);
+  ck_assert(r->tables[0]->delta);
+  ck_assert_uint_eq(r->tables[0]->nrows, 2);
+  ck_assert_uint_eq(r->tables[1]->nrows, 1);
+  ck_assert_int_eq(psd_move_install(dst, r, set, &rows, err, sizeof err), 0);
+  psd__v1__move_rows_response__free_unpacked(r, NULL);
+  push_rows("emb", in, 1, 6); /* in the hand-over's last delta */
+  struct row before[2][8];
+  for (int t = 0; t < 2; t++)
+    for (size_t i = 0; i < nin; i++)
+      before[t][i] = get_row(psd_tables_at(src, t), in[i]);
+  r = move_rows(PSD__V1__MOVE_PHASE__MOVE_HANDOVER, 42, set);
+  ck_assert_uint_eq(r->tables[0]->nrows, 1);
+  ck_assert_int_eq(psd_move_install(dst, r, set, &rows, err, sizeof err), 0);
+  psd__v1__move_rows_response__free_unpacked(r, NULL);
+  /* The destination equals what the source held, bit for bit; the source
+   * holds none of it now. */
+  for (int t = 0; t < 2; t++)
+    for (size_t i = 0; i < nin; i++) {
+      struct row a = before[t][i], b = get_row(psd_tables_at(dst, t), in[i]);
+      ck_assert_int_eq(a.rc, b.rc);
+      ck_assert_mem_eq(a.v, b.v, sizeof a.v);
+      ck_assert_uint_eq(a.st.count, b.st.count);
+      ck_assert_uint_eq(a.st.t, b.st.t);
+      ck_assert_uint_eq(a.st.last_step, b.st.last_step);
+      ck_assert_int_eq(get_row(psd_tables_at(src, t), in[i]).rc, CM_ENOENT);
+    }
+  ck_assert_int_eq(before[1][0].rc, 0); /* adm's rows were admitted */
+  ck_assert_int_eq(get_row(psd_tables_at(dst, 0), out[0]).rc, CM_ENOENT);
+  ck_assert_int_eq(get_row(psd_tables_at(src, 0), out[0]).rc, 0);
+  /* The gate: a push or pull naming a moved bucket is refused whole. */
+  float g[4] = {1, 1, 1, 1};
+  uint64_t mixed[2] = {out[0], in[3]};
+  unsigned b3 = cm_layout_bucket(cm_layout_id_hash(in[3]));
+  Psd__V1__SparsePushRequest pr = PSD__V1__SPARSE_PUSH_REQUEST__INIT;
+  snprintf(want, sizeof want,
+           "layout moved: ps:0 holds layout 4 of 2 shards, rows by buckets, "
+           "moving to 3 shards after 7 moves; bucket %u (table 'emb' row "
+           "%llu) is no longer here; the client re-plans and calls again",
+           b3, (unsigned long long)in[3]);
+  struct row o0 = get_row(psd_tables_at(src, 0), out[0]);
+  call(PUSH, sparse_push_req(&pr, "emb", mixed, 2, g, 4),
+       GRPC_STATUS_FAILED_PRECONDITION, want);
+  call(PULL, sparse_pull_req("emb", in + 3, 1, 0),
+       GRPC_STATUS_FAILED_PRECONDITION, "layout moved: ");
+  struct row o1 = get_row(psd_tables_at(src, 0), out[0]);
+  ck_assert_mem_eq(o0.v, o1.v, sizeof o0.v); /* nothing of it applied */
+  ck_assert_int_eq(get_row(psd_tables_at(src, 0), in[3]).rc, CM_ENOENT);
+  push_rows("emb", out, 4, 9); /* the buckets it keeps train on */
+  Psd__V1__StatusResponse *st = status();
+  ck_assert_uint_eq(st->move_to, 3);
+  ck_assert_uint_eq(st->moved, 7);
+  ck_assert_uint_eq(st->buckets_owned, CM_LAYOUT_BUCKETS / 4);
+  psd__v1__status_response__free_unpacked(st, NULL);
+  /* Owned again (a destination's end of a move): served again. */
+  psd_service_own(svc, set, 0, 0);
+  push_rows("emb", in + 3, 1, 1);
+  ck_assert_int_eq(get_row(psd_tables_at(src, 0), in[3]).rc, 0);
+  psd_tables_free(dst);
+  psd_service_set_self(svc, NULL);
+}
+END_TEST
+
+/* Sync jobs move by psctl reshard's stop and cut. */
+START_TEST(move_refused_in_sync_mode) {
+  uint8_t set[PSD_MOVE_SET_BYTES] = {1};
+  call(MOVE, move_req(PSD__V1__MOVE_PHASE__MOVE_COPY, 1, set, sizeof set, 0, 0),
+       GRPC_STATUS_FAILED_PRECONDITION,
+       "MoveRows: live bucket moves need an async job (job.sync.mode async); "
+       "psctl reshard stops and cuts sync jobs");
+}
+END_TEST
+
 static Suite *sparse_suite(void) {
   Suite *s = suite_create("sparse");
   const char *modes[2] = {"async", "sync"};
@@ -307,6 +528,8 @@ static Suite *sparse_suite(void) {
     tcase_add_test(tc, nonfinite_push_judged_and_logged);
     if (i == 1)
       tcase_add_test(tc, sync_push_beyond_a_resumed_shard_is_retried);
+    tcase_add_test(tc, i == 0 ? move_copies_hands_over_and_gates
+                              : move_refused_in_sync_mode);
   }
   return s;
 }

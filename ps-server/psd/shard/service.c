@@ -50,6 +50,7 @@ int psd_service_new(struct psd_service **out, struct psd_store *store,
   svc->shard = shard;
   svc->nshards = nshards;
   cm_layout_map_init(&svc->map, CM_LAYOUT_RULE_BUCKETS, nshards);
+  psd__owned_init(svc);
   svc->nworkers = nworkers;
   psd_service_set_limits(svc, NULL);
   snprintf(svc->job, sizeof svc->job, "%s", job);
@@ -81,8 +82,13 @@ int psd_service_new(struct psd_service **out, struct psd_store *store,
       (struct cm_rpc_method){"/psd.v1.Admin/Shrink", psd__on_shrink, svc};
   svc->methods[10] =
       (struct cm_rpc_method){"/psd.v1.Admin/Export", psd__on_export, svc};
+  svc->methods[11] =
+      (struct cm_rpc_method){"/psd.v1.Admin/MoveRows", psd__on_move_rows, svc};
   pthread_mutex_init(&svc->park_lock, NULL);
   pthread_rwlock_init(&svc->tables_gate, NULL);
+  pthread_rwlock_init(&svc->owned_gate, NULL);
+  pthread_mutex_init(&svc->move_lock, NULL);
+  pthread_cond_init(&svc->move_idle, NULL);
   /* Sync mode stages pushes for steps; svc->steps != NULL says so. */
   if (psd_dedup_new(&svc->dedup, PSD_DEDUP_CLIENTS) ||
       psd_vstage_new(&svc->vstage) ||
@@ -130,10 +136,15 @@ void psd_service_set_reshard_note(struct psd_service *svc,
 }
 
 void psd_service_set_self(struct psd_service *svc,
-                          const struct cm_request_self *self) {
+                          struct cm_request_self *self) {
   svc->host.self = self;
-  if (self && self->rows)
+  svc->self_rw = self;
+  if (self && self->rows) {
     cm_layout_map_init(&svc->map, self->rows, svc->nshards);
+    psd__owned_init(svc);
+  }
+  if (self && __atomic_load_n(&self->move_to, __ATOMIC_ACQUIRE))
+    atomic_store(&svc->relocating, 1);
 }
 
 void psd_service_set_coord(struct psd_service *svc, struct psd_coord *coord) {
@@ -173,18 +184,23 @@ void psd_service_set_dedup(struct psd_service *svc, struct psd_dedup *d) {
 
 void psd_service_stop(struct psd_service *svc) {
   psd__pull_release_parked(svc, 1);
+  psd__move_wait(svc);
 }
 
 void psd_service_free(struct psd_service *svc) {
   if (!svc)
     return;
   psd__pull_release_parked(svc, 1);
+  psd__move_wait(svc);
   psd_steps_free(svc->steps);
   psd_sstage_free(svc->sstage);
   psd_dedup_free(svc->dedup);
   psd_vstage_free(svc->vstage);
   pthread_mutex_destroy(&svc->park_lock);
   pthread_rwlock_destroy(&svc->tables_gate);
+  pthread_rwlock_destroy(&svc->owned_gate);
+  pthread_mutex_destroy(&svc->move_lock);
+  pthread_cond_destroy(&svc->move_idle);
   free(svc);
 }
 

@@ -66,10 +66,11 @@ void psd_service_set_limits(struct psd_service *svc,
 
 /* Checks every caller against self (request.h: the spec's fingerprint, the
  * boot id), which Declare and Status also report. self is borrowed and must
- * outlive svc; NULL (the default): only the job is checked. */
+ * outlive svc, which writes its move state (move_to, moved: atomically)
+ * when it adopts a live move's; NULL (the default): only the job is checked. */
 struct cm_request_self;
 void psd_service_set_self(struct psd_service *svc,
-                          const struct cm_request_self *self);
+                          struct cm_request_self *self);
 
 /* Sync, a live reshard's step boundary (live.h): from now on every pull of
  * version >= at stays parked until psd stops (then it is answered
@@ -89,6 +90,32 @@ void psd_service_set_reshard_note(struct psd_service *svc,
 struct psd_tables;
 void psd_service_set_tables(struct psd_service *svc, struct psd_tables *ts);
 struct psd_tables *psd_service_tables(struct psd_service *svc);
+
+/* ---- A live move of buckets (docs/reshard.md "Live moves (the shard
+ * side)"): the buckets this shard owns gate its sparse calls; the source
+ * serves Admin/MoveRows (service_move.c); the destination's driver
+ * (reshard/move.h) installs the rows through table.h and then calls
+ * psd_service_own. ---- */
+
+/* Whether this shard can take part in a live move: 0, or CM_EINVAL with
+ * msg saying why not (a sync job; rows placed by the modulo rule; no
+ * tables). */
+int psd_service_movable(struct psd_service *svc, char *msg, size_t len);
+
+/* The first bucket of set (PSD_MOVE_SET_BYTES bytes, bucket b at bit b % 8
+ * of byte b / 8) this shard owns, or -1 when it owns none of them. */
+#define PSD_MOVE_SET_BYTES 512
+int psd_service_owns_any(struct psd_service *svc, const uint8_t *set);
+
+/* The destination at the end of a move: owns the buckets of set from now
+ * on, and adopts the move state (move_to shards after `moved` moves; a
+ * smaller `moved` is kept as it is). */
+void psd_service_own(struct psd_service *svc, const uint8_t *set, int move_to,
+                     int moved);
+
+/* Marks that a move touches this shard: from now on an id of a bucket it
+ * does not own is answered "layout moved". */
+void psd_service_relocating(struct psd_service *svc);
 
 /* Lets Status report the coordinator's view (shard 0). */
 struct psd_coord;

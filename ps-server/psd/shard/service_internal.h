@@ -50,7 +50,12 @@
 #include "vstage.h"
 
 /* Methods psd serves (service.c). */
-#define PSD__NMETHODS 11
+#define PSD__NMETHODS 12
+
+/* Bytes of a set of buckets (MoveRowsRequest.buckets: bucket b at bit
+ * b % 8 of byte b / 8), and 64-bit words of the owned set. */
+#define PSD__BUCKET_BYTES ((int)CM_LAYOUT_BUCKETS / 8)
+#define PSD__BUCKET_WORDS ((int)CM_LAYOUT_BUCKETS / 64)
 
 /* Errors logged in full before the log only samples them. */
 #define PSD__LOGGED_ERRORS 50
@@ -111,6 +116,32 @@ struct psd_service {
   atomic_uint_fast64_t sparse_pulls;  /* SparsePull calls answered */
   atomic_uint_fast64_t sparse_pushes; /* SparsePush calls applied or staged */
   struct psd_vstage *vstage; /* owned: initial values staged by Declare */
+  /* The buckets whose table rows this shard holds (rows by buckets; a
+   * live move's gate, service_move.c). */
+  int gate; /* 1: the bucket rule: owned decides which ids are here; 0:
+               the modulo rule, the map alone (no live moves) */
+  uint64_t owned[PSD__BUCKET_WORDS]; /* bucket b at bit b % 64 of word
+                                        b / 64; read with __atomic loads,
+                                        written under owned_gate */
+  /* Async sparse calls read-hold it from their gate check to their rows'
+   * apply (a pull creates rows too); a hand-over write-holds it only to
+   * flip owned, so no call that passed the check lands after it. */
+  pthread_rwlock_t owned_gate;
+  atomic_uint owned_epoch; /* grows at every change of owned: a call whose
+                              check saw another epoch checks again */
+  atomic_int relocating;   /* a live move has touched this shard: an id of a
+                              bucket not here is answered "layout moved", not
+                              refused as misplaced */
+  struct cm_request_self *self_rw; /* host.self, writable: the move state
+                                      adopted at a hand-over; or NULL */
+  /* The live move this shard is the source of (service_move.c). */
+  pthread_mutex_t move_lock;           /* guards the fields below */
+  pthread_cond_t move_idle;            /* move_threads fell to 0 */
+  uint64_t move_id;                    /* the move under way (0: none) */
+  uint8_t move_set[PSD__BUCKET_BYTES]; /* its buckets */
+  int move_busy;                       /* one of its MoveRows calls runs */
+  int move_threads;                    /* MoveRows threads not yet done */
+  atomic_uint_fast64_t move_bytes;     /* row bytes MoveRows sent */
 };
 
 /* Refuses a call with a formatted message, logged and counted (through the
@@ -266,6 +297,7 @@ struct psd__push {
   int skip;       /* NaN or Inf under job.nonfinite "skip": acknowledged */
   int claimed;    /* this message's dedup claim is ours to give back */
   int gated;      /* async: we hold the dedup table's apply gate */
+  unsigned epoch; /* sparse: svc->owned_epoch when its ids were checked */
   /* Sync: the steps' state when the push's generation is one the job has
    * rolled back from (nothing was staged; the answer says so), else NULL. */
   const struct psd_steps_state *rolled;
@@ -306,8 +338,38 @@ void psd__on_rollback(struct cm_rpc_call *call, grpc_byte_buffer *bb,
                       void *ctx); /* service_commit.c */
 void psd__on_status(struct cm_rpc_call *call, grpc_byte_buffer *bb,
                     void *ctx); /* service_status.c */
+void psd__on_move_rows(struct cm_rpc_call *call, grpc_byte_buffer *bb,
+                       void *ctx); /* service_move.c */
+
+/* ---- service_move.c: the buckets this shard owns ---- */
+
+/* Sets owned from the map (every bucket it gives this shard; the gate is
+ * off for the modulo rule). */
+void psd__owned_init(struct psd_service *svc);
+
+/* Buckets owned now. */
+int psd__owned_count(struct psd_service *svc);
+
+/* Refuses a sparse call naming id of table, whose bucket this shard does
+ * not own (now): FAILED_PRECONDITION "layout moved: ps:S holds layout V of
+ * N shards, rows by buckets[, moving to M shards after K moves]; bucket B
+ * (table 'T' row ID) is no longer here; the client re-plans and calls
+ * again" (the client parses these words). */
+void psd__refuse_moved(struct psd_service *svc, struct cm_rpc_call *call,
+                       const char *table, uint64_t id);
+
+/* Waits until no MoveRows thread runs (psd stops, or frees the service). */
+void psd__move_wait(struct psd_service *svc);
 
 /* ---- service_sparse.c ---- */
+
+/* Whether this shard holds id's bucket (svc->gate set). */
+static inline int psd__owns(struct psd_service *svc, uint64_t id) {
+  unsigned b = cm_layout_bucket(cm_layout_id_hash(id));
+  return (int)(__atomic_load_n(&svc->owned[b >> 6], __ATOMIC_RELAXED) >>
+                   (b & 63) &
+               1);
+}
 
 void psd__on_sparse_pull(struct cm_rpc_call *call, grpc_byte_buffer *bb,
                          void *ctx);

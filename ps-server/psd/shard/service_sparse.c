@@ -36,6 +36,7 @@ struct psd__sparse_pull {
   struct psd_table *t; /* borrowed: tables live as long as psd */
   uint64_t *ids;       /* owned, n */
   size_t n;            /* ids asked for */
+  unsigned epoch;      /* svc->owned_epoch when its ids were checked */
 };
 
 void psd__sparse_pull_free(struct psd__sparse_pull *sp) {
@@ -71,8 +72,11 @@ struct psd_table *psd__find_table(struct psd_service *svc,
 }
 
 /* Checks ids[from..to) (positions in the call): each inside the table's
- * bound and held by this shard. Returns 0, or -1 once the call is
- * answered. */
+ * bound and held by this shard: in a bucket it owns (the bucket rule), or
+ * its shard by the map (the modulo rule). An id of a bucket it does not
+ * own is misplaced (INVALID_ARGUMENT) unless a live move has touched this
+ * shard or the map gives it this shard (then its bucket moved:
+ * psd__refuse_moved). Returns 0, or -1 once the call is answered. */
 static int check_ids(struct psd_service *svc, struct cm_rpc_call *call,
                      const struct cm_table_conf *c, const uint64_t *ids,
                      size_t from, size_t to, const char *what) {
@@ -85,7 +89,13 @@ static int check_ids(struct psd_service *svc, struct cm_rpc_call *call,
                 (unsigned long long)c->id_bound);
       return -1;
     }
+    if (svc->gate && psd__owns(svc, ids[i]))
+      continue;
     int owner = cm_layout_map_id_shard(&svc->map, ids[i]);
+    if (svc->gate && (owner == svc->shard || atomic_load(&svc->relocating))) {
+      psd__refuse_moved(svc, call, c->name, ids[i]);
+      return -1;
+    }
     if (owner != svc->shard) {
       char rule[96];
       psd__fail(svc, call, GRPC_STATUS_INVALID_ARGUMENT,
@@ -99,19 +109,38 @@ static int check_ids(struct psd_service *svc, struct cm_rpc_call *call,
   return 0;
 }
 
+/* Async, with owned_gate held for reading: checks again the ids of a call
+ * whose gate check saw another epoch (a hand-over flipped the owned set
+ * since). Returns 0, or -1 once the call is answered "layout moved". */
+static int recheck_ids(struct psd_service *svc, struct cm_rpc_call *call,
+                       struct psd_table *t, const uint64_t *ids, size_t n,
+                       unsigned epoch) {
+  if (!svc->gate || atomic_load(&svc->owned_epoch) == epoch)
+    return 0;
+  for (size_t i = 0; i < n; i++)
+    if (!psd__owns(svc, ids[i])) {
+      psd__refuse_moved(svc, call, psd_table_conf(t)->name, ids[i]);
+      return -1;
+    }
+  return 0;
+}
+
 /* Reads and checks the ids of a call: *n of them, every one inside the
  * table's bound and held by this shard. A pull's ids (the bulk field, m)
  * are read straight out of the received slices, each slice's checked while
  * it is in cache (an id split between two slices is joined); a push's are
- * a field of the head (whole; NULL when empty). Returns the ids (the
- * caller frees them) or NULL once the call is answered. */
+ * a field of the head (whole; NULL when empty). *epoch: the owned set's
+ * epoch they were checked against. Returns the ids (the caller frees
+ * them) or NULL once the call is answered. */
 static uint64_t *take_ids(struct psd_service *svc, struct cm_rpc_call *call,
                           struct psd_table *t, const uint8_t *whole,
                           const struct cm_wire_msg *m, size_t len, size_t *n,
-                          const char *what) {
+                          unsigned *epoch, const char *what) {
   const struct cm_table_conf *c = psd_table_conf(t);
   uint64_t *ids;
   size_t k = 0;
+  /* Before the bits are read: a flip after this changes it. */
+  *epoch = atomic_load(&svc->owned_epoch);
   if (len % sizeof(uint64_t)) {
     psd__fail(svc, call, GRPC_STATUS_INVALID_ARGUMENT,
               "%s '%s': ids hold %zu bytes, not a whole number of 8-byte "
@@ -193,7 +222,15 @@ void psd__sparse_answer(struct psd_service *svc, struct cm_rpc_call *call,
     rc = psd_table_pull(sp->t, sp->ids, sp->n, rows);
     pthread_rwlock_unlock(&svc->tables_gate);
   } else {
+    /* The gate to the pull (which stores rows too), as a push's. */
+    pthread_rwlock_rdlock(&svc->owned_gate);
+    if (recheck_ids(svc, call, sp->t, sp->ids, sp->n, sp->epoch)) {
+      pthread_rwlock_unlock(&svc->owned_gate);
+      free(rows);
+      return;
+    }
     rc = psd_table_pull(sp->t, sp->ids, sp->n, rows);
+    pthread_rwlock_unlock(&svc->owned_gate);
     resp.version = table_pushes(sp->t);
   }
   if (rc) {
@@ -251,8 +288,8 @@ void psd__on_sparse_pull(struct cm_rpc_call *call, grpc_byte_buffer *bb,
     goto out;
   }
   sp->t = t;
-  if (!(sp->ids =
-            take_ids(svc, call, t, NULL, &m, m.bulk_len, &sp->n, "SparsePull")))
+  if (!(sp->ids = take_ids(svc, call, t, NULL, &m, m.bulk_len, &sp->n,
+                           &sp->epoch, "SparsePull")))
     goto out;
   if (req->min_version > 0 && svc->steps) {
     int go = psd__park(svc, call, req->min_version, req->gen, NULL, sp);
@@ -303,7 +340,7 @@ static int check_rows(struct psd__push *p) {
     return -1;
   const struct cm_table_conf *c = psd_table_conf(p->table);
   if (!(p->ids = take_ids(svc, call, p->table, req->ids.data, NULL,
-                          req->ids.len, &p->nids, "SparsePush")))
+                          req->ids.len, &p->nids, &p->epoch, "SparsePush")))
     return -1;
   n = p->nids;
   if (bulk != n * c->dim * sizeof(float)) {
@@ -351,8 +388,18 @@ static int apply_rows(struct psd__push *p) {
     return 0;
   }
   if (!svc->steps) {
-    if (psd_table_push(p->table, p->ids, p->nids, p->grad, 1.0f,
-                       psd__shard_step(svc))) {
+    /* Held from the gate's check to the apply: a hand-over's flip waits
+     * for it, so the rows are in its last copy, or refused here. */
+    pthread_rwlock_rdlock(&svc->owned_gate);
+    if (recheck_ids(svc, p->call, p->table, p->ids, p->nids, p->epoch)) {
+      pthread_rwlock_unlock(&svc->owned_gate);
+      psd__push_give_back(p);
+      return -1;
+    }
+    int rc = psd_table_push(p->table, p->ids, p->nids, p->grad, 1.0f,
+                            psd__shard_step(svc));
+    pthread_rwlock_unlock(&svc->owned_gate);
+    if (rc) {
       psd__push_give_back(p);
       psd__fail(svc, p->call, GRPC_STATUS_RESOURCE_EXHAUSTED,
                 "SparsePush '%s': out of memory on shard %d; nothing applied",

@@ -139,7 +139,16 @@ void psd__on_status(struct cm_rpc_call *call, grpc_byte_buffer *bb, void *ctx) {
   resp.histograms = shp;
   resp.boot = svc->host.self ? svc->host.self->boot : 0;
   resp.layout = svc->host.self ? svc->host.self->layout : 0;
-  resp.standby = svc->shard >= svc->nshards;
+  if (svc->host.self) {
+    resp.move_to =
+        (uint32_t)__atomic_load_n(&svc->host.self->move_to, __ATOMIC_ACQUIRE);
+    resp.moved =
+        (uint32_t)__atomic_load_n(&svc->host.self->moved, __ATOMIC_ACQUIRE);
+  }
+  resp.buckets_owned = (uint32_t)psd__owned_count(svc);
+  resp.standby =
+      svc->shard >=
+      (svc->nshards > (int)resp.move_to ? svc->nshards : (int)resp.move_to);
   resp.rows = (char *)cm_layout_rule_name(svc->map.rule);
   char note[600] = "";
   if (svc->reshard_note)

@@ -1,0 +1,83 @@
+/* A live move of buckets, the destination's side (docs/reshard.md "Live
+ * moves (the shard side)"): this shard takes a set of buckets' table rows
+ * from the shard that owns them while the job trains, then owns them.
+ *
+ * psd_move_buckets drives it through peer.h's calls of the source's
+ * Admin/MoveRows (shard/service_move.c): a first copy of every row of the
+ * buckets, installed here (psd_move_install); more copies of the rows
+ * changed since while they are large (above 1/16 of the first, at most
+ * PSD_MOVE_ROUNDS copies); then the hand-over: the source stops owning the
+ * buckets (their sparse calls are answered "layout moved" from then on),
+ * answers with the last changes and drops its rows; they are installed
+ * here and this shard owns the buckets (psd_service_own). Only that last
+ * call pauses the buckets' writes: the pause, measured from its call to
+ * the buckets owned here. Failing before the hand-over, the move is
+ * cancelled on the source (it keeps every bucket) and the rows copied here
+ * are dropped.
+ *
+ * Admin/MoveBuckets, to the destination, starts one (psd_move_methods):
+ * the orchestrator's call (ps:0, psctl reshard), and the tests'. One at a
+ * time per destination; it runs on a thread of its own and answers when
+ * the buckets are owned here, or with why not. */
+#ifndef PSD_MOVE_H
+#define PSD_MOVE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "peer.h"
+#include "ps.pb-c.h"
+#include "psd.h"
+#include "rpc_server.h"
+
+struct psd_service;
+struct psd_tables;
+
+/* Most copies before the hand-over. */
+#define PSD_MOVE_ROUNDS 8
+
+/* What a move carried (MoveBucketsResponse). */
+struct psd_move_result {
+  uint64_t rows;     /* rows installed, over every copy */
+  uint64_t bytes;    /* row bytes received (MoveRowsResponse.bytes) */
+  uint32_t rounds;   /* copies before the hand-over */
+  uint64_t pause_us; /* the hand-over: its call to the buckets owned here */
+  int status;        /* CM_ERPC: the source's gRPC status code */
+};
+
+/* Installs one MoveRows answer r into ts (the destination's tables; a
+ * table it lacks is declared from its MoveTable.spec): each table's rows
+ * replace (first copy) or update (delta) the rows of the buckets of set
+ * (PSD_MOVE_SET_BYTES bytes, service.h). Every field's length is checked
+ * against nrows and the table's dim and state first. *rows grows by the
+ * rows written. Returns 0, or CM_EPROTO (a field's length), CM_EEXIST (a
+ * table here of another dim or id_bound), CM_EINVAL, CM_ENOMEM, with err
+ * naming the table and the field. */
+int psd_move_install(struct psd_tables *ts, const Psd__V1__MoveRowsResponse *r,
+                     const uint8_t *set, uint64_t *rows, char *err,
+                     size_t errlen);
+
+/* Takes the buckets of set from shard `from` through peers (borrowed) into
+ * svc's tables, then owns them, adopting the move state (move_to shards
+ * after `moved` moves; 0, 0: none). *res gets what it carried. Returns 0,
+ * or a negative code with err saying why: CM_EINVAL (this shard cannot
+ * move, or the request is wrong), CM_EEXIST (a bucket is here already),
+ * CM_ERPC (the source refused or could not be called: res->status is its
+ * gRPC status, err its words), psd_move_install's codes. */
+int psd_move_buckets(struct psd_service *svc, struct psd_peers *peers, int self,
+                     int from, int nps, const uint8_t *set, int move_to,
+                     int moved, struct psd_move_result *res, char *err,
+                     size_t errlen);
+
+struct psd_move;
+
+/* srv's Admin/MoveBuckets handler (srv borrowed, must outlive it).
+ * Returns 0 or CM_ENOMEM. */
+int psd_move_new(struct psd_move **out, struct psd_server *srv);
+/* Waits for a move under way, then frees. */
+void psd_move_free(struct psd_move *m);
+
+/* The Admin/MoveBuckets method, to serve beside the others. */
+const struct cm_rpc_method *psd_move_methods(struct psd_move *m, int *n);
+
+#endif
