@@ -8,6 +8,7 @@ both layouts following each; refusals change nothing; a shard, and
 ps:0 in the middle of its cut, killed (kill -9) and started again leave one
 whole layout; workers that train through reshards (async: every
 acknowledged push applied once; sync: bit-identical to no reshard)."""
+import json
 import os
 import signal
 import sys
@@ -451,6 +452,136 @@ class LiveSyncTest(LiveBase):
         ref, live = read_job(ref_root, "ls"), read_job(live_root, "ls")
         self.assertEqual(live["nshards"], 2)
         self.assert_same_state(ref, live)
+
+
+class LiveMoveTest(tr.ReshardBase):
+    """A live move of buckets, the shard side (docs/reshard.md "Live moves
+    (the shard side)"): MoveBuckets to ps:1 takes half of ps:0's buckets
+    while a pusher keeps pushing to ids in them, sending a batch refused
+    "layout moved: ... bucket B ..." again to the other shard."""
+    JOB = "mv"
+
+    def test_buckets_move_while_pushes_go_on(self):
+        import importlib.util  # pylint: disable=import-outside-toplevel
+        if not importlib.util.find_spec("grpc"):
+            self.skipTest("python3-grpcio is not installed")
+        import struct  # pylint: disable=import-outside-toplevel
+        import threading  # pylint: disable=import-outside-toplevel
+        import grpc  # pylint: disable=import-outside-toplevel
+        import pb  # pylint: disable=import-outside-toplevel
+        from hashes import bucket_map, splitmix64_at  # pylint: disable=import-outside-toplevel
+        job = {"name": self.JOB, "shards": 2,
+               "tables": [{"name": "cnt", "dim": 1, "init": "zeros",
+                           "optimizer": {"type": "sgd", "lr": 1.0}}]}
+        spec = tr.specs(self.d, job, [2], nworker=1)[2]
+        self.shards(spec, 2)
+        with open(spec) as f:
+            addrs = json.load(f)["cluster"]["ps"]
+        m2 = bucket_map(2)
+        mine = [b for b in range(4096) if m2[b] == 0]
+        moving = set(mine[::2])
+        bits = bytearray(512)
+        for b in moving:
+            bits[b >> 3] |= 1 << (b & 7)
+
+        def bucket(i):
+            return splitmix64_at(i) >> 52
+        ids = list(range(1, 601))
+        owner = {i: m2[bucket(i)] for i in ids}
+        self.assertGreater(sum(bucket(i) in moving for i in ids), 100)
+        acked = {i: 0 for i in ids}
+        chans = [grpc.insecure_channel(a) for a in addrs]
+        push = [c.unary_unary("/psd.v1.Data/SparsePush") for c in chans]
+        pull = [c.unary_unary("/psd.v1.Data/SparsePull") for c in chans]
+        rounds, stop, errors, refused = [0], threading.Event(), [], [0]
+        progress = threading.Condition()
+
+        def send(s, xs):
+            msg = (pb.caller(self.JOB) + pb.ld(2, "cnt") +
+                   pb.ld(14, struct.pack("<%dQ" % len(xs), *xs)) +
+                   pb.ld(15, struct.pack("<%df" % len(xs), *[-1.0] * len(xs))))
+            push[s](msg, timeout=30)
+
+        def pusher():
+            try:
+                while not stop.is_set():
+                    todo = list(ids)
+                    while todo:
+                        s = owner[todo[0]]
+                        xs = [i for i in todo if owner[i] == s]
+                        try:
+                            send(s, xs)
+                        except grpc.RpcError as e:
+                            d = e.details() or ""
+                            if e.code() != grpc.StatusCode.FAILED_PRECONDITION or \
+                                    not d.startswith("layout moved: "):
+                                raise
+                            b = int(d.split("; bucket ")[1].split()[0])
+                            refused[0] += 1
+                            for i in ids:  # nothing of it applied: again
+                                if bucket(i) == b:
+                                    owner[i] = 1 - s
+                            continue
+                        for i in xs:
+                            acked[i] += 1
+                        todo = [i for i in todo if owner[i] != s]
+                    with progress:
+                        rounds[0] += 1
+                        progress.notify_all()
+            except Exception as e:  # pylint: disable=broad-except
+                errors.append(repr(e))
+                with progress:
+                    progress.notify_all()
+
+        def wait_rounds(k):
+            with progress:
+                self.assertTrue(progress.wait_for(lambda: rounds[0] >= k or errors,
+                                                  timeout=60), rounds)
+            self.assertEqual(errors, [])
+
+        t = threading.Thread(target=pusher)
+        t.start()
+        try:
+            wait_rounds(3)
+            r = pb.fields(chans[1].unary_unary("/psd.v1.Admin/MoveBuckets")(
+                pb.caller(self.JOB) + pb.uint(2, 0) + pb.ld(3, bytes(bits)),
+                timeout=60))
+            after = rounds[0]
+            wait_rounds(after + 3)
+        finally:
+            stop.set()
+            t.join()
+        self.assertEqual(errors, [])
+        self.assertGreater(r[1][0], 0)   # rows
+        self.assertGreater(r[3][0], 0)   # rounds of copies
+        self.assertIn(4, r)              # the pause, in µs
+        self.assertGreater(refused[0], 0)
+        # Every id once, on its one shard, worth every acknowledged push.
+        for s in (0, 1):
+            st = pb.fields(chans[s].unary_unary("/psd.v1.Admin/Status")(
+                pb.caller(self.JOB), timeout=30))
+            self.assertEqual(st[99][0], 1024 if s == 0 else 3072)
+            rows = pb.fields(st[90][0])[5][0]
+            self.assertEqual(rows, sum(1 for i in ids if owner[i] == s), s)
+        for i in ids:
+            want = 1 if bucket(i) in moving or m2[bucket(i)] == 1 else 0
+            self.assertEqual(owner[i], want, i)
+        for s in (0, 1):
+            xs = [i for i in ids if owner[i] == s]
+            got = pb.fields(pull[s](pb.caller(self.JOB) + pb.ld(2, "cnt") +
+                                    pb.ld(15, struct.pack("<%dQ" % len(xs), *xs)),
+                                    timeout=30))[15][0]
+            vals = struct.unpack("<%df" % len(xs), got)
+            self.assertEqual(list(vals), [float(acked[i]) for i in xs])
+            try:
+                pull[1 - s](pb.caller(self.JOB) + pb.ld(2, "cnt") +
+                            pb.ld(15, struct.pack("<Q", xs[0])), timeout=30)
+                self.fail("ps:%d answered a pull of id %d" % (1 - s, xs[0]))
+            except grpc.RpcError as e:
+                self.assertEqual(e.code(), grpc.StatusCode.FAILED_PRECONDITION)
+                self.assertTrue(e.details().startswith("layout moved: "), e.details())
+        for c in chans:
+            c.close()
 
 
 if __name__ == "__main__":
