@@ -11,6 +11,7 @@
 #include "coord.h"
 #include "layout.h"
 #include "live.h"
+#include "move.h"
 #include "psd.h"
 #include "saver.h"
 #include "spec.h"
@@ -45,6 +46,8 @@ static struct cm_spec *spec;
  * before it calls anyone. */
 static struct psd_server fsrv;
 static struct psd_live *live;
+/* Admin/MoveBuckets's handler (move.h) over the same stand-in. */
+static struct psd_move *mover;
 Psd__V1__Caller caller = PSD__V1__CALLER__INIT;
 
 static void start(const char *mode, const char *spec_mode) {
@@ -74,6 +77,7 @@ static void start(const char *mode, const char *spec_mode) {
   fsrv.coord = coord;
   ck_assert_int_eq(uv_loop_init(&fsrv.loop), 0);
   ck_assert_int_eq(psd_live_new(&live, &fsrv, ""), 0);
+  ck_assert_int_eq(psd_move_new(&mover, &fsrv), 0);
   caller.job = "t";
   caller.worker = "test";
 }
@@ -99,6 +103,7 @@ void teardown(void) {
   uv_run(&fsrv.loop, UV_RUN_DEFAULT);
   uv_loop_close(&fsrv.loop);
   psd_live_free(live);
+  psd_move_free(mover);
   psd_coord_free(coord);
   psd_service_free(svc);
   psd_saver_free(saver);
@@ -109,13 +114,14 @@ void teardown(void) {
 }
 
 const struct cm_rpc_method *method(const char *path) {
-  const struct cm_rpc_method *m[4];
-  int n[4];
+  const struct cm_rpc_method *m[5];
+  int n[5];
   m[0] = psd_service_methods(svc, &n[0]);
   m[1] = psd_coord_methods(coord, &n[1]);
   m[2] = psd_saver_methods(saver, &n[2]);
   m[3] = psd_live_methods(live, &n[3]);
-  for (int k = 0; k < 4; k++)
+  m[4] = psd_move_methods(mover, &n[4]);
+  for (int k = 0; k < 5; k++)
     for (int i = 0; i < n[k]; i++)
       if (!strcmp(m[k][i].path, path))
         return &m[k][i];

@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "layout.h"
 #include "log.h"
 #include "pbvariants.h"
 #include "ps.pb-c.h"
@@ -358,6 +359,55 @@ static void req_prepare(struct tu_buf *b) {
   pack(&r.base, b);
 }
 
+/* A live move's calls, refused before any work or answered without a
+ * change: the source told to cancel a move it does not run, and to copy
+ * a bucket of ps:1's (refused); the destination (ps:0) told to take a
+ * bucket of ps:1's from itself (refused: the source is another shard). */
+static uint8_t move_set[512];
+
+static void fill_move_set(void) {
+  memset(move_set, 0, sizeof move_set);
+  for (uint64_t id = 0;; id++)
+    if (fresh_shard(id, 2) == 1) {
+      unsigned b = cm_layout_bucket(cm_layout_id_hash(id));
+      move_set[b >> 3] |= (uint8_t)(1u << (b & 7));
+      return;
+    }
+}
+
+static void req_move_cancel(struct tu_buf *b) {
+  Psd__V1__MoveRowsRequest r = PSD__V1__MOVE_ROWS_REQUEST__INIT;
+  fill_move_set();
+  r.caller = &caller;
+  r.buckets = (ProtobufCBinaryData){sizeof move_set, move_set};
+  r.phase = PSD__V1__MOVE_PHASE__MOVE_CANCEL;
+  r.move = 5;
+  r.move_to = 3;
+  r.moved = 1;
+  pack(&r.base, b);
+}
+
+static void req_move_copy(struct tu_buf *b) {
+  Psd__V1__MoveRowsRequest r = PSD__V1__MOVE_ROWS_REQUEST__INIT;
+  fill_move_set();
+  r.caller = &caller;
+  r.buckets = (ProtobufCBinaryData){sizeof move_set, move_set};
+  r.phase = PSD__V1__MOVE_PHASE__MOVE_COPY;
+  r.move = 5;
+  pack(&r.base, b);
+}
+
+static void req_move_buckets(struct tu_buf *b) {
+  Psd__V1__MoveBucketsRequest r = PSD__V1__MOVE_BUCKETS_REQUEST__INIT;
+  fill_move_set();
+  r.caller = &caller;
+  r.from = 0;
+  r.buckets = (ProtobufCBinaryData){sizeof move_set, move_set};
+  r.move_to = 3;
+  r.moved = 1;
+  pack(&r.base, b);
+}
+
 /* Every call's valid requests (one or two), by method name. */
 static const struct {
   const char *method;              /* the rpc's name in its service */
@@ -383,6 +433,8 @@ static const struct {
     {"Shrink", {req_shrink}, 0},
     {"Export", {req_export}, 0},
     {"Reshard", {req_reshard, req_prepare}, 0},
+    {"MoveRows", {req_move_cancel, req_move_copy}, 0},
+    {"MoveBuckets", {req_move_buckets}, 0},
 };
 
 /* ---- the test ---- */

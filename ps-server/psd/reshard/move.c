@@ -321,6 +321,21 @@ static void on_move_buckets(struct cm_rpc_call *call, grpc_byte_buffer *bb,
     cm_rpc_fail(call, GRPC_STATUS_FAILED_PRECONDITION, "MoveBuckets: %s", err);
     goto out;
   }
+  if (req->from < 0 || req->from >= srv->spec->nps || req->from == srv->shard) {
+    cm_rpc_fail(call, GRPC_STATUS_INVALID_ARGUMENT,
+                "MoveBuckets: from %d: the source is another shard of the "
+                "spec's %d (0..%d), not this ps:%d",
+                req->from, srv->spec->nps, srv->spec->nps - 1, srv->shard);
+    goto out;
+  }
+  int b = psd_service_owns_any(srv->service, req->buckets.data);
+  if (b >= 0) {
+    cm_rpc_fail(call, GRPC_STATUS_FAILED_PRECONDITION,
+                "MoveBuckets: ps:%d owns bucket %d already; move only "
+                "buckets it lacks",
+                srv->shard, b);
+    goto out;
+  }
   pthread_mutex_lock(&m->lock);
   if (m->busy) {
     pthread_mutex_unlock(&m->lock);
