@@ -64,26 +64,39 @@ void cm_layout_map_init(struct cm_layout_map *m, int rule, int nshards) {
     memset(m->shard, 0, sizeof m->shard);
 }
 
+/* A move's place in the order: its shard in the smaller count's map, then
+ * in the larger's, then its bucket, packed in one key (the bucket in the
+ * low 12 bits). */
+static int cmp_key(const void *x, const void *y) {
+  uint64_t a = *(const uint64_t *)x, b = *(const uint64_t *)y;
+  return a < b ? -1 : a > b;
+}
+
 int cm_layout_moves(int from, int to, uint16_t *buckets) {
   uint16_t a[CM_LAYOUT_BUCKETS], b[CM_LAYOUT_BUCKETS];
+  uint64_t key[CM_LAYOUT_BUCKETS];
   int n = 0;
-  buckets_of(a, from);
-  buckets_of(b, to);
+  /* a: the smaller count's map, b: the larger's; the same moves, in the
+   * same order, both ways. */
+  buckets_of(a, from < to ? from : to);
+  buckets_of(b, from < to ? to : from);
   for (unsigned k = 0; k < CM_LAYOUT_BUCKETS; k++)
     if (a[k] != b[k])
-      buckets[n++] = (uint16_t)k;
+      key[n++] = (uint64_t)a[k] << 40 | (uint64_t)b[k] << 20 | k;
+  qsort(key, (size_t)n, sizeof *key, cmp_key);
+  for (int i = 0; i < n; i++)
+    buckets[i] = (uint16_t)(key[i] & (CM_LAYOUT_BUCKETS - 1));
   return n;
 }
 
 int cm_layout_map_moving(struct cm_layout_map *m, int from, int to, int done) {
-  uint16_t target[CM_LAYOUT_BUCKETS];
-  int n = 0;
+  uint16_t target[CM_LAYOUT_BUCKETS], mv[CM_LAYOUT_BUCKETS];
+  int n = cm_layout_moves(from, to, mv);
   m->rule = CM_LAYOUT_RULE_BUCKETS;
   buckets_of(m->shard, from);
   buckets_of(target, to);
-  for (unsigned k = 0; k < CM_LAYOUT_BUCKETS; k++)
-    if (m->shard[k] != target[k] && n++ < done)
-      m->shard[k] = target[k];
+  for (int i = 0; i < n && i < done; i++)
+    m->shard[mv[i]] = target[mv[i]];
   m->nshards = done >= n ? to : (from > to ? from : to);
   return n;
 }

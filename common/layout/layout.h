@@ -85,9 +85,11 @@ void cm_layout_map_init(struct cm_layout_map *m, int rule, int nshards);
 /* ---- A move between two counts (a live reshard, bucket by bucket) ---- */
 
 /* The buckets whose shard differs between the maps of `from` and `to`
- * shards, ascending: the moves from one to the other, in the order they
- * are made. Writes them to buckets (room for CM_LAYOUT_BUCKETS) and
- * returns how many. For from < to they all go to shards from..to-1; for
+ * shards: the moves from one to the other, in the order they are made,
+ * grouped by the pair of shards (the smaller count's shard, then the
+ * larger's), ascending within a pair, so that a run of moves between one
+ * source and one destination is one batch. Writes them to buckets (room
+ * for CM_LAYOUT_BUCKETS) and returns how many. For from < to they all go to shards from..to-1; for
  * from > to they all leave shards to..from-1; the moves of from -> to are
  * those of to -> from. */
 int cm_layout_moves(int from, int to, uint16_t *buckets);

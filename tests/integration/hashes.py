@@ -74,3 +74,12 @@ def bucket_map(nshards):
                 shard[b] = k
                 count[k] += 1
     return shard
+
+
+def moves(n, m):
+    """The buckets a move from n shards to m makes, in their order
+    (cm_layout_moves): grouped by (the shard in the smaller count's map,
+    the shard in the larger's), each group's buckets ascending."""
+    a, b = bucket_map(min(n, m)), bucket_map(max(n, m))
+    return sorted((k for k in range(1 << BUCKET_BITS) if a[k] != b[k]),
+                  key=lambda k: (a[k], b[k], k))
