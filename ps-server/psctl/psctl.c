@@ -204,27 +204,30 @@ int psctl_status_doc(struct psctl *p, int s, json_t **doc) {
   return rc;
 }
 
-/* The job's layout as the shards that answered hold it (the newest one
- * any of them names, with its count), taken by the client before any call
- * is planned: ids go to their home shards from the first call, not by
- * job.shards until a shard answers "moved" (docs/reshard.md). Returns 0. */
+/* The job's layout as the shards that answered hold it, taken by the
+ * client before any call is planned: each shard's in turn, the client
+ * keeping the newest (psc__client_take_layout: the newest version, and of
+ * a live move under way the most moves any of them knows made). Ids go to
+ * their home shards from the first call, not by job.shards until a shard
+ * answers "moved" (docs/reshard.md). Returns 0. */
 static int take_layout(struct psctl *p) {
-  int best = -1;
-  for (int s = 0; s < p->spec->nps; s++)
-    if (p->st[s] && (best < 0 || cm_status_int(p->st[s], "layout") >
-                                     cm_status_int(p->st[best], "layout")))
-      best = s;
-  if (best < 0)
-    return 0;
-  /* A shard before rules says none: its rows are modulo's. */
-  int rows = cm_layout_rule_parse(cm_status_str(p->st[best], "rows"));
-  if (psc__client_take_layout(p->client, best,
-                              (uint64_t)cm_status_int(p->st[best], "layout"),
-                              (int)cm_status_int(p->st[best], "num_shards"),
-                              rows ? rows : CM_LAYOUT_RULE_MODULO))
-    /* A spec with fewer addresses than the job's layout: said, and the
-     * shards it lists are still shown. */
-    fprintf(stderr, "psctl: %s\n", psc__client_error(p->client));
+  int said = 0;
+  for (int s = 0; s < p->spec->nps; s++) {
+    if (!p->st[s])
+      continue;
+    /* A shard before rules says none: its rows are modulo's. */
+    int rows = cm_layout_rule_parse(cm_status_str(p->st[s], "rows"));
+    if (psc__client_take_layout(p->client, s,
+                                (uint64_t)cm_status_int(p->st[s], "layout"),
+                                (int)cm_status_int(p->st[s], "num_shards"),
+                                rows ? rows : CM_LAYOUT_RULE_MODULO,
+                                (int)cm_status_int(p->st[s], "move_to"),
+                                (int)cm_status_int(p->st[s], "moved")) &&
+        !said++)
+      /* A spec with fewer addresses than the job's layout: said once, and
+       * the shards it lists are still shown. */
+      fprintf(stderr, "psctl: %s\n", psc__client_error(p->client));
+  }
   return 0;
 }
 

@@ -7,6 +7,7 @@
  * push's pending ids regrouped by the new count, rows intact, none
  * acknowledged among them. No shard is reached: channels dial lazily. */
 #include <check.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -22,54 +23,104 @@
 #define MOVED3 "layout moved: ps:1 holds layout 4 of 3 shards; re-plan"
 
 START_TEST(parse_good) {
-  int s = -1, n = 0, r = 0;
-  uint64_t v = 0;
-  ck_assert_int_eq(psc__moved_parse(MOVED3, &s, &v, &n, &r), 0);
-  ck_assert_int_eq(s, 1);
-  ck_assert_uint_eq(v, 4);
-  ck_assert_int_eq(n, 3);
+  struct psc__moved m;
+  ck_assert_int_eq(psc__moved_parse(MOVED3, &m), 0);
+  ck_assert_int_eq(m.shard, 1);
+  ck_assert_uint_eq(m.layout, 4);
+  ck_assert_int_eq(m.nshards, 3);
   /* Without a rule: a shard before rules, whose rows are modulo's. */
-  ck_assert_int_eq(r, CM_LAYOUT_RULE_MODULO);
+  ck_assert_int_eq(m.rows, CM_LAYOUT_RULE_MODULO);
+  ck_assert_int_eq(m.move_to, 0);
+  ck_assert_int_eq(m.bucket, -1);
   ck_assert_int_eq(psc__moved_parse("layout moved: ps:1 holds layout 4 of 3 "
                                     "shards, rows by buckets; Pull was "
                                     "planned for layout 4 of 3 shards, rows "
                                     "by modulo (...)",
-                                    &s, &v, &n, &r),
+                                    &m),
                    0);
-  ck_assert_int_eq(r, CM_LAYOUT_RULE_BUCKETS);
-  ck_assert_int_eq(n, 3);
+  ck_assert_int_eq(m.rows, CM_LAYOUT_RULE_BUCKETS);
+  ck_assert_int_eq(m.nshards, 3);
   ck_assert_int_eq(psc__moved_parse("layout moved: ps:0 holds layout 1 of 1 "
                                     "shard, rows by modulo",
-                                    &s, &v, &n, &r),
+                                    &m),
                    0);
-  ck_assert_int_eq(r, CM_LAYOUT_RULE_MODULO);
-  ck_assert_int_eq(n, 1);
+  ck_assert_int_eq(m.rows, CM_LAYOUT_RULE_MODULO);
+  ck_assert_int_eq(m.nshards, 1);
   /* A standby shard's words, and nothing after the counts. */
   ck_assert_int_eq(
       psc__moved_parse("layout moved: ps:2 holds layout 18446744073709551615 "
                        "of 2 shards; ps:2 is standby",
-                       &s, &v, &n, &r),
+                       &m),
       0);
-  ck_assert_uint_eq(v, UINT64_MAX);
+  ck_assert_uint_eq(m.layout, UINT64_MAX);
   ck_assert_int_eq(psc__moved_parse("layout moved: ps:0 holds layout 0 of 1 "
                                     "shards",
-                                    &s, &v, &n, &r),
+                                    &m),
                    0);
-  ck_assert_int_eq(n, 1);
+  ck_assert_int_eq(m.nshards, 1);
   /* psd's words for one shard. */
   ck_assert_int_eq(
       psc__moved_parse("layout moved: ps:1 holds layout 3 of 1 shard; Pull "
                        "was planned for layout 2 of 2 shards (...)",
-                       &s, &v, &n, &r),
+                       &m),
       0);
-  ck_assert_int_eq(s, 1);
-  ck_assert_uint_eq(v, 3);
-  ck_assert_int_eq(n, 1);
+  ck_assert_int_eq(m.shard, 1);
+  ck_assert_uint_eq(m.layout, 3);
+  ck_assert_int_eq(m.nshards, 1);
+  /* A live move's words: its count, the moves made, the bucket. */
+  ck_assert_int_eq(psc__moved_parse("layout moved: ps:0 holds layout 5 of 2 "
+                                    "shards, rows by buckets, moving to 3 "
+                                    "shards after 17 moves; bucket 4095 "
+                                    "(table 'emb' row 77) is no longer here; "
+                                    "the client re-plans and calls again",
+                                    &m),
+                   0);
+  ck_assert_int_eq(m.shard, 0);
+  ck_assert_uint_eq(m.layout, 5);
+  ck_assert_int_eq(m.nshards, 2);
+  ck_assert_int_eq(m.rows, CM_LAYOUT_RULE_BUCKETS);
+  ck_assert_int_eq(m.move_to, 3);
+  ck_assert_int_eq(m.moves, 17);
+  ck_assert_int_eq(m.bucket, 4095);
+  /* None made yet, one made; all of them; shrinking to one shard. */
+  uint16_t b[CM_LAYOUT_BUCKETS];
+  int all = cm_layout_moves(3, 1, b);
+  char text[256];
+  snprintf(text, sizeof text,
+           "layout moved: ps:2 holds layout 1 of 3 shards, rows by buckets, "
+           "moving to 1 shard after %d moves; bucket 0 (table 't' row 1) is "
+           "no longer here",
+           all);
+  ck_assert_int_eq(psc__moved_parse(text, &m), 0);
+  ck_assert_int_eq(m.move_to, 1);
+  ck_assert_int_eq(m.moves, all);
+  ck_assert_int_eq(m.bucket, 0);
+  ck_assert_int_eq(psc__moved_parse("layout moved: ps:0 holds layout 5 of 2 "
+                                    "shards, rows by buckets, moving to 3 "
+                                    "shards after 1 move",
+                                    &m),
+                   0);
+  ck_assert_int_eq(m.moves, 1);
+  ck_assert_int_eq(m.bucket, -1);
+  ck_assert_int_eq(psc__moved_parse("layout moved: ps:0 holds layout 5 of 2 "
+                                    "shards, rows by buckets, moving to 3 "
+                                    "shards after 0 moves; x",
+                                    &m),
+                   0);
+  ck_assert_int_eq(m.move_to, 3);
+  ck_assert_int_eq(m.moves, 0);
 }
 END_TEST
 
 START_TEST(parse_malformed) {
-  static const char *bad[] = {
+  char past[256];
+  uint16_t b[CM_LAYOUT_BUCKETS];
+  /* One move past the last of 2 -> 3. */
+  snprintf(past, sizeof past,
+           "layout moved: ps:0 holds layout 1 of 2 shards, rows by buckets, "
+           "moving to 3 shards after %d moves; x",
+           cm_layout_moves(2, 3, b) + 1);
+  const char *bad[] = {
       "",
       "layout moved:",
       "Layout moved: ps:1 holds layout 4 of 3 shards; x",
@@ -85,17 +136,43 @@ START_TEST(parse_malformed) {
       "layout moved: ps:1 holds version 4 of 3 shards; x",
       "layout moved: ps:1 holds layout 4 of 3 shards, rows by bogus; x",
       "layout moved: ps:1 holds layout 4 of 3 shards, rows by bucketsX; x",
+      /* A move: by buckets, to another count, at most its moves made. */
+      past,
+      "layout moved: ps:0 holds layout 1 of 2 shards, rows by buckets, "
+      "moving to 0 shards after 0 moves; x",
+      "layout moved: ps:0 holds layout 1 of 2 shards, rows by buckets, "
+      "moving to 2 shards after 0 moves; x",
+      "layout moved: ps:0 holds layout 1 of 2 shards, rows by buckets, "
+      "moving to 4097 shards after 0 moves; x",
+      "layout moved: ps:0 holds layout 1 of 2 shards, rows by modulo, "
+      "moving to 3 shards after 0 moves; x",
+      "layout moved: ps:0 holds layout 1 of 2 shards, moving to 3 shards "
+      "after 0 moves; x",
+      "layout moved: ps:0 holds layout 1 of 2 shards, rows by buckets, "
+      "moving to -3 shards after 0 moves; x",
+      "layout moved: ps:0 holds layout 1 of 2 shards, rows by buckets, "
+      "moving to 3 shards after -1 moves; x",
+      "layout moved: ps:0 holds layout 1 of 2 shards, rows by buckets, "
+      "moving to 3 shards after  1 moves; x",
+      "layout moved: ps:0 holds layout 1 of 2 shards, rows by buckets, "
+      "moving to 3 shards after 1 movesX; x",
+      "layout moved: ps:0 holds layout 1 of 2 shards, rows by buckets, "
+      "moving to 3 shards; x",
+      "layout moved: ps:0 holds layout 1 of 2 shards, rows by buckets, "
+      "moving to 3 shards after 1 moves; bucket 4096 (table 't' row 1)",
+      "layout moved: ps:0 holds layout 1 of 2 shards, rows by buckets, "
+      "moving to 3 shards after 1 moves; bucket (table 't' row 1)",
   };
-  int s = 7, n = 7, r = 7;
-  uint64_t v = 7;
+  struct psc__moved m = {7, 7, 7, 7, 7, 7, 7};
   for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
-    ck_assert_msg(psc__moved_parse(bad[i], &s, &v, &n, &r) == CM_EPROTO,
-                  "taken: '%s'", bad[i]);
-  ck_assert_int_eq(psc__moved_parse(NULL, &s, &v, &n, &r), CM_EPROTO);
+    ck_assert_msg(psc__moved_parse(bad[i], &m) == CM_EPROTO, "taken: '%s'",
+                  bad[i]);
+  ck_assert_int_eq(psc__moved_parse(NULL, &m), CM_EPROTO);
   /* Untouched on failure. */
-  ck_assert_int_eq(s, 7);
-  ck_assert_int_eq(n, 7);
-  ck_assert_uint_eq(v, 7);
+  ck_assert_int_eq(m.shard, 7);
+  ck_assert_int_eq(m.nshards, 7);
+  ck_assert_uint_eq(m.layout, 7);
+  ck_assert_int_eq(m.move_to, 7);
 }
 END_TEST
 
@@ -425,6 +502,160 @@ START_TEST(table_ids_regrouped) {
 }
 END_TEST
 
+/* "layout moved" with a move: layout V of 2 shards moving to 3 after K. */
+static const char *moving(char *buf, size_t len, int v, int k) {
+  snprintf(buf, len,
+           "layout moved: ps:0 holds layout %d of 2 shards, rows by buckets, "
+           "moving to 3 shards after %d moves; bucket 9 (table 't' row 4) "
+           "is no longer here; the client re-plans and calls again",
+           v, k);
+  return buf;
+}
+
+/* A live move's steps: table ids by the partway map (of both counts'
+ * shards), the variables and boot ids where they were, every call's
+ * Caller naming the move; an answer with the same or fewer moves, or none
+ * in the same version, is no newer; the move's end (the version's step)
+ * is. */
+START_TEST(move_steps_followed) {
+  static struct cm_layout_map want;
+  char text[512];
+  int placement[3];
+  for (int i = 0; i < 3; i++)
+    placement[i] = c->vars[i].placement;
+  c->boot[0] = 0x77;
+  ck_assert_int_eq(psc__relayout(c, moving(text, sizeof text, 0, 5), "push"),
+                   0);
+  ck_assert_int_eq(c->nshards, 2);
+  ck_assert_int_eq(c->move_to, 3);
+  ck_assert_int_eq(c->moves, 5);
+  ck_assert_int_eq(c->map.nshards, 3);
+  cm_layout_map_moving(&want, 2, 3, 5);
+  ck_assert_mem_eq(c->map.shard, want.shard, sizeof want.shard);
+  for (uint64_t id = 0; id < 5000; id++)
+    ck_assert_int_eq(psc__client_shard_of(c, id),
+                     cm_layout_map_id_shard(&want, id));
+  for (int i = 0; i < 3; i++)
+    ck_assert_int_eq(c->vars[i].placement, placement[i]);
+  ck_assert_uint_eq(c->boot[0], 0x77); /* the same processes */
+  Psd__V1__Caller k = psc__caller(c, 0);
+  ck_assert_uint_eq(k.layout, 0);
+  ck_assert_int_eq(k.shards, 2);
+  ck_assert_uint_eq(k.move_to, 3);
+  ck_assert_uint_eq(k.moved, 5);
+  ck_assert_uint_eq(k.boot, 0x77);
+  /* No newer: the same moves, fewer, none said in this version. */
+  struct psc__moved m;
+  ck_assert_int_eq(psc__moved_parse(moving(text, sizeof text, 0, 5), &m), 0);
+  ck_assert(!psc__moved_newer(c, &m));
+  ck_assert_int_eq(psc__relayout(c, text, "push"), CM_EPROTO);
+  ck_assert_msg(strstr(psc__client_error(c),
+                       "names no layout newer than the one this client "
+                       "planned for (layout 0 of 2 shards moving to 3 after "
+                       "5 of "),
+                "%s", psc__client_error(c));
+  ck_assert_int_eq(psc__moved_parse(moving(text, sizeof text, 0, 4), &m), 0);
+  ck_assert(!psc__moved_newer(c, &m));
+  ck_assert_int_eq(psc__moved_parse("layout moved: ps:1 holds layout 0 of 2 "
+                                    "shards, rows by buckets; bucket 3",
+                                    &m),
+                   0);
+  ck_assert(!psc__moved_newer(c, &m));
+  ck_assert_int_eq(c->moves, 5);
+  /* More moves are. */
+  ck_assert_int_eq(psc__moved_parse(moving(text, sizeof text, 0, 6), &m), 0);
+  ck_assert(psc__moved_newer(c, &m));
+  ck_assert_int_eq(psc__relayout(c, text, "push"), 0);
+  ck_assert_int_eq(c->moves, 6);
+  /* The end: layout 1 of 3, plain. */
+  ck_assert_int_eq(psc__relayout(c,
+                                 "layout moved: ps:2 holds layout 1 of 3 "
+                                 "shards, rows by buckets; x",
+                                 "push"),
+                   0);
+  ck_assert_int_eq(c->nshards, 3);
+  ck_assert_int_eq(c->move_to, 0);
+  ck_assert_int_eq(c->moves, 0);
+  cm_layout_map_init(&want, CM_LAYOUT_RULE_BUCKETS, 3);
+  ck_assert_mem_eq(c->map.shard, want.shard, sizeof want.shard);
+  ck_assert_uint_eq(c->boot[0], 0); /* a new version: boot ids again */
+  k = psc__caller(c, 0);
+  ck_assert_uint_eq(k.move_to, 0);
+  /* An older version is no newer either. */
+  ck_assert_int_eq(psc__moved_parse(moving(text, sizeof text, 0, 9), &m), 0);
+  ck_assert(!psc__moved_newer(c, &m));
+}
+END_TEST
+
+/* A move to more shards than the pool holds is refused, naming it; a
+ * round's answers keep the newest. */
+START_TEST(move_outside_pool_and_newest_kept) {
+  ck_assert_int_eq(psc__relayout(c,
+                                 "layout moved: ps:1 holds layout 0 of 2 "
+                                 "shards, rows by buckets, moving to 4 "
+                                 "shards after 1 moves; x",
+                                 "push rows"),
+                   CM_ERANGE);
+  ck_assert_str_eq(psc__client_error(c),
+                   "push rows: ps:1 says the job's layout 0 is moving to 4 "
+                   "shards, but this client's spec lists 3 ps addresses (a "
+                   "layout holds 1..3 shards); start every task from the "
+                   "job's spec");
+  ck_assert_int_eq(c->move_to, 0);
+  char a[512], b[512];
+  int seen = 0;
+  c->moved[0] = 0;
+  psc__note_moved(c, &seen, moving(a, sizeof a, 0, 3));
+  ck_assert_str_eq(c->moved, a);
+  psc__note_moved(c, &seen, moving(b, sizeof b, 0, 2));
+  ck_assert_str_eq(c->moved, a);
+  psc__note_moved(c, &seen, "layout moved: ps:2 holds layout 0 of 2 shards");
+  ck_assert_str_eq(c->moved, a);
+  psc__note_moved(c, &seen, moving(b, sizeof b, 0, 7));
+  ck_assert_str_eq(c->moved, b);
+  psc__note_moved(c, &seen, "layout moved: ps:2 holds layout 1 of 3 shards");
+  ck_assert_str_eq(c->moved, "layout moved: ps:2 holds layout 1 of 3 shards");
+  psc__note_moved(c, &seen, moving(b, sizeof b, 0, 9));
+  ck_assert_str_eq(c->moved, "layout moved: ps:2 holds layout 1 of 3 shards");
+}
+END_TEST
+
+/* A table push planned during a move: ids on the partway map's shards,
+ * the destination among them (past the layout's count). */
+START_TEST(table_plan_during_move) {
+  enum { NID = 300 };
+  uint64_t ids[NID];
+  float grads[NID];
+  char text[512];
+  struct psc__rows r = {.table = "t", .ids = ids, .n = NID, .grads = grads};
+  c->tables = calloc(1, sizeof *c->tables);
+  strcpy(c->tables[0].name, "t");
+  c->tables[0].dim = 1;
+  c->ntables = 1;
+  for (int i = 0; i < NID; i++) {
+    ids[i] = (uint64_t)i;
+    grads[i] = 1.0f;
+  }
+  uint16_t b[CM_LAYOUT_BUCKETS];
+  int all = cm_layout_moves(2, 3, b);
+  ck_assert_int_eq(
+      psc__relayout(c, moving(text, sizeof text, 0, all / 2), "push rows"), 0);
+  struct psc__scall sc = {.c = c, .push = 1, .rows = &r, .seq = 1};
+  ck_assert_int_eq(psc__sparse_plan(&sc, 1), 0);
+  int per[3] = {0};
+  for (int k = 0; k < sc.nmsgs; k++)
+    for (size_t j = 0; j < sc.msgs[k].n; j++) {
+      ck_assert_int_eq(
+          sc.msgs[k].shard,
+          cm_layout_map_id_shard(&c->map, sc.uid[sc.msgs[k].first + j]));
+      per[sc.msgs[k].shard]++;
+    }
+  ck_assert_int_eq(per[0] + per[1] + per[2], NID);
+  ck_assert_int_gt(per[2], 0);
+  psc__sparse_plan_free(&sc);
+}
+END_TEST
+
 static Suite *relayout_suite(void) {
   Suite *s = suite_create("client-relayout");
   TCase *tc = tcase_create("message");
@@ -441,6 +672,9 @@ static Suite *relayout_suite(void) {
   tcase_add_test(tc, only_pending_recut);
   tcase_add_test(tc, moved_twice);
   tcase_add_test(tc, table_ids_regrouped);
+  tcase_add_test(tc, move_steps_followed);
+  tcase_add_test(tc, move_outside_pool_and_newest_kept);
+  tcase_add_test(tc, table_plan_during_move);
   suite_add_tcase(s, tc);
   return s;
 }

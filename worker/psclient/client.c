@@ -120,6 +120,7 @@ int psc__client_new(struct psc__client **out, const struct cm_spec *spec,
                    ? spec->job.shards
                    : spec->nps;
   cm_layout_map_init(&c->map, CM_LAYOUT_RULE_BUCKETS, c->nshards);
+  c->moved_wait_ms = PSC__MOVED_WAIT_MS;
   c->cq = grpc_completion_queue_create_for_next(NULL);
   if ((rc = cm_creds_load(&spec->auth, 0, &c->creds, c->err, sizeof c->err))) {
     /* The caller gets no client to ask, so say it here. */
@@ -202,6 +203,8 @@ Psd__V1__Caller psc__caller(const struct psc__client *c, int shard) {
   caller.layout = c->layout;
   caller.shards = c->nshards;
   caller.rows = c->map.rule;
+  caller.move_to = (uint32_t)c->move_to;
+  caller.moved = (uint32_t)c->moves;
   return caller;
 }
 

@@ -110,10 +110,20 @@ struct psc__client {
                                  answer said (relayout.c) */
   uint64_t layout;            /* the layout's version planned for (0 at
                                  open), sent with every call */
+  int move_to;                /* a live move of table rows in that
+                                 layout: the count it goes to (0: none);
+                                 variables stay placed among nshards */
+  int moves;                  /* its bucket moves made (cm_layout_moves) */
   struct cm_layout_map map;   /* that layout's row map: where each table
                                  row lives (a fresh job's buckets at open,
-                                 then what a "moved" answer said); its rule
+                                 then what a "moved" answer said; during a
+                                 move cm_layout_map_moving's, of
+                                 max(nshards, move_to) shards); its rule
                                  is sent with every call */
+  double moved_wait_ms;       /* how long one call sends again a bucket
+                                 refused by "moved" answers that name no
+                                 newer layout (relayout.c); 30 s, a test's
+                                 less */
   char moved[512];            /* the last "layout moved" answer's message
                                  (declare_calls.c), "" when none */
   struct psc__plan_save full; /* while a transfer sends a re-cut remainder:
@@ -280,7 +290,8 @@ struct psc__decl_call {
 int psc__declare_calls(struct psc__client *c, struct psc__decl_call *dc, int n);
 void psc__decl_calls_free(struct psc__decl_call *dc, int n);
 
-/* Declares req on every shard (psc__declare_calls). */
+/* Declares req (tables) on every shard that holds table rows, those of the
+ * layout and during a live move its destinations (psc__declare_calls). */
 int psc__declare_everywhere(struct psc__client *c,
                             const Psd__V1__DeclareRequest *req);
 
@@ -333,19 +344,86 @@ int psc__retry_wait(struct psc__client *c, const unsigned char *down, int ndown,
 /* ---- relayout.c: the job's shard layout moved */
 
 /* The re-plans one call may make before it gives up (a layout that keeps
- * moving). */
+ * moving). Each re-plan follows a strictly newer layout (psc__moved_newer),
+ * the newest any answer of the round named, and sends what was refused
+ * where that layout puts it. A live move hands each bucket over once, and
+ * a refused bucket was handed over by the move the refusing source names,
+ * so the pieces a re-plan sends again reach their bucket's owner for the
+ * rest of the move: a call re-plans once when a move starts or gains
+ * moves under it, perhaps once more for a bucket whose source knew fewer
+ * moves than another shard of the round, and once at the move's end (the
+ * version's step, dense variables re-cut). A bucket between owners, or a
+ * shard that knows fewer moves than the client, names no newer layout and
+ * is waited for apart (moved_wait_ms), not counted here. A client makes
+ * hundreds of re-plans in a long move, a few per call: 8 allows twice the
+ * most a call needs, and still stops a layout that keeps moving under one
+ * call within a few round trips. */
 #define PSC__MAX_REPLANS 8
+
+/* How long one call sends again what a "moved" answer refused when that
+ * answer names no newer layout than the client's (a shard that has not
+ * learnt the move's latest step, or a bucket in the few ms between its
+ * source giving it up and its destination taking it): a backoff of 1 ms,
+ * doubling to 50 ms, for up to moved_wait_ms (this by default). */
+#define PSC__MOVED_WAIT_MS 30000.0
+
+/* A "layout moved" message read (psc__moved_parse). */
+struct psc__moved {
+  int shard;       /* S, the shard that answered */
+  uint64_t layout; /* V, the layout's version it holds */
+  int nshards;     /* N, its shard count */
+  int rows;        /* its row rule, CM_LAYOUT_RULE_* (no rule said:
+                      modulo, a shard before rules) */
+  int move_to;     /* M, the count a live move goes to; 0: none said */
+  int moves;       /* K, that move's bucket moves the shard knows made */
+  int bucket;      /* B, the bucket it refused; -1: none named */
+};
+
+/* One call's following of "layout moved" answers (psc__follow_moved);
+ * zero at the start of the call. */
+struct psc__follow {
+  int replans;       /* newer layouts taken during the call */
+  double wait_from;  /* cm_mono_ms() when answers naming no newer layout
+                        began, 0: none since the last re-plan */
+  double backoff_ms; /* the wait before sending again after the next */
+};
 
 /* Whether u was answered "layout moved" (FAILED_PRECONDITION, details
  * beginning "layout moved: "). */
 int psc__is_moved(const struct cm_unary *u);
 
-/* Reads a "layout moved" message: "layout moved: ps:S holds layout V of M
- * shards, rows by RULE; ..." ("1 shard" too; without the rule, from a shard
- * before rules: modulo). Returns 0 with *shard, *layout, *nshards, *rows
- * (CM_LAYOUT_RULE_*), or CM_EPROTO when details is not such a message. */
-int psc__moved_parse(const char *details, int *shard, uint64_t *layout,
-                     int *nshards, int *rows);
+/* Reads a "layout moved" message: "layout moved: ps:S holds layout V of N
+ * shards, rows by RULE[, moving to M shards after K moves]; ...[bucket B
+ * ...]" ("1 shard" too; without the rule, from a shard before rules:
+ * modulo). A move is by buckets, to another count M in
+ * 1..CM_LAYOUT_MAX_SHARDS, with K at most its moves (cm_layout_moves).
+ * Returns 0 with *m filled, or CM_EPROTO (m untouched) when details is not
+ * such a message. */
+int psc__moved_parse(const char *details, struct psc__moved *m);
+
+/* Whether m names a layout newer than the one c plans for: a larger
+ * version; or the same version and a move c does not know of, or the same
+ * move (same M) with more moves made; or, neither side moving, the same
+ * version of another count or rule (the job's layout corrects the count
+ * a client opened with). Equal or older is not: a shard that lags. */
+int psc__moved_newer(const struct psc__client *c, const struct psc__moved *m);
+
+/* Keeps in c->moved the answer of one round of calls to follow: the first
+ * "moved" message (details) of the round (*seen 0, then set), or a later
+ * one that names a newer layout than the one kept. */
+void psc__note_moved(struct psc__client *c, int *seen, const char *details);
+
+/* A call `what` (followed by f) got the "moved" answer in c->moved. A newer
+ * layout is taken, as psc__relayout (psc__relayout_transfer when transfer)
+ * does, at most PSC__MAX_REPLANS times in the call; the caller then sends
+ * what is pending as the new plan says. An answer naming no newer layout
+ * waits a backoff (1 ms doubling to 50 ms); the caller sends what is
+ * pending again, unchanged, until such answers have lasted
+ * c->moved_wait_ms: then the error names the shard, the bucket and the
+ * last answer. Returns 0, or an error in c->err (CM_ERPC past the limits,
+ * or psc__relayout's, or CM_ECANCELED when interrupted). */
+int psc__follow_moved(struct psc__client *c, struct psc__follow *f,
+                      const char *what, int transfer);
 
 /* Where v (placed v->placement among `from` shards, declared v->asked)
  * goes among `to`: cm_layout_replace, the one rule psd's reshard cut uses
@@ -361,11 +439,13 @@ int psc__recut(const struct psc__var *vars, const struct psc__piece *in,
                int nin, int nshards, uint64_t chunk, struct psc__piece **pieces,
                int *npieces, struct psc__msg **msgs, int *nmsgs);
 
-/* Follows the layout a "moved" answer (its details) names: the count
- * checked against the pool, the layout and count taken, every boot id
- * forgotten, the arenas dropped, the variables re-placed, the plan made
- * again, the Unix sockets taken again, and one line said. `what` names the
- * call in an error. Returns 0 or an error in c->err. */
+/* Follows the layout a "moved" answer (its details) names, which must be
+ * newer (psc__moved_newer; else CM_EPROTO): the counts checked against the
+ * pool, the layout, count and move taken, and on a new version or count,
+ * every boot id forgotten and the arenas dropped (new processes), the
+ * variables re-placed; the plan made again, the Unix sockets taken again,
+ * and one line said. A move's steps leave the variables where they are.
+ * `what` names the call in an error. Returns 0 or an error in c->err. */
 int psc__relayout(struct psc__client *c, const char *details, const char *what);
 
 /* The same for a transfer under way: what is pending in the plan (the

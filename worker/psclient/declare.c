@@ -169,21 +169,14 @@ int psc__client_declare(struct psc__client *c, struct psc__var *vars, int n) {
     goto out;
   /* Shards may still be starting: wait for them, within the deadline. A
    * layout that moved meanwhile is followed, and the declare made again. */
-  for (int replans = 0;; replans++) {
+  for (struct psc__follow f = {0};;) {
     int from = c->nshards;
     c->moved[0] = 0;
     if (!(rc = psc__declare_vars(c, vars, n, skip)) || !c->moved[0])
       break;
-    if (replans == PSC__MAX_REPLANS) {
-      psc__seterr(c,
-                  "declare: the job's layout moved %d times during one "
-                  "declare; the last answer: %s",
-                  replans + 1, c->moved);
+    if ((rc = psc__follow_moved(c, &f, "declare", 0)))
       break;
-    }
-    if ((rc = psc__relayout(c, c->moved, "declare")))
-      break;
-    for (int i = 0; i < n; i++)
+    for (int i = 0; from != c->nshards && i < n; i++)
       if (!skip[i])
         vars[i].placement = psc__replace(&vars[i], from, c->nshards);
     c->err[0] = 0;

@@ -62,8 +62,8 @@ static void take_answer(struct psc__client *c, struct psc__decl_call *dc,
   } else if (psc__is_moved(u)) {
     /* The job's layout moved: the declare is made again on the new one
      * (declare.c, sparse.c), not retried here. */
-    if (!c->moved[0])
-      snprintf(c->moved, sizeof c->moved, "%s", u->details);
+    int seen = c->moved[0] != 0; /* the caller empties it per declare */
+    psc__note_moved(c, &seen, u->details);
     if (!*fatal) {
       psc__call_error(c, "declare", u);
       *fatal = CM_ERPC;
@@ -85,8 +85,9 @@ static void take_answer(struct psc__client *c, struct psc__decl_call *dc,
 
 int psc__declare_calls(struct psc__client *c, struct psc__decl_call *dc,
                        int n) {
-  unsigned char *down = calloc(c->nshards, 1);
-  int *per = calloc(c->nshards, sizeof *per);
+  /* Per address of the pool: a move's destinations are past nshards. */
+  unsigned char *down = calloc((size_t)c->spec->nps, 1);
+  int *per = calloc((size_t)c->spec->nps, sizeof *per);
   int *idx = calloc((size_t)n + 1, sizeof *idx);
   struct cm_unary *calls = calloc((size_t)n + 1, sizeof *calls);
   int rc = 0, left = n;
@@ -98,7 +99,7 @@ int psc__declare_calls(struct psc__client *c, struct psc__decl_call *dc,
   c->wait_from = cm_mono_ms();
   for (int attempt = 0; left > 0;) {
     int m = 0, fatal = 0, any_down = 0;
-    memset(per, 0, c->nshards * sizeof *per);
+    memset(per, 0, (size_t)c->spec->nps * sizeof *per);
     for (int k = 0; k < n; k++) {
       int s = dc[k].shard;
       if (dc[k].resp || per[s] == BATCH_PER_SHARD)
@@ -115,7 +116,7 @@ int psc__declare_calls(struct psc__client *c, struct psc__decl_call *dc,
       idx[m++] = k;
     }
     psc__run(c, calls, m, "declare", c->o.connect_timeout_ms, 0, NULL, NULL);
-    memset(down, 0, c->nshards);
+    memset(down, 0, (size_t)c->spec->nps);
     for (int j = 0; j < m; j++) {
       take_answer(c, &dc[idx[j]], &calls[j], down, &fatal);
       if (dc[idx[j]].resp)
@@ -124,11 +125,11 @@ int psc__declare_calls(struct psc__client *c, struct psc__decl_call *dc,
     }
     if ((rc = fatal))
       break;
-    for (int s = 0; s < c->nshards; s++)
+    for (int s = 0; s < c->spec->nps; s++)
       any_down |= down[s];
     /* Another batch goes at once; a shard not reached, after a backoff. */
     if (left > 0 && any_down &&
-        (rc = psc__retry_wait(c, down, c->nshards, ++attempt, "declare")))
+        (rc = psc__retry_wait(c, down, c->spec->nps, ++attempt, "declare")))
       break;
   }
 out:
@@ -144,14 +145,15 @@ out:
 
 int psc__declare_everywhere(struct psc__client *c,
                             const Psd__V1__DeclareRequest *req) {
-  struct psc__decl_call *dc = calloc(c->nshards, sizeof *dc);
-  int rc;
+  /* Every shard that holds table rows: a live move's destinations too. */
+  int n = c->map.nshards, rc;
+  struct psc__decl_call *dc = calloc((size_t)n, sizeof *dc);
   if (!dc)
     return CM_ENOMEM;
-  for (int s = 0; s < c->nshards; s++)
+  for (int s = 0; s < n; s++)
     dc[s] = (struct psc__decl_call){s, req, NULL};
-  rc = psc__declare_calls(c, dc, c->nshards);
-  psc__decl_calls_free(dc, c->nshards);
+  rc = psc__declare_calls(c, dc, n);
+  psc__decl_calls_free(dc, n);
   free(dc);
   return rc;
 }

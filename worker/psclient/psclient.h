@@ -106,6 +106,10 @@ struct psc__client_stats {
   uint64_t retries; /* calls sent again after UNAVAILABLE, DEADLINE_EXCEEDED
                        or CANCELLED */
   uint64_t outages; /* times a shard became unreachable */
+  uint64_t replans; /* newer layouts followed after "layout moved" answers */
+  uint64_t moved_waits; /* "layout moved" answers that named no newer
+                           layout (a shard behind the client, a bucket
+                           between owners): sent again after a backoff */
 };
 
 struct psc__client;
@@ -168,12 +172,17 @@ int psc__client_nshards(const struct psc__client *c);
 /* Plans for layout `layout` of nshards shards from now on, as a "layout
  * moved" answer would, when a caller read it first from shard's status
  * (psctl does, so that it asks each id of its home shard from its first
- * call), placing rows by rows (CM_LAYOUT_RULE_*, the status's "rows").
- * Nothing when the client plans for it already. Returns 0, or
- * CM_ERANGE when nshards is outside 1..the spec's ps addresses
+ * call), placing rows by rows (CM_LAYOUT_RULE_*, the status's "rows"),
+ * and while a live move goes to move_to shards (0: none), after `moves`
+ * bucket moves (the status's "move_to" and "moved"). Nothing unless it is
+ * newer than the layout the client plans for (relayout.c's rule: each
+ * shard's status may be offered in turn, and the newest stays). Returns
+ * 0, or CM_ERANGE when nshards or
+ * move_to is outside 1..the spec's ps addresses, CM_EPROTO when the move
+ * is not one of buckets to another count with at most its moves made
  * (psc__client_error says so). */
 int psc__client_take_layout(struct psc__client *c, int shard, uint64_t layout,
-                            int nshards, int rows);
+                            int nshards, int rows, int move_to, int moves);
 
 /* What the client dials for shard: the spec's "host:port", or after
  * declare, "unix:/path" when the shard runs on this host and serves its Unix

@@ -18,16 +18,28 @@
  *                      piece is applied once; a re-cut push message takes a
  *                      chunk index past every planned one
  *
+ * A live move of table rows (docs/reshard.md "Live") adds to the message
+ * ", moving to M shards after K moves; bucket B (table 'T' row ID) is no
+ * longer here": the layout's version and count stay, variables stay where
+ * they are, and table ids go by cm_layout_map_moving(N, M, K), whose
+ * shards (max(N, M)) all hold rows meanwhile. A call follows an answer
+ * only when it names a newer layout (psc__moved_newer), the newest of its
+ * round (psc__note_moved), at most PSC__MAX_REPLANS times; one that names
+ * none newer (a shard that has not learnt the move's latest step, or a
+ * bucket between owners) is sent again after a short backoff for up to
+ * moved_wait_ms (psc__follow_moved).
+ *
  * Every per-shard array is sized for the pool, so a re-plan to any count
  * 1..nps needs no new channels. A "moved" answer is neither an outage nor
- * a retry; a call re-plans at most PSC__MAX_REPLANS times. Declares and
- * sparse calls re-plan from their own files (declare.c, sparse.c). */
+ * a retry. Declares and sparse calls re-plan from their own files
+ * (declare.c, sparse.c). */
 #include "client_internal.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "clock.h"
 #include "err.h"
 #include "layout.h"
 #include "log.h"
@@ -40,10 +52,44 @@ int psc__is_moved(const struct cm_unary *u) {
          strncmp(u->details, MOVED_PREFIX, sizeof MOVED_PREFIX - 1) == 0;
 }
 
-int psc__moved_parse(const char *details, int *shard, uint64_t *layout,
-                     int *nshards, int *rows) {
-  unsigned long long v = 0;
-  int s = -1, n = 0, end = 0;
+/* The decimal number at p (digits only, at most max) into *v; returns the
+ * characters read, 0 when there is none or it is past max. */
+static int number(const char *p, unsigned long long max,
+                  unsigned long long *v) {
+  int n = 0;
+  *v = 0;
+  for (; p[n] >= '0' && p[n] <= '9'; n++) {
+    if (*v > (max - (unsigned)(p[n] - '0')) / 10)
+      return 0;
+    *v = *v * 10 + (unsigned)(p[n] - '0');
+  }
+  return n;
+}
+
+/* The literal word w at p, and an optional 's' after it (plurals: "1
+ * shard", "2 shards"); returns the characters read, 0 when w is not
+ * there. */
+static int word(const char *p, const char *w) {
+  size_t n = strlen(w);
+  if (strncmp(p, w, n))
+    return 0;
+  return (int)n + (p[n] == 's');
+}
+
+/* Whether a live move of layout (n shards, rule) to `to` shards after k
+ * moves is one: by buckets, to another count of a layout, k at most its
+ * moves (cm_layout_moves). */
+static int move_ok(int n, int rule, int to, int k) {
+  uint16_t buckets[CM_LAYOUT_BUCKETS];
+  if (rule != CM_LAYOUT_RULE_BUCKETS || n < 1 || n > CM_LAYOUT_MAX_SHARDS ||
+      to < 1 || to > CM_LAYOUT_MAX_SHARDS || to == n || k < 0)
+    return 0;
+  return k <= cm_layout_moves(n, to, buckets);
+}
+
+int psc__moved_parse(const char *details, struct psc__moved *m) {
+  unsigned long long v = 0, to = 0, k = 0, b = 0;
+  int s = -1, n = 0, end = 0, w;
   const char *num;
   if (!details || strncmp(details, MOVED_PREFIX, sizeof MOVED_PREFIX - 1))
     return CM_EPROTO;
@@ -62,23 +108,73 @@ int psc__moved_parse(const char *details, int *shard, uint64_t *layout,
   /* ", rows by buckets": the rule (a shard before rules: modulo). */
   int rule = CM_LAYOUT_RULE_MODULO;
   if (!strncmp(details + end, ", rows by ", 10)) {
-    size_t w = strcspn(details + end + 10, ";");
-    char word[16];
-    if (w >= sizeof word)
+    size_t len = strcspn(details + end + 10, ",;");
+    char name[16];
+    if (len >= sizeof name)
       return CM_EPROTO;
-    memcpy(word, details + end + 10, w);
-    word[w] = 0;
-    if (!(rule = cm_layout_rule_parse(word)))
+    memcpy(name, details + end + 10, len);
+    name[len] = 0;
+    if (!(rule = cm_layout_rule_parse(name)))
       return CM_EPROTO;
-    end += 10 + (int)w;
+    end += 10 + (int)len;
+  }
+  /* ", moving to M shards after K moves": a live move under way. */
+  if (!strncmp(details + end, ", moving to ", 12)) {
+    end += 12;
+    if (!(w = number(details + end, CM_LAYOUT_MAX_SHARDS, &to)) ||
+        details[end += w] != ' ' || !(w = word(details + ++end, "shard")) ||
+        strncmp(details + (end += w), " after ", 7) ||
+        !(w = number(details + (end += 7), CM_LAYOUT_BUCKETS, &k)) ||
+        details[end += w] != ' ' || !(w = word(details + ++end, "move")))
+      return CM_EPROTO;
+    end += w;
+    if (!move_ok(n, rule, (int)to, (int)k))
+      return CM_EPROTO;
   }
   if (details[end] != ';' && details[end] != '\0')
     return CM_EPROTO;
-  *shard = s;
-  *layout = v;
-  *nshards = n;
-  *rows = rule;
+  /* "; bucket B (table 'T' row ID) is no longer here": the bucket. */
+  int bucket = -1;
+  if (!strncmp(details + end, "; bucket ", 9)) {
+    if (!number(details + end + 9, CM_LAYOUT_BUCKETS - 1, &b))
+      return CM_EPROTO;
+    bucket = (int)b;
+  }
+  *m = (struct psc__moved){.shard = s,
+                           .layout = v,
+                           .nshards = n,
+                           .rows = rule,
+                           .move_to = (int)to,
+                           .moves = (int)k,
+                           .bucket = bucket};
   return 0;
+}
+
+/* Whether a names a later layout than b: a larger version, or the same
+ * version and a move b does not name, or the same move with more moves
+ * made. */
+static int later(const struct psc__moved *a, const struct psc__moved *b) {
+  if (a->layout != b->layout)
+    return a->layout > b->layout;
+  if (!a->move_to)
+    return 0;
+  return !b->move_to || (a->move_to == b->move_to && a->moves > b->moves);
+}
+
+int psc__moved_newer(const struct psc__client *c, const struct psc__moved *m) {
+  struct psc__moved mine = {.layout = c->layout,
+                            .nshards = c->nshards,
+                            .rows = c->map.rule,
+                            .move_to = c->move_to,
+                            .moves = c->moves};
+  if (later(m, &mine))
+    return 1;
+  /* No move said, in the client's version: a shard that has not learnt
+   * of the move yet while the client has (the move's end steps the
+   * version); else, neither moving, the layout the client opened with
+   * (job.shards, buckets) corrected. */
+  return m->layout == c->layout && !m->move_to && !c->move_to &&
+         (m->nshards != c->nshards || m->rows != c->map.rule);
 }
 
 int psc__replace(const struct psc__var *v, int from, int to) {
@@ -192,31 +288,63 @@ static void drop_arenas(struct psc__client *c) {
   }
 }
 
-/* Takes layout `layout` of n shards (checked against the pool by the
- * caller): every boot id forgotten, the arenas dropped, the variables
- * re-placed, the plan made again, one line said when `say`. */
-static int take(struct psc__client *c, uint64_t layout, int n, int rows,
-                int say, const char *what) {
+/* A layout in words: "layout 1 of 3 shards", "layout 0 of 2 shards moving
+ * to 3 after 5 of 1366 moves"; `brief`: "1 of 3", "0 of 2 moving to ...".
+ * Returns buf. */
+static const char *layout_text(uint64_t layout, int n, int to, int k, int brief,
+                               char *buf, size_t len) {
+  uint16_t buckets[CM_LAYOUT_BUCKETS];
+  int w =
+      snprintf(buf, len, brief ? "%llu of %d%s" : "layout %llu of %d shard%s",
+               (unsigned long long)layout, n,
+               brief    ? ""
+               : n == 1 ? ""
+                        : "s");
+  if (to && w > 0 && (size_t)w < len)
+    snprintf(buf + w, len - (size_t)w, " moving to %d after %d of %d moves", to,
+             k, cm_layout_moves(n, to, buckets));
+  return buf;
+}
+
+/* Takes the layout m names (checked against the pool by the caller): on
+ * a new version or count, every boot id forgotten and the arenas dropped
+ * (psd --reshard's shards are new processes) and the variables re-placed;
+ * the row map of the layout or of its move, the plan made again, and one
+ * line said when `say` (a move's later steps: a debug line). */
+static int take(struct psc__client *c, const struct psc__moved *m, int say,
+                const char *what) {
   int from = c->nshards, rc;
-  uint64_t was = c->layout;
-  c->layout = layout;
-  c->nshards = n;
-  cm_layout_map_init(&c->map, rows, n);
-  /* New processes: their boot ids come with their next Declare. */
-  memset(c->boot, 0, (size_t)c->spec->nps * sizeof *c->boot);
-  for (int s = n; s < c->spec->nps; s++)
-    c->out[s].since = 0; /* out of the layout: no outage to wait for */
-  drop_arenas(c);
-  for (int i = 0; i < c->nvars; i++)
-    c->vars[i].placement = psc__replace(&c->vars[i], from, n);
+  int anew = m->layout != c->layout || m->nshards != c->nshards;
+  int started = m->move_to && m->move_to != c->move_to;
+  char was[96], now[96];
+  layout_text(c->layout, c->nshards, c->move_to, c->moves, 1, was, sizeof was);
+  c->layout = m->layout;
+  c->nshards = m->nshards;
+  c->move_to = m->move_to;
+  c->moves = m->moves;
+  if (m->move_to)
+    cm_layout_map_moving(&c->map, m->nshards, m->move_to, m->moves);
+  else
+    cm_layout_map_init(&c->map, m->rows, m->nshards);
+  if (anew) {
+    /* New processes: their boot ids come with their next Declare. */
+    memset(c->boot, 0, (size_t)c->spec->nps * sizeof *c->boot);
+    drop_arenas(c);
+  }
+  /* Out of the layout and its move: no outage to wait for. */
+  for (int s = c->map.nshards; s < c->spec->nps; s++)
+    c->out[s].since = 0;
+  /* A move's steps move table rows alone. */
+  for (int i = 0; from != m->nshards && i < c->nvars; i++)
+    c->vars[i].placement = psc__replace(&c->vars[i], from, m->nshards);
   if ((rc = psc__plan(c))) {
     psc__seterr(c, "%s: out of memory", what);
     return rc;
   }
+  layout_text(c->layout, c->nshards, c->move_to, c->moves, 0, now, sizeof now);
   if (say)
-    cm_info("layout moved: now layout %llu of %d shards (was %llu of %d); "
-            "re-planned",
-            (unsigned long long)layout, n, (unsigned long long)was, from);
+    cm_log(anew || started ? CM_LOG_INFO : CM_LOG_DEBUG,
+           "layout moved: now %s (was %s); re-planned", now, was);
   /* Declare moves to the Unix sockets; a re-plan does too (a socket of a
    * shard that restarted was left for TCP when its call failed). */
   if ((c->nvars || c->ntables) && (rc = psc__use_unix_sockets(c)))
@@ -224,52 +352,136 @@ static int take(struct psc__client *c, uint64_t layout, int n, int rows,
   return rc;
 }
 
-/* The count n of layout `layout` against c's pool; 0 or CM_ERANGE said. */
-static int in_pool(struct psc__client *c, int shard, uint64_t layout, int n,
+/* The counts of layout m against c's pool; 0 or CM_ERANGE said. */
+static int in_pool(struct psc__client *c, const struct psc__moved *m,
                    const char *what) {
+  int to = m->move_to && m->move_to > c->spec->nps;
+  int n = to ? m->move_to : m->nshards;
   if (n >= 1 && n <= c->spec->nps)
     return 0;
-  psc__seterr(c,
-              "%s: ps:%d says the job moved to layout %llu of %d shards, "
-              "but this client's spec lists %d ps addresses (a layout "
-              "holds 1..%d shards); start every task from the job's spec",
-              what, shard, (unsigned long long)layout, n, c->spec->nps,
-              c->spec->nps);
+  if (to)
+    psc__seterr(c,
+                "%s: ps:%d says the job's layout %llu is moving to %d "
+                "shards, but this client's spec lists %d ps addresses (a "
+                "layout holds 1..%d shards); start every task from the "
+                "job's spec",
+                what, m->shard, (unsigned long long)m->layout, n, c->spec->nps,
+                c->spec->nps);
+  else
+    psc__seterr(c,
+                "%s: ps:%d says the job moved to layout %llu of %d shards, "
+                "but this client's spec lists %d ps addresses (a layout "
+                "holds 1..%d shards); start every task from the job's spec",
+                what, m->shard, (unsigned long long)m->layout, n, c->spec->nps,
+                c->spec->nps);
   return CM_ERANGE;
 }
 
 int psc__relayout(struct psc__client *c, const char *details,
                   const char *what) {
-  int shard, n, rows, rc;
-  uint64_t layout;
-  if (psc__moved_parse(details, &shard, &layout, &n, &rows)) {
+  struct psc__moved m;
+  char mine[96];
+  int rc;
+  if (psc__moved_parse(details, &m)) {
     psc__seterr(c,
                 "%s: a shard answered that the job's layout moved, in a "
                 "message this client does not understand: %s",
                 what, details);
     return CM_EPROTO;
   }
-  if ((rc = in_pool(c, shard, layout, n, what)))
+  if ((rc = in_pool(c, &m, what)))
     return rc;
-  if (layout == c->layout && n == c->nshards && rows == c->map.rule) {
+  if (!psc__moved_newer(c, &m)) {
     psc__seterr(c,
                 "%s: ps:%d answered that the job's layout moved, but names "
-                "the layout this client planned for (layout %llu of %d "
-                "shards): %s",
-                what, shard, (unsigned long long)layout, n, details);
+                "no layout newer than the one this client planned for (%s): "
+                "%s",
+                what, m.shard,
+                layout_text(c->layout, c->nshards, c->move_to, c->moves, 0,
+                            mine, sizeof mine),
+                details);
     return CM_EPROTO;
   }
-  return take(c, layout, n, rows, 1, what);
+  c->stats.replans++;
+  return take(c, &m, 1, what);
 }
 
 int psc__client_take_layout(struct psc__client *c, int shard, uint64_t layout,
-                            int nshards, int rows) {
+                            int nshards, int rows, int move_to, int moves) {
+  struct psc__moved m = {shard, layout, nshards, rows, move_to, moves, -1};
   int rc;
-  if (layout == c->layout && nshards == c->nshards && rows == c->map.rule)
+  if (!psc__moved_newer(c, &m))
     return 0;
-  if ((rc = in_pool(c, shard, layout, nshards, "layout")))
+  if ((rc = in_pool(c, &m, "layout")))
     return rc;
-  return take(c, layout, nshards, rows, 0, "layout");
+  if (move_to && !move_ok(nshards, rows, move_to, moves)) {
+    psc__seterr(c,
+                "layout: ps:%d says layout %llu of %d shards, rows by %s, is "
+                "moving to %d shards after %d moves, which is no move of "
+                "buckets this client knows",
+                shard, (unsigned long long)layout, nshards,
+                cm_layout_rule_name(rows), move_to, moves);
+    return CM_EPROTO;
+  }
+  return take(c, &m, 0, "layout");
+}
+
+void psc__note_moved(struct psc__client *c, int *seen, const char *details) {
+  struct psc__moved now, kept;
+  /* A message not understood replaces none (psc__relayout says it). */
+  if (*seen && (psc__moved_parse(details, &now) ||
+                psc__moved_parse(c->moved, &kept) || !later(&now, &kept)))
+    return;
+  snprintf(c->moved, sizeof c->moved, "%s", details);
+  *seen = 1;
+}
+
+int psc__follow_moved(struct psc__client *c, struct psc__follow *f,
+                      const char *what, int transfer) {
+  struct psc__moved m;
+  char mine[96], which[48] = "the call";
+  double now = cm_mono_ms();
+  int rc;
+  if (psc__moved_parse(c->moved, &m) || psc__moved_newer(c, &m)) {
+    /* A newer layout, or a message psc__relayout refuses in words. */
+    if (f->replans++ == PSC__MAX_REPLANS) {
+      psc__seterr(c,
+                  "%s: the job's layout moved %d times during one call; the "
+                  "last answer: %s",
+                  what, f->replans, c->moved);
+      return CM_ERPC;
+    }
+    f->wait_from = 0;
+    return transfer ? psc__relayout_transfer(c, c->moved, what)
+                    : psc__relayout(c, c->moved, what);
+  }
+  /* No newer layout: a shard that knows fewer moves than the client, or a
+   * bucket between its source and its destination. Sent again, unchanged,
+   * after a short wait. */
+  if (!f->wait_from) {
+    f->wait_from = now;
+    f->backoff_ms = 1;
+  }
+  if (m.bucket >= 0)
+    snprintf(which, sizeof which, "bucket %d", m.bucket);
+  if (now - f->wait_from >= c->moved_wait_ms) {
+    psc__seterr(c,
+                "%s: ps:%d refused %s as moved for %.1f s, naming no layout "
+                "newer than this client's (%s); the last answer: %s",
+                what, m.shard, which, (now - f->wait_from) / 1000,
+                layout_text(c->layout, c->nshards, c->move_to, c->moves, 0,
+                            mine, sizeof mine),
+                c->moved);
+    return CM_ERPC;
+  }
+  if ((rc = psc__check_interrupt(c)))
+    return rc;
+  c->stats.moved_waits++;
+  /* The last send goes when the wait ends, not a backoff past it. */
+  double ms = f->backoff_ms, left = c->moved_wait_ms - (now - f->wait_from);
+  cm_sleep_ms(ms < left ? (long)ms : left >= 1 ? (long)left : 1);
+  f->backoff_ms = f->backoff_ms * 2 < 50 ? f->backoff_ms * 2 : 50;
+  return 0;
 }
 
 /* The selected pieces of the pairs pending in c's plan, those waiting for

@@ -198,7 +198,8 @@ void psc__say_waiting(void *ctx) {
   double now = cm_mono_ms();
   if (budget_ms(c) <= 0)
     return;
-  for (int s = 0; s < c->nshards; s++) {
+  /* Every address: a live move's destinations are past nshards. */
+  for (int s = 0; s < c->spec->nps; s++) {
     struct psc__outage *o = &c->out[s];
     if (o->since <= 0)
       continue;

@@ -18,8 +18,12 @@
  *
  * A call answered "layout moved" re-plans for the new layout (relayout.c):
  * a pull is made again whole (it changes nothing), a push sends only the
- * ids no shard acknowledged, regrouped by the new count
- * (psc__sparse_regroup), with its client id and seq. */
+ * ids no shard acknowledged, regrouped by the new layout's map (a live
+ * move's partway map among them, psc__sparse_regroup), with its client id
+ * and seq, so that the shard's dedup applies a piece sent twice once. An
+ * answer naming no newer layout than the client's (a shard behind it, a
+ * bucket between owners) sends what is pending again, unchanged, after a
+ * short wait (psc__follow_moved). */
 #include "client_internal.h"
 
 #include <stdio.h>
@@ -79,19 +83,13 @@ int psc__client_declare_tables(struct psc__client *c,
   req.caller = &caller;
   req.n_tables = (size_t)n;
   req.tables = ptrs;
-  for (int replans = 0;; replans++) {
+  for (struct psc__follow f = {0};;) {
     c->moved[0] = 0;
     if (!(rc = psc__declare_everywhere(c, &req)) || !c->moved[0])
       break;
-    /* The layout moved: declared again on the new one. */
-    if (replans == PSC__MAX_REPLANS) {
-      psc__seterr(c,
-                  "declare tables: the job's layout moved %d times during "
-                  "one declare; the last answer: %s",
-                  replans + 1, c->moved);
-      break;
-    }
-    if ((rc = psc__relayout(c, c->moved, "declare tables")))
+    /* The layout moved: declared again on the new one (or on the same,
+     * after a short wait, for an answer naming none newer). */
+    if ((rc = psc__follow_moved(c, &f, "declare tables", 0)))
       break;
     caller = psc__caller(c, -1);
     c->err[0] = 0;
@@ -245,7 +243,8 @@ static void on_done(struct cm_unary *u, void *ctx) {
 static int run(struct psc__scall *sc) {
   struct psc__client *c = sc->c;
   const char *name = sc->push ? "push rows" : "pull rows";
-  unsigned char *down = calloc((size_t)c->nshards, 1);
+  /* Per address of the pool: a move's destinations are past nshards. */
+  unsigned char *down = calloc((size_t)c->spec->nps, 1);
   struct cm_unary *calls = calloc((size_t)sc->nmsgs + 1, sizeof *calls);
   int *which = calloc((size_t)sc->nmsgs + 1, sizeof *which);
   int rc = 0, left = 0, rolled_before = c->rolled_back;
@@ -278,7 +277,7 @@ static int run(struct psc__scall *sc) {
     if (attempt > 0)
       c->stats.retries += (uint64_t)n;
     psc__run(c, calls, n, name, c->o.timeout_ms, 0, on_done, sc);
-    memset(down, 0, (size_t)c->nshards);
+    memset(down, 0, (size_t)c->spec->nps);
     for (int k = 0; k < n; k++)
       if (psc__retryable(calls[k].status))
         down[sc->msgs[which[k]].shard] = 1;
@@ -295,9 +294,9 @@ static int run(struct psc__scall *sc) {
         sc->closed = 1; /* the step closed without us: not an error */
       } else if (psc__is_moved(u)) {
         /* No outage, no retry: it stays pending for the re-plan. */
-        if (!sc->moved)
-          snprintf(c->moved, sizeof c->moved, "%s", u->details);
-        sc->moved = 1;
+        psc__note_moved(c, &sc->moved, u->details);
+        if (!down[m->shard])
+          psc__shard_up(c, m->shard);
         continue;
       } else {
         c->stats.failed++;
@@ -327,7 +326,7 @@ static int run(struct psc__scall *sc) {
       break;
     }
     if (left > 0 &&
-        (rc = psc__retry_wait(c, down, c->nshards, attempt + 1, name)))
+        (rc = psc__retry_wait(c, down, c->spec->nps, attempt + 1, name)))
       break;
   }
 out:
@@ -339,19 +338,13 @@ out:
 
 /* The layout moved during sc: re-planned, and what is pending made again
  * for the new layout: a pull whole, a push's unacknowledged ids
- * regrouped. */
-static int replan(struct psc__scall *sc, int nr, int replans) {
+ * regrouped. An answer naming no newer layout leaves it pending as it
+ * is, sent again after a short wait. */
+static int replan(struct psc__scall *sc, int nr, struct psc__follow *f) {
   struct psc__client *c = sc->c;
   const char *name = sc->push ? "push rows" : "pull rows";
-  int rc;
-  if (replans == PSC__MAX_REPLANS) {
-    psc__seterr(c,
-                "%s: the job's layout moved %d times during one call; the "
-                "last answer: %s",
-                name, replans + 1, c->moved);
-    return CM_ERPC;
-  }
-  if ((rc = psc__relayout(c, c->moved, name)))
+  int replans = f->replans, rc;
+  if ((rc = psc__follow_moved(c, f, name, 0)) || f->replans == replans)
     return rc;
   if (sc->push)
     return psc__sparse_regroup(sc, &c->map, c->o.chunk_bytes);
@@ -366,11 +359,11 @@ static int sparse_call(struct psc__scall *sc, int nr) {
     psc__sparse_sum_rows(sc, nr);
   /* Past every chunk index of the plan: a regrouped message's. */
   sc->chunk_next = (uint32_t)sc->nmsgs;
-  for (int replans = 0; !rc; replans++) {
+  for (struct psc__follow f = {0}; !rc;) {
     sc->moved = 0;
     if ((rc = run(sc)) || !sc->moved)
       break;
-    rc = replan(sc, nr, replans);
+    rc = replan(sc, nr, &f);
   }
   for (int k = 0; k < sc->nmsgs; k++)
     answered &= !sc->msgs[k].pending;

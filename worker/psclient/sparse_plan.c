@@ -37,7 +37,8 @@ int psc__sparse_plan(struct psc__scall *sc, int nr) {
   struct psc__client *c = sc->c;
   const char *what = sc->push ? "push" : "pull";
   size_t all = 0, most = 0, cap = 16, nu = 0;
-  int ns = c->nshards, rc = 0;
+  /* The shards that hold table rows: during a live move, both counts'. */
+  int ns = c->map.nshards, rc = 0;
   for (int i = 0; i < nr; i++) {
     all += sc->rows[i].n;
     most = sc->rows[i].n > most ? sc->rows[i].n : most;

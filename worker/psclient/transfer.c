@@ -16,7 +16,9 @@
  * A call answered "layout moved" (the job was resharded under the client)
  * is neither a failure nor retried: the client re-plans for the new layout
  * and sends what is still pending, re-cut for the new shards (relayout.c):
- * a piece a shard acknowledged is never sent again. */
+ * a piece a shard acknowledged is never sent again. An answer that names
+ * no newer layout than the client's sends what is pending again after a
+ * short wait (psc__follow_moved). */
 #include "client_internal.h"
 
 #include <errno.h>
@@ -354,7 +356,8 @@ static int transfer(struct psc__client *c, int what) {
                      : what == XFER_PULL ? "pull"
                                          : "push and pull";
   unsigned char down[256], shm_dead[256] = {0};
-  int rc = 0, left = 0, rolled_before = c->rolled_back, replans = 0;
+  int rc = 0, left = 0, rolled_before = c->rolled_back;
+  struct psc__follow follow = {0};
   if (!c->vars) {
     psc__seterr(c, "%s: declare the variables first", name);
     return CM_EINVAL;
@@ -446,9 +449,7 @@ static int transfer(struct psc__client *c, int what) {
         c->closed = 1; /* the step closed without us: not an error */
       } else if (psc__is_moved(u)) {
         /* No outage, no retry: the pair stays pending for the re-plan. */
-        if (!moved)
-          snprintf(c->moved, sizeof c->moved, "%s", u->details);
-        moved = 1;
+        psc__note_moved(c, &moved, u->details);
         if (!down[m->shard])
           psc__shard_up(c, m->shard);
         continue;
@@ -484,18 +485,11 @@ static int transfer(struct psc__client *c, int what) {
       break;
     }
     if (moved) {
-      /* The layout moved: what is pending goes to the new shards. A
+      /* The layout moved: what is pending goes to the new shards (or,
+       * the answer naming no newer layout, again after a short wait). A
        * failure beside it may be the move's too; if not, it comes again. */
-      if (replans++ == PSC__MAX_REPLANS) {
-        psc__seterr(c,
-                    "%s: the job's layout moved %d times during one %s; "
-                    "the last answer: %s",
-                    name, replans, name, c->moved);
-        rc = CM_ERPC;
-        break;
-      }
       psc__shm_end(c);
-      if ((rc = psc__relayout_transfer(c, c->moved, name)))
+      if ((rc = psc__follow_moved(c, &follow, name, 1)))
         break;
       select_msgs(c);
       left = 0;
