@@ -18,6 +18,7 @@
 #include "rand.h"
 #include "sparse_plan.h"
 #include "spec.h"
+#include "status_json.h"
 #include "unit.h"
 
 #define MOVED3 "layout moved: ps:1 holds layout 4 of 3 shards; re-plan"
@@ -656,6 +657,47 @@ START_TEST(table_plan_during_move) {
 }
 END_TEST
 
+/* psctl's way in: each shard's status (its document, with the move's
+ * fields) offered in turn; the client keeps the newest. */
+START_TEST(status_layouts_newest_kept) {
+  static const struct {
+    uint64_t layout;
+    int shards;
+    unsigned move_to, moved;
+  } st[] = {
+      {0, 2, 3, 4}, {0, 2, 0, 0}, {0, 2, 3, 2}, {0, 2, 3, 6}, {0, 2, 0, 0}};
+  for (size_t i = 0; i < sizeof st / sizeof *st; i++) {
+    Psd__V1__StatusResponse r = PSD__V1__STATUS_RESPONSE__INIT;
+    r.layout = st[i].layout;
+    r.num_shards = st[i].shards;
+    r.rows = "buckets";
+    r.move_to = st[i].move_to;
+    r.moved = st[i].moved;
+    json_t *doc = cm_status_json(&r);
+    ck_assert_int_eq(cm_status_int(doc, "move_to"), st[i].move_to);
+    ck_assert_int_eq(cm_status_int(doc, "moved"), st[i].moved);
+    ck_assert_int_eq(psc__client_take_layout(
+                         c, (int)i, (uint64_t)cm_status_int(doc, "layout"),
+                         (int)cm_status_int(doc, "num_shards"),
+                         cm_layout_rule_parse(cm_status_str(doc, "rows")),
+                         (int)cm_status_int(doc, "move_to"),
+                         (int)cm_status_int(doc, "moved")),
+                     0);
+    json_decref(doc);
+  }
+  ck_assert_int_eq(c->move_to, 3);
+  ck_assert_int_eq(c->moves, 6);
+  /* A move that is none: refused, naming it. */
+  ck_assert_int_eq(
+      psc__client_take_layout(c, 1, 0, 2, CM_LAYOUT_RULE_BUCKETS, 3, 5000),
+      CM_EPROTO);
+  ck_assert_msg(strstr(psc__client_error(c), "moving to 3 shards after 5000 "
+                                             "moves, which is no move"),
+                "%s", psc__client_error(c));
+  ck_assert_int_eq(c->moves, 6);
+}
+END_TEST
+
 static Suite *relayout_suite(void) {
   Suite *s = suite_create("client-relayout");
   TCase *tc = tcase_create("message");
@@ -675,6 +717,7 @@ static Suite *relayout_suite(void) {
   tcase_add_test(tc, move_steps_followed);
   tcase_add_test(tc, move_outside_pool_and_newest_kept);
   tcase_add_test(tc, table_plan_during_move);
+  tcase_add_test(tc, status_layouts_newest_kept);
   suite_add_tcase(s, tc);
   return s;
 }
