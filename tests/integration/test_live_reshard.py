@@ -584,5 +584,121 @@ class LiveMoveTest(tr.ReshardBase):
             c.close()
 
 
+class FollowMoveTest(tr.ReshardBase):
+    """Clients follow a live move of table rows (docs/reshard.md "Live
+    moves (the shard side)"): 2 -> 3 shards, batch by batch in
+    cm_layout_moves's order, each batch a MoveBuckets to ps:2 from its
+    source naming the move's state after it (move_to 3, moved k), while a
+    psd.Client pushes counted gradients to table rows and a split dense
+    variable between the batches. Every acknowledged push is applied once,
+    each id lives on its shard in the map after every move (a new client
+    that starts from the 2-shard layout finds them), and the dense
+    variable, which this phase does not move, is whole."""
+    JOB = "fm"
+    BATCH = 256  # buckets per MoveBuckets
+    POOL, PER_PUSH, D = 3000, 300, 70000
+
+    def test_client_follows_2_to_3(self):
+        import threading  # pylint: disable=import-outside-toplevel
+        import grpc  # pylint: disable=import-outside-toplevel
+        import pb  # pylint: disable=import-outside-toplevel
+        from hashes import bucket_map, moves  # pylint: disable=import-outside-toplevel
+        job = {"name": self.JOB, "shards": 2, "optimizer": {"type": "sgd", "lr": 1.0},
+               "tables": [{"name": "cnt", "dim": 2, "init": "zeros",
+                           "optimizer": {"type": "sgd", "lr": 1.0}}]}
+        spec = tr.specs(self.d, job, [3], nworker=1)[3]
+        self.shards(spec, 3)  # ps:2 stands by
+        with open(spec) as f:
+            addrs = json.load(f)["cluster"]["ps"]
+        rng = np.random.default_rng(7)
+        pool = np.arange(1, self.POOL + 1, dtype=np.uint64) * np.uint64(7919)
+        sums = np.zeros((self.POOL, 2), np.float32)
+        dense = np.zeros(self.D, np.float32)
+        rounds, stop, errors = [0], threading.Event(), []
+        progress = threading.Condition()
+
+        def pusher():
+            try:
+                with psd.Client(spec, None) as c:
+                    c.declare("d", (self.D,))
+                    c.declare_table("cnt", 2)
+                    while not stop.is_set():
+                        pick = rng.choice(self.POOL, self.PER_PUSH, replace=False)
+                        g = (rng.integers(-8, 9, (self.PER_PUSH, 2)) / 8).astype(np.float32)
+                        c.push_rows("cnt", pool[pick], g)
+                        sums[pick] -= g
+                        gd = (rng.integers(-8, 9, self.D) / 8).astype(np.float32)
+                        c.push("d", gd)
+                        dense[:] -= gd
+                        with progress:
+                            rounds[0] += 1
+                            progress.notify_all()
+            except Exception as e:  # pylint: disable=broad-except
+                errors.append(repr(e))
+            with progress:
+                progress.notify_all()
+
+        def wait_rounds(k):
+            with progress:
+                self.assertTrue(progress.wait_for(lambda: rounds[0] >= k or errors,
+                                                  timeout=60), rounds)
+            self.assertEqual(errors, [])
+
+        mv, m2, m3 = moves(2, 3), bucket_map(2), bucket_map(3)
+        chan = grpc.insecure_channel(addrs[2])
+        move = chan.unary_unary("/psd.v1.Admin/MoveBuckets")
+        t = threading.Thread(target=pusher)
+        t.start()
+        calls, pauses, last = 0, [], {}
+        try:
+            wait_rounds(2)
+            k = 0
+            while k < len(mv):
+                src, j = m2[mv[k]], k
+                while j < len(mv) and j - k < self.BATCH and m2[mv[j]] == src:
+                    j += 1
+                bits = bytearray(512)
+                for b in mv[k:j]:
+                    bits[b >> 3] |= 1 << (b & 7)
+                r = pb.fields(move(pb.caller(self.JOB) + pb.uint(2, src) + pb.ld(3, bytes(bits))
+                                   + pb.uint(5, 3) + pb.uint(6, j), timeout=60))
+                pauses.append(r.get(4, [0])[0])
+                calls += 1
+                last[src] = last[2] = j
+                k = j
+                wait_rounds(rounds[0] + 2)  # the client steps between batches
+        finally:
+            stop.set()
+            t.join()
+            chan.close()
+        self.assertEqual(errors, [])
+        print("\nfollow: %d moves in %d MoveBuckets, %d client rounds, hand-overs %s us"
+              % (len(mv), calls, rounds[0], pauses))
+        self.assertEqual(k, len(mv))
+        # Every shard owns its buckets of the 3-shard map, and knows the move.
+        chans = [grpc.insecure_channel(a) for a in addrs]
+        try:
+            for s in range(3):
+                st = pb.fields(chans[s].unary_unary("/psd.v1.Admin/Status")(
+                    pb.caller(self.JOB), timeout=30))
+                self.assertEqual(st[99][0], sum(1 for b in m3 if b == s), s)
+                # The move as of its last hand-over: ps:2 took part in all.
+                self.assertEqual((st[97][0], st[98][0]), (3, last[s]), s)
+        finally:
+            for c in chans:
+                c.close()
+        # A new client starts from the 2-shard layout, follows the move, and
+        # reads every acknowledged push once.
+        with psd.Client(spec, None) as c:
+            c.declare("d", (self.D,))
+            c.declare_table("cnt", 2)
+            got = np.empty((self.POOL, 2), np.float32)
+            c.pull_rows("cnt", pool, got)
+            np.testing.assert_array_equal(got, sums)
+            gd = np.empty(self.D, np.float32)
+            c.pull("d", gd)
+            np.testing.assert_array_equal(gd, dense)
+
+
 if __name__ == "__main__":
     h.main()
