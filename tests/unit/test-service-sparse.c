@@ -459,6 +459,26 @@ START_TEST(move_copies_hands_over_and_gates) {
   ck_assert_uint_eq(r->tables[0]->nrows, 1);
   ck_assert_int_eq(psd_move_install(dst, r, set, &rows, err, sizeof err), 0);
   psd__v1__move_rows_response__free_unpacked(r, NULL);
+  /* Handed over: refused here, the rows kept until MOVE_DONE, which alone
+   * follows (a copy or a second hand-over is refused). */
+  call(PULL, sparse_pull_req("emb", in, 1, 0), GRPC_STATUS_FAILED_PRECONDITION,
+       "layout moved: ");
+  ck_assert_int_eq(get_row(psd_tables_at(src, 0), in[0]).rc, 0);
+  call(MOVE,
+       move_req(PSD__V1__MOVE_PHASE__MOVE_COPY, 42, set, sizeof set, 3, 7),
+       GRPC_STATUS_FAILED_PRECONDITION, "what follows is MOVE_DONE");
+  call(MOVE,
+       move_req(PSD__V1__MOVE_PHASE__MOVE_DONE, 41, set, sizeof set, 3, 7),
+       GRPC_STATUS_ABORTED, "ps:0 is the source of move 42");
+  r = move_rows(PSD__V1__MOVE_PHASE__MOVE_DONE, 42, set);
+  ck_assert_uint_eq(r->n_tables, 0);
+  psd__v1__move_rows_response__free_unpacked(r, NULL);
+  /* Asked again (an answer lost): the move just ended is done. */
+  psd__v1__move_rows_response__free_unpacked(
+      move_rows(PSD__V1__MOVE_PHASE__MOVE_DONE, 42, set), NULL);
+  call(MOVE,
+       move_req(PSD__V1__MOVE_PHASE__MOVE_DONE, 40, set, sizeof set, 3, 7),
+       GRPC_STATUS_FAILED_PRECONDITION, "no hand-over of move 40 to finish");
   /* The destination equals what the source held, bit for bit; the source
    * holds none of it now. */
   for (int t = 0; t < 2; t++)
@@ -498,6 +518,24 @@ START_TEST(move_copies_hands_over_and_gates) {
   ck_assert_uint_eq(st->moved, 7);
   ck_assert_uint_eq(st->buckets_owned, CM_LAYOUT_BUCKETS / 4);
   psd__v1__status_response__free_unpacked(st, NULL);
+  /* A hand-over cancelled (the destination could not own the buckets):
+   * this shard owns them again with every row as it was. */
+  uint8_t set2[PSD_MOVE_SET_BYTES] = {0};
+  unsigned b0 = cm_layout_bucket(cm_layout_id_hash(out[0]));
+  set2[b0 >> 3] |= (uint8_t)(1u << (b0 & 7));
+  struct row k0 = get_row(psd_tables_at(src, 0), out[0]);
+  psd__v1__move_rows_response__free_unpacked(
+      move_rows(PSD__V1__MOVE_PHASE__MOVE_COPY, 44, set2), NULL);
+  psd__v1__move_rows_response__free_unpacked(
+      move_rows(PSD__V1__MOVE_PHASE__MOVE_HANDOVER, 44, set2), NULL);
+  call(PULL, sparse_pull_req("emb", out, 1, 0), GRPC_STATUS_FAILED_PRECONDITION,
+       "layout moved: ");
+  psd__v1__move_rows_response__free_unpacked(
+      move_rows(PSD__V1__MOVE_PHASE__MOVE_CANCEL, 44, set2), NULL);
+  struct row k1 = get_row(psd_tables_at(src, 0), out[0]);
+  ck_assert_int_eq(k1.rc, 0);
+  ck_assert_mem_eq(k0.v, k1.v, sizeof k0.v);
+  push_rows("emb", out, 1, 2); /* served again */
   /* Owned again (a destination's end of a move): served again. */
   psd_service_own(svc, set, 0, 0);
   push_rows("emb", in + 3, 1, 1);

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "clock.h"
 #include "err.h"
@@ -125,7 +126,7 @@ static Psd__V1__MoveRowsResponse *move_rows(struct psd_peers *peers, int from,
   Psd__V1__MoveRowsRequest req = PSD__V1__MOVE_ROWS_REQUEST__INIT;
   Psd__V1__MoveRowsResponse *r = NULL;
   static const char *const names[] = {"MOVE_COPY", "MOVE_HANDOVER",
-                                      "MOVE_CANCEL"};
+                                      "MOVE_CANCEL", "MOVE_DONE"};
   struct cm_unary u;
   req.caller = &caller;
   req.buckets = (ProtobufCBinaryData){PSD_MOVE_SET_BYTES, (uint8_t *)set};
@@ -204,21 +205,36 @@ int psd_move_buckets(struct psd_service *svc, struct psd_peers *peers, int self,
   r = move_rows(peers, from, PSD__V1__MOVE_PHASE__MOVE_HANDOVER, move, set,
                 move_to, moved, &res->status, err, errlen);
   if (!r) {
-    /* Refused before the flip (the source keeps the buckets) or never
-     * reached it: cancelled. An answer lost after the flip is a fault the
-     * orchestrator resolves. */
+    /* Refused before the flip, never reached, or its answer lost after
+     * it: the source keeps the rows until MOVE_DONE, so a cancel gives it
+     * the buckets back whole. */
     rc = CM_ERPC;
     goto cancel;
   }
   res->bytes += r->bytes;
-  if ((rc = psd_move_install(ts, r, set, &res->rows, err, errlen))) {
-    cm_error("move %" PRIx64 ": the hand-over from ps:%d cannot be installed "
-             "(%s): the source dropped the rows; they are lost",
-             move, from, err);
-    goto out;
-  }
+  if ((rc = psd_move_install(ts, r, set, &res->rows, err, errlen)))
+    goto cancel; /* the source still holds every row: it takes them back */
   psd_service_own(svc, set, move_to, moved);
   res->pause_us = (uint64_t)((cm_mono_ms() - t0) * 1000);
+  psd__v1__move_rows_response__free_unpacked(r, NULL);
+  r = NULL;
+  /* Owned here: the source drops its rows and adopts the move state.
+   * Asked again when the answer is lost (the move just ended is answered
+   * OK); failing, the source keeps them, unused, and says so no more. */
+  for (int k = 0; k < PSD_MOVE_DONE_TRIES; k++) {
+    char why[300];
+    int st;
+    r = move_rows(peers, from, PSD__V1__MOVE_PHASE__MOVE_DONE, move, set,
+                  move_to, moved, &st, why, sizeof why);
+    if (r)
+      break;
+    cm_warn("move %" PRIx64 ": %s", move, why);
+    usleep(100 * 1000);
+  }
+  if (!r)
+    cm_warn("move %" PRIx64 ": ps:%d was not told that the buckets are "
+            "owned here: it keeps their rows, unused, and its move open",
+            move, from);
   rc = 0;
   goto out;
 cancel:

@@ -7,13 +7,16 @@
  * buckets, installed here (psd_move_install); more copies of the rows
  * changed since while they are large (above 1/16 of the first, at most
  * PSD_MOVE_ROUNDS copies); then the hand-over: the source stops owning the
- * buckets (their sparse calls are answered "layout moved" from then on),
- * answers with the last changes and drops its rows; they are installed
- * here and this shard owns the buckets (psd_service_own). Only that last
- * call pauses the buckets' writes: the pause, measured from its call to
- * the buckets owned here. Failing before the hand-over, the move is
- * cancelled on the source (it keeps every bucket) and the rows copied here
- * are dropped.
+ * buckets (their sparse calls are answered "layout moved" from then on)
+ * and answers with the last changes, keeping its rows; they are installed
+ * here and this shard owns the buckets (psd_service_own); then MOVE_DONE
+ * tells the source, which drops its rows and adopts the move state (asked
+ * up to PSD_MOVE_DONE_TRIES times). Only the hand-over pauses the buckets'
+ * writes: the pause, measured from its call to the buckets owned here.
+ * Failing before the buckets are owned here (the hand-over refused, its
+ * answer lost, its rows not installed), the move is cancelled on the
+ * source, which owns every bucket again with its rows intact, and the
+ * rows copied here are dropped.
  *
  * Admin/MoveBuckets, to the destination, starts one (psd_move_methods):
  * the orchestrator's call (ps:0, psctl reshard), and the tests'. One at a
@@ -35,6 +38,9 @@ struct psd_tables;
 
 /* Most copies before the hand-over. */
 #define PSD_MOVE_ROUNDS 8
+/* Times MOVE_DONE is asked (100 ms apart) before the source is left with
+ * the rows, unused. */
+#define PSD_MOVE_DONE_TRIES 5
 
 /* What a move carried (MoveBucketsResponse). */
 struct psd_move_result {

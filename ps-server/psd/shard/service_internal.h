@@ -140,6 +140,10 @@ struct psd_service {
   uint64_t move_id;                    /* the move under way (0: none) */
   uint8_t move_set[PSD__BUCKET_BYTES]; /* its buckets */
   int move_busy;                       /* one of its MoveRows calls runs */
+  int move_handed;                     /* its hand-over is made: the set is
+                                          not owned, its rows wait for
+                                          MOVE_DONE or MOVE_CANCEL */
+  uint64_t move_last;                  /* the last move MOVE_DONE ended */
   int move_threads;                    /* MoveRows threads not yet done */
   atomic_uint_fast64_t move_bytes;     /* row bytes MoveRows sent */
 };

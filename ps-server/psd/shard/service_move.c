@@ -9,8 +9,13 @@
  *   MOVE_HANDOVER  the buckets stop being owned here (the owned set flips
  *                  under owned_gate's write lock, so a call that passed the
  *                  gate has applied and none lands after), the last
- *                  changes, then the rows are dropped;
- *   MOVE_CANCEL    the move is forgotten; this shard keeps every bucket.
+ *                  changes; the rows stay until the destination says
+ *                  what became of them:
+ *   MOVE_DONE      it owns them: the rows are dropped here, the move state
+ *                  adopted, the move ended (asked again, the move just
+ *                  ended is answered OK: an answer lost is asked again);
+ *   MOVE_CANCEL    the move is forgotten; this shard owns every bucket of
+ *                  it again, after a hand-over too (nothing was dropped).
  * One move at a time, named by the destination's id; copies and the
  * hand-over run on a thread of their own (a copy holds every stripe of a
  * table while it copies, and the answer can be large), never on gRPC's.
@@ -140,7 +145,7 @@ void psd__move_wait(struct psd_service *svc) {
 struct move_call {
   struct psd_service *svc;  /* the source's service */
   struct cm_rpc_call *call; /* answered by the thread */
-  int handover;             /* MOVE_HANDOVER, else MOVE_COPY */
+  Psd__V1__MovePhase phase; /* MOVE_COPY, MOVE_HANDOVER or MOVE_DONE */
   uint64_t move;            /* the move's id */
   int move_to, moved;       /* the move state the hand-over adopts */
 };
@@ -233,6 +238,16 @@ static void end_move(struct psd_service *svc) {
     psd_table_move_end(psd_tables_at(svc->tables, i));
   pthread_mutex_lock(&svc->move_lock);
   svc->move_id = 0;
+  svc->move_handed = 0;
+  pthread_mutex_unlock(&svc->move_lock);
+}
+
+/* The move's call has done its work: another may start (before its
+ * answer leaves, so that the destination's next call, made once it has
+ * the answer, is not refused as one running). */
+static void not_busy(struct psd_service *svc) {
+  pthread_mutex_lock(&svc->move_lock);
+  svc->move_busy = 0;
   pthread_mutex_unlock(&svc->move_lock);
 }
 
@@ -240,6 +255,7 @@ static void end_move(struct psd_service *svc) {
 static void fail_move(struct move_call *mc, grpc_status_code code,
                       const char *msg) {
   end_move(mc->svc);
+  not_busy(mc->svc);
   psd__fail(mc->svc, mc->call, code, "MoveRows of move %llu: %s",
             (unsigned long long)mc->move, msg);
 }
@@ -254,12 +270,41 @@ static void *move_thread(void *arg) {
   pthread_mutex_lock(&svc->move_lock);
   memcpy(set, svc->move_set, sizeof set);
   pthread_mutex_unlock(&svc->move_lock);
-  if (mc->handover)
-    flip(svc, set, 0, mc->move_to, mc->moved);
+  if (mc->phase == PSD__V1__MOVE_PHASE__MOVE_DONE) {
+    /* The destination owns the buckets: their rows go, as evictions. */
+    static const uint8_t none[PSD__BUCKET_BYTES];
+    uint64_t dropped = 0, d;
+    int nb = 0;
+    for (unsigned b = 0; b < CM_LAYOUT_BUCKETS; b++)
+      nb += in_set(set, b);
+    for (int i = 0; i < psd_tables_count(svc->tables); i++) {
+      struct psd_table *t = psd_tables_at(svc->tables, i);
+      if (psd_table_drop_buckets(t, set, &d))
+        cm_warn("move %llu: out of memory dropping the rows of table '%s' "
+                "handed over; they stay here, unused",
+                (unsigned long long)mc->move, psd_table_conf(t)->name);
+      dropped += d;
+    }
+    flip(svc, none, 0, mc->move_to, mc->moved);
+    end_move(svc);
+    pthread_mutex_lock(&svc->move_lock);
+    svc->move_last = mc->move;
+    pthread_mutex_unlock(&svc->move_lock);
+    cm_info("move %llu: handed over %d buckets (%llu rows) to the "
+            "destination",
+            (unsigned long long)mc->move, nb, (unsigned long long)dropped);
+    Psd__V1__MoveRowsResponse done = PSD__V1__MOVE_ROWS_RESPONSE__INIT;
+    not_busy(svc);
+    cm_rpc_reply(mc->call, cm_rpc_pack(&done.base));
+    goto out;
+  }
+  int handover = mc->phase == PSD__V1__MOVE_PHASE__MOVE_HANDOVER;
+  if (handover)
+    flip(svc, set, 0, 0, 0);
   rc = take(svc, set, &a);
   size_t size = rc ? 0 : protobuf_c_message_get_packed_size(&a.resp.base);
   if (rc || size > svc->limits.max_message) {
-    if (mc->handover) /* nothing handed over: this shard keeps them */
+    if (handover) /* nothing handed over: this shard keeps them */
       flip(svc, set, 1, 0, 0);
     if (rc)
       snprintf(msg, sizeof msg, "out of memory copying the rows on ps:%d",
@@ -272,30 +317,17 @@ static void *move_thread(void *arg) {
     fail_move(mc, GRPC_STATUS_RESOURCE_EXHAUSTED, msg);
     goto out;
   }
-  if (mc->handover) {
-    uint64_t dropped = 0, d;
-    int nb = 0;
-    for (unsigned b = 0; b < CM_LAYOUT_BUCKETS; b++)
-      nb += in_set(set, b);
-    for (int i = 0; i < a.n; i++) {
-      struct psd_table *t = psd_tables_at(svc->tables, i);
-      if (psd_table_drop_buckets(t, set, &d))
-        cm_warn("move %llu: out of memory dropping the rows of table '%s' "
-                "handed over; they stay here, unused",
-                (unsigned long long)mc->move, psd_table_conf(t)->name);
-      dropped += d;
-    }
-    end_move(svc);
-    cm_info("move %llu: handed over %d buckets (%llu rows) to the "
-            "destination",
-            (unsigned long long)mc->move, nb, (unsigned long long)dropped);
+  if (handover) {
+    pthread_mutex_lock(&svc->move_lock);
+    svc->move_handed = 1;
+    pthread_mutex_unlock(&svc->move_lock);
   }
   atomic_fetch_add(&svc->move_bytes, a.resp.bytes);
+  not_busy(svc);
   cm_rpc_reply(mc->call, cm_rpc_pack(&a.resp.base));
 out:
   answer_free(&a);
   pthread_mutex_lock(&svc->move_lock);
-  svc->move_busy = 0;
   svc->move_threads--;
   pthread_cond_broadcast(&svc->move_idle);
   pthread_mutex_unlock(&svc->move_lock);
@@ -332,9 +364,13 @@ static void start(struct psd_service *svc, struct cm_rpc_call *call,
     return;
   }
   if (req->phase == PSD__V1__MOVE_PHASE__MOVE_CANCEL) {
-    int had = svc->move_id != 0;
+    int had = svc->move_id != 0, handed = svc->move_handed;
+    uint8_t was[PSD__BUCKET_BYTES];
+    memcpy(was, svc->move_set, sizeof was);
     pthread_mutex_unlock(&svc->move_lock);
     if (had) {
+      if (handed) /* nothing was dropped: the buckets are this shard's */
+        flip(svc, was, 1, 0, 0);
       end_move(svc);
       cm_info("move %llu: cancelled by the destination; ps:%d keeps its "
               "buckets",
@@ -342,6 +378,30 @@ static void start(struct psd_service *svc, struct cm_rpc_call *call,
     }
     Psd__V1__MoveRowsResponse r = PSD__V1__MOVE_ROWS_RESPONSE__INIT;
     cm_rpc_reply(call, cm_rpc_pack(&r.base));
+    return;
+  }
+  if (req->phase == PSD__V1__MOVE_PHASE__MOVE_DONE &&
+      (!svc->move_id || !svc->move_handed)) {
+    /* The move just ended, asked again (its answer was lost): done. */
+    int again = !svc->move_id && svc->move_last == req->move;
+    pthread_mutex_unlock(&svc->move_lock);
+    if (again) {
+      Psd__V1__MoveRowsResponse r = PSD__V1__MOVE_ROWS_RESPONSE__INIT;
+      cm_rpc_reply(call, cm_rpc_pack(&r.base));
+    } else {
+      psd__fail(svc, call, GRPC_STATUS_FAILED_PRECONDITION,
+                "MoveRows: ps:%d has no hand-over of move %llu to finish: "
+                "MOVE_DONE follows the move's MOVE_HANDOVER",
+                svc->shard, (unsigned long long)req->move);
+    }
+    return;
+  }
+  if (svc->move_handed && req->phase != PSD__V1__MOVE_PHASE__MOVE_DONE) {
+    pthread_mutex_unlock(&svc->move_lock);
+    psd__fail(svc, call, GRPC_STATUS_FAILED_PRECONDITION,
+              "MoveRows: move %llu is handed over on ps:%d; what follows is "
+              "MOVE_DONE (the destination owns the buckets) or MOVE_CANCEL",
+              (unsigned long long)req->move, svc->shard);
     return;
   }
   if (!svc->move_id) {
@@ -394,8 +454,7 @@ static void start(struct psd_service *svc, struct cm_rpc_call *call,
   }
   *mc = (struct move_call){.svc = svc,
                            .call = call,
-                           .handover =
-                               req->phase == PSD__V1__MOVE_PHASE__MOVE_HANDOVER,
+                           .phase = req->phase,
                            .move = req->move,
                            .move_to = (int)req->move_to,
                            .moved = (int)req->moved};
@@ -433,10 +492,11 @@ void psd__on_move_rows(struct cm_rpc_call *call, grpc_byte_buffer *bb,
               req->buckets.len, CM_LAYOUT_BUCKETS, PSD__BUCKET_BYTES);
   else if (req->phase != PSD__V1__MOVE_PHASE__MOVE_COPY &&
            req->phase != PSD__V1__MOVE_PHASE__MOVE_HANDOVER &&
-           req->phase != PSD__V1__MOVE_PHASE__MOVE_CANCEL)
+           req->phase != PSD__V1__MOVE_PHASE__MOVE_CANCEL &&
+           req->phase != PSD__V1__MOVE_PHASE__MOVE_DONE)
     psd__fail(svc, call, GRPC_STATUS_INVALID_ARGUMENT,
               "MoveRows: phase %d is none of MOVE_COPY (0), MOVE_HANDOVER (1), "
-              "MOVE_CANCEL (2)",
+              "MOVE_CANCEL (2), MOVE_DONE (3)",
               (int)req->phase);
   else if (!req->move)
     psd__fail(svc, call, GRPC_STATUS_INVALID_ARGUMENT,
