@@ -103,6 +103,7 @@ import harness as h  # noqa: E402
 import bench_dlrm  # noqa: E402
 import bench_multihost  # noqa: E402
 import bench_live  # noqa: E402
+import bench_move  # noqa: E402
 import bench_reshard  # noqa: E402
 import bench_serve  # noqa: E402
 import bench_sparse  # noqa: E402
@@ -489,7 +490,8 @@ def main():
              "dlrm": lambda d: bench_dlrm.dlrm(d, sys.modules[__name__]),
              "multihost": lambda d: bench_multihost.multihost(d, sys.modules[__name__]),
              "serve": lambda d: bench_serve.serve(d),
-             "reshard": lambda d: (bench_reshard.reshard(d), bench_live.live(d))}
+             "reshard": lambda d: (bench_reshard.reshard(d), bench_live.live(d),
+                                   bench_move.move(d))}
     if len(sys.argv) < 2:
         sys.stderr.write("usage: bench.py BUILD_DIR [%s ...]\n" % "|".join(parts))
         return 2

@@ -287,14 +287,22 @@ static void *move_thread(void *arg) {
   int rc = psd_move_buckets(srv->service, m->peers, srv->shard, m->from,
                             srv->spec->nps, m->set, m->move_to, m->moved, &res,
                             err, sizeof err);
+  struct cm_rpc_call *call = m->call;
+  int from = m->from;
+  /* Not busy before the answer leaves: the orchestrator's next call, made
+   * once it has the answer, is taken (it joins this thread first, so
+   * nothing of m is touched after this). */
+  pthread_mutex_lock(&m->lock);
+  m->busy = 0;
+  pthread_mutex_unlock(&m->lock);
   if (rc) {
     grpc_status_code code = rc == CM_ERPC && res.status != GRPC_STATUS_OK
                                 ? (grpc_status_code)res.status
                             : rc == CM_ENOMEM ? GRPC_STATUS_RESOURCE_EXHAUSTED
                             : rc == CM_EPROTO ? GRPC_STATUS_INTERNAL
                                               : GRPC_STATUS_FAILED_PRECONDITION;
-    cm_warn("MoveBuckets from ps:%d: %s", m->from, err);
-    cm_rpc_fail(m->call, code, "MoveBuckets from ps:%d to ps:%d: %s", m->from,
+    cm_warn("MoveBuckets from ps:%d: %s", from, err);
+    cm_rpc_fail(call, code, "MoveBuckets from ps:%d to ps:%d: %s", from,
                 srv->shard, err);
   } else {
     Psd__V1__MoveBucketsResponse r = PSD__V1__MOVE_BUCKETS_RESPONSE__INIT;
@@ -305,13 +313,10 @@ static void *move_thread(void *arg) {
     cm_info("moved buckets from ps:%d: %" PRIu64 " rows, %" PRIu64
             " bytes in %u copies and the hand-over (%.1f ms; the pause "
             "%" PRIu64 " us)",
-            m->from, res.rows, res.bytes, res.rounds, cm_mono_ms() - t0,
+            from, res.rows, res.bytes, res.rounds, cm_mono_ms() - t0,
             res.pause_us);
-    cm_rpc_reply(m->call, cm_rpc_pack(&r.base));
+    cm_rpc_reply(call, cm_rpc_pack(&r.base));
   }
-  pthread_mutex_lock(&m->lock);
-  m->busy = 0;
-  pthread_mutex_unlock(&m->lock);
   return NULL;
 }
 

@@ -1,0 +1,229 @@
+"""bench reshard move: live bucket moves' figures (docs/reshard.md "Live
+moves (the shard side)"; issue 37, "Figures").
+
+The job of bench_reshard.py (a table of ROWS rows, dim 16, adagrad, every
+row pushed once, and a 4 MiB dense variable, adam) on a spec of 3
+addresses whose job starts on 2 (job.shards), ps:2 standing by. One client
+(a worker's stand-in, psd.Client, on a thread of its own) pushes and pulls
+WORK_IDS random table rows per step, step after step, the whole time. Each
+round, on a job started afresh:
+
+  move:  the table rows of 2 -> 3 shards (common/layout's cm_layout_moves,
+         a third of the buckets, all to ps:2), BATCH_BUCKETS buckets from
+         one source per Admin/MoveBuckets to ps:2, one after another, as an
+         orchestrator drives them (ps:0 will): the wall time of all of
+         them; each one's rows, bytes and hand-over pause (its
+         MoveBucketsResponse); the client's step times before (STEADY_S),
+         during (every step that overlaps the moves) and after (STEADY_S)
+  pull:  the baseline, a client reading every row and the dense variable
+         from the live shards (bench_reshard's pull_all: the same rows,
+         their values only) in the same run
+
+Counted: bytes are what MoveBucketsResponse.bytes says the source sent
+(ids, values, optimizer state, statistics: 8 + 4 x (dim + nstate) + 16
+bytes a row), over the wall time of all the moves; the pull's bytes are the
+rows' values (rows x dim x 4) and the dense variable's, over its own wall
+time. A step is one push_rows plus one pull_rows of WORK_IDS ids.
+
+Dense variables do not move in this phase (the step that re-splits them
+and ends the move is not written yet): the figures are the table rows'.
+
+Lines: `bench reshard move` (rates, pauses, steps, per round) and the
+`bench reshard move:` summary.
+
+Run: /usr/bin/python3 tests/bench/bench_move.py BUILD_DIR [--rows N] [--rounds R]
+Exit: 0 when it ran, 1 on a failure (a move refused or failed, a client
+step that failed, rows not where the map puts them), never on a speed; 2
+on a bad command line."""
+import json
+import os
+import statistics
+import sys
+import tempfile
+import threading
+import time
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(HERE, "..", "integration"))
+import bench_live as bl  # noqa: E402
+import bench_reshard as br  # noqa: E402
+from bench_reshard import Failed, h, med  # noqa: E402
+import pb  # noqa: E402
+from hashes import bucket_map, moves  # noqa: E402
+
+BATCH_BUCKETS = 64  # buckets per MoveBuckets (of 1,365 that 2 -> 3 moves)
+ROUNDS = 1
+
+
+class Stepper:
+    """A client stepping on a thread until stopped: each step's end time
+    and duration."""
+
+    def __init__(self, psd, bench, seed):
+        self.c = bench.client(psd, 3)
+        self.rows = bench.rows
+        self.rng = np.random.default_rng(seed)
+        self.steps = []  # (end, seconds)
+        self.error = None
+        self.stop = threading.Event()
+        self.t = threading.Thread(target=self._run)
+        self.t.start()
+
+    def _run(self):
+        try:
+            while not self.stop.is_set():
+                ids = np.unique(self.rng.integers(0, self.rows, bl.WORK_IDS).astype(np.uint64))
+                g = np.full((len(ids), br.DIM), 1.0 / 1024, np.float32)
+                out = np.empty((len(ids), br.DIM), np.float32)
+                t0 = time.monotonic()
+                self.c.push_rows("t16", ids, g)
+                self.c.pull_rows("t16", ids, out)
+                t1 = time.monotonic()
+                self.steps.append((t1, t1 - t0))
+        except Exception as e:  # pylint: disable=broad-except
+            self.error = repr(e)
+
+    def between(self, a, b):
+        """Durations of the steps that overlap [a, b]."""
+        return [s for end, s in self.steps if end >= a and end - s <= b]
+
+    def finish(self):
+        self.stop.set()
+        self.t.join()
+        self.c.close()
+        if self.error:
+            raise Failed("the client's step failed: %s" % self.error)
+
+
+def move_all(bench, addrs):
+    """2 -> 3 by MoveBuckets to ps:2, BATCH_BUCKETS from one source each:
+    (wall seconds, rows, bytes, [pause_us], calls)."""
+    import grpc  # pylint: disable=import-outside-toplevel
+    mv, m2 = moves(2, 3), bucket_map(2)
+    chan = grpc.insecure_channel(addrs[2])
+    call = chan.unary_unary("/psd.v1.Admin/MoveBuckets")
+    rows = nbytes = calls = 0
+    pauses = []
+    t0 = time.monotonic()
+    try:
+        k = 0
+        while k < len(mv):
+            src, j = m2[mv[k]], k
+            while j < len(mv) and j - k < BATCH_BUCKETS and m2[mv[j]] == src:
+                j += 1
+            bits = bytearray(512)
+            for b in mv[k:j]:
+                bits[b >> 3] |= 1 << (b & 7)
+            try:
+                r = pb.fields(call(pb.caller(br.JOB) + pb.uint(2, src) + pb.ld(3, bytes(bits))
+                                   + pb.uint(5, 3) + pb.uint(6, j), timeout=br.TIMEOUT_S))
+            except grpc.RpcError as e:
+                raise Failed("MoveBuckets of moves %d..%d from ps:%d: %s: %s"
+                             % (k, j, src, e.code(), e.details()))
+            rows += r.get(1, [0])[0]
+            nbytes += r.get(2, [0])[0]
+            pauses.append(r.get(4, [0])[0])
+            calls += 1
+            k = j
+    finally:
+        chan.close()
+    return time.monotonic() - t0, rows, nbytes, pauses, calls
+
+
+def check_owned(addrs):
+    """Each shard owns its buckets of the 3-shard map (Status.buckets_owned)."""
+    import grpc  # pylint: disable=import-outside-toplevel
+    m3 = bucket_map(3)
+    for s, a in enumerate(addrs):
+        with grpc.insecure_channel(a) as chan:
+            st = pb.fields(chan.unary_unary("/psd.v1.Admin/Status")(pb.caller(br.JOB),
+                                                                    timeout=30))
+        want = sum(1 for b in m3 if b == s)
+        if st.get(99, [0])[0] != want:
+            raise Failed("ps:%d owns %d buckets after the moves, not %d"
+                         % (s, st.get(99, [0])[0], want))
+
+
+def move(d, b=None, rows=br.ROWS, rounds=ROUNDS):
+    """The bench; b (bench.py's module) is unused."""
+    psd = br.psd_mod()
+    say = lambda line: print(line, flush=True)  # noqa: E731
+    t_all = time.monotonic()
+    res = {k: [] for k in ("wall", "rows", "bytes", "pause_max", "pause_med", "calls",
+                           "before", "during_med", "during_max", "after", "pull")}
+    for r in range(rounds):
+        bench = bl.LiveBench(os.path.join(d, "move%d" % r), rows)
+        with open(bench.spec[3]) as f:
+            addrs = json.load(f)["cluster"]["ps"]
+        try:
+            bench.start(2)
+            bench.fill(psd)
+            bench.stop()
+            bench.start(3)  # ps:2 stands by
+            st = Stepper(psd, bench, 7 + r)
+            try:
+                time.sleep(bl.STEADY_S)  # the steady steps before
+                t0 = time.monotonic()
+                wall, moved, nbytes, pauses, calls = move_all(bench, addrs)
+                t1 = time.monotonic()
+                time.sleep(bl.STEADY_S)  # and after
+            finally:
+                st.finish()
+            check_owned(addrs)
+            pulled, _ = bench.pull_all(psd, 3)
+            before = [s for end, s in st.steps if end < t0]
+            during = st.between(t0, t1)
+            after = [s for end, s in st.steps if end - s > t1]
+            if not during:
+                raise Failed("no client step overlapped the moves")
+            for k, v in (("wall", wall), ("rows", moved), ("bytes", nbytes),
+                         ("pause_max", max(pauses) / 1e6),
+                         ("pause_med", statistics.median(pauses) / 1e6), ("calls", calls),
+                         ("before", med(before)), ("during_med", med(during)),
+                         ("during_max", max(during)), ("after", med(after)),
+                         ("pull", pulled)):
+                res[k].append(v)
+        finally:
+            bench.cleanup()
+    x = {k: med(v) for k, v in res.items()}
+    pull_bytes = rows * br.DIM * 4 + br.DENSE[0] * br.DENSE[1] * 4
+    say("bench reshard move from=2 to=3 rows=%d dim=%d batch_buckets=%d calls=%d "
+        "moved_rows=%d moved_fraction=%.3f wall_s=%.2f move_MBps=%.0f move_rows_per_s=%.0f "
+        "pause_max_ms=%.1f pause_med_ms=%.1f pull_s=%.2f pull_MBps=%.0f "
+        "step_before_ms=%.1f step_during_med_ms=%.1f step_during_max_ms=%.1f "
+        "step_after_ms=%.1f work_ids=%d rounds=%s"
+        % (rows, br.DIM, BATCH_BUCKETS, x["calls"], x["rows"], x["rows"] / rows, x["wall"],
+           x["bytes"] / x["wall"] / 1e6, x["rows"] / x["wall"], x["pause_max"] * 1e3,
+           x["pause_med"] * 1e3, x["pull"], pull_bytes / x["pull"] / 1e6, x["before"] * 1e3,
+           x["during_med"] * 1e3, x["during_max"] * 1e3, x["after"] * 1e3, bl.WORK_IDS,
+           ",".join("%.2f/%.1f" % (w, p * 1e3) for w, p in zip(res["wall"],
+                                                              res["during_max"]))))
+    say("bench reshard move: %d rows, 2 -> 3 moved %d rows (%.3f) live at %.0f MB/s in %.2f s "
+        "(a client's pull of every row: %.0f MB/s), hand-overs paused a batch's writes "
+        "%.1f ms at most; the client's slowest step meanwhile %.1f ms (median %.1f ms, "
+        "%.1f ms before); %d rounds in %.0f s"
+        % (rows, x["rows"], x["rows"] / rows, x["bytes"] / x["wall"] / 1e6, x["wall"],
+           pull_bytes / x["pull"] / 1e6, x["pause_max"] * 1e3, x["during_max"] * 1e3,
+           x["during_med"] * 1e3, x["before"] * 1e3, rounds, time.monotonic() - t_all))
+
+
+def main():
+    got = br.parse_args(sys.argv[1:], "bench_move.py", __doc__)
+    if not got:
+        return 2
+    h.BUILD, rows, rounds = got
+    with tempfile.TemporaryDirectory(prefix="psd-bench-move-") as d:
+        try:
+            move(d, rows=rows, rounds=rounds)
+        except Failed as e:
+            sys.stdout.flush()
+            sys.stderr.write("bench reshard move FAILED: %s\n" % e)
+            return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
