@@ -7,6 +7,7 @@
 #include <jansson.h>
 
 #include "grid.h"
+#include "layout.h"
 #include "psctl.h"
 #include "units.h"
 
@@ -202,9 +203,34 @@ int psctl_cmd_status(struct psctl *p) {
   if (p->st[0]) {
     const char *rs = cm_status_str(p->st[0], "reshard");
     long long n = cm_status_int(p->st[0], "num_shards");
+    long long to = 0, moved = 0;
+    int at = -1;
+    /* A live move of table rows: as far as the shard that knows most. */
+    for (int s = 0; s < spec->nps; s++)
+      if (p->st[s] && cm_status_int(p->st[s], "move_to") > 0 &&
+          cm_status_int(p->st[s], "moved") >= moved) {
+        to = cm_status_int(p->st[s], "move_to");
+        moved = cm_status_int(p->st[s], "moved");
+        at = s;
+      }
     printf("LAYOUT %lld: %lld shard%s of %d addresses%s%s\n",
            cm_status_int(p->st[0], "layout"), n, n == 1 ? "" : "s", spec->nps,
            rs[0] ? "; reshard " : "", rs);
+    /* The buckets of table rows each shard owns (the modulo rule: none). */
+    if (strcmp(cm_status_str(p->st[0], "rows"), "modulo") != 0) {
+      printf("BUCKETS:");
+      for (int s = 0; s < spec->nps; s++)
+        if (p->st[s])
+          printf(" ps:%d %lld", s, cm_status_int(p->st[s], "buckets_owned"));
+      printf("\n");
+    }
+    if (to > 0) {
+      uint16_t mv[CM_LAYOUT_BUCKETS];
+      int total = cm_layout_moves((int)n, (int)to, mv);
+      printf("MOVE: table rows to %lld shards, %lld of %d bucket moves made "
+             "(ps:%d's count)\n",
+             to, moved, total, at);
+    }
   }
   printf("\n");
   psctl_grid_init(&t, 6, "VARIABLE", "SHAPE", "SHARD", "ROWS", ">HELD",

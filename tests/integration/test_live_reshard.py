@@ -687,6 +687,14 @@ class FollowMoveTest(tr.ReshardBase):
         finally:
             for c in chans:
                 c.close()
+        # psctl status: each shard's buckets, and the move as far as a
+        # shard knows it.
+        r = h.run([h.build_path("ps-server", "psctl"), "--cluster", spec, "status"])
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertIn("BUCKETS: " + " ".join("ps:%d %d" % (s, sum(1 for b in m3 if b == s))
+                                             for s in range(3)), r.stdout)
+        self.assertIn("MOVE: table rows to 3 shards, %d of %d bucket moves made (ps:2's count)"
+                      % (len(mv), len(mv)), r.stdout)
         # A new client starts from the 2-shard layout, follows the move, and
         # reads every acknowledged push once.
         with psd.Client(spec, None) as c:
