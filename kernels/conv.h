@@ -35,7 +35,8 @@ int kn_conv_ow(const struct kn_conv_shape *s);
 size_t kn_conv_col_floats(const struct kn_conv_shape *s);
 
 /* x is (B, C, H, W), w is (OC, C, K, K), b is (OC) or NULL,
- * y is (B, OC, OH, OW), col is workspace of kn_conv_col_floats floats:
+ * y is (B, OC, OH, OW), col is workspace of kn_conv_col_floats floats, left
+ * holding x unfolded for kn_conv2d_backward_unfolded:
  * y[n, o] = b[o] + sum over c, kh, kw of w[o, c, kh, kw] *
  *           x[n, c, oh + kh - pad, ow + kw - pad] (0 outside x). */
 void kn_conv2d_forward(const struct kn_conv_shape *s, float *y, const float *x,
@@ -48,6 +49,16 @@ void kn_conv2d_forward(const struct kn_conv_shape *s, float *y, const float *x,
 void kn_conv2d_backward(const struct kn_conv_shape *s, float *dx, float *dw,
                         float *db, const float *dy, const float *x,
                         const float *w, float *col);
+
+/* kn_conv2d_backward without unfolding x again: col is the workspace that
+ * kn_conv2d_forward of the same s and x left (the forward pass leaves x
+ * unfolded in it), untouched since; the results are the same bit for bit.
+ * col is overwritten as in kn_conv2d_backward. A model that keeps one col
+ * per layer from its forward pass to its backward pass skips an unfolding
+ * per layer and step. */
+void kn_conv2d_backward_unfolded(const struct kn_conv_shape *s, float *dx,
+                                 float *dw, float *db, const float *dy,
+                                 const float *w, float *col);
 
 /* x is (planes, H, W), y and idx are (planes, H/P, W/P) (rounded down):
  * non-overlapping P x P windows, y = the window's maximum and idx its

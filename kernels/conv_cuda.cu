@@ -144,6 +144,24 @@ int kn_conv2d_backward_cuda(struct kn_cuda *ctx, const struct kn_conv_shape *s,
                             const float *x, const float *w, float *col) {
   struct kn__geom g = kn__geom_of(s);
   size_t ncol = kn_conv_col_floats(s);
+  int rc = 0;
+
+  if (s->OC > 0 && ncol && g.ckk > 0) {
+    kn__im2col<<<kn__blocks(ncol), KN__THREADS, 0, ctx->stream>>>(col, x, g,
+                                                                  ncol);
+    KN__TRY(cudaGetLastError());
+  }
+  rc = kn_conv2d_backward_unfolded_cuda(ctx, s, dx, dw, db, dy, w, col);
+out:
+  return rc;
+}
+
+int kn_conv2d_backward_unfolded_cuda(struct kn_cuda *ctx,
+                                     const struct kn_conv_shape *s, float *dx,
+                                     float *dw, float *db, const float *dy,
+                                     const float *w, float *col) {
+  struct kn__geom g = kn__geom_of(s);
+  size_t ncol = kn_conv_col_floats(s);
   size_t nx = (size_t)(s->B > 0 ? s->B : 0) * s->C * s->H * s->W;
   size_t ndw = (size_t)(s->OC > 0 ? s->OC : 0) * (g.ckk > 0 ? g.ckk : 0);
   const float one = 1.0f, zero = 0.0f;
@@ -161,9 +179,6 @@ int kn_conv2d_backward_cuda(struct kn_cuda *ctx, const struct kn_conv_shape *s,
   }
   kn__plane_sums<<<s->OC, KN__THREADS, 0, ctx->stream>>>(db, dy, s->B, s->OC,
                                                          g.P);
-  KN__TRY(cudaGetLastError());
-  kn__im2col<<<kn__blocks(ncol), KN__THREADS, 0, ctx->stream>>>(col, x, g,
-                                                                ncol);
   KN__TRY(cudaGetLastError());
   /* dw (OC, ckk) = sum over n of dy[n] (OC, P) col[n]^T (P, ckk): every
    * example's product in one batched call, into scratch part (B, OC, ckk),

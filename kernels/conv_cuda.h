@@ -22,6 +22,13 @@ int kn_conv2d_backward_cuda(struct kn_cuda *ctx, const struct kn_conv_shape *s,
                             float *dx, float *dw, float *db, const float *dy,
                             const float *x, const float *w, float *col);
 
+/* As kn_conv2d_backward_unfolded: col as kn_conv2d_forward_cuda of the same
+ * s and x left it (this twin's own layout); dx may be NULL. */
+int kn_conv2d_backward_unfolded_cuda(struct kn_cuda *ctx,
+                                     const struct kn_conv_shape *s, float *dx,
+                                     float *dw, float *db, const float *dy,
+                                     const float *w, float *col);
+
 /* As kn_maxpool2d_forward. */
 int kn_maxpool2d_forward_cuda(struct kn_cuda *ctx, float *y, int32_t *idx,
                               const float *x, int planes, int H, int W, int P);

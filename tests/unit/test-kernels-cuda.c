@@ -371,6 +371,18 @@ START_TEST(test_conv) {
   assert_twin(gdx, dx, nx, TOL_GEMM, 1.0, "conv dx");
   assert_twin(gdw, dw, nw, TOL_GEMM, 1.0, "conv dw");
   assert_twin(gdb, db, s->OC, TOL_GEMM, 1.0, "conv db");
+  /* From the unfolding the forward pass leaves, as the CNN's model does:
+   * the outputs filled with something else first. */
+  ck_assert_int_eq(kn_conv2d_forward_cuda(ctx, s, gy, gx, gw, gb, gcol), 0);
+  ck_assert_int_eq(kn_cuda_upload(ctx, gdx, x, nx * sizeof *x), 0);
+  ck_assert_int_eq(kn_cuda_upload(ctx, gdw, w, nw * sizeof *w), 0);
+  ck_assert_int_eq(kn_cuda_upload(ctx, gdb, b, s->OC * sizeof *b), 0);
+  ck_assert_int_eq(
+      kn_conv2d_backward_unfolded_cuda(ctx, s, gdx, gdw, gdb, gdy, gw, gcol),
+      0);
+  assert_twin(gdx, dx, nx, TOL_GEMM, 1.0, "conv dx (unfolded)");
+  assert_twin(gdw, dw, nw, TOL_GEMM, 1.0, "conv dw (unfolded)");
+  assert_twin(gdb, db, s->OC, TOL_GEMM, 1.0, "conv db (unfolded)");
   kn_cuda_free(gx), kn_cuda_free(gw), kn_cuda_free(gb), kn_cuda_free(gy);
   kn_cuda_free(gdy), kn_cuda_free(gcol), kn_cuda_free(gdx);
   kn_cuda_free(gdw), kn_cuda_free(gdb);

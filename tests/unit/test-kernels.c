@@ -295,6 +295,37 @@ START_TEST(test_conv_backward) {
 }
 END_TEST
 
+/* The backward pass from the unfolding the forward pass left in col equals
+ * the one that unfolds x itself, bit for bit, on every shape (the demo
+ * CNN's at batch 3 included), with dx and without. */
+START_TEST(test_conv_backward_unfolded) {
+  const struct kn_conv_shape *s = &convs[_i];
+  size_t nx = (size_t)s->B * s->C * s->H * s->W;
+  size_t nw = (size_t)s->OC * s->C * s->K * s->K;
+  size_t ny = (size_t)s->B * s->OC * kn_conv_oh(s) * kn_conv_ow(s);
+  size_t ncol = kn_conv_col_floats(s);
+  float *x = tu_frandv(nx, 71, 0), *w = tu_frandv(nw, 72, 0),
+        *b = tu_frandv(s->OC, 73, 0), *dy = tu_frandv(ny, 74, 0);
+  float *y = tu_frandv(ny, 75, 0), *col = tu_frandv(ncol, 76, 0),
+        *col2 = tu_frandv(ncol, 77, 0);
+  float *dx = tu_frandv(nx, 78, 0), *dw = tu_frandv(nw, 79, 0),
+        *db = tu_frandv(s->OC, 80, 0);
+  float *dx2 = tu_frandv(nx, 81, 0), *dw2 = tu_frandv(nw, 82, 0),
+        *db2 = tu_frandv(s->OC, 83, 0);
+
+  for (int with_dx = 1; with_dx >= 0; with_dx--) {
+    kn_conv2d_backward(s, with_dx ? dx : NULL, dw, db, dy, x, w, col);
+    kn_conv2d_forward(s, y, x, w, b, col2);
+    kn_conv2d_backward_unfolded(s, with_dx ? dx2 : NULL, dw2, db2, dy, w, col2);
+    ck_assert_msg(memcmp(dw, dw2, nw * sizeof *dw) == 0, "dw differs");
+    ck_assert_msg(memcmp(db, db2, s->OC * sizeof *db) == 0, "db differs");
+    ck_assert_msg(memcmp(dx, dx2, nx * sizeof *dx) == 0, "dx differs");
+  }
+  free(x), free(w), free(b), free(dy), free(y), free(col), free(col2);
+  free(dx), free(dw), free(db), free(dx2), free(dw2), free(db2);
+}
+END_TEST
+
 START_TEST(test_maxpool) {
   /* planes, H, W, P: the CNN's two pools, odd sizes (the edge dropped), a
    * window of 3 and one of 1. */
@@ -527,6 +558,8 @@ static Suite *kernels_suite(void) {
   tcase_add_loop_test(conv, test_conv_forward, 0,
                       sizeof convs / sizeof convs[0]);
   tcase_add_loop_test(conv, test_conv_backward, 0, 4);
+  tcase_add_loop_test(conv, test_conv_backward_unfolded, 0,
+                      sizeof convs / sizeof convs[0]);
   tcase_add_loop_test(conv, test_maxpool, 0, 5);
   tcase_add_test(xent, test_xent_values);
   tcase_add_test(xent, test_xent_finite_diff);

@@ -1,7 +1,9 @@
 /* The demo CNN (see cnn.h) on the CPU kernels. The forward pass keeps every
  * activation the backward pass reads: the ReLU outputs (whose sign is the
- * ReLU's derivative), the pooled maps and the pooling argmaxes. One im2col
- * workspace serves both convolutions, one after the other. */
+ * ReLU's derivative), the pooled maps and the pooling argmaxes, and each
+ * convolution's im2col workspace, which holds its input unfolded from the
+ * forward pass to the backward pass (kn_conv2d_backward_unfolded): the
+ * unfolding is then done once a step, not twice. */
 #include "cnn.h"
 
 #include <math.h>
@@ -88,7 +90,8 @@ int dw_cnn_new(struct dw_cnn **out, int H, int W, int c1, int c2, int classes,
       (rc = grab(&c->dhid, B * DW_CNN_HIDDEN, sizeof(float))) < 0 ||
       (rc = grab(&c->logits, B * classes, sizeof(float))) < 0 ||
       (rc = grab(&c->dlogits, B * classes, sizeof(float))) < 0 ||
-      (rc = grab(&c->col, col1 > col2 ? col1 : col2, sizeof(float))) < 0)
+      (rc = grab(&c->col1, col1, sizeof(float))) < 0 ||
+      (rc = grab(&c->col2, col2, sizeof(float))) < 0)
     goto out;
   *out = c;
   c = NULL;
@@ -104,7 +107,7 @@ void dw_cnn_free(struct dw_cnn *c) {
   free(c->a1), free(c->da1), free(c->p1), free(c->dp1), free(c->i1);
   free(c->a2), free(c->da2), free(c->p2), free(c->dp2), free(c->i2);
   free(c->hid), free(c->dhid), free(c->logits), free(c->dlogits);
-  free(c->col);
+  free(c->col1), free(c->col2);
   free(c);
 }
 
@@ -145,11 +148,11 @@ static void forward(struct dw_cnn *c, const float *x, int B) {
   size_t n2 = (size_t)B * c->c2 * c->h2 * c->w2;
 
   c->s1.B = c->s2.B = B;
-  kn_conv2d_forward(&c->s1, c->a1, x, c->var[0], c->var[1], c->col);
+  kn_conv2d_forward(&c->s1, c->a1, x, c->var[0], c->var[1], c->col1);
   kn_relu_forward(c->a1, c->a1, n1);
   kn_maxpool2d_forward(c->p1, c->i1, c->a1, B * c->c1, c->h1, c->w1,
                        DW_CNN_POOL);
-  kn_conv2d_forward(&c->s2, c->a2, c->p1, c->var[2], c->var[3], c->col);
+  kn_conv2d_forward(&c->s2, c->a2, c->p1, c->var[2], c->var[3], c->col2);
   kn_relu_forward(c->a2, c->a2, n2);
   kn_maxpool2d_forward(c->p2, c->i2, c->a2, B * c->c2, c->h2, c->w2,
                        DW_CNN_POOL);
@@ -182,14 +185,14 @@ float dw_cnn_train_step(struct dw_cnn *c, const float *x, const uint8_t *y,
   kn_maxpool2d_backward(c->da2, c->dp2, c->i2, B * c->c2, c->h2, c->w2,
                         DW_CNN_POOL);
   kn_relu_backward(c->da2, c->da2, c->a2, n2);
-  kn_conv2d_backward(&c->s2, c->dp1, c->gvar[2], c->gvar[3], c->da2, c->p1,
-                     c->var[2], c->col);
+  kn_conv2d_backward_unfolded(&c->s2, c->dp1, c->gvar[2], c->gvar[3], c->da2,
+                              c->var[2], c->col2);
   kn_maxpool2d_backward(c->da1, c->dp1, c->i1, B * c->c1, c->h1, c->w1,
                         DW_CNN_POOL);
   kn_relu_backward(c->da1, c->da1, c->a1, n1);
   /* The input needs no gradient. */
-  kn_conv2d_backward(&c->s1, NULL, c->gvar[0], c->gvar[1], c->da1, x, c->var[0],
-                     c->col);
+  kn_conv2d_backward_unfolded(&c->s1, NULL, c->gvar[0], c->gvar[1], c->da1,
+                              c->var[0], c->col1);
   return loss;
 }
 

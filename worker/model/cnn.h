@@ -57,7 +57,8 @@ struct dw_cnn {
   float *hid;     /* owned: (max_batch, DW_CNN_HIDDEN), after the ReLU */
   float *dhid;    /* owned: gradient w.r.t. hid (then its pre-activation) */
   float *logits;  /* owned: (max_batch, classes) */
-  float *col;     /* owned: im2col workspace, big enough for either conv */
+  float *col1;    /* owned: s1's im2col workspace (the batch unfolded) */
+  float *col2;    /* owned: s2's im2col workspace (p1 unfolded) */
   float *dlogits; /* owned: gradient w.r.t. logits */
   float *dp2;     /* owned: gradient w.r.t. p2 */
   float *da2;     /* owned: gradient w.r.t. a2 (then its pre-activation) */

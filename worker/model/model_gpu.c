@@ -27,7 +27,8 @@ struct dw_gpu {
   uint8_t *y;                         /* device: (max_batch) labels */
   float *act[DW_MLP_MAX_LAYERS + 1];  /* device, MLP: as dw_mlp's act */
   float *dact[DW_MLP_MAX_LAYERS + 1]; /* device, MLP: as dw_mlp's dact */
-  float *a1, *p1, *a2, *p2, *hid, *logits, *col; /* device, CNN: as dw_cnn's */
+  float *a1, *p1, *a2, *p2, *hid, *logits; /* device, CNN: as dw_cnn's */
+  float *col1, *col2; /* device, CNN: as dw_cnn's, kept forward to backward */
   float *da1, *dp1, *da2, *dp2, *dhid, *dlogits; /* device, CNN: gradients */
   int32_t *i1, *i2; /* device, CNN: pooling argmaxes */
 };
@@ -87,7 +88,8 @@ int dw_gpu_new(struct dw_gpu **out, int dev, struct dw_mlp *mlp,
         (rc = dalloc(&g->dhid, B * DW_CNN_HIDDEN, 4)) < 0 ||
         (rc = dalloc(&g->logits, B * cnn->classes, 4)) < 0 ||
         (rc = dalloc(&g->dlogits, B * cnn->classes, 4)) < 0 ||
-        (rc = dalloc(&g->col, c1 > c2 ? c1 : c2, 4)) < 0)
+        (rc = dalloc(&g->col1, c1, 4)) < 0 ||
+        (rc = dalloc(&g->col2, c2, 4)) < 0)
       goto out;
   }
   *out = g;
@@ -107,7 +109,8 @@ void dw_gpu_free(struct dw_gpu *g) {
     kn_cuda_free(g->act[l]), kn_cuda_free(g->dact[l]);
   kn_cuda_free(g->a1), kn_cuda_free(g->p1), kn_cuda_free(g->a2);
   kn_cuda_free(g->p2), kn_cuda_free(g->hid), kn_cuda_free(g->logits);
-  kn_cuda_free(g->col), kn_cuda_free(g->da1), kn_cuda_free(g->dp1);
+  kn_cuda_free(g->col1), kn_cuda_free(g->col2);
+  kn_cuda_free(g->da1), kn_cuda_free(g->dp1);
   kn_cuda_free(g->da2), kn_cuda_free(g->dp2), kn_cuda_free(g->dhid);
   kn_cuda_free(g->dlogits), kn_cuda_free(g->i1), kn_cuda_free(g->i2);
   free(g);
@@ -163,14 +166,14 @@ static int cnn_forward(struct dw_gpu *g, const float *x, int B) {
   int rc;
 
   s1.B = s2.B = B;
-  if ((rc = kn_conv2d_forward_cuda(g->ctx, &s1, g->a1, x, P(0), P(1), g->col)) <
-          0 ||
+  if ((rc = kn_conv2d_forward_cuda(g->ctx, &s1, g->a1, x, P(0), P(1),
+                                   g->col1)) < 0 ||
       (rc = kn_relu_forward_cuda(g->ctx, g->a1, g->a1,
                                  (size_t)B * c->c1 * c->h1 * c->w1)) < 0 ||
       (rc = kn_maxpool2d_forward_cuda(g->ctx, g->p1, g->i1, g->a1, B * c->c1,
                                       c->h1, c->w1, DW_CNN_POOL)) < 0 ||
       (rc = kn_conv2d_forward_cuda(g->ctx, &s2, g->a2, g->p1, P(2), P(3),
-                                   g->col)) < 0 ||
+                                   g->col2)) < 0 ||
       (rc = kn_relu_forward_cuda(g->ctx, g->a2, g->a2,
                                  (size_t)B * c->c2 * c->h2 * c->w2)) < 0 ||
       (rc = kn_maxpool2d_forward_cuda(g->ctx, g->p2, g->i2, g->a2, B * c->c2,
@@ -184,6 +187,8 @@ static int cnn_forward(struct dw_gpu *g, const float *x, int B) {
                                DW_CNN_HIDDEN, c->classes);
 }
 
+/* cnn.c's backward pass, right after cnn_forward: the convolutions start
+ * from the unfoldings it left in col1 and col2. */
 static int cnn_backward(struct dw_gpu *g, int B) {
   struct dw_cnn *c = g->cnn;
   struct kn_conv_shape s1 = c->s1, s2 = c->s2;
@@ -202,15 +207,15 @@ static int cnn_backward(struct dw_gpu *g, int B) {
                                        c->h2, c->w2, DW_CNN_POOL)) < 0 ||
       (rc = kn_relu_backward_cuda(g->ctx, g->da2, g->da2, g->a2,
                                   (size_t)B * c->c2 * c->h2 * c->w2)) < 0 ||
-      (rc = kn_conv2d_backward_cuda(g->ctx, &s2, g->dp1, G(2), G(3), g->da2,
-                                    g->p1, P(2), g->col)) < 0 ||
+      (rc = kn_conv2d_backward_unfolded_cuda(g->ctx, &s2, g->dp1, G(2), G(3),
+                                             g->da2, P(2), g->col2)) < 0 ||
       (rc = kn_maxpool2d_backward_cuda(g->ctx, g->da1, g->dp1, g->i1, B * c->c1,
                                        c->h1, c->w1, DW_CNN_POOL)) < 0 ||
       (rc = kn_relu_backward_cuda(g->ctx, g->da1, g->da1, g->a1,
                                   (size_t)B * c->c1 * c->h1 * c->w1)) < 0)
     return rc;
-  return kn_conv2d_backward_cuda(g->ctx, &s1, NULL, G(0), G(1), g->da1, g->x,
-                                 P(0), g->col);
+  return kn_conv2d_backward_unfolded_cuda(g->ctx, &s1, NULL, G(0), G(1), g->da1,
+                                          P(0), g->col1);
 #undef G
 #undef P
 }
