@@ -178,10 +178,13 @@ START_TEST(test_smooth_activations) {
 END_TEST
 
 /* Convolution shapes: the demo CNN's two layers (batch of 3), padding,
- * a 1x1 kernel, a kernel as big as the input, and an empty batch. */
+ * a 1x1 kernel, a kernel as big as the input, an empty batch, and a batch
+ * whose input gradient is made 2 examples and then 1 at a time (the
+ * second layer's, 1 at a time: conv_cpu.c's KN__DCOL_FLOATS). */
 static const struct kn_conv_shape convs[] = {
     {3, 1, 28, 28, 16, 5, 2}, {3, 16, 14, 14, 32, 5, 0}, {2, 3, 7, 6, 4, 3, 1},
     {2, 2, 5, 5, 3, 1, 0},    {1, 2, 4, 4, 2, 4, 0},     {0, 2, 5, 5, 3, 3, 0},
+    {3, 8, 22, 22, 4, 3, 0},
 };
 
 /* x[n, c, h, w] of an NCHW tensor, 0 outside the image. */
@@ -292,6 +295,52 @@ START_TEST(test_conv_backward) {
   ck_assert(memcmp(db, db2, s->OC * sizeof *db) == 0);
   free(x), free(w), free(b), free(r), free(col), free(dx), free(dw), free(db);
   free(dw2), free(db2);
+}
+END_TEST
+
+/* dx of L = sum of y * r, in double: dx[n, c, h, w] = the sum over o, kh,
+ * kw of r[n, o, h - kh + pad, w - kw + pad] * w[o, c, kh, kw]. */
+static void conv_dx_ref(double *dx, const struct kn_conv_shape *s,
+                        const float *r, const float *w) {
+  int oh = kn_conv_oh(s), ow = kn_conv_ow(s), K = s->K;
+
+  for (int n = 0; n < s->B; n++)
+    for (int c = 0; c < s->C; c++)
+      for (int h = 0; h < s->H; h++)
+        for (int x = 0; x < s->W; x++) {
+          double acc = 0.0;
+          for (int o = 0; o < s->OC; o++)
+            for (int kh = 0; kh < K; kh++)
+              for (int kw = 0; kw < K; kw++) {
+                int i = h - kh + s->pad, j = x - kw + s->pad;
+                if (i >= 0 && i < oh && j >= 0 && j < ow)
+                  acc +=
+                      (double)r[(((size_t)n * s->OC + o) * oh + i) * ow + j] *
+                      w[((o * s->C + c) * K + kh) * K + kw];
+              }
+          dx[(((size_t)n * s->C + c) * s->H + h) * s->W + x] = acc;
+        }
+}
+
+/* dx on every shape, the big ones too (their input gradient is made a few
+ * examples at a time), against the definition in double. */
+START_TEST(test_conv_dx) {
+  const struct kn_conv_shape *s = &convs[_i];
+  size_t nx = (size_t)s->B * s->C * s->H * s->W;
+  size_t nw = (size_t)s->OC * s->C * s->K * s->K;
+  size_t ny = (size_t)s->B * s->OC * kn_conv_oh(s) * kn_conv_ow(s);
+  float *x = tu_frandv(nx, 91, 0), *w = tu_frandv(nw, 92, 0),
+        *r = tu_frandv(ny, 93, 0),
+        *col = tu_frandv(kn_conv_col_floats(s), 94, 0);
+  float *dx = tu_frandv(nx, 95, 0), *dw = tu_frandv(nw, 96, 0),
+        *db = tu_frandv(s->OC, 97, 0);
+  double *ref = calloc(nx + 1, sizeof *ref);
+
+  conv_dx_ref(ref, s, r, w);
+  kn_conv2d_backward(s, dx, dw, db, r, x, w, col);
+  assert_close(dx, ref, nx, 1e-5, 1.0, "conv dx");
+  free(x), free(w), free(r), free(col), free(dx), free(dw), free(db);
+  free(ref);
 }
 END_TEST
 
@@ -560,6 +609,7 @@ static Suite *kernels_suite(void) {
   tcase_add_loop_test(conv, test_conv_backward, 0, 4);
   tcase_add_loop_test(conv, test_conv_backward_unfolded, 0,
                       sizeof convs / sizeof convs[0]);
+  tcase_add_loop_test(conv, test_conv_dx, 0, sizeof convs / sizeof convs[0]);
   tcase_add_loop_test(conv, test_maxpool, 0, 5);
   tcase_add_test(xent, test_xent_values);
   tcase_add_test(xent, test_xent_finite_diff);
