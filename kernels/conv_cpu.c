@@ -1,6 +1,7 @@
 /* CPU twins of the ops in conv.h: convolution as im2col + OpenBLAS sgemm,
- * one GEMM for the whole batch, and max pooling as plain loops. The oracle
- * for conv_cuda.cu. */
+ * one GEMM for the whole batch (but the input's gradient, made a few
+ * examples at a time), and max pooling as plain loops. The oracle for
+ * conv_cuda.cu. */
 #include "conv.h"
 
 #include <cblas.h>
