@@ -271,7 +271,8 @@ int psd_table_move_install(struct psd_table *t, const struct psd_table_snap *s,
     struct rec *r = psd__rec_at(st, (size_t)k);
     float *v = psd__rec_val(r);
     memcpy(v, s->values + i * dim, dim * sizeof(float));
-    memcpy(v + dim, s->state + i * ns, ns * sizeof(float));
+    if (ns) /* an optimizer without state (sgd): no array */
+      memcpy(v + dim, s->state + i * ns, ns * sizeof(float));
     r->count = s->stats[i].count;
     r->t = s->stats[i].t;
     r->last_step = s->stats[i].last_step;
