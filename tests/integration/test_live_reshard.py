@@ -56,6 +56,42 @@ def jansson_compact(v):
     return json.dumps(v, ensure_ascii=False)
 
 
+class Rounds:
+    """body() called round after round on a thread of its own until
+    finish(), counted; the first exception ends it and is kept."""
+
+    def __init__(self, body):
+        import threading  # pylint: disable=import-outside-toplevel
+        self.n, self.errors = 0, []
+        self.stop = threading.Event()
+        self.cv = threading.Condition()
+        self.t = threading.Thread(target=self._run, args=(body,))
+        self.t.start()
+
+    def _run(self, body):
+        try:
+            while not self.stop.is_set():
+                body()
+                with self.cv:
+                    self.n += 1
+                    self.cv.notify_all()
+        except Exception as e:  # pylint: disable=broad-except
+            self.errors.append(repr(e))
+        with self.cv:
+            self.cv.notify_all()
+
+    def wait(self, test, k):
+        """Until k rounds are done (test fails on an error or after 60 s)."""
+        with self.cv:
+            test.assertTrue(self.cv.wait_for(lambda: self.n >= k or self.errors,
+                                             timeout=60), self.n)
+        test.assertEqual(self.errors, [])
+
+    def finish(self):
+        self.stop.set()
+        self.t.join()
+
+
 class LiveBase(tr.ReshardBase):
     JOB = "lv"
 
@@ -466,7 +502,6 @@ class LiveMoveTest(tr.ReshardBase):
         if not importlib.util.find_spec("grpc"):
             self.skipTest("python3-grpcio is not installed")
         import struct  # pylint: disable=import-outside-toplevel
-        import threading  # pylint: disable=import-outside-toplevel
         import grpc  # pylint: disable=import-outside-toplevel
         import pb  # pylint: disable=import-outside-toplevel
         from hashes import bucket_map, splitmix64_at  # pylint: disable=import-outside-toplevel
@@ -493,8 +528,7 @@ class LiveMoveTest(tr.ReshardBase):
         chans = [grpc.insecure_channel(a) for a in addrs]
         push = [c.unary_unary("/psd.v1.Data/SparsePush") for c in chans]
         pull = [c.unary_unary("/psd.v1.Data/SparsePull") for c in chans]
-        rounds, stop, errors, refused = [0], threading.Event(), [], [0]
-        progress = threading.Condition()
+        refused = [0]
 
         def send(s, xs):
             msg = (pb.caller(self.JOB) + pb.ld(2, "cnt") +
@@ -502,56 +536,38 @@ class LiveMoveTest(tr.ReshardBase):
                    pb.ld(15, struct.pack("<%df" % len(xs), *[-1.0] * len(xs))))
             push[s](msg, timeout=30)
 
-        def pusher():
-            try:
-                while not stop.is_set():
-                    todo = list(ids)
-                    while todo:
-                        s = owner[todo[0]]
-                        xs = [i for i in todo if owner[i] == s]
-                        try:
-                            send(s, xs)
-                        except grpc.RpcError as e:
-                            d = e.details() or ""
-                            if e.code() != grpc.StatusCode.FAILED_PRECONDITION or \
-                                    not d.startswith("layout moved: "):
-                                raise
-                            b = int(d.split("; bucket ")[1].split()[0])
-                            refused[0] += 1
-                            for i in ids:  # nothing of it applied: again
-                                if bucket(i) == b:
-                                    owner[i] = 1 - s
-                            continue
-                        for i in xs:
-                            acked[i] += 1
-                        todo = [i for i in todo if owner[i] != s]
-                    with progress:
-                        rounds[0] += 1
-                        progress.notify_all()
-            except Exception as e:  # pylint: disable=broad-except
-                errors.append(repr(e))
-                with progress:
-                    progress.notify_all()
+        def push_all():
+            todo = list(ids)
+            while todo:
+                s = owner[todo[0]]
+                xs = [i for i in todo if owner[i] == s]
+                try:
+                    send(s, xs)
+                except grpc.RpcError as e:
+                    d = e.details() or ""
+                    if e.code() != grpc.StatusCode.FAILED_PRECONDITION or \
+                            not d.startswith("layout moved: "):
+                        raise
+                    b = int(d.split("; bucket ")[1].split()[0])
+                    refused[0] += 1
+                    for i in ids:  # nothing of it applied: again
+                        if bucket(i) == b:
+                            owner[i] = 1 - s
+                    continue
+                for i in xs:
+                    acked[i] += 1
+                todo = [i for i in todo if owner[i] != s]
 
-        def wait_rounds(k):
-            with progress:
-                self.assertTrue(progress.wait_for(lambda: rounds[0] >= k or errors,
-                                                  timeout=60), rounds)
-            self.assertEqual(errors, [])
-
-        t = threading.Thread(target=pusher)
-        t.start()
+        rounds = Rounds(push_all)
         try:
-            wait_rounds(3)
+            rounds.wait(self, 3)
             r = pb.fields(chans[1].unary_unary("/psd.v1.Admin/MoveBuckets")(
                 pb.caller(self.JOB) + pb.uint(2, 0) + pb.ld(3, bytes(bits)),
                 timeout=60))
-            after = rounds[0]
-            wait_rounds(after + 3)
+            rounds.wait(self, rounds.n + 3)
         finally:
-            stop.set()
-            t.join()
-        self.assertEqual(errors, [])
+            rounds.finish()
+        self.assertEqual(rounds.errors, [])
         self.assertGreater(r[1][0], 0)   # rows
         self.assertGreater(r[3][0], 0)   # rounds of copies
         self.assertIn(4, r)              # the pause, in µs
@@ -599,7 +615,6 @@ class FollowMoveTest(tr.ReshardBase):
     POOL, PER_PUSH, D = 3000, 300, 70000
 
     def test_client_follows_2_to_3(self):
-        import threading  # pylint: disable=import-outside-toplevel
         import grpc  # pylint: disable=import-outside-toplevel
         import pb  # pylint: disable=import-outside-toplevel
         from hashes import bucket_map, moves  # pylint: disable=import-outside-toplevel
@@ -614,44 +629,26 @@ class FollowMoveTest(tr.ReshardBase):
         pool = np.arange(1, self.POOL + 1, dtype=np.uint64) * np.uint64(7919)
         sums = np.zeros((self.POOL, 2), np.float32)
         dense = np.zeros(self.D, np.float32)
-        rounds, stop, errors = [0], threading.Event(), []
-        progress = threading.Condition()
+        c = psd.Client(spec, None)
+        c.declare("d", (self.D,))
+        c.declare_table("cnt", 2)
 
-        def pusher():
-            try:
-                with psd.Client(spec, None) as c:
-                    c.declare("d", (self.D,))
-                    c.declare_table("cnt", 2)
-                    while not stop.is_set():
-                        pick = rng.choice(self.POOL, self.PER_PUSH, replace=False)
-                        g = (rng.integers(-8, 9, (self.PER_PUSH, 2)) / 8).astype(np.float32)
-                        c.push_rows("cnt", pool[pick], g)
-                        sums[pick] -= g
-                        gd = (rng.integers(-8, 9, self.D) / 8).astype(np.float32)
-                        c.push("d", gd)
-                        dense[:] -= gd
-                        with progress:
-                            rounds[0] += 1
-                            progress.notify_all()
-            except Exception as e:  # pylint: disable=broad-except
-                errors.append(repr(e))
-            with progress:
-                progress.notify_all()
-
-        def wait_rounds(k):
-            with progress:
-                self.assertTrue(progress.wait_for(lambda: rounds[0] >= k or errors,
-                                                  timeout=60), rounds)
-            self.assertEqual(errors, [])
+        def push_once():
+            pick = rng.choice(self.POOL, self.PER_PUSH, replace=False)
+            g = (rng.integers(-8, 9, (self.PER_PUSH, 2)) / 8).astype(np.float32)
+            c.push_rows("cnt", pool[pick], g)
+            sums[pick] -= g
+            gd = (rng.integers(-8, 9, self.D) / 8).astype(np.float32)
+            c.push("d", gd)
+            dense[:] -= gd
 
         mv, m2, m3 = moves(2, 3), bucket_map(2), bucket_map(3)
         chan = grpc.insecure_channel(addrs[2])
         move = chan.unary_unary("/psd.v1.Admin/MoveBuckets")
-        t = threading.Thread(target=pusher)
-        t.start()
         calls, pauses, last = 0, [], {}
+        rounds = Rounds(push_once)
         try:
-            wait_rounds(2)
+            rounds.wait(self, 2)
             k = 0
             while k < len(mv):
                 src, j = m2[mv[k]], k
@@ -666,14 +663,14 @@ class FollowMoveTest(tr.ReshardBase):
                 calls += 1
                 last[src] = last[2] = j
                 k = j
-                wait_rounds(rounds[0] + 2)  # the client steps between batches
+                rounds.wait(self, rounds.n + 2)  # the client steps between batches
         finally:
-            stop.set()
-            t.join()
+            rounds.finish()
+            c.close()
             chan.close()
-        self.assertEqual(errors, [])
+        self.assertEqual(rounds.errors, [])
         print("\nfollow: %d moves in %d MoveBuckets, %d client rounds, hand-overs %s us"
-              % (len(mv), calls, rounds[0], pauses))
+              % (len(mv), calls, rounds.n, pauses))
         self.assertEqual(k, len(mv))
         # Every shard owns its buckets of the 3-shard map, and knows the move.
         chans = [grpc.insecure_channel(a) for a in addrs]
@@ -685,8 +682,8 @@ class FollowMoveTest(tr.ReshardBase):
                 # The move as of its last hand-over: ps:2 took part in all.
                 self.assertEqual((st[97][0], st[98][0]), (3, last[s]), s)
         finally:
-            for c in chans:
-                c.close()
+            for ch in chans:
+                ch.close()
         # psctl status: each shard's buckets, and the move as far as a
         # shard knows it.
         r = h.run([h.build_path("ps-server", "psctl"), "--cluster", spec, "status"])
