@@ -1,6 +1,7 @@
 /* An embedding table's rows on one shard (table.h): stripes, each a mutex
- * over its records and their index (rows.h) and a map of pending (not
- * admitted) ids; pull, push, admission and the statistics. */
+ * over its records, their index (rows.h), their bucket index (records
+ * linked by bucket group: created, removed, cleared here) and a map of
+ * pending (not admitted) ids; pull, push, admission and the statistics. */
 #include "table.h"
 
 #include <pthread.h>
@@ -33,6 +34,7 @@ int psd_table_new(struct psd_table **out, const struct cm_table_conf *conf,
   for (int i = 0; i < PSD__NSTRIPES; i++) {
     pthread_mutex_init(&t->st[i].lock, NULL);
     psd_rows_init(&t->st[i].rows, (rsize + 7) & ~(size_t)7);
+    t->st[i].hbits = PSD__HBITS_MIN;
   }
   pthread_mutex_init(&t->stat_lock, NULL);
   *out = t;
@@ -45,6 +47,7 @@ void psd_table_free(struct psd_table *t) {
   for (int i = 0; i < PSD__NSTRIPES; i++) {
     struct stripe *s = &t->st[i];
     psd_rows_release(&s->rows);
+    free(s->heads);
     free(s->pend);
     for (int c = 0; c < PSD__NCURSORS; c++)
       free(s->ev[c].ids);
@@ -60,22 +63,73 @@ const struct cm_table_conf *psd_table_conf(const struct psd_table *t) {
 
 uint32_t psd_table_nstate(const struct psd_table *t) { return t->nstate; }
 
+/* Under s's lock: puts record k (live, its id set) first on its group's
+ * list. */
+static void link_rec(struct stripe *s, uint32_t k) {
+  struct rec *r = psd__rec_at(s, k);
+  uint32_t *head = &s->heads[psd__group_of(s, psd__bucket_of(r->id))];
+  r->prev = 0;
+  r->next = *head;
+  if (*head)
+    psd__rec_at(s, *head - 1)->prev = k + 1;
+  *head = k + 1;
+}
+
+/* Under s's lock: twice the heads, every live record linked again (as
+ * the rows' index grows: amortized, a few visits a row). Out of memory,
+ * the index stays as it was, right but coarser. */
+static void regroup(struct stripe *s) {
+  uint32_t *heads = calloc((size_t)1 << (s->hbits + 1), sizeof *heads);
+  if (!heads)
+    return;
+  free(s->heads);
+  s->heads = heads;
+  s->hbits++;
+  for (size_t k = 0; k < psd_rows_used(&s->rows); k++)
+    if (psd__rec_live(psd__rec_at(s, k)))
+      link_rec(s, (uint32_t)k);
+}
+
 /* Creates id's record in s (initial row and state). Returns its number or
  * -1 when out of memory. */
 long psd__table_create(struct psd_table *t, struct stripe *s, uint64_t id,
                        uint64_t h) {
+  if (!s->heads &&
+      !(s->heads = calloc((size_t)1 << s->hbits, sizeof *s->heads)))
+    return -1;
   long k = psd_rows_add(&s->rows, id, h);
   if (k < 0)
     return -1;
   struct rec *r = psd__rec_at(s, (size_t)k);
   memset(r, 0, sizeof *r);
   r->id = id;
-  r->live = 1;
-  r->gen = t->gen;
+  r->gen = psd__gen_now(t);
+  link_rec(s, (uint32_t)k);
   cm_table_init_row(&t->conf, t->seed, id, psd__rec_val(r));
   cm_rowopt_init_state(&t->conf.opt, t->conf.dim, psd__rec_val(r),
                        psd__rec_val(r) + t->conf.dim);
+  if (psd_rows_live(&s->rows) > ((size_t)PSD__GROUP_ROWS << s->hbits) &&
+      s->hbits < CM_LAYOUT_BUCKET_BITS)
+    regroup(s);
   return k;
+}
+
+void psd__table_remove(struct stripe *s, size_t k) {
+  struct rec *r = psd__rec_at(s, k);
+  if (r->prev)
+    psd__rec_at(s, r->prev - 1)->next = r->next;
+  else
+    s->heads[psd__group_of(s, psd__bucket_of(r->id))] = r->next;
+  if (r->next)
+    psd__rec_at(s, r->next - 1)->prev = r->prev;
+  psd_rows_remove(&s->rows, r->id, psd_rows_hash(r->id));
+  r->prev = PSD__REC_FREE;
+}
+
+void psd__table_clear(struct stripe *s) {
+  psd_rows_clear(&s->rows);
+  if (s->heads)
+    memset(s->heads, 0, ((size_t)1 << s->hbits) * sizeof *s->heads);
 }
 
 /* The pending slot of id in s (NULL when none and create is 0). */
@@ -265,7 +319,7 @@ static int apply_one(struct psd_table *t, struct stripe *s, uint64_t id,
                     &r->t, gs);
     r->count += before + occ;
     r->last_step = step;
-    r->gen = t->gen;
+    r->gen = psd__gen_now(t);
     c->applied++;
   }
   return 0;
@@ -398,7 +452,8 @@ void psd_table_stats(struct psd_table *t, struct psd_table_stats *out) {
     out->rows += psd_rows_live(&s->rows);
     out->pending += s->npend;
     out->bytes += psd_rows_bytes(&s->rows) + s->pcap * sizeof(struct pend) +
-                  s->ev[PSD__CKPT].cap * sizeof(uint64_t);
+                  s->ev[PSD__CKPT].cap * sizeof(uint64_t) +
+                  (s->heads ? ((size_t)1 << s->hbits) * sizeof *s->heads : 0);
     pthread_mutex_unlock(&s->lock);
   }
   out->raw_bytes = out->rows * (t->conf.dim + t->nstate) * sizeof(float);

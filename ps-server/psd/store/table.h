@@ -8,11 +8,13 @@
  * update count, the checkpoint generation it last changed in), its value (dim
  * floats) and its optimizer state (cm_rowopt_nstate floats), together.
  * Records live in fixed-size slabs that never move; an open-addressing
- * index maps ids to records. The table is split into stripes by a hash of
- * the id, each with its own lock, index and slabs, so a resize locks one
- * stripe and never races a writer of another; a batch takes each stripe's
- * lock once. Memory held, everything counted, is at most about 1.5x the
- * rows' value and state bytes at dim 16 with adagrad (psd_table_stats).
+ * index maps ids to records, and a bucket index lists them by bucket
+ * (table_internal.h) for a live move's copies and drop. The table is split into
+ * stripes by a hash of the id, each with its own lock, index and slabs, so a
+ * resize locks one stripe and never races a writer of another; a batch takes
+ * each stripe's lock once. Memory held, everything counted, is at most
+ * about 1.5x the rows' value and state bytes at dim 16 with adagrad
+ * (psd_table_stats).
  *
  * Rows are created on first touch, filled by cm_table_init_row
  * (common/vars/init.h) from (job seed, table name, id), so every shard,
@@ -181,8 +183,13 @@ int psd_table_pub_snapshot(struct psd_table *t, int full,
  * such row, or with delta (and a move snapshot taken before) those of
  * them changed since the previous one and the ids of them evicted since;
  * with state and stats, as a checkpoint's, for the destination's
- * psd_table_restore. The move's place then moves to now; its evictions are
- * kept until psd_table_move_end. Returns 0 or CM_ENOMEM. */
+ * psd_table_move_install. It visits the rows of those buckets alone (a
+ * bucket index), one stripe at a time, each stripe's rows at one instant:
+ * a row changed in a stripe already copied is in the next delta (perhaps
+ * in this one too). The move's place then moves to now; its evictions
+ * are kept until psd_table_move_end. One call of a table's move at a time
+ * (this and psd_table_move_end). Returns 0 or CM_ENOMEM (the next one is
+ * then a full copy, delta 0). */
 int psd_table_move_snapshot(struct psd_table *t, const uint8_t *buckets,
                             int delta, struct psd_table_snap **out);
 
@@ -191,21 +198,23 @@ void psd_table_move_end(struct psd_table *t);
 
 /* Drops every row of the buckets in the set (handed over to another
  * shard), as evictions: the next checkpoint and publication deltas say
- * they are gone. *dropped: the rows dropped. Returns 0 or CM_ENOMEM
- * (the rows before are dropped). */
+ * they are gone. Visits those rows alone, one stripe at a time. *dropped:
+ * the rows dropped. Returns 0 or CM_ENOMEM (the rows before are
+ * dropped). */
 int psd_table_drop_buckets(struct psd_table *t, const uint8_t *buckets,
                            uint64_t *dropped);
 
 /* The destination's side of a move: installs a move snapshot s (the
  * source's psd_table_move_snapshot, its rows all in the set buckets) into
- * this live table. Without s->delta it replaces the set's rows (those held
- * here before are dropped); with it, its evicted ids are removed and its
- * rows upserted. Either way the rows count as changed now, and the rows
- * removed as evictions, so that this table's next checkpoint and
- * publication deltas carry them; the table's other rows and its pending
- * evictions are untouched (psd_table_restore is a checkpoint's: it starts
- * the table over). *rows: the rows written. Returns 0, CM_EINVAL when dim
- * or nstate differ from the table's, CM_ENOMEM (the rows before are in). */
+ * this live table, one stripe at a time. Without s->delta it replaces the
+ * set's rows (those held here before are dropped); with it, its evicted
+ * ids are removed and its rows upserted. Either way the rows count as
+ * changed now, and the rows removed as evictions, so that this table's
+ * next checkpoint and publication deltas carry them; the table's other
+ * rows and its pending evictions are untouched (psd_table_restore is a
+ * checkpoint's: it starts the table over). *rows: the rows written.
+ * Returns 0, CM_EINVAL when dim or nstate differ from the table's,
+ * CM_ENOMEM (the rows before are in). */
 int psd_table_move_install(struct psd_table *t, const struct psd_table_snap *s,
                            const uint8_t *buckets, uint64_t *rows);
 

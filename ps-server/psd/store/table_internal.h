@@ -12,6 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "layout.h"
 #include "rows.h"
 #include "table.h"
 
@@ -19,7 +20,9 @@
 #define PSD__NSTRIPES PSD_ROWS_NSTRIPES
 
 /* A record's head (rows.h: the id first); dim value floats and nstate
- * state floats follow. */
+ * state floats follow. A live record is on its stripe's list of its
+ * bucket group (struct stripe's heads); prev and next fit where a flag and
+ * padding were, so the bucket index costs a row no bytes of its record. */
 struct rec {
   uint64_t id;        /* the row's id */
   uint64_t last_step; /* the shard's step at its last push */
@@ -28,9 +31,23 @@ struct rec {
                          keep the generation they were taken at */
   uint32_t count;     /* pushes that touched it */
   uint32_t t;         /* optimizer updates */
-  uint32_t live;      /* 0: a free record */
-  uint32_t pad;       /* keeps the floats 8-aligned */
+  uint32_t prev;      /* the previous record of its group's list, + 1 (0:
+                         the first); PSD__REC_FREE: a free record */
+  uint32_t next;      /* the next record of its group's list, + 1 (0: the
+                         last) */
 };
+
+/* rec.prev of a free record: no record number + 1 reaches it (rows.h
+ * numbers a stripe's records in a uint32_t, + 1 in its index). */
+#define PSD__REC_FREE UINT32_MAX
+
+/* A stripe's bucket index starts with 1 << PSD__HBITS_MIN heads, and has
+ * 4 times as many once it holds more than PSD__GROUP_ROWS rows a head, up
+ * to one head a bucket (CM_LAYOUT_BUCKET_BITS): a small table's index is
+ * small, and a walk of a group finds about PSD__GROUP_ROWS rows at most
+ * of other buckets than those it wants. */
+#define PSD__HBITS_MIN 4
+#define PSD__GROUP_ROWS 4
 
 struct pend {
   uint64_t id;    /* an id counted towards admission */
@@ -58,22 +75,39 @@ struct cursor {
   uint64_t gen; /* the generation the last one was taken at */
 };
 
+/* A stripe: a lock over its records, their bucket index, its pending ids
+ * and the ids it evicted.
+ *
+ * The bucket index: the live records of each group of buckets in a
+ * doubly linked list (rec.prev, rec.next), so that a live move's copies
+ * and drops of a set of buckets visit the rows of those buckets alone,
+ * not the table. A group is the buckets b with the same b >> (12 - hbits)
+ * (CM_LAYOUT_BUCKET_BITS = 12): one bucket each once the stripe has 4,096
+ * heads, more while it is small. */
 struct stripe {
   pthread_mutex_t lock; /* guards everything below */
   struct psd_rows rows; /* the records (struct rec, then the floats) */
+  uint32_t *heads;      /* owned: 1 << hbits heads (NULL before the first
+                           row), group g's first record + 1 (0: none) */
+  unsigned hbits;       /* log2 of the heads */
   struct pend *pend;    /* pcap slots */
-  size_t pcap, npend;
+  size_t pcap, npend;   /* slots, and ids pending in them */
   struct evlist ev[PSD__NCURSORS]; /* by cursor: the checkpoints' always
-                                      kept, the publications' and a move's
-                                      once one was taken (cur[c].snapped;
-                                      a move's until it ends) */
+                                      kept, the publications' once one
+                                      was taken (cur[c].snapped), a
+                                      move's once it copied this stripe
+                                      (moving), until it ends */
+  int moving; /* a move's snapshot has copied this stripe since the move
+                 began: its evictions are kept for the move's next delta */
 };
 
 struct psd_table {
-  struct cm_table_conf conf;        /* settings */
-  uint64_t seed;                    /* the job's */
-  uint32_t nstate;                  /* state floats per row */
-  uint64_t gen;                     /* current change generation */
+  struct cm_table_conf conf; /* settings */
+  uint64_t seed;             /* the job's */
+  uint32_t nstate;           /* state floats per row */
+  uint64_t gen; /* current change generation: read under a stripe's lock
+                   and moved on by snapshots, with __atomic calls (a move's
+                   snapshot holds one stripe at a time: table_snap.c) */
   struct cursor cur[PSD__NCURSORS]; /* by enum psd__cursor_of */
   struct stripe st[PSD__NSTRIPES];  /* by stripe_of(id) */
   pthread_mutex_t stat_lock;        /* guards the counters */
@@ -95,13 +129,40 @@ static inline float *psd__rec_val(struct rec *r) {
   return (float *)(void *)(r + 1);
 }
 
+/* Whether record r holds a row. */
+static inline int psd__rec_live(const struct rec *r) {
+  return r->prev != PSD__REC_FREE;
+}
+
+/* The table's generation now, for a row changed (under its stripe's
+ * lock). */
+static inline uint64_t psd__gen_now(struct psd_table *t) {
+  return __atomic_load_n(&t->gen, __ATOMIC_RELAXED);
+}
+
+/* The bucket of id (common/layout/layout.h), and its group in s. */
+static inline unsigned psd__bucket_of(uint64_t id) {
+  return cm_layout_bucket(cm_layout_id_hash(id));
+}
+static inline size_t psd__group_of(const struct stripe *s, unsigned b) {
+  return b >> (CM_LAYOUT_BUCKET_BITS - s->hbits);
+}
+
 /* Under s's lock: the record number of id, or -1. */
 static inline long psd__table_find(const struct stripe *s, uint64_t id) {
   return psd_rows_find(&s->rows, id, psd_rows_hash(id));
 }
 /* Under s's lock: creates id's record (hash h: psd_rows_hash) with its
- * initial row and state; returns its number, or -1 when out of memory. */
+ * initial row and state, on its bucket's list; returns its number, or -1
+ * when out of memory. */
 long psd__table_create(struct psd_table *t, struct stripe *s, uint64_t id,
                        uint64_t h);
+
+/* Under s's lock: takes id's record k off its bucket's list and out of
+ * the rows (rows.h), a free record. */
+void psd__table_remove(struct stripe *s, size_t k);
+
+/* Under s's lock: every row dropped (psd_rows_clear), the index emptied. */
+void psd__table_clear(struct stripe *s);
 
 #endif
