@@ -190,8 +190,10 @@ class KillWorkerTest(Faults):
         # worker:2 is killed mid-job: 20 epochs keep its end (some 6,000
         # steps) out of reach, so that a test process slowed by a busy
         # machine cannot see it finish before the signal; the others stop
-        # at 200 steps.
-        ws = [self.worker(spec, i, *(("--max-steps", "200") if i < 2 else ()))
+        # at 600 steps, which worker:0 must not reach before ps:1 is stopped
+        # (at 200 it once had, while worker:2 was still loading its data:
+        # 10 to 200 steps take 0.4 s here).
+        ws = [self.worker(spec, i, *(("--max-steps", "600") if i < 2 else ()))
               for i in range(3)]
         for w in ws[:2]:
             w.wait_for("step 10/", timeout=120)
@@ -206,7 +208,7 @@ class KillWorkerTest(Faults):
         ps[0].wait_for("worker:2 declared dead", timeout=30)
         self.finish(ws[:2])
         for w in ws[:2]:
-            self.assertEqual(result(w)["steps"], "200")
+            self.assertEqual(result(w)["steps"], "600")
         st = status(spec)
         self.stop_all(ps)
         self.assertEqual([w["live"] for w in st[0]["workers"]], [False] * 3)
