@@ -89,9 +89,9 @@ void cm_layout_map_init(struct cm_layout_map *m, int rule, int nshards);
  * grouped by the pair of shards (the smaller count's shard, then the
  * larger's), ascending within a pair, so that a run of moves between one
  * source and one destination is one batch. Writes them to buckets (room
- * for CM_LAYOUT_BUCKETS) and returns how many. For from < to they all go to shards from..to-1; for
- * from > to they all leave shards to..from-1; the moves of from -> to are
- * those of to -> from. */
+ * for CM_LAYOUT_BUCKETS) and returns how many. For from < to they all go to
+ * shards from..to-1; for from > to they all leave shards to..from-1; the moves
+ * of from -> to are those of to -> from. */
 int cm_layout_moves(int from, int to, uint16_t *buckets);
 
 /* The map partway through the move from `from` shards to `to`: from's
