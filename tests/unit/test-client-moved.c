@@ -23,6 +23,7 @@
 #include <netinet/in.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -284,18 +285,22 @@ static void on_sparse_pull(struct cm_rpc_call *call, grpc_byte_buffer *bb,
   ck_assert_uint_le(n, NT);
   cm_wire_bulk_read(&w, 0, ids, n * sizeof *ids);
   if (!check_layout(call, s, req->caller) && !gate(call, s, ids, n)) {
-    static float rows[NS][NT];
+    /* The bulk is not copied (cm_wire_build): each answer has rows of
+     * its own, freed with it. One buffer a shard, shared by the calls
+     * that shard answers at once, gave one call another's rows. */
+    float *rows = malloc(NT * sizeof *rows);
+    ck_assert_ptr_nonnull(rows);
     Psd__V1__SparsePullResponse r = PSD__V1__SPARSE_PULL_RESPONSE__INIT;
     uint8_t head[64];
     r.dim = 1;
     size_t len = psd__v1__sparse_pull_response__pack(&r, head);
     pthread_mutex_lock(&st.lock);
     for (size_t i = 0; i < n; i++)
-      rows[s][i] = st.t[tslot(ids[i])];
+      rows[i] = st.t[tslot(ids[i])];
     st.sparse_calls[s]++;
     pthread_mutex_unlock(&st.lock);
-    struct cm_wire_piece p = {(const uint8_t *)rows[s], n * sizeof(float)};
-    cm_rpc_reply(call, cm_wire_build(head, len, &p, 1, NULL, NULL));
+    struct cm_wire_piece p = {(const uint8_t *)rows, n * sizeof(float)};
+    cm_rpc_reply(call, cm_wire_build(head, len, &p, 1, free, rows));
   }
   psd__v1__sparse_pull_request__free_unpacked(req, NULL);
   cm_wire_msg_release(&w);
