@@ -65,10 +65,20 @@ int psd__owned_count(struct psd_service *svc) {
   return n;
 }
 
+/* Adopts the move state (move_to shards after `moved` moves; 0 move_to:
+ * none given); a shard never goes back to fewer moves. */
+static void adopt(struct psd_service *svc, int move_to, int moved) {
+  struct cm_request_self *me = svc->self_rw;
+  if (move_to > 0 && me &&
+      moved >= __atomic_load_n(&me->moved, __ATOMIC_ACQUIRE)) {
+    __atomic_store_n(&me->move_to, move_to, __ATOMIC_RELEASE);
+    __atomic_store_n(&me->moved, moved, __ATOMIC_RELEASE);
+  }
+}
+
 /* Adds (own 1) or removes (own 0) the buckets of set, and adopts the move
- * state (move_to shards after `moved` moves; 0 move_to: none given), with
- * owned_gate held for writing: every sparse call that passed the gate
- * before has applied, and every later one checks again. */
+ * state, with owned_gate held for writing: every sparse call that passed
+ * the gate before has applied, and every later one checks again. */
 static void flip(struct psd_service *svc, const uint8_t *set, int own,
                  int move_to, int moved) {
   pthread_rwlock_wrlock(&svc->owned_gate);
@@ -80,13 +90,7 @@ static void flip(struct psd_service *svc, const uint8_t *set, int own,
     __atomic_store_n(&svc->owned[b >> 6], own ? w | bit : w & ~bit,
                      __ATOMIC_RELAXED);
   }
-  if (move_to > 0 && svc->self_rw) {
-    struct cm_request_self *me = svc->self_rw;
-    if (moved >= __atomic_load_n(&me->moved, __ATOMIC_ACQUIRE)) {
-      __atomic_store_n(&me->move_to, move_to, __ATOMIC_RELEASE);
-      __atomic_store_n(&me->moved, moved, __ATOMIC_RELEASE);
-    }
-  }
+  adopt(svc, move_to, moved);
   atomic_fetch_add(&svc->owned_epoch, 1); /* after the bits: release */
   pthread_rwlock_unlock(&svc->owned_gate);
 }
@@ -272,7 +276,6 @@ static void *move_thread(void *arg) {
   pthread_mutex_unlock(&svc->move_lock);
   if (mc->phase == PSD__V1__MOVE_PHASE__MOVE_DONE) {
     /* The destination owns the buckets: their rows go, as evictions. */
-    static const uint8_t none[PSD__BUCKET_BYTES];
     uint64_t dropped = 0, d;
     int nb = 0;
     for (unsigned b = 0; b < CM_LAYOUT_BUCKETS; b++)
@@ -285,7 +288,7 @@ static void *move_thread(void *arg) {
                 (unsigned long long)mc->move, psd_table_conf(t)->name);
       dropped += d;
     }
-    flip(svc, none, 0, mc->move_to, mc->moved);
+    adopt(svc, mc->move_to, mc->moved); /* no bit changes: no gate */
     end_move(svc);
     pthread_mutex_lock(&svc->move_lock);
     svc->move_last = mc->move;
