@@ -352,7 +352,7 @@ END_TEST
 struct mover_writer {
   struct psd_table *t; /* shared */
   volatile int stop;   /* set by the test */
-  uint64_t pushes;     /* pushes made */
+  uint64_t pushes;     /* pushes made (atomic: the test waits on it) */
 };
 
 static void *push_and_shrink(void *arg) {
@@ -361,13 +361,13 @@ static void *push_and_shrink(void *arg) {
   float g[32 * 4];
   for (int i = 0; i < 32 * 4; i++)
     g[i] = 0.25f;
-  for (uint64_t step = 1; !w->stop || step < 200; step++) {
+  for (uint64_t step = 1; !w->stop; step++) {
     for (int i = 0; i < 32; i++)
       ids[i] = rnd(&x) % 5000;
     psd_table_push(w->t, ids, 32, g, 1, step / 8);
     if (step % 50 == 0)
       psd_table_shrink(w->t, step / 8, NULL);
-    w->pushes++;
+    __atomic_add_fetch(&w->pushes, 1, __ATOMIC_RELAXED);
   }
   return NULL;
 }
@@ -386,8 +386,12 @@ START_TEST(move_deltas_lose_no_concurrent_change) {
   ck_assert_int_eq(psd_table_move_snapshot(t, set, 1, &s), 0);
   ck_assert_int_eq(psd_table_move_install(dst, s, set, &rows), 0);
   psd_table_snap_free(s);
-  /* deltas while the writer pushes and evicts, the last after it stops */
-  for (int k = 0; k < 400; k++, deltas++) {
+  /* deltas while the writer pushes and evicts, the last after it stops; at
+   * least 400 deltas and 2,000 pushes (a loaded machine runs the writer
+   * slowly: a count of deltas alone once left it 910 rows) */
+  for (int k = 0;
+       k < 400 || __atomic_load_n(&w.pushes, __ATOMIC_RELAXED) < 2000;
+       k++, deltas++) {
     ck_assert_int_eq(psd_table_move_snapshot(t, set, 1, &s), 0);
     ck_assert(s->delta);
     ck_assert_int_eq(psd_table_move_install(dst, s, set, &rows), 0);
