@@ -355,15 +355,13 @@ static int transfer(struct psc__client *c, int what) {
   const char *name = what == XFER_PUSH   ? "push"
                      : what == XFER_PULL ? "pull"
                                          : "push and pull";
-  unsigned char down[256], shm_dead[256] = {0};
+  /* per shard, for any count a layout may reach, a re-plan's too */
+  unsigned char down[CM_LAYOUT_MAX_SHARDS],
+      shm_dead[CM_LAYOUT_MAX_SHARDS] = {0};
   int rc = 0, left = 0, rolled_before = c->rolled_back;
   struct psc__follow follow = {0};
   if (!c->vars) {
     psc__seterr(c, "%s: declare the variables first", name);
-    return CM_EINVAL;
-  }
-  if (c->nshards > (int)sizeof down) {
-    psc__seterr(c, "%s: more than %zu shards", name, sizeof down);
     return CM_EINVAL;
   }
   for (int i = 0; i < c->nvars; i++)
