@@ -45,6 +45,7 @@
 #include "startup.h"
 #include "stopsig.h"
 #include "store.h"
+#include "switch.h"
 #include "tables.h"
 #include "units.h"
 
@@ -240,8 +241,9 @@ static enum psd_exit shut_down(struct psd_server *srv) {
 static void free_server(struct psd_server *srv) {
   psd_done_free(srv);
   psd_live_free(srv->live);
-  psd_move_free(srv->move); /* joins a move's thread, which uses the
-                               service */
+  psd_move_free(srv->move);       /* joins a move's thread, which uses the
+                                     service */
+  psd_switch_free(srv->switcher); /* likewise a switch's phase */
   psd_metrics_stop(srv->metrics);
   cm_server_free(srv->rpc);
   psd_coord_free(srv->coord);

@@ -106,9 +106,11 @@ struct psd_server {
                       answers Data calls "layout moved" */
   char root[1024]; /* the checkpoint root in use, "" when checkpoints are
                       off */
-  struct psd_live *live; /* owned Admin/Reshard handler (live.h) */
-  struct psd_move *move; /* owned Admin/MoveBuckets handler (move.h) */
-  char live_last[600];   /* the last live reshard's result found at start */
+  struct psd_live *live;       /* owned Admin/Reshard handler (live.h) */
+  struct psd_move *move;       /* owned Admin/MoveBuckets handler (move.h) */
+  struct psd_switch *switcher; /* owned Admin/SwitchLayout and DenseRows
+                                  handlers (switch.h) */
+  char live_last[600]; /* the last live reshard's result found at start */
 
   /* Publications for serving (job.publish). */
   struct psd_publisher *publisher; /* owned, NULL when off */

@@ -26,6 +26,7 @@
 #include "spec.h"
 #include "steps.h"
 #include "store.h"
+#include "switch.h"
 #include "tables.h"
 #include "units.h"
 
@@ -303,7 +304,7 @@ enum psd_exit psd_server_open(struct psd_server *srv) {
   const struct cm_job *job = &srv->spec->job;
   const struct cm_rpc_method *methods;
   char err[512];
-  int n, nc = 0, ns = 0, nl = 0, nm = 0, rc;
+  int n, nc = 0, ns = 0, nl = 0, nm = 0, nw = 0, rc;
 
   fill_self(srv);
   /* The spec's tables, unless a checkpoint brought them already. */
@@ -384,8 +385,16 @@ enum psd_exit psd_server_open(struct psd_server *srv) {
   }
   methods = psd_move_methods(srv->move, &nm);
   memcpy(srv->methods + n + nc + ns + nl, methods, nm * sizeof *methods);
+  /* Admin/SwitchLayout and DenseRows: the step that ends a live move
+   * (switch.h). */
+  if (psd_switch_new(&srv->switcher, srv)) {
+    cm_error("out of memory");
+    return PSD_EXIT_FAILED;
+  }
+  methods = psd_switch_methods(srv->switcher, &nw);
+  memcpy(srv->methods + n + nc + ns + nl + nm, methods, nw * sizeof *methods);
   if ((rc = cm_server_new(&srv->rpc, srv->listen, srv->methods,
-                          n + nc + ns + nl + nm, &srv->creds, err,
+                          n + nc + ns + nl + nm + nw, &srv->creds, err,
                           sizeof err))) {
     cm_error("%s", err);
     if (rc == CM_EADDRINUSE)

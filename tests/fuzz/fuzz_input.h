@@ -29,16 +29,17 @@
  * fails when one is missing here or from the seeds). A new one goes at the
  * end, so that the committed corpus keeps most of its meaning. */
 static const char *const fuzz_methods[] = {
-    "/psd.v1.Data/Declare",    "/psd.v1.Data/Pull",
-    "/psd.v1.Data/Push",       "/psd.v1.Data/Commit",
-    "/psd.v1.Admin/Status",    "/psd.v1.Admin/Checkpoint",
-    "/psd.v1.Coord/Join",      "/psd.v1.Coord/Heartbeat",
-    "/psd.v1.Coord/Admit",     "/psd.v1.Coord/Clock",
-    "/psd.v1.Data/Rollback",   "/psd.v1.Data/SparsePull",
-    "/psd.v1.Data/SparsePush", "/psd.v1.Admin/Rows",
-    "/psd.v1.Admin/Shrink",    "/psd.v1.Admin/Export",
-    "/psd.v1.Serve/Lookup",    "/psd.v1.Admin/Reshard",
-    "/psd.v1.Admin/MoveRows",  "/psd.v1.Admin/MoveBuckets",
+    "/psd.v1.Data/Declare",       "/psd.v1.Data/Pull",
+    "/psd.v1.Data/Push",          "/psd.v1.Data/Commit",
+    "/psd.v1.Admin/Status",       "/psd.v1.Admin/Checkpoint",
+    "/psd.v1.Coord/Join",         "/psd.v1.Coord/Heartbeat",
+    "/psd.v1.Coord/Admit",        "/psd.v1.Coord/Clock",
+    "/psd.v1.Data/Rollback",      "/psd.v1.Data/SparsePull",
+    "/psd.v1.Data/SparsePush",    "/psd.v1.Admin/Rows",
+    "/psd.v1.Admin/Shrink",       "/psd.v1.Admin/Export",
+    "/psd.v1.Serve/Lookup",       "/psd.v1.Admin/Reshard",
+    "/psd.v1.Admin/MoveRows",     "/psd.v1.Admin/MoveBuckets",
+    "/psd.v1.Admin/SwitchLayout", "/psd.v1.Admin/DenseRows",
 };
 #define FUZZ_NMETHODS ((int)(sizeof fuzz_methods / sizeof fuzz_methods[0]))
 

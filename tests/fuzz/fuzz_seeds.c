@@ -360,6 +360,10 @@ static void one_export(struct seed *s) { fseed_export(s, 0, "emb", 0, 0, 0); }
 static void one_reshard(struct seed *s) { fseed_reshard(s, 0, 3, 0, 0, 0); }
 static void one_move_rows(struct seed *s) { fseed_move(s, 0, 0, 0, 2); }
 static void one_move_buckets(struct seed *s) { fseed_move(s, 0, 1, 0, 2); }
+static void one_switch(struct seed *s) { fseed_switch(s, 0, 0, 2, 3, 1); }
+static void one_dense_rows(struct seed *s) {
+  fseed_dense_rows(s, 0, "w", 2, 1);
+}
 static void one_lookup(struct seed *s) {
   static const char *const w[1] = {"w"};
   lookup(s, 0, "emb", 0, 3, w, 1, 1);
@@ -389,6 +393,8 @@ static const struct {
     {"/psd.v1.Admin/Reshard", one_reshard},
     {"/psd.v1.Admin/MoveRows", one_move_rows},
     {"/psd.v1.Admin/MoveBuckets", one_move_buckets},
+    {"/psd.v1.Admin/SwitchLayout", one_switch},
+    {"/psd.v1.Admin/DenseRows", one_dense_rows},
 };
 
 int main(int argc, char **argv) {

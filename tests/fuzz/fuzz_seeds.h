@@ -44,6 +44,13 @@ void fseed_reshard(struct seed *s, int cut, int shards, int prepare,
  * MoveBuckets. */
 void fseed_move(struct seed *s, int cut, int to_dest, int phase,
                 unsigned bucket);
+/* A live layout switch's SwitchLayout (phase, from -> to, layout), or
+ * with rows its DenseRows of variable name's rows [0, rows) ("" and 0:
+ * the catalog). */
+void fseed_switch(struct seed *s, int cut, int phase, int from, int to,
+                  uint64_t layout);
+void fseed_dense_rows(struct seed *s, int cut, const char *name, int64_t rows,
+                      uint64_t layout);
 
 /* Writes the seeds of Declare's initial values (VarSpec.source,
  * DeclareRequest.values and stage) to dir. */

@@ -61,3 +61,26 @@ void fseed_move(struct seed *s, int cut, int to_dest, int phase,
   r.move = 7;
   fseed_add(s, "/psd.v1.Admin/MoveRows", cut, &r.base);
 }
+
+/* A live layout switch's calls (switch.h), served like MoveBuckets through
+ * the serving task's refusal: psd's handlers need a whole psd_server. */
+void fseed_switch(struct seed *s, int cut, int phase, int from, int to,
+                  uint64_t layout) {
+  Psd__V1__SwitchLayoutRequest r = PSD__V1__SWITCH_LAYOUT_REQUEST__INIT;
+  r.caller = &fseed_caller;
+  r.phase = (Psd__V1__SwitchPhase)phase;
+  r.from = from;
+  r.to = to;
+  r.layout = layout;
+  fseed_add(s, "/psd.v1.Admin/SwitchLayout", cut, &r.base);
+}
+
+void fseed_dense_rows(struct seed *s, int cut, const char *name, int64_t rows,
+                      uint64_t layout) {
+  Psd__V1__DenseRowsRequest r = PSD__V1__DENSE_ROWS_REQUEST__INIT;
+  r.caller = &fseed_caller;
+  r.name = (char *)name;
+  r.row_end = rows;
+  r.layout = layout;
+  fseed_add(s, "/psd.v1.Admin/DenseRows", cut, &r.base);
+}

@@ -705,5 +705,206 @@ class FollowMoveTest(tr.ReshardBase):
             np.testing.assert_array_equal(gd, dense)
 
 
+class SwitchTest(tr.ReshardBase):
+    """The step that ends a live move (Admin/SwitchLayout, docs/reshard.md
+    "Live moves (the shard side)"): a 2-shard async job with a split dense
+    variable, a whole one and a table moves every bucket to 3 shards, then
+    FREEZE, PREPARE, COMMIT on all 3 make layout 1 of 3: every pushed
+    amount is in the values once, the split variable's rows on 3 shards,
+    the whole one where cm_layout_replace puts it, a dense pull made while
+    frozen is retried by the client until the commit, and the client goes
+    on in the new layout. An ABORT after PREPARE changes nothing; a wrong
+    version and a switch before the moves are refused naming both; 3 -> 2
+    leaves ps:2 standing by."""
+    JOB = "sw"
+    D, W = 70000, 100
+
+    def test_switch_2_3_2(self):
+        import threading  # pylint: disable=import-outside-toplevel
+        import grpc  # pylint: disable=import-outside-toplevel
+        import pb  # pylint: disable=import-outside-toplevel
+        from hashes import bucket_map, fnv1a64, moves  # pylint: disable=import-outside-toplevel
+        job = {"name": self.JOB, "shards": 2, "optimizer": {"type": "sgd", "lr": 1.0},
+               "tables": [{"name": "cnt", "dim": 2, "init": "zeros",
+                           "optimizer": {"type": "sgd", "lr": 1.0}}]}
+        spec = tr.specs(self.d, job, [3], nworker=1)[3]
+        self.shards(spec, 3)  # ps:2 stands by
+        with open(spec) as f:
+            addrs = json.load(f)["cluster"]["ps"]
+        chans = [grpc.insecure_channel(a) for a in addrs]
+        rng = np.random.default_rng(11)
+        ids = np.arange(1, 501, dtype=np.uint64) * np.uint64(104729)
+        sums = {"cnt": np.zeros((len(ids), 2), np.float32),
+                "d": np.zeros(self.D, np.float32), "w": np.zeros(self.W, np.float32)}
+        c = psd.Client(spec, None)
+        self.addCleanup(c.close)
+        c.declare("d", (self.D,))
+        c.declare("w", (self.W,))
+        c.declare_table("cnt", 2)
+
+        def push_once():
+            g = (rng.integers(-8, 9, (len(ids), 2)) / 8).astype(np.float32)
+            c.push_rows("cnt", ids, g)
+            sums["cnt"] -= g
+            for name, n in (("d", self.D), ("w", self.W)):
+                gd = (rng.integers(-8, 9, n) / 8).astype(np.float32)
+                c.push(name, gd)
+                sums[name] -= gd
+
+        def check_values():
+            got = np.empty((len(ids), 2), np.float32)
+            c.pull_rows("cnt", ids, got)
+            np.testing.assert_array_equal(got, sums["cnt"])
+            for name, n in (("d", self.D), ("w", self.W)):
+                out = np.empty(n, np.float32)
+                c.pull(name, out)
+                np.testing.assert_array_equal(out, sums[name], name)
+
+        def call(s, method, msg):
+            return pb.fields(chans[s].unary_unary(method)(msg, timeout=60))
+
+        def status(s):
+            st = call(s, "/psd.v1.Admin/Status", pb.caller(self.JOB))
+            st["vars_"] = {}
+            for v in st.get(12, []):
+                f = pb.fields(v)
+                st["vars_"][f[1][0].decode()] = (f.get(3, [0])[0], f.get(4, [0])[0])
+            return st
+
+        def switch(s, phase, frm, to, layout):
+            return call(s, "/psd.v1.Admin/SwitchLayout",
+                        pb.caller(self.JOB) + pb.uint(2, phase) + pb.uint(3, frm)
+                        + pb.uint(4, to) + pb.uint(5, layout))
+
+        def refused(s, phase, frm, to, layout):
+            try:
+                switch(s, phase, frm, to, layout)
+            except grpc.RpcError as e:
+                self.assertEqual(e.code(), grpc.StatusCode.FAILED_PRECONDITION)
+                return e.details()
+            self.fail("ps:%d took SwitchLayout %d %d->%d layout %d" % (s, phase, frm, to, layout))
+
+        def move_all(frm, to):
+            mv, mf, mt = moves(frm, to), bucket_map(frm), bucket_map(to)
+            k = 0
+            while k < len(mv):
+                src, dst, j = mf[mv[k]], mt[mv[k]], k
+                while j < len(mv) and j - k < 1024 and mf[mv[j]] == src and mt[mv[j]] == dst:
+                    j += 1
+                bits = bytearray(512)
+                for b in mv[k:j]:
+                    bits[b >> 3] |= 1 << (b & 7)
+                call(dst, "/psd.v1.Admin/MoveBuckets",
+                     pb.caller(self.JOB) + pb.uint(2, src) + pb.ld(3, bytes(bits))
+                     + pb.uint(5, to) + pb.uint(6, j))
+                k = j
+                push_once()  # the client steps between batches
+
+        def assert_split(sts, n):
+            """d's rows: contiguous ranges of ps:0..n-1 in order, balanced."""
+            at = 0
+            for s in range(n):
+                b, e = sts[s]["vars_"]["d"]
+                self.assertEqual(b, at, s)
+                self.assertIn(e - b, (self.D // n, self.D // n + 1), s)
+                at = e
+            self.assertEqual(at, self.D)
+
+        push_once()
+        # Before the moves: refused, naming what the shard owns.
+        self.assertIn("the moves to 3 shards are not done on ps:0", refused(0, 0, 2, 3, 1))
+        move_all(2, 3)
+        # A wrong version, refused naming both.
+        d = refused(1, 0, 2, 3, 5)
+        self.assertIn("to layout 5", d)
+        self.assertIn("ps:1 holds layout 0 of 2 shards", d)
+        t0 = time.monotonic()
+        for s in range(3):
+            switch(s, 0, 2, 3, 1)
+        self.assertIn("switching to layout 1 of 3", status(0)[95][0].decode())
+        try:
+            chans[0].unary_unary("/psd.v1.Data/Pull")(pb.pull(self.JOB, [("d", 0, 10)]), timeout=30)
+            self.fail("a frozen shard answered a dense pull")
+        except grpc.RpcError as e:
+            self.assertEqual(e.code(), grpc.StatusCode.UNAVAILABLE)
+            self.assertIn("layout switching to layout 1 of 3 shards", e.details())
+        # A dense pull while frozen: retried by the client until the commit.
+        frozen_pull = {}
+
+        def pull_frozen():
+            c2 = psd.Client(spec, None)
+            try:
+                c2.declare("d", (self.D,))
+                out = np.empty(self.D, np.float32)
+                c2.pull("d", out)
+                frozen_pull["d"], frozen_pull["t"] = out, time.monotonic()
+            except Exception as e:  # pylint: disable=broad-except
+                frozen_pull["err"] = repr(e)
+            finally:
+                c2.close()
+        th = threading.Thread(target=pull_frozen)
+        th.start()
+        prep = [pb.fields(b"") for _ in range(3)]
+        for s in range(3):
+            prep[s] = switch(s, 1, 2, 3, 1)
+            self.assertEqual(switch(s, 1, 2, 3, 1).get(1, [0]), prep[s].get(1, [0]))  # again: OK
+        self.assertGreater(prep[2][1][0], 0)  # ps:2 fetched its slices
+        self.assertNotIn("t", frozen_pull)    # still waiting
+        t_commit = time.monotonic()
+        for s in range(3):
+            r = switch(s, 2, 2, 3, 1)
+            self.assertGreater(r[2][0], 0, s)  # the pause
+        switch(0, 2, 2, 3, 1)  # COMMIT again: OK
+        th.join(60)
+        self.assertNotIn("err", frozen_pull)
+        np.testing.assert_array_equal(frozen_pull["d"], sums["d"])
+        self.assertGreater(frozen_pull["t"], t_commit)
+        print("\nswitch 2 -> 3: %.0f ms from the first FREEZE to the first COMMIT"
+              % ((t_commit - t0) * 1000))
+        # Layout 1 of 3: the split variable in 3 ranges, the whole one where
+        # cm_layout_replace puts an auto one (by name).
+        home = fnv1a64(b"w") % 3
+        sts = [status(s) for s in range(3)]
+        for s, st in enumerate(sts):
+            self.assertEqual((st[93][0], st[2][0], st.get(94, [0])[0]), (1, 3, 0), s)
+            self.assertEqual(st.get(97, [0])[0], 0, s)  # no move state
+            self.assertEqual("w" in st["vars_"], s == home, s)
+        assert_split(sts, 3)
+        check_values()
+        push_once()
+        check_values()
+        # ABORT after PREPARE: nothing changes.
+        self.assertIn("not done", refused(2, 0, 3, 2, 2))
+        move_all(3, 2)
+        for s in range(3):
+            switch(s, 0, 3, 2, 2)
+        for s in range(3):
+            switch(s, 1, 3, 2, 2)
+        for s in range(3):
+            self.assertIn(b"aborted", switch(s, 3, 3, 2, 2)[3][0])
+        sts = [status(s) for s in range(3)]
+        for s, st in enumerate(sts):
+            self.assertEqual((st[93][0], st[2][0]), (1, 3), s)
+            self.assertEqual("w" in st["vars_"], s == home, s)
+        assert_split(sts, 3)
+        check_values()
+        push_once()
+        # 3 -> 2 for real: ps:2 stands by.
+        for phase in (0, 1, 2):
+            for s in range(3):
+                switch(s, phase, 3, 2, 2)
+        sts = [status(s) for s in range(3)]
+        for s, st in enumerate(sts):
+            self.assertEqual((st[93][0], st[2][0], st.get(94, [0])[0]),
+                             (2, 2, int(s == 2)), s)
+        self.assertEqual(sts[2]["vars_"], {})  # standing by: holds nothing
+        self.assertEqual(sum("w" in st["vars_"] for st in sts), 1)
+        assert_split(sts, 2)
+        push_once()
+        check_values()
+        for ch in chans:
+            ch.close()
+
+
 if __name__ == "__main__":
     h.main()

@@ -16,6 +16,7 @@
 #include "saver.h"
 #include "spec.h"
 #include "store.h"
+#include "switch.h"
 #include "tables.h"
 #include "wire.h"
 
@@ -48,6 +49,10 @@ static struct psd_server fsrv;
 static struct psd_live *live;
 /* Admin/MoveBuckets's handler (move.h) over the same stand-in. */
 static struct psd_move *mover;
+/* Admin/SwitchLayout's and DenseRows's handlers (switch.h), likewise: the
+ * stand-in holds layout 0 of 0 shards and is never frozen, so every
+ * switch is refused before it changes anything. */
+static struct psd_switch *switcher;
 Psd__V1__Caller caller = PSD__V1__CALLER__INIT;
 
 static void start(const char *mode, const char *spec_mode) {
@@ -78,6 +83,8 @@ static void start(const char *mode, const char *spec_mode) {
   ck_assert_int_eq(uv_loop_init(&fsrv.loop), 0);
   ck_assert_int_eq(psd_live_new(&live, &fsrv, ""), 0);
   ck_assert_int_eq(psd_move_new(&mover, &fsrv), 0);
+  fsrv.store = store;
+  ck_assert_int_eq(psd_switch_new(&switcher, &fsrv), 0);
   caller.job = "t";
   caller.worker = "test";
 }
@@ -104,6 +111,7 @@ void teardown(void) {
   uv_loop_close(&fsrv.loop);
   psd_live_free(live);
   psd_move_free(mover);
+  psd_switch_free(switcher);
   psd_coord_free(coord);
   psd_service_free(svc);
   psd_saver_free(saver);
@@ -114,14 +122,15 @@ void teardown(void) {
 }
 
 const struct cm_rpc_method *method(const char *path) {
-  const struct cm_rpc_method *m[5];
-  int n[5];
+  const struct cm_rpc_method *m[6];
+  int n[6];
   m[0] = psd_service_methods(svc, &n[0]);
   m[1] = psd_coord_methods(coord, &n[1]);
   m[2] = psd_saver_methods(saver, &n[2]);
   m[3] = psd_live_methods(live, &n[3]);
   m[4] = psd_move_methods(mover, &n[4]);
-  for (int k = 0; k < 5; k++)
+  m[5] = psd_switch_methods(switcher, &n[5]);
+  for (int k = 0; k < 6; k++)
     for (int i = 0; i < n[k]; i++)
       if (!strcmp(m[k][i].path, path))
         return &m[k][i];

@@ -408,6 +408,25 @@ static void req_move_buckets(struct tu_buf *b) {
   pack(&r.base, b);
 }
 
+static void req_switch(struct tu_buf *b) {
+  Psd__V1__SwitchLayoutRequest r = PSD__V1__SWITCH_LAYOUT_REQUEST__INIT;
+  r.caller = &caller;
+  r.phase = PSD__V1__SWITCH_PHASE__SWITCH_FREEZE;
+  r.from = 2;
+  r.to = 1;
+  r.layout = 1;
+  pack(&r.base, b);
+}
+
+static void req_dense_rows(struct tu_buf *b) {
+  Psd__V1__DenseRowsRequest r = PSD__V1__DENSE_ROWS_REQUEST__INIT;
+  r.caller = &caller;
+  r.name = "w";
+  r.row_end = 1;
+  r.layout = 1;
+  pack(&r.base, b);
+}
+
 /* Every call's valid requests (one or two), by method name. */
 static const struct {
   const char *method;              /* the rpc's name in its service */
@@ -435,6 +454,8 @@ static const struct {
     {"Reshard", {req_reshard, req_prepare}, 0},
     {"MoveRows", {req_move_cancel, req_move_copy}, 0},
     {"MoveBuckets", {req_move_buckets}, 0},
+    {"SwitchLayout", {req_switch}, 0},
+    {"DenseRows", {req_dense_rows}, 0},
 };
 
 /* ---- the test ---- */

@@ -134,6 +134,11 @@ void psd_ckpt_free(struct psd_ckpt *c) { free(c); }
 
 const char *psd_ckpt_dir(const struct psd_ckpt *c) { return c->dir; }
 
+void psd_ckpt_set_layout(struct psd_ckpt *c, int nshards, uint64_t layout) {
+  c->nshards = nshards;
+  c->layout = layout;
+}
+
 void psd_ckpt_set_tables(struct psd_ckpt *c, struct psd_tables *ts) {
   c->tables = ts;
   c->tables_full = 1; /* a new process starts a new chain */

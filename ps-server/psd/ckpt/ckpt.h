@@ -92,6 +92,11 @@ void psd_ckpt_free(struct psd_ckpt *c);
 struct psd_tables;
 void psd_ckpt_set_tables(struct psd_ckpt *c, struct psd_tables *ts);
 
+/* A live layout switch's COMMIT (reshard/switch.h): the checkpoints
+ * written from now on record layout `layout` of nshards shards. The caller
+ * holds the store's switch gate for writing, so that no write runs. */
+void psd_ckpt_set_layout(struct psd_ckpt *c, int nshards, uint64_t layout);
+
 /* The shard's directory, <root>/<job>/ps-<shard> (owned by c). */
 const char *psd_ckpt_dir(const struct psd_ckpt *c);
 

@@ -112,7 +112,7 @@ static struct cut *take(struct psd_publisher *p, int full, uint64_t step) {
   c->pub.full = full;
   c->pub.time_unix_ms = now_unix_ms();
   c->pub.shard = p->o.shard;
-  c->pub.shards = p->o.nshards;
+  c->pub.shards = __atomic_load_n(&p->o.nshards, __ATOMIC_ACQUIRE);
   c->pub.rows = p->o.rows;
   snprintf(c->pub.job, sizeof c->pub.job, "%s", p->job);
   c->pub.dense = calloc((size_t)n + 1, sizeof *c->pub.dense);
@@ -246,12 +246,19 @@ static struct cut *async_cut(struct psd_publisher *p) {
     return NULL;
   int full = next_full(p);
   pthread_mutex_unlock(&p->lock);
+  /* Not while a layout switch holds the variables frozen (store.h): the
+   * next interval cuts, after it. */
+  if (psd_store_hold_thawed(p->o.store, 0)) {
+    pthread_mutex_lock(&p->lock);
+    return NULL;
+  }
   if (p->o.dedup)
     psd_dedup_freeze(p->o.dedup);
   m = mark_now(p); /* under the gate: the cut's own step */
   struct cut *c = take(p, full, m.step);
   if (p->o.dedup)
     psd_dedup_thaw(p->o.dedup);
+  psd_store_release(p->o.store);
   pthread_mutex_lock(&p->lock);
   if (!c) {
     failed(p, "out of memory taking the cut");
@@ -398,4 +405,8 @@ void psd_publisher_free(struct psd_publisher *p) {
   pthread_mutex_destroy(&p->lock);
   pthread_cond_destroy(&p->wake);
   free(p);
+}
+
+void psd_publisher_set_shards(struct psd_publisher *p, int nshards) {
+  __atomic_store_n(&p->o.nshards, nshards, __ATOMIC_RELEASE);
 }

@@ -90,6 +90,10 @@ void psd_publisher_state(struct psd_publisher *p, struct psd_publish_state *st);
 
 /* Lets the write in progress finish, drops cuts not yet written, joins the
  * thread. */
+/* A live layout switch's COMMIT (reshard/switch.h): publications record
+ * nshards shards from now on. */
+void psd_publisher_set_shards(struct psd_publisher *p, int nshards);
+
 void psd_publisher_stop(struct psd_publisher *p);
 void psd_publisher_free(struct psd_publisher *p);
 

@@ -15,26 +15,6 @@
 #include "reshard_internal.h"
 #include "table.h"
 
-/* A variable of the new shard while its rows are gathered. */
-struct gather {
-  char name[PSD_VAR_MAX_NAME + 1];  /* the variable */
-  int ndim;                         /* its dimensions */
-  int64_t shape[PSD_VAR_MAX_DIMS];  /* its whole shape */
-  int placement;                    /* among the new shards */
-  int asked;                        /* how its declaration placed it */
-  int own;                          /* 1: its own optimizer (opt) */
-  struct cm_optim opt;              /* its optimizer */
-  int nslots;                       /* cm_optim_nslots(opt.type) */
-  int64_t begin, end;               /* the rows the new shard holds */
-  uint64_t row;                     /* elements per row */
-  float *value;                     /* (end - begin) x row, owned */
-  float *slots[CM_OPTIM_MAX_SLOTS]; /* the same, owned */
-  int64_t filled;                   /* rows copied so far */
-  uint64_t version;                 /* the largest version of its pieces */
-  uint64_t steps_lo, steps_hi;      /* its pieces' optimizer steps */
-  int pieces;                       /* pieces copied (with rows) */
-};
-
 /* Where a variable held among n old shards goes among m: by how its
  * declaration placed it, the rule clients that follow the move use too
  * (cm_layout_replace). */
@@ -43,17 +23,11 @@ static int new_placement(const struct psd_var *v, int n, int m) {
                            v->numel * sizeof(float), m);
 }
 
-static void gather_free(struct gather *g) {
-  free(g->value);
-  for (int s = 0; s < CM_OPTIM_MAX_SLOTS; s++)
-    free(g->slots[s]);
-}
-
 /* The gather of v for new shard `shard` of m: found in g[0..*n), or added
  * (*n grows). *out is NULL when the new shard holds none of v. */
-static int gather_of(struct gather **g, int *n, int *cap,
+static int gather_of(struct psd__gather **g, int *n, int *cap,
                      const struct psd_var *v, int nold, int m, int shard,
-                     struct gather **out) {
+                     struct psd__gather **out) {
   *out = NULL;
   int p = new_placement(v, nold, m);
   if (p != CM_LAYOUT_SPLIT && p != shard)
@@ -65,61 +39,26 @@ static int gather_of(struct gather **g, int *n, int *cap,
     }
   if (*n == *cap) {
     int c = *cap ? 2 * *cap : 16;
-    struct gather *ng = realloc(*g, (size_t)c * sizeof *ng);
+    struct psd__gather *ng = realloc(*g, (size_t)c * sizeof *ng);
     if (!ng)
       return CM_ENOMEM;
     *g = ng;
     *cap = c;
   }
-  struct gather *x = &(*g)[*n];
-  memset(x, 0, sizeof *x);
-  snprintf(x->name, sizeof x->name, "%s", v->name);
-  x->ndim = v->ndim;
-  memcpy(x->shape, v->shape, sizeof x->shape);
-  x->placement = p;
-  x->asked = v->asked;
-  x->own = v->own;
-  x->opt = v->opt;
-  x->nslots = v->nslots;
-  x->row = v->numel / (uint64_t)v->shape[0];
-  x->steps_lo = UINT64_MAX;
-  cm_layout_rows(v->shape[0], p, m, shard, &x->begin, &x->end);
-  size_t len = (size_t)(x->end - x->begin) * x->row;
-  x->value = malloc(len * sizeof(float) + 1);
-  for (int s = 0; s < x->nslots; s++)
-    x->slots[s] = malloc(len * sizeof(float) + 1);
-  (*n)++;
-  if (!x->value)
-    return CM_ENOMEM;
-  for (int s = 0; s < x->nslots; s++)
-    if (!x->slots[s])
-      return CM_ENOMEM;
-  *out = x;
-  return 0;
+  struct psd__gather *x = &(*g)[(*n)++];
+  int rc = psd__gather_init(x, v->name, v->ndim, v->shape, p, v->asked, v->own,
+                            &v->opt, m, shard);
+  if (!rc)
+    *out = x;
+  return rc;
 }
 
 /* Copies the rows of old slice v (of old shard k) that g holds. */
-static void gather_copy(struct gather *g, const struct psd_var *v, int k,
+static void gather_copy(struct psd__gather *g, const struct psd_var *v, int k,
                         int shard, struct psd__reshard_cut *cut) {
-  int64_t b = v->row_begin > g->begin ? v->row_begin : g->begin;
-  int64_t e = v->row_end < g->end ? v->row_end : g->end;
-  if (e <= b)
-    return;
-  size_t to = (size_t)(b - g->begin) * g->row;
-  size_t from = (size_t)(b - v->row_begin) * g->row;
-  size_t len = (size_t)(e - b) * g->row;
-  memcpy(g->value + to, v->value + from, len * sizeof(float));
-  for (int s = 0; s < g->nslots; s++)
-    memcpy(g->slots[s] + to, v->slots[s] + from, len * sizeof(float));
-  g->filled += e - b;
-  if (v->version > g->version)
-    g->version = v->version;
-  uint64_t st = psd_var_steps(v);
-  if (st < g->steps_lo)
-    g->steps_lo = st;
-  if (st > g->steps_hi)
-    g->steps_hi = st;
-  g->pieces++;
+  struct psd__piece p;
+  psd__piece_of(v, &p);
+  uint64_t len = psd__gather_add(g, &p);
   cut->elems += len;
   if (k != shard)
     cut->elems_moved += len;
@@ -214,56 +153,21 @@ out:
 
 /* Makes the new shard's variables from the gathered rows, in the order
  * first met. */
-static int make_vars(struct psd__reshard_cut *cut, struct gather *g, int n,
+static int make_vars(struct psd__reshard_cut *cut, struct psd__gather *g, int n,
                      char *err, size_t errlen) {
   for (int i = 0; i < n; i++) {
-    struct gather *x = &g[i];
-    struct psd_var *v;
-    int created = 0, rc;
-    if (x->filled != x->end - x->begin) {
-      snprintf(err, errlen,
-               "variable '%s': the old shards hold %lld of the %lld rows "
-               "[%lld, %lld) new shard %d needs (an old shard's checkpoint "
-               "lacks it?)",
-               x->name, (long long)x->filled, (long long)(x->end - x->begin),
-               (long long)x->begin, (long long)x->end, cut->shard);
-      return CM_EFORMAT;
-    }
-    if ((rc = psd_store_declare_values(
-             cut->store, x->name, x->ndim, x->shape, x->placement, x->value,
-             x->own ? &x->opt : NULL, &v, &created, err, errlen)))
+    int rc =
+        psd__gather_make(&g[i], cut->store, cut->shard, "reshard", err, errlen);
+    if (rc)
       return rc;
-    if (!created || v->nslots != x->nslots) {
-      snprintf(err, errlen, "variable '%s': %s", x->name,
-               created ? "the spec gives it another optimizer than its "
-                         "checkpoint's"
-                       : "twice in the old checkpoints");
-      return CM_EFORMAT;
-    }
-    psd_store_set_asked(v, x->asked, 0);
-    size_t len = (size_t)(x->end - x->begin) * x->row;
-    for (int s = 0; s < x->nslots; s++)
-      memcpy(v->slots[s], x->slots[s], len * sizeof(float));
-    v->version = x->version;
-    if (!x->pieces)
-      x->steps_lo = x->steps_hi = 0;
-    /* Slices of an async job may have taken different counts of steps;
-     * the new slice takes the largest (the step never goes back). */
-    if (x->steps_lo != x->steps_hi)
-      cm_warn("reshard: variable '%s': its old slices had taken %llu to "
-              "%llu optimizer steps (async); new shard %d's slice takes %llu",
-              x->name, (unsigned long long)x->steps_lo,
-              (unsigned long long)x->steps_hi, cut->shard,
-              (unsigned long long)x->steps_hi);
-    v->applied = x->steps_hi * len;
   }
   return 0;
 }
 
 /* A new shard's variables while its rows are gathered. */
 struct gathers {
-  struct gather *g; /* owned */
-  int n, cap;       /* used, allocated */
+  struct psd__gather *g; /* owned */
+  int n, cap;            /* used, allocated */
 };
 
 int psd__reshard_cut(const struct psd__reshard_src *src, int first, int count,
@@ -290,7 +194,7 @@ int psd__reshard_cut(const struct psd__reshard_src *src, int first, int count,
     for (int i = 0; !rc && i < psd_store_count(old); i++) {
       struct psd_var *v = psd_store_at(old, i);
       for (int j = 0; !rc && j < count; j++) {
-        struct gather *x;
+        struct psd__gather *x;
         if (!(rc = gather_of(&gs[j].g, &gs[j].n, &gs[j].cap, v, src->n, m,
                              first + j, &x)) &&
             x)
@@ -309,7 +213,7 @@ int psd__reshard_cut(const struct psd__reshard_src *src, int first, int count,
              first + count - 1);
   for (int j = 0; j < count; j++) {
     for (int i = 0; i < gs[j].n; i++)
-      gather_free(&gs[j].g[i]);
+      psd__gather_free(&gs[j].g[i]);
     free(gs[j].g);
     if (rc)
       psd__reshard_cut_free(&out[j]);

@@ -139,6 +139,21 @@ static void take_waiters(struct psd_saver *s, struct waiter **ws, uint64_t step,
   }
 }
 
+/* Read-holds the store's switch gate once no layout switch holds it
+ * frozen (store.h): a checkpoint of a shard partway through a switch would
+ * record a layout that the job's other shards do not hold. Returns 0, or
+ * CM_EUNAVAIL when psd stops while frozen (nothing held). */
+static int hold_store(struct psd_saver *s) {
+  while (psd_store_hold_thawed(s->store, 100)) {
+    pthread_mutex_lock(&s->lock);
+    int stopping = s->stopping;
+    pthread_mutex_unlock(&s->lock);
+    if (stopping)
+      return CM_EUNAVAIL;
+  }
+  return 0;
+}
+
 static void *saver_thread(void *arg) {
   struct psd_saver *s = arg;
   pthread_mutex_lock(&s->lock);
@@ -177,8 +192,15 @@ static void *saver_thread(void *arg) {
 
     struct psd_ckpt_result r;
     char err[4096];
-    int rc = psd_ckpt_write(s->ckpt, s->store, s->dedup, step, s->steps == NULL,
-                            &r, err, sizeof err);
+    int rc = hold_store(s);
+    if (rc) {
+      snprintf(err, sizeof err,
+               "psd is stopping while a layout switch holds the variables");
+    } else {
+      rc = psd_ckpt_write(s->ckpt, s->store, s->dedup, step, s->steps == NULL,
+                          &r, err, sizeof err);
+      psd_store_release(s->store);
+    }
 
     pthread_mutex_lock(&s->lock);
     s->gate = 0;

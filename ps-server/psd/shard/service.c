@@ -61,21 +61,21 @@ int psd_service_new(struct psd_service **out, struct psd_store *store,
   svc->host.ctx = svc;
   clock_gettime(CLOCK_MONOTONIC, &svc->started);
   svc->methods[0] =
-      (struct cm_rpc_method){"/psd.v1.Data/Declare", psd__on_declare, svc};
+      (struct cm_rpc_method){"/psd.v1.Data/Declare", psd__gated_declare, svc};
   svc->methods[1] =
-      (struct cm_rpc_method){"/psd.v1.Data/Pull", psd__on_pull, svc};
+      (struct cm_rpc_method){"/psd.v1.Data/Pull", psd__gated_pull, svc};
   svc->methods[2] =
-      (struct cm_rpc_method){"/psd.v1.Data/Push", psd__on_push, svc};
+      (struct cm_rpc_method){"/psd.v1.Data/Push", psd__gated_push, svc};
   svc->methods[3] =
-      (struct cm_rpc_method){"/psd.v1.Admin/Status", psd__on_status, svc};
+      (struct cm_rpc_method){"/psd.v1.Admin/Status", psd__gated_status, svc};
   svc->methods[4] =
       (struct cm_rpc_method){"/psd.v1.Data/Commit", psd__on_commit, svc};
   svc->methods[5] =
       (struct cm_rpc_method){"/psd.v1.Data/Rollback", psd__on_rollback, svc};
   svc->methods[6] = (struct cm_rpc_method){"/psd.v1.Data/SparsePull",
-                                           psd__on_sparse_pull, svc};
+                                           psd__gated_sparse_pull, svc};
   svc->methods[7] = (struct cm_rpc_method){"/psd.v1.Data/SparsePush",
-                                           psd__on_sparse_push, svc};
+                                           psd__gated_sparse_push, svc};
   svc->methods[8] =
       (struct cm_rpc_method){"/psd.v1.Admin/Rows", psd__on_rows, svc};
   svc->methods[9] =

@@ -117,6 +117,39 @@ void psd_service_own(struct psd_service *svc, const uint8_t *set, int move_to,
  * does not own is answered "layout moved". */
 void psd_service_relocating(struct psd_service *svc);
 
+/* ---- A live layout switch, the step that ends a live move
+ * (reshard/switch.h drives it; docs/reshard.md "Live moves (the shard
+ * side)"): the dense calls frozen, the variables replaced by their new
+ * slices, the layout stepped. Async jobs only (a sync job never moves).
+ * ---- */
+
+/* Freezes (or, layout 0, thaws) the dense calls for the switch to layout
+ * `layout` of `to` shards: from the return on, no dense call runs (those
+ * in flight have answered) and new ones (Declare, Pull, Push) are answered
+ * UNAVAILABLE "layout switching to layout V of M shards on ps:S; retried",
+ * which clients retry; sparse calls flow; checkpoints and publications
+ * wait (store.h). Status says "switching". */
+void psd_service_freeze(struct psd_service *svc, uint64_t layout, int to);
+
+/* The switch the store is frozen for: its layout (0: not frozen), and
+ * *to its shard count. */
+uint64_t psd_service_frozen(struct psd_service *svc, int *to);
+
+/* Whether the buckets this shard owns are exactly its share of the map of
+ * `to` shards (every move made): 0, or CM_EINVAL with msg saying what
+ * differs. */
+int psd_service_switchable(struct psd_service *svc, int to, char *msg,
+                           size_t len);
+
+/* COMMIT: with the store's gate held for writing, replaces the store's
+ * variables with staged's (staged keeps the old ones: the caller frees
+ * it), sets the layout `layout` of `to` shards (self's version and count,
+ * the row map of `to`, the owned buckets its share, the move state none),
+ * calls under(ctx) (the daemon's own records), and thaws. */
+void psd_service_switch(struct psd_service *svc, struct psd_store *staged,
+                        uint64_t layout, int to, void (*under)(void *ctx),
+                        void *ctx);
+
 /* Lets Status report the coordinator's view (shard 0). */
 struct psd_coord;
 void psd_service_set_coord(struct psd_service *svc, struct psd_coord *coord);

@@ -146,6 +146,10 @@ struct psd_service {
   uint64_t move_last;                  /* the last move MOVE_DONE ended */
   int move_threads;                    /* MoveRows threads not yet done */
   atomic_uint_fast64_t move_bytes;     /* row bytes MoveRows sent */
+  /* A live layout switch (service_switch.c): while the store is frozen
+   * (store.h's switch gate), the switch it is frozen for. */
+  _Atomic uint64_t switch_layout; /* the layout it makes (0: none) */
+  atomic_int switch_to;           /* of this many shards */
 };
 
 /* Refuses a call with a formatted message, logged and counted (through the
@@ -344,6 +348,23 @@ void psd__on_status(struct cm_rpc_call *call, grpc_byte_buffer *bb,
                     void *ctx); /* service_status.c */
 void psd__on_move_rows(struct cm_rpc_call *call, grpc_byte_buffer *bb,
                        void *ctx); /* service_move.c */
+
+/* ---- service_switch.c: a live layout switch's gate over the calls ---- */
+
+/* The handlers as served: each holds the store's switch gate (store.h)
+ * for reading around the call (from its layout check to its answer), so
+ * that a COMMIT never lands inside one; the dense calls (Declare, Pull,
+ * Push) are answered UNAVAILABLE while the store is frozen. */
+void psd__gated_declare(struct cm_rpc_call *call, grpc_byte_buffer *bb,
+                        void *ctx);
+void psd__gated_pull(struct cm_rpc_call *call, grpc_byte_buffer *bb, void *ctx);
+void psd__gated_push(struct cm_rpc_call *call, grpc_byte_buffer *bb, void *ctx);
+void psd__gated_sparse_pull(struct cm_rpc_call *call, grpc_byte_buffer *bb,
+                            void *ctx);
+void psd__gated_sparse_push(struct cm_rpc_call *call, grpc_byte_buffer *bb,
+                            void *ctx);
+void psd__gated_status(struct cm_rpc_call *call, grpc_byte_buffer *bb,
+                       void *ctx);
 
 /* ---- service_move.c: the buckets this shard owns ---- */
 

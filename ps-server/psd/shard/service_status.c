@@ -6,6 +6,7 @@
 
 #include <pthread.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
 
@@ -153,6 +154,14 @@ void psd__on_status(struct cm_rpc_call *call, grpc_byte_buffer *bb, void *ctx) {
   char note[600] = "";
   if (svc->reshard_note)
     svc->reshard_note(svc->reshard_ctx, note, sizeof note);
+  {
+    int to;
+    uint64_t sw = psd_service_frozen(svc, &to);
+    if (sw) /* a live layout switch froze the dense calls */
+      snprintf(note, sizeof note,
+               "switching to layout %llu of %d shard%s: dense calls wait",
+               (unsigned long long)sw, to, to == 1 ? "" : "s");
+  }
   resp.reshard = note;
   {
     struct psd_dedup_stats ds;

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "clock.h"
 #include "err.h"
 #include "init.h"
 #include "layout.h"
@@ -27,6 +28,13 @@ struct psd_store {
                             empty entry: a name is found in constant time
                             however many variables a request names */
   size_t icap;           /* entries in index: 0 or a power of two > 2 nvars */
+  /* The switch gate (store.h): read-held by every call and snapshot that
+   * uses the variables, written by a layout switch's freeze and commit. */
+  pthread_rwlock_t gate;
+  pthread_mutex_t frozen_lock; /* guards frozen's changes, for thawed */
+  pthread_cond_t thawed;       /* broadcast when frozen goes to 0 */
+  int frozen; /* 1: a layout switch froze the dense calls; written under
+                 gate (write) and frozen_lock, read with __atomic loads */
 };
 
 int psd_store_new(struct psd_store **out, int shard, int nshards,
@@ -38,6 +46,9 @@ int psd_store_new(struct psd_store **out, int shard, int nshards,
   s->nshards = nshards;
   s->optims = *optims;
   pthread_rwlock_init(&s->lock, NULL);
+  pthread_rwlock_init(&s->gate, NULL);
+  pthread_mutex_init(&s->frozen_lock, NULL);
+  pthread_cond_init(&s->thawed, NULL);
   *out = s;
   return 0;
 }
@@ -53,8 +64,87 @@ void psd_store_free(struct psd_store *s) {
   free(s->vars);
   free(s->index);
   pthread_rwlock_destroy(&s->lock);
+  pthread_rwlock_destroy(&s->gate);
+  pthread_mutex_destroy(&s->frozen_lock);
+  pthread_cond_destroy(&s->thawed);
   free(s);
 }
+
+int psd_store_hold(struct psd_store *s) {
+  pthread_rwlock_rdlock(&s->gate);
+  return __atomic_load_n(&s->frozen, __ATOMIC_ACQUIRE);
+}
+
+void psd_store_release(struct psd_store *s) { pthread_rwlock_unlock(&s->gate); }
+
+int psd_store_hold_thawed(struct psd_store *s, long wait_ms) {
+  double until = cm_mono_ms() + (double)wait_ms;
+  for (;;) {
+    pthread_mutex_lock(&s->frozen_lock);
+    while (s->frozen && cm_mono_ms() < until) {
+      long left = (long)(until - cm_mono_ms()) + 1;
+      struct timespec t = cm_abstime_after_ms(left < 100 ? left : 100);
+      pthread_cond_timedwait(&s->thawed, &s->frozen_lock, &t);
+    }
+    int frozen = s->frozen;
+    pthread_mutex_unlock(&s->frozen_lock);
+    if (frozen)
+      return CM_ETIMEDOUT;
+    /* Frozen between the look and the lock: wait again. */
+    if (!psd_store_hold(s))
+      return 0;
+    psd_store_release(s);
+  }
+}
+
+/* Sets frozen (the caller holds the gate for writing). */
+static void set_frozen(struct psd_store *s, int frozen) {
+  pthread_mutex_lock(&s->frozen_lock);
+  __atomic_store_n(&s->frozen, frozen, __ATOMIC_RELEASE);
+  if (!frozen)
+    pthread_cond_broadcast(&s->thawed);
+  pthread_mutex_unlock(&s->frozen_lock);
+}
+
+void psd_store_freeze(struct psd_store *s, int frozen) {
+  pthread_rwlock_wrlock(&s->gate);
+  set_frozen(s, frozen);
+  pthread_rwlock_unlock(&s->gate);
+}
+
+int psd_store_frozen(struct psd_store *s) {
+  return __atomic_load_n(&s->frozen, __ATOMIC_ACQUIRE);
+}
+
+void psd_store_exclusive(struct psd_store *s) {
+  pthread_rwlock_wrlock(&s->gate);
+}
+
+void psd_store_exclusive_end(struct psd_store *s, int thaw) {
+  if (thaw)
+    set_frozen(s, 0);
+  pthread_rwlock_unlock(&s->gate);
+}
+
+void psd_store_replace(struct psd_store *s, struct psd_store *staged) {
+  struct psd_store old = *s;
+  pthread_rwlock_wrlock(&s->lock);
+  s->nshards = staged->nshards;
+  s->vars = staged->vars;
+  s->nvars = staged->nvars;
+  s->cap = staged->cap;
+  s->index = staged->index;
+  s->icap = staged->icap;
+  pthread_rwlock_unlock(&s->lock);
+  staged->nshards = old.nshards;
+  staged->vars = old.vars;
+  staged->nvars = old.nvars;
+  staged->cap = old.cap;
+  staged->index = old.index;
+  staged->icap = old.icap;
+}
+
+int psd_store_nshards(const struct psd_store *s) { return s->nshards; }
 
 void psd_shape_format(int ndim, const int64_t *shape, char *buf, size_t len) {
   size_t n = 0;

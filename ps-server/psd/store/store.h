@@ -79,6 +79,43 @@ int psd_store_new(struct psd_store **out, int shard, int nshards,
                   const struct cm_optim_set *optims);
 void psd_store_free(struct psd_store *s);
 
+/* ---- The switch gate: a live layout switch (reshard/switch.h) replaces
+ * the variables while the shard serves. Every user of the variables, a
+ * call on gRPC's thread, a checkpoint's or a publication's snapshot on
+ * theirs, read-holds the gate while it uses them (one uncontended rwlock
+ * read); the switch's FREEZE takes it for writing to set `frozen` (dense
+ * calls are then refused, retried by the clients, and snapshots wait) and
+ * its COMMIT takes it for writing to replace the variables and thaw. ---- */
+
+/* Read-holds the gate; returns whether the store is frozen. Release it
+ * with psd_store_release either way. */
+int psd_store_hold(struct psd_store *s);
+void psd_store_release(struct psd_store *s);
+
+/* Read-holds the gate once the store is not frozen, waiting up to wait_ms
+ * for the thaw: 0 (held), or CM_ETIMEDOUT (still frozen, not held). For
+ * snapshots (checkpoints, publications), which must not copy a shard
+ * whose layout is switching. */
+int psd_store_hold_thawed(struct psd_store *s, long wait_ms);
+
+/* Sets or clears frozen with the gate held for writing: once it returns,
+ * every user that held the gate before has released it. */
+void psd_store_freeze(struct psd_store *s, int frozen);
+int psd_store_frozen(struct psd_store *s);
+
+/* Holds the gate for writing, and releases it (thaw: clearing frozen
+ * first). */
+void psd_store_exclusive(struct psd_store *s);
+void psd_store_exclusive_end(struct psd_store *s, int thaw);
+
+/* Swaps s's variables and shard count with staged's (the caller holds the
+ * gate for writing): s holds staged's variables from now on, staged the
+ * old ones, to be freed with it. The optimizer set and the gate stay. */
+void psd_store_replace(struct psd_store *s, struct psd_store *staged);
+
+/* The shard count the store's variables are placed among. */
+int psd_store_nshards(const struct psd_store *s);
+
 /* Creates the variable, or checks that an existing one agrees. own (may
  * be NULL: the job's set picks, psd_store_want) is the variable's own
  * optimizer, copied. Returns 0 and sets *created; CM_EEXIST when the name
