@@ -47,6 +47,7 @@ static void say_move(json_t *mv) {
 static int follow_move(struct psctl *p, int cancel) {
   double t0 = cm_mono_ms(), said = 0, heard = t0;
   long long shown = -1; /* batches of the last line printed */
+  char boot[32] = "";   /* ps:0's process, which holds the move's figures */
   for (;;) {
     json_t *doc = NULL, *mv;
     if (psctl_status_doc(p, 0, &doc)) {
@@ -61,6 +62,18 @@ static int follow_move(struct psctl *p, int cancel) {
       continue;
     }
     heard = cm_mono_ms();
+    if (!boot[0])
+      snprintf(boot, sizeof boot, "%s", cm_status_str(doc, "boot"));
+    else if (strcmp(boot, cm_status_str(doc, "boot")) != 0) {
+      /* ps:0 started again: its move ended with the process. */
+      fprintf(stderr,
+              "psctl: ps:0 (%s) started again during the move, which "
+              "stopped with it; the shards keep the moves made (psctl "
+              "status: MOVE), and reshard --moves resumes\n",
+              p->spec->ps[0].text);
+      json_decref(doc);
+      return 1;
+    }
     const char *note = cm_status_str(doc, "reshard");
     int end = !strncmp(note, "last: ", 6);
     mv = json_object_get(doc, "move");
