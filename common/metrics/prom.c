@@ -218,6 +218,56 @@ json_t *cm_prom_families(const struct cm_prom_shard *sh, int n) {
       }
     }
   }
+  /* ps:0's live move, once it has driven one (docs/reshard.md "Live:
+   * psctl reshard"): its figures as they stand. */
+  static const struct {
+    const char *key, *name, *type, *help;
+    double scale;
+  } mv[] = {
+      {"running", "psd_move_running", "gauge",
+       "1 while ps:0 drives a live move of table rows (its batches or its "
+       "switch), 0 after it.",
+       1},
+      {"moved", "psd_move_buckets_moved", "gauge",
+       "Bucket moves of the live move made (the job's, resumed ones too).", 1},
+      {"left", "psd_move_buckets_left", "gauge",
+       "Bucket moves of the live move not made yet.", 1},
+      {"batches", "psd_move_batches_total", "counter",
+       "MoveBuckets calls the live move made (this run).", 1},
+      {"rows", "psd_move_rows_total", "counter",
+       "Table rows the live move installed on destinations (this run; a row "
+       "copied twice counts twice).",
+       1},
+      {"bytes", "psd_move_bytes_total", "counter",
+       "Row bytes the live move carried (this run).", 1},
+      {"bytes_per_s", "psd_move_bytes_per_second", "gauge",
+       "Bytes the live move carried per second over its last batches.", 1},
+      {"lag_rows", "psd_move_lag_rows", "gauge",
+       "Rows of the last batch's hand-over copy: the rows written while the "
+       "batch was copied.",
+       1},
+      {"last_rounds", "psd_move_last_rounds", "gauge",
+       "Copies the last batch made before its hand-over.", 1},
+      {"last_pause_us", "psd_move_last_pause_seconds", "gauge",
+       "The last batch's hand-over: how long its buckets' writes paused.",
+       1e-6},
+      {"waits", "psd_move_waits_total", "counter",
+       "Waits between batches to keep to the move's rate (--rate).", 1},
+  };
+  for (size_t k = 0; k < sizeof mv / sizeof mv[0]; k++) {
+    f = family(all, mv[k].name, mv[k].type, mv[k].help);
+    for (int s = 0; s < n; s++) {
+      json_t *o = sh[s].status ? json_object_get(sh[s].status, "move") : NULL,
+             *x = json_object_get(o, mv[k].key);
+      if (!x)
+        continue;
+      sample(f, mv[k].name, shard_label(sh[s].index),
+             json_is_boolean(x) ? json_integer(json_is_true(x))
+             : mv[k].scale == 1
+                 ? json_deep_copy(x)
+                 : json_real(json_number_value(x) * mv[k].scale));
+    }
+  }
   if (coord && json_is_true(json_object_get(coord, "coordinator"))) {
     json_t *workers = json_object_get(coord, "workers"), *w;
     json_t *fl = family(all, "psd_worker_live", "gauge",

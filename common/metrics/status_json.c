@@ -43,6 +43,36 @@ static json_t *tables_json(const Psd__V1__StatusResponse *resp) {
   return a;
 }
 
+/* ps:0's figures of a live move (MoveStatus), under their proto names,
+ * and "left", the bucket moves not made yet. */
+static json_t *move_json(const Psd__V1__MoveStatus *m) {
+  json_t *o = json_object();
+  json_object_set_new(o, "running", json_boolean(m->running));
+  json_object_set_new(o, "from", json_integer(m->from));
+  json_object_set_new(o, "to", json_integer(m->to));
+  json_object_set_new(o, "moves", json_integer(m->moves));
+  json_object_set_new(o, "moved", json_integer(m->moved));
+  json_object_set_new(
+      o, "left", json_integer(m->moves > m->moved ? m->moves - m->moved : 0));
+  json_object_set_new(o, "batch", json_integer(m->batch));
+  json_object_set_new(o, "batches", json_integer(m->batches));
+  json_object_set_new(o, "rows", json_integer((json_int_t)m->rows));
+  json_object_set_new(o, "bytes", json_integer((json_int_t)m->bytes));
+  json_object_set_new(o, "bytes_per_s", json_real(m->bytes_per_s));
+  json_object_set_new(o, "lag_rows", json_integer((json_int_t)m->lag_rows));
+  json_object_set_new(o, "last_rounds", json_integer(m->last_rounds));
+  json_object_set_new(o, "last_pause_us",
+                      json_integer((json_int_t)m->last_pause_us));
+  json_object_set_new(o, "max_pause_us",
+                      json_integer((json_int_t)m->max_pause_us));
+  json_object_set_new(o, "rate_mbps", json_real(m->rate_mbps));
+  json_object_set_new(o, "waits", json_integer(m->waits));
+  json_object_set_new(o, "waited_s", json_real(m->waited_s));
+  json_object_set_new(o, "cancelled", json_boolean(m->cancelled));
+  json_object_set_new(o, "elapsed_s", json_real(m->elapsed_s));
+  return o;
+}
+
 json_t *cm_status_json(const Psd__V1__StatusResponse *resp) {
   json_t *root, *vars;
 
@@ -101,6 +131,8 @@ json_t *cm_status_json(const Psd__V1__StatusResponse *resp) {
                       json_integer((json_int_t)resp->buckets_owned));
   json_object_set_new(root, "reshard",
                       json_string(resp->reshard ? resp->reshard : ""));
+  if (resp->move) /* ps:0, once it has driven a live move */
+    json_object_set_new(root, "move", move_json(resp->move));
   { /* hex: JSON integers stop at 2^63 */
     char boot[17];
     snprintf(boot, sizeof boot, "%016llx", (unsigned long long)resp->boot);

@@ -88,13 +88,22 @@ static const struct command commands[] = {
      "evicts TABLE's rows by its eviction rules now, on every shard\n"
      "(rows untouched for eviction.after_steps, or pushed fewer than\n"
      "eviction.min_count times); prints the rows evicted and left"},
-    {"reshard", psctl_cmd_reshard, 0, "--shards M",
+    {"reshard", psctl_cmd_reshard, 0,
+     "--shards M [--stop | --moves [--batch B] [--rate MB/s]] | --cancel",
      "changes the running job's shard count to M (1..the spec's\n"
      "cluster.ps addresses; the shards past the count stand by): ps:0\n"
      "checks the request, every shard stops (final checkpoint), ps:0 cuts\n"
      "the checkpoint onto M shards, and every shard starts again in the\n"
      "new layout; workers wait and re-plan. Prints each shard as it\n"
-     "comes up; exit 1 when refused or aborted (the job keeps its layout)"},
+     "comes up; exit 1 when refused or aborted (the job keeps its layout).\n"
+     "With --moves (an async job with tables, rows by buckets): ps:0 moves\n"
+     "the table rows live, B buckets a batch (default: as many as fit\n"
+     "half of job.max_message_mb, at most 256), at most MB/s, then\n"
+     "switches the layout; prints a progress line a second (bucket moves\n"
+     "left, MB/s, lag, last pause), then the result; exit 0 done, 1\n"
+     "stopped (a failed batch, --cancel, the switch: the job trains\n"
+     "partly moved, --moves again resumes). --cancel stops it after the\n"
+     "batch under way"},
     {"serving", psctl_cmd_serving, 0, "",
      "every serving task (cluster.serve): its training shard, the\n"
      "publication version its lookups reflect and that version's step,\n"
@@ -136,6 +145,12 @@ static void usage(FILE *f) {
           "  --ids A,B,C     get TABLE: the rows with these ids (decimal u64)\n"
           "  --top K         top: how many rows (default 10)\n"
           "  --shards M      reshard: the new shard count\n"
+          "  --moves         reshard: move table rows live, batch by batch\n"
+          "  --stop          reshard: every shard stops, ps:0 cuts (the\n"
+          "                  default)\n"
+          "  --batch B       reshard --moves: buckets per batch (1..4096)\n"
+          "  --rate MB/s     reshard --moves: bytes moved per second at most\n"
+          "  --cancel        reshard: stop the live move under way\n"
           "\n"
           "Exit status: 0 every shard answered, 1 a shard did not (it is\n"
           "named; what the others answered is printed) or a variable does\n"
@@ -345,7 +360,12 @@ int main(int argc, char **argv) {
     OPT_OUT,
     OPT_IDS,
     OPT_TOP,
-    OPT_SHARDS
+    OPT_SHARDS,
+    OPT_MOVES,
+    OPT_STOP,
+    OPT_BATCH,
+    OPT_RATE,
+    OPT_CANCEL
   };
   static const struct option opts[] = {
       {"cluster", required_argument, 0, 'c'},
@@ -359,12 +379,17 @@ int main(int argc, char **argv) {
       {"ids", required_argument, 0, OPT_IDS},
       {"top", required_argument, 0, OPT_TOP},
       {"shards", required_argument, 0, OPT_SHARDS},
+      {"moves", no_argument, 0, OPT_MOVES},
+      {"stop", no_argument, 0, OPT_STOP},
+      {"batch", required_argument, 0, OPT_BATCH},
+      {"rate", required_argument, 0, OPT_RATE},
+      {"cancel", no_argument, 0, OPT_CANCEL},
       {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0}};
   const char *cluster = NULL;
   const struct command *cmd = NULL;
   struct cm_spec *spec = NULL;
-  struct psctl p = {0};
+  struct psctl p = {.how = -1};
   char err[8192];
   int timeout = 0, ch, rc = 0;
   long long n;
@@ -419,6 +444,38 @@ int main(int argc, char **argv) {
       }
       p.shards = (int)n;
       break;
+    case OPT_MOVES:
+    case OPT_STOP:
+      if (p.how >= 0 && p.how != (ch == OPT_MOVES)) {
+        fprintf(stderr, "psctl: reshard takes --moves or --stop, not both\n");
+        return PSCTL_EXIT_USAGE;
+      }
+      p.how = ch == OPT_MOVES;
+      break;
+    case OPT_BATCH:
+      if (cm_parse_int(optarg, 1, CM_LAYOUT_BUCKETS, &n)) {
+        fprintf(stderr,
+                "psctl: --batch takes buckets per batch, 1..%u, not '%s'\n",
+                CM_LAYOUT_BUCKETS, optarg);
+        return PSCTL_EXIT_USAGE;
+      }
+      p.batch = (unsigned)n;
+      break;
+    case OPT_RATE: {
+      char *end;
+      p.rate = strtod(optarg, &end);
+      if (end == optarg || *end || !(p.rate > 0) || p.rate > 1e9) {
+        fprintf(stderr,
+                "psctl: --rate takes MB/s above 0 (e.g. 50 or 0.5), not "
+                "'%s'\n",
+                optarg);
+        return PSCTL_EXIT_USAGE;
+      }
+      break;
+    }
+    case OPT_CANCEL:
+      p.cancel = 1;
+      break;
     case 'h':
       usage(stdout);
       return 0;
@@ -453,8 +510,11 @@ int main(int argc, char **argv) {
             cmd->name);
     return PSCTL_EXIT_USAGE;
   }
-  if (p.shards && cmd->run != psctl_cmd_reshard) {
-    fprintf(stderr, "psctl: --shards belongs to 'reshard', not '%s'\n",
+  if ((p.shards || p.how >= 0 || p.batch || p.rate > 0 || p.cancel) &&
+      cmd->run != psctl_cmd_reshard) {
+    fprintf(stderr,
+            "psctl: --shards, --moves, --stop, --batch, --rate and --cancel "
+            "belong to 'reshard', not '%s'\n",
             cmd->name);
     return PSCTL_EXIT_USAGE;
   }

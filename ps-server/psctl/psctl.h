@@ -21,6 +21,12 @@
 /* Exit status of a bad command line (always 2, as for every psd program). */
 #define PSCTL_EXIT_USAGE 2
 
+/* How psctl reshard moves the rows without --moves or --stop
+ * (ReshardRequest.how): 0, every shard stops and ps:0 cuts. A live move
+ * needs the step that ends it (SwitchLayout) and its persistence; once
+ * they are in, this becomes 2 (a live move where the job can make one). */
+#define PSCTL_RESHARD_HOW 0
+
 /* export's pulls: elements per message, and messages in flight per shard
  * (main gives the client these settings for export). */
 #define PSCTL_EXPORT_CHUNK_BYTES (2u << 20)
@@ -48,6 +54,11 @@ struct psctl {
   size_t nids;      /* entries in idv */
   int top;          /* top --top K, 0: the default */
   int shards;       /* reshard --shards M, 0: not given */
+  int how;          /* reshard: ReshardRequest.how, --moves 1 or --stop 0;
+                       -1: neither (PSCTL_RESHARD_HOW) */
+  unsigned batch;   /* reshard --batch: buckets per batch, 0: ps:0's */
+  double rate;      /* reshard --rate: MB/s at most, 0: no limit */
+  int cancel;       /* reshard --cancel */
   int timeout_ms;   /* the deadline of each call (--timeout, else 5000) */
 };
 

@@ -217,6 +217,9 @@ static enum psd_exit shut_down(struct psd_server *srv) {
           reason, PSD_STOP_GRACE_MS);
   if (srv->coord)
     psd_coord_stop(srv->coord);
+  /* A live move ps:0 drives ends after its batch under way, while the
+   * shards it moves between (this one too) still answer. */
+  psd_live_stop_move(srv->live);
   snprintf(why, sizeof why, "ps:%d is stopping (%s); retry until it is back",
            srv->shard, reason);
   cm_server_drain(srv->rpc, why);

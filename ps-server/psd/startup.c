@@ -376,6 +376,7 @@ enum psd_exit psd_server_open(struct psd_server *srv) {
     return PSD_EXIT_FAILED;
   }
   psd_service_set_reshard_note(srv->service, psd_live_note, srv->live);
+  psd_service_set_move_status(srv->service, psd_live_move_status, srv->live);
   methods = psd_live_methods(srv->live, &nl);
   memcpy(srv->methods + n + nc + ns, methods, nl * sizeof *methods);
   /* Admin/MoveBuckets: a live move's destination (move.h). */

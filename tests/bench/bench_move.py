@@ -9,12 +9,15 @@ WORK_IDS random table rows per step, step after step, the whole time. Each
 round, on a job started afresh:
 
   move:  the table rows of 2 -> 3 shards (common/layout's cm_layout_moves,
-         a third of the buckets, all to ps:2), BATCH_BUCKETS buckets from
-         one source per Admin/MoveBuckets to ps:2, one after another, as an
-         orchestrator drives them (ps:0 will): the wall time of all of
-         them; each one's rows, bytes and hand-over pause (its
-         MoveBucketsResponse); the client's step times before (STEADY_S),
-         during (every step that overlaps the moves) and after (STEADY_S)
+         a third of the buckets, all to ps:2) by `psctl reshard --shards 3
+         --moves --batch BATCH_BUCKETS`: ps:0 sends each batch of up to
+         BATCH_BUCKETS buckets from one source as an Admin/MoveBuckets to
+         ps:2, one after another (docs/reshard.md "Moving rows live"). The
+         move's time is ps:0's (Status.move.elapsed_s, its switch attempt
+         included), its rows, bytes and calls ps:0's figures, each batch's
+         hand-over pause ps:0's log line for it; the client's step times
+         before (STEADY_S), during (every step that overlaps psctl's run)
+         and after (STEADY_S)
   pull:  the baseline, a client reading every row and the dense variable
          from the live shards (bench_reshard's pull_all: the same rows,
          their values only) in the same run
@@ -25,8 +28,10 @@ bytes a row), over the wall time of all the moves; the pull's bytes are the
 rows' values (rows x dim x 4) and the dense variable's, over its own wall
 time. A step is one push_rows plus one pull_rows of WORK_IDS ids.
 
-Dense variables do not move in this phase (the step that re-splits them
-and ends the move is not written yet): the figures are the table rows'.
+Dense variables do not move in this phase (the shards do not serve the
+switch that re-splits them and ends the move yet: psctl reports the move
+stopped after its last batch, which the bench accepts): the figures are
+the table rows'.
 
 Lines: `bench reshard move` (rates, pauses, steps, per round) and the
 `bench reshard move:` summary.
@@ -37,6 +42,7 @@ step that failed, rows not where the map puts them), never on a speed; 2
 on a bad command line."""
 import json
 import os
+import re
 import statistics
 import sys
 import tempfile
@@ -52,7 +58,7 @@ import bench_live as bl  # noqa: E402
 import bench_reshard as br  # noqa: E402
 from bench_reshard import Failed, h, med  # noqa: E402
 import pb  # noqa: E402
-from hashes import bucket_map, moves  # noqa: E402
+from hashes import bucket_map  # noqa: E402
 
 BATCH_BUCKETS = 64  # buckets per MoveBuckets (of 1,365 that 2 -> 3 moves)
 ROUNDS = 1
@@ -98,39 +104,27 @@ class Stepper:
             raise Failed("the client's step failed: %s" % self.error)
 
 
-def move_all(bench, addrs):
-    """2 -> 3 by MoveBuckets to ps:2, BATCH_BUCKETS from one source each:
-    (wall seconds, rows, bytes, [pause_us], calls)."""
-    import grpc  # pylint: disable=import-outside-toplevel
-    mv, m2 = moves(2, 3), bucket_map(2)
-    chan = grpc.insecure_channel(addrs[2])
-    call = chan.unary_unary("/psd.v1.Admin/MoveBuckets")
-    rows = nbytes = calls = 0
-    pauses = []
-    t0 = time.monotonic()
-    try:
-        k = 0
-        while k < len(mv):
-            src, j = m2[mv[k]], k
-            while j < len(mv) and j - k < BATCH_BUCKETS and m2[mv[j]] == src:
-                j += 1
-            bits = bytearray(512)
-            for b in mv[k:j]:
-                bits[b >> 3] |= 1 << (b & 7)
-            try:
-                r = pb.fields(call(pb.caller(br.JOB) + pb.uint(2, src) + pb.ld(3, bytes(bits))
-                                   + pb.uint(5, 3) + pb.uint(6, j), timeout=br.TIMEOUT_S))
-            except grpc.RpcError as e:
-                raise Failed("MoveBuckets of moves %d..%d from ps:%d: %s: %s"
-                             % (k, j, src, e.code(), e.details()))
-            rows += r.get(1, [0])[0]
-            nbytes += r.get(2, [0])[0]
-            pauses.append(r.get(4, [0])[0])
-            calls += 1
-            k = j
-    finally:
-        chan.close()
-    return time.monotonic() - t0, rows, nbytes, pauses, calls
+def move_all(bench):
+    """2 -> 3 by psctl reshard --moves, BATCH_BUCKETS buckets a batch:
+    (ps:0's seconds, rows, bytes, [pause_us], calls)."""
+    r = h.run([h.build_path("ps-server", "psctl"), "--cluster", bench.spec[3], "reshard",
+               "--shards", "3", "--moves", "--batch", str(BATCH_BUCKETS)],
+              timeout=br.TIMEOUT_S)
+    out = r.stdout + r.stderr
+    # Until the shards serve SwitchLayout, the move stops after its last
+    # batch with every bucket moved and the switch failed.
+    if r.returncode != 0 and "stopped: every bucket moved" not in out:
+        raise Failed("psctl reshard --moves exited %d: %s" % (r.returncode, out[-2000:]))
+    st = h.psctl(bench.spec[3], "--json", "status")
+    mv = json.loads(st.stdout)["shards"][0].get("move") if st.returncode == 0 else None
+    if not mv or mv["left"] != 0:
+        raise Failed("ps:0's move figures after psctl: %s" % (mv or st.stderr[-1000:]))
+    pauses = [float(p) * 1000 for p in
+              re.findall(r"live move: batch \d+, .* pause ([0-9.]+) ms",
+                         bench.live[0].output())]
+    if len(pauses) != mv["batches"]:
+        raise Failed("ps:0 logged %d batches, its status says %d" % (len(pauses), mv["batches"]))
+    return mv["elapsed_s"], mv["rows"], mv["bytes"], pauses, mv["batches"]
 
 
 def check_owned(addrs):
@@ -167,7 +161,7 @@ def move(d, b=None, rows=br.ROWS, rounds=ROUNDS):
             try:
                 time.sleep(bl.STEADY_S)  # the steady steps before
                 t0 = time.monotonic()
-                wall, moved, nbytes, pauses, calls = move_all(bench, addrs)
+                wall, moved, nbytes, pauses, calls = move_all(bench)
                 t1 = time.monotonic()
                 time.sleep(bl.STEADY_S)  # and after
             finally:

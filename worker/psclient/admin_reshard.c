@@ -7,7 +7,8 @@
 
 #include "err.h"
 
-int psc__client_reshard(struct psc__client *c, int shards,
+int psc__client_reshard(struct psc__client *c,
+                        const struct psc__reshard_ask *ask,
                         struct psc__reshard *out) {
   Psd__V1__Caller caller = psc__caller(c, -1);
   Psd__V1__ReshardRequest req = PSD__V1__RESHARD_REQUEST__INIT;
@@ -18,7 +19,11 @@ int psc__client_reshard(struct psc__client *c, int shards,
   memset(out, 0, sizeof *out);
   memset(&call, 0, sizeof call);
   req.caller = &caller;
-  req.shards = shards;
+  req.shards = ask->shards;
+  req.how = (Psd__V1__ReshardHow)ask->how;
+  req.batch = ask->batch;
+  req.rate_mbps = ask->rate_mbps;
+  req.cancel = ask->cancel;
   call.channel = c->ch[0];
   call.method = "/psd.v1.Admin/Reshard";
   call.request = cm_rpc_pack(&req.base);
@@ -36,6 +41,7 @@ int psc__client_reshard(struct psc__client *c, int shards,
     out->layout = resp->layout;
     out->from = resp->from;
     out->to = resp->to;
+    out->moves = resp->moves;
     snprintf(out->message, sizeof out->message, "%s",
              resp->message ? resp->message : "");
     psd__v1__reshard_response__free_unpacked(resp, NULL);

@@ -456,6 +456,16 @@ int psc__client_checkpoint(struct psc__client *c, int wait,
  * when it is connected, 0 when not. */
 int psc__client_await(struct psc__client *c, int shard, int ms);
 
+/* What psctl reshard asks ps:0 for (ReshardRequest). */
+struct psc__reshard_ask {
+  int shards;       /* the new shard count (not read with cancel) */
+  int how;          /* ReshardRequest.how: 0 stop and cut, 1 a live move,
+                       2 a live move where the job can make one */
+  unsigned batch;   /* a live move's buckets per batch, 0: ps:0 chooses */
+  double rate_mbps; /* its MB/s at most, 0: no limit */
+  int cancel;       /* 1: stop the live move under way instead */
+};
+
 /* What ps:0 answered Admin.Reshard (psc__client_reshard). */
 struct psc__reshard {
   int status;         /* the call's gRPC status, 0: OK */
@@ -463,15 +473,19 @@ struct psc__reshard {
   uint64_t layout;    /* OK: the layout version the reshard makes */
   int from, to;       /* OK: the shard counts before and after */
   char message[1024]; /* OK: what happens now, in words */
+  int moves;          /* OK: a live move (follow ps:0's Status: move,
+                         reshard), not the stop and cut */
 };
 
-/* Asks the coordinator (ps:0) to change the job's shard count to shards
- * while it runs (a live reshard, docs/reshard.md "Live"); the answer comes
- * once ps:0 has checked the request and told the shards to stop for it,
- * before it is done (follow it with each shard's Status: layout, standby,
- * reshard). Returns 0, or the call's code with out and psc__client_error
- * saying why. */
-int psc__client_reshard(struct psc__client *c, int shards,
+/* Asks the coordinator (ps:0) to change the job's shard count while it
+ * runs (a live reshard, docs/reshard.md "Live"), or to stop the live move
+ * under way (ask->cancel); the answer comes once ps:0 has checked the
+ * request and started it, before it is done (follow the stop and cut with
+ * each shard's Status: layout, standby, reshard; a live move with ps:0's
+ * move and reshard). Returns 0, or the call's code with out and
+ * psc__client_error saying why. */
+int psc__client_reshard(struct psc__client *c,
+                        const struct psc__reshard_ask *ask,
                         struct psc__reshard *out);
 
 /* The gRPC status (grpc_status_code) of the client's last batch of calls:

@@ -52,17 +52,27 @@ static void call_shard(struct psd_server *srv, int s, const char *method,
   psd_peer_call(srv->live->peers, s, method, msg, LIVE_CALL_MS, 0, u);
 }
 
-/* Checks that shards 1..n-1 answer and hold this shard's layout; a shard
- * outside it that stands by may hold an older one (it holds nothing, and
- * takes the new layout when it starts again). A shard that refuses the
- * connection or holds another layout is asked again every LIVE_RETRY_MS
- * for LIVE_CALL_MS: one that is starting again (executing itself after an
- * interrupted reshard, restarted by its supervisor) is waited for, as the
- * docs promise ("does not answer within 3 s"), rather than refused at once
- * (integration-relayout's kill rounds asked again while ps:2 re-executed).
- * Returns 0 or a gRPC status with msg saying which and why. */
-static grpc_status_code check_shards(struct psd_server *srv, int n, char *msg,
-                                     size_t len) {
+void psd__live_view_of(const Psd__V1__StatusResponse *r,
+                       struct psd__live_view *v) {
+  *v = (struct psd__live_view){.layout = r->layout,
+                               .nshards = r->num_shards,
+                               .standby = r->standby,
+                               .move_to = (int)r->move_to,
+                               .moved = (int)r->moved,
+                               .owned = (int)r->buckets_owned};
+  for (size_t i = 0; i < r->n_tables; i++)
+    v->row_bytes += r->tables[i]->raw_bytes + r->tables[i]->rows * (8 + 16);
+}
+
+/* A shard that refuses the connection or holds another layout is asked
+ * again every LIVE_RETRY_MS for LIVE_CALL_MS: one that is starting again
+ * (executing itself after an interrupted reshard, restarted by its
+ * supervisor) is waited for, as the docs promise ("does not answer within
+ * 3 s"), rather than refused at once (integration-relayout's kill rounds
+ * asked again while ps:2 re-executed). */
+grpc_status_code psd__live_check(struct psd_server *srv, int n, int loose,
+                                 struct psd__live_view *views, char *msg,
+                                 size_t len) {
   Psd__V1__Caller caller = psd_peer_caller(srv->live->peers);
   Psd__V1__StatusRequest req = PSD__V1__STATUS_REQUEST__INIT;
   req.caller = &caller;
@@ -89,9 +99,9 @@ static grpc_status_code check_shards(struct psd_server *srv, int n, char *msg,
     r = (Psd__V1__StatusResponse *)cm_rpc_unpack(
         u.response, &psd__v1__status_response__descriptor);
     cm_unary_release(&u);
-    int other = r &&
-                (r->layout != srv->layout || r->num_shards != srv->nshards) &&
-                !(s >= srv->nshards && r->standby && r->layout < srv->layout);
+    int other =
+        r && (r->layout != srv->layout || r->num_shards != srv->nshards) &&
+        !(loose && s >= srv->nshards && r->standby && r->layout < srv->layout);
     if (other && cm_mono_s() < until) {
       protobuf_c_message_free_unpacked(&r->base, NULL);
       usleep(LIVE_RETRY_MS * 1000);
@@ -109,6 +119,8 @@ static grpc_status_code check_shards(struct psd_server *srv, int n, char *msg,
         protobuf_c_message_free_unpacked(&r->base, NULL);
       return GRPC_STATUS_FAILED_PRECONDITION;
     }
+    if (views)
+      psd__live_view_of(r, &views[s]);
     protobuf_c_message_free_unpacked(&r->base, NULL);
   }
   return GRPC_STATUS_OK;
@@ -252,12 +264,17 @@ static void on_request(struct psd_live *l, struct cm_rpc_call *call,
                        const Psd__V1__ReshardRequest *req) {
   struct psd_server *srv = l->srv;
   Psd__V1__ReshardResponse resp = PSD__V1__RESHARD_RESPONSE__INIT;
-  int m = req->shards, n = srv->nshards, busy;
+  int m = req->shards, n = srv->nshards, busy, to = 0, done = 0;
   int most = m > n ? m : n;
   uint64_t v = srv->layout + 1;
-  char plan[1200], msg[1400], text[200], err[512];
+  char plan[1200], msg[1400] = "", text[200], err[512];
+  struct psd__live_view *views = NULL;
   grpc_status_code st;
 
+  if (req->cancel) {
+    psd__live_move_cancel(l, call);
+    return;
+  }
   if (m < 1 || m > srv->spec->nps) {
     cm_rpc_fail(call, GRPC_STATUS_INVALID_ARGUMENT,
                 "shards %d: the spec's cluster.ps lists %d address%s; "
@@ -266,6 +283,23 @@ static void on_request(struct psd_live *l, struct cm_rpc_call *call,
                 srv->spec->nps);
     return;
   }
+  if (req->how == PSD__V1__RESHARD_HOW__RESHARD_MOVES ||
+      (req->how == PSD__V1__RESHARD_HOW__RESHARD_MOVES_OR_STOP &&
+       !psd__live_movable(l, msg, sizeof msg))) {
+    psd__live_move_request(l, call, req);
+    return;
+  }
+  if (req->how != PSD__V1__RESHARD_HOW__RESHARD_STOP &&
+      req->how != PSD__V1__RESHARD_HOW__RESHARD_MOVES_OR_STOP) {
+    cm_rpc_fail(call, GRPC_STATUS_INVALID_ARGUMENT,
+                "how %d is none of RESHARD_STOP (0), RESHARD_MOVES (1), "
+                "RESHARD_MOVES_OR_STOP (2)",
+                (int)req->how);
+    return;
+  }
+  if (req->how != PSD__V1__RESHARD_HOW__RESHARD_STOP)
+    cm_info("reshard: no live move (%s): the shards stop and ps:0 cuts", msg);
+  msg[0] = '\0';
   if (m == n) {
     cm_rpc_fail(call, GRPC_STATUS_FAILED_PRECONDITION,
                 "the job has %d shard%s already (layout %llu); nothing to do",
@@ -280,16 +314,29 @@ static void on_request(struct psd_live *l, struct cm_rpc_call *call,
     return;
   }
   pthread_mutex_lock(&l->lock);
-  busy = l->pending;
+  busy = l->pending ? 1 : l->moving ? 2 : 0;
   if (!busy)
     l->pending = -1; /* checking: a second request is refused */
+  to = l->fig.to;
   pthread_mutex_unlock(&l->lock);
+  if (busy == 2) {
+    cm_rpc_fail(call, GRPC_STATUS_FAILED_PRECONDITION,
+                "a live move to %d shards is under way: wait for it or stop "
+                "it (psctl reshard --cancel), then ask again",
+                to);
+    return;
+  }
   if (busy) {
     cm_rpc_fail(call, GRPC_STATUS_FAILED_PRECONDITION,
                 "a reshard to %d shards (layout %llu) is under way: wait for "
                 "it (psctl status) and ask again",
                 l->to, (unsigned long long)l->target);
     return;
+  }
+  if (!(views = calloc((size_t)most, sizeof *views))) {
+    snprintf(msg, sizeof msg, "out of memory; nothing changed");
+    st = GRPC_STATUS_RESOURCE_EXHAUSTED;
+    goto refuse;
   }
   if (!l->peers && psd_peers_new(&l->peers, srv->spec,
                                  &(struct psd_peer_opts){
@@ -300,8 +347,29 @@ static void on_request(struct psd_live *l, struct cm_rpc_call *call,
     st = GRPC_STATUS_INTERNAL;
     goto refuse;
   }
-  if ((st = check_shards(srv, most, msg, sizeof msg)) != GRPC_STATUS_OK)
+  if ((st = psd__live_check(srv, most, 1, views, msg, sizeof msg)) !=
+      GRPC_STATUS_OK)
     goto refuse;
+  /* Rows moved live sit on shards whose checkpoints the cut would not
+   * read as theirs (a destination standing by writes none): the move is
+   * finished first. */
+  if (psd__live_self_view(l, &views[0]) ||
+      psd__live_move_state(views, most, &to, &done, msg, sizeof msg)) {
+    if (!msg[0])
+      snprintf(msg, sizeof msg, "ps:0 cannot read its own status");
+    st = GRPC_STATUS_FAILED_PRECONDITION;
+    goto refuse;
+  }
+  if (to) {
+    snprintf(msg, sizeof msg,
+             "the job's table rows are partly moved live to %d shards (%d "
+             "bucket moves made): the stop and cut would not find the rows "
+             "moved; finish the move (psctl reshard --shards %d --moves) "
+             "first; nothing changed",
+             to, done, to);
+    st = GRPC_STATUS_FAILED_PRECONDITION;
+    goto refuse;
+  }
   psd__live_plan_dir(srv->root, srv->spec->job.name, v, plan, sizeof plan);
   if (psd__live_is_dir(plan))
     psd__live_remove_plan(
@@ -354,12 +422,14 @@ static void on_request(struct psd_live *l, struct cm_rpc_call *call,
            n, m, (unsigned long long)v);
   resp.message = msg;
   cm_rpc_reply(call, cm_rpc_pack(&resp.base));
+  free(views);
   return;
 refuse:
   pthread_mutex_lock(&l->lock);
   l->pending = 0;
   pthread_mutex_unlock(&l->lock);
   cm_rpc_fail(call, st, "%s", msg);
+  free(views);
 }
 
 static void on_reshard(struct cm_rpc_call *call, grpc_byte_buffer *bb,
@@ -426,6 +496,13 @@ int psd_live_new(struct psd_live **out, struct psd_server *srv,
   l->host.self = &srv->self;
   l->method = (struct cm_rpc_method){"/psd.v1.Admin/Reshard", on_reshard, l};
   pthread_mutex_init(&l->lock, NULL);
+  {
+    pthread_condattr_t ca; /* nap's waits are on the monotonic clock */
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&l->move_wake, &ca);
+    pthread_condattr_destroy(&ca);
+  }
   if (last && last[0])
     snprintf(l->note, sizeof l->note, "last: %s", last);
   if (uv_async_init(&srv->loop, &l->wake, on_wake)) {
@@ -441,7 +518,9 @@ int psd_live_new(struct psd_live **out, struct psd_server *srv,
 void psd_live_free(struct psd_live *l) {
   if (!l)
     return;
+  psd_live_stop_move(l);
   psd_peers_free(l->peers);
+  pthread_cond_destroy(&l->move_wake);
   pthread_mutex_destroy(&l->lock);
   free(l);
 }
@@ -454,7 +533,14 @@ const struct cm_rpc_method *psd_live_methods(struct psd_live *l, int *n) {
 void psd_live_note(void *live, char *buf, size_t len) {
   struct psd_live *l = live;
   pthread_mutex_lock(&l->lock);
-  snprintf(buf, len, "%s", l->note);
+  if (l->moving)
+    snprintf(buf, len,
+             "under way: a live move of table rows from %d to %d shards, %u "
+             "of %u bucket moves made%s",
+             l->fig.from, l->fig.to, l->fig.moved, l->fig.moves,
+             l->move_cancel ? "; stopping after the batch under way" : "");
+  else
+    snprintf(buf, len, "%s", l->note);
   pthread_mutex_unlock(&l->lock);
 }
 

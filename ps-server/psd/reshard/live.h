@@ -23,13 +23,28 @@
  * Killed at any point (kill -9), a shard restarted finds the plan without a
  * result: ps:0 writes "interrupted" (the directory holds the old layout or
  * the new one, whole), any other shard marks itself restarted and waits for
- * the result; so no shard ever serves a layout the directory does not hold. */
+ * the result; so no shard ever serves a layout the directory does not hold.
+ *
+ * Or, asked for a live move (ReshardRequest.how, psctl reshard --moves: an
+ * async job with rows by buckets and tables), ps:0 moves the table rows
+ * while everyone trains (live_move.c): it checks (the count, no reshard
+ * under way, every shard of both counts answering in ps:0's layout, the
+ * buckets each owns as the move state says), answers with the plan, then
+ * on a thread of its own sends each batch of cm_layout_moves's buckets
+ * (one source and destination, at most `batch` buckets) to its
+ * destination (Admin/MoveBuckets, reshard/move.h), and last the switch
+ * (Admin/SwitchLayout: FREEZE, PREPARE, COMMIT to every shard; ABORT on a
+ * failure before COMMIT). A failed batch, a --cancel or a failed switch
+ * stops it with every bucket on one owner; asked again, it resumes from
+ * the move state the shards hold. Its result is the reshard note; its
+ * figures Status's move. */
 #ifndef PSD_LIVE_H
 #define PSD_LIVE_H
 
 #include <stddef.h>
 #include <stdint.h>
 
+#include "ps.pb-c.h"
 #include "psd.h"
 #include "rpc_server.h"
 
@@ -52,6 +67,16 @@ const struct cm_rpc_method *psd_live_methods(struct psd_live *l, int *n);
 /* The reshard under way or the last one, in words, into buf ("" when none):
  * StatusResponse.reshard. */
 void psd_live_note(void *live, char *buf, size_t len);
+
+/* ps:0's figures of the live move it drives or drove last into *out
+ * (StatusResponse.move): 1, or 0 when it has driven none since it started
+ * (psd_service_set_move_status's fill). */
+int psd_live_move_status(void *live, Psd__V1__MoveStatus *out);
+
+/* Stops ps:0's live move after its batch under way (as psctl reshard
+ * --cancel does), and waits for its thread: psd stopping. Nothing when
+ * none runs. */
+void psd_live_stop_move(struct psd_live *l);
 
 /* At start, before the layout is read from root (the checkpoint root; NULL
  * when checkpoints are off): a plan left without a result is finished

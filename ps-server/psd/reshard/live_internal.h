@@ -1,5 +1,6 @@
-/* live.c and live_plan.c's shared insides (live.h is their API): the
- * handler's state and the plan directory's files. */
+/* live.c, live_plan.c and live_move.c's shared insides (live.h is their
+ * API): the handler's state, the shards' status as ps:0 surveys it, the
+ * plan directory's files and the live move's driver. */
 #ifndef PSD_LIVE_INTERNAL_H
 #define PSD_LIVE_INTERNAL_H
 
@@ -10,6 +11,7 @@
 
 #include "live.h"
 #include "peer.h"
+#include "ps.pb-c.h"
 #include "request.h"
 
 #define LIVE_CALL_MS 3000    /* each check and prepare call's deadline */
@@ -40,7 +42,70 @@ struct psd_live {
   char note[600];              /* the last reshard's result, for Status */
   int clean; /* ps:0: the shards stop between two steps (async: always), so
                 the workers stay joined across the re-execution */
+  /* ps:0's live move (live_move.c), under lock like the above: */
+  int moving;               /* its thread runs (batches, then the switch) */
+  int move_cancel;          /* psctl reshard --cancel, or psd stopping:
+                               stop after the batch under way */
+  int move_said;            /* fig holds a move's figures (Status's move) */
+  Psd__V1__MoveStatus fig;  /* those figures (no strings in it) */
+  pthread_cond_t move_wake; /* wakes the thread's wait between batches */
+  pthread_t move_thread;    /* the thread, joined by the next move or by
+                               psd_live_stop_move */
+  int move_joinable;        /* move_thread is to be joined */
+  double move_since;        /* cm_mono_ms() when the move was asked for */
 };
+
+/* A shard's Status as ps:0's checks read it (psd__live_check). */
+struct psd__live_view {
+  uint64_t layout;    /* the layout version it holds */
+  int nshards;        /* that layout's count */
+  int standby;        /* it stands by outside it */
+  int move_to, moved; /* the live move it has adopted (0, 0: none) */
+  int owned;          /* buckets whose rows it holds */
+  uint64_t row_bytes; /* its tables' rows as a move carries them: values,
+                         state, ids and statistics */
+};
+
+/* Checks that shards 1..n-1 answer Status (each asked again for up to
+ * LIVE_CALL_MS while it refuses the connection or holds another layout:
+ * one starting again is waited for) and hold ps:0's layout; with loose, a
+ * shard past ps:0's count that stands by may hold an older one. Fills
+ * views[1..n-1] when views is not NULL. Returns 0 or a gRPC status with
+ * msg saying which shard and why, ending "; nothing changed". */
+grpc_status_code psd__live_check(struct psd_server *srv, int n, int loose,
+                                 struct psd__live_view *views, char *msg,
+                                 size_t len);
+
+/* Reads a view from a Status answer r. */
+void psd__live_view_of(const Psd__V1__StatusResponse *r,
+                       struct psd__live_view *v);
+
+/* ---- ps:0's live move (live_move.c) ---- */
+
+/* Admin/Reshard with how RESHARD_MOVES (or _OR_STOP, the job able to
+ * move), to m shards: the checks, the plan in words as the answer, the
+ * batches and the switch on a thread of its own. Answers call. */
+void psd__live_move_request(struct psd_live *l, struct cm_rpc_call *call,
+                            const Psd__V1__ReshardRequest *req);
+
+/* Admin/Reshard with cancel: the move under way stops after its batch
+ * under way. Answers call. */
+void psd__live_move_cancel(struct psd_live *l, struct cm_rpc_call *call);
+
+/* Whether the job can move rows live (0), or CM_EINVAL with msg saying
+ * why not: psd_service_movable's reasons, or no table declared. */
+int psd__live_movable(struct psd_live *l, char *msg, size_t len);
+
+/* The move state (moving to *to shards, *moved bucket moves made) that the
+ * views of shards 0..n-1 hold, the largest `moved` of a move to one count;
+ * *to 0 when none. Returns 0, or -1 when two shards hold moves to two
+ * counts (msg says which). */
+int psd__live_move_state(const struct psd__live_view *views, int n, int *to,
+                         int *moved, char *msg, size_t len);
+
+/* Fills ps:0's view (its own Status, run as a local call). Returns 0 or a
+ * negative code. */
+int psd__live_self_view(struct psd_live *l, struct psd__live_view *v);
 
 /* <root>/.live-<job>-L<version> into buf. */
 void psd__live_plan_dir(const char *root, const char *job, uint64_t v,

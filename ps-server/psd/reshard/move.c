@@ -212,8 +212,10 @@ int psd_move_buckets(struct psd_service *svc, struct psd_peers *peers, int self,
     goto cancel;
   }
   res->bytes += r->bytes;
+  res->lag_rows = res->rows;
   if ((rc = psd_move_install(ts, r, set, &res->rows, err, errlen)))
     goto cancel; /* the source still holds every row: it takes them back */
+  res->lag_rows = res->rows - res->lag_rows;
   psd_service_own(svc, set, move_to, moved);
   res->pause_us = (uint64_t)((cm_mono_ms() - t0) * 1000);
   psd__v1__move_rows_response__free_unpacked(r, NULL);
@@ -310,6 +312,7 @@ static void *move_thread(void *arg) {
     r.bytes = res.bytes;
     r.rounds = res.rounds;
     r.pause_us = res.pause_us;
+    r.lag_rows = res.lag_rows;
     cm_info("moved buckets from ps:%d: %" PRIu64 " rows, %" PRIu64
             " bytes in %u copies and the hand-over (%.1f ms; the pause "
             "%" PRIu64 " us)",

@@ -48,6 +48,7 @@ struct psd_move_result {
   uint64_t bytes;    /* row bytes received (MoveRowsResponse.bytes) */
   uint32_t rounds;   /* copies before the hand-over */
   uint64_t pause_us; /* the hand-over: its call to the buckets owned here */
+  uint64_t lag_rows; /* rows of the hand-over's copy (the last changes) */
   int status;        /* CM_ERPC: the source's gRPC status code */
 };
 

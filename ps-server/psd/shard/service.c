@@ -135,6 +135,14 @@ void psd_service_set_reshard_note(struct psd_service *svc,
   svc->reshard_ctx = ctx;
 }
 
+void psd_service_set_move_status(struct psd_service *svc,
+                                 int (*fill)(void *ctx,
+                                             Psd__V1__MoveStatus *out),
+                                 void *ctx) {
+  svc->move_status = fill;
+  svc->move_status_ctx = ctx;
+}
+
 void psd_service_set_self(struct psd_service *svc,
                           struct cm_request_self *self) {
   svc->host.self = self;

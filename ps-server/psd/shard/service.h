@@ -16,6 +16,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "ps.pb-c.h"
 #include "rpc_server.h"
 #include "store.h"
 
@@ -83,6 +84,14 @@ void psd_service_set_reshard_note(struct psd_service *svc,
                                   void (*note)(void *ctx, char *buf,
                                                size_t len),
                                   void *ctx);
+
+/* Status's `move` (ps:0's figures of a live move it drives, live.h) comes
+ * from fill(ctx, out), which fills *out (its strings none) and returns 1,
+ * or returns 0 when there is none to say; NULL: none. */
+void psd_service_set_move_status(struct psd_service *svc,
+                                 int (*fill)(void *ctx,
+                                             Psd__V1__MoveStatus *out),
+                                 void *ctx);
 
 /* Serves the embedding tables ts (borrowed; must outlive svc): sparse
  * pulls and pushes, Declare's tables, Status, Rows, Shrink, Export. Without

@@ -84,7 +84,10 @@ struct psd_service {
   struct psd_publisher *publisher; /* borrowed, NULL when not publishing */
   void (*reshard_note)(void *ctx, char *buf, size_t len); /* Status's
                                     reshard text (live.h), or NULL */
-  void *reshard_ctx;               /* passed to reshard_note */
+  void *reshard_ctx; /* passed to reshard_note */
+  int (*move_status)(void *ctx, Psd__V1__MoveStatus *out); /* Status's
+                                    move (live.h), or NULL */
+  void *move_status_ctx;           /* passed to move_status */
   uint64_t hold_at;                /* sync, a reshard's step boundary: pulls
                                       of version >= hold_at stay parked
                                       (0: none); under park_lock */

@@ -163,6 +163,9 @@ void psd__on_status(struct cm_rpc_call *call, grpc_byte_buffer *bb, void *ctx) {
                (unsigned long long)sw, to, to == 1 ? "" : "s");
   }
   resp.reshard = note;
+  Psd__V1__MoveStatus mv = PSD__V1__MOVE_STATUS__INIT;
+  if (svc->move_status && svc->move_status(svc->move_status_ctx, &mv))
+    resp.move = &mv;
   {
     struct psd_dedup_stats ds;
     psd_dedup_stats(svc->dedup, &ds);
