@@ -75,6 +75,9 @@ static struct {
   int hold_for;                 /* those refusals left */
   int hold_k;                   /* the destination's moves meanwhile */
   int sparse_calls[NS];         /* table calls each shard answered OK */
+  int creep; /* > 0: a refusing shard says one move more than it said
+                last, up to creep (a move whose batches land while the
+                call re-plans, each answer one step newer) */
 } st;
 
 /* Table "t"'s slot of id, made when new. */
@@ -249,6 +252,8 @@ static int gate(struct cm_rpc_call *call, int s, const uint64_t *ids,
     }
   }
   if (refused >= 0) {
+    if (st.creep && st.k[s] < st.creep)
+      st.k[s]++;
     k = st.k[s];
     st.moved_answers++;
     /* The destination, ps:2, of a bucket held back takes it after
@@ -727,6 +732,44 @@ START_TEST(table_declared_on_destination) {
 }
 END_TEST
 
+/* A move whose batches land one by one while a call re-plans (each
+ * answer names one move more): the call follows every step of it, more
+ * than PSC__MAX_REPLANS, and pushes every id once. */
+#define NC 24 /* moves made under the call, past PSC__MAX_REPLANS */
+START_TEST(move_steps_under_one_call_followed) {
+  uint16_t mv[CM_LAYOUT_BUCKETS];
+  uint64_t ids[NC];
+  float rows[NC];
+  ck_assert_int_gt(cm_layout_moves(2, 3, mv), NC);
+  for (int j = 0; j < NC; j++) { /* an id in the bucket of move j */
+    uint64_t id = 1;
+    while ((int)cm_layout_bucket(cm_layout_id_hash(id)) != mv[j])
+      id++;
+    ids[j] = id;
+    rows[j] = 0.25f * (float)(j + 1);
+  }
+  struct psc__client *c = client_at(0);
+  stand_at(NC);
+  pthread_mutex_lock(&st.lock);
+  st.creep = NC;
+  for (int k = 0; k < NS; k++)
+    st.k[k] = 0; /* they own the map after NC, and say one more each time */
+  pthread_mutex_unlock(&st.lock);
+  struct psc__rows r = {.table = "t", .ids = ids, .n = NC, .grads = rows};
+  ck_assert_msg(psc__client_push_rows(c, &r, 1) == 0, "%s",
+                psc__client_error(c));
+  ck_assert_int_eq(c->moves, NC);
+  ck_assert_uint_gt(c->stats.replans, PSC__MAX_REPLANS);
+  for (int j = 0; j < NC; j++) {
+    int k = tslot(ids[j]);
+    ck_assert_msg(st.t[k] == rows[j], "id %llu: %g, pushed %g",
+                  (unsigned long long)ids[j], st.t[k], rows[j]);
+    ck_assert_int_eq(st.tby[k], 2);
+  }
+  psc__client_free(c);
+}
+END_TEST
+
 /* bb never reaches ps:2: the push fails once the client's wait (150 ms
  * here, 30 s by default) is spent, naming ps:2, bb and the last answer;
  * the other ids were applied once, bb's not at all. */
@@ -774,6 +817,7 @@ static Suite *moved_suite(void) {
   tcase_add_test(tc, hand_over_window_passes);
   tcase_add_test(tc, table_declared_on_destination);
   tcase_add_test(tc, bucket_refused_past_wait);
+  tcase_add_test(tc, move_steps_under_one_call_followed);
   tcase_set_timeout(tc, 60);
   suite_add_tcase(s, tc);
   return s;

@@ -354,9 +354,11 @@ int psc__retry_wait(struct psc__client *c, const unsigned char *down, int ndown,
  * moves than another shard of the round, and once at the move's end (the
  * version's step, dense variables re-cut). A bucket between owners, or a
  * shard that knows fewer moves than the client, names no newer layout and
- * is waited for apart (moved_wait_ms), not counted here. A client makes
- * hundreds of re-plans in a long move, a few per call: 8 allows twice the
- * most a call needs, and still stops a layout that keeps moving under one
+ * is waited for apart (moved_wait_ms), not counted here, and neither are
+ * more moves of the move the client follows already (each strictly later,
+ * at most CM_LAYOUT_BUCKETS of them: small batches made ms apart moved one
+ * test's calls 9 times). 8 allows twice what else a call needs (a move
+ * starting, its end), and still stops layouts that keep changing under one
  * call within a few round trips. */
 #define PSC__MAX_REPLANS 8
 
@@ -382,7 +384,9 @@ struct psc__moved {
 /* One call's following of "layout moved" answers (psc__follow_moved);
  * zero at the start of the call. */
 struct psc__follow {
-  int replans;       /* newer layouts taken during the call */
+  int replans;       /* newer layouts taken during the call, but for more
+                        moves of a move followed already (the cap's) */
+  int taken;         /* newer layouts taken during the call, all of them */
   double wait_from;  /* cm_mono_ms() when answers naming no newer layout
                         began, 0: none since the last re-plan */
   double backoff_ms; /* the wait before sending again after the next */

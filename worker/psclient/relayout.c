@@ -24,7 +24,8 @@
  * they are, and table ids go by cm_layout_map_moving(N, M, K), whose
  * shards (max(N, M)) all hold rows meanwhile. A call follows an answer
  * only when it names a newer layout (psc__moved_newer), the newest of its
- * round (psc__note_moved), at most PSC__MAX_REPLANS times; one that names
+ * round (psc__note_moved), at most PSC__MAX_REPLANS times besides the
+ * steps of a move it follows already; one that names
  * none newer (a shard that has not learnt the move's latest step, or a
  * bucket between owners) is sent again after a short backoff for up to
  * moved_wait_ms (psc__follow_moved).
@@ -443,8 +444,14 @@ int psc__follow_moved(struct psc__client *c, struct psc__follow *f,
   double now = cm_mono_ms();
   int rc;
   if (psc__moved_parse(c->moved, &m) || psc__moved_newer(c, &m)) {
-    /* A newer layout, or a message psc__relayout refuses in words. */
-    if (f->replans++ == PSC__MAX_REPLANS) {
+    /* A newer layout, or a message psc__relayout refuses in words. More
+     * bucket moves of the move the client follows already are not
+     * counted: each is strictly later, and a move has at most
+     * CM_LAYOUT_BUCKETS of them, so a call that follows a live move's
+     * batches (ms apart when small) never fails for it. */
+    int step = m.layout == c->layout && m.nshards == c->nshards && m.move_to &&
+               m.move_to == c->move_to && m.moves > c->moves;
+    if (!step && f->replans++ == PSC__MAX_REPLANS) {
       psc__seterr(c,
                   "%s: the job's layout moved %d times during one call; the "
                   "last answer: %s",
@@ -452,6 +459,7 @@ int psc__follow_moved(struct psc__client *c, struct psc__follow *f,
       return CM_ERPC;
     }
     f->wait_from = 0;
+    f->taken++;
     return transfer ? psc__relayout_transfer(c, c->moved, what)
                     : psc__relayout(c, c->moved, what);
   }

@@ -343,8 +343,8 @@ out:
 static int replan(struct psc__scall *sc, int nr, struct psc__follow *f) {
   struct psc__client *c = sc->c;
   const char *name = sc->push ? "push rows" : "pull rows";
-  int replans = f->replans, rc;
-  if ((rc = psc__follow_moved(c, f, name, 0)) || f->replans == replans)
+  int taken = f->taken, rc;
+  if ((rc = psc__follow_moved(c, f, name, 0)) || f->taken == taken)
     return rc;
   if (sc->push)
     return psc__sparse_regroup(sc, &c->map, c->o.chunk_bytes);
