@@ -264,10 +264,10 @@ static void on_request(struct psd_live *l, struct cm_rpc_call *call,
                        const Psd__V1__ReshardRequest *req) {
   struct psd_server *srv = l->srv;
   Psd__V1__ReshardResponse resp = PSD__V1__RESHARD_RESPONSE__INIT;
-  int m = req->shards, n = srv->nshards, busy, to = 0, done = 0;
+  int m = req->shards, n = srv->nshards, to = 0, done = 0;
   int most = m > n ? m : n;
   uint64_t v = srv->layout + 1;
-  char plan[1200], msg[1400] = "", text[200], err[512];
+  char plan[1200], msg[1400] = "", text[200];
   struct psd__live_view *views = NULL;
   grpc_status_code st;
 
@@ -313,40 +313,15 @@ static void on_request(struct psd_live *l, struct cm_rpc_call *call,
                 "shard shares) and restart the shards");
     return;
   }
-  pthread_mutex_lock(&l->lock);
-  busy = l->pending ? 1 : l->moving ? 2 : 0;
-  if (!busy)
-    l->pending = -1; /* checking: a second request is refused */
-  to = l->fig.to;
-  pthread_mutex_unlock(&l->lock);
-  if (busy == 2) {
-    cm_rpc_fail(call, GRPC_STATUS_FAILED_PRECONDITION,
-                "a live move to %d shards is under way: wait for it or stop "
-                "it (psctl reshard --cancel), then ask again",
-                to);
+  if (psd__live_claim(l, call))
     return;
-  }
-  if (busy) {
-    cm_rpc_fail(call, GRPC_STATUS_FAILED_PRECONDITION,
-                "a reshard to %d shards (layout %llu) is under way: wait for "
-                "it (psctl status) and ask again",
-                l->to, (unsigned long long)l->target);
-    return;
-  }
   if (!(views = calloc((size_t)most, sizeof *views))) {
     snprintf(msg, sizeof msg, "out of memory; nothing changed");
     st = GRPC_STATUS_RESOURCE_EXHAUSTED;
     goto refuse;
   }
-  if (!l->peers && psd_peers_new(&l->peers, srv->spec,
-                                 &(struct psd_peer_opts){
-                                     .who = "ps:0 (reshard)", .fresh = 1},
-                                 err, sizeof err)) {
-    snprintf(msg, sizeof msg, "cannot call the shards: %s; nothing changed",
-             err);
-    st = GRPC_STATUS_INTERNAL;
+  if ((st = psd__live_peers(l, msg, sizeof msg)) != GRPC_STATUS_OK)
     goto refuse;
-  }
   if ((st = psd__live_check(srv, most, 1, views, msg, sizeof msg)) !=
       GRPC_STATUS_OK)
     goto refuse;
@@ -545,3 +520,40 @@ void psd_live_note(void *live, char *buf, size_t len) {
 }
 
 int psd_live_pending(const struct psd_live *l) { return l && l->pending > 0; }
+
+int psd__live_claim(struct psd_live *l, struct cm_rpc_call *call) {
+  int busy, to;
+  pthread_mutex_lock(&l->lock);
+  busy = l->pending ? 1 : l->moving ? 2 : 0;
+  if (!busy) {
+    l->pending = -1; /* checking: a second request is refused */
+    if (l->move_joinable) {
+      pthread_join(l->move_thread, NULL); /* ended: moving is 0 */
+      l->move_joinable = 0;
+    }
+  }
+  to = l->fig.to;
+  pthread_mutex_unlock(&l->lock);
+  if (busy == 2)
+    cm_rpc_fail(call, GRPC_STATUS_FAILED_PRECONDITION,
+                "a live move to %d shards is under way: wait for it or stop "
+                "it (psctl reshard --cancel), then ask again",
+                to);
+  else if (busy)
+    cm_rpc_fail(call, GRPC_STATUS_FAILED_PRECONDITION,
+                "a reshard to %d shards (layout %llu) is under way: wait for "
+                "it (psctl status) and ask again",
+                l->to, (unsigned long long)l->target);
+  return busy ? -1 : 0;
+}
+
+grpc_status_code psd__live_peers(struct psd_live *l, char *msg, size_t len) {
+  char err[1024];
+  if (l->peers || !psd_peers_new(&l->peers, l->srv->spec,
+                                 &(struct psd_peer_opts){
+                                     .who = "ps:0 (reshard)", .fresh = 1},
+                                 err, sizeof err))
+    return GRPC_STATUS_OK;
+  snprintf(msg, len, "cannot call the shards: %s; nothing changed", err);
+  return GRPC_STATUS_INTERNAL;
+}

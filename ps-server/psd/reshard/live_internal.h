@@ -55,6 +55,16 @@ struct psd_live {
   double move_since;        /* cm_mono_ms() when the move was asked for */
 };
 
+/* Claims the reshard handler for one request (a stop and cut's or a live
+ * move's): 0 with l->pending set to -1 (checking), or -1 once the call is
+ * answered FAILED_PRECONDITION because a reshard or a move is under way.
+ * A move's thread that ended is joined. */
+int psd__live_claim(struct psd_live *l, struct cm_rpc_call *call);
+
+/* ps:0's channels to the shards (l->peers), made at the first request:
+ * GRPC_STATUS_OK, or another status with msg saying why. */
+grpc_status_code psd__live_peers(struct psd_live *l, char *msg, size_t len);
+
 /* A shard's Status as ps:0's checks read it (psd__live_check). */
 struct psd__live_view {
   uint64_t layout;    /* the layout version it holds */

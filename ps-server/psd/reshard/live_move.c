@@ -460,7 +460,7 @@ void psd__live_move_request(struct psd_live *l, struct cm_rpc_call *call,
   struct psd_server *srv = l->srv;
   Psd__V1__ReshardResponse resp = PSD__V1__RESHARD_RESPONSE__INIT;
   int m = req->shards, n = srv->nshards, most = m > n ? m : n;
-  int busy, to = 0, done = 0, total, b, batches;
+  int to = 0, done = 0, total, b, batches;
   struct psd__live_view *views = NULL;
   struct cm_layout_map *map = NULL, *za = NULL;
   uint16_t *mv = NULL;
@@ -483,31 +483,8 @@ void psd__live_move_request(struct psd_live *l, struct cm_rpc_call *call,
                 req->batch, req->rate_mbps, CM_LAYOUT_BUCKETS);
     return;
   }
-  pthread_mutex_lock(&l->lock);
-  busy = l->pending ? 1 : l->moving ? 2 : 0;
-  if (!busy) {
-    l->pending = -1; /* checking: a second request is refused */
-    if (l->move_joinable) {
-      pthread_join(l->move_thread, NULL); /* ended: moving is 0 */
-      l->move_joinable = 0;
-    }
-  }
-  to = l->fig.to;
-  pthread_mutex_unlock(&l->lock);
-  if (busy == 2) {
-    cm_rpc_fail(call, GRPC_STATUS_FAILED_PRECONDITION,
-                "a live move to %d shards is under way: wait for it or stop "
-                "it (psctl reshard --cancel), then ask again",
-                to);
+  if (psd__live_claim(l, call))
     return;
-  }
-  if (busy) {
-    cm_rpc_fail(call, GRPC_STATUS_FAILED_PRECONDITION,
-                "a reshard to %d shards (layout %llu) is under way: wait for "
-                "it (psctl status) and ask again",
-                l->to, (unsigned long long)l->target);
-    return;
-  }
   if (!(views = calloc((size_t)most, sizeof *views)) ||
       !(map = malloc(sizeof *map)) || !(za = malloc(sizeof *za)) ||
       !(mv = malloc(CM_LAYOUT_BUCKETS * sizeof *mv)) ||
@@ -516,15 +493,8 @@ void psd__live_move_request(struct psd_live *l, struct cm_rpc_call *call,
     st = GRPC_STATUS_RESOURCE_EXHAUSTED;
     goto refuse;
   }
-  if (!l->peers && psd_peers_new(&l->peers, srv->spec,
-                                 &(struct psd_peer_opts){
-                                     .who = "ps:0 (reshard)", .fresh = 1},
-                                 err, sizeof err)) {
-    snprintf(msg, sizeof msg, "cannot call the shards: %s; nothing changed",
-             err);
-    st = GRPC_STATUS_INTERNAL;
+  if ((st = psd__live_peers(l, msg, sizeof msg)) != GRPC_STATUS_OK)
     goto refuse;
-  }
   /* Every shard of both counts in ps:0's layout, a standby one too: a
    * destination that took rows must answer for them in it. */
   if ((st = psd__live_check(srv, most, 0, views, msg, sizeof msg)) !=
