@@ -28,10 +28,10 @@ bytes a row), over the wall time of all the moves; the pull's bytes are the
 rows' values (rows x dim x 4) and the dense variable's, over its own wall
 time. A step is one push_rows plus one pull_rows of WORK_IDS ids.
 
-Dense variables do not move in this phase (the shards do not serve the
-switch that re-splits them and ends the move yet: psctl reports the move
-stopped after its last batch, which the bench accepts): the figures are
-the table rows'.
+The move ends with the switch (Admin/SwitchLayout: the dense variable
+re-split among 3, layout 1 of 3), whose pause of the dense calls is ps:0's
+figure in psctl's result ("the switch N ms", switch_ms); the client steps
+on table rows only, so its steps show the batches' hand-overs.
 
 Lines: `bench reshard move` (rates, pauses, steps, per round) and the
 `bench reshard move:` summary.
@@ -105,15 +105,15 @@ class Stepper:
 
 
 def move_all(bench):
-    """2 -> 3 by psctl reshard --moves, BATCH_BUCKETS buckets a batch:
-    (ps:0's seconds, rows, bytes, [pause_us], calls)."""
+    """2 -> 3 by psctl reshard --moves, BATCH_BUCKETS buckets a batch, and
+    the switch: (ps:0's seconds, rows, bytes, [pause_us], calls, the
+    switch's pause in seconds)."""
     r = h.run([h.build_path("ps-server", "psctl"), "--cluster", bench.spec[3], "reshard",
                "--shards", "3", "--moves", "--batch", str(BATCH_BUCKETS)],
               timeout=br.TIMEOUT_S)
     out = r.stdout + r.stderr
-    # Until the shards serve SwitchLayout, the move stops after its last
-    # batch with every bucket moved and the switch failed.
-    if r.returncode != 0 and "stopped: every bucket moved" not in out:
+    done = re.search(r"ps:0 says done: layout 1 of 3 shards .* the switch ([0-9.]+) ms", out)
+    if r.returncode != 0 or not done:
         raise Failed("psctl reshard --moves exited %d: %s" % (r.returncode, out[-2000:]))
     st = h.psctl(bench.spec[3], "--json", "status")
     mv = json.loads(st.stdout)["shards"][0].get("move") if st.returncode == 0 else None
@@ -124,7 +124,8 @@ def move_all(bench):
                          bench.live[0].output())]
     if len(pauses) != mv["batches"]:
         raise Failed("ps:0 logged %d batches, its status says %d" % (len(pauses), mv["batches"]))
-    return mv["elapsed_s"], mv["rows"], mv["bytes"], pauses, mv["batches"]
+    return (mv["elapsed_s"], mv["rows"], mv["bytes"], pauses, mv["batches"],
+            float(done.group(1)) / 1e3)
 
 
 def check_owned(addrs):
@@ -146,7 +147,7 @@ def move(d, b=None, rows=br.ROWS, rounds=ROUNDS):
     psd = br.psd_mod()
     say = lambda line: print(line, flush=True)  # noqa: E731
     t_all = time.monotonic()
-    res = {k: [] for k in ("wall", "rows", "bytes", "pause_max", "pause_med", "calls",
+    res = {k: [] for k in ("wall", "rows", "bytes", "pause_max", "pause_med", "calls", "switch",
                            "before", "during_med", "during_max", "after", "pull")}
     for r in range(rounds):
         bench = bl.LiveBench(os.path.join(d, "move%d" % r), rows)
@@ -161,7 +162,7 @@ def move(d, b=None, rows=br.ROWS, rounds=ROUNDS):
             try:
                 time.sleep(bl.STEADY_S)  # the steady steps before
                 t0 = time.monotonic()
-                wall, moved, nbytes, pauses, calls = move_all(bench)
+                wall, moved, nbytes, pauses, calls, switch = move_all(bench)
                 t1 = time.monotonic()
                 time.sleep(bl.STEADY_S)  # and after
             finally:
@@ -176,6 +177,7 @@ def move(d, b=None, rows=br.ROWS, rounds=ROUNDS):
             for k, v in (("wall", wall), ("rows", moved), ("bytes", nbytes),
                          ("pause_max", max(pauses) / 1e6),
                          ("pause_med", statistics.median(pauses) / 1e6), ("calls", calls),
+                         ("switch", switch),
                          ("before", med(before)), ("during_med", med(during)),
                          ("during_max", max(during)), ("after", med(after)),
                          ("pull", pulled)):
@@ -186,21 +188,22 @@ def move(d, b=None, rows=br.ROWS, rounds=ROUNDS):
     pull_bytes = rows * br.DIM * 4 + br.DENSE[0] * br.DENSE[1] * 4
     say("bench reshard move from=2 to=3 rows=%d dim=%d batch_buckets=%d calls=%d "
         "moved_rows=%d moved_fraction=%.3f wall_s=%.2f move_MBps=%.0f move_rows_per_s=%.0f "
-        "pause_max_ms=%.1f pause_med_ms=%.1f pull_s=%.2f pull_MBps=%.0f "
+        "pause_max_ms=%.1f pause_med_ms=%.1f switch_ms=%.1f pull_s=%.2f pull_MBps=%.0f "
         "step_before_ms=%.1f step_during_med_ms=%.1f step_during_max_ms=%.1f "
         "step_after_ms=%.1f work_ids=%d rounds=%s"
         % (rows, br.DIM, BATCH_BUCKETS, x["calls"], x["rows"], x["rows"] / rows, x["wall"],
            x["bytes"] / x["wall"] / 1e6, x["rows"] / x["wall"], x["pause_max"] * 1e3,
-           x["pause_med"] * 1e3, x["pull"], pull_bytes / x["pull"] / 1e6, x["before"] * 1e3,
+           x["pause_med"] * 1e3, x["switch"] * 1e3, x["pull"], pull_bytes / x["pull"] / 1e6, x["before"] * 1e3,
            x["during_med"] * 1e3, x["during_max"] * 1e3, x["after"] * 1e3, bl.WORK_IDS,
            ",".join("%.2f/%.1f" % (w, p * 1e3) for w, p in zip(res["wall"],
                                                               res["during_max"]))))
     say("bench reshard move: %d rows, 2 -> 3 moved %d rows (%.3f) live at %.0f MB/s in %.2f s "
         "(a client's pull of every row: %.0f MB/s), hand-overs paused a batch's writes "
-        "%.1f ms at most; the client's slowest step meanwhile %.1f ms (median %.1f ms, "
+        "%.1f ms at most, the switch the dense calls %.1f ms; the client's slowest step meanwhile %.1f ms (median %.1f ms, "
         "%.1f ms before); %d rounds in %.0f s"
         % (rows, x["rows"], x["rows"] / rows, x["bytes"] / x["wall"] / 1e6, x["wall"],
-           pull_bytes / x["pull"] / 1e6, x["pause_max"] * 1e3, x["during_max"] * 1e3,
+           pull_bytes / x["pull"] / 1e6, x["pause_max"] * 1e3, x["switch"] * 1e3,
+           x["during_max"] * 1e3,
            x["during_med"] * 1e3, x["before"] * 1e3, rounds, time.monotonic() - t_all))
 
 
