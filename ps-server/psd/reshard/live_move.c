@@ -236,36 +236,61 @@ static int count_batches(const uint16_t *mv, int k, int total, int b,
 
 /* ---- the switch ---- */
 
-/* Phase ph of SwitchLayout to shard s. Returns 0, or -1 with why. */
-static int switch_call(struct run *r, int s, Psd__V1__SwitchPhase ph,
-                       uint64_t *pause_us, char *why, size_t len) {
+/* One phase of the switch to every shard of r->most at once (a PREPARE's
+ * fetches run side by side, not one shard after another). Returns -1 with
+ * *bad the first shard that failed and why, or 0; *pause_us (may be NULL)
+ * takes the largest pause answered. */
+static int switch_phase(struct run *r, Psd__V1__SwitchPhase ph,
+                        uint64_t *pause_us, int *bad, char *why, size_t len) {
   Psd__V1__Caller caller = psd_peer_caller(r->l->peers);
   Psd__V1__SwitchLayoutRequest req = PSD__V1__SWITCH_LAYOUT_REQUEST__INIT;
-  Psd__V1__SwitchLayoutResponse *a = NULL;
-  struct cm_unary u;
-  int rc = 0;
+  struct cm_unary *calls = calloc((size_t)r->most, sizeof *calls);
+  int *done = calloc((size_t)r->most, sizeof *done), rc = 0, k = 0;
+  if (!calls || !done) {
+    snprintf(why, len, "out of memory");
+    *bad = 0;
+    rc = -1;
+    goto out;
+  }
   req.caller = &caller;
   req.phase = ph;
   req.from = r->from;
   req.to = r->to;
   req.layout = r->layout;
-  psd_peer_call(r->l->peers, s, "/psd.v1.Admin/SwitchLayout", &req.base,
-                SWITCH_CALL_MS, 0, &u);
-  if (u.status != GRPC_STATUS_OK) {
-    snprintf(why, len, "%s: %.300s", cm_rpc_status_name(u.status), u.details);
-    rc = -1;
-  } else if ((a = (Psd__V1__SwitchLayoutResponse *)cm_rpc_unpack(
-                  u.response, &psd__v1__switch_layout_response__descriptor))) {
-    if (pause_us && a->pause_us > *pause_us)
-      *pause_us = a->pause_us;
-    psd__v1__switch_layout_response__free_unpacked(a, NULL);
+  k = psd_peer_call_all(r->l->peers, r->most, calls, done,
+                        "/psd.v1.Admin/SwitchLayout", &req.base, SWITCH_CALL_MS,
+                        0);
+  for (int i = 0; i < k; i++) {
+    struct cm_unary *u = &calls[i];
+    int s = (int)(intptr_t)u->user;
+    Psd__V1__SwitchLayoutResponse *a;
+    if (u->status != GRPC_STATUS_OK) {
+      if (!rc || s < *bad) {
+        *bad = s;
+        snprintf(why, len, "%s: %.300s", cm_rpc_status_name(u->status),
+                 u->details);
+      }
+      rc = -1;
+    } else if (pause_us &&
+               (a = (Psd__V1__SwitchLayoutResponse *)cm_rpc_unpack(
+                    u->response,
+                    &psd__v1__switch_layout_response__descriptor))) {
+      if (a->pause_us > *pause_us)
+        *pause_us = a->pause_us;
+      psd__v1__switch_layout_response__free_unpacked(a, NULL);
+    }
   }
-  cm_unary_release(&u);
+out:
+  for (int i = 0; i < k; i++)
+    cm_unary_release(&calls[i]);
+  free(calls);
+  free(done);
   return rc;
 }
 
-/* FREEZE, PREPARE and COMMIT to every shard of r->most in turn; ABORT to
- * each after a failure before COMMIT. Returns 0, or -1 with why. */
+/* FREEZE, PREPARE and COMMIT, each to every shard of r->most before the
+ * next; ABORT to all after a failure before COMMIT. Returns 0, or -1 with
+ * why. */
 static int switch_layout(struct run *r, uint64_t *pause_us, char *why,
                          size_t len) {
   static const struct {
@@ -274,30 +299,27 @@ static int switch_layout(struct run *r, uint64_t *pause_us, char *why,
   } steps[] = {{PSD__V1__SWITCH_PHASE__SWITCH_FREEZE, "FREEZE"},
                {PSD__V1__SWITCH_PHASE__SWITCH_PREPARE, "PREPARE"},
                {PSD__V1__SWITCH_PHASE__SWITCH_COMMIT, "COMMIT"}};
-  char e[400];
-  for (int p = 0; p < 3; p++)
-    for (int s = 0; s < r->most; s++) {
-      if (!switch_call(r, s, steps[p].ph, pause_us, e, sizeof e))
-        continue;
-      if (steps[p].ph == PSD__V1__SWITCH_PHASE__SWITCH_COMMIT) {
-        snprintf(why, len,
-                 "its COMMIT failed on ps:%d (%s) after %d shard%s committed "
-                 "layout %llu",
-                 s, e, s, s == 1 ? "" : "s", (unsigned long long)r->layout);
-        return -1;
-      }
-      for (int t = 0; t < r->most; t++) {
-        char ea[400];
-        if (switch_call(r, t, PSD__V1__SWITCH_PHASE__SWITCH_ABORT, NULL, ea,
-                        sizeof ea))
-          cm_warn("live move: the switch's ABORT to ps:%d: %s", t, ea);
-      }
+  char e[400], ea[400];
+  int bad = 0, abad = 0;
+  for (int p = 0; p < 3; p++) {
+    if (!switch_phase(r, steps[p].ph, pause_us, &bad, e, sizeof e))
+      continue;
+    if (steps[p].ph == PSD__V1__SWITCH_PHASE__SWITCH_COMMIT) {
       snprintf(why, len,
-               "the switch's %s failed on ps:%d (%s); ABORT was sent to every "
-               "shard",
-               steps[p].name, s, e);
+               "its COMMIT failed on ps:%d (%s); the shards that answered it "
+               "OK committed layout %llu",
+               bad, e, (unsigned long long)r->layout);
       return -1;
     }
+    if (switch_phase(r, PSD__V1__SWITCH_PHASE__SWITCH_ABORT, NULL, &abad, ea,
+                     sizeof ea))
+      cm_warn("live move: the switch's ABORT to ps:%d: %s", abad, ea);
+    snprintf(why, len,
+             "the switch's %s failed on ps:%d (%s); ABORT was sent to every "
+             "shard",
+             steps[p].name, bad, e);
+    return -1;
+  }
   return 0;
 }
 
