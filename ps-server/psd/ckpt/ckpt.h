@@ -54,8 +54,9 @@ struct psd_ckpt_opts {
   int keep;                          /* checkpoints kept, >= 1 */
   int has_resume_step;  /* 1: load the newest at or below resume_step */
   uint64_t resume_step; /* (psd --resume-step) */
-  int read_only;        /* 1: only read (psd --reshard reading the old shards):
-                           nothing is made, cleaned or set aside */
+  int read_only;        /* 1: only read (psd --reshard reading the old shards;
+                           a standby shard): nothing is made, cleaned or set
+                           aside, but a move file's directory */
   uint64_t layout;      /* the layout version its manifests record (0: none
                            recorded; docs/reshard.md "Live") */
   int rows;             /* how that layout places rows (CM_LAYOUT_RULE_*),

@@ -88,6 +88,11 @@ int psd_ckpt_move_write(struct psd_ckpt *c, const uint8_t *set, int from,
   if (!tables)
     return CM_ENOMEM;
   path_of(c, c->layout, moved, final, sizeof final);
+  /* A standby shard's handle made no directory (read_only); nothing else
+   * writes into it, so nothing of a writer's is cleaned by this. */
+  if (c->read_only &&
+      (rc = psd_fileset_prepare(c->dir, "move file", err, errlen)))
+    goto out;
   if ((rc = psd_fileset_begin(&f, final, MOVE_TMP_ID | (uint64_t)moved, err,
                               errlen)))
     goto out;
@@ -120,7 +125,7 @@ int psd_ckpt_move_write(struct psd_ckpt *c, const uint8_t *set, int from,
     if (rc)
       goto out;
   }
-  for (int i = 0; i < SET_BYTES; i++)
+  for (unsigned i = 0; i < SET_BYTES; i++)
     snprintf(hex + 2 * i, 3, "%02x", set[i]);
   m = json_pack("{s:s, s:s, s:i, s:i, s:i, s:i, s:I, s:s, s:o}", "format",
                 MOVE_FORMAT, "job", c->job, "shard", c->shard, "from", from,
@@ -217,7 +222,7 @@ static int apply_one(struct psd_ckpt *c, const char *dir, json_t *m,
   json_t *tables = json_object_get(m, "tables"), *e;
   uint8_t set[SET_BYTES];
   size_t i;
-  for (int b = 0; b < SET_BYTES; b++) {
+  for (unsigned b = 0; b < SET_BYTES; b++) {
     unsigned v;
     if (sscanf(hex + 2 * b, "%2x", &v) != 1) {
       snprintf(err, errlen, "%s/" PSD__CKPT_MANIFEST ": \"buckets\" is not hex",
