@@ -156,16 +156,15 @@ enum psd_exit psd_server_restore(struct psd_server *srv) {
     return PSD_EXIT_FAILED;
   if (find_layout(srv, have_root ? root : NULL))
     return PSD_EXIT_FAILED;
-  if (srv->standby)
-    return PSD_EXIT_OK; /* nothing to restore, nothing to checkpoint */
   if (!have_root) {
-    if (srv->has_resume_step) {
+    if (srv->has_resume_step && !srv->standby) {
       cm_error("--resume-step needs checkpoints: no checkpoint dir (set "
                "job.checkpoint.dir, --checkpoint-dir or STATE_DIRECTORY)");
       return PSD_EXIT_USAGE;
     }
-    cm_info("checkpoints are off: no checkpoint dir (set job.checkpoint.dir, "
-            "--checkpoint-dir or STATE_DIRECTORY)");
+    if (!srv->standby)
+      cm_info("checkpoints are off: no checkpoint dir (set "
+              "job.checkpoint.dir, --checkpoint-dir or STATE_DIRECTORY)");
     return PSD_EXIT_OK;
   }
   struct psd_ckpt_opts o = {.root = root,
@@ -178,14 +177,21 @@ enum psd_exit psd_server_restore(struct psd_server *srv) {
                             .optims = &job->optim,
                             .keep = job->ckpt_keep,
                             .has_resume_step = srv->has_resume_step,
-                            .resume_step = srv->resume_step};
+                            .resume_step = srv->resume_step,
+                            /* a standby shard makes its directory only
+                             * for a move file (psd_ckpt_move_write): the
+                             * stop and cut reads every ps-* there */
+                            .read_only = srv->standby};
   if ((rc = psd_ckpt_new(&srv->ckpt, &o, err, sizeof err))) {
     cm_error("checkpoint directory (from %s): %s", from, err);
     return PSD_EXIT_FAILED;
   }
-  cm_info("checkpoints in %s (from %s): every %d steps, every %g s, keep %d",
-          psd_ckpt_dir(srv->ckpt), from, job->ckpt_every_steps,
-          job->ckpt_every_s, job->ckpt_keep);
+  psd_ckpt_set_move(srv->ckpt, &srv->self.move_to, &srv->self.moved);
+  if (!srv->standby)
+    cm_info("checkpoints in %s (from %s): every %d steps, every %g s, keep "
+            "%d",
+            psd_ckpt_dir(srv->ckpt), from, job->ckpt_every_steps,
+            job->ckpt_every_s, job->ckpt_keep);
   /* The spec's tables, which the checkpoint's rows go into. */
   if ((rc = psd_tables_new(&srv->tables, job->tables, job->ntables,
                            &job->table_defaults, job->seed, err, sizeof err))) {
@@ -193,11 +199,18 @@ enum psd_exit psd_server_restore(struct psd_server *srv) {
     return PSD_EXIT_FAILED;
   }
   psd_ckpt_set_tables(srv->ckpt, srv->tables);
+  /* A standby shard holds nothing and writes no checkpoint (its saver
+   * has none), but a live move into it writes its move files there. */
+  if (srv->standby)
+    return psd_move_startup(srv) ? PSD_EXIT_FAILED : PSD_EXIT_OK;
   if ((rc = psd_ckpt_load(srv->ckpt, &srv->store, &srv->dedup, &srv->resume,
                           err, sizeof err))) {
     cm_error("cannot resume: %s", err);
     return PSD_EXIT_FAILED;
   }
+  /* A live move under way when this shard stopped (move.h). */
+  if (psd_move_startup(srv))
+    return PSD_EXIT_FAILED;
   if (!srv->store) {
     cm_info("no checkpoint in %s: starting from scratch",
             psd_ckpt_dir(srv->ckpt));
@@ -224,7 +237,11 @@ enum psd_exit psd_server_restore(struct psd_server *srv) {
  * 0), and whether it resumed from a checkpoint; a caller that trained on an
  * earlier process of this shard is refused when it did not. */
 static void fill_self(struct psd_server *srv) {
+  /* The live move state found at start (psd_move_startup) stays. */
+  int move_to = srv->self.move_to, moved = srv->self.moved;
   srv->self = (struct cm_request_self){
+      .move_to = move_to,
+      .moved = moved,
       .shard = srv->shard,
       .spec_fp = cm_spec_fingerprint(srv->spec),
       .nps = srv->spec->nps,
@@ -242,7 +259,8 @@ static void fill_self(struct psd_server *srv) {
 static int attach_saver(struct psd_server *srv) {
   const struct cm_job *job = &srv->spec->job;
   struct psd_steps *steps = psd_service_steps(srv->service);
-  struct psd_saver_opts o = {.ckpt = srv->ckpt,
+  /* A standby shard writes no checkpoint: it holds nothing. */
+  struct psd_saver_opts o = {.ckpt = srv->standby ? NULL : srv->ckpt,
                              .store = srv->store,
                              .steps = steps,
                              .dedup = psd_service_dedup(srv->service),

@@ -1097,6 +1097,64 @@ class DriveMoveTest(tr.ReshardBase):
         self.assertIn("ps:0 says done: layout 1 of 3 shards from 2", out)
         self.assert_counted_once(spec, 1365)
 
+    def moved_16_then_killed(self, victim, checkpoint):
+        """Pushes (then paused, so that counts are exact), optionally a
+        checkpoint of every shard, then a live move cancelled after its
+        first batch (16 of 1365 moves, to ps:2), then the shard `victim`
+        (-1: that batch's source) killed (kill -9) and started again: it
+        owns the map's buckets after 16 moves and every push is counted
+        once; then the move finishes. Returns the restarted shard's log."""
+        from hashes import bucket_map, moves  # pylint: disable=import-outside-toplevel
+        spec, ps = self.job_up({"checkpoint": {"dir": os.path.join(self.d, "ck"),
+                                               "every_s": 3600}})
+        self.pushing()
+        self.stop_pushing()
+        if checkpoint:
+            r = h.psctl(spec, "checkpoint", "--wait")
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        first = h.Proc([h.build_path("ps-server", "psctl"), "--cluster", spec, "reshard",
+                        "--shards", "3", "--moves", "--batch", "16", "--rate", "0.0001"])
+        self.procs.append(first)
+        ps[0].wait_for("before the next batch to keep to 0.0001 MB/s (--rate)")
+        r = h.psctl(spec, "reshard", "--cancel")
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertEqual(first.wait(), 1, first.output())
+        if victim < 0:
+            victim = bucket_map(2)[moves(2, 3)[0]]
+        ps[victim].stop(signal.SIGKILL)
+        again = h.Proc([h.build_path("ps-server", "psd"), "--cluster", spec, "--task",
+                        "ps:%d" % victim])
+        self.procs.append(again)
+        again.wait_for("ready: listening on")
+        out = again.output()
+        self.assertIn("live move: ps:%d goes on with the move from 2 to 3 shards after 16 of "
+                      "1365 moves" % victim, out)
+        self.assert_counted_once(spec, 16)
+        # The move goes on from the shards' 16 and ends with the switch.
+        self.pushing()
+        r = h.psctl(spec, "reshard", "--shards", "3", "--moves", "--batch", "512")
+        self.stop_pushing()
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertIn("(resumed: 16 made)", r.stdout + r.stderr)
+        self.assert_counted_once(spec, 1365)
+        return out
+
+    def test_destination_killed_after_a_batch_keeps_its_rows(self):
+        """ps:2 (standing by, no checkpoint) received 16 buckets; killed
+        and started again, it finds them in its move file."""
+        out = self.moved_16_then_killed(2, False)
+        self.assertIn("its move files 16, the other shards 16): owns 16 buckets; 1 move "
+                      "file applied", out)
+
+    def test_source_killed_after_a_batch_drops_what_it_gave(self):
+        """The batch's source, restarted from its checkpoint taken before
+        the move (which holds the 16 buckets' rows), learns the job's 16
+        moves from the other shards and drops those rows: one owner each."""
+        out = self.moved_16_then_killed(-1, True)
+        self.assertIn("(its checkpoint 0, its move files 0, the other shards 16)", out)
+        self.assertRegex(out, r"owns 20[0-9][0-9] buckets; 0 move files applied \(0 rows\), "
+                         r"[1-9][0-9]* rows of buckets owned elsewhere dropped")
+
     def test_usage_and_a_job_that_cannot_move(self):
         job = {"name": self.JOB, "shards": 2}
         spec = tr.specs(self.d, job, [2], nworker=1)[2]

@@ -54,8 +54,9 @@ struct psd_ckpt_opts {
   int keep;                          /* checkpoints kept, >= 1 */
   int has_resume_step;  /* 1: load the newest at or below resume_step */
   uint64_t resume_step; /* (psd --resume-step) */
-  int read_only;        /* 1: only read (psd --reshard reading the old shards):
-                           nothing is made, cleaned or set aside */
+  int read_only;        /* 1: only read (psd --reshard reading the old shards;
+                           a standby shard): nothing is made, cleaned or set
+                           aside, but a move file's directory */
   uint64_t layout;      /* the layout version its manifests record (0: none
                            recorded; docs/reshard.md "Live") */
   int rows;             /* how that layout places rows (CM_LAYOUT_RULE_*),
@@ -75,6 +76,8 @@ struct psd_ckpt_result {
   int clients;      /* clients in its table of applied pushes, -1 when it
                        has none (sync, or an older checkpoint) */
   int refused;      /* load: newer checkpoints refused before this one */
+  int move_to;      /* load: the live move state its manifest records */
+  int moved;        /* ("move": to, moved; 0, 0 when none) */
 };
 
 struct psd_ckpt;
@@ -96,6 +99,35 @@ void psd_ckpt_set_tables(struct psd_ckpt *c, struct psd_tables *ts);
  * written from now on record layout `layout` of nshards shards. The caller
  * holds the store's switch gate for writing, so that no write runs. */
 void psd_ckpt_set_layout(struct psd_ckpt *c, int nshards, uint64_t layout);
+
+/* ---- A live move (docs/reshard.md "What a kill does to a live move",
+ * ckpt_move.c) ---- */
+
+/* The shard's live move state (move_to shards after `moved` moves; both
+ * borrowed, read with __atomic builtins, must outlive c): each checkpoint
+ * reads it just before its tables are taken (pushes held) and records it
+ * as "move"; afterwards the move files it holds are removed. */
+void psd_ckpt_set_move(struct psd_ckpt *c, const int *move_to,
+                       const int *moved);
+
+/* A move's destination, once the buckets of set (PSD_MOVE_SET_BYTES) are
+ * owned here and before their source drops them: writes every table's
+ * rows of those buckets as move file move-L<layout>-<moved> (a file set:
+ * complete or absent). Returns 0, CM_ENOMEM or CM_EIO (err). */
+int psd_ckpt_move_write(struct psd_ckpt *c, const uint8_t *set, int from,
+                        int to, int moved, char *err, size_t errlen);
+
+/* The most moves of a move file of c's layout (0: none). Returns 0 or
+ * CM_ENOMEM. */
+int psd_ckpt_move_newest(struct psd_ckpt *c, int *moved);
+
+/* Applies the move files of c's layout and of moves in (after, upto] to
+ * the tables (psd_ckpt_set_tables), in order of their moves: each file's
+ * rows replace its buckets'. *files and *rows: how many were applied.
+ * Returns 0, or CM_EFORMAT / CM_EIO / CM_ENOMEM with err naming the file
+ * (a damaged one, or one of a move to another count than `to`). */
+int psd_ckpt_move_apply(struct psd_ckpt *c, int to, int after, int upto,
+                        int *files, uint64_t *rows, char *err, size_t errlen);
 
 /* The shard's directory, <root>/<job>/ps-<shard> (owned by c). */
 const char *psd_ckpt_dir(const struct psd_ckpt *c);

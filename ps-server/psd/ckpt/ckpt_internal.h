@@ -55,6 +55,8 @@ struct psd__tsnaps {
   int delta[CM_TABLE_MAX];                   /* 1: a delta snapshot */
   uint64_t pushes[CM_TABLE_MAX];             /* each table's pushes applied
                                                 at the snapshot's instant */
+  int move_to, moved; /* the shard's live move state, read just before the
+                         tables were taken (0, 0: none) */
 };
 
 struct psd_ckpt {
@@ -73,8 +75,11 @@ struct psd_ckpt {
   struct psd_tables *tables;  /* borrowed embedding tables, or NULL */
   struct psd__tchain chains[CM_TABLE_MAX]; /* each table's newest chain */
   int nchains;                             /* entries in chains */
-  int tables_full; /* 1: the next checkpoint's tables are full
-                      (start, a failed write, a rollback) */
+  int tables_full;    /* 1: the next checkpoint's tables are full
+                         (start, a failed write, a rollback) */
+  const int *move_to; /* borrowed: the shard's live move state (read with
+                         __atomic builtins), recorded as "move"; NULL: */
+  const int *moved;   /* none (psd_ckpt_set_move) */
 };
 
 /* ---- ckpt.c */
@@ -95,6 +100,13 @@ int psd__ckpt_load_one(struct psd_ckpt *c, const char *dir, uint64_t step,
                        struct psd_store **out, struct psd_dedup **dedup,
                        int *clients, int *nvars, uint64_t *bytes, char *err,
                        size_t errlen);
+
+/* ---- ckpt_move.c */
+
+/* After a checkpoint recording `moved` moves of layout c->layout: removes
+ * the move files it holds (those of older layouts, and of at most that
+ * many moves). */
+void psd__ckpt_move_prune(struct psd_ckpt *c, int moved);
 
 /* ---- ckpt_tables.c */
 

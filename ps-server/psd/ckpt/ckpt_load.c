@@ -15,23 +15,42 @@
 #include "dedup.h"
 #include "err.h"
 #include "fileset.h"
+#include "layout.h"
 #include "log.h"
 
 /* Restores the tables of the checkpoint in dir (of step) from its
- * manifest, verified already by psd__ckpt_load_one. */
+ * manifest, verified already by psd__ckpt_load_one, and reads its live
+ * move state into res. */
 static int load_tables(struct psd_ckpt *c, const char *dir, uint64_t step,
-                       char *err, size_t errlen) {
+                       struct psd_ckpt_result *res, char *err, size_t errlen) {
   char path[1200];
   json_error_t jerr;
-  if (!c->tables)
-    return 0;
   snprintf(path, sizeof path, "%s/" PSD__CKPT_MANIFEST, dir);
   json_t *m = json_load_file(path, 0, &jerr);
   if (!m) {
     snprintf(err, errlen, "%s: %s", path, jerr.text);
     return CM_EFORMAT;
   }
-  int rc = psd__ckpt_tables_load(c, m, step, err, errlen);
+  json_t *mv = json_object_get(m, "move");
+  json_t *to = json_object_get(mv, "to"), *k = json_object_get(mv, "moved");
+  int rc = 0;
+  res->move_to = res->moved = 0;
+  if (mv && (!json_is_integer(to) || !json_is_integer(k) ||
+             json_integer_value(to) < 1 ||
+             json_integer_value(to) > CM_LAYOUT_MAX_SHARDS ||
+             json_integer_value(k) < 0 ||
+             json_integer_value(k) > CM_LAYOUT_BUCKETS)) {
+    snprintf(err, errlen,
+             "%s: \"move\" is not {\"to\": 1..%d shards, \"moved\": 0..%d "
+             "moves}",
+             path, CM_LAYOUT_MAX_SHARDS, CM_LAYOUT_BUCKETS);
+    rc = CM_EFORMAT;
+  } else if (mv) {
+    res->move_to = (int)json_integer_value(to);
+    res->moved = (int)json_integer_value(k);
+  }
+  if (!rc && c->tables)
+    rc = psd__ckpt_tables_load(c, m, step, err, errlen);
   json_decref(m);
   return rc;
 }
@@ -90,7 +109,7 @@ int psd_ckpt_load(struct psd_ckpt *c, struct psd_store **out,
     psd__ckpt_path(c, steps[i], dir, sizeof dir);
     rc = psd__ckpt_load_one(c, dir, steps[i], &s, &d, &clients, &nvars, &bytes,
                             why, sizeof why);
-    if (!rc && (rc = load_tables(c, dir, steps[i], why, sizeof why)) &&
+    if (!rc && (rc = load_tables(c, dir, steps[i], res, why, sizeof why)) &&
         rc != CM_ENOMEM) {
       psd_store_free(s);
       psd_dedup_free(d);
@@ -205,7 +224,7 @@ int psd_ckpt_restore(struct psd_ckpt *c, uint64_t step, struct psd_store *store,
     }
   }
   /* The tables first: they verify every file before changing anything. */
-  if ((rc = load_tables(c, dir, step, why, sizeof why))) {
+  if ((rc = load_tables(c, dir, step, res, why, sizeof why))) {
     snprintf(err, errlen, "checkpoint %s: %s", dir, why);
     goto out;
   }

@@ -187,9 +187,15 @@ static int write_shard(struct psd_ckpt *c, struct psd_store *store,
     if (rc)
       goto out;
   }
-  /* The tables at the same instant (ckpt_tables.c). */
+  /* The live move state, then the tables at the same instant
+   * (ckpt_tables.c): a move's rows installed before its state is adopted
+   * are in them, and a source drops rows before it adopts the state. */
+  int move_to = c->move_to ? __atomic_load_n(c->move_to, __ATOMIC_ACQUIRE) : 0;
+  int moved = c->moved ? __atomic_load_n(c->moved, __ATOMIC_ACQUIRE) : 0;
   if ((rc = psd__ckpt_tables_take(c, step, ts)))
     goto out;
+  ts->move_to = move_to;
+  ts->moved = moved;
   if (frozen) {
     rc = psd_dedup_save(dedup, dedup_json);
     psd_dedup_thaw(dedup);
@@ -333,6 +339,11 @@ int psd_ckpt_write(struct psd_ckpt *c, struct psd_store *store,
     rc = json_object_set_new(m, "tables", tables_json) ? CM_ENOMEM : 0;
     tables_json = NULL; /* m owns it, or set_new freed it */
   }
+  if (m && !rc && ts.move_to &&
+      json_object_set_new(
+          m, "move",
+          json_pack("{s:i, s:i}", "to", ts.move_to, "moved", ts.moved)))
+    rc = CM_ENOMEM;
   if (!m || rc) {
     rc = rc ? rc : CM_ENOMEM;
     goto out;
@@ -348,6 +359,7 @@ int psd_ckpt_write(struct psd_ckpt *c, struct psd_store *store,
   res->bytes = f.bytes;
   res->ms = cm_mono_ms() - t0;
   prune(c);
+  psd__ckpt_move_prune(c, ts.moved);
 out:
   psd__ckpt_tables_done(c, &ts, step, rc == 0);
   psd_fileset_end(&f);

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "ckpt.h"
 #include "clock.h"
 #include "err.h"
 #include "layout.h"
@@ -153,8 +154,8 @@ static Psd__V1__MoveRowsResponse *move_rows(struct psd_peers *peers, int from,
 
 int psd_move_buckets(struct psd_service *svc, struct psd_peers *peers, int self,
                      int from, int nps, const uint8_t *set, int move_to,
-                     int moved, struct psd_move_result *res, char *err,
-                     size_t errlen) {
+                     int moved, struct psd_ckpt *ckpt,
+                     struct psd_move_result *res, char *err, size_t errlen) {
   struct psd_tables *ts = psd_service_tables(svc);
   Psd__V1__MoveRowsResponse *r = NULL;
   uint64_t move = cm_random_id(res) | 1, first = 0;
@@ -220,6 +221,24 @@ int psd_move_buckets(struct psd_service *svc, struct psd_peers *peers, int self,
   res->pause_us = (uint64_t)((cm_mono_ms() - t0) * 1000);
   psd__v1__move_rows_response__free_unpacked(r, NULL);
   r = NULL;
+  /* Durable here before the source drops them (ckpt.h's move file): a
+   * kill of this shard from now on finds them at start. Failing, the move
+   * stays open on the source, which keeps the rows; it fails. */
+  if (ckpt && move_to > 0) {
+    char why[1200];
+    double tw = cm_mono_ms();
+    if ((rc = psd_ckpt_move_write(ckpt, set, from, move_to, moved, why,
+                                  sizeof why))) {
+      snprintf(err, errlen,
+               "the buckets are owned here but their rows could not be "
+               "written to a move file (%s); ps:%d keeps its copy until "
+               "asked again",
+               why, from);
+      cm_error("move %" PRIx64 ": %s", move, err);
+      goto out;
+    }
+    res->file_ms = cm_mono_ms() - tw;
+  }
   /* Owned here: the source drops its rows and adopts the move state.
    * Asked again when the answer is lost (the move just ended is answered
    * OK); failing, the source keeps them, unused, and says so no more. */
@@ -287,8 +306,8 @@ static void *move_thread(void *arg) {
   char err[1200];
   double t0 = cm_mono_ms();
   int rc = psd_move_buckets(srv->service, m->peers, srv->shard, m->from,
-                            srv->spec->nps, m->set, m->move_to, m->moved, &res,
-                            err, sizeof err);
+                            srv->spec->nps, m->set, m->move_to, m->moved,
+                            srv->ckpt, &res, err, sizeof err);
   struct cm_rpc_call *call = m->call;
   int from = m->from;
   /* Not busy before the answer leaves: the orchestrator's next call, made

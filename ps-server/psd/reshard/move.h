@@ -50,6 +50,7 @@ struct psd_move_result {
   uint64_t pause_us; /* the hand-over: its call to the buckets owned here */
   uint64_t lag_rows; /* rows of the hand-over's copy (the last changes) */
   int status;        /* CM_ERPC: the source's gRPC status code */
+  double file_ms;    /* writing the move file (ckpt.h), 0 without one */
 };
 
 /* Installs one MoveRows answer r into ts (the destination's tables; a
@@ -66,15 +67,30 @@ int psd_move_install(struct psd_tables *ts, const Psd__V1__MoveRowsResponse *r,
 
 /* Takes the buckets of set from shard `from` through peers (borrowed) into
  * svc's tables, then owns them, adopting the move state (move_to shards
- * after `moved` moves; 0, 0: none). *res gets what it carried. Returns 0,
+ * after `moved` moves; 0, 0: none); with ckpt (borrowed; NULL: checkpoints
+ * are off), writes their rows as a move file (psd_ckpt_move_write) before
+ * the source is told to drop them. *res gets what it carried. Returns 0,
  * or a negative code with err saying why: CM_EINVAL (this shard cannot
  * move, or the request is wrong), CM_EEXIST (a bucket is here already),
  * CM_ERPC (the source refused or could not be called: res->status is its
  * gRPC status, err its words), psd_move_install's codes. */
+struct psd_ckpt;
 int psd_move_buckets(struct psd_service *svc, struct psd_peers *peers, int self,
                      int from, int nps, const uint8_t *set, int move_to,
-                     int moved, struct psd_move_result *res, char *err,
-                     size_t errlen);
+                     int moved, struct psd_ckpt *ckpt,
+                     struct psd_move_result *res, char *err, size_t errlen);
+
+/* At start, after the checkpoint is restored (startup.c): the live move
+ * state this shard goes on with (docs/reshard.md "What a kill does to a
+ * live move"): the most moves of its checkpoint, its move files and the
+ * other shards' Status (asked once; while this shard's own files say a
+ * move was under way, those that do not answer are asked again for
+ * PSD_MOVE_START_MS). Its move files past its checkpoint are applied, the
+ * rows of the buckets it does not own in that move's map are dropped, and
+ * srv->self gets the state (the service owns by it). Returns 0, or a
+ * negative code, logged. */
+#define PSD_MOVE_START_MS 5000
+int psd_move_startup(struct psd_server *srv);
 
 struct psd_move;
 

@@ -151,8 +151,11 @@ void psd_service_set_self(struct psd_service *svc,
     cm_layout_map_init(&svc->map, self->rows, svc->nshards);
     psd__owned_init(svc);
   }
-  if (self && __atomic_load_n(&self->move_to, __ATOMIC_ACQUIRE))
+  /* A live move found at start: own what its map gives this shard. */
+  if (self && __atomic_load_n(&self->move_to, __ATOMIC_ACQUIRE)) {
+    psd__owned_moving(svc, self->move_to, self->moved);
     atomic_store(&svc->relocating, 1);
+  }
 }
 
 void psd_service_set_coord(struct psd_service *svc, struct psd_coord *coord) {

@@ -374,6 +374,9 @@ void psd__gated_status(struct cm_rpc_call *call, grpc_byte_buffer *bb,
 /* Sets owned from the map (every bucket it gives this shard; the gate is
  * off for the modulo rule). */
 void psd__owned_init(struct psd_service *svc);
+/* The owned set of the live move from nshards to `to` shards after `moved`
+ * moves (cm_layout_map_moving), at start. */
+void psd__owned_moving(struct psd_service *svc, int to, int moved);
 
 /* Buckets owned now. */
 int psd__owned_count(struct psd_service *svc);

@@ -55,6 +55,23 @@ void psd__owned_init(struct psd_service *svc) {
   atomic_fetch_add(&svc->owned_epoch, 1);
 }
 
+void psd__owned_moving(struct psd_service *svc, int to, int moved) {
+  struct cm_layout_map *m = malloc(sizeof *m);
+  uint64_t w[PSD__BUCKET_WORDS] = {0};
+  if (!m || !svc->gate) { /* without memory: the layout's own set */
+    free(m);
+    return;
+  }
+  cm_layout_map_moving(m, svc->nshards, to, moved);
+  for (unsigned b = 0; b < CM_LAYOUT_BUCKETS; b++)
+    if (m->shard[b] == svc->shard)
+      w[b >> 6] |= (uint64_t)1 << (b & 63);
+  for (int i = 0; i < PSD__BUCKET_WORDS; i++)
+    __atomic_store_n(&svc->owned[i], w[i], __ATOMIC_RELAXED);
+  atomic_fetch_add(&svc->owned_epoch, 1);
+  free(m);
+}
+
 int psd__owned_count(struct psd_service *svc) {
   int n = 0;
   if (!svc->gate)

@@ -1,0 +1,322 @@
+/* A live move's destination files (ckpt.h, docs/checkpoints.md "Move
+ * files"): after a move's rows are installed and owned here, and before
+ * the source is told to drop them, the destination writes them as
+ * <shard dir>/move-L<layout>-<moved>/ (a file set, fileset.h): each
+ * table's rows of the moved buckets (table-<i>.bin, table.h's snapshot
+ * file) and manifest.json (format, job, shard, from, to, moved, layout,
+ * the buckets as hex, the tables, its CRC-32 "checksum"). At start, the
+ * files newer than the checkpoint loaded are applied in order of their
+ * moves; a checkpoint that records at least their moves makes them
+ * redundant, and the saver removes them. */
+#include <dirent.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ckpt_internal.h"
+#include "err.h"
+#include "fileset.h"
+#include "layout.h"
+#include "log.h"
+#include "table.h"
+#include "tables.h"
+
+#define MOVE_FORMAT "psd-move-1"
+/* Bytes of a bucket set (bucket b at bit b % 8 of byte b / 8). */
+#define SET_BYTES (CM_LAYOUT_BUCKETS / 8)
+/* Move files looked at. */
+#define MOVE_FILES_MAX 4096
+/* A file set's temporary id, apart from checkpoints' steps. */
+#define MOVE_TMP_ID (UINT64_C(0x6d6f7665) << 32)
+
+void psd_ckpt_set_move(struct psd_ckpt *c, const int *move_to,
+                       const int *moved) {
+  c->move_to = move_to;
+  c->moved = moved;
+}
+
+/* One move file found: its layout and moves. */
+struct found {
+  uint64_t layout; /* the layout it moves from */
+  int moved;       /* the moves made with it */
+};
+
+/* Parses "move-L<layout>-<moved>"; returns 0 or -1. */
+static int parse_name(const char *name, struct found *f) {
+  unsigned long long l;
+  int k, n = 0;
+  if (sscanf(name, "move-L%llu-%d%n", &l, &k, &n) != 2 || name[n] || k <= 0)
+    return -1;
+  *f = (struct found){.layout = l, .moved = k};
+  return 0;
+}
+
+static int by_moved(const void *a, const void *b) {
+  const struct found *x = a, *y = b;
+  return (x->moved > y->moved) - (x->moved < y->moved);
+}
+
+/* The move files of c's directory, sorted by moves; returns how many. */
+static int list(struct psd_ckpt *c, struct found *out, int max) {
+  DIR *d = opendir(c->dir);
+  struct dirent *e;
+  int n = 0;
+  if (!d)
+    return 0;
+  while ((e = readdir(d)) && n < max)
+    if (!parse_name(e->d_name, &out[n]))
+      n++;
+  closedir(d);
+  qsort(out, (size_t)n, sizeof *out, by_moved);
+  return n;
+}
+
+static void path_of(const struct psd_ckpt *c, uint64_t layout, int moved,
+                    char *buf, size_t len) {
+  snprintf(buf, len, "%s/move-L%" PRIu64 "-%010d", c->dir, layout, moved);
+}
+
+int psd_ckpt_move_write(struct psd_ckpt *c, const uint8_t *set, int from,
+                        int to, int moved, char *err, size_t errlen) {
+  struct psd_fileset f = {0};
+  char final[1200], path[1300], file[32], hex[SET_BYTES * 2 + 1];
+  json_t *m = NULL, *tables = json_array();
+  int rc = 0;
+  if (!tables)
+    return CM_ENOMEM;
+  path_of(c, c->layout, moved, final, sizeof final);
+  /* A standby shard's handle made no directory (read_only); nothing else
+   * writes into it, so nothing of a writer's is cleaned by this. */
+  if (c->read_only &&
+      (rc = psd_fileset_prepare(c->dir, "move file", err, errlen)))
+    goto out;
+  if ((rc = psd_fileset_begin(&f, final, MOVE_TMP_ID | (uint64_t)moved, err,
+                              errlen)))
+    goto out;
+  for (int i = 0; c->tables && i < psd_tables_count(c->tables); i++) {
+    struct psd_table *t = psd_tables_at(c->tables, i);
+    const struct cm_table_conf *conf = psd_table_conf(t);
+    struct psd_table_snap *s = NULL;
+    /* A full copy of the moved buckets' rows. A table's move copies are
+     * one at a time: this shard is the destination, not a source, now
+     * (ps:0 drives one batch at a time). */
+    if (psd_table_move_snapshot(t, set, 0, &s)) {
+      rc = CM_ENOMEM;
+      snprintf(err, errlen, "out of memory copying table '%s'", conf->name);
+      goto out;
+    }
+    psd_table_move_end(t);
+    snprintf(file, sizeof file, "table-%d.bin", i);
+    psd_fileset_path(&f, file, path, sizeof path);
+    rc = psd_table_snap_write(s, conf, path, err, errlen);
+    if (!rc) {
+      psd_fileset_count(&f, path);
+      if (json_array_append_new(
+              tables,
+              json_pack("{s:s, s:i, s:I, s:s, s:I}", "name", conf->name, "dim",
+                        (int)conf->dim, "id_bound", (json_int_t)conf->id_bound,
+                        "file", file, "rows", (json_int_t)s->nrows)))
+        rc = CM_ENOMEM;
+    }
+    psd_table_snap_free(s);
+    if (rc)
+      goto out;
+  }
+  for (unsigned i = 0; i < SET_BYTES; i++)
+    snprintf(hex + 2 * i, 3, "%02x", set[i]);
+  m = json_pack("{s:s, s:s, s:i, s:i, s:i, s:i, s:I, s:s, s:o}", "format",
+                MOVE_FORMAT, "job", c->job, "shard", c->shard, "from", from,
+                "to", to, "moved", moved, "layout", (json_int_t)c->layout,
+                "buckets", hex, "tables", tables);
+  tables = NULL; /* m owns it, or json_pack freed it */
+  if (!m) {
+    rc = CM_ENOMEM;
+    goto out;
+  }
+  if ((rc = psd_fileset_write_manifest(&f, PSD__CKPT_MANIFEST, m,
+                                       PSD__CKPT_CHECKSUM, err, errlen)) ||
+      (rc = psd_fileset_commit(&f, 1, err, errlen)))
+    goto out;
+out:
+  psd_fileset_end(&f);
+  json_decref(m);
+  json_decref(tables);
+  return rc;
+}
+
+int psd_ckpt_move_newest(struct psd_ckpt *c, int *moved) {
+  struct found *fs = malloc(MOVE_FILES_MAX * sizeof *fs);
+  int n = fs ? list(c, fs, MOVE_FILES_MAX) : 0;
+  *moved = 0;
+  for (int i = 0; i < n; i++)
+    if (fs[i].layout == c->layout && fs[i].moved > *moved)
+      *moved = fs[i].moved;
+  free(fs);
+  return fs ? 0 : CM_ENOMEM;
+}
+
+/* Reads and checks the manifest of move file dir into *out (the caller's):
+ * checksum, format, job, shard, to. */
+static int read_manifest(struct psd_ckpt *c, const char *dir, int to,
+                         json_t **out, char *err, size_t errlen) {
+  char path[1300];
+  json_error_t jerr;
+  json_t *m, *sum;
+  uint32_t crc;
+  int rc = CM_EFORMAT;
+  snprintf(path, sizeof path, "%s/" PSD__CKPT_MANIFEST, dir);
+  if (!(m = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr))) {
+    snprintf(err, errlen, "%s: %s (line %d)", path, jerr.text, jerr.line);
+    return CM_EFORMAT;
+  }
+  sum = json_object_get(m, PSD__CKPT_CHECKSUM);
+  if (!json_is_integer(sum)) {
+    snprintf(err, errlen, "%s: no checksum", path);
+    goto out;
+  }
+  json_int_t want = json_integer_value(sum);
+  json_object_del(m, PSD__CKPT_CHECKSUM);
+  if ((rc = psd_fileset_manifest_crc(m, PSD__CKPT_CHECKSUM, &crc)))
+    goto out;
+  rc = CM_EFORMAT;
+  const char *fmt = json_string_value(json_object_get(m, "format"));
+  const char *job = json_string_value(json_object_get(m, "job"));
+  json_t *shard = json_object_get(m, "shard"), *mto = json_object_get(m, "to");
+  const char *hex = json_string_value(json_object_get(m, "buckets"));
+  if (crc != (uint32_t)want)
+    snprintf(err, errlen,
+             "%s fails its checksum (CRC-32 %08x, it says %08x): the file is "
+             "corrupt",
+             path, crc, (uint32_t)want);
+  else if (!fmt || strcmp(fmt, MOVE_FORMAT))
+    snprintf(err, errlen, "%s: format is not \"" MOVE_FORMAT "\"", path);
+  else if (!job || strcmp(job, c->job))
+    snprintf(err, errlen, "%s: job is not '%s'", path, c->job);
+  else if (!json_is_integer(shard) || json_integer_value(shard) != c->shard)
+    snprintf(err, errlen, "%s: shard is not %d", path, c->shard);
+  else if (!json_is_integer(mto) || json_integer_value(mto) != to)
+    snprintf(err, errlen, "%s: \"to\" is not %d, the move's count", path, to);
+  else if (!hex || strlen(hex) != SET_BYTES * 2)
+    snprintf(err, errlen, "%s: \"buckets\" is not %d hex digits", path,
+             SET_BYTES * 2);
+  else if (!json_is_array(json_object_get(m, "tables")))
+    snprintf(err, errlen, "%s: no \"tables\" array", path);
+  else
+    rc = 0;
+out:
+  if (rc)
+    json_decref(m);
+  else
+    *out = m;
+  return rc;
+}
+
+/* Applies move file dir (manifest m): each table's rows replace those of
+ * the buckets. */
+static int apply_one(struct psd_ckpt *c, const char *dir, json_t *m,
+                     uint64_t *rows, char *err, size_t errlen) {
+  const char *hex = json_string_value(json_object_get(m, "buckets"));
+  json_t *tables = json_object_get(m, "tables"), *e;
+  uint8_t set[SET_BYTES];
+  size_t i;
+  for (unsigned b = 0; b < SET_BYTES; b++) {
+    unsigned v;
+    if (sscanf(hex + 2 * b, "%2x", &v) != 1) {
+      snprintf(err, errlen, "%s/" PSD__CKPT_MANIFEST ": \"buckets\" is not hex",
+               dir);
+      return CM_EFORMAT;
+    }
+    set[b] = (uint8_t)v;
+  }
+  json_array_foreach(tables, i, e) {
+    const char *name = json_string_value(json_object_get(e, "name"));
+    const char *file = json_string_value(json_object_get(e, "file"));
+    json_t *dim = json_object_get(e, "dim"),
+           *bound = json_object_get(e, "id_bound");
+    struct psd_table *t = NULL;
+    struct psd_table_snap *s = NULL;
+    char path[1400], why[300];
+    uint64_t n = 0;
+    int created, rc;
+    if (!name || !file || strchr(file, '/') || !json_is_integer(dim) ||
+        !json_is_integer(bound)) {
+      snprintf(err, errlen,
+               "%s/" PSD__CKPT_MANIFEST
+               ": tables[%zu] lacks name, file, dim or id_bound",
+               dir, i);
+      return CM_EFORMAT;
+    }
+    if (!(t = psd_tables_find(c->tables, name)) &&
+        (rc = psd_tables_declare(c->tables, name,
+                                 (uint32_t)json_integer_value(dim),
+                                 (uint64_t)json_integer_value(bound), &t,
+                                 &created, why, sizeof why))) {
+      snprintf(err, errlen, "%s: table '%s': %s", dir, name, why);
+      return rc;
+    }
+    snprintf(path, sizeof path, "%s/%s", dir, file);
+    if ((rc = psd_table_snap_read(path, psd_table_conf(t), &s, err, errlen)))
+      return rc;
+    if (s->delta)
+      rc = CM_EFORMAT,
+      snprintf(err, errlen, "%s: a delta, not a full copy", path);
+    else if ((rc = psd_table_move_install(t, s, set, &n)))
+      snprintf(err, errlen, "%s: %s installing its rows", path,
+               cm_strerror(rc));
+    *rows += n;
+    psd_table_snap_free(s);
+    if (rc)
+      return rc;
+  }
+  return 0;
+}
+
+int psd_ckpt_move_apply(struct psd_ckpt *c, int to, int after, int upto,
+                        int *files, uint64_t *rows, char *err, size_t errlen) {
+  struct found *fs = malloc(MOVE_FILES_MAX * sizeof *fs);
+  char dir[1200];
+  int n, rc = 0;
+  *files = 0;
+  *rows = 0;
+  if (!fs || !c->tables) {
+    free(fs);
+    return fs ? 0 : CM_ENOMEM;
+  }
+  n = list(c, fs, MOVE_FILES_MAX);
+  for (int i = 0; i < n && !rc; i++) {
+    json_t *m = NULL;
+    if (fs[i].layout != c->layout || fs[i].moved <= after || fs[i].moved > upto)
+      continue;
+    path_of(c, fs[i].layout, fs[i].moved, dir, sizeof dir);
+    if (!(rc = read_manifest(c, dir, to, &m, err, errlen)))
+      rc = apply_one(c, dir, m, rows, err, errlen);
+    json_decref(m);
+    if (!rc)
+      ++*files;
+  }
+  free(fs);
+  return rc;
+}
+
+void psd__ckpt_move_prune(struct psd_ckpt *c, int moved) {
+  struct found *fs = malloc(MOVE_FILES_MAX * sizeof *fs);
+  char dir[1200];
+  int n = fs ? list(c, fs, MOVE_FILES_MAX) : 0, any = 0;
+  for (int i = 0; i < n; i++) {
+    /* Held by the checkpoint just written: its moves include the file's,
+     * or its layout is newer (the switch ended the move). */
+    if (fs[i].layout > c->layout ||
+        (fs[i].layout == c->layout && fs[i].moved > moved))
+      continue;
+    path_of(c, fs[i].layout, fs[i].moved, dir, sizeof dir);
+    psd_fileset_remove_tree(dir);
+    cm_debug("removed %s: the checkpoint holds its rows", dir);
+    any = 1;
+  }
+  if (any)
+    psd_fileset_sync_dir(c->dir);
+  free(fs);
+}
