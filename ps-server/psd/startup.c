@@ -200,7 +200,8 @@ enum psd_exit psd_server_restore(struct psd_server *srv) {
   }
   psd_ckpt_set_tables(srv->ckpt, srv->tables);
   /* A standby shard holds nothing and writes no checkpoint (its saver
-   * has none), but a live move into it writes its move files there. */
+   * writes once a layout switch takes it in), but a live move into it
+   * writes its move files there. */
   if (srv->standby)
     return psd_move_startup(srv) ? PSD_EXIT_FAILED : PSD_EXIT_OK;
   if ((rc = psd_ckpt_load(srv->ckpt, &srv->store, &srv->dedup, &srv->resume,
@@ -259,8 +260,10 @@ static void fill_self(struct psd_server *srv) {
 static int attach_saver(struct psd_server *srv) {
   const struct cm_job *job = &srv->spec->job;
   struct psd_steps *steps = psd_service_steps(srv->service);
-  /* A standby shard writes no checkpoint: it holds nothing. */
-  struct psd_saver_opts o = {.ckpt = srv->standby ? NULL : srv->ckpt,
+  /* A standby shard writes no checkpoint while it holds nothing; one
+   * that a layout switch takes in does from then on. */
+  struct psd_saver_opts o = {.ckpt = srv->ckpt,
+                             .standby = &srv->standby,
                              .store = srv->store,
                              .steps = steps,
                              .dedup = psd_service_dedup(srv->service),

@@ -966,10 +966,13 @@ class DriveMoveTest(tr.ReshardBase):
         self.rounds.wait(self, self.rounds.n + 2)
         self.rounds.finish()
 
-    def assert_counted_once(self, spec, done, frm=2, to=3):
+    def assert_counted_once(self, spec, done, frm=2, to=3, pulled=False):
         """Each shard owns its buckets of the map after `done` moves of frm
         -> to (4096 in all), holds the rows of those alone, and a new client
-        reads every acknowledged push once."""
+        reads every acknowledged push once. pulled: an earlier call's pull
+        stored rows of ids never pushed (a shard restarted since holds those
+        its checkpoint did), so each shard holds from its pushed rows to
+        every id of the pool in its buckets."""
         from hashes import bucket_map, moves, splitmix64_at  # pylint: disable=import-outside-toplevel
         mv, mt = moves(frm, to), bucket_map(to)
         owner = list(bucket_map(frm))
@@ -979,14 +982,18 @@ class DriveMoveTest(tr.ReshardBase):
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
         doc = json.loads(r.stdout)["shards"]
         self.assertEqual(sum(d["buckets_owned"] for d in doc), 4096)
-        held = [0, 0, 0]
+        held, pool = [0, 0, 0], [0, 0, 0]
         for i, t in zip(self.pool, self.touched):
-            if t:
-                held[owner[splitmix64_at(int(i)) >> 52]] += 1
+            home = owner[splitmix64_at(int(i)) >> 52]
+            held[home] += int(t)
+            pool[home] += 1
         for s in range(3):
             self.assertEqual(doc[s]["buckets_owned"], owner.count(s), s)
             rows = sum(t["rows"] for t in doc[s]["tables"])
-            self.assertEqual(rows, held[s], s)
+            if pulled:
+                self.assertTrue(held[s] <= rows <= pool[s], (s, held[s], rows, pool[s]))
+            else:
+                self.assertEqual(rows, held[s], s)
         with psd.Client(spec, None) as c:
             c.declare_table("cnt", 2)
             got = np.empty((self.POOL, 2), np.float32)
@@ -1154,6 +1161,64 @@ class DriveMoveTest(tr.ReshardBase):
         self.assertIn("(its checkpoint 0, its move files 0, the other shards 16)", out)
         self.assertRegex(out, r"owns 20[0-9][0-9] buckets; 0 move files applied \(0 rows\), "
                          r"[1-9][0-9]* rows of buckets owned elsewhere dropped")
+
+    def test_switched_shard_killed_serves_the_new_layout(self):
+        """After a finished move 2 -> 3 (a split dense variable and a whole
+        one besides the table), each shard checkpoints layout 1 of 3 on
+        its COMMIT; ps:2 (taken in by the switch, until now no checkpoint)
+        and then ps:0, killed (kill -9) and started again, serve layout 1
+        of 3 with their dense slices and table rows, every push once, and
+        write checkpoints of it."""
+        ck = os.path.join(self.d, "ck")
+        spec, ps = self.job_up({"checkpoint": {"dir": ck, "every_s": 3600}})
+        c, rng = self.client, np.random.default_rng(5)
+        dense = {"d": np.zeros(70000, np.float32), "w": np.zeros(100, np.float32)}
+        for name, v in dense.items():
+            c.declare(name, v.shape)
+
+        def push_dense():
+            for name, v in dense.items():
+                g = (rng.integers(-8, 9, v.size) / 8).astype(np.float32)
+                c.push(name, g)
+                v -= g
+
+        def check(pulled):
+            self.assert_counted_once(spec, 1365, pulled=pulled)
+            with psd.Client(spec, None) as c2:
+                for name, v in dense.items():
+                    c2.declare(name, v.shape)
+                    got = np.empty(v.size, np.float32)
+                    c2.pull(name, got)
+                    np.testing.assert_array_equal(got, v, name)
+        self.pushing()
+        self.stop_pushing()
+        push_dense()
+        r = h.psctl(spec, "reshard", "--shards", "3", "--moves", "--batch", "512")
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        for p in ps:  # each shard's checkpoint of the new layout, asked by its COMMIT
+            p.wait_for("checkpoint (layout switch) at step")
+        check(False)
+        for victim in (2, 0):
+            ps[victim].stop(signal.SIGKILL)
+            again = h.Proc([h.build_path("ps-server", "psd"), "--cluster", spec, "--task",
+                            "ps:%d" % victim])
+            self.procs.append(again)
+            again.wait_for("ready: listening on")
+            self.assertIn("shard %d of 3, job" % victim, again.output())
+            ps[victim] = again
+            doc = json.loads(h.psctl(spec, "--json", "status").stdout)["shards"]
+            self.assertEqual([(d["layout"], d.get("standby", False)) for d in doc],
+                             [(1, False)] * 3)
+            check(True)
+            r = h.psctl(spec, "checkpoint", "--wait")
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+            with open(os.path.join(ck, self.JOB, "ps-%d" % victim,
+                                   sorted(x for x in os.listdir(os.path.join(
+                                       ck, self.JOB, "ps-%d" % victim))
+                                          if x.startswith("ckpt-"))[-1],
+                                   "manifest.json")) as f:
+                m = json.load(f)
+            self.assertEqual((m["layout"], m["nshards"]), (1, 3))
 
     def test_usage_and_a_job_that_cannot_move(self):
         job = {"name": self.JOB, "shards": 2}

@@ -134,9 +134,19 @@ void psd_ckpt_free(struct psd_ckpt *c) { free(c); }
 
 const char *psd_ckpt_dir(const struct psd_ckpt *c) { return c->dir; }
 
-void psd_ckpt_set_layout(struct psd_ckpt *c, int nshards, uint64_t layout) {
+void psd_ckpt_set_layout(struct psd_ckpt *c, int nshards, uint64_t layout,
+                         int serves) {
   c->nshards = nshards;
   c->layout = layout;
+  /* A standby shard taken in writes checkpoints from now on: its
+   * directory exists (or is made by its first write, fileset's begin
+   * makes no parents, so made here). */
+  if (serves && c->read_only) {
+    char err[1200];
+    if (psd_fileset_prepare(c->dir, "checkpoint", err, sizeof err))
+      cm_error("layout switch: %s; this shard's checkpoints will fail", err);
+    c->read_only = 0;
+  }
 }
 
 void psd_ckpt_set_tables(struct psd_ckpt *c, struct psd_tables *ts) {

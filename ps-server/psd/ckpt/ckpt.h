@@ -96,9 +96,13 @@ struct psd_tables;
 void psd_ckpt_set_tables(struct psd_ckpt *c, struct psd_tables *ts);
 
 /* A live layout switch's COMMIT (reshard/switch.h): the checkpoints
- * written from now on record layout `layout` of nshards shards. The caller
- * holds the store's switch gate for writing, so that no write runs. */
-void psd_ckpt_set_layout(struct psd_ckpt *c, int nshards, uint64_t layout);
+ * written from now on record layout `layout` of nshards shards. With
+ * serves (the shard is one of the nshards), a handle opened read_only (a
+ * standby shard taken in) becomes one that writes: its directory is made
+ * now (an error is logged when it cannot be). The caller holds the
+ * store's switch gate for writing, so that no write runs. */
+void psd_ckpt_set_layout(struct psd_ckpt *c, int nshards, uint64_t layout,
+                         int serves);
 
 /* ---- A live move (docs/reshard.md "What a kill does to a live move",
  * ckpt_move.c) ---- */

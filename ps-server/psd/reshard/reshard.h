@@ -79,12 +79,15 @@ int psd_reshard_run(const struct psd_reshard_opts *o,
                     struct psd_reshard_report *r, char *err, size_t errlen);
 
 /* psd at start: the job's layout under root, from its shards' newest
- * checkpoints: *nshards, *layout and how it places rows, *rows
+ * checkpoints: the newest layout among them (a live switch that one shard
+ * checkpointed was committed everywhere; shards whose newest is older did
+ * not checkpoint since), *nshards, *layout and how it places rows, *rows
  * (CM_LAYOUT_RULE_*; all 0 when there is none). Returns 0;
  * CM_EEXIST, err saying why, when one was written by more shards than
  * max_shards (the spec's addresses; naming the command that restores it
- * onto them), when the shards' newest checkpoints are of different
- * layouts, or when an interrupted psd --reshard must be finished first. */
+ * onto them), when the newest layout's checkpoints disagree on their
+ * count or rule, or when an interrupted psd --reshard must be finished
+ * first. */
 int psd_reshard_layout(const char *root, const char *job, int max_shards,
                        int *nshards, uint64_t *layout, int *rows, char *err,
                        size_t errlen);

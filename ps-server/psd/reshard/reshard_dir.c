@@ -188,7 +188,11 @@ int psd_reshard_layout(const char *root, const char *job, int max_shards,
                max_shards == 1 ? "" : "es", max_shards,
                max_shards == 1 ? "" : "s");
       rc = CM_EEXIST;
-    } else if (*nshards && (n != *nshards || lay != *layout || r != *rows)) {
+    } else if (*nshards && lay < *layout) {
+      /* Older than a layout switch another shard checkpointed since: a
+       * shard switched and killed before its own checkpoint of the new
+       * layout (it finds its switch directory at start, move.h). */
+    } else if (*nshards && lay == *layout && (n != *nshards || r != *rows)) {
       snprintf(err, errlen,
                "%s/ckpt-%010llu is of layout %llu of %d shards (rows by %s), "
                "but %s is of layout %llu of %d (rows by %s): not one "
@@ -198,7 +202,9 @@ int psd_reshard_layout(const char *root, const char *job, int max_shards,
                (unsigned long long)*layout, *nshards,
                cm_layout_rule_name(*rows));
       rc = CM_EEXIST;
-    } else if (!*nshards) {
+    } else if (!*nshards || lay > *layout) {
+      /* The newest layout is the job's: a switch that any shard
+       * checkpointed was committed (its saver writes after COMMIT). */
       *nshards = n;
       *layout = lay;
       *rows = r;

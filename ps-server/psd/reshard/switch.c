@@ -23,6 +23,7 @@
 #include "reshard_internal.h"
 #include "rpc.h"
 #include "rpc_client.h"
+#include "saver.h"
 #include "service.h"
 #include "store.h"
 #include "units.h"
@@ -371,9 +372,11 @@ static void under_gate(void *ctx) {
   struct psd_server *srv = w->srv;
   srv->nshards = w->to;
   srv->layout = w->layout;
-  srv->standby = srv->shard >= w->to;
+  /* Read by the saver's thread (saver.h): it writes from now on when the
+   * switch takes this shard in, and stops when it takes it out. */
+  __atomic_store_n(&srv->standby, srv->shard >= w->to, __ATOMIC_RELEASE);
   if (srv->ckpt)
-    psd_ckpt_set_layout(srv->ckpt, w->to, w->layout);
+    psd_ckpt_set_layout(srv->ckpt, w->to, w->layout, !srv->standby);
   if (srv->publisher)
     psd_publisher_set_shards(srv->publisher, w->to);
 }
@@ -405,6 +408,10 @@ static void commit(struct psd_switch *w, struct cm_rpc_call *call) {
   cm_info("layout switch to layout %" PRIu64 " of %d shards (from %d): "
           "COMMIT: %s; dense calls waited %.1f ms",
           w->layout, w->to, w->from, msg, pause / 1000.0);
+  /* The new layout on disk soon (docs/reshard.md "What a kill does to a
+   * live move"); the call does not wait for it. */
+  if (srv->saver)
+    psd_saver_request(srv->saver, "layout switch");
   reply(call, 0, pause, msg);
 }
 

@@ -30,6 +30,8 @@ struct waiter {
 
 struct psd_saver {
   struct psd_ckpt *ckpt;        /* borrowed; NULL when off */
+  const int *standby;           /* borrowed: 1 while the shard stands by
+                                   and writes nothing (NULL: never) */
   struct psd_store *store;      /* borrowed */
   struct psd_steps *steps;      /* borrowed; sync mode only */
   struct psd_dedup *dedup;      /* borrowed; async mode only, may be NULL */
@@ -56,6 +58,14 @@ struct psd_saver {
                                    cut's step (the coordinator), or NULL */
   void *cut_ctx; /* its argument; borrowed */
 };
+
+/* The checkpoints written now: none while the shard stands by (a live
+ * layout switch takes it in or out, reshard/switch.c). */
+static struct psd_ckpt *ckpt_now(struct psd_saver *s) {
+  if (s->standby && __atomic_load_n(s->standby, __ATOMIC_ACQUIRE))
+    return NULL;
+  return s->ckpt;
+}
 
 uint64_t psd_saver_step(struct psd_saver *s) {
   return s->steps ? psd_steps_version(s->steps) : atomic_load(&s->applied);
@@ -193,12 +203,27 @@ static void *saver_thread(void *arg) {
     struct psd_ckpt_result r;
     char err[4096];
     int rc = hold_store(s);
+    struct psd_ckpt *c = rc ? NULL : ckpt_now(s);
+    if (!rc && !c) {
+      /* Standing by: nothing to write; its callers learn why. */
+      psd_store_release(s->store);
+      pthread_mutex_lock(&s->lock);
+      s->gate = 0;
+      pthread_cond_broadcast(&s->gate_open);
+      while (ws) {
+        struct waiter *w = ws;
+        ws = w->next;
+        cm_rpc_fail(w->call, GRPC_STATUS_FAILED_PRECONDITION, OFF_MESSAGE);
+        free(w);
+      }
+      continue;
+    }
     if (rc) {
       snprintf(err, sizeof err,
                "psd is stopping while a layout switch holds the variables");
     } else {
-      rc = psd_ckpt_write(s->ckpt, s->store, s->dedup, step, s->steps == NULL,
-                          &r, err, sizeof err);
+      rc = psd_ckpt_write(c, s->store, s->dedup, step, s->steps == NULL, &r,
+                          err, sizeof err);
       psd_store_release(s->store);
     }
 
@@ -347,7 +372,8 @@ static void on_checkpoint(struct cm_rpc_call *call, grpc_byte_buffer *bb,
 
   if (!req)
     return;
-  if (!s->ckpt) {
+  /* A standby shard says so as it always did: it writes none. */
+  if (!ckpt_now(s)) {
     cm_rpc_fail(call, GRPC_STATUS_FAILED_PRECONDITION, OFF_MESSAGE);
     goto out;
   }
@@ -390,6 +416,7 @@ int psd_saver_new(struct psd_saver **out, const struct psd_saver_opts *o) {
   if (!s)
     return CM_ENOMEM;
   s->ckpt = o->ckpt;
+  s->standby = o->standby;
   s->store = o->store;
   s->steps = o->steps;
   s->dedup = o->steps ? NULL : o->dedup; /* ckpt.h: sync saves none */
@@ -404,8 +431,8 @@ int psd_saver_new(struct psd_saver **out, const struct psd_saver_opts *o) {
   pthread_cond_init(&s->gate_open, NULL);
   s->method =
       (struct cm_rpc_method){"/psd.v1.Admin/Checkpoint", on_checkpoint, s};
-  s->state.on = s->ckpt != NULL;
-  if (s->ckpt)
+  s->state.on = ckpt_now(s) != NULL;
+  if (s->state.on)
     snprintf(s->state.dir, sizeof s->state.dir, "%s", psd_ckpt_dir(s->ckpt));
   if (o->resumed && o->resumed->path[0]) {
     s->state.step = o->resumed->step;
@@ -508,9 +535,21 @@ out:
 void psd_saver_state(struct psd_saver *s, struct psd_saver_state *st) {
   pthread_mutex_lock(&s->lock);
   *st = s->state;
+  /* Taken in or out by a layout switch since start. */
+  st->on = ckpt_now(s) != NULL;
+  if (st->on)
+    snprintf(st->dir, sizeof st->dir, "%s", psd_ckpt_dir(s->ckpt));
+  else
+    st->dir[0] = 0;
   /* A write renames its directory into place whole: never half listed. */
-  st->nsteps =
-      s->ckpt ? psd_ckpt_list(s->ckpt, st->steps, PSD_SAVER_LISTED) : 0;
+  st->nsteps = st->on ? psd_ckpt_list(s->ckpt, st->steps, PSD_SAVER_LISTED) : 0;
+  pthread_mutex_unlock(&s->lock);
+}
+
+void psd_saver_request(struct psd_saver *s, const char *why) {
+  pthread_mutex_lock(&s->lock);
+  if (ckpt_now(s) && s->started && !s->stopping)
+    request(s, why);
   pthread_mutex_unlock(&s->lock);
 }
 
@@ -528,10 +567,11 @@ void psd_saver_stop(struct psd_saver *s) {
 int psd_saver_final(struct psd_saver *s, struct psd_ckpt_result *res, char *err,
                     size_t errlen) {
   int rc;
-  if (!s->ckpt)
+  struct psd_ckpt *c = ckpt_now(s);
+  if (!c)
     return 1;
-  rc = psd_ckpt_write(s->ckpt, s->store, s->dedup, psd_saver_step(s), 1, res,
-                      err, errlen);
+  rc = psd_ckpt_write(c, s->store, s->dedup, psd_saver_step(s), 1, res, err,
+                      errlen);
   pthread_mutex_lock(&s->lock);
   record(s, rc, res, err, "at exit");
   pthread_mutex_unlock(&s->lock);

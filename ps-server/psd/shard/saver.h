@@ -32,6 +32,10 @@ struct cm_request_self; /* request.h */
 
 struct psd_saver_opts {
   struct psd_ckpt *ckpt;   /* NULL: checkpoints are off (the RPC says so) */
+  const int *standby;      /* 1 while the shard stands by: it writes none
+                              and says checkpoints are off (read
+                              atomically; a layout switch changes it), or
+                              NULL */
   struct psd_store *store; /* the shard's variables */
   struct psd_steps *steps; /* sync mode's steps, NULL in async mode */
   struct psd_dedup *dedup; /* async: the service's table of applied pushes,
@@ -76,6 +80,11 @@ const struct cm_rpc_method *psd_saver_methods(struct psd_saver *s, int *n);
 
 /* Async: one push was applied. Starts a checkpoint every every_steps. */
 void psd_saver_pushed(struct psd_saver *s);
+
+/* Asks for a checkpoint now, not waiting for it (a layout switch's
+ * COMMIT: the new layout on disk soon); nothing when checkpoints are off
+ * or the shard stands by. `why` (a literal) is logged. */
+void psd_saver_request(struct psd_saver *s, const char *why);
 
 /* Sync: brackets a commit. begin waits while a checkpoint is being written;
  * end (given the steps committed now) starts a periodic one when due and
