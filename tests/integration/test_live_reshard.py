@@ -1162,6 +1162,44 @@ class DriveMoveTest(tr.ReshardBase):
         self.assertRegex(out, r"owns 20[0-9][0-9] buckets; 0 move files applied \(0 rows\), "
                          r"[1-9][0-9]* rows of buckets owned elsewhere dropped")
 
+    def test_destination_killed_before_done_the_source_move_ends(self):
+        """ps:2, the destination, killed (-9, by its test-only
+        PSD_TEST_KILL_AFTER_MOVE_FILE) after its first batch's move file and
+        before its MOVE_DONE reaches the source, which keeps that move open
+        and would refuse the next; started again, ps:2 applies the file and
+        tells the source the move is done, and the move resumes and ends,
+        every push counted once."""
+        from hashes import bucket_map, moves  # pylint: disable=import-outside-toplevel
+        spec, ps = self.job_up({"checkpoint": {"dir": os.path.join(self.d, "ck"),
+                                               "every_s": 3600}})
+        self.pushing()
+        self.stop_pushing()
+        self.assertEqual(ps[2].stop(signal.SIGTERM), 0, ps[2].output())
+        ps[2] = h.Proc([h.build_path("ps-server", "psd"), "--cluster", spec, "--task", "ps:2"],
+                       env=dict(os.environ, PSD_TEST_KILL_AFTER_MOVE_FILE="1"))
+        self.procs.append(ps[2])
+        ps[2].wait_for("ready: listening on")
+        r = h.psctl(spec, "reshard", "--shards", "3", "--moves", "--batch", "16")
+        self.assertEqual(r.returncode, 1, r.stdout + r.stderr)
+        self.assertIn("stopped: batch 1 ", r.stdout + r.stderr)
+        self.assertEqual(ps[2].wait(), -signal.SIGKILL, ps[2].output()[-2000:])
+        src = bucket_map(2)[moves(2, 3)[0]]
+        again = h.Proc([h.build_path("ps-server", "psd"), "--cluster", spec, "--task", "ps:2"])
+        self.procs.append(again)
+        again.wait_for("ready: listening on")
+        out = again.output()
+        self.assertIn("live move: ps:2 goes on with the move from 2 to 3 shards after 16 of "
+                      "1365 moves", out)
+        self.assertRegex(out, r"live move: told ps:%d that move [0-9a-f]{16}'s buckets are "
+                              r"owned here" % src)
+        self.assert_counted_once(spec, 16)
+        self.pushing()
+        r = h.psctl(spec, "reshard", "--shards", "3", "--moves", "--batch", "512")
+        self.stop_pushing()
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertIn("(resumed: 16 made)", r.stdout + r.stderr)
+        self.assert_counted_once(spec, 1365)
+
     def test_switched_shard_killed_serves_the_new_layout(self):
         """After a finished move 2 -> 3 (a split dense variable and a whole
         one besides the table), each shard checkpoints layout 1 of 3 on

@@ -117,9 +117,26 @@ void psd_ckpt_set_move(struct psd_ckpt *c, const int *move_to,
 /* A move's destination, once the buckets of set (PSD_MOVE_SET_BYTES) are
  * owned here and before their source drops them: writes every table's
  * rows of those buckets as move file move-L<layout>-<moved> (a file set:
- * complete or absent). Returns 0, CM_ENOMEM or CM_EIO (err). */
+ * complete or absent), naming the source `from` and the move's id `move`.
+ * Returns 0, CM_ENOMEM or CM_EIO (err). */
 int psd_ckpt_move_write(struct psd_ckpt *c, const uint8_t *set, int from,
-                        int to, int moved, char *err, size_t errlen);
+                        uint64_t move, int to, int moved, char *err,
+                        size_t errlen);
+
+/* What a move file says of its move (psd_ckpt_move_last). */
+struct psd_ckpt_move {
+  int moved;        /* the job's moves after it */
+  int to;           /* the count the move goes to */
+  int from;         /* its source shard (-1: not said) */
+  uint64_t id;      /* the move's id (0: not said, an older file) */
+  uint8_t set[512]; /* its buckets (PSD_MOVE_SET_BYTES), as MoveRows's */
+};
+
+/* The newest move file of c's layout (of a move to `to` shards; 0: to
+ * any count), checked, into *out. Returns 0, CM_ENOENT when there is none,
+ * CM_ENOMEM, or CM_EFORMAT with err naming the file. */
+int psd_ckpt_move_last(struct psd_ckpt *c, int to, struct psd_ckpt_move *out,
+                       char *err, size_t errlen);
 
 /* The most moves of a move file of c's layout (0: none). Returns 0 or
  * CM_ENOMEM. */

@@ -80,9 +80,10 @@ static void path_of(const struct psd_ckpt *c, uint64_t layout, int moved,
 }
 
 int psd_ckpt_move_write(struct psd_ckpt *c, const uint8_t *set, int from,
-                        int to, int moved, char *err, size_t errlen) {
+                        uint64_t move, int to, int moved, char *err,
+                        size_t errlen) {
   struct psd_fileset f = {0};
-  char final[1200], path[1300], file[32], hex[SET_BYTES * 2 + 1];
+  char final[1200], path[1300], file[32], hex[SET_BYTES * 2 + 1], id[17];
   json_t *m = NULL, *tables = json_array();
   int rc = 0;
   if (!tables)
@@ -127,10 +128,11 @@ int psd_ckpt_move_write(struct psd_ckpt *c, const uint8_t *set, int from,
   }
   for (unsigned i = 0; i < SET_BYTES; i++)
     snprintf(hex + 2 * i, 3, "%02x", set[i]);
-  m = json_pack("{s:s, s:s, s:i, s:i, s:i, s:i, s:I, s:s, s:o}", "format",
+  snprintf(id, sizeof id, "%016" PRIx64, move);
+  m = json_pack("{s:s, s:s, s:i, s:i, s:s, s:i, s:i, s:I, s:s, s:o}", "format",
                 MOVE_FORMAT, "job", c->job, "shard", c->shard, "from", from,
-                "to", to, "moved", moved, "layout", (json_int_t)c->layout,
-                "buckets", hex, "tables", tables);
+                "move_id", id, "to", to, "moved", moved, "layout",
+                (json_int_t)c->layout, "buckets", hex, "tables", tables);
   tables = NULL; /* m owns it, or json_pack freed it */
   if (!m) {
     rc = CM_ENOMEM;
@@ -197,7 +199,7 @@ static int read_manifest(struct psd_ckpt *c, const char *dir, int to,
     snprintf(err, errlen, "%s: job is not '%s'", path, c->job);
   else if (!json_is_integer(shard) || json_integer_value(shard) != c->shard)
     snprintf(err, errlen, "%s: shard is not %d", path, c->shard);
-  else if (!json_is_integer(mto) || json_integer_value(mto) != to)
+  else if (!json_is_integer(mto) || (to && json_integer_value(mto) != to))
     snprintf(err, errlen, "%s: \"to\" is not %d, the move's count", path, to);
   else if (!hex || strlen(hex) != SET_BYTES * 2)
     snprintf(err, errlen, "%s: \"buckets\" is not %d hex digits", path,
@@ -214,22 +216,30 @@ out:
   return rc;
 }
 
+/* The bucket set of a checked manifest (read_manifest: its "buckets" has
+ * the length of one). Returns 0, or -1 when it is not hex. */
+static int set_of(json_t *m, uint8_t *set) {
+  const char *hex = json_string_value(json_object_get(m, "buckets"));
+  for (unsigned b = 0; b < SET_BYTES; b++) {
+    unsigned v;
+    if (sscanf(hex + 2 * b, "%2x", &v) != 1)
+      return -1;
+    set[b] = (uint8_t)v;
+  }
+  return 0;
+}
+
 /* Applies move file dir (manifest m): each table's rows replace those of
  * the buckets. */
 static int apply_one(struct psd_ckpt *c, const char *dir, json_t *m,
                      uint64_t *rows, char *err, size_t errlen) {
-  const char *hex = json_string_value(json_object_get(m, "buckets"));
   json_t *tables = json_object_get(m, "tables"), *e;
   uint8_t set[SET_BYTES];
   size_t i;
-  for (unsigned b = 0; b < SET_BYTES; b++) {
-    unsigned v;
-    if (sscanf(hex + 2 * b, "%2x", &v) != 1) {
-      snprintf(err, errlen, "%s/" PSD__CKPT_MANIFEST ": \"buckets\" is not hex",
-               dir);
-      return CM_EFORMAT;
-    }
-    set[b] = (uint8_t)v;
+  if (set_of(m, set)) {
+    snprintf(err, errlen, "%s/" PSD__CKPT_MANIFEST ": \"buckets\" is not hex",
+             dir);
+    return CM_EFORMAT;
   }
   json_array_foreach(tables, i, e) {
     const char *name = json_string_value(json_object_get(e, "name"));
@@ -297,6 +307,42 @@ int psd_ckpt_move_apply(struct psd_ckpt *c, int to, int after, int upto,
     if (!rc)
       ++*files;
   }
+  free(fs);
+  return rc;
+}
+
+int psd_ckpt_move_last(struct psd_ckpt *c, int to, struct psd_ckpt_move *out,
+                       char *err, size_t errlen) {
+  struct found *fs = malloc(MOVE_FILES_MAX * sizeof *fs);
+  char dir[1200];
+  json_t *m = NULL;
+  int n, best = -1, rc = CM_ENOENT;
+  memset(out, 0, sizeof *out);
+  if (!fs)
+    return CM_ENOMEM;
+  n = list(c, fs, MOVE_FILES_MAX);
+  for (int i = 0; i < n; i++)
+    if (fs[i].layout == c->layout && (best < 0 || fs[i].moved > fs[best].moved))
+      best = i;
+  if (best < 0)
+    goto out;
+  path_of(c, fs[best].layout, fs[best].moved, dir, sizeof dir);
+  if ((rc = read_manifest(c, dir, to, &m, err, errlen)))
+    goto out;
+  const char *id = json_string_value(json_object_get(m, "move_id"));
+  json_t *from = json_object_get(m, "from");
+  out->moved = fs[best].moved;
+  out->to = (int)json_integer_value(json_object_get(m, "to"));
+  out->from = json_is_integer(from) ? (int)json_integer_value(from) : -1;
+  if (id && strlen(id) == 16)
+    out->id = strtoull(id, NULL, 16);
+  if (set_of(m, out->set)) {
+    snprintf(err, errlen, "%s/" PSD__CKPT_MANIFEST ": \"buckets\" is not hex",
+             dir);
+    rc = CM_EFORMAT;
+  }
+out:
+  json_decref(m);
   free(fs);
   return rc;
 }

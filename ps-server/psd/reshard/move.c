@@ -4,6 +4,7 @@
 
 #include <inttypes.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -152,6 +153,19 @@ static Psd__V1__MoveRowsResponse *move_rows(struct psd_peers *peers, int from,
   return r;
 }
 
+int psd_move_done(struct psd_peers *peers, int from, uint64_t move,
+                  const uint8_t *set, int move_to, int moved, char *err,
+                  size_t errlen) {
+  int st;
+  Psd__V1__MoveRowsResponse *r =
+      move_rows(peers, from, PSD__V1__MOVE_PHASE__MOVE_DONE, move, set, move_to,
+                moved, &st, err, errlen);
+  if (!r)
+    return CM_ERPC;
+  psd__v1__move_rows_response__free_unpacked(r, NULL);
+  return 0;
+}
+
 int psd_move_buckets(struct psd_service *svc, struct psd_peers *peers, int self,
                      int from, int nps, const uint8_t *set, int move_to,
                      int moved, struct psd_ckpt *ckpt,
@@ -227,7 +241,7 @@ int psd_move_buckets(struct psd_service *svc, struct psd_peers *peers, int self,
   if (ckpt && move_to > 0) {
     char why[1200];
     double tw = cm_mono_ms();
-    if ((rc = psd_ckpt_move_write(ckpt, set, from, move_to, moved, why,
+    if ((rc = psd_ckpt_move_write(ckpt, set, from, move, move_to, moved, why,
                                   sizeof why))) {
       snprintf(err, errlen,
                "the buckets are owned here but their rows could not be "
@@ -238,6 +252,10 @@ int psd_move_buckets(struct psd_service *svc, struct psd_peers *peers, int self,
       goto out;
     }
     res->file_ms = cm_mono_ms() - tw;
+    /* Test only (docs/faults.md): a kill -9 between the move file and
+     * MOVE_DONE, which leaves the source's move open. */
+    if (getenv("PSD_TEST_KILL_AFTER_MOVE_FILE"))
+      raise(SIGKILL);
   }
   /* Owned here: the source drops its rows and adopts the move state.
    * Asked again when the answer is lost (the move just ended is answered

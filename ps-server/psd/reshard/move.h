@@ -92,6 +92,14 @@ int psd_move_buckets(struct psd_service *svc, struct psd_peers *peers, int self,
 #define PSD_MOVE_START_MS 5000
 int psd_move_startup(struct psd_server *srv);
 
+/* Tells source `from` (MoveRows MOVE_DONE) that the buckets of set, of
+ * move `move`, are owned here: it drops its rows and ends the move (one
+ * ended already is answered OK). Returns 0, or CM_ERPC with err saying
+ * what the source answered. */
+int psd_move_done(struct psd_peers *peers, int from, uint64_t move,
+                  const uint8_t *set, int move_to, int moved, char *err,
+                  size_t errlen);
+
 struct psd_move;
 
 /* srv's Admin/MoveBuckets handler (srv borrowed, must outlive it).

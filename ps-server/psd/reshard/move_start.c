@@ -8,6 +8,7 @@
  * cm_layout_map_moving gives it after K moves, dropping the rows of the
  * others (a source restarted from a checkpoint taken before it gave them
  * away). */
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -105,6 +106,44 @@ out:
   return rc;
 }
 
+/* A destination killed after its move file and before its MOVE_DONE
+ * reached the source left that move open there (handed over, its rows
+ * kept), which refuses any other move. The newest move file's source is
+ * told now that the buckets are owned here; a move it ended already, or
+ * one it does not hold, is no failure (logged). */
+static void finish_last(struct psd_server *srv, int to) {
+  struct psd_ckpt_move mv;
+  struct psd_peers *peers = NULL;
+  char err[1200];
+  int rc = psd_ckpt_move_last(srv->ckpt, to, &mv, err, sizeof err);
+  if (rc == CM_ENOENT)
+    return;
+  if (rc || !mv.id || mv.from < 0 || mv.from == srv->shard) {
+    if (rc)
+      cm_warn("live move: %s", err);
+    return;
+  }
+  if (psd_peers_new(
+          &peers, srv->spec,
+          &(struct psd_peer_opts){.who = "starting shard", .fresh = 1}, err,
+          sizeof err)) {
+    cm_warn("live move: cannot call ps:%d to end move %016" PRIx64 " (%s)",
+            mv.from, mv.id, err);
+    return;
+  }
+  if (psd_move_done(peers, mv.from, mv.id, mv.set, to, mv.moved, err,
+                    sizeof err))
+    cm_info("live move: ps:%d did not end move %016" PRIx64 " (its buckets "
+            "are owned here from this shard's move file): %s",
+            mv.from, mv.id, err);
+  else
+    cm_info("live move: told ps:%d that move %016" PRIx64 "'s buckets are "
+            "owned here (its move file): it drops its copy and ends the "
+            "move, if it had not",
+            mv.from, mv.id);
+  psd_peers_free(peers);
+}
+
 int psd_move_startup(struct psd_server *srv) {
   struct heard h;
   struct cm_layout_map *map = NULL;
@@ -122,6 +161,14 @@ int psd_move_startup(struct psd_server *srv) {
   if ((rc = ask(srv, own_k > 0 || file_k > 0, &h)))
     goto out;
   int to = own_to ? own_to : h.to, k = own_k;
+  /* Nobody else names the move: a destination killed before its source
+   * heard MOVE_DONE (the source adopts the move's state then). Its newest
+   * move file says where the move goes. */
+  if (!to && file_k) {
+    struct psd_ckpt_move mv;
+    if (!psd_ckpt_move_last(srv->ckpt, 0, &mv, err, sizeof err))
+      to = mv.to;
+  }
   if (file_k > k)
     k = file_k;
   if (h.to == to && h.moved > k)
@@ -173,6 +220,8 @@ int psd_move_startup(struct psd_server *srv) {
   }
   srv->self.move_to = to;
   srv->self.moved = k;
+  if (srv->ckpt)
+    finish_last(srv, to);
   cm_info("live move: ps:%d goes on with the move from %d to %d shards "
           "after %d of %d moves (its checkpoint %d, its move files %d, the "
           "other shards %d): owns %d buckets; %d move file%s applied (%llu "
