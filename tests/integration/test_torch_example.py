@@ -186,7 +186,10 @@ class AsyncStartTest(unittest.TestCase):
     every ReLU of the CNN's dense layer, and the job trained at chance: 1
     run in 6 of the real example, and in this simulation 1 seed in 60 with
     gradients one push old, 3 in 60 (these three) two pushes old. With the
-    example's warm-up none of the 120 died. Here: the CNN, the example's
+    example's warm-up none of the 120 died; a run under make test's load
+    still did (staler gradients), and the example's momentum went from 0.9
+    to 0.5 (docs/python.md: 4 pushes old, 320 pushes, 14 of 15 seeds died
+    at 0.9, none at 0.5). Here: the CNN, the example's
     optimizer with the shards' schedule, every gradient computed on the
     values two pushes before, 40 pushes from each of those seeds; at least
     30% of the dense layer's units must still be alive (they were 2-17%)."""
