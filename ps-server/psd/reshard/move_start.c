@@ -158,6 +158,11 @@ int psd_move_startup(struct psd_server *srv) {
     return 0;
   if (srv->ckpt && (rc = psd_ckpt_move_newest(srv->ckpt, &file_k)))
     goto out;
+  /* Only a job with tables moves (psd_service_movable): a shard that has
+   * none (from the spec or its checkpoint) and no move state asks no one,
+   * so a dense job starts as it did (no channels made to its peers). */
+  if (!own_k && !file_k && (!srv->tables || psd_tables_count(srv->tables) == 0))
+    goto out;
   if ((rc = ask(srv, own_k > 0 || file_k > 0, &h)))
     goto out;
   int to = own_to ? own_to : h.to, k = own_k;
