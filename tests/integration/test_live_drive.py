@@ -1,0 +1,405 @@
+#!/usr/bin/env python3
+"""ps:0 drives a whole live move (psctl reshard --moves, docs/reshard.md
+"Moving rows live"): batches, progress, --rate, --cancel and resume, the
+switch at the end, 2 -> 3 -> 2 while a client pushes counted rows; and
+kills (-9) of a destination, a source, a destination between its move file
+and MOVE_DONE, and a shard after the switch, each leaving one owner per
+bucket and every acknowledged push applied once. The shard side of a move
+and of the switch is test_live_moves.py's."""
+import json
+import os
+import signal
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness as h  # noqa: E402
+import test_live_moves as lm  # noqa: E402
+import test_reshard as tr  # noqa: E402
+from test_live_moves import Rounds  # noqa: E402
+
+psd = None
+
+
+def setUpModule():
+    global psd
+    lm.setUpModule()
+    psd = lm.psd
+
+
+class DriveMoveTest(tr.ReshardBase):
+    """ps:0 drives a whole live move (psctl reshard --moves, docs/reshard.md
+    "Live: psctl reshard"): 2 -> 3 shards, every batch of cm_layout_moves
+    a MoveBuckets from ps:0's thread, then the switch, while a psd.Client
+    pushes counted gradients to table rows; psctl prints progress lines
+    and the result. Every acknowledged push is counted once after it,
+    every bucket has one owner; a rate paces the batches, --cancel stops
+    after the batch under way, and asked again the move resumes from the
+    shards' move state."""
+    JOB = "dm"
+    POOL, PER_PUSH = 3000, 300
+    def setUp(self):
+        super().setUp()
+        self.client, self.rounds = None, None
+
+    def tearDown(self):
+        # The pushing client stops before the shards do.
+        if self.rounds:
+            self.rounds.finish()
+        if self.client:
+            self.client.close()
+        super().tearDown()
+
+    def job_up(self, job_extra=None):
+        """An async job of 2 shards and a table on 3 addresses (ps:2
+        standing by), and a client that pushes (push()) to 300 of 3000 ids
+        a round, each gradient counted in self.sums: (spec, shards)."""
+        job = {"name": self.JOB, "shards": 2, "optimizer": {"type": "sgd", "lr": 1.0},
+               "tables": [{"name": "cnt", "dim": 2, "init": "zeros",
+                           "optimizer": {"type": "sgd", "lr": 1.0}}]}
+        job.update(job_extra or {})
+        spec = tr.specs(self.d, job, [3], nworker=1)[3]
+        ps = self.shards(spec, 3)
+        rng = np.random.default_rng(11)
+        self.pool = np.arange(1, self.POOL + 1, dtype=np.uint64) * np.uint64(7919)
+        self.sums = np.zeros((self.POOL, 2), np.float32)
+        self.touched = np.zeros(self.POOL, bool)
+        self.client = c = psd.Client(spec, None)
+        c.declare_table("cnt", 2)
+
+        def push_once():
+            pick = rng.choice(self.POOL, self.PER_PUSH, replace=False)
+            g = (rng.integers(-8, 9, (self.PER_PUSH, 2)) / 8).astype(np.float32)
+            c.push_rows("cnt", self.pool[pick], g)
+            self.sums[pick] -= g
+            self.touched[pick] = True
+        self.push_once = push_once
+        return spec, ps
+
+    def pushing(self):
+        """The client pushing round after round on a thread (2 rounds done)."""
+        self.rounds = Rounds(self.push_once)
+        self.rounds.wait(self, 2)
+        return self.rounds
+
+    def stop_pushing(self):
+        """After 2 more rounds."""
+        self.rounds.wait(self, self.rounds.n + 2)
+        self.rounds.finish()
+
+    def assert_counted_once(self, spec, done, frm=2, to=3, pulled=False):
+        """Each shard owns its buckets of the map after `done` moves of frm
+        -> to (4096 in all), holds the rows of those alone, and a new client
+        reads every acknowledged push once. pulled: an earlier call's pull
+        stored rows of ids never pushed (a shard restarted since holds those
+        its checkpoint did), so each shard holds from its pushed rows to
+        every id of the pool in its buckets."""
+        from hashes import bucket_map, moves, splitmix64_at  # pylint: disable=import-outside-toplevel
+        mv, mt = moves(frm, to), bucket_map(to)
+        owner = list(bucket_map(frm))
+        for b in mv[:done]:
+            owner[b] = mt[b]
+        r = h.psctl(spec, "--json", "status")
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        doc = json.loads(r.stdout)["shards"]
+        self.assertEqual(sum(d["buckets_owned"] for d in doc), 4096)
+        held, pool = [0, 0, 0], [0, 0, 0]
+        for i, t in zip(self.pool, self.touched):
+            home = owner[splitmix64_at(int(i)) >> 52]
+            held[home] += int(t)
+            pool[home] += 1
+        for s in range(3):
+            self.assertEqual(doc[s]["buckets_owned"], owner.count(s), s)
+            rows = sum(t["rows"] for t in doc[s]["tables"])
+            if pulled:
+                self.assertTrue(held[s] <= rows <= pool[s], (s, held[s], rows, pool[s]))
+            else:
+                self.assertEqual(rows, held[s], s)
+        with psd.Client(spec, None) as c:
+            c.declare_table("cnt", 2)
+            got = np.empty((self.POOL, 2), np.float32)
+            c.pull_rows("cnt", self.pool, got)
+            np.testing.assert_array_equal(got, self.sums)
+        return doc
+
+    def test_moves_2_to_3_while_a_client_pushes(self):
+        from hashes import bucket_map, moves  # pylint: disable=import-outside-toplevel
+        spec, ps = self.job_up({"checkpoint": {"dir": os.path.join(self.d, "ck")}})
+        mv, m2, m3 = moves(2, 3), bucket_map(2), bucket_map(3)
+        batches, k = 0, 0
+        while k < len(mv):
+            j = k
+            while j < len(mv) and j - k < 64 and (m2[mv[j]], m3[mv[j]]) == (m2[mv[k]],
+                                                                              m3[mv[k]]):
+                j += 1
+            batches, k = batches + 1, j
+        self.pushing()
+        # Unpaced: batches of a few ms each, many moves under one call of
+        # the client (which follows them all: client-moved's
+        # move_steps_under_one_call_followed).
+        r = h.psctl(spec, "reshard", "--shards", "3", "--moves", "--batch", "64")
+        out = r.stdout + r.stderr
+        self.stop_pushing()
+        self.assertIn("moving table rows live from 2 to 3 shards: 1365 bucket moves (0 "
+                      "made), %d batches of at most 64 buckets" % batches, out)
+        progress = [x for x in r.stdout.splitlines() if x.startswith("moving: ")]
+        self.assertGreaterEqual(len(progress), 1, out)
+        self.assertTrue(progress[-1].startswith(
+            "moving: 1365 of 1365 bucket moves made, 0 left; "), progress[-1])
+        self.assertEqual(r.returncode, 0, out)
+        self.assertIn("reshard done in ", out)
+        self.assertIn("ps:0 says done: layout 1 of 3 shards from 2, 1365 bucket moves (1365 in "
+                      "%d batches now)" % batches, out)
+        doc = self.assert_counted_once(spec, len(mv))
+        m = doc[0]["move"]
+        self.assertEqual((m["running"], m["from"], m["to"], m["moves"], m["moved"], m["left"],
+                          m["batch"], m["batches"], m["cancelled"], m["rate_mbps"]),
+                         (False, 2, 3, 1365, 1365, 0, 64, batches, False, 0))
+        self.assertGreater(m["rows"], 0)
+        self.assertGreater(m["bytes"], 32 * m["rows"] - 1)
+        self.assertGreater(m["bytes_per_s"], 0)
+        self.assertGreaterEqual(m["last_rounds"], 1)
+        self.assertGreaterEqual(m["max_pause_us"], m["last_pause_us"])
+        self.assertTrue(doc[0]["reshard"].startswith("last: done: layout 1 of 3"),
+                        doc[0]["reshard"])
+        for s in range(3):  # the switch ended the move: layout 1 of 3, no move state
+            self.assertEqual((doc[s]["layout"], doc[s]["move_to"], doc[s]["moved"]), (1, 0, 0), s)
+            self.assertNotIn("move", doc[s] if s else {}, s)
+        r = h.psctl(spec, "metrics")
+        for line in ('psd_move_buckets_left{shard="0"} 0',
+                     'psd_move_buckets_moved{shard="0"} 1365',
+                     'psd_move_batches_total{shard="0"} %d' % batches,
+                     'psd_move_running{shard="0"} 0'):
+            self.assertIn(line, r.stdout)
+        # The same count again: refused, nothing changes.
+        r = h.psctl(spec, "reshard", "--shards", "3", "--moves")
+        self.assertEqual(r.returncode, 1, r.stdout + r.stderr)
+        self.assertIn("refused by ps:0", r.stderr)
+        # And back to 2, live, while the client pushes: ps:2 ends standing by.
+        self.pushing()
+        r = h.psctl(spec, "reshard", "--shards", "2", "--moves", "--batch", "64", "--rate",
+                    "0.1")
+        out = r.stdout + r.stderr
+        self.stop_pushing()
+        self.assertEqual(r.returncode, 0, out)
+        self.assertIn("ps:0 says done: layout 2 of 2 shards from 3, 1365 bucket moves", out)
+        doc = self.assert_counted_once(spec, len(mv), 3, 2)
+        self.assertEqual([d["layout"] for d in doc], [2, 2, 2])
+        self.assertTrue(doc[2]["standby"], doc[2])
+
+    def test_rate_paces_cancel_stops_then_resumes(self):
+        spec, ps = self.job_up()
+        self.pushing()
+        first = h.Proc([h.build_path("ps-server", "psctl"), "--cluster", spec, "reshard",
+                        "--shards", "3", "--moves", "--batch", "16", "--rate", "0.0001"])
+        self.procs.append(first)
+        # The first batch is 16 buckets of about 12 rows, 32 bytes each: at
+        # 100 bytes/s ps:0 waits seconds before the next; the cancel ends it.
+        ps[0].wait_for("before the next batch to keep to 0.0001 MB/s (--rate)")
+        r = h.psctl(spec, "reshard", "--cancel")
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertIn("the live move to 3 shards stops after its batch under way", r.stdout)
+        self.assertEqual(first.wait(), 1, first.output())
+        said = ("ps:0 says stopped: cancelled (psctl reshard --cancel) after 1 batch: 16 of "
+                "1365 bucket moves made, every bucket has one owner")
+        self.assertIn(said, first.output())
+        self.assertIn(said, r.stdout)
+        self.assertIn("moving: 16 of 1365 bucket moves made, 1349 left; ", first.output())
+        self.stop_pushing()
+        doc = self.assert_counted_once(spec, 16)
+        m = doc[0]["move"]
+        self.assertEqual((m["moved"], m["batches"], m["waits"], m["cancelled"], m["rate_mbps"]),
+                         (16, 1, 1, True, 0.0001))
+        st = h.psctl(spec, "status").stdout
+        self.assertIn("MOVE: table rows to 3 shards, 16 of 1365 bucket moves made", st)
+        r = h.psctl(spec, "reshard", "--cancel")
+        self.assertEqual(r.returncode, 1, r.stdout + r.stderr)
+        self.assertIn("no live move is under way; nothing to cancel", r.stderr)
+        # Resumed from the shards' 16 moves, in batches of 512 at most.
+        self.pushing()
+        r = h.psctl(spec, "reshard", "--shards", "3", "--moves", "--batch", "512")
+        self.stop_pushing()
+        out = r.stdout + r.stderr
+        self.assertIn("1365 bucket moves (resumed: 16 made), 4 batches of at most 512", out)
+        self.assertEqual(r.returncode, 0, out)
+        self.assertIn("ps:0 says done: layout 1 of 3 shards from 2", out)
+        self.assert_counted_once(spec, 1365)
+
+    def moved_16_then_killed(self, victim, checkpoint):
+        """Pushes (then paused, so that counts are exact), optionally a
+        checkpoint of every shard, then a live move cancelled after its
+        first batch (16 of 1365 moves, to ps:2), then the shard `victim`
+        (-1: that batch's source) killed (kill -9) and started again: it
+        owns the map's buckets after 16 moves and every push is counted
+        once; then the move finishes. Returns the restarted shard's log."""
+        from hashes import bucket_map, moves  # pylint: disable=import-outside-toplevel
+        spec, ps = self.job_up({"checkpoint": {"dir": os.path.join(self.d, "ck"),
+                                               "every_s": 3600}})
+        self.pushing()
+        self.stop_pushing()
+        if checkpoint:
+            r = h.psctl(spec, "checkpoint", "--wait")
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        first = h.Proc([h.build_path("ps-server", "psctl"), "--cluster", spec, "reshard",
+                        "--shards", "3", "--moves", "--batch", "16", "--rate", "0.0001"])
+        self.procs.append(first)
+        ps[0].wait_for("before the next batch to keep to 0.0001 MB/s (--rate)")
+        r = h.psctl(spec, "reshard", "--cancel")
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertEqual(first.wait(), 1, first.output())
+        if victim < 0:
+            victim = bucket_map(2)[moves(2, 3)[0]]
+        ps[victim].stop(signal.SIGKILL)
+        again = h.Proc([h.build_path("ps-server", "psd"), "--cluster", spec, "--task",
+                        "ps:%d" % victim])
+        self.procs.append(again)
+        again.wait_for("ready: listening on")
+        out = again.output()
+        self.assertIn("live move: ps:%d goes on with the move from 2 to 3 shards after 16 of "
+                      "1365 moves" % victim, out)
+        self.assert_counted_once(spec, 16)
+        # The move goes on from the shards' 16 and ends with the switch.
+        self.pushing()
+        r = h.psctl(spec, "reshard", "--shards", "3", "--moves", "--batch", "512")
+        self.stop_pushing()
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertIn("(resumed: 16 made)", r.stdout + r.stderr)
+        self.assert_counted_once(spec, 1365)
+        return out
+
+    def test_destination_killed_after_a_batch_keeps_its_rows(self):
+        """ps:2 (standing by, no checkpoint) received 16 buckets; killed
+        and started again, it finds them in its move file."""
+        out = self.moved_16_then_killed(2, False)
+        self.assertIn("its move files 16, the other shards 16): owns 16 buckets; 1 move "
+                      "file applied", out)
+
+    def test_source_killed_after_a_batch_drops_what_it_gave(self):
+        """The batch's source, restarted from its checkpoint taken before
+        the move (which holds the 16 buckets' rows), learns the job's 16
+        moves from the other shards and drops those rows: one owner each."""
+        out = self.moved_16_then_killed(-1, True)
+        self.assertIn("(its checkpoint 0, its move files 0, the other shards 16)", out)
+        self.assertRegex(out, r"owns 20[0-9][0-9] buckets; 0 move files applied \(0 rows\), "
+                         r"[1-9][0-9]* rows of buckets owned elsewhere dropped")
+
+    def test_destination_killed_before_done_the_source_move_ends(self):
+        """ps:2, the destination, killed (-9, by its test-only
+        PSD_TEST_KILL_AFTER_MOVE_FILE) after its first batch's move file and
+        before its MOVE_DONE reaches the source, which keeps that move open
+        and would refuse the next; started again, ps:2 applies the file and
+        tells the source the move is done, and the move resumes and ends,
+        every push counted once."""
+        from hashes import bucket_map, moves  # pylint: disable=import-outside-toplevel
+        spec, ps = self.job_up({"checkpoint": {"dir": os.path.join(self.d, "ck"),
+                                               "every_s": 3600}})
+        self.pushing()
+        self.stop_pushing()
+        self.assertEqual(ps[2].stop(signal.SIGTERM), 0, ps[2].output())
+        ps[2] = h.Proc([h.build_path("ps-server", "psd"), "--cluster", spec, "--task", "ps:2"],
+                       env=dict(os.environ, PSD_TEST_KILL_AFTER_MOVE_FILE="1"))
+        self.procs.append(ps[2])
+        ps[2].wait_for("ready: listening on")
+        r = h.psctl(spec, "reshard", "--shards", "3", "--moves", "--batch", "16")
+        self.assertEqual(r.returncode, 1, r.stdout + r.stderr)
+        self.assertIn("stopped: batch 1 ", r.stdout + r.stderr)
+        self.assertEqual(ps[2].wait(), -signal.SIGKILL, ps[2].output()[-2000:])
+        src = bucket_map(2)[moves(2, 3)[0]]
+        again = h.Proc([h.build_path("ps-server", "psd"), "--cluster", spec, "--task", "ps:2"])
+        self.procs.append(again)
+        again.wait_for("ready: listening on")
+        out = again.output()
+        self.assertIn("live move: ps:2 goes on with the move from 2 to 3 shards after 16 of "
+                      "1365 moves", out)
+        self.assertRegex(out, r"live move: told ps:%d that move [0-9a-f]{16}'s buckets are "
+                              r"owned here" % src)
+        self.assert_counted_once(spec, 16)
+        self.pushing()
+        r = h.psctl(spec, "reshard", "--shards", "3", "--moves", "--batch", "512")
+        self.stop_pushing()
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertIn("(resumed: 16 made)", r.stdout + r.stderr)
+        self.assert_counted_once(spec, 1365)
+
+    def test_switched_shard_killed_serves_the_new_layout(self):
+        """After a finished move 2 -> 3 (a split dense variable and a whole
+        one besides the table), each shard checkpoints layout 1 of 3 on
+        its COMMIT; ps:2 (taken in by the switch, until now no checkpoint)
+        and then ps:0, killed (kill -9) and started again, serve layout 1
+        of 3 with their dense slices and table rows, every push once, and
+        write checkpoints of it."""
+        ck = os.path.join(self.d, "ck")
+        spec, ps = self.job_up({"checkpoint": {"dir": ck, "every_s": 3600}})
+        c, rng = self.client, np.random.default_rng(5)
+        dense = {"d": np.zeros(70000, np.float32), "w": np.zeros(100, np.float32)}
+        for name, v in dense.items():
+            c.declare(name, v.shape)
+
+        def push_dense():
+            for name, v in dense.items():
+                g = (rng.integers(-8, 9, v.size) / 8).astype(np.float32)
+                c.push(name, g)
+                v -= g
+
+        def check(pulled):
+            self.assert_counted_once(spec, 1365, pulled=pulled)
+            with psd.Client(spec, None) as c2:
+                for name, v in dense.items():
+                    c2.declare(name, v.shape)
+                    got = np.empty(v.size, np.float32)
+                    c2.pull(name, got)
+                    np.testing.assert_array_equal(got, v, name)
+        self.pushing()
+        self.stop_pushing()
+        push_dense()
+        r = h.psctl(spec, "reshard", "--shards", "3", "--moves", "--batch", "512")
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        for p in ps:  # each shard's checkpoint of the new layout, asked by its COMMIT
+            p.wait_for("checkpoint (layout switch) at step")
+        check(False)
+        for victim in (2, 0):
+            ps[victim].stop(signal.SIGKILL)
+            again = h.Proc([h.build_path("ps-server", "psd"), "--cluster", spec, "--task",
+                            "ps:%d" % victim])
+            self.procs.append(again)
+            again.wait_for("ready: listening on")
+            self.assertIn("shard %d of 3, job" % victim, again.output())
+            ps[victim] = again
+            doc = json.loads(h.psctl(spec, "--json", "status").stdout)["shards"]
+            self.assertEqual([(d["layout"], d.get("standby", False)) for d in doc],
+                             [(1, False)] * 3)
+            check(True)
+            r = h.psctl(spec, "checkpoint", "--wait")
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+            with open(os.path.join(ck, self.JOB, "ps-%d" % victim,
+                                   sorted(x for x in os.listdir(os.path.join(
+                                       ck, self.JOB, "ps-%d" % victim))
+                                          if x.startswith("ckpt-"))[-1],
+                                   "manifest.json")) as f:
+                m = json.load(f)
+            self.assertEqual((m["layout"], m["nshards"]), (1, 3))
+
+    def test_usage_and_a_job_that_cannot_move(self):
+        job = {"name": self.JOB, "shards": 2}
+        spec = tr.specs(self.d, job, [2], nworker=1)[2]
+        for args in (["--moves"], ["--shards", "2", "--moves", "--stop"],
+                     ["--shards", "2", "--batch", "8"], ["--shards", "2", "--rate", "1"],
+                     ["--shards", "2", "--moves", "--batch", "0"],
+                     ["--shards", "2", "--moves", "--batch", "4097"],
+                     ["--shards", "2", "--moves", "--rate", "0"],
+                     ["--shards", "2", "--moves", "--rate", "fast"],
+                     ["--cancel", "--shards", "2"], ["--cancel", "--moves"]):
+            r = h.psctl(spec, "reshard", *args)
+            self.assertEqual(r.returncode, 2, (args, r.stdout + r.stderr))
+        r = h.psctl(spec, "status", "--moves")
+        self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
+        self.assertIn("belong to 'reshard'", r.stderr)
+        self.shards(spec, 2)
+        r = h.psctl(spec, "reshard", "--shards", "1", "--moves")
+        self.assertEqual(r.returncode, 1, r.stdout + r.stderr)
+        self.assertIn("a live move cannot be made: the job has no embedding table", r.stderr)
+
+
+if __name__ == "__main__":
+    h.main()
