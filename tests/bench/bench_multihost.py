@@ -404,9 +404,10 @@ def median(xs):
     return xs[len(xs) // 2]
 
 
-def bench(d, b, speeds=SPEEDS_MBIT, rounds=ROUNDS, max_steps=None, epochs=None, say=print):
-    """The part: its lines through say. Raises Skip where namespaces cannot
-    be made, b.BenchFailed when a run fails."""
+def bench(d, b, speeds=SPEEDS_MBIT, rounds=ROUNDS, max_steps=None, epochs=None, say=print,
+          runs=RUNS):
+    """The part: its lines through say, the runs of runs (RUNS: all). Raises
+    Skip where namespaces cannot be made, b.BenchFailed when a run fails."""
     with open(os.path.join(HERE, "..", "..", "deploy", "examples", "local.json")) as f:
         job = dict(json.load(f)["job"], log_every=100000)
     if epochs:
@@ -422,7 +423,7 @@ def bench(d, b, speeds=SPEEDS_MBIT, rounds=ROUNDS, max_steps=None, epochs=None, 
                 % (link, link_check(b, links)))
             got = {}  # (run, wire): [results over the rounds]
             for rnd in range(rounds):
-                for run, wire in RUNS[rnd % len(RUNS):] + RUNS[:rnd % len(RUNS)]:
+                for run, wire in runs[rnd % len(runs):] + runs[:rnd % len(runs)]:
                     if (run, wire) in skipped:
                         continue
                     fn = run_psd if run == "psd" else run_ddp

@@ -1,8 +1,10 @@
 """`bench multihost`'s machinery, small (tests/bench/bench_multihost.py): at
-one link speed, 150 steps per worker and rank, the lines it prints are
-there and whole, the examples add up, the bytes the links counted are those
-of the model's gradients and values (fp32: a push and a pull of 235,146
-floats per step; bf16 and DDP's fp16 hook: half), the shaper holds the
+one link speed, 150 steps per worker and rank, psd in fp32 and bf16 and
+DDP in fp32 (DDP's fp16 hook is make bench's alone: 10 s of make test for
+a baseline's variant), the lines it prints are there and whole, the
+examples add up, the bytes the links counted are those of the model's
+gradients and values (fp32: a push and a pull of 235,146 floats per step;
+bf16: half), the shaper holds the
 link to its rate; every namespace, veth and qdisc made is gone at the end,
 also after an exception inside the links' block and after SIGTERM. Needs
 root and iproute2 (else exit 77), python3-torch and the dataset. Run:
@@ -24,6 +26,7 @@ import bench_multihost as mh  # noqa: E402
 DATA = "/usr/share/datasets/fashion-mnist"
 STEPS = 150
 MBIT = 1000
+RUNS = (("psd", "fp32"), ("ddp", "fp32"), ("psd", "bf16"))
 MODEL_BYTES = 4 * (784 * 256 + 256 + 256 * 128 + 128 + 128 * 10 + 10)  # the demo's MLP
 
 
@@ -56,7 +59,7 @@ class MultihostTest(unittest.TestCase):
         lines = []
         with tempfile.TemporaryDirectory(prefix="test-multihost-") as d:
             links = mh.bench(d, bench, speeds=[MBIT], max_steps=STEPS, epochs=1,
-                             say=lines.append)
+                             say=lines.append, runs=RUNS)
         print("\n" + "\n".join(lines))
         self.assertEqual(mine(links.tag), [])
         self.assertEqual(links.leftovers(), [])
@@ -67,8 +70,7 @@ class MultihostTest(unittest.TestCase):
         # it is the machine's load, not the shaper).
         self.assertLess(float(check[0]["check_Mbps"]), 1.1 * MBIT)
         runs = {(r["run"], r["wire"]): r for r in map(bench.kv, lines) if "run" in r}
-        self.assertEqual(set(runs), {("psd", "fp32"), ("psd", "bf16"), ("ddp", "fp32"),
-                                     ("ddp", "fp16")}, lines)
+        self.assertEqual(set(runs), set(RUNS), lines)
         for (run, wire), r in runs.items():
             self.assertEqual(int(r["examples"]), 2 * STEPS * 64, r)
             self.assertEqual(int(r["steps"]), 2 * STEPS, r)
@@ -89,7 +91,7 @@ class MultihostTest(unittest.TestCase):
         self.assertEqual(len(summary), 1, lines)
         s = summary[0]
         self.assertIn(s["best_psd"], ("fp32", "bf16"))
-        self.assertIn(s["best_ddp"], ("fp32", "fp16"))
+        self.assertEqual(s["best_ddp"], "fp32")
         self.assertAlmostEqual(float(s["ratio"]), float(s["psd_examples_per_s"])
                                / float(s["ddp_examples_per_s"]), delta=0.01)
         self.assertIn(s["goal_met"], ("yes", "no"))

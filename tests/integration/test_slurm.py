@@ -284,32 +284,6 @@ class SlurmJobTest(unittest.TestCase):
         m = re.search(r"\bJobState=(\S+)", r.stdout)
         return m.group(1) if m else None
 
-    def test_sbatch_demo_job(self):
-        c = self.cluster
-        c.start()
-        with open(os.path.join(ROOT, "deploy", "slurm", "slurm-mlp.json")) as f:
-            job = json.load(f)
-        epochs = job["job"]["epochs"]
-        jobfile = os.path.join(self.d, "job.json")
-        with open(jobfile, "w") as f:
-            json.dump(job, f)
-        state, text, info = self.submit(jobfile, env={"PSD_SLURM_PORT": str(free_run(4))})
-        self.assertEqual(state, "COMPLETED", info + text[-4000:] + c.log("slurmd"))
-        self.assertIn("ExitCode=0:0", info)
-        # The spec the batch script derived: 2 shards, 2 workers, this node.
-        self.assertIn('"ps": [', text)
-        for s in (0, 1):
-            self.assertRegex(text, r"ps:%d\s*\| .*ready: listening" % s)
-        last = [l for l in text.splitlines() if "final:" in l]
-        self.assertEqual(len(last), 1, text[-3000:])
-        kv = dict(re.findall(r"(\w+)=([\d.]+)", last[0].split("final:", 1)[1]))
-        self.assertEqual(kv["epochs"], str(epochs))
-        h.assert_job_accounting(self, text, epochs, 2)
-        acc = float(kv["test_accuracy"])
-        jobid = re.search(r"\bJobId=(\d+)", info).group(1)
-        print("\nslurm job %s: test_accuracy=%.4f wall_s=%s" % (jobid, acc, kv["wall_s"]))
-        stated("slurm-mlp.json").check(self, kv)
-
     def submit(self, jobfile, sbatch_args=(), env=(), dworker_args=()):
         """psd-job.sbatch JOB_FILE DWORKER_ARGS submitted with sbatch's
         extra arguments and environment, waited for: (state, the job's
@@ -398,29 +372,45 @@ class SlurmJobTest(unittest.TestCase):
             self.assertEqual(len(done), 1, text[-3000:])
             self.assertIn("steps=%d" % steps, done[0])
 
-    def test_sbatch_reshard_2_to_3(self):
-        """docs/reshard-deploy.md under Slurm: a job of 2 shards that
-        checkpoints runs (60 steps), then the next allocation has 3 shards
-        and PSD_RESHARD=1: the batch script restores the checkpoint onto 3
-        (psd --reshard, once, before the step), the old layout kept beside
-        it, and the 3 shards resume from its step and the job completes."""
-        self.cluster.start()
+    def test_sbatch_demo_job_then_reshard_2_to_3(self):
+        """deploy/slurm/slurm-mlp.json as shipped (but for a checkpoint
+        directory) runs under sbatch to README.md's figure on 2 shards and
+        2 workers; then docs/reshard-deploy.md under Slurm: the next
+        allocation has 3 shards and PSD_RESHARD=1: the batch script
+        restores the checkpoint onto 3 (psd --reshard, once, before the
+        step), the old layout kept beside it, and the 3 shards resume from
+        its step and the job (60 steps more) completes."""
+        c = self.cluster
+        c.start()
         with open(os.path.join(ROOT, "deploy", "slurm", "slurm-mlp.json")) as f:
             job = json.load(f)
+        epochs = job["job"]["epochs"]
         ckpt = os.path.join(self.d, "ckpt")
         job["job"]["checkpoint"] = {"dir": ckpt}
         name = job["job"]["name"]
         jobfile = os.path.join(self.d, "job.json")
         with open(jobfile, "w") as f:
             json.dump(job, f)
-        short = ["--max-steps", "60"]
 
-        port = str(free_run(4))
-        state, text, info = self.submit(jobfile, env={"PSD_SLURM_PORT": port},
-                                        dworker_args=short)
-        self.assertEqual(state, "COMPLETED", info + text[-4000:])
+        state, text, info = self.submit(jobfile, env={"PSD_SLURM_PORT": str(free_run(4))})
+        self.assertEqual(state, "COMPLETED", info + text[-4000:] + c.log("slurmd"))
+        self.assertIn("ExitCode=0:0", info)
         self.assertNotIn("PSD_RESHARD=1", text)
+        # The spec the batch script derived: 2 shards, 2 workers, this node.
+        self.assertIn('"ps": [', text)
+        for s in (0, 1):
+            self.assertRegex(text, r"ps:%d\s*\| .*ready: listening" % s)
+        last = [l for l in text.splitlines() if "final:" in l]
+        self.assertEqual(len(last), 1, text[-3000:])
+        kv = dict(re.findall(r"(\w+)=([\d.]+)", last[0].split("final:", 1)[1]))
+        self.assertEqual(kv["epochs"], str(epochs))
+        h.assert_job_accounting(self, text, epochs, 2)
+        acc = float(kv["test_accuracy"])
+        jobid = re.search(r"\bJobId=(\d+)", info).group(1)
+        print("\nslurm job %s: test_accuracy=%.4f wall_s=%s" % (jobid, acc, kv["wall_s"]))
+        stated("slurm-mlp.json").check(self, kv)
         self.assertEqual(sorted(os.listdir(os.path.join(ckpt, name))), ["ps-0", "ps-1"])
+        short = ["--max-steps", "60"]
 
         port = str(free_run(5))
         # docs/reshard-deploy.md's command (and the port, moved to a free one).
