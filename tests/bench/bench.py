@@ -77,8 +77,13 @@
                    pause, the cut, the client's slowest step, against the
                    same rows pulled (tests/bench/bench_live.py)
 
+  bench checkpoint: a checkpoint of that job's 1M rows written while a
+                   client steps on them: the client's slowest step and the
+                   shards' pushes held, full and delta, against its steps
+                   with no checkpoint (tests/bench/bench_ckpt.py)
 
-Run: /usr/bin/python3 tests/bench/bench.py BUILD_DIR [transport|aggregate|memory|train|sync|scale|optim|kernels|sparse|torch|dlrm|multihost|serve|reshard ...]
+
+Run: /usr/bin/python3 tests/bench/bench.py BUILD_DIR [transport|aggregate|memory|train|sync|scale|optim|kernels|sparse|torch|dlrm|multihost|serve|reshard|checkpoint ...]
 (docs/performance.md says how to read each figure)
 
 Exit status: 0 when every part ran; 1 when any failed (a process that exited
@@ -100,6 +105,7 @@ import traceback
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "integration"))
 import harness as h  # noqa: E402
+import bench_ckpt  # noqa: E402
 import bench_dlrm  # noqa: E402
 import bench_multihost  # noqa: E402
 import bench_live  # noqa: E402
@@ -491,7 +497,8 @@ def main():
              "multihost": lambda d: bench_multihost.multihost(d, sys.modules[__name__]),
              "serve": lambda d: bench_serve.serve(d),
              "reshard": lambda d: (bench_reshard.reshard(d), bench_live.live(d),
-                                   bench_move.move(d))}
+                                   bench_move.move(d)),
+             "checkpoint": lambda d: bench_ckpt.checkpoint(d, rounds=bench_ckpt.ROUNDS)}
     if len(sys.argv) < 2:
         sys.stderr.write("usage: bench.py BUILD_DIR [%s ...]\n" % "|".join(parts))
         return 2

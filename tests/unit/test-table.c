@@ -414,6 +414,109 @@ START_TEST(snapshot_is_one_instant) {
 }
 END_TEST
 
+/* Pushes batches of ids never pushed before (batch k: ids k * 256 + i,
+ * i < 256, a constant gradient), up to 200 batches. */
+static void *keep_adding(void *arg) {
+  struct writer *w = arg;
+  uint64_t ids[256];
+  float g[256 * 4];
+  for (int i = 0; i < 256 * 4; i++)
+    g[i] = 0.25f;
+  for (uint64_t k = 0; k < 200 && !w->stop; k++) {
+    for (int i = 0; i < 256; i++)
+      ids[i] = k * 256 + (uint64_t)i;
+    psd_table_push(w->t, ids, 256, g, 1.0f, 1);
+  }
+  return NULL;
+}
+
+/* A snapshot's arrays are sized before it holds the stripes: rows added
+ * between that and its instant (past the room it keeps for them) are
+ * copied too, sorted, each with its value, and a publication's carry
+ * values alone. */
+START_TEST(snapshot_while_rows_are_added) {
+  struct cm_table_conf c;
+  struct psd_table *t = make(CM_ROWOPT_ADAGRAD, 4, &c);
+  struct writer w = {t, 0};
+  pthread_t th;
+  size_t last = 0;
+  pthread_create(&th, NULL, keep_adding, &w);
+  for (int k = 0; k < 30; k++) {
+    struct psd_table_snap *s;
+    int pub = k % 3 == 2;
+    ck_assert_int_eq(pub ? psd_table_pub_snapshot(t, 1, &s)
+                         : psd_table_snapshot(t, 0, &s),
+                     0);
+    ck_assert_uint_ge(s->nrows, last);
+    ck_assert_uint_eq(s->nstate, pub ? 0 : 4);
+    ck_assert(pub == !s->stats);
+    last = s->nrows;
+    for (size_t r = 0; r < s->nrows; r++) {
+      float v[4], st[4], g[4] = {0.25f, 0.25f, 0.25f, 0.25f};
+      uint32_t tt = 0;
+      ck_assert(!r || s->ids[r - 1] < s->ids[r]);
+      ck_assert_uint_lt(s->ids[r], 200 * 256);
+      cm_table_init_row(&c, 9, s->ids[r], v);
+      cm_rowopt_init_state(&c.opt, 4, v, st);
+      cm_rowopt_apply(&c.opt, 4, v, st, &tt, g);
+      ck_assert(!memcmp(v, s->values + r * 4, sizeof v));
+      if (!pub) {
+        ck_assert(!memcmp(st, s->state + r * 4, sizeof st));
+        ck_assert_uint_eq(s->stats[r].t, 1);
+      }
+    }
+    psd_table_snap_free(s);
+  }
+  w.stop = 1;
+  pthread_join(th, NULL);
+  psd_table_free(t);
+}
+END_TEST
+
+/* Pushes ids [from, to) once each, a gradient of 0.25 (dim 4). */
+static void push_range(struct psd_table *t, uint64_t from, uint64_t to) {
+  float g[4] = {0.25f, 0.25f, 0.25f, 0.25f};
+  for (uint64_t id = from; id < to; id++)
+    ck_assert_int_eq(psd_table_push(t, &id, 1, g, 1.0f, 1), 0);
+}
+
+/* psd_table_snap_prepare, _take, _sort: the snapshot is the table at the
+ * take, whatever changed between the calls (rows added after the
+ * preparation are in it; pushes after the take are not), sorted once
+ * sorted; a delta taken after it holds what changed since the take. */
+START_TEST(snapshot_in_three_calls) {
+  struct cm_table_conf c;
+  struct psd_table *t = make(CM_ROWOPT_SGD, 4, &c);
+  struct psd_table_snap *s, *d;
+  push_range(t, 0, 1000);
+  ck_assert_int_eq(psd_table_snap_prepare(t, 0, 0, &s), 0);
+  push_range(t, 1000, 3000); /* past the room prepared */
+  ck_assert_int_eq(psd_table_snap_take(t, s), 0);
+  ck_assert_int_eq(s->delta, 0);
+  push_range(t, 0, 100); /* after the instant */
+  push_range(t, 5000, 5010);
+  ck_assert_int_eq(psd_table_snap_sort(s), 0);
+  ck_assert_uint_eq(s->nrows, 3000);
+  for (size_t r = 0; r < s->nrows; r++) {
+    ck_assert_uint_eq(s->ids[r], r);
+    ck_assert_uint_eq(s->stats[r].count, 1);
+  }
+  ck_assert_int_eq(psd_table_snap_prepare(t, 0, 1, &d), 0);
+  ck_assert_int_eq(psd_table_snap_take(t, d), 0);
+  ck_assert_int_eq(psd_table_snap_sort(d), 0);
+  ck_assert_int_eq(d->delta, 1);
+  ck_assert_uint_eq(d->nrows, 110);
+  for (size_t r = 0; r < 100; r++) {
+    ck_assert_uint_eq(d->ids[r], r);
+    ck_assert_uint_eq(d->stats[r].count, 2);
+  }
+  ck_assert_uint_eq(d->ids[100], 5000);
+  psd_table_snap_free(s);
+  psd_table_snap_free(d);
+  psd_table_free(t);
+}
+END_TEST
+
 /* Two tables hold the same rows, values, state and stats. */
 static void same(struct psd_table *a, struct psd_table *b) {
   struct psd_table_snap *x, *y;
@@ -495,6 +598,8 @@ static Suite *table_suite(void) {
   tcase_add_test(tc, pull_mixes_stored_and_not_admitted);
   tcase_add_test(tc, eviction_top_and_memory);
   tcase_add_test(tc, snapshot_is_one_instant);
+  tcase_add_test(tc, snapshot_while_rows_are_added);
+  tcase_add_test(tc, snapshot_in_three_calls);
   tcase_add_test(tc, full_then_deltas_restore);
   suite_add_tcase(s, tc);
   return s;

@@ -110,18 +110,26 @@ void psd__ckpt_move_prune(struct psd_ckpt *c, int moved);
 
 /* ---- ckpt_tables.c */
 
-/* Takes every table's snapshot for checkpoint `step` (the caller holds the
- * shard still: the apply gate frozen, or commits held): full for a table
- * with no chain, a chain at its longest or ending at this step, or after
- * tables_full; else a delta. Returns 0 or CM_ENOMEM. */
-int psd__ckpt_tables_take(struct psd_ckpt *c, uint64_t step,
-                          struct psd__tsnaps *s);
+/* Before checkpoint `step`'s instant: runs each table's eviction and
+ * prepares its snapshot into *s (psd_table_snap_prepare): full for a
+ * table with no chain, a chain at its longest or ending at this step, or
+ * after tables_full; else a delta. Returns 0 or CM_ENOMEM (*s freed by
+ * psd__ckpt_tables_done either way; err says which table). */
+int psd__ckpt_tables_prepare(struct psd_ckpt *c, uint64_t step,
+                             struct psd__tsnaps *s, char *err, size_t errlen);
 
-/* Writes the snapshots into the checkpoint's file set f (table-<i>.bin
- * each, counted into f->bytes) and their manifest entries into *out (a new
- * JSON array: name, dim, id_bound, optimizer, file, delta, rows, evicted,
- * bytes, pushes and the chain of steps to restore). Returns 0, CM_EIO
- * (err), CM_ENOMEM. */
+/* At the instant (the caller holds the shard still: the apply gate
+ * frozen, or commits held): takes every prepared snapshot (a table
+ * declared since is prepared now), unsorted, and each table's pushes.
+ * Returns 0 or CM_ENOMEM (err). */
+int psd__ckpt_tables_take(struct psd_ckpt *c, uint64_t step,
+                          struct psd__tsnaps *s, char *err, size_t errlen);
+
+/* Sorts the snapshots and writes them into the checkpoint's file set f
+ * (table-<i>.bin each, counted into f->bytes) and their manifest entries
+ * into *out (a new JSON array: name, dim, id_bound, optimizer, file, delta,
+ * rows, evicted, bytes, pushes and the chain of steps to restore). Returns 0,
+ * CM_EIO (err), CM_ENOMEM. */
 struct psd_fileset;
 int psd__ckpt_tables_write(struct psd_ckpt *c, const struct psd__tsnaps *s,
                            struct psd_fileset *f, uint64_t step, json_t **out,

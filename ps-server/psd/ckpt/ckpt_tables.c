@@ -31,36 +31,69 @@ static struct psd__tchain *chain_of(struct psd_ckpt *c, const char *name) {
   return NULL;
 }
 
-int psd__ckpt_tables_take(struct psd_ckpt *c, uint64_t step,
-                          struct psd__tsnaps *s) {
+/* Table i's snapshot for checkpoint `step`, prepared: full or delta
+ * (psd__ckpt_tables_take says when), after the table's eviction. */
+static int prepare_one(struct psd_ckpt *c, uint64_t step, struct psd__tsnaps *s,
+                       int i) {
+  struct psd_table *t = psd_tables_at(c->tables, i);
+  const struct psd__tchain *ch = chain_of(c, psd_table_conf(t)->name);
+  s->conf[i] = *psd_table_conf(t);
+  s->delta[i] = !c->tables_full && ch && ch->n > 0 && ch->n < PSD__TCHAIN_MAX &&
+                ch->steps[ch->n - 1] < step;
+  /* Eviction runs at checkpoint time (the step is the shard's, as the
+   * rows' last-touched steps are), before the instant: the ids it evicts
+   * are in this checkpoint's delta. */
+  if (s->conf[i].evict_after_steps || s->conf[i].evict_min_count) {
+    uint64_t ev = 0;
+    psd_table_shrink(t, step, &ev);
+    if (ev)
+      cm_info("table '%s': %llu rows evicted at the checkpoint of step %llu",
+              s->conf[i].name, (unsigned long long)ev,
+              (unsigned long long)step);
+  }
+  return psd_table_snap_prepare(t, 0, s->delta[i], &s->snap[i]) ? CM_ENOMEM : 0;
+}
+
+int psd__ckpt_tables_prepare(struct psd_ckpt *c, uint64_t step,
+                             struct psd__tsnaps *s, char *err, size_t errlen) {
   memset(s, 0, sizeof *s);
   if (!c->tables)
     return 0;
   int n = psd_tables_count(c->tables);
   for (int i = 0; i < n && i < CM_TABLE_MAX; i++) {
-    struct psd_table *t = psd_tables_at(c->tables, i);
-    const struct psd__tchain *ch = chain_of(c, psd_table_conf(t)->name);
-    int delta = !c->tables_full && ch && ch->n > 0 && ch->n < PSD__TCHAIN_MAX &&
-                ch->steps[ch->n - 1] < step;
-    s->conf[i] = *psd_table_conf(t);
-    s->delta[i] = delta;
-    /* Eviction runs at checkpoint time (the step is the shard's, as the
-     * rows' last-touched steps are). */
-    if (s->conf[i].evict_after_steps || s->conf[i].evict_min_count) {
-      uint64_t ev = 0;
-      psd_table_shrink(t, step, &ev);
-      if (ev)
-        cm_info("table '%s': %llu rows evicted at the checkpoint of step %llu",
-                s->conf[i].name, (unsigned long long)ev,
-                (unsigned long long)step);
+    int rc = prepare_one(c, step, s, i);
+    s->n = i + 1; /* freed by psd__ckpt_tables_done */
+    if (rc) {
+      snprintf(err, errlen, "out of memory for the snapshot of table '%s'",
+               s->conf[i].name);
+      return rc;
     }
-    if (psd_table_snapshot(t, delta, &s->snap[i]))
+  }
+  return 0;
+}
+
+int psd__ckpt_tables_take(struct psd_ckpt *c, uint64_t step,
+                          struct psd__tsnaps *s, char *err, size_t errlen) {
+  if (!c->tables)
+    return 0;
+  int n = psd_tables_count(c->tables);
+  for (int i = 0; i < n && i < CM_TABLE_MAX; i++) {
+    struct psd_table *t = psd_tables_at(c->tables, i);
+    /* A table declared since the preparation: prepared now. */
+    int fresh = i >= s->n;
+    if (fresh)
+      s->n = i + 1;
+    if ((fresh && prepare_one(c, step, s, i)) ||
+        psd_table_snap_take(t, s->snap[i])) {
+      snprintf(err, errlen, "out of memory for the snapshot of table '%s'",
+               s->conf[i].name);
       return CM_ENOMEM;
+    }
+    s->delta[i] = s->snap[i]->delta;
     /* The async version (table.h), from the same held instant. */
     struct psd_table_stats ts;
     psd_table_stats(t, &ts);
     s->pushes[i] = ts.pushes;
-    s->n = i + 1;
   }
   return 0;
 }
@@ -81,7 +114,12 @@ int psd__ckpt_tables_write(struct psd_ckpt *c, const struct psd__tsnaps *s,
     json_t *chain = json_array(), *e;
     snprintf(file, sizeof file, "table-%d.bin", i);
     psd_fileset_path(f, file, path, sizeof path);
-    if ((rc = psd_table_snap_write(sn, &s->conf[i], path, err, errlen))) {
+    /* Taken unsorted at the instant; sorted here, the shard going on. */
+    if ((rc = psd_table_snap_sort(s->snap[i])) ||
+        (rc = psd_table_snap_write(sn, &s->conf[i], path, err, errlen))) {
+      if (rc == CM_ENOMEM)
+        snprintf(err, errlen, "out of memory sorting table '%s'",
+                 s->conf[i].name);
       json_decref(chain);
       goto out;
     }

@@ -98,28 +98,47 @@ static void count_cut(struct psd_publisher *p, int full) {
   }
 }
 
-/* Copies the shard into a new cut (the caller holds it still). NULL when
- * out of memory: the tables' cursors may have moved, so the next cut must
- * be full. */
-static struct cut *take(struct psd_publisher *p, int full, uint64_t step) {
+/* A new cut, before its instant: its tables' snapshots prepared
+ * (psd_table_snap_prepare: arrays allocated and touched while pushes go
+ * on). NULL when out of memory. */
+static struct cut *cut_prepare(struct psd_publisher *p, int full) {
   struct cut *c = calloc(1, sizeof *c);
-  int n = psd_store_count(p->o.store);
   int nt = p->o.tables ? psd_tables_count(p->o.tables) : 0;
   if (!c)
     return NULL;
   c->t0 = cm_mono_ms();
-  c->pub.step = step;
   c->pub.full = full;
+  /* room for every table: one declared before the instant is taken too */
+  c->pub.tables = calloc(CM_TABLE_MAX + 1, sizeof *c->pub.tables);
+  c->snaps = calloc(CM_TABLE_MAX + 1, sizeof *c->snaps);
+  if (!c->pub.tables || !c->snaps)
+    goto fail;
+  for (int i = 0; i < nt && i < CM_TABLE_MAX; i++) {
+    c->pub.ntables = i + 1; /* freed by cut_free */
+    if (psd_table_snap_prepare(psd_tables_at(p->o.tables, i), 1, !full,
+                               &c->snaps[i]))
+      goto fail;
+  }
+  return c;
+fail:
+  cut_free(c);
+  return NULL;
+}
+
+/* Copies the shard into cut c (cut_prepare's) at its instant (the caller
+ * holds the shard still), its tables unsorted. Returns 0 or CM_ENOMEM:
+ * the tables' cursors may have moved, so the next cut must be full. */
+static int cut_take(struct psd_publisher *p, struct cut *c, uint64_t step) {
+  int n = psd_store_count(p->o.store);
+  int nt = p->o.tables ? psd_tables_count(p->o.tables) : 0;
+  c->pub.step = step;
   c->pub.time_unix_ms = now_unix_ms();
   c->pub.shard = p->o.shard;
   c->pub.shards = __atomic_load_n(&p->o.nshards, __ATOMIC_ACQUIRE);
   c->pub.rows = p->o.rows;
   snprintf(c->pub.job, sizeof c->pub.job, "%s", p->job);
-  c->pub.dense = calloc((size_t)n + 1, sizeof *c->pub.dense);
-  c->pub.tables = calloc((size_t)nt + 1, sizeof *c->pub.tables);
-  c->snaps = calloc((size_t)nt + 1, sizeof *c->snaps);
-  if (!c->pub.dense || !c->pub.tables || !c->snaps)
-    goto fail;
+  if (!(c->pub.dense = calloc((size_t)n + 1, sizeof *c->pub.dense)))
+    return CM_ENOMEM;
   for (int i = 0; i < n; i++) {
     struct psd_var *v = psd_store_at(p->o.store, i);
     struct psd_pub_dense *d = &c->pub.dense[i];
@@ -131,22 +150,35 @@ static struct cut *take(struct psd_publisher *p, int full, uint64_t step) {
     d->row_begin = v->row_begin;
     d->row_end = v->row_end;
     if (!(d->values = malloc(len + 1)))
-      goto fail;
+      return CM_ENOMEM;
     c->pub.ndense = i + 1;
     pthread_mutex_lock(&v->lock);
     if (len) /* no rows here: value may be NULL */
       memcpy(d->values, v->value, len);
     pthread_mutex_unlock(&v->lock);
   }
-  for (int i = 0; i < nt; i++) {
+  for (int i = 0; i < nt && i < CM_TABLE_MAX; i++) {
     struct psd_table *t = psd_tables_at(p->o.tables, i);
+    if (i >= c->pub.ntables)
+      c->pub.ntables = i + 1; /* declared since cut_prepare */
+    if ((!c->snaps[i] &&
+         psd_table_snap_prepare(t, 1, !c->pub.full, &c->snaps[i])) ||
+        psd_table_snap_take(t, c->snaps[i]))
+      return CM_ENOMEM;
+    snprintf(c->pub.tables[i].name, sizeof c->pub.tables[i].name, "%s",
+             psd_table_conf(t)->name);
+  }
+  return 0;
+}
+
+/* After the instant: sorts c's tables' snapshots and points the
+ * publication at them. Returns 0 or CM_ENOMEM. */
+static int cut_sort(struct cut *c) {
+  for (int i = 0; i < c->pub.ntables; i++) {
+    struct psd_table_snap *s = c->snaps[i];
     struct psd_pub_table *pt = &c->pub.tables[i];
-    struct psd_table_snap *s;
-    if (psd_table_pub_snapshot(t, full, &s))
-      goto fail;
-    c->snaps[i] = s;
-    c->pub.ntables = i + 1;
-    snprintf(pt->name, sizeof pt->name, "%s", psd_table_conf(t)->name);
+    if (psd_table_snap_sort(s))
+      return CM_ENOMEM;
     pt->dim = s->dim;
     pt->nrows = s->nrows;
     pt->ids = s->ids;
@@ -156,10 +188,7 @@ static struct cut *take(struct psd_publisher *p, int full, uint64_t step) {
     c->rows += s->nrows + s->nevicted;
     c->removed += s->nevicted;
   }
-  return c;
-fail:
-  cut_free(c);
-  return NULL;
+  return 0;
 }
 
 /* Records a failure to cut or write. Caller holds the lock. */
@@ -191,7 +220,10 @@ static void write_cut(struct psd_publisher *p, struct cut *c) {
   c->pub.base = c->pub.full ? c->pub.version : p->base;
   c->pub.prev = c->pub.full ? 0 : c->pub.version - 1;
   pthread_mutex_unlock(&p->lock);
-  rc = psd_pub_write(p->dir, &c->pub, p->mode, &bytes, err, sizeof err);
+  if ((rc = cut_sort(c)))
+    snprintf(err, sizeof err, "out of memory sorting the cut's tables");
+  else
+    rc = psd_pub_write(p->dir, &c->pub, p->mode, &bytes, err, sizeof err);
   if (!rc && c->pub.full)
     psd_pub_prune(p->dir, p->o.keep);
   double ms = cm_mono_ms() - c->t0;
@@ -252,15 +284,17 @@ static struct cut *async_cut(struct psd_publisher *p) {
     pthread_mutex_lock(&p->lock);
     return NULL;
   }
-  if (p->o.dedup)
+  struct cut *c = cut_prepare(p, full);
+  if (c && p->o.dedup)
     psd_dedup_freeze(p->o.dedup);
   m = mark_now(p); /* under the gate: the cut's own step */
-  struct cut *c = take(p, full, m.step);
-  if (p->o.dedup)
+  int rc = c ? cut_take(p, c, m.step) : CM_ENOMEM;
+  if (c && p->o.dedup)
     psd_dedup_thaw(p->o.dedup);
   psd_store_release(p->o.store);
   pthread_mutex_lock(&p->lock);
-  if (!c) {
+  if (rc) {
+    cut_free(c);
     failed(p, "out of memory taking the cut");
     return NULL;
   }
@@ -312,7 +346,12 @@ void psd_publisher_cut(struct psd_publisher *p, uint64_t step) {
     return;
   }
   pthread_mutex_unlock(&p->lock);
-  struct cut *c = take(p, full, step); /* commits are held: nothing moves */
+  /* commits are held: nothing moves */
+  struct cut *c = cut_prepare(p, full);
+  if (c && cut_take(p, c, step)) {
+    cut_free(c);
+    c = NULL;
+  }
   pthread_mutex_lock(&p->lock);
   if (!c) {
     failed(p, "out of memory taking the cut");

@@ -154,16 +154,40 @@ struct psd_table_snap {
   float *state;                /* nrows x nstate */
   size_t nevicted;             /* delta: ids evicted since base_gen */
   uint64_t *evicted;           /* nevicted ids, ascending */
+  int pub; /* a publication's (psd_table_pub_snapshot, or prepared as
+              one): values only, no stats */
 };
 
 /* Copies the table, with every stripe held at once (one instant): all
  * rows (delta 0), or those changed since the previous snapshot and the ids
  * evicted since (delta 1; with no previous snapshot, all rows). Either way
- * the table then counts changes from this snapshot on. Returns 0 or
- * CM_ENOMEM (the table is unchanged). */
+ * the table then counts changes from this snapshot on. The stripes are
+ * held while the rows are copied as they lie in memory, not while they
+ * are sorted. Returns 0 or CM_ENOMEM (the table is unchanged). */
 int psd_table_snapshot(struct psd_table *t, int delta,
                        struct psd_table_snap **out);
 void psd_table_snap_free(struct psd_table_snap *s);
+
+/* psd_table_snapshot (pub 0) or psd_table_pub_snapshot (pub 1, delta
+ * = !full) in three calls, for a caller that holds more than the table
+ * still at the snapshot's instant (a checkpoint or an async publication:
+ * the shard's apply gate) and would hold it for the copy alone: */
+/* 1. Before the instant: a snapshot to take (*out, the caller's, freed
+ * with psd_table_snap_free), its arrays allocated and touched for the
+ * rows it would copy now and some more. Holds each stripe only to count
+ * them. Returns 0 or CM_ENOMEM. */
+int psd_table_snap_prepare(struct psd_table *t, int pub, int delta,
+                           struct psd_table_snap **out);
+/* 2. At the instant: copies the rows into s (prepared by the call above,
+ * for this table, taken once), every stripe held, unsorted; as the
+ * snapshot it stands for otherwise (s->delta then says what it is).
+ * Returns 0 or CM_ENOMEM (the table unchanged; s is only to be freed). */
+int psd_table_snap_take(struct psd_table *t, struct psd_table_snap *s);
+/* 3. After: sorts s's rows and evicted ids by id (a publication's evicted
+ * ids then leave out those it holds as rows, and repeats). Returns 0 or
+ * CM_ENOMEM (s unsorted; the table already counts changes from its
+ * instant on, so a caller that drops s must take the next one full). */
+int psd_table_snap_sort(struct psd_table_snap *s);
 
 /* A publication's copy (values only: nstate 0, no stats), with every
  * stripe held at once: all rows (full, or no publication snapshot since

@@ -4,6 +4,7 @@
  *                 pull, push, admission, stats
  *   table_snap.c  snapshots (checkpoints' and publications'), restore,
  *                 pages, shrink, top
+ *   table_move.c  a live move's copies, drop and install of buckets
  *   table_file.c  a snapshot's file */
 #ifndef PSD_TABLE_INTERNAL_H
 #define PSD_TABLE_INTERNAL_H
@@ -164,5 +165,42 @@ void psd__table_remove(struct stripe *s, size_t k);
 
 /* Under s's lock: every row dropped (psd_rows_clear), the index emptied. */
 void psd__table_clear(struct stripe *s);
+
+/* ---- table_snap.c, shared with table_move.c ---- */
+
+/* A row's id and its place in a snapshot's unsorted arrays. */
+struct psd__ord {
+  uint64_t id; /* the row's id (first: a uint64_t compare orders by it) */
+  size_t at;   /* its place */
+};
+
+/* The scratch of a sort by id: twins of a snapshot's arrays, allocated
+ * before its rows are copied, so that the sort after the locks are let go
+ * cannot fail. */
+struct psd__sorter {
+  struct psd__ord *ord;     /* owned: n (id, place) pairs */
+  uint64_t *ids;            /* owned: n ids */
+  struct psd_row_stats *st; /* owned: n stats (NULL: the snapshot has none) */
+  float *v, *a;             /* owned: n x dim values, n x nstate state */
+};
+
+/* Allocates w for n rows of s's shape (stats when s has them). Returns 0
+ * or CM_ENOMEM (w empty). */
+int psd__sorter_alloc(struct psd__sorter *w, const struct psd_table_snap *s,
+                      size_t n);
+/* Frees what w holds; w is then empty. */
+void psd__sorter_free(struct psd__sorter *w);
+
+/* Sorts s's rows by id, a permutation into w's arrays, which become s's
+ * (its old ones go to w, for psd__sorter_free); w holds s->nrows rows at
+ * least. Then its evicted ids (s->evicted not NULL), with unique their
+ * repeats dropped. */
+void psd__sort_snap(struct psd__sorter *w, struct psd_table_snap *s,
+                    int unique);
+
+/* Under s's lock: frees record k, its id kept by the cursors that keep
+ * evictions for their next delta. Returns 0 or CM_ENOMEM (nothing
+ * changed). */
+int psd__evict(struct psd_table *t, struct stripe *s, size_t k);
 
 #endif
