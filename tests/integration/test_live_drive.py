@@ -166,6 +166,13 @@ class DriveMoveTest(tr.ReshardBase):
         for s in range(3):  # the switch ended the move: layout 1 of 3, no move state
             self.assertEqual((doc[s]["layout"], doc[s]["move_to"], doc[s]["moved"]), (1, 0, 0), s)
             self.assertNotIn("move", doc[s] if s else {}, s)
+        # The client's calls answered "layout moved" meanwhile (every call
+        # naming a bucket moved away) are routine: no shard counts them as
+        # errors or warns of them.
+        for s in range(3):
+            self.assertEqual(doc[s]["errors"], 0, s)
+            self.assertEqual([x for x in ps[s].output().splitlines()
+                              if " warn: " in x and "layout moved" in x], [], s)
         r = h.psctl(spec, "metrics")
         for line in ('psd_move_buckets_left{shard="0"} 0',
                      'psd_move_buckets_moved{shard="0"} 1365',

@@ -24,9 +24,13 @@
 static void refuse(void *ctx, struct cm_rpc_call *call, grpc_status_code code,
                    const char *msg) {
   struct psd_service *svc = ctx;
-  if (code == GRPC_STATUS_ABORTED) {
-    /* A sync gradient that came after its step closed: routine, not an
-     * error (the coordinator counts the drop). */
+  if (code == GRPC_STATUS_ABORTED ||
+      (code == GRPC_STATUS_FAILED_PRECONDITION &&
+       !strncmp(msg, "layout moved: ", 14))) {
+    /* A sync gradient that came after its step closed (the coordinator
+     * counts the drop), or a call planned for a layout this shard has
+     * left (a live move answers one for every call that names a moved
+     * bucket, and the client re-plans): routine, not an error. */
     cm_debug("%s from %s: %s", cm_rpc_status_name(code), cm_rpc_peer(call),
              msg);
     cm_rpc_fail(call, code, "%s", msg);
