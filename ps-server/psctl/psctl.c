@@ -97,13 +97,13 @@ static const struct command commands[] = {
      "new layout; workers wait and re-plan. Prints each shard as it\n"
      "comes up; exit 1 when refused or aborted (the job keeps its layout).\n"
      "With --moves (an async job with tables, rows by buckets): ps:0 moves\n"
-     "the table rows live, B buckets a batch (default: as many as fit\n"
-     "half of job.max_message_mb, at most 256), at most MB/s, then\n"
-     "switches the layout; prints a progress line a second (bucket moves\n"
-     "left, MB/s, lag, last pause), then the result; exit 0 done, 1\n"
-     "stopped (a failed batch, --cancel, the switch: the job trains\n"
-     "partly moved, --moves again resumes). --cancel stops it after the\n"
-     "batch under way"},
+     "the table rows live, B buckets a batch (default: 16,384 rows at\n"
+     "most, within half of job.max_message_mb, 256 buckets at most), at\n"
+     "most MB/s, then switches the layout; prints a progress line a\n"
+     "second (bucket moves left, MB/s, lag, last pause), then the result;\n"
+     "exit 0 done, 1 stopped (a failed batch, --cancel, the switch: the\n"
+     "job trains partly moved, --moves again resumes). --cancel stops it\n"
+     "after the batch under way"},
     {"serving", psctl_cmd_serving, 0, "",
      "every serving task (cluster.serve): its training shard, the\n"
      "publication version its lookups reflect and that version's step,\n"

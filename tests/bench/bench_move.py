@@ -10,8 +10,8 @@ round, on a job started afresh:
 
   move:  the table rows of 2 -> 3 shards (common/layout's cm_layout_moves,
          a third of the buckets, all to ps:2) by `psctl reshard --shards 3
-         --moves --batch BATCH_BUCKETS`: ps:0 sends each batch of up to
-         BATCH_BUCKETS buckets from one source as an Admin/MoveBuckets to
+         --moves`: ps:0 sends each batch (of the buckets it sizes itself:
+         16,384 rows at most) from one source as an Admin/MoveBuckets to
          ps:2, one after another (docs/reshard.md "Moving rows live"). The
          move's time is ps:0's (Status.move.elapsed_s, its switch attempt
          included), its rows, bytes and calls ps:0's figures, each batch's
@@ -60,7 +60,6 @@ from bench_reshard import Failed, h, med  # noqa: E402
 import pb  # noqa: E402
 from hashes import bucket_map  # noqa: E402
 
-BATCH_BUCKETS = 64  # buckets per MoveBuckets (of 1,365 that 2 -> 3 moves)
 ROUNDS = 1
 
 
@@ -105,11 +104,11 @@ class Stepper:
 
 
 def move_all(bench):
-    """2 -> 3 by psctl reshard --moves, BATCH_BUCKETS buckets a batch, and
-    the switch: (ps:0's seconds, rows, bytes, [pause_us], calls, the
-    switch's pause in seconds)."""
+    """2 -> 3 by psctl reshard --moves, in the batches ps:0 sizes itself,
+    and the switch: (ps:0's seconds, rows, bytes, [pause_us], calls, the
+    switch's pause in seconds, buckets a batch)."""
     r = h.run([h.build_path("ps-server", "psctl"), "--cluster", bench.spec[3], "reshard",
-               "--shards", "3", "--moves", "--batch", str(BATCH_BUCKETS)],
+               "--shards", "3", "--moves"],
               timeout=br.TIMEOUT_S)
     out = r.stdout + r.stderr
     done = re.search(r"ps:0 says done: layout 1 of 3 shards .* the switch ([0-9.]+) ms", out)
@@ -125,7 +124,7 @@ def move_all(bench):
     if len(pauses) != mv["batches"]:
         raise Failed("ps:0 logged %d batches, its status says %d" % (len(pauses), mv["batches"]))
     return (mv["elapsed_s"], mv["rows"], mv["bytes"], pauses, mv["batches"],
-            float(done.group(1)) / 1e3)
+            float(done.group(1)) / 1e3, mv["batch"])
 
 
 def check_owned(addrs):
@@ -148,7 +147,7 @@ def move(d, b=None, rows=br.ROWS, rounds=ROUNDS):
     say = lambda line: print(line, flush=True)  # noqa: E731
     t_all = time.monotonic()
     res = {k: [] for k in ("wall", "rows", "bytes", "pause_max", "pause_med", "calls", "switch",
-                           "before", "during_med", "during_max", "after", "pull")}
+                           "batch", "before", "during_med", "during_max", "after", "pull")}
     for r in range(rounds):
         bench = bl.LiveBench(os.path.join(d, "move%d" % r), rows)
         with open(bench.spec[3]) as f:
@@ -162,7 +161,7 @@ def move(d, b=None, rows=br.ROWS, rounds=ROUNDS):
             try:
                 time.sleep(bl.STEADY_S)  # the steady steps before
                 t0 = time.monotonic()
-                wall, moved, nbytes, pauses, calls, switch = move_all(bench)
+                wall, moved, nbytes, pauses, calls, switch, batch = move_all(bench)
                 t1 = time.monotonic()
                 time.sleep(bl.STEADY_S)  # and after
             finally:
@@ -177,7 +176,7 @@ def move(d, b=None, rows=br.ROWS, rounds=ROUNDS):
             for k, v in (("wall", wall), ("rows", moved), ("bytes", nbytes),
                          ("pause_max", max(pauses) / 1e6),
                          ("pause_med", statistics.median(pauses) / 1e6), ("calls", calls),
-                         ("switch", switch),
+                         ("switch", switch), ("batch", batch),
                          ("before", med(before)), ("during_med", med(during)),
                          ("during_max", max(during)), ("after", med(after)),
                          ("pull", pulled)):
@@ -191,7 +190,7 @@ def move(d, b=None, rows=br.ROWS, rounds=ROUNDS):
         "pause_max_ms=%.1f pause_med_ms=%.1f switch_ms=%.1f pull_s=%.2f pull_MBps=%.0f "
         "step_before_ms=%.1f step_during_med_ms=%.1f step_during_max_ms=%.1f "
         "step_after_ms=%.1f work_ids=%d rounds=%s"
-        % (rows, br.DIM, BATCH_BUCKETS, x["calls"], x["rows"], x["rows"] / rows, x["wall"],
+        % (rows, br.DIM, x["batch"], x["calls"], x["rows"], x["rows"] / rows, x["wall"],
            x["bytes"] / x["wall"] / 1e6, x["rows"] / x["wall"], x["pause_max"] * 1e3,
            x["pause_med"] * 1e3, x["switch"] * 1e3, x["pull"], pull_bytes / x["pull"] / 1e6, x["before"] * 1e3,
            x["during_med"] * 1e3, x["during_max"] * 1e3, x["after"] * 1e3, bl.WORK_IDS,

@@ -195,6 +195,39 @@ class DriveMoveTest(tr.ReshardBase):
         self.assertEqual([d["layout"] for d in doc], [2, 2, 2])
         self.assertTrue(doc[2]["standby"], doc[2])
 
+    def test_derived_batch_holds_16384_rows_at_most(self):
+        """Without --batch, ps:0 sizes a batch by the fullest source's rows
+        per bucket: 16,384 rows at most (a hand-over's pause walks the
+        batch's rows), 256 buckets at most. 600,000 rows (about 146 a
+        bucket on each of 2 shards): batches of 111-113 buckets, where a
+        bytes-only rule gave 256."""
+        from hashes import bucket_map, moves  # pylint: disable=import-outside-toplevel
+        spec, _ = self.job_up()
+        ids = np.arange(600000, dtype=np.uint64)
+        for b in range(0, len(ids), 100000):
+            self.client.push_rows("cnt", ids[b:b + 100000],
+                                  np.zeros((100000, 2), np.float32))
+        doc = json.loads(h.psctl(spec, "--json", "status").stdout)["shards"]
+        per = max(sum(t["rows"] for t in doc[s]["tables"]) / doc[s]["buckets_owned"]
+                  for s in range(2))
+        want = min(256, int(16384 / per))
+        self.assertTrue(100 < want < 128, (per, want))
+        mv, m2, m3 = moves(2, 3), bucket_map(2), bucket_map(3)
+        batches, k = 0, 0
+        while k < len(mv):
+            j = k
+            while j < len(mv) and j - k < want and (m2[mv[j]], m3[mv[j]]) == (m2[mv[k]],
+                                                                                m3[mv[k]]):
+                j += 1
+            batches, k = batches + 1, j
+        r = h.psctl(spec, "reshard", "--shards", "3", "--moves")
+        out = r.stdout + r.stderr
+        self.assertEqual(r.returncode, 0, out)
+        self.assertIn("1365 bucket moves (0 made), %d batches of at most %d buckets"
+                      % (batches, want), out)
+        self.assertIn("ps:0 says done: layout 1 of 3 shards from 2, 1365 bucket moves (1365 in "
+                      "%d batches now)" % batches, out)
+
     def test_rate_paces_cancel_stops_then_resumes(self):
         spec, ps = self.job_up()
         self.pushing()

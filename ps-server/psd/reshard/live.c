@@ -60,8 +60,10 @@ void psd__live_view_of(const Psd__V1__StatusResponse *r,
                                .move_to = (int)r->move_to,
                                .moved = (int)r->moved,
                                .owned = (int)r->buckets_owned};
-  for (size_t i = 0; i < r->n_tables; i++)
+  for (size_t i = 0; i < r->n_tables; i++) {
     v->row_bytes += r->tables[i]->raw_bytes + r->tables[i]->rows * (8 + 16);
+    v->rows += r->tables[i]->rows;
+  }
 }
 
 /* A shard that refuses the connection or holds another layout is asked

@@ -74,6 +74,7 @@ struct psd__live_view {
   int owned;          /* buckets whose rows it holds */
   uint64_t row_bytes; /* its tables' rows as a move carries them: values,
                          state, ids and statistics */
+  uint64_t rows;      /* its tables' rows */
 };
 
 /* Checks that shards 1..n-1 answer Status (each asked again for up to
