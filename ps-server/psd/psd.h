@@ -110,7 +110,10 @@ struct psd_server {
   struct psd_move *move;       /* owned Admin/MoveBuckets handler (move.h) */
   struct psd_switch *switcher; /* owned Admin/SwitchLayout and DenseRows
                                   handlers (switch.h) */
-  char live_last[600]; /* the last live reshard's result found at start */
+  char live_last[600];      /* the last live reshard's result found at start */
+  uint64_t switched_layout; /* a layout switch resumed into at start from
+                               its staging on disk (switch.h; 0: none) */
+  int switched_from, switched_to; /* its counts: from, to */
 
   /* Publications for serving (job.publish). */
   struct psd_publisher *publisher; /* owned, NULL when off */

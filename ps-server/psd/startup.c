@@ -142,6 +142,103 @@ static int find_layout(struct psd_server *srv, const char *root) {
   return 0;
 }
 
+/* This shard's own newest checkpoint's layout and count (0, 0: none or
+ * unreadable), read before the checkpoint is opened. */
+static void own_layout(struct psd_server *srv, const char *root,
+                       uint64_t *layout, int *n) {
+  struct psd_ckpt *c = NULL;
+  struct psd_ckpt_opts o = {.root = root,
+                            .job = srv->spec->job.name,
+                            .shard = srv->shard,
+                            .nshards = srv->nshards,
+                            .mode = srv->spec->job.mode,
+                            .optims = &srv->spec->job.optim,
+                            .keep = 1,
+                            .read_only = 1};
+  uint64_t step;
+  char mode[16], err[1400];
+  int rows;
+  *layout = 0;
+  *n = 0;
+  if (psd_ckpt_new(&c, &o, err, sizeof err) ||
+      psd_ckpt_peek(c, &step, n, mode, sizeof mode, layout, &rows, err,
+                    sizeof err)) {
+    *layout = 0;
+    *n = 0;
+  }
+  psd_ckpt_free(c);
+}
+
+/* Resumes into the layout switch sw found at start (switch.h): this
+ * shard's own checkpoint of the layout before it is loaded (tables,
+ * applied pushes, move state) and its staged variables take the place of
+ * its old ones; the layout steps as a COMMIT makes it step. Returns
+ * PSD_EXIT_OK or PSD_EXIT_FAILED (logged). */
+static enum psd_exit resume_switch(struct psd_server *srv,
+                                   const struct psd_switch_found *sw,
+                                   int own_n) {
+  struct psd_store *staged = NULL;
+  uint64_t from_layout = srv->layout;
+  int from = own_n;
+  if (psd_switch_load(srv, sw, &staged))
+    return PSD_EXIT_FAILED;
+  if (!staged &&
+      psd_store_new(&staged, srv->shard, sw->to, &srv->spec->job.optim)) {
+    cm_error("out of memory");
+    return PSD_EXIT_FAILED;
+  }
+  /* Every move was made before the switch: the table rows of buckets the
+   * new layout places elsewhere (a source's checkpoint taken before it gave
+   * them away) are not this shard's. */
+  struct cm_layout_map *map = malloc(sizeof *map);
+  uint8_t gone[CM_LAYOUT_BUCKETS / 8] = {0};
+  uint64_t dropped = 0;
+  if (!map) {
+    psd_store_free(staged);
+    cm_error("out of memory");
+    return PSD_EXIT_FAILED;
+  }
+  cm_layout_map_init(map, CM_LAYOUT_RULE_BUCKETS, sw->to);
+  for (unsigned b = 0; b < CM_LAYOUT_BUCKETS; b++)
+    if (map->shard[b] != srv->shard)
+      gone[b >> 3] |= (uint8_t)(1u << (b & 7));
+  free(map);
+  for (int i = 0; srv->tables && i < psd_tables_count(srv->tables); i++) {
+    uint64_t d = 0;
+    if (psd_table_drop_buckets(psd_tables_at(srv->tables, i), gone, &d)) {
+      psd_store_free(staged);
+      cm_error("out of memory dropping rows");
+      return PSD_EXIT_FAILED;
+    }
+    dropped += d;
+  }
+  psd_store_free(srv->store);
+  srv->store = staged;
+  srv->layout = sw->layout;
+  srv->nshards = sw->to;
+  srv->standby = srv->shard >= sw->to;
+  srv->self.move_to = 0; /* the switch ends the move */
+  srv->self.moved = 0;
+  psd_ckpt_set_layout(srv->ckpt, sw->to, sw->layout, !srv->standby);
+  srv->switched_layout = sw->layout;
+  srv->switched_from = from;
+  srv->switched_to = sw->to;
+  char was[80] = "its checkpoint";
+  if (own_n)
+    snprintf(was, sizeof was, "layout %llu of %d shards",
+             (unsigned long long)from_layout, own_n);
+  cm_warn("layout switch: this shard was stopped after the switch from %s "
+          "to layout %llu of %d shards was decided and before it "
+          "checkpointed the new one: it resumes into layout %llu "
+          "(its %d staged variable%s from disk, its tables and applied "
+          "pushes from its checkpoint, %llu rows of buckets placed "
+          "elsewhere dropped), and checkpoints it at once",
+          was, (unsigned long long)sw->layout, sw->to,
+          (unsigned long long)sw->layout, psd_store_count(staged),
+          psd_store_count(staged) == 1 ? "" : "s", (unsigned long long)dropped);
+  return PSD_EXIT_OK;
+}
+
 enum psd_exit psd_server_restore(struct psd_server *srv) {
   const struct cm_job *job = &srv->spec->job;
   const char *from;
@@ -156,6 +253,22 @@ enum psd_exit psd_server_restore(struct psd_server *srv) {
     return PSD_EXIT_FAILED;
   if (find_layout(srv, have_root ? root : NULL))
     return PSD_EXIT_FAILED;
+  /* A layout switch this shard staged and never checkpointed (a kill
+   * between its PREPARE and its first checkpoint of the new layout): when
+   * committed, its own checkpoint (of the layout before) is opened as
+   * such, then the switch is resumed into (resume_switch). */
+  struct psd_switch_found sw = {0};
+  int own_n = 0;
+  if (have_root && !strcmp(job->mode, "async")) {
+    uint64_t own;
+    own_layout(srv, root, &own, &own_n);
+    psd_switch_startup(srv, own, &sw);
+    if (sw.found) {
+      srv->layout = own;
+      srv->nshards = own_n ? own_n : srv->nshards;
+      srv->standby = !own_n || srv->shard >= own_n;
+    }
+  }
   if (!have_root) {
     if (srv->has_resume_step && !srv->standby) {
       cm_error("--resume-step needs checkpoints: no checkpoint dir (set "
@@ -202,8 +315,11 @@ enum psd_exit psd_server_restore(struct psd_server *srv) {
   /* A standby shard holds nothing and writes no checkpoint (its saver
    * writes once a layout switch takes it in), but a live move into it
    * writes its move files there. */
-  if (srv->standby)
-    return psd_move_startup(srv) ? PSD_EXIT_FAILED : PSD_EXIT_OK;
+  if (srv->standby) {
+    if (psd_move_startup(srv))
+      return PSD_EXIT_FAILED;
+    return sw.found ? resume_switch(srv, &sw, own_n) : PSD_EXIT_OK;
+  }
   if ((rc = psd_ckpt_load(srv->ckpt, &srv->store, &srv->dedup, &srv->resume,
                           err, sizeof err))) {
     cm_error("cannot resume: %s", err);
@@ -211,6 +327,8 @@ enum psd_exit psd_server_restore(struct psd_server *srv) {
   }
   /* A live move under way when this shard stopped (move.h). */
   if (psd_move_startup(srv))
+    return PSD_EXIT_FAILED;
+  if (sw.found && resume_switch(srv, &sw, own_n))
     return PSD_EXIT_FAILED;
   if (!srv->store) {
     cm_info("no checkpoint in %s: starting from scratch",
@@ -355,6 +473,10 @@ enum psd_exit psd_server_open(struct psd_server *srv) {
     cm_error("out of memory");
     return PSD_EXIT_FAILED;
   }
+  /* A layout switch resumed into at start: its checkpoint now. */
+  if (srv->switched_layout && srv->saver)
+    psd_saver_request(srv->saver, "layout switch, resumed at start");
+  psd_switch_finish(srv); /* ps:0: the COMMIT its last process did not send */
   if (!srv->standby && attach_publisher(srv))
     return PSD_EXIT_FAILED;
   psd_service_set_limits(

@@ -51,7 +51,7 @@ class DriveMoveTest(tr.ReshardBase):
             self.client.close()
         super().tearDown()
 
-    def job_up(self, job_extra=None):
+    def job_up(self, job_extra=None, envs=None):
         """An async job of 2 shards and a table on 3 addresses (ps:2
         standing by), and a client that pushes (push()) to 300 of 3000 ids
         a round, each gradient counted in self.sums: (spec, shards)."""
@@ -60,7 +60,7 @@ class DriveMoveTest(tr.ReshardBase):
                            "optimizer": {"type": "sgd", "lr": 1.0}}]}
         job.update(job_extra or {})
         spec = tr.specs(self.d, job, [3], nworker=1)[3]
-        ps = self.shards(spec, 3)
+        ps = self.shards(spec, 3, envs)
         rng = np.random.default_rng(11)
         self.pool = np.arange(1, self.POOL + 1, dtype=np.uint64) * np.uint64(7919)
         self.sums = np.zeros((self.POOL, 2), np.float32)
@@ -419,6 +419,147 @@ class DriveMoveTest(tr.ReshardBase):
                                    "manifest.json")) as f:
                 m = json.load(f)
             self.assertEqual((m["layout"], m["nshards"]), (1, 3))
+
+    def dense_job(self, envs=None):
+        """job_up's job with checkpoints, rows pushed and counted, and a
+        split dense variable and a whole one pushed: (spec, shards, check),
+        check(pulled) asserting every push once, table and dense; shard i
+        started with envs[i] (test-only kill points) when given."""
+        ck = os.path.join(self.d, "ck")
+        spec, ps = self.job_up({"checkpoint": {"dir": ck, "every_s": 3600}}, envs)
+        c, rng = self.client, np.random.default_rng(5)
+        dense = {"d": np.zeros(70000, np.float32), "w": np.zeros(100, np.float32)}
+        for name, v in dense.items():
+            c.declare(name, v.shape)
+        self.pushing()
+        self.stop_pushing()
+        for name, v in dense.items():
+            g = (rng.integers(-8, 9, v.size) / 8).astype(np.float32)
+            c.push(name, g)
+            v -= g
+        # Every shard's checkpoint of it all (a shard killed before its next
+        # loses what it applied since: async's limit).
+        r = h.psctl(spec, "checkpoint", "--wait")
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+
+        def check(pulled):
+            self.assert_counted_once(spec, 1365, pulled=pulled)
+            with psd.Client(spec, None) as c2:
+                for name, v in dense.items():
+                    c2.declare(name, v.shape)
+                    got = np.empty(v.size, np.float32)
+                    c2.pull(name, got)
+                    np.testing.assert_array_equal(got, v, name)
+        return spec, ps, check
+
+    def again(self, spec, i):
+        p = h.Proc([h.build_path("ps-server", "psd"), "--cluster", spec, "--task",
+                    "ps:%d" % i])
+        self.procs.append(p)
+        p.wait_for("ready: listening on")
+        return p
+
+    def test_shard_killed_after_its_commit_resumes_into_the_switch(self):
+        """ps:1 killed (-9, by its test-only PSD_TEST_KILL_AFTER_COMMIT) when
+        it has swapped in its new slices and before it checkpointed them:
+        its COMMIT's answer never reaches ps:0, which decided the switch
+        (its switch-L1.commit) and sends the COMMIT again; started again,
+        ps:1 resumes into layout 1 of 3 from the slices it staged on disk
+        at PREPARE and its checkpoint of layout 0, answers the COMMIT done,
+        and checkpoints layout 1; every push is counted once, table and
+        dense. Before, it came back in layout 0 and its dense slices of
+        layout 1 were lost."""
+        spec, ps, check = self.dense_job({1: {"PSD_TEST_KILL_AFTER_COMMIT": "1"}})
+        root = os.path.join(self.d, "ck", self.JOB)
+        p = h.Proc([h.build_path("ps-server", "psctl"), "--cluster", spec, "reshard",
+                    "--shards", "3", "--moves", "--batch", "512"])
+        self.procs.append(p)
+        self.assertEqual(ps[1].wait(), -signal.SIGKILL, ps[1].output()[-2000:])
+        # ps:0's decision (until its own checkpoint of layout 1, which
+        # removes it, stands for it), and ps:1's staging
+        ps0 = os.path.join(root, "ps-0")
+
+        def layout_of(ck):
+            try:
+                with open(os.path.join(ps0, ck, "manifest.json")) as f:
+                    return json.load(f).get("layout")
+            except (OSError, ValueError):  # pruned meanwhile
+                return None
+        self.assertTrue(os.path.exists(os.path.join(ps0, "switch-L1.commit"))
+                        or 1 in [layout_of(x) for x in os.listdir(ps0)
+                                 if x.startswith("ckpt-")])
+        self.assertIn("switch-L1", os.listdir(os.path.join(root, "ps-1")))
+        ps[0].wait_for("the switch's COMMIT did not reach ps:1")
+        ps[1] = self.again(spec, 1)
+        out = ps[1].output()
+        self.assertIn("layout switch: this shard was stopped after the switch from layout 0 "
+                      "of 2 shards to layout 1 of 3 shards was decided and before it "
+                      "checkpointed the new one: it resumes into layout 1", out)
+        self.assertIn("shard 1 of 3, job", out)
+        self.assertEqual(p.wait(), 0, p.output())
+        self.assertIn("ps:0 says done: layout 1 of 3 shards from 2", p.output())
+        ps[1].wait_for("checkpoint (layout switch, resumed at start) at step")
+        doc = json.loads(h.psctl(spec, "--json", "status").stdout)["shards"]
+        self.assertEqual([(d["layout"], d.get("standby", False)) for d in doc],
+                         [(1, False)] * 3)
+        check(False)
+        for i in range(3):  # each checkpointed layout 1: staging and decision gone
+            ps[i].wait_for("at step") if i != 1 else None
+            r = h.psctl(spec, "checkpoint", "--wait")
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+            self.assertEqual([x for x in os.listdir(os.path.join(root, "ps-%d" % i))
+                              if x.startswith("switch-")], [], i)
+
+    def test_shard_killed_in_its_prepare_the_switch_aborts(self):
+        """ps:2, the shard the switch takes in, killed (-9, by its test-only
+        PSD_TEST_KILL_AFTER_PREPARE) once it staged its slices on disk and
+        before it answered PREPARE: ps:0 decided nothing, sends ABORT and
+        says the move stopped; started again, ps:2 drops the staging (ps:0
+        never committed it) and stays in layout 0 with its moved rows, and
+        psctl reshard --moves again makes the switch; every push once."""
+        spec, ps, check = self.dense_job({2: {"PSD_TEST_KILL_AFTER_PREPARE": "1"}})
+        root = os.path.join(self.d, "ck", self.JOB)
+        r = h.psctl(spec, "reshard", "--shards", "3", "--moves", "--batch", "512")
+        self.assertEqual(r.returncode, 1, r.stdout + r.stderr)
+        self.assertIn("the switch's PREPARE failed on ps:2", r.stdout + r.stderr)
+        self.assertEqual(ps[2].wait(), -signal.SIGKILL, ps[2].output()[-2000:])
+        self.assertNotIn("switch-L1.commit", os.listdir(os.path.join(root, "ps-0")))
+        ps[1].stop(signal.SIGTERM)  # a source is started again too, without the kill
+        ps[1] = self.again(spec, 1)
+        ps[2] = self.again(spec, 2)
+        self.assertIn("which ps:0 never committed", ps[2].output())
+        self.assertNotIn("switch-L1", os.listdir(os.path.join(root, "ps-2")))
+        r = h.psctl(spec, "reshard", "--shards", "3", "--moves")
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertIn("(resumed: 1365 made)", r.stdout + r.stderr)
+        check(True)
+
+    def test_ps0_killed_after_its_decision_finishes_the_switch_at_start(self):
+        """ps:0 killed (-9, by its test-only PSD_TEST_KILL_AFTER_DECISION)
+        once it wrote its decision to commit layout 1 and before it sent
+        any COMMIT: ps:1 and ps:2 stay frozen, prepared; started again,
+        ps:0 resumes into layout 1 from its staging and sends the COMMIT
+        its last process did not, and every shard serves layout 1 of 3,
+        every push counted once."""
+        spec, ps, check = self.dense_job({0: {"PSD_TEST_KILL_AFTER_DECISION": "1"}})
+        # psctl loses ps:0 (it waits for it to come back: stopped at the end)
+        p = h.Proc([h.build_path("ps-server", "psctl"), "--cluster", spec, "reshard",
+                    "--shards", "3", "--moves", "--batch", "512"])
+        self.procs.append(p)
+        self.assertEqual(ps[0].wait(), -signal.SIGKILL, ps[0].output()[-2000:])
+        for i in (1, 2):
+            self.assertIn("PREPARE: ", ps[i].output())
+            self.assertNotIn("COMMIT: ", ps[i].output())
+        ps[0] = self.again(spec, 0)
+        self.assertIn("it resumes into layout 1", ps[0].output())
+        ps[0].wait_for("layout switch: every shard holds layout 1 of 3 shards (the COMMIT "
+                       "sent again by ps:0, resumed into it)")
+        for i in (1, 2):
+            ps[i].wait_for("COMMIT: ps:%d serves layout 1 of 3 shards" % i)
+        doc = json.loads(h.psctl(spec, "--json", "status").stdout)["shards"]
+        self.assertEqual([(d["layout"], d.get("standby", False)) for d in doc],
+                         [(1, False)] * 3)
+        check(True)
 
     def test_usage_and_a_job_that_cannot_move(self):
         job = {"name": self.JOB, "shards": 2}

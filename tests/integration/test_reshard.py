@@ -62,11 +62,14 @@ def specs(d, job, counts, nworker=2):
 
 
 class ReshardBase(h.ProcTest):
-    def shards(self, spec, n):
+    def shards(self, spec, n, envs=None):
+        """Shards 0..n-1 started, each with envs[i] added to its environment
+        when given; waited for."""
         ps = []
         for i in range(n):
+            extra = (envs or {}).get(i)
             p = h.Proc([h.build_path("ps-server", "psd"), "--cluster", spec, "--task",
-                        "ps:%d" % i])
+                        "ps:%d" % i], env=dict(os.environ, **extra) if extra else None)
             self.procs.append(p)
             ps.append(p)
         for p in ps:

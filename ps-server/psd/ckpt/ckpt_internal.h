@@ -105,7 +105,8 @@ int psd__ckpt_load_one(struct psd_ckpt *c, const char *dir, uint64_t step,
 
 /* After a checkpoint recording `moved` moves of layout c->layout: removes
  * the move files it holds (those of older layouts, and of at most that
- * many moves). */
+ * many moves), and a layout switch's staging and decision files
+ * (reshard/switch.h) of that layout or older. */
 void psd__ckpt_move_prune(struct psd_ckpt *c, int moved);
 
 /* ---- ckpt_tables.c */

@@ -362,6 +362,26 @@ void psd__ckpt_move_prune(struct psd_ckpt *c, int moved) {
     cm_debug("removed %s: the checkpoint holds its rows", dir);
     any = 1;
   }
+  /* A live switch's staging (switch-L<X>/) and ps:0's decision
+   * (switch-L<X>.commit, reshard/switch.h) of this layout or older: this
+   * checkpoint holds the switch. */
+  DIR *d = opendir(c->dir);
+  struct dirent *e;
+  while (d && (e = readdir(d))) {
+    unsigned long long l;
+    char tail[8] = "";
+    int k = sscanf(e->d_name, "switch-L%llu%7s", &l, tail);
+    if (k < 1 || l > c->layout || (k == 2 && strcmp(tail, ".commit")))
+      continue;
+    char path[1500];
+    snprintf(path, sizeof path, "%s/%.255s", c->dir, e->d_name);
+    psd_fileset_remove_tree(path);
+    cm_debug("removed %s: the checkpoint holds layout %llu", path,
+             (unsigned long long)c->layout);
+    any = 1;
+  }
+  if (d)
+    closedir(d);
   if (any)
     psd_fileset_sync_dir(c->dir);
   free(fs);

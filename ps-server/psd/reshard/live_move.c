@@ -23,10 +23,12 @@
 
 #include <math.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "clock.h"
 #include "err.h"
@@ -38,6 +40,7 @@
 #include "rpc_server.h"
 #include "service.h"
 #include "spec.h"
+#include "switch.h"
 #include "tables.h"
 
 #define BATCH_MOST 256 /* buckets a derived batch holds at most */
@@ -46,7 +49,9 @@
                                   fullest source, by its rows per bucket) */
 #define BUCKETS_CALL_MS 600000 /* one MoveBuckets's deadline: its copies */
 #define SWITCH_CALL_MS 120000  /* one SwitchLayout's (PREPARE fetches) */
-#define RATE_WINDOW 8          /* bytes_per_s: over this many last batches */
+#define COMMIT_RETRY_MS 120000 /* a COMMIT is sent again to a shard down */
+#define COMMIT_RETRY_EVERY_MS 200
+#define RATE_WINDOW 8 /* bytes_per_s: over this many last batches */
 
 /* One move, as its thread runs it. */
 struct run {
@@ -240,15 +245,19 @@ static int count_batches(const uint16_t *mv, int k, int total, int b,
 /* ---- the switch ---- */
 
 /* One phase of the switch to every shard of r->most at once (a PREPARE's
- * fetches run side by side, not one shard after another). Returns -1 with
- * *bad the first shard that failed and why, or 0; *pause_us (may be NULL)
- * takes the largest pause answered. */
+ * fetches run side by side, not one shard after another), but those whose
+ * done[s] is set (NULL: none); each that answers OK gets done[s] set.
+ * Returns -1 with *bad the first shard that failed, why and *status its
+ * status, or 0; *pause_us (may be NULL) takes the largest pause
+ * answered. */
 static int switch_phase(struct run *r, Psd__V1__SwitchPhase ph,
-                        uint64_t *pause_us, int *bad, char *why, size_t len) {
+                        uint64_t *pause_us, int *given, int *bad,
+                        grpc_status_code *status, char *why, size_t len) {
   Psd__V1__Caller caller = psd_peer_caller(r->l->peers);
   Psd__V1__SwitchLayoutRequest req = PSD__V1__SWITCH_LAYOUT_REQUEST__INIT;
   struct cm_unary *calls = calloc((size_t)r->most, sizeof *calls);
-  int *done = calloc((size_t)r->most, sizeof *done), rc = 0, k = 0;
+  int *done = given ? given : calloc((size_t)r->most, sizeof *done), rc = 0,
+      k = 0;
   if (!calls || !done) {
     snprintf(why, len, "out of memory");
     *bad = 0;
@@ -268,16 +277,20 @@ static int switch_phase(struct run *r, Psd__V1__SwitchPhase ph,
     int s = (int)(intptr_t)u->user;
     Psd__V1__SwitchLayoutResponse *a;
     if (u->status != GRPC_STATUS_OK) {
+      done[s] = 0; /* psd_peer_call_all marks the shards it called */
       if (!rc || s < *bad) {
         *bad = s;
+        *status = u->status;
         snprintf(why, len, "%s: %.300s", cm_rpc_status_name(u->status),
                  u->details);
       }
       rc = -1;
-    } else if (pause_us &&
-               (a = (Psd__V1__SwitchLayoutResponse *)cm_rpc_unpack(
-                    u->response,
-                    &psd__v1__switch_layout_response__descriptor))) {
+      continue;
+    }
+    done[s] = 1;
+    if (pause_us &&
+        (a = (Psd__V1__SwitchLayoutResponse *)cm_rpc_unpack(
+             u->response, &psd__v1__switch_layout_response__descriptor))) {
       if (a->pause_us > *pause_us)
         *pause_us = a->pause_us;
       psd__v1__switch_layout_response__free_unpacked(a, NULL);
@@ -287,12 +300,17 @@ out:
   for (int i = 0; i < k; i++)
     cm_unary_release(&calls[i]);
   free(calls);
-  free(done);
+  if (!given)
+    free(done);
   return rc;
 }
 
 /* FREEZE, PREPARE and COMMIT, each to every shard of r->most before the
- * next; ABORT to all after a failure before COMMIT. Returns 0, or -1 with
+ * next; ABORT to all after a failure before COMMIT. Between PREPARE and
+ * COMMIT, the decision on ps:0's disk (switch_disk.c): from then on the
+ * switch is committed, so a COMMIT that does not reach a shard (down, or
+ * starting again: it resumes into the new layout from its staging) is
+ * sent again to it for up to COMMIT_RETRY_MS. Returns 0, or -1 with
  * why. */
 static int switch_layout(struct run *r, uint64_t *pause_us, char *why,
                          size_t len) {
@@ -303,19 +321,45 @@ static int switch_layout(struct run *r, uint64_t *pause_us, char *why,
                {PSD__V1__SWITCH_PHASE__SWITCH_PREPARE, "PREPARE"},
                {PSD__V1__SWITCH_PHASE__SWITCH_COMMIT, "COMMIT"}};
   char e[400], ea[400];
-  int bad = 0, abad = 0;
+  int bad = 0, abad = 0, done[CM_LAYOUT_MAX_SHARDS] = {0};
+  grpc_status_code st = GRPC_STATUS_OK, ast;
   for (int p = 0; p < 3; p++) {
-    if (!switch_phase(r, steps[p].ph, pause_us, &bad, e, sizeof e))
+    int commit = steps[p].ph == PSD__V1__SWITCH_PHASE__SWITCH_COMMIT;
+    if (commit &&
+        psd_switch_decide(r->l->srv, r->from, r->to, r->layout, e, sizeof e)) {
+      bad = 0;
+      goto abort; /* nothing committed: ABORT as after a failed phase */
+    }
+    if (commit && getenv("PSD_TEST_KILL_AFTER_DECISION"))
+      raise(SIGKILL); /* docs/faults.md: decided, no COMMIT sent */
+    double until = cm_mono_ms() + COMMIT_RETRY_MS;
+    int failed;
+    while (
+        (failed = switch_phase(r, steps[p].ph, pause_us, commit ? done : NULL,
+                               &bad, &st, e, sizeof e)) &&
+        commit &&
+        (st == GRPC_STATUS_UNAVAILABLE ||
+         st == GRPC_STATUS_DEADLINE_EXCEEDED) &&
+        cm_mono_ms() < until) {
+      cm_warn("live move: the switch's COMMIT did not reach ps:%d (%s); it "
+              "is sent again until it does (a shard started again resumes "
+              "into layout %llu from its staging)",
+              bad, e, (unsigned long long)r->layout);
+      usleep(COMMIT_RETRY_EVERY_MS * 1000);
+    }
+    if (!failed)
       continue;
-    if (steps[p].ph == PSD__V1__SWITCH_PHASE__SWITCH_COMMIT) {
+    if (commit) {
       snprintf(why, len,
                "its COMMIT failed on ps:%d (%s); the shards that answered it "
-               "OK committed layout %llu",
-               bad, e, (unsigned long long)r->layout);
+               "OK committed layout %llu, and ps:%d resumes into it from its "
+               "staging when started again",
+               bad, e, (unsigned long long)r->layout, bad);
       return -1;
     }
-    if (switch_phase(r, PSD__V1__SWITCH_PHASE__SWITCH_ABORT, NULL, &abad, ea,
-                     sizeof ea))
+  abort:
+    if (switch_phase(r, PSD__V1__SWITCH_PHASE__SWITCH_ABORT, NULL, NULL, &abad,
+                     &ast, ea, sizeof ea))
       cm_warn("live move: the switch's ABORT to ps:%d: %s", abad, ea);
     snprintf(why, len,
              "the switch's %s failed on ps:%d (%s); ABORT was sent to every "

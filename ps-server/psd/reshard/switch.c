@@ -7,6 +7,7 @@
 
 #include <inttypes.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -339,6 +340,17 @@ static void *phase_thread(void *arg) {
   }
   int nvars = 0;
   int rc = prepare(w, &nvars, err, sizeof err);
+  /* On disk before the answer (switch_disk.c): a kill of this shard from
+   * here on finds it at start. A shard the switch takes out stages
+   * nothing. */
+  if (!rc && srv->shard < w->to &&
+      (rc = psd_switch_stage_write(srv, w->staged, w->to, w->layout, err,
+                                   sizeof err))) {
+    psd_store_free(w->staged);
+    w->staged = NULL;
+  }
+  if (!rc && getenv("PSD_TEST_KILL_AFTER_PREPARE"))
+    raise(SIGKILL); /* docs/faults.md: a test's kill at this point */
   pthread_mutex_lock(&w->lock);
   w->state = rc ? FROZEN : PREPARED;
   w->busy = 0;
@@ -408,8 +420,11 @@ static void commit(struct psd_switch *w, struct cm_rpc_call *call) {
   cm_info("layout switch to layout %" PRIu64 " of %d shards (from %d): "
           "COMMIT: %s; dense calls waited %.1f ms",
           w->layout, w->to, w->from, msg, pause / 1000.0);
+  if (getenv("PSD_TEST_KILL_AFTER_COMMIT"))
+    raise(SIGKILL); /* docs/faults.md: swapped, not yet checkpointed */
   /* The new layout on disk soon (docs/reshard.md "What a kill does to a
-   * live move"); the call does not wait for it. */
+   * live move"); the call does not wait for it: the staging on disk
+   * (switch_disk.c) stands for it meanwhile. */
   if (srv->saver)
     psd_saver_request(srv->saver, "layout switch");
   reply(call, 0, pause, msg);
@@ -709,6 +724,11 @@ int psd_switch_new(struct psd_switch **out, struct psd_server *srv) {
   w->method[1] =
       (struct cm_rpc_method){"/psd.v1.Admin/DenseRows", on_dense_rows, w};
   pthread_mutex_init(&w->lock, NULL);
+  /* A switch this shard resumed into at start (switch_disk.c): its COMMIT,
+   * sent again by ps:0, is answered done. */
+  w->last_layout = srv->switched_layout;
+  w->last_from = srv->switched_from;
+  w->last_to = srv->switched_to;
   return 0;
 }
 

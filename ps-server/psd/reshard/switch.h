@@ -40,4 +40,51 @@ void psd_switch_free(struct psd_switch *w);
 /* The two methods, to serve beside the others. */
 const struct cm_rpc_method *psd_switch_methods(struct psd_switch *w, int *n);
 
+/* ---- On disk (switch_disk.c: a switch that survives a kill) ---- */
+
+/* PREPARE: writes the staged store (borrowed) of layout `layout` of `to`
+ * shards under this shard's switch-L<layout>/ (nothing without
+ * checkpoints). Returns 0 or an error code (err: path and why): PREPARE
+ * then fails, and ps:0 aborts the switch. */
+struct psd_store;
+int psd_switch_stage_write(struct psd_server *srv, struct psd_store *staged,
+                           int to, uint64_t layout, char *err, size_t errlen);
+
+/* ps:0, before the first COMMIT: records the decision to commit layout
+ * `layout` (from -> to shards) as ps:0's switch-L<layout>.commit, fsynced.
+ * Returns 0 or CM_EIO (err): ps:0 then aborts instead. */
+int psd_switch_decide(struct psd_server *srv, int from, int to, uint64_t layout,
+                      char *err, size_t errlen);
+
+/* (A checkpoint of the layout removes its staging and decision files:
+ * ckpt's psd__ckpt_move_prune.) */
+
+/* A switch this shard staged and did not checkpoint, found at start. */
+struct psd_switch_found {
+  int found;       /* 1: resume into it */
+  uint64_t layout; /* its layout */
+  int to;          /* of this many shards */
+};
+
+/* At start, before the checkpoint is opened (srv->root set, srv->layout
+ * the job's by its checkpoints, own_layout this shard's own checkpoint's,
+ * 0 when it has none): the newest switch-L<X>/ past own_layout in this
+ * shard's directory. Committed (ps:0's decision file, or srv->layout >= X):
+ * *f says to resume into it. Else, or staging that does not read, it is
+ * removed and logged. Returns 0. */
+int psd_switch_startup(struct psd_server *srv, uint64_t own_layout,
+                       struct psd_switch_found *f);
+
+/* ps:0 resumed into a switch at start (srv->switched_layout): on a thread
+ * of its own, sends the switch's COMMIT to every other shard of both
+ * counts (each answers it done, or commits its staging: one frozen since
+ * ps:0's last process decided), asking those that do not answer again for
+ * up to 120 s, and logs the outcome. Other shards: nothing. */
+void psd_switch_finish(struct psd_server *srv);
+
+/* Loads the variables f stages into a new store (*out, the caller's; NULL
+ * when it holds none). Returns 0 or an error code (logged). */
+int psd_switch_load(struct psd_server *srv, const struct psd_switch_found *f,
+                    struct psd_store **out);
+
 #endif
