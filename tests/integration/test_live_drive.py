@@ -524,8 +524,6 @@ class DriveMoveTest(tr.ReshardBase):
         self.assertIn("the switch's PREPARE failed on ps:2", r.stdout + r.stderr)
         self.assertEqual(ps[2].wait(), -signal.SIGKILL, ps[2].output()[-2000:])
         self.assertNotIn("switch-L1.commit", os.listdir(os.path.join(root, "ps-0")))
-        ps[1].stop(signal.SIGTERM)  # a source is started again too, without the kill
-        ps[1] = self.again(spec, 1)
         ps[2] = self.again(spec, 2)
         self.assertIn("which ps:0 never committed", ps[2].output())
         self.assertNotIn("switch-L1", os.listdir(os.path.join(root, "ps-2")))
@@ -559,6 +557,27 @@ class DriveMoveTest(tr.ReshardBase):
         doc = json.loads(h.psctl(spec, "--json", "status").stdout)["shards"]
         self.assertEqual([(d["layout"], d.get("standby", False)) for d in doc],
                          [(1, False)] * 3)
+        check(True)
+
+    def test_ps0_killed_before_its_decision_the_others_thaw(self):
+        """ps:0 killed (-9, by its test-only PSD_TEST_KILL_AFTER_FREEZE) once
+        every shard froze for the switch, before any decision: started
+        again, ps:0 holds layout 0 and runs no move, so ps:1 and ps:2,
+        which ask it (3 s after they froze, then every second), abort the
+        switch themselves and take dense calls again; psctl reshard
+        --moves makes the switch, every push counted once."""
+        spec, ps, check = self.dense_job({0: {"PSD_TEST_KILL_AFTER_FREEZE": "1"}})
+        p = h.Proc([h.build_path("ps-server", "psctl"), "--cluster", spec, "reshard",
+                    "--shards", "3", "--moves", "--batch", "512"])
+        self.procs.append(p)
+        self.assertEqual(ps[0].wait(), -signal.SIGKILL, ps[0].output()[-2000:])
+        ps[0] = self.again(spec, 0)
+        for i in (1, 2):
+            ps[i].wait_for("ABORT (by this shard: ps:0 answers in an older layout and runs "
+                           "no switch, its last process lost this one)")
+        r = h.psctl(spec, "reshard", "--shards", "3", "--moves")
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertIn("(resumed: 1365 made)", r.stdout + r.stderr)
         check(True)
 
     def test_usage_and_a_job_that_cannot_move(self):

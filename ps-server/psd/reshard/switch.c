@@ -64,6 +64,12 @@ struct psd_switch {
   int last_from, last_to;         /* the last switch committed here */
   uint64_t last_layout;           /* its layout (0: none) */
   uint64_t last_pause_us;         /* its pause */
+  pthread_t watch;                /* the watch over a frozen shard */
+  int watching;                   /* watch was started (joined by the
+                                     next, and by psd_switch_free) */
+  int watch_done;                 /* and has ended */
+  int stopping;                   /* psd_switch_free: the watch ends */
+  pthread_cond_t wake;            /* wakes the watch early */
 };
 
 /* Answers a SwitchLayout call. */
@@ -311,6 +317,93 @@ out:
   return rc;
 }
 
+/* ---- the watch: a frozen shard whose ps:0 was lost ---- */
+
+/* A shard other than ps:0 frozen for a switch asks ps:0's Status every
+ * WATCH_EVERY_MS once it has been frozen WATCH_AFTER_MS: when ps:0 answers
+ * in an older layout and runs no live move, the switch was lost with
+ * ps:0's last process before its decision (a decided one, ps:0 resumes
+ * into at start: switch_disk.c), and the shard aborts it itself. */
+#define WATCH_AFTER_MS 3000
+#define WATCH_EVERY_MS 1000
+
+/* Under w->lock: the ABORT of the switch under way (frozen or prepared,
+ * no phase thread running). */
+static void abort_locked(struct psd_switch *w, const char *who) {
+  struct psd_server *srv = w->srv;
+  psd_store_free(w->staged);
+  w->staged = NULL;
+  w->state = IDLE;
+  psd_service_freeze(srv->service, 0, 0);
+  cm_info("layout switch to layout %" PRIu64 " of %d shards: ABORT%s: "
+          "staging dropped, dense calls flow again in layout %" PRIu64
+          " (frozen %.1f ms)",
+          w->layout, w->to, who, srv->self.layout, cm_mono_ms() - w->frozen_at);
+}
+
+/* Whether ps:0 answers Status in a layout older than `layout` with no live
+ * move running (0 when it does not answer). */
+static int ps0_lost_it(struct psd_peers *peers, uint64_t layout) {
+  Psd__V1__Caller caller = psd_peer_caller(peers);
+  Psd__V1__StatusRequest req = PSD__V1__STATUS_REQUEST__INIT;
+  Psd__V1__StatusResponse *r = NULL;
+  struct cm_unary u;
+  int lost = 0;
+  req.caller = &caller;
+  psd_peer_call(peers, 0, "/psd.v1.Admin/Status", &req.base, 2000, 0, &u);
+  if (u.status == GRPC_STATUS_OK &&
+      (r = (Psd__V1__StatusResponse *)cm_rpc_unpack(
+           u.response, &psd__v1__status_response__descriptor))) {
+    lost = r->layout < layout && !(r->move && r->move->running);
+    psd__v1__status_response__free_unpacked(r, NULL);
+  }
+  cm_unary_release(&u);
+  return lost;
+}
+
+static void *watch_thread(void *arg) {
+  struct psd_switch *w = arg;
+  struct psd_peers *peers = NULL;
+  char err[600];
+  pthread_mutex_lock(&w->lock);
+  while (!w->stopping && w->state != IDLE) {
+    struct timespec until = cm_abstime_after_ms(WATCH_EVERY_MS);
+    pthread_cond_timedwait(&w->wake, &w->lock, &until);
+    if (w->stopping || w->state == IDLE || w->busy ||
+        cm_mono_ms() - w->frozen_at < WATCH_AFTER_MS)
+      continue;
+    uint64_t layout = w->layout;
+    pthread_mutex_unlock(&w->lock);
+    if (!peers && psd_peers_new(&peers, w->srv->spec,
+                                &(struct psd_peer_opts){.who = "psd (switch)"},
+                                err, sizeof err))
+      peers = NULL;
+    int lost = peers && ps0_lost_it(peers, layout);
+    pthread_mutex_lock(&w->lock);
+    if (lost && !w->busy && w->layout == layout &&
+        (w->state == FROZEN || w->state == PREPARED)) {
+      abort_locked(w, " (by this shard: ps:0 answers in an older layout "
+                      "and runs no switch, its last process lost this one)");
+      psd_switch_stage_drop(w->srv, layout);
+    }
+  }
+  w->watch_done = 1;
+  pthread_mutex_unlock(&w->lock);
+  psd_peers_free(peers);
+  return NULL;
+}
+
+/* Under w->lock, at a FREEZE: the watch, on shards other than ps:0. */
+static void watch_start(struct psd_switch *w) {
+  if (w->srv->shard == 0 || (w->watching && !w->watch_done))
+    return;
+  if (w->watching) /* ended, holding no lock after it said so */
+    pthread_join(w->watch, NULL);
+  w->watching = w->watch_done = 0;
+  if (pthread_create(&w->watch, NULL, watch_thread, w) == 0)
+    w->watching = 1;
+}
+
 /* ---- the phases ---- */
 
 /* FREEZE or PREPARE on their thread. */
@@ -329,6 +422,7 @@ static void *phase_thread(void *arg) {
     w->state = FROZEN;
     w->frozen_at = cm_mono_ms();
     w->busy = 0;
+    watch_start(w);
     pthread_mutex_unlock(&w->lock);
     cm_info("layout switch to layout %" PRIu64 " of %d shards (from %d): "
             "FREEZE: dense calls wait (in flight ones done in %.1f ms)",
@@ -589,14 +683,8 @@ static void on_switch(struct cm_rpc_call *call, grpc_byte_buffer *bb,
     commit(w, call);
     break;
   default: /* ABORT */
-    psd_store_free(w->staged);
-    w->staged = NULL;
-    w->state = IDLE;
-    psd_service_freeze(srv->service, 0, 0);
-    cm_info("layout switch to layout %" PRIu64 " of %d shards: ABORT: "
-            "staging dropped, dense calls flow again in layout %" PRIu64
-            " (frozen %.1f ms)",
-            w->layout, w->to, srv->self.layout, cm_mono_ms() - w->frozen_at);
+    abort_locked(w, "");
+    psd_switch_stage_drop(srv, w->layout);
     reply(call, 0, 0, "aborted: nothing changed");
     break;
   }
@@ -724,6 +812,7 @@ int psd_switch_new(struct psd_switch **out, struct psd_server *srv) {
   w->method[1] =
       (struct cm_rpc_method){"/psd.v1.Admin/DenseRows", on_dense_rows, w};
   pthread_mutex_init(&w->lock, NULL);
+  pthread_cond_init(&w->wake, NULL);
   /* A switch this shard resumed into at start (switch_disk.c): its COMMIT,
    * sent again by ps:0, is answered done. */
   w->last_layout = srv->switched_layout;
@@ -737,6 +826,13 @@ void psd_switch_free(struct psd_switch *w) {
     return;
   if (w->joinable)
     pthread_join(w->thread, NULL);
+  pthread_mutex_lock(&w->lock);
+  w->stopping = 1;
+  pthread_cond_broadcast(&w->wake);
+  pthread_mutex_unlock(&w->lock);
+  if (w->watching)
+    pthread_join(w->watch, NULL);
+  pthread_cond_destroy(&w->wake);
   psd_store_free(w->staged);
   psd_peers_free(w->peers);
   pthread_mutex_destroy(&w->lock);

@@ -75,6 +75,10 @@ struct psd_switch_found {
 int psd_switch_startup(struct psd_server *srv, uint64_t own_layout,
                        struct psd_switch_found *f);
 
+/* ABORT (by ps:0's call, or by the shard's own watch): removes this
+ * shard's staging of `layout` from disk, if any. */
+void psd_switch_stage_drop(struct psd_server *srv, uint64_t layout);
+
 /* ps:0 resumed into a switch at start (srv->switched_layout): on a thread
  * of its own, sends the switch's COMMIT to every other shard of both
  * counts (each answers it done, or commits its staging: one frozen since

@@ -86,6 +86,18 @@ out:
   return rc;
 }
 
+void psd_switch_stage_drop(struct psd_server *srv, uint64_t layout) {
+  char dir[1100], sw[1200];
+  if (!srv->root[0])
+    return;
+  shard_dir(srv, srv->shard, dir, sizeof dir);
+  snprintf(sw, sizeof sw, "%s/switch-L%" PRIu64, dir, layout);
+  if (access(sw, F_OK))
+    return;
+  psd_fileset_remove_tree(sw);
+  psd_fileset_sync_dir(dir);
+}
+
 /* ps:0's decision file for layout X. */
 static void decision_path(const struct psd_server *srv, uint64_t layout,
                           char *buf, size_t len) {
