@@ -196,8 +196,14 @@ int psd_table_move_snapshot(struct psd_table *t, const uint8_t *buckets,
   }
   if (rc)
     goto out;
-  if (!f.s->evicted && !(f.s->evicted = malloc(sizeof *f.s->evicted))) {
-    rc = CM_ENOMEM; /* none: an empty array, as a checkpoint's */
+  /* No row or no eviction: empty arrays, as a checkpoint's (the sort
+   * swaps in its own for every array s has). */
+  if ((!f.s->ids && !(f.s->ids = malloc(sizeof *f.s->ids))) ||
+      (!f.s->stats && !(f.s->stats = malloc(sizeof *f.s->stats))) ||
+      (!f.s->values && !(f.s->values = malloc(sizeof *f.s->values))) ||
+      (!f.s->state && !(f.s->state = malloc(sizeof *f.s->state))) ||
+      (!f.s->evicted && !(f.s->evicted = malloc(sizeof *f.s->evicted)))) {
+    rc = CM_ENOMEM;
     goto out;
   }
   if ((rc = psd__sorter_alloc(&w, f.s, f.s->nrows)))
