@@ -22,10 +22,9 @@
 #define PSCTL_EXIT_USAGE 2
 
 /* How psctl reshard moves the rows without --moves or --stop
- * (ReshardRequest.how): 0, every shard stops and ps:0 cuts. A live move
- * needs the step that ends it (SwitchLayout) and its persistence; once
- * they are in, this becomes 2 (a live move where the job can make one). */
-#define PSCTL_RESHARD_HOW 0
+ * (ReshardRequest.how): 2, a live move where the job can make one (async,
+ * tables, rows by buckets), else every shard stops and ps:0 cuts. */
+#define PSCTL_RESHARD_HOW 2
 
 /* export's pulls: elements per message, and messages in flight per shard
  * (main gives the client these settings for export). */

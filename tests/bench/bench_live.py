@@ -7,7 +7,7 @@ addresses whose job starts on 2 (job.shards), ps:2 standing by. One client
 (a worker's stand-in, psd.Client) pushes and pulls WORK_IDS table rows per
 step, step after step, the whole time. Every round, alternated:
 
-  live:  `psctl reshard --shards 3`, then `--shards 2`, while the client
+  live:  `psctl reshard --shards 3 --stop`, then `--shards 2 --stop`, while the client
          steps: psctl's wall time (the pause: from the request to every
          shard serving the new layout), ps:0's own "cut in" time, and the
          client's step times before (STEADY_S), during (the steps that
@@ -77,7 +77,7 @@ class LiveBench(br.Bench):
         while time.monotonic() < t_end:
             before.append(step())
         argv = [h.build_path("ps-server", "psctl"), "--cluster", self.spec[3], "reshard",
-                "--shards", str(m)]
+                "--shards", str(m), "--stop"]
         t0 = time.monotonic()
         p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                              text=True)

@@ -584,7 +584,8 @@ class DriveMoveTest(tr.ReshardBase):
         job = {"name": self.JOB, "shards": 2}
         spec = tr.specs(self.d, job, [2], nworker=1)[2]
         for args in (["--moves"], ["--shards", "2", "--moves", "--stop"],
-                     ["--shards", "2", "--batch", "8"], ["--shards", "2", "--rate", "1"],
+                     ["--shards", "2", "--stop", "--batch", "8"],
+                     ["--shards", "2", "--stop", "--rate", "1"],
                      ["--shards", "2", "--moves", "--batch", "0"],
                      ["--shards", "2", "--moves", "--batch", "4097"],
                      ["--shards", "2", "--moves", "--rate", "0"],

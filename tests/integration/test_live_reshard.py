@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""A live reshard (psctl reshard --shards M, docs/reshard.md "Live"): the
-shards of a running job stop for it, ps:0 cuts the checkpoint onto M and
+"""A live reshard by stop and cut (psctl reshard --shards M --stop, and a
+job that cannot move live, docs/reshard.md "Live"): the shards of a
+running job stop for it, ps:0 cuts the checkpoint onto M and
 every shard starts again in the new layout, in the same process. Here: the
 state is unchanged and placed for M, each variable as declared (split, or
 on its shard) through 2 -> 3 -> 2 -> 1 -> 2 -> 3, with a standby outside
@@ -115,12 +116,12 @@ class LiveBase(tr.ReshardBase):
         ps = self.start3(s[3])
         before = read_job(self.root, self.JOB)
         first = h.Proc([h.build_path("ps-server", "psctl"), "--cluster", s[3], "reshard",
-                        "--shards", "3"])
+                        "--shards", "3", "--stop"])
         self.procs.append(first)
         return s, ps, before, first
 
     def psctl_reshard(self, spec, m):
-        r = h.psctl(spec, "reshard", "--shards", str(m), timeout=300)
+        r = h.psctl(spec, "reshard", "--shards", str(m), "--stop", timeout=300)
         return r.returncode, r.stdout + r.stderr
 
     def reshard_ok(self, spec, m, layout):
@@ -435,7 +436,7 @@ class LiveSyncTest(LiveBase):
             for w in ws:
                 w.p.send_signal(signal.SIGSTOP)
             p = h.Proc([h.build_path("ps-server", "psctl"), "--cluster", slive, "reshard",
-                        "--shards", str(m)])
+                        "--shards", str(m), "--stop"])
             self.procs.append(p)
             wait_count(ps[0], "are held; waiting for the commit", v)
             for w in ws:

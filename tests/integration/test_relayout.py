@@ -114,22 +114,28 @@ class RelayoutTest(h.ProcTest):
         self.stop(ps)
 
     def test_live_reshard_under_pushers(self):
-        """psctl reshard --shards M, the shards re-executing themselves:
-        the same counters, 2 -> 3 -> 2."""
+        """psctl reshard --shards M as a user types it (the job's table rows
+        moved live, then the switch) and with --stop (the shards
+        re-executing themselves): the same counters, 2 -> 3 -> 2 each
+        way."""
         self.job()
         ps = self.start(3)  # ps:2 stands by
         clients = self.pushers()
-        for m, line in ((3, "now layout 1 of 3 shards (was 0 of 2)"),
-                        (2, "now layout 2 of 2 shards (was 1 of 3)")):
+        for how, m, line in (([], 3, "now layout 1 of 3 shards (was 0 of 2"),
+                             ([], 2, "now layout 2 of 2 shards (was 1 of 3"),
+                             (["--stop"], 3, "now layout 3 of 3 shards (was 2 of 2)"),
+                             (["--stop"], 2, "now layout 4 of 2 shards (was 3 of 3)")):
             r = h.run([h.build_path("ps-server", "psctl"), "--cluster", self.spec,
-                       "reshard", "--shards", str(m)], timeout=300)
+                       "reshard", "--shards", str(m)] + how, timeout=300)
             self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
-            self.go_on(clients, "psd: layout moved: " + line + "; re-planned", m)
-        self.verify(clients, 2)
+            self.assertIn("ps:0 says done" if not how else "reshard done in", r.stdout)
+            self.go_on(clients, "psd: layout moved: " + line, m)
+        self.verify(clients, 4)
         self.stop(ps)
 
     def test_live_reshards_with_kills_under_pushers(self):
-        """Live reshards while two clients push, a shard killed (kill -9)
+        """Live reshards by stop and cut (--stop) while two clients push, a
+        shard killed (kill -9)
         in each once its final checkpoint is written and started again as a
         supervisor would: ps:1 (a source: the reshard goes on), or ps:0 (it
         is interrupted, the job stays in its layout, and asked again it is
@@ -143,7 +149,7 @@ class RelayoutTest(h.ProcTest):
         layout = 0
         for m, victim in rounds:
             p = h.Proc([h.build_path("ps-server", "psctl"), "--cluster", self.spec,
-                        "reshard", "--shards", str(m)])
+                        "reshard", "--shards", str(m), "--stop"])
             self.procs.append(p)
             n = ps[victim].output().count("checkpoint (at exit)")
             while ps[victim].output().count("checkpoint (at exit)") == n:
@@ -158,7 +164,7 @@ class RelayoutTest(h.ProcTest):
                 self.assertEqual(rc, 1, p.output())
                 self.assertIn("reshard not done: ps:0 says interrupted", p.output())
                 r = h.run([h.build_path("ps-server", "psctl"), "--cluster", self.spec,
-                           "reshard", "--shards", str(m)], timeout=300)
+                           "reshard", "--shards", str(m), "--stop"], timeout=300)
                 self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
             else:
                 self.assertEqual(rc, 0, p.output())
