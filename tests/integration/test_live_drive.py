@@ -370,29 +370,7 @@ class DriveMoveTest(tr.ReshardBase):
         of 3 with their dense slices and table rows, every push once, and
         write checkpoints of it."""
         ck = os.path.join(self.d, "ck")
-        spec, ps = self.job_up({"checkpoint": {"dir": ck, "every_s": 3600}})
-        c, rng = self.client, np.random.default_rng(5)
-        dense = {"d": np.zeros(70000, np.float32), "w": np.zeros(100, np.float32)}
-        for name, v in dense.items():
-            c.declare(name, v.shape)
-
-        def push_dense():
-            for name, v in dense.items():
-                g = (rng.integers(-8, 9, v.size) / 8).astype(np.float32)
-                c.push(name, g)
-                v -= g
-
-        def check(pulled):
-            self.assert_counted_once(spec, 1365, pulled=pulled)
-            with psd.Client(spec, None) as c2:
-                for name, v in dense.items():
-                    c2.declare(name, v.shape)
-                    got = np.empty(v.size, np.float32)
-                    c2.pull(name, got)
-                    np.testing.assert_array_equal(got, v, name)
-        self.pushing()
-        self.stop_pushing()
-        push_dense()
+        spec, ps, check = self.dense_job()
         r = h.psctl(spec, "reshard", "--shards", "3", "--moves", "--batch", "512")
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
         for p in ps:  # each shard's checkpoint of the new layout, asked by its COMMIT
