@@ -488,6 +488,28 @@ class DriveMoveTest(tr.ReshardBase):
             self.assertEqual([x for x in os.listdir(os.path.join(root, "ps-%d" % i))
                               if x.startswith("switch-")], [], i)
 
+    def test_shard_taken_in_killed_after_its_commit_resumes_into_the_switch(self):
+        """ps:2, which the switch takes in (standing by until then, no
+        checkpoint of its own: its rows are in its move files), killed (-9,
+        PSD_TEST_KILL_AFTER_COMMIT) when it has swapped in its slices and
+        before its first checkpoint: started again it resumes into layout
+        1 of 3 from its move files and its staged variables, and every
+        push is counted once."""
+        spec, ps, check = self.dense_job({2: {"PSD_TEST_KILL_AFTER_COMMIT": "1"}})
+        p = h.Proc([h.build_path("ps-server", "psctl"), "--cluster", spec, "reshard",
+                    "--shards", "3", "--moves", "--batch", "512"])
+        self.procs.append(p)
+        self.assertEqual(ps[2].wait(), -signal.SIGKILL, ps[2].output()[-2000:])
+        ps[2] = self.again(spec, 2)
+        self.assertIn("it resumes into layout 1", ps[2].output())
+        self.assertIn("shard 2 of 3, job", ps[2].output())
+        self.assertEqual(p.wait(), 0, p.output())
+        ps[2].wait_for("checkpoint (layout switch, resumed at start) at step")
+        doc = json.loads(h.psctl(spec, "--json", "status").stdout)["shards"]
+        self.assertEqual([(d["layout"], d.get("standby", False)) for d in doc],
+                         [(1, False)] * 3)
+        check(False)
+
     def test_shard_killed_in_its_prepare_the_switch_aborts(self):
         """ps:2, the shard the switch takes in, killed (-9, by its test-only
         PSD_TEST_KILL_AFTER_PREPARE) once it staged its slices on disk and

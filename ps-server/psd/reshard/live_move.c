@@ -311,9 +311,10 @@ out:
  * switch is committed, so a COMMIT that does not reach a shard (down, or
  * starting again: it resumes into the new layout from its staging) is
  * sent again to it for up to COMMIT_RETRY_MS. Returns 0, or -1 with
- * why. */
-static int switch_layout(struct run *r, uint64_t *pause_us, char *why,
-                         size_t len) {
+ * why (*committed set when the switch was decided: its COMMIT failed on a
+ * shard). */
+static int switch_layout(struct run *r, uint64_t *pause_us, int *committed,
+                         char *why, size_t len) {
   static const struct {
     Psd__V1__SwitchPhase ph;
     const char *name;
@@ -352,6 +353,7 @@ static int switch_layout(struct run *r, uint64_t *pause_us, char *why,
     if (!failed)
       continue;
     if (commit) {
+      *committed = 1;
       snprintf(why, len,
                "its COMMIT failed on ps:%d (%s); the shards that answered it "
                "OK committed layout %llu, and ps:%d resumes into it from its "
@@ -481,14 +483,21 @@ static void *move_main(void *arg) {
   cm_info("live move: every bucket is on its shard of %d (%d bucket moves); "
           "the switch to layout %llu (SwitchLayout to ps:0..ps:%d)",
           r->to, r->total, (unsigned long long)r->layout, r->most - 1);
-  if (switch_layout(r, &sw_pause, why, sizeof why)) {
-    snprintf(res, sizeof res,
-             "stopped: every bucket moved (%d of %d bucket moves made), but "
-             "%.350s; the job trains with its rows moved and layout %llu of "
-             "%d shards; psctl reshard --shards %d --moves tries the switch "
-             "again",
-             k, r->total, why, (unsigned long long)(r->layout - 1), r->from,
-             r->to);
+  int committed = 0;
+  if (switch_layout(r, &sw_pause, &committed, why, sizeof why)) {
+    if (committed) /* decided: the rest resume into it when started */
+      snprintf(res, sizeof res,
+               "stopped: every bucket moved (%d of %d bucket moves made), "
+               "but %.350s",
+               k, r->total, why);
+    else
+      snprintf(res, sizeof res,
+               "stopped: every bucket moved (%d of %d bucket moves made), "
+               "but %.350s; the job trains with its rows moved and layout "
+               "%llu of %d shards; psctl reshard --shards %d --moves tries "
+               "the switch again",
+               k, r->total, why, (unsigned long long)(r->layout - 1), r->from,
+               r->to);
     finish(l, 0, res);
     goto out;
   }

@@ -581,8 +581,10 @@ static void on_switch(struct cm_rpc_call *call, grpc_byte_buffer *bb,
   if (w->state == IDLE) {
     uint64_t have = srv->self.layout;
     int n = srv->self.nshards;
+    /* The layout's version names the switch (a shard resumed into it at
+     * start from no checkpoint of its own does not know its old count). */
     if (w->last_layout && req->layout == w->last_layout &&
-        req->from == w->last_from && req->to == w->last_to &&
+        req->to == w->last_to &&
         (phase == PSD__V1__SWITCH_PHASE__SWITCH_COMMIT ||
          phase == PSD__V1__SWITCH_PHASE__SWITCH_ABORT)) {
       pthread_mutex_unlock(&w->lock);
