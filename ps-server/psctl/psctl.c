@@ -128,34 +128,35 @@ static void usage(FILE *f) {
       h += len + (nl != NULL);
     }
   }
-  fprintf(f,
-          "\nOptions:\n"
-          "  --cluster FILE  the job's cluster spec; or, as psd takes it,\n"
-          "                  slurm[:FILE] (inside the job's allocation),\n"
-          "                  k8s[:FILE] (in a pod of the job, kubectl exec),\n"
-          "                  tf_config[:FILE]\n"
-          "  --json          one JSON document instead of tables\n"
-          "  --timeout MS    deadline per call (default 5000; checkpoint\n"
-          "                  --wait and export: 600000)\n"
-          "  --rows A:B      get: rows A (included) to B (excluded); A or B\n"
-          "                  may be left out\n"
-          "  --stats         get: statistics instead of values\n"
-          "  --wait          checkpoint: answer once every shard has written\n"
-          "  --out FILE      export: the safetensors file to write\n"
-          "  --slots         export: the optimizer's slots too\n"
-          "  --ids A,B,C     get TABLE: the rows with these ids (decimal u64)\n"
-          "  --top K         top: how many rows (default 10)\n"
-          "  --shards M      reshard: the new shard count\n"
-          "  --moves         reshard: move table rows live, batch by batch (the\n"
-          "                  default where the job can; refused where not)\n"
-          "  --stop          reshard: every shard stops, ps:0 cuts\n"
-          "  --batch B       reshard, a live move: buckets per batch (1..4096)\n"
-          "  --rate MB/s     reshard, a live move: bytes moved per second at most\n"
-          "  --cancel        reshard: stop the live move under way\n"
-          "\n"
-          "Exit status: 0 every shard answered, 1 a shard did not (it is\n"
-          "named; what the others answered is printed) or a variable does\n"
-          "not exist, 2 usage or spec error.\n");
+  fprintf(
+      f,
+      "\nOptions:\n"
+      "  --cluster FILE  the job's cluster spec; or, as psd takes it,\n"
+      "                  slurm[:FILE] (inside the job's allocation),\n"
+      "                  k8s[:FILE] (in a pod of the job, kubectl exec),\n"
+      "                  tf_config[:FILE]\n"
+      "  --json          one JSON document instead of tables\n"
+      "  --timeout MS    deadline per call (default 5000; checkpoint\n"
+      "                  --wait and export: 600000)\n"
+      "  --rows A:B      get: rows A (included) to B (excluded); A or B\n"
+      "                  may be left out\n"
+      "  --stats         get: statistics instead of values\n"
+      "  --wait          checkpoint: answer once every shard has written\n"
+      "  --out FILE      export: the safetensors file to write\n"
+      "  --slots         export: the optimizer's slots too\n"
+      "  --ids A,B,C     get TABLE: the rows with these ids (decimal u64)\n"
+      "  --top K         top: how many rows (default 10)\n"
+      "  --shards M      reshard: the new shard count\n"
+      "  --moves         reshard: move table rows live, batch by batch (the\n"
+      "                  default where the job can; refused where not)\n"
+      "  --stop          reshard: every shard stops, ps:0 cuts\n"
+      "  --batch B       reshard, a live move: buckets per batch (1..4096)\n"
+      "  --rate MB/s     reshard, a live move: bytes moved per second at most\n"
+      "  --cancel        reshard: stop the live move under way\n"
+      "\n"
+      "Exit status: 0 every shard answered, 1 a shard did not (it is\n"
+      "named; what the others answered is printed) or a variable does\n"
+      "not exist, 2 usage or spec error.\n");
 }
 
 /* Edit distance (insertions, deletions, substitutions and swaps of two

@@ -24,9 +24,8 @@
 static void refuse(void *ctx, struct cm_rpc_call *call, grpc_status_code code,
                    const char *msg) {
   struct psd_service *svc = ctx;
-  if (code == GRPC_STATUS_ABORTED ||
-      (code == GRPC_STATUS_FAILED_PRECONDITION &&
-       !strncmp(msg, "layout moved: ", 14))) {
+  if (code == GRPC_STATUS_ABORTED || (code == GRPC_STATUS_FAILED_PRECONDITION &&
+                                      !strncmp(msg, "layout moved: ", 14))) {
     /* A sync gradient that came after its step closed (the coordinator
      * counts the drop), or a call planned for a layout this shard has
      * left (a live move answers one for every call that names a moved
