@@ -191,26 +191,17 @@ static enum psd_exit resume_switch(struct psd_server *srv,
    * new layout places elsewhere (a source's checkpoint taken before it gave
    * them away) are not this shard's. */
   struct cm_layout_map *map = malloc(sizeof *map);
-  uint8_t gone[CM_LAYOUT_BUCKETS / 8] = {0};
   uint64_t dropped = 0;
-  if (!map) {
-    psd_store_free(staged);
-    cm_error("out of memory");
-    return PSD_EXIT_FAILED;
+  int owned, rc = map ? 0 : CM_ENOMEM;
+  if (map) {
+    cm_layout_map_init(map, CM_LAYOUT_RULE_BUCKETS, sw->to);
+    rc = psd_move_keep_owned(srv, map, &owned, &dropped);
+    free(map);
   }
-  cm_layout_map_init(map, CM_LAYOUT_RULE_BUCKETS, sw->to);
-  for (unsigned b = 0; b < CM_LAYOUT_BUCKETS; b++)
-    if (map->shard[b] != srv->shard)
-      gone[b >> 3] |= (uint8_t)(1u << (b & 7));
-  free(map);
-  for (int i = 0; srv->tables && i < psd_tables_count(srv->tables); i++) {
-    uint64_t d = 0;
-    if (psd_table_drop_buckets(psd_tables_at(srv->tables, i), gone, &d)) {
-      psd_store_free(staged);
-      cm_error("out of memory dropping rows");
-      return PSD_EXIT_FAILED;
-    }
-    dropped += d;
+  if (rc) {
+    psd_store_free(staged);
+    cm_error("out of memory dropping rows");
+    return PSD_EXIT_FAILED;
   }
   psd_store_free(srv->store);
   srv->store = staged;

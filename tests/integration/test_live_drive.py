@@ -231,9 +231,7 @@ class DriveMoveTest(tr.ReshardBase):
     def test_rate_paces_cancel_stops_then_resumes(self):
         spec, ps = self.job_up()
         self.pushing()
-        first = h.Proc([h.build_path("ps-server", "psctl"), "--cluster", spec, "reshard",
-                        "--shards", "3", "--moves", "--batch", "16", "--rate", "0.0001"])
-        self.procs.append(first)
+        first = self.reshard_bg(spec, "--batch", "16", "--rate", "0.0001")
         # The first batch is 16 buckets of about 12 rows, 32 bytes each: at
         # 100 bytes/s ps:0 waits seconds before the next; the cancel ends it.
         ps[0].wait_for("before the next batch to keep to 0.0001 MB/s (--rate)")
@@ -281,9 +279,7 @@ class DriveMoveTest(tr.ReshardBase):
         if checkpoint:
             r = h.psctl(spec, "checkpoint", "--wait")
             self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
-        first = h.Proc([h.build_path("ps-server", "psctl"), "--cluster", spec, "reshard",
-                        "--shards", "3", "--moves", "--batch", "16", "--rate", "0.0001"])
-        self.procs.append(first)
+        first = self.reshard_bg(spec, "--batch", "16", "--rate", "0.0001")
         ps[0].wait_for("before the next batch to keep to 0.0001 MB/s (--rate)")
         r = h.psctl(spec, "reshard", "--cancel")
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
@@ -430,6 +426,14 @@ class DriveMoveTest(tr.ReshardBase):
                     np.testing.assert_array_equal(got, v, name)
         return spec, ps, check
 
+    def reshard_bg(self, spec, *args):
+        """`psctl reshard --shards 3 --moves ARGS` started (stopped at the
+        end if still running): its Proc."""
+        p = h.Proc([h.build_path("ps-server", "psctl"), "--cluster", spec, "reshard",
+                    "--shards", "3", "--moves"] + list(args))
+        self.procs.append(p)
+        return p
+
     def again(self, spec, i):
         p = h.Proc([h.build_path("ps-server", "psd"), "--cluster", spec, "--task",
                     "ps:%d" % i])
@@ -449,9 +453,7 @@ class DriveMoveTest(tr.ReshardBase):
         layout 1 were lost."""
         spec, ps, check = self.dense_job({1: {"PSD_TEST_KILL_AFTER_COMMIT": "1"}})
         root = os.path.join(self.d, "ck", self.JOB)
-        p = h.Proc([h.build_path("ps-server", "psctl"), "--cluster", spec, "reshard",
-                    "--shards", "3", "--moves", "--batch", "512"])
-        self.procs.append(p)
+        p = self.reshard_bg(spec, "--batch", "512")
         self.assertEqual(ps[1].wait(), -signal.SIGKILL, ps[1].output()[-2000:])
         # ps:0's decision (until its own checkpoint of layout 1, which
         # removes it, stands for it), and ps:1's staging
@@ -496,9 +498,7 @@ class DriveMoveTest(tr.ReshardBase):
         1 of 3 from its move files and its staged variables, and every
         push is counted once."""
         spec, ps, check = self.dense_job({2: {"PSD_TEST_KILL_AFTER_COMMIT": "1"}})
-        p = h.Proc([h.build_path("ps-server", "psctl"), "--cluster", spec, "reshard",
-                    "--shards", "3", "--moves", "--batch", "512"])
-        self.procs.append(p)
+        p = self.reshard_bg(spec, "--batch", "512")
         self.assertEqual(ps[2].wait(), -signal.SIGKILL, ps[2].output()[-2000:])
         ps[2] = self.again(spec, 2)
         self.assertIn("it resumes into layout 1", ps[2].output())
@@ -541,9 +541,7 @@ class DriveMoveTest(tr.ReshardBase):
         every push counted once."""
         spec, ps, check = self.dense_job({0: {"PSD_TEST_KILL_AFTER_DECISION": "1"}})
         # psctl loses ps:0 (it waits for it to come back: stopped at the end)
-        p = h.Proc([h.build_path("ps-server", "psctl"), "--cluster", spec, "reshard",
-                    "--shards", "3", "--moves", "--batch", "512"])
-        self.procs.append(p)
+        p = self.reshard_bg(spec, "--batch", "512")
         self.assertEqual(ps[0].wait(), -signal.SIGKILL, ps[0].output()[-2000:])
         for i in (1, 2):
             self.assertIn("PREPARE: ", ps[i].output())
@@ -567,9 +565,7 @@ class DriveMoveTest(tr.ReshardBase):
         switch themselves and take dense calls again; psctl reshard
         --moves makes the switch, every push counted once."""
         spec, ps, check = self.dense_job({0: {"PSD_TEST_KILL_AFTER_FREEZE": "1"}})
-        p = h.Proc([h.build_path("ps-server", "psctl"), "--cluster", spec, "reshard",
-                    "--shards", "3", "--moves", "--batch", "512"])
-        self.procs.append(p)
+        p = self.reshard_bg(spec, "--batch", "512")
         self.assertEqual(ps[0].wait(), -signal.SIGKILL, ps[0].output()[-2000:])
         ps[0] = self.again(spec, 0)
         for i in (1, 2):

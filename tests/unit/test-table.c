@@ -385,6 +385,22 @@ static void *keep_pushing(void *arg) {
   return NULL;
 }
 
+/* Row r of s (dim 4) against n updates of a constant gradient g replayed
+ * on id's first value and state: its value, and without pub its state. */
+static void assert_replayed(const struct cm_table_conf *c,
+                            const struct psd_table_snap *s, size_t r,
+                            uint32_t n, float g, int pub) {
+  float v[4], st[4], gs[4] = {g, g, g, g};
+  uint32_t tt = 0;
+  cm_table_init_row(c, 9, s->ids[r], v);
+  cm_rowopt_init_state(&c->opt, 4, v, st);
+  for (uint32_t u = 0; u < n; u++)
+    cm_rowopt_apply(&c->opt, 4, v, st, &tt, gs);
+  ck_assert(!memcmp(v, s->values + r * 4, sizeof v));
+  if (!pub)
+    ck_assert(!memcmp(st, s->state + r * 4, sizeof st));
+}
+
 START_TEST(snapshot_is_one_instant) {
   struct cm_table_conf c;
   struct psd_table *t = make(CM_ROWOPT_ADAGRAD, 4, &c);
@@ -396,14 +412,7 @@ START_TEST(snapshot_is_one_instant) {
     ck_assert_int_eq(psd_table_snapshot(t, 0, &s), 0);
     for (size_t r = 0; r < s->nrows; r++) {
       /* replay the row's t updates of a constant gradient */
-      float v[4], st[4], g[4] = {0.5f, 0.5f, 0.5f, 0.5f};
-      uint32_t tt = 0;
-      cm_table_init_row(&c, 9, s->ids[r], v);
-      cm_rowopt_init_state(&c.opt, 4, v, st);
-      for (uint32_t u = 0; u < s->stats[r].t; u++)
-        cm_rowopt_apply(&c.opt, 4, v, st, &tt, g);
-      ck_assert(!memcmp(v, s->values + r * 4, sizeof v));
-      ck_assert(!memcmp(st, s->state + r * 4, sizeof st));
+      assert_replayed(&c, s, r, s->stats[r].t, 0.5f, 0);
       ck_assert_uint_eq(s->stats[r].count, s->stats[r].t);
     }
     psd_table_snap_free(s);
@@ -452,18 +461,11 @@ START_TEST(snapshot_while_rows_are_added) {
     ck_assert(pub == !s->stats);
     last = s->nrows;
     for (size_t r = 0; r < s->nrows; r++) {
-      float v[4], st[4], g[4] = {0.25f, 0.25f, 0.25f, 0.25f};
-      uint32_t tt = 0;
       ck_assert(!r || s->ids[r - 1] < s->ids[r]);
       ck_assert_uint_lt(s->ids[r], 200 * 256);
-      cm_table_init_row(&c, 9, s->ids[r], v);
-      cm_rowopt_init_state(&c.opt, 4, v, st);
-      cm_rowopt_apply(&c.opt, 4, v, st, &tt, g);
-      ck_assert(!memcmp(v, s->values + r * 4, sizeof v));
-      if (!pub) {
-        ck_assert(!memcmp(st, s->state + r * 4, sizeof st));
+      assert_replayed(&c, s, r, 1, 0.25f, pub);
+      if (!pub)
         ck_assert_uint_eq(s->stats[r].t, 1);
-      }
     }
     psd_table_snap_free(s);
   }

@@ -70,6 +70,20 @@ static void prune(struct psd_ckpt *c) {
   free(steps);
 }
 
+/* Bytes of store's first n variables' values and slots (n < 0: all). */
+static size_t store_bytes(struct psd_store *store, int n) {
+  size_t b = 0;
+  if (n < 0)
+    n = psd_store_count(store);
+  for (int i = 0; i < n; i++) {
+    const struct psd_var *v = psd_store_at(store, i);
+    if (v)
+      b += (size_t)(1 + v->nslots) * (v->elem_end - v->elem_begin) *
+           sizeof(float);
+  }
+  return b;
+}
+
 /* Writes the shard file: the header from the variables' shapes, then each
  * variable's values and slots, taken under its lock with lock_vars (copied
  * first when small enough, COPY_MAX). With dedup, all of that is done with
@@ -101,13 +115,7 @@ static int write_shard(struct psd_ckpt *c, struct psd_store *store,
    * freezes, for the variables held now (its first touches under the
    * gate held pushes for 17 ms at 12 MiB): more is allocated under it
    * only when a variable declared meanwhile makes it short. */
-  size_t pre = 0;
-  for (int i = 0; dedup && i < psd_store_count(store); i++) {
-    struct psd_var *v = psd_store_at(store, i);
-    pre += v ? (size_t)(1 + v->nslots) * (v->elem_end - v->elem_begin) *
-                   sizeof(float)
-             : 0;
-  }
+  size_t pre = dedup ? store_bytes(store, -1) : 0;
   if (pre && pre <= SNAPSHOT_MAX && (copy = malloc(pre + 1))) {
     memset(copy, 0, pre);
     copy_cap = pre;
@@ -153,12 +161,7 @@ static int write_shard(struct psd_ckpt *c, struct psd_store *store,
     goto out;
   /* With the gate frozen: the whole shard into one buffer when it fits
    * SNAPSHOT_MAX (written once the gate is thawed). */
-  size_t total = 0, at = 0;
-  for (int i = 0; frozen && i < n; i++) {
-    struct psd_var *v = psd_store_at(store, i);
-    total +=
-        (size_t)(1 + v->nslots) * (v->elem_end - v->elem_begin) * sizeof(float);
-  }
+  size_t total = frozen ? store_bytes(store, n) : 0, at = 0;
   if (frozen && total <= SNAPSHOT_MAX && total > copy_cap) {
     free(copy);
     copy = malloc(total + 1);

@@ -92,6 +92,14 @@ int psd_move_buckets(struct psd_service *svc, struct psd_peers *peers, int self,
 #define PSD_MOVE_START_MS 5000
 int psd_move_startup(struct psd_server *srv);
 
+/* Drops the table rows of every bucket map gives another shard (at
+ * start: a shard keeps only what its layout or move state owns); *owned:
+ * the buckets it keeps, *dropped: the rows dropped. Returns 0 or
+ * CM_ENOMEM (the rows before are dropped). */
+struct cm_layout_map;
+int psd_move_keep_owned(struct psd_server *srv, const struct cm_layout_map *map,
+                        int *owned, uint64_t *dropped);
+
 /* Tells source `from` (MoveRows MOVE_DONE) that the buckets of set, of
  * move `move`, are owned here: it drops its rows and ends the move (one
  * ended already is answered OK). Returns 0, or CM_ERPC with err saying

@@ -144,13 +144,36 @@ static void finish_last(struct psd_server *srv, int to) {
   psd_peers_free(peers);
 }
 
+int psd_move_keep_owned(struct psd_server *srv, const struct cm_layout_map *map,
+                        int *owned, uint64_t *dropped) {
+  uint8_t gone[PSD_MOVE_SET_BYTES] = {0};
+  int any = 0;
+  *owned = 0;
+  *dropped = 0;
+  for (unsigned b = 0; b < CM_LAYOUT_BUCKETS; b++) {
+    if (map->shard[b] == srv->shard) {
+      (*owned)++;
+    } else {
+      gone[b >> 3] |= (uint8_t)(1u << (b & 7));
+      any = 1;
+    }
+  }
+  for (int i = 0; any && srv->tables && i < psd_tables_count(srv->tables);
+       i++) {
+    uint64_t d = 0;
+    if (psd_table_drop_buckets(psd_tables_at(srv->tables, i), gone, &d))
+      return CM_ENOMEM;
+    *dropped += d;
+  }
+  return 0;
+}
+
 int psd_move_startup(struct psd_server *srv) {
   struct heard h;
   struct cm_layout_map *map = NULL;
-  uint8_t gone[PSD_MOVE_SET_BYTES] = {0};
   uint64_t applied_rows = 0, dropped = 0;
   char err[1400];
-  int file_k = 0, files = 0, rc = 0, owned = 0, any = 0, nmoves;
+  int file_k = 0, files = 0, rc = 0, owned = 0, nmoves;
   int own_to = srv->resume.move_to, own_k = srv->resume.moved;
 
   if (!srv->root[0] || srv->rows == CM_LAYOUT_RULE_MODULO ||
@@ -205,23 +228,9 @@ int psd_move_startup(struct psd_server *srv) {
     goto out;
   }
   nmoves = cm_layout_map_moving(map, srv->nshards, to, k);
-  for (unsigned b = 0; b < CM_LAYOUT_BUCKETS; b++) {
-    if (map->shard[b] == srv->shard) {
-      owned++;
-    } else {
-      gone[b >> 3] |= (uint8_t)(1u << (b & 7));
-      any = 1;
-    }
-  }
-  for (int i = 0; any && srv->tables && i < psd_tables_count(srv->tables);
-       i++) {
-    uint64_t d = 0;
-    if ((rc =
-             psd_table_drop_buckets(psd_tables_at(srv->tables, i), gone, &d))) {
-      cm_error("cannot resume the live move: out of memory dropping rows");
-      goto out;
-    }
-    dropped += d;
+  if ((rc = psd_move_keep_owned(srv, map, &owned, &dropped))) {
+    cm_error("cannot resume the live move: out of memory dropping rows");
+    goto out;
   }
   srv->self.move_to = to;
   srv->self.moved = k;

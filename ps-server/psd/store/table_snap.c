@@ -334,20 +334,24 @@ out:
   return rc;
 }
 
+/* Sorts a taken snapshot through w: its rows and evicted ids by id; a
+ * publication's evicted ids then leave out those it holds as rows. */
+static void snap_sort(struct psd__sorter *w, struct psd_table_snap *s) {
+  psd__sort_snap(w, s, 0);
+  if (s->pub)
+    drop_held_evicted(s);
+}
+
 /* A snapshot for cursor c, whole (checkpoints' or publications'):
  * prepared, taken with the sort's scratch, sorted. A publication's rows
- * carry values only, and its evicted ids leave out those it holds as
- * rows. */
+ * carry values only. */
 static int snapshot(struct psd_table *t, enum psd__cursor_of c, int delta,
                     struct psd_table_snap **out) {
   struct psd_table_snap *s;
   struct psd__sorter w = {0};
   int rc = snap_prepare(t, c, delta, &s);
-  if (!rc && !(rc = snap_take(t, c, s, &w))) {
-    psd__sort_snap(&w, s, 0);
-    if (c == PSD__PUB)
-      drop_held_evicted(s);
-  }
+  if (!rc && !(rc = snap_take(t, c, s, &w)))
+    snap_sort(&w, s);
   psd__sorter_free(&w);
   if (rc)
     psd_table_snap_free(s);
@@ -378,9 +382,7 @@ int psd_table_snap_sort(struct psd_table_snap *s) {
   struct psd__sorter w;
   if (psd__sorter_alloc(&w, s, s->nrows))
     return CM_ENOMEM;
-  psd__sort_snap(&w, s, 0);
-  if (s->pub)
-    drop_held_evicted(s);
+  snap_sort(&w, s);
   psd__sorter_free(&w);
   return 0;
 }
