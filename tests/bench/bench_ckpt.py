@@ -30,7 +30,6 @@ import os
 import re
 import subprocess
 import sys
-import tempfile
 import time
 
 import numpy as np
@@ -146,22 +145,8 @@ def checkpoint(d, b=None, rows=br.ROWS, rounds=ROUNDS):
 
 
 def main():
-    args = sys.argv[1:]
-    if "--rounds" not in args:  # bench_reshard's default is its own
-        args += ["--rounds", str(ROUNDS)]
-    got = br.parse_args(args, "bench_ckpt.py", __doc__)
-    if not got:
-        return 2
-    h.BUILD, rows, rounds = got
-    with tempfile.TemporaryDirectory(prefix="psd-bench-ckpt-") as d:
-        try:
-            checkpoint(d, rows=rows, rounds=rounds)
-        except Failed as e:
-            sys.stdout.flush()
-            sys.stderr.write("bench checkpoint FAILED: %s\n" % e)
-            return 1
-    return 0
-
+    return br.run_main(sys.argv[1:], "bench_ckpt.py", __doc__, "checkpoint", checkpoint,
+                       rounds=ROUNDS)
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -33,7 +33,6 @@ import os
 import re
 import subprocess
 import sys
-import tempfile
 import time
 
 import numpy as np
@@ -142,19 +141,7 @@ def live(d, b=None, rows=br.ROWS, rounds=br.ROUNDS):
 
 
 def main():
-    got = br.parse_args(sys.argv[1:], "bench_live.py", __doc__)
-    if not got:
-        return 2
-    h.BUILD, rows, rounds = got
-    with tempfile.TemporaryDirectory(prefix="psd-bench-live-") as d:
-        try:
-            live(d, rows=rows, rounds=rounds)
-        except Failed as e:
-            sys.stdout.flush()
-            sys.stderr.write("bench reshard live FAILED: %s\n" % e)
-            return 1
-    return 0
-
+    return br.run_main(sys.argv[1:], "bench_live.py", __doc__, "reshard live", live)
 
 if __name__ == "__main__":
     sys.exit(main())

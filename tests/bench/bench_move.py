@@ -45,7 +45,6 @@ import os
 import re
 import statistics
 import sys
-import tempfile
 import threading
 import time
 
@@ -207,19 +206,7 @@ def move(d, b=None, rows=br.ROWS, rounds=ROUNDS):
 
 
 def main():
-    got = br.parse_args(sys.argv[1:], "bench_move.py", __doc__)
-    if not got:
-        return 2
-    h.BUILD, rows, rounds = got
-    with tempfile.TemporaryDirectory(prefix="psd-bench-move-") as d:
-        try:
-            move(d, rows=rows, rounds=rounds)
-        except Failed as e:
-            sys.stdout.flush()
-            sys.stderr.write("bench reshard move FAILED: %s\n" % e)
-            return 1
-    return 0
-
+    return br.run_main(sys.argv[1:], "bench_move.py", __doc__, "reshard move", move)
 
 if __name__ == "__main__":
     sys.exit(main())

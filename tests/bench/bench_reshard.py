@@ -408,20 +408,30 @@ def parse_args(argv, prog, doc):
     return os.path.abspath(args[0]), rows, rounds
 
 
-def main():
-    got = parse_args(sys.argv[1:], "bench_reshard.py", __doc__)
+def run_main(argv, prog, doc, part, fn, rounds=None):
+    """A bench file run alone: [--rows N] [--rounds R] BUILD_DIR (rounds:
+    its default when not given), fn(d, rows=, rounds=) in a temporary
+    directory. Returns the exit status: 0 ran, 1 failed (said as `bench
+    PART FAILED: ...`), 2 a bad command line."""
+    args = list(argv)
+    if rounds is not None and "--rounds" not in args:
+        args += ["--rounds", str(rounds)]
+    got = parse_args(args, prog, doc)
     if not got:
         return 2
     h.BUILD, rows, rounds = got
-    with tempfile.TemporaryDirectory(prefix="psd-bench-reshard-") as d:
+    with tempfile.TemporaryDirectory(prefix="psd-bench-%s-" % part.split()[-1]) as d:
         try:
-            reshard(d, rows=rows, rounds=rounds)
+            fn(d, rows=rows, rounds=rounds)
         except Failed as e:
             sys.stdout.flush()
-            sys.stderr.write("bench reshard FAILED: %s\n" % e)
+            sys.stderr.write("bench %s FAILED: %s\n" % (part, e))
             return 1
     return 0
 
+
+def main():
+    return run_main(sys.argv[1:], "bench_reshard.py", __doc__, "reshard", reshard)
 
 if __name__ == "__main__":
     sys.exit(main())

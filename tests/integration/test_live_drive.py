@@ -296,12 +296,7 @@ class DriveMoveTest(tr.ReshardBase):
                       "1365 moves" % victim, out)
         self.assert_counted_once(spec, 16)
         # The move goes on from the shards' 16 and ends with the switch.
-        self.pushing()
-        r = h.psctl(spec, "reshard", "--shards", "3", "--moves", "--batch", "512")
-        self.stop_pushing()
-        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
-        self.assertIn("(resumed: 16 made)", r.stdout + r.stderr)
-        self.assert_counted_once(spec, 1365)
+        self.finish_resumed(spec, 16)
         return out
 
     def test_destination_killed_after_a_batch_keeps_its_rows(self):
@@ -351,12 +346,7 @@ class DriveMoveTest(tr.ReshardBase):
         self.assertRegex(out, r"live move: told ps:%d that move [0-9a-f]{16}'s buckets are "
                               r"owned here" % src)
         self.assert_counted_once(spec, 16)
-        self.pushing()
-        r = h.psctl(spec, "reshard", "--shards", "3", "--moves", "--batch", "512")
-        self.stop_pushing()
-        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
-        self.assertIn("(resumed: 16 made)", r.stdout + r.stderr)
-        self.assert_counted_once(spec, 1365)
+        self.finish_resumed(spec, 16)
 
     def test_switched_shard_killed_serves_the_new_layout(self):
         """After a finished move 2 -> 3 (a split dense variable and a whole
@@ -425,6 +415,17 @@ class DriveMoveTest(tr.ReshardBase):
                     c2.pull(name, got)
                     np.testing.assert_array_equal(got, v, name)
         return spec, ps, check
+
+    def finish_resumed(self, spec, made):
+        """psctl reshard --moves again while the client pushes: it resumes
+        from the shards' `made` moves and ends with the switch, every push
+        counted once."""
+        self.pushing()
+        r = h.psctl(spec, "reshard", "--shards", "3", "--moves", "--batch", "512")
+        self.stop_pushing()
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertIn("(resumed: %d made)" % made, r.stdout + r.stderr)
+        self.assert_counted_once(spec, 1365)
 
     def reshard_bg(self, spec, *args):
         """`psctl reshard --shards 3 --moves ARGS` started (stopped at the
@@ -541,7 +542,7 @@ class DriveMoveTest(tr.ReshardBase):
         every push counted once."""
         spec, ps, check = self.dense_job({0: {"PSD_TEST_KILL_AFTER_DECISION": "1"}})
         # psctl loses ps:0 (it waits for it to come back: stopped at the end)
-        p = self.reshard_bg(spec, "--batch", "512")
+        self.reshard_bg(spec, "--batch", "512")
         self.assertEqual(ps[0].wait(), -signal.SIGKILL, ps[0].output()[-2000:])
         for i in (1, 2):
             self.assertIn("PREPARE: ", ps[i].output())
@@ -565,7 +566,7 @@ class DriveMoveTest(tr.ReshardBase):
         switch themselves and take dense calls again; psctl reshard
         --moves makes the switch, every push counted once."""
         spec, ps, check = self.dense_job({0: {"PSD_TEST_KILL_AFTER_FREEZE": "1"}})
-        p = self.reshard_bg(spec, "--batch", "512")
+        self.reshard_bg(spec, "--batch", "512")
         self.assertEqual(ps[0].wait(), -signal.SIGKILL, ps[0].output()[-2000:])
         ps[0] = self.again(spec, 0)
         for i in (1, 2):
