@@ -36,24 +36,19 @@ import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+import bench_live as bl  # noqa: E402
 import bench_reshard as br  # noqa: E402
 from bench_reshard import Failed, h, med, tail  # noqa: E402
 
-WORK_IDS = 4096  # rows a client step pushes and pulls
+WORK_IDS = bl.WORK_IDS  # rows a client step pushes and pulls
 STEADY_S = 1.5  # the client's steps with no checkpoint, each round
 ROUNDS = 8  # 7 deltas, then a full one (a table's chain is 8 long)
 WAITED = re.compile(r"checkpoint \([^)]*\) at step \d+ .*pushes waited up to ([0-9.]+) ms")
 
 
 def step(c, rows, rng):
-    """One client step: seconds."""
-    ids = np.unique(rng.integers(0, rows, WORK_IDS).astype(np.uint64))
-    g = np.full((len(ids), br.DIM), 1.0 / 1024, np.float32)
-    out = np.empty((len(ids), br.DIM), np.float32)
-    t0 = time.monotonic()
-    c.push_rows("t16", ids, g)
-    c.pull_rows("t16", ids, out)
-    return time.monotonic() - t0
+    """One client step (bench_live's): seconds."""
+    return bl.client_step(c, rows, rng)[1]
 
 
 def waited(bench, seen):

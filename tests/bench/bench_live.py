@@ -46,6 +46,20 @@ WORK_IDS = 4096  # rows a client step pushes and pulls
 STEADY_S = 1.5  # the client's steady steps measured before and after
 
 
+def client_step(c, rows, rng):
+    """One client step on table t16 of `rows` rows: a push_rows and a
+    pull_rows of WORK_IDS random ids (repeats dropped). Returns
+    (its end, its seconds), on time.monotonic()."""
+    ids = np.unique(rng.integers(0, rows, WORK_IDS).astype(np.uint64))
+    g = np.full((len(ids), br.DIM), 1.0 / 1024, np.float32)
+    out = np.empty((len(ids), br.DIM), np.float32)
+    t0 = time.monotonic()
+    c.push_rows("t16", ids, g)
+    c.pull_rows("t16", ids, out)
+    t1 = time.monotonic()
+    return t1, t1 - t0
+
+
 class LiveBench(br.Bench):
     """bench_reshard's job, with a 3-address spec that starts on 2."""
 
@@ -63,14 +77,7 @@ class LiveBench(br.Bench):
         before, during, after = [], [], []
 
         def step():
-            ids = rng.integers(0, self.rows, WORK_IDS).astype(np.uint64)
-            ids = np.unique(ids)
-            g = np.full((len(ids), br.DIM), 1.0 / 1024, np.float32)
-            out = np.empty((len(ids), br.DIM), np.float32)
-            t0 = time.monotonic()
-            c.push_rows("t16", ids, g)
-            c.pull_rows("t16", ids, out)
-            return time.monotonic() - t0
+            return client_step(c, self.rows, rng)[1]
 
         t_end = time.monotonic() + STEADY_S
         while time.monotonic() < t_end:

@@ -79,14 +79,7 @@ class Stepper:
     def _run(self):
         try:
             while not self.stop.is_set():
-                ids = np.unique(self.rng.integers(0, self.rows, bl.WORK_IDS).astype(np.uint64))
-                g = np.full((len(ids), br.DIM), 1.0 / 1024, np.float32)
-                out = np.empty((len(ids), br.DIM), np.float32)
-                t0 = time.monotonic()
-                self.c.push_rows("t16", ids, g)
-                self.c.pull_rows("t16", ids, out)
-                t1 = time.monotonic()
-                self.steps.append((t1, t1 - t0))
+                self.steps.append(bl.client_step(self.c, self.rows, self.rng))
         except Exception as e:  # pylint: disable=broad-except
             self.error = repr(e)
 
