@@ -283,7 +283,7 @@ enum psd_exit psd_server_restore(struct psd_server *srv) {
                             .has_resume_step = srv->has_resume_step,
                             .resume_step = srv->resume_step,
                             /* a standby shard makes its directory only
-                             * for a move file (psd_ckpt_move_write): the
+                             * for a move file (psd_ckpt_move_begin): the
                              * stop and cut reads every ps-* there */
                             .read_only = srv->standby};
   if ((rc = psd_ckpt_new(&srv->ckpt, &o, err, sizeof err))) {

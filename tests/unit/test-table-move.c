@@ -5,15 +5,18 @@
  * pulls, admissions, evictions, drops, installs and restores; and deltas
  * taken while another thread pushes and evicts lose no change. */
 #include <check.h>
+#include <dirent.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "ckpt.h"
 #include "err.h"
 #include "layout.h"
 #include "table.h"
+#include "tables.h"
 #include "unit.h"
 
 /* The conf of the tables here: adagrad (rows have state) at dim 4. */
@@ -415,6 +418,126 @@ START_TEST(move_deltas_lose_no_concurrent_change) {
 }
 END_TEST
 
+/* ---- a move file in two parts (ckpt.h) ---- */
+
+/* Whether dir holds an entry whose name starts with prefix. */
+static int has_entry(const char *dir, const char *prefix) {
+  DIR *d = opendir(dir);
+  struct dirent *e;
+  int found = 0;
+  ck_assert_ptr_nonnull(d);
+  while (!found && (e = readdir(d)))
+    found = !strncmp(e->d_name, prefix, strlen(prefix));
+  closedir(d);
+  return found;
+}
+
+/* The destination writes the copies' rows before the hand-over and the
+ * hand-over's delta (a row changed, one evicted) after it; a start applies
+ * both and holds what the source held. Without the hand-over's part the
+ * changed row would be old and the evicted one back. A file abandoned
+ * leaves nothing. */
+START_TEST(move_file_in_two_parts_holds_the_handover) {
+  struct cm_table_conf c;
+  struct psd_table *src;
+  struct psd_tables *dst, *again;
+  struct psd_ckpt *ck, *ck2;
+  char err[1200], root[] = "/tmp/psd-movefile-XXXXXX", dir[700];
+  adagrad_conf(&c);
+  c.evict_min_count = 2;
+  ck_assert_ptr_nonnull(mkdtemp(root));
+  ck_assert_int_eq(psd_table_new(&src, &c, 9, err, sizeof err), 0);
+  ck_assert_int_eq(psd_tables_new(&dst, &c, 1, NULL, 0, err, sizeof err), 0);
+  ck_assert_int_eq(psd_tables_new(&again, &c, 1, NULL, 0, err, sizeof err), 0);
+  static const struct cm_optim_set no_optims;
+  struct psd_ckpt_opts o = {.root = root,
+                            .job = "j",
+                            .shard = 2,
+                            .nshards = 3,
+                            .mode = "async",
+                            .keep = 1,
+                            .optims = &no_optims,
+                            .layout = 0};
+  ck_assert_int_eq(psd_ckpt_new(&ck, &o, err, sizeof err), 0);
+  ck_assert_int_eq(psd_ckpt_new(&ck2, &o, err, sizeof err), 0);
+  psd_ckpt_set_tables(ck, dst);
+  psd_ckpt_set_tables(ck2, again);
+  snprintf(dir, sizeof dir, "%s", psd_ckpt_dir(ck));
+  uint8_t set[CM_LAYOUT_BUCKETS / 8] = {0};
+  for (unsigned b = 0; b < CM_LAYOUT_BUCKETS; b += 3)
+    set[b >> 3] |= (uint8_t)(1u << (b & 7));
+  float g[4] = {1, 2, 3, 4};
+  uint64_t changed = UINT64_MAX, gone = UINT64_MAX;
+  for (uint64_t id = 0; id < 2000; id++) {
+    psd_table_push(src, &id, 1, g, 1, 1);
+    if (!in_set(set, id))
+      continue;
+    if (gone == UINT64_MAX)
+      gone = id; /* pushed once: the shrink evicts it */
+    else {
+      psd_table_push(src, &id, 1, g, 1, 1);
+      if (changed == UINT64_MAX)
+        changed = id;
+    }
+  }
+  for (uint64_t id = 0; id < 2000; id++) /* the rest kept by the shrink */
+    if (!in_set(set, id))
+      psd_table_push(src, &id, 1, g, 1, 1);
+  struct psd_table *d = psd_tables_at(dst, 0);
+  struct psd_table_snap *s0, *s1;
+  uint64_t n = 0;
+  ck_assert_int_eq(psd_table_move_snapshot(src, set, 1, &s0), 0);
+  ck_assert_int_eq(psd_table_move_install(d, s0, set, &n), 0);
+  /* A writer abandoned: nothing in place, no temporary directory. */
+  struct psd_ckpt_move_file *f = NULL;
+  ck_assert_int_eq(psd_ckpt_move_begin(ck, set, 4, &f, err, sizeof err), 0);
+  ck_assert(has_entry(dir, ".tmp-"));
+  psd_ckpt_move_abandon(f);
+  ck_assert(!has_entry(dir, ".tmp-"));
+  ck_assert(!has_entry(dir, "move-L"));
+  /* The copies' part, then the hand-over's changes. */
+  ck_assert_int_eq(psd_ckpt_move_begin(ck, set, 5, &f, err, sizeof err), 0);
+  ck_assert(!has_entry(dir, "move-L")); /* not in place before the end */
+  psd_table_push(src, &changed, 1, g, 1, 2);
+  uint64_t ev = 0;
+  psd_table_shrink(src, 3, &ev);
+  ck_assert_uint_eq(ev, 1);
+  ck_assert_int_eq(psd_table_move_snapshot(src, set, 1, &s1), 0);
+  ck_assert(s1->delta);
+  ck_assert_uint_eq(s1->nrows, 1);
+  ck_assert_uint_eq(s1->nevicted, 1);
+  ck_assert_int_eq(psd_table_move_install(d, s1, set, &n), 0);
+  ck_assert_int_eq(psd_ckpt_move_add(f, &c, s1, err, sizeof err), 0);
+  ck_assert_int_eq(psd_ckpt_move_finish(f, 1, 0x42, 3, err, sizeof err), 0);
+  ck_assert(has_entry(dir, "move-L0-0000000005"));
+  ck_assert(!has_entry(dir, ".tmp-"));
+  /* A start applies both parts: the source's rows of the set exactly. */
+  int files = 0;
+  uint64_t rows = 0;
+  ck_assert_int_eq(
+      psd_ckpt_move_apply(ck2, 3, 0, 5, &files, &rows, err, sizeof err), 0);
+  ck_assert_int_eq(files, 1);
+  struct psd_table_snap *want = rows_in(src, set),
+                        *got = rows_in(psd_tables_at(again, 0), set);
+  same_rows(got, want, "move file applied");
+  ck_assert_int_eq(
+      psd_table_get(psd_tables_at(again, 0), gone, NULL, NULL, NULL),
+      CM_ENOENT);
+  psd_table_snap_free(want);
+  psd_table_snap_free(got);
+  psd_table_snap_free(s0);
+  psd_table_snap_free(s1);
+  psd_ckpt_free(ck);
+  psd_ckpt_free(ck2);
+  psd_tables_free(dst);
+  psd_tables_free(again);
+  psd_table_free(src);
+  char cmd[200];
+  snprintf(cmd, sizeof cmd, "rm -rf %s", root);
+  ck_assert_int_eq(system(cmd), 0);
+}
+END_TEST
+
 static Suite *table_move_suite(void) {
   Suite *s = suite_create("table-move");
   TCase *tc = tcase_create("table-move");
@@ -422,6 +545,7 @@ static Suite *table_move_suite(void) {
   tcase_add_test(tc, move_copies_buckets_then_changes_then_drops);
   tcase_add_test(tc, move_index_equals_brute_force);
   tcase_add_test(tc, move_deltas_lose_no_concurrent_change);
+  tcase_add_test(tc, move_file_in_two_parts_holds_the_handover);
   suite_add_tcase(s, tc);
   return s;
 }

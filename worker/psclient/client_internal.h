@@ -366,7 +366,7 @@ int psc__retry_wait(struct psc__client *c, const unsigned char *down, int ndown,
  * answer names no newer layout than the client's (a shard that has not
  * learnt the move's latest step, or a bucket in the few ms between its
  * source giving it up and its destination taking it): a backoff of 1 ms,
- * doubling to 50 ms, for up to moved_wait_ms (this by default). */
+ * doubling to 8 ms, for up to moved_wait_ms (this by default). */
 #define PSC__MOVED_WAIT_MS 30000.0
 
 /* A "layout moved" message read (psc__moved_parse). */
@@ -421,11 +421,11 @@ void psc__note_moved(struct psc__client *c, int *seen, const char *details);
  * layout is taken, as psc__relayout (psc__relayout_transfer when transfer)
  * does, at most PSC__MAX_REPLANS times in the call; the caller then sends
  * what is pending as the new plan says. An answer naming no newer layout
- * waits a backoff (1 ms doubling to 50 ms); the caller sends what is
- * pending again, unchanged, until such answers have lasted
- * c->moved_wait_ms: then the error names the shard, the bucket and the
- * last answer. Returns 0, or an error in c->err (CM_ERPC past the limits,
- * or psc__relayout's, or CM_ECANCELED when interrupted). */
+ * waits a backoff (1 ms doubling to MOVED_BACKOFF_MS, 8); the caller sends what
+ * is pending again, unchanged, until such answers have lasted c->moved_wait_ms:
+ * then the error names the shard, the bucket and the last answer. Returns 0, or
+ * an error in c->err (CM_ERPC past the limits, or psc__relayout's, or
+ * CM_ECANCELED when interrupted). */
 int psc__follow_moved(struct psc__client *c, struct psc__follow *f,
                       const char *what, int transfer);
 

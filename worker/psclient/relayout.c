@@ -47,6 +47,12 @@
 #include "shm_client.h"
 
 #define MOVED_PREFIX "layout moved: "
+/* The longest wait between two sends of a call refused as moved naming no
+ * newer layout (doubling from 1 ms): a bucket is between owners for its
+ * hand-over's pause, the hand-over's changes written to disk and the
+ * source's MOVE_DONE, some 10-20 ms, and a longer backoff would hold the
+ * call past that. */
+#define MOVED_BACKOFF_MS 8
 
 int psc__is_moved(const struct cm_unary *u) {
   return u->status == GRPC_STATUS_FAILED_PRECONDITION &&
@@ -488,7 +494,8 @@ int psc__follow_moved(struct psc__client *c, struct psc__follow *f,
   /* The last send goes when the wait ends, not a backoff past it. */
   double ms = f->backoff_ms, left = c->moved_wait_ms - (now - f->wait_from);
   cm_sleep_ms(ms < left ? (long)ms : left >= 1 ? (long)left : 1);
-  f->backoff_ms = f->backoff_ms * 2 < 50 ? f->backoff_ms * 2 : 50;
+  f->backoff_ms = f->backoff_ms * 2 < MOVED_BACKOFF_MS ? f->backoff_ms * 2
+                                                       : MOVED_BACKOFF_MS;
   return 0;
 }
 

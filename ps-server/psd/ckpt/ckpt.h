@@ -114,14 +114,41 @@ void psd_ckpt_set_layout(struct psd_ckpt *c, int nshards, uint64_t layout,
 void psd_ckpt_set_move(struct psd_ckpt *c, const int *move_to,
                        const int *moved);
 
-/* A move's destination, once the buckets of set (PSD_MOVE_SET_BYTES) are
- * owned here and before their source drops them: writes every table's
- * rows of those buckets as move file move-L<layout>-<moved> (a file set:
- * complete or absent), naming the source `from` and the move's id `move`.
- * Returns 0, CM_ENOMEM or CM_EIO (err). */
-int psd_ckpt_move_write(struct psd_ckpt *c, const uint8_t *set, int from,
-                        uint64_t move, int to, int moved, char *err,
+/* A move's destination writes the rows it takes as move file
+ * move-L<layout>-<moved> (a file set: complete or absent) in two parts,
+ * so that the hand-over waits on disk for its own changes alone:
+ *
+ *   psd_ckpt_move_begin   after the copies, before the hand-over: every
+ *                         table's rows of the buckets of set
+ *                         (PSD_MOVE_SET_BYTES), as the copies left them
+ *                         here, written and fsynced into the set's
+ *                         temporary directory (nothing in place yet)
+ *   psd_ckpt_move_add     once the buckets are owned here: a table's
+ *                         hand-over copy (a delta of rows and evicted ids,
+ *                         or a full copy), one call a table it holds
+ *   psd_ckpt_move_finish  the manifest, naming the source `from` and the
+ *                         move's id `move`, and the set put in place,
+ *                         before the source drops the rows
+ *   psd_ckpt_move_abandon a move that failed or was cancelled: the
+ *                         temporary directory removed, nothing in place
+ *
+ * At start the files are applied in that order (psd_ckpt_move_apply). The
+ * writer (opaque) is the caller's from begin until finish or abandon,
+ * which free it; one writer a shard at a time. Each returns 0, CM_ENOMEM
+ * or CM_EIO (err names the path); a failure leaves the writer to
+ * abandon (finish abandons it itself). */
+struct psd_ckpt_move_file;
+struct cm_table_conf;
+struct psd_table_snap;
+int psd_ckpt_move_begin(struct psd_ckpt *c, const uint8_t *set, int moved,
+                        struct psd_ckpt_move_file **out, char *err,
                         size_t errlen);
+int psd_ckpt_move_add(struct psd_ckpt_move_file *f,
+                      const struct cm_table_conf *conf,
+                      const struct psd_table_snap *s, char *err, size_t errlen);
+int psd_ckpt_move_finish(struct psd_ckpt_move_file *f, int from, uint64_t move,
+                         int to, char *err, size_t errlen);
+void psd_ckpt_move_abandon(struct psd_ckpt_move_file *f);
 
 /* What a move file says of its move (psd_ckpt_move_last). */
 struct psd_ckpt_move {

@@ -24,7 +24,9 @@
 #include "table.h"
 #include "tables.h"
 
-#define MOVE_FORMAT "psd-move-1"
+/* psd-move-2 adds a table's "handover" file; psd-move-1 is read too. */
+#define MOVE_FORMAT "psd-move-2"
+#define MOVE_FORMAT_1 "psd-move-1"
 /* Bytes of a bucket set (bucket b at bit b % 8 of byte b / 8). */
 #define SET_BYTES (CM_LAYOUT_BUCKETS / 8)
 /* Move files looked at. */
@@ -79,31 +81,94 @@ static void path_of(const struct psd_ckpt *c, uint64_t layout, int moved,
   snprintf(buf, len, "%s/move-L%" PRIu64 "-%010d", c->dir, layout, moved);
 }
 
-int psd_ckpt_move_write(struct psd_ckpt *c, const uint8_t *set, int from,
-                        uint64_t move, int to, int moved, char *err,
-                        size_t errlen) {
-  struct psd_fileset f = {0};
-  char final[1200], path[1300], file[32], hex[SET_BYTES * 2 + 1], id[17];
-  json_t *m = NULL, *tables = json_array();
-  int rc = 0;
-  if (!tables)
+/* A move file being written (ckpt.h): its set, the tables' entries. */
+struct psd_ckpt_move_file {
+  struct psd_ckpt *c;     /* borrowed */
+  struct psd_fileset f;   /* the set, in its temporary directory */
+  uint8_t set[SET_BYTES]; /* the buckets */
+  int moved;              /* the moves after it */
+  int handovers;          /* hand-over files written */
+  json_t *tables;         /* owned: the manifest's "tables" */
+};
+
+/* The entry of table `name` in f's tables, made when absent (NULL: out of
+ * memory). */
+static json_t *entry_of(struct psd_ckpt_move_file *f,
+                        const struct cm_table_conf *conf) {
+  json_t *e;
+  size_t i;
+  json_array_foreach(f->tables, i, e) {
+    const char *n = json_string_value(json_object_get(e, "name"));
+    if (n && !strcmp(n, conf->name))
+      return e;
+  }
+  e = json_pack("{s:s, s:i, s:I}", "name", conf->name, "dim", (int)conf->dim,
+                "id_bound", (json_int_t)conf->id_bound);
+  if (e && json_array_append_new(f->tables, e))
+    return NULL;
+  return e;
+}
+
+/* Writes s as file `name` of f's set (fsynced), recorded in the entry of
+ * its table under `key` with its rows under `rows_key`. */
+static int put_snap(struct psd_ckpt_move_file *f,
+                    const struct cm_table_conf *conf,
+                    const struct psd_table_snap *s, const char *name,
+                    const char *key, const char *rows_key, char *err,
+                    size_t errlen) {
+  char path[1300];
+  json_t *e = entry_of(f, conf);
+  int rc;
+  if (!e)
     return CM_ENOMEM;
+  psd_fileset_path(&f->f, name, path, sizeof path);
+  if ((rc = psd_table_snap_write(s, conf, path, err, errlen)))
+    return rc;
+  psd_fileset_count(&f->f, path);
+  if (json_object_set_new(e, key, json_string(name)) ||
+      json_object_set_new(e, rows_key, json_integer((json_int_t)s->nrows)))
+    return CM_ENOMEM;
+  return 0;
+}
+
+void psd_ckpt_move_abandon(struct psd_ckpt_move_file *f) {
+  if (!f)
+    return;
+  psd_fileset_end(&f->f);
+  json_decref(f->tables);
+  free(f);
+}
+
+int psd_ckpt_move_begin(struct psd_ckpt *c, const uint8_t *set, int moved,
+                        struct psd_ckpt_move_file **out, char *err,
+                        size_t errlen) {
+  struct psd_ckpt_move_file *f = calloc(1, sizeof *f);
+  char final[1200], file[32];
+  int rc = 0;
+  *out = NULL;
+  if (!f || !(f->tables = json_array())) {
+    free(f);
+    return CM_ENOMEM;
+  }
+  f->c = c;
+  f->moved = moved;
+  memcpy(f->set, set, SET_BYTES);
   path_of(c, c->layout, moved, final, sizeof final);
   /* A standby shard's handle made no directory (read_only); nothing else
    * writes into it, so nothing of a writer's is cleaned by this. */
   if (c->read_only &&
       (rc = psd_fileset_prepare(c->dir, "move file", err, errlen)))
     goto out;
-  if ((rc = psd_fileset_begin(&f, final, MOVE_TMP_ID | (uint64_t)moved, err,
+  if ((rc = psd_fileset_begin(&f->f, final, MOVE_TMP_ID | (uint64_t)moved, err,
                               errlen)))
     goto out;
   for (int i = 0; c->tables && i < psd_tables_count(c->tables); i++) {
     struct psd_table *t = psd_tables_at(c->tables, i);
     const struct cm_table_conf *conf = psd_table_conf(t);
     struct psd_table_snap *s = NULL;
-    /* A full copy of the moved buckets' rows. A table's move copies are
-     * one at a time: this shard is the destination, not a source, now
-     * (ps:0 drives one batch at a time). */
+    /* A full copy of the buckets' rows as the copies left them. A table's
+     * move copies are one at a time: this shard is the destination, not a
+     * source, now (ps:0 drives one batch at a time). */
     if (psd_table_move_snapshot(t, set, 0, &s)) {
       rc = CM_ENOMEM;
       snprintf(err, errlen, "out of memory copying table '%s'", conf->name);
@@ -111,41 +176,48 @@ int psd_ckpt_move_write(struct psd_ckpt *c, const uint8_t *set, int from,
     }
     psd_table_move_end(t);
     snprintf(file, sizeof file, "table-%d.bin", i);
-    psd_fileset_path(&f, file, path, sizeof path);
-    rc = psd_table_snap_write(s, conf, path, err, errlen);
-    if (!rc) {
-      psd_fileset_count(&f, path);
-      if (json_array_append_new(
-              tables,
-              json_pack("{s:s, s:i, s:I, s:s, s:I}", "name", conf->name, "dim",
-                        (int)conf->dim, "id_bound", (json_int_t)conf->id_bound,
-                        "file", file, "rows", (json_int_t)s->nrows)))
-        rc = CM_ENOMEM;
-    }
+    rc = put_snap(f, conf, s, file, "file", "rows", err, errlen);
     psd_table_snap_free(s);
     if (rc)
       goto out;
   }
-  for (unsigned i = 0; i < SET_BYTES; i++)
-    snprintf(hex + 2 * i, 3, "%02x", set[i]);
-  snprintf(id, sizeof id, "%016" PRIx64, move);
-  m = json_pack("{s:s, s:s, s:i, s:i, s:s, s:i, s:i, s:I, s:s, s:o}", "format",
-                MOVE_FORMAT, "job", c->job, "shard", c->shard, "from", from,
-                "move_id", id, "to", to, "moved", moved, "layout",
-                (json_int_t)c->layout, "buckets", hex, "tables", tables);
-  tables = NULL; /* m owns it, or json_pack freed it */
-  if (!m) {
-    rc = CM_ENOMEM;
-    goto out;
-  }
-  if ((rc = psd_fileset_write_manifest(&f, PSD__CKPT_MANIFEST, m,
-                                       PSD__CKPT_CHECKSUM, err, errlen)) ||
-      (rc = psd_fileset_commit(&f, 1, err, errlen)))
-    goto out;
 out:
-  psd_fileset_end(&f);
+  if (rc)
+    psd_ckpt_move_abandon(f);
+  else
+    *out = f;
+  return rc;
+}
+
+int psd_ckpt_move_add(struct psd_ckpt_move_file *f,
+                      const struct cm_table_conf *conf,
+                      const struct psd_table_snap *s, char *err,
+                      size_t errlen) {
+  char file[48];
+  snprintf(file, sizeof file, "table-%d.handover.bin", f->handovers++);
+  return put_snap(f, conf, s, file, "handover", "handover_rows", err, errlen);
+}
+
+int psd_ckpt_move_finish(struct psd_ckpt_move_file *f, int from, uint64_t move,
+                         int to, char *err, size_t errlen) {
+  struct psd_ckpt *c = f->c;
+  char hex[SET_BYTES * 2 + 1], id[17];
+  json_t *m;
+  int rc;
+  for (unsigned i = 0; i < SET_BYTES; i++)
+    snprintf(hex + 2 * i, 3, "%02x", f->set[i]);
+  snprintf(id, sizeof id, "%016" PRIx64, move);
+  m = json_pack("{s:s, s:s, s:i, s:i, s:s, s:i, s:i, s:I, s:s, s:O}", "format",
+                MOVE_FORMAT, "job", c->job, "shard", c->shard, "from", from,
+                "move_id", id, "to", to, "moved", f->moved, "layout",
+                (json_int_t)c->layout, "buckets", hex, "tables", f->tables);
+  if (!m)
+    rc = CM_ENOMEM;
+  else if (!(rc = psd_fileset_write_manifest(&f->f, PSD__CKPT_MANIFEST, m,
+                                             PSD__CKPT_CHECKSUM, err, errlen)))
+    rc = psd_fileset_commit(&f->f, 1, err, errlen);
   json_decref(m);
-  json_decref(tables);
+  psd_ckpt_move_abandon(f);
   return rc;
 }
 
@@ -193,8 +265,11 @@ static int read_manifest(struct psd_ckpt *c, const char *dir, int to,
              "%s fails its checksum (CRC-32 %08x, it says %08x): the file is "
              "corrupt",
              path, crc, (uint32_t)want);
-  else if (!fmt || strcmp(fmt, MOVE_FORMAT))
-    snprintf(err, errlen, "%s: format is not \"" MOVE_FORMAT "\"", path);
+  else if (!fmt || (strcmp(fmt, MOVE_FORMAT) && strcmp(fmt, MOVE_FORMAT_1)))
+    snprintf(err, errlen,
+             "%s: format is not \"" MOVE_FORMAT "\" (nor \"" MOVE_FORMAT_1
+             "\")",
+             path);
   else if (!job || strcmp(job, c->job))
     snprintf(err, errlen, "%s: job is not '%s'", path, c->job);
   else if (!json_is_integer(shard) || json_integer_value(shard) != c->shard)
@@ -229,8 +304,32 @@ static int set_of(json_t *m, uint8_t *set) {
   return 0;
 }
 
+/* Installs file `file` of move file dir into t's buckets of set: a full
+ * copy (`full`: it must be one) or the hand-over's copy (a delta of rows
+ * and evicted ids, or a full one). */
+static int install_file(struct psd_table *t, const char *dir, const char *file,
+                        int full, const uint8_t *set, uint64_t *rows, char *err,
+                        size_t errlen) {
+  struct psd_table_snap *s = NULL;
+  char path[1400];
+  uint64_t n = 0;
+  int rc;
+  snprintf(path, sizeof path, "%s/%s", dir, file);
+  if ((rc = psd_table_snap_read(path, psd_table_conf(t), &s, err, errlen)))
+    return rc;
+  if (full && s->delta)
+    rc = CM_EFORMAT,
+    snprintf(err, errlen, "%s: a delta, not a full copy", path);
+  else if ((rc = psd_table_move_install(t, s, set, &n)))
+    snprintf(err, errlen, "%s: %s installing its rows", path, cm_strerror(rc));
+  *rows += n;
+  psd_table_snap_free(s);
+  return rc;
+}
+
 /* Applies move file dir (manifest m): each table's rows replace those of
- * the buckets. */
+ * the buckets (its "file", the copies' rows), then its "handover" file's
+ * changes are applied (psd-move-2). */
 static int apply_one(struct psd_ckpt *c, const char *dir, json_t *m,
                      uint64_t *rows, char *err, size_t errlen) {
   json_t *tables = json_object_get(m, "tables"), *e;
@@ -244,18 +343,19 @@ static int apply_one(struct psd_ckpt *c, const char *dir, json_t *m,
   json_array_foreach(tables, i, e) {
     const char *name = json_string_value(json_object_get(e, "name"));
     const char *file = json_string_value(json_object_get(e, "file"));
+    const char *hand = json_string_value(json_object_get(e, "handover"));
     json_t *dim = json_object_get(e, "dim"),
            *bound = json_object_get(e, "id_bound");
     struct psd_table *t = NULL;
-    struct psd_table_snap *s = NULL;
-    char path[1400], why[300];
-    uint64_t n = 0;
-    int created, rc;
-    if (!name || !file || strchr(file, '/') || !json_is_integer(dim) ||
+    char why[300];
+    int created, rc = 0;
+    if (!name || (!file && !hand) || (file && strchr(file, '/')) ||
+        (hand && strchr(hand, '/')) || !json_is_integer(dim) ||
         !json_is_integer(bound)) {
       snprintf(err, errlen,
                "%s/" PSD__CKPT_MANIFEST
-               ": tables[%zu] lacks name, file, dim or id_bound",
+               ": tables[%zu] lacks name, file (or handover), dim or "
+               "id_bound",
                dir, i);
       return CM_EFORMAT;
     }
@@ -267,18 +367,9 @@ static int apply_one(struct psd_ckpt *c, const char *dir, json_t *m,
       snprintf(err, errlen, "%s: table '%s': %s", dir, name, why);
       return rc;
     }
-    snprintf(path, sizeof path, "%s/%s", dir, file);
-    if ((rc = psd_table_snap_read(path, psd_table_conf(t), &s, err, errlen)))
-      return rc;
-    if (s->delta)
-      rc = CM_EFORMAT,
-      snprintf(err, errlen, "%s: a delta, not a full copy", path);
-    else if ((rc = psd_table_move_install(t, s, set, &n)))
-      snprintf(err, errlen, "%s: %s installing its rows", path,
-               cm_strerror(rc));
-    *rows += n;
-    psd_table_snap_free(s);
-    if (rc)
+    if ((file &&
+         (rc = install_file(t, dir, file, 1, set, rows, err, errlen))) ||
+        (hand && (rc = install_file(t, dir, hand, 0, set, rows, err, errlen))))
       return rc;
   }
   return 0;

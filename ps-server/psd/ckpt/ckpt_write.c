@@ -210,7 +210,8 @@ static int write_shard(struct psd_ckpt *c, struct psd_store *store,
   }
   /* The live move state, then the tables at the same instant
    * (ckpt_tables.c): a move's rows installed before its state is adopted
-   * are in them, and a source drops rows before it adopts the state. */
+   * are in them; a source adopts the state before it drops the rows, and
+   * a start drops those its state gives another shard. */
   int move_to = c->move_to ? __atomic_load_n(c->move_to, __ATOMIC_ACQUIRE) : 0;
   int moved = c->moved ? __atomic_load_n(c->moved, __ATOMIC_ACQUIRE) : 0;
   if ((rc = psd__ckpt_tables_take(c, step, ts, err, errlen)))

@@ -83,9 +83,11 @@ static int unpack_table(const Psd__V1__MoveTable *mt, struct psd_table *t,
   return 0;
 }
 
-int psd_move_install(struct psd_tables *ts, const Psd__V1__MoveRowsResponse *r,
-                     const uint8_t *set, uint64_t *rows, char *err,
-                     size_t errlen) {
+/* psd_move_install (file NULL), or each table's copy added to move file
+ * `file` instead (the hand-over's, once installed). */
+static int install(struct psd_tables *ts, const Psd__V1__MoveRowsResponse *r,
+                   const uint8_t *set, uint64_t *rows,
+                   struct psd_ckpt_move_file *file, char *err, size_t errlen) {
   int rc = 0;
   for (size_t i = 0; i < r->n_tables && !rc; i++) {
     const Psd__V1__MoveTable *mt = r->tables[i];
@@ -106,14 +108,24 @@ int psd_move_install(struct psd_tables *ts, const Psd__V1__MoveRowsResponse *r,
       snprintf(err, errlen, "table '%.200s': %s", mt->spec->name, why);
       return rc;
     }
-    if (!(rc = unpack_table(mt, t, &s, &stats, err, errlen)) &&
-        (rc = psd_table_move_install(t, &s, set, &n)))
+    if ((rc = unpack_table(mt, t, &s, &stats, err, errlen)))
+      ;
+    else if (!file && (rc = psd_table_move_install(t, &s, set, &n)))
       snprintf(err, errlen, "table '%.200s': %s installing its rows",
                mt->spec->name, cm_strerror(rc));
+    else if (file && (rc = psd_ckpt_move_add(file, psd_table_conf(t), &s, why,
+                                             sizeof why)))
+      snprintf(err, errlen, "table '%.200s': %s", mt->spec->name, why);
     *rows += n;
     free(stats);
   }
   return rc;
+}
+
+int psd_move_install(struct psd_tables *ts, const Psd__V1__MoveRowsResponse *r,
+                     const uint8_t *set, uint64_t *rows, char *err,
+                     size_t errlen) {
+  return install(ts, r, set, rows, NULL, err, errlen);
 }
 
 /* One MoveRows call of phase to the source. Returns the answer (free it
@@ -172,6 +184,7 @@ int psd_move_buckets(struct psd_service *svc, struct psd_peers *peers, int self,
                      struct psd_move_result *res, char *err, size_t errlen) {
   struct psd_tables *ts = psd_service_tables(svc);
   Psd__V1__MoveRowsResponse *r = NULL;
+  struct psd_ckpt_move_file *file = NULL;
   uint64_t move = cm_random_id(res) | 1, first = 0;
   int rc, b, copied = 0;
   double t0;
@@ -195,8 +208,10 @@ int psd_move_buckets(struct psd_service *svc, struct psd_peers *peers, int self,
   psd_service_relocating(svc);
   /* Copies while what changed since is large. */
   for (;;) {
+    double tc = cm_mono_ms();
     r = move_rows(peers, from, PSD__V1__MOVE_PHASE__MOVE_COPY, move, set,
                   move_to, moved, &res->status, err, errlen);
+    res->copy_ms += cm_mono_ms() - tc;
     if (!r) {
       rc = CM_ERPC;
       goto cancel;
@@ -204,7 +219,10 @@ int psd_move_buckets(struct psd_service *svc, struct psd_peers *peers, int self,
     copied = 1;
     res->rounds++;
     res->bytes += r->bytes;
-    if ((rc = psd_move_install(ts, r, set, &res->rows, err, errlen)))
+    tc = cm_mono_ms();
+    rc = psd_move_install(ts, r, set, &res->rows, err, errlen);
+    res->install_ms += cm_mono_ms() - tc;
+    if (rc)
       goto cancel;
     if (res->rounds == 1)
       first = r->bytes;
@@ -215,10 +233,27 @@ int psd_move_buckets(struct psd_service *svc, struct psd_peers *peers, int self,
                          : got * 16 <= first || res->rounds >= PSD_MOVE_ROUNDS)
       break;
   }
+  /* The copies' rows on disk (ckpt.h's move file, its first part) while
+   * the buckets' writes still go to the source: the hand-over then waits
+   * on disk for its own changes alone. Failing, the move is cancelled. */
+  if (ckpt && move_to > 0) {
+    double tw = cm_mono_ms();
+    char what[1200];
+    if ((rc =
+             psd_ckpt_move_begin(ckpt, set, moved, &file, what, sizeof what))) {
+      snprintf(err, errlen,
+               "the rows copied could not be written to a move file (%s); "
+               "ps:%d keeps the buckets",
+               what, from);
+      goto cancel;
+    }
+    res->file_ms = cm_mono_ms() - tw;
+  }
   /* The hand-over: the buckets' writes pause from here to owned here. */
   t0 = cm_mono_ms();
   r = move_rows(peers, from, PSD__V1__MOVE_PHASE__MOVE_HANDOVER, move, set,
                 move_to, moved, &res->status, err, errlen);
+  res->hand_call_ms = cm_mono_ms() - t0;
   if (!r) {
     /* Refused before the flip, never reached, or its answer lost after
      * it: the source keeps the rows until MOVE_DONE, so a cancel gives it
@@ -228,38 +263,48 @@ int psd_move_buckets(struct psd_service *svc, struct psd_peers *peers, int self,
   }
   res->bytes += r->bytes;
   res->lag_rows = res->rows;
-  if ((rc = psd_move_install(ts, r, set, &res->rows, err, errlen)))
+  double ti = cm_mono_ms();
+  rc = psd_move_install(ts, r, set, &res->rows, err, errlen);
+  res->install_ms += cm_mono_ms() - ti;
+  if (rc)
     goto cancel; /* the source still holds every row: it takes them back */
   res->lag_rows = res->rows - res->lag_rows;
   psd_service_own(svc, set, move_to, moved);
   res->pause_us = (uint64_t)((cm_mono_ms() - t0) * 1000);
-  psd__v1__move_rows_response__free_unpacked(r, NULL);
-  r = NULL;
-  /* Durable here before the source drops them (ckpt.h's move file): a
-   * kill of this shard from now on finds them at start. Failing, the move
-   * stays open on the source, which keeps the rows; it fails. */
-  if (ckpt && move_to > 0) {
-    char why[1200];
+  /* Durable here before the source drops them (the move file's second
+   * part, and the set in place): a kill of this shard from now on finds
+   * them at start. Failing, the move stays open on the source, which
+   * keeps the rows; it fails. */
+  if (file) {
     double tw = cm_mono_ms();
-    if ((rc = psd_ckpt_move_write(ckpt, set, from, move, move_to, moved, why,
-                                  sizeof why))) {
+    uint64_t n = 0;
+    char what[1200];
+    if (!(rc = install(ts, r, set, &n, file, what, sizeof what))) {
+      rc = psd_ckpt_move_finish(file, from, move, move_to, what, sizeof what);
+      file = NULL; /* freed by it */
+    }
+    if (rc) {
       snprintf(err, errlen,
                "the buckets are owned here but their rows could not be "
                "written to a move file (%s); ps:%d keeps its copy until "
                "asked again",
-               why, from);
+               what, from);
       cm_error("move %" PRIx64 ": %s", move, err);
       goto out;
     }
-    res->file_ms = cm_mono_ms() - tw;
+    res->hand_file_ms = cm_mono_ms() - tw;
+    res->file_ms += res->hand_file_ms;
     /* Test only (docs/faults.md): a kill -9 between the move file and
      * MOVE_DONE, which leaves the source's move open. */
     if (getenv("PSD_TEST_KILL_AFTER_MOVE_FILE"))
       raise(SIGKILL);
   }
+  psd__v1__move_rows_response__free_unpacked(r, NULL);
+  r = NULL;
   /* Owned here: the source drops its rows and adopts the move state.
    * Asked again when the answer is lost (the move just ended is answered
    * OK); failing, the source keeps them, unused, and says so no more. */
+  double td = cm_mono_ms();
   for (int k = 0; k < PSD_MOVE_DONE_TRIES; k++) {
     char why[300];
     int st;
@@ -274,6 +319,7 @@ int psd_move_buckets(struct psd_service *svc, struct psd_peers *peers, int self,
     cm_warn("move %" PRIx64 ": ps:%d was not told that the buckets are "
             "owned here: it keeps their rows, unused, and its move open",
             move, from);
+  res->done_ms = cm_mono_ms() - td;
   rc = 0;
   goto out;
 cancel:
@@ -294,6 +340,7 @@ cancel:
     }
   }
 out:
+  psd_ckpt_move_abandon(file); /* a move file not put in place */
   if (r)
     psd__v1__move_rows_response__free_unpacked(r, NULL);
   return rc;
@@ -351,10 +398,13 @@ static void *move_thread(void *arg) {
     r.pause_us = res.pause_us;
     r.lag_rows = res.lag_rows;
     cm_info("moved buckets from ps:%d: %" PRIu64 " rows, %" PRIu64
-            " bytes in %u copies and the hand-over (%.1f ms; the pause "
-            "%" PRIu64 " us)",
+            " bytes in %u copies and the hand-over (%.1f ms: copies %.1f, "
+            "installs %.1f, move file %.1f, the source's drop %.1f; the "
+            "pause %.1f ms, its call %.1f; then the hand-over's part of the "
+            "move file %.1f)",
             from, res.rows, res.bytes, res.rounds, cm_mono_ms() - t0,
-            res.pause_us);
+            res.copy_ms, res.install_ms, res.file_ms, res.done_ms,
+            res.pause_us / 1e3, res.hand_call_ms, res.hand_file_ms);
     cm_rpc_reply(call, cm_rpc_pack(&r.base));
   }
   return NULL;

@@ -10,8 +10,12 @@
  * buckets (their sparse calls are answered "layout moved" from then on)
  * and answers with the last changes, keeping its rows; they are installed
  * here and this shard owns the buckets (psd_service_own); then MOVE_DONE
- * tells the source, which drops its rows and adopts the move state (asked
- * up to PSD_MOVE_DONE_TRIES times). Only the hand-over pauses the buckets'
+ * tells the source, which adopts the move state and drops its rows (asked
+ * up to PSD_MOVE_DONE_TRIES times). With checkpoints on, the rows are
+ * written as a move file (ckpt.h) in two parts: the copies' before the
+ * hand-over, the hand-over's changes after it and before MOVE_DONE, so
+ * that a call refused between the two owners waits on disk for the
+ * hand-over's changes alone. Only the hand-over pauses the buckets'
  * writes: the pause, measured from its call to the buckets owned here.
  * Failing before the buckets are owned here (the hand-over refused, its
  * answer lost, its rows not installed), the move is cancelled on the
@@ -44,13 +48,19 @@ struct psd_tables;
 
 /* What a move carried (MoveBucketsResponse). */
 struct psd_move_result {
-  uint64_t rows;     /* rows installed, over every copy */
-  uint64_t bytes;    /* row bytes received (MoveRowsResponse.bytes) */
-  uint32_t rounds;   /* copies before the hand-over */
-  uint64_t pause_us; /* the hand-over: its call to the buckets owned here */
-  uint64_t lag_rows; /* rows of the hand-over's copy (the last changes) */
-  int status;        /* CM_ERPC: the source's gRPC status code */
-  double file_ms;    /* writing the move file (ckpt.h), 0 without one */
+  uint64_t rows;       /* rows installed, over every copy */
+  uint64_t bytes;      /* row bytes received (MoveRowsResponse.bytes) */
+  uint32_t rounds;     /* copies before the hand-over */
+  uint64_t pause_us;   /* the hand-over: its call to the buckets owned here */
+  uint64_t lag_rows;   /* rows of the hand-over's copy (the last changes) */
+  int status;          /* CM_ERPC: the source's gRPC status code */
+  double file_ms;      /* writing the move file (ckpt.h), 0 without one */
+  double hand_file_ms; /* of which its hand-over part, the set put in place */
+  double hand_call_ms; /* the hand-over's MoveRows call (of the pause) */
+  double copy_ms;      /* the copies' MoveRows calls (the source's snapshot,
+                          its answer's packing and transfer) */
+  double install_ms;   /* installing every copy, the hand-over's included */
+  double done_ms;      /* MOVE_DONE: the source dropping its rows */
 };
 
 /* Installs one MoveRows answer r into ts (the destination's tables; a
@@ -68,8 +78,9 @@ int psd_move_install(struct psd_tables *ts, const Psd__V1__MoveRowsResponse *r,
 /* Takes the buckets of set from shard `from` through peers (borrowed) into
  * svc's tables, then owns them, adopting the move state (move_to shards
  * after `moved` moves; 0, 0: none); with ckpt (borrowed; NULL: checkpoints
- * are off), writes their rows as a move file (psd_ckpt_move_write) before
- * the source is told to drop them. *res gets what it carried. Returns 0,
+ * are off), writes their rows as a move file (psd_ckpt_move_begin before
+ * the hand-over, _add and _finish after it) before the source is told to
+ * drop them. *res gets what it carried. Returns 0,
  * or a negative code with err saying why: CM_EINVAL (this shard cannot
  * move, or the request is wrong), CM_EEXIST (a bucket is here already),
  * CM_ERPC (the source refused or could not be called: res->status is its

@@ -292,9 +292,14 @@ static void *move_thread(void *arg) {
   memcpy(set, svc->move_set, sizeof set);
   pthread_mutex_unlock(&svc->move_lock);
   if (mc->phase == PSD__V1__MOVE_PHASE__MOVE_DONE) {
-    /* The destination owns the buckets: their rows go, as evictions. */
+    /* The destination owns the buckets. The move state first, so that a
+     * call this shard refuses from now on sends its client there (the
+     * rows left here until the drop below are owned by no one here; a
+     * checkpoint that holds them with the state, a start drops); then
+     * their rows go, as evictions. */
     uint64_t dropped = 0, d;
     int nb = 0;
+    adopt(svc, mc->move_to, mc->moved); /* no bit changes: no gate */
     for (unsigned b = 0; b < CM_LAYOUT_BUCKETS; b++)
       nb += in_set(set, b);
     for (int i = 0; i < psd_tables_count(svc->tables); i++) {
@@ -305,7 +310,6 @@ static void *move_thread(void *arg) {
                 (unsigned long long)mc->move, psd_table_conf(t)->name);
       dropped += d;
     }
-    adopt(svc, mc->move_to, mc->moved); /* no bit changes: no gate */
     end_move(svc);
     pthread_mutex_lock(&svc->move_lock);
     svc->move_last = mc->move;
