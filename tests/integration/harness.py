@@ -6,6 +6,7 @@ import json
 import os
 import pwd
 import queue
+import re
 import shutil
 import signal
 import socket
@@ -254,6 +255,33 @@ class Proc:
         self.t.join(timeout=5)
         self.p.stdout.close()
         return self.p.returncode
+
+
+def ctr_table_job(data_dir):
+    """The job keys of a small CTR model (deploy/examples/ctr.json's, on
+    50,000 examples generated into data_dir) whose embedding tables give a
+    live reshard rows to move (docs/reshard.md "Live"): the live reshard
+    tests under Slurm and Kubernetes train it instead of the MLP."""
+    return {"model": "ctr", "data_dir": data_dir,
+            "ctr": {"fields": 8, "pooling": "sum",
+                    "generate": {"train": 50000, "test": 5000, "seed": 7, "zipf": 1.6}},
+            "hidden": [32, 16], "batch_size": 256,
+            "optimizer": {"type": "adam", "lr": 0.002},
+            "tables": [{"name": "emb", "dim": 8, "init": "uniform", "init_scale": 0.05,
+                        "optimizer": {"type": "adagrad", "lr": 0.2,
+                                      "initial_accumulator": 0.1}},
+                       {"name": "wide", "dim": 1, "init": "zeros",
+                        "optimizer": {"type": "adagrad", "lr": 0.2,
+                                      "initial_accumulator": 0.1}}]}
+
+
+LIVE_MOVED = (r"reshard done in [0-9.]+ s: ps:0 says done: layout 1 of 3 shards from 2, "
+              r"1365 bucket moves .*, [0-9.]+ [kMG]?B of rows")
+
+
+def rows_moved_in(out):
+    """The table rows a shard's log says it took by live moves."""
+    return sum(int(n) for n in re.findall(r"moved buckets from ps:\d+: (\d+) rows", out))
 
 
 def start_psd(spec_path, index, env=None):

@@ -527,16 +527,19 @@ class ReshardReplayTest(PodReplay):
 class LiveReshardReplayTest(PodReplay):
     """A live reshard under Kubernetes (docs/reshard-deploy.md), each pod a
     process: set-shards.sh 3 (3 shard pods, the checkpoints on the claim)
-    with job.shards 2 in the ConfigMap, so psd-2 stands by; once worker 0
-    trains, psctl reshard --shards 3 run in shard 0's pod (kubectl exec:
-    its job file, token and TLS, its view of the Service's names) takes
-    psd-2 in while the workers go on; both Jobs complete."""
+    with job.shards 2 in the ConfigMap, so psd-2 stands by, and a CTR
+    model with a table; once worker 0 trains, psctl reshard --shards 3 run
+    in shard 0's pod (kubectl exec: its job file, token and TLS, its view
+    of the Service's names) moves the table's rows to psd-2 while the
+    workers go on, then switches; both Jobs complete."""
 
     def test_two_to_three_shards_while_training(self):
         k8s = k8s_copy(self.d)
         self.assertEqual(set_shards(3, k8s)[0], 0)
+        # A model with a table, so that the reshard moves its rows live.
+        ctr = h.ctr_table_job(os.path.join(self.d, "ctr"))
         self.use(kp.Manifests(k8s), os.path.join(self.d, "live"),
-                 lambda doc: doc["job"].update(shards=2, max_steps=200, log_every=20))
+                 lambda doc: doc["job"].update(shards=2, max_steps=200, log_every=20, **ctr))
         shards = [self.start(p) for p in self.replay.shards]
         for s in shards[:2]:
             s.wait_for("ready: listening on", timeout=60)
@@ -547,8 +550,7 @@ class LiveReshardReplayTest(PodReplay):
         ctl = self.start_program(pod, h.build_path("ps-server", "psctl"),
                                  ["reshard", "--shards", "3"])
         self.assertEqual(ctl.wait(300), 0, ctl.output())
-        self.assertIn("ps:2: serves layout 1", ctl.output())
-        self.assertIn("reshard done in", ctl.output())
+        self.assertRegex(ctl.output(), h.LIVE_MOVED)
         for w in workers:
             self.assertEqual(w.wait(300), 0, w.output())
             self.assertIn("layout moved: now layout 1 of 3 shards", w.output())
@@ -556,7 +558,9 @@ class LiveReshardReplayTest(PodReplay):
         for s in shards:
             self.assertEqual(s.wait(60), 0, s.output())
             self.assertIn("(job.exit_when_done): stopping", s.output())
-        self.assertRegex(shards[2].output(), r"ready: listening.*shard 2 of 3")
+        # Taken in without a restart: its rows moved to it, then the switch.
+        self.assertIn("COMMIT: ps:2 serves layout 1 of 3 shards", shards[2].output())
+        self.assertGreater(h.rows_moved_in(shards[2].output()), 0, shards[2].output())
 
     def start_program(self, pod, program, args):
         """program --cluster (the pod's job file) ARGS, run in pod as

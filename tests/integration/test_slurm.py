@@ -319,16 +319,19 @@ class SlurmJobTest(unittest.TestCase):
     def test_sbatch_live_reshard_2_to_3(self):
         """docs/reshard-deploy.md's live reshard under Slurm: an allocation
         with 3 shard tasks (PSD_SLURM_PS=3) of a job that starts on
-        job.shards 2 (ps:2 stands by); once the workers train, psctl reshard
-        --shards 3, run outside the job with the spec the batch script
-        printed, takes ps:2 in while they go on, and the job completes with
-        every worker's steps."""
+        job.shards 2 (ps:2 stands by), a CTR model with a table; once the
+        workers train, psctl reshard --shards 3, run outside the job with
+        the spec the batch script printed, moves the table's rows to ps:2
+        bucket by bucket while they go on, then switches, and the job
+        completes with every worker's steps."""
         c = self.cluster
         c.start()
         with open(os.path.join(ROOT, "deploy", "slurm", "slurm-mlp.json")) as f:
             job = json.load(f)
         job["job"].update({"checkpoint": {"dir": os.path.join(self.d, "ckpt")},
                            "shards": 2, "log_every": 20})
+        # A model with a table, so that the reshard moves its rows live.
+        job["job"].update(h.ctr_table_job(os.path.join(self.d, "ctr")))
         jobfile = os.path.join(self.d, "job.json")
         with open(jobfile, "w") as f:
             json.dump(job, f)
@@ -357,11 +360,12 @@ class SlurmJobTest(unittest.TestCase):
             json.dump({"cluster": spec["cluster"], "job": spec["job"]}, f)
         r = h.psctl(specfile, "reshard", "--shards", "3", timeout=300)
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr + output()[-4000:])
-        self.assertIn("ps:2: serves layout 1", r.stdout)
-        self.assertIn("reshard done in", r.stdout)
+        self.assertRegex(r.stdout, h.LIVE_MOVED)
         state, text, info = self.wait_job(jobid, out)
         self.assertEqual(state, "COMPLETED", info + text[-4000:])
-        self.assertRegex(text, r"ps:2\s*\| .*ready: listening.*shard 2 of 3")
+        # Taken in without a restart: its rows moved to it, then the switch.
+        self.assertRegex(text, r"ps:2\s*\| .*COMMIT: ps:2 serves layout 1 of 3 shards")
+        self.assertGreater(h.rows_moved_in(text), 0, text[-4000:])
         for w in (0, 1):
             self.assertRegex(text, r"worker:%d\s*\| .*layout moved: now layout 1 of 3 "
                                    r"shards" % w)
