@@ -41,15 +41,17 @@ test: build setup-test
 # load test at full size (64 clients pushing and pulling against 2 shards for
 # 60 s) and 8 graceful restarts of random shards under load, 13 reshards
 # (1 to 4 shards) each killed once mid-way and run again with known pushes
-# between them (docs/reshard.md), 10 live reshards (psctl reshard) under two
-# pushing clients with a shard killed in each, then every fault test
-# SOAK_ROUNDS times over.
+# between them (docs/reshard.md), 10 live reshards (psctl reshard --stop)
+# under two pushing clients with a shard killed in each, 8 live moves
+# (psctl reshard, a bucket a batch) with a shard killed mid-move in each,
+# then every fault test SOAK_ROUNDS times over.
 SOAK_ROUNDS ?= 3
 soak: build setup-test
 	PSD_SOAK=1 $(PY) tests/integration/test_faults.py $(BUILD) LoadTest RestartLoadTest
 	PSD_SOAK=1 $(PY) tests/integration/test_reshard.py $(BUILD) ReshardCounterTest
 	PSD_SOAK=1 $(PY) tests/integration/test_relayout.py $(BUILD) \
-	  RelayoutTest.test_live_reshards_with_kills_under_pushers
+	  RelayoutTest.test_live_reshards_with_kills_under_pushers \
+	  RelayoutTest.test_live_moves_with_kills_under_pushers
 	for i in $$(seq $(SOAK_ROUNDS)); do \
 	  echo "soak round $$i of $(SOAK_ROUNDS)"; \
 	  $(PY) tests/integration/test_faults.py $(BUILD); rc=$$?; \

@@ -46,7 +46,10 @@ static int print_answers_json(const struct psctl *p,
   for (int s = 0; s < p->spec->nps; s++) {
     json_t *e = json_pack("{s:i, s:s, s:b}", "shard", s, "address",
                           p->spec->ps[s].text, "ok", k[s].status == 0);
-    if (k[s].status == 0) {
+    if (k[s].standby) {
+      json_object_set_new(e, "standby", json_true());
+      json_object_set_new(e, "note", json_string(k[s].details));
+    } else if (k[s].status == 0) {
       json_object_set_new(e, "written", json_boolean(k[s].written));
       json_object_set_new(e, "step", json_integer(k[s].step));
       json_object_set_new(e, "path", json_string(k[s].path));
@@ -75,9 +78,9 @@ static void print_answers(const struct psctl *p,
                         : k[s].status        ? "failed"
                         : k[s].written       ? "written"
                                              : "queued";
-    if (k[s].status) {
+    if (k[s].status || k[s].standby) {
       printf("ps:%-3d %-22s %-8s %10s %10s %9s  %s\n", s, p->spec->ps[s].text,
-             state, "-", "-", "-", k[s].details);
+             k[s].standby ? "standby" : state, "-", "-", "-", k[s].details);
       continue;
     }
     cm_fmt_bytes((double)k[s].bytes, size, sizeof size);

@@ -104,6 +104,10 @@ struct psd_server {
                       _MODULO for checkpoints written before buckets */
   int standby;     /* 1: shard >= nshards; this shard holds nothing and
                       answers Data calls "layout moved" */
+  int holding;     /* 1: standing by with buckets a live move gave it (a
+                      move cancelled part way, or one under way): it
+                      checkpoints their rows as a shard of the layout
+                      does (saver.h); read with __atomic builtins */
   char root[1024]; /* the checkpoint root in use, "" when checkpoints are
                       off */
   struct psd_live *live;       /* owned Admin/Reshard handler (live.h) */

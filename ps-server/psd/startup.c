@@ -169,6 +169,20 @@ static void own_layout(struct psd_server *srv, const char *root,
   psd_ckpt_free(c);
 }
 
+/* Whether a standby shard owns buckets by the live move state found at
+ * start (psd_move_startup): rows a move gave it. */
+static int standby_holds_rows(const struct psd_server *srv) {
+  struct cm_layout_map *map;
+  int own = 0;
+  if (!srv->self.move_to || !(map = malloc(sizeof *map)))
+    return 0;
+  cm_layout_map_moving(map, srv->nshards, srv->self.move_to, srv->self.moved);
+  for (unsigned b = 0; b < CM_LAYOUT_BUCKETS && !own; b++)
+    own = map->shard[b] == srv->shard;
+  free(map);
+  return own;
+}
+
 /* Resumes into the layout switch sw found at start (switch.h): this
  * shard's own checkpoint of the layout before it is loaded (tables,
  * applied pushes, move state) and its staged variables take the place of
@@ -250,8 +264,8 @@ enum psd_exit psd_server_restore(struct psd_server *srv) {
    * such, then the switch is resumed into (resume_switch). */
   struct psd_switch_found sw = {0};
   int own_n = 0;
+  uint64_t own = 0;
   if (have_root && !strcmp(job->mode, "async")) {
-    uint64_t own;
     own_layout(srv, root, &own, &own_n);
     psd_switch_startup(srv, own, &sw);
     if (sw.found) {
@@ -304,15 +318,13 @@ enum psd_exit psd_server_restore(struct psd_server *srv) {
   }
   psd_ckpt_set_tables(srv->ckpt, srv->tables);
   /* A standby shard holds nothing and writes no checkpoint (its saver
-   * writes once a layout switch takes it in), but a live move into it
-   * writes its move files there. */
-  if (srv->standby) {
-    if (psd_move_startup(srv))
-      return PSD_EXIT_FAILED;
-    return sw.found ? resume_switch(srv, &sw, own_n) : PSD_EXIT_OK;
-  }
-  if ((rc = psd_ckpt_load(srv->ckpt, &srv->store, &srv->dedup, &srv->resume,
-                          err, sizeof err))) {
+   * writes once a layout switch takes it in) until a live move gives it
+   * rows: its move files, then its own checkpoints of them, are here. */
+  /* Its own checkpoint of the layout before one that took it out is not
+   * read: a shard taken out held nothing once its rows were moved. */
+  int load = !srv->standby || (own_n && own == srv->layout);
+  if (load && (rc = psd_ckpt_load(srv->ckpt, &srv->store, &srv->dedup,
+                                  &srv->resume, err, sizeof err))) {
     cm_error("cannot resume: %s", err);
     return PSD_EXIT_FAILED;
   }
@@ -321,6 +333,17 @@ enum psd_exit psd_server_restore(struct psd_server *srv) {
     return PSD_EXIT_FAILED;
   if (sw.found && resume_switch(srv, &sw, own_n))
     return PSD_EXIT_FAILED;
+  if (srv->standby) {
+    if (standby_holds_rows(srv)) {
+      psd_ckpt_take_rows(srv->ckpt);
+      srv->holding = 1;
+      cm_info("standing by with rows moved here (%s): this shard "
+              "checkpoints them in %s",
+              srv->store ? "from its checkpoint" : "from its move files",
+              psd_ckpt_dir(srv->ckpt));
+    }
+    return PSD_EXIT_OK;
+  }
   if (!srv->store) {
     cm_info("no checkpoint in %s: starting from scratch",
             psd_ckpt_dir(srv->ckpt));
@@ -373,6 +396,7 @@ static int attach_saver(struct psd_server *srv) {
    * that a layout switch takes in does from then on. */
   struct psd_saver_opts o = {.ckpt = srv->ckpt,
                              .standby = &srv->standby,
+                             .holding = &srv->holding,
                              .store = srv->store,
                              .steps = steps,
                              .dedup = psd_service_dedup(srv->service),

@@ -4,12 +4,15 @@ order) to a split dense variable "d", a small one "b" held whole, and the
 rows of table "cnt", until the file STOP exists; each push, once
 acknowledged, is added to what it pushed and said ("acked=N; shards=M",
 M the client's psc_num_shards: the layout's count). The
-library's log lines are printed ("psd: ..."). At the end it saves the sums
-of its acknowledged pushes (OUT.npz) and says "done N".
+library's log lines are printed ("psd: ..."). While the file PAUSE (when
+given) exists, it pushes nothing and says "paused acked=N" once (a test's
+checkpoint and kill at a known count). At the end it saves the sums of its
+acknowledged pushes (OUT.npz) and says "done N".
 
-Run: /usr/bin/python3 relayout_pusher.py BUILD_DIR SPEC SEED STOP OUT"""
+Run: /usr/bin/python3 relayout_pusher.py BUILD_DIR SPEC SEED STOP OUT [PAUSE]"""
 import os
 import sys
+import time
 
 import numpy as np
 
@@ -18,6 +21,7 @@ D, B, POOL, PER_PUSH = 70000, 10, 4000, 300
 
 def main():
     build, spec, seed, stop, out = sys.argv[1:6]
+    pause = sys.argv[6] if len(sys.argv) > 6 else None
     sys.path.insert(0, os.path.join(build, "worker", "python"))
     import psd
     psd.set_log_callback(lambda level, line: print("psd:", line, flush=True))
@@ -33,6 +37,11 @@ def main():
         c.declare_table("cnt", 2)
         print("declared", flush=True)
         while not os.path.exists(stop):
+            if pause and os.path.exists(pause):
+                print("paused acked=%d" % n, flush=True)
+                while os.path.exists(pause) and not os.path.exists(stop):
+                    time.sleep(0.005)
+                continue
             gd = (rng.integers(-8, 9, D) / 8).astype(np.float32)
             gb = (rng.integers(-8, 9, B) / 8).astype(np.float32)
             c.push(["d", "b"], [gd, gb])

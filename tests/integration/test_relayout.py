@@ -16,8 +16,10 @@ answered "moved" too) reads every value back, and it equals minus the sum
 of the acknowledged pushes, bit for bit.
 Run: /usr/bin/python3 test_relayout.py BUILD_DIR"""
 import os
+import random
 import re
 import signal
+import time
 
 import numpy as np
 
@@ -82,9 +84,11 @@ class RelayoutTest(h.ProcTest):
         self.stopfile = os.path.join(self.d, "stop")
 
     def pushers(self):
+        self.pausefile = os.path.join(self.d, "pause")
         clients = [h.Proc(["/usr/bin/python3", os.path.join(HERE, "relayout_pusher.py"),
                            h.BUILD, self.spec, str(k), self.stopfile,
-                           os.path.join(self.d, "sums%d.npz" % k)]) for k in range(2)]
+                           os.path.join(self.d, "sums%d.npz" % k), self.pausefile])
+                   for k in range(2)]
         self.procs += clients
         for c in clients:
             # The job's count, not the pool's.
@@ -177,7 +181,80 @@ class RelayoutTest(h.ProcTest):
         self.verify(clients, layout)
         self.stop(ps)
 
-    def verify(self, clients, layout):
+    def test_live_moves_with_kills_under_pushers(self):
+        """psctl reshard --shards M (the table's rows moved live, a bucket a
+        batch) while two clients push, and a shard killed (kill -9) in the
+        middle of the moves: the clients paused and every shard
+        checkpointed first, so that no push is past a checkpoint (the
+        documented loss), then the victim started again as a supervisor
+        would, the clients going on, and psctl reshard asked again until
+        it is done. Every acknowledged push is applied once. make test:
+        2 -> 3 with the destination (ps:2) killed; make soak: 8 rounds,
+        each shard the victim, sources and destinations."""
+        self.job()
+        ps = self.start(3)
+        clients = self.pushers()
+        rounds = [(3, 2)] + ([(2, 0), (3, 1), (2, 2), (3, 0), (2, 1), (3, 2), (2, 0)]
+                             if SOAK else [])
+        rng = random.Random(37)
+        per = 1 if SOAK else 4  # buckets a batch
+        layout = 0
+        for m, victim in rounds:
+            ctl = h.Proc([h.build_path("ps-server", "psctl"), "--cluster", self.spec,
+                          "reshard", "--shards", str(m), "--batch", str(per)])
+            self.procs.append(ctl)
+            # A batch of this round (ps:0's log holds its earlier rounds').
+            seen_n = len(re.findall(r"live move: batch \d+, ", ps[0].output()))
+            batch = rng.randint(20, 1365 // per // 3)
+            self.until(lambda: len(re.findall(r"live move: batch \d+, ", ps[0].output()))
+                       - seen_n >= batch, "ps:0's batch %d of this round" % batch)
+            # No push past the checkpoints: the clients paused, every shard
+            # (those holding moved rows by move files too) checkpointed.
+            paused = [c.output().count("paused acked=") for c in clients]
+            with open(self.pausefile, "w"):
+                pass
+            self.until(lambda: all(c.output().count("paused acked=") > n
+                                   for c, n in zip(clients, paused)), "both clients paused")
+            r = h.psctl(self.spec, "checkpoint", "--wait", timeout=120)
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+            ps[victim].stop(signal.SIGKILL)
+            ps[victim] = h.Proc([h.build_path("ps-server", "psd"), "--cluster", self.spec,
+                                 "--task", "ps:%d" % victim])
+            self.procs.append(ps[victim])
+            ps[victim].wait_for("ready: listening on", timeout=120)
+            os.remove(self.pausefile)
+            rc, tries = ctl.wait(timeout=300), 1
+            while rc != 0:
+                if tries >= 5:
+                    for i, p in enumerate(ps):
+                        print("=== ps:%d\n" % i + "\n".join(
+                            l for l in p.output().splitlines()[-400:]
+                            if "live move: batch" not in l and "moved buckets" not in l
+                            and "handed over 1 buckets" not in l))
+                self.assertLess(tries, 5, ctl.output() if tries == 1
+                                else again.stdout + again.stderr)
+                again = h.run([h.build_path("ps-server", "psctl"), "--cluster", self.spec,
+                               "reshard", "--shards", str(m), "--batch", str(per)],
+                              timeout=300)
+                rc, tries = again.returncode, tries + 1
+            layout += 1
+            self.go_on(clients, "psd: layout moved: now layout %d of %d shards" % (layout, m),
+                       m)
+            print("round: -> %d shards, ps:%d killed at batch %d, psctl asked %d times"
+                  % (m, victim, batch, tries))
+        self.verify(clients, layout, m)
+        self.stop(ps)
+
+    @staticmethod
+    def until(cond, what, timeout=120):
+        """Polls cond (reading processes' output) until it holds."""
+        deadline = time.monotonic() + timeout
+        while not cond():
+            if time.monotonic() > deadline:
+                raise AssertionError("timed out waiting for " + what)
+            time.sleep(0.01)
+
+    def verify(self, clients, layout, shards=2):
         """Stops the pushers; a fresh client reads back minus the sum of
         every acknowledged push, bit for bit."""
         with open(self.stopfile, "w"):
@@ -210,8 +287,8 @@ class RelayoutTest(h.ProcTest):
                 c.pull_rows("cnt", ids, rows)
         finally:
             psd.set_log_callback(None)
-        self.assertIn("layout moved: now layout %d of 2 shards (was 0 of 2); re-planned"
-                      % layout, lines)
+        self.assertIn("layout moved: now layout %d of %d shards (was 0 of 2); re-planned"
+                      % (layout, shards), lines)
         for what, got, want in (("d", d, want_d), ("b", b, want_b),
                                 ("cnt", rows, want_rows)):
             bad = np.flatnonzero(got.ravel() != want.ravel())

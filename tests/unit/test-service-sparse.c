@@ -311,9 +311,10 @@ END_TEST
 #define MOVE "/psd.v1.Admin/MoveRows"
 
 /* A MoveRows request. */
-static grpc_byte_buffer *move_req(Psd__V1__MovePhase phase, uint64_t move,
-                                  const uint8_t *set, size_t len, int move_to,
-                                  int moved) {
+/* A MoveRows request from destination ps:dest - 1 (0: not said). */
+static grpc_byte_buffer *move_req_from(Psd__V1__MovePhase phase, uint64_t move,
+                                       const uint8_t *set, size_t len,
+                                       int move_to, int moved, int dest) {
   Psd__V1__MoveRowsRequest r = PSD__V1__MOVE_ROWS_REQUEST__INIT;
   r.caller = &caller;
   r.buckets = (ProtobufCBinaryData){len, (uint8_t *)set};
@@ -321,15 +322,25 @@ static grpc_byte_buffer *move_req(Psd__V1__MovePhase phase, uint64_t move,
   r.move = move;
   r.move_to = (uint32_t)move_to;
   r.moved = (uint32_t)moved;
+  r.destination = (uint32_t)dest;
   return cm_rpc_pack(&r.base);
 }
 
-/* A MoveRows call that the source answers from its thread: waits for the
- * answer, checks it is OK and returns it unpacked. */
-static Psd__V1__MoveRowsResponse *move_rows(Psd__V1__MovePhase phase,
-                                            uint64_t move, const uint8_t *set) {
+static grpc_byte_buffer *move_req(Psd__V1__MovePhase phase, uint64_t move,
+                                  const uint8_t *set, size_t len, int move_to,
+                                  int moved) {
+  return move_req_from(phase, move, set, len, move_to, moved, 0);
+}
+
+/* A MoveRows call of destination dest (as move_req_from) that the source
+ * answers from its thread: waits for the answer, checks it is OK and
+ * returns it unpacked. */
+static Psd__V1__MoveRowsResponse *move_rows_from(Psd__V1__MovePhase phase,
+                                                 uint64_t move,
+                                                 const uint8_t *set, int dest) {
   struct cm_rpc_answer ans;
-  grpc_byte_buffer *bb = move_req(phase, move, set, PSD_MOVE_SET_BYTES, 3, 7);
+  grpc_byte_buffer *bb =
+      move_req_from(phase, move, set, PSD_MOVE_SET_BYTES, 3, 7, dest);
   uint8_t *data;
   size_t len;
   ck_assert_int_eq(cm_rpc_call_local(method(MOVE), bb, &ans), 0);
@@ -347,6 +358,11 @@ static Psd__V1__MoveRowsResponse *move_rows(Psd__V1__MovePhase phase,
   free(data);
   cm_rpc_answer_release(&ans);
   return r;
+}
+
+static Psd__V1__MoveRowsResponse *move_rows(Psd__V1__MovePhase phase,
+                                            uint64_t move, const uint8_t *set) {
+  return move_rows_from(phase, move, set, 0);
 }
 
 /* Pushes gradient rows of (k + 1 + i) / 4 to ids[0..n) (n <= 8) of a
@@ -545,6 +561,84 @@ START_TEST(move_copies_hands_over_and_gates) {
 }
 END_TEST
 
+/* A move whose destination's process was lost: the destination started
+ * again tells the source (MOVE_CANCEL of move 0 naming it, with the moves
+ * on its disk), which cancels the move, owning the buckets again after a
+ * hand-over too, or ends it as MOVE_DONE does when those moves hold it;
+ * the destination's MOVE_COPY of another move cancels an open one not
+ * handed over; another destination's is refused. */
+START_TEST(move_lost_with_its_destination_is_ended) {
+  static struct cm_request_self self = {
+      .shard = 0, .nshards = 2, .layout = 4, .rows = CM_LAYOUT_RULE_BUCKETS};
+  psd_service_set_self(svc, &self);
+  struct psd_tables *src = psd_service_tables(svc);
+  struct cm_layout_map map;
+  cm_layout_map_init(&map, CM_LAYOUT_RULE_BUCKETS, 2);
+  uint64_t id = 1;
+  while (map.shard[cm_layout_bucket(cm_layout_id_hash(id))] != 0)
+    id++;
+  unsigned b = cm_layout_bucket(cm_layout_id_hash(id));
+  uint8_t set[PSD_MOVE_SET_BYTES] = {0}, none[PSD_MOVE_SET_BYTES] = {0};
+  set[b >> 3] |= (uint8_t)(1u << (b & 7));
+  push_rows("emb", &id, 1, 1);
+  struct row k0 = get_row(psd_tables_at(src, 0), id);
+  ck_assert_int_eq(k0.rc, 0);
+  /* Handed over to ps:2 (destination 3), which then starts again with 6
+   * moves on its disk: the move (the 7th) was lost, the bucket is owned
+   * here again with its row. */
+  psd__v1__move_rows_response__free_unpacked(
+      move_rows_from(PSD__V1__MOVE_PHASE__MOVE_COPY, 50, set, 3), NULL);
+  psd__v1__move_rows_response__free_unpacked(
+      move_rows_from(PSD__V1__MOVE_PHASE__MOVE_HANDOVER, 50, set, 3), NULL);
+  call(PULL, sparse_pull_req("emb", &id, 1, 0), GRPC_STATUS_FAILED_PRECONDITION,
+       "layout moved: ");
+  call(MOVE,
+       move_req_from(PSD__V1__MOVE_PHASE__MOVE_CANCEL, 0, none, sizeof none, 3,
+                     6, 1),
+       GRPC_STATUS_OK, NULL); /* another destination's: nothing of it */
+  call(PULL, sparse_pull_req("emb", &id, 1, 0), GRPC_STATUS_FAILED_PRECONDITION,
+       "layout moved: ");
+  call(MOVE,
+       move_req_from(PSD__V1__MOVE_PHASE__MOVE_CANCEL, 0, none, sizeof none, 3,
+                     6, 3),
+       GRPC_STATUS_OK, NULL);
+  call(PULL, sparse_pull_req("emb", &id, 1, 0), GRPC_STATUS_OK, NULL);
+  struct row k1 = get_row(psd_tables_at(src, 0), id);
+  ck_assert_int_eq(k1.rc, 0);
+  ck_assert_mem_eq(k0.v, k1.v, sizeof k0.v);
+  /* Again, and it starts again with the move's 7 on its disk (its move
+   * file): ended as MOVE_DONE ends it, the row dropped, 7 moves adopted. */
+  psd__v1__move_rows_response__free_unpacked(
+      move_rows_from(PSD__V1__MOVE_PHASE__MOVE_COPY, 51, set, 3), NULL);
+  psd__v1__move_rows_response__free_unpacked(
+      move_rows_from(PSD__V1__MOVE_PHASE__MOVE_HANDOVER, 51, set, 3), NULL);
+  call(MOVE,
+       move_req_from(PSD__V1__MOVE_PHASE__MOVE_CANCEL, 0, none, sizeof none, 3,
+                     7, 3),
+       GRPC_STATUS_OK, NULL);
+  ck_assert_int_eq(get_row(psd_tables_at(src, 0), id).rc, CM_ENOENT);
+  Psd__V1__StatusResponse *st = status();
+  ck_assert_uint_eq(st->moved, 7);
+  psd__v1__status_response__free_unpacked(st, NULL);
+  psd_service_own(svc, set, 0, 0); /* back, for what follows */
+  push_rows("emb", &id, 1, 2);
+  /* Copied, not handed over: the same destination's next move cancels
+   * it; another destination's is refused while one is open. */
+  psd__v1__move_rows_response__free_unpacked(
+      move_rows_from(PSD__V1__MOVE_PHASE__MOVE_COPY, 52, set, 3), NULL);
+  call(MOVE,
+       move_req_from(PSD__V1__MOVE_PHASE__MOVE_COPY, 53, set, sizeof set, 3, 7,
+                     2),
+       GRPC_STATUS_ABORTED, "ps:0 is the source of move 52");
+  psd__v1__move_rows_response__free_unpacked(
+      move_rows_from(PSD__V1__MOVE_PHASE__MOVE_COPY, 54, set, 3), NULL);
+  psd__v1__move_rows_response__free_unpacked(
+      move_rows_from(PSD__V1__MOVE_PHASE__MOVE_CANCEL, 54, set, 3), NULL);
+  call(PULL, sparse_pull_req("emb", &id, 1, 0), GRPC_STATUS_OK, NULL);
+  psd_service_set_self(svc, NULL);
+}
+END_TEST
+
 /* Sync jobs move by psctl reshard's stop and cut. */
 START_TEST(move_refused_in_sync_mode) {
   uint8_t set[PSD_MOVE_SET_BYTES] = {1};
@@ -568,6 +662,8 @@ static Suite *sparse_suite(void) {
       tcase_add_test(tc, sync_push_beyond_a_resumed_shard_is_retried);
     tcase_add_test(tc, i == 0 ? move_copies_hands_over_and_gates
                               : move_refused_in_sync_mode);
+    if (i == 0)
+      tcase_add_test(tc, move_lost_with_its_destination_is_ended);
   }
   return s;
 }

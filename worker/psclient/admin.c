@@ -55,10 +55,12 @@ int psc__client_checkpoint(struct psc__client *c, int wait,
                            struct psc__checkpoint *out) {
   Psd__V1__Caller caller = psc__caller(c, -1);
   Psd__V1__CheckpointRequest req = PSD__V1__CHECKPOINT_REQUEST__INIT;
-  struct cm_unary *calls = calloc(c->nshards, sizeof *calls);
+  /* Every address: a standby shard may hold rows a live move gave it. */
+  int n = c->spec->nps;
+  struct cm_unary *calls = calloc(n, sizeof *calls);
   int rc;
 
-  memset(out, 0, c->nshards * sizeof *out);
+  memset(out, 0, n * sizeof *out);
   if (!calls) {
     psc__seterr(c, "checkpoint: out of memory");
     return CM_ENOMEM;
@@ -70,21 +72,34 @@ int psc__client_checkpoint(struct psc__client *c, int wait,
     free(calls);
     return rc;
   }
-  for (int s = 0; s < c->nshards; s++) {
+  for (int s = 0; s < n; s++) {
     calls[s].channel = c->ch[s];
     calls[s].method = "/psd.v1.Admin/Checkpoint";
     calls[s].request = cm_rpc_pack(&req.base);
   }
   /* All shards at once: each writes its own slice in parallel. */
-  rc = psc__run(c, calls, c->nshards, "checkpoint", c->o.timeout_ms, 0, NULL,
-                NULL);
-  for (int s = 0; s < c->nshards; s++) {
+  rc = psc__run(c, calls, n, "checkpoint", c->o.timeout_ms, 0, NULL, NULL);
+  for (int s = 0; s < n; s++) {
     struct psc__checkpoint *k = &out[s];
     Psd__V1__CheckpointResponse *resp = NULL;
-    if (calls[s].status == GRPC_STATUS_OK)
+    int st = calls[s].status;
+    if (st == GRPC_STATUS_OK)
       resp = (Psd__V1__CheckpointResponse *)cm_rpc_unpack(
           calls[s].response, &psd__v1__checkpoint_response__descriptor);
-    k->status = calls[s].status;
+    /* Past the layout: one holding nothing answers that it writes none,
+     * one not started is not reached; neither fails the call. */
+    if (s >= c->nshards && (st == GRPC_STATUS_FAILED_PRECONDITION ||
+                            st == GRPC_STATUS_UNAVAILABLE ||
+                            st == GRPC_STATUS_DEADLINE_EXCEEDED)) {
+      k->standby = 1;
+      snprintf(k->details, sizeof k->details, "%s",
+               st == GRPC_STATUS_FAILED_PRECONDITION
+                   ? "standing by: holds nothing, writes none"
+                   : "standing by, not reached");
+      cm_unary_release(&calls[s]);
+      continue;
+    }
+    k->status = st;
     snprintf(k->details, sizeof k->details, "%s", calls[s].details);
     psc__reach_cause(calls[s].status, calls[s].details,
                      cm_channel_connected(calls[s].channel),

@@ -435,6 +435,9 @@ struct psc__checkpoint {
   uint64_t bytes;    /* written: its size */
   double ms;         /* written: how long the write took */
   char path[4096];   /* written: its directory */
+  int standby;       /* 1: a shard past the layout's count that writes
+                        none (it holds nothing) or was not reached: not a
+                        failure (status 0, details say which) */
 };
 
 /* Asks every shard at once to write a checkpoint now (Admin.Checkpoint),
@@ -444,7 +447,9 @@ struct psc__checkpoint {
  * shard writes that step when it commits it: a consistent cut of the job.
  * In an async job each shard writes its own state now. Fills out[s] for every
  * shard s of the spec (out is caller-owned, one entry per shard), so the
- * caller sees each shard's outcome. Returns 0 when every shard answered;
+ * caller sees each shard's outcome: a shard past the layout's count is
+ * asked too (a standby one holding rows a live move gave it writes them),
+ * and one that writes none or is not reached is marked standby. Returns 0 when every shard answered;
  * CM_ENOMEM when nothing was sent (out is then all zero); else the code of
  * a shard that did not, with psc__client_error naming that shard. */
 int psc__client_checkpoint(struct psc__client *c, int wait,

@@ -134,19 +134,29 @@ void psd_ckpt_free(struct psd_ckpt *c) { free(c); }
 
 const char *psd_ckpt_dir(const struct psd_ckpt *c) { return c->dir; }
 
+/* A read_only handle of a standby shard made one that writes: its
+ * directory exists (or is made by its first write, fileset's begin makes
+ * no parents, so made here). `why` names the cause in the error. */
+static void writes_now(struct psd_ckpt *c, const char *why) {
+  if (c->read_only) {
+    char err[1200];
+    if (psd_fileset_prepare(c->dir, "checkpoint", err, sizeof err))
+      cm_error("%s: %s; this shard's checkpoints will fail", why, err);
+    c->read_only = 0;
+  }
+}
+
 void psd_ckpt_set_layout(struct psd_ckpt *c, int nshards, uint64_t layout,
                          int serves) {
   c->nshards = nshards;
   c->layout = layout;
-  /* A standby shard taken in writes checkpoints from now on: its
-   * directory exists (or is made by its first write, fileset's begin
-   * makes no parents, so made here). */
-  if (serves && c->read_only) {
-    char err[1200];
-    if (psd_fileset_prepare(c->dir, "checkpoint", err, sizeof err))
-      cm_error("layout switch: %s; this shard's checkpoints will fail", err);
-    c->read_only = 0;
-  }
+  /* A standby shard taken in writes checkpoints from now on. */
+  if (serves)
+    writes_now(c, "layout switch");
+}
+
+void psd_ckpt_take_rows(struct psd_ckpt *c) {
+  writes_now(c, "rows moved to this standby shard");
 }
 
 void psd_ckpt_set_tables(struct psd_ckpt *c, struct psd_tables *ts) {

@@ -104,6 +104,12 @@ void psd_ckpt_set_tables(struct psd_ckpt *c, struct psd_tables *ts);
 void psd_ckpt_set_layout(struct psd_ckpt *c, int nshards, uint64_t layout,
                          int serves);
 
+/* A standby shard that a live move gave buckets: a handle opened read_only
+ * writes checkpoints from now on, in the layout it has (its directory is
+ * made now; an error is logged when it cannot be). Call before the saver
+ * may write (psd_server.holding). */
+void psd_ckpt_take_rows(struct psd_ckpt *c);
+
 /* ---- A live move (docs/reshard.md "What a kill does to a live move",
  * ckpt_move.c) ---- */
 

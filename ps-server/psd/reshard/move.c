@@ -131,8 +131,8 @@ int psd_move_install(struct psd_tables *ts, const Psd__V1__MoveRowsResponse *r,
 /* One MoveRows call of phase to the source. Returns the answer (free it
  * with psd__v1__move_rows_response__free_unpacked), or NULL with err and
  * *status said. */
-static Psd__V1__MoveRowsResponse *move_rows(struct psd_peers *peers, int from,
-                                            Psd__V1__MovePhase phase,
+static Psd__V1__MoveRowsResponse *move_rows(struct psd_peers *peers, int self,
+                                            int from, Psd__V1__MovePhase phase,
                                             uint64_t move, const uint8_t *set,
                                             int move_to, int moved, int *status,
                                             char *err, size_t errlen) {
@@ -148,6 +148,7 @@ static Psd__V1__MoveRowsResponse *move_rows(struct psd_peers *peers, int from,
   req.move = move;
   req.move_to = (uint32_t)move_to;
   req.moved = (uint32_t)moved;
+  req.destination = self >= 0 ? (uint32_t)self + 1 : 0;
   psd_peer_call(peers, from, "/psd.v1.Admin/MoveRows", &req.base, MOVE_CALL_MS,
                 1, &u);
   *status = u.status;
@@ -170,8 +171,8 @@ int psd_move_done(struct psd_peers *peers, int from, uint64_t move,
                   size_t errlen) {
   int st;
   Psd__V1__MoveRowsResponse *r =
-      move_rows(peers, from, PSD__V1__MOVE_PHASE__MOVE_DONE, move, set, move_to,
-                moved, &st, err, errlen);
+      move_rows(peers, -1, from, PSD__V1__MOVE_PHASE__MOVE_DONE, move, set,
+                move_to, moved, &st, err, errlen);
   if (!r)
     return CM_ERPC;
   psd__v1__move_rows_response__free_unpacked(r, NULL);
@@ -209,7 +210,7 @@ int psd_move_buckets(struct psd_service *svc, struct psd_peers *peers, int self,
   /* Copies while what changed since is large. */
   for (;;) {
     double tc = cm_mono_ms();
-    r = move_rows(peers, from, PSD__V1__MOVE_PHASE__MOVE_COPY, move, set,
+    r = move_rows(peers, self, from, PSD__V1__MOVE_PHASE__MOVE_COPY, move, set,
                   move_to, moved, &res->status, err, errlen);
     res->copy_ms += cm_mono_ms() - tc;
     if (!r) {
@@ -251,8 +252,8 @@ int psd_move_buckets(struct psd_service *svc, struct psd_peers *peers, int self,
   }
   /* The hand-over: the buckets' writes pause from here to owned here. */
   t0 = cm_mono_ms();
-  r = move_rows(peers, from, PSD__V1__MOVE_PHASE__MOVE_HANDOVER, move, set,
-                move_to, moved, &res->status, err, errlen);
+  r = move_rows(peers, self, from, PSD__V1__MOVE_PHASE__MOVE_HANDOVER, move,
+                set, move_to, moved, &res->status, err, errlen);
   res->hand_call_ms = cm_mono_ms() - t0;
   if (!r) {
     /* Refused before the flip, never reached, or its answer lost after
@@ -308,7 +309,7 @@ int psd_move_buckets(struct psd_service *svc, struct psd_peers *peers, int self,
   for (int k = 0; k < PSD_MOVE_DONE_TRIES; k++) {
     char why[300];
     int st;
-    r = move_rows(peers, from, PSD__V1__MOVE_PHASE__MOVE_DONE, move, set,
+    r = move_rows(peers, self, from, PSD__V1__MOVE_PHASE__MOVE_DONE, move, set,
                   move_to, moved, &st, why, sizeof why);
     if (r)
       break;
@@ -327,8 +328,8 @@ cancel:
     char why[300];
     int st;
     Psd__V1__MoveRowsResponse *c =
-        move_rows(peers, from, PSD__V1__MOVE_PHASE__MOVE_CANCEL, move, set,
-                  move_to, moved, &st, why, sizeof why);
+        move_rows(peers, self, from, PSD__V1__MOVE_PHASE__MOVE_CANCEL, move,
+                  set, move_to, moved, &st, why, sizeof why);
     if (c)
       psd__v1__move_rows_response__free_unpacked(c, NULL);
     else
@@ -375,6 +376,17 @@ static void *move_thread(void *arg) {
                             srv->ckpt, &res, err, sizeof err);
   struct cm_rpc_call *call = m->call;
   int from = m->from;
+  /* A standby shard holds rows now: its checkpoints take them from here
+   * on, as a shard of the layout's do (a move cancelled part way leaves
+   * them here while the job trains). */
+  if (!rc && srv->ckpt && __atomic_load_n(&srv->standby, __ATOMIC_ACQUIRE) &&
+      !__atomic_load_n(&srv->holding, __ATOMIC_ACQUIRE)) {
+    psd_ckpt_take_rows(srv->ckpt);
+    __atomic_store_n(&srv->holding, 1, __ATOMIC_RELEASE);
+    cm_info("standing by with rows moved here: ps:%d checkpoints them from "
+            "now on, in %s",
+            srv->shard, psd_ckpt_dir(srv->ckpt));
+  }
   /* Not busy before the answer leaves: the orchestrator's next call, made
    * once it has the answer, is taken (it joins this thread first, so
    * nothing of m is touched after this). */

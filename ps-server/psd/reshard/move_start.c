@@ -106,6 +106,60 @@ out:
   return rc;
 }
 
+/* Tells every other shard that this one started again (MoveRows
+ * MOVE_CANCEL of move 0 naming it as destination, with the move its disk
+ * holds: `to` shards after k moves): a move of which its last process was
+ * the destination, open on a source, is ended there (cancelled, or done
+ * when k says a move file holds it: shard/service_move.c), so that no
+ * bucket is left without an owner. A source busy with that move's call
+ * is asked again for up to TELL_MS; one not reached is left (it started
+ * again itself, and its open moves went with its process). */
+#define TELL_MS 3000
+static void tell_restarted(struct psd_server *srv, int to, int k) {
+  int nps = srv->spec->nps;
+  struct psd_peers *peers = NULL;
+  struct cm_unary *calls = calloc((size_t)nps + 1, sizeof *calls);
+  int *done = calloc((size_t)nps + 1, sizeof *done);
+  uint8_t none[CM_LAYOUT_BUCKETS / 8] = {0};
+  double until = cm_mono_ms() + TELL_MS;
+  char err[600];
+  if (!calls || !done ||
+      psd_peers_new(
+          &peers, srv->spec,
+          &(struct psd_peer_opts){.who = "starting shard", .fresh = 1}, err,
+          sizeof err))
+    goto out;
+  done[srv->shard] = 1;
+  Psd__V1__Caller caller = psd_peer_caller(peers);
+  Psd__V1__MoveRowsRequest req = PSD__V1__MOVE_ROWS_REQUEST__INIT;
+  req.caller = &caller;
+  req.buckets = (ProtobufCBinaryData){sizeof none, none};
+  req.phase = PSD__V1__MOVE_PHASE__MOVE_CANCEL;
+  req.move = 0;
+  req.move_to = (uint32_t)to;
+  req.moved = (uint32_t)k;
+  req.destination = (uint32_t)srv->shard + 1;
+  for (int left = 1; left && cm_mono_ms() < until;) {
+    int n = psd_peer_call_all(peers, nps, calls, done, "/psd.v1.Admin/MoveRows",
+                              &req.base, STATUS_MS, 0);
+    left = 0;
+    for (int i = 0; i < n; i++) {
+      int s = (int)(intptr_t)calls[i].user;
+      if (calls[i].status == GRPC_STATUS_ABORTED)
+        left = 1; /* busy with that move's call: again */
+      else
+        done[s] = 1;
+      cm_unary_release(&calls[i]);
+    }
+    if (left)
+      usleep(RETRY_MS * 1000);
+  }
+out:
+  psd_peers_free(peers);
+  free(calls);
+  free(done);
+}
+
 /* A destination killed after its move file and before its MOVE_DONE
  * reached the source left that move open there (handed over, its rows
  * kept), which refuses any other move. The newest move file's source is
@@ -215,6 +269,7 @@ int psd_move_startup(struct psd_server *srv) {
             "that answered)",
             h.first, h.missing - 1, h.missing == 2 ? "" : "s",
             PSD_MOVE_START_MS, k);
+  tell_restarted(srv, to, k);
   if (!to || !k)
     goto out;
   /* The move files past the checkpoint, in order of their moves. */

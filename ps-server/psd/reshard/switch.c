@@ -205,6 +205,8 @@ static void under_gate(void *ctx) {
   /* Read by the saver's thread (saver.h): it writes from now on when the
    * switch takes this shard in, and stops when it takes it out. */
   __atomic_store_n(&srv->standby, srv->shard >= w->to, __ATOMIC_RELEASE);
+  /* Every move was made before: a shard taken out holds no rows. */
+  __atomic_store_n(&srv->holding, 0, __ATOMIC_RELEASE);
   if (srv->ckpt)
     psd_ckpt_set_layout(srv->ckpt, w->to, w->layout, !srv->standby);
   if (srv->publisher)

@@ -32,6 +32,9 @@ struct psd_saver {
   struct psd_ckpt *ckpt;        /* borrowed; NULL when off */
   const int *standby;           /* borrowed: 1 while the shard stands by
                                    and writes nothing (NULL: never) */
+  const int *holding;           /* borrowed: 1 while it stands by with
+                                   rows moved to it, and writes (NULL:
+                                   never) */
   struct psd_store *store;      /* borrowed */
   struct psd_steps *steps;      /* borrowed; sync mode only */
   struct psd_dedup *dedup;      /* borrowed; async mode only, may be NULL */
@@ -59,10 +62,12 @@ struct psd_saver {
   void *cut_ctx; /* its argument; borrowed */
 };
 
-/* The checkpoints written now: none while the shard stands by (a live
- * layout switch takes it in or out, reshard/switch.c). */
+/* The checkpoints written now: none while the shard stands by holding
+ * nothing (a live layout switch takes it in or out, reshard/switch.c; a
+ * live move gives it rows, reshard/move.c). */
 static struct psd_ckpt *ckpt_now(struct psd_saver *s) {
-  if (s->standby && __atomic_load_n(s->standby, __ATOMIC_ACQUIRE))
+  if (s->standby && __atomic_load_n(s->standby, __ATOMIC_ACQUIRE) &&
+      !(s->holding && __atomic_load_n(s->holding, __ATOMIC_ACQUIRE)))
     return NULL;
   return s->ckpt;
 }
@@ -417,6 +422,7 @@ int psd_saver_new(struct psd_saver **out, const struct psd_saver_opts *o) {
     return CM_ENOMEM;
   s->ckpt = o->ckpt;
   s->standby = o->standby;
+  s->holding = o->holding;
   s->store = o->store;
   s->steps = o->steps;
   s->dedup = o->steps ? NULL : o->dedup; /* ckpt.h: sync saves none */

@@ -36,6 +36,9 @@ struct psd_saver_opts {
                               and says checkpoints are off (read
                               atomically; a layout switch changes it), or
                               NULL */
+  const int *holding;      /* 1 while a standby shard holds rows a live
+                              move gave it: it writes (read atomically),
+                              or NULL */
   struct psd_store *store; /* the shard's variables */
   struct psd_steps *steps; /* sync mode's steps, NULL in async mode */
   struct psd_dedup *dedup; /* async: the service's table of applied pushes,

@@ -146,6 +146,10 @@ struct psd_service {
   int move_handed;                     /* its hand-over is made: the set is
                                           not owned, its rows wait for
                                           MOVE_DONE or MOVE_CANCEL */
+  uint32_t move_dest;                  /* its destination's index + 1 (0:
+                                          not said) */
+  int move_to_, move_moved;            /* the move state after it (its
+                                          requests' move_to, moved) */
   uint64_t move_last;                  /* the last move MOVE_DONE ended */
   int move_threads;                    /* MoveRows threads not yet done */
   atomic_uint_fast64_t move_bytes;     /* row bytes MoveRows sent */

@@ -281,6 +281,86 @@ static void fail_move(struct move_call *mc, grpc_status_code code,
             (unsigned long long)mc->move, msg);
 }
 
+/* The destination owns the buckets of set (move `move`, handed over):
+ * the move state first, so that a call this shard refuses from now on
+ * sends its client there (the rows left here until the drop are owned by
+ * no one here; a checkpoint that holds them with the state, a start
+ * drops); then their rows go, as evictions, and the move ends. Returns the
+ * buckets; *dropped: the rows. */
+static int hand_over(struct psd_service *svc, const uint8_t *set, uint64_t move,
+                     int move_to, int moved, uint64_t *dropped) {
+  uint64_t d;
+  int nb = 0;
+  *dropped = 0;
+  adopt(svc, move_to, moved); /* no bit changes: no gate */
+  for (unsigned b = 0; b < CM_LAYOUT_BUCKETS; b++)
+    nb += in_set(set, b);
+  for (int i = 0; i < psd_tables_count(svc->tables); i++) {
+    struct psd_table *t = psd_tables_at(svc->tables, i);
+    if (psd_table_drop_buckets(t, set, &d))
+      cm_warn("move %llu: out of memory dropping the rows of table '%s' "
+              "handed over; they stay here, unused",
+              (unsigned long long)move, psd_table_conf(t)->name);
+    *dropped += d;
+  }
+  end_move(svc);
+  pthread_mutex_lock(&svc->move_lock);
+  svc->move_last = move;
+  pthread_mutex_unlock(&svc->move_lock);
+  return nb;
+}
+
+/* A shard started again tells the others (MOVE_CANCEL of move 0 naming
+ * itself as destination, with the moves its checkpoint and move files
+ * hold; reshard/move_start.c): a move of which it was the destination,
+ * open here, was lost with its last process, unless its move file holds
+ * it. Not handed over: cancelled. Handed over: ended as MOVE_DONE ends
+ * it when its moves say the file holds it, else cancelled, the buckets
+ * owned here again (that process owned them in memory alone). Called with
+ * move_lock held; releases it and answers the call. */
+static void restarted(struct psd_service *svc, struct cm_rpc_call *call,
+                      const Psd__V1__MoveRowsRequest *req) {
+  Psd__V1__MoveRowsResponse r = PSD__V1__MOVE_ROWS_RESPONSE__INIT;
+  uint8_t set[PSD__BUCKET_BYTES];
+  uint64_t id = svc->move_id, dropped;
+  int mine = id && req->destination && req->destination == svc->move_dest;
+  if (mine && svc->move_busy) {
+    pthread_mutex_unlock(&svc->move_lock);
+    psd__fail(svc, call, GRPC_STATUS_ABORTED,
+              "MoveRows: a call of move %llu is running on ps:%d; call again "
+              "once it has answered",
+              (unsigned long long)id, svc->shard);
+    return;
+  }
+  int handed = svc->move_handed, to = svc->move_to_, moved = svc->move_moved;
+  int held =
+      handed && to > 0 && (int)req->move_to == to && (int)req->moved >= moved;
+  memcpy(set, svc->move_set, sizeof set);
+  pthread_mutex_unlock(&svc->move_lock);
+  if (!mine) {
+    cm_rpc_reply(call, cm_rpc_pack(&r.base));
+    return;
+  }
+  if (held) {
+    int nb = hand_over(svc, set, id, to, moved, &dropped);
+    cm_warn("move %llu: its destination ps:%u started again, and its move "
+            "files hold the move (%u moves): handed over %d buckets (%llu "
+            "rows) to it",
+            (unsigned long long)id, req->destination - 1, req->moved, nb,
+            (unsigned long long)dropped);
+  } else {
+    if (handed) /* nothing was dropped: the buckets are this shard's */
+      flip(svc, set, 1, 0, 0);
+    end_move(svc);
+    cm_warn("move %llu: its destination ps:%u started again without it (%u "
+            "moves on its disk, the move makes %d): cancelled, ps:%d owns "
+            "its buckets%s",
+            (unsigned long long)id, req->destination - 1, req->moved, moved,
+            svc->shard, handed ? " again (they were handed over)" : "");
+  }
+  cm_rpc_reply(call, cm_rpc_pack(&r.base));
+}
+
 static void *move_thread(void *arg) {
   struct move_call *mc = arg;
   struct psd_service *svc = mc->svc;
@@ -292,28 +372,8 @@ static void *move_thread(void *arg) {
   memcpy(set, svc->move_set, sizeof set);
   pthread_mutex_unlock(&svc->move_lock);
   if (mc->phase == PSD__V1__MOVE_PHASE__MOVE_DONE) {
-    /* The destination owns the buckets. The move state first, so that a
-     * call this shard refuses from now on sends its client there (the
-     * rows left here until the drop below are owned by no one here; a
-     * checkpoint that holds them with the state, a start drops); then
-     * their rows go, as evictions. */
-    uint64_t dropped = 0, d;
-    int nb = 0;
-    adopt(svc, mc->move_to, mc->moved); /* no bit changes: no gate */
-    for (unsigned b = 0; b < CM_LAYOUT_BUCKETS; b++)
-      nb += in_set(set, b);
-    for (int i = 0; i < psd_tables_count(svc->tables); i++) {
-      struct psd_table *t = psd_tables_at(svc->tables, i);
-      if (psd_table_drop_buckets(t, set, &d))
-        cm_warn("move %llu: out of memory dropping the rows of table '%s' "
-                "handed over; they stay here, unused",
-                (unsigned long long)mc->move, psd_table_conf(t)->name);
-      dropped += d;
-    }
-    end_move(svc);
-    pthread_mutex_lock(&svc->move_lock);
-    svc->move_last = mc->move;
-    pthread_mutex_unlock(&svc->move_lock);
+    uint64_t dropped;
+    int nb = hand_over(svc, set, mc->move, mc->move_to, mc->moved, &dropped);
     cm_info("move %llu: handed over %d buckets (%llu rows) to the "
             "destination",
             (unsigned long long)mc->move, nb, (unsigned long long)dropped);
@@ -369,6 +429,10 @@ static void start(struct psd_service *svc, struct cm_rpc_call *call,
   pthread_t th;
   int first = -1;
   pthread_mutex_lock(&svc->move_lock);
+  if (req->phase == PSD__V1__MOVE_PHASE__MOVE_CANCEL && !req->move) {
+    restarted(svc, call, req);
+    return;
+  }
   if (svc->move_busy) {
     pthread_mutex_unlock(&svc->move_lock);
     psd__fail(svc, call, GRPC_STATUS_ABORTED,
@@ -379,13 +443,44 @@ static void start(struct psd_service *svc, struct cm_rpc_call *call,
   }
   if (svc->move_id && svc->move_id != req->move) {
     uint64_t other = svc->move_id;
+    /* Its destination asks for another move: it runs one at a time, so
+     * the open one was lost with its process. Cancelled when none of its
+     * buckets can be owned there: not handed over, or the same buckets
+     * asked for again (a destination asks only for buckets it lacks). */
+    int lost =
+        req->phase == PSD__V1__MOVE_PHASE__MOVE_COPY && req->destination &&
+        req->destination == svc->move_dest &&
+        (!svc->move_handed || !memcmp(svc->move_set, set, PSD__BUCKET_BYTES));
+    if (!lost) {
+      pthread_mutex_unlock(&svc->move_lock);
+      psd__fail(svc, call, GRPC_STATUS_ABORTED,
+                "MoveRows: ps:%d is the source of move %llu; move %llu waits "
+                "until that one is handed over or cancelled",
+                svc->shard, (unsigned long long)other,
+                (unsigned long long)req->move);
+      return;
+    }
+    int handed = svc->move_handed;
+    uint8_t was[PSD__BUCKET_BYTES];
+    memcpy(was, svc->move_set, sizeof was);
     pthread_mutex_unlock(&svc->move_lock);
-    psd__fail(svc, call, GRPC_STATUS_ABORTED,
-              "MoveRows: ps:%d is the source of move %llu; move %llu waits "
-              "until that one is handed over or cancelled",
-              svc->shard, (unsigned long long)other,
-              (unsigned long long)req->move);
-    return;
+    if (handed) /* nothing was dropped: the buckets are this shard's */
+      flip(svc, was, 1, 0, 0);
+    end_move(svc);
+    cm_warn("move %llu: its destination ps:%u asks for move %llu instead: "
+            "the first was lost with that shard's process; cancelled, ps:%d "
+            "owns its buckets%s",
+            (unsigned long long)other, req->destination - 1,
+            (unsigned long long)req->move, svc->shard,
+            handed ? " again (they were handed over)" : "");
+    pthread_mutex_lock(&svc->move_lock);
+    if (svc->move_busy || svc->move_id) { /* another call came in between */
+      pthread_mutex_unlock(&svc->move_lock);
+      psd__fail(svc, call, GRPC_STATUS_ABORTED,
+                "MoveRows: another move started on ps:%d; move %llu waits",
+                svc->shard, (unsigned long long)req->move);
+      return;
+    }
   }
   if (req->phase == PSD__V1__MOVE_PHASE__MOVE_CANCEL) {
     int had = svc->move_id != 0, handed = svc->move_handed;
@@ -462,6 +557,9 @@ static void start(struct psd_service *svc, struct cm_rpc_call *call,
       return;
     }
     svc->move_id = req->move;
+    svc->move_dest = req->destination;
+    svc->move_to_ = (int)req->move_to;
+    svc->move_moved = (int)req->moved;
     memcpy(svc->move_set, set, PSD__BUCKET_BYTES);
   } else if (memcmp(svc->move_set, set, PSD__BUCKET_BYTES)) {
     pthread_mutex_unlock(&svc->move_lock);
@@ -522,10 +620,12 @@ void psd__on_move_rows(struct cm_rpc_call *call, grpc_byte_buffer *bb,
               "MoveRows: phase %d is none of MOVE_COPY (0), MOVE_HANDOVER (1), "
               "MOVE_CANCEL (2), MOVE_DONE (3)",
               (int)req->phase);
-  else if (!req->move)
+  else if (!req->move && (req->phase != PSD__V1__MOVE_PHASE__MOVE_CANCEL ||
+                          !req->destination))
     psd__fail(svc, call, GRPC_STATUS_INVALID_ARGUMENT,
               "MoveRows: move is 0; the destination names each move with an "
-              "id other than 0");
+              "id other than 0 (0 only in a MOVE_CANCEL naming the "
+              "destination: it started again)");
   else
     start(svc, call, req);
   cm_request_free(&req->base);
