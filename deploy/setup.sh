@@ -18,8 +18,9 @@ python3-numpy clang python3-dev libmicrohttpd-dev"
 TEST_PKGS="python3-grpcio python3-torch python3-prometheus-client slurmctld \
 slurmd slurm-client munge python3-yaml podman buildah mmdebstrap uidmap \
 fuse-overlayfs slirp4netns runc"
-# ip(8), for the network namespaces of integration-netns and integration-faults.
-TEST_PKGS="$TEST_PKGS iproute2"
+# ip(8), for the network namespaces of integration-netns and integration-faults;
+# iptables, for integration-relayout's link cut between two shards.
+TEST_PKGS="$TEST_PKGS iproute2 iptables"
 if [ "${1:-}" = test ] || [ "${1:-}" = list ]; then
   PKGS="$PKGS $TEST_PKGS"
 fi

@@ -15,10 +15,13 @@ fresh client (opened on the spec's layout 0 of 2, so its declare is
 answered "moved" too) reads every value back, and it equals minus the sum
 of the acknowledged pushes, bit for bit.
 Run: /usr/bin/python3 test_relayout.py BUILD_DIR"""
+import json
 import os
 import random
 import re
+import shutil
 import signal
+import subprocess
 import time
 
 import numpy as np
@@ -26,6 +29,7 @@ import numpy as np
 import harness as h
 import pyshards
 from faults import SOAK
+from netns import Net, ip, netns_argv
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 psd = None
@@ -223,26 +227,95 @@ class RelayoutTest(h.ProcTest):
             self.procs.append(ps[victim])
             ps[victim].wait_for("ready: listening on", timeout=120)
             os.remove(self.pausefile)
-            rc, tries = ctl.wait(timeout=300), 1
+            rc, tries, said = ctl.wait(timeout=300), 1, ctl.output()
             while rc != 0:
-                if tries >= 5:
+                if tries >= 5:  # what the shards said, for the failure below
                     for i, p in enumerate(ps):
                         print("=== ps:%d\n" % i + "\n".join(
                             l for l in p.output().splitlines()[-400:]
                             if "live move: batch" not in l and "moved buckets" not in l
                             and "handed over 1 buckets" not in l))
-                self.assertLess(tries, 5, ctl.output() if tries == 1
-                                else again.stdout + again.stderr)
+                self.assertLess(tries, 5, said)
                 again = h.run([h.build_path("ps-server", "psctl"), "--cluster", self.spec,
                                "reshard", "--shards", str(m), "--batch", str(per)],
                               timeout=300)
-                rc, tries = again.returncode, tries + 1
+                rc, tries, said = again.returncode, tries + 1, again.stdout + again.stderr
             layout += 1
             self.go_on(clients, "psd: layout moved: now layout %d of %d shards" % (layout, m),
                        m)
             print("round: -> %d shards, ps:%d killed at batch %d, psctl asked %d times"
                   % (m, victim, batch, tries))
         self.verify(clients, layout, m)
+        self.stop(ps)
+
+    def test_live_moves_across_a_cut_link(self):
+        """psctl reshard --shards 3 with each shard in a network namespace
+        of its own on a bridge (this process on it too), two clients
+        pushing: mid-move the link between ps:0 (a source) and ps:2 (the
+        destination) is cut both ways (each drops what it sends the other,
+        iptables; the clients still reach both) for 3 s and restored.
+        The batch under way waits and goes on, psctl ends done, every
+        bucket on one owner and every push applied once."""
+        if not shutil.which("iptables"):
+            self.skipTest("the iptables command is not installed (make setup-test)")
+        net = Net(self, "psdr")
+        br = net.netns("b")
+        ip("-n", br, "link", "add", "br0", "type", "bridge")
+        ip("-n", br, "link", "set", "br0", "up")
+        sub = "10.215.%d" % random.randrange(1, 250)
+        addr = ["%s.%d" % (sub, 10 + i) for i in range(3)]
+        ns = []
+        for i in range(3):
+            ns.append(net.netns(str(i)))
+            net.veth("eth0", "p%d" % i, ns[i], br, addr[i] + "/24")
+            ip("-n", br, "link", "set", "p%d" % i, "master", "br0")
+        net.veth("psdr" + net.tag, "q", None, br, sub + ".2/24")  # this process
+        ip("-n", br, "link", "set", "q", "master", "br0")
+        self.job()
+        with open(self.spec) as f:
+            spec = json.load(f)
+        spec["cluster"]["ps"] = ["%s:7100" % a for a in addr]
+        spec["job"]["unix_sockets"] = False  # every call over the bridge
+        with open(self.spec, "w") as f:
+            json.dump(spec, f)
+        ps = []
+        for i in range(3):
+            ps.append(h.Proc(netns_argv(ns[i], [h.build_path("ps-server", "psd"),
+                                                "--cluster", self.spec, "--task",
+                                                "ps:%d" % i])))
+            self.procs.append(ps[-1])
+        for p in ps:
+            p.wait_for("ready: listening on", timeout=60)
+        clients = self.pushers()
+        ctl = h.Proc([h.build_path("ps-server", "psctl"), "--cluster", self.spec,
+                      "reshard", "--shards", "3", "--batch", "8"])
+        self.procs.append(ctl)
+        # Cut once ps:0 has given ps:2 a few batches.
+        self.until(lambda: len(re.findall(r"move \d+: handed over", ps[0].output())) >= 3,
+                   "ps:0's third batch handed over")
+        # Each end drops what it sends the other (iptables in its
+        # namespace): packets vanish, connections in flight stall, new
+        # ones hang.
+        cut = [(ns[0], addr[2]), (ns[2], addr[0])]
+        for n, a in cut:
+            subprocess.run(["ip", "netns", "exec", n, "iptables", "-A", "OUTPUT", "-d", a,
+                            "-j", "DROP"], check=True)
+        time.sleep(3)  # the cut's length, not a wait for anything
+        for n, a in cut:
+            subprocess.run(["ip", "netns", "exec", n, "iptables", "-D", "OUTPUT", "-d", a,
+                            "-j", "DROP"], check=True)
+        self.assertEqual(ctl.wait(timeout=300), 0, ctl.output() + "\n".join(
+            l for l in ps[0].output().splitlines()[-60:] if "live move: batch" not in l))
+        self.assertRegex(ctl.output(), r"ps:0 says done: layout 1 of 3 shards from 2, "
+                                       r"1365 bucket moves")
+        # The move felt the cut: ps:0 (its driver) waited over 2.5 s for a
+        # batch (its MoveBuckets to ps:2 crosses the cut too).
+        at = [3600 * int(a) + 60 * int(b) + float(c) for a, b, c in re.findall(
+            r"^(\d\d):(\d\d):([\d.]+) psd ps:0 info: live move: batch ", ps[0].output(),
+            re.M)]
+        self.assertGreater(max(y - x for x, y in zip(at, at[1:])), 2.5)
+        self.go_on(clients, "psd: layout moved: now layout 1 of 3 shards", 3)
+        self.verify(clients, 1, 3)
         self.stop(ps)
 
     @staticmethod
