@@ -281,6 +281,15 @@ static void fail_move(struct move_call *mc, grpc_status_code code,
             (unsigned long long)mc->move, msg);
 }
 
+/* The move of set ends without its hand-over: its buckets are this
+ * shard's again, after a hand-over too (handed: nothing was dropped). */
+static void cancel_move(struct psd_service *svc, const uint8_t *set,
+                        int handed) {
+  if (handed)
+    flip(svc, set, 1, 0, 0);
+  end_move(svc);
+}
+
 /* The destination owns the buckets of set (move `move`, handed over):
  * the move state first, so that a call this shard refuses from now on
  * sends its client there (the rows left here until the drop are owned by
@@ -349,9 +358,7 @@ static void restarted(struct psd_service *svc, struct cm_rpc_call *call,
             (unsigned long long)id, req->destination - 1, req->moved, nb,
             (unsigned long long)dropped);
   } else {
-    if (handed) /* nothing was dropped: the buckets are this shard's */
-      flip(svc, set, 1, 0, 0);
-    end_move(svc);
+    cancel_move(svc, set, handed);
     cm_warn("move %llu: its destination ps:%u started again without it (%u "
             "moves on its disk, the move makes %d): cancelled, ps:%d owns "
             "its buckets%s",
@@ -464,9 +471,7 @@ static void start(struct psd_service *svc, struct cm_rpc_call *call,
     uint8_t was[PSD__BUCKET_BYTES];
     memcpy(was, svc->move_set, sizeof was);
     pthread_mutex_unlock(&svc->move_lock);
-    if (handed) /* nothing was dropped: the buckets are this shard's */
-      flip(svc, was, 1, 0, 0);
-    end_move(svc);
+    cancel_move(svc, was, handed);
     cm_warn("move %llu: its destination ps:%u asks for move %llu instead: "
             "the first was lost with that shard's process; cancelled, ps:%d "
             "owns its buckets%s",
@@ -488,9 +493,7 @@ static void start(struct psd_service *svc, struct cm_rpc_call *call,
     memcpy(was, svc->move_set, sizeof was);
     pthread_mutex_unlock(&svc->move_lock);
     if (had) {
-      if (handed) /* nothing was dropped: the buckets are this shard's */
-        flip(svc, was, 1, 0, 0);
-      end_move(svc);
+      cancel_move(svc, was, handed);
       cm_info("move %llu: cancelled by the destination; ps:%d keeps its "
               "buckets",
               (unsigned long long)req->move, svc->shard);
