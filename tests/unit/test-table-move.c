@@ -16,6 +16,7 @@
 #include "err.h"
 #include "layout.h"
 #include "table.h"
+#include "table_internal.h"
 #include "tables.h"
 #include "unit.h"
 
@@ -418,6 +419,44 @@ START_TEST(move_deltas_lose_no_concurrent_change) {
 }
 END_TEST
 
+/* ---- a delta's rows: the stripes' lists of changes, or a walk ---- */
+
+/* A delta visits the rows a stripe listed as changed since its last copy;
+ * a stripe that changed more than its list keeps (PSD__CHANGED_MAX,
+ * repeats included) walks the set's rows instead: a row changed after the
+ * list filled is in the delta all the same. */
+START_TEST(move_delta_walks_a_stripe_whose_list_overflowed) {
+  struct cm_table_conf c;
+  struct psd_table *t;
+  char err[128];
+  adagrad_conf(&c);
+  ck_assert_int_eq(psd_table_new(&t, &c, 9, err, sizeof err), 0);
+  uint8_t set[CM_LAYOUT_BUCKETS / 8];
+  memset(set, 0xff, sizeof set); /* every bucket */
+  uint64_t a = 1, b = 2;
+  while (stripe_of(b) != stripe_of(a))
+    b++;
+  float g[4] = {1, 2, 3, 4};
+  psd_table_push(t, &a, 1, g, 1, 1);
+  psd_table_push(t, &b, 1, g, 1, 1);
+  struct psd_table_snap *s0, *s1;
+  ck_assert_int_eq(psd_table_move_snapshot(t, set, 1, &s0), 0);
+  ck_assert_uint_eq(s0->nrows, 2);
+  for (int k = 0; k <= PSD__CHANGED_MAX; k++) /* fills a's stripe's list */
+    psd_table_push(t, &a, 1, g, 1, 2);
+  ck_assert(t->st[stripe_of(a)].changed_over);
+  psd_table_push(t, &b, 1, g, 1, 3); /* not listed: the delta walks */
+  ck_assert_int_eq(psd_table_move_snapshot(t, set, 1, &s1), 0);
+  ck_assert(s1->delta);
+  ck_assert_uint_eq(s1->nrows, 2);
+  ck_assert(!t->st[stripe_of(a)].changed_over); /* listed again from here */
+  psd_table_snap_free(s0);
+  psd_table_snap_free(s1);
+  psd_table_move_end(t);
+  psd_table_free(t);
+}
+END_TEST
+
 /* ---- a move file in two parts (ckpt.h) ---- */
 
 /* Whether dir holds an entry whose name starts with prefix. */
@@ -546,6 +585,7 @@ static Suite *table_move_suite(void) {
   tcase_add_test(tc, move_index_equals_brute_force);
   tcase_add_test(tc, move_deltas_lose_no_concurrent_change);
   tcase_add_test(tc, move_file_in_two_parts_holds_the_handover);
+  tcase_add_test(tc, move_delta_walks_a_stripe_whose_list_overflowed);
   suite_add_tcase(s, tc);
   return s;
 }

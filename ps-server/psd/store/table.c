@@ -51,6 +51,7 @@ void psd_table_free(struct psd_table *t) {
     free(s->pend);
     for (int c = 0; c < PSD__NCURSORS; c++)
       free(s->ev[c].ids);
+    free(s->changed.ids);
     pthread_mutex_destroy(&s->lock);
   }
   pthread_mutex_destroy(&t->stat_lock);
@@ -104,6 +105,7 @@ long psd__table_create(struct psd_table *t, struct stripe *s, uint64_t id,
   memset(r, 0, sizeof *r);
   r->id = id;
   r->gen = psd__gen_now(t);
+  psd__note_change(t, s, id);
   link_rec(s, (uint32_t)k);
   cm_table_init_row(&t->conf, t->seed, id, psd__rec_val(r));
   cm_rowopt_init_state(&t->conf.opt, t->conf.dim, psd__rec_val(r),
@@ -320,6 +322,7 @@ static int apply_one(struct psd_table *t, struct stripe *s, uint64_t id,
     r->count += before + occ;
     r->last_step = step;
     r->gen = psd__gen_now(t);
+    psd__note_change(t, s, id);
     c->applied++;
   }
   return 0;

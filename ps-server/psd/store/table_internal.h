@@ -100,7 +100,17 @@ struct stripe {
                                       (moving), until it ends */
   int moving; /* a move's snapshot has copied this stripe since the move
                  began: its evictions are kept for the move's next delta */
+  struct evlist changed; /* while moving: the ids of the move's rows
+                            changed since its last copy of this stripe
+                            (repeats kept), so that its next delta visits
+                            them alone (psd__note_change) */
+  int changed_over;      /* 1: more changed than `changed` keeps
+                            (PSD__CHANGED_MAX, or out of memory): the next
+                            delta walks the set's rows */
 };
+
+/* A stripe's list of a move's changed rows holds this many ids at most. */
+#define PSD__CHANGED_MAX 8192
 
 struct psd_table {
   struct cm_table_conf conf; /* settings */
@@ -109,9 +119,11 @@ struct psd_table {
   uint64_t gen; /* current change generation: read under a stripe's lock
                    and moved on by snapshots, with __atomic calls (a move's
                    snapshot holds one stripe at a time: table_snap.c) */
-  struct cursor cur[PSD__NCURSORS]; /* by enum psd__cursor_of */
-  struct stripe st[PSD__NSTRIPES];  /* by stripe_of(id) */
-  pthread_mutex_t stat_lock;        /* guards the counters */
+  struct cursor cur[PSD__NCURSORS];         /* by enum psd__cursor_of */
+  uint8_t move_bits[CM_LAYOUT_BUCKETS / 8]; /* the move's buckets (its
+                   first snapshot's), read under a moving stripe's lock */
+  struct stripe st[PSD__NSTRIPES];          /* by stripe_of(id) */
+  pthread_mutex_t stat_lock;                /* guards the counters */
   uint64_t admitted, not_admitted, evicted, rows_pulled, rows_pushed;
   uint64_t pushes; /* pushes applied (psd_table_stats) */
 };
@@ -139,6 +151,16 @@ static inline int psd__rec_live(const struct rec *r) {
  * lock). */
 static inline uint64_t psd__gen_now(struct psd_table *t) {
   return __atomic_load_n(&t->gen, __ATOMIC_RELAXED);
+}
+
+/* Under s's lock, once id's row was changed (stamped psd__gen_now): on a
+ * stripe a move copies, a row of its buckets goes on the list its next
+ * delta visits (table_move.c). */
+void psd__note_moved_change(struct psd_table *t, struct stripe *s, uint64_t id);
+static inline void psd__note_change(struct psd_table *t, struct stripe *s,
+                                    uint64_t id) {
+  if (s->moving && !s->changed_over)
+    psd__note_moved_change(t, s, id);
 }
 
 /* The bucket of id (common/layout/layout.h), and its group in s. */

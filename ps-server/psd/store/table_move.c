@@ -134,6 +134,48 @@ static int fill_evicted(struct mfill *f, const struct stripe *st,
   return 0;
 }
 
+void psd__note_moved_change(struct psd_table *t, struct stripe *s,
+                            uint64_t id) {
+  unsigned b = psd__bucket_of(id);
+  struct evlist *e = &s->changed;
+  if (!(t->move_bits[b >> 3] >> (b & 7) & 1))
+    return;
+  if (e->n == e->cap) {
+    size_t c = e->cap ? 2 * e->cap : 64;
+    uint64_t *ids =
+        c <= PSD__CHANGED_MAX ? realloc(e->ids, c * sizeof *ids) : NULL;
+    if (!ids) { /* too many, or no memory: the next delta walks */
+      s->changed_over = 1;
+      return;
+    }
+    e->ids = ids;
+    e->cap = c;
+  }
+  e->ids[e->n++] = id;
+}
+
+static int by_id(const void *a, const void *b) {
+  uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+  return (x > y) - (x < y);
+}
+
+/* Under st's lock: appends to f the rows of stripe st's list of changed
+ * ids (each once) that it still holds and that changed after base (those
+ * of the set: the list holds no other). Returns 0 or CM_ENOMEM. */
+static int fill_changed(struct mfill *f, struct stripe *st, uint64_t base) {
+  struct evlist *e = &st->changed;
+  int rc = 0;
+  qsort(e->ids, e->n, sizeof *e->ids, by_id);
+  for (size_t i = 0; i < e->n && !rc; i++) {
+    if (i && e->ids[i] == e->ids[i - 1])
+      continue;
+    long k = psd__table_find(st, e->ids[i]);
+    if (k >= 0 && psd__rec_at(st, (size_t)k)->gen > base)
+      rc = fill_row(f, psd__rec_at(st, (size_t)k));
+  }
+  return rc;
+}
+
 /* A move snapshot holds one stripe at a time, so that the table's writers
  * wait for one stripe's copy, not the whole set's; it is then no one
  * instant of the table, and need not be: the destination upserts each
@@ -170,6 +212,11 @@ int psd_table_move_snapshot(struct psd_table *t, const uint8_t *buckets,
     goto out;
   bset_of(set, buckets);
   delta = delta && cur->snapped;
+  /* The buckets whose changes the stripes list (the same for every
+   * snapshot of a move: written when they differ, before any stripe of
+   * this set is moving). */
+  if (memcmp(t->move_bits, buckets, sizeof t->move_bits))
+    memcpy(t->move_bits, buckets, sizeof t->move_bits);
   f.s->dim = t->conf.dim;
   f.s->nstate = t->nstate;
   f.s->delta = delta;
@@ -181,15 +228,22 @@ int psd_table_move_snapshot(struct psd_table *t, const uint8_t *buckets,
     struct stripe *st = &t->st[i];
     struct walk w;
     pthread_mutex_lock(&st->lock);
-    for (long k = walk_first(&w, st, set); k >= 0 && !rc; k = walk_next(&w)) {
-      const struct rec *x = psd__rec_at(st, (size_t)k);
-      if (!delta || x->gen > f.s->base_gen)
-        rc = fill_row(&f, x);
+    if (delta && st->moving && !st->changed_over) {
+      /* The rows changed since this stripe's last copy alone. */
+      rc = fill_changed(&f, st, f.s->base_gen);
+    } else {
+      for (long k = walk_first(&w, st, set); k >= 0 && !rc; k = walk_next(&w)) {
+        const struct rec *x = psd__rec_at(st, (size_t)k);
+        if (!delta || x->gen > f.s->base_gen)
+          rc = fill_row(&f, x);
+      }
     }
     if (!rc && delta)
       rc = fill_evicted(&f, st, set);
     if (!rc) {
       st->ev[PSD__MOVE].n = 0;
+      st->changed.n = 0;
+      st->changed_over = 0;
       st->moving = 1;
     }
     pthread_mutex_unlock(&st->lock);
@@ -226,6 +280,8 @@ void psd_table_move_end(struct psd_table *t) {
     struct stripe *s = &t->st[i];
     pthread_mutex_lock(&s->lock);
     s->ev[PSD__MOVE].n = 0;
+    s->changed.n = 0;
+    s->changed_over = 0;
     s->moving = 0;
     pthread_mutex_unlock(&s->lock);
   }
