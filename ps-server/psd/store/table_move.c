@@ -165,7 +165,8 @@ static int by_id(const void *a, const void *b) {
 static int fill_changed(struct mfill *f, struct stripe *st, uint64_t base) {
   struct evlist *e = &st->changed;
   int rc = 0;
-  qsort(e->ids, e->n, sizeof *e->ids, by_id);
+  if (e->n > 1) /* none listed: no array (qsort takes none) */
+    qsort(e->ids, e->n, sizeof *e->ids, by_id);
   for (size_t i = 0; i < e->n && !rc; i++) {
     if (i && e->ids[i] == e->ids[i - 1])
       continue;
