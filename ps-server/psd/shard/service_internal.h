@@ -148,7 +148,7 @@ struct psd_service {
                                           MOVE_DONE or MOVE_CANCEL */
   uint32_t move_dest;                  /* its destination's index + 1 (0:
                                           not said) */
-  int move_to_, move_moved;            /* the move state after it (its
+  int move_after_to, move_after_moved; /* the move state after it (its
                                           requests' move_to, moved) */
   uint64_t move_last;                  /* the last move MOVE_DONE ended */
   int move_threads;                    /* MoveRows threads not yet done */

@@ -341,7 +341,8 @@ static void restarted(struct psd_service *svc, struct cm_rpc_call *call,
               (unsigned long long)id, svc->shard);
     return;
   }
-  int handed = svc->move_handed, to = svc->move_to_, moved = svc->move_moved;
+  int handed = svc->move_handed, to = svc->move_after_to,
+      moved = svc->move_after_moved;
   int held =
       handed && to > 0 && (int)req->move_to == to && (int)req->moved >= moved;
   memcpy(set, svc->move_set, sizeof set);
@@ -561,8 +562,8 @@ static void start(struct psd_service *svc, struct cm_rpc_call *call,
     }
     svc->move_id = req->move;
     svc->move_dest = req->destination;
-    svc->move_to_ = (int)req->move_to;
-    svc->move_moved = (int)req->moved;
+    svc->move_after_to = (int)req->move_to;
+    svc->move_after_moved = (int)req->moved;
     memcpy(svc->move_set, set, PSD__BUCKET_BYTES);
   } else if (memcmp(svc->move_set, set, PSD__BUCKET_BYTES)) {
     pthread_mutex_unlock(&svc->move_lock);
