@@ -12,7 +12,6 @@
  * (one momentum slot, no step counts) still load. Damaged checkpoints are
  * test-ckpt-verify.c's, the table of applied pushes test-ckpt-dedup.c's. */
 #include <check.h>
-#include <dirent.h>
 #include <jansson.h>
 #include <signal.h>
 #include <stdio.h>
@@ -33,13 +32,7 @@ static char err[4096];
 
 /* Entries of the shard directory whose name starts with prefix. */
 static int count_entries(struct psd_ckpt *c, const char *prefix) {
-  DIR *d = opendir(psd_ckpt_dir(c));
-  struct dirent *e;
-  int n = 0;
-  while ((e = readdir(d)))
-    n += strncmp(e->d_name, prefix, strlen(prefix)) == 0;
-  closedir(d);
-  return n;
+  return tu_count_entries(psd_ckpt_dir(c), prefix);
 }
 
 /* File p whole, NUL-terminated (the caller frees it), or NULL. */

@@ -8,7 +8,6 @@
  * that fails at its manifest leaves nothing behind and the version before
  * it whole. */
 #include <check.h>
-#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -303,18 +302,6 @@ START_TEST(other_job_or_shard) {
 }
 END_TEST
 
-/* Entries of dir whose name starts with prefix. */
-static int count_entries(const char *dir, const char *prefix) {
-  DIR *d = opendir(dir);
-  struct dirent *e;
-  int n = 0;
-  ck_assert_ptr_nonnull(d);
-  while ((e = readdir(d)))
-    n += strncmp(e->d_name, prefix, strlen(prefix)) == 0;
-  closedir(d);
-  return n;
-}
-
 START_TEST(manifest_write_fails) {
   /* The write fails at its last file, the manifest (the file size limit
    * above every other file's size, below the manifest's): nothing of it
@@ -350,7 +337,7 @@ START_TEST(manifest_write_fails) {
   ck_assert_msg(strstr(err, "File too large") && strstr(err, "/.tmp-2-") &&
                     strstr(err, "/manifest.json"),
                 "%s", err);
-  ck_assert_int_eq(count_entries(dir, ".tmp-"), 0);
+  ck_assert_int_eq(tu_count_entries(dir, ".tmp-"), 0);
   ck_assert_int_eq(psd_pub_list(dir, &v, &n, err, sizeof err), 0);
   ck_assert_uint_eq(n, 1);
   ck_assert_uint_eq(v[0], 1);

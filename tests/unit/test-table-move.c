@@ -5,7 +5,6 @@
  * pulls, admissions, evictions, drops, installs and restores; and deltas
  * taken while another thread pushes and evicts lose no change. */
 #include <check.h>
-#include <dirent.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -461,14 +460,7 @@ END_TEST
 
 /* Whether dir holds an entry whose name starts with prefix. */
 static int has_entry(const char *dir, const char *prefix) {
-  DIR *d = opendir(dir);
-  struct dirent *e;
-  int found = 0;
-  ck_assert_ptr_nonnull(d);
-  while (!found && (e = readdir(d)))
-    found = !strncmp(e->d_name, prefix, strlen(prefix));
-  closedir(d);
-  return found;
+  return tu_count_entries(dir, prefix) > 0;
 }
 
 /* The destination writes the copies' rows before the hand-over and the

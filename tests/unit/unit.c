@@ -1,9 +1,11 @@
 /* The shared check runner (unit.h). */
 #include "unit.h"
 
+#include <dirent.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 int tu_run(Suite *s, unsigned flags) {
   SRunner *sr = srunner_create(s);
@@ -15,6 +17,17 @@ int tu_run(Suite *s, unsigned flags) {
   failed = srunner_ntests_failed(sr);
   srunner_free(sr);
   return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
+
+int tu_count_entries(const char *dir, const char *prefix) {
+  DIR *d = opendir(dir);
+  struct dirent *e;
+  int n = 0;
+  ck_assert_ptr_nonnull(d);
+  while ((e = readdir(d)))
+    n += strncmp(e->d_name, prefix, strlen(prefix)) == 0;
+  closedir(d);
+  return n;
 }
 
 int tu_skip(const char *why) {

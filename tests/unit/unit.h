@@ -29,4 +29,8 @@ int tu_skip(const char *why);
 struct rlimit tu_file_size_limit(rlim_t bytes);
 void tu_file_size_restore(const struct rlimit *was);
 
+/* Entries of directory dir whose name starts with prefix (the directory
+ * must open). */
+int tu_count_entries(const char *dir, const char *prefix);
+
 #endif
