@@ -258,8 +258,11 @@ class PublishTest(h.ProcTest):
         self.fulls = {0: {top + 1}}
         self.until_equal(spec, "async")
         p = self.status(spec)[0]["publish"]
-        self.assertEqual((p["version"], p["full"], p["failed"], p["error"]),
-                         (top + 1, True, 1, ""))
+        # Failed once or more: each interval before the block went tried
+        # again (a slow machine's, ASan's, can fit a second), each taking
+        # the same version.
+        self.assertEqual((p["version"], p["full"], p["error"]), (top + 1, True, ""))
+        self.assertGreaterEqual(p["failed"], 1)
         # A shard restarted goes on after its highest version, with a full
         # one (it restarts empty: no checkpoint dir).
         top = pubread.versions(self.pubdir("async", 1))[-1]
