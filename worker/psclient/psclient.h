@@ -449,9 +449,10 @@ struct psc__checkpoint {
  * shard s of the spec (out is caller-owned, one entry per shard), so the
  * caller sees each shard's outcome: a shard past the layout's count is
  * asked too (a standby one holding rows a live move gave it writes them),
- * and one that writes none or is not reached is marked standby. Returns 0 when every shard answered;
- * CM_ENOMEM when nothing was sent (out is then all zero); else the code of
- * a shard that did not, with psc__client_error naming that shard. */
+ * and one that writes none or is not reached is marked standby. Returns 0 when
+ * every shard answered; CM_ENOMEM when nothing was sent (out is then all zero);
+ * else the code of a shard that did not, with psc__client_error naming that
+ * shard. */
 int psc__client_checkpoint(struct psc__client *c, int wait,
                            struct psc__checkpoint *out);
 
