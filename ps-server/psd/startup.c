@@ -169,20 +169,6 @@ static void own_layout(struct psd_server *srv, const char *root,
   psd_ckpt_free(c);
 }
 
-/* Whether a standby shard owns buckets by the live move state found at
- * start (psd_move_startup): rows a move gave it. */
-static int standby_holds_rows(const struct psd_server *srv) {
-  struct cm_layout_map *map;
-  int own = 0;
-  if (!srv->self.move_to || !(map = malloc(sizeof *map)))
-    return 0;
-  cm_layout_map_moving(map, srv->nshards, srv->self.move_to, srv->self.moved);
-  for (unsigned b = 0; b < CM_LAYOUT_BUCKETS && !own; b++)
-    own = map->shard[b] == srv->shard;
-  free(map);
-  return own;
-}
-
 /* Resumes into the layout switch sw found at start (switch.h): this
  * shard's own checkpoint of the layout before it is loaded (tables,
  * applied pushes, move state) and its staged variables take the place of
@@ -222,6 +208,7 @@ static enum psd_exit resume_switch(struct psd_server *srv,
   srv->layout = sw->layout;
   srv->nshards = sw->to;
   srv->standby = srv->shard >= sw->to;
+  srv->holding = 0; /* every move was made before: one taken out holds none */
   srv->self.move_to = 0; /* the switch ends the move */
   srv->self.moved = 0;
   psd_ckpt_set_layout(srv->ckpt, sw->to, sw->layout, !srv->standby);
@@ -334,14 +321,9 @@ enum psd_exit psd_server_restore(struct psd_server *srv) {
   if (sw.found && resume_switch(srv, &sw, own_n))
     return PSD_EXIT_FAILED;
   if (srv->standby) {
-    if (standby_holds_rows(srv)) {
-      psd_ckpt_take_rows(srv->ckpt);
-      srv->holding = 1;
-      cm_info("standing by with rows moved here (%s): this shard "
-              "checkpoints them in %s",
-              srv->store ? "from its checkpoint" : "from its move files",
-              psd_ckpt_dir(srv->ckpt));
-    }
+    if (srv->holding)
+      psd_move_hold(srv, srv->store ? "found in its checkpoint"
+                                    : "found in its move files");
     return PSD_EXIT_OK;
   }
   if (!srv->store) {

@@ -347,6 +347,16 @@ out:
   return rc;
 }
 
+void psd_move_hold(struct psd_server *srv, const char *how) {
+  if (!srv->ckpt)
+    return;
+  psd_ckpt_take_rows(srv->ckpt);
+  __atomic_store_n(&srv->holding, 1, __ATOMIC_RELEASE);
+  cm_info("standing by with rows moved here (%s): ps:%d checkpoints them "
+          "from now on, in %s",
+          how, srv->shard, psd_ckpt_dir(srv->ckpt));
+}
+
 /* ---- Admin/MoveBuckets ---- */
 
 struct psd_move {
@@ -376,17 +386,11 @@ static void *move_thread(void *arg) {
                             srv->ckpt, &res, err, sizeof err);
   struct cm_rpc_call *call = m->call;
   int from = m->from;
-  /* A standby shard holds rows now: its checkpoints take them from here
-   * on, as a shard of the layout's do (a move cancelled part way leaves
+  /* A standby shard holds rows now (a move cancelled part way leaves
    * them here while the job trains). */
-  if (!rc && srv->ckpt && __atomic_load_n(&srv->standby, __ATOMIC_ACQUIRE) &&
-      !__atomic_load_n(&srv->holding, __ATOMIC_ACQUIRE)) {
-    psd_ckpt_take_rows(srv->ckpt);
-    __atomic_store_n(&srv->holding, 1, __ATOMIC_RELEASE);
-    cm_info("standing by with rows moved here: ps:%d checkpoints them from "
-            "now on, in %s",
-            srv->shard, psd_ckpt_dir(srv->ckpt));
-  }
+  if (!rc && __atomic_load_n(&srv->standby, __ATOMIC_ACQUIRE) &&
+      !__atomic_load_n(&srv->holding, __ATOMIC_ACQUIRE))
+    psd_move_hold(srv, "by this move");
   /* Not busy before the answer leaves: the orchestrator's next call, made
    * once it has the answer, is taken (it joins this thread first, so
    * nothing of m is touched after this). */

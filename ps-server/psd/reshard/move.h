@@ -103,6 +103,12 @@ int psd_move_buckets(struct psd_service *svc, struct psd_peers *peers, int self,
 #define PSD_MOVE_START_MS 5000
 int psd_move_startup(struct psd_server *srv);
 
+/* A standby shard that holds rows a live move gave it (`how`: by a move
+ * now, or found at start): its checkpoints take them from now on, as a
+ * shard of the layout's do (psd_ckpt_take_rows, srv->holding), logged.
+ * Nothing without checkpoints. */
+void psd_move_hold(struct psd_server *srv, const char *how);
+
 /* Drops the table rows of every bucket map gives another shard (at
  * start: a shard keeps only what its layout or move state owns); *owned:
  * the buckets it keeps, *dropped: the rows dropped. Returns 0 or

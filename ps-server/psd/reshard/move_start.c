@@ -289,6 +289,9 @@ int psd_move_startup(struct psd_server *srv) {
   }
   srv->self.move_to = to;
   srv->self.moved = k;
+  /* A standby shard that owns buckets holds their rows (startup.c holds
+   * them once a switch resumed into leaves it standing by). */
+  srv->holding = srv->standby && owned > 0;
   if (srv->ckpt)
     finish_last(srv, to);
   cm_info("live move: ps:%d goes on with the move from %d to %d shards "
