@@ -257,6 +257,20 @@ class Proc:
         return self.p.returncode
 
 
+def until(what, cond, timeout=30, every=0.05):
+    """Polls cond() (reading processes' output or state; a condition, never a
+    fixed sleep) until it returns something true; returns that. Fails the
+    test (AssertionError naming what) after timeout seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        got = cond()
+        if got:
+            return got
+        if time.monotonic() > deadline:
+            raise AssertionError("%s: not within %d s" % (what, timeout))
+        time.sleep(every)
+
+
 def ctr_table_job(data_dir):
     """The job keys of a small CTR model (deploy/examples/ctr.json's, on
     50,000 examples generated into data_dir) whose embedding tables give a

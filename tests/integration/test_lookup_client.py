@@ -108,14 +108,7 @@ class ServingCase(h.ProcTest):
 
     def until(self, what, cond, timeout=20):
         """Polls cond() (a condition, never a fixed sleep) until true."""
-        deadline = time.monotonic() + timeout
-        while True:
-            got = cond()
-            if got:
-                return got
-            if time.monotonic() > deadline:
-                self.fail("%s: not within %d s" % (what, timeout))
-            time.sleep(0.05)
+        return h.until(what, cond, timeout)
 
 
 class PublishedCase(ServingCase):

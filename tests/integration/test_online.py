@@ -110,14 +110,8 @@ class OnlineTest(h.ProcTest):
         os.rename(tmp, os.path.join(self.stream, part))
 
     def until(self, what, cond, timeout=30):
-        deadline = time.monotonic() + timeout
-        while True:
-            got = cond()
-            if got:
-                return got
-            if time.monotonic() > deadline:
-                self.fail("%s: not within %d s" % (what, timeout))
-            time.sleep(0.05)
+        """Polls cond() (a condition, never a fixed sleep) until true."""
+        return h.until(what, cond, timeout)
 
     def pubdir(self, shard):
         return os.path.join(self.d, "pub", JOB, "ps-%d" % shard)

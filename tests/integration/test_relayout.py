@@ -210,15 +210,17 @@ class RelayoutTest(h.ProcTest):
             # A batch of this round (ps:0's log holds its earlier rounds').
             seen_n = len(re.findall(r"live move: batch \d+, ", ps[0].output()))
             batch = rng.randint(20, 1365 // per // 3)
-            self.until(lambda: len(re.findall(r"live move: batch \d+, ", ps[0].output()))
-                       - seen_n >= batch, "ps:0's batch %d of this round" % batch)
+            h.until("ps:0's batch %d of this round" % batch,
+                    lambda: len(re.findall(r"live move: batch \d+, ", ps[0].output()))
+                    - seen_n >= batch, timeout=120, every=0.01)
             # No push past the checkpoints: the clients paused, every shard
             # (those holding moved rows by move files too) checkpointed.
             paused = [c.output().count("paused acked=") for c in clients]
             with open(self.pausefile, "w"):
                 pass
-            self.until(lambda: all(c.output().count("paused acked=") > n
-                                   for c, n in zip(clients, paused)), "both clients paused")
+            h.until("both clients paused",
+                    lambda: all(c.output().count("paused acked=") > n
+                                for c, n in zip(clients, paused)), timeout=120, every=0.01)
             r = h.psctl(self.spec, "checkpoint", "--wait", timeout=120)
             self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
             ps[victim].stop(signal.SIGKILL)
@@ -291,8 +293,9 @@ class RelayoutTest(h.ProcTest):
                       "reshard", "--shards", "3", "--batch", "8"])
         self.procs.append(ctl)
         # Cut once ps:0 has given ps:2 a few batches.
-        self.until(lambda: len(re.findall(r"move \d+: handed over", ps[0].output())) >= 3,
-                   "ps:0's third batch handed over")
+        h.until("ps:0's third batch handed over",
+                lambda: len(re.findall(r"move \d+: handed over", ps[0].output())) >= 3,
+                timeout=120, every=0.01)
         # Each end drops what it sends the other (iptables in its
         # namespace): packets vanish, connections in flight stall, new
         # ones hang.
@@ -317,15 +320,6 @@ class RelayoutTest(h.ProcTest):
         self.go_on(clients, "psd: layout moved: now layout 1 of 3 shards", 3)
         self.verify(clients, 1, 3)
         self.stop(ps)
-
-    @staticmethod
-    def until(cond, what, timeout=120):
-        """Polls cond (reading processes' output) until it holds."""
-        deadline = time.monotonic() + timeout
-        while not cond():
-            if time.monotonic() > deadline:
-                raise AssertionError("timed out waiting for " + what)
-            time.sleep(0.01)
 
     def verify(self, clients, layout, shards=2):
         """Stops the pushers; a fresh client reads back minus the sum of
