@@ -63,16 +63,21 @@ static int make_serve(struct psd_server *srv, struct psd_serve **out) {
   const struct cm_job *job = &srv->spec->job;
   char dir[1200];
   psd_pub_dir(job->publish_dir, job->name, srv->shard, dir, sizeof dir);
-  struct psd_serve_conf c = {.dir = dir,
-                             .job = job->name,
-                             .replica = srv->replica,
-                             .shard = srv->shard,
-                             .shards = srv->spec->nps,
-                             .seed = job->seed,
-                             .tables = job->tables,
-                             .ntables = job->ntables,
-                             .defaults = &job->table_defaults,
-                             .max_message = (uint64_t)cm_rpc_max_message()};
+  struct psd_serve_conf c = {
+      .dir = dir,
+      .job = job->name,
+      .replica = srv->replica,
+      .shard = srv->shard,
+      .shards = srv->spec->nps,
+      .job_shards = job->shards > 0 ? job->shards : srv->spec->nps,
+      /* two intervals and a second: the new
+         shard's next publication, read */
+      .keep_left_ms = 2000 * job->publish_interval_s + 1000,
+      .seed = job->seed,
+      .tables = job->tables,
+      .ntables = job->ntables,
+      .defaults = &job->table_defaults,
+      .max_message = (uint64_t)cm_rpc_max_message()};
   /* A serving task holds nothing a caller trained: no boot id to check. */
   srv->self =
       (struct cm_request_self){.shard = srv->shard,

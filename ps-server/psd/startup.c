@@ -397,8 +397,26 @@ static int attach_saver(struct psd_server *srv) {
   return 0;
 }
 
-/* Starts the publisher when job.publish.dir is set (publish.h). Returns 0,
- * or an error reported. */
+/* The publisher's hold_layout (publish.h): a standby shard publishes only
+ * while a live move has given it rows. */
+static int hold_layout(void *ctx, struct psd_pub_layout *out) {
+  struct psd_server *srv = ctx;
+  if (__atomic_load_n(&srv->standby, __ATOMIC_ACQUIRE) &&
+      !__atomic_load_n(&srv->holding, __ATOMIC_ACQUIRE))
+    return 1;
+  psd_service_layout_hold(srv->service, &out->layout, &out->shards,
+                          &out->move_to, &out->moved);
+  return 0;
+}
+
+static void release_layout(void *ctx) {
+  struct psd_server *srv = ctx;
+  psd_service_layout_release(srv->service);
+}
+
+/* Starts the publisher when job.publish.dir is set (publish.h), a standby
+ * shard's too: it publishes once a live move gives it rows. Returns 0, or
+ * an error reported. */
 static int attach_publisher(struct psd_server *srv) {
   const struct cm_job *job = &srv->spec->job;
   char err[1200];
@@ -418,7 +436,10 @@ static int attach_publisher(struct psd_server *srv) {
                                  .store = srv->store,
                                  .tables = srv->tables,
                                  .dedup = psd_service_dedup(srv->service),
-                                 .saver = srv->saver};
+                                 .saver = srv->saver,
+                                 .hold_layout = hold_layout,
+                                 .release_layout = release_layout,
+                                 .layout_ctx = srv};
   if ((rc = psd_publisher_new(&srv->publisher, &o, err, sizeof err))) {
     cm_error("job.publish.dir: %s", err);
     return rc;
@@ -474,7 +495,7 @@ enum psd_exit psd_server_open(struct psd_server *srv) {
   if (srv->switched_layout && srv->saver)
     psd_saver_request(srv->saver, "layout switch, resumed at start");
   psd_switch_finish(srv); /* ps:0: the COMMIT its last process did not send */
-  if (!srv->standby && attach_publisher(srv))
+  if (attach_publisher(srv))
     return PSD_EXIT_FAILED;
   psd_service_set_limits(
       srv->service,

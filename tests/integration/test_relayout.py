@@ -77,14 +77,22 @@ class RelayoutTest(h.ProcTest):
             got = c.wait_for("acked=%d;" % (n + more), timeout=180)
             self.assertIn("shards=%d" % shards, got)
 
-    def job(self):
-        """The spec: 3 addresses, a job that starts on 2; two pushers."""
+    def job(self, serve=False):
+        """The spec: 3 addresses, a job that starts on 2; two pushers. With
+        serve, the shards publish every 0.2 s and a serving task per
+        address follows them."""
         self.spec = os.path.join(self.d, "spec.json")
-        h.write_spec(self.spec, nps=3, nworker=2, job={
-            "name": "rl", "shards": 2, "optimizer": {"type": "sgd", "lr": 1.0},
-            "tables": [{"name": "cnt", "dim": 2, "init": "zeros",
-                        "optimizer": {"type": "sgd", "lr": 1.0}}],
-            "checkpoint": {"dir": os.path.join(self.d, "ck")}, "retry_s": 240})
+        job = {"name": "rl", "shards": 2, "optimizer": {"type": "sgd", "lr": 1.0},
+               "tables": [{"name": "cnt", "dim": 2, "init": "zeros",
+                           "optimizer": {"type": "sgd", "lr": 1.0}}],
+               "checkpoint": {"dir": os.path.join(self.d, "ck")}, "retry_s": 240}
+        if serve:
+            job["publish"] = {"dir": os.path.join(self.d, "pub"), "interval_s": 0.2}
+        cfg = h.write_spec(self.spec, nps=3, nworker=2, job=job)
+        if serve:
+            cfg["cluster"]["serve"] = ["127.0.0.1:%d" % p for p in h.free_ports(3)]
+            with open(self.spec, "w") as f:
+                json.dump(cfg, f)
         self.stopfile = os.path.join(self.d, "stop")
 
     def pushers(self):
@@ -139,6 +147,83 @@ class RelayoutTest(h.ProcTest):
             self.assertIn("ps:0 says done" if not how else "reshard done in", r.stdout)
             self.go_on(clients, "psd: layout moved: " + line, m)
         self.verify(clients, 4)
+        self.stop(ps)
+
+    def test_serving_follows_live_moves(self):
+        """Serving tasks, one per address, follow a job whose table rows
+        move live 2 -> 3 -> 2 while two clients push, and a serving client
+        (relayout_looker.py, psd.Serving) looks up every row of the table
+        and the split dense variable throughout: not one lookup fails, no
+        row once found is answered not found, and once the pushers stop
+        the served values equal every acknowledged push (ps:2 published
+        the rows moved to it while standing by, and serve:2 answered
+        them)."""
+        self.job(serve=True)
+        ps = self.start(3)
+        serve = [h.Proc([h.build_path("ps-server", "psd"), "--cluster", self.spec,
+                         "--task", "serve:%d" % j]) for j in range(3)]
+        self.procs += serve
+        for p in serve:
+            p.wait_for("ready: listening on")
+        clients = self.pushers()
+        look = [os.path.join(self.d, n) for n in ("lookstop", "save", "looked.npz")]
+        looker = h.Proc(["/usr/bin/python3", os.path.join(HERE, "relayout_looker.py"),
+                         h.BUILD, self.spec] + look)
+        self.procs.append(looker)
+        looker.wait_for("all_found=1", timeout=120)
+
+        def looked():
+            got = re.findall(r"looked=(\d+);", looker.output())
+            return int(got[-1]) if got else 0
+        for m, line in ((3, "now layout 1 of 3 shards (was 0 of 2"),
+                        (2, "now layout 2 of 2 shards (was 1 of 3")):
+            # 8 buckets a batch: 171 hand-overs each way, lookups between
+            r = h.run([h.build_path("ps-server", "psctl"), "--cluster", self.spec,
+                       "reshard", "--shards", str(m), "--batch", "8"], timeout=300)
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+            self.assertIn("ps:0 says done", r.stdout)
+            self.go_on(clients, "psd: layout moved: " + line, m)
+            looker.wait_for("looked=%d;" % (looked() + 3), timeout=60)
+        # The standby shard published the rows moved to it; its task served them.
+        self.assertIn("publication 1 (full)", ps[2].output())
+        self.assertIn("serving version 1 (full", serve[2].output())
+        self.verify(clients, 2)
+
+        # The pushers stopped: the served values come to equal every push.
+        sums = [np.load(os.path.join(self.d, "sums%d.npz" % k)) for k in range(2)]
+        want_rows = -(sums[0]["rows"] + sums[1]["rows"])
+        want_d = -(sums[0]["d"] + sums[1]["d"])
+        bad = None
+
+        def served():
+            nonlocal bad
+            n = looker.output().count("saved ")
+            with open(look[1], "w"):
+                pass
+            h.until("the looker's save", lambda: looker.output().count("saved ") > n,
+                    timeout=60)
+            got = np.load(look[2])
+            bad = (np.count_nonzero(got["rows"] != want_rows),
+                   np.count_nonzero(got["d"] != want_d))
+            return bad == (0, 0)
+        try:
+            h.until("the served values to equal every acknowledged push", served,
+                    timeout=60, every=0.3)
+        except AssertionError:
+            raise AssertionError("served values differ (rows, d): %s\nlooker: %s\n%s" % (
+                bad, looker.output()[-1500:],
+                "\n".join(p.output()[-1500:] for p in serve)))
+        with open(look[0], "w"):
+            pass
+        self.assertEqual(looker.wait(timeout=60), 0, looker.output()[-3000:])
+        self.assertIn("done ", looker.output())
+        last = looker.output().strip().splitlines()[-1]
+        self.assertRegex(last, r"done looked=\d+; failed=0; unfound=0$",
+                         "\n".join(l for l in looker.lines if l.startswith("failed"))[:3000])
+        print("serving: %s across 2 -> 3 -> 2 live (%s); serve:2 applied %d "
+              "publications" % (last, re.findall(r"slowest round [0-9.]+ ms",
+                                                 looker.output())[-1],
+                                serve[2].output().count("serving version")))
         self.stop(ps)
 
     def test_live_reshards_with_kills_under_pushers(self):

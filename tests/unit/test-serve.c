@@ -10,6 +10,7 @@
  * full one replacing every row, every other call refused by name, and
  * Status's ServingStatus. */
 #include <check.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -24,6 +25,7 @@
 #include "rpc.h"
 #include "rpc_server.h"
 #include "serve.h"
+#include "serve_internal.h"
 #include "table.h"
 #include "unit.h"
 #include "wire.h"
@@ -304,6 +306,67 @@ START_TEST(deltas_and_full) {
 }
 END_TEST
 
+/* A live move 2 -> 3 takes buckets from shard 1 (docs/serving.md
+ * "Following a reshard"): the version that names it lists their rows as
+ * removed, as a source does, yet they are answered a while (the new
+ * shard's task catching up), then dropped; an id never this shard's is
+ * answered "layout moved" with the version's layout, for the client to
+ * plan again. */
+START_TEST(buckets_a_move_took_stay_answered_a_while) {
+  struct cm_layout_map *map3 = malloc(sizeof *map3);
+  int total = cm_layout_map_moving(map3, 2, 3, CM_LAYOUT_BUCKETS);
+  uint64_t stay = 0, left = 0, other = 0;
+  char err[512], want[200];
+  struct got g;
+  for (uint64_t id = 1; !stay || !left || !other; id++) {
+    int was = cm_layout_map_id_shard(&map2, id),
+        now = map3->shard[cm_layout_bucket(cm_layout_id_hash(id))];
+    if (was == 1 && now == 1 && !stay)
+      stay = id;
+    else if (was == 1 && now == 2 && !left)
+      left = id;
+    else if (was == 0 && now == 0 && !other)
+      other = id;
+  }
+  uint64_t both[2] = {stay, left};
+  s->keep_left_ms = 60000;
+  ck_assert_int_eq(apply(pub(1, 1, 1, both, 2, NULL, 0), err), 0);
+  struct psd_pub *p = pub(2, 0, 1, &stay, 1, &left, 1);
+  p->move_to = 3;
+  p->moved = total;
+  ck_assert_int_eq(apply(p, err), 0);
+  caller.shards = 2;
+  caller.move_to = 3;
+  caller.moved = (uint32_t)total;
+  lookup("emb", both, 2, NULL, 0, 0, GRPC_STATUS_OK, NULL, &g);
+  ck_assert_int_eq(g.r->found.data[0], 1);
+  ck_assert_int_eq(g.r->found.data[1], 1); /* left, still answered */
+  ck_assert(g.data[2] == (float)left + 1); /* version 1's value */
+  ck_assert_int_eq(g.r->shards, 2);
+  ck_assert_int_eq(g.r->move_to, 3);
+  ck_assert_int_eq(g.r->moved, total);
+  got_free(&g);
+  snprintf(want, sizeof want,
+           "layout moved: ps:1 holds layout 0 of 2 shards, rows by buckets, "
+           "moving to 3 shards after %d moves",
+           total);
+  lookup("emb", &other, 1, NULL, 0, 0, GRPC_STATUS_FAILED_PRECONDITION, want,
+         &g);
+  /* its time up, the next version drops it */
+  s->keep_left_ms = 0;
+  p = pub(3, 0, 1, &stay, 1, NULL, 0);
+  p->move_to = 3;
+  p->moved = total;
+  ck_assert_int_eq(apply(p, err), 0);
+  lookup("emb", &left, 1, NULL, 0, 0, GRPC_STATUS_FAILED_PRECONDITION,
+         "on shard 2", &g);
+  caller.shards = 0;
+  caller.move_to = 0;
+  caller.moved = 0;
+  free(map3);
+}
+END_TEST
+
 START_TEST(other_calls_refused_and_status) {
   Psd__V1__PushRequest push = PSD__V1__PUSH_REQUEST__INIT;
   Psd__V1__StatusRequest st = PSD__V1__STATUS_REQUEST__INIT;
@@ -353,6 +416,7 @@ static Suite *suite(void) {
   tcase_add_checked_fixture(tc, setup, teardown);
   tcase_add_test(tc, lookup_rows_and_dense);
   tcase_add_test(tc, deltas_and_full);
+  tcase_add_test(tc, buckets_a_move_took_stay_answered_a_while);
   tcase_add_test(tc, other_calls_refused_and_status);
   suite_add_tcase(su, tc);
   return su;

@@ -405,6 +405,11 @@ int psc__is_moved(const struct cm_unary *u);
  * such a message. */
 int psc__moved_parse(const char *details, struct psc__moved *m);
 
+/* Whether a names a later layout than b: a larger version, or the same
+ * version and a move b does not name, or the same move with more moves
+ * made. */
+int psc__moved_later(const struct psc__moved *a, const struct psc__moved *b);
+
 /* Whether m names a layout newer than the one c plans for: a larger
  * version; or the same version and a move c does not know of, or the same
  * move (same M) with more moves made; or, neither side moving, the same

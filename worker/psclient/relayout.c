@@ -157,10 +157,7 @@ int psc__moved_parse(const char *details, struct psc__moved *m) {
   return 0;
 }
 
-/* Whether a names a later layout than b: a larger version, or the same
- * version and a move b does not name, or the same move with more moves
- * made. */
-static int later(const struct psc__moved *a, const struct psc__moved *b) {
+int psc__moved_later(const struct psc__moved *a, const struct psc__moved *b) {
   if (a->layout != b->layout)
     return a->layout > b->layout;
   if (!a->move_to)
@@ -174,7 +171,7 @@ int psc__moved_newer(const struct psc__client *c, const struct psc__moved *m) {
                             .rows = c->map.rule,
                             .move_to = c->move_to,
                             .moves = c->moves};
-  if (later(m, &mine))
+  if (psc__moved_later(m, &mine))
     return 1;
   /* No move said, in the client's version: a shard that has not learnt
    * of the move yet while the client has (the move's end steps the
@@ -436,8 +433,9 @@ int psc__client_take_layout(struct psc__client *c, int shard, uint64_t layout,
 void psc__note_moved(struct psc__client *c, int *seen, const char *details) {
   struct psc__moved now, kept;
   /* A message not understood replaces none (psc__relayout says it). */
-  if (*seen && (psc__moved_parse(details, &now) ||
-                psc__moved_parse(c->moved, &kept) || !later(&now, &kept)))
+  if (*seen &&
+      (psc__moved_parse(details, &now) || psc__moved_parse(c->moved, &kept) ||
+       !psc__moved_later(&now, &kept)))
     return;
   snprintf(c->moved, sizeof c->moved, "%s", details);
   *seen = 1;

@@ -22,6 +22,7 @@
 #include "ps.pb-c.h"
 #include "rpc.h"
 #include "rpc_client.h"
+#include "wire.h"
 
 /* After every replica of a shard failed in a row: BACKOFF_MS, doubling up
  * to BACKOFF_MAX_MS (as retry.c's for the training shards). */
@@ -35,20 +36,29 @@ struct known_dim {
 };
 
 struct psc__serving {
-  const struct cm_spec *spec;   /* borrowed */
-  char worker[64];              /* identity sent with every call */
-  uint64_t spec_fp;             /* cm_spec_fingerprint(spec) */
-  struct cm_creds creds;        /* owned: the spec's token and TLS */
-  int nshards;                  /* training shards, spec->nps */
-  struct cm_layout_map map;     /* their row map: where each id is looked
-                                   up (a fresh job's buckets, until a task
-                                   answers "rows moved") */
-  int rows_moved;               /* the last call ended on "rows moved" and
-                                   map took the task's rule */
-  int nrep;                     /* replicas per shard, nserve / nps */
-  int ntasks;                   /* serving tasks, nserve */
-  struct cm_channel **ch;       /* owned, one per serving task */
-  int *cur;                     /* owned, per shard: the replica in use */
+  const struct cm_spec *spec;        /* borrowed */
+  char worker[64];                   /* identity sent with every call */
+  uint64_t spec_fp;                  /* cm_spec_fingerprint(spec) */
+  struct cm_creds creds;             /* owned: the spec's token and TLS */
+  int nshards;                       /* training shards, spec->nps */
+  struct cm_layout_map map;          /* their row map: where each id is looked
+                                        up (a fresh job's buckets, until a task
+                                        answers "rows moved") */
+  int rows_moved;                    /* the last call ended on "rows moved" and
+                                        map took the task's rule, or on "layout
+                                        moved" naming a layout not known */
+  int job_shards;                    /* the count a new job starts on */
+  struct psc__moved *held;           /* owned, per shard: the layout its serving
+                                        task's publications place rows by, as
+                                        its last answer said (nshards 0: none
+                                        heard) */
+  uint16_t route[CM_LAYOUT_BUCKETS]; /* per bucket: the shard asked */
+  int route_dirty;                   /* held changed since route was built */
+  double probed_ms;                  /* cm_mono_ms of the last probe */
+  int nrep;                          /* replicas per shard, nserve / nps */
+  int ntasks;                        /* serving tasks, nserve */
+  struct cm_channel **ch;            /* owned, one per serving task */
+  int *cur;                          /* owned, per shard: the replica in use */
   char (*cause)[256];           /* owned, per task: its last failure in words */
   int timeout_ms;               /* deadline of each call */
   double retry_ms;              /* budget of a shard's outage, ms; <= 0: one
@@ -103,7 +113,9 @@ int psc__serving_new(struct psc__serving **out, const struct cm_spec *spec,
   snprintf(s->worker, sizeof s->worker, "%s",
            given.worker ? given.worker : "psc");
   s->nshards = spec->nps;
+  s->job_shards = spec->job.shards > 0 ? spec->job.shards : spec->nps;
   cm_layout_map_init(&s->map, CM_LAYOUT_RULE_BUCKETS, s->nshards);
+  s->route_dirty = 1;
   s->ntasks = spec->nserve;
   s->nrep = cm_layout_serve_replicas(spec->nserve, spec->nps);
   s->timeout_ms = given.timeout_ms > 0       ? given.timeout_ms
@@ -117,7 +129,8 @@ int psc__serving_new(struct psc__serving **out, const struct cm_spec *spec,
     goto out;
   if (!(s->ch = calloc((size_t)s->ntasks, sizeof *s->ch)) ||
       !(s->cause = calloc((size_t)s->ntasks, sizeof *s->cause)) ||
-      !(s->cur = calloc((size_t)s->nshards, sizeof *s->cur))) {
+      !(s->cur = calloc((size_t)s->nshards, sizeof *s->cur)) ||
+      !(s->held = calloc((size_t)s->nshards, sizeof *s->held))) {
     rc = CM_ENOMEM;
     snprintf(err, errlen, "out of memory");
     goto out;
@@ -148,6 +161,7 @@ void psc__serving_free(struct psc__serving *s) {
   free(s->ch);
   free(s->cause);
   free(s->cur);
+  free(s->held);
   free(s->dims);
   cm_creds_free(&s->creds);
   if (s->cq)
@@ -210,14 +224,203 @@ void psc__serving_caller(const struct psc__serving *s, Psd__V1__Caller *out) {
   out->rows = s->map.rule;
 }
 
-const struct cm_layout_map *psc__serving_map(const struct psc__serving *s) {
-  return &s->map;
-}
-
 int psc__serving_rows_moved(struct psc__serving *s) {
   int moved = s->rows_moved;
   s->rows_moved = 0;
   return moved;
+}
+
+/* ---- Following a reshard (docs/serving.md "Following a reshard"): each
+ * shard's serving task says, in every answer, the layout and live move its
+ * publications place rows by; a bucket is asked of the shard whose own
+ * word gives it that shard (the latest such word when two do: the
+ * destination of a move once its task caught up), else of its owner in
+ * the oldest word heard (the source, which answers a bucket that left it
+ * for a while). A shard not heard from is taken to hold the latest word
+ * when it is in that layout's count, nothing otherwise (a standby shard's
+ * task has published nothing before a move gives it rows). */
+
+/* The latest word heard, or a fresh job's layout. */
+static struct psc__moved latest(const struct psc__serving *s) {
+  struct psc__moved l = {.nshards = s->job_shards,
+                         .rows = s->map.rule ? s->map.rule
+                                             : CM_LAYOUT_RULE_BUCKETS};
+  int any = 0;
+  for (int sh = 0; sh < s->nshards; sh++)
+    if (s->held[sh].nshards && (!any || psc__moved_later(&s->held[sh], &l))) {
+      l = s->held[sh];
+      any = 1;
+    }
+  return l;
+}
+
+/* Shard sh's word, or the latest for a shard of its count not heard
+ * from; nshards 0: none (a shard past it, not heard from). */
+static struct psc__moved word_of(const struct psc__serving *s, int sh,
+                                 const struct psc__moved *l) {
+  struct psc__moved none = {0};
+  if (s->held[sh].nshards)
+    return s->held[sh];
+  return sh < l->nshards ? *l : none;
+}
+
+/* The map a word places rows by. Returns 0. */
+static int word_map(const struct psc__moved *w, struct cm_layout_map *m) {
+  if (w->move_to && w->move_to != w->nshards &&
+      w->rows != CM_LAYOUT_RULE_MODULO)
+    cm_layout_map_moving(m, w->nshards, w->move_to, w->moves);
+  else
+    cm_layout_map_init(m, w->rows, w->nshards);
+  return 0;
+}
+
+/* Builds s->route from the words held. */
+static void build_route(struct psc__serving *s) {
+  struct psc__moved l = latest(s), oldest = l;
+  struct cm_layout_map *maps = malloc((size_t)(s->nshards + 1) * sizeof *maps);
+  struct psc__moved *w = calloc((size_t)s->nshards + 1, sizeof *w);
+  if (!maps || !w) { /* without memory: the latest word's map */
+    struct cm_layout_map m;
+    if (!word_map(&l, &m))
+      for (unsigned b = 0; b < CM_LAYOUT_BUCKETS; b++)
+        s->route[b] = m.shard[b];
+    goto out;
+  }
+  for (int sh = 0; sh < s->nshards; sh++) {
+    w[sh] = word_of(s, sh, &l);
+    if (w[sh].nshards && word_map(&w[sh], &maps[sh]))
+      w[sh].nshards = 0;
+    if (w[sh].nshards && psc__moved_later(&oldest, &w[sh]))
+      oldest = w[sh];
+  }
+  if (word_map(&oldest, &maps[s->nshards]))
+    cm_layout_map_init(&maps[s->nshards], CM_LAYOUT_RULE_BUCKETS, l.nshards);
+  for (unsigned b = 0; b < CM_LAYOUT_BUCKETS; b++) {
+    int pick = -1;
+    for (int sh = 0; sh < s->nshards; sh++)
+      if (w[sh].nshards && maps[sh].shard[b] == sh &&
+          (pick < 0 || psc__moved_later(&w[sh], &w[pick])))
+        pick = sh;
+    s->route[b] = pick >= 0 ? (uint16_t)pick : maps[s->nshards].shard[b];
+  }
+out:
+  free(maps);
+  free(w);
+  s->route_dirty = 0;
+}
+
+int psc__serving_route(struct psc__serving *s, uint64_t id) {
+  if (s->map.rule == CM_LAYOUT_RULE_MODULO)
+    return cm_layout_map_id_shard(&s->map, id);
+  if (s->route_dirty)
+    build_route(s);
+  int sh = s->route[cm_layout_bucket(cm_layout_id_hash(id))];
+  return sh < s->nshards ? sh : 0;
+}
+
+int psc__serving_layout_shards(struct psc__serving *s) {
+  struct psc__moved l = latest(s);
+  return l.nshards < s->nshards ? l.nshards : s->nshards;
+}
+
+int psc__serving_lagging(struct psc__serving *s, int n) {
+  struct psc__moved l = latest(s);
+  for (int sh = 0; sh < n && sh < s->nshards; sh++)
+    if (!s->held[sh].nshards || s->held[sh].layout != l.layout)
+      return 1;
+  return 0;
+}
+
+int psc__serving_learn(struct psc__serving *s, int shard, uint64_t layout,
+                       int nshards, int rule, int move_to, int moved) {
+  struct psc__moved w = {.shard = shard,
+                         .layout = layout,
+                         .nshards = nshards,
+                         .rows = rule ? rule : CM_LAYOUT_RULE_MODULO,
+                         .move_to = move_to,
+                         .moves = move_to ? moved : 0,
+                         .bucket = -1};
+  struct psc__moved *h;
+  if (shard < 0 || shard >= s->nshards || nshards < 1 ||
+      nshards > CM_LAYOUT_MAX_SHARDS)
+    return 0;
+  h = &s->held[shard];
+  if (h->nshards && h->layout == w.layout && h->nshards == w.nshards &&
+      h->rows == w.rows && h->move_to == w.move_to && h->moves == w.moves)
+    return 0;
+  *h = w;
+  s->route_dirty = 1;
+  return 1;
+}
+
+void psc__serving_belief(const struct psc__serving *s, int shard,
+                         Psd__V1__Caller *c) {
+  const struct psc__moved *h = &s->held[shard];
+  if (!h->nshards)
+    return; /* nothing heard: a fresh job's word (shards 0) */
+  c->layout = h->layout;
+  c->shards = h->nshards;
+  c->move_to = (uint32_t)h->move_to;
+  c->moved = (uint32_t)h->moves;
+}
+
+/* A task's "layout moved: ps:S holds layout ..." answer: S's word, kept.
+ * Returns 1 when it was news, 0 when not (or not such an answer). */
+static int take_layout(struct psc__serving *s, int shard,
+                       const struct cm_unary *u) {
+  struct psc__moved m;
+  if (u->status != GRPC_STATUS_FAILED_PRECONDITION ||
+      psc__moved_parse(u->details, &m) || m.shard != shard)
+    return 0;
+  return psc__serving_learn(s, shard, m.layout, m.nshards, m.rows, m.move_to,
+                            m.moves);
+}
+
+int psc__serving_probe(struct psc__serving *s) {
+  struct cm_unary *calls;
+  int n = 0, news = 0;
+  if (cm_mono_ms() - s->probed_ms < 100 ||
+      !(calls = calloc((size_t)s->nshards, sizeof *calls)))
+    return 0;
+  s->probed_ms = cm_mono_ms();
+  /* An empty Lookup of every shard's task in use, tried once: its word (a
+   * task with no publication yet answers UNAVAILABLE, and stays unheard). */
+  for (int sh = 0; sh < s->nshards; sh++) {
+    Psd__V1__LookupRequest req = PSD__V1__LOOKUP_REQUEST__INIT;
+    Psd__V1__Caller caller;
+    psc__serving_caller(s, &caller);
+    req.caller = &caller;
+    req.table = (char *)"";
+    calls[n].channel = s->ch[psc__serving_task(s, sh)];
+    calls[n].method = "/psd.v1.Serve/Lookup";
+    calls[n].user = (void *)(intptr_t)sh;
+    if ((calls[n].request = cm_rpc_pack(&req.base)))
+      n++;
+  }
+  struct cm_run_opts ro = {.timeout_ms =
+                               s->timeout_ms < 2000 ? s->timeout_ms : 2000,
+                           .inflight = 1,
+                           .cq = s->cq,
+                           .interrupted = s->interrupt,
+                           .interrupt_ctx = s->interrupt_arg};
+  cm_client_run(calls, n, &ro);
+  for (int k = 0; k < n; k++) {
+    struct cm_unary *u = &calls[k];
+    Psd__V1__LookupResponse *r;
+    struct cm_wire_msg w;
+    if (u->status == GRPC_STATUS_OK && !cm_wire_parse(&w, u->response)) {
+      if ((r = psd__v1__lookup_response__unpack(NULL, w.head_len, w.head))) {
+        news |=
+            psc__serving_learn(s, (int)(intptr_t)u->user, r->layout, r->shards,
+                               r->rows, (int)r->move_to, (int)r->moved);
+        psd__v1__lookup_response__free_unpacked(r, NULL);
+      }
+      cm_wire_msg_release(&w);
+    }
+    cm_unary_release(u);
+  }
+  free(calls);
+  return news;
 }
 
 /* A task's "rows moved: serve:J places rows by RULE ..." answer: the map
@@ -387,7 +590,10 @@ int psc__serving_call(struct psc__serving *s, const unsigned char *want,
         }
       } else {
         s->last_status = u->status;
-        s->rows_moved = take_rows(s, u);
+        s->rows_moved = take_rows(s, u) || take_layout(s, sh, u);
+        if (!s->rows_moved && u->status == GRPC_STATUS_FAILED_PRECONDITION &&
+            !strncmp(u->details, "layout moved: ", 14))
+          s->rows_moved = 2; /* a word known: its bucket's task lags */
         rc = psc__serving_fail(s, cm_rpc_status_rc(u->status),
                                "%s at serve:%d (%s): %s: %s", what, t,
                                s->spec->serve[t].text,

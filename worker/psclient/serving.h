@@ -86,7 +86,8 @@ int psc__serving_dim(struct psc__serving *s, const char *table, uint32_t *dim);
  * trained and published, 0 when it is the table's initial row (found may
  * be NULL), and versions[shard] the publication version that shard's
  * answer reflects, 0 for shards not asked (versions may be NULL). ids are
- * routed as training routes them, splitmix64(id) % nps. */
+ * routed by the layout the serving tasks' publications name, and follow a
+ * reshard (psc__serving_route). */
 int psc__serving_lookup(struct psc__serving *s, const char *table,
                         const uint64_t *ids, size_t n, float *rows,
                         uint8_t *found, uint64_t *versions);
@@ -126,12 +127,41 @@ int psc__serving_status(struct psc__serving *s, int task,
 
 /* ---- what serving.c lends serving_lookup.c */
 
-/* The training shards' row map the client groups ids by. */
-const struct cm_layout_map *psc__serving_map(const struct psc__serving *s);
-
-/* 1 once, when the last call ended on a task's "rows moved" answer and the
- * map took its rule (the caller groups its ids again and calls again). */
+/* Once, when the last call ended on a task's "rows moved" answer and the
+ * map took its rule, or on its "layout moved" answer: 1 when that was
+ * news (the caller groups its ids again and calls again), 2 when not (the
+ * task that takes the bucket lags: probe, wait, and call again). 0
+ * otherwise. */
 int psc__serving_rows_moved(struct psc__serving *s);
+
+/* The shard an id is asked of, by what each shard's serving task last said
+ * of its layout (serving.c, "Following a reshard"). */
+int psc__serving_route(struct psc__serving *s, uint64_t id);
+
+/* The shard count of the latest layout a task named (or job.shards):
+ * the shards a dense variable is asked of. */
+int psc__serving_layout_shards(struct psc__serving *s);
+
+/* Whether one of shards 0..n-1's tasks has not said it holds the latest
+ * layout a task named (not heard from, or an older one): a dense lookup
+ * whose slices do not fit is asked again then. */
+int psc__serving_lagging(struct psc__serving *s, int n);
+
+/* Keeps what shard's task said of its layout (LookupResponse's layout,
+ * shards, rows, move_to, moved; shards 0: nothing said). Returns 1 when it
+ * was news. */
+int psc__serving_learn(struct psc__serving *s, int shard, uint64_t layout,
+                       int nshards, int rule, int move_to, int moved);
+
+/* Sets c's layout fields to what the client knows of shard's task (none
+ * known: left as they are). */
+struct Psd__V1__Caller;
+void psc__serving_belief(const struct psc__serving *s, int shard,
+                         struct Psd__V1__Caller *c);
+
+/* Asks every shard's task in use once (an empty Lookup, no retry) what it
+ * holds; at most every 100 ms. Returns 1 when a word was news. */
+int psc__serving_probe(struct psc__serving *s);
 
 /* Builds shard's request of a call, or NULL when out of memory. */
 typedef grpc_byte_buffer *(*psc__sv_build)(int shard, void *ctx);

@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "clock.h"
 #include "err.h"
 #include "layout.h"
 #include "ps.pb-c.h"
@@ -47,7 +48,9 @@ struct rows_call {
 static grpc_byte_buffer *rows_build(int shard, void *ctx) {
   struct rows_call *rc = ctx;
   Psd__V1__LookupRequest req = PSD__V1__LOOKUP_REQUEST__INIT;
-  req.caller = &rc->caller;
+  Psd__V1__Caller caller = rc->caller;
+  psc__serving_belief(rc->s, shard, &caller); /* its task's word */
+  req.caller = &caller;
   req.table = (char *)rc->table;
   req.ids.data = (uint8_t *)(rc->ids + rc->first[shard]);
   req.ids.len = rc->count[shard] * sizeof(uint64_t);
@@ -106,6 +109,8 @@ static int rows_read(int shard, grpc_byte_buffer *bb, void *ctx) {
     c->found[c->pos[c->first[shard] + k]] = r->found.data[k] != 0;
   if (c->versions)
     c->versions[shard] = r->version;
+  psc__serving_learn(s, shard, r->layout, r->shards, r->rows, (int)r->move_to,
+                     (int)r->moved);
 out:
   if (r)
     psd__v1__lookup_response__free_unpacked(r, NULL);
@@ -115,8 +120,8 @@ out:
 
 /* Groups ids[0..n) by shard into c (counting sort, stable). */
 static int group(struct rows_call *c, const uint64_t *ids, size_t n,
-                 const struct cm_layout_map *map, unsigned char *want) {
-  int nshards = map->nshards;
+                 unsigned char *want) {
+  int nshards = psc__serving_shards(c->s);
   size_t *at = calloc((size_t)nshards, sizeof *at);
   int *of = malloc(n * sizeof *of + 1);
   int rc = CM_ENOMEM;
@@ -127,7 +132,7 @@ static int group(struct rows_call *c, const uint64_t *ids, size_t n,
   if (!at || !of || !c->ids || !c->pos || !c->first || !c->count)
     goto out;
   for (size_t i = 0; i < n; i++) {
-    of[i] = cm_layout_map_id_shard(map, ids[i]);
+    of[i] = psc__serving_route(c->s, ids[i]);
     c->count[of[i]]++;
   }
   for (int sh = 1; sh < nshards; sh++)
@@ -165,7 +170,7 @@ static int lookup_once(struct psc__serving *s, const char *table,
   psc__serving_caller(s, &c.caller);
   if (versions)
     memset(versions, 0, (size_t)nshards * sizeof *versions);
-  if (!want || group(&c, ids, n, psc__serving_map(s), want)) {
+  if (!want || group(&c, ids, n, want)) {
     rc = psc__serving_fail(s, CM_ENOMEM, "%s: out of memory", what);
     goto out;
   }
@@ -185,15 +190,26 @@ out:
   return rc;
 }
 
-/* lookup_once, and once more when a task answered that the publications
+/* lookup_once, and again when a task answered that the publications
  * place rows by another rule than the client grouped by (a job resumed from
- * a checkpoint written before buckets): the map took the task's. */
+ * a checkpoint written before buckets: the map took the task's), or by
+ * another layout (a reshard: the client took the task's word and groups
+ * again; when it knew that word, the task that takes the bucket lags: it
+ * asks every task's word and waits a little). At most FOLLOW_ROUNDS. */
+#define FOLLOW_ROUNDS 12
 static int lookup(struct psc__serving *s, const char *table,
                   const uint64_t *ids, size_t n, float *rows, uint8_t *found,
                   uint64_t *versions, uint32_t *dim) {
-  int rc = lookup_once(s, table, ids, n, rows, found, versions, dim);
-  if (rc && psc__serving_rows_moved(s))
-    rc = lookup_once(s, table, ids, n, rows, found, versions, dim);
+  int rc = 0, moved, wait_ms = 10;
+  for (int round = 0; round < FOLLOW_ROUNDS; round++) {
+    if (!(rc = lookup_once(s, table, ids, n, rows, found, versions, dim)) ||
+        !(moved = psc__serving_rows_moved(s)))
+      break;
+    if (moved == 2 && !psc__serving_probe(s)) {
+      cm_sleep_ms(wait_ms);
+      wait_ms = wait_ms < 400 ? wait_ms * 2 : 400;
+    }
+  }
   return rc;
 }
 
@@ -242,6 +258,9 @@ struct dense_part {
   int64_t begin, end; /* its rows */
   float *vals;        /* owned: their floats */
   size_t nvals;       /* floats in vals */
+  int answered;       /* 1: an answer was read (0: NOT_FOUND, not asked) */
+  uint64_t layout;    /* the layout it named */
+  uint64_t version;   /* the publication it came from */
 };
 
 /* One dense lookup in flight. */
@@ -252,6 +271,10 @@ struct dense_call {
   Psd__V1__Caller caller;   /* sent with every message */
   struct dense_part *parts; /* owned, per shard */
   uint64_t *versions;       /* the caller's, or NULL */
+  int layouts;              /* layouts the answers named, when not all
+                               one (2: more than one) */
+  uint64_t layout;          /* the first answer's */
+  int answered;             /* answers read */
 };
 
 static grpc_byte_buffer *dense_build(int shard, void *ctx) {
@@ -281,6 +304,14 @@ static int dense_read(int shard, grpc_byte_buffer *bb, void *ctx) {
   }
   if (d->versions)
     d->versions[shard] = r->version;
+  psc__serving_learn(d->s, shard, r->layout, r->shards, r->rows,
+                     (int)r->move_to, (int)r->moved);
+  p->answered = 1;
+  p->layout = r->layout;
+  p->version = r->version;
+  if (d->answered++ && r->layout != d->layout)
+    d->layouts = 2;
+  d->layout = r->layout;
   for (size_t i = 0; i < r->n_dense && !v; i++)
     if (r->dense[i]->name && !strcmp(r->dense[i]->name, d->name))
       v = r->dense[i];
@@ -317,6 +348,31 @@ static int by_begin(const void *a, const void *b) {
 
 /* Orders the shards' rows and checks that they cover 0..N once with one
  * row size; *numel its elements. */
+/* What each shard answered, for an error: "; serve:J: rows A..B (version
+ * V, layout L)" or "; serve:J: none of it". */
+static void answers(const struct dense_call *d, int nshards, char *buf,
+                    size_t len) {
+  size_t k = 0;
+  buf[0] = 0;
+  for (int sh = 0; sh < nshards && k < len; sh++) {
+    const struct dense_part *p = &d->parts[sh];
+    int t = psc__serving_task(d->s, sh);
+    if (p->answered && p->vals)
+      k += (size_t)snprintf(buf + k, len - k,
+                            "; serve:%d: rows %lld..%lld (version %llu, "
+                            "layout %llu)",
+                            t, (long long)p->begin, (long long)p->end,
+                            (unsigned long long)p->version,
+                            (unsigned long long)p->layout);
+    else if (p->answered)
+      k += (size_t)snprintf(buf + k, len - k,
+                            "; serve:%d: none of it (version %llu, layout "
+                            "%llu)",
+                            t, (unsigned long long)p->version,
+                            (unsigned long long)p->layout);
+  }
+}
+
 static int assemble(struct dense_call *d, int nshards, float *out, size_t count,
                     size_t *numel) {
   struct dense_part **held = calloc((size_t)nshards, sizeof *held);
@@ -335,22 +391,26 @@ static int assemble(struct dense_call *d, int nshards, float *out, size_t count,
     for (int sh = 0; sh < nshards && at < sizeof asked; sh++)
       at += (size_t)snprintf(asked + at, sizeof asked - at, "%sserve:%d",
                              sh ? ", " : "", psc__serving_task(d->s, sh));
+    char said[600];
+    answers(d, nshards, said, sizeof said);
     rc = psc__serving_fail(d->s, CM_ENOENT,
                            "%s: no serving task holds it (asked %s, one of "
-                           "each shard)",
-                           d->what, asked);
+                           "each shard%s)",
+                           d->what, asked, said);
     goto out;
   }
   qsort(held, (size_t)n, sizeof *held, by_begin);
   for (int i = 0; i < n; i++) {
     size_t len = held[i]->nvals / (size_t)(held[i]->end - held[i]->begin);
     if (held[i]->begin != next || (row_len && len != row_len)) {
+      char said[600];
+      answers(d, nshards, said, sizeof said);
       rc = psc__serving_fail(
           d->s, CM_EPROTO,
           "%s: the shards' rows do not fit together: rows %lld..%lld of "
-          "%zu floats after rows up to %lld of %zu",
+          "%zu floats after rows up to %lld of %zu%s",
           d->what, (long long)held[i]->begin, (long long)held[i]->end, len,
-          (long long)next, row_len);
+          (long long)next, row_len, said);
       goto out;
     }
     row_len = len;
@@ -399,11 +459,31 @@ int psc__serving_dense(struct psc__serving *s, const char *name, float *out,
     rc = psc__serving_fail(s, CM_ENOMEM, "%s: out of memory", what);
     goto out;
   }
-  memset(want, 1, (size_t)nshards);
-  if ((rc = psc__serving_call(s, want, what, LOOKUP, dense_build, dense_read,
-                              &d, nf)))
-    goto out;
-  rc = assemble(&d, nshards, out, count, numel);
+  /* The shards of the latest layout a task named: a standby shard's task
+   * holds no dense rows. Tasks part way through a layout switch answer
+   * slices of two layouts that do not fit, or that leave rows out: asked
+   * again, a little later, while one of them has not said it holds the
+   * latest layout. */
+  for (int round = 0; round < FOLLOW_ROUNDS; round++) {
+    int in = psc__serving_layout_shards(s);
+    d.answered = d.layouts = 0;
+    for (int sh = 0; sh < nshards; sh++) {
+      want[sh] = sh < in;
+      nf[sh] = 0;
+      free(d.parts[sh].vals);
+      memset(&d.parts[sh], 0, sizeof d.parts[sh]);
+    }
+    if ((rc = psc__serving_call(s, want, what, LOOKUP, dense_build, dense_read,
+                                &d, nf)))
+      break;
+    if (!(rc = assemble(&d, nshards, out, count, numel)))
+      break;
+    psc__serving_probe(s); /* the words of tasks that answered NOT_FOUND */
+    if (!(d.layouts > 1 || psc__serving_layout_shards(s) != in ||
+          psc__serving_lagging(s, psc__serving_layout_shards(s))))
+      break;
+    cm_sleep_ms(20 << (round < 4 ? round : 4));
+  }
 out:
   for (int sh = 0; d.parts && sh < nshards; sh++)
     free(d.parts[sh].vals);

@@ -359,7 +359,8 @@ static int check_manifest(const char *mpath, json_t *m, uint64_t version,
             mv = get_int(m, "version"), base = get_int(m, "base"),
             prev = get_int(m, "prev"), step = get_int(m, "step"),
             t = get_int(m, "time_unix_ms");
-  if (!mjob || strcmp(mjob, job) || ms != shard || mss != shards) {
+  if (!mjob || strcmp(mjob, job) || ms != shard ||
+      (shards > 0 ? mss != shards : mss < 1 || mss > CM_LAYOUT_MAX_SHARDS)) {
     snprintf(err, errlen,
              "%s: a publication of job '%s' shard %lld of %lld; expected "
              "job '%s' shard %d of %d",
@@ -389,7 +390,7 @@ static int check_manifest(const char *mpath, json_t *m, uint64_t version,
   p->step = (uint64_t)step;
   p->time_unix_ms = t;
   p->shard = shard;
-  p->shards = shards;
+  p->shards = (int)mss;
   /* Rows by "buckets" or "modulo"; none recorded: before buckets. */
   const char *rows = json_string_value(json_object_get(m, "rows"));
   p->rows = rows ? cm_layout_rule_parse(rows) : CM_LAYOUT_RULE_MODULO;
@@ -400,6 +401,22 @@ static int check_manifest(const char *mpath, json_t *m, uint64_t version,
              mpath, rows);
     return CM_EFORMAT;
   }
+  /* The layout and its live move; none recorded: layout 0, no move. */
+  json_t *lay = json_object_get(m, "layout"), *mo = json_object_get(m, "move");
+  long long to = mo ? get_int(mo, "to") : 0,
+            moved = mo ? get_int(mo, "moved") : 0;
+  if ((lay && (!json_is_integer(lay) || json_integer_value(lay) < 0)) ||
+      (mo && (to < 1 || to > CM_LAYOUT_MAX_SHARDS || moved < 0 ||
+              moved > CM_LAYOUT_BUCKETS))) {
+    snprintf(err, errlen,
+             "%s: \"layout\" or \"move\" malformed (a layout's version; "
+             "{\"to\": shards, \"moved\": bucket moves})",
+             mpath);
+    return CM_EFORMAT;
+  }
+  p->layout = lay ? (uint64_t)json_integer_value(lay) : 0;
+  p->move_to = (int)to;
+  p->moved = (int)moved;
   snprintf(p->job, sizeof p->job, "%s", mjob);
   return 0;
 }

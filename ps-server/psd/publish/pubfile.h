@@ -71,7 +71,11 @@ struct psd_pub {
   int full;             /* 1: every row; 0: those changed since prev */
   int64_t time_unix_ms; /* the cut's instant */
   int shard;            /* the training shard */
-  int shards;           /* training shards in the job */
+  int shards;           /* training shards of the layout it was cut in */
+  uint64_t layout;      /* that layout's version (0 until a reshard) */
+  int move_to, moved;   /* its live move: to move_to shards after `moved`
+                           bucket moves (0, 0: none); the rows are those
+                           of the buckets this state gives the shard */
   int rows;             /* how they place table rows (CM_LAYOUT_RULE_*;
                            "rows", none recorded: modulo) */
   char job[64];         /* the job's name */
@@ -88,8 +92,9 @@ struct psd_pub {
 int psd_pub_list(const char *dir, uint64_t **out, size_t *n, char *err,
                  size_t errlen);
 /* Reads and verifies pub-<version> of dir: every CRC, sizes, the job and
- * shard given. CM_ENOENT missing; CM_EFORMAT damaged/truncated/other job or
- * shard (err names file and what); CM_ENOMEM. */
+ * shard given (shards > 0: the layout's count too; 0: any, read from it).
+ * CM_ENOENT missing; CM_EFORMAT damaged/truncated/other job or shard (err names
+ * file and what); CM_ENOMEM. */
 int psd_pub_read(const char *dir, uint64_t version, const char *job, int shard,
                  int shards, struct psd_pub **out, char *err, size_t errlen);
 void psd_pub_free(struct psd_pub *p);

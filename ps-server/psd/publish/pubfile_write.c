@@ -145,9 +145,16 @@ static json_t *manifest(const struct psd_pub *p, const char *mode,
       (json_int_t)p->step, "mode", mode, "time_unix_ms",
       (json_int_t)p->time_unix_ms, "dense_file", PSD__PUB_DENSE, "dense_bytes",
       (json_int_t)dense_bytes, "dense", dense, "tables", tables);
-  /* How the layout places rows; a manifest without it is modulo's. */
-  if (m && json_object_set_new(m, "rows",
-                               json_string(cm_layout_rule_name(p->rows)))) {
+  /* How the layout places rows; a manifest without it is modulo's. The
+   * layout's version and live move, where there is one (docs/serving.md). */
+  if (m &&
+      (json_object_set_new(m, "rows",
+                           json_string(cm_layout_rule_name(p->rows))) ||
+       json_object_set_new(m, "layout", json_integer((json_int_t)p->layout)) ||
+       (p->move_to > 0 &&
+        json_object_set_new(
+            m, "move",
+            json_pack("{s:i, s:i}", "to", p->move_to, "moved", p->moved))))) {
     json_decref(m);
     return NULL;
   }

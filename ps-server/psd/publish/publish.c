@@ -41,6 +41,10 @@ struct mark {
                         (admission "always"), which no push counts */
   int nvars;         /* variables */
   int ntables;       /* tables */
+  struct psd_pub_layout layout; /* the buckets the shard owns: a live
+                                   move's hand-over is published even
+                                   when no push followed it */
+  int idle; /* a standby shard no move gave rows: nothing to publish */
 };
 
 struct psd_publisher {
@@ -125,16 +129,23 @@ fail:
   return NULL;
 }
 
-/* Copies the shard into cut c (cut_prepare's) at its instant (the caller
- * holds the shard still), its tables unsorted. Returns 0 or CM_ENOMEM:
- * the tables' cursors may have moved, so the next cut must be full. */
-static int cut_take(struct psd_publisher *p, struct cut *c, uint64_t step) {
+/* The layout the shard holds now (hold_layout's, else layout 0 of
+ * nshards), its buckets held as they are when it returns 0 (release with
+ * o.release_layout); 1: nothing to publish. */
+static int hold_layout(struct psd_publisher *p, struct psd_pub_layout *out) {
+  memset(out, 0, sizeof *out);
+  out->shards = p->o.nshards;
+  return p->o.hold_layout ? p->o.hold_layout(p->o.layout_ctx, out) : 0;
+}
+
+/* Copies the shard into cut c at its instant, its buckets held (cut_take),
+ * its tables unsorted. Returns 0 or CM_ENOMEM. */
+static int cut_copy(struct psd_publisher *p, struct cut *c, uint64_t step) {
   int n = psd_store_count(p->o.store);
   int nt = p->o.tables ? psd_tables_count(p->o.tables) : 0;
   c->pub.step = step;
   c->pub.time_unix_ms = now_unix_ms();
   c->pub.shard = p->o.shard;
-  c->pub.shards = __atomic_load_n(&p->o.nshards, __ATOMIC_ACQUIRE);
   c->pub.rows = p->o.rows;
   snprintf(c->pub.job, sizeof c->pub.job, "%s", p->job);
   if (!(c->pub.dense = calloc((size_t)n + 1, sizeof *c->pub.dense)))
@@ -169,6 +180,26 @@ static int cut_take(struct psd_publisher *p, struct cut *c, uint64_t step) {
              psd_table_conf(t)->name);
   }
   return 0;
+}
+
+/* Copies the shard into cut c (cut_prepare's) at its instant (the caller
+ * holds the shard still), its tables unsorted, with the layout it holds.
+ * Returns 0, CM_EUNAVAIL when the shard has nothing to publish, or
+ * CM_ENOMEM: the tables' cursors may have moved, so the next cut must be
+ * full. */
+static int cut_take(struct psd_publisher *p, struct cut *c, uint64_t step) {
+  struct psd_pub_layout lay;
+  int rc;
+  if (hold_layout(p, &lay))
+    return CM_EUNAVAIL; /* nothing to publish: not a failure */
+  c->pub.layout = lay.layout;
+  c->pub.shards = lay.shards;
+  c->pub.move_to = lay.move_to;
+  c->pub.moved = lay.moved;
+  rc = cut_copy(p, c, step);
+  if (p->o.release_layout)
+    p->o.release_layout(p->o.layout_ctx);
+  return rc;
 }
 
 /* After the instant: sorts c's tables' snapshots and points the
@@ -258,9 +289,15 @@ static void write_cut(struct psd_publisher *p, struct cut *c) {
 
 /* Async: what the shard is at now. */
 static struct mark mark_now(struct psd_publisher *p) {
-  struct mark m = {psd_saver_step(p->o.saver), 0, 0,
+  struct mark m = {psd_saver_step(p->o.saver),
+                   0,
+                   0,
                    psd_store_count(p->o.store),
-                   p->o.tables ? psd_tables_count(p->o.tables) : 0};
+                   p->o.tables ? psd_tables_count(p->o.tables) : 0,
+                   {0},
+                   0};
+  if (!(m.idle = hold_layout(p, &m.layout)) && p->o.release_layout)
+    p->o.release_layout(p->o.layout_ctx);
   for (int i = 0; i < m.ntables; i++) {
     struct psd_table_stats ts;
     psd_table_stats(psd_tables_at(p->o.tables, i), &ts);
@@ -270,11 +307,25 @@ static struct mark mark_now(struct psd_publisher *p) {
   return m;
 }
 
+/* Whether nothing changed from b to a (field by field: no padding). */
+static int same_mark(const struct mark *a, const struct mark *b) {
+  return a->step == b->step && a->evicted == b->evicted &&
+         a->admitted == b->admitted && a->nvars == b->nvars &&
+         a->ntables == b->ntables && a->layout.layout == b->layout.layout &&
+         a->layout.shards == b->layout.shards &&
+         a->layout.move_to == b->layout.move_to &&
+         a->layout.moved == b->layout.moved;
+}
+
 /* Async: a cut at the apply gate, when something changed since the last.
  * Lock held on entry and exit. */
 static struct cut *async_cut(struct psd_publisher *p) {
   struct mark m = mark_now(p);
-  if (p->have_last && !memcmp(&m, &p->last, sizeof m))
+  if (m.idle) {
+    p->have_last = 0; /* once it holds rows, a cut */
+    return NULL;
+  }
+  if (p->have_last && same_mark(&m, &p->last))
     return NULL;
   int full = next_full(p);
   pthread_mutex_unlock(&p->lock);
@@ -293,6 +344,11 @@ static struct cut *async_cut(struct psd_publisher *p) {
     psd_dedup_thaw(p->o.dedup);
   psd_store_release(p->o.store);
   pthread_mutex_lock(&p->lock);
+  if (rc == CM_EUNAVAIL) { /* a standby shard: once it holds rows, a cut */
+    cut_free(c);
+    p->have_last = 0;
+    return NULL;
+  }
   if (rc) {
     cut_free(c);
     failed(p, "out of memory taking the cut");
@@ -348,12 +404,15 @@ void psd_publisher_cut(struct psd_publisher *p, uint64_t step) {
   pthread_mutex_unlock(&p->lock);
   /* commits are held: nothing moves */
   struct cut *c = cut_prepare(p, full);
-  if (c && cut_take(p, c, step)) {
+  int rc = c ? cut_take(p, c, step) : CM_ENOMEM;
+  if (rc) {
     cut_free(c);
     c = NULL;
   }
   pthread_mutex_lock(&p->lock);
-  if (!c) {
+  if (rc == CM_EUNAVAIL) {
+    /* nothing to publish */
+  } else if (!c) {
     failed(p, "out of memory taking the cut");
   } else {
     count_cut(p, full);
@@ -444,8 +503,4 @@ void psd_publisher_free(struct psd_publisher *p) {
   pthread_mutex_destroy(&p->lock);
   pthread_cond_destroy(&p->wake);
   free(p);
-}
-
-void psd_publisher_set_shards(struct psd_publisher *p, int nshards) {
-  __atomic_store_n(&p->o.nshards, nshards, __ATOMIC_RELEASE);
 }

@@ -37,11 +37,19 @@ struct psd_saver;
 
 /* What a publisher publishes, and where (all borrowed; they must outlive
  * it; strings copied). */
+/* The layout a cut is taken in (pubfile.h's psd_pub fields). */
+struct psd_pub_layout {
+  uint64_t layout; /* its version */
+  int shards;      /* its shard count */
+  int move_to;     /* a live move: to this many shards (0: none) */
+  int moved;       /* after this many bucket moves */
+};
+
 struct psd_publisher_opts {
   const char *root;          /* job.publish.dir */
   const char *job;           /* job name: <root>/<job>/ps-<shard> */
   int shard;                 /* this shard */
-  int nshards;               /* shards in the job */
+  int nshards;               /* shards in the job (without hold_layout) */
   int rows;                  /* how its layout places rows
                                 (CM_LAYOUT_RULE_*), recorded */
   int sync;                  /* 1: cuts come from commits (psd_publisher_cut) */
@@ -52,6 +60,14 @@ struct psd_publisher_opts {
   struct psd_tables *tables; /* its embedding tables (may be NULL) */
   struct psd_dedup *dedup;   /* async: the apply gate frozen for a cut */
   struct psd_saver *saver;   /* async: the shard's step (pushes applied) */
+  /* The layout at a cut's instant (NULL: layout 0 of nshards, no move):
+   * fills *out and keeps the shard's buckets as they are until
+   * release_layout, so that a cut's rows are those of the buckets its
+   * layout names; returns 1 when the shard has nothing to publish now (a
+   * standby shard no move gave rows: no cut, release_layout not called). */
+  int (*hold_layout)(void *ctx, struct psd_pub_layout *out);
+  void (*release_layout)(void *ctx);
+  void *layout_ctx; /* passed to both */
 };
 
 /* The last publication, for Status (PublishStatus). */
@@ -90,10 +106,6 @@ void psd_publisher_state(struct psd_publisher *p, struct psd_publish_state *st);
 
 /* Lets the write in progress finish, drops cuts not yet written, joins the
  * thread. */
-/* A live layout switch's COMMIT (reshard/switch.h): publications record
- * nshards shards from now on. */
-void psd_publisher_set_shards(struct psd_publisher *p, int nshards);
-
 void psd_publisher_stop(struct psd_publisher *p);
 void psd_publisher_free(struct psd_publisher *p);
 

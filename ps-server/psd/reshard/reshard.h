@@ -2,8 +2,7 @@
  * shard count offline (psd --reshard, this header) and the live reshard
  * (live.h); reshard_internal.h and live_internal.h are the room's own.
  * Rooms it calls: psd/ (psd.h, the daemon's state), shard/, store/,
- * ckpt/, coord/, peer/ (ps:0's calls to the shards), publish/ (a live
- * layout switch's new count for publications, switch.h).
+ * ckpt/, coord/, peer/ (ps:0's calls to the shards).
  *
  * Restoring a job's checkpoint onto another number of shards (psd
  * --reshard; docs/reshard.md).

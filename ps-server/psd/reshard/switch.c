@@ -19,7 +19,6 @@
 #include "layout.h"
 #include "log.h"
 #include "peer.h"
-#include "publish.h"
 #include "request.h"
 #include "rpc.h"
 #include "rpc_client.h"
@@ -209,8 +208,6 @@ static void under_gate(void *ctx) {
   __atomic_store_n(&srv->holding, 0, __ATOMIC_RELEASE);
   if (srv->ckpt)
     psd_ckpt_set_layout(srv->ckpt, w->to, w->layout, !srv->standby);
-  if (srv->publisher)
-    psd_publisher_set_shards(srv->publisher, w->to);
 }
 
 /* COMMIT (lock held, state PREPARED): the swap. */

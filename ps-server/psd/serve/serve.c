@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "clock.h"
 #include "err.h"
 #include "log.h"
 #include "pubfile.h"
@@ -23,7 +24,9 @@ int psd_serve_new(struct psd_serve **out, const struct psd_serve_conf *c) {
   s->replica = c->replica;
   s->shard = c->shard;
   s->shards = c->shards;
-  cm_layout_map_init(&s->map, CM_LAYOUT_RULE_BUCKETS, s->shards);
+  cm_layout_map_init(&s->map, CM_LAYOUT_RULE_BUCKETS,
+                     c->job_shards > 0 ? c->job_shards : s->shards);
+  s->keep_left_ms = c->keep_left_ms;
   s->seed = c->seed;
   s->max_message = c->max_message;
   if (c->defaults)
@@ -149,6 +152,7 @@ struct prep {
                                      entry (NULL: an existing one) */
   int *at;                        /* p->tables[i]'s entry in tabs */
   struct psd__serve_dense *dense; /* the new dense list */
+  struct cm_layout_map *map;      /* the version's row map */
 };
 
 /* Checks p against what is held and prepares what applying it needs.
@@ -173,8 +177,16 @@ static int prepare(struct psd_serve *s, struct psd_pub *p, struct prep *pr,
   pr->made = calloc(p->ntables + 1, sizeof *pr->made);
   pr->at = calloc(p->ntables + 1, sizeof *pr->at);
   pr->dense = calloc(p->ndense + 1, sizeof *pr->dense);
-  if (!pr->tabs || !pr->made || !pr->at || !pr->dense)
+  pr->map = malloc(sizeof *pr->map);
+  if (!pr->tabs || !pr->made || !pr->at || !pr->dense || !pr->map)
     return CM_ENOMEM;
+  /* The rows it holds: the buckets its layout and live move give the
+   * shard (docs/serving.md "Following a reshard"). */
+  if (p->rows == CM_LAYOUT_RULE_MODULO || !p->move_to ||
+      p->move_to == p->shards)
+    cm_layout_map_init(pr->map, p->rows, p->shards);
+  else
+    cm_layout_map_moving(pr->map, p->shards, p->move_to, p->moved);
   if (s->ntabs)
     memcpy(pr->tabs, s->tabs, s->ntabs * sizeof *pr->tabs);
   pr->ntabs = s->ntabs;
@@ -224,6 +236,66 @@ static void prep_free(struct prep *pr, int nmade) {
   free(pr->made);
   free(pr->at);
   free(pr->dense);
+  free(pr->map);
+}
+
+/* The buckets whose rows an apply drops (drop_if's ctx). */
+struct drop_set {
+  const uint8_t *bucket; /* per bucket: 1 drop */
+};
+
+static int drop_bucket(void *ctx, uint64_t id) {
+  const struct drop_set *d = ctx;
+  return d->bucket[cm_layout_bucket(cm_layout_id_hash(id))];
+}
+
+/* Under the lock, before the rows change: the buckets map takes from this
+ * shard are marked left now (their rows still answered for keep_left_ms),
+ * those it gives back or anew are not; into drop (per bucket) the left
+ * ones whose time is up, and with keep (per bucket) the rows a full
+ * publication keeps: the left ones. Returns whether any bucket is in
+ * drop, and *kept whether any is in keep. */
+static int follow_map(struct psd_serve *s, const struct cm_layout_map *map,
+                      uint8_t *drop, uint8_t *keep, int *kept) {
+  double now = cm_mono_ms();
+  int any = 0;
+  *kept = 0;
+  memset(drop, 0, CM_LAYOUT_BUCKETS);
+  memset(keep, 0, CM_LAYOUT_BUCKETS);
+  if (map->rule == CM_LAYOUT_RULE_MODULO ||
+      s->map.rule == CM_LAYOUT_RULE_MODULO) {
+    memset(s->left_ms, 0, sizeof s->left_ms);
+    return 0;
+  }
+  for (unsigned b = 0; b < CM_LAYOUT_BUCKETS; b++) {
+    if (map->shard[b] == s->shard)
+      s->left_ms[b] = 0;
+    else if (s->version && s->map.shard[b] == s->shard && !s->left_ms[b])
+      s->left_ms[b] = now;
+    if (s->left_ms[b] && now - s->left_ms[b] > s->keep_left_ms) {
+      s->left_ms[b] = 0;
+      drop[b] = 1;
+      any = 1;
+    }
+    if (s->left_ms[b])
+      keep[b] = 1, *kept = 1;
+  }
+  return any;
+}
+
+static int keep_bucket(void *ctx, uint64_t id) { return !drop_bucket(ctx, id); }
+
+/* Under the lock, the map followed: drops the removed ids but those of
+ * buckets that left (a source lists the rows it gave away as removed;
+ * they stay answered while their bucket's left time lasts). */
+static void remove_owned(struct psd_serve *s, struct psd_serve_table *t,
+                         const uint64_t *ids, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    if (s->map.rule != CM_LAYOUT_RULE_MODULO &&
+        s->left_ms[cm_layout_bucket(cm_layout_id_hash(ids[i]))])
+      continue;
+    psd_serve_table_remove(t, &ids[i], 1);
+  }
 }
 
 int psd_serve_apply(struct psd_serve *s, struct psd_pub *p, char *err,
@@ -248,6 +320,8 @@ int psd_serve_apply(struct psd_serve *s, struct psd_pub *p, char *err,
     return CM_ENOMEM;
   }
   pthread_rwlock_wrlock(&s->lock);
+  uint8_t drop[CM_LAYOUT_BUCKETS], keep[CM_LAYOUT_BUCKETS];
+  int kept, dropping = follow_map(s, pr.map, drop, keep, &kept);
   for (int i = 0; i < p->ntables; i++)
     if (pr.made[i]) {
       if (pr.tabs[pr.at[i]].rows)
@@ -255,14 +329,23 @@ int psd_serve_apply(struct psd_serve *s, struct psd_pub *p, char *err,
       pr.tabs[pr.at[i]].rows = pr.made[i];
       pr.made[i] = NULL;
     }
-  if (p->full)
-    for (int k = 0; k < pr.ntabs; k++)
-      if (pr.tabs[k].rows)
-        psd_serve_table_clear(pr.tabs[k].rows);
+  /* A full publication replaces every row but those of buckets that left
+   * lately; their time up, those go too. */
+  for (int k = 0; k < pr.ntabs; k++) {
+    struct psd_serve_table *t = pr.tabs[k].rows;
+    if (!t)
+      continue;
+    if (p->full && !kept)
+      psd_serve_table_clear(t);
+    else if (p->full)
+      psd_serve_table_drop_if(t, keep_bucket, &(struct drop_set){keep});
+    else if (dropping)
+      psd_serve_table_drop_if(t, drop_bucket, &(struct drop_set){drop});
+  }
   for (int i = 0; i < p->ntables && !rc; i++) {
     struct psd_pub_table *pt = &p->tables[i];
     struct psd_serve_table *t = pr.tabs[pr.at[i]].rows;
-    psd_serve_table_remove(t, pt->removed, pt->nremoved);
+    remove_owned(s, t, pt->removed, pt->nremoved);
     rc = psd_serve_table_upsert(t, pt->ids, pt->nrows, pt->values);
   }
   for (int i = 0; i < p->ndense; i++) {
@@ -279,10 +362,11 @@ int psd_serve_apply(struct psd_serve *s, struct psd_pub *p, char *err,
   s->ndense = p->ndense;
   pr.dense = NULL;
   s->version = p->version;
-  if (s->map.rule != (p->rows == CM_LAYOUT_RULE_MODULO
-                          ? CM_LAYOUT_RULE_MODULO
-                          : CM_LAYOUT_RULE_BUCKETS))
-    cm_layout_map_init(&s->map, p->rows, s->shards);
+  s->map = *pr.map;
+  s->layout = p->layout;
+  s->lshards = p->shards;
+  s->move_to = p->move_to;
+  s->moved = p->moved;
   s->base = p->full ? p->version : s->base;
   s->step = p->step;
   s->time_unix_ms = p->time_unix_ms;

@@ -43,13 +43,19 @@ struct cm_spec;
 
 /* What a serving task follows, and how it names itself. */
 struct psd_serve_conf {
-  const char *dir; /* the training shard's publications: <publish_dir>/
-                      <job>/ps-<shard>; copied */
-  const char *job; /* the job's name (every caller must name it); copied */
-  int replica;     /* J of serve:J: its index in cluster.serve */
-  int shard;       /* the training shard it serves: J % shards */
-  int shards;      /* training shards (cluster.ps) */
-  uint64_t seed;   /* the job's: initial rows of ids never published */
+  const char *dir;     /* the training shard's publications: <publish_dir>/
+                          <job>/ps-<shard>; copied */
+  const char *job;     /* the job's name (every caller must name it); copied */
+  int replica;         /* J of serve:J: its index in cluster.serve */
+  int shard;           /* the training shard it serves: J % shards */
+  int shards;          /* training shards (cluster.ps) */
+  int job_shards;      /* the shards a new job starts on (job.shards): the row
+                          map until a publication names its layout */
+  double keep_left_ms; /* how long the rows of buckets a live move took
+                          from the shard are still answered, so that a
+                          client goes on finding them while the serving
+                          task of their new shard catches up */
+  uint64_t seed;       /* the job's: initial rows of ids never published */
   const struct cm_table_conf *tables;   /* the spec's job.tables (copied): an
                                            id never published is answered
                                            with its table's initial row */

@@ -51,8 +51,7 @@ static void refuse(struct psd_serve *s, uint64_t v, const char *why) {
  * looked at again next time), -1 once refused. */
 static int read_pub(struct psd_serve *s, uint64_t v, struct psd_pub **out) {
   char err[1024];
-  int rc = psd_pub_read(s->dir, v, s->job, s->shard, s->shards, out, err,
-                        sizeof err);
+  int rc = psd_pub_read(s->dir, v, s->job, s->shard, 0, out, err, sizeof err);
   if (rc == CM_ENOENT)
     return 1;
   if (rc == CM_ENOMEM) {

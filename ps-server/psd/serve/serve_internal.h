@@ -65,17 +65,25 @@ struct psd_serve {
   uint64_t max_message;              /* largest answer, bytes */
 
   /* The version held: under lock. */
-  pthread_rwlock_t lock;          /* shared: Lookup, Status; exclusive: an
-                                     apply */
-  struct psd__serve_tab *tabs;    /* owned, ntabs (spec tables first) */
-  int ntabs;                      /* entries in tabs */
-  struct psd__serve_dense *dense; /* owned, ndense: the version's */
-  int ndense;                     /* entries in dense */
-  uint64_t version, base, step;   /* 0 version: nothing loaded */
-  struct cm_layout_map map;       /* the version's row map: which ids are
-                                     this shard's (a fresh job's buckets
-                                     until one is loaded) */
-  int64_t time_unix_ms;           /* the version's cut */
+  pthread_rwlock_t lock;             /* shared: Lookup, Status; exclusive: an
+                                        apply */
+  struct psd__serve_tab *tabs;       /* owned, ntabs (spec tables first) */
+  int ntabs;                         /* entries in tabs */
+  struct psd__serve_dense *dense;    /* owned, ndense: the version's */
+  int ndense;                        /* entries in dense */
+  uint64_t version, base, step;      /* 0 version: nothing loaded */
+  struct cm_layout_map map;          /* the version's row map: which ids are
+                                        this shard's (a fresh job's buckets
+                                        until one is loaded) */
+  uint64_t layout;                   /* the version's layout (its version) */
+  int lshards;                       /* and its shard count */
+  int move_to, moved;                /* and its live move (0, 0: none) */
+  double left_ms[CM_LAYOUT_BUCKETS]; /* per bucket: when (cm_mono_ms) a
+                                        version gave it to another shard,
+                                        its rows still answered here until
+                                        keep_left_ms later; 0: not left */
+  double keep_left_ms;               /* the conf's */
+  int64_t time_unix_ms;              /* the version's cut */
 
   /* The follower (psd's loop only; the counters under stat_lock). */
   int need_full;             /* a refusal broke the chain: only a full

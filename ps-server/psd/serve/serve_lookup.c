@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "clock.h"
 #include "init.h"
 #include "layout.h"
 #include "log.h"
@@ -72,15 +73,33 @@ static uint64_t *take_ids(struct psd_serve *s, struct cm_rpc_call *call,
   return ids;
 }
 
+/* Whether the caller planned this lookup for the layout and live move the
+ * version held places rows by (Caller.layout, shards, rows, move_to,
+ * moved: the client's word for this task; shards 0, an older client: the
+ * layout a fresh job starts in). */
+static int planned_here(const struct psd_serve *s, const Psd__V1__Caller *c) {
+  if (!c || c->shards <= 0)
+    return s->layout == 0 && !s->move_to;
+  return c->layout == s->layout && c->shards == s->lshards &&
+         (!c->rows || c->rows == s->map.rule) &&
+         (int)c->move_to == s->move_to && (int)c->moved == s->moved;
+}
+
 /* Under the lock: each id held by this task's shard in the row map of the
- * publication held, which the caller planned for. Returns 0, or -1 once
- * answered: FAILED_PRECONDITION "rows moved" naming the map's rule when the
- * caller placed rows by another (the client takes it and asks again),
- * INVALID_ARGUMENT naming an id of another shard. */
+ * publication held, or of a bucket a live move took from it lately (its
+ * rows still answered, docs/serving.md "Following a reshard"). Returns 0,
+ * or -1 once answered: FAILED_PRECONDITION "rows moved" naming the map's
+ * rule when the caller placed rows by another (the client takes it and
+ * asks again); FAILED_PRECONDITION "layout moved: ps:S holds layout ..."
+ * when the caller planned for another layout or move, or while a move is
+ * under way (the client takes the layout, plans again, and waits for the
+ * task that takes the bucket to catch up); else INVALID_ARGUMENT naming an
+ * id of another shard. */
 static int check_owner(struct psd_serve *s, struct cm_rpc_call *call,
                        const Psd__V1__LookupRequest *req, const uint64_t *ids,
                        size_t n) {
-  char rule[96];
+  char rule[96], holds[160];
+  double now = n ? cm_mono_ms() : 0;
   if (n && req->caller && req->caller->rows &&
       req->caller->rows != s->map.rule) {
     fail(s, call, GRPC_STATUS_FAILED_PRECONDITION,
@@ -93,16 +112,36 @@ static int check_owner(struct psd_serve *s, struct cm_rpc_call *call,
     return -1;
   }
   for (size_t i = 0; i < n; i++) {
-    int owner = cm_layout_map_id_shard(&s->map, ids[i]);
-    if (owner != s->shard) {
-      fail(s, call, GRPC_STATUS_INVALID_ARGUMENT,
-           "Lookup '%.200s': id %llu (position %zu) belongs to shard %d, not "
-           "shard %d, which serve:%d serves (%s)",
-           req->table ? req->table : "", (unsigned long long)ids[i], i, owner,
-           s->shard, s->replica,
-           cm_layout_map_text(&s->map, rule, sizeof rule));
+    uint64_t h = cm_layout_id_hash(ids[i]);
+    int owner = cm_layout_map_hash_shard(&s->map, h);
+    if (owner == s->shard)
+      continue;
+    if (s->map.rule != CM_LAYOUT_RULE_MODULO) {
+      double left = s->left_ms[cm_layout_bucket(h)];
+      if (left && now - left <= s->keep_left_ms)
+        continue;
+    }
+    if (!planned_here(s, req->caller) || s->move_to) {
+      struct cm_request_self me = {.shard = s->shard,
+                                   .layout = s->layout,
+                                   .nshards = s->lshards,
+                                   .rows = s->map.rule,
+                                   .move_to = s->move_to,
+                                   .moved = s->moved};
+      fail(s, call, GRPC_STATUS_FAILED_PRECONDITION,
+           "layout moved: %s; serve:%d answers from version %llu of its "
+           "publications, which place id %llu (position %zu) on shard %d",
+           cm_request_holds(&me, holds, sizeof holds), s->replica,
+           (unsigned long long)s->version, (unsigned long long)ids[i], i,
+           owner);
       return -1;
     }
+    fail(s, call, GRPC_STATUS_INVALID_ARGUMENT,
+         "Lookup '%.200s': id %llu (position %zu) belongs to shard %d, not "
+         "shard %d, which serve:%d serves (%s)",
+         req->table ? req->table : "", (unsigned long long)ids[i], i, owner,
+         s->shard, s->replica, cm_layout_map_text(&s->map, rule, sizeof rule));
+    return -1;
   }
   return 0;
 }
@@ -252,6 +291,10 @@ static void on_lookup(struct cm_rpc_call *call, grpc_byte_buffer *bb,
   resp.version = s->version;
   resp.step = s->step;
   resp.time_unix_ms = s->time_unix_ms;
+  resp.layout = s->layout;
+  resp.shards = s->lshards;
+  resp.move_to = (uint32_t)s->move_to;
+  resp.moved = (uint32_t)s->moved;
   pthread_rwlock_unlock(&s->lock);
   locked = 0;
   for (size_t i = 0; missing && i < n; i++)

@@ -72,6 +72,24 @@ void psd_serve_table_clear(struct psd_serve_table *t) {
     psd_rows_clear(&t->st[i]);
 }
 
+uint64_t psd_serve_table_drop_if(struct psd_serve_table *t,
+                                 int (*drop)(void *ctx, uint64_t id),
+                                 void *ctx) {
+  uint64_t n = 0;
+  for (int i = 0; i < PSD_ROWS_NSTRIPES; i++) {
+    struct psd_rows *s = &t->st[i];
+    for (size_t k = 0; k < psd_rows_used(s); k++) {
+      uint64_t id = psd_rows_id(s, k), h = psd_rows_hash(id);
+      /* a removed record keeps its bytes: live only where the index says */
+      if (psd_rows_find(s, id, h) == (long)k && drop(ctx, id)) {
+        psd_rows_remove(s, id, h);
+        n++;
+      }
+    }
+  }
+  return n;
+}
+
 size_t psd_serve_table_lookup(const struct psd_serve_table *t,
                               const uint64_t *ids, size_t n, float *out,
                               uint8_t *found) {

@@ -43,6 +43,12 @@ void psd_serve_table_remove(struct psd_serve_table *t, const uint64_t *ids,
  * full publication replaces the table). */
 void psd_serve_table_clear(struct psd_serve_table *t);
 
+/* Writer: drops the rows whose id drop(ctx, id) says to (nonzero). Returns
+ * the rows dropped. */
+uint64_t psd_serve_table_drop_if(struct psd_serve_table *t,
+                                 int (*drop)(void *ctx, uint64_t id),
+                                 void *ctx);
+
 /* Reader: copies the rows of ids[0..n) into out (n x dim floats, in
  * request order); found[i] gets 1 for a row held, 0 (its out row left as
  * it was) for one that is not. Returns the number not held. */

@@ -122,6 +122,18 @@ int psd_service_owns_any(struct psd_service *svc, const uint8_t *set);
 void psd_service_own(struct psd_service *svc, const uint8_t *set, int move_to,
                      int moved);
 
+/* The layout a publication is cut in (docs/serving.md "Following a
+ * reshard"): holds the buckets this shard owns as they are (no hand-over
+ * and no switch changes them) until psd_service_layout_release, and says
+ * which they are: the layout's version and count, and the live move (to
+ * *move_to shards after *moved moves; 0, 0: none). A destination owns its
+ * buckets only once their rows are installed, and a source drops rows only
+ * after it gave their buckets away, so a cut taken meanwhile holds the rows
+ * of every bucket it names. */
+void psd_service_layout_hold(struct psd_service *svc, uint64_t *layout,
+                             int *shards, int *move_to, int *moved);
+void psd_service_layout_release(struct psd_service *svc);
+
 /* Marks that a move touches this shard: from now on an id of a bucket it
  * does not own is answered "layout moved". */
 void psd_service_relocating(struct psd_service *svc);

@@ -112,6 +112,24 @@ static void flip(struct psd_service *svc, const uint8_t *set, int own,
   pthread_rwlock_unlock(&svc->owned_gate);
 }
 
+void psd_service_layout_hold(struct psd_service *svc, uint64_t *layout,
+                             int *shards, int *move_to, int *moved) {
+  const struct cm_request_self *me = svc->self_rw;
+  pthread_rwlock_rdlock(&svc->owned_gate);
+  *layout = me ? __atomic_load_n(&me->layout, __ATOMIC_ACQUIRE) : 0;
+  *shards = me ? __atomic_load_n(&me->nshards, __ATOMIC_ACQUIRE) : 0;
+  if (*shards < 1)
+    *shards = svc->nshards;
+  *move_to = me ? __atomic_load_n(&me->move_to, __ATOMIC_ACQUIRE) : 0;
+  *moved = me ? __atomic_load_n(&me->moved, __ATOMIC_ACQUIRE) : 0;
+  if (*move_to < 1)
+    *move_to = *moved = 0;
+}
+
+void psd_service_layout_release(struct psd_service *svc) {
+  pthread_rwlock_unlock(&svc->owned_gate);
+}
+
 int psd_service_movable(struct psd_service *svc, char *msg, size_t len) {
   if (svc->steps) {
     snprintf(msg, len,
