@@ -69,6 +69,12 @@ static int print_json(const struct cm_spec *spec, const struct task_row *rows,
         (json_int_t)r->st.bytes, "applied", (json_int_t)r->st.applied,
         "refused", (json_int_t)r->st.refused, "last_refusal",
         r->st.last_refusal, "lookups", (json_int_t)r->st.lookups);
+    if (e && r->st.shards > 0)
+      json_object_set_new(e, "layout",
+                          json_pack("{s:I, s:i, s:i, s:i}", "version",
+                                    (json_int_t)r->st.layout, "shards",
+                                    r->st.shards, "move_to", r->st.move_to,
+                                    "moved", r->st.moved));
     json_array_append_new(list, e);
   }
   json_object_set_new(root, "serving", list);
@@ -83,9 +89,9 @@ static int print_grid(const struct cm_spec *spec, const struct task_row *rows,
   struct psctl_grid g;
   char buf[64];
   int rc;
-  psctl_grid_init(&g, 11, "TASK", "ADDRESS", ">SHARD", ">VERSION", ">STEP",
-                  ">AGE", ">BEHIND", ">ROWS", ">MEMORY", ">REFUSED",
-                  ">LOOKUPS");
+  psctl_grid_init(&g, 12, "TASK", "ADDRESS", ">SHARD", ">VERSION", ">STEP",
+                  ">AGE", ">BEHIND", ">ROWS", ">MEMORY", ">REFUSED", ">LOOKUPS",
+                  "LAYOUT");
   for (int t = 0; t < spec->nserve; t++) {
     const struct task_row *r = &rows[t];
     psctl_grid_cell(&g, "serve:%d", t);
@@ -94,7 +100,7 @@ static int print_grid(const struct cm_spec *spec, const struct task_row *rows,
                     r->up ? r->st.shard : cm_layout_serve_shard(t, spec->nps));
     if (!r->up) {
       psctl_grid_cell(&g, "down");
-      for (int k = 0; k < 7; k++)
+      for (int k = 0; k < 8; k++)
         psctl_grid_cell(&g, "-");
       continue;
     }
@@ -109,6 +115,15 @@ static int print_grid(const struct cm_spec *spec, const struct task_row *rows,
                     cm_fmt_bytes((double)r->st.bytes, buf, sizeof buf));
     psctl_grid_cell(&g, "%llu", (unsigned long long)r->st.refused);
     psctl_grid_cell(&g, "%llu", (unsigned long long)r->st.lookups);
+    if (r->st.shards < 1)
+      psctl_grid_cell(&g, "-");
+    else if (r->st.move_to)
+      psctl_grid_cell(&g, "%llu of %d, to %d after %d moves",
+                      (unsigned long long)r->st.layout, r->st.shards,
+                      r->st.move_to, r->st.moved);
+    else
+      psctl_grid_cell(&g, "%llu of %d", (unsigned long long)r->st.layout,
+                      r->st.shards);
   }
   if ((rc = psctl_grid_print(&g)))
     return rc;

@@ -33,7 +33,7 @@ class Stub:
     def __init__(self, addr, task, nps, tables=None, held=None, dense=None,
                  version=1, step=10, newest_seen=None, time_unix_ms=None,
                  fail=None, rows=0, bytes_=0, refused=0, last_refusal="",
-                 rule="buckets"):
+                 rule="buckets", layout=None):
         self.addr, self.task, self.nps = addr, task, nps
         self.shard = task % nps
         self.tables = tables or {}
@@ -48,6 +48,7 @@ class Stub:
         self.moved = 0  # Lookups answered "rows moved"
         self.rows, self.bytes, self.refused = rows, bytes_, refused
         self.last_refusal = last_refusal
+        self.layout = layout  # Status: (version, shards, move_to, moved)
         self.lookups = []    # (table, ids, dense names) per call
         self.misrouted = []  # ids that are not this shard's
         self.lock = threading.Lock()
@@ -117,4 +118,6 @@ class Stub:
               pb.uint(11, self.refused) +
               (pb.ld(12, self.last_refusal) if self.last_refusal else b"") +
               pb.uint(13, len(self.lookups)))
+        if self.layout:
+            sv += b"".join(pb.uint(14 + k, v) for k, v in enumerate(self.layout) if v)
         return pb.ld(3, "serve") + pb.ld(92, sv)

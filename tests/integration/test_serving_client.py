@@ -329,8 +329,8 @@ class ServingClientTest(h.ProcTest):
         now = 1_700_000_000_000
         self.stub(0, version=5, newest_seen=7, step=120, rows=1000,
                   bytes_=3 << 20, refused=1, last_refusal="pub-0000000006: bad crc",
-                  time_unix_ms=now)
-        self.stub(1, version=4, step=118, rows=900, bytes_=2 << 20)
+                  time_unix_ms=now, layout=(1, 2, 3, 40))
+        self.stub(1, version=4, step=118, rows=900, bytes_=2 << 20, layout=(1, 3, 0, 0))
         self.stub(2, version=5, step=120, rows=1000, bytes_=3 << 20)
         r = h.psctl(self.spec, "serving")
         self.assertEqual(r.returncode, 1, r.stderr)  # serve:3 is down
@@ -339,11 +339,15 @@ class ServingClientTest(h.ProcTest):
         lines = r.stdout.splitlines()
         self.assertEqual(lines[0].split(), ["TASK", "ADDRESS", "SHARD", "VERSION", "STEP",
                                             "AGE", "BEHIND", "ROWS", "MEMORY", "REFUSED",
-                                            "LOOKUPS"])
+                                            "LOOKUPS", "LAYOUT"])
         row0 = lines[1].split()
         self.assertEqual(row0[:5], ["serve:0", self.cfg["cluster"]["serve"][0], "0", "5",
                                     "120"])
-        self.assertEqual(row0[-6:], ["2", "1000", "3.0", "MiB", "1", "0"])
+        # the layout of the version held: mid-move, after the switch, none said
+        self.assertEqual(" ".join(row0[-14:]),
+                         "2 1000 3.0 MiB 1 0 1 of 2, to 3 after 40 moves")
+        self.assertEqual(lines[2].split()[-3:], ["1", "of", "3"])
+        self.assertEqual(lines[3].split()[-1], "-")
         self.assertEqual(lines[4].split()[:4], ["serve:3", addr3, "1", "down"])
         self.assertIn("serve:3 (%s) is down" % addr3, r.stdout)
         self.assertIn("serve:0 last refused a publication: pub-0000000006: bad crc",
@@ -357,6 +361,9 @@ class ServingClientTest(h.ProcTest):
                           first["rows"], first["bytes"], first["refused"]),
                          (0, 0, 5, 7, 2, 120, 1000, 3 << 20, 1))
         self.assertGreater(first["age_ms"], 0)
+        self.assertEqual(first["layout"], {"version": 1, "shards": 2, "move_to": 3,
+                                           "moved": 40})
+        self.assertNotIn("layout", doc["serving"][2])
         self.assertEqual([d["index"] for d in doc["down"]], [3])
         # All up: exit 0.
         self.stub(3)

@@ -673,6 +673,10 @@ int psc__serving_status(struct psc__serving *s, int task,
     snprintf(out->last_refusal, sizeof out->last_refusal, "%s",
              sv->last_refusal ? sv->last_refusal : "");
     out->lookups = sv->lookups;
+    out->layout = sv->layout;
+    out->shards = sv->shards;
+    out->move_to = (int)sv->move_to;
+    out->moved = (int)sv->moved;
   }
 out:
   if (resp)

@@ -118,6 +118,10 @@ struct psc__serve_status {
   uint64_t refused;       /* publications refused */
   char last_refusal[512]; /* why the last one was refused, "" */
   uint64_t lookups;       /* Lookup calls answered */
+  uint64_t layout;        /* the version's layout, its shard count (0:
+                             none loaded, or an older task) and live move
+                             (0, 0: none) */
+  int shards, move_to, moved;
 };
 
 /* Asks serve:task itself (no failover, no retry) for its Admin/Status.

@@ -273,6 +273,8 @@ struct dense_call {
   uint64_t *versions;       /* the caller's, or NULL */
   int layouts;              /* layouts the answers named, when not all
                                one (2: more than one) */
+  int64_t rows;             /* the variable's rows, as an answer's
+                               VarSlice.shape says (0: none said) */
   uint64_t layout;          /* the first answer's */
   int answered;             /* answers read */
 };
@@ -315,6 +317,8 @@ static int dense_read(int shard, grpc_byte_buffer *bb, void *ctx) {
   for (size_t i = 0; i < r->n_dense && !v; i++)
     if (r->dense[i]->name && !strcmp(r->dense[i]->name, d->name))
       v = r->dense[i];
+  if (v && v->n_shape > 0 && v->shape[0] > 0)
+    d->rows = v->shape[0];
   if (!v || v->row_end <= v->row_begin)
     goto out; /* none of it here */
   skip = r->found.len * (size_t)r->dim * sizeof(float);
@@ -417,6 +421,14 @@ static int assemble(struct dense_call *d, int nshards, float *out, size_t count,
     next = held[i]->end;
     total += held[i]->nvals;
   }
+  if (d->rows && next != d->rows) {
+    char said[600];
+    answers(d, nshards, said, sizeof said);
+    rc = psc__serving_fail(d->s, CM_EPROTO,
+                           "%s: the shards' rows end at row %lld of its %lld%s",
+                           d->what, (long long)next, (long long)d->rows, said);
+    goto out;
+  }
   if (numel)
     *numel = total;
   if (!out)
@@ -467,6 +479,7 @@ int psc__serving_dense(struct psc__serving *s, const char *name, float *out,
   for (int round = 0; round < FOLLOW_ROUNDS; round++) {
     int in = psc__serving_layout_shards(s);
     d.answered = d.layouts = 0;
+    d.rows = 0;
     for (int sh = 0; sh < nshards; sh++) {
       want[sh] = sh < in;
       nf[sh] = 0;

@@ -5,6 +5,7 @@
 #include <inttypes.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -306,7 +307,11 @@ int psd_move_buckets(struct psd_service *svc, struct psd_peers *peers, int self,
    * Asked again when the answer is lost (the move just ended is answered
    * OK); failing, the source keeps them, unused, and says so no more. */
   double td = cm_mono_ms();
-  for (int k = 0; k < PSD_MOVE_DONE_TRIES; k++) {
+  /* Test only (docs/reshard.md): the first MOVE_DONE of the process lost,
+   * as past its tries across a cut link. */
+  static atomic_int lost;
+  int lose = getenv("PSD_TEST_LOSE_MOVE_DONE") && !atomic_exchange(&lost, 1);
+  for (int k = 0; k < PSD_MOVE_DONE_TRIES && !lose; k++) {
     char why[300];
     int st;
     r = move_rows(peers, self, from, PSD__V1__MOVE_PHASE__MOVE_DONE, move, set,
@@ -316,10 +321,13 @@ int psd_move_buckets(struct psd_service *svc, struct psd_peers *peers, int self,
     cm_warn("move %" PRIx64 ": %s", move, why);
     usleep(100 * 1000);
   }
-  if (!r)
+  if (!r) {
     cm_warn("move %" PRIx64 ": ps:%d was not told that the buckets are "
-            "owned here: it keeps their rows, unused, and its move open",
+            "owned here: it keeps their rows, unused, and its move open, "
+            "refusing other moves, until told at this shard's next move",
             move, from);
+    res->undone = move;
+  }
   res->done_ms = cm_mono_ms() - td;
   rc = 0;
   goto out;
@@ -373,7 +381,36 @@ struct psd_move {
   int from;                        /* its source */
   uint8_t set[PSD_MOVE_SET_BYTES]; /* its buckets */
   int move_to, moved;              /* the move state it adopts */
+  struct {
+    uint64_t id;                     /* 0: none */
+    int from;                        /* its source */
+    uint8_t set[PSD_MOVE_SET_BYTES]; /* its buckets */
+    int move_to, moved;              /* its move state */
+  } undone; /* the last move whose MOVE_DONE never reached its source (its
+               buckets owned here): told before the next move (the move
+               thread's alone) */
 };
+
+/* Tells the source of m's undone move that its buckets are owned here,
+ * before the next move (a source holding that move open refuses every
+ * other). Failing, it is told at the move after. */
+static void tell_undone(struct psd_move *m) {
+  char err[600];
+  if (!m->undone.id)
+    return;
+  if (psd_move_done(m->peers, m->undone.from, m->undone.id, m->undone.set,
+                    m->undone.move_to, m->undone.moved, err, sizeof err)) {
+    cm_warn("move %" PRIx64 ": ps:%d still not told that its buckets are "
+            "owned here (%s); told at the next move",
+            m->undone.id, m->undone.from, err);
+    return;
+  }
+  cm_info("move %" PRIx64 ": told ps:%d that its buckets are owned here "
+          "(its MOVE_DONE had not reached it): it drops their rows and ends "
+          "the move",
+          m->undone.id, m->undone.from);
+  m->undone.id = 0;
+}
 
 static void *move_thread(void *arg) {
   struct psd_move *m = arg;
@@ -381,9 +418,17 @@ static void *move_thread(void *arg) {
   struct psd_move_result res;
   char err[1200];
   double t0 = cm_mono_ms();
+  tell_undone(m);
   int rc = psd_move_buckets(srv->service, m->peers, srv->shard, m->from,
                             srv->spec->nps, m->set, m->move_to, m->moved,
                             srv->ckpt, &res, err, sizeof err);
+  if (!rc && res.undone) {
+    m->undone.id = res.undone;
+    m->undone.from = m->from;
+    memcpy(m->undone.set, m->set, sizeof m->undone.set);
+    m->undone.move_to = m->move_to;
+    m->undone.moved = m->moved;
+  }
   struct cm_rpc_call *call = m->call;
   int from = m->from;
   /* A standby shard holds rows now (a move cancelled part way leaves

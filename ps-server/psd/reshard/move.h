@@ -61,6 +61,10 @@ struct psd_move_result {
                           its answer's packing and transfer) */
   double install_ms;   /* installing every copy, the hand-over's included */
   double done_ms;      /* MOVE_DONE: the source dropping its rows */
+  uint64_t undone;     /* the move's id when the buckets are owned here
+                          but MOVE_DONE never reached the source (a link
+                          cut past its tries): told at the next move;
+                          0 otherwise */
 };
 
 /* Installs one MoveRows answer r into ts (the destination's tables; a

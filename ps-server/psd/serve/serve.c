@@ -123,6 +123,10 @@ void psd_serve_state(struct psd_serve *s, struct psd_serve_state *out) {
   out->base = s->base;
   out->step = s->step;
   out->time_unix_ms = s->time_unix_ms;
+  out->layout = s->layout;
+  out->shards = s->version ? s->lshards : 0;
+  out->move_to = s->move_to;
+  out->moved = s->moved;
   psd__serve_size(s, &out->rows, &out->bytes);
   pthread_rwlock_unlock(&s->lock);
   pthread_mutex_lock(&s->stat_lock);

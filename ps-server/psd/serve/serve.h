@@ -78,6 +78,9 @@ struct psd_serve_state {
   uint64_t refused;        /* publications refused */
   uint64_t lookups;        /* Lookup calls answered */
   uint64_t errors;         /* calls answered with an error */
+  uint64_t layout;         /* the version's layout (docs/serving.md) */
+  int shards;              /* its shard count; 0: none loaded */
+  int move_to, moved;      /* its live move; 0, 0: none */
   char last_refusal[1024]; /* why the last was refused; "" when none */
 };
 

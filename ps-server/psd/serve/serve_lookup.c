@@ -194,6 +194,7 @@ static void on_lookup(struct cm_rpc_call *call, grpc_byte_buffer *bb,
   Psd__V1__LookupResponse resp = PSD__V1__LOOKUP_RESPONSE__INIT;
   const struct psd__serve_dense **dense = NULL;
   Psd__V1__VarSlice *sl = NULL, **slp = NULL;
+  int64_t(*shapes)[8] = NULL; /* each slice's variable's shape, copied */
   struct cm_table_conf conf;
   uint64_t *ids = NULL, dfloats = 0;
   uint8_t *found = NULL;
@@ -210,6 +211,7 @@ static void on_lookup(struct cm_rpc_call *call, grpc_byte_buffer *bb,
   if (!(dense = calloc(req->n_dense + 1, sizeof *dense)) ||
       !(sl = calloc(req->n_dense + 1, sizeof *sl)) ||
       !(slp = calloc(req->n_dense + 1, sizeof *slp)) ||
+      !(shapes = calloc(req->n_dense + 1, sizeof *shapes)) ||
       !(found = calloc(n + 1, 1))) {
     fail(s, call, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
     goto out;
@@ -286,6 +288,9 @@ static void on_lookup(struct cm_rpc_call *call, grpc_byte_buffer *bb,
     sl[i].name = req->dense[i];
     sl[i].row_begin = d->row_begin;
     sl[i].row_end = d->row_end;
+    memcpy(shapes[i], d->shape, sizeof shapes[i]); /* packed unlocked */
+    sl[i].n_shape = (size_t)d->ndim;
+    sl[i].shape = shapes[i];
     slp[i] = &sl[i];
   }
   resp.version = s->version;
@@ -314,6 +319,7 @@ out:
   free(ids);
   free(dense);
   free(sl);
+  free(shapes);
   free(slp);
   cm_request_free((ProtobufCMessage *)req);
 }
@@ -359,6 +365,10 @@ static void on_status(struct cm_rpc_call *call, grpc_byte_buffer *bb,
   ss.refused = st->refused;
   ss.last_refusal = st->last_refusal;
   ss.lookups = st->lookups;
+  ss.layout = st->layout;
+  ss.shards = st->shards;
+  ss.move_to = (uint32_t)st->move_to;
+  ss.moved = (uint32_t)st->moved;
   resp.serving = &ss;
   cm_rpc_reply(call, cm_rpc_pack(&resp.base));
 out:
