@@ -251,7 +251,10 @@ class PublishTest(h.ProcTest):
         self.shards[0].wait_for("error: publication failed: cannot create %s: File exists; "
                                 "the next one is full" % block)
         p = self.status(spec)[0]["publish"]
-        self.assertEqual((p["version"], p["failed"]), (top, 1))
+        # failed at least once (the next interval, before this Status, may
+        # fail again on a loaded machine), nothing written past top
+        self.assertEqual(p["version"], top)
+        self.assertGreaterEqual(p["failed"], 1)
         self.assertIn("cannot create %s" % block, p["error"])
         os.remove(block)
         self.shards[0].wait_for("publication %d (full) of step" % (top + 1))
