@@ -506,6 +506,8 @@ class ServeTest(h.ProcTest):
         p = self.start(0)
         self.wait_status(0, "version", 6)
         self.check_rows(0, want, 6, gone=ids[:10] + [ids[12]])
+        # its log line may follow the Status that showed the version
+        p.wait_for("serving version 6 (delta")
         self.assertIn("serving version 5 (full", p.output())
         self.assertNotIn("serving version 4", p.output())  # from the newest full
         self.assertEqual(self.serving[2].stop(signal.SIGTERM), 0)
