@@ -34,7 +34,7 @@ demo: build
 # the check: ASan's allocator fills new blocks itself and reports any use
 # of a freed one.
 test: build setup-test
-	MALLOC_PERTURB_=0 meson test -C $(BUILD) --print-errorlogs --num-processes 3; \
+	MALLOC_PERTURB_=0 meson test -C $(BUILD) --print-errorlogs --num-processes 2; \
 	  rc=$$?; $(PY) tests/summary.py $(BUILD); exit $$rc
 
 # The long fault runs (docs/faults.md; CONTRIBUTING.md, "The soak"): the
