@@ -1,7 +1,9 @@
 """A process of counted pushes for test_relayout.py: one psd.Client that
 pushes known gradients (multiples of 1/8, so every sum is exact in any
 order) to a split dense variable "d", a small one "b" held whole, and the
-rows of table "cnt", until the file STOP exists; each push, once
+rows of table "cnt", and raises the first MONO rows of table "mono" by 1
+(a gradient of -1, sgd lr 1: values that only grow), until the file STOP
+exists; each push, once
 acknowledged, is added to what it pushed and said ("acked=N; shards=M",
 M the client's psc_num_shards: the layout's count). The
 library's log lines are printed ("psd: ..."). While the file PAUSE (when
@@ -17,6 +19,7 @@ import time
 import numpy as np
 
 D, B, POOL, PER_PUSH = 70000, 10, 4000, 300
+MONO = 500  # rows of table "mono" that every push raises by 1
 
 
 def main():
@@ -35,6 +38,7 @@ def main():
         c.declare("d", (D,))  # 280 KB: split across the shards
         c.declare("b", (B,))  # whole, on the shard its name hashes to
         c.declare_table("cnt", 2)
+        c.declare_table("mono", 1)
         print("declared", flush=True)
         while not os.path.exists(stop):
             if pause and os.path.exists(pause):
@@ -53,6 +57,7 @@ def main():
             c.push_rows("cnt", pool[pick], g)
             sum_rows[pick] += g
             n += 1
+            c.push_rows("mono", pool[:MONO], -np.ones((MONO, 1), np.float32))
             print("acked=%d; shards=%d" % (n, c.num_shards), flush=True)
     np.savez(out, d=sum_d, b=sum_b, rows=sum_rows, ids=pool)
     print("done %d" % n, flush=True)

@@ -85,6 +85,8 @@ class RelayoutTest(h.ProcTest):
         self.spec = os.path.join(self.d, "spec.json")
         job = {"name": "rl", "shards": 2, "optimizer": {"type": "sgd", "lr": 1.0},
                "tables": [{"name": "cnt", "dim": 2, "init": "zeros",
+                           "optimizer": {"type": "sgd", "lr": 1.0}},
+                          {"name": "mono", "dim": 1, "init": "zeros",
                            "optimizer": {"type": "sgd", "lr": 1.0}}],
                "checkpoint": {"dir": os.path.join(self.d, "ck")}, "retry_s": 240}
         if serve:
@@ -181,7 +183,7 @@ class RelayoutTest(h.ProcTest):
             pass
         self.assertEqual(looker.wait(timeout=60), 0, looker.output()[-3000:])
         last = looker.output().strip().splitlines()[-1]
-        self.assertRegex(last, r"done looked=\d+; failed=0; unfound=0$",
+        self.assertRegex(last, r"done looked=\d+; failed=0; unfound=0; went_back=0$",
                          "\n".join(l for l in looker.lines if l.startswith("failed"))[:3000])
         print("serving: %s (%s); serve:2 applied %d publications" % (
             last, re.findall(r"slowest round [0-9.]+ ms", looker.output())[-1],

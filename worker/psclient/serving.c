@@ -54,6 +54,9 @@ struct psc__serving {
                                         heard) */
   uint16_t route[CM_LAYOUT_BUCKETS]; /* per bucket: the shard asked */
   int route_dirty;                   /* held changed since route was built */
+  struct psc__moved prev;            /* the latest word before the latest layout
+                                        (nshards 0: not seen): a bucket's owner while
+                                        its new owner's task lags a switch */
   double probed_ms;                  /* cm_mono_ms of the last probe */
   int nrep;                          /* replicas per shard, nserve / nps */
   int ntasks;                        /* serving tasks, nserve */
@@ -233,12 +236,17 @@ int psc__serving_rows_moved(struct psc__serving *s) {
 /* ---- Following a reshard (docs/serving.md "Following a reshard"): each
  * shard's serving task says, in every answer, the layout and live move its
  * publications place rows by; a bucket is asked of the shard whose own
- * word gives it that shard (the latest such word when two do: the
- * destination of a move once its task caught up), else of its owner in
- * the oldest word heard (the source, which answers a bucket that left it
- * for a while). A shard not heard from is taken to hold the latest word
- * when it is in that layout's count, nothing otherwise (a standby shard's
- * task has published nothing before a move gives it rows). */
+ * word of the latest layout gives it that shard (the latest such word when
+ * two do: the destination of a move once its task caught up). Else its
+ * new owner's task lags: it is asked of its owner in the oldest word of
+ * the latest layout (during a live move, the source, which answers a
+ * bucket that left it for a while), or, when that owner's task has not
+ * said the latest layout either (a switch), of its owner in the layout
+ * before (which answers it as its own, or as left). A shard not heard from
+ * is taken to hold the latest word when it is in that layout's count,
+ * nothing otherwise (a standby shard's task has published nothing before a
+ * move gives it rows); a task's word of an older layout claims nothing (it
+ * may hold rows a reshard took away long since). */
 
 /* The latest word heard, or a fresh job's layout. */
 static struct psc__moved latest(const struct psc__serving *s) {
@@ -277,7 +285,7 @@ static int word_map(const struct psc__moved *w, struct cm_layout_map *m) {
 /* Builds s->route from the words held. */
 static void build_route(struct psc__serving *s) {
   struct psc__moved l = latest(s), oldest = l;
-  struct cm_layout_map *maps = malloc((size_t)(s->nshards + 1) * sizeof *maps);
+  struct cm_layout_map *maps = malloc((size_t)(s->nshards + 2) * sizeof *maps);
   struct psc__moved *w = calloc((size_t)s->nshards + 1, sizeof *w);
   if (!maps || !w) { /* without memory: the latest word's map */
     struct cm_layout_map m;
@@ -290,18 +298,27 @@ static void build_route(struct psc__serving *s) {
     w[sh] = word_of(s, sh, &l);
     if (w[sh].nshards && word_map(&w[sh], &maps[sh]))
       w[sh].nshards = 0;
-    if (w[sh].nshards && psc__moved_later(&oldest, &w[sh]))
+    if (w[sh].nshards && w[sh].layout == l.layout &&
+        psc__moved_later(&oldest, &w[sh]))
       oldest = w[sh];
   }
-  if (word_map(&oldest, &maps[s->nshards]))
-    cm_layout_map_init(&maps[s->nshards], CM_LAYOUT_RULE_BUCKETS, l.nshards);
+  word_map(&oldest, &maps[s->nshards]);
+  if (s->prev.nshards)
+    word_map(&s->prev, &maps[s->nshards + 1]);
   for (unsigned b = 0; b < CM_LAYOUT_BUCKETS; b++) {
-    int pick = -1;
+    int pick = -1, o;
     for (int sh = 0; sh < s->nshards; sh++)
-      if (w[sh].nshards && maps[sh].shard[b] == sh &&
+      if (w[sh].nshards && w[sh].layout == l.layout &&
+          maps[sh].shard[b] == sh &&
           (pick < 0 || psc__moved_later(&w[sh], &w[pick])))
         pick = sh;
-    s->route[b] = pick >= 0 ? (uint16_t)pick : maps[s->nshards].shard[b];
+    if (pick < 0) {
+      o = maps[s->nshards].shard[b];
+      pick = o < s->nshards && w[o].layout != l.layout && s->prev.nshards
+                 ? maps[s->nshards + 1].shard[b]
+                 : o;
+    }
+    s->route[b] = (uint16_t)pick;
   }
 out:
   free(maps);
@@ -348,7 +365,10 @@ int psc__serving_learn(struct psc__serving *s, int shard, uint64_t layout,
   if (h->nshards && h->layout == w.layout && h->nshards == w.nshards &&
       h->rows == w.rows && h->move_to == w.move_to && h->moves == w.moves)
     return 0;
+  struct psc__moved before = latest(s);
   *h = w;
+  if (w.layout > before.layout) /* a new layout: the one before, kept */
+    s->prev = before;
   s->route_dirty = 1;
   return 1;
 }
