@@ -79,12 +79,15 @@ uint64_t psd_serve_table_drop_if(struct psd_serve_table *t,
   for (int i = 0; i < PSD_ROWS_NSTRIPES; i++) {
     struct psd_rows *s = &t->st[i];
     for (size_t k = 0; k < psd_rows_used(s); k++) {
-      uint64_t id = psd_rows_id(s, k), h = psd_rows_hash(id);
-      /* a removed record keeps its bytes: live only where the index says */
-      if (psd_rows_find(s, id, h) == (long)k && drop(ctx, id)) {
-        psd_rows_remove(s, id, h);
-        n++;
-      }
+      /* The records in order (their ids read in sequence); the index only
+       * for those to drop: a removed record keeps its bytes, and is live
+       * only where the index says. */
+      uint64_t id = psd_rows_id(s, k), h;
+      if (!drop(ctx, id) ||
+          psd_rows_find(s, id, h = psd_rows_hash(id)) != (long)k)
+        continue;
+      psd_rows_remove(s, id, h);
+      n++;
     }
   }
   return n;
