@@ -64,6 +64,14 @@ void cm_layout_map_init(struct cm_layout_map *m, int rule, int nshards) {
     memset(m->shard, 0, sizeof m->shard);
 }
 
+void cm_layout_map_of(struct cm_layout_map *m, int rule, int nshards,
+                      int move_to, int moved) {
+  if (move_to > 0 && move_to != nshards && rule != CM_LAYOUT_RULE_MODULO)
+    cm_layout_map_moving(m, nshards, move_to, moved);
+  else
+    cm_layout_map_init(m, rule, nshards);
+}
+
 /* A move's place in the order: its shard in the smaller count's map, then
  * in the larger's, then its bucket, packed in one key (the bucket in the
  * low 12 bits). */

@@ -102,6 +102,13 @@ int cm_layout_moves(int from, int to, uint16_t *buckets);
  * (from, to, done) computes the same map. */
 int cm_layout_map_moving(struct cm_layout_map *m, int from, int to, int done);
 
+/* The map of a layout of nshards shards placing rows by rule, with its
+ * live move to move_to shards after `moved` moves (move_to 0, or the
+ * layout's own count: none; a move is by buckets): what a "layout moved"
+ * answer, a Lookup answer or a publication's manifest names. */
+void cm_layout_map_of(struct cm_layout_map *m, int rule, int nshards,
+                      int move_to, int moved);
+
 /* The shard of a row whose id hashes to h (cm_layout_id_hash). */
 static inline int cm_layout_map_hash_shard(const struct cm_layout_map *m,
                                            uint64_t h) {

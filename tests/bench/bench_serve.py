@@ -69,14 +69,7 @@ def psd_mod():
 
 
 def until(what, cond, timeout=60):
-    deadline = time.monotonic() + timeout
-    while True:
-        got = cond()
-        if got:
-            return got
-        if time.monotonic() > deadline:
-            raise Failed("%s: not within %d s" % (what, timeout))
-        time.sleep(0.01)
+    return h.until(what, cond, timeout, every=0.01, error=Failed)
 
 
 class Job:

@@ -257,17 +257,18 @@ class Proc:
         return self.p.returncode
 
 
-def until(what, cond, timeout=30, every=0.05):
+def until(what, cond, timeout=30, every=0.05, error=AssertionError):
     """Polls cond() (reading processes' output or state; a condition, never a
     fixed sleep) until it returns something true; returns that. Fails the
-    test (AssertionError naming what) after timeout seconds."""
+    test (error, AssertionError by default, naming what) after timeout
+    seconds."""
     deadline = time.monotonic() + timeout
     while True:
         got = cond()
         if got:
             return got
         if time.monotonic() > deadline:
-            raise AssertionError("%s: not within %d s" % (what, timeout))
+            raise error("%s: not within %d s" % (what, timeout))
         time.sleep(every)
 
 

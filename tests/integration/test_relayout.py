@@ -65,9 +65,13 @@ class RelayoutTest(h.ProcTest):
         self.assertIn("reshard: done in", out)
 
     @staticmethod
-    def acked(p):
-        got = re.findall(r"acked=(\d+);", p.output())
+    def last(p, key):
+        """The last "KEY=N;" p said (0: none)."""
+        got = re.findall(r"%s=(\d+);" % key, p.output())
         return int(got[-1]) if got else 0
+
+    def acked(self, p):
+        return self.last(p, "acked")
 
     def go_on(self, clients, line, shards, more=4):
         """Each client says line, then acknowledges `more` pushes past the
@@ -147,11 +151,6 @@ class RelayoutTest(h.ProcTest):
         self.procs.append(looker)
         return serve, looker
 
-    @staticmethod
-    def looked(looker):
-        got = re.findall(r"looked=(\d+);", looker.output())
-        return int(got[-1]) if got else 0
-
     def served(self, serve, looker):
         """After verify (the pushers stopped): the served values come to
         equal every acknowledged push; no lookup failed and no row once
@@ -219,7 +218,7 @@ class RelayoutTest(h.ProcTest):
             self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
             self.assertIn("ps:0 says done" if not how else "reshard done in", r.stdout)
             self.go_on(clients, "psd: layout moved: " + line, m)
-            looker.wait_for("looked=%d;" % (self.looked(looker) + 3), timeout=60)
+            looker.wait_for("looked=%d;" % (self.last(looker, "looked") + 3), timeout=60)
             if m == 3 and not how:
                 self.assertRegex(ps[2].output(), r"move [0-9a-f]+: told ps:\d that its "
                                  r"buckets are owned here \(its MOVE_DONE had not "

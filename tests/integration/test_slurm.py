@@ -20,7 +20,6 @@ import shutil
 import signal
 import subprocess
 import tempfile
-import time
 import unittest
 
 import harness as h
@@ -103,15 +102,8 @@ class PrintSpecTest(unittest.TestCase):
 
 
 def wait_until(what, check, timeout):
-    """Polls check() until it returns something true; returns that."""
-    deadline = time.monotonic() + timeout
-    while True:
-        got = check()
-        if got:
-            return got
-        if time.monotonic() > deadline:
-            raise AssertionError("timed out after %d s waiting for %s" % (timeout, what))
-        time.sleep(0.2)
+    """Polls check() every 0.2 s until it returns something true; returns that."""
+    return h.until(what, check, timeout, every=0.2)
 
 
 class SlurmCluster:

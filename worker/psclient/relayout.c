@@ -326,10 +326,7 @@ static int take(struct psc__client *c, const struct psc__moved *m, int say,
   c->nshards = m->nshards;
   c->move_to = m->move_to;
   c->moves = m->moves;
-  if (m->move_to)
-    cm_layout_map_moving(&c->map, m->nshards, m->move_to, m->moves);
-  else
-    cm_layout_map_init(&c->map, m->rows, m->nshards);
+  cm_layout_map_of(&c->map, m->rows, m->nshards, m->move_to, m->moves);
   if (anew) {
     /* New processes: their boot ids come with their next Declare. */
     memset(c->boot, 0, (size_t)c->spec->nps * sizeof *c->boot);

@@ -272,14 +272,9 @@ static struct psc__moved word_of(const struct psc__serving *s, int sh,
   return sh < l->nshards ? *l : none;
 }
 
-/* The map a word places rows by. Returns 0. */
-static int word_map(const struct psc__moved *w, struct cm_layout_map *m) {
-  if (w->move_to && w->move_to != w->nshards &&
-      w->rows != CM_LAYOUT_RULE_MODULO)
-    cm_layout_map_moving(m, w->nshards, w->move_to, w->moves);
-  else
-    cm_layout_map_init(m, w->rows, w->nshards);
-  return 0;
+/* The map a word places rows by. */
+static void word_map(const struct psc__moved *w, struct cm_layout_map *m) {
+  cm_layout_map_of(m, w->rows, w->nshards, w->move_to, w->moves);
 }
 
 /* Builds s->route from the words held. */
@@ -289,15 +284,15 @@ static void build_route(struct psc__serving *s) {
   struct psc__moved *w = calloc((size_t)s->nshards + 1, sizeof *w);
   if (!maps || !w) { /* without memory: the latest word's map */
     struct cm_layout_map m;
-    if (!word_map(&l, &m))
-      for (unsigned b = 0; b < CM_LAYOUT_BUCKETS; b++)
-        s->route[b] = m.shard[b];
+    word_map(&l, &m);
+    for (unsigned b = 0; b < CM_LAYOUT_BUCKETS; b++)
+      s->route[b] = m.shard[b];
     goto out;
   }
   for (int sh = 0; sh < s->nshards; sh++) {
     w[sh] = word_of(s, sh, &l);
-    if (w[sh].nshards && word_map(&w[sh], &maps[sh]))
-      w[sh].nshards = 0;
+    if (w[sh].nshards)
+      word_map(&w[sh], &maps[sh]);
     if (w[sh].nshards && w[sh].layout == l.layout &&
         psc__moved_later(&oldest, &w[sh]))
       oldest = w[sh];

@@ -197,18 +197,26 @@ out:
  * again; when it knew that word, the task that takes the bucket lags: it
  * asks every task's word and waits a little). At most FOLLOW_ROUNDS. */
 #define FOLLOW_ROUNDS 12
+
+/* Round `round`'s wait (0 first) for a task that lags: 10 ms, doubling
+ * to 400. */
+static void follow_wait(int round) {
+  long ms = 10;
+  for (int i = 0; i < round && ms < 400; i++)
+    ms *= 2;
+  cm_sleep_ms(ms < 400 ? ms : 400);
+}
+
 static int lookup(struct psc__serving *s, const char *table,
                   const uint64_t *ids, size_t n, float *rows, uint8_t *found,
                   uint64_t *versions, uint32_t *dim) {
-  int rc = 0, moved, wait_ms = 10;
+  int rc = 0, moved, waits = 0;
   for (int round = 0; round < FOLLOW_ROUNDS; round++) {
     if (!(rc = lookup_once(s, table, ids, n, rows, found, versions, dim)) ||
         !(moved = psc__serving_rows_moved(s)))
       break;
-    if (moved == 2 && !psc__serving_probe(s)) {
-      cm_sleep_ms(wait_ms);
-      wait_ms = wait_ms < 400 ? wait_ms * 2 : 400;
-    }
+    if (moved == 2 && !psc__serving_probe(s))
+      follow_wait(waits++);
   }
   return rc;
 }
@@ -495,7 +503,7 @@ int psc__serving_dense(struct psc__serving *s, const char *name, float *out,
     if (!(d.layouts > 1 || psc__serving_layout_shards(s) != in ||
           psc__serving_lagging(s, psc__serving_layout_shards(s))))
       break;
-    cm_sleep_ms(20 << (round < 4 ? round : 4));
+    follow_wait(round);
   }
 out:
   for (int sh = 0; d.parts && sh < nshards; sh++)

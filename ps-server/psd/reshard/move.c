@@ -367,28 +367,30 @@ void psd_move_hold(struct psd_server *srv, const char *how) {
 
 /* ---- Admin/MoveBuckets ---- */
 
-struct psd_move {
-  struct psd_server *srv;          /* borrowed */
-  struct cm_request_host host;     /* how its requests are taken */
-  struct cm_rpc_method method;     /* Admin/MoveBuckets */
-  struct psd_peers *peers;         /* owned, made at the first move */
-  pthread_mutex_t lock;            /* guards busy */
-  int busy;                        /* a move runs (its thread) */
-  pthread_t thread;                /* that move's, joined by the next or by
-                                      psd_move_free */
-  int joinable;                    /* thread is to be joined */
-  struct cm_rpc_call *call;        /* the call the thread answers */
+/* One MoveBuckets' batch, as ps:0 asked for it. */
+struct batch {
   int from;                        /* its source */
   uint8_t set[PSD_MOVE_SET_BYTES]; /* its buckets */
   int move_to, moved;              /* the move state it adopts */
-  struct {
-    uint64_t id;                     /* 0: none */
-    int from;                        /* its source */
-    uint8_t set[PSD_MOVE_SET_BYTES]; /* its buckets */
-    int move_to, moved;              /* its move state */
-  } undone; /* the last move whose MOVE_DONE never reached its source (its
-               buckets owned here): told before the next move (the move
-               thread's alone) */
+};
+
+struct psd_move {
+  struct psd_server *srv;      /* borrowed */
+  struct cm_request_host host; /* how its requests are taken */
+  struct cm_rpc_method method; /* Admin/MoveBuckets */
+  struct psd_peers *peers;     /* owned, made at the first move */
+  pthread_mutex_t lock;        /* guards busy */
+  int busy;                    /* a move runs (its thread) */
+  pthread_t thread;            /* that move's, joined by the next or by
+                                  psd_move_free */
+  int joinable;                /* thread is to be joined */
+  struct cm_rpc_call *call;    /* the call the thread answers */
+  struct batch now;            /* its batch */
+  struct batch undone;         /* the last batch whose MOVE_DONE never reached
+                                  its source (its buckets owned here): told
+                                  before the next move (the move thread's
+                                  alone) */
+  uint64_t undone_id;          /* that move's id; 0: none */
 };
 
 /* Tells the source of m's undone move that its buckets are owned here,
@@ -396,20 +398,21 @@ struct psd_move {
  * other). Failing, it is told at the move after. */
 static void tell_undone(struct psd_move *m) {
   char err[600];
-  if (!m->undone.id)
+  const struct batch *u = &m->undone;
+  if (!m->undone_id)
     return;
-  if (psd_move_done(m->peers, m->undone.from, m->undone.id, m->undone.set,
-                    m->undone.move_to, m->undone.moved, err, sizeof err)) {
+  if (psd_move_done(m->peers, u->from, m->undone_id, u->set, u->move_to,
+                    u->moved, err, sizeof err)) {
     cm_warn("move %" PRIx64 ": ps:%d still not told that its buckets are "
             "owned here (%s); told at the next move",
-            m->undone.id, m->undone.from, err);
+            m->undone_id, u->from, err);
     return;
   }
   cm_info("move %" PRIx64 ": told ps:%d that its buckets are owned here "
           "(its MOVE_DONE had not reached it): it drops their rows and ends "
           "the move",
-          m->undone.id, m->undone.from);
-  m->undone.id = 0;
+          m->undone_id, u->from);
+  m->undone_id = 0;
 }
 
 static void *move_thread(void *arg) {
@@ -419,18 +422,15 @@ static void *move_thread(void *arg) {
   char err[1200];
   double t0 = cm_mono_ms();
   tell_undone(m);
-  int rc = psd_move_buckets(srv->service, m->peers, srv->shard, m->from,
-                            srv->spec->nps, m->set, m->move_to, m->moved,
-                            srv->ckpt, &res, err, sizeof err);
+  int rc = psd_move_buckets(srv->service, m->peers, srv->shard, m->now.from,
+                            srv->spec->nps, m->now.set, m->now.move_to,
+                            m->now.moved, srv->ckpt, &res, err, sizeof err);
   if (!rc && res.undone) {
-    m->undone.id = res.undone;
-    m->undone.from = m->from;
-    memcpy(m->undone.set, m->set, sizeof m->undone.set);
-    m->undone.move_to = m->move_to;
-    m->undone.moved = m->moved;
+    m->undone_id = res.undone;
+    m->undone = m->now;
   }
   struct cm_rpc_call *call = m->call;
-  int from = m->from;
+  int from = m->now.from;
   /* A standby shard holds rows now (a move cancelled part way leaves
    * them here while the job trains). */
   if (!rc && __atomic_load_n(&srv->standby, __ATOMIC_ACQUIRE) &&
@@ -514,7 +514,7 @@ static void on_move_buckets(struct cm_rpc_call *call, grpc_byte_buffer *bb,
     cm_rpc_fail(call, GRPC_STATUS_ABORTED,
                 "MoveBuckets: ps:%d is taking buckets from ps:%d already; "
                 "one move at a time",
-                srv->shard, m->from);
+                srv->shard, m->now.from);
     goto out;
   }
   if (m->joinable) {
@@ -530,10 +530,10 @@ static void on_move_buckets(struct cm_rpc_call *call, grpc_byte_buffer *bb,
     goto out;
   }
   m->call = call;
-  m->from = req->from;
-  memcpy(m->set, req->buckets.data, PSD_MOVE_SET_BYTES);
-  m->move_to = (int)req->move_to;
-  m->moved = (int)req->moved;
+  m->now.from = req->from;
+  memcpy(m->now.set, req->buckets.data, PSD_MOVE_SET_BYTES);
+  m->now.move_to = (int)req->move_to;
+  m->now.moved = (int)req->moved;
   m->busy = 1;
   if (pthread_create(&m->thread, NULL, move_thread, m)) {
     m->busy = 0;

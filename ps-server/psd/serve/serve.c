@@ -186,11 +186,7 @@ static int prepare(struct psd_serve *s, struct psd_pub *p, struct prep *pr,
     return CM_ENOMEM;
   /* The rows it holds: the buckets its layout and live move give the
    * shard (docs/serving.md "Following a reshard"). */
-  if (p->rows == CM_LAYOUT_RULE_MODULO || !p->move_to ||
-      p->move_to == p->shards)
-    cm_layout_map_init(pr->map, p->rows, p->shards);
-  else
-    cm_layout_map_moving(pr->map, p->shards, p->move_to, p->moved);
+  cm_layout_map_of(pr->map, p->rows, p->shards, p->move_to, p->moved);
   if (s->ntabs)
     memcpy(pr->tabs, s->tabs, s->ntabs * sizeof *pr->tabs);
   pr->ntabs = s->ntabs;
